@@ -1,0 +1,1 @@
+"""Sans-IO authentication: SCRAM-SHA-256, md5 and the auth_file."""

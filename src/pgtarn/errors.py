@@ -1,0 +1,34 @@
+"""Error types that carry the SQLSTATE a client is sent."""
+
+from __future__ import annotations
+
+
+class PgtarnError(Exception):
+    """An error reported to a client as an ErrorResponse."""
+
+    sqlstate = "08P01"
+    severity = "FATAL"
+
+    def __init__(self, message: str, sqlstate: str | None = None, severity: str | None = None):
+        super().__init__(message)
+        self.message = message
+        if sqlstate is not None:
+            self.sqlstate = sqlstate
+        if severity is not None:
+            self.severity = severity
+
+
+class ProtocolViolation(PgtarnError):
+    """The peer sent bytes that break the protocol."""
+
+    sqlstate = "08P01"
+
+
+class AuthFailed(PgtarnError):
+    """Authentication of a client failed."""
+
+    sqlstate = "28P01"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names file, line and key."""

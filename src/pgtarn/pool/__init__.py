@@ -1,0 +1,1 @@
+"""Pool accounting: who gets which server; never touches sockets."""

@@ -1,0 +1,1 @@
+"""Sans-IO PostgreSQL wire protocol: framing, message decoding and encoding."""
