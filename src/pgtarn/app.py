@@ -1,0 +1,194 @@
+"""Composition root: config, listeners, pools, signals; runs until shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+
+from . import __version__
+from .auth.userlist import load_userlist
+from .client import ClientConnection
+from .config import Config, load_config
+from .errors import ConfigError
+from .runtime import Runtime
+from .server import launch_server
+
+log = logging.getLogger("pgtarn")
+
+
+def setup_logging(config: Config, verbose: int, quiet: bool) -> None:
+    """Log to logfile when set, else to stderr (unless quiet)."""
+    root = logging.getLogger("pgtarn")
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    fmt = logging.Formatter(
+        f"%(asctime)s.%(msecs)03d [{os.getpid()}] %(levelname)s %(message)s",
+        "%Y-%m-%d %H:%M:%S",
+    )
+    handlers: list[logging.Handler] = []
+    if config.logfile:
+        handlers.append(logging.FileHandler(config.logfile))
+    if not quiet:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+    level = verbose + config.verbose
+    root.setLevel(logging.DEBUG if level > 0 else logging.INFO)
+    root.propagate = False
+
+
+def read_userlist(config: Config) -> dict[str, str]:
+    if not config.auth_file:
+        return {}
+    return load_userlist(config.auth_file)
+
+
+class App:
+    """One pgtarn process."""
+
+    def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False) -> None:
+        self.config_path = config_path
+        self.verbose = verbose
+        self.quiet = quiet
+        self.servers: list[asyncio.AbstractServer] = []
+        self.unix_path: str | None = None
+        self.stopping: str | None = None
+        self.done: asyncio.Future[None] | None = None
+
+    async def run(self) -> int:
+        config = load_config(self.config_path)
+        setup_logging(config, self.verbose, self.quiet)
+        for warning in config.warnings:
+            log.warning("config: %s", warning)
+        runtime = Runtime(config, read_userlist(config))
+        self.runtime = runtime
+        runtime.registry.launch = lambda pool, db: launch_server(runtime, pool, db)
+        loop = asyncio.get_running_loop()
+        self.done = loop.create_future()
+        await self._listen(config)
+        if config.pidfile:
+            with open(config.pidfile, "w") as f:
+                f.write(f"{os.getpid()}\n")
+        for signum, handler in (
+            (signal.SIGHUP, self.reload),
+            (signal.SIGTERM, lambda: self.shutdown("clients")),
+            (signal.SIGINT, lambda: self.shutdown("servers")),
+            (signal.SIGQUIT, lambda: self.shutdown("now")),
+        ):
+            loop.add_signal_handler(signum, handler)
+        log.info("pgtarn %s started, pid %d", __version__, os.getpid())
+        try:
+            await self.done
+        finally:
+            self._cleanup()
+        return 0
+
+    async def _listen(self, config: Config) -> None:
+        loop = asyncio.get_running_loop()
+        runtime = self.runtime
+
+        def factory() -> ClientConnection:
+            return ClientConnection(runtime)
+
+        addrs = [a.strip() for a in config.listen_addr if a.strip()]
+        if "*" in addrs:
+            hosts: list[str] | None = None
+        else:
+            hosts = addrs
+        if addrs:
+            server = await loop.create_server(
+                factory, host=hosts, port=config.listen_port, backlog=config.listen_backlog,
+                reuse_address=True,
+            )
+            self.servers.append(server)
+            for sock in server.sockets:
+                log.info("listening on %s", sock.getsockname()[:2])
+        if config.unix_socket_dir:
+            path = os.path.join(config.unix_socket_dir, f".s.PGSQL.{config.listen_port}")
+            if os.path.exists(path):
+                with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
+                    probe.connect(path)
+                    raise ConfigError(f"{path}: another process is listening there")
+                os.unlink(path)
+            unix = await loop.create_unix_server(factory, path, backlog=config.listen_backlog)
+            os.chmod(path, config.unix_socket_mode)
+            self.unix_path = path
+            self.servers.append(unix)
+            log.info("listening on unix:%s", path)
+
+    def reload(self) -> None:
+        """SIGHUP: re-read config and auth_file; keep the old ones when the new are invalid."""
+        try:
+            config = load_config(self.config_path)
+            userlist = read_userlist(config)
+        except (ConfigError, OSError) as exc:
+            log.error("reload failed, keeping the old configuration: %s", exc)
+            return
+        for warning in config.warnings:
+            log.warning("config: %s", warning)
+        old = self.runtime.config
+        for key in ("listen_addr", "listen_port", "unix_socket_dir"):
+            if getattr(old, key) != getattr(config, key):
+                log.warning("reload: %s changes only at restart", key)
+        self.runtime.config = config
+        self.runtime.userlist = userlist
+        self.runtime.registry.apply(config)
+        setup_logging(config, self.verbose, self.quiet)
+        log.info("configuration reloaded")
+
+    def shutdown(self, mode: str) -> None:
+        """clients: exit when clients left; servers: when servers are released; now: at once."""
+        if self.stopping is not None and mode != "servers":
+            mode = "now"
+        self.stopping = mode
+        log.info("shutdown requested (%s)", mode)
+        for server in self.servers:
+            server.close()
+        self.runtime.accepting = False
+        self.runtime.on_client_gone = self._on_client_gone
+        if mode == "now":
+            self._finish()
+            return
+        self.runtime.spawn(self._wait_done())
+
+    async def _wait_done(self) -> None:
+        while not self._check_done():
+            await asyncio.sleep(0.05)
+
+    def _on_client_gone(self) -> None:
+        self._check_done()
+
+    def _check_done(self) -> bool:
+        if self.stopping == "clients":
+            busy = bool(self.runtime.clients)
+        else:
+            busy = any(pool.active or pool.tested for pool in self.runtime.registry)
+        if not busy:
+            self._finish()
+        return not busy
+
+    def _finish(self) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    def _cleanup(self) -> None:
+        for client in list(self.runtime.clients):
+            client.close()
+        for pool in self.runtime.registry:
+            for server in list(pool.idle) + list(pool.active) + list(pool.tested):
+                server.close("shutdown")
+        if self.unix_path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.unix_path)
+        pidfile = self.runtime.config.pidfile
+        if pidfile:
+            with contextlib.suppress(OSError):
+                os.unlink(pidfile)
+        log.info("pgtarn stopped")

@@ -1,0 +1,83 @@
+"""Command line: PgBouncer's flags (-q -v -V -d) plus the `demo` subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+from . import __version__
+from .errors import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pgtarn",
+        description="PostgreSQL connection pooler that reads pgbouncer.ini. "
+        "`pgtarn demo` starts a throwaway PostgreSQL with pgtarn in front of it.",
+    )
+    parser.add_argument("config", nargs="?", help="pgbouncer.ini-format configuration file")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no logging to stderr")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("-V", "--version", action="store_true", help="print version and exit")
+    parser.add_argument("-d", "--daemon", action="store_true",
+                        help="run in the background (needs pidfile and logfile)")
+    parser.add_argument("-u", "--user", help="accepted for PgBouncer compatibility; ignored")
+    return parser
+
+
+def daemonize() -> None:
+    """Detach from the terminal: fork twice, new session, stdio to /dev/null."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_list = sys.argv[1:] if argv is None else argv
+    if args_list and args_list[0] == "demo":
+        from .demo import run_demo
+
+        return run_demo(args_list[1:])
+    args = build_parser().parse_args(args_list)
+    if args.version:
+        print(f"pgtarn {__version__}")
+        return 0
+    if not args.config:
+        build_parser().print_usage(sys.stderr)
+        print("pgtarn: error: a configuration file is required (or: pgtarn demo)",
+              file=sys.stderr)
+        return 2
+    from .app import App
+    from .config import load_config
+
+    try:
+        config = load_config(args.config)
+    except (ConfigError, OSError) as exc:
+        print(f"pgtarn: {exc}", file=sys.stderr)
+        return 1
+    if args.daemon:
+        if not config.pidfile:
+            print("pgtarn: -d needs pidfile in the configuration", file=sys.stderr)
+            return 1
+        daemonize()
+    try:
+        import uvloop
+
+        runner: object = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop missing on this platform
+        runner = asyncio.run
+    app = App(args.config, verbose=args.verbose, quiet=args.quiet or args.daemon)
+    try:
+        return runner(app.run())  # type: ignore[operator, no-any-return]
+    except (ConfigError, OSError) as exc:
+        print(f"pgtarn: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0

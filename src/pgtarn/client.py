@@ -1,0 +1,443 @@
+"""ClientConnection: log a client in, get it a server from its pool, relay its bytes.
+
+Theory of operation. A client goes STARTUP -> AUTH -> (WELCOME) -> READY. In READY every
+received chunk is scanned only for Query, Sync and Terminate: each Query or Sync means one
+ReadyForQuery to come. The first message that finds no server linked asks the pool for one;
+until it comes the bytes wait in ``pending``. The server calls ``ready_for_query`` on each
+ReadyForQuery; when none is outstanding and the mode allows it (transaction: status idle;
+statement: always) the link ends and the server goes back to its pool. Before a server is
+linked, the client's tracked parameters that differ on that server are SET in front of the
+client's own bytes, and their replies are swallowed, so no round trip is added.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import secrets
+import socket
+from typing import TYPE_CHECKING, cast
+
+from .errors import PgtarnError, ProtocolViolation
+from .pool.pool import Pool
+from .proto import build
+from .proto.client_side import ClientAuth
+from .proto.framing import MessageScanner, StartupReader
+from .proto.messages import (
+    CANCEL_REQUEST,
+    GSSENC_REQUEST,
+    SSL_REQUEST,
+    StartupPacket,
+    parse_startup,
+)
+
+if TYPE_CHECKING:
+    from .config import DatabaseEntry
+    from .runtime import Runtime
+    from .server import ServerConnection
+
+log = logging.getLogger("pgtarn.client")
+
+AUTH_TYPES = frozenset(range(256))
+# In READY only these client messages matter: Query, Sync, Terminate.
+RELAY_TYPES = frozenset(b"QSX")
+TRACKED_DEFAULT = (
+    "client_encoding",
+    "DateStyle",
+    "TimeZone",
+    "standard_conforming_strings",
+    "application_name",
+)
+PENDING_PAUSE = 256 * 1024
+RFQ_IDLE = build.ready_for_query(b"I")
+ADMIN_DATABASES = ("pgbouncer", "pgtarn")
+
+
+class State(enum.Enum):
+    STARTUP = "startup"
+    AUTH = "auth"
+    WELCOME = "welcome"
+    READY = "ready"
+    CLOSED = "closed"
+
+
+class ClientConnection(asyncio.Protocol):
+    """One application connection."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.id = next(runtime.ids)
+        self.state = State.STARTUP
+        self.transport: asyncio.Transport | None = None
+        self.addr = ""
+        self.user = ""
+        self.database = ""
+        self.startup_reader = StartupReader()
+        self.scanner = MessageScanner(AUTH_TYPES, 10000)
+        self.auth: ClientAuth | None = None
+        self.pool: Pool[ServerConnection] | None = None
+        self.pool_mode = "session"
+        self.server: ServerConnection | None = None
+        self.waiting = False
+        self.expected = 0
+        self.pending: list[bytes] = []
+        self.pending_size = 0
+        #: Tracked parameters (client_encoding, TimeZone, ...) as this client set them.
+        self.params: dict[str, str] = {}
+        self.startup_params: dict[str, str] = {}
+        self.cancel_key = (0, 0)
+        self.negotiate_minor: tuple[int, list[str]] | None = None
+        self.db: DatabaseEntry | None = None
+
+    def __repr__(self) -> str:
+        return f"C-{self.id}({self.user or '?'}@{self.addr}/{self.database or '?'})"
+
+    # --- connection lifecycle -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        transport = self.transport
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.runtime.config.tcp_keepalive:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            self.addr = f"{peer[0]}:{peer[1]}"
+        else:
+            self.addr = "unix"
+        self.runtime.clients.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.state is State.CLOSED and self not in self.runtime.clients:
+            return
+        previous = self.state
+        self.state = State.CLOSED
+        self.runtime.clients.discard(self)
+        self.runtime.cancel_keys.pop(self.cancel_key, None)
+        if self.pool is not None:
+            if self.waiting:
+                self.pool.cancel_wait(self)
+                self.waiting = False
+            self.pool.cancel_welcome(self)
+        self._drop_server()
+        if previous is State.READY and self.runtime.config.log_disconnections:
+            log.info("%r: closing because: client close request", self)
+        self.runtime.on_client_gone()
+
+    def close(self, error: PgtarnError | None = None) -> None:
+        """Send error (if any) and close; the server side is cleaned in connection_lost."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if error is not None:
+            transport.write(build.error_response(error.sqlstate, error.message, error.severity))
+            if self.runtime.config.log_pooler_errors:
+                log.warning("%r: pooler error: %s", self, error.message)
+        transport.close()
+
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.write(data)
+
+    # --- flow control: a slow reader stops its peer from reading ------------------------------
+
+    def pause_writing(self) -> None:
+        server = self.server
+        if server is not None and server.transport is not None:
+            server.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        server = self.server
+        if server is not None and server.transport is not None:
+            server.transport.resume_reading()
+
+    # --- bytes from the client -----------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            if self.state is State.READY:
+                self._relay(data)
+            elif self.state is State.STARTUP:
+                self._startup(data)
+            elif self.state is State.AUTH:
+                self._auth_data(data)
+            elif self.state is State.WELCOME:
+                raise ProtocolViolation("message received before ReadyForQuery")
+        except PgtarnError as error:
+            self.close(error)
+
+    def _relay(self, data: bytes) -> None:
+        for msg_type, _body, end in self.scanner.feed(data):
+            if msg_type == 0x58:  # Terminate: forward what came before it, then leave
+                if end > 5:
+                    self._to_server(data[: end - 5])
+                self.state = State.CLOSED
+                self.connection_lost(None)
+                if self.transport is not None:
+                    self.transport.close()
+                return
+            self.expected += 1
+        self._to_server(data)
+
+    def _to_server(self, data: bytes) -> None:
+        server = self.server
+        if server is not None:
+            server.write(data)
+            return
+        self.pending.append(data)
+        self.pending_size += len(data)
+        if self.pending_size > PENDING_PAUSE and self.transport is not None:
+            self.transport.pause_reading()
+        if not self.waiting:
+            assert self.pool is not None
+            self.waiting = True
+            server = self.pool.acquire(self)
+            if server is not None:
+                self.server_assigned(server)
+
+    # --- startup and authentication --------------------------------------------------------------
+
+    def _startup(self, data: bytes) -> None:
+        body, rest = self.startup_reader.feed(data)
+        if body is None:
+            return
+        packet = parse_startup(body)
+        if packet.code in (SSL_REQUEST, GSSENC_REQUEST):
+            self.write(b"N")
+            if rest:
+                self._startup(rest)
+            return
+        if packet.code == CANCEL_REQUEST:
+            self._cancel_request(packet)
+            return
+        if packet.major != 3:
+            raise ProtocolViolation(f"unsupported frontend protocol {packet.major}.{packet.minor}")
+        if packet.minor != 0:
+            unknown = [name for name in packet.params if name.startswith("_pq_.")]
+            self.negotiate_minor = (0, unknown)
+        self._login(packet)
+        if rest and self.state is State.AUTH:
+            self._auth_data(rest)
+
+    def _login(self, packet: StartupPacket) -> None:
+        config = self.runtime.config
+        if len(self.runtime.clients) > config.max_client_conn:
+            raise PgtarnError(
+                "no more connections allowed (max_client_conn)", sqlstate="53300"
+            )
+        params = {k: v for k, v in packet.params.items() if not k.startswith("_pq_.")}
+        user = params.pop("user", "")
+        if not user:
+            raise PgtarnError("no user name specified in startup packet", sqlstate="28000")
+        self.user = user
+        self.database = params.pop("database", "") or user
+        tracked = {name.lower(): name for name in self.tracked_names()}
+        ignored = {name.lower() for name in config.ignore_startup_parameters}
+        for name, value in params.items():
+            canonical = tracked.get(name.lower())
+            if canonical is not None:
+                self.startup_params[canonical] = value
+            elif name.lower() not in ignored:
+                raise PgtarnError(f"unsupported startup parameter: {name}", sqlstate="08P01")
+        if config.log_connections:
+            log.info("%r: login attempt: db=%s user=%s", self, self.database, user)
+        db = config.find_database(self.database)
+        if db is None:
+            if self.database in ADMIN_DATABASES:
+                raise PgtarnError("the admin console is not available in this version",
+                                  sqlstate="3D000")
+            raise PgtarnError(f'no such database: "{self.database}"', sqlstate="3D000")
+        self.db = db
+        secret = self.runtime.userlist.get(user)
+        auth_type = config.auth_type
+        self.auth = ClientAuth(auth_type, user, secret, config.scram_iterations)
+        self.state = State.AUTH
+        first = self.auth.start()
+        self.write(first)
+        if self.auth.done:
+            self._authenticated()
+
+    def _auth_data(self, data: bytes) -> None:
+        auth = self.auth
+        assert auth is not None
+        for msg_type, body, _end in self.scanner.feed(data):
+            if msg_type == 0x58:
+                self.close()
+                return
+            if msg_type != 0x70:
+                raise ProtocolViolation(
+                    f"expected a password message, got {chr(msg_type)!r}"
+                )
+            self.write(auth.feed(body))
+            if auth.done:
+                self._authenticated()
+                return
+
+    def tracked_names(self) -> tuple[str, ...]:
+        return TRACKED_DEFAULT + tuple(self.runtime.config.track_extra_parameters)
+
+    def _authenticated(self) -> None:
+        assert self.auth is not None and self.db is not None
+        registry = self.runtime.registry
+        pool = registry.get_pool(self.db, self.user)
+        self.pool = pool
+        self.pool_mode = pool.pool_mode
+        if self.auth.scram_keys is not None and self.db.user is None:
+            pool.scram_keys = self.auth.scram_keys
+        self.auth = None
+        if pool.welcome is None:
+            self.state = State.WELCOME
+            pool.wait_welcome(self)
+        else:
+            self.welcome_ready()
+
+    def welcome_ready(self) -> None:
+        """The pool knows the server's parameters: finish this client's login."""
+        pool = self.pool
+        assert pool is not None and pool.welcome is not None
+        welcome = dict(pool.welcome)
+        for name in self.tracked_names():
+            value = self.startup_params.get(name, welcome.get(name))
+            if value is not None:
+                self.params[name] = value
+                welcome[name] = value
+        out = bytearray()
+        if self.negotiate_minor is not None:
+            out += build.negotiate_protocol_version(*self.negotiate_minor)
+        for name, value in welcome.items():
+            out += build.parameter_status(name, value)
+        self.cancel_key = (secrets.randbits(31), secrets.randbits(32))
+        self.runtime.cancel_keys[self.cancel_key] = self
+        out += build.backend_key_data(*self.cancel_key)
+        out += RFQ_IDLE
+        self.state = State.READY
+        self.scanner = MessageScanner(RELAY_TYPES, self.runtime.config.max_packet_size)
+        self.write(bytes(out))
+
+    def _cancel_request(self, packet: StartupPacket) -> None:
+        """Forward a CancelRequest to the backend now running this client's query, if any."""
+        assert packet.cancel_key is not None
+        target = self.runtime.cancel_keys.get(packet.cancel_key)
+        if target is not None and target.server is not None:
+            target.server.send_cancel()
+        self.runtime.clients.discard(self)
+        self.state = State.CLOSED
+        if self.transport is not None:
+            self.transport.close()
+
+    # --- linking to servers --------------------------------------------------------------------
+
+    def server_assigned(self, server: ServerConnection) -> None:
+        """The pool lends us a server: set differing parameters, then send what waited."""
+        self.waiting = False
+        if self.state is not State.READY:
+            assert self.pool is not None
+            self.pool.release(server)
+            return
+        self.server = server
+        server.client = self
+        differing = [
+            (name, value)
+            for name, value in self.params.items()
+            if server.params.get(name) != value
+        ]
+        if differing:
+            for name, value in differing:
+                server.params[name] = value
+            server.run_internal(
+                [
+                    "; ".join(
+                        f"SET {build.quote_ident(name)} TO {build.quote_literal(value)}"
+                        for name, value in differing
+                    )
+                ],
+                None,
+            )
+        if self.pending:
+            data = b"".join(self.pending) if len(self.pending) > 1 else self.pending[0]
+            self.pending.clear()
+            if self.pending_size > PENDING_PAUSE and self.transport is not None:
+                self.transport.resume_reading()
+            self.pending_size = 0
+            server.write(data)
+
+    def server_unavailable(self, error: PgtarnError) -> None:
+        self.waiting = False
+        self.close(error)
+
+    def ready_for_query(self, server: ServerConnection, status: bytes) -> bytes | None:
+        """Called by the linked server at each ReadyForQuery; may end the link.
+
+        Returns None to forward the ReadyForQuery as is, or bytes to send in its place.
+        """
+        if self.expected > 0:
+            self.expected -= 1
+        if self.expected:
+            return None
+        mode = self.pool_mode
+        if mode == "session":
+            return None
+        if status == b"I":
+            self._unlink(server)
+            return None
+        if mode == "statement":
+            self._unlink(server)
+            return (
+                build.error_response(
+                    "0A000",
+                    "transaction blocks not allowed in statement pooling mode",
+                    hint="use pool_mode=transaction or session for this database or user",
+                )
+                + RFQ_IDLE
+            )
+        return None
+
+    def _unlink(self, server: ServerConnection) -> None:
+        self.server = None
+        config = self.runtime.config
+        server.reset_and_release(
+            config.server_reset_query if config.server_reset_query_always else None
+        )
+
+    def server_lost(self, server: ServerConnection) -> None:
+        """Our linked server died: the client's transaction is gone; tell it and close."""
+        self.server = None
+        self.close(
+            PgtarnError("server connection crashed or was terminated", sqlstate="08006",
+                        severity="FATAL")
+        )
+
+    def _drop_server(self) -> None:
+        """The client is gone: never hand a server back mid-transaction."""
+        server = self.server
+        if server is None:
+            return
+        self.server = None
+        if server.transport is not None:
+            server.transport.resume_reading()
+        if self.expected:
+            server.client = None
+            server.close("client disconnected while a query was running")
+            return
+        config = self.runtime.config
+        reset = (
+            config.server_reset_query
+            if self.pool_mode == "session" or config.server_reset_query_always
+            else None
+        )
+        server.client = None
+        server.pool.begin_reset(server)
+        # A Sync first: it ends any extended-protocol batch the client left without one,
+        # and the ReadyForQuery it returns gives the true transaction status.
+        server.swallow += 1
+        server.on_clean = lambda: _after_sync(server, reset)
+        server.write(build.SYNC)
+
+
+def _after_sync(server: ServerConnection, reset: str | None) -> None:
+    server.pool.active.add(server)
+    server.pool.tested.discard(server)
+    server.reset_and_release(reset)

@@ -1,0 +1,141 @@
+"""Pure encoders for the protocol messages pgtarn sends itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from struct import Struct
+
+_I = Struct("!I")
+_HDR = Struct("!cI")
+_II = Struct("!II")
+_H = Struct("!h")
+
+PROTOCOL_3_0 = 196608
+
+
+def message(msg_type: bytes, body: bytes = b"") -> bytes:
+    """A typed message: type byte, length, body."""
+    return _HDR.pack(msg_type, len(body) + 4) + body
+
+
+def cstr(value: str) -> bytes:
+    return value.encode() + b"\x00"
+
+
+# --- server -> client ------------------------------------------------------------------------
+
+
+def error_response(
+    sqlstate: str,
+    message_text: str,
+    severity: str = "ERROR",
+    detail: str | None = None,
+    hint: str | None = None,
+    *,
+    notice: bool = False,
+) -> bytes:
+    """ErrorResponse (or NoticeResponse): severity, SQLSTATE, message and optional detail/hint."""
+    body = b"S" + cstr(severity) + b"V" + cstr(severity) + b"C" + cstr(sqlstate)
+    body += b"M" + cstr(message_text)
+    if detail:
+        body += b"D" + cstr(detail)
+    if hint:
+        body += b"H" + cstr(hint)
+    return message(b"N" if notice else b"E", body + b"\x00")
+
+
+def ready_for_query(status: bytes = b"I") -> bytes:
+    return message(b"Z", status)
+
+
+def authentication(code: int, payload: bytes = b"") -> bytes:
+    """Authentication* messages: 0 ok, 3 cleartext, 5 md5, 10 SASL, 11 continue, 12 final."""
+    return message(b"R", _I.pack(code) + payload)
+
+
+AUTH_OK = authentication(0)
+
+
+def auth_sasl(mechanisms: Sequence[str]) -> bytes:
+    return authentication(10, b"".join(cstr(m) for m in mechanisms) + b"\x00")
+
+
+def parameter_status(name: str, value: str) -> bytes:
+    return message(b"S", cstr(name) + cstr(value))
+
+
+def backend_key_data(pid: int, key: int) -> bytes:
+    return message(b"K", _II.pack(pid, key))
+
+
+def negotiate_protocol_version(minor: int, unsupported: Iterable[str]) -> bytes:
+    names = list(unsupported)
+    return message(b"v", _I.pack(minor) + _I.pack(len(names)) + b"".join(cstr(n) for n in names))
+
+
+def command_complete(tag: str) -> bytes:
+    return message(b"C", cstr(tag))
+
+
+def row_description(columns: Sequence[tuple[str, int]]) -> bytes:
+    """RowDescription for text-format columns given as (name, type oid)."""
+    body = bytearray(_H.pack(len(columns)))
+    for name, oid in columns:
+        body += cstr(name) + _I.pack(0) + _H.pack(0) + _I.pack(oid) + _H.pack(-1)
+        body += _I.pack(0xFFFFFFFF) + _H.pack(0)
+    return message(b"T", bytes(body))
+
+
+def data_row(values: Sequence[str | None]) -> bytes:
+    body = bytearray(_H.pack(len(values)))
+    for value in values:
+        if value is None:
+            body += b"\xff\xff\xff\xff"
+        else:
+            raw = value.encode()
+            body += _I.pack(len(raw)) + raw
+    return message(b"D", bytes(body))
+
+
+# --- client -> server ------------------------------------------------------------------------
+
+
+def startup_message(params: Mapping[str, str]) -> bytes:
+    body = _I.pack(PROTOCOL_3_0) + b"".join(cstr(k) + cstr(v) for k, v in params.items()) + b"\0"
+    return _I.pack(len(body) + 4) + body
+
+
+def cancel_request(pid: int, key: int) -> bytes:
+    return _I.pack(16) + _I.pack(80877102) + _II.pack(pid, key)
+
+
+def query(sql: str) -> bytes:
+    return message(b"Q", cstr(sql))
+
+
+def password_message(payload: bytes) -> bytes:
+    return message(b"p", payload)
+
+
+def sasl_initial_response(mechanism: str, data: bytes) -> bytes:
+    return message(b"p", cstr(mechanism) + _I.pack(len(data)) + data)
+
+
+def sasl_response(data: bytes) -> bytes:
+    return message(b"p", data)
+
+
+SYNC = message(b"S")
+TERMINATE = message(b"X")
+
+
+def quote_literal(value: str) -> str:
+    """A SQL string literal; E'' form when a backslash is present."""
+    escaped = value.replace("'", "''")
+    if "\\" in value:
+        return "E'" + escaped.replace("\\", "\\\\") + "'"
+    return "'" + escaped + "'"
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,153 @@
+"""Client authentication as a sans-IO exchange: feed PasswordMessage bodies, send what it returns.
+
+Which challenge a client gets follows PgBouncer: ``md5`` switches to SCRAM when the stored
+secret is a SCRAM verifier; ``plain`` asks for the cleartext password and checks it against
+any kind of secret. An unknown user gets the same challenge as a known one and fails the same
+way, so the error never tells which of user name or password was wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from ..auth.md5 import md5_secret, md5_verify
+from ..auth.scram import ScramServer, ScramVerifier, make_verifier, parse_verifier, saslprep
+from ..errors import AuthFailed, PgtarnError, ProtocolViolation
+from . import build
+from .messages import parse_password, parse_sasl_initial_response
+
+PASSWORD_AUTH_TYPES = ("md5", "scram-sha-256", "plain")
+
+
+def _failed(user: str) -> AuthFailed:
+    return AuthFailed(f'password authentication failed for user "{user}"', severity="FATAL")
+
+
+class ClientAuth:
+    """One client's authentication, given the auth_type and the user's secret (None: unknown)."""
+
+    def __init__(
+        self, auth_type: str, user: str, secret: str | None, scram_iterations: int = 4096
+    ) -> None:
+        self.user = user
+        self.secret = secret
+        self.done = False
+        #: SCRAM passthrough keys (ClientKey, ServerKey) once a SCRAM login against a stored
+        #: verifier succeeded.
+        self.scram_keys: tuple[bytes, bytes] | None = None
+        self._scram: ScramServer | None = None
+        self._md5_salt = b""
+        self._iterations = scram_iterations
+        self._known = secret is not None
+        verifier = parse_verifier(secret) if secret else None
+        if auth_type in ("trust", "any"):
+            if auth_type == "trust" and secret is None:
+                raise PgtarnError(
+                    f'no such user: "{user}"', sqlstate="28000", severity="FATAL"
+                )
+            self.method = "trust"
+        elif auth_type == "plain":
+            self.method = "plain"
+        elif auth_type == "md5":
+            self.method = "scram" if verifier is not None else "md5"
+        elif auth_type == "scram-sha-256":
+            self.method = "scram"
+        else:
+            raise PgtarnError(
+                f"auth_type {auth_type} is not supported", sqlstate="28000", severity="FATAL"
+            )
+        self._verifier = verifier
+
+    def start(self) -> bytes:
+        """The first message to the client: AuthenticationOk or a challenge."""
+        if self.method == "trust":
+            self.done = True
+            return build.AUTH_OK
+        if self.method == "plain":
+            return build.authentication(3)
+        if self.method == "md5":
+            self._md5_salt = secrets.token_bytes(4)
+            return build.authentication(5, self._md5_salt)
+        self._scram = ScramServer(self._scram_secret())
+        return build.auth_sasl(self._scram.mechanisms())
+
+    def _scram_secret(self) -> ScramVerifier | str:
+        if self._verifier is not None:
+            return self._verifier
+        if self.secret is not None and not self.secret.startswith("md5"):
+            return make_verifier(self.secret, iterations=self._iterations)
+        # Unknown user or an md5 secret (which cannot do SCRAM): run the exchange against a
+        # throwaway verifier so the failure looks like any wrong password.
+        self._known = False
+        return make_verifier(secrets.token_hex(16), iterations=self._iterations)
+
+    def feed(self, body: bytes) -> bytes:
+        """Handle one PasswordMessage body; return the next message to send."""
+        if self.done:
+            raise ProtocolViolation("unexpected password message after authentication")
+        if self.method == "plain":
+            return self._check_plain(parse_password(body))
+        if self.method == "md5":
+            response = parse_password(body)
+            if not self._known or self.secret is None:
+                raise _failed(self.user)
+            if self.secret.startswith("SCRAM-SHA-256$") or not md5_verify(
+                self.secret, self.user, self._md5_salt, response
+            ):
+                raise _failed(self.user)
+            self.done = True
+            return build.AUTH_OK
+        assert self._scram is not None
+        if self._scram_stage() == 0:
+            mechanism, data = parse_sasl_initial_response(body)
+            if mechanism != "SCRAM-SHA-256":
+                raise AuthFailed(
+                    f"unsupported SASL mechanism {mechanism!r}", sqlstate="28000",
+                    severity="FATAL",
+                )
+            self._stage = 1
+            return build.authentication(11, self._scram.handle_client_first(data))
+        try:
+            final = self._scram.handle_client_final(body)
+        except AuthFailed:
+            raise _failed(self.user) from None
+        if not self._known:
+            raise _failed(self.user)
+        if self._verifier is not None:
+            self.scram_keys = (self._scram.client_key, self._verifier.server_key)
+        self.done = True
+        return build.authentication(12, final) + build.AUTH_OK
+
+    _stage = 0
+
+    def _scram_stage(self) -> int:
+        return self._stage
+
+    def _check_plain(self, password_bytes: bytes) -> bytes:
+        try:
+            password = password_bytes.decode()
+        except UnicodeDecodeError:
+            raise _failed(self.user) from None
+        secret = self.secret
+        if secret is None:
+            raise _failed(self.user)
+        verifier = self._verifier
+        if verifier is not None:
+            candidate = make_verifier(password, verifier.salt, verifier.iterations)
+            ok = secrets.compare_digest(candidate.stored_key, verifier.stored_key)
+            if ok:
+                salted = hashlib.pbkdf2_hmac(
+                    "sha256", saslprep(password), verifier.salt, verifier.iterations
+                )
+                client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+                self.scram_keys = (client_key, verifier.server_key)
+        elif secret.startswith("md5") and len(secret) == 35:
+            ok = secrets.compare_digest(md5_secret(password, self.user), secret)
+        else:
+            ok = secrets.compare_digest(password.encode(), secret.encode())
+        if not ok:
+            raise _failed(self.user)
+        self.done = True
+        return build.AUTH_OK

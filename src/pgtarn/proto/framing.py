@@ -1,0 +1,145 @@
+"""Find message boundaries in received bytes without copying what we only forward."""
+
+from __future__ import annotations
+
+from struct import Struct
+
+from ..errors import ProtocolViolation
+
+_HEADER = Struct("!cI")
+_UINT32 = Struct("!I")
+
+#: (message type, message body, offset in the fed chunk just past the message)
+Event = tuple[int, bytes, int]
+
+
+class MessageScanner:
+    """Walks typed messages (1-byte type + 4-byte length) across arbitrary chunk boundaries.
+
+    Only message types in ``watch`` are reported, with their whole body; every other message
+    is skipped by length, so a large DataRow or CopyData is never buffered. The caller forwards
+    the chunk it fed (or slices of it, using the offsets in the events).
+    """
+
+    __slots__ = ("_buf", "_skip", "max_size", "watch")
+
+    def __init__(self, watch: frozenset[int], max_size: int = 2**31 - 1) -> None:
+        self.watch = watch
+        self.max_size = max_size
+        self._skip = 0
+        self._buf = bytearray()
+
+    @property
+    def at_boundary(self) -> bool:
+        """True when no message is partly received."""
+        return self._skip == 0 and not self._buf
+
+    def _check_length(self, msg_type: int, length: int) -> None:
+        if length < 4 or length > self.max_size:
+            raise ProtocolViolation(
+                f"invalid message length {length} for message type {chr(msg_type)!r}"
+            )
+
+    def feed(self, data: bytes) -> list[Event]:
+        """Scan one received chunk; return the watched messages completed in it."""
+        events: list[Event] = []
+        n = len(data)
+        pos = 0
+        if self._skip:
+            if self._skip >= n:
+                self._skip -= n
+                return events
+            pos = self._skip
+            self._skip = 0
+        if self._buf:
+            pos = self._resume(data, pos, events)
+            if pos < 0:
+                return events
+        watch = self.watch
+        unpack = _UINT32.unpack_from
+        while pos < n:
+            if n - pos < 5:
+                self._buf = bytearray(data[pos:])
+                break
+            msg_type = data[pos]
+            length = unpack(data, pos + 1)[0]
+            if length < 4 or length > self.max_size:
+                self._check_length(msg_type, length)
+            end = pos + 1 + length
+            if msg_type in watch:
+                if end > n:
+                    self._buf = bytearray(data[pos:])
+                    break
+                events.append((msg_type, data[pos + 5 : end], end))
+            elif end > n:
+                self._skip = end - n
+                break
+            pos = end
+        return events
+
+    def _resume(self, data: bytes, pos: int, events: list[Event]) -> int:
+        """Complete a message whose start was buffered; return the next position or -1."""
+        buf = self._buf
+        n = len(data)
+        if len(buf) < 5:
+            take = min(5 - len(buf), n - pos)
+            buf += data[pos : pos + take]
+            pos += take
+            if len(buf) < 5:
+                return -1
+        msg_type = buf[0]
+        length: int = _UINT32.unpack_from(buf, 1)[0]
+        self._check_length(msg_type, length)
+        total = 1 + length
+        if msg_type not in self.watch:
+            self._buf = bytearray()
+            remaining = total - 5
+            if remaining > n - pos:
+                self._skip = remaining - (n - pos)
+                return -1
+            return pos + remaining
+        need = total - len(buf)
+        if need > n - pos:
+            buf += data[pos:]
+            return -1
+        buf += data[pos : pos + need]
+        pos += need
+        events.append((msg_type, bytes(buf[5:]), pos))
+        self._buf = bytearray()
+        return pos
+
+
+class StartupReader:
+    """Collects the untyped startup-phase packet (length + body) across chunks."""
+
+    __slots__ = ("_buf", "max_size")
+
+    def __init__(self, max_size: int = 10000) -> None:
+        self.max_size = max_size
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> tuple[bytes | None, bytes]:
+        """Return (packet body or None when incomplete, bytes left over after the packet)."""
+        self._buf += data
+        if len(self._buf) < 4:
+            return None, b""
+        length = _UINT32.unpack_from(self._buf, 0)[0]
+        if length < 8 or length > self.max_size:
+            raise ProtocolViolation(f"invalid startup packet length {length}")
+        if len(self._buf) < length:
+            return None, b""
+        body = bytes(self._buf[4:length])
+        rest = bytes(self._buf[length:])
+        self._buf = bytearray()
+        return body, rest
+
+
+def split_messages(data: bytes) -> list[tuple[int, bytes]]:
+    """Split bytes holding only whole typed messages (used for messages we built ourselves)."""
+    out = []
+    pos = 0
+    while pos < len(data):
+        msg_type, length = _HEADER.unpack_from(data, pos)
+        out.append((msg_type[0], data[pos + 5 : pos + 1 + length]))
+        pos += 1 + length
+    return out

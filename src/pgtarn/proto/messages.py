@@ -1,0 +1,118 @@
+"""Decode the few messages pgtarn acts on; everything else stays bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from struct import Struct
+
+from ..errors import ProtocolViolation
+
+_I = Struct("!I")
+_II = Struct("!II")
+
+SSL_REQUEST = 80877103
+GSSENC_REQUEST = 80877104
+CANCEL_REQUEST = 80877102
+
+
+def read_cstr(body: bytes, pos: int) -> tuple[str, int]:
+    """A NUL-terminated string at pos and the position after it."""
+    end = body.find(b"\x00", pos)
+    if end < 0:
+        raise ProtocolViolation("missing string terminator")
+    try:
+        return body[pos:end].decode(), end + 1
+    except UnicodeDecodeError as exc:
+        raise ProtocolViolation("invalid UTF-8 in message") from exc
+
+
+@dataclass(frozen=True)
+class StartupPacket:
+    """The first packet of a connection: a protocol version or a special request code."""
+
+    code: int
+    params: dict[str, str]
+    cancel_key: tuple[int, int] | None = None
+
+    @property
+    def major(self) -> int:
+        return self.code >> 16
+
+    @property
+    def minor(self) -> int:
+        return self.code & 0xFFFF
+
+
+def parse_startup(body: bytes) -> StartupPacket:
+    """Parse a startup packet body (after the length word)."""
+    if len(body) < 4:
+        raise ProtocolViolation("startup packet too short")
+    code = _I.unpack_from(body, 0)[0]
+    if code == CANCEL_REQUEST:
+        if len(body) < 12:
+            raise ProtocolViolation("cancel request too short")
+        pid, key = _II.unpack_from(body, 4)
+        return StartupPacket(code, {}, (pid, key))
+    if code in (SSL_REQUEST, GSSENC_REQUEST):
+        return StartupPacket(code, {})
+    params: dict[str, str] = {}
+    pos = 4
+    while pos < len(body):
+        if body[pos] == 0:
+            break
+        name, pos = read_cstr(body, pos)
+        value, pos = read_cstr(body, pos)
+        params[name] = value
+    else:
+        raise ProtocolViolation("startup packet not terminated")
+    return StartupPacket(code, params)
+
+
+def parse_fields(body: bytes) -> dict[str, str]:
+    """ErrorResponse / NoticeResponse fields keyed by their one-letter code."""
+    fields: dict[str, str] = {}
+    pos = 0
+    while pos < len(body) and body[pos] != 0:
+        code = chr(body[pos])
+        end = body.find(b"\x00", pos + 1)
+        if end < 0:
+            break
+        fields[code] = body[pos + 1 : end].decode(errors="replace")
+        pos = end + 1
+    return fields
+
+
+def parse_parameter_status(body: bytes) -> tuple[str, str]:
+    name, pos = read_cstr(body, 0)
+    value, _ = read_cstr(body, pos)
+    return name, value
+
+
+def parse_backend_key_data(body: bytes) -> tuple[int, int]:
+    if len(body) < 8:
+        raise ProtocolViolation("BackendKeyData too short")
+    pid, key = _II.unpack_from(body, 0)
+    return pid, key
+
+
+def parse_authentication(body: bytes) -> tuple[int, bytes]:
+    if len(body) < 4:
+        raise ProtocolViolation("Authentication message too short")
+    return _I.unpack_from(body, 0)[0], body[4:]
+
+
+def parse_sasl_initial_response(body: bytes) -> tuple[str, bytes]:
+    """SASLInitialResponse: mechanism name and the client-first message."""
+    mechanism, pos = read_cstr(body, 0)
+    if len(body) < pos + 4:
+        raise ProtocolViolation("SASLInitialResponse too short")
+    length = _I.unpack_from(body, pos)[0]
+    data = body[pos + 4 :]
+    if length != 0xFFFFFFFF and length != len(data):
+        raise ProtocolViolation("SASLInitialResponse length mismatch")
+    return mechanism, data
+
+
+def parse_password(body: bytes) -> bytes:
+    """PasswordMessage payload without its terminating NUL."""
+    return body[:-1] if body.endswith(b"\x00") else body

@@ -1,0 +1,132 @@
+"""Server stream state: logging in to PostgreSQL and what its messages mean for reuse."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..auth.md5 import md5_response
+from ..auth.scram import ScramClient, choose_mechanism, parse_sasl_mechanisms
+from ..errors import AuthFailed, PgtarnError, ProtocolViolation
+from . import build
+from .messages import (
+    parse_authentication,
+    parse_backend_key_data,
+    parse_fields,
+    parse_parameter_status,
+)
+
+AUTH_OK = 0
+AUTH_CLEARTEXT = 3
+AUTH_MD5 = 5
+AUTH_SASL = 10
+AUTH_SASL_CONTINUE = 11
+AUTH_SASL_FINAL = 12
+
+
+def server_error(body: bytes, context: str) -> PgtarnError:
+    """A PgtarnError carrying the SQLSTATE and message of a server's ErrorResponse."""
+    fields = parse_fields(body)
+    sqlstate = fields.get("C") or "08P01"
+    text = fields.get("M") or "server error without message"
+    return PgtarnError(f"{context}: {text}", sqlstate=sqlstate, severity="FATAL")
+
+
+class ServerLogin:
+    """Drives one login to PostgreSQL: feed it server messages, send what it returns.
+
+    Credentials are a plaintext password, an md5 secret (``md5...``), or SCRAM passthrough keys
+    (the ClientKey recovered from a client's proof and the ServerKey of the stored verifier).
+    """
+
+    def __init__(
+        self,
+        user: str,
+        password: str | None,
+        scram_keys: tuple[bytes, bytes] | None = None,
+    ) -> None:
+        self.user = user
+        self.password = password
+        self.scram_keys = scram_keys
+        self.params: dict[str, str] = {}
+        self.backend_key: tuple[int, int] = (0, 0)
+        self.done = False
+        self._scram: ScramClient | None = None
+
+    def startup(self, params: Mapping[str, str]) -> bytes:
+        return build.startup_message(params)
+
+    def feed(self, msg_type: int, body: bytes) -> bytes:
+        """Handle one server message; return bytes to send (possibly empty)."""
+        if msg_type == 0x52:  # 'R' Authentication*
+            return self._auth(body)
+        if msg_type == 0x53:  # 'S' ParameterStatus
+            name, value = parse_parameter_status(body)
+            self.params[name] = value
+            return b""
+        if msg_type == 0x4B:  # 'K' BackendKeyData
+            self.backend_key = parse_backend_key_data(body)
+            return b""
+        if msg_type == 0x5A:  # 'Z' ReadyForQuery
+            self.done = True
+            return b""
+        if msg_type == 0x45:  # 'E' ErrorResponse
+            raise server_error(body, "server login failed")
+        if msg_type in (0x4E, 0x76):  # NoticeResponse, NegotiateProtocolVersion
+            return b""
+        raise ProtocolViolation(f"unexpected message {chr(msg_type)!r} during server login")
+
+    def _auth(self, body: bytes) -> bytes:
+        code, payload = parse_authentication(body)
+        if code == AUTH_OK:
+            if self._scram is not None and not self._scram_final_seen:
+                raise AuthFailed("server skipped the SCRAM final message", sqlstate="08P01")
+            return b""
+        if code == AUTH_CLEARTEXT:
+            if self.password is None or self.password.startswith(("md5", "SCRAM-SHA-256$")):
+                raise self._no_password("cleartext")
+            return build.password_message(self.password.encode() + b"\x00")
+        if code == AUTH_MD5:
+            if self.password is None or self.password.startswith("SCRAM-SHA-256$"):
+                raise self._no_password("md5")
+            if len(payload) < 4:
+                raise ProtocolViolation("md5 salt too short")
+            return build.password_message(
+                md5_response(self.password, self.user, payload[:4]) + b"\x00"
+            )
+        if code == AUTH_SASL:
+            mechanism = choose_mechanism(parse_sasl_mechanisms(payload))
+            if self.scram_keys is not None:
+                client_key, server_key = self.scram_keys
+                self._scram = ScramClient(client_key=client_key, server_key=server_key)
+            elif self.password is not None and not self.password.startswith(
+                ("md5", "SCRAM-SHA-256$")
+            ):
+                self._scram = ScramClient(self.password)
+            else:
+                raise self._no_password("SCRAM-SHA-256")
+            self._scram_final_seen = False
+            return build.sasl_initial_response(mechanism, self._scram.client_first())
+        if code == AUTH_SASL_CONTINUE:
+            if self._scram is None:
+                raise ProtocolViolation("SASLContinue without SASL")
+            return build.sasl_response(self._scram.handle_server_first(payload))
+        if code == AUTH_SASL_FINAL:
+            if self._scram is None:
+                raise ProtocolViolation("SASLFinal without SASL")
+            self._scram.handle_server_final(payload)
+            self._scram_final_seen = True
+            return b""
+        raise PgtarnError(
+            f"server asked for unsupported authentication method {code}", sqlstate="28000"
+        )
+
+    _scram_final_seen = False
+
+    def _no_password(self, method: str) -> PgtarnError:
+        return PgtarnError(
+            f"no usable password for user {self.user!r} to log in to the server with {method}"
+            " (set password= in [databases] or a plaintext or SCRAM secret in auth_file"
+            " and log in with SCRAM first)",
+            sqlstate="28P01",
+            severity="FATAL",
+        )

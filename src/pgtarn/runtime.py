@@ -1,0 +1,41 @@
+"""The live state that connections share: config, auth_file entries, pools, cancel keys."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from .config import Config
+from .pool.registry import Registry
+
+if TYPE_CHECKING:
+    from .client import ClientConnection
+    from .server import ServerConnection
+
+log = logging.getLogger("pgtarn")
+
+
+class Runtime:
+    """Everything a client or server connection needs from the running pooler."""
+
+    def __init__(self, config: Config, userlist: dict[str, str]) -> None:
+        self.config = config
+        self.userlist = userlist
+        self.registry: Registry[ServerConnection] = Registry(config)
+        self.clients: set[ClientConnection] = set()
+        #: BackendKeyData we gave each client -> that client, for CancelRequest routing.
+        self.cancel_keys: dict[tuple[int, int], ClientConnection] = {}
+        self.ids = itertools.count(1)
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.accepting = True
+        self.on_client_gone: Callable[[], None] = lambda: None
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run a short-lived task that is kept referenced until it ends."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task

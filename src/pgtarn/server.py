@@ -1,0 +1,307 @@
+"""ServerConnection: connect and log in to PostgreSQL, relay its replies, reset, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from .config import DatabaseEntry
+from .errors import PgtarnError, ProtocolViolation
+from .pool.pool import Pool
+from .proto import build
+from .proto.framing import MessageScanner
+from .proto.messages import parse_fields, parse_parameter_status
+from .proto.server_side import ServerLogin
+
+if TYPE_CHECKING:
+    from .client import ClientConnection
+    from .runtime import Runtime
+
+log = logging.getLogger("pgtarn.server")
+
+ALL_TYPES = frozenset(range(256))
+# While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
+RELAY_TYPES = frozenset(b"ZSE")
+RFQ_LEN = 6
+
+
+class ServerConnection(asyncio.Protocol):
+    """One connection to PostgreSQL, lent to clients by its pool."""
+
+    def __init__(self, runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
+                 login: ServerLogin) -> None:
+        self.runtime = runtime
+        self.pool = pool
+        self.db = db
+        self.id = next(runtime.ids)
+        self.connstr = db.connstr
+        self._login: ServerLogin | None = login
+        self.transport: asyncio.Transport | None = None
+        self.scanner = MessageScanner(ALL_TYPES)
+        self.client: ClientConnection | None = None
+        self.params: dict[str, str] = {}
+        self.backend_key: tuple[int, int] = (0, 0)
+        self.status = b"I"
+        #: ReadyForQuery messages still to come whose replies are ours, not a client's.
+        self.swallow = 0
+        self.on_clean: Callable[[], None] | None = None
+        self.closed = False
+        self.close_needed = False
+        self.created_at = time.monotonic()
+        self.last_used = self.created_at
+        self.peer = ""
+
+    def __repr__(self) -> str:
+        return f"S-{self.id}({self.pool.database}/{self.pool.user}@{self.peer})"
+
+    # --- connection lifecycle -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        transport = self.transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.runtime.config.tcp_keepalive:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "unix")
+        assert self._login is not None
+        params = {"user": self._login.user, "database": self.db.dbname}
+        params.update(self.db.startup_params)
+        transport.write(self._login.startup(params))
+
+    def connection_failed(self, exc: BaseException) -> None:
+        """The TCP/unix connect itself failed."""
+        self.closed = True
+        error = PgtarnError(
+            f"could not connect to server: {exc}", sqlstate="08006", severity="FATAL"
+        )
+        if self.runtime.config.log_pooler_errors:
+            log.warning("%r: %s", self, error.message)
+        self.pool.server_login_failed(self, error)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        was_closed = self.closed
+        self.closed = True
+        if self._login is not None:
+            self._login = None
+            self.pool.server_login_failed(
+                self,
+                PgtarnError("server closed the connection during login", sqlstate="08006",
+                            severity="FATAL"),
+            )
+            return
+        client = self.client
+        if client is not None:
+            self.client = None
+            client.server_lost(self)
+        if not was_closed and self.runtime.config.log_disconnections:
+            log.info("%r: server connection lost", self)
+        self.pool.server_closed(self)
+
+    def close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.runtime.config.log_disconnections:
+            log.info("%r: closing: %s", self, reason)
+        if self.transport is not None:
+            if self._login is None and not self.transport.is_closing():
+                self.transport.write(build.TERMINATE)
+            self.transport.close()
+
+    # --- bytes from PostgreSQL ----------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            if self._login is not None:
+                self._login_data(data)
+            else:
+                self._relay(data)
+        except PgtarnError as error:
+            if self._login is not None:
+                login, self._login = self._login, None
+                del login
+                self.close(error.message)
+                self.pool.server_login_failed(self, error)
+            else:
+                log.warning("%r: %s", self, error.message)
+                self._fail(error.message)
+
+    def _login_data(self, data: bytes) -> None:
+        login = self._login
+        assert login is not None and self.transport is not None
+        for msg_type, body, _end in self.scanner.feed(data):
+            reply = login.feed(msg_type, body)
+            if reply:
+                self.transport.write(reply)
+            if login.done:
+                self._login = None
+                self.params = login.params
+                self.backend_key = login.backend_key
+                self.scanner = MessageScanner(RELAY_TYPES, self.runtime.config.max_packet_size)
+                if self.runtime.config.log_connections:
+                    log.info("%r: new server connection", self)
+                self.pool.server_ready(self, self.params)
+                return
+
+    def _relay(self, data: bytes) -> None:
+        events = self.scanner.feed(data)
+        start = 0
+        for msg_type, body, end in events:
+            if self.swallow:
+                if msg_type == 0x5A:
+                    self.status = body
+                    self.swallow -= 1
+                    start = end
+                    if self.swallow == 0 and self.on_clean is not None:
+                        on_clean, self.on_clean = self.on_clean, None
+                        on_clean()
+                elif msg_type == 0x53:
+                    self._parameter_status(body)
+                elif msg_type == 0x45:
+                    fields = parse_fields(body)
+                    log.warning("%r: internal query failed: %s %s", self, fields.get("C"),
+                                fields.get("M"))
+                continue
+            if msg_type == 0x5A:
+                self.status = body
+                client = self.client
+                if client is None:
+                    start = end
+                    continue
+                replacement = client.ready_for_query(self, body)
+                if replacement is None:
+                    client.write(data[start:end] if start or end != len(data) else data)
+                else:
+                    client.write(data[start : end - RFQ_LEN] + replacement)
+                start = end
+            elif msg_type == 0x53:
+                self._parameter_status(body)
+        if start < len(data) and not self.swallow and self.client is not None:
+            self.client.write(data[start:] if start else data)
+
+    def _parameter_status(self, body: bytes) -> None:
+        name, value = parse_parameter_status(body)
+        self.params[name] = value
+        client = self.client
+        if client is not None and name in client.params:
+            client.params[name] = value
+
+    # --- commands from the client side ----------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def run_internal(self, sql_statements: list[str], on_clean: Callable[[], None] | None) -> None:
+        """Send queries whose replies are swallowed; call on_clean after the last one."""
+        self.swallow += len(sql_statements)
+        self.on_clean = on_clean
+        self.write(b"".join(build.query(sql) for sql in sql_statements))
+
+    def reset_and_release(self, reset_query: str | None) -> None:
+        """Unlinked from its client: roll back / reset as needed, then go back to the pool."""
+        self.client = None
+        self.last_used = time.monotonic()
+        if self.closed:
+            return
+        if self.close_needed:
+            self.pool.begin_reset(self)
+            self.close("close_needed after reload")
+            self.pool.server_closed(self)
+            return
+        statements = []
+        if self.status != b"I":
+            statements.append("ROLLBACK")
+        if reset_query:
+            statements.append(reset_query)
+        if not statements:
+            self.pool.release(self)
+            return
+        self.pool.begin_reset(self)
+        self.run_internal(statements, self._after_reset)
+
+    def _after_reset(self) -> None:
+        if self.status != b"I":
+            self.close("reset left the server in a transaction")
+            return
+        self.pool.release(self)
+
+    def _fail(self, reason: str) -> None:
+        self.close(reason)
+
+    def send_cancel(self) -> None:
+        """Open a new connection to this server's PostgreSQL and send a CancelRequest."""
+        pid, key = self.backend_key
+        self.runtime.spawn(
+            send_cancel_request(self.db, pid, key, self.runtime.config.unix_socket_dir)
+        )
+
+
+async def open_connection(
+    db: DatabaseEntry, factory: Callable[[], asyncio.Protocol], timeout: float,
+    socket_dir: str = "/tmp",
+) -> None:
+    """Connect a protocol to a database entry's host: TCP or a unix socket directory.
+
+    An entry without host connects through the unix socket in unix_socket_dir, as PgBouncer.
+    """
+    loop = asyncio.get_running_loop()
+    host = db.host or socket_dir or "/tmp"
+    if host.startswith("/"):
+        path = os.path.join(host, f".s.PGSQL.{db.port}")
+        coro = loop.create_unix_connection(factory, path)
+    else:
+        coro = loop.create_connection(factory, host, db.port)
+    await asyncio.wait_for(coro, timeout or None)
+
+
+async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, socket_dir: str) -> None:
+    class _Once(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            cast(asyncio.Transport, transport).write(build.cancel_request(pid, key))
+            transport.close()
+
+    try:
+        await open_connection(db, _Once, 10.0, socket_dir)
+    except (TimeoutError, OSError) as exc:
+        log.warning("cancel request to %s:%s failed: %s", db.host, db.port, exc)
+
+
+def server_login_for(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry
+                     ) -> ServerLogin:
+    """Credentials for a new server of a pool.
+
+    The password is the entry's own, else the auth_file secret of the pool's user. A stored
+    SCRAM verifier cannot log in by itself: then the keys from a client's SCRAM login are
+    used (SCRAM passthrough).
+    """
+    password = db.password if db.password is not None else runtime.userlist.get(pool.user)
+    keys = None
+    if password is not None and password.startswith("SCRAM-SHA-256$"):
+        keys = pool.scram_keys
+        password = None
+    return ServerLogin(pool.user, password, keys)
+
+
+def launch_server(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry
+                  ) -> ServerConnection:
+    """Create a server connection and start connecting it in the background."""
+    server = ServerConnection(runtime, pool, db, server_login_for(runtime, pool, db))
+
+    async def connect() -> None:
+        try:
+            await open_connection(db, lambda: server, runtime.config.server_connect_timeout,
+                                  runtime.config.unix_socket_dir)
+        except (TimeoutError, OSError) as exc:
+            server.connection_failed(exc if str(exc) else ProtocolViolation("timeout"))
+
+    runtime.spawn(connect())
+    return server
