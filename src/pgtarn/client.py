@@ -42,6 +42,7 @@ log = logging.getLogger("pgtarn.client")
 AUTH_TYPES = frozenset(range(256))
 # In READY only these client messages matter: Query, Sync, Terminate.
 RELAY_TYPES = frozenset(b"QSX")
+STATEMENT_RELAY_TYPES = frozenset(b"QSXP")
 TRACKED_DEFAULT = (
     "client_encoding",
     "DateStyle",
@@ -51,6 +52,12 @@ TRACKED_DEFAULT = (
 )
 PENDING_PAUSE = 256 * 1024
 RFQ_IDLE = build.ready_for_query(b"I")
+TRANSACTION_REFUSED = build.error_response(
+    "0A000",
+    "transaction blocks not allowed in statement pooling mode",
+    hint="use pool_mode=transaction or session for this database or user",
+)
+_TRANSACTION_WORDS = (b"begin", b"start")
 ADMIN_DATABASES = ("pgbouncer", "pgtarn")
 
 
@@ -89,6 +96,9 @@ class ClientConnection(asyncio.Protocol):
         self.cancel_key = (0, 0)
         self.negotiate_minor: tuple[int, list[str]] | None = None
         self.db: DatabaseEntry | None = None
+        self.statement_mode = False
+        self.discard_until_sync = False
+        self.discard_scanner = MessageScanner(frozenset(b"S"))
 
     def __repr__(self) -> str:
         return f"C-{self.id}({self.user or '?'}@{self.addr}/{self.database or '?'})"
@@ -170,6 +180,8 @@ class ClientConnection(asyncio.Protocol):
             self.close(error)
 
     def _relay(self, data: bytes) -> None:
+        if self.statement_mode:
+            data = self._refuse_transaction_blocks(data)
         for msg_type, _body, end in self.scanner.feed(data):
             if msg_type == 0x58:  # Terminate: forward what came before it, then leave
                 if end > 5:
@@ -179,8 +191,44 @@ class ClientConnection(asyncio.Protocol):
                 if self.transport is not None:
                     self.transport.close()
                 return
-            self.expected += 1
-        self._to_server(data)
+            if msg_type != 0x50:  # Query or Sync: one ReadyForQuery to come
+                self.expected += 1
+        if data:
+            self._to_server(data)
+
+    def _refuse_transaction_blocks(self, data: bytes) -> bytes:
+        """Statement mode: answer BEGIN / START TRANSACTION here, before any server sees it.
+
+        Only when nothing else is in flight, so the error cannot overtake earlier replies;
+        anything that still opens a transaction is caught at ReadyForQuery.
+        """
+        if self.discard_until_sync:
+            syncs = self.discard_scanner.feed(data)
+            if not syncs:
+                return b""
+            self.discard_until_sync = False
+            self.write(TRANSACTION_REFUSED + RFQ_IDLE)
+            data = data[syncs[0][2] :]
+        if self.expected or self.server is not None or not data:
+            return data
+        if not self.scanner.at_boundary:
+            return data
+        msg_type = data[0]
+        if msg_type not in (0x51, 0x50) or len(data) < 5:
+            return data
+        text = data[5:69] if msg_type == 0x51 else data[5:].split(b"\x00", 2)[1][:64]
+        if not _opens_transaction(text):
+            return data
+        end = 1 + int.from_bytes(data[1:5], "big")
+        if end > len(data):
+            return data
+        if msg_type == 0x51:
+            self.write(TRANSACTION_REFUSED + RFQ_IDLE)
+            return data[end:]
+        # extended protocol: the error ends the batch; skip to its Sync
+        self.discard_until_sync = True
+        self.discard_scanner = MessageScanner(frozenset(b"S"))
+        return self._refuse_transaction_blocks(data[end:])
 
     def _to_server(self, data: bytes) -> None:
         server = self.server
@@ -285,6 +333,7 @@ class ClientConnection(asyncio.Protocol):
         pool = registry.get_pool(self.db, self.user)
         self.pool = pool
         self.pool_mode = pool.pool_mode
+        self.statement_mode = pool.pool_mode == "statement"
         if self.auth.scram_keys is not None and self.db.user is None:
             pool.scram_keys = self.auth.scram_keys
         self.auth = None
@@ -314,7 +363,10 @@ class ClientConnection(asyncio.Protocol):
         out += build.backend_key_data(*self.cancel_key)
         out += RFQ_IDLE
         self.state = State.READY
-        self.scanner = MessageScanner(RELAY_TYPES, self.runtime.config.max_packet_size)
+        self.scanner = MessageScanner(
+            STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES,
+            self.runtime.config.max_packet_size,
+        )
         self.write(bytes(out))
 
     def _cancel_request(self, packet: StartupPacket) -> None:
@@ -384,15 +436,14 @@ class ClientConnection(asyncio.Protocol):
             self._unlink(server)
             return None
         if mode == "statement":
+            # A transaction opened some other way (a function, a multi-statement query):
+            # roll it back and end the client, as PgBouncer does.
             self._unlink(server)
-            return (
-                build.error_response(
-                    "0A000",
-                    "transaction blocks not allowed in statement pooling mode",
-                    hint="use pool_mode=transaction or session for this database or user",
-                )
-                + RFQ_IDLE
-            )
+            self.close(PgtarnError(
+                "transaction blocks not allowed in statement pooling mode", sqlstate="0A000",
+                severity="FATAL",
+            ))
+            return b""
         return None
 
     def _unlink(self, server: ServerConnection) -> None:
@@ -441,3 +492,16 @@ def _after_sync(server: ServerConnection, reset: str | None) -> None:
     server.pool.active.add(server)
     server.pool.tested.discard(server)
     server.reset_and_release(reset)
+
+
+def _opens_transaction(text: bytes) -> bool:
+    """Whether a statement starts with BEGIN or START (TRANSACTION), ignoring comments."""
+    text = text.lstrip()
+    while text.startswith(b"--") or text.startswith(b"/*"):
+        cut = text.find(b"\n") if text.startswith(b"--") else text.find(b"*/")
+        if cut < 0:
+            return False
+        text = text[cut + (1 if text.startswith(b"--") else 2) :].lstrip()
+    word = text[:5].lower()
+    return word in _TRANSACTION_WORDS and (len(text) == 5 or not text[5:6].isalnum())
+

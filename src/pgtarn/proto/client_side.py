@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import secrets
 
-from ..auth.md5 import md5_secret, md5_verify
+from ..auth.md5 import is_md5_secret, md5_secret, md5_verify
 from ..auth.scram import ScramServer, ScramVerifier, make_verifier, parse_verifier, saslprep
 from ..errors import AuthFailed, PgtarnError, ProtocolViolation
 from . import build
@@ -76,7 +76,7 @@ class ClientAuth:
     def _scram_secret(self) -> ScramVerifier | str:
         if self._verifier is not None:
             return self._verifier
-        if self.secret is not None and not self.secret.startswith("md5"):
+        if self.secret is not None and not is_md5_secret(self.secret):
             return make_verifier(self.secret, iterations=self._iterations)
         # Unknown user or an md5 secret (which cannot do SCRAM): run the exchange against a
         # throwaway verifier so the failure looks like any wrong password.
@@ -143,7 +143,7 @@ class ClientAuth:
                 )
                 client_key = hmac.new(salted, b"Client Key", "sha256").digest()
                 self.scram_keys = (client_key, verifier.server_key)
-        elif secret.startswith("md5") and len(secret) == 35:
+        elif is_md5_secret(secret):
             ok = secrets.compare_digest(md5_secret(password, self.user), secret)
         else:
             ok = secrets.compare_digest(password.encode(), secret.encode())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..auth.md5 import md5_response
+from ..auth.md5 import is_md5_secret, md5_response
 from ..auth.scram import ScramClient, choose_mechanism, parse_sasl_mechanisms
 from ..errors import AuthFailed, PgtarnError, ProtocolViolation
 from . import build
@@ -82,7 +82,7 @@ class ServerLogin:
                 raise AuthFailed("server skipped the SCRAM final message", sqlstate="08P01")
             return b""
         if code == AUTH_CLEARTEXT:
-            if self.password is None or self.password.startswith(("md5", "SCRAM-SHA-256$")):
+            if self.password is None or is_md5_secret(self.password):
                 raise self._no_password("cleartext")
             return build.password_message(self.password.encode() + b"\x00")
         if code == AUTH_MD5:
@@ -98,9 +98,7 @@ class ServerLogin:
             if self.scram_keys is not None:
                 client_key, server_key = self.scram_keys
                 self._scram = ScramClient(client_key=client_key, server_key=server_key)
-            elif self.password is not None and not self.password.startswith(
-                ("md5", "SCRAM-SHA-256$")
-            ):
+            elif self.password is not None and not is_md5_secret(self.password):
                 self._scram = ScramClient(self.password)
             else:
                 raise self._no_password("SCRAM-SHA-256")

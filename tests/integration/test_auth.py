@@ -1,0 +1,208 @@
+"""Client authentication per auth_type and server login per method, over TCP and unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+
+import asyncpg
+import psycopg
+import pytest
+
+from .rawpg import RawClient, error_fields
+
+
+def query_user(dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select current_user").fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+def login_error(proc, user: str, password: str | None, dbname: str = "app") -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """(SQLSTATE, message) of a failed login, seen by asyncpg."""
+
+    async def attempt() -> tuple[str, str]:
+        try:
+            conn = await asyncpg.connect(
+                host=proc.host, port=proc.port, user=user, password=password, database=dbname,
+                ssl=False,
+            )
+        except asyncpg.PostgresError as exc:
+            return str(exc.sqlstate), str(exc)
+        await conn.close()
+        raise AssertionError(f"login of {user} unexpectedly succeeded")
+
+    return asyncio.run(attempt())
+
+
+def unix_dsn(proc, user: str, password: str | None, dbname: str = "app") -> str:  # type: ignore[no-untyped-def]
+    dsn = f"host={proc.socket_dir} port={proc.port} dbname={dbname} user={user}"
+    return dsn + (f" password={password}" if password is not None else "")
+
+
+def auth_request_code(proc, user: str) -> int:  # type: ignore[no-untyped-def]
+    """The Authentication request pgtarn answers a startup packet with."""
+    raw = RawClient(proc.host, proc.port)
+    try:
+        raw.startup(user=user, database="app")
+        msg_type, body = raw.read_message()
+        assert msg_type == "R"
+        return int(struct.unpack("!I", body[:4])[0])
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("auth_type", ["scram-sha-256", "md5", "plain"])
+def test_password_auth_types_tcp_and_unix(pgtarn_factory, pg_roles, auth_type):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"auth_type": auth_type})
+    assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
+    assert query_user(unix_dsn(proc, "app", pg_roles["app"])) == "app"
+    expected_code = {"scram-sha-256": 10, "md5": 5, "plain": 3}[auth_type]
+    assert auth_request_code(proc, "app") == expected_code
+
+
+@pytest.mark.parametrize("auth_type", ["scram-sha-256", "md5", "plain"])
+def test_wrong_password_and_unknown_user_look_the_same(pgtarn_factory, pg_roles, auth_type):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"auth_type": auth_type})
+    errors = []
+    for user, password in (("app", "wrong"), ("nobody", "wrong")):
+        sqlstate, message = login_error(proc, user, password)
+        assert sqlstate == "28P01"
+        errors.append(message.replace(user, "USER"))
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(proc.dsn(user, password))
+    assert errors[0] == errors[1]
+    # the pooler keeps serving after failed logins
+    assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
+
+
+def test_md5_auth_type_uses_scram_for_a_scram_secret(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+    verifier = pg_cluster.scram_verifier("app")
+    proc = pgtarn_factory(settings={"auth_type": "md5"}, userlist={"app": verifier})
+    assert auth_request_code(proc, "app") == 10
+    assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
+
+
+def test_scram_passthrough_with_only_a_verifier_stored(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+    """No plaintext anywhere: the server login reuses the ClientKey from the client's proof."""
+    verifier = pg_cluster.scram_verifier("app")
+    proc = pgtarn_factory(userlist={"app": verifier})
+    for _ in range(3):
+        assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
+    assert query_user(unix_dsn(proc, "app", pg_roles["app"])) == "app"
+    assert login_error(proc, "app", "wrong")[0] == "28P01"
+
+
+def test_md5_secret_in_auth_file(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
+    from pgtarn.auth.md5 import md5_secret
+
+    secret = md5_secret(pg_roles["md5_user"], "md5_user")
+    proc = pgtarn_factory(settings={"auth_type": "md5"}, userlist={"md5_user": secret})
+    # client md5 against the stored hash, then server md5 login with the same hash
+    assert query_user(proc.dsn("md5_user", pg_roles["md5_user"])) == "md5_user"
+
+
+def test_trust_needs_a_known_user(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"auth_type": "trust"})
+    assert query_user(proc.dsn("app", None)) == "app"
+    assert login_error(proc, "nobody", None)[0] == "28000"
+
+
+def test_any_uses_the_forced_user_of_the_database(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+    base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
+    proc = pgtarn_factory(
+        settings={"auth_type": "any"},
+        databases={"app": f"{base} user=app password={pg_roles['app']}"},
+        userlist={},
+    )
+    assert query_user(proc.dsn("whoever", None)) == "app"
+    assert query_user(unix_dsn(proc, "someone_else", None)) == "app"
+
+
+@pytest.mark.parametrize(
+    "role", ["scram_user", "md5_user", "password_user", "trust_user"]
+)
+def test_server_login_methods(pgtarn_factory, pg_roles, role):  # type: ignore[no-untyped-def]
+    """pg_hba gives each role its method: SCRAM, md5, cleartext password, trust."""
+    proc = pgtarn_factory()
+    assert query_user(proc.dsn(role, pg_roles[role])) == role
+
+
+def test_server_password_from_database_entry(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+    base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
+    proc = pgtarn_factory(
+        databases={"forced": f"{base} user=scram_user password={pg_roles['scram_user']}"},
+    )
+    assert query_user(proc.dsn("app", pg_roles["app"], dbname="forced")) == "scram_user"
+
+
+def test_server_login_failure_reaches_the_client(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+    base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
+    proc = pgtarn_factory(
+        databases={"bad": f"{base} user=scram_user password=nope", "app": base}
+    )
+    assert login_error(proc, "app", pg_roles["app"], dbname="bad")[0] == "28P01"
+    assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
+
+
+def test_unknown_database(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+    base = f"host={pg_cluster.host} port={pg_cluster.port}"
+    proc = pgtarn_factory(databases={"app": f"{base} dbname=app"})
+    assert login_error(proc, "app", pg_roles["app"], dbname="nosuchdb")[0] == "3D000"
+
+
+def test_ssl_request_is_answered_n_then_login_works(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    raw = RawClient(proc.host, proc.port)
+    try:
+        raw.send(struct.pack("!II", 8, 80877103))
+        assert raw.recv_exact(1) == b"N"
+        raw.send(struct.pack("!II", 8, 80877104))
+        assert raw.recv_exact(1) == b"N"
+        raw.startup(user="app", database="app")
+        assert raw.read_message()[0] == "R"
+    finally:
+        raw.close()
+    # libpq with sslmode=prefer falls back to plaintext
+    assert query_user(proc.dsn("app", pg_roles["app"], sslmode="prefer")) == "app"
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(proc.dsn("app", pg_roles["app"], sslmode="require"))
+
+
+def test_unix_socket_file_and_mode(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"unix_socket_mode": "0700"})
+    path = os.path.join(proc.socket_dir, f".s.PGSQL.{proc.port}")
+    assert os.stat(path).st_mode & 0o777 == 0o700
+    raw = RawClient.unix(path)
+    try:
+        raw.startup(user="app", database="app")
+        assert raw.read_message()[0] == "R"
+    finally:
+        raw.close()
+
+
+def test_bad_startup_packets_get_clear_errors(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    cases = [
+        (struct.pack("!II", 8, (2 << 16)), "08P01"),  # protocol 2.0
+        (struct.pack("!II", 9, 196608) + b"x", "08P01"),  # unterminated parameters
+    ]
+    for packet, sqlstate in cases:
+        raw = RawClient(proc.host, proc.port)
+        try:
+            raw.send(packet)
+            msg_type, body = raw.read_message()
+            assert msg_type == "E"
+            assert error_fields(body)["C"] == sqlstate
+        finally:
+            raw.close()
+    raw = RawClient(proc.host, proc.port)
+    try:
+        raw.send(struct.pack("!II", 0x7FFFFFFF, 196608))  # absurd length
+        msg_type, body = raw.read_message()
+        assert msg_type == "E" and error_fields(body)["C"] == "08P01"
+    finally:
+        raw.close()
+    assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
