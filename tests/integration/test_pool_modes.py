@@ -11,8 +11,6 @@ import pytest
 from .drivers import aconnect, connect
 
 
-
-
 def backend_pid(conn: psycopg.Connection) -> int:  # type: ignore[type-arg]
     row = conn.execute("select pg_backend_pid()").fetchone()
     assert row is not None

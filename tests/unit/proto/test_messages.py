@@ -1,0 +1,65 @@
+"""Decoding startup packets and the server messages pgtarn acts on."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pgtarn.errors import ProtocolViolation
+from pgtarn.proto import build
+from pgtarn.proto.messages import (
+    CANCEL_REQUEST,
+    SSL_REQUEST,
+    parse_fields,
+    parse_parameter_status,
+    parse_sasl_initial_response,
+    parse_startup,
+)
+
+
+def test_startup_params_roundtrip() -> None:
+    packet = build.startup_message({"user": "alice", "database": "db", "TimeZone": "UTC"})
+    parsed = parse_startup(packet[4:])
+    assert (parsed.major, parsed.minor) == (3, 0)
+    assert parsed.params == {"user": "alice", "database": "db", "TimeZone": "UTC"}
+
+
+def test_special_requests() -> None:
+    assert parse_startup(struct.pack("!I", SSL_REQUEST)).code == SSL_REQUEST
+    cancel = parse_startup(struct.pack("!III", CANCEL_REQUEST, 7, 99))
+    assert cancel.cancel_key == (7, 99)
+    with pytest.raises(ProtocolViolation):
+        parse_startup(struct.pack("!II", CANCEL_REQUEST, 7))
+
+
+@given(st.binary(max_size=200))
+def test_random_startup_bodies_only_raise_protocol_violation(body: bytes) -> None:
+    with contextlib.suppress(ProtocolViolation):
+        parse_startup(struct.pack("!I", 196608) + body)
+
+
+def test_error_fields_and_parameter_status() -> None:
+    err = build.error_response("28P01", "bad password", "FATAL", detail="d", hint="h")
+    fields = parse_fields(err[5:])
+    assert fields["C"] == "28P01" and fields["M"] == "bad password" and fields["S"] == "FATAL"
+    assert fields["D"] == "d" and fields["H"] == "h"
+    assert parse_parameter_status(build.parameter_status("TimeZone", "UTC")[5:]) == (
+        "TimeZone", "UTC"
+    )
+
+
+def test_sasl_initial_response() -> None:
+    msg = build.sasl_initial_response("SCRAM-SHA-256", b"n,,n=,r=abc")
+    assert parse_sasl_initial_response(msg[5:]) == ("SCRAM-SHA-256", b"n,,n=,r=abc")
+    with pytest.raises(ProtocolViolation):
+        parse_sasl_initial_response(b"SCRAM-SHA-256\x00\x00\x00\x00\x09abc")
+
+
+def test_quote_literal() -> None:
+    assert build.quote_literal("it's") == "'it''s'"
+    assert build.quote_literal("a\\b") == "E'a\\\\b'"
+    assert build.quote_ident('we"ird') == '"we""ird"'
