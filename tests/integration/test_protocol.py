@@ -32,7 +32,8 @@ def test_copy_from_and_to_stdin(pgtarn_factory, pg_cluster):  # type: ignore[no-
                 copy.write_row(row)
         conn.commit()
         got = []
-        with conn.cursor() as cur, cur.copy(f"COPY (SELECT id, v FROM {table} ORDER BY id) TO STDOUT") as copy:
+        copy_out = f"COPY (SELECT id, v FROM {table} ORDER BY id) TO STDOUT"
+        with conn.cursor() as cur, cur.copy(copy_out) as copy:
             for row in copy.rows():
                 got.append((int(row[0]), row[1]))
         conn.commit()
