@@ -1,0 +1,158 @@
+"""The command line: flags, config errors, daemon mode, listeners, reload and the demo."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgtarn import __version__
+from pgtarn.demo import free_port, ipv6_loopback_works
+
+from .drivers import connect
+
+
+def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pgtarn", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_version_and_help() -> None:
+    assert run_cli("--version").stdout.strip() == f"pgtarn {__version__}"
+    assert run_cli("-V").stdout.strip() == f"pgtarn {__version__}"
+    helptext = run_cli("--help").stdout
+    for flag in ("--quiet", "--verbose", "--version", "--daemon", "demo"):
+        assert flag in helptext
+    assert run_cli().returncode == 2
+
+
+def test_invalid_config_stops_startup_naming_file_line_and_key(tmp_path: Path) -> None:
+    ini = tmp_path / "bad.ini"
+    ini.write_text("[pgbouncer]\nlisten_port = 6432\npool_mode = sometimes\n")
+    result = run_cli(str(ini))
+    assert result.returncode == 1
+    assert re.search(r"bad\.ini:3.*pool_mode", result.stderr), result.stderr
+    ini.write_text("[pgbouncer]\nlisten_port = 6432\n[nonsense]\n")
+    result = run_cli(str(ini))
+    assert result.returncode == 1 and "bad.ini:3" in result.stderr
+    assert run_cli(str(tmp_path / "missing.ini")).returncode == 1
+
+
+def test_unknown_key_is_a_warning(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"no_such_setting": "1"})
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    assert "no_such_setting" in proc.log_text()
+
+
+def test_daemon_writes_pidfile(pg_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    port = free_port()
+    pidfile = tmp_path / "pgtarn.pid"
+    (tmp_path / "userlist.txt").write_text('"app" "app_pass"\n')
+    ini = tmp_path / "d.ini"
+    ini.write_text(
+        f"[databases]\napp = host=127.0.0.1 port={pg_cluster.port}\n"
+        f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n"
+        f"unix_socket_dir =\nauth_file = {tmp_path}/userlist.txt\n"
+        f"auth_type = scram-sha-256\npidfile = {pidfile}\nlogfile = {tmp_path}/log\n"
+    )
+    result = run_cli("-d", str(ini))
+    assert result.returncode == 0, result.stderr
+    deadline = time.monotonic() + 15
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    try:
+        with psycopg.connect(f"host=127.0.0.1 port={port} dbname=app user=app "
+                             "password=app_pass", autocommit=True) as conn:
+            assert conn.execute("select 1").fetchone() == (1,)
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    while pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pidfile.exists()
+
+
+def test_listen_on_all_addresses_and_ipv6(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    addr = "*" if ipv6_loopback_works() else "0.0.0.0"
+    proc = pgtarn_factory(settings={"listen_addr": addr})
+    hosts = ["127.0.0.1"] + (["::1"] if ipv6_loopback_works() else [])
+    for host in hosts:
+        with psycopg.connect(f"host={host} port={proc.port} dbname=app user=app "
+                             "password=app_pass", autocommit=True) as conn:
+            assert conn.execute("select 1").fetchone() == (1,)
+
+
+@pytest.mark.skipif(not ipv6_loopback_works(), reason="no IPv6 loopback")
+def test_listen_addr_comma_list_with_ipv6(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"listen_addr": "127.0.0.1, ::1"})
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        with socket.socket(family) as sock:
+            sock.connect((host, proc.port))
+
+
+def test_sighup_reload_applies_pool_mode_and_keeps_clients(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"pool_mode": "transaction"})
+    with connect(proc, autocommit=True) as kept:
+        assert kept.execute("select 1").fetchone() == (1,)
+        text = Path(proc.ini_path).read_text()
+        Path(proc.ini_path).write_text(text.replace("pool_mode = transaction",
+                                                    "pool_mode = statement"))
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "configuration reloaded" not in proc.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "configuration reloaded" in proc.log_text()
+        assert kept.execute("select 2").fetchone() == (2,)  # not dropped
+        with connect(proc, autocommit=True) as fresh:
+            with pytest.raises(psycopg.errors.FeatureNotSupported):
+                fresh.execute("begin")
+        # an invalid file is reported and the old config kept
+        Path(proc.ini_path).write_text(text.replace("pool_mode = transaction",
+                                                    "pool_mode = bogus"))
+        proc.send_signal(signal.SIGHUP)
+        while "reload failed" not in proc.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "reload failed" in proc.log_text()
+        assert kept.execute("select 3").fetchone() == (3,)
+
+
+def test_demo_prints_a_working_psql_command() -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "pgtarn", "demo", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines = []
+    command = None
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            match = re.search(r'psql "(.+)"', line)
+            if match:
+                command = match.group(1)
+                break
+        assert command is not None, "".join(lines)
+        out = subprocess.run(["psql", command, "-XAtc", "select current_user, 40 + 2"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "demo|42", out.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stdout.read()  # not communicate(): it would skip readline's buffer
+        proc.stdout.close()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, rest
+    workdir = re.search(r"Files .* are in (\S+?)\.?$", "".join(lines) + rest, re.M)
+    assert workdir is not None, rest
+    assert not Path(workdir.group(1)).exists()
