@@ -116,6 +116,18 @@ class ServerConnection(asyncio.Protocol):
                 self.transport.write(build.TERMINATE)
             self.transport.close()
 
+    # --- flow control: a slow PostgreSQL stops the linked client from sending more ------------
+
+    def pause_writing(self) -> None:
+        client = self.client
+        if client is not None and client.transport is not None:
+            client.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        client = self.client
+        if client is not None and client.transport is not None:
+            client.transport.resume_reading()
+
     # --- bytes from PostgreSQL ----------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
