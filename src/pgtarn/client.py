@@ -97,8 +97,8 @@ class ClientConnection(asyncio.Protocol):
         self.negotiate_minor: tuple[int, list[str]] | None = None
         self.db: DatabaseEntry | None = None
         self.statement_mode = False
-        self.discard_until_sync = False
-        self.discard_scanner = MessageScanner(frozenset(b"S"))
+        #: Statement mode: set while skipping a refused extended batch up to its Sync.
+        self.discard_scanner: MessageScanner | None = None
 
     def __repr__(self) -> str:
         return f"C-{self.id}({self.user or '?'}@{self.addr}/{self.database or '?'})"
@@ -202,11 +202,11 @@ class ClientConnection(asyncio.Protocol):
         Only when nothing else is in flight, so the error cannot overtake earlier replies;
         anything that still opens a transaction is caught at ReadyForQuery.
         """
-        if self.discard_until_sync:
+        if self.discard_scanner is not None:
             syncs = self.discard_scanner.feed(data)
             if not syncs:
                 return b""
-            self.discard_until_sync = False
+            self.discard_scanner = None
             self.write(TRANSACTION_REFUSED + RFQ_IDLE)
             data = data[syncs[0][2] :]
         if self.expected or self.server is not None or not data:
@@ -226,7 +226,6 @@ class ClientConnection(asyncio.Protocol):
             self.write(TRANSACTION_REFUSED + RFQ_IDLE)
             return data[end:]
         # extended protocol: the error ends the batch; skip to its Sync
-        self.discard_until_sync = True
         self.discard_scanner = MessageScanner(frozenset(b"S"))
         return self._refuse_transaction_blocks(data[end:])
 
@@ -484,14 +483,8 @@ class ClientConnection(asyncio.Protocol):
         # A Sync first: it ends any extended-protocol batch the client left without one,
         # and the ReadyForQuery it returns gives the true transaction status.
         server.swallow += 1
-        server.on_clean = lambda: _after_sync(server, reset)
+        server.on_clean = lambda: server.reset_and_release(reset)
         server.write(build.SYNC)
-
-
-def _after_sync(server: ServerConnection, reset: str | None) -> None:
-    server.pool.active.add(server)
-    server.pool.tested.discard(server)
-    server.reset_and_release(reset)
 
 
 def _opens_transaction(text: bytes) -> bool:

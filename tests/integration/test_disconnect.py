@@ -102,3 +102,24 @@ def test_server_terminated_gives_client_an_error(pgtarn_factory, pg_cluster):  #
         conn.close()
     with connect(proc, autocommit=True) as fresh:
         assert fresh.execute("select 1").fetchone() == (1,)
+
+
+def test_cancel_request_reaches_the_right_backend(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"default_pool_size": 2})
+    with connect(proc, autocommit=True) as victim, connect(proc, autocommit=True) as other:
+        import threading
+
+        timer = threading.Timer(0.5, victim.cancel)
+        timer.start()
+        try:
+            victim.execute("select pg_sleep(20)")
+        except psycopg.errors.QueryCanceled:
+            pass
+        else:
+            raise AssertionError("the query was not cancelled")
+        finally:
+            timer.cancel()
+        # a cancel for an idle client cancels nothing: other's next query runs normally
+        victim.cancel()
+        assert other.execute("select 5").fetchone() == (5,)
+        assert victim.execute("select 6").fetchone() == (6,)
