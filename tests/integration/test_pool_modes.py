@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import psycopg
@@ -150,3 +151,24 @@ def test_pool_size_limits_servers(pgtarn_factory, pg_cluster):  # type: ignore[n
 
     pids = asyncio.run(scenario())
     assert 1 <= len(pids) <= 2
+
+
+def test_max_client_conn_refuses_only_the_extra_client(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"max_client_conn": 2})
+    with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
+        with pytest.raises(psycopg.OperationalError,
+                           match=r"no more connections allowed \(max_client_conn\)"):
+            connect(proc)
+        assert a.execute("select 1").fetchone() == (1,)
+        assert b.execute("select 2").fetchone() == (2,)
+    # room again once pgtarn has seen them leave
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with connect(proc, autocommit=True) as c:
+                assert c.execute("select 3").fetchone() == (3,)
+            break
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
