@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtarn.demo import (
+from pgtarn.cluster import (
     PgtarnProcess,
     PgtarnStartError,
     PostgresNotFound,

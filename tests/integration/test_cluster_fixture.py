@@ -8,7 +8,7 @@ import asyncpg  # type: ignore[import-untyped]
 import psycopg
 import pytest
 
-from pgtarn.demo import ClusterError, TempCluster
+from pgtarn.cluster import ClusterError, TempCluster
 
 # role, password, the auth method pg_hba.conf must make the server ask for
 LOGINS = [
