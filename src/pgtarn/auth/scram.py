@@ -1,0 +1,426 @@
+"""SCRAM-SHA-256 (RFC 5802 / RFC 7677) as PostgreSQL speaks it, for both ends, sans-IO."""
+
+from __future__ import annotations
+
+import base64
+import enum
+import hashlib
+import hmac
+import re
+import secrets
+import stringprep
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pgtarn.errors import AuthFailed, ProtocolViolation
+
+__all__ = [
+    "MECHANISM",
+    "ScramClient",
+    "ScramServer",
+    "ScramVerifier",
+    "choose_mechanism",
+    "make_verifier",
+    "parse_sasl_mechanisms",
+    "parse_verifier",
+    "saslprep",
+]
+
+MECHANISM = "SCRAM-SHA-256"
+DEFAULT_ITERATIONS = 4096
+MAX_CLIENT_ITERATIONS = 10_000_000  # a malicious server must not make us spin for ever
+MAX_MESSAGE = 8192
+_NONCE_BYTES = 18
+_SALT_BYTES = 16
+_KEY_LEN = 32
+_INT32_MAX = 2**31 - 1
+_DIGITS = re.compile(r"[0-9]{1,10}")
+
+
+def _hmac(key: bytes, msg: bytes) -> bytes:
+    return hmac.digest(key, msg, "sha256")
+
+
+def _h(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _xor(a: bytes, b: bytes) -> bytes:
+    return bytes(x ^ y for x, y in zip(a, b, strict=True))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _b64decode(value: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(value.encode("ascii"), validate=True)
+    except ValueError:  # binascii.Error, UnicodeEncodeError
+        raise ProtocolViolation(f"malformed SCRAM message: invalid base64 in {what}") from None
+
+
+def _is_printable(nonce: str) -> bool:
+    """RFC 5802 `printable`: ASCII 0x21-0x7E except ','; must not be empty."""
+    return bool(nonce) and all("!" <= ch <= "~" and ch != "," for ch in nonce)
+
+
+def _new_nonce() -> str:
+    return _b64(secrets.token_bytes(_NONCE_BYTES))
+
+
+_sp = stringprep
+_PROHIBITED: tuple[Callable[[str], bool], ...] = (
+    *(_sp.in_table_c12, _sp.in_table_c21, _sp.in_table_c22, _sp.in_table_c3, _sp.in_table_c4),
+    *(_sp.in_table_c5, _sp.in_table_c6, _sp.in_table_c7, _sp.in_table_c8, _sp.in_table_c9),
+    _sp.in_table_a1,  # unassigned code points: PostgreSQL refuses them too
+)
+
+
+def saslprep(password: str) -> bytes:
+    """The password bytes PostgreSQL feeds to PBKDF2 for SCRAM.
+
+    Mirrors PostgreSQL's pg_saslprep(): pure ASCII is used unchanged; otherwise
+    RFC 4013 SASLprep is applied (map non-ASCII spaces to ' ', drop B.1, NFKC,
+    refuse C.1.2-C.9 and unassigned code points, RFC 3454 bidi rule) with the
+    stdlib `stringprep` tables (Unicode 3.2, as PostgreSQL). If SASLprep refuses
+    the password, its raw UTF-8 bytes are used, as PostgreSQL does. Characters
+    decoded with "surrogateescape" are turned back into their original bytes.
+    """
+    raw = password.encode("utf-8", "surrogateescape")
+    if password.isascii():
+        return raw
+    mapped = "".join(" " if _sp.in_table_c12(c) else c for c in password if not _sp.in_table_b1(c))
+    norm = unicodedata.normalize("NFKC", mapped)
+    if any(table(c) for c in norm for table in _PROHIBITED):
+        return raw
+    if any(_sp.in_table_d1(c) for c in norm) and (
+        any(_sp.in_table_d2(c) for c in norm)
+        or not (_sp.in_table_d1(norm[0]) and _sp.in_table_d1(norm[-1]))
+    ):
+        return raw
+    return norm.encode("utf-8")
+
+
+# -- stored verifiers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScramVerifier:
+    """A stored SCRAM-SHA-256 secret: what the server keeps instead of the password."""
+
+    iterations: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+
+    def to_string(self) -> str:
+        """PostgreSQL's text form: SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey>."""
+        return (
+            f"{MECHANISM}${self.iterations}:{_b64(self.salt)}"
+            f"${_b64(self.stored_key)}:{_b64(self.server_key)}"
+        )
+
+
+def parse_verifier(s: str) -> ScramVerifier | None:
+    """Parse PostgreSQL's SCRAM verifier text; None when `s` is not one."""
+    parts = s.split("$")
+    if len(parts) != 3 or parts[0] != MECHANISM:
+        return None
+    iter_salt, keys = parts[1].split(":"), parts[2].split(":")
+    if len(iter_salt) != 2 or len(keys) != 2 or not _DIGITS.fullmatch(iter_salt[0]):
+        return None
+    iterations = int(iter_salt[0])
+    if not 1 <= iterations <= _INT32_MAX:
+        return None
+    try:
+        salt, stored, server = (_b64decode(v, "verifier") for v in (iter_salt[1], *keys))
+    except ProtocolViolation:
+        return None
+    if not salt or len(stored) != _KEY_LEN or len(server) != _KEY_LEN:
+        return None
+    return ScramVerifier(iterations, salt, stored, server)
+
+
+def _salted_password(password: str, salt: bytes, iterations: int) -> bytes:
+    return hashlib.pbkdf2_hmac("sha256", saslprep(password), salt, iterations)
+
+
+def make_verifier(
+    password: str, salt: bytes | None = None, iterations: int = DEFAULT_ITERATIONS
+) -> ScramVerifier:
+    """Derive the verifier PostgreSQL would store for `password` (random 16-byte salt)."""
+    if iterations < 1:
+        raise ValueError("iterations must be at least 1")
+    if salt is None:
+        salt = secrets.token_bytes(_SALT_BYTES)
+    salted = _salted_password(password, salt, iterations)
+    client_key = _hmac(salted, b"Client Key")
+    return ScramVerifier(iterations, bytes(salt), _h(client_key), _hmac(salted, b"Server Key"))
+
+
+# -- message parsing ----------------------------------------------------------------------
+
+
+def _decode(data: bytes, what: str) -> str:
+    raw = bytes(data)
+    if len(raw) > MAX_MESSAGE:
+        raise ProtocolViolation(f"malformed SCRAM message: {what} is too long")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolViolation(f"malformed SCRAM message: {what} is not UTF-8") from None
+
+
+def _attrs(text: str, what: str) -> list[tuple[str, str]]:
+    """Split "a=v,b=w" into pairs; each attribute name is one ASCII letter."""
+    out = []
+    for item in text.split(","):
+        if len(item) < 2 or item[1] != "=" or not ("a" <= item[0].lower() <= "z"):
+            raise ProtocolViolation(f"malformed SCRAM message: bad attribute in {what}")
+        out.append((item[0], item[2:]))
+    return out
+
+
+def _expect(attrs: list[tuple[str, str]], pos: int, name: str, what: str) -> str:
+    if pos >= len(attrs) or attrs[pos][0] != name:
+        raise ProtocolViolation(f'malformed SCRAM message: {what} lacks attribute "{name}"')
+    return attrs[pos][1]
+
+
+def _refuse_mandatory_extension(attrs: list[tuple[str, str]]) -> None:
+    if attrs and attrs[0][0] == "m":
+        raise ProtocolViolation("SCRAM message requires an unsupported extension")
+
+
+def _escape_saslname(name: str) -> str:
+    return name.replace("=", "=3D").replace(",", "=2C")
+
+
+class _State(enum.Enum):
+    START = enum.auto()
+    FIRST_DONE = enum.auto()
+    DONE = enum.auto()
+    FAILED = enum.auto()
+
+
+class _Exchange:
+    """The state shared by both halves: which message comes next."""
+
+    _state = _State.START
+
+    @property
+    def done(self) -> bool:
+        """Whether the exchange completed and the peer proved itself."""
+        return self._state is _State.DONE
+
+    def _step(self, expected: _State) -> None:
+        """Refuse an out-of-order message; stay FAILED until the message is accepted."""
+        ok = self._state is expected
+        self._state = _State.FAILED
+        if not ok:
+            raise ProtocolViolation("unexpected SCRAM message")
+
+
+# -- server side (authenticating clients) -------------------------------------------------
+
+
+class ScramServer(_Exchange):
+    """The server half of one SCRAM-SHA-256 exchange with a connecting client."""
+
+    def __init__(self, secret: ScramVerifier | str, *, nonce: str | None = None) -> None:
+        """`secret` is a verifier or a plaintext password; `nonce` fixes the server nonce."""
+        if nonce is not None and not _is_printable(nonce):
+            raise ValueError("server nonce must be printable ASCII without ','")
+        self._verifier = secret if isinstance(secret, ScramVerifier) else make_verifier(secret)
+        self._server_nonce = nonce if nonce is not None else _new_nonce()
+        self._gs2_header = ""
+        self._nonce = ""
+        self._auth_prefix = ""
+        self._client_key: bytes | None = None
+
+    @staticmethod
+    def mechanisms() -> list[str]:
+        """Mechanisms to list in AuthenticationSASL (no channel binding yet)."""
+        return [MECHANISM]
+
+    @property
+    def verifier(self) -> ScramVerifier:
+        """The verifier the client is checked against."""
+        return self._verifier
+
+    @property
+    def client_key(self) -> bytes:
+        """ClientKey recovered from the proof; only after a successful exchange."""
+        if self._client_key is None:
+            raise RuntimeError("SCRAM exchange has not completed successfully")
+        return self._client_key
+
+    def handle_client_first(self, data: bytes) -> bytes:
+        """Take the client-first-message, return the server-first-message."""
+        self._step(_State.START)
+        text = _decode(data, "client-first-message")
+        parts = text.split(",", 2)
+        if len(parts) != 3:
+            raise ProtocolViolation("malformed SCRAM message: missing GS2 header")
+        cbind, authzid, bare = parts
+        if cbind.startswith("p="):
+            raise AuthFailed("SCRAM channel binding is not supported", sqlstate="08P01")
+        if cbind not in ("n", "y"):
+            raise ProtocolViolation("malformed SCRAM message: bad channel-binding flag")
+        if authzid:
+            raise ProtocolViolation("SCRAM authorization identity is not supported")
+        attrs = _attrs(bare, "client-first-message")
+        _refuse_mandatory_extension(attrs)
+        _expect(attrs, 0, "n", "client-first-message")  # PostgreSQL ignores the username
+        client_nonce = _expect(attrs, 1, "r", "client-first-message")
+        if not _is_printable(client_nonce):
+            raise ProtocolViolation("malformed SCRAM message: client nonce is not printable")
+        v = self._verifier
+        self._gs2_header = f"{cbind},,"
+        self._nonce = client_nonce + self._server_nonce
+        server_first = f"r={self._nonce},s={_b64(v.salt)},i={v.iterations}"
+        self._auth_prefix = f"{bare},{server_first},"
+        self._state = _State.FIRST_DONE
+        return server_first.encode("ascii")
+
+    def handle_client_final(self, data: bytes) -> bytes:
+        """Check the client-final-message's proof, return the server-final-message."""
+        self._step(_State.FIRST_DONE)
+        text = _decode(data, "client-final-message")
+        cut = text.rfind(",p=")
+        if cut < 0:
+            raise ProtocolViolation("malformed SCRAM message: client proof is missing")
+        without_proof = text[:cut]
+        attrs = _attrs(without_proof, "client-final-message")
+        cbind = _b64decode(_expect(attrs, 0, "c", "client-final-message"), "channel binding")
+        if not hmac.compare_digest(cbind, self._gs2_header.encode("ascii")):
+            raise ProtocolViolation("SCRAM channel binding check failed")
+        if _expect(attrs, 1, "r", "client-final-message") != self._nonce:
+            raise ProtocolViolation("malformed SCRAM message: nonce does not match")
+        proof = _b64decode(text[cut + 3 :], "client proof")
+        if len(proof) != _KEY_LEN:
+            raise ProtocolViolation("malformed SCRAM message: client proof has the wrong size")
+        auth_message = (self._auth_prefix + without_proof).encode("utf-8")
+        v = self._verifier
+        client_key = _xor(proof, _hmac(v.stored_key, auth_message))
+        if not hmac.compare_digest(_h(client_key), v.stored_key):
+            raise AuthFailed("password authentication failed (SCRAM proof mismatch)")
+        self._client_key = client_key
+        self._state = _State.DONE
+        return b"v=" + _b64(_hmac(v.server_key, auth_message)).encode("ascii")
+
+
+# -- client side (logging in to PostgreSQL) -----------------------------------------------
+
+
+class ScramClient(_Exchange):
+    """The client half of a SCRAM-SHA-256 exchange with a PostgreSQL server.
+
+    Give either the plaintext `password`, or for passthrough the `client_key`
+    recovered by a ScramServer plus the `server_key` of the stored verifier.
+    """
+
+    def __init__(
+        self,
+        password: str | None = None,
+        *,
+        client_key: bytes | None = None,
+        server_key: bytes | None = None,
+        username: str = "",
+        nonce: str | None = None,
+    ) -> None:
+        if password is not None and (client_key, server_key) != (None, None):
+            raise ValueError("give either a password or client_key/server_key, not both")
+        keys = (client_key or b"", server_key or b"")
+        if password is None and {len(keys[0]), len(keys[1])} != {_KEY_LEN}:
+            raise ValueError("passthrough needs a 32-byte client_key and server_key")
+        if nonce is not None and not _is_printable(nonce):
+            raise ValueError("client nonce must be printable ASCII without ','")
+        self._password = password
+        self._client_key = client_key
+        self._server_key = server_key
+        self._nonce = nonce if nonce is not None else _new_nonce()
+        self._bare = f"n={_escape_saslname(username)},r={self._nonce}"
+        self._first_sent = False
+        self._auth_message = b""
+
+    def client_first(self) -> bytes:
+        """The client-first-message for SASLInitialResponse (no channel binding)."""
+        self._first_sent = True
+        return f"n,,{self._bare}".encode()
+
+    def handle_server_first(self, data: bytes) -> bytes:
+        """Take the server-first-message, return the client-final-message."""
+        if not self._first_sent:
+            raise ProtocolViolation("unexpected SCRAM message")
+        self._step(_State.START)
+        text = _decode(data, "server-first-message")
+        attrs = _attrs(text, "server-first-message")
+        _refuse_mandatory_extension(attrs)
+        nonce = _expect(attrs, 0, "r", "server-first-message")
+        salt = _b64decode(_expect(attrs, 1, "s", "server-first-message"), "salt")
+        iter_text = _expect(attrs, 2, "i", "server-first-message")
+        if not _is_printable(nonce) or not nonce.startswith(self._nonce):
+            raise ProtocolViolation("malformed SCRAM message: server nonce does not match")
+        if len(nonce) == len(self._nonce):
+            raise ProtocolViolation("malformed SCRAM message: server nonce is empty")
+        if not salt:
+            raise ProtocolViolation("malformed SCRAM message: empty salt")
+        if not _DIGITS.fullmatch(iter_text) or not (
+            1 <= int(iter_text) <= MAX_CLIENT_ITERATIONS
+        ):
+            raise ProtocolViolation("malformed SCRAM message: invalid iteration count")
+        if self._password is not None:
+            salted = _salted_password(self._password, salt, int(iter_text))
+            client_key = _hmac(salted, b"Client Key")
+            self._server_key = _hmac(salted, b"Server Key")
+        else:
+            assert self._client_key is not None
+            client_key = self._client_key
+        without_proof = f"c=biws,r={nonce}"
+        self._auth_message = f"{self._bare},{text},{without_proof}".encode()
+        proof = _xor(client_key, _hmac(_h(client_key), self._auth_message))
+        self._state = _State.FIRST_DONE
+        return f"{without_proof},p={_b64(proof)}".encode("ascii")
+
+    def handle_server_final(self, data: bytes) -> None:
+        """Check the server-final-message; AuthFailed on an error or a bad signature."""
+        self._step(_State.FIRST_DONE)
+        text = _decode(data, "server-final-message")
+        attrs = _attrs(text, "server-final-message")
+        if attrs[0][0] == "e":
+            raise AuthFailed(f"server rejected SCRAM authentication: {attrs[0][1]}")
+        signature = _b64decode(_expect(attrs, 0, "v", "server-final-message"), "signature")
+        assert self._server_key is not None
+        expected = _hmac(self._server_key, self._auth_message)
+        if not hmac.compare_digest(signature, expected):
+            raise AuthFailed("SCRAM server signature is wrong: the server is not trusted")
+        self._state = _State.DONE
+
+
+# -- mechanism negotiation ----------------------------------------------------------------
+
+
+def parse_sasl_mechanisms(payload: bytes) -> list[str]:
+    """Decode an AuthenticationSASL body: NUL-terminated names, then an empty one."""
+    raw = bytes(payload)
+    if raw == b"\x00":
+        return []
+    names = raw[:-2].split(b"\x00")
+    if not raw.endswith(b"\x00\x00") or b"" in names:
+        raise ProtocolViolation("malformed AuthenticationSASL message")
+    try:
+        return [name.decode("utf-8") for name in names]
+    except UnicodeDecodeError:
+        raise ProtocolViolation("malformed AuthenticationSASL message: not UTF-8") from None
+
+
+def choose_mechanism(offered: list[str]) -> str:
+    """Pick SCRAM-SHA-256 among the server's offer (no channel binding yet)."""
+    if MECHANISM in offered:
+        return MECHANISM
+    raise AuthFailed(
+        "server offered no supported SASL mechanism: " + ", ".join(offered or ["none"])
+    )

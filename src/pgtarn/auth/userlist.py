@@ -1,0 +1,125 @@
+"""Parse PgBouncer's auth_file (userlist.txt) and classify the secrets it holds."""
+
+from __future__ import annotations
+
+import enum
+import logging
+
+from pgtarn.auth.md5 import is_md5_secret
+from pgtarn.auth.scram import parse_verifier
+
+__all__ = ["SecretKind", "load_userlist", "parse_userlist", "secret_kind"]
+
+log = logging.getLogger("pgtarn.auth")
+
+_BLANK = " \t\r\f\v"
+
+
+class SecretKind(enum.Enum):
+    """How a password in the auth_file is stored."""
+
+    PLAIN = "plain"
+    MD5 = "md5"
+    SCRAM = "scram"
+
+
+def secret_kind(secret: str) -> SecretKind:
+    """Classify a stored secret: md5 hash, SCRAM verifier, or plaintext."""
+    if is_md5_secret(secret):
+        return SecretKind.MD5
+    if parse_verifier(secret) is not None:
+        return SecretKind.SCRAM
+    return SecretKind.PLAIN
+
+
+def _quoted(line: str, pos: int) -> tuple[str, int] | None:
+    """Read a "..." field starting at `pos` ('""' is a literal quote).
+
+    Returns the value and the index just past the closing quote, or None.
+    """
+    if pos >= len(line) or line[pos] != '"':
+        return None
+    value: list[str] = []
+    i = pos + 1
+    while i < len(line):
+        ch = line[i]
+        if ch == '"':
+            if line.startswith('""', i):
+                value.append('"')
+                i += 2
+                continue
+            return "".join(value), i + 1
+        value.append(ch)
+        i += 1
+    return None
+
+
+def _skip_blank(line: str, pos: int) -> int:
+    while pos < len(line) and line[pos] in _BLANK:
+        pos += 1
+    return pos
+
+
+def _parse_line(line: str) -> tuple[str, str] | str:
+    """The (user, secret) of one non-comment line, or a reason it is bad."""
+    user = _quoted(line, _skip_blank(line, 0))
+    if user is None:
+        return "expected a double-quoted user name"
+    name, pos = user
+    after = _skip_blank(line, pos)
+    if after == pos and after < len(line):
+        return "expected white space after the user name"
+    secret = _quoted(line, after)
+    if secret is None:
+        return "expected a double-quoted password after the user name"
+    if not name:
+        return "empty user name"
+    return name, secret[0]  # anything after the password is ignored, as PgBouncer does
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def parse_userlist(text: str) -> tuple[dict[str, str], list[str]]:
+    """Parse auth_file contents into {user: secret} plus warnings naming bad lines.
+
+    Each line is `"user" "secret"` with further fields ignored; blank lines and
+    lines starting with ';' or '#' are comments; a later entry for the same user
+    replaces an earlier one (with a warning). Bad lines are skipped, not fatal.
+    """
+    entries: dict[str, str] = {}
+    warnings: list[str] = []
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        stripped = line.strip(_BLANK)
+        if not stripped or stripped[0] in ";#":
+            continue
+        if not _is_utf8(line):
+            warnings.append(f"line {lineno}: not valid UTF-8, skipped")
+            continue
+        parsed = _parse_line(line)
+        if isinstance(parsed, str):
+            warnings.append(f"line {lineno}: {parsed}, skipped")
+            continue
+        user, secret = parsed
+        if user in entries:
+            warnings.append(f'line {lineno}: user "{user}" listed again, the later entry wins')
+        entries[user] = secret
+    return entries, warnings
+
+
+def load_userlist(path: str) -> dict[str, str]:
+    """Read and parse the auth_file at `path`; OSError if it cannot be read.
+
+    Parse warnings are logged on the "pgtarn.auth" logger, prefixed by the path.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    entries, warnings = parse_userlist(data.decode("utf-8", "surrogateescape"))
+    for warning in warnings:
+        log.warning("%s: %s", path, warning)
+    return entries

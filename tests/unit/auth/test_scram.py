@@ -1,0 +1,434 @@
+"""Unit tests for the sans-IO SCRAM-SHA-256 client and server."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pgtarn.auth.scram import (
+    ScramClient,
+    ScramServer,
+    ScramVerifier,
+    choose_mechanism,
+    make_verifier,
+    parse_sasl_mechanisms,
+    parse_verifier,
+    saslprep,
+)
+from pgtarn.errors import AuthFailed, ProtocolViolation
+
+# RFC 7677 section 3 test vector.
+RFC_CLIENT_NONCE = "rOprNGfwEbeRWgbNEkqO"
+RFC_SERVER_NONCE = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+RFC_CLIENT_FIRST = b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+RFC_SERVER_FIRST = (
+    b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+)
+RFC_CLIENT_FINAL = (
+    b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+    b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+)
+RFC_SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+
+RFC_VERIFIER = make_verifier("pencil", salt=RFC_SALT, iterations=4096)
+ESCAPES = (AuthFailed, ProtocolViolation)
+FUZZ = settings(max_examples=300, deadline=None, database=None)
+
+
+def _mutate(msg: bytes, pos: int, junk: bytes, cut: bool) -> bytes:
+    pos %= len(msg) + 1
+    return msg[:pos] + junk + msg[pos + (len(junk) if cut else 0) :]
+
+
+_PIECES = [
+    *(b"n", b"y", b"p=x", b",", b"n=", b"r=", b"c=", b"p=", b"m=", b"s=", b"i=", b"v=", b"e="),
+    *(b"biws", b"eSws", b"=", b"\xff", b"\x00", b"A==", b"4096", RFC_CLIENT_NONCE.encode()),
+    *(RFC_SERVER_NONCE.encode(), b"dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="),
+]
+_JUNK_ARGS = (st.binary(max_size=3), st.booleans())
+_MESSAGES = [RFC_CLIENT_FIRST, RFC_SERVER_FIRST, RFC_CLIENT_FINAL, RFC_SERVER_FINAL]
+# Random bytes, random runs of SCRAM-ish tokens, and valid messages with a spot damaged.
+JUNK = st.one_of(
+    st.binary(max_size=200),
+    st.lists(st.sampled_from(_PIECES), max_size=16).map(b"".join),
+    st.builds(_mutate, st.sampled_from(_MESSAGES), st.integers(0, 200), *_JUNK_ARGS),
+)
+
+
+def rfc_client() -> ScramClient:
+    return ScramClient("pencil", username="user", nonce=RFC_CLIENT_NONCE)
+
+
+def rfc_server() -> ScramServer:
+    return ScramServer(RFC_VERIFIER, nonce=RFC_SERVER_NONCE)
+
+
+def login(server: ScramServer, client: ScramClient) -> None:
+    server_first = server.handle_client_first(client.client_first())
+    server_final = server.handle_client_final(client.handle_server_first(server_first))
+    client.handle_server_final(server_final)
+
+
+
+def test_rfc7677_client_side() -> None:
+    client = rfc_client()
+    assert client.client_first() == RFC_CLIENT_FIRST
+    assert client.handle_server_first(RFC_SERVER_FIRST) == RFC_CLIENT_FINAL
+    client.handle_server_final(RFC_SERVER_FINAL)
+    assert client.done
+
+
+def test_rfc7677_server_side() -> None:
+    server = rfc_server()
+    assert server.mechanisms() == ["SCRAM-SHA-256"]
+    assert server.handle_client_first(RFC_CLIENT_FIRST) == RFC_SERVER_FIRST
+    assert server.handle_client_final(RFC_CLIENT_FINAL) == RFC_SERVER_FINAL
+    assert server.done
+    assert server.verifier is RFC_VERIFIER
+    assert hashlib.sha256(server.client_key).digest() == RFC_VERIFIER.stored_key
+
+
+def test_rfc7677_passthrough_client_reproduces_vector() -> None:
+    server = rfc_server()
+    server.handle_client_first(RFC_CLIENT_FIRST)
+    server.handle_client_final(RFC_CLIENT_FINAL)
+    client = ScramClient(client_key=server.client_key, server_key=RFC_VERIFIER.server_key,
+                         username="user", nonce=RFC_CLIENT_NONCE)  # fmt: skip
+    client.client_first()
+    assert client.handle_server_first(RFC_SERVER_FIRST) == RFC_CLIENT_FINAL
+    client.handle_server_final(RFC_SERVER_FINAL)
+
+
+def test_server_accepts_any_username() -> None:
+    for name in ("", "someone", "=2Cweird=3D", "ünïcode"):
+        server = ScramServer(RFC_VERIFIER)
+        client = ScramClient("pencil", username=name)
+        login(server, client)
+        assert server.done and client.done
+
+
+
+def test_round_trip_plaintext_secret() -> None:
+    server = ScramServer("s3cret pw")
+    client = ScramClient("s3cret pw")
+    login(server, client)
+    assert client.done and server.done
+    assert server.verifier.iterations == 4096
+
+
+@pytest.mark.parametrize("cbind", [b"eSws", b"biws"])
+def test_y_flag_needs_matching_channel_binding_echo(cbind: bytes) -> None:
+    # A "y,," header must be echoed as c=eSws (base64 of "y,,"); proof built by hand.
+    server = ScramServer(RFC_VERIFIER, nonce="abc")
+    first = server.handle_client_first(b"y,,n=,r=xyz")
+    client_key = hmac.digest(
+        hashlib.pbkdf2_hmac("sha256", b"pencil", RFC_SALT, 4096), b"Client Key", "sha256"
+    )
+    without_proof = b"c=" + cbind + b",r=xyzabc"
+    auth = b"n=,r=xyz," + first + b"," + without_proof
+    sig = hmac.digest(hashlib.sha256(client_key).digest(), auth, "sha256")
+    proof = bytes(a ^ b for a, b in zip(client_key, sig, strict=True))
+    final = without_proof + b",p=" + base64.b64encode(proof)
+    if cbind == b"eSws":
+        assert server.handle_client_final(final).startswith(b"v=")
+    else:
+        with pytest.raises(ProtocolViolation):
+            server.handle_client_final(final)
+
+
+def test_round_trip_passthrough() -> None:
+    verifier = make_verifier("hunter2")
+    first = ScramServer(verifier)
+    login(first, ScramClient("hunter2"))
+    # The pooler now logs in to "PostgreSQL" (another server holding the verifier).
+    backend = ScramServer(verifier)
+    client = ScramClient(client_key=first.client_key, server_key=verifier.server_key)
+    login(backend, client)
+    assert backend.done and client.done
+
+
+def test_wrong_password_fails() -> None:
+    server = ScramServer(make_verifier("right"))
+    client = ScramClient("wrong")
+    server_first = server.handle_client_first(client.client_first())
+    with pytest.raises(AuthFailed) as info:
+        server.handle_client_final(client.handle_server_first(server_first))
+    assert info.value.sqlstate == "28P01"
+    assert not server.done
+    with pytest.raises(RuntimeError):
+        _ = server.client_key
+
+
+@pytest.mark.parametrize("final", [b"v=" + base64.b64encode(bytes(32)), b"e=invalid-proof"])
+def test_client_rejects_wrong_signature_or_server_error(final: bytes) -> None:
+    client = rfc_client()
+    client.client_first()
+    client.handle_server_first(RFC_SERVER_FIRST)
+    with pytest.raises(AuthFailed, match=r"signature is wrong|invalid-proof"):
+        client.handle_server_final(final)
+    assert not client.done
+
+
+def test_passthrough_client_with_wrong_server_key_rejects_server() -> None:
+    server = rfc_server()
+    server.handle_client_first(RFC_CLIENT_FIRST)
+    server.handle_client_final(RFC_CLIENT_FINAL)
+    client = ScramClient(client_key=server.client_key, server_key=b"\x01" * 32, nonce="abc")
+    backend = ScramServer(RFC_VERIFIER)
+    with pytest.raises(AuthFailed):
+        login(backend, client)
+
+
+def test_out_of_order_messages() -> None:
+    with pytest.raises(ProtocolViolation):
+        rfc_server().handle_client_final(RFC_CLIENT_FINAL)
+    with pytest.raises(ProtocolViolation):
+        rfc_client().handle_server_first(RFC_SERVER_FIRST)
+    client = rfc_client()
+    client.client_first()
+    with pytest.raises(ProtocolViolation):
+        client.handle_server_final(RFC_SERVER_FINAL)
+    server = rfc_server()
+    server.handle_client_first(RFC_CLIENT_FIRST)
+    with pytest.raises(ProtocolViolation):
+        server.handle_client_first(RFC_CLIENT_FIRST)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"password": "pw", "client_key": b"x" * 32, "server_key": b"y" * 32},
+        {"client_key": b"x" * 32},
+        {"client_key": b"x" * 31, "server_key": b"y" * 32},
+        {"password": "pw", "nonce": "a,b"},
+    ],
+)
+def test_client_constructor_checks_arguments(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        ScramClient(**kwargs)
+
+
+def test_client_first_defaults() -> None:
+    msg = ScramClient("pw").client_first()
+    assert msg.startswith(b"n,,n=,r=")
+    assert len(msg) == len(b"n,,n=,r=") + 24  # base64 of 18 random bytes
+    assert ScramClient("pw", username="a=b,c").client_first().startswith(b"n,,n=a=3Db=2Cc,r=")
+
+
+
+def test_make_verifier_matches_postgres_derivation() -> None:
+    salt = bytes(range(16))
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", salt, 4096)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    b64 = [base64.b64encode(v).decode() for v in (salt, stored_key, server_key)]
+    expected = f"SCRAM-SHA-256$4096:{b64[0]}${b64[1]}:{b64[2]}"
+    verifier = make_verifier("pencil", salt=salt)
+    assert verifier.to_string() == expected
+    assert parse_verifier(expected) == verifier
+
+
+def test_make_verifier_random_salt() -> None:
+    a, b = make_verifier("pw", iterations=1), make_verifier("pw", iterations=1)
+    assert len(a.salt) == 16 and a.salt != b.salt
+    with pytest.raises(ValueError):
+        make_verifier("pw", iterations=0)
+
+
+def test_verifier_text_round_trips() -> None:
+    text = RFC_VERIFIER.to_string()
+    assert text.startswith("SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$")
+    parsed = parse_verifier(text)
+    assert isinstance(parsed, ScramVerifier)
+    assert parsed.to_string() == text
+
+
+K = "A" * 43 + "="  # base64 of a 32-byte key
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        *("", "pencil", "md5" + "0" * 32, f"SCRAM-SHA-1$4096:c2FsdA==${K}:{K}"),
+        *(f"SCRAM-SHA-256${i}:c2FsdA==${K}:{K}" for i in ("0", "-1", "x", "", "99999999999")),
+        *(f"SCRAM-SHA-256$4096:c2Fsd!==${K}:{K}", f"SCRAM-SHA-256$4096:${K}:{K}"),
+        *(f"SCRAM-SHA-256$4096:c2FsdA==${'A' * 40}==:{K}", f"SCRAM-SHA-256$4096:c2FsdA==${K}"),
+        *(f"SCRAM-SHA-256$4096:c2FsdA==${K}:{K}$x", f"SCRAM-SHA-256$4096:c2FsdA==:x${K}:{K}"),
+    ],
+)
+def test_parse_verifier_rejects(text: str) -> None:
+    assert parse_verifier(text) is None
+    assert parse_verifier(f"SCRAM-SHA-256$4096:c2FsdA==${K}:{K}") is not None
+
+
+def test_saslprep() -> None:
+    assert saslprep("pencil") == b"pencil"
+    assert saslprep("a\x01b") == b"a\x01b"  # ASCII is never touched, as in PostgreSQL
+    assert saslprep("I\u00adX") == b"IX"  # soft hyphen is mapped to nothing (B.1)
+    assert saslprep("a\u00a0b") == b"a b"  # non-ASCII space becomes a space
+    assert saslprep("\u2168") == b"IX"  # NFKC
+    assert saslprep("\u00aa") == b"a"
+    # Prohibited output (C.2.2 control) falls back to the raw UTF-8 bytes.
+    assert saslprep("\u0080x") == "\u0080x".encode()
+    # Bidi rule: RandALCat mixed with LCat is refused, so the raw bytes are used.
+    assert saslprep("\u0627a") == "\u0627a".encode()
+    assert saslprep("\ufe8d\u0628") == "\u0627\u0628".encode()  # all RandALCat: fine, NFKC
+
+
+def test_non_ascii_password_round_trip() -> None:
+    verifier = make_verifier("p\u00e4ss\u2168", iterations=16)
+    login(ScramServer(verifier), ScramClient("p\u00e4ssIX"))
+
+
+
+def test_choose_mechanism() -> None:
+    assert choose_mechanism(["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"]) == "SCRAM-SHA-256"
+    assert choose_mechanism(["SCRAM-SHA-256"]) == "SCRAM-SHA-256"
+    with pytest.raises(AuthFailed):
+        choose_mechanism(["SCRAM-SHA-256-PLUS"])
+    with pytest.raises(AuthFailed):
+        choose_mechanism([])
+
+
+def test_parse_sasl_mechanisms() -> None:
+    payload = b"SCRAM-SHA-256-PLUS\x00SCRAM-SHA-256\x00\x00"
+    assert parse_sasl_mechanisms(payload) == ["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"]
+    assert parse_sasl_mechanisms(b"\x00") == []
+    for bad in (b"", b"SCRAM-SHA-256", b"SCRAM-SHA-256\x00", b"A\x00\x00B\x00", b"\xff\x00\x00"):
+        with pytest.raises(ProtocolViolation):
+            parse_sasl_mechanisms(bad)
+
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        *(b"", b"n", b"n,", b"x,,n=,r=abc", b"n,a=admin,n=,r=abc", b"n,,r=abc", b"n,,n=,r="),
+        *(b"n,,n=,r=ab\x01c", b"n,,n=,r=ab c", b"n,,m=ext,n=,r=abc", b"n,,r=abc,n=", b"n,,n=,"),
+        *(b"n,,n=,r=\xff\xfe", b"n,,n=,r=" + b"a" * 9000, b"n,,n=,r=abc,=x", b"n,,n=,r=abc,1=x"),
+    ],
+)
+def test_client_first_malformed(msg: bytes) -> None:
+    with pytest.raises(ProtocolViolation):
+        ScramServer(RFC_VERIFIER).handle_client_first(msg)
+
+
+def test_channel_binding_refused() -> None:
+    with pytest.raises(AuthFailed, match="channel binding is not supported") as info:
+        ScramServer(RFC_VERIFIER).handle_client_first(b"p=tls-server-end-point,,n=,r=abc")
+    assert info.value.sqlstate == "08P01"
+
+
+_CLIENT_FINAL_DAMAGE = [
+    *((b"c=biws", b"c=eSws"), (b"c=biws", b"c=bi!s"), (b"c=biws,", b""), (b",r=", b",x=")),
+    *((b"r=rOpr", b"r=xOpr"), (b"p=dHzb", b"p=*Hzb")),
+]
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        *(b"", b"c=biws,r=x", b"c=biws,p=" + RFC_CLIENT_FINAL.split(b"p=")[1]),
+        *(RFC_CLIENT_FINAL.replace(*swap) for swap in _CLIENT_FINAL_DAMAGE),
+        *(RFC_CLIENT_FINAL[:-4], RFC_CLIENT_FINAL + b",x=1", RFC_CLIENT_FINAL + b"A" * 9000),
+    ],
+)
+def test_client_final_malformed(msg: bytes) -> None:
+    server = rfc_server()
+    server.handle_client_first(RFC_CLIENT_FIRST)
+    with pytest.raises(ProtocolViolation):
+        server.handle_client_final(msg)
+    assert not server.done
+
+
+def passthrough_client() -> ScramClient:
+    client = ScramClient(
+        client_key=b"k" * 32, server_key=b"s" * 32, username="user", nonce=RFC_CLIENT_NONCE
+    )
+    client.client_first()
+    return client
+
+
+@pytest.mark.parametrize(
+    "iterations",
+    [b"0", b"-1", b"10000000000", b"1000000000000", b"abc", b"", b"+5", b" 5", b"5_0", b"10000001"],
+)
+def test_malicious_iteration_count(iterations: bytes) -> None:
+    msg = RFC_SERVER_FIRST.replace(b"i=4096", b"i=" + iterations)
+    for client in (passthrough_client(), rfc_client()):
+        client.client_first()
+        with pytest.raises(ProtocolViolation):
+            client.handle_server_first(msg)
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        *(b"", b"m=ext," + RFC_SERVER_FIRST, RFC_SERVER_FIRST + b"\xff"),
+        *(RFC_SERVER_FIRST + b"," + b"x" * 9000, b"s=AAAA,r=rOprNGfwEbeRWgbNEkqOx,i=4096"),
+        *(b"r=%s,s=AAAA,i=4096" % n for n in (b"x", RFC_CLIENT_NONCE.encode(), b"rOprNGfw")),
+        RFC_SERVER_FIRST.replace(b"$k0", b"\x7fk0"),
+        RFC_SERVER_FIRST.replace(b"s=W22Z", b"s=*22Z"),
+        *(RFC_SERVER_FIRST.replace(b"W22ZaJ0SNY7soEsUEjb6gQ==", b""), RFC_SERVER_FIRST[:-7]),
+    ],
+)
+def test_server_first_malformed(msg: bytes) -> None:
+    with pytest.raises(ProtocolViolation):
+        passthrough_client().handle_server_first(msg)
+
+
+def test_server_first_extensions_ignored() -> None:
+    client = rfc_client()
+    client.client_first()
+    assert client.handle_server_first(RFC_SERVER_FIRST + b",x=ext") != b""
+
+
+@pytest.mark.parametrize(
+    "msg", [b"", b"v", b"v=!!", b"x=abc", b"v=" + base64.b64encode(b"short"), b"=abc"]
+)
+def test_server_final_malformed(msg: bytes) -> None:
+    client = rfc_client()
+    client.client_first()
+    client.handle_server_first(RFC_SERVER_FIRST)
+    with pytest.raises(ESCAPES):
+        client.handle_server_final(msg)
+    assert not client.done
+
+
+def _after_client_first(data: bytes) -> object:
+    server = rfc_server()
+    server.handle_client_first(RFC_CLIENT_FIRST)
+    return server.handle_client_final(data)
+
+
+def _after_server_first(data: bytes) -> None:
+    client = passthrough_client()
+    client.handle_server_first(RFC_SERVER_FIRST)
+    client.handle_server_final(data)
+
+
+FUZZ_TARGETS = {
+    "handle_client_first": lambda data: ScramServer(RFC_VERIFIER).handle_client_first(data),
+    "handle_client_final": _after_client_first,
+    "handle_server_first": lambda data: passthrough_client().handle_server_first(data),
+    "handle_server_final": _after_server_first,
+    "parse_sasl_mechanisms": parse_sasl_mechanisms,
+}
+
+
+@pytest.mark.parametrize("target", list(FUZZ_TARGETS))
+@given(data=JUNK)
+@FUZZ
+def test_fuzz_only_pgtarn_errors_escape(target: str, data: bytes) -> None:
+    with contextlib.suppress(AuthFailed, ProtocolViolation):
+        FUZZ_TARGETS[target](data)
