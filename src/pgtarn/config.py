@@ -1,0 +1,785 @@
+"""Reading PgBouncer's pgbouncer.ini into a typed, immutable Config."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any
+
+from pgtarn.errors import ConfigError
+
+POOL_MODES = ("session", "transaction", "statement")
+AUTH_TYPES = ("cert", "md5", "scram-sha-256", "plain", "trust", "any", "hba", "pam", "ldap")
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+LOAD_BALANCE_HOSTS = ("disable", "round-robin")
+TARGET_SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
+
+MAX_INCLUDE_DEPTH = 10  # as PgBouncer: at most 10 nested %include levels
+_LINUX = sys.platform.startswith("linux")
+_AUTH_QUERY = (
+    "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END"
+    " FROM pg_authid WHERE rolname=$1 AND rolcanlogin"
+)
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _empty_map() -> Mapping[str, Any]:
+    return _EMPTY
+
+
+@dataclass(frozen=True)
+class DatabaseEntry:
+    """One `[databases]` line.  None means "not set here; use the global setting".
+
+    `host` is None when the entry names no host: PgBouncer then connects through
+    the Unix socket in `unix_socket_dir`; the caller decides.  A host that starts
+    with '/' (or '@', abstract namespace) is a Unix socket directory.  With a
+    comma list, `hosts` holds all of them (used round-robin) and `host` the first.
+    """
+
+    name: str
+    host: str | None = None
+    hosts: tuple[str, ...] = ()
+    port: int = 5432
+    dbname: str = ""  # empty: same as `name`
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    auth_user: str | None = None
+    auth_dbname: str | None = None
+    auth_query: str | None = None
+    pool_size: int | None = None
+    min_pool_size: int | None = None
+    reserve_pool_size: int | None = None
+    pool_mode: str | None = None
+    max_db_connections: int | None = None
+    max_db_client_connections: int | None = None
+    server_lifetime: float | None = None
+    query_wait_timeout: float | None = None
+    load_balance_hosts: str | None = None
+    target_session_attrs: str | None = None
+    connect_query: str | None = None
+    # client_encoding / DateStyle / TimeZone / application_name sent at server login
+    startup_params: Mapping[str, str] = field(default_factory=_empty_map, hash=False)
+    line: str = ""  # "file:line" where the entry was defined
+    connstr: str = field(default="", repr=False)  # original text, to detect changes on reload
+    explicit_dbname: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.dbname:
+            object.__setattr__(self, "dbname", self.name)
+
+    @property
+    def is_unix_socket(self) -> bool:
+        """True when `host` names a Unix socket directory (or is unset)."""
+        return self.host is None or self.host.startswith(("/", "@"))
+
+
+@dataclass(frozen=True)
+class UserEntry:
+    """One `[users]` line; None means "not set for this user"."""
+
+    name: str
+    pool_mode: str | None = None
+    pool_size: int | None = None
+    reserve_pool_size: int | None = None
+    max_user_connections: int | None = None
+    max_user_client_connections: int | None = None
+    query_timeout: float | None = None
+    idle_transaction_timeout: float | None = None
+    client_idle_timeout: float | None = None
+    line: str = ""
+
+
+@dataclass(frozen=True, repr=False)
+class Config:
+    """The whole configuration; attribute names are PgBouncer's setting names.
+
+    Every setting attribute is described by `SETTINGS[name]` (kind, default,
+    changeable at runtime).  Times are float seconds, lists are tuples.
+    """
+
+    logfile: str = ""
+    pidfile: str = ""
+    listen_addr: tuple[str, ...] = ()  # empty: no TCP listener; "*": all addresses
+    listen_port: int = 6432
+    unix_socket_dir: str = "/tmp"  # empty: no Unix socket
+    unix_socket_mode: int = 0o777
+    unix_socket_group: str = ""
+    user: str = ""
+    pool_mode: str = "session"
+    max_client_conn: int = 100
+    default_pool_size: int = 20
+    min_pool_size: int = 0
+    reserve_pool_size: int = 0
+    reserve_pool_timeout: float = 5.0
+    max_db_connections: int = 0
+    max_db_client_connections: int = 0
+    max_user_connections: int = 0
+    max_user_client_connections: int = 0
+    server_round_robin: bool = False
+    track_extra_parameters: tuple[str, ...] = ("IntervalStyle",)
+    ignore_startup_parameters: tuple[str, ...] = ()
+    peer_id: int = 0
+    disable_pqexec: bool = False
+    application_name_add_host: bool = False
+    conffile: str = ""
+    job_name: str = "pgbouncer"
+    stats_period: int = 60
+    max_prepared_statements: int = 200
+    scram_iterations: int = 4096
+    auth_type: str = "md5"
+    auth_file: str = ""
+    auth_hba_file: str = ""
+    auth_ident_file: str = ""
+    auth_ldap_options: str = ""
+    auth_user: str = ""
+    auth_query: str = _AUTH_QUERY
+    auth_dbname: str = ""
+    syslog: bool = False
+    syslog_ident: str = "pgbouncer"
+    syslog_facility: str = "daemon"
+    log_connections: bool = True
+    log_disconnections: bool = True
+    log_pooler_errors: bool = True
+    log_stats: bool = True
+    verbose: int = 0
+    admin_users: tuple[str, ...] = ()
+    stats_users: tuple[str, ...] = ()
+    server_reset_query: str = "DISCARD ALL"
+    server_reset_query_always: bool = False
+    server_check_delay: float = 30.0
+    server_check_query: str = "<empty>"  # "<empty>": send an empty query; "": no check
+    server_fast_close: bool = False
+    server_lifetime: float = 3600.0
+    server_idle_timeout: float = 600.0
+    server_connect_timeout: float = 15.0
+    server_login_retry: float = 15.0
+    client_login_timeout: float = 60.0
+    autodb_idle_timeout: float = 3600.0
+    dns_max_ttl: float = 15.0
+    dns_nxdomain_ttl: float = 15.0
+    dns_zone_check_period: float = 0.0
+    resolv_conf: str = ""
+    query_wait_notify: int = 5  # seconds; an integer in PgBouncer
+    query_timeout: float = 0.0
+    query_wait_timeout: float = 120.0
+    cancel_wait_timeout: float = 10.0
+    client_idle_timeout: float = 0.0
+    idle_transaction_timeout: float = 0.0
+    transaction_timeout: float = 0.0
+    suspend_timeout: float = 10.0
+    client_tls_sslmode: str = "disable"
+    client_tls_key_file: str = ""
+    client_tls_cert_file: str = ""
+    client_tls_ca_file: str = ""
+    client_tls_protocols: str = "secure"
+    client_tls_ciphers: str = "default"
+    client_tls13_ciphers: str = ""
+    client_tls_ecdhcurve: str = "auto"
+    client_tls_dheparams: str = "auto"
+    server_tls_sslmode: str = "prefer"
+    server_tls_ca_file: str = ""
+    server_tls_key_file: str = ""
+    server_tls_cert_file: str = ""
+    server_tls_protocols: str = "secure"
+    server_tls_ciphers: str = "default"
+    server_tls13_ciphers: str = ""
+    pkt_buf: int = 4096
+    max_packet_size: int = 2147483647
+    listen_backlog: int = 128
+    sbuf_loopcnt: int = 5
+    so_reuseport: bool = False
+    tcp_defer_accept: bool = _LINUX
+    tcp_socket_buffer: int = 0
+    tcp_keepalive: bool = True
+    tcp_keepcnt: int = 0
+    tcp_keepidle: int = 0
+    tcp_keepintvl: int = 0
+    tcp_user_timeout: int = 0  # milliseconds
+    metrics_listen_addr: str = ""
+    metrics_port: int = 0
+    log_format: str = "text"
+    workers: int = 1
+    path: str = ""
+    databases: Mapping[str, DatabaseEntry] = field(default_factory=_empty_map, hash=False)
+    users: Mapping[str, UserEntry] = field(default_factory=_empty_map, hash=False)
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def default(cls) -> Config:
+        """All settings at PgBouncer's defaults, no databases, no users."""
+        return cls()
+
+    def __repr__(self) -> str:
+        # Deliberately short: never shows connection strings or passwords.
+        return (
+            f"Config(path={self.path!r}, listen_addr={self.listen_addr!r}, "
+            f"listen_port={self.listen_port}, pool_mode={self.pool_mode!r}, "
+            f"databases={list(self.databases)!r}, users={list(self.users)!r}, "
+            f"warnings={len(self.warnings)})"
+        )
+
+    def find_database(self, name: str) -> DatabaseEntry | None:
+        """The entry for `name`, else one made from the `*` fallback, else None.
+
+        From `*`, the copy gets `name`; its dbname is `name` too unless `*` sets dbname.
+        """
+        entry = self.databases.get(name)
+        if entry is not None and name != "*":
+            return entry
+        auto = self.databases.get("*")
+        if auto is None:
+            return None
+        return replace(auto, name=name, dbname=auto.dbname if auto.explicit_dbname else name)
+
+    def pool_mode_for(self, db: DatabaseEntry, user: str) -> str:
+        """Pool mode as PgBouncer picks it: `[users]` entry, else database entry, else global.
+
+        `user` is the pool's user: the entry's forced `user=` if any, else the client's.
+        """
+        u = self.users.get(user)
+        if u is not None and u.pool_mode is not None:
+            return u.pool_mode
+        return db.pool_mode if db.pool_mode is not None else self.pool_mode
+
+    def pool_size_for(self, db: DatabaseEntry, user: str) -> int:
+        """Pool size, same precedence: `[users]` pool_size, database pool_size, default."""
+        u = self.users.get(user)
+        if u is not None and u.pool_size is not None:
+            return u.pool_size
+        return db.pool_size if db.pool_size is not None else self.default_pool_size
+
+    def min_pool_size_for(self, db: DatabaseEntry) -> int:
+        """Database min_pool_size, else the global one."""
+        return db.min_pool_size if db.min_pool_size is not None else self.min_pool_size
+
+    def reserve_pool_size_for(self, db: DatabaseEntry, user: str) -> int:
+        """Reserve pool size: `[users]`, database, then global."""
+        u = self.users.get(user)
+        if u is not None and u.reserve_pool_size is not None:
+            return u.reserve_pool_size
+        if db.reserve_pool_size is not None:
+            return db.reserve_pool_size
+        return self.reserve_pool_size
+
+    def max_db_connections_for(self, db: DatabaseEntry) -> int:
+        """Database max_db_connections if > 0, else the global one (0 = unlimited)."""
+        n = db.max_db_connections
+        return n if n is not None and n > 0 else self.max_db_connections
+
+    def max_user_connections_for(self, user: str) -> int:
+        """`[users]` max_user_connections if > 0, else the global one (0 = unlimited)."""
+        u = self.users.get(user)
+        n = u.max_user_connections if u is not None else None
+        return n if n is not None and n > 0 else self.max_user_connections
+
+    def settings_rows(self) -> list[tuple[str, str, str, bool]]:
+        """(key, value, default, changeable) for every setting, sorted as SHOW CONFIG."""
+        return [
+            (name, s.format(getattr(self, name)), s.format(s.default), s.changeable)
+            for name, s in sorted(SETTINGS.items())
+        ]
+
+    def with_setting(self, key: str, value: str, where: str = "SET") -> Config:
+        """A copy with one [pgbouncer] setting changed from its text form (admin SET)."""
+        name = key.strip().lower()
+        s = SETTINGS.get(name)
+        if s is None:
+            raise ConfigError(f"{where}: {key}: unknown setting")
+        try:
+            parsed = s.parse(value.strip())
+        except ValueError as e:
+            raise ConfigError(f"{where}: {name}: {e}") from None
+        changes: dict[str, Any] = {name: parsed}
+        return replace(self, **changes)
+
+
+_NOT_SETTINGS = frozenset({"path", "databases", "users", "warnings"})
+# CF_NO_RELOAD in PgBouncer: only read at startup, SHOW CONFIG says changeable = no.
+_NO_RELOAD = frozenset({
+    "disable_pqexec", "job_name", "listen_addr", "listen_backlog", "listen_port", "pidfile",
+    "pkt_buf", "resolv_conf", "so_reuseport", "track_extra_parameters", "unix_socket_dir",
+    "unix_socket_group", "unix_socket_mode", "user", "metrics_listen_addr", "metrics_port",
+    "workers",
+})  # fmt: skip
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "pool_mode": POOL_MODES, "auth_type": AUTH_TYPES, "client_tls_sslmode": SSLMODES,
+    "server_tls_sslmode": SSLMODES, "log_format": ("text", "json"),
+}  # fmt: skip
+_BOUNDS: dict[str, tuple[int, int | None]] = {
+    "listen_port": (1, 65535), "metrics_port": (0, 65535), "peer_id": (0, 16383),
+    "unix_socket_mode": (0, 0o7777), "scram_iterations": (1, None), "workers": (1, None),
+    "pkt_buf": (512, None), "max_packet_size": (1, 2**32 - 1),
+}  # fmt: skip
+_PGTARN_ONLY = frozenset({"metrics_listen_addr", "metrics_port", "log_format", "workers"})
+_DEPRECATED = {"service_name": "job_name"}  # old name -> current name
+
+_INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")  # C strtol, base 0
+_DEC_RE = re.compile(r"[+-]?[0-9]+")
+_FLOAT_RE = re.compile(r"\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_BOOL_WORDS = {"on": True, "yes": True, "true": True, "off": False, "no": False, "false": False}
+_SEP_RE = re.compile(r"[\s,]+")
+
+
+def _parse_int(text: str, c_style: bool = True) -> int:
+    """Integer as PgBouncer's strtol(base 0): 0x.. hex, 0.. octal; or plain decimal."""
+    if c_style and _INT_RE.fullmatch(text):
+        sign = -1 if text.startswith("-") else 1
+        digits = text.lstrip("+-")
+        if digits[:2] in ("0x", "0X"):
+            return sign * int(digits[2:], 16)
+        return sign * (int(digits, 8) if digits.startswith("0") else int(digits))
+    if not c_style and _DEC_RE.fullmatch(text):
+        return int(text)
+    raise ValueError(f"invalid integer {text!r}")
+
+
+def _parse_time(text: str) -> float:
+    """Non-negative seconds, as PgBouncer: a decimal number, no unit suffix."""
+    if not _FLOAT_RE.fullmatch(text):
+        raise ValueError(f"invalid time {text!r} (seconds, e.g. 30 or 0.5)")
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"invalid time {text!r}")
+    return value
+
+
+def _parse_bool(text: str) -> bool:
+    """PgBouncer stores booleans as integers (nonzero = on); on/off, yes/no, true/false too."""
+    word = _BOOL_WORDS.get(text.lower())
+    if word is not None:
+        return word
+    try:
+        return _parse_int(text) != 0
+    except ValueError:
+        raise ValueError(f"invalid boolean {text!r}") from None
+
+
+def _parse_list(text: str) -> tuple[str, ...]:
+    return tuple(item for item in _SEP_RE.split(text) if item)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How one [pgbouncer] key is parsed, its default and whether RELOAD/SET may change it."""
+
+    name: str
+    kind: str  # "str" | "int" | "bool" | "time" | "list" | "enum" | "mode"
+    default: object
+    changeable: bool
+    choices: tuple[str, ...] = ()
+    bounds: tuple[int, int | None] = (0, None)
+    pgtarn_only: bool = False
+
+    def parse(self, text: str) -> object:
+        """Typed value from the ini text; ValueError with a short reason if invalid."""
+        kind = self.kind
+        if kind == "str":
+            return text
+        if kind == "list":
+            return _parse_list(text)
+        if kind == "bool":
+            return _parse_bool(text)
+        if kind == "time":
+            return _parse_time(text)
+        if kind == "enum":
+            low = text.lower()
+            if low not in self.choices:
+                raise ValueError(f"invalid value {text!r}; expected {'|'.join(self.choices)}")
+            return low
+        if kind == "mode":
+            digits = text[2:] if text[:2] in ("0o", "0O") else text
+            if not re.fullmatch(r"[0-7]+", digits):
+                raise ValueError(f"invalid octal mode {text!r}")
+            value = int(digits, 8)
+        else:
+            value = _parse_int(text)
+        lo, hi = self.bounds
+        if value < lo or (hi is not None and value > hi):
+            limit = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+            raise ValueError(f"value {text} out of range (must be {limit})")
+        return value
+
+    def format(self, value: object) -> str:
+        """The value as SHOW CONFIG shows it."""
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if self.kind == "mode" and isinstance(value, int):
+            return f"0{value:o}"
+        if isinstance(value, float):
+            return f"{value:g}"
+        if isinstance(value, tuple):
+            return ",".join(str(v) for v in value)
+        return str(value)
+
+
+def _kind_of(name: str, default: object) -> str:
+    if name in _CHOICES:
+        return "enum"
+    if name == "unix_socket_mode":
+        return "mode"
+    for typ, kind in ((bool, "bool"), (int, "int"), (float, "time"), (tuple, "list")):
+        if isinstance(default, typ):
+            return kind
+    return "str"
+
+
+SETTINGS: dict[str, Setting] = {
+    f.name: Setting(
+        name=f.name,
+        kind=_kind_of(f.name, f.default),
+        default=f.default,
+        changeable=f.name not in _NO_RELOAD,
+        choices=_CHOICES.get(f.name, ()),
+        bounds=_BOUNDS.get(f.name, (0, None)),
+        pgtarn_only=f.name in _PGTARN_ONLY,
+    )
+    for f in fields(Config)
+    if f.name not in _NOT_SETTINGS
+}
+
+
+def parse_connstr(text: str) -> list[tuple[str, str]]:
+    """Split `key=value key='quoted value' ...` into pairs, in order.
+
+    As PgBouncer: whitespace separates pairs and may surround '='; a value may be
+    single-quoted, with '' for a quote; empty values are rejected.  As libpq,
+    \\' and \\\\ inside quotes also stand for ' and \\ (any other backslash is kept).
+    Raises ValueError on a syntax error.
+    """
+    pairs: list[tuple[str, str]] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            return pairs
+        start = i
+        while i < n and text[i] != "=" and not text[i].isspace():
+            i += 1
+        key = text[start:i]
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n or text[i] != "=" or not key:
+            raise ValueError(f"syntax error near {text[start : start + 20]!r}: expected key=value")
+        i += 1
+        while i < n and text[i].isspace():
+            i += 1
+        if i < n and text[i] == "'":
+            i += 1
+            buf: list[str] = []
+            while True:
+                if i >= n:
+                    raise ValueError(f"{key}: unterminated quoted string")
+                ch = text[i]
+                if ch == "'" and text[i + 1 : i + 2] == "'":
+                    buf.append("'")
+                    i += 2
+                elif ch == "'":
+                    i += 1
+                    break
+                elif ch == "\\" and text[i + 1 : i + 2] in ("'", "\\"):
+                    buf.append(text[i + 1])
+                    i += 2
+                else:
+                    buf.append(ch)
+                    i += 1
+            if i < n and not text[i].isspace():
+                raise ValueError(f"{key}: unexpected {text[i]!r} after quoted value")
+            value = "".join(buf)
+        else:
+            start = i
+            while i < n and not text[i].isspace():
+                i += 1
+            value = text[start:i]
+        if not value:
+            raise ValueError(f"{key}: empty value")
+        pairs.append((key, value))
+
+
+def quote_connstr_value(value: str) -> str:
+    """`value` single-quoted so that parse_connstr gives it back unchanged."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+_DB_PARAMS = {
+    "client_encoding": "client_encoding",
+    "datestyle": "DateStyle",
+    "timezone": "TimeZone",
+    "application_name": "application_name",
+}
+_DB_KEYS = frozenset({
+    "host", "port", "dbname", "user", "password", "auth_user", "auth_dbname", "auth_query",
+    "pool_size", "min_pool_size", "reserve_pool", "reserve_pool_size", "pool_mode",
+    "max_db_connections", "max_db_client_connections", "connect_query", "server_lifetime",
+    "query_wait_timeout", "load_balance_hosts", "target_session_attrs", *_DB_PARAMS,
+})  # fmt: skip
+_USER_KEYS = frozenset({
+    "pool_mode", "pool_size", "reserve_pool", "reserve_pool_size", "max_user_connections",
+    "max_user_client_connections", "query_timeout", "idle_transaction_timeout",
+    "client_idle_timeout",
+})  # fmt: skip
+
+
+class _Params:
+    """Typed access to the pairs of one connection string."""
+
+    def __init__(self, text: str, known: frozenset[str], what: str) -> None:
+        self.values: dict[str, str] = {}
+        for key, value in parse_connstr(text):
+            key = key.lower()
+            if key not in known:
+                raise ValueError(f"unknown {what} parameter {key!r}")
+            self.values[key] = value  # a repeated key: later wins
+
+    def get_str(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def get_int(self, key: str, *alias: str) -> int | None:
+        for k in (key, *alias):
+            if k in self.values:
+                value = _parse_int(self.values[k], c_style=False)
+                if value < 0:
+                    raise ValueError(f"{k}: must be >= 0, got {value}")
+                return value
+        return None
+
+    def get_time(self, key: str) -> float | None:
+        text = self.values.get(key)
+        return None if text is None else _parse_time(text)
+
+    def get_choice(self, key: str, choices: tuple[str, ...]) -> str | None:
+        text = self.values.get(key)
+        if text is not None and text.lower() not in choices:
+            raise ValueError(f"{key}: invalid value {text!r}; expected {'|'.join(choices)}")
+        return None if text is None else text.lower()
+
+
+def _database_entry(name: str, connstr: str, loc: str) -> DatabaseEntry:
+    p = _Params(connstr, _DB_KEYS, "connection")
+    hosts: tuple[str, ...] = ()
+    if "host" in p.values:
+        hosts = tuple(h.strip() for h in p.values["host"].split(","))
+        if not all(hosts):
+            raise ValueError(f"host: empty host name in {p.values['host']!r}")
+    port = p.get_int("port")
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"port: invalid port {p.values['port']!r}")
+    dbname = p.get_str("dbname")
+    return DatabaseEntry(
+        name=name,
+        host=hosts[0] if hosts else None,
+        hosts=hosts,
+        port=5432 if port is None else port,
+        dbname=dbname or name,
+        user=p.get_str("user"),
+        password=p.get_str("password"),
+        auth_user=p.get_str("auth_user"),
+        auth_dbname=p.get_str("auth_dbname"),
+        auth_query=p.get_str("auth_query"),
+        pool_size=p.get_int("pool_size"),
+        min_pool_size=p.get_int("min_pool_size"),
+        reserve_pool_size=p.get_int("reserve_pool_size", "reserve_pool"),
+        pool_mode=p.get_choice("pool_mode", POOL_MODES),
+        max_db_connections=p.get_int("max_db_connections"),
+        max_db_client_connections=p.get_int("max_db_client_connections"),
+        server_lifetime=p.get_time("server_lifetime"),
+        query_wait_timeout=p.get_time("query_wait_timeout"),
+        load_balance_hosts=p.get_choice("load_balance_hosts", LOAD_BALANCE_HOSTS),
+        target_session_attrs=p.get_choice("target_session_attrs", TARGET_SESSION_ATTRS),
+        connect_query=p.get_str("connect_query"),
+        startup_params=MappingProxyType(
+            {pg: p.values[k] for k, pg in _DB_PARAMS.items() if k in p.values}
+        ),
+        line=loc,
+        connstr=connstr,
+        explicit_dbname=dbname is not None,
+    )
+
+
+def _user_entry(name: str, text: str, loc: str) -> UserEntry:
+    p = _Params(text, _USER_KEYS, "user")
+    return UserEntry(
+        name=name,
+        pool_mode=p.get_choice("pool_mode", POOL_MODES),
+        pool_size=p.get_int("pool_size"),
+        reserve_pool_size=p.get_int("reserve_pool_size", "reserve_pool"),
+        max_user_connections=p.get_int("max_user_connections"),
+        max_user_client_connections=p.get_int("max_user_client_connections"),
+        query_timeout=p.get_time("query_timeout"),
+        idle_transaction_timeout=p.get_time("idle_transaction_timeout"),
+        client_idle_timeout=p.get_time("client_idle_timeout"),
+        line=loc,
+    )
+
+
+_SECTIONS = {
+    "databases": "databases",
+    "users": "users",
+    "pgbouncer": "pgbouncer",
+    "pgtarn": "pgbouncer",
+    "peers": "peers",
+}
+_SECTION_RE = re.compile(r"\[([^\]]*)\]\s*([;#].*)?")
+
+
+def _read_file(path: str, where: str) -> str:
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+    except OSError as e:
+        raise ConfigError(f"{where}cannot read {path!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}{path}: not valid UTF-8: {e.reason}") from None
+
+
+def _resolve_include(target: str, including: str) -> str:
+    """Relative names are looked up next to the including file first, then (as
+    PgBouncer does) relative to the current directory."""
+    target = os.path.expanduser(target)
+    if os.path.isabs(target):
+        return target
+    beside = os.path.join(os.path.dirname(including), target)
+    return beside if os.path.exists(beside) or not os.path.exists(target) else target
+
+
+def _lines(text: str, path: str, stack: tuple[str, ...]) -> Iterator[tuple[str, int, str]]:
+    """(file, line number, stripped line) for every line, with %include expanded."""
+    for lineno, raw in enumerate(text.split("\n"), 1):
+        line = raw.strip()
+        if line.startswith("%include") and (len(line) == 8 or line[8].isspace()):
+            loc = f"{path}:{lineno}"
+            target = line[8:].strip()
+            if not target:
+                raise ConfigError(f"{loc}: %include: missing file name")
+            if len(stack) > MAX_INCLUDE_DEPTH:
+                raise ConfigError(f"{loc}: %include: nesting deeper than {MAX_INCLUDE_DEPTH}")
+            resolved = _resolve_include(target, path)
+            real = os.path.realpath(resolved)
+            if real in stack:
+                raise ConfigError(f"{loc}: %include: include loop via {target!r}")
+            sub = _read_file(resolved, f"{loc}: %include: ")
+            yield from _lines(sub, resolved, (*stack, real))
+        else:
+            yield path, lineno, line
+
+
+def _split_key(line: str, loc: str) -> tuple[str, str]:
+    """`name = value` -> (name, value); the name may be '…' or "…" quoted ("" = ")."""
+    if line[0] in "\"'":
+        quote, i, parts = line[0], 1, []
+        while True:
+            j = line.find(quote, i)
+            if j < 0:
+                raise ConfigError(f"{loc}: unterminated quoted name")
+            parts.append(line[i:j])
+            if quote == '"' and line[j + 1 : j + 2] == '"':
+                parts.append('"')
+                i = j + 2
+                continue
+            break
+        key, rest = "".join(parts), line[j + 1 :].lstrip()
+    else:
+        eq = line.find("=")
+        key, rest = (line, "") if eq < 0 else (line[:eq].strip(), line[eq:])
+        if any(c.isspace() for c in key):
+            raise ConfigError(f"{loc}: syntax error: expected 'name = value' in {line[:40]!r}")
+    if not key or not rest.startswith("="):
+        raise ConfigError(f"{loc}: syntax error: expected 'name = value' in {line[:40]!r}")
+    return key, rest[1:].strip()
+
+
+def load_config(path: str) -> Config:
+    """Read and check a pgbouncer.ini; ConfigError names file:line: key on failure."""
+    return parse_config(_read_file(path, ""), path)
+
+
+def parse_config(text: str, path: str = "<string>") -> Config:
+    """Parse ini text; `%include` names are relative to dirname(path)."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    databases: dict[str, DatabaseEntry] = {}
+    users: dict[str, UserEntry] = {}
+    warnings: list[str] = []
+    section: str | None = None
+    seen_main = False
+    for fname, lineno, line in _lines(text, path, (os.path.realpath(path),)):
+        if not line or line[0] in ";#":
+            continue
+        loc = f"{fname}:{lineno}"
+        if line[0] == "[":
+            m = _SECTION_RE.fullmatch(line)
+            if m is None:
+                raise ConfigError(f"{loc}: syntax error in section header {line!r}")
+            section = _SECTIONS.get(m.group(1).strip().lower())
+            if section is None:
+                raise ConfigError(f"{loc}: [{m.group(1)}]: unknown section")
+            seen_main = seen_main or section == "pgbouncer"
+            if section == "peers":
+                warnings.append(f"{loc}: [peers]: peering is not supported; section ignored")
+            continue
+        key, value = _split_key(line, loc)
+        if section is None:
+            raise ConfigError(f"{loc}: {key}: setting outside of any section")
+        try:
+            if section == "databases":
+                if key == "pgbouncer":
+                    raise ValueError("database name 'pgbouncer' is reserved for the admin console")
+                databases[key] = _database_entry(key, value, loc)
+            elif section == "users":
+                users[key] = _user_entry(key, value, loc)
+            elif section == "pgbouncer":
+                name = key.lower()
+                if name in _DEPRECATED:
+                    warnings.append(f"{loc}: {key}: deprecated, use {_DEPRECATED[name]}")
+                    name = _DEPRECATED[name]
+                setting = SETTINGS.get(name)
+                if setting is None:
+                    warnings.append(f"{loc}: {key}: unknown setting, ignored")
+                    continue
+                key = name
+                values[name] = setting.parse(value)
+                origins[name] = loc
+        except ValueError as e:
+            raise ConfigError(f"{loc}: {key}: {e}") from None
+    if not seen_main:
+        warnings.append(f"{path}: no [pgbouncer] section; using defaults")
+    config = replace(
+        Config(path=path, databases=MappingProxyType(databases), users=MappingProxyType(users)),
+        **values,
+    )
+    warnings.extend(_cross_check(config, origins))
+    return replace(config, warnings=tuple(warnings))
+
+
+def _cross_check(cfg: Config, origins: Mapping[str, str]) -> list[str]:
+    """Soft checks PgBouncer does not enforce but that are very likely mistakes."""
+    out: list[str] = []
+
+    def warn(key: str, msg: str) -> None:
+        out.append(f"{origins.get(key, cfg.path)}: {key}: {msg}")
+
+    needs_users = cfg.auth_type in ("md5", "scram-sha-256", "plain", "trust")
+    if needs_users and not cfg.auth_file and not cfg.auth_user:
+        warn("auth_type", f"{cfg.auth_type} needs users from auth_file or auth_user")
+    if cfg.auth_type == "hba" and not cfg.auth_hba_file:
+        warn("auth_type", "hba needs auth_hba_file")
+    if cfg.min_pool_size > cfg.default_pool_size:
+        warn("min_pool_size", f"{cfg.min_pool_size} > default_pool_size {cfg.default_pool_size}")
+    for db in cfg.databases.values():
+        size = db.pool_size if db.pool_size is not None else cfg.default_pool_size
+        if cfg.min_pool_size_for(db) > size:
+            out.append(f"{db.line}: {db.name}: min_pool_size {cfg.min_pool_size_for(db)} > "
+                       f"pool size {size}")  # fmt: skip
+    if cfg.client_tls_sslmode != "disable" and not (
+        cfg.client_tls_key_file and cfg.client_tls_cert_file
+    ):
+        warn("client_tls_sslmode", "needs client_tls_key_file and client_tls_cert_file")
+    if not cfg.listen_addr and not cfg.unix_socket_dir:
+        warn("listen_addr", "neither listen_addr nor unix_socket_dir is set; nothing to listen on")
+    return out

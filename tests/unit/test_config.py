@@ -1,0 +1,482 @@
+"""Tests for pgtarn.config: reading pgbouncer.ini as PgBouncer does."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import string
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pgtarn.config import (
+    SETTINGS,
+    Config,
+    DatabaseEntry,
+    load_config,
+    parse_config,
+    parse_connstr,
+    quote_connstr_value,
+)
+from pgtarn.errors import ConfigError
+
+REALISTIC = """\
+;; a realistic pgbouncer.ini
+[databases]
+; TCP database with everything set
+main = host=db.local port=5433 dbname=maindb user=app password=s3cret pool_size=40 pool_mode=session
+reports = host = 10.0.0.5  dbname = rep  min_pool_size=2 reserve_pool=3 max_db_connections=50
+# unix socket directory
+local = host=/run/pg dbname=localdb connect_query='SELECT 1' client_encoding=UTF8 timezone=UTC
+ha = host=pg1,pg2,pg3 application_name=billing datestyle=ISO
+"quoted db" = host=q
+* = host=fallback.example.com port=6000
+
+[users]
+alice = pool_mode=statement pool_size=7 max_user_connections=10
+bob = reserve_pool_size=2 query_timeout=1.5 client_idle_timeout=30
+
+[pgbouncer]
+logfile = /var/log/pgbouncer/pgbouncer.log
+pidfile = /var/run/pgbouncer/pgbouncer.pid
+listen_addr = *, 127.0.0.1,::1
+listen_port = 6543
+unix_socket_dir = /var/run/postgresql
+unix_socket_mode = 0700
+auth_type = scram-sha-256
+auth_file = /etc/pgbouncer/userlist.txt
+admin_users = postgres, admin
+stats_users = stats,postgres
+pool_mode = session
+server_reset_query = DISCARD ALL
+ignore_startup_parameters = extra_float_digits, options
+max_client_conn = 1000
+default_pool_size = 25
+log_connections = 0
+server_round_robin = 1
+server_idle_timeout = 60.5
+query_wait_timeout = 0
+client_tls_sslmode = require
+client_tls_key_file = /etc/pgbouncer/key.pem
+client_tls_cert_file = /etc/pgbouncer/cert.pem
+"""
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+def realistic(tmp_path: Path) -> Config:
+    return load_config(write(tmp_path / "pgbouncer.ini", REALISTIC))
+
+
+def error_of(text: str, path: str = "pgbouncer.ini") -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, path)
+    return str(info.value)
+
+
+# ---------------------------------------------------------------- defaults
+
+
+def test_defaults_match_pgbouncer() -> None:
+    c = Config.default()
+    assert c.listen_addr == ()
+    assert c.listen_port == 6432
+    assert c.unix_socket_dir == "/tmp"
+    assert c.unix_socket_mode == 0o777
+    assert c.auth_type == "md5"
+    assert c.pool_mode == "session"
+    assert c.max_client_conn == 100
+    assert c.default_pool_size == 20
+    assert c.min_pool_size == 0
+    assert c.reserve_pool_timeout == 5.0
+    assert c.server_reset_query == "DISCARD ALL"
+    assert c.server_reset_query_always is False
+    assert c.server_check_delay == 30.0
+    assert c.server_lifetime == 3600.0
+    assert c.server_idle_timeout == 600.0
+    assert c.server_connect_timeout == 15.0
+    assert c.client_login_timeout == 60.0
+    assert c.query_wait_timeout == 120.0
+    assert c.cancel_wait_timeout == 10.0
+    assert c.query_timeout == 0.0
+    assert c.track_extra_parameters == ("IntervalStyle",)
+    assert c.max_prepared_statements == 200
+    assert c.scram_iterations == 4096
+    assert c.log_connections and c.log_disconnections and c.log_pooler_errors and c.log_stats
+    assert c.client_tls_sslmode == "disable"
+    assert c.server_tls_sslmode == "prefer"
+    assert c.pkt_buf == 4096
+    assert c.max_packet_size == 2147483647
+    assert c.listen_backlog == 128
+    assert c.sbuf_loopcnt == 5
+    assert c.tcp_keepalive is True
+    assert c.peer_id == 0
+    assert c.workers == 1 and c.log_format == "text"
+    assert c.databases == {} and c.users == {} and c.warnings == ()
+
+
+def test_settings_table_matches_config_fields() -> None:
+    c = Config.default()
+    for name, s in SETTINGS.items():
+        assert getattr(c, name) == s.default
+        assert s.parse(s.format(s.default)) == s.default, name
+    assert SETTINGS["listen_port"].changeable is False
+    assert SETTINGS["pool_mode"].changeable is True
+    assert SETTINGS["workers"].pgtarn_only
+
+
+def test_empty_config_only_warns_about_missing_section() -> None:
+    c = parse_config("")
+    assert len(c.warnings) >= 1
+    assert any("[pgbouncer]" in w for w in c.warnings)
+
+
+# ---------------------------------------------------------------- realistic file
+
+
+def test_realistic_pgbouncer_section(realistic: Config) -> None:
+    c = realistic
+    assert c.listen_addr == ("*", "127.0.0.1", "::1")
+    assert c.listen_port == 6543
+    assert c.unix_socket_dir == "/var/run/postgresql"
+    assert c.unix_socket_mode == 0o700
+    assert c.auth_type == "scram-sha-256"
+    assert c.admin_users == ("postgres", "admin")
+    assert c.stats_users == ("stats", "postgres")
+    assert c.ignore_startup_parameters == ("extra_float_digits", "options")
+    assert c.max_client_conn == 1000
+    assert c.default_pool_size == 25
+    assert c.log_connections is False
+    assert c.server_round_robin is True
+    assert c.server_idle_timeout == 60.5
+    assert c.query_wait_timeout == 0.0
+    assert c.client_tls_sslmode == "require"
+    assert c.logfile == "/var/log/pgbouncer/pgbouncer.log"
+    assert c.warnings == ()
+
+
+def test_realistic_databases(realistic: Config) -> None:
+    dbs = realistic.databases
+    assert list(dbs) == ["main", "reports", "local", "ha", "quoted db", "*"]
+    main = dbs["main"]
+    assert (main.host, main.port, main.dbname, main.user) == ("db.local", 5433, "maindb", "app")
+    assert main.password == "s3cret"
+    assert main.pool_size == 40 and main.pool_mode == "session"
+    assert main.line.endswith("pgbouncer.ini:4")
+    assert "password=s3cret" in main.connstr
+
+    rep = dbs["reports"]
+    assert (rep.host, rep.port, rep.dbname) == ("10.0.0.5", 5432, "rep")
+    assert (rep.min_pool_size, rep.reserve_pool_size, rep.max_db_connections) == (2, 3, 50)
+    assert rep.user is None and rep.password is None and rep.pool_size is None
+
+    local = dbs["local"]
+    assert local.host == "/run/pg" and local.is_unix_socket
+    assert local.connect_query == "SELECT 1"
+    assert dict(local.startup_params) == {"client_encoding": "UTF8", "TimeZone": "UTC"}
+
+    ha = dbs["ha"]
+    assert ha.hosts == ("pg1", "pg2", "pg3") and ha.host == "pg1"
+    assert ha.dbname == "ha"  # defaults to the entry name
+    assert dict(ha.startup_params) == {"application_name": "billing", "DateStyle": "ISO"}
+    assert not ha.is_unix_socket
+
+    assert dbs["quoted db"].host == "q"
+
+
+def test_database_without_host_uses_unix_socket() -> None:
+    c = parse_config("[databases]\nfoodb =\n[pgbouncer]\n")
+    assert c.databases["foodb"].host is None
+    assert c.databases["foodb"].hosts == ()
+    assert c.databases["foodb"].is_unix_socket
+    assert c.databases["foodb"].dbname == "foodb"
+
+
+def test_realistic_users(realistic: Config) -> None:
+    alice = realistic.users["alice"]
+    assert (alice.pool_mode, alice.pool_size, alice.max_user_connections) == ("statement", 7, 10)
+    bob = realistic.users["bob"]
+    assert bob.reserve_pool_size == 2 and bob.query_timeout == 1.5
+    assert bob.client_idle_timeout == 30.0 and bob.pool_mode is None
+
+
+def test_pgtarn_section_alias_and_case_insensitive_keys() -> None:
+    c = parse_config("[pgtarn]\nLISTEN_PORT = 7000\nPool_Mode = Transaction\nauth_type = any\n")
+    assert c.listen_port == 7000
+    assert c.pool_mode == "transaction"
+    assert c.auth_type == "any"
+    assert c.warnings == ()
+
+
+def test_names_are_case_sensitive() -> None:
+    c = parse_config("[databases]\nMyDB = host=a\nmydb = host=b\n[users]\nBob = pool_size=1\n")
+    assert c.databases["MyDB"].host == "a" and c.databases["mydb"].host == "b"
+    assert "Bob" in c.users and "bob" not in c.users
+
+
+def test_duplicate_key_later_wins() -> None:
+    c = parse_config("[pgbouncer]\nlisten_port = 1111\nlisten_port = 2222\n")
+    assert c.listen_port == 2222
+
+
+def test_value_taken_literally_to_end_of_line() -> None:
+    c = parse_config("[pgbouncer]\nserver_reset_query = DISCARD ALL; -- not a comment  \n")
+    assert c.server_reset_query == "DISCARD ALL; -- not a comment"
+
+
+def test_value_types() -> None:
+    c = parse_config(
+        "[pgbouncer]\nlog_stats = off\nsyslog = yes\nso_reuseport = true\n"
+        "max_client_conn = 0x10\nserver_lifetime = 1e3\nlog_format = JSON\n"
+    )
+    assert (c.log_stats, c.syslog, c.so_reuseport) == (False, True, True)
+    assert c.max_client_conn == 16
+    assert c.server_lifetime == 1000.0
+    assert c.log_format == "json"
+
+
+def test_peers_section_ignored_with_warning() -> None:
+    c = parse_config("[peers]\n1 = host=/tmp/p1\n[pgbouncer]\npeer_id = 1\n", "pgb.ini")
+    assert c.peer_id == 1
+    assert any(w.startswith("pgb.ini:1:") and "peers" in w for w in c.warnings)
+
+
+# ---------------------------------------------------------------- %include
+
+
+def test_include_relative_to_including_file(tmp_path: Path) -> None:
+    sub = tmp_path / "conf.d"
+    sub.mkdir()
+    write(sub / "dbs.ini", "[databases]\nincluded = host=inc\n%include more.ini\n")
+    write(sub / "more.ini", "deeper = host=deep\n")
+    main = write(
+        tmp_path / "pgbouncer.ini",
+        "[pgbouncer]\nlisten_port = 1\n%include conf.d/dbs.ini\n[pgbouncer]\nlisten_port = 2\n",
+    )
+    c = load_config(main)
+    assert c.databases["included"].host == "inc"
+    assert c.databases["deeper"].line == f"{sub / 'more.ini'}:1"
+    assert c.listen_port == 2
+
+
+def test_include_loop_detected(tmp_path: Path) -> None:
+    write(tmp_path / "a.ini", "[pgbouncer]\n%include b.ini\n")
+    write(tmp_path / "b.ini", "%include a.ini\n")
+    with pytest.raises(ConfigError, match=r"b\.ini:1: %include: include loop"):
+        load_config(str(tmp_path / "a.ini"))
+
+
+def test_include_self_loop_from_parse_config(tmp_path: Path) -> None:
+    path = write(tmp_path / "self.ini", "%include self.ini\n")
+    with pytest.raises(ConfigError, match="include loop"):
+        parse_config("%include self.ini\n", path)
+
+
+def test_include_depth_limited(tmp_path: Path) -> None:
+    for i in range(12):
+        write(tmp_path / f"f{i}.ini", f"%include f{i + 1}.ini\n")
+    write(tmp_path / "f12.ini", "[pgbouncer]\n")
+    with pytest.raises(ConfigError, match="nesting"):
+        load_config(str(tmp_path / "f0.ini"))
+
+
+def test_include_missing_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "pgbouncer.ini", "[pgbouncer]\n%include nope.ini\n")
+    with pytest.raises(ConfigError, match=r"pgbouncer\.ini:2: %include: cannot read"):
+        load_config(path)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(os.path.join(str(tmp_path), "absent.ini"))
+
+
+# ---------------------------------------------------------------- errors name file:line:key
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[pgbouncer]\n\nlisten_port = abc\n", "pgbouncer.ini:3: listen_port: invalid integer"),
+        ("[pgbouncer]\nlog_stats = maybe\n", "pgbouncer.ini:2: log_stats: invalid boolean 'maybe'"),
+        ("[pgbouncer]\npool_mode = sometimes\n", "pgbouncer.ini:2: pool_mode: invalid value"),
+        ("[pgbouncer]\nauth_type = crypt\n", "pgbouncer.ini:2: auth_type: invalid value"),
+        ("[pgbouncer]\nlisten_port = 70000\n", "pgbouncer.ini:2: listen_port: value 70000 out"),
+        ("[pgbouncer]\nmax_client_conn = -5\n", "pgbouncer.ini:2: max_client_conn: value -5 out"),
+        ("[pgbouncer]\nserver_lifetime = 5min\n", "pgbouncer.ini:2: server_lifetime: invalid time"),
+        ("[pgbouncer]\nunix_socket_mode = 0999\n", "pgbouncer.ini:2: unix_socket_mode: invalid"),
+        ("[pgbouncer]\n[bogus]\n", "pgbouncer.ini:2: [bogus]: unknown section"),
+        ("[databases]\nd = host=x pool_mode=fast\n", "pgbouncer.ini:2: d: pool_mode: invalid"),
+        ("[databases]\nd = foo=1\n", "pgbouncer.ini:2: d: unknown connection parameter 'foo'"),
+        ("[databases]\nd = host=x password='oops\n", "pgbouncer.ini:2: d: password: unterminated"),
+        ("[databases]\nd = host=x port=0\n", "pgbouncer.ini:2: d: port: invalid port"),
+        ("[databases]\nd = host=x pool_size=ten\n", "pgbouncer.ini:2: d: invalid integer 'ten'"),
+        ("[databases]\nd = port=1 host=\n", "pgbouncer.ini:2: d: host: empty value"),
+        ("[databases]\nd = host\n", "pgbouncer.ini:2: d: syntax error"),
+        ("[databases]\npgbouncer = host=x\n", "pgbouncer.ini:2: pgbouncer: database name"),
+        ("[users]\nu = max_user_connections=x\n", "pgbouncer.ini:2: u: invalid integer 'x'"),
+        ("[users]\nu = host=x\n", "pgbouncer.ini:2: u: unknown user parameter 'host'"),
+        ("listen_port = 1\n", "pgbouncer.ini:1: listen_port: setting outside of any section"),
+        ("[pgbouncer]\njust some words\n", "pgbouncer.ini:2: syntax error"),
+        ("[pgbouncer\n", "pgbouncer.ini:1: syntax error in section header"),
+    ],
+)
+def test_errors_name_file_line_and_key(text: str, expected: str) -> None:
+    assert expected in error_of(text)
+
+
+def test_error_in_included_file_names_that_file(tmp_path: Path) -> None:
+    write(tmp_path / "inc.ini", "\n\nlisten_port = nope\n")
+    path = write(tmp_path / "pgbouncer.ini", "[pgbouncer]\n%include inc.ini\n")
+    with pytest.raises(ConfigError, match=r"inc\.ini:3: listen_port: invalid integer 'nope'"):
+        load_config(path)
+
+
+def test_unknown_pgbouncer_key_is_a_warning() -> None:
+    c = parse_config("[pgbouncer]\nlisten_port = 6000\nno_such_thing = 1\n", "pgbouncer.ini")
+    assert c.listen_port == 6000
+    assert "pgbouncer.ini:3: no_such_thing: unknown setting, ignored" in c.warnings
+    assert not any("listen_port" in w for w in c.warnings)
+
+
+def test_deprecated_alias_warns_and_applies() -> None:
+    c = parse_config("[pgbouncer]\nservice_name = mybouncer\n", "p.ini")
+    assert c.job_name == "mybouncer"
+    assert any(w.startswith("p.ini:2: service_name: deprecated") for w in c.warnings)
+
+
+def test_cross_check_warnings() -> None:
+    c = parse_config(
+        "[databases]\nd = host=x pool_size=2 min_pool_size=5\n"
+        "[pgbouncer]\nauth_type = md5\nmin_pool_size = 30\n",
+        "p.ini",
+    )
+    text = "\n".join(c.warnings)
+    assert "p.ini:4: auth_type: md5 needs users from auth_file or auth_user" in text
+    assert "p.ini:5: min_pool_size: 30 > default_pool_size 20" in text
+    assert "p.ini:2: d: min_pool_size 5 > pool size 2" in text
+
+
+# ---------------------------------------------------------------- connection strings
+
+
+def test_quoting_in_connection_strings() -> None:
+    c = parse_config(
+        "[databases]\nd = host=h password='it''s a \\' test' connect_query = 'SELECT  2'\n"
+    )
+    assert c.databases["d"].password == "it's a ' test"
+    assert c.databases["d"].connect_query == "SELECT  2"
+
+
+def test_parse_connstr_details() -> None:
+    assert parse_connstr("") == []
+    assert parse_connstr("  a=1   b = 2\tc= '3 4' ") == [("a", "1"), ("b", "2"), ("c", "3 4")]
+    assert parse_connstr(r"p='a\\b\c'") == [("p", "a\\b\\c")]
+    with pytest.raises(ValueError, match="empty value"):
+        parse_connstr("a=''")
+    with pytest.raises(ValueError, match="after quoted value"):
+        parse_connstr("a='x'b=2")
+
+
+@given(
+    st.dictionaries(
+        st.text(string.ascii_lowercase + "_", min_size=1, max_size=12),
+        st.text(string.printable, min_size=1, max_size=40),
+        max_size=6,
+    )
+)
+def test_connstr_round_trip(params: dict[str, str]) -> None:
+    text = " ".join(f"{k}={quote_connstr_value(v)}" for k, v in params.items())
+    assert dict(parse_connstr(text)) == params
+
+
+# ---------------------------------------------------------------- lookups and precedence
+
+
+def test_find_database_exact_and_fallback(realistic: Config) -> None:
+    assert realistic.find_database("main") is realistic.databases["main"]
+    auto = realistic.find_database("somedb")
+    assert auto is not None
+    assert (auto.name, auto.dbname, auto.host, auto.port) == (
+        "somedb",
+        "somedb",
+        "fallback.example.com",
+        6000,
+    )
+
+
+def test_find_database_fallback_keeps_explicit_dbname() -> None:
+    c = parse_config("[databases]\n* = host=h dbname=fixed\n")
+    entry = c.find_database("anything")
+    assert entry is not None and entry.name == "anything" and entry.dbname == "fixed"
+
+
+def test_find_database_without_fallback() -> None:
+    c = parse_config("[databases]\nonly = host=h\n")
+    assert c.find_database("only") is not None
+    assert c.find_database("other") is None
+    assert Config.default().find_database("x") is None
+
+
+def test_pool_mode_and_size_precedence() -> None:
+    c = parse_config(
+        "[databases]\nplain = host=h\ntx = host=h pool_mode=transaction pool_size=8\n"
+        "[users]\nstmt = pool_mode=statement pool_size=3\nnobody = max_user_connections=1\n"
+        "[pgbouncer]\npool_mode = session\ndefault_pool_size = 11\n"
+    )
+    plain, tx = c.databases["plain"], c.databases["tx"]
+    # user entry > database entry > global
+    assert c.pool_mode_for(plain, "someone") == "session"
+    assert c.pool_mode_for(tx, "someone") == "transaction"
+    assert c.pool_mode_for(tx, "stmt") == "statement"
+    assert c.pool_mode_for(tx, "nobody") == "transaction"
+    assert c.pool_size_for(plain, "someone") == 11
+    assert c.pool_size_for(tx, "someone") == 8
+    assert c.pool_size_for(tx, "stmt") == 3
+    assert c.max_user_connections_for("nobody") == 1
+    assert c.max_user_connections_for("someone") == 0
+
+
+# ---------------------------------------------------------------- secrecy and rows
+
+
+def test_passwords_absent_from_repr(realistic: Config) -> None:
+    assert "s3cret" not in repr(realistic)
+    assert "s3cret" not in repr(realistic.databases["main"])
+    assert "s3cret" not in repr(realistic.find_database("main"))
+    assert "s3cret" not in str(list(realistic.databases.values()))
+
+
+def test_settings_rows_cover_every_setting(realistic: Config) -> None:
+    rows = realistic.settings_rows()
+    assert [r[0] for r in rows] == sorted(SETTINGS)
+    by_key = {r[0]: r for r in rows}
+    assert by_key["listen_port"] == ("listen_port", "6543", "6432", False)
+    assert by_key["pool_mode"] == ("pool_mode", "session", "session", True)
+    assert by_key["log_connections"][1:3] == ("0", "1")
+    assert by_key["server_idle_timeout"][1:3] == ("60.5", "600")
+    assert by_key["listen_addr"][1] == "*,127.0.0.1,::1"
+    assert by_key["unix_socket_mode"][1:3] == ("0700", "0777")
+
+
+def test_with_setting() -> None:
+    c = Config.default().with_setting("Default_Pool_Size", "7")
+    assert c.default_pool_size == 7
+    with pytest.raises(ConfigError, match="SET: default_pool_size: invalid integer"):
+        c.with_setting("default_pool_size", "x")
+    with pytest.raises(ConfigError, match="unknown setting"):
+        c.with_setting("nope", "1")
+
+
+def test_config_is_frozen_and_hashable(realistic: Config) -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        realistic.listen_port = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        realistic.databases["x"] = DatabaseEntry(name="x")  # type: ignore[index]
+    assert hash(realistic) == hash(dataclasses.replace(realistic))
