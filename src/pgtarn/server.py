@@ -138,13 +138,12 @@ class ServerConnection(asyncio.Protocol):
                 self._relay(data)
         except PgtarnError as error:
             if self._login is not None:
-                login, self._login = self._login, None
-                del login
+                self._login = None
                 self.close(error.message)
                 self.pool.server_login_failed(self, error)
             else:
                 log.warning("%r: %s", self, error.message)
-                self._fail(error.message)
+                self.close(error.message)
 
     def _login_data(self, data: bytes) -> None:
         login = self._login
@@ -225,9 +224,7 @@ class ServerConnection(asyncio.Protocol):
         if self.closed:
             return
         if self.close_needed:
-            self.pool.begin_reset(self)
-            self.close("close_needed after reload")
-            self.pool.server_closed(self)
+            self.close("close_needed after reload")  # connection_lost takes it out of the pool
             return
         statements = []
         if self.status != b"I":
@@ -245,9 +242,6 @@ class ServerConnection(asyncio.Protocol):
             self.close("reset left the server in a transaction")
             return
         self.pool.release(self)
-
-    def _fail(self, reason: str) -> None:
-        self.close(reason)
 
     def send_cancel(self) -> None:
         """Open a new connection to this server's PostgreSQL and send a CancelRequest."""
