@@ -107,6 +107,7 @@ def test_md5_secret_in_auth_file(pgtarn_factory, pg_roles):  # type: ignore[no-u
 def test_trust_needs_a_known_user(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"auth_type": "trust"})
     assert query_user(proc.dsn("app", None)) == "app"
+    assert query_user(unix_dsn(proc, "app", None)) == "app"
     assert login_error(proc, "nobody", None)[0] == "28000"
 
 
