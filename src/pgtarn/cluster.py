@@ -453,31 +453,19 @@ class TempCluster:
         if account is not None:
             env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
         try:
-            if account is not None:
-                res = subprocess.run(
-                    cmd,
-                    cwd=self.base_dir,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    stdin=subprocess.DEVNULL,
-                    timeout=timeout,
-                    check=False,
-                    user=account.pw_uid,
-                    group=account.pw_gid,
-                    extra_groups=[],
-                )
-            else:
-                res = subprocess.run(
-                    cmd,
-                    cwd=self.base_dir,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    stdin=subprocess.DEVNULL,
-                    timeout=timeout,
-                    check=False,
-                )
+            res = subprocess.run(
+                cmd,
+                cwd=self.base_dir,
+                env=env,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
+                check=False,
+                user=account.pw_uid if account is not None else None,
+                group=account.pw_gid if account is not None else None,
+                extra_groups=[] if account is not None else None,
+            )
         except subprocess.TimeoutExpired as exc:
             raise ClusterError(f"{Path(cmd[0]).name} timed out after {timeout}s") from exc
         if check and res.returncode != 0:

@@ -41,6 +41,7 @@ class ClientAuth:
         self._md5_salt = b""
         self._iterations = scram_iterations
         self._known = secret is not None
+        self._client_first_seen = False
         verifier = parse_verifier(secret) if secret else None
         if auth_type in ("trust", "any"):
             if auth_type == "trust" and secret is None:
@@ -100,14 +101,14 @@ class ClientAuth:
             self.done = True
             return build.AUTH_OK
         assert self._scram is not None
-        if self._scram_stage() == 0:
+        if not self._client_first_seen:
             mechanism, data = parse_sasl_initial_response(body)
             if mechanism != "SCRAM-SHA-256":
                 raise AuthFailed(
                     f"unsupported SASL mechanism {mechanism!r}", sqlstate="28000",
                     severity="FATAL",
                 )
-            self._stage = 1
+            self._client_first_seen = True
             return build.authentication(11, self._scram.handle_client_first(data))
         try:
             final = self._scram.handle_client_final(body)
@@ -119,11 +120,6 @@ class ClientAuth:
             self.scram_keys = (self._scram.client_key, self._verifier.server_key)
         self.done = True
         return build.authentication(12, final) + build.AUTH_OK
-
-    _stage = 0
-
-    def _scram_stage(self) -> int:
-        return self._stage
 
     def _check_plain(self, password_bytes: bytes) -> bytes:
         try:

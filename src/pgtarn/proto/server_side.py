@@ -51,6 +51,7 @@ class ServerLogin:
         self.backend_key: tuple[int, int] = (0, 0)
         self.done = False
         self._scram: ScramClient | None = None
+        self._scram_final_seen = False
 
     def startup(self, params: Mapping[str, str]) -> bytes:
         return build.startup_message(params)
@@ -102,7 +103,6 @@ class ServerLogin:
                 self._scram = ScramClient(self.password)
             else:
                 raise self._no_password("SCRAM-SHA-256")
-            self._scram_final_seen = False
             return build.sasl_initial_response(mechanism, self._scram.client_first())
         if code == AUTH_SASL_CONTINUE:
             if self._scram is None:
@@ -117,8 +117,6 @@ class ServerLogin:
         raise PgtarnError(
             f"server asked for unsupported authentication method {code}", sqlstate="28000"
         )
-
-    _scram_final_seen = False
 
     def _no_password(self, method: str) -> PgtarnError:
         return PgtarnError(
