@@ -9,16 +9,20 @@ import os
 import signal
 import socket
 import sys
+import time
 
 from . import __version__
 from .auth.userlist import load_userlist
 from .client import ClientConnection
 from .config import Config, load_config
-from .errors import ConfigError
+from .errors import ConfigError, PgtarnError
 from .runtime import Runtime
 from .server import launch_server
 
 log = logging.getLogger("pgtarn")
+
+JANITOR_INTERVAL = 0.1
+SHUTDOWN_ERROR = PgtarnError("pgtarn is shutting down", sqlstate="57P01", severity="FATAL")
 
 
 def setup_logging(config: Config, verbose: int, quiet: bool) -> None:
@@ -83,6 +87,8 @@ class App:
             (signal.SIGQUIT, lambda: self.shutdown("now")),
         ):
             loop.add_signal_handler(signum, handler)
+        self._open_forced_pools()
+        runtime.spawn(self._janitor())
         log.info("pgtarn %s started, pid %d", __version__, os.getpid())
         try:
             await self.done
@@ -123,6 +129,20 @@ class App:
             self.servers.append(unix)
             log.info("listening on unix:%s", path)
 
+    async def _janitor(self) -> None:
+        """The one periodic loop: login timeouts, retries, reserve pool, min_pool_size."""
+        registry = self.runtime.registry
+        while True:
+            await asyncio.sleep(JANITOR_INTERVAL)
+            registry.tick(time.monotonic())
+
+    def _open_forced_pools(self) -> None:
+        """Databases with a forced user have their pool from the start, for min_pool_size."""
+        config = self.runtime.config
+        for db in config.databases.values():
+            if db.user and config.min_pool_size_for(db) > 0:
+                self.runtime.registry.get_pool(db, db.user)
+
     def reload(self) -> None:
         """SIGHUP: re-read config and auth_file; keep the old ones when the new are invalid."""
         try:
@@ -140,6 +160,7 @@ class App:
         self.runtime.config = config
         self.runtime.userlist = userlist
         self.runtime.registry.apply(config)
+        self._open_forced_pools()
         setup_logging(config, self.verbose, self.quiet)
         log.info("configuration reloaded")
 
@@ -153,6 +174,9 @@ class App:
             server.close()
         self.runtime.accepting = False
         self.runtime.on_client_gone = self._on_client_gone
+        if mode == "servers":
+            # as PAUSE: transactions under way finish, new ones get no server
+            self.runtime.registry.pause()
         if mode == "now":
             self._finish()
             return
@@ -180,7 +204,7 @@ class App:
 
     def _cleanup(self) -> None:
         for client in list(self.runtime.clients):
-            client.close()
+            client.close(SHUTDOWN_ERROR)
         for pool in self.runtime.registry:
             for server in list(pool.idle) + list(pool.active) + list(pool.tested):
                 server.close("shutdown")

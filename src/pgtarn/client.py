@@ -373,7 +373,7 @@ class ClientConnection(asyncio.Protocol):
         assert packet.cancel_key is not None
         target = self.runtime.cancel_keys.get(packet.cancel_key)
         if target is not None and target.server is not None:
-            target.server.send_cancel()
+            target.server.send_cancel(target)
         self.runtime.clients.discard(self)
         self.state = State.CLOSED
         if self.transport is not None:

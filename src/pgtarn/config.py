@@ -74,6 +74,13 @@ class DatabaseEntry:
             object.__setattr__(self, "dbname", self.name)
 
     @property
+    def server_identity(self) -> str:
+        """What makes a server connection of this entry: when it changes on reload, existing
+        servers are closed as they are released (pool sizes and modes do not count)."""
+        return repr((self.hosts or (self.host,), self.port, self.dbname, self.user,
+                     self.password, self.connect_query, sorted(self.startup_params.items())))
+
+    @property
     def is_unix_socket(self) -> bool:
         """True when `host` names a Unix socket directory (or is unset)."""
         return self.host is None or self.host.startswith(("/", "@"))

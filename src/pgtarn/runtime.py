@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .config import Config
@@ -28,7 +28,7 @@ class Runtime:
         self.clients: set[ClientConnection] = set()
         #: BackendKeyData we gave each client -> that client, for CancelRequest routing.
         self.cancel_keys: dict[tuple[int, int], ClientConnection] = {}
-        self.ids = itertools.count(1)
+        self.ids: Iterator[int] = itertools.count(1)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.accepting = True
         self.on_client_gone: Callable[[], None] = lambda: None

@@ -28,6 +28,12 @@ ALL_TYPES = frozenset(range(256))
 # While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
 RELAY_TYPES = frozenset(b"ZSE")
 RFQ_LEN = 6
+# Login failures that may pass by themselves: the pool retries while clients wait.
+TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
+
+
+def is_transient(error: PgtarnError) -> bool:
+    return error.sqlstate.startswith("08") or error.sqlstate in TRANSIENT_SQLSTATES
 
 
 class ServerConnection(asyncio.Protocol):
@@ -39,7 +45,7 @@ class ServerConnection(asyncio.Protocol):
         self.pool = pool
         self.db = db
         self.id = next(runtime.ids)
-        self.connstr = db.connstr
+        self.connstr = pool.connstr
         self._login: ServerLogin | None = login
         self.transport: asyncio.Transport | None = None
         self.scanner = MessageScanner(ALL_TYPES)
@@ -51,7 +57,6 @@ class ServerConnection(asyncio.Protocol):
         self.swallow = 0
         self.on_clean: Callable[[], None] | None = None
         self.closed = False
-        self.close_needed = False
         self.created_at = time.monotonic()
         self.last_used = self.created_at
         self.peer = ""
@@ -62,6 +67,9 @@ class ServerConnection(asyncio.Protocol):
     # --- connection lifecycle -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.closed:  # given up on (server_connect_timeout) while connecting
+            transport.close()
+            return
         self.transport = cast(asyncio.Transport, transport)
         transport = self.transport
         sock = transport.get_extra_info("socket")
@@ -78,24 +86,28 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_failed(self, exc: BaseException) -> None:
         """The TCP/unix connect itself failed."""
+        if self.closed:
+            return
         self.closed = True
         error = PgtarnError(
             f"could not connect to server: {exc}", sqlstate="08006", severity="FATAL"
         )
+        self._login = None
+        self._login_failed(error)
+
+    def _login_failed(self, error: PgtarnError) -> None:
         if self.runtime.config.log_pooler_errors:
             log.warning("%r: %s", self, error.message)
-        self.pool.server_login_failed(self, error)
+        self.pool.server_login_failed(self, error, retry=is_transient(error))
 
     def connection_lost(self, exc: Exception | None) -> None:
         was_closed = self.closed
         self.closed = True
         if self._login is not None:
             self._login = None
-            self.pool.server_login_failed(
-                self,
-                PgtarnError("server closed the connection during login", sqlstate="08006",
-                            severity="FATAL"),
-            )
+            self._login_failed(PgtarnError(
+                "server closed the connection during login", sqlstate="08006", severity="FATAL"
+            ))
             return
         client = self.client
         if client is not None:
@@ -111,6 +123,11 @@ class ServerConnection(asyncio.Protocol):
         self.closed = True
         if self.runtime.config.log_disconnections:
             log.info("%r: closing: %s", self, reason)
+        if self._login is not None:
+            self._login = None
+            self._login_failed(PgtarnError(
+                f"could not log in to server: {reason}", sqlstate="08006", severity="FATAL"
+            ))
         if self.transport is not None:
             if self._login is None and not self.transport.is_closing():
                 self.transport.write(build.TERMINATE)
@@ -140,7 +157,7 @@ class ServerConnection(asyncio.Protocol):
             if self._login is not None:
                 self._login = None
                 self.close(error.message)
-                self.pool.server_login_failed(self, error)
+                self._login_failed(error)
             else:
                 log.warning("%r: %s", self, error.message)
                 self.close(error.message)
@@ -223,9 +240,6 @@ class ServerConnection(asyncio.Protocol):
         self.last_used = time.monotonic()
         if self.closed:
             return
-        if self.close_needed:
-            self.close("close_needed after reload")  # connection_lost takes it out of the pool
-            return
         statements = []
         if self.status != b"I":
             statements.append("ROLLBACK")
@@ -243,11 +257,29 @@ class ServerConnection(asyncio.Protocol):
             return
         self.pool.release(self)
 
-    def send_cancel(self) -> None:
-        """Open a new connection to this server's PostgreSQL and send a CancelRequest."""
+    def start_check(self) -> None:
+        """Idle too long: run server_check_query before reuse (a dead server closes)."""
+        query = self.runtime.config.server_check_query
+        self.run_internal(["" if query == "<empty>" else query], self._after_check)
+
+    def _after_check(self) -> None:
+        self.last_used = time.monotonic()
+        self._after_reset()
+
+    def send_cancel(self, client: ClientConnection) -> None:
+        """Send a CancelRequest for this server's backend over a new connection.
+
+        It is sent only if this server still runs client's work once the new connection is
+        up, so a cancel never reaches a query of the client that got the server next.
+        """
         pid, key = self.backend_key
+
+        def still_linked() -> bool:
+            return self.client is client and not self.closed
+
         self.runtime.spawn(
-            send_cancel_request(self.db, pid, key, self.runtime.config.unix_socket_dir)
+            send_cancel_request(self.db, pid, key, self.runtime.config.unix_socket_dir,
+                                still_linked)
         )
 
 
@@ -269,10 +301,12 @@ async def open_connection(
     await asyncio.wait_for(coro, timeout or None)
 
 
-async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, socket_dir: str) -> None:
+async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, socket_dir: str,
+                              still_wanted: Callable[[], bool]) -> None:
     class _Once(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            cast(asyncio.Transport, transport).write(build.cancel_request(pid, key))
+            if still_wanted():
+                cast(asyncio.Transport, transport).write(build.cancel_request(pid, key))
             transport.close()
 
     try:

@@ -2,9 +2,16 @@
 
 Theory of operation. A server is always in exactly one container: ``login`` while it
 connects and authenticates, ``idle`` while nobody uses it, ``active`` while it is linked to a
-client, ``tested`` while it runs a reset or rollback before going back to ``idle``. Clients
-that asked for a server and got none sit in ``waiting``, first come first served. The counts
-that SHOW POOLS reports are the sizes of these containers, so they cannot drift.
+client, ``tested`` while it runs a reset, rollback or health check before going back to
+``idle``. Clients that asked for a server and got none sit in ``waiting``, first come first
+served. The counts that SHOW POOLS reports are the sizes of these containers, so they cannot
+drift.
+
+Servers are opened on demand, up to ``pool_size``; ``reserve_pool_size`` more once the
+oldest client waited ``reserve_pool_timeout``; ``min_pool_size`` ahead of demand. When a
+server cannot be opened the pool is *failing*: it keeps its waiters and retries, one attempt
+at a time with a doubling delay, so that clients are served as soon as PostgreSQL is back;
+the janitor gives up on clients that waited longer than ``connect_timeout``.
 
 The pool never touches sockets: it talks to servers and waiting clients through the small
 protocols below, and opens new servers through a ``launch`` callback given by the app.
@@ -20,11 +27,20 @@ from typing import Generic, Protocol, TypeVar
 
 from ..errors import PgtarnError
 
+FIRST_RETRY_DELAY = 0.05
+
 
 class PooledServer(Protocol):
     """What the pool needs of a server connection."""
 
+    connstr: str
+    created_at: float
+    last_used: float
+
     def close(self, reason: str) -> None: ...
+
+    def start_check(self) -> None:
+        """Run the health check; release to the pool when it passes, close when not."""
 
 
 S = TypeVar("S", bound=PooledServer)
@@ -40,12 +56,6 @@ class Waiter(Protocol[S]):  # type: ignore[misc]
     def welcome_ready(self) -> None: ...
 
 
-class Limits(Protocol):
-    """Cross-pool limits (max_db_connections, max_user_connections) kept by the registry."""
-
-    def may_open(self, pool: Pool[PooledServer]) -> bool: ...
-
-
 class Pool(Generic[S]):
     """Servers for one (database, user) pair and the clients waiting for them."""
 
@@ -57,6 +67,8 @@ class Pool(Generic[S]):
         pool_size: int,
         pool_mode: str,
         min_pool_size: int = 0,
+        reserve_pool_size: int = 0,
+        reserve_pool_timeout: float = 5.0,
         launch: Callable[[Pool[S]], S] | None = None,
     ) -> None:
         self.database = database
@@ -64,21 +76,37 @@ class Pool(Generic[S]):
         self.pool_size = pool_size
         self.pool_mode = pool_mode
         self.min_pool_size = min_pool_size
+        self.reserve_pool_size = reserve_pool_size
+        self.reserve_pool_timeout = reserve_pool_timeout
+        #: Idle servers unused for longer than this are checked before reuse (None: never).
+        self.check_delay: float | None = None
+        #: Clients of a failing pool get its error after waiting this long.
+        self.connect_timeout = 15.0
+        #: Longest delay between two attempts to open a server while failing.
+        self.retry_cap = 1.0
         self.launch: Callable[[Pool[S]], S] | None = launch
         self.may_open: Callable[[Pool[S]], bool] = lambda pool: True
+        self.clock: Callable[[], float] = time.monotonic
         self.idle: deque[S] = deque()
         self.active: set[S] = set()
         self.login: set[S] = set()
         self.tested: set[S] = set()
         self.waiting: deque[Waiter[S]] = deque()
+        #: Clients that logged in before any server did, waiting for the welcome parameters.
+        self.welcome_waiters: list[Waiter[S]] = []
+        #: id(waiter) -> when it began to wait, for waiting and welcome_waiters alike.
         self.wait_since: dict[int, float] = {}
         #: ParameterStatus values of the first server that logged in, sent to new clients.
         self.welcome: dict[str, str] | None = None
         #: (ClientKey, ServerKey) from a client's SCRAM login, for SCRAM passthrough.
         self.scram_keys: tuple[bytes, bytes] | None = None
         self.connstr = ""
-        #: Clients that logged in before any server did, waiting for the welcome parameters.
-        self.welcome_waiters: list[Waiter[S]] = []
+        #: Set while new work gets no server (shutdown, PAUSE): servers go idle, clients wait.
+        self.paused = False
+        #: The last error opening a server, until a server logs in again.
+        self.failure: PgtarnError | None = None
+        self.failures = 0
+        self.retry_at = 0.0
 
     def __repr__(self) -> str:
         return f"<Pool {self.database}/{self.user}>"
@@ -89,20 +117,27 @@ class Pool(Generic[S]):
     def server_count(self) -> int:
         return len(self.idle) + len(self.active) + len(self.login) + len(self.tested)
 
-    def has_room(self) -> bool:
-        return self.server_count < self.pool_size and self.may_open(self)
+    def has_room(self, reserve: bool = False) -> bool:
+        limit = self.pool_size + (self.reserve_pool_size if reserve else 0)
+        return self.server_count < limit and self.may_open(self)
 
     # --- clients ------------------------------------------------------------------------------
 
     def acquire(self, waiter: Waiter[S]) -> S | None:
         """An idle server for waiter now, or None after queueing it (served FIFO)."""
-        if self.idle and not self.waiting:
-            server = self.idle.pop()
-            self.active.add(server)
-            return server
+        now = self.clock()
+        if not self.waiting and not self.paused:
+            while self.idle:
+                server = self.idle.pop()
+                if self.check_delay is not None and now - server.last_used > self.check_delay:
+                    self.tested.add(server)
+                    server.start_check()
+                    continue
+                self.active.add(server)
+                return server
         self.waiting.append(waiter)
-        self.wait_since[id(waiter)] = time.monotonic()
-        self._grow()
+        self.wait_since[id(waiter)] = now
+        self._grow(now)
         return None
 
     def cancel_wait(self, waiter: Waiter[S]) -> None:
@@ -119,51 +154,106 @@ class Pool(Generic[S]):
             return 0.0
         return now - self.wait_since.get(id(self.waiting[0]), now)
 
-    # --- servers ------------------------------------------------------------------------------
-
-    def _grow(self) -> None:
-        """Open servers while clients wait and limits allow."""
-        pending = len(self.waiting) - len(self.login)
-        while pending > 0 and self.launch is not None and self.has_room():
-            self.login.add(self.launch(self))
-            pending -= 1
-
-    def fill_min(self) -> None:
-        """Open servers up to min_pool_size."""
-        while self.server_count < self.min_pool_size and self.launch and self.has_room():
-            self.login.add(self.launch(self))
-
     def wait_welcome(self, waiter: Waiter[S]) -> None:
         """Queue a client for the first server's ParameterStatus values; open a server."""
+        now = self.clock()
         self.welcome_waiters.append(waiter)
-        if not self.login and self.server_count < self.pool_size and self.launch is not None:
-            self.login.add(self.launch(self))
+        self.wait_since[id(waiter)] = now
+        if not self.login and self._may_launch(now) and self.has_room():
+            self._open()
 
     def cancel_welcome(self, waiter: Waiter[S]) -> None:
         if waiter in self.welcome_waiters:
             self.welcome_waiters.remove(waiter)
+            self.wait_since.pop(id(waiter), None)
+
+    # --- opening servers ------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        assert self.launch is not None
+        self.login.add(self.launch(self))
+
+    def _may_launch(self, now: float) -> bool:
+        if self.paused or self.launch is None:
+            return False
+        # While failing: one attempt at a time, after the backoff delay.
+        return self.failure is None or (not self.login and now >= self.retry_at)
+
+    def _grow(self, now: float, reserve: bool = False) -> None:
+        """Open servers while clients wait and limits allow."""
+        if not self._may_launch(now):
+            return
+        # Servers logging in or being reset will serve waiters soon: count them as coming.
+        need = len(self.waiting) - len(self.login) - len(self.tested)
+        if self.failure is not None:
+            need = min(need, 1)
+        while need > 0 and self.has_room(reserve):
+            self._open()
+            need -= 1
+
+    def fill_min(self, now: float) -> None:
+        """Open servers up to min_pool_size."""
+        while self.server_count < self.min_pool_size and self._may_launch(now) and self.has_room():
+            self._open()
+
+    def tick(self, now: float) -> None:
+        """The janitor's periodic visit: login timeouts, failing clients, retries, reserve."""
+        for server in [s for s in self.login if now - s.created_at > self.connect_timeout]:
+            server.close("server_connect_timeout")
+        if self.failure is not None:
+            self._fail_waiters(self.failure, now - self.connect_timeout)
+        if self.waiting:
+            reserve = (
+                self.reserve_pool_size > 0
+                and self.max_wait(now) >= self.reserve_pool_timeout
+            )
+            self._grow(now, reserve)
+        elif self.welcome_waiters and not self.login and self._may_launch(now) and self.has_room():
+            self._open()
+        self.fill_min(now)
+
+    def _fail_waiters(self, error: PgtarnError, since: float) -> None:
+        """Give error to every waiting client that began to wait at or before since."""
+        failed: list[Waiter[S]] = []
+        for queue in (self.waiting, self.welcome_waiters):
+            keep = [w for w in queue if self.wait_since.get(id(w), 0.0) > since]
+            if len(keep) != len(queue):
+                failed.extend(w for w in queue if self.wait_since.get(id(w), 0.0) <= since)
+                queue.clear()
+                queue.extend(keep)
+        for waiter in failed:
+            self.wait_since.pop(id(waiter), None)
+            waiter.server_unavailable(error)
+
+    # --- servers ------------------------------------------------------------------------------
 
     def server_ready(self, server: S, params: dict[str, str]) -> None:
         """A server finished logging in."""
         self.login.discard(server)
+        self.failure = None
+        self.failures = 0
         if self.welcome is None:
             self.welcome = dict(params)
         waiters, self.welcome_waiters = self.welcome_waiters, []
         for waiter in waiters:
+            self.wait_since.pop(id(waiter), None)
             waiter.welcome_ready()
         self._to_idle(server)
 
-    def server_login_failed(self, server: S, error: PgtarnError) -> None:
-        """A server could not log in: waiting clients get the error when no server is left."""
+    def server_login_failed(self, server: S, error: PgtarnError, retry: bool) -> None:
+        """A server could not connect or log in.
+
+        retry: the cause may pass (refused, timed out, PostgreSQL starting or shutting down);
+        clients keep waiting while the pool retries. Otherwise (wrong password, no such
+        database) waiting clients get the error at once when no server is left to serve them.
+        """
+        now = self.clock()
         self.login.discard(server)
-        if self.server_count == 0:
-            waiters = list(self.waiting)
-            self.waiting.clear()
-            self.wait_since.clear()
-            waiters.extend(self.welcome_waiters)
-            self.welcome_waiters = []
-            for waiter in waiters:
-                waiter.server_unavailable(error)
+        self.failure = error
+        self.failures += 1
+        self.retry_at = now + min(self.retry_cap, FIRST_RETRY_DELAY * 2 ** (self.failures - 1))
+        if not retry and self.server_count == 0:
+            self._fail_waiters(error, now)
 
     def release(self, server: S) -> None:
         """A linked server is clean again: hand it to the first waiter or make it idle."""
@@ -177,11 +267,16 @@ class Pool(Generic[S]):
         self.tested.add(server)
 
     def _to_idle(self, server: S) -> None:
-        if self.waiting:
+        if server.connstr != self.connstr:
+            server.close("connection string changed")
+        elif self.waiting and not self.paused:
             waiter = self.waiting.popleft()
             self.wait_since.pop(id(waiter), None)
             self.active.add(server)
             waiter.server_assigned(server)
+        elif self.server_count >= self.pool_size:
+            # a reserve server nobody waits for, or the pool shrank by a reload
+            server.close("pool is over its size")
         else:
             self.idle.append(server)
 
@@ -197,9 +292,27 @@ class Pool(Generic[S]):
             with contextlib.suppress(ValueError):
                 self.idle.remove(server)
         if self.waiting:
-            self._grow()
+            self._grow(self.clock())
 
     def close_idle(self, reason: str) -> None:
         """Close every idle server (reload with a new connection string, shutdown)."""
         while self.idle:
             self.idle.pop().close(reason)
+
+    # --- pause / resume -------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop lending servers: released servers go idle, new work waits."""
+        self.paused = True
+
+    def resume(self) -> None:
+        """Lend servers again: idle ones to the waiting clients, in order; open more."""
+        self.paused = False
+        while self.waiting and self.idle:
+            server = self.idle.pop()
+            waiter = self.waiting.popleft()
+            self.wait_since.pop(id(waiter), None)
+            self.active.add(server)
+            waiter.server_assigned(server)
+        if self.waiting:
+            self._grow(self.clock())

@@ -17,6 +17,7 @@ class Registry(Generic[S]):
         self.pools: dict[tuple[str, str], Pool[S]] = {}
         self.launch: Callable[[Pool[S], DatabaseEntry], S] | None = None
         self.databases: dict[str, DatabaseEntry] = {}
+        self.paused = False
 
     def __iter__(self) -> Iterator[Pool[S]]:
         return iter(list(self.pools.values()))
@@ -27,23 +28,28 @@ class Registry(Generic[S]):
         key = (db.name, server_user)
         pool = self.pools.get(key)
         if pool is None:
-            pool = Pool(
-                db.name,
-                server_user,
-                pool_size=self.config.pool_size_for(db, server_user),
-                pool_mode=self.config.pool_mode_for(db, server_user),
-                min_pool_size=(
-                    db.min_pool_size if db.min_pool_size is not None
-                    else self.config.min_pool_size
-                ),
-            )
-            pool.connstr = db.connstr
+            pool = Pool(db.name, server_user, pool_size=0, pool_mode="session")
+            self._configure(pool, db)
+            pool.connstr = db.server_identity
+            pool.paused = self.paused
             if self.launch is not None:
                 pool.launch = self._launcher(db)
             pool.may_open = self.may_open
             self.pools[key] = pool
         self.databases[db.name] = db
         return pool
+
+    def _configure(self, pool: Pool[S], db: DatabaseEntry) -> None:
+        """Sizes, mode and timings of a pool from the config."""
+        config = self.config
+        pool.pool_size = config.pool_size_for(db, pool.user)
+        pool.pool_mode = config.pool_mode_for(db, pool.user)
+        pool.min_pool_size = config.min_pool_size_for(db)
+        pool.reserve_pool_size = config.reserve_pool_size_for(db, pool.user)
+        pool.reserve_pool_timeout = config.reserve_pool_timeout
+        pool.check_delay = config.server_check_delay if config.server_check_query else None
+        pool.connect_timeout = config.server_connect_timeout or 15.0
+        pool.retry_cap = max(0.05, min(1.0, config.server_login_retry))
 
     def _launcher(self, first: DatabaseEntry) -> Callable[[Pool[S]], S]:
         launch = self.launch
@@ -56,25 +62,42 @@ class Registry(Generic[S]):
         return launch_current
 
     def may_open(self, pool: Pool[S]) -> bool:
-        """max_db_connections / max_user_connections across pools."""
-        db = self.databases.get(pool.database)
-        max_db = (
-            db.max_db_connections
-            if db is not None and db.max_db_connections is not None
-            else self.config.max_db_connections
-        )
-        if max_db and self._count(lambda p: p.database == pool.database) >= max_db:
-            return False
-        user_entry = self.config.users.get(pool.user)
-        max_user = (
-            user_entry.max_user_connections
-            if user_entry is not None and user_entry.max_user_connections is not None
-            else self.config.max_user_connections
-        )
-        return not (max_user and self._count(lambda p: p.user == pool.user) >= max_user)
+        """max_db_connections / max_user_connections across pools.
 
-    def _count(self, match: Callable[[Pool[S]], bool]) -> int:
-        return sum(p.server_count for p in self.pools.values() if match(p))
+        At a limit, an idle server of another pool under the same limit is closed to make
+        room, so that one pool's idle servers cannot starve another pool's waiting clients.
+        """
+        db = self.databases.get(pool.database)
+        max_db = self.config.max_db_connections_for(db) if db is not None else 0
+        if max_db and not self._room(pool, max_db, lambda p: p.database == pool.database):
+            return False
+        max_user = self.config.max_user_connections_for(pool.user)
+        return not max_user or self._room(pool, max_user, lambda p: p.user == pool.user)
+
+    def _room(self, pool: Pool[S], limit: int, match: Callable[[Pool[S]], bool]) -> bool:
+        pools = [p for p in self.pools.values() if match(p)]
+        if sum(p.server_count for p in pools) < limit:
+            return True
+        for other in pools:
+            if other is not pool and other.idle and not other.waiting:
+                other.idle.popleft().close("evicted for another pool at a connection limit")
+                return True
+        return False
+
+    def tick(self, now: float) -> None:
+        """The janitor's visit to every pool."""
+        for pool in list(self.pools.values()):
+            pool.tick(now)
+
+    def pause(self) -> None:
+        self.paused = True
+        for pool in self.pools.values():
+            pool.pause()
+
+    def resume(self) -> None:
+        self.paused = False
+        for pool in self.pools.values():
+            pool.resume()
 
     def apply(self, config: Config) -> None:
         """Take a reloaded config: sizes and modes now, changed connection strings on release."""
@@ -83,9 +106,10 @@ class Registry(Generic[S]):
             db = config.find_database(pool.database)
             if db is None:
                 continue
-            pool.pool_size = config.pool_size_for(db, pool.user)
-            pool.pool_mode = config.pool_mode_for(db, pool.user)
-            if db.connstr != pool.connstr:
-                pool.connstr = db.connstr
-                pool.close_idle("connection string changed")
+            self._configure(pool, db)
             self.databases[db.name] = db
+            if db.server_identity != pool.connstr:
+                pool.connstr = db.server_identity
+                pool.close_idle("connection string changed")
+            while len(pool.idle) and pool.server_count > pool.pool_size:
+                pool.idle.popleft().close("pool_size lowered by reload")

@@ -1,0 +1,371 @@
+"""Tests for pgtarn.pool: containers, FIFO waiting, reserve, failing pools, checks, limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgtarn.config import parse_config
+from pgtarn.errors import PgtarnError
+from pgtarn.pool.pool import Pool
+from pgtarn.pool.registry import Registry
+
+
+class FakeServer:
+    def __init__(self, pool: Pool[FakeServer], now: float) -> None:
+        self.pool = pool
+        self.connstr = pool.connstr
+        self.created_at = now
+        self.last_used = now
+        self.closed: str | None = None
+        self.checks = 0
+
+    def close(self, reason: str) -> None:
+        self.closed = reason
+        self.pool.server_closed(self)
+
+    def start_check(self) -> None:
+        self.checks += 1
+
+
+class FakeClient:
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self.server: FakeServer | None = None
+        self.error: PgtarnError | None = None
+        self.welcomed = False
+
+    def server_assigned(self, server: FakeServer) -> None:
+        self.server = server
+
+    def server_unavailable(self, error: PgtarnError) -> None:
+        self.error = error
+
+    def welcome_ready(self) -> None:
+        self.welcomed = True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_pool(pool_size: int = 2, **kwargs: object) -> tuple[Pool[FakeServer], Clock,
+                                                             list[FakeServer]]:
+    clock = Clock()
+    launched: list[FakeServer] = []
+
+    def launch(pool: Pool[FakeServer]) -> FakeServer:
+        server = FakeServer(pool, clock.now)
+        launched.append(server)
+        return server
+
+    pool: Pool[FakeServer] = Pool("db", "user", pool_size=pool_size, pool_mode="transaction",
+                                  launch=launch, **kwargs)  # type: ignore[arg-type]
+    pool.clock = clock
+    return pool, clock, launched
+
+
+def ready(pool: Pool[FakeServer], server: FakeServer) -> None:
+    pool.server_ready(server, {"server_version": "15"})
+
+
+REFUSED = PgtarnError("could not connect to server: refused", sqlstate="08006")
+
+
+def test_waiters_are_served_first_come_first_served() -> None:
+    pool, _clock, launched = make_pool(pool_size=1)
+    clients = [FakeClient(str(i)) for i in range(4)]
+    for c in clients:
+        assert pool.acquire(c) is None
+    assert len(launched) == 1  # never more than pool_size
+    ready(pool, launched[0])
+    order = []
+    for _ in clients:
+        holder = next(c for c in clients if c.server is not None and c.name not in order)
+        order.append(holder.name)
+        server = holder.server
+        assert server is not None
+        pool.release(server)
+    assert order == ["0", "1", "2", "3"]
+    assert list(pool.idle) == launched and not pool.waiting and not pool.wait_since
+
+
+def test_idle_server_is_lent_at_once_and_lifo() -> None:
+    pool, clock, launched = make_pool(pool_size=2)
+    a, b = FakeClient(), FakeClient()
+    pool.acquire(a)
+    pool.acquire(b)
+    for s in launched:
+        ready(pool, s)
+    assert {a.server, b.server} == set(launched)
+    assert a.server is not None and b.server is not None
+    pool.release(a.server)
+    clock.now += 1
+    pool.release(b.server)
+    c = FakeClient()
+    assert pool.acquire(c) is b.server  # the most recently used one
+    assert pool.active == {b.server}
+
+
+def test_a_new_client_queues_behind_waiting_ones_even_if_a_server_is_idle() -> None:
+    pool, _clock, _launched = make_pool(pool_size=1)
+    first, second = FakeClient(), FakeClient()
+    pool.acquire(first)
+    pool.waiting.append(second)  # someone already waits
+    pool.wait_since[id(second)] = 0.0
+    pool.idle.append(FakeServer(pool, 0.0))
+    assert pool.acquire(FakeClient()) is None
+
+
+def test_reserve_pool_opens_after_reserve_pool_timeout_and_closes_when_unneeded() -> None:
+    pool, clock, launched = make_pool(pool_size=1, reserve_pool_size=1,
+                                      reserve_pool_timeout=5.0)
+    holder, waiter = FakeClient(), FakeClient()
+    pool.acquire(holder)
+    ready(pool, launched[0])
+    assert holder.server is launched[0]
+    pool.acquire(waiter)
+    clock.now += 4.9
+    pool.tick(clock.now)
+    assert len(launched) == 1
+    clock.now += 0.2
+    pool.tick(clock.now)
+    assert len(launched) == 2
+    ready(pool, launched[1])
+    assert waiter.server is launched[1]
+    pool.release(launched[1])  # nobody waits: the reserve server is closed
+    assert launched[1].closed == "pool is over its size"
+    assert pool.server_count == 1
+
+
+def test_failing_pool_keeps_waiters_retries_with_backoff_then_fails_them() -> None:
+    pool, clock, launched = make_pool(pool_size=3)
+    pool.connect_timeout = 10.0
+    c = FakeClient()
+    pool.acquire(c)
+    assert len(launched) == 1
+    pool.server_login_failed(launched[0], REFUSED, retry=True)
+    assert c.error is None and list(pool.waiting) == [c]
+    delays = []
+    for _ in range(6):
+        start = clock.now
+        count = len(launched)
+        while len(launched) == count:
+            clock.now += 0.01
+            pool.tick(clock.now)
+        delays.append(round(clock.now - start, 2))
+        assert len(pool.login) == 1  # one attempt at a time while failing
+        pool.server_login_failed(launched[-1], REFUSED, retry=True)
+    assert delays == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.0], abs=0.011)  # capped
+    clock.now = pool.wait_since[id(c)] + 10.0
+    pool.tick(clock.now)
+    assert c.error is REFUSED and not pool.waiting
+
+
+def test_failing_pool_serves_at_once_when_the_server_is_back() -> None:
+    pool, clock, launched = make_pool(pool_size=3)
+    c = FakeClient()
+    pool.acquire(c)
+    pool.server_login_failed(launched[0], REFUSED, retry=True)
+    clock.now += 0.05
+    pool.tick(clock.now)
+    ready(pool, launched[1])
+    assert c.server is launched[1]
+    assert pool.failure is None and pool.failures == 0
+    # healthy again: several waiters get several servers at once
+    for _ in range(3):
+        pool.acquire(FakeClient())
+    assert len(pool.login) == 2
+
+
+def test_login_error_that_will_not_pass_fails_waiters_at_once() -> None:
+    pool, _clock, _launched = make_pool(pool_size=2)
+    c, w = FakeClient(), FakeClient()
+    pool.acquire(c)
+    pool.wait_welcome(w)
+    error = PgtarnError("password authentication failed", sqlstate="28P01")
+    for server in list(pool.login):
+        pool.server_login_failed(server, error, retry=False)
+    assert c.error is error and w.error is error
+    assert not pool.waiting and not pool.welcome_waiters and not pool.wait_since
+
+
+def test_login_taking_longer_than_connect_timeout_is_closed() -> None:
+    pool, clock, launched = make_pool(pool_size=1)
+    pool.connect_timeout = 2.0
+    pool.acquire(FakeClient())
+    clock.now += 2.5
+    pool.tick(clock.now)
+    assert launched[0].closed == "server_connect_timeout"
+
+
+def test_server_idle_past_check_delay_is_checked_before_reuse() -> None:
+    pool, clock, launched = make_pool(pool_size=1)
+    pool.check_delay = 30.0
+    a = FakeClient()
+    pool.acquire(a)
+    ready(pool, launched[0])
+    server = launched[0]
+    pool.release(server)
+    clock.now += 10
+    b = FakeClient()
+    assert pool.acquire(b) is server and server.checks == 0
+    pool.release(server)
+    clock.now += 31
+    c = FakeClient()
+    assert pool.acquire(c) is None
+    assert server.checks == 1 and server in pool.tested
+    assert len(launched) == 1  # the checked server is coming: no new one
+    server.last_used = clock.now
+    pool.release(server)  # check passed
+    assert c.server is server
+    # a check that fails closes the server; the waiter gets a new one
+    pool.release(server)
+    clock.now += 31
+    d = FakeClient()
+    pool.acquire(d)
+    server.close("check failed")
+    assert len(launched) == 2
+    ready(pool, launched[1])
+    assert d.server is launched[1]
+
+
+def test_changed_connection_string_closes_servers_on_release() -> None:
+    pool, _clock, launched = make_pool(pool_size=1)
+    pool.connstr = "host=a"
+    a = FakeClient()
+    pool.acquire(a)
+    launched[0].connstr = "host=a"
+    ready(pool, launched[0])
+    pool.connstr = "host=b"
+    pool.release(launched[0])
+    assert launched[0].closed == "connection string changed"
+
+
+def test_pause_keeps_work_waiting_and_resume_serves_in_order() -> None:
+    pool, _clock, launched = make_pool(pool_size=1)
+    a = FakeClient()
+    pool.acquire(a)
+    ready(pool, launched[0])
+    pool.pause()
+    b, c = FakeClient("b"), FakeClient("c")
+    pool.acquire(b)
+    pool.acquire(c)
+    pool.release(launched[0])
+    assert b.server is None and list(pool.idle) == launched
+    pool.resume()
+    assert b.server is launched[0] and c.server is None
+
+
+def test_min_pool_size_is_filled_by_the_janitor_and_refilled() -> None:
+    pool, clock, launched = make_pool(pool_size=5, min_pool_size=3)
+    pool.tick(clock.now)
+    assert len(pool.login) == 3
+    for s in launched:
+        ready(pool, s)
+    launched[0].close("died")
+    pool.tick(clock.now)
+    assert pool.server_count == 3 and len(launched) == 4
+
+
+def test_cancelled_waiter_leaves_the_queue() -> None:
+    pool, _clock, launched = make_pool(pool_size=1)
+    a, b = FakeClient(), FakeClient()
+    pool.acquire(a)
+    pool.acquire(b)
+    pool.cancel_wait(a)
+    ready(pool, launched[0])
+    assert a.server is None and b.server is launched[0] and not pool.wait_since
+
+
+INI = """
+[databases]
+one = host=h dbname=one {db_opts}
+two = host=h dbname=two
+[pgbouncer]
+default_pool_size = 5
+{settings}
+"""
+
+
+def make_registry(db_opts: str = "", settings: str = "") -> tuple[
+        Registry[FakeServer], list[FakeServer]]:
+    config = parse_config(INI.format(db_opts=db_opts, settings=settings))
+    registry: Registry[FakeServer] = Registry(config)
+    launched: list[FakeServer] = []
+
+    def launch(pool: Pool[FakeServer], db: object) -> FakeServer:
+        server = FakeServer(pool, 0.0)
+        launched.append(server)
+        return server
+
+    registry.launch = launch
+    return registry, launched
+
+
+def test_max_db_connections_spans_the_pools_of_a_database() -> None:
+    registry, _launched = make_registry(db_opts="max_db_connections=3")
+    config = registry.config
+    p1 = registry.get_pool(config.databases["one"], "u1")
+    p2 = registry.get_pool(config.databases["one"], "u2")
+    for _ in range(3):
+        p1.acquire(FakeClient())
+    for _ in range(2):
+        p2.acquire(FakeClient())
+    assert p1.server_count == 3 and p2.server_count == 0
+    # another database is not limited
+    p3 = registry.get_pool(config.databases["two"], "u1")
+    for _ in range(4):
+        p3.acquire(FakeClient())
+    assert p3.server_count == 4
+
+
+def test_idle_server_of_another_pool_is_evicted_at_a_limit() -> None:
+    registry, launched = make_registry(settings="max_user_connections = 2")
+    config = registry.config
+    p1 = registry.get_pool(config.databases["one"], "u")
+    p2 = registry.get_pool(config.databases["two"], "u")
+    a, b = FakeClient(), FakeClient()
+    p1.acquire(a)
+    p1.acquire(b)
+    for s in list(p1.login):
+        ready(p1, s)
+    assert a.server is not None
+    p1.release(a.server)  # one idle in p1, one active
+    c = FakeClient()
+    p2.acquire(c)
+    assert p1.server_count == 1 and p2.server_count == 1
+    assert sum(1 for s in launched if s.closed) == 1
+
+
+def test_reload_applies_sizes_and_closes_surplus_idle() -> None:
+    registry, _launched = make_registry()
+    config = registry.config
+    pool = registry.get_pool(config.databases["one"], "u")
+    clients = [FakeClient() for _ in range(4)]
+    for c in clients:
+        pool.acquire(c)
+    for s in list(pool.login):
+        ready(pool, s)
+    for c in clients:
+        assert c.server is not None
+        pool.release(c.server)
+    assert len(pool.idle) == 4
+    registry.apply(parse_config(INI.format(db_opts="pool_size=2 pool_mode=session",
+                                           settings="")))
+    assert pool.pool_size == 2 and pool.pool_mode == "session"
+    assert len(pool.idle) == 2
+    # a new host closes the idle servers
+    registry.apply(parse_config(INI.format(db_opts="pool_size=2", settings="").replace(
+        "one = host=h", "one = host=other")))
+    assert len(pool.idle) == 0
+
+
+@pytest.mark.parametrize("query,expected", [("<empty>", 30.0), ("", None)])
+def test_server_check_query_empty_turns_checks_off(query: str, expected: float | None) -> None:
+    registry, _ = make_registry(settings=f"server_check_query = {query}")
+    pool = registry.get_pool(registry.config.databases["one"], "u")
+    assert pool.check_delay == expected
