@@ -19,6 +19,8 @@ from pgtarn.cluster import (
     userlist_line,
 )
 
+from .faultproxy import FaultProxy
+
 ROLE_PASSWORDS: dict[str, str] = {
     "scram_user": "scram_pass",
     "md5_user": "md5_pass",
@@ -219,3 +221,10 @@ def pgtarn_factory(pg_cluster: TempCluster, tmp_path: Path) -> Iterator[PgtarnFa
         shutil.rmtree(directory, ignore_errors=True)
     if problems:
         pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def fault_proxy(pg_cluster: TempCluster) -> Iterator[FaultProxy]:
+    """A started FaultProxy in front of the cluster (see faultproxy.py), closed at teardown."""
+    with FaultProxy(pg_cluster.host, pg_cluster.port) as proxy:
+        yield proxy

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import struct
 
+from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
+from pgtarn.proto.server_side import ServerLogin
 
 
 class RawClient:
@@ -61,3 +65,74 @@ def error_fields(body: bytes) -> dict[str, str]:
         if part:
             fields[chr(part[0])] = part[1:].decode()
     return fields
+
+
+class AsyncRawClient:
+    """A light asyncio client for tests that open thousands of connections.
+
+    Logs in with pgtarn's own client-side login (ServerLogin speaks the frontend side of a
+    PostgreSQL login) and runs simple queries, returning rows as text.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.backend_key: tuple[int, int] = (0, 0)
+
+    @classmethod
+    async def connect(cls, host: str, port: int, user: str, password: str,
+                      dbname: str) -> AsyncRawClient:
+        reader, writer = await asyncio.open_connection(host, port)
+        self = cls(reader, writer)
+        login = ServerLogin(user, password)
+        writer.write(login.startup({"user": user, "database": dbname}))
+        while not login.done:
+            msg_type, body = await self.read_message()
+            reply = login.feed(msg_type, body)
+            if reply:
+                writer.write(reply)
+        self.backend_key = login.backend_key
+        return self
+
+    async def read_message(self) -> tuple[int, bytes]:
+        header = await self.reader.readexactly(5)
+        length = struct.unpack("!I", header[1:])[0]
+        return header[0], await self.reader.readexactly(length - 4)
+
+    async def query(self, sql: str) -> list[list[str | None]]:
+        """Run one simple query; rows as text; raise PgtarnError on an ErrorResponse."""
+        self.writer.write(build.query(sql))
+        rows: list[list[str | None]] = []
+        error: PgtarnError | None = None
+        while True:
+            msg_type, body = await self.read_message()
+            if msg_type == 0x44:  # DataRow
+                rows.append(_data_row(body))
+            elif msg_type == 0x45:
+                fields = error_fields(body)
+                error = PgtarnError(fields.get("M", ""), sqlstate=fields.get("C", ""))
+            elif msg_type == 0x5A:
+                if error is not None:
+                    raise error
+                return rows
+
+    async def close(self) -> None:
+        self.writer.write(build.TERMINATE)
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+
+
+def _data_row(body: bytes) -> list[str | None]:
+    count = struct.unpack("!H", body[:2])[0]
+    pos = 2
+    out: list[str | None] = []
+    for _ in range(count):
+        size = struct.unpack("!i", body[pos : pos + 4])[0]
+        pos += 4
+        if size < 0:
+            out.append(None)
+        else:
+            out.append(body[pos : pos + size].decode())
+            pos += size
+    return out

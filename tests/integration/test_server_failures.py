@@ -1,0 +1,141 @@
+"""Servers that die, a PostgreSQL that is down or unreachable, and the pool coming back."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from .drivers import connect
+from .pgstat import backend_pids, superuser_connect, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _via_proxy(fault_proxy, extra: str = "") -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app {extra}"}
+
+
+def test_server_cut_mid_transaction_gives_its_client_08006(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(databases=_via_proxy(fault_proxy), settings={"default_pool_size": 2})
+    with connect(proc) as victim, connect(proc, autocommit=True) as bystander:
+        victim.execute("select 1")  # in a transaction: the server is linked to victim
+        assert fault_proxy.active() == 1
+        assert fault_proxy.cut() == 1
+        with pytest.raises(psycopg.OperationalError) as info:
+            victim.execute("select 2")
+        assert info.value.sqlstate == "08006"
+        assert "server connection crashed" in str(info.value)
+        # the dead server was dropped; others are served on a new one
+        assert bystander.execute("select 3").fetchone() == (3,)
+    log = proc.log_text()
+    assert "server connection lost" in log
+
+
+def test_terminated_backend_mid_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    with connect(proc) as victim, superuser_connect(pg_cluster) as su:
+        pid = victim.execute("select pg_backend_pid()").fetchone()
+        assert pid is not None
+        su.execute("select pg_terminate_backend(%s)", pid)
+        with pytest.raises(psycopg.OperationalError) as info:
+            victim.execute("select 2")
+        # PostgreSQL's own FATAL (57P01) is relayed, or ours (08006) if it came first
+        assert info.value.sqlstate in ("57P01", "08006")
+    with connect(proc, autocommit=True) as fresh:
+        assert fresh.execute("select pg_backend_pid()").fetchone() != pid
+
+
+def test_idle_servers_that_died_are_not_reused(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"default_pool_size": 3})
+    with superuser_connect(pg_cluster) as su:
+        conns = [connect(proc) for _ in range(3)]
+        old = {c.execute("select pg_backend_pid()").fetchone() for c in conns}
+        for c in conns:
+            c.commit()  # servers go back to the pool, idle
+        assert len(old) == 3
+        su.execute("select pg_terminate_backend(pid) from unnest(%s::int[]) pid",
+                   ([p[0] for p in old if p],))
+        wait_until(lambda: not backend_pids(su) & {p[0] for p in old if p},
+                   what="backends gone")
+        for c in conns:  # every client is served on a live server, none sees an error
+            assert c.execute("select pg_backend_pid()").fetchone() not in old
+            c.commit()
+            c.close()
+
+
+def test_idle_server_is_checked_after_server_check_delay(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
+                          settings={"default_pool_size": 1, "server_check_delay": 0,
+                                    "server_check_query": "select 1"})
+    with connect(proc, autocommit=True) as c:
+        pids = {c.execute("select pg_backend_pid()").fetchone() for _ in range(5)}
+        assert len(pids) == 1  # checks pass: the same server is reused
+    assert fault_proxy.accepted == 1
+
+
+def test_postgres_down_waiters_get_an_error_after_server_connect_timeout(  # type: ignore[no-untyped-def]
+        pgtarn_factory, fault_proxy):
+    proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
+                          settings={"server_connect_timeout": 1, "server_login_retry": 15})
+    with connect(proc, autocommit=True) as c:
+        assert c.execute("select 1").fetchone() == (1,)
+    fault_proxy.down()  # refuses connections, cuts the idle server
+    with connect(proc, autocommit=True) as c:  # logs in: the pool knows the server params
+        start = time.monotonic()
+        with pytest.raises(psycopg.OperationalError) as info:
+            c.execute("select 1")
+        waited = time.monotonic() - start
+    assert info.value.sqlstate == "08006"
+    assert "could not connect to server" in str(info.value)
+    print(f"error after {waited:.2f}s")
+    # PostgreSQL back: the next client is served, no lockout for server_login_retry
+    fault_proxy.up()
+    with connect(proc, autocommit=True) as c:
+        assert c.execute("select 2").fetchone() == (2,)
+
+
+def test_first_client_waits_through_a_short_outage(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
+                          settings={"server_connect_timeout": 10})
+    fault_proxy.down()
+    import threading
+
+    threading.Timer(0.7, fault_proxy.up).start()
+    # no server has logged in yet: the client waits in login while the pool retries
+    with connect(proc, autocommit=True) as c:
+        assert c.execute("select 1").fetchone() == (1,)
+    assert "could not connect to server" in proc.log_text()
+
+
+def test_unreachable_server_times_out_after_server_connect_timeout(  # type: ignore[no-untyped-def]
+        pgtarn_factory, fault_proxy):
+    proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
+                          settings={"server_connect_timeout": 1})
+    with connect(proc, autocommit=True) as c:
+        assert c.execute("select 1").fetchone() == (1,)
+    fault_proxy.cut()
+    fault_proxy.blackhole()  # connects are accepted but never answered
+    with connect(proc, autocommit=True) as c:
+        with pytest.raises(psycopg.OperationalError) as info:
+            c.execute("select 1")
+    assert info.value.sqlstate == "08006"
+    fault_proxy.blackhole(False)
+    with connect(proc, autocommit=True) as c:
+        assert c.execute("select 2").fetchone() == (2,)
+
+
+def test_pool_refills_to_min_pool_size_after_an_outage(pgtarn_factory, fault_proxy, pg_cluster):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(databases=_via_proxy(fault_proxy, "min_pool_size=2"))
+    with superuser_connect(pg_cluster) as su:
+        with connect(proc, autocommit=True) as c:
+            assert c.execute("select 1").fetchone() == (1,)
+        wait_until(lambda: len(backend_pids(su)) == 2, what="min_pool_size servers")
+        before = backend_pids(su)
+        fault_proxy.down()
+        wait_until(lambda: not backend_pids(su), what="servers gone in the outage")
+        time.sleep(0.5)  # the pool retries meanwhile
+        fault_proxy.up()
+        wait_until(lambda: len(backend_pids(su)) == 2, what="pool refilled")
+        assert not backend_pids(su) & before
