@@ -234,16 +234,19 @@ class ClientConnection(asyncio.Protocol):
         if server is not None:
             server.write(data)
             return
-        self.pending.append(data)
-        self.pending_size += len(data)
-        if self.pending_size > PENDING_PAUSE and self.transport is not None:
-            self.transport.pause_reading()
         if not self.waiting:
             assert self.pool is not None
             self.waiting = True
             server = self.pool.acquire(self)
-            if server is not None:
-                self.server_assigned(server)
+            if server is not None:  # the common case: an idle server, no queue
+                self.waiting = False
+                self._link(server)
+                server.write(data)
+                return
+        self.pending.append(data)
+        self.pending_size += len(data)
+        if self.pending_size > PENDING_PAUSE and self.transport is not None:
+            self.transport.pause_reading()
 
     # --- startup and authentication --------------------------------------------------------------
 
@@ -365,6 +368,7 @@ class ClientConnection(asyncio.Protocol):
         self.scanner = MessageScanner(
             STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES,
             self.runtime.config.max_packet_size,
+            bodies=frozenset(),  # only counted, never read
         )
         self.write(bytes(out))
 
@@ -388,8 +392,21 @@ class ClientConnection(asyncio.Protocol):
             assert self.pool is not None
             self.pool.release(server)
             return
+        self._link(server)
+        if self.pending:
+            data = b"".join(self.pending) if len(self.pending) > 1 else self.pending[0]
+            self.pending.clear()
+            if self.pending_size > PENDING_PAUSE and self.transport is not None:
+                self.transport.resume_reading()
+            self.pending_size = 0
+            server.write(data)
+
+    def _link(self, server: ServerConnection) -> None:
+        """Make server ours; SET the tracked parameters that differ on it."""
         self.server = server
         server.client = self
+        if self.params.items() <= server.params.items():
+            return
         differing = [
             (name, value)
             for name, value in self.params.items()
@@ -407,13 +424,6 @@ class ClientConnection(asyncio.Protocol):
                 ],
                 None,
             )
-        if self.pending:
-            data = b"".join(self.pending) if len(self.pending) > 1 else self.pending[0]
-            self.pending.clear()
-            if self.pending_size > PENDING_PAUSE and self.transport is not None:
-                self.transport.resume_reading()
-            self.pending_size = 0
-            server.write(data)
 
     def server_unavailable(self, error: PgtarnError) -> None:
         self.waiting = False

@@ -16,15 +16,18 @@ Event = tuple[int, bytes, int]
 class MessageScanner:
     """Walks typed messages (1-byte type + 4-byte length) across arbitrary chunk boundaries.
 
-    Only message types in ``watch`` are reported, with their whole body; every other message
+    Only message types in ``watch`` are reported, with their whole body (or ``b""`` for types
+    not in ``bodies``, when given: counting messages then costs no copy); every other message
     is skipped by length, so a large DataRow or CopyData is never buffered. The caller forwards
     the chunk it fed (or slices of it, using the offsets in the events).
     """
 
-    __slots__ = ("_buf", "_skip", "max_size", "watch")
+    __slots__ = ("_buf", "_skip", "bodies", "max_size", "watch")
 
-    def __init__(self, watch: frozenset[int], max_size: int = 2**31 - 1) -> None:
+    def __init__(self, watch: frozenset[int], max_size: int = 2**31 - 1,
+                 bodies: frozenset[int] | None = None) -> None:
         self.watch = watch
+        self.bodies = watch if bodies is None else bodies
         self.max_size = max_size
         self._skip = 0
         self._buf = bytearray()
@@ -56,6 +59,7 @@ class MessageScanner:
             if pos < 0:
                 return events
         watch = self.watch
+        bodies = self.bodies
         unpack = _UINT32.unpack_from
         while pos < n:
             if n - pos < 5:
@@ -70,7 +74,7 @@ class MessageScanner:
                 if end > n:
                     self._buf = bytearray(data[pos:])
                     break
-                events.append((msg_type, data[pos + 5 : end], end))
+                events.append((msg_type, data[pos + 5 : end] if msg_type in bodies else b"", end))
             elif end > n:
                 self._skip = end - n
                 break
@@ -104,7 +108,7 @@ class MessageScanner:
             return -1
         buf += data[pos : pos + need]
         pos += need
-        events.append((msg_type, bytes(buf[5:]), pos))
+        events.append((msg_type, bytes(buf[5:]) if msg_type in self.bodies else b"", pos))
         self._buf = bytearray()
         return pos
 

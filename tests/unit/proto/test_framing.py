@@ -99,3 +99,12 @@ def test_startup_reader_rejects_bad_length(length: int) -> None:
 def test_split_messages_roundtrip() -> None:
     data = build.query("select 1") + build.SYNC + build.ready_for_query(b"E")
     assert split_messages(data) == [(ord("Q"), b"select 1\x00"), (ord("S"), b""), (ord("Z"), b"E")]
+
+
+def test_counted_types_are_reported_without_their_body() -> None:
+    scanner = MessageScanner(frozenset(b"QZ"), bodies=frozenset(b"Z"))
+    data = build.query("select 1") + build.ready_for_query(b"T")
+    events = scanner.feed(data[:7])
+    events += scanner.feed(data[7:])
+    assert [(chr(t), body) for t, body, _ in events] == [("Q", b""), ("Z", b"T")]
+    assert events[-1][2] == len(data) - 7
