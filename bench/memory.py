@@ -1,0 +1,159 @@
+"""Idle-client memory test: open many SCRAM-authenticated idle clients and read the pooler's RSS."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+
+from pgtarn.errors import PgtarnError
+from pgtarn.proto import build
+from pgtarn.proto.framing import MessageScanner
+from pgtarn.proto.server_side import ServerLogin, server_error
+
+_ALL_TYPES = frozenset(range(256))
+_ERROR = 0x45  # 'E'
+_READY = 0x5A  # 'Z'
+LOGIN_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Login:
+    """Where and as whom the idle clients log in."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    dbname: str
+
+
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def connect(login: Login, sql: str = "SELECT 1") -> Connection:
+    """Log in (SCRAM or whatever the server asks for), run `sql` once, return the open stream."""
+    reader, writer = await asyncio.open_connection(login.host, login.port)
+    try:
+        state = ServerLogin(login.user, login.password)
+        params = {"user": login.user, "database": login.dbname, "application_name": "bench"}
+        writer.write(state.startup(params))
+        scanner = MessageScanner(_ALL_TYPES)
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            for msg_type, body, _end in scanner.feed(data):
+                if not state.done:
+                    reply = state.feed(msg_type, body)  # raises on ErrorResponse
+                    if reply:
+                        writer.write(reply)
+                    if state.done:
+                        writer.write(build.query(sql))
+                elif msg_type == _ERROR:
+                    raise server_error(body, "query failed")
+                elif msg_type == _READY:
+                    return reader, writer
+    except BaseException:
+        writer.close()
+        raise
+
+
+async def _close(conns: list[Connection]) -> None:
+    for _reader, writer in conns:
+        writer.write(build.TERMINATE)
+        writer.close()
+    await asyncio.gather(*(w.wait_closed() for _r, w in conns), return_exceptions=True)
+    conns.clear()
+
+
+def check_login(login: Login, timeout: float = 5.0) -> None:
+    """Log in once and run SELECT 1; raises OSError/PgtarnError/TimeoutError on failure."""
+
+    async def once() -> None:
+        async with asyncio.timeout(timeout):
+            conn = await connect(login)
+        await _close([conn])
+
+    asyncio.run(once())
+
+
+def proc_status_kb(pid: int, key: str) -> int:
+    """A `kB` value (VmRSS, VmHWM, ...) from /proc/<pid>/status."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(f"{key} not in /proc/{pid}/status")
+
+
+async def _settled_rss(pid: int, max_wait: float = 5.0) -> int:
+    """VmRSS once two reads half a second apart differ by < 256 kB (or after max_wait)."""
+    deadline = time.monotonic() + max_wait
+    last = proc_status_kb(pid, "VmRSS")
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        now = proc_status_kb(pid, "VmRSS")
+        if abs(now - last) < 256:
+            return now
+        last = now
+    return last
+
+
+@dataclass
+class MemoryResult:
+    """RSS of one pooler with 1 warm client, then with more idle clients."""
+
+    baseline_kb: int = 0
+    rss_kb: dict[int, int] = field(default_factory=dict)  # clients -> VmRSS
+    open_fds: dict[int, int] = field(default_factory=dict)  # clients -> the pooler's open fds
+    kb_per_client: dict[int, float] = field(default_factory=dict)
+    open_seconds: dict[int, float] = field(default_factory=dict)
+    error: str = ""
+
+
+async def _measure(login: Login, pid: int, levels: list[int], batch: int) -> MemoryResult:
+    result = MemoryResult()
+    conns: list[Connection] = []
+    gate = asyncio.Semaphore(batch)
+
+    async def one() -> None:
+        async with gate, asyncio.timeout(LOGIN_TIMEOUT):
+            conns.append(await connect(login))
+
+    try:
+        conns.append(await connect(login))  # the pool exists, a server is warm
+        result.baseline_kb = await _settled_rss(pid)
+        for level in sorted(levels):
+            started = time.monotonic()
+            tasks = [asyncio.ensure_future(one()) for _ in range(level - len(conns))]
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            failures = [o for o in outcomes if isinstance(o, BaseException)]
+            if failures:
+                result.error = f"{len(failures)} of {len(tasks)} logins failed at {level}: " + (
+                    f"{type(failures[0]).__name__}: {failures[0]}"
+                )
+                break
+            result.open_seconds[level] = time.monotonic() - started
+            rss = await _settled_rss(pid)
+            result.rss_kb[level] = rss
+            result.kb_per_client[level] = (rss - result.baseline_kb) / max(level - 1, 1)
+            result.open_fds[level] = len(os.listdir(f"/proc/{pid}/fd"))
+            if result.open_fds[level] < level:  # sanity check: it really holds the clients
+                result.error = f"{level} clients, but the pooler has {result.open_fds[level]} fds"
+                break
+    except (OSError, PgtarnError, TimeoutError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        await _close(conns)
+    return result
+
+
+def measure_memory(login: Login, pid: int, levels: list[int], batch: int = 200) -> MemoryResult:
+    """Connect idle clients up to each level in `levels` (totals); read `pid`'s VmRSS at each.
+
+    KB per client is (RSS at level - RSS with one client) / (level - 1). Logins run
+    `batch` at a time; every client sends one SELECT 1 and then stays idle.
+    """
+    return asyncio.run(_measure(login, pid, levels, batch))

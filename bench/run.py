@@ -1,0 +1,641 @@
+"""Benchmark direct PostgreSQL, PgBouncer and pgtarn side by side with pgbench; print one table."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pwd
+import re
+import resource
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from memory import Login, MemoryResult, check_login, measure_memory, proc_status_kb
+
+import pgtarn
+from pgtarn.cluster import PostgresNotFound, TempCluster, find_bindir, free_port, userlist_line
+from pgtarn.errors import PgtarnError
+
+PGBOUNCER = "/usr/sbin/pgbouncer"
+BENCH_USER = "bench"
+BENCH_DB = "bench"
+SCALE = 10
+MAX_CONNECTIONS = 700
+READY_TIMEOUT = 15.0
+TARGETS = ("direct", "pgbouncer", "pgtarn")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """pgbench arguments; `clients` empty means one case per --clients value."""
+
+    name: str
+    args: tuple[str, ...]
+    clients: tuple[int, ...] = ()
+
+
+WORKLOADS = [
+    Workload("select-only", ("-S",)),
+    Workload("select-only -C", ("-S", "-C"), clients=(50,)),  # a new connection per tx
+    # Workload("select-only -M prepared", ("-S", "-M", "prepared")),
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workload at one client count."""
+
+    label: str
+    args: tuple[str, ...]
+    clients: int
+
+
+@dataclass
+class Result:
+    """One pgbench run against one target."""
+
+    run: int
+    case: str
+    clients: int
+    target: str
+    ok: bool = False
+    error: str = ""
+    tps: float | None = None
+    conn_ms: float | None = None
+    transactions: int | None = None
+    failed_transactions: int | None = None
+    cpu_s: float | None = None
+    cpu_s_per_10k: float | None = None
+    peak_rss_kb: int | None = None
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env.update(PGSSLMODE="disable", PGGSSENCMODE="disable", **extra)
+    return env
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_account() -> pwd.struct_passwd | None:
+    """The account that runs PostgreSQL's tools and PgBouncer when we are root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        sys.exit("running as root needs a `postgres` system user for initdb and pgbouncer")
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+class Database:
+    """The PostgreSQL under test: a TempCluster, or an existing server (--pg-host)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.cluster: TempCluster | None = None
+        self.password = secrets.token_urlsafe(16)
+        self.host: str = args.pg_host or "127.0.0.1"
+        self.port: int = args.pg_port
+        self.created: list[str] = []
+        self.version = ""
+        try:
+            self.bindir: str | None = find_bindir()
+        except PostgresNotFound:  # TempCluster() says so; with --pg-host, tools from PATH
+            self.bindir = None
+
+    def tool(self, name: str) -> str:
+        if self.bindir and (Path(self.bindir) / name).is_file():
+            return str(Path(self.bindir) / name)
+        found = shutil.which(name)
+        if not found:
+            sys.exit(f"{name} not found; install PostgreSQL's client tools")
+        return found
+
+    def sql(self, statement: str, dbname: str | None = None) -> str:
+        if self.cluster is not None:
+            return self.cluster.psql(statement, dbname=dbname or "postgres")
+        env = clean_env()
+        password = self.args.pg_password or os.environ.get("PGPASSWORD")
+        if password:
+            env["PGPASSWORD"] = password
+        cmd = [self.tool("psql"), "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1",
+               "-h", self.host, "-p", str(self.port), "-U", self.args.pg_user,
+               "-d", dbname or self.args.pg_dbname, "-c", statement]  # fmt: skip
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        if res.returncode != 0:
+            raise RuntimeError(f"psql failed: {res.stderr.strip()}\nSQL: {statement}")
+        return res.stdout
+
+    def setup(self) -> None:
+        if not self.args.pg_host:
+            log("creating a temporary PostgreSQL cluster ...")
+            self.cluster = TempCluster()
+            self.cluster.start()
+            self.cluster.psql(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS}")
+            self.cluster.stop()
+            self.cluster.start()
+            self.host, self.port = self.cluster.host, self.cluster.port
+        max_conn = int(self.sql("SHOW max_connections").strip())
+        if max_conn < max(self.args.clients) + 25:
+            log(f"warning: max_connections is {max_conn}; the direct runs may fail")
+        self.version = self.sql("SHOW server_version").strip()
+        exists = self.sql(
+            f"SELECT 'role' FROM pg_roles WHERE rolname = '{BENCH_USER}' UNION ALL "
+            f"SELECT 'database' FROM pg_database WHERE datname = '{BENCH_DB}'"
+        ).split()
+        if exists:  # only on an existing server: never touch what we did not create
+            raise RuntimeError(f"{' and '.join(exists)} {BENCH_USER!r} already exist(s) on "
+                               f"{self.host}:{self.port}; drop them or use another server")
+        literal = "'" + self.password.replace("'", "''") + "'"
+        self.sql(f"SET password_encryption = 'scram-sha-256'; "
+                 f"CREATE ROLE {BENCH_USER} LOGIN PASSWORD {literal}")  # fmt: skip
+        self.created.append("role")
+        self.sql(f"CREATE DATABASE {BENCH_DB} OWNER {BENCH_USER}")
+        self.created.append("database")
+        log(f"pgbench -i -s {SCALE} ...")
+        res = subprocess.run(
+            [self.tool("pgbench"), "-i", "-q", "-s", str(SCALE), "-h", self.host,
+             "-p", str(self.port), "-U", BENCH_USER, BENCH_DB],
+            env=clean_env(PGPASSWORD=self.password), capture_output=True, text=True,
+            timeout=900,
+        )  # fmt: skip
+        if res.returncode != 0:
+            raise RuntimeError(f"pgbench -i failed: {res.stderr.strip()[-2000:]}")
+
+    def cleanup(self) -> None:
+        if self.cluster is not None:
+            if self.args.keep:
+                self.cluster.stop()
+                log(f"kept the cluster's directory: {self.cluster.base_dir}")
+            else:
+                self.cluster.cleanup()
+            return
+        with contextlib.suppress(Exception):
+            if "database" in self.created:
+                self.sql(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+            if "role" in self.created:
+                self.sql(f"DROP ROLE IF EXISTS {BENCH_USER}")
+
+
+# --------------------------------------------------------------------------- poolers
+
+
+def ensure_pgbouncer() -> str | None:
+    """Path of pgbouncer, installing Debian's package if needed; None if it cannot be had."""
+    if os.path.exists(PGBOUNCER):
+        return PGBOUNCER
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return None
+    log("installing pgbouncer (apt-get install -y pgbouncer) ...")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+
+    def apt(*cmd: str) -> bool:
+        res = subprocess.run(["apt-get", "-q", *cmd], env=env, capture_output=True, timeout=900)
+        return res.returncode == 0
+
+    if not apt("install", "-y", "pgbouncer"):
+        apt("update")
+        apt("install", "-y", "pgbouncer")
+    if shutil.which("service"):
+        subprocess.run(["service", "pgbouncer", "stop"], capture_output=True, check=False)
+    return PGBOUNCER if os.path.exists(PGBOUNCER) else None
+
+
+class Pooler:
+    """PgBouncer or pgtarn on the same pgbouncer.ini settings; one fresh process per start()."""
+
+    def __init__(self, name: str, command: list[str], workdir: Path, db: Database,
+                 account: pwd.struct_passwd | None) -> None:  # fmt: skip
+        self.name = name
+        self.command = command
+        self.workdir = workdir
+        self.db = db
+        self.account = account  # run as this user (PgBouncer refuses root)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.log_path = workdir / f"{name}.log"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def login(self) -> Login:
+        return Login("127.0.0.1", self.port, BENCH_USER, self.db.password, BENCH_DB)
+
+    def _write_config(self) -> Path:
+        userlist = self.workdir / "userlist.txt"
+        userlist.write_text(userlist_line(BENCH_USER, self.db.password), encoding="utf-8")
+        settings = {
+            "listen_addr": "127.0.0.1",
+            "listen_port": self.port,
+            "unix_socket_dir": self.workdir,
+            "auth_type": "scram-sha-256",
+            "auth_file": userlist,
+            "pool_mode": "transaction",
+            "default_pool_size": 20,
+            "max_client_conn": 10000,
+            "server_tls_sslmode": "disable",
+            "log_connections": 0,
+            "log_disconnections": 0,
+        }
+        ini = self.workdir / f"{self.name}.ini"
+        ini.write_text(
+            "[databases]\n"
+            f"{BENCH_DB} = host={self.db.host} port={self.db.port} dbname={BENCH_DB}\n\n"
+            "[pgbouncer]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()),
+            encoding="utf-8",
+        )
+        if self.account is not None:
+            for path in (userlist, ini):
+                os.chown(path, self.account.pw_uid, self.account.pw_gid)
+                path.chmod(0o600)
+        return ini
+
+    def start(self) -> None:
+        self.port = free_port()
+        ini = self._write_config()
+        acct = self.account
+        env = dict(os.environ)
+        if acct is not None:
+            env.update(HOME=acct.pw_dir, USER=acct.pw_name, LOGNAME=acct.pw_name)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [*self.command, str(ini)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                cwd=self.workdir, env=env, start_new_session=True,
+                user=acct.pw_uid if acct else None, group=acct.pw_gid if acct else None,
+                extra_groups=[] if acct else None,
+            )  # fmt: skip
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}):\n{self.tail()}")
+            try:
+                check_login(self.login(), timeout=2.0)
+                break
+            except (OSError, PgtarnError, TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{self.name} not ready in {READY_TIMEOUT}s: {exc}\n"
+                                       f"{self.tail()}") from exc  # fmt: skip
+                time.sleep(0.1)
+        comm = Path(f"/proc/{self.pid}/comm").read_text().strip()
+        if self.name == "pgbouncer" and comm != "pgbouncer":
+            raise RuntimeError(f"pid {self.pid} is {comm!r}, not pgbouncer")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def warnings(self) -> list[str]:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        return sorted({re.sub(r"^.*?\[\d+\] ", "", line) for line in text.splitlines()
+                       if "WARNING" in line or "file descriptor limit" in line})  # fmt: skip
+
+
+# --------------------------------------------------------------------------- pgbench
+
+
+PGBENCH_NUMBERS = {
+    "tps": r"^tps = ([\d.]+)",
+    "conn_ms": r"^(?:initial|average) connection time = ([\d.]+) ms",
+    "transactions": r"^number of transactions actually processed: (\d+)",
+    "failed": r"^number of failed transactions: (\d+)",
+}
+
+
+def parse_pgbench(out: str) -> dict[str, float]:
+    found = {key: re.search(rx, out, re.M) for key, rx in PGBENCH_NUMBERS.items()}
+    return {key: float(m.group(1)) for key, m in found.items() if m}
+
+
+def run_case(db: Database, case: Case, target: str, pooler: Pooler | None, run: int,
+             duration: int) -> Result:  # fmt: skip
+    result = Result(run=run, case=case.label, clients=case.clients, target=target)
+    host, port = (db.host, db.port) if pooler is None else ("127.0.0.1", pooler.port)
+    cmd = [db.tool("pgbench"), "-n", *case.args, "-j", "2", "-T", str(duration),
+           "-c", str(case.clients), "-h", host, "-p", str(port), "-U", BENCH_USER, BENCH_DB]
+    cpu_before = cpu_seconds(pooler.pid) if pooler else 0.0
+    try:
+        res = subprocess.run(cmd, env=clean_env(PGPASSWORD=db.password), capture_output=True,
+                             text=True, timeout=duration + 180)  # fmt: skip
+        out, code = res.stdout + res.stderr, res.returncode
+    except subprocess.TimeoutExpired:
+        out, code = "pgbench timed out", -1
+    if pooler is not None and pooler.proc is not None and pooler.proc.poll() is None:
+        result.cpu_s = cpu_seconds(pooler.pid) - cpu_before
+        result.peak_rss_kb = proc_status_kb(pooler.pid, "VmHWM")
+    elif pooler is not None:
+        out += f"\n{pooler.name} died (exit {pooler.proc and pooler.proc.returncode})"
+        code = code or -1
+    nums = parse_pgbench(out)
+    result.tps = nums.get("tps")
+    result.conn_ms = nums.get("conn_ms")
+    result.transactions = int(nums["transactions"]) if "transactions" in nums else None
+    result.failed_transactions = int(nums.get("failed", 0))
+    if result.cpu_s is not None and result.transactions:
+        result.cpu_s_per_10k = result.cpu_s / result.transactions * 10_000
+    problems = [line.strip() for line in out.splitlines()
+                if "error" in line.lower() or "aborted" in line.lower()]  # fmt: skip
+    if problems or code != 0:
+        first = problems[0] if problems else (out.strip().splitlines() or ["no output"])[-1]
+        result.error = f"{first} (exit {code})"
+    elif result.failed_transactions:
+        result.error = f"{result.failed_transactions} failed transactions"
+    elif result.tps is None:
+        result.error = f"pgbench reported no tps ({result.transactions} transactions)"
+    else:
+        result.ok = True
+    return result
+
+
+def cases(clients: list[int]) -> list[Case]:
+    return [Case(f"{w.name}, {n} clients", w.args, n)
+            for w in WORKLOADS for n in w.clients or clients]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def fmt(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), sep, *(line(r) for r in rows)])
+
+
+def tps_table(results: list[Result], case_list: list[Case], targets: list[str]) -> str:
+    header = ["workload", "target", "TPS median", "min-max", "pgtarn/PgBouncer", "vs direct",
+              "CPU s/10k tx", "conn ms", "peak RSS MB", "errors"]  # fmt: skip
+    tps_ok = {(c.label, t): [r.tps for r in results if r.case == c.label and r.target == t
+                             and r.ok and r.tps is not None]
+              for c in case_list for t in targets}  # fmt: skip
+    medians = {key: statistics.median(tps) if tps else None for key, tps in tps_ok.items()}
+
+    def ratio(label: str, target: str, other: str) -> str:
+        mine, base = medians.get((label, target)), medians.get((label, other))
+        return f"{mine / base:.2f}" if mine and base else "-"
+
+    rows = []
+    for case in case_list:
+        for target in targets:
+            runs = [r for r in results if r.case == case.label and r.target == target]
+            good = [r for r in runs if r.ok]
+            tps = tps_ok[case.label, target]
+            cpu = [r.cpu_s_per_10k for r in good if r.cpu_s_per_10k is not None]
+            conn = [r.conn_ms for r in good if r.conn_ms is not None]
+            rss = [r.peak_rss_kb for r in runs if r.peak_rss_kb is not None]
+            bad = len(runs) - len(good)
+            rows.append([
+                case.label, target, fmt(medians[case.label, target]) if tps else "error",
+                f"{min(tps):,.0f}-{max(tps):,.0f}" if tps else "-",
+                ratio(case.label, target, "pgbouncer") if target == "pgtarn" else "",
+                ratio(case.label, target, "direct") if target != "direct" else "",
+                fmt(statistics.median(cpu) if cpu else None, ".2f"),
+                fmt(statistics.median(conn) if conn else None, ".1f"),
+                fmt(max(rss) / 1024 if rss else None, ".1f"),
+                f"{bad}/{len(runs)} failed" if bad else "",
+            ])  # fmt: skip
+    unused = set() if {"pgtarn", "pgbouncer"} <= set(targets) else {"pgtarn/PgBouncer"}
+    if "direct" not in targets or len(targets) == 1:
+        unused.add("vs direct")
+    keep = [i for i, name in enumerate(header) if name not in unused]
+    return markdown([header[i] for i in keep], [[row[i] for i in keep] for row in rows])
+
+
+def memory_table(memory: dict[str, MemoryResult], levels: list[int]) -> str:
+    last = max(levels)
+    header = ["pooler", "RSS 1 client MB", *(f"KB/client @{n:,}" for n in levels),
+              f"RSS @{last:,} MB", "error"]  # fmt: skip
+    rows = []
+    for name, m in memory.items():
+        rows.append([name, fmt(m.baseline_kb / 1024, ".1f"),
+                     *(fmt(m.kb_per_client.get(n), ".1f") for n in levels),
+                     fmt(m.rss_kb[last] / 1024 if last in m.rss_kb else None, ".1f"),
+                     m.error])  # fmt: skip
+    return markdown(header, rows)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--duration", type=int, metavar="S", help="seconds per pgbench run (10)")
+    p.add_argument("--runs", type=int, metavar="N", help="runs of every workload (3)")
+    p.add_argument("--clients", type=int_list, metavar="LIST",
+                   help="client counts for the plain pgbench -S workload (10,100,500)")
+    p.add_argument("--targets", type=lambda t: t.split(","), default=list(TARGETS),
+                   metavar="LIST", help="any of " + ",".join(TARGETS) + " (all)")
+    p.add_argument("--no-memory", action="store_true", help="skip the idle-client memory run")
+    p.add_argument("--memory-clients", type=int_list, metavar="LIST",
+                   help="idle-client totals for the memory run (10,1000,5000)")
+    p.add_argument("--quick", action="store_true", help="defaults for a smoke test: "
+                   "--duration 3 --runs 1 --clients 10,100 --memory-clients 10,200")
+    p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directories")
+    g = p.add_argument_group("use an existing PostgreSQL instead of a temporary cluster "
+                             "(creates and at the end drops role and database bench)")
+    g.add_argument("--pg-host")
+    g.add_argument("--pg-port", type=int, default=5432, help="(5432)")
+    g.add_argument("--pg-user", default="postgres", help="a superuser (postgres)")
+    g.add_argument("--pg-password", help="(default: $PGPASSWORD)")
+    g.add_argument("--pg-dbname", default="postgres", help="(postgres)")
+    args = p.parse_args(argv)  # fmt: skip
+    defaults = {"duration": (10, 3), "runs": (3, 1), "clients": ([10, 100, 500], [10, 100]),
+                "memory_clients": ([10, 1000, 5000], [10, 200])}  # fmt: skip
+    for key, (full, quick) in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, quick if args.quick else full)
+    unknown = set(args.targets) - set(TARGETS)
+    if unknown or not args.targets:
+        p.error(f"--targets: choose from {', '.join(TARGETS)}")
+    if not args.clients or not args.memory_clients or min(args.memory_clients) < 2:
+        p.error("--clients needs a value; --memory-clients values must be at least 2")
+    return args
+
+
+def version_of(cmd: list[str]) -> str:
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+    m = re.search(r"\d+(?:\.\d+)+", out)
+    return m.group(0) if m else out.strip()
+
+
+def tps_runs(args: argparse.Namespace, db: Database, poolers: dict[str, Pooler],
+             case_list: list[Case]) -> list[Result]:  # fmt: skip
+    """Every case against every target, interleaved: the target order rotates each run."""
+    results: list[Result] = []
+    for run in range(1, args.runs + 1):
+        shift = (run - 1) % len(args.targets)
+        order = args.targets[shift:] + args.targets[:shift]
+        for case in case_list:
+            for target in order:
+                pooler = poolers.get(target)
+                try:
+                    if pooler is not None:
+                        pooler.start()
+                    result = run_case(db, case, target, pooler, run, args.duration)
+                except RuntimeError as exc:  # the pooler did not start
+                    result = Result(run, case.label, case.clients, target, error=str(exc))
+                finally:
+                    if pooler is not None:
+                        pooler.stop()
+                results.append(result)
+                outcome = f"{result.tps:,.0f} tps" if result.ok and result.tps else "ERROR"
+                log(f"[run {run}/{args.runs}] {case.label:<32} {target:<9} {outcome} "
+                    f"{result.error}")  # fmt: skip
+    return results
+
+
+def memory_runs(args: argparse.Namespace, poolers: dict[str, Pooler]) -> dict[str, MemoryResult]:
+    """Each pooler fresh: one warm client, then idle clients up to each --memory-clients total."""
+    memory: dict[str, MemoryResult] = {}
+    for name, pooler in poolers.items():
+        log(f"memory run: {name}, idle clients up to {max(args.memory_clients):,} ...")
+        try:
+            pooler.start()
+            memory[name] = measure_memory(pooler.login(), pooler.pid, args.memory_clients)
+        except RuntimeError as exc:
+            memory[name] = MemoryResult(error=str(exc).splitlines()[0])
+        finally:
+            pooler.stop()
+    return memory
+
+
+def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
+           case_list: list[Case], results: list[Result], memory: dict[str, MemoryResult],
+           notes: list[str]) -> None:  # fmt: skip
+    where = "temporary cluster, fsync off" if db.cluster else f"{db.host}:{db.port}"
+    print(f"\n## pgbench -j 2, {args.duration} s x {args.runs} run(s), targets interleaved; "
+          f"PostgreSQL {versions['postgres']} ({where}), scale {SCALE}, {os.cpu_count()} CPUs")
+    print(", ".join(f"{k} {v}" for k, v in versions.items() if k != "postgres") + "\n")
+    print(tps_table(results, case_list, args.targets))
+    print("\nTPS: pgbench's tps (without initial connection time; with -C including the "
+          "connections). conn ms: pgbench's initial connection time (with -C: average "
+          "connection time).\nCPU s/10k tx: pooler process user+system CPU during the run per "
+          "10,000 transactions. Peak RSS: pooler VmHWM, max over runs.")
+    for r in results:
+        if not r.ok:
+            print(f"- error: run {r.run}, {r.case}, {r.target}: {r.error}")
+    if memory:
+        print("\n## Idle clients (SCRAM login + SELECT 1 each, then idle); KB/client = "
+              "(RSS - RSS with 1 client) / clients added\n")
+        print(memory_table(memory, sorted(args.memory_clients)))
+    for note in notes:
+        print(f"note: {note}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "settings": {k: v for k, v in vars(args).items() if k != "pg_password"},
+            "versions": versions, "cpus": os.cpu_count(),
+            "runs": [asdict(r) for r in results],
+            "memory": {k: asdict(v) for k, v in memory.items()},
+        }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+
+
+def interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    for sig in (signal.SIGINT, signal.SIGTERM):  # not default_int_handler: asyncio.run would
+        signal.signal(sig, interrupt)  # turn it into a task cancellation, which can get lost
+    notes = []
+    if hard < max(args.memory_clients) + 100:
+        notes.append(f"open file limit is {hard}: the memory run may fail at high client counts")
+    account = postgres_account()
+    workdir = Path(tempfile.mkdtemp(prefix="pgtarn-bench-", dir="/tmp"))
+    if account is not None:
+        os.chown(workdir, account.pw_uid, account.pw_gid)
+    db = Database(args)
+    poolers: dict[str, Pooler] = {}
+    try:
+        if "pgbouncer" in args.targets:
+            binary = ensure_pgbouncer()
+            if binary is None:
+                notes.append("PgBouncer is not installed and could not be installed: skipped")
+                args.targets.remove("pgbouncer")
+            else:
+                poolers["pgbouncer"] = Pooler("pgbouncer", [binary], workdir, db, account)
+        if "pgtarn" in args.targets:
+            command = [sys.executable, "-m", "pgtarn"]
+            poolers["pgtarn"] = Pooler("pgtarn", command, workdir, db, None)
+        db.setup()
+        versions = {"postgres": db.version, "pgtarn": pgtarn.__version__,
+                    "pgbench": version_of([db.tool("pgbench"), "--version"])}  # fmt: skip
+        if "pgbouncer" in poolers:
+            versions["PgBouncer"] = version_of([poolers["pgbouncer"].command[0], "-V"])
+        case_list = cases(args.clients)
+        results = tps_runs(args, db, poolers, case_list)
+        memory = {} if args.no_memory else memory_runs(args, poolers)
+        for pooler in poolers.values():
+            notes += [f"{pooler.name} logged: {w}" for w in pooler.warnings()]
+        report(args, db, versions, case_list, results, memory, notes)
+        return 1 if any(not r.ok for r in results) else 0
+    except RuntimeError as exc:  # includes ClusterError: setup failed
+        log(f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    finally:
+        for pooler in poolers.values():
+            pooler.stop()
+        db.cleanup()
+        if args.keep:
+            log(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
