@@ -72,6 +72,14 @@ class State(enum.Enum):
 class ClientConnection(asyncio.Protocol):
     """One application connection."""
 
+    # Thousands of these may sit idle: no per-instance dict.
+    __slots__ = (
+        "addr", "auth", "cancel_key", "database", "db", "discard_scanner", "expected", "id",
+        "negotiate_minor", "params", "pending", "pending_size", "pool", "pool_mode", "runtime",
+        "scanner", "server", "startup_params", "startup_reader", "state", "statement_mode",
+        "transport", "user", "waiting",
+    )
+
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.id = next(runtime.ids)

@@ -39,6 +39,12 @@ def is_transient(error: PgtarnError) -> bool:
 class ServerConnection(asyncio.Protocol):
     """One connection to PostgreSQL, lent to clients by its pool."""
 
+    __slots__ = (
+        "_login", "backend_key", "client", "closed", "connstr", "created_at", "db", "id",
+        "last_used", "on_clean", "params", "peer", "pool", "runtime", "scanner", "status",
+        "swallow", "transport",
+    )
+
     def __init__(self, runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
                  login: ServerLogin) -> None:
         self.runtime = runtime
