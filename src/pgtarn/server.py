@@ -246,14 +246,14 @@ class ServerConnection(asyncio.Protocol):
         self.last_used = time.monotonic()
         if self.closed:
             return
+        if self.status == b"I" and not reset_query:  # the common case: nothing to do
+            self.pool.release(self)
+            return
         statements = []
         if self.status != b"I":
             statements.append("ROLLBACK")
         if reset_query:
             statements.append(reset_query)
-        if not statements:
-            self.pool.release(self)
-            return
         self.pool.begin_reset(self)
         self.run_internal(statements, self._after_reset)
 

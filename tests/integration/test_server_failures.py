@@ -139,3 +139,21 @@ def test_pool_refills_to_min_pool_size_after_an_outage(pgtarn_factory, fault_pro
         fault_proxy.up()
         wait_until(lambda: len(backend_pids(su)) == 2, what="pool refilled")
         assert not backend_pids(su) & before
+
+
+def test_postgres_restart_mid_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"default_pool_size": 2})
+    port = pg_cluster.port
+    with connect(proc) as victim:
+        victim.execute("select 1")  # in a transaction on its server
+        pg_cluster.stop()  # fast shutdown: PostgreSQL ends every backend
+        try:
+            with pytest.raises(psycopg.OperationalError) as info:
+                victim.execute("select 2")
+            assert info.value.sqlstate in ("57P01", "08006")
+        finally:
+            pg_cluster.start()
+    assert pg_cluster.port == port
+    # the dead servers were dropped: new clients are served by the restarted PostgreSQL
+    with connect(proc, autocommit=True) as fresh:
+        assert fresh.execute("select 3").fetchone() == (3,)
