@@ -137,7 +137,11 @@ class Pool(Generic[S]):
                 return server
         self.waiting.append(waiter)
         self.wait_since[id(waiter)] = now
-        self._grow(now)
+        # Grow only when the servers coming (logging in, being reset) are too few and there
+        # is room; the reserve pool is the janitor's call.
+        if (len(self.waiting) > len(self.login) + len(self.tested)
+                and self.server_count < self.pool_size):
+            self._grow(now)
         return None
 
     def cancel_wait(self, waiter: Waiter[S]) -> None:
