@@ -369,3 +369,16 @@ def test_server_check_query_empty_turns_checks_off(query: str, expected: float |
     registry, _ = make_registry(settings=f"server_check_query = {query}")
     pool = registry.get_pool(registry.config.databases["one"], "u")
     assert pool.check_delay == expected
+
+
+def test_reload_applies_cross_pool_limits() -> None:
+    registry, _launched = make_registry()
+    pool = registry.get_pool(registry.config.databases["one"], "u")
+    for _ in range(4):
+        pool.acquire(FakeClient())
+    assert pool.server_count == 4
+    registry.apply(parse_config(INI.format(db_opts="max_db_connections=5", settings="")))
+    other = registry.get_pool(registry.config.databases["one"], "v")
+    for _ in range(3):
+        other.acquire(FakeClient())
+    assert other.server_count == 1  # 4 + 1 = max_db_connections
