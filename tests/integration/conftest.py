@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import shutil
 import tempfile
@@ -228,3 +229,11 @@ def fault_proxy(pg_cluster: TempCluster) -> Iterator[FaultProxy]:
     """A started FaultProxy in front of the cluster (see faultproxy.py), closed at teardown."""
     with FaultProxy(pg_cluster.host, pg_cluster.port) as proxy:
         yield proxy
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_after_test() -> Iterator[None]:
+    """Collect cycles after each test, so that a leaked connection's ResourceWarning fails the
+    test that leaked it instead of whichever test the collector happens to run in."""
+    yield
+    gc.collect()
