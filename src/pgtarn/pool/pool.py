@@ -204,7 +204,9 @@ class Pool(Generic[S]):
         """The janitor's periodic visit: login timeouts, failing clients, retries, reserve."""
         for server in [s for s in self.login if now - s.created_at > self.connect_timeout]:
             server.close("server_connect_timeout")
-        if self.failure is not None:
+        if self.failure is not None and not (self.idle or self.active or self.tested):
+            # Nothing established will come free for them: give up after connect_timeout.
+            # (With servers running, waiting clients are served as those are released.)
             self._fail_waiters(self.failure, now - self.connect_timeout)
         if self.waiting:
             reserve = (

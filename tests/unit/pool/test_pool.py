@@ -382,3 +382,19 @@ def test_reload_applies_cross_pool_limits() -> None:
     for _ in range(3):
         other.acquire(FakeClient())
     assert other.server_count == 1  # 4 + 1 = max_db_connections
+
+
+def test_failed_extra_server_does_not_fail_clients_waiting_for_running_ones() -> None:
+    pool, clock, launched = make_pool(pool_size=2)
+    pool.connect_timeout = 10.0
+    holder, waiter = FakeClient(), FakeClient()
+    pool.acquire(holder)
+    ready(pool, launched[0])
+    pool.acquire(waiter)  # a second server is opened for it, and fails
+    pool.server_login_failed(launched[1], REFUSED, retry=True)
+    clock.now += 11
+    pool.tick(clock.now)
+    assert waiter.error is None
+    assert holder.server is not None
+    pool.release(holder.server)
+    assert waiter.server is launched[0]
