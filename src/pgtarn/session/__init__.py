@@ -1,0 +1,1 @@
+"""What transaction pooling must carry from one server to the next for a client."""

@@ -1,0 +1,275 @@
+"""Tests for pgtarn.session.prepared against a small model of PostgreSQL's extended protocol."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pgtarn.proto import build
+from pgtarn.proto.framing import split_messages
+from pgtarn.session.prepared import (
+    AS_PARSE_COMPLETE,
+    DROP,
+    FORWARD,
+    ClientStatements,
+    ServerStatements,
+    StatementCache,
+)
+
+Msg = tuple[int, bytes]
+
+
+def parse(name: str, query: str) -> Msg:
+    return 0x50, name.encode() + b"\x00" + query.encode() + b"\x00\x00\x00"
+
+
+def bind(stmt: str, portal: str = "") -> Msg:
+    return 0x42, portal.encode() + b"\x00" + stmt.encode() + b"\x00\x00\x00\x00\x00\x00\x00"
+
+
+def describe(name: str) -> Msg:
+    return 0x44, b"S" + name.encode() + b"\x00"
+
+
+def close(name: str) -> Msg:
+    return 0x43, b"S" + name.encode() + b"\x00"
+
+
+EXECUTE: Msg = (0x45, b"\x00\x00\x00\x00\x00")
+SYNC: Msg = (0x53, b"")
+
+
+def _cstr(body: bytes, pos: int) -> tuple[bytes, int]:
+    end = body.index(b"\x00", pos)
+    return body[pos:end], end + 1
+
+
+class FakePostgres:
+    """Statements, one unnamed portal, errors that skip to Sync; redefinition allowed."""
+
+    def __init__(self) -> None:
+        self.statements: dict[bytes, bytes] = {}
+        self.portal: bytes | None = None
+        self.skipping = False
+
+    def error(self, code: str, text: str) -> Msg:
+        self.skipping = True
+        return 0x45, f"C{code}\x00M{text}\x00\x00".encode()
+
+    def handle(self, msg_type: int, body: bytes) -> list[Msg]:
+        if msg_type == 0x53:
+            self.skipping = False
+            return [(0x5A, b"I")]
+        if self.skipping:
+            return []
+        if msg_type == 0x50:
+            name, pos = _cstr(body, 0)
+            query, _ = _cstr(body, pos)
+            if b"bad" in query:
+                return [self.error("42601", "syntax error")]
+            self.statements[name] = query
+            return [(0x31, b"")]
+        if msg_type == 0x42:
+            _portal, pos = _cstr(body, 0)
+            name, _ = _cstr(body, pos)
+            if name not in self.statements:
+                return [self.error("26000", f"prepared statement {name.decode()} missing")]
+            self.portal = self.statements[name]
+            return [(0x32, b"")]
+        if msg_type == 0x44:
+            name, _ = _cstr(body, 1)
+            if name not in self.statements:
+                return [self.error("26000", f"prepared statement {name.decode()} missing")]
+            return [(0x74, b""), (0x54, self.statements[name])]
+        if msg_type == 0x45:
+            if self.portal is None:
+                return [self.error("34000", "portal missing")]
+            return [(0x44, self.portal), (0x43, b"SELECT 1")]
+        if msg_type == 0x43:
+            name, _ = _cstr(body, 1)
+            self.statements.pop(name, None)
+            return [(0x33, b"")]
+        raise AssertionError(msg_type)
+
+    def run(self, data: bytes) -> list[Msg]:
+        out: list[Msg] = []
+        for msg_type, body in split_messages(data):
+            out += self.handle(msg_type, body)
+        return out
+
+
+def pooled(client: ClientStatements, server: ServerStatements, pg: FakePostgres,
+           batch: list[Msg]) -> list[Msg]:
+    """Send a batch through the rewriter to a server; what the client gets back."""
+    seen = []
+    for msg_type, body in pg.run(server.rewrite(client, batch)):
+        if msg_type in (0x31, 0x33, 0x5A):
+            action = server.reply(msg_type)
+            if action == DROP:
+                continue
+            if action == AS_PARSE_COMPLETE:
+                msg_type = 0x31
+            assert action in (FORWARD, AS_PARSE_COMPLETE, DROP)
+        seen.append((msg_type, body))
+    return seen
+
+
+def direct(pg: FakePostgres, batch: list[Msg]) -> list[Msg]:
+    return pg.run(b"".join(build.message(bytes((t,)), b) for t, b in batch))
+
+
+def test_statement_prepared_once_per_server_and_shared_by_clients() -> None:
+    cache = StatementCache()
+    a, b = ClientStatements(cache), ClientStatements(cache)
+    server, pg = ServerStatements(10), FakePostgres()
+    assert pooled(a, server, pg, [parse("s1", "select 1"), SYNC]) == [(0x31, b""), (0x5A, b"I")]
+    # b prepares the same text under another name: no Parse reaches the server
+    sent = server.rewrite(b, [parse("other", "select 1"), SYNC])
+    assert [t for t, _ in split_messages(sent)] == [0x43, 0x53]
+    assert server.reply(0x33) == AS_PARSE_COMPLETE
+    assert server.reply(0x5A) == FORWARD
+    assert len(cache) == 1 and list(pg.statements) == [b"pgtarn_1"]
+    assert pooled(b, server, pg, [bind("other"), EXECUTE, SYNC]) == [
+        (0x32, b""), (0x44, b"select 1"), (0x43, b"SELECT 1"), (0x5A, b"I")]
+
+
+def test_bind_on_a_server_without_the_statement_prepares_it_silently() -> None:
+    cache = StatementCache()
+    client = ClientStatements(cache)
+    first, pg1 = ServerStatements(10), FakePostgres()
+    second, pg2 = ServerStatements(10), FakePostgres()
+    pooled(client, first, pg1, [parse("s", "select 2"), SYNC])
+    got = pooled(client, second, pg2, [bind("s"), EXECUTE, SYNC])
+    assert got == [(0x32, b""), (0x44, b"select 2"), (0x43, b"SELECT 1"), (0x5A, b"I")]
+    assert second.parses == 1 and second.idle
+
+
+def test_failed_parse_leaves_no_name_behind() -> None:
+    cache = StatementCache()
+    client = ClientStatements(cache)
+    server, pg = ServerStatements(10), FakePostgres()
+    got = pooled(client, server, pg, [parse("s", "bad sql"), bind("s"), SYNC])
+    assert [t for t, _ in got] == [0x45, 0x5A]
+    assert b"s" not in client.names and not server.prepared and len(cache) == 0
+    # the name can be used again at once
+    got = pooled(client, server, pg, [parse("s", "select 3"), bind("s"), EXECUTE, SYNC])
+    assert [t for t, _ in got] == [0x31, 0x32, 0x44, 0x43, 0x5A]
+
+
+def test_eviction_closes_the_least_recently_used() -> None:
+    cache = StatementCache()
+    client = ClientStatements(cache)
+    server, pg = ServerStatements(2), FakePostgres()
+    for i in range(3):
+        pooled(client, server, pg, [parse(f"s{i}", f"select {i}"), SYNC])
+    assert list(pg.statements) == [b"pgtarn_2", b"pgtarn_3"]
+    got = pooled(client, server, pg, [bind("s0"), EXECUTE, SYNC])  # re-prepared silently
+    assert got == [(0x32, b""), (0x44, b"select 0"), (0x43, b"SELECT 1"), (0x5A, b"I")]
+    assert len(pg.statements) == 2 and server.idle
+
+
+def test_client_close_keeps_the_statement_for_others() -> None:
+    cache = StatementCache()
+    a, b = ClientStatements(cache), ClientStatements(cache)
+    server, pg = ServerStatements(10), FakePostgres()
+    pooled(a, server, pg, [parse("x", "select 4"), SYNC])
+    pooled(b, server, pg, [parse("y", "select 4"), SYNC])
+    assert pooled(a, server, pg, [close("x"), SYNC]) == [(0x33, b""), (0x5A, b"I")]
+    assert b"x" not in a.names
+    assert [t for t, _ in pooled(b, server, pg, [bind("y"), EXECUTE, SYNC])] == [
+        0x32, 0x44, 0x43, 0x5A]
+    got = pooled(a, server, pg, [bind("x"), SYNC])  # closed for a: the server says so
+    assert got[0][0] == 0x45 and b"26000" in got[0][1]
+
+
+def test_unnamed_statements_pass_through_untouched() -> None:
+    cache = StatementCache()
+    client = ClientStatements(cache)
+    server = ServerStatements(10)
+    batch = [parse("", "select 5"), bind(""), EXECUTE, parse("", "select 6"), bind(""),
+             EXECUTE, SYNC]
+    sent = server.rewrite(client, batch)
+    assert sent == b"".join(build.message(bytes((t,)), b) for t, b in batch)
+    assert len(cache) == 0
+
+
+NAMES = ["", "a", "b", "c"]
+QUERIES = ["select 1", "select 2", "select 3", "bad"]
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> list[tuple[int, int, list[Msg]]]:
+    """(client, server, batch) triples; each batch ends with Sync."""
+    steps = []
+    for _ in range(draw(st.integers(1, 25))):
+        ops: list[Msg] = []
+        for _ in range(draw(st.integers(1, 5))):
+            kind = draw(st.sampled_from("pbdec"))
+            name = draw(st.sampled_from(NAMES))
+            if kind == "p":
+                ops.append(parse(name, draw(st.sampled_from(QUERIES))))
+            elif kind == "b":
+                ops.append(bind(name))
+            elif kind == "d":
+                ops.append(describe(name) if name else describe("a"))
+            elif kind == "e":
+                ops.append(EXECUTE)
+            else:
+                ops.append(close(name) if name else close("b"))
+        steps.append((draw(st.integers(0, 2)), draw(st.integers(0, 2)), [*ops, SYNC]))
+    return steps
+
+
+@settings(max_examples=300, deadline=None, database=None, report_multiple_bugs=False)
+@given(workloads(), st.integers(1, 4))
+def test_pooled_clients_see_what_a_direct_connection_would(
+        steps: list[tuple[int, int, list[Msg]]], capacity: int) -> None:
+    cache = StatementCache()
+    clients = [ClientStatements(cache) for _ in range(3)]
+    own = [FakePostgres() for _ in range(3)]  # each client's direct connection
+    servers = [ServerStatements(capacity) for _ in range(3)]
+    pgs = [FakePostgres() for _ in range(3)]
+    for client_no, server_no, batch in steps:
+        # the unnamed statement and portal do not survive a change of server in transaction
+        # mode; the model compares named statements only, so each batch starts fresh there
+        own[client_no].statements.pop(b"", None)
+        own[client_no].portal = None
+        pgs[server_no].statements.pop(b"", None)
+        pgs[server_no].portal = None
+        expected = direct(own[client_no], batch)
+        got = pooled(clients[client_no], servers[server_no], pgs[server_no], batch)
+        assert got == expected
+        assert servers[server_no].idle
+        assert len(pgs[server_no].statements.keys() - {b""}) <= capacity
+        assert set(servers[server_no].prepared) == pgs[server_no].statements.keys() - {b""}
+        # the client's names mean exactly what they would on its own connection
+        mine = {name: stmt.parse[5:].split(b"\x00")[1]
+                for name, stmt in clients[client_no].names.items()}
+        theirs = {name: query for name, query in own[client_no].statements.items() if name}
+        assert mine == theirs
+    # a statement is kept while some client names it
+    assert len(cache) == len({id(s) for c in clients for s in c.names.values()})
+
+
+def test_seeded_many_clients_many_servers() -> None:
+    rng = random.Random(7)
+    cache = StatementCache()
+    clients = [ClientStatements(cache) for _ in range(20)]
+    servers = [ServerStatements(3) for _ in range(2)]
+    pgs = [FakePostgres() for _ in range(2)]
+    for _ in range(2000):
+        c = rng.randrange(20)
+        s = rng.randrange(2)
+        name = rng.choice(["p", "q", "r"])
+        query = f"select {rng.randrange(5)}"
+        pgs[s].statements.pop(b"", None)
+        got = pooled(clients[c], servers[s], pgs[s],
+                     [parse(name, query), bind(name), EXECUTE, SYNC])
+        assert got == [(0x31, b""), (0x32, b""), (0x44, query.encode()), (0x43, b"SELECT 1"),
+                       (0x5A, b"I")]
+        if rng.random() < 0.3:
+            got = pooled(clients[c], servers[s], pgs[s], [close(name), SYNC])
+            assert got == [(0x33, b""), (0x5A, b"I")]
+    assert len(cache) <= 20 * 3
