@@ -22,7 +22,7 @@ class MessageScanner:
     the chunk it fed (or slices of it, using the offsets in the events).
     """
 
-    __slots__ = ("_buf", "_skip", "bodies", "max_size", "watch")
+    __slots__ = ("_buf", "_skip", "bodies", "held", "max_size", "released", "watch")
 
     def __init__(self, watch: frozenset[int], max_size: int = 2**31 - 1,
                  bodies: frozenset[int] | None = None) -> None:
@@ -31,6 +31,12 @@ class MessageScanner:
         self.max_size = max_size
         self._skip = 0
         self._buf = bytearray()
+        #: After feed: how many bytes at the end of the chunk belong to a watched message
+        #: not yet complete (a caller that rewrites messages holds them back).
+        self.held = 0
+        #: After feed: bytes held back earlier (a header) that turned out to start a message
+        #: that is not watched: a caller that holds bytes back sends them before the chunk.
+        self.released = b""
 
     @property
     def at_boundary(self) -> bool:
@@ -48,6 +54,8 @@ class MessageScanner:
         events: list[Event] = []
         n = len(data)
         pos = 0
+        self.held = 0
+        self.released = b""
         if self._skip:
             if self._skip >= n:
                 self._skip -= n
@@ -55,8 +63,11 @@ class MessageScanner:
             pos = self._skip
             self._skip = 0
         if self._buf:
+            first = pos
             pos = self._resume(data, pos, events)
             if pos < 0:
+                if self._buf:
+                    self.held = n - first
                 return events
         watch = self.watch
         bodies = self.bodies
@@ -64,6 +75,7 @@ class MessageScanner:
         while pos < n:
             if n - pos < 5:
                 self._buf = bytearray(data[pos:])
+                self.held = n - pos
                 break
             msg_type = data[pos]
             length = unpack(data, pos + 1)[0]
@@ -73,6 +85,7 @@ class MessageScanner:
             if msg_type in watch:
                 if end > n:
                     self._buf = bytearray(data[pos:])
+                    self.held = n - pos
                     break
                 events.append((msg_type, data[pos + 5 : end] if msg_type in bodies else b"", end))
             elif end > n:
@@ -85,6 +98,7 @@ class MessageScanner:
         """Complete a message whose start was buffered; return the next position or -1."""
         buf = self._buf
         n = len(data)
+        prior = len(buf)  # bytes of this message from earlier chunks
         if len(buf) < 5:
             take = min(5 - len(buf), n - pos)
             buf += data[pos : pos + take]
@@ -96,6 +110,7 @@ class MessageScanner:
         self._check_length(msg_type, length)
         total = 1 + length
         if msg_type not in self.watch:
+            self.released = bytes(buf[:prior])
             self._buf = bytearray()
             remaining = total - 5
             if remaining > n - pos:

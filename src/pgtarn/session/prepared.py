@@ -153,6 +153,9 @@ class _Entry:
     previous: Statement | None = None
 
 
+_SYNC_ENTRY = _Entry(_SYNC)
+
+
 class ServerStatements:
     """The statements one server has prepared, and the replies it still owes about them."""
 
@@ -212,7 +215,19 @@ class ServerStatements:
             else:
                 out += _message(bytes((msg_type,)), body)
                 if msg_type in (0x53, 0x51):  # Sync, Query: a ReadyForQuery to come
-                    self.expected.append(_Entry(_SYNC))
+                    self.expected.append(_SYNC_ENTRY)
+        return bytes(out)
+
+    def send(self, client: ClientStatements, parts: list[Part]) -> bytes:
+        """What to send this server for parts from a ClientFramer."""
+        out = bytearray()
+        for part in parts:
+            if isinstance(part, int):
+                self.expected.append(_SYNC_ENTRY)
+            elif isinstance(part, tuple):
+                out += self.rewrite(client, (part,))
+            else:
+                out += part
         return bytes(out)
 
     def _parse(self, client: ClientStatements, body: bytes, out: bytearray) -> None:
@@ -303,3 +318,98 @@ class ServerStatements:
     def clear(self) -> None:
         """The server forgot everything (DISCARD ALL, reconnect)."""
         self.prepared.clear()
+
+
+#: A Sync or Query passed: one ReadyForQuery to come (an item of a ClientFramer part list).
+SYNC_MARK = 0
+_REWRITTEN = frozenset(b"PBDC")
+_SYNCS = frozenset(b"SQ")
+Part = bytes | tuple[int, bytes] | int
+
+
+class ClientFramer:
+    """Splits a client's stream for statement rewriting, holding back only what it must.
+
+    Parse, Bind, Describe and Close come out whole as (type, body), even when split across
+    chunks (their bytes are held until complete); every other message is passed on as raw
+    bytes as it arrives, so a large CopyData is never buffered. Each Sync and Query is
+    followed by SYNC_MARK. ``terminated`` is set at a Terminate, which is not passed on.
+    """
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self._held = bytearray()  # the start of a message not yet complete
+        self._skip = 0  # bytes of a passed-on message still to come
+        self._mark_after_skip = False
+        self.terminated = False
+
+    def feed(self, data: bytes) -> tuple[list[Part], int]:
+        """Parts to send for a chunk, and how many ReadyForQuery they will bring."""
+        parts: list[Part] = []
+        syncs = 0
+        pos = 0
+        n = len(data)
+        if self._skip:
+            take = min(self._skip, n)
+            parts.append(data[:take])
+            self._skip -= take
+            pos = take
+            if self._skip == 0 and self._mark_after_skip:
+                self._mark_after_skip = False
+                parts.append(SYNC_MARK)
+                syncs += 1
+        if self._held and pos < n:
+            data = bytes(self._held) + data[pos:]
+            self._held.clear()
+            n = len(data)
+            pos = 0
+        start = pos  # raw bytes from start to pos are passed on as one slice
+        while pos < n and not self.terminated:
+            if n - pos < 5:
+                break
+            msg_type = data[pos]
+            length = _I.unpack_from(data, pos + 1)[0]
+            if length < 4 or length > self.max_size:
+                from ..errors import ProtocolViolation
+
+                raise ProtocolViolation(
+                    f"invalid message length {length} for message type {chr(msg_type)!r}")
+            end = pos + 1 + length
+            if msg_type in _REWRITTEN:
+                if end > n:
+                    break
+                if pos > start:
+                    parts.append(data[start:pos])
+                parts.append((msg_type, data[pos + 5 : end]))
+                start = pos = end
+                continue
+            if msg_type == 0x58:  # Terminate
+                if pos > start:
+                    parts.append(data[start:pos])
+                self.terminated = True
+                return parts, syncs
+            if end > n:  # passed on as it comes
+                self._skip = end - n
+                self._mark_after_skip = msg_type in _SYNCS
+                pos = n
+                break
+            pos = end
+            if msg_type in _SYNCS:
+                parts.append(data[start:pos])
+                parts.append(SYNC_MARK)
+                syncs += 1
+                start = pos
+        if pos > start:
+            parts.append(data[start:pos])
+        if pos < n:
+            self._held += data[pos:]
+            if len(self._held) > self.max_size + 5:
+                from ..errors import ProtocolViolation
+
+                raise ProtocolViolation("message too large")
+        return parts, syncs
+
+    @staticmethod
+    def plain(parts: list[Part]) -> bool:
+        """No message in parts needs the statement bookkeeping of a server."""
+        return all(not isinstance(p, tuple) for p in parts)

@@ -108,3 +108,25 @@ def test_counted_types_are_reported_without_their_body() -> None:
     events += scanner.feed(data[7:])
     assert [(chr(t), body) for t, body, _ in events] == [("Q", b""), ("Z", b"T")]
     assert events[-1][2] == len(data) - 7
+
+
+def test_held_and_released_let_a_caller_hold_back_partial_watched_messages() -> None:
+    """Forwarding released + chunk[:len - held] (rebuilding watched messages that started in
+    an earlier chunk) reproduces the stream for every way of cutting it."""
+    stream = (build.message(b"D", b"row" * 3) + build.message(b"1") + build.message(b"T", b"x")
+              + build.message(b"3") + build.ready_for_query(b"I") + build.message(b"D", b"r"))
+    for cut1 in range(len(stream) + 1):
+        for cut2 in range(cut1, len(stream) + 1):
+            scanner = MessageScanner(frozenset(b"13Z"))
+            out = bytearray()
+            for chunk in (stream[:cut1], stream[cut1:cut2], stream[cut2:]):
+                events = scanner.feed(chunk)
+                out += scanner.released
+                start = 0
+                for msg_type, body, end in events:
+                    msg_start = end - 5 - len(body)
+                    if msg_start < 0:  # began in an earlier, held-back chunk: rebuild it
+                        out += build.message(bytes((msg_type,)), body)
+                        start = end
+                out += chunk[start : len(chunk) - scanner.held]
+            assert bytes(out) == stream, (cut1, cut2)
