@@ -31,6 +31,7 @@ from .proto.messages import (
     StartupPacket,
     parse_startup,
 )
+from .session.prepared import FORGETS_ALL, ClientFramer, ClientStatements, Part
 
 if TYPE_CHECKING:
     from .config import DatabaseEntry
@@ -59,6 +60,7 @@ TRANSACTION_REFUSED = build.error_response(
 )
 _TRANSACTION_WORDS = (b"begin", b"start")
 ADMIN_DATABASES = ("pgbouncer", "pgtarn")
+PendingParts = tuple[list[Part], bytes | None, bool]
 
 
 class State(enum.Enum):
@@ -74,10 +76,32 @@ class ClientConnection(asyncio.Protocol):
 
     # Thousands of these may sit idle: no per-instance dict.
     __slots__ = (
-        "addr", "auth", "cancel_key", "database", "db", "discard_scanner", "expected", "id",
-        "negotiate_minor", "params", "pending", "pending_size", "pool", "pool_mode", "runtime",
-        "scanner", "server", "startup_params", "startup_reader", "state", "statement_mode",
-        "transport", "user", "waiting",
+        "addr",
+        "auth",
+        "cancel_key",
+        "database",
+        "db",
+        "discard_scanner",
+        "expected",
+        "framer",
+        "id",
+        "negotiate_minor",
+        "params",
+        "pending",
+        "pending_size",
+        "pool",
+        "pool_mode",
+        "runtime",
+        "scanner",
+        "server",
+        "startup_params",
+        "startup_reader",
+        "state",
+        "statement_mode",
+        "statements",
+        "transport",
+        "user",
+        "waiting",
     )
 
     def __init__(self, runtime: Runtime) -> None:
@@ -96,7 +120,8 @@ class ClientConnection(asyncio.Protocol):
         self.server: ServerConnection | None = None
         self.waiting = False
         self.expected = 0
-        self.pending: list[bytes] = []
+        #: Bytes waiting for a server; in prepared-statement mode (parts, chunk, forgets_all).
+        self.pending: list[bytes | PendingParts] = []
         self.pending_size = 0
         #: Tracked parameters (client_encoding, TimeZone, ...) as this client set them.
         self.params: dict[str, str] = {}
@@ -107,6 +132,10 @@ class ClientConnection(asyncio.Protocol):
         self.statement_mode = False
         #: Statement mode: set while skipping a refused extended batch up to its Sync.
         self.discard_scanner: MessageScanner | None = None
+        #: Transaction mode: this client's named prepared statements, and the framer that
+        #: finds its Parse/Bind/Describe/Close (None: passed through untouched).
+        self.statements: ClientStatements | None = None
+        self.framer: ClientFramer | None = None
 
     def __repr__(self) -> str:
         return f"C-{self.id}({self.user or '?'}@{self.addr}/{self.database or '?'})"
@@ -177,7 +206,10 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             if self.state is State.READY:
-                self._relay(data)
+                if self.framer is None:
+                    self._relay(data)
+                else:
+                    self._relay_prepared(data)
             elif self.state is State.STARTUP:
                 self._startup(data)
             elif self.state is State.AUTH:
@@ -203,6 +235,41 @@ class ClientConnection(asyncio.Protocol):
                 self.expected += 1
         if data:
             self._to_server(data)
+
+    def _relay_prepared(self, data: bytes) -> None:
+        """Transaction mode with prepared statements: statements are rewritten per server."""
+        framer = self.framer
+        assert framer is not None and self.statements is not None
+        parts, syncs = framer.feed(data)
+        self.expected += syncs
+        forgets = bool(syncs and FORGETS_ALL.search(data))
+        if forgets:
+            # DISCARD ALL / DEALLOCATE ALL: the client's names go now, the server's
+            # statements when the parts are encoded for it.
+            self.statements.clear()
+        if parts:
+            item = (parts, data if framer.whole else None, forgets)
+            server = self.server
+            if server is not None:
+                server.write(self._encode(server, item))
+            else:
+                self._queue(item, len(data))
+        if framer.terminated:
+            self.state = State.CLOSED
+            self.connection_lost(None)
+            if self.transport is not None:
+                self.transport.close()
+
+    def _encode(self, server: ServerConnection, item: bytes | PendingParts) -> bytes:
+        """Bytes for server from what the client sent (rewritten for its statements)."""
+        if isinstance(item, bytes):
+            return item
+        assert self.statements is not None
+        statements = server.prepared_statements()
+        parts, chunk, forgets = item
+        if forgets:
+            statements.clear()  # the server forgets them when it runs the query
+        return statements.send(self.statements, parts, chunk)
 
     def _refuse_transaction_blocks(self, data: bytes) -> bytes:
         """Statement mode: answer BEGIN / START TRANSACTION here, before any server sees it.
@@ -255,6 +322,19 @@ class ClientConnection(asyncio.Protocol):
         self.pending_size += len(data)
         if self.pending_size > PENDING_PAUSE and self.transport is not None:
             self.transport.pause_reading()
+
+    def _queue(self, item: PendingParts, size: int) -> None:
+        """Prepared-statement mode: keep parts until a server is linked, then encode them."""
+        self.pending.append(item)
+        self.pending_size += size
+        if self.pending_size > PENDING_PAUSE and self.transport is not None:
+            self.transport.pause_reading()
+        if not self.waiting:
+            assert self.pool is not None
+            self.waiting = True
+            server = self.pool.acquire(self)
+            if server is not None:
+                self.server_assigned(server)
 
     # --- startup and authentication --------------------------------------------------------------
 
@@ -373,6 +453,10 @@ class ClientConnection(asyncio.Protocol):
         out += build.backend_key_data(*self.cancel_key)
         out += RFQ_IDLE
         self.state = State.READY
+        config = self.runtime.config
+        if pool.pool_mode == "transaction" and config.max_prepared_statements > 0:
+            self.statements = ClientStatements(self.runtime.statement_cache)
+            self.framer = ClientFramer(config.max_packet_size)
         self.scanner = MessageScanner(
             STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES,
             self.runtime.config.max_packet_size,
@@ -402,7 +486,11 @@ class ClientConnection(asyncio.Protocol):
             return
         self._link(server)
         if self.pending:
-            data = b"".join(self.pending) if len(self.pending) > 1 else self.pending[0]
+            pending = self.pending
+            if len(pending) == 1 and isinstance(pending[0], bytes):
+                data = pending[0]
+            else:
+                data = b"".join([self._encode(server, item) for item in pending])
             self.pending.clear()
             if self.pending_size > PENDING_PAUSE and self.transport is not None:
                 self.transport.resume_reading()
@@ -501,6 +589,9 @@ class ClientConnection(asyncio.Protocol):
         # A Sync first: it ends any extended-protocol batch the client left without one,
         # and the ReadyForQuery it returns gives the true transaction status.
         server.swallow += 1
+        if server.statements is not None:
+            server.statements.sync_sent()
+            server.swallow_syncs += 1
         server.on_clean = lambda: server.reset_and_release(reset)
         server.write(build.SYNC)
 
@@ -515,4 +606,5 @@ def _opens_transaction(text: bytes) -> bool:
         text = text[cut + (1 if text.startswith(b"--") else 2) :].lstrip()
     word = text[:5].lower()
     return word in _TRANSACTION_WORDS and (len(text) == 5 or not text[5:6].isalnum())
+
 

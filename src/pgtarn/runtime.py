@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import Config
 from .pool.registry import Registry
+from .session.prepared import StatementCache
 
 if TYPE_CHECKING:
     from .client import ClientConnection
@@ -29,6 +30,8 @@ class Runtime:
         #: BackendKeyData we gave each client -> that client, for CancelRequest routing.
         self.cancel_keys: dict[tuple[int, int], ClientConnection] = {}
         self.ids: Iterator[int] = itertools.count(1)
+        #: Prepared statements by text, shared by every client (transaction mode).
+        self.statement_cache = StatementCache()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.accepting = True
         self.on_client_gone: Callable[[], None] = lambda: None

@@ -17,6 +17,13 @@ from .proto import build
 from .proto.framing import MessageScanner
 from .proto.messages import parse_fields, parse_parameter_status
 from .proto.server_side import ServerLogin
+from .session.prepared import (
+    AS_PARSE_COMPLETE,
+    FORGETS_ALL,
+    FORWARD,
+    PARSE_COMPLETE,
+    ServerStatements,
+)
 
 if TYPE_CHECKING:
     from .client import ClientConnection
@@ -27,6 +34,8 @@ log = logging.getLogger("pgtarn.server")
 ALL_TYPES = frozenset(range(256))
 # While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
 RELAY_TYPES = frozenset(b"ZSE")
+# With prepared statements: also ParseComplete and CloseComplete.
+PREPARED_RELAY_TYPES = frozenset(b"ZSE13")
 RFQ_LEN = 6
 # Login failures that may pass by themselves: the pool retries while clients wait.
 TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
@@ -40,9 +49,26 @@ class ServerConnection(asyncio.Protocol):
     """One connection to PostgreSQL, lent to clients by its pool."""
 
     __slots__ = (
-        "_login", "backend_key", "client", "closed", "connstr", "created_at", "db", "id",
-        "last_used", "on_clean", "params", "peer", "pool", "runtime", "scanner", "status",
-        "swallow", "transport",
+        "_login",
+        "backend_key",
+        "client",
+        "closed",
+        "connstr",
+        "created_at",
+        "db",
+        "id",
+        "last_used",
+        "on_clean",
+        "params",
+        "peer",
+        "pool",
+        "runtime",
+        "scanner",
+        "statements",
+        "status",
+        "swallow",
+        "swallow_syncs",
+        "transport",
     )
 
     def __init__(self, runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
@@ -61,7 +87,11 @@ class ServerConnection(asyncio.Protocol):
         self.status = b"I"
         #: ReadyForQuery messages still to come whose replies are ours, not a client's.
         self.swallow = 0
+        #: Of the swallowed ReadyForQuery, how many end a batch the statements track.
+        self.swallow_syncs = 0
         self.on_clean: Callable[[], None] | None = None
+        #: Prepared statements this server has (transaction mode), made on first use.
+        self.statements: ServerStatements | None = None
         self.closed = False
         self.created_at = time.monotonic()
         self.last_used = self.created_at
@@ -157,8 +187,10 @@ class ServerConnection(asyncio.Protocol):
         try:
             if self._login is not None:
                 self._login_data(data)
-            else:
+            elif self.statements is None:
                 self._relay(data)
+            else:
+                self._relay_prepared(data)
         except PgtarnError as error:
             if self._login is not None:
                 self._login = None
@@ -180,6 +212,10 @@ class ServerConnection(asyncio.Protocol):
                 self.params = login.params
                 self.backend_key = login.backend_key
                 self.scanner = MessageScanner(RELAY_TYPES, self.runtime.config.max_packet_size)
+                config = self.runtime.config
+                if self.pool.pool_mode == "transaction" and config.max_prepared_statements > 0:
+                    self.statements = ServerStatements(config.max_prepared_statements)
+                    self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
                 if self.runtime.config.log_connections:
                     log.info("%r: new server connection", self)
                 self.pool.server_ready(self, self.params)
@@ -221,6 +257,88 @@ class ServerConnection(asyncio.Protocol):
         if start < len(data) and not self.swallow and self.client is not None:
             self.client.write(data[start:] if start else data)
 
+    def _relay_prepared(self, data: bytes) -> None:
+        """_relay, plus the ParseComplete/CloseComplete bookkeeping of prepared statements.
+
+        Messages the scanner watches are held back until complete, so that one can be dropped
+        or replaced; one that began in an earlier chunk is rebuilt from its body.
+        """
+        scanner = self.scanner
+        statements = self.statements
+        assert statements is not None
+        events = scanner.feed(data)
+        out = bytearray(scanner.released if not self.swallow else b"")
+        start = 0
+        for msg_type, body, end in events:
+            msg_start = end - 5 - len(body)
+            piece = None
+            if msg_start < 0:  # began in held-back bytes: rebuild it
+                piece = bytes((msg_type,)) + (len(body) + 4).to_bytes(4, "big") + body
+                msg_start = start = end
+            if self.swallow:
+                if msg_type in (0x31, 0x33):
+                    statements.reply(msg_type)
+                elif msg_type == 0x5A:
+                    self.status = body
+                    self.swallow -= 1
+                    if self.swallow_syncs:
+                        self.swallow_syncs -= 1
+                        statements.reply(msg_type)
+                    start = end
+                    if self.swallow == 0 and self.on_clean is not None:
+                        on_clean, self.on_clean = self.on_clean, None
+                        on_clean()
+                elif msg_type == 0x53:
+                    self._parameter_status(body)
+                elif msg_type == 0x45:
+                    fields = parse_fields(body)
+                    log.warning("%r: internal query failed: %s %s", self, fields.get("C"),
+                                fields.get("M"))
+                continue
+            if msg_type in (0x31, 0x33):
+                action = statements.reply(msg_type)
+                if action == FORWARD and piece is None:
+                    continue
+                out += data[start:msg_start]
+                start = end
+                if action == FORWARD:
+                    out += piece or b""
+                elif action == AS_PARSE_COMPLETE:
+                    out += PARSE_COMPLETE
+                continue
+            out += data[start:msg_start]
+            out += piece if piece is not None else data[msg_start:end]
+            start = end
+            if msg_type == 0x5A:
+                self.status = body
+                statements.reply(msg_type)
+                client = self.client
+                if client is None:
+                    out.clear()
+                    continue
+                replacement = client.ready_for_query(self, body)
+                if replacement is not None:
+                    del out[-RFQ_LEN:]
+                    out += replacement
+                client.write(bytes(out))
+                out.clear()
+            elif msg_type == 0x53:
+                self._parameter_status(body)
+        if self.swallow or self.client is None:
+            return
+        out += data[start : len(data) - scanner.held]
+        if out:
+            self.client.write(bytes(out))
+
+    def prepared_statements(self) -> ServerStatements:
+        """This server's statement bookkeeping (made on first use)."""
+        if self.statements is None:
+            config = self.runtime.config
+            self.statements = ServerStatements(config.max_prepared_statements)
+            # Made while linked and idle, so the scanner is between messages.
+            self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
+        return self.statements
+
     def _parameter_status(self, body: bytes) -> None:
         name, value = parse_parameter_status(body)
         self.params[name] = value
@@ -254,6 +372,8 @@ class ServerConnection(asyncio.Protocol):
             statements.append("ROLLBACK")
         if reset_query:
             statements.append(reset_query)
+            if self.statements is not None and FORGETS_ALL.search(reset_query.encode()):
+                self.statements.clear()
         self.pool.begin_reset(self)
         self.run_internal(statements, self._after_reset)
 
@@ -351,3 +471,4 @@ def launch_server(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEn
 
     runtime.spawn(connect())
     return server
+

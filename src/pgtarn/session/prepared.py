@@ -24,6 +24,7 @@ Stdlib only, no I/O: messages in, bytes and decisions out.
 from __future__ import annotations
 
 import itertools
+import re
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -218,8 +219,18 @@ class ServerStatements:
                     self.expected.append(_SYNC_ENTRY)
         return bytes(out)
 
-    def send(self, client: ClientStatements, parts: list[Part]) -> bytes:
-        """What to send this server for parts from a ClientFramer."""
+    def send(self, client: ClientStatements, parts: list[Part], chunk: bytes | None = None
+             ) -> bytes:
+        """What to send this server for parts from a ClientFramer.
+
+        chunk: the received bytes, when the parts are exactly those (ClientFramer.whole);
+        with nothing to rewrite they are sent as they are.
+        """
+        if chunk is not None and ClientFramer.plain(parts):
+            for part in parts:
+                if isinstance(part, int):
+                    self.expected.append(_SYNC_ENTRY)
+            return chunk
         out = bytearray()
         for part in parts:
             if isinstance(part, int):
@@ -316,8 +327,16 @@ class ServerStatements:
             self.prepared.move_to_end(stmt.name, last=False)
 
     def clear(self) -> None:
-        """The server forgot everything (DISCARD ALL, reconnect)."""
+        """The server forgot every statement (DISCARD ALL, DEALLOCATE ALL)."""
         self.prepared.clear()
+
+    def sync_sent(self) -> None:
+        """pgtarn itself sent a Sync (a client left mid-batch): its ReadyForQuery ends it."""
+        self.expected.append(_SYNC_ENTRY)
+
+
+#: A simple query that makes a server forget its prepared statements.
+FORGETS_ALL = re.compile(rb"(?i)\b(?:discard\s+all|deallocate\s+(?:prepare\s+)?all)\b")
 
 
 #: A Sync or Query passed: one ReadyForQuery to come (an item of a ClientFramer part list).
@@ -338,6 +357,8 @@ class ClientFramer:
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
+        #: After feed: the parts are exactly the chunk's bytes (nothing held or released).
+        self.whole = True
         self._held = bytearray()  # the start of a message not yet complete
         self._skip = 0  # bytes of a passed-on message still to come
         self._mark_after_skip = False
@@ -349,6 +370,7 @@ class ClientFramer:
         syncs = 0
         pos = 0
         n = len(data)
+        self.whole = True
         if self._skip:
             take = min(self._skip, n)
             parts.append(data[:take])
@@ -359,6 +381,7 @@ class ClientFramer:
                 parts.append(SYNC_MARK)
                 syncs += 1
         if self._held and pos < n:
+            self.whole = False
             data = bytes(self._held) + data[pos:]
             self._held.clear()
             n = len(data)
@@ -387,6 +410,7 @@ class ClientFramer:
                 if pos > start:
                     parts.append(data[start:pos])
                 self.terminated = True
+                self.whole = False
                 return parts, syncs
             if end > n:  # passed on as it comes
                 self._skip = end - n
@@ -402,6 +426,7 @@ class ClientFramer:
         if pos > start:
             parts.append(data[start:pos])
         if pos < n:
+            self.whole = False
             self._held += data[pos:]
             if len(self._held) > self.max_size + 5:
                 from ..errors import ProtocolViolation

@@ -1,0 +1,174 @@
+"""Named prepared statements through transaction pooling, with real drivers and pgbench."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import subprocess
+
+import asyncpg
+import psycopg
+import pytest
+
+from .drivers import aconnect, connect
+
+SMALL_POOL = {"default_pool_size": 2, "max_client_conn": 200}
+
+
+def test_psycopg_prepared_on_every_execute_20_clients_2_servers(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=SMALL_POOL)
+
+    async def client(n: int) -> list[tuple[int, str]]:
+        async with await psycopg.AsyncConnection.connect(
+                proc.dsn("app", "app_pass"), autocommit=True, prepare_threshold=0) as conn:
+            out = []
+            for i in range(15):
+                cur = await conn.execute(
+                    "select %s::int + %s::int, name from items where id = %s::int",
+                    (n, i, i % 3 + 1))
+                out.append(await cur.fetchone())
+            return out
+
+    async def main() -> list[list[tuple[int, str]]]:
+        return await asyncio.gather(*(client(n) for n in range(20)))
+
+    names = {1: "one", 2: "two", 3: "three"}
+    results = asyncio.run(main())
+    for n, rows in enumerate(results):
+        assert rows == [(n + i, names[i % 3 + 1]) for i in range(15)]
+
+
+def test_asyncpg_default_statement_cache_20_clients_2_servers(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=SMALL_POOL)
+
+    async def client(n: int) -> list[int]:
+        conn = await aconnect(proc, statement_cache_size=100)
+        try:
+            out = []
+            for i in range(15):
+                out.append(await conn.fetchval("select $1::int * 10 + $2::int", n, i))
+                if i % 5 == 0:
+                    stmt = await conn.prepare("select $1::text || '-' || $2::text")
+                    assert await stmt.fetchval(str(n), str(i)) == f"{n}-{i}"
+            return out
+        finally:
+            await conn.close()
+
+    async def main() -> list[list[int]]:
+        return await asyncio.gather(*(client(n) for n in range(20)))
+
+    for n, values in enumerate(asyncio.run(main())):
+        assert values == [n * 10 + i for i in range(15)]
+
+
+def test_failed_parse_leaves_no_broken_name(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=SMALL_POOL)
+
+    async def main() -> None:
+        conn = await aconnect(proc, statement_cache_size=100)
+        try:
+            with pytest.raises(asyncpg.PostgresSyntaxError):
+                await conn.prepare("select from where")
+            with pytest.raises(asyncpg.UndefinedTableError):
+                await conn.fetchval("select count(*) from no_such_table")
+            assert await conn.fetchval("select $1::int + 1", 41) == 42
+            # the same text again, once it can work
+            stmt = await conn.prepare("select count(*) from items")
+            assert await stmt.fetchval() == 3
+        finally:
+            await conn.close()
+
+    asyncio.run(main())
+
+
+def test_unnamed_statements_in_a_pipeline_return_their_own_rows(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    pg_cluster.psql("DROP TABLE IF EXISTS other_items; CREATE TABLE other_items (id int, v text);"
+                    " INSERT INTO other_items VALUES (1, 'other');"
+                    " GRANT ALL ON other_items TO PUBLIC;", dbname="app")
+    proc = pgtarn_factory(settings=SMALL_POOL)
+    with connect(proc, autocommit=True, prepare_threshold=None) as a, \
+            connect(proc, autocommit=True, prepare_threshold=0) as b:
+        for _ in range(5):
+            with a.pipeline():
+                c1 = a.execute("select name from items where id = %s", (1,))
+                c2 = a.execute("select v from other_items where id = %s", (1,))
+                c3 = b.execute("select v from other_items where id = %s", (1,))
+                c4 = b.execute("select name from items where id = %s", (2,))
+            assert c1.fetchall() == [("one",)]
+            assert c2.fetchall() == [("other",)]
+            assert c3.fetchall() == [("other",)]
+            assert c4.fetchall() == [("two",)]
+
+
+def test_deallocate_all_and_discard_all(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+
+    async def main() -> None:
+        conn = await aconnect(proc, statement_cache_size=0)
+        try:
+            stmt = await conn.prepare("select 7")
+            assert await stmt.fetchval() == 7
+            await conn.execute("DEALLOCATE ALL")
+            # asyncpg prepares it again by itself, as it does against PostgreSQL
+            assert await stmt.fetchval() == 7
+            stmt = await conn.prepare("select 8")
+            assert await stmt.fetchval() == 8
+            await conn.execute("DISCARD ALL")
+            stmt = await conn.prepare("select 9")
+            assert await stmt.fetchval() == 9
+        finally:
+            await conn.close()
+
+    asyncio.run(main())
+
+
+def test_randomized_clients_prepare_execute_close_reprepare(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"default_pool_size": 2, "max_prepared_statements": 3})
+    texts = [f"select $1::int + {k}" for k in range(6)]
+
+    async def client(seed: int) -> int:
+        rng = random.Random(seed)
+        conn = await aconnect(proc, statement_cache_size=0)
+        checked = 0
+        try:
+            prepared: dict[int, asyncpg.prepared_stmt.PreparedStatement] = {}
+            for _ in range(40):
+                k = rng.randrange(len(texts))
+                action = rng.random()
+                if k not in prepared or action < 0.2:
+                    prepared[k] = await conn.prepare(texts[k])
+                x = rng.randrange(1000)
+                assert await prepared[k].fetchval(x) == x + k
+                checked += 1
+                if action > 0.85:
+                    del prepared[k]  # asyncpg closes it (Close) once unreferenced
+        finally:
+            await conn.close()
+        return checked
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(client(seed) for seed in range(20)))
+
+    assert sum(asyncio.run(main())) == 20 * 40
+
+
+@pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench not installed")
+@pytest.mark.parametrize("mode", ["prepared", "extended"])
+def test_pgbench_100_clients(pgtarn_factory, pg_cluster, mode):  # type: ignore[no-untyped-def]
+    subprocess.run(
+        ["pgbench", "-i", "-s", "1", "-q", pg_cluster.dsn("app", "app_pass", dbname="app")],
+        check=True, capture_output=True, timeout=120,
+    )
+    proc = pgtarn_factory(settings={"default_pool_size": 5, "max_client_conn": 200})
+    result = subprocess.run(
+        # -S: pgbench prepares each statement with a blocking PQprepare the first time, so a
+        # multi-statement script (TPC-B) can deadlock its own threads behind a pool smaller
+        # than the client count, with any transaction pooler
+        ["pgbench", "-n", "-S", "-c", "100", "-j", "2", "-t", "30", "-M", mode,
+         proc.dsn("app", "app_pass")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "number of transactions actually processed: 3000/3000" in result.stdout
+    assert "number of failed transactions: 0" in result.stdout
