@@ -60,7 +60,9 @@ TRANSACTION_REFUSED = build.error_response(
 )
 _TRANSACTION_WORDS = (b"begin", b"start")
 ADMIN_DATABASES = ("pgbouncer", "pgtarn")
-PendingParts = tuple[list[Part], bytes | None, bool]
+#: What a prepared-statement client sent: (parts, the chunk when the parts are all of it,
+#: whether it makes the server forget its statements); parts None: one whole Query.
+PendingParts = tuple[list[Part] | None, bytes | None, bool]
 
 
 class State(enum.Enum):
@@ -240,9 +242,30 @@ class ClientConnection(asyncio.Protocol):
         """Transaction mode with prepared statements: statements are rewritten per server."""
         framer = self.framer
         assert framer is not None and self.statements is not None
+        if (data[0] == 0x51 and framer.idle and len(data) > 5
+                and int.from_bytes(data[1:5], "big") + 1 == len(data)):
+            # The common case: one whole simple Query, passed on as it is.
+            self.expected += 1
+            forgets = _may_forget_all(data) and FORGETS_ALL.search(data) is not None
+            if forgets:
+                self.statements.clear()
+            item: PendingParts = (None, data, forgets)
+            server = self.server
+            if server is None and not self.waiting:
+                assert self.pool is not None
+                self.waiting = True
+                server = self.pool.acquire(self)
+                if server is not None:
+                    self.waiting = False
+                    self._link(server)
+            if server is not None:
+                server.write(self._encode(server, item))
+            else:
+                self._queue(item, len(data))
+            return
         parts, syncs = framer.feed(data)
         self.expected += syncs
-        forgets = bool(syncs and FORGETS_ALL.search(data))
+        forgets = bool(syncs and _may_forget_all(data) and FORGETS_ALL.search(data))
         if forgets:
             # DISCARD ALL / DEALLOCATE ALL: the client's names go now, the server's
             # statements when the parts are encoded for it.
@@ -269,6 +292,10 @@ class ClientConnection(asyncio.Protocol):
         parts, chunk, forgets = item
         if forgets:
             statements.clear()  # the server forgets them when it runs the query
+        if parts is None:  # one whole Query
+            assert chunk is not None
+            statements.sync_sent()
+            return chunk
         return statements.send(self.statements, parts, chunk)
 
     def _refuse_transaction_blocks(self, data: bytes) -> bytes:
@@ -594,6 +621,11 @@ class ClientConnection(asyncio.Protocol):
             server.swallow_syncs += 1
         server.on_clean = lambda: server.reset_and_release(reset)
         server.write(build.SYNC)
+
+
+def _may_forget_all(data: bytes) -> bool:
+    """Cheap test before FORGETS_ALL: could data hold the word ALL in any case?"""
+    return b"ALL" in data.upper()
 
 
 def _opens_transaction(text: bytes) -> bool:

@@ -267,6 +267,17 @@ class ServerConnection(asyncio.Protocol):
         statements = self.statements
         assert statements is not None
         events = scanner.feed(data)
+        if (len(events) == 1 and not self.swallow and not scanner.held and not scanner.released
+                and events[0][0] == 0x5A and events[0][2] == len(data) >= RFQ_LEN):
+            # The common case: a whole reply ending with ReadyForQuery, nothing to rewrite.
+            body = events[0][1]
+            statements.reply(0x5A)
+            self.status = body
+            client = self.client
+            if client is not None:
+                replacement = client.ready_for_query(self, body)
+                client.write(data if replacement is None else data[:-RFQ_LEN] + replacement)
+            return
         out = bytearray(scanner.released if not self.swallow else b"")
         start = 0
         for msg_type, body, end in events:

@@ -300,6 +300,9 @@ class ServerStatements:
     def _ready(self) -> None:
         """ReadyForQuery: what was queued before its Sync and did not come never will."""
         expected = self.expected
+        if expected and expected[0] is _SYNC_ENTRY:  # the common case: nothing skipped
+            expected.popleft()
+            return
         skipped = []
         while expected:
             entry = expected.popleft()
@@ -331,7 +334,8 @@ class ServerStatements:
         self.prepared.clear()
 
     def sync_sent(self) -> None:
-        """pgtarn itself sent a Sync (a client left mid-batch): its ReadyForQuery ends it."""
+        """A Sync or Query went by untouched, or pgtarn sent a Sync itself (a client left
+        mid-batch): its ReadyForQuery ends what came before."""
         self.expected.append(_SYNC_ENTRY)
 
 
@@ -433,6 +437,11 @@ class ClientFramer:
 
                 raise ProtocolViolation("message too large")
         return parts, syncs
+
+    @property
+    def idle(self) -> bool:
+        """Between messages: nothing held back, nothing being passed on."""
+        return not self._held and not self._skip and not self.terminated
 
     @staticmethod
     def plain(parts: list[Part]) -> bool:
