@@ -133,11 +133,12 @@ def test_randomized_clients_prepare_execute_close_reprepare(pgtarn_factory):  # 
         checked = 0
         try:
             prepared: dict[int, asyncpg.prepared_stmt.PreparedStatement] = {}
-            for _ in range(40):
+            for i in range(40):
                 k = rng.randrange(len(texts))
                 action = rng.random()
                 if k not in prepared or action < 0.2:
-                    prepared[k] = await conn.prepare(texts[k])
+                    # named statements: several clients share each text, with other names
+                    prepared[k] = await conn.prepare(texts[k], name=f"c{seed}_{k}_{i}")
                 x = rng.randrange(1000)
                 assert await prepared[k].fetchval(x) == x + k
                 checked += 1
@@ -172,3 +173,27 @@ def test_pgbench_100_clients(pgtarn_factory, pg_cluster, mode):  # type: ignore[
     assert result.returncode == 0, result.stderr[-2000:]
     assert "number of transactions actually processed: 3000/3000" in result.stdout
     assert "number of failed transactions: 0" in result.stdout
+
+
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_server_side_names_rewritten_only_in_transaction_mode(pgtarn_factory, mode):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"default_pool_size": 1, "pool_mode": mode})
+
+    async def main() -> set[str]:
+        conn = await aconnect(proc, statement_cache_size=0)
+        try:
+            stmt = await conn.prepare("select 11", name="my_stmt")
+            assert await stmt.fetchval() == 11
+            rows = await conn.fetch("select name from pg_prepared_statements")
+            return {r["name"] for r in rows} | {"client:" + stmt.get_name()}
+        finally:
+            await conn.close()
+
+    names = asyncio.run(main())
+    client_name = next(n[len("client:"):] for n in names if n.startswith("client:"))
+    server_names = {n for n in names if not n.startswith("client:")}
+    if mode == "session":
+        assert client_name in server_names  # the client's own server, its own names
+    else:
+        assert client_name not in server_names
+        assert any(n.startswith("pgtarn_") for n in server_names)
