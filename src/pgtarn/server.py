@@ -35,7 +35,7 @@ ALL_TYPES = frozenset(range(256))
 # While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
 RELAY_TYPES = frozenset(b"ZSE")
 # With prepared statements: also ParseComplete and CloseComplete.
-PREPARED_RELAY_TYPES = frozenset(b"ZSE13")
+PREPARED_RELAY_TYPES = frozenset(b"ZSE123")
 RFQ_LEN = 6
 # Login failures that may pass by themselves: the pool retries while clients wait.
 TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
@@ -287,7 +287,7 @@ class ServerConnection(asyncio.Protocol):
                 piece = bytes((msg_type,)) + (len(body) + 4).to_bytes(4, "big") + body
                 msg_start = start = end
             if self.swallow:
-                if msg_type in (0x31, 0x33):
+                if msg_type in (0x31, 0x32, 0x33):
                     statements.reply(msg_type)
                 elif msg_type == 0x5A:
                     self.status = body
@@ -306,7 +306,7 @@ class ServerConnection(asyncio.Protocol):
                     log.warning("%r: internal query failed: %s %s", self, fields.get("C"),
                                 fields.get("M"))
                 continue
-            if msg_type in (0x31, 0x33):
+            if msg_type in (0x31, 0x32, 0x33):
                 action = statements.reply(msg_type)
                 if action == FORWARD and piece is None:
                     continue
@@ -335,6 +335,8 @@ class ServerConnection(asyncio.Protocol):
                 out.clear()
             elif msg_type == 0x53:
                 self._parameter_status(body)
+            elif msg_type == 0x45:
+                statements.error(body, self.runtime.statement_cache)
         if self.swallow or self.client is None:
             return
         out += data[start : len(data) - scanner.held]

@@ -197,3 +197,29 @@ def test_server_side_names_rewritten_only_in_transaction_mode(pgtarn_factory, mo
     else:
         assert client_name not in server_names
         assert any(n.startswith("pgtarn_") for n in server_names)
+
+
+def test_result_type_change_fails_at_most_once_then_reprepares(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    pg_cluster.psql("DROP TABLE IF EXISTS shape; CREATE TABLE shape (id int, a int);"
+                    " INSERT INTO shape VALUES (1, 10); GRANT ALL ON shape TO PUBLIC;",
+                    dbname="app")
+    proc = pgtarn_factory(settings={"default_pool_size": 2})
+    with connect(proc, autocommit=True, prepare_threshold=0) as a, \
+            connect(proc, autocommit=True, prepare_threshold=0) as b:
+        for conn in (a, b):  # both servers get the statement
+            with conn.pipeline():
+                for _ in range(3):
+                    conn.execute("select * from shape where id = %s", (1,))
+        assert a.execute("select * from shape where id = %s", (1,)).fetchone() == (1, 10)
+        pg_cluster.psql("ALTER TABLE shape ADD COLUMN b text DEFAULT 'x'", dbname="app")
+        errors = 0
+        rows = []
+        for _ in range(6):
+            try:
+                rows.append(a.execute("select * from shape where id = %s", (1,)).fetchone())
+            except psycopg.errors.FeatureNotSupported as exc:
+                assert "cached plan must not change result type" in str(exc)
+                errors += 1
+        assert errors <= 1
+        assert rows[-1] == (1, 10, "x") and len(rows) == 6 - errors
+        assert b.execute("select * from shape where id = %s", (1,)).fetchone() == (1, 10, "x")

@@ -40,6 +40,10 @@ NOOP_CLOSE = b"C" + _I.pack(4 + 1 + len(NOOP_NAME) + 1) + b"S" + NOOP_NAME + b"\
 _PARSE = 1  # a ParseComplete
 _CLOSE = 2  # a CloseComplete
 _SYNC = 3  # a ReadyForQuery (after Sync or Query)
+_BIND = 4  # a BindComplete
+
+#: The error PostgreSQL gives when a prepared statement's result type changed (ALTER TABLE).
+RESULT_TYPE_CHANGED = b"cached plan must not change result type"
 
 FORWARD = 0
 DROP = 1
@@ -91,6 +95,13 @@ class StatementCache:
             key = _key(stmt)
             if self._by_key.get(key) is stmt:
                 del self._by_key[key]
+
+    def renew(self, stmt: Statement) -> None:
+        """The statement's plan went stale on some server: give it a new server-side name, so
+        every server prepares it afresh on next use (the old ones age out of their LRU)."""
+        key = _key(stmt)
+        stmt.name = b"pgtarn_%d" % next(self._ids)
+        stmt.parse = _message(b"P", stmt.name + b"\x00" + key)
 
     def retain(self, stmt: Statement) -> None:
         """A client name refers to stmt again (a redefinition was undone)."""
@@ -155,6 +166,7 @@ class _Entry:
 
 
 _SYNC_ENTRY = _Entry(_SYNC)
+_BIND_ENTRY = _Entry(_BIND)
 
 
 class ServerStatements:
@@ -190,9 +202,11 @@ class ServerStatements:
                 stmt = client.names.get(name) if name else None
                 if stmt is None:
                     out += _message(b"B", body)
+                    self.expected.append(_BIND_ENTRY)
                 else:
                     self._ensure(stmt, out)
                     out += _message(b"B", body[:pos] + stmt.name + body[end - 1 :])
+                    self.expected.append(_Entry(_BIND, FORWARD, stmt))
             elif msg_type in (0x44, 0x43):  # Describe, Close: kind, name
                 kind = body[:1]
                 name, _end = _cstring(body, 1)
@@ -289,13 +303,23 @@ class ServerStatements:
         if msg_type == 0x5A:
             self._ready()
             return FORWARD
-        want = _PARSE if msg_type == 0x31 else _CLOSE
+        want = _PARSE if msg_type == 0x31 else _BIND if msg_type == 0x32 else _CLOSE
         expected = self.expected
         while expected and expected[0].kind != want and expected[0].kind != _SYNC:
             self._skipped(expected.popleft())  # cannot happen with a well-behaved server
         if not expected or expected[0].kind != want:
             return FORWARD
         return expected.popleft().action
+
+    def error(self, body: bytes, cache: StatementCache) -> None:
+        """An ErrorResponse: a Bind that failed because the statement's result type changed
+        renews that statement, so that the next attempt prepares it again."""
+        expected = self.expected
+        if (expected and expected[0].kind == _BIND and expected[0].stmt is not None
+                and b"C0A000\x00" in body and RESULT_TYPE_CHANGED in body):
+            stmt = expected[0].stmt
+            self.prepared.pop(stmt.name, None)
+            cache.renew(stmt)
 
     def _ready(self) -> None:
         """ReadyForQuery: what was queued before its Sync and did not come never will."""

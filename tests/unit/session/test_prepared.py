@@ -53,6 +53,8 @@ class FakePostgres:
         self.statements: dict[bytes, bytes] = {}
         self.portal: bytes | None = None
         self.skipping = False
+        #: Statement names whose plan went stale (their table's result type changed).
+        self.stale: set[bytes] = set()
 
     def error(self, code: str, text: str) -> Msg:
         self.skipping = True
@@ -76,6 +78,8 @@ class FakePostgres:
             name, _ = _cstr(body, pos)
             if name not in self.statements:
                 return [self.error("26000", f"prepared statement {name.decode()} missing")]
+            if name in self.stale:
+                return [self.error("0A000", "cached plan must not change result type")]
             self.portal = self.statements[name]
             return [(0x32, b"")]
         if msg_type == 0x44:
@@ -105,7 +109,9 @@ def pooled(client: ClientStatements, server: ServerStatements, pg: FakePostgres,
     """Send a batch through the rewriter to a server; what the client gets back."""
     seen = []
     for msg_type, body in pg.run(server.rewrite(client, batch)):
-        if msg_type in (0x31, 0x33, 0x5A):
+        if msg_type == 0x45:
+            server.error(body, client.cache)
+        if msg_type in (0x31, 0x32, 0x33, 0x5A):
             action = server.reply(msg_type)
             if action == DROP:
                 continue
@@ -305,3 +311,21 @@ def test_client_framer_keeps_the_stream_for_every_cut() -> None:
     framer = ClientFramer(10000)
     parts, _ = framer.feed(build.query("select 1") + build.TERMINATE + b"junk")
     assert framer.terminated and parts[-1] == SYNC_MARK
+
+
+def test_a_stale_plan_fails_once_then_is_prepared_afresh_everywhere() -> None:
+    cache = StatementCache()
+    client = ClientStatements(cache)
+    servers = [ServerStatements(10) for _ in range(2)]
+    pgs = [FakePostgres() for _ in range(2)]
+    for server, pg in zip(servers, pgs, strict=True):
+        pooled(client, server, pg, [parse("s", "select * from t"), bind("s"), EXECUTE, SYNC])
+    old = client.names[b"s"].name
+    for pg in pgs:  # ALTER TABLE t: both servers' plans are stale
+        pg.stale.add(old)
+    got = pooled(client, servers[0], pgs[0], [bind("s"), EXECUTE, SYNC])
+    assert [t for t, _ in got] == [0x45, 0x5A]
+    assert client.names[b"s"].name != old
+    for server, pg in zip(servers, pgs, strict=True):  # the next attempt works on any server
+        got = pooled(client, server, pg, [bind("s"), EXECUTE, SYNC])
+        assert [t for t, _ in got] == [0x32, 0x44, 0x43, 0x5A]
