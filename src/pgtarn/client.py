@@ -165,6 +165,8 @@ class ClientConnection(asyncio.Protocol):
         self.state = State.CLOSED
         self.runtime.clients.discard(self)
         self.runtime.cancel_keys.pop(self.cancel_key, None)
+        if self.statements is not None:
+            self.statements.clear()  # the shared cache keeps only what live clients name
         if self.pool is not None:
             if self.waiting:
                 self.pool.cancel_wait(self)

@@ -279,6 +279,9 @@ def test_seeded_many_clients_many_servers() -> None:
             got = pooled(clients[c], servers[s], pgs[s], [close(name), SYNC])
             assert got == [(0x33, b""), (0x5A, b"I")]
     assert len(cache) <= 20 * 3
+    for client in clients:  # clients leave: the shared cache empties
+        client.clear()
+    assert len(cache) == 0
 
 
 def test_client_framer_keeps_the_stream_for_every_cut() -> None:
