@@ -31,7 +31,7 @@ from .proto.messages import (
     StartupPacket,
     parse_startup,
 )
-from .session.prepared import FORGETS_ALL, ClientFramer, ClientStatements, Part
+from .session.prepared import FORGETS_ALL, SYNC_MARK, ClientFramer, ClientStatements, Part
 
 if TYPE_CHECKING:
     from .config import DatabaseEntry
@@ -44,6 +44,9 @@ AUTH_TYPES = frozenset(range(256))
 # In READY only these client messages matter: Query, Sync, Terminate.
 RELAY_TYPES = frozenset(b"QSX")
 STATEMENT_RELAY_TYPES = frozenset(b"QSXP")
+# Transaction mode before a client's first Parse/Bind/Describe/Close: those are noticed too.
+WATCH_STATEMENTS_TYPES = frozenset(b"QSXPBDC")
+STATEMENT_MESSAGES = frozenset(b"PBDC")
 TRACKED_DEFAULT = (
     "client_encoding",
     "DateStyle",
@@ -226,7 +229,49 @@ class ClientConnection(asyncio.Protocol):
     def _relay(self, data: bytes) -> None:
         if self.statement_mode:
             data = self._refuse_transaction_blocks(data)
-        for msg_type, _body, end in self.scanner.feed(data):
+        scanner = self.scanner
+        if self.statements is not None:  # statement tracking is on, not yet needed
+            at_boundary = scanner.at_boundary
+            events = scanner.feed(data)
+            for msg_type, _body, _end in events:
+                if msg_type in STATEMENT_MESSAGES:
+                    # Nothing of this chunk has gone yet: from here on, the framer.
+                    assert at_boundary
+                    self._start_statements()
+                    self._relay_prepared(data)
+                    return
+            held = scanner.held
+            if held and data[len(data) - held] in STATEMENT_MESSAGES:
+                # The chunk ends inside a Parse/Bind/...: keep that start for the framer.
+                self._relay_events(data[: len(data) - held], events)
+                if self.state is State.READY:
+                    self._start_statements()
+                    self._relay_prepared(data[len(data) - held :])
+                return
+            self._relay_events(data, events)
+            return
+        self._relay_events(data, scanner.feed(data))
+
+    def _start_statements(self) -> None:
+        """The client uses the extended protocol: track its statements from now on.
+
+        Replies still owed for what went before are ReadyForQuery only (no statement
+        messages were sent), so they become sync markers ahead of anything tracked.
+        """
+        self.framer = ClientFramer(self.runtime.config.max_packet_size)
+        outstanding = self.expected
+        server = self.server
+        if server is not None:
+            statements = server.prepared_statements()
+            for _ in range(outstanding):
+                statements.sync_sent()
+        elif self.pending:
+            raw = b"".join(item for item in self.pending if isinstance(item, bytes))
+            parts: list[Part] = [raw, *([SYNC_MARK] * outstanding)]
+            self.pending = [(parts, None, False)]
+
+    def _relay_events(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
+        for msg_type, _body, end in events:
             if msg_type == 0x58:  # Terminate: forward what came before it, then leave
                 if end > 5:
                     self._to_server(data[: end - 5])
@@ -235,7 +280,7 @@ class ClientConnection(asyncio.Protocol):
                 if self.transport is not None:
                     self.transport.close()
                 return
-            if msg_type != 0x50:  # Query or Sync: one ReadyForQuery to come
+            if msg_type in (0x51, 0x53):  # Query or Sync: one ReadyForQuery to come
                 self.expected += 1
         if data:
             self._to_server(data)
@@ -483,13 +528,13 @@ class ClientConnection(asyncio.Protocol):
         out += RFQ_IDLE
         self.state = State.READY
         config = self.runtime.config
+        watch = STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES
         if pool.pool_mode == "transaction" and config.max_prepared_statements > 0:
+            # The framer starts with the client's first Parse/Bind/Describe/Close.
             self.statements = ClientStatements(self.runtime.statement_cache)
-            self.framer = ClientFramer(config.max_packet_size)
+            watch = WATCH_STATEMENTS_TYPES
         self.scanner = MessageScanner(
-            STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES,
-            self.runtime.config.max_packet_size,
-            bodies=frozenset(),  # only counted, never read
+            watch, config.max_packet_size, bodies=frozenset(),  # only counted, never read
         )
         self.write(bytes(out))
 

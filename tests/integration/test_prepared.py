@@ -223,3 +223,50 @@ def test_result_type_change_fails_at_most_once_then_reprepares(pgtarn_factory, p
         assert errors <= 1
         assert rows[-1] == (1, 10, "x") and len(rows) == 6 - errors
         assert b.execute("select * from shape where id = %s", (1,)).fetchone() == (1, 10, "x")
+
+
+def test_statements_tracked_from_a_parse_split_across_packets(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """A client that starts with simple queries, then sends a named Parse whose first bytes
+    arrive alone: tracking starts there and nothing of it reaches a server unrewritten."""
+    import time
+
+    from pgtarn.proto import build
+
+    from .rawpg import AsyncRawClient, RawClient
+
+    proc = pgtarn_factory(settings={"default_pool_size": 2, "auth_type": "md5"})
+
+    async def login() -> tuple[int, int]:
+        c = await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass", "app")
+        await c.close()
+        return c.backend_key
+
+    asyncio.run(login())  # the pool knows its server parameters
+    raw = RawClient(proc.host, proc.port)
+    try:
+        raw.startup(user="app", database="app")
+        msg_type, body = raw.read_message()
+        assert msg_type == "R"
+        import hashlib
+
+        salt = body[4:8]
+        inner = hashlib.md5(b"app_passapp").hexdigest().encode()
+        answer = hashlib.md5(inner + salt).hexdigest().encode()
+        raw.send(build.password_message(b"md5" + answer + b"\x00"))
+        raw.read_until("Z")
+        raw.send(build.query("select 1"))
+        assert [t for t, _ in raw.read_until("Z")] == ["T", "D", "C", "Z"]
+        parse = build.message(b"P", b"split_stmt\x00select 41 + 1\x00\x00\x00")
+        bind = build.message(b"B", b"\x00split_stmt\x00\x00\x00\x00\x00\x00\x00")
+        execute = build.message(b"E", b"\x00\x00\x00\x00\x00")
+        raw.send(parse[:3])
+        time.sleep(0.2)
+        raw.send(parse[3:] + bind + execute + build.SYNC)
+        replies = raw.read_until("Z")
+        assert [t for t, _ in replies] == ["1", "2", "D", "C", "Z"]
+        assert replies[2][1].endswith(b"42")
+        # the same name again on whichever server: still ours
+        raw.send(bind + execute + build.SYNC)
+        assert [t for t, _ in raw.read_until("Z")] == ["2", "D", "C", "Z"]
+    finally:
+        raw.close()
