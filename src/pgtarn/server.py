@@ -226,19 +226,8 @@ class ServerConnection(asyncio.Protocol):
         start = 0
         for msg_type, body, end in events:
             if self.swallow:
-                if msg_type == 0x5A:
-                    self.status = body
-                    self.swallow -= 1
+                if self._swallowed(msg_type, body):
                     start = end
-                    if self.swallow == 0 and self.on_clean is not None:
-                        on_clean, self.on_clean = self.on_clean, None
-                        on_clean()
-                elif msg_type == 0x53:
-                    self._parameter_status(body)
-                elif msg_type == 0x45:
-                    fields = parse_fields(body)
-                    log.warning("%r: internal query failed: %s %s", self, fields.get("C"),
-                                fields.get("M"))
                 continue
             if msg_type == 0x5A:
                 self.status = body
@@ -289,22 +278,12 @@ class ServerConnection(asyncio.Protocol):
             if self.swallow:
                 if msg_type in (0x31, 0x32, 0x33):
                     statements.reply(msg_type)
-                elif msg_type == 0x5A:
-                    self.status = body
-                    self.swallow -= 1
-                    if self.swallow_syncs:
-                        self.swallow_syncs -= 1
-                        statements.reply(msg_type)
+                    continue
+                if msg_type == 0x5A and self.swallow_syncs:  # the Sync we sent for a client
+                    self.swallow_syncs -= 1
+                    statements.reply(msg_type)
+                if self._swallowed(msg_type, body):
                     start = end
-                    if self.swallow == 0 and self.on_clean is not None:
-                        on_clean, self.on_clean = self.on_clean, None
-                        on_clean()
-                elif msg_type == 0x53:
-                    self._parameter_status(body)
-                elif msg_type == 0x45:
-                    fields = parse_fields(body)
-                    log.warning("%r: internal query failed: %s %s", self, fields.get("C"),
-                                fields.get("M"))
                 continue
             if msg_type in (0x31, 0x32, 0x33):
                 action = statements.reply(msg_type)
@@ -351,6 +330,22 @@ class ServerConnection(asyncio.Protocol):
             # Made while linked and idle, so the scanner is between messages.
             self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
         return self.statements
+
+    def _swallowed(self, msg_type: int, body: bytes) -> bool:
+        """A reply to pgtarn's own query, not passed on; True at its ReadyForQuery."""
+        if msg_type == 0x5A:
+            self.status = body
+            self.swallow -= 1
+            if self.swallow == 0 and self.on_clean is not None:
+                on_clean, self.on_clean = self.on_clean, None
+                on_clean()
+            return True
+        if msg_type == 0x53:
+            self._parameter_status(body)
+        elif msg_type == 0x45:
+            fields = parse_fields(body)
+            log.warning("%r: internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
+        return False
 
     def _parameter_status(self, body: bytes) -> None:
         name, value = parse_parameter_status(body)
