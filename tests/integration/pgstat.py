@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -67,3 +68,27 @@ class PeakBackends:
         self._stop.set()
         self._thread.join()
         self.conn.close()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll predicate until true or timeout seconds passed; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def make_table(cluster: TempCluster, prefix: str) -> str:
+    """A new table (v int) in the app database that every role may use; its name."""
+    table = prefix + uuid.uuid4().hex[:12]
+    cluster.psql(f"CREATE TABLE {table} (v int); GRANT ALL ON TABLE {table} TO PUBLIC;",
+                 dbname="app")
+    return table
+
+
+def rows(cluster: TempCluster, table: str) -> list[int]:
+    """The values in a make_table table, in order."""
+    out = cluster.psql(f"SELECT v FROM {table} ORDER BY v", dbname="app")
+    return [int(line) for line in out.split()]

@@ -6,12 +6,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 
 import psycopg
 
 from .drivers import connect
+from .pgstat import wait_for
 
 
 def app_backends(pg_cluster, condition: str) -> int:  # type: ignore[no-untyped-def]
@@ -20,14 +20,6 @@ def app_backends(pg_cluster, condition: str) -> int:  # type: ignore[no-untyped-
     )
     return int(out.strip())
 
-
-def wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
 
 
 def test_killed_client_mid_transaction_is_rolled_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]

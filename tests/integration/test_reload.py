@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
-import uuid
 from pathlib import Path
 
 import asyncpg
@@ -16,18 +14,11 @@ from pgtarn.cluster import userlist_line
 
 from .conftest import ROLE_PASSWORDS
 from .drivers import aconnect, connect
+from .pgstat import make_table, rows, wait_for
 
 DEADLINE = 10.0
 RELOAD_USER = "reload_user"
 
-
-def wait_for(predicate, timeout: float = DEADLINE) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
 
 
 def reload(proc, ini: str | None = None, marker: str = "configuration reloaded") -> None:  # type: ignore[no-untyped-def]
@@ -75,16 +66,6 @@ def app_backends(pg_cluster) -> int:  # type: ignore[no-untyped-def]
     return int(out.strip())
 
 
-def make_table(pg_cluster) -> str:  # type: ignore[no-untyped-def]
-    table = "reload_" + uuid.uuid4().hex[:12]
-    pg_cluster.psql(f"CREATE TABLE {table} (v int); GRANT ALL ON TABLE {table} TO PUBLIC;",
-                    dbname="app")
-    return table
-
-
-def rows(pg_cluster, table: str) -> list[int]:  # type: ignore[no-untyped-def]
-    out = pg_cluster.psql(f"SELECT v FROM {table} ORDER BY v", dbname="app")
-    return [int(line) for line in out.split()]
 
 
 def write_userlist(proc, entries: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
@@ -178,7 +159,7 @@ def test_auth_file_changes_apply_on_reload(pgtarn_factory, pg_cluster):  # type:
 
 def test_changed_connection_string_waits_for_the_transaction(pgtarn_factory, pg_cluster,  # type: ignore[no-untyped-def]
                                                              fault_proxy):
-    table = make_table(pg_cluster)
+    table = make_table(pg_cluster, "reload_")
     via_proxy = f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"
     direct = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(databases={"app": via_proxy})

@@ -5,37 +5,18 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
-import uuid
 
 import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
 from .drivers import connect
+from .pgstat import make_table, rows, wait_for
 
 DEADLINE = 10.0
 
 
-def wait_for(predicate, timeout: float = DEADLINE) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
 
-
-def make_table(pg_cluster) -> str:  # type: ignore[no-untyped-def]
-    table = "shut_" + uuid.uuid4().hex[:12]
-    pg_cluster.psql(f"CREATE TABLE {table} (v int); GRANT ALL ON TABLE {table} TO PUBLIC;",
-                    dbname="app")
-    return table
-
-
-def rows(pg_cluster, table: str) -> list[int]:  # type: ignore[no-untyped-def]
-    out = pg_cluster.psql(f"SELECT v FROM {table} ORDER BY v", dbname="app")
-    return [int(line) for line in out.split()]
 
 
 def backend_alive(pg_cluster, pid: int) -> bool:  # type: ignore[no-untyped-def]
@@ -60,7 +41,7 @@ def exit_code(proc) -> int:  # type: ignore[no-untyped-def]
 
 
 def test_sigint_lets_a_transaction_under_way_finish(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    table = make_table(pg_cluster)
+    table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
     with connect(proc) as a:
         a.execute(f"INSERT INTO {table} VALUES (1)")
@@ -75,7 +56,7 @@ def test_sigint_lets_a_transaction_under_way_finish(pgtarn_factory, pg_cluster):
 
 
 def test_sigint_gives_waiting_clients_no_server(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    table = make_table(pg_cluster)
+    table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     errors: list[BaseException] = []
     with connect(proc) as a, connect(proc, autocommit=True) as b:
@@ -108,7 +89,7 @@ def test_sigint_gives_waiting_clients_no_server(pgtarn_factory, pg_cluster):  # 
 
 
 def test_sigterm_waits_for_clients_to_leave(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    table = make_table(pg_cluster)
+    table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as a:
         assert a.execute("SELECT 1").fetchone() == (1,)
@@ -138,7 +119,7 @@ def test_second_sigterm_exits_at_once(pgtarn_factory):  # type: ignore[no-untype
 
 
 def test_sigquit_exits_at_once_mid_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    table = make_table(pg_cluster)
+    table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
     with connect(proc) as a:
         a.execute(f"INSERT INTO {table} VALUES (1)")
