@@ -16,7 +16,6 @@ from .conftest import ROLE_PASSWORDS
 from .drivers import aconnect, connect
 from .pgstat import make_table, rows, wait_for
 
-DEADLINE = 10.0
 RELOAD_USER = "reload_user"
 
 
