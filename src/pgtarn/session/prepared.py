@@ -165,8 +165,11 @@ class _Entry:
     previous: Statement | None = None
 
 
+# Entries with nothing to undo are shared (never changed once made).
 _SYNC_ENTRY = _Entry(_SYNC)
 _BIND_ENTRY = _Entry(_BIND)
+_PARSE_ENTRY = _Entry(_PARSE)
+_CLOSE_ENTRY = _Entry(_CLOSE)
 
 
 class ServerStatements:
@@ -179,9 +182,6 @@ class ServerStatements:
         #: Counters for statistics: Parses sent to the server, Parses avoided.
         self.parses = 0
         self.reused = 0
-
-    def __contains__(self, stmt: Statement) -> bool:
-        return stmt.name in self.prepared
 
     @property
     def idle(self) -> bool:
@@ -213,7 +213,7 @@ class ServerStatements:
                 if kind != b"S" or not name:
                     out += _message(bytes((msg_type,)), body)
                     if msg_type == 0x43:
-                        self.expected.append(_Entry(_CLOSE))
+                        self.expected.append(_CLOSE_ENTRY)
                 elif msg_type == 0x44:
                     stmt = client.names.get(name)
                     if stmt is None:
@@ -259,33 +259,36 @@ class ServerStatements:
         name, pos = _cstring(body, 0)
         if not name:
             out += _message(b"P", body)
-            self.expected.append(_Entry(_PARSE))
+            self.expected.append(_PARSE_ENTRY)
             return
         stmt, previous = client.define(name, body[pos:])
-        if stmt.name in self.prepared:
-            self.prepared.move_to_end(stmt.name)
-            self.reused += 1
+        if self._has(stmt):
             out += NOOP_CLOSE
             self.expected.append(
                 _Entry(_CLOSE, AS_PARSE_COMPLETE, stmt, client, name, previous))
-            return
-        self._evict(out)
-        out += stmt.parse
-        self.prepared[stmt.name] = stmt
-        self.parses += 1
-        self.expected.append(_Entry(_PARSE, FORWARD, stmt, client, name, previous))
+        else:
+            self._prepare(stmt, out, _Entry(_PARSE, FORWARD, stmt, client, name, previous))
 
     def _ensure(self, stmt: Statement, out: bytearray) -> None:
         """Prepare stmt on this server first if it lacks it; the client never sees that."""
-        if stmt.name in self.prepared:
-            self.prepared.move_to_end(stmt.name)
-            self.reused += 1
-            return
+        if not self._has(stmt):
+            self._prepare(stmt, out, _Entry(_PARSE, DROP, stmt))
+
+    def _has(self, stmt: Statement) -> bool:
+        """Whether this server has stmt (then it becomes the most recently used)."""
+        if stmt.name not in self.prepared:
+            return False
+        self.prepared.move_to_end(stmt.name)
+        self.reused += 1
+        return True
+
+    def _prepare(self, stmt: Statement, out: bytearray, entry: _Entry) -> None:
+        """Send stmt's Parse (after evicting the least recently used if full)."""
         self._evict(out)
         out += stmt.parse
         self.prepared[stmt.name] = stmt
         self.parses += 1
-        self.expected.append(_Entry(_PARSE, DROP, stmt))
+        self.expected.append(entry)
 
     def _evict(self, out: bytearray) -> None:
         while self.capacity and len(self.prepared) >= self.capacity:
