@@ -296,19 +296,7 @@ class ClientConnection(asyncio.Protocol):
             forgets = _may_forget_all(data) and FORGETS_ALL.search(data) is not None
             if forgets:
                 self.statements.clear()
-            item: PendingParts = (None, data, forgets)
-            server = self.server
-            if server is None and not self.waiting:
-                assert self.pool is not None
-                self.waiting = True
-                server = self.pool.acquire(self)
-                if server is not None:
-                    self.waiting = False
-                    self._link(server)
-            if server is not None:
-                server.write(self._encode(server, item))
-            else:
-                self._queue(item, len(data))
+            self._send_item((None, data, forgets), len(data))
             return
         parts, syncs = framer.feed(data)
         self.expected += syncs
@@ -318,12 +306,7 @@ class ClientConnection(asyncio.Protocol):
             # statements when the parts are encoded for it.
             self.statements.clear()
         if parts:
-            item = (parts, data if framer.whole else None, forgets)
-            server = self.server
-            if server is not None:
-                server.write(self._encode(server, item))
-            else:
-                self._queue(item, len(data))
+            self._send_item((parts, data if framer.whole else None, forgets), len(data))
         if framer.terminated:
             self.state = State.CLOSED
             self.connection_lost(None)
@@ -379,36 +362,38 @@ class ClientConnection(asyncio.Protocol):
         return self._refuse_transaction_blocks(data[end:])
 
     def _to_server(self, data: bytes) -> None:
-        server = self.server
+        server = self._server_now()
         if server is not None:
             server.write(data)
-            return
-        if not self.waiting:
+        else:
+            self._hold(data, len(data))
+
+    def _send_item(self, item: PendingParts, size: int) -> None:
+        """Prepared-statement mode: encode for the linked server, or keep until one comes."""
+        server = self._server_now()
+        if server is not None:
+            server.write(self._encode(server, item))
+        else:
+            self._hold(item, size)
+
+    def _server_now(self) -> ServerConnection | None:
+        """The linked server, or an idle one linked now; None (and queued) otherwise."""
+        server = self.server
+        if server is None and not self.waiting:
             assert self.pool is not None
             self.waiting = True
             server = self.pool.acquire(self)
             if server is not None:  # the common case: an idle server, no queue
                 self.waiting = False
                 self._link(server)
-                server.write(data)
-                return
-        self.pending.append(data)
-        self.pending_size += len(data)
-        if self.pending_size > PENDING_PAUSE and self.transport is not None:
-            self.transport.pause_reading()
+        return server
 
-    def _queue(self, item: PendingParts, size: int) -> None:
-        """Prepared-statement mode: keep parts until a server is linked, then encode them."""
+    def _hold(self, item: bytes | PendingParts, size: int) -> None:
+        """Keep what the client sent until server_assigned; pause a client that sends a lot."""
         self.pending.append(item)
         self.pending_size += size
         if self.pending_size > PENDING_PAUSE and self.transport is not None:
             self.transport.pause_reading()
-        if not self.waiting:
-            assert self.pool is not None
-            self.waiting = True
-            server = self.pool.acquire(self)
-            if server is not None:
-                self.server_assigned(server)
 
     # --- startup and authentication --------------------------------------------------------------
 
