@@ -32,6 +32,7 @@ from .proto.messages import (
     parse_startup,
 )
 from .session.prepared import FORGETS_ALL, SYNC_MARK, ClientFramer, ClientStatements, Part
+from .session.sqlnames import MAY_NAME_STATEMENTS
 
 if TYPE_CHECKING:
     from .config import DatabaseEntry
@@ -47,6 +48,7 @@ STATEMENT_RELAY_TYPES = frozenset(b"QSXP")
 # Transaction mode before a client's first Parse/Bind/Describe/Close: those are noticed too.
 WATCH_STATEMENTS_TYPES = frozenset(b"QSXPBDC")
 STATEMENT_MESSAGES = frozenset(b"PBDC")
+STATEMENT_MESSAGES_OR_QUERY = frozenset(b"PBDCQ")
 TRACKED_DEFAULT = (
     "client_encoding",
     "DateStyle",
@@ -234,15 +236,17 @@ class ClientConnection(asyncio.Protocol):
             at_boundary = scanner.at_boundary
             events = scanner.feed(data)
             for msg_type, _body, _end in events:
-                if msg_type in STATEMENT_MESSAGES:
+                if msg_type in STATEMENT_MESSAGES or (
+                        msg_type == 0x51 and MAY_NAME_STATEMENTS.search(data)):
                     # Nothing of this chunk has gone yet: from here on, the framer.
                     assert at_boundary
                     self._start_statements()
                     self._relay_prepared(data)
                     return
             held = scanner.held
-            if held and data[len(data) - held] in STATEMENT_MESSAGES:
-                # The chunk ends inside a Parse/Bind/...: keep that start for the framer.
+            if held and data[len(data) - held] in STATEMENT_MESSAGES_OR_QUERY:
+                # The chunk ends inside a Parse/Bind/..., or a Query that may name SQL-level
+                # statements: keep that start for the framer.
                 self._relay_events(data[: len(data) - held], events)
                 if self.state is State.READY:
                     self._start_statements()
@@ -290,7 +294,8 @@ class ClientConnection(asyncio.Protocol):
         framer = self.framer
         assert framer is not None and self.statements is not None
         if (data[0] == 0x51 and framer.idle and len(data) > 5
-                and int.from_bytes(data[1:5], "big") + 1 == len(data)):
+                and int.from_bytes(data[1:5], "big") + 1 == len(data)
+                and not MAY_NAME_STATEMENTS.search(data)):
             # The common case: one whole simple Query, passed on as it is.
             self.expected += 1
             forgets = _may_forget_all(data) and FORGETS_ALL.search(data) is not None
@@ -326,7 +331,9 @@ class ClientConnection(asyncio.Protocol):
             assert chunk is not None
             statements.sync_sent()
             return chunk
-        return statements.send(self.statements, parts, chunk)
+        data = statements.send(self.statements, parts, chunk)
+        server._start_hidden()  # a statement prepared ahead of a simple query
+        return data
 
     def _refuse_transaction_blocks(self, data: bytes) -> bytes:
         """Statement mode: answer BEGIN / START TRANSACTION here, before any server sees it.

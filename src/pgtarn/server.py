@@ -19,9 +19,14 @@ from .proto.messages import parse_fields, parse_parameter_status
 from .proto.server_side import ServerLogin
 from .session.prepared import (
     AS_PARSE_COMPLETE,
+    ERROR_HIDE,
+    ERROR_REPLACE,
     FORGETS_ALL,
     FORWARD,
     PARSE_COMPLETE,
+    READY_FORWARD,
+    READY_RETRY,
+    READY_UNHIDE,
     ServerStatements,
 )
 
@@ -214,7 +219,8 @@ class ServerConnection(asyncio.Protocol):
                 self.scanner = MessageScanner(RELAY_TYPES, self.runtime.config.max_packet_size)
                 config = self.runtime.config
                 if self.pool.pool_mode == "transaction" and config.max_prepared_statements > 0:
-                    self.statements = ServerStatements(config.max_prepared_statements)
+                    self.statements = ServerStatements(config.max_prepared_statements,
+                                                       self.pool.prepared_counters)
                     self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
                 if self.runtime.config.log_connections:
                     log.info("%r: new server connection", self)
@@ -247,7 +253,9 @@ class ServerConnection(asyncio.Protocol):
             self.client.write(data[start:] if start else data)
 
     def _relay_prepared(self, data: bytes) -> None:
-        """_relay, plus the ParseComplete/CloseComplete bookkeeping of prepared statements.
+        """_relay, plus the bookkeeping of prepared statements: ParseComplete, BindComplete and
+        CloseComplete answered or dropped, errors held back for a retry or replaced, batches
+        of pgtarn's own swallowed.
 
         Messages the scanner watches are held back until complete, so that one can be dropped
         or replaced; one that began in an earlier chunk is rebuilt from its body.
@@ -260,12 +268,16 @@ class ServerConnection(asyncio.Protocol):
                 and events[0][0] == 0x5A and events[0][2] == len(data) >= RFQ_LEN):
             # The common case: a whole reply ending with ReadyForQuery, nothing to rewrite.
             body = events[0][1]
-            statements.reply(0x5A)
             self.status = body
             client = self.client
-            if client is not None:
+            code = statements.ready(body, None if client is None else client.statements)
+            if code == READY_FORWARD and client is not None and not statements.expected:
                 replacement = client.ready_for_query(self, body)
                 client.write(data if replacement is None else data[:-RFQ_LEN] + replacement)
+                return
+            reply = data[:-RFQ_LEN] + self._after_ready(code, data[-RFQ_LEN:], body)
+            if reply and client is not None:
+                client.write(reply)
             return
         out = bytearray(scanner.released if not self.swallow else b"")
         start = 0
@@ -273,17 +285,21 @@ class ServerConnection(asyncio.Protocol):
             msg_start = end - 5 - len(body)
             piece = None
             if msg_start < 0:  # began in held-back bytes: rebuild it
-                piece = bytes((msg_type,)) + (len(body) + 4).to_bytes(4, "big") + body
+                piece = _rebuild(msg_type, body)
                 msg_start = start = end
             if self.swallow:
                 if msg_type in (0x31, 0x32, 0x33):
                     statements.reply(msg_type)
                     continue
-                if msg_type == 0x5A and self.swallow_syncs:  # the Sync we sent for a client
-                    self.swallow_syncs -= 1
-                    statements.reply(msg_type)
+                if self.swallow_syncs:  # a batch the statements track: hidden, or our Sync
+                    if msg_type == 0x5A:
+                        self.swallow_syncs -= 1
+                        statements.ready(body, None)
+                    elif msg_type == 0x45:
+                        statements.error(body, self.runtime.statement_cache)
                 if self._swallowed(msg_type, body):
                     start = end
+                    self._start_hidden()
                 continue
             if msg_type in (0x31, 0x32, 0x33):
                 action = statements.reply(msg_type)
@@ -297,36 +313,66 @@ class ServerConnection(asyncio.Protocol):
                     out += PARSE_COMPLETE
                 continue
             out += data[start:msg_start]
-            out += piece if piece is not None else data[msg_start:end]
             start = end
+            message = piece if piece is not None else data[msg_start:end]
             if msg_type == 0x5A:
-                self.status = body
-                statements.reply(msg_type)
-                client = self.client
-                if client is None:
-                    out.clear()
-                    continue
-                replacement = client.ready_for_query(self, body)
-                if replacement is not None:
-                    del out[-RFQ_LEN:]
-                    out += replacement
-                client.write(bytes(out))
+                client = self.client  # the link may end here
+                code = statements.ready(body, None if client is None else client.statements)
+                out += self._after_ready(code, message, body)
+                if client is not None and out:
+                    client.write(bytes(out))
                 out.clear()
+                continue
+            if msg_type == 0x45:
+                action = statements.error(body, self.runtime.statement_cache)
+                if action == ERROR_HIDE:
+                    continue
+                if action == ERROR_REPLACE:
+                    message = _rebuild(0x45, statements.replacement)
             elif msg_type == 0x53:
                 self._parameter_status(body)
-            elif msg_type == 0x45:
-                statements.error(body, self.runtime.statement_cache)
+            out += message
         if self.swallow or self.client is None:
             return
         out += data[start : len(data) - scanner.held]
         if out:
             self.client.write(bytes(out))
 
+    def _after_ready(self, code: int, message: bytes, body: bytes) -> bytes:
+        """A ReadyForQuery of a prepared-statement server: what the client gets for it."""
+        statements = self.statements
+        assert statements is not None
+        self.status = body
+        if code == READY_RETRY:
+            # The batch failed only because its statement's plan went stale: send it again.
+            resend, statements.resend = statements.resend, b""
+            self.write(resend)
+            self._start_hidden()
+            return b""
+        client = self.client
+        if client is None:
+            return b""
+        if code == READY_UNHIDE:  # no retry after all: the client gets the error
+            message = _rebuild(0x45, statements.withheld) + message
+        replacement = client.ready_for_query(self, body)
+        self._start_hidden()
+        if replacement is not None:
+            return message[:-RFQ_LEN] + replacement
+        return message
+
+    def _start_hidden(self) -> None:
+        """At a ReadyForQuery: if a batch of pgtarn's own comes next, swallow its replies."""
+        statements = self.statements
+        if not self.swallow and statements is not None and statements.take_hidden():
+            self.swallow = 1
+            self.swallow_syncs += 1
+
     def prepared_statements(self) -> ServerStatements:
         """This server's statement bookkeeping (made on first use)."""
         if self.statements is None:
             config = self.runtime.config
-            self.statements = ServerStatements(config.max_prepared_statements)
+            self.statements = ServerStatements(config.max_prepared_statements,
+                                               self.pool.prepared_counters)
             # Made while linked and idle, so the scanner is between messages.
             self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
         return self.statements
@@ -415,6 +461,11 @@ class ServerConnection(asyncio.Protocol):
             send_cancel_request(self.db, pid, key, self.runtime.config.unix_socket_dir,
                                 still_linked)
         )
+
+
+def _rebuild(msg_type: int, body: bytes) -> bytes:
+    """A whole message from its type and body."""
+    return bytes((msg_type,)) + (len(body) + 4).to_bytes(4, "big") + body
 
 
 async def open_connection(

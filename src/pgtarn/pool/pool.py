@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from ..errors import PgtarnError
+from ..session.prepared import PreparedCounters
 
 FIRST_RETRY_DELAY = 0.05
 
@@ -87,6 +88,8 @@ class Pool(Generic[S]):
         self.launch: Callable[[Pool[S]], S] | None = launch
         self.may_open: Callable[[Pool[S]], bool] = lambda pool: True
         self.clock: Callable[[], float] = time.monotonic
+        #: Prepared statements clients and servers of this pool made and ran (statistics).
+        self.prepared_counters = PreparedCounters()
         self.idle: deque[S] = deque()
         self.active: set[S] = set()
         self.login: set[S] = set()

@@ -12,7 +12,12 @@ from pgtarn.proto.framing import split_messages
 from pgtarn.session.prepared import (
     AS_PARSE_COMPLETE,
     DROP,
+    ERROR_HIDE,
+    ERROR_REPLACE,
     FORWARD,
+    READY_FORWARD,
+    READY_RETRY,
+    READY_UNHIDE,
     ClientStatements,
     ServerStatements,
     StatementCache,
@@ -106,18 +111,49 @@ class FakePostgres:
 
 def pooled(client: ClientStatements, server: ServerStatements, pg: FakePostgres,
            batch: list[Msg]) -> list[Msg]:
-    """Send a batch through the rewriter to a server; what the client gets back."""
-    seen = []
-    for msg_type, body in pg.run(server.rewrite(client, batch)):
+    """Send a batch through the rewriter to a server; what the client gets back.
+
+    Handled as the server connection does: errors held back or replaced, a batch sent again
+    after a stale plan, pgtarn's own batches swallowed.
+    """
+    seen: list[Msg] = []
+    replies = pg.run(server.rewrite(client, batch))
+    hidden = server.take_hidden()
+    while replies:
+        msg_type, body = replies.pop(0)
+        if hidden:
+            if msg_type in (0x31, 0x32, 0x33):
+                server.reply(msg_type)
+            elif msg_type == 0x45:
+                server.error(body, client.cache)
+            elif msg_type == 0x5A:
+                server.ready(body, None)
+                hidden = server.take_hidden()
+            continue
         if msg_type == 0x45:
-            server.error(body, client.cache)
-        if msg_type in (0x31, 0x32, 0x33, 0x5A):
+            action = server.error(body, client.cache)
+            if action == ERROR_HIDE:
+                continue
+            if action == ERROR_REPLACE:
+                body = server.replacement
+        if msg_type in (0x31, 0x32, 0x33):
             action = server.reply(msg_type)
             if action == DROP:
                 continue
             if action == AS_PARSE_COMPLETE:
                 msg_type = 0x31
             assert action in (FORWARD, AS_PARSE_COMPLETE, DROP)
+        if msg_type == 0x5A:
+            code = server.ready(body, client)
+            if code == READY_RETRY:
+                replies = pg.run(server.resend) + replies
+                hidden = server.take_hidden()
+                continue
+            if code == READY_UNHIDE:
+                seen.append((0x45, server.withheld))
+            seen.append((msg_type, body))
+            hidden = server.take_hidden()
+            continue
         seen.append((msg_type, body))
     return seen
 
@@ -135,7 +171,7 @@ def test_statement_prepared_once_per_server_and_shared_by_clients() -> None:
     sent = server.rewrite(b, [parse("other", "select 1"), SYNC])
     assert [t for t, _ in split_messages(sent)] == [0x43, 0x53]
     assert server.reply(0x33) == AS_PARSE_COMPLETE
-    assert server.reply(0x5A) == FORWARD
+    assert server.ready(b"I", b) == READY_FORWARD
     assert len(cache) == 1 and list(pg.statements) == [b"pgtarn_1"]
     assert pooled(b, server, pg, [bind("other"), EXECUTE, SYNC]) == [
         (0x32, b""), (0x44, b"select 1"), (0x43, b"SELECT 1"), (0x5A, b"I")]
@@ -149,7 +185,7 @@ def test_bind_on_a_server_without_the_statement_prepares_it_silently() -> None:
     pooled(client, first, pg1, [parse("s", "select 2"), SYNC])
     got = pooled(client, second, pg2, [bind("s"), EXECUTE, SYNC])
     assert got == [(0x32, b""), (0x44, b"select 2"), (0x43, b"SELECT 1"), (0x5A, b"I")]
-    assert second.parses == 1 and second.idle
+    assert second.counters.server_parses == 1 and second.idle
 
 
 def test_failed_parse_leaves_no_name_behind() -> None:
@@ -316,18 +352,36 @@ def test_client_framer_keeps_the_stream_for_every_cut() -> None:
     assert framer.terminated and parts[-1] == SYNC_MARK
 
 
-def test_a_stale_plan_fails_once_then_is_prepared_afresh_everywhere() -> None:
+def _stale_everywhere() -> tuple[ClientStatements, list[ServerStatements], list[FakePostgres]]:
     cache = StatementCache()
     client = ClientStatements(cache)
     servers = [ServerStatements(10) for _ in range(2)]
     pgs = [FakePostgres() for _ in range(2)]
     for server, pg in zip(servers, pgs, strict=True):
         pooled(client, server, pg, [parse("s", "select * from t"), bind("s"), EXECUTE, SYNC])
-    old = client.names[b"s"].name
     for pg in pgs:  # ALTER TABLE t: both servers' plans are stale
-        pg.stale.add(old)
+        pg.stale.add(client.names[b"s"].name)
+    return client, servers, pgs
+
+
+def test_a_stale_plan_first_in_its_batch_is_prepared_afresh_and_retried() -> None:
+    client, servers, pgs = _stale_everywhere()
+    old = client.names[b"s"].name
     got = pooled(client, servers[0], pgs[0], [bind("s"), EXECUTE, SYNC])
-    assert [t for t, _ in got] == [0x45, 0x5A]
+    assert [t for t, _ in got] == [0x32, 0x44, 0x43, 0x5A]  # no error reached the client
+    assert client.names[b"s"].name != old
+    assert servers[0].counters.server_parses == 2
+    got = pooled(client, servers[1], pgs[1], [bind("s"), EXECUTE, SYNC])
+    assert [t for t, _ in got] == [0x32, 0x44, 0x43, 0x5A]
+
+
+def test_a_stale_plan_after_work_in_its_batch_fails_once_then_works() -> None:
+    client, servers, pgs = _stale_everywhere()
+    old = client.names[b"s"].name
+    batch = [parse("", "select 2"), bind(""), EXECUTE, bind("s"), EXECUTE, SYNC]
+    got = pooled(client, servers[0], pgs[0], batch)
+    # the first Execute ran (its rows went to the client): no retry, the error goes on
+    assert [t for t, _ in got] == [0x31, 0x32, 0x44, 0x43, 0x45, 0x5A]
     assert client.names[b"s"].name != old
     for server, pg in zip(servers, pgs, strict=True):  # the next attempt works on any server
         got = pooled(client, server, pg, [bind("s"), EXECUTE, SYNC])

@@ -1,0 +1,83 @@
+"""Tests for pgtarn.session.sqlnames: names found where PostgreSQL's grammar puts them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pgtarn.session.sqlnames import (
+    DEALLOCATE,
+    EXECUTE,
+    PREPARE,
+    Unterminated,
+    rename,
+    scan,
+)
+
+
+def uses(text: str) -> list[tuple[int, bytes]]:
+    return [(u.kind, u.name) for u in scan(text.encode()).uses]
+
+
+def test_prepare_execute_deallocate() -> None:
+    assert uses("PREPARE q (int, text) AS SELECT $1") == [(PREPARE, b"q")]
+    assert uses("prepare Q as select 1") == [(PREPARE, b"q")]  # folded to lower case
+    assert uses('PREPARE "Mixed Case" AS SELECT 1') == [(PREPARE, b"Mixed Case")]
+    assert uses('EXECUTE "a""b"(1, 2)') == [(EXECUTE, b'a"b')]
+    assert uses("execute q") == [(EXECUTE, b"q")]
+    assert uses("DEALLOCATE q") == [(DEALLOCATE, b"q")]
+    assert uses("DEALLOCATE PREPARE q") == [(DEALLOCATE, b"q")]
+    found = scan(b"DEALLOCATE ALL")
+    assert found.uses == [] and found.deallocate_all
+
+
+def test_statements_that_embed_execute() -> None:
+    assert uses("EXPLAIN EXECUTE q(1)") == [(EXECUTE, b"q")]
+    assert uses("EXPLAIN (ANALYZE, BUFFERS) EXECUTE q") == [(EXECUTE, b"q")]
+    assert uses("EXPLAIN ANALYZE VERBOSE EXECUTE q") == [(EXECUTE, b"q")]
+    assert uses("CREATE TEMP TABLE t AS EXECUTE q(1)") == [(EXECUTE, b"q")]
+    assert uses("SELECT 1; EXECUTE a; EXECUTE b") == [(EXECUTE, b"a"), (EXECUTE, b"b")]
+    assert scan(b"SELECT 1; EXECUTE a;").statements == 2
+
+
+@pytest.mark.parametrize("text", [
+    "SELECT 'EXECUTE q'",
+    "SELECT E'\\' EXECUTE q'",
+    "SELECT $$EXECUTE q$$",
+    "SELECT $body$ ; EXECUTE q; $body$",
+    "SELECT 1 -- EXECUTE q",
+    "SELECT 1 /* EXECUTE /* nested */ q */",
+    'SELECT "EXECUTE q" FROM t',
+    "PREPARE TRANSACTION 'execute q'",
+    "GRANT EXECUTE ON FUNCTION f() TO PUBLIC",
+    "CREATE TRIGGER t AFTER INSERT ON x FOR EACH ROW EXECUTE FUNCTION f()",
+    "DO $$BEGIN EXECUTE 'SELECT 1'; END$$",
+])
+def test_the_words_elsewhere_are_not_names(text: str) -> None:
+    assert uses(text) == []
+
+
+def test_prepare_knows_where_its_statement_ends() -> None:
+    text = b"PREPARE q (int) AS SELECT $1 ; "
+    use = scan(text).uses[0]
+    assert text[use.end : use.statement_end] == b" (int) AS SELECT $1"
+    assert rename(text, [(use.start, use.end, b"pgtarn_s1")]) == \
+        b"PREPARE pgtarn_s1 (int) AS SELECT $1 ; "
+
+
+@pytest.mark.parametrize("text", ["SELECT 'open", 'SELECT "open', "SELECT $$open",
+                                  "SELECT /* open"])
+def test_unterminated_queries_are_reported(text: str) -> None:
+    with pytest.raises(Unterminated):
+        scan(text.encode())
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_scan_or_raise_unterminated(data: bytes) -> None:
+    try:
+        found = scan(data)
+    except Unterminated:
+        return
+    for use in found.uses:
+        assert 0 <= use.start < use.end <= len(data)
