@@ -32,7 +32,7 @@ from .proto.messages import (
     parse_startup,
 )
 from .session.prepared import FORGETS_ALL, SYNC_MARK, ClientFramer, ClientStatements, Part
-from .session.sqlnames import MAY_NAME_STATEMENTS
+from .session.sqlnames import MAY_START, has_statement_words, may_name_statements
 
 if TYPE_CHECKING:
     from .config import DatabaseEntry
@@ -237,7 +237,10 @@ class ClientConnection(asyncio.Protocol):
             events = scanner.feed(data)
             for msg_type, _body, _end in events:
                 if msg_type in STATEMENT_MESSAGES or (
-                        msg_type == 0x51 and MAY_NAME_STATEMENTS.search(data)):
+                        msg_type == 0x51 and (
+                            data[5] in MAY_START or len(events) > 1
+                            or data.find(b";", 5, len(data) - 2) >= 0)
+                        and has_statement_words(data)):
                     # Nothing of this chunk has gone yet: from here on, the framer.
                     assert at_boundary
                     self._start_statements()
@@ -295,7 +298,7 @@ class ClientConnection(asyncio.Protocol):
         assert framer is not None and self.statements is not None
         if (data[0] == 0x51 and framer.idle and len(data) > 5
                 and int.from_bytes(data[1:5], "big") + 1 == len(data)
-                and not MAY_NAME_STATEMENTS.search(data)):
+                and not may_name_statements(data, 5)):
             # The common case: one whole simple Query, passed on as it is.
             self.expected += 1
             forgets = _may_forget_all(data) and FORGETS_ALL.search(data) is not None

@@ -315,7 +315,7 @@ class ServerStatements:
         clean = self.clean
         self.clean = False
         name, pos = _cstring(body, 0)
-        if sqlnames.MAY_NAME_STATEMENTS.search(body, pos):
+        if sqlnames.may_name_statements(body, pos):
             body = self._sql_in_parse(client, name, body, pos, clean, out)
         if not name:
             out += _message(b"P", body)
@@ -421,7 +421,7 @@ class ServerStatements:
         """A simple Query: SQL-level PREPARE / EXECUTE / DEALLOCATE names are rewritten."""
         text = body[:-1] if body.endswith(b"\x00") else body
         found = None
-        if sqlnames.MAY_NAME_STATEMENTS.search(text):
+        if sqlnames.may_name_statements(text):
             try:
                 found = sqlnames.scan(text)
             except sqlnames.Unterminated:
@@ -777,7 +777,7 @@ class ClientFramer:
             if msg_type == 0x51:  # Query: held until complete, a tuple if it may name statements
                 if end > n:
                     break
-                if sqlnames.MAY_NAME_STATEMENTS.search(data, pos + 5, end):
+                if sqlnames.may_name_statements(data[pos + 5 : end]):
                     if pos > start:
                         parts.append(data[start:pos])
                     parts.append((msg_type, data[pos + 5 : end]))

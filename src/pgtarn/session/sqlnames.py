@@ -12,8 +12,30 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: A cheap first look: a query without these words needs no scan.
-MAY_NAME_STATEMENTS = re.compile(rb"(?i)prepare|execute|deallocate")
+
+def may_name_statements(data: bytes, start: int = 0) -> bool:
+    """A cheap first look, on every query (its text from start): False when it cannot name a
+    prepared statement, so needs no scan.
+
+    Names are only where a statement begins with PREPARE, EXECUTE, DEALLOCATE, EXPLAIN or
+    CREATE: a single statement starting with another letter is done with one byte test and
+    one search for a ';' that is not trailing.
+    """
+    if start >= len(data):
+        return False
+    # A ';' before the last byte (the query's NUL) means a second statement may follow.
+    if data[start] in MAY_START or data.find(b";", start, len(data) - 2) >= 0:
+        return has_statement_words(data)
+    return False
+
+
+def has_statement_words(data: bytes) -> bool:
+    """Whether data holds PREPARE, EXECUTE or DEALLOCATE in any case."""
+    low = data.lower()
+    return b"execute" in low or b"prepare" in low or b"deallocate" in low
+
+
+MAY_START = frozenset(b"PpEeDdCc \t\r\n\f\v-/(")
 
 PREPARE = 1
 EXECUTE = 2

@@ -11,6 +11,7 @@ from pgtarn.session.sqlnames import (
     EXECUTE,
     PREPARE,
     Unterminated,
+    may_name_statements,
     rename,
     scan,
 )
@@ -81,3 +82,19 @@ def test_any_bytes_scan_or_raise_unterminated(data: bytes) -> None:
         return
     for use in found.uses:
         assert 0 <= use.start < use.end <= len(data)
+
+
+@given(st.lists(st.sampled_from(["SELECT 1", "execute q", " EXECUTE q(1)", "prepare q as x",
+                                 "Deallocate q", "explain execute q", "/* c */ execute q",
+                                 "create table t as execute q", "select ';'"]),
+                min_size=1, max_size=4), st.sampled_from(["", ";", "; "]))
+def test_the_first_look_never_misses_a_name(statements: list[str], end: str) -> None:
+    text = ("; ".join(statements) + end).encode()
+    if scan(text).uses:
+        assert may_name_statements(text + b"\x00")
+        assert may_name_statements(b"Q\x00\x00\x00\x00" + text + b"\x00", 5)
+
+
+def test_the_first_look_skips_plain_queries() -> None:
+    assert not may_name_statements(b"SELECT abalance FROM t WHERE aid = 1;\x00")
+    assert not may_name_statements(b"UPDATE t SET v = 'execute';\x00")
