@@ -387,10 +387,11 @@ class ServerStatements:
             self.counters.binds += 1
             self._ensure(stmt, out)
             out += _message(b"B", body[:pos] + stmt.name + body[end - 1 :])
-            entry = _Entry(_BIND, FORWARD, stmt)
-            if may_retry and self.fresh and _batch_end(parts, index) > index:
-                entry.batch, entry.at, entry.owner = parts, index, client
-            self.expected.append(entry)
+            # Nothing of the batch ran before this Bind: it may be sent again after a stale
+            # plan (whether a Sync ends it within these parts is seen only then).
+            self.expected.append(
+                _Entry(_BIND, FORWARD, stmt, None, b"", None, parts, index, client)
+                if may_retry and self.fresh else _Entry(_BIND, FORWARD, stmt))
         self.fresh = self.clean = False
 
     def _describe_or_close(self, client: ClientStatements, msg_type: int, body: bytes,
@@ -568,7 +569,8 @@ class ServerStatements:
                 if self.prepared.get(stmt.name) is stmt:
                     del self.prepared[stmt.name]
                 cache.renew(stmt)
-            if head.batch is not None and head.owner is not None and self._retry is None:
+            if (head.batch is not None and head.owner is not None and self._retry is None
+                    and _batch_end(head.batch, head.at) >= 0):
                 self._retry = (head.owner, head.batch, head.at)
                 self.withheld = body
                 return ERROR_HIDE
