@@ -170,3 +170,31 @@ def test_stale_plan_of_a_sql_statement_is_retried(pgtarn_factory, pg_cluster):  
         pg_cluster.psql("ALTER TABLE sql_shape ADD COLUMN b text DEFAULT 'x'", dbname="app")
         for _ in range(4):
             assert a.execute("EXECUTE shape_q(1)").fetchone() == (1, 10, "x")
+
+
+def test_execute_on_a_server_that_needs_a_set_first(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """Clients with different TimeZones share 2 servers: a server lent to a client gets SET
+    in front of its bytes, then pgtarn's own PREPARE, then the EXECUTE; all three replies
+    end where they belong."""
+    proc = pgtarn_factory(settings={"default_pool_size": 2})
+
+    async def client(n: int) -> list[str]:
+        zone = ("UTC", "Asia/Tokyo", "America/New_York")[n % 3]
+        conn = await aconnect(proc, server_settings={"TimeZone": zone})
+        try:
+            await conn.execute(
+                f"PREPARE tz_{n} AS SELECT current_setting('TimeZone') || ':{n}'")
+            out = []
+            for _ in range(6):
+                out.append(await conn.fetchval(f"EXECUTE tz_{n}"))
+                await asyncio.sleep(0.002)
+            return out
+        finally:
+            await conn.close()
+
+    async def main() -> list[list[str]]:
+        return await asyncio.gather(*(client(n) for n in range(9)))
+
+    for n, values in enumerate(asyncio.run(main())):
+        zone = ("UTC", "Asia/Tokyo", "America/New_York")[n % 3]
+        assert values == [f"{zone}:{n}"] * 6
