@@ -31,8 +31,9 @@ from .proto.messages import (
     StartupPacket,
     parse_startup,
 )
-from .session.prepared import FORGETS_ALL, SYNC_MARK, ClientFramer, ClientStatements, Part
-from .session.sqlnames import MAY_START, has_statement_words, may_name_statements
+from .session.framer import SYNC_MARK, ClientFramer, Part
+from .session.prepared import FORGETS_ALL, ClientStatements
+from .session.sqlnames import has_statement_words, may_name_statements
 
 if TYPE_CHECKING:
     from .config import DatabaseEntry
@@ -238,9 +239,8 @@ class ClientConnection(asyncio.Protocol):
             for msg_type, _body, _end in events:
                 if msg_type in STATEMENT_MESSAGES or (
                         msg_type == 0x51 and (
-                            data[5] in MAY_START or len(events) > 1
-                            or data.find(b";", 5, len(data) - 2) >= 0)
-                        and has_statement_words(data)):
+                            may_name_statements(data, 5) if len(events) == 1
+                            else has_statement_words(data))):
                     # Nothing of this chunk has gone yet: from here on, the framer.
                     assert at_boundary
                     self._start_statements()

@@ -24,7 +24,7 @@ def may_name_statements(data: bytes, start: int = 0) -> bool:
     if start >= len(data):
         return False
     # A ';' before the last byte (the query's NUL) means a second statement may follow.
-    if data[start] in MAY_START or data.find(b";", start, len(data) - 2) >= 0:
+    if data[start] in _MAY_START or data.find(b";", start, len(data) - 2) >= 0:
         return has_statement_words(data)
     return False
 
@@ -35,7 +35,7 @@ def has_statement_words(data: bytes) -> bool:
     return b"execute" in low or b"prepare" in low or b"deallocate" in low
 
 
-MAY_START = frozenset(b"PpEeDdCc \t\r\n\f\v-/(")
+_MAY_START = frozenset(b"PpEeDdCc \t\r\n\f\v-/(")
 
 PREPARE = 1
 EXECUTE = 2
@@ -73,7 +73,6 @@ class NameUse:
 class Scan:
     uses: list[NameUse]
     statements: int  # how many statements the query holds
-    deallocate_all: bool  # a DEALLOCATE [PREPARE] ALL is among them
 
 
 Token = tuple[int, int, int]  # kind, start, end
@@ -213,7 +212,6 @@ def scan(text: bytes) -> Scan:
     found = tokens(text)
     uses: list[NameUse] = []
     statements = 0
-    deallocate_all = False
     begin = 0
     depth = 0
     for i, token in enumerate([*found, (_SEMI, len(text), len(text))]):
@@ -227,12 +225,12 @@ def scan(text: bytes) -> Scan:
             begin = i + 1
             if statement:
                 statements += 1
-                deallocate_all |= _statement(text, statement, uses)
-    return Scan(uses, statements, deallocate_all)
+                _statement(text, statement, uses)
+    return Scan(uses, statements)
 
 
-def _statement(text: bytes, statement: list[Token], uses: list[NameUse]) -> bool:
-    """Add the names one statement uses; True for DEALLOCATE ALL."""
+def _statement(text: bytes, statement: list[Token], uses: list[NameUse]) -> None:
+    """Add the names one statement uses (DEALLOCATE ALL is FORGETS_ALL's, not a name)."""
     first = _word(text, statement[0])
     if first == b"prepare" and len(statement) >= 3:
         name = _name(text, statement[1])
@@ -243,9 +241,8 @@ def _statement(text: bytes, statement: list[Token], uses: list[NameUse]) -> bool
                                 statement[-1][2]))
     elif first == b"deallocate" and len(statement) >= 2:
         at = 2 if _word(text, statement[1]) == b"prepare" and len(statement) >= 3 else 1
-        if _word(text, statement[at]) == b"all":
-            return True
-        _use(text, DEALLOCATE, statement, at, uses)
+        if _word(text, statement[at]) != b"all":
+            _use(text, DEALLOCATE, statement, at, uses)
     elif first == b"execute":
         _use(text, EXECUTE, statement, 1, uses)
     elif first == b"explain":
@@ -275,7 +272,6 @@ def _statement(text: bytes, statement: list[Token], uses: list[NameUse]) -> bool
                   and _word(text, statement[j + 1]) == b"execute"):
                 _use(text, EXECUTE, statement, j + 2, uses)
                 break
-    return False
 
 
 def _use(text: bytes, kind: int, statement: list[Token], at: int, uses: list[NameUse]) -> None:

@@ -321,7 +321,7 @@ def test_seeded_many_clients_many_servers() -> None:
 
 
 def test_client_framer_keeps_the_stream_for_every_cut() -> None:
-    from pgtarn.session.prepared import SYNC_MARK, ClientFramer
+    from pgtarn.session.framer import SYNC_MARK, ClientFramer
 
     msgs = [parse("a", "select 1"), bind("a"), (0x45, b"\x00\x00\x00\x00\x00"), SYNC,
             (0x51, b"select 2\x00"), (0x64, b"copydata" * 4), describe("a"), close("a"), SYNC]

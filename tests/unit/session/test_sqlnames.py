@@ -29,8 +29,7 @@ def test_prepare_execute_deallocate() -> None:
     assert uses("execute q") == [(EXECUTE, b"q")]
     assert uses("DEALLOCATE q") == [(DEALLOCATE, b"q")]
     assert uses("DEALLOCATE PREPARE q") == [(DEALLOCATE, b"q")]
-    found = scan(b"DEALLOCATE ALL")
-    assert found.uses == [] and found.deallocate_all
+    assert uses("DEALLOCATE ALL") == [] and uses("DEALLOCATE PREPARE ALL") == []
 
 
 def test_statements_that_embed_execute() -> None:
