@@ -59,10 +59,17 @@ def test_idle_servers_that_died_are_not_reused(pgtarn_factory, pg_cluster):  # t
                    ([p[0] for p in old if p],))
         wait_until(lambda: not backend_pids(su) & {p[0] for p in old if p},
                    what="backends gone")
-        for c in conns:  # every client is served on a live server, none sees an error
-            assert c.execute("select pg_backend_pid()").fetchone() not in old
-            c.commit()
-            c.close()
+        # pgtarn has read their end (a query racing a death it has not read yet would fail,
+        # as through any pooler: that is server_check_delay's job)
+        wait_until(lambda: proc.log_text().count("server connection lost") >= 3,
+                   what="pgtarn saw the servers close")
+        try:
+            for c in conns:  # every client is served on a live server, none sees an error
+                assert c.execute("select pg_backend_pid()").fetchone() not in old
+                c.commit()
+        finally:
+            for c in conns:
+                c.close()
 
 
 def test_idle_server_is_checked_after_server_check_delay(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
