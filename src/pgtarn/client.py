@@ -239,7 +239,7 @@ class ClientConnection(asyncio.Protocol):
             for msg_type, _body, _end in events:
                 if msg_type in STATEMENT_MESSAGES or (
                         msg_type == 0x51 and (
-                            may_name_statements(data, 5) if len(events) == 1
+                            may_name_statements(data, 5) if len(events) == 1 and data[0] == 0x51
                             else has_statement_words(data))):
                     # Nothing of this chunk has gone yet: from here on, the framer.
                     assert at_boundary

@@ -411,6 +411,10 @@ class ServerStatements:
             else:
                 self._ensure(stmt, out)
                 out += _message(b"D", b"S" + stmt.name + b"\x00")
+                # A stale plan fails a Describe too: it has no reply entry, so a Bind after
+                # it must not be retried from, and it is the statement to renew.
+                self.fresh = False
+                self.stale_candidates = (stmt,)
         else:
             # Other clients may use the statement: forget the name, keep the server's.
             previous = client.names.get(name)
@@ -422,6 +426,7 @@ class ServerStatements:
                index: int, may_retry: bool) -> None:
         """A simple Query: SQL-level PREPARE / EXECUTE / DEALLOCATE names are rewritten."""
         text = body[:-1] if body.endswith(b"\x00") else body
+        clean = self.clean  # nothing of the transaction ran since the last Sync
         found = None
         if sqlnames.may_name_statements(text):
             try:
@@ -472,7 +477,7 @@ class ServerStatements:
         out += _message(b"Q", sqlnames.rename(text, renames) + b"\x00")
         if entry is None:
             entry = _Entry(_SYNC, FORWARD, executes=tuple(executes))
-            if may_retry and found.statements == 1:
+            if may_retry and clean and found.statements == 1:
                 entry.batch, entry.at, entry.owner = parts, index, client
         self._synced(entry)
 
@@ -576,7 +581,7 @@ class ServerStatements:
                 self.withheld = body
                 return ERROR_HIDE
         failed = self._failed_prelude
-        if failed is not None and b'"' + failed[0] + b'"' in body:
+        if failed is not None and b"C26000\x00" in body and b'"' + failed[0] + b'"' in body:
             # "prepared statement pgtarn_s7 does not exist": the client gets the real cause.
             self._failed_prelude = None
             self.replacement = failed[1]
@@ -596,6 +601,8 @@ class ServerStatements:
         failed = self.failed
         self.failed = False
         sync = self._ready()
+        if sync is None or sync.action != _PRELUDE:
+            self._failed_prelude = None  # it was for the query that followed the prelude
         if sync is not None and sync.action != FORWARD and failed:
             self._undo(sync)
         retry = self._retry

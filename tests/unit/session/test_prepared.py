@@ -91,6 +91,8 @@ class FakePostgres:
             name, _ = _cstr(body, 1)
             if name not in self.statements:
                 return [self.error("26000", f"prepared statement {name.decode()} missing")]
+            if name in self.stale:  # a Describe revalidates the plan too
+                return [self.error("0A000", "cached plan must not change result type")]
             return [(0x74, b""), (0x54, self.statements[name])]
         if msg_type == 0x45:
             if self.portal is None:
@@ -386,3 +388,15 @@ def test_a_stale_plan_after_work_in_its_batch_fails_once_then_works() -> None:
     for server, pg in zip(servers, pgs, strict=True):  # the next attempt works on any server
         got = pooled(client, server, pg, [bind("s"), EXECUTE, SYNC])
         assert [t for t, _ in got] == [0x32, 0x44, 0x43, 0x5A]
+
+
+def test_a_stale_plan_failing_a_describe_is_passed_on_then_renewed() -> None:
+    client, servers, pgs = _stale_everywhere()
+    old = client.names[b"s"].name
+    got = pooled(client, servers[0], pgs[0], [describe("s"), bind("s"), EXECUTE, SYNC])
+    # the Describe failed: no retry from the Bind (the client would get a BindComplete
+    # where it waits for a RowDescription); the error goes on, the statement is renewed
+    assert [t for t, _ in got] == [0x45, 0x5A]
+    assert client.names[b"s"].name != old
+    got = pooled(client, servers[0], pgs[0], [describe("s"), bind("s"), EXECUTE, SYNC])
+    assert [t for t, _ in got] == [0x74, 0x54, 0x32, 0x44, 0x43, 0x5A]

@@ -141,3 +141,14 @@ def test_extended_protocol_execute_of_a_sql_statement() -> None:
                  [parse("named", "EXECUTE q"), bind("named"), EXECUTE_MSG, SYNC])
     assert kinds(got)[:2] == [0x31, 0x32]
     assert b"DO $pgtarn$" in pgs[1].statements[client.names[b"named"].name]
+
+
+def test_a_stale_execute_after_unsynced_work_is_not_retried() -> None:
+    client, servers, pgs = setup()
+    pooled(client, servers[0], pgs[0], [query("PREPARE q AS SELECT * FROM t")])
+    pgs[0].stale.add(client.names[b"q"].name)
+    # an Execute without Sync ran first (its rows went to the client): the EXECUTE's error
+    # rolls that back, so sending the EXECUTE again would hide the loss
+    got = pooled(client, servers[0], pgs[0],
+                 [parse("", "insert"), bind(""), EXECUTE_MSG, query("EXECUTE q")])
+    assert kinds(got) == [0x31, 0x32, 0x44, 0x43, 0x45, 0x5A]
