@@ -572,8 +572,8 @@ class ServerStatements:
                                   self.stale_candidates)
         if stale and b"C0A000\x00" in body and RESULT_TYPE_CHANGED in body:
             for stmt in stale:
-                if self.prepared.get(stmt.name) is stmt:
-                    del self.prepared[stmt.name]
+                # The old name stays in this server's LRU (its key), so that it is closed
+                # when evicted; the renewed name is prepared afresh on next use.
                 cache.renew(stmt)
             if (head.batch is not None and head.owner is not None and self._retry is None
                     and _batch_end(head.batch, head.at) >= 0):

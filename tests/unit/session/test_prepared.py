@@ -373,6 +373,7 @@ def test_a_stale_plan_first_in_its_batch_is_prepared_afresh_and_retried() -> Non
     assert [t for t, _ in got] == [0x32, 0x44, 0x43, 0x5A]  # no error reached the client
     assert client.names[b"s"].name != old
     assert servers[0].counters.server_parses == 2
+    assert old in servers[0].prepared  # the stale copy is closed when the LRU evicts it
     got = pooled(client, servers[1], pgs[1], [bind("s"), EXECUTE, SYNC])
     assert [t for t, _ in got] == [0x32, 0x44, 0x43, 0x5A]
 
