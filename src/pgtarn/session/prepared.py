@@ -434,8 +434,7 @@ class ServerStatements:
             except sqlnames.Unterminated:
                 found = None  # PostgreSQL gives the syntax error
         if found is None or not found.uses:
-            out += _message(b"Q", body)
-            self._synced(_SYNC_ENTRY)
+            self._pass_query(body, out)
             return
         refusal = self._refusal(client, found)
         if refusal is not None:
@@ -471,8 +470,7 @@ class ServerStatements:
                     executes.append(stmt)
             renames.append((use.start, use.end, stmt.name))
         if not renames:
-            out += _message(b"Q", body)
-            self._synced(_SYNC_ENTRY)
+            self._pass_query(body, out)
             return
         out += _message(b"Q", sqlnames.rename(text, renames) + b"\x00")
         if entry is None:
@@ -480,6 +478,11 @@ class ServerStatements:
             if may_retry and clean and found.statements == 1:
                 entry.batch, entry.at, entry.owner = parts, index, client
         self._synced(entry)
+
+    def _pass_query(self, body: bytes, out: bytearray) -> None:
+        """A simple Query sent as the client wrote it."""
+        out += _message(b"Q", body)
+        self._synced(_SYNC_ENTRY)
 
     def _refusal(self, client: ClientStatements, found: sqlnames.Scan) -> bytes | None:
         """A query that raises the error for a form pgtarn cannot run safely, or None."""
