@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -12,11 +13,13 @@ import sys
 import time
 
 from . import __version__
+from .admin.tables import database_totals
 from .auth.userlist import load_userlist
 from .client import ClientConnection
-from .config import Config, load_config
+from .config import SETTINGS, Config, load_config
 from .errors import ConfigError, PgtarnError
-from .runtime import Runtime
+from .pool.stats import Totals, averages, sum_totals
+from .runtime import ReloadReport, Runtime
 from .server import launch_server
 
 log = logging.getLogger("pgtarn")
@@ -73,6 +76,7 @@ class App:
             log.warning("config: %s", warning)
         runtime = Runtime(config, read_userlist(config))
         self.runtime = runtime
+        runtime.control = self
         runtime.registry.launch = lambda pool, db: launch_server(runtime, pool, db)
         loop = asyncio.get_running_loop()
         self.done = loop.create_future()
@@ -85,10 +89,13 @@ class App:
             (signal.SIGTERM, lambda: self.shutdown("clients")),
             (signal.SIGINT, lambda: self.shutdown("servers")),
             (signal.SIGQUIT, lambda: self.shutdown("now")),
+            (signal.SIGUSR1, self.pause),
+            (signal.SIGUSR2, self.resume),
         ):
             loop.add_signal_handler(signum, handler)
         self._open_forced_pools()
         runtime.spawn(self._janitor())
+        runtime.spawn(self._stats_loop())
         log.info("pgtarn %s started, pid %d", __version__, os.getpid())
         try:
             await self.done
@@ -136,6 +143,45 @@ class App:
             await asyncio.sleep(JANITOR_INTERVAL)
             registry.tick(time.monotonic())
 
+    async def _stats_loop(self) -> None:
+        """Every stats_period: the averages SHOW STATS shows, and the log_stats line."""
+        runtime = self.runtime
+        before = database_totals(runtime)
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(max(1, runtime.config.stats_period))
+            now = time.monotonic()
+            totals = database_totals(runtime)
+            runtime.averages = {
+                name: averages(value, before.get(name, Totals()), now - started)
+                for name, value in totals.items()
+            }
+            overall = averages(sum_totals(totals.values()), sum_totals(before.values()),
+                               now - started)
+            runtime.overall_averages = overall
+            before, started = totals, now
+            if runtime.config.log_stats:
+                log.info(
+                    "stats: %d xacts/s, %d queries/s, %d client parses/s, %d server parses/s,"
+                    " %d binds/s, in %d B/s, out %d B/s, xact %d us, query %d us, wait %d us",
+                    overall.xact_count, overall.query_count, overall.client_parse_count,
+                    overall.server_parse_count, overall.bind_count, overall.bytes_received,
+                    overall.bytes_sent, overall.xact_time, overall.query_time,
+                    overall.wait_time,
+                )
+
+    def pause(self) -> None:
+        """SIGUSR1: as the admin console's PAUSE (servers closed as they are released)."""
+        if not self.runtime.registry.paused:
+            log.info("SIGUSR1: pausing")
+            self.runtime.registry.pause(close_servers=True)
+
+    def resume(self) -> None:
+        """SIGUSR2: as RESUME."""
+        if self.stopping is None:
+            log.info("SIGUSR2: resuming")
+            self.runtime.registry.resume()
+
     def _open_forced_pools(self) -> None:
         """Databases with a forced user have their pool from the start, for min_pool_size."""
         config = self.runtime.config
@@ -143,26 +189,41 @@ class App:
             if db.user and config.min_pool_size_for(db) > 0:
                 self.runtime.registry.get_pool(db, db.user)
 
-    def reload(self) -> None:
-        """SIGHUP: re-read config and auth_file; keep the old ones when the new are invalid."""
+    def reload(self) -> ReloadReport:
+        """SIGHUP, RELOAD: re-read config and auth_file; keep the old ones when the new are
+        invalid. Settings that change only at restart keep their old values."""
         try:
             config = load_config(self.config_path)
             userlist = read_userlist(config)
         except (ConfigError, OSError) as exc:
             log.error("reload failed, keeping the old configuration: %s", exc)
-            return
+            return ReloadReport(error=str(exc))
         for warning in config.warnings:
             log.warning("config: %s", warning)
         old = self.runtime.config
-        for key in ("listen_addr", "listen_port", "unix_socket_dir"):
-            if getattr(old, key) != getattr(config, key):
-                log.warning("reload: %s changes only at restart", key)
+        report = ReloadReport()
+        for name, setting in SETTINGS.items():
+            if getattr(old, name) == getattr(config, name):
+                continue
+            if setting.changeable:
+                report.changed.append(name)
+            else:
+                report.rejected.append(name)
+                log.warning("reload: %s changes only at restart", name)
+                config = dataclasses.replace(config, **{name: getattr(old, name)})
+        for name in sorted(set(old.databases) | set(config.databases)):
+            if old.databases.get(name) != config.databases.get(name):
+                report.changed.append(f"[databases] {name}")
+        for name in sorted(set(old.users) | set(config.users)):
+            if old.users.get(name) != config.users.get(name):
+                report.changed.append(f"[users] {name}")
         self.runtime.config = config
         self.runtime.userlist = userlist
         self.runtime.registry.apply(config)
         self._open_forced_pools()
         setup_logging(config, self.verbose, self.quiet)
-        log.info("configuration reloaded")
+        log.info("configuration reloaded; changed: %s", ", ".join(report.changed) or "nothing")
+        return report
 
     def shutdown(self, mode: str) -> None:
         """clients: exit when clients left; servers: when servers are released; now: at once."""

@@ -15,12 +15,18 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import os
 import secrets
 import socket
+import struct
+import time
 from typing import TYPE_CHECKING, cast
 
+from . import __version__
+from .admin.console import AdminSession
 from .errors import PgtarnError, ProtocolViolation
 from .pool.pool import Pool
+from .pool.stats import PoolStats
 from .proto import build
 from .proto.client_side import ClientAuth
 from .proto.framing import MessageScanner, StartupReader
@@ -66,6 +72,19 @@ TRANSACTION_REFUSED = build.error_response(
 )
 _TRANSACTION_WORDS = (b"begin", b"start")
 ADMIN_DATABASES = ("pgbouncer", "pgtarn")
+#: Admin console logins allowed past max_client_conn, so an operator can get in when full.
+ADMIN_RESERVE = 10
+ADMIN_WELCOME = {
+    "server_version": f"{__version__}/pgtarn",
+    "client_encoding": "UTF8",
+    "server_encoding": "UTF8",
+    "DateStyle": "ISO",
+    "TimeZone": "GMT",
+    "standard_conforming_strings": "on",
+    "integer_datetimes": "on",
+    "is_superuser": "on",
+}
+_PEERCRED = struct.Struct("3i")
 #: What a prepared-statement client sent: (parts, the chunk when the parts are all of it,
 #: whether it makes the server forget its statements); parts None: one whole Query.
 PendingParts = tuple[list[Part] | None, bytes | None, bool]
@@ -76,6 +95,7 @@ class State(enum.Enum):
     AUTH = "auth"
     WELCOME = "welcome"
     READY = "ready"
+    ADMIN = "admin"
     CLOSED = "closed"
 
 
@@ -85,20 +105,27 @@ class ClientConnection(asyncio.Protocol):
     # Thousands of these may sit idle: no per-instance dict.
     __slots__ = (
         "addr",
+        "admin",
+        "admin_role",
         "auth",
         "cancel_key",
+        "connect_time",
         "database",
         "db",
         "discard_scanner",
         "expected",
         "framer",
         "id",
+        "last_request",
+        "local_addr",
         "negotiate_minor",
         "params",
+        "peer_pid",
         "pending",
         "pending_size",
         "pool",
         "pool_mode",
+        "query_start",
         "runtime",
         "scanner",
         "server",
@@ -107,9 +134,11 @@ class ClientConnection(asyncio.Protocol):
         "state",
         "statement_mode",
         "statements",
+        "stats",
         "transport",
         "user",
         "waiting",
+        "xact_start",
     )
 
     def __init__(self, runtime: Runtime) -> None:
@@ -144,6 +173,18 @@ class ClientConnection(asyncio.Protocol):
         #: finds its Parse/Bind/Describe/Close (None: passed through untouched).
         self.statements: ClientStatements | None = None
         self.framer: ClientFramer | None = None
+        #: The pool's counters once logged in; when this client's query and transaction
+        #: began (monotonic, 0: none under way); wall clock of the connect, for display.
+        self.stats: PoolStats | None = None
+        self.query_start = 0.0
+        self.xact_start = 0.0
+        self.last_request = 0.0
+        self.connect_time = time.time()
+        self.local_addr = ""
+        self.peer_pid = 0
+        #: The admin console: "admin" or "stats" once chosen at login, and the session.
+        self.admin_role: str | None = None
+        self.admin: AdminSession | None = None
 
     def __repr__(self) -> str:
         return f"C-{self.id}({self.user or '?'}@{self.addr}/{self.database or '?'})"
@@ -160,6 +201,8 @@ class ClientConnection(asyncio.Protocol):
             if self.runtime.config.tcp_keepalive:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             self.addr = f"{peer[0]}:{peer[1]}"
+            local = sock.getsockname()
+            self.local_addr = f"{local[0]}:{local[1]}"
         else:
             self.addr = "unix"
         self.runtime.clients.add(self)
@@ -198,6 +241,9 @@ class ClientConnection(asyncio.Protocol):
         transport = self.transport
         if transport is not None:
             transport.write(data)
+            stats = self.stats
+            if stats is not None:
+                stats.sent += len(data)
 
     # --- flow control: a slow reader stops its peer from reading ------------------------------
 
@@ -216,6 +262,11 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             if self.state is State.READY:
+                stats = self.stats
+                assert stats is not None
+                stats.received += len(data)
+                if not self.query_start:
+                    self.query_start = self.last_request = time.monotonic()
                 if self.framer is None:
                     self._relay(data)
                 else:
@@ -224,6 +275,9 @@ class ClientConnection(asyncio.Protocol):
                 self._startup(data)
             elif self.state is State.AUTH:
                 self._auth_data(data)
+            elif self.state is State.ADMIN:
+                assert self.admin is not None
+                self.admin.feed(data)
             elif self.state is State.WELCOME:
                 raise ProtocolViolation("message received before ReadyForQuery")
         except PgtarnError as error:
@@ -431,7 +485,10 @@ class ClientConnection(asyncio.Protocol):
 
     def _login(self, packet: StartupPacket) -> None:
         config = self.runtime.config
-        if len(self.runtime.clients) > config.max_client_conn:
+        database = packet.params.get("database") or packet.params.get("user", "")
+        admin = database in ADMIN_DATABASES and database not in config.databases
+        limit = config.max_client_conn + (ADMIN_RESERVE if admin else 0)
+        if len(self.runtime.clients) > limit:
             raise PgtarnError(
                 "no more connections allowed (max_client_conn)", sqlstate="53300"
             )
@@ -451,15 +508,22 @@ class ClientConnection(asyncio.Protocol):
                 raise PgtarnError(f"unsupported startup parameter: {name}", sqlstate="08P01")
         if config.log_connections:
             log.info("%r: login attempt: db=%s user=%s", self, self.database, user)
-        db = config.find_database(self.database)
-        if db is None:
-            if self.database in ADMIN_DATABASES:
-                raise PgtarnError("the admin console is not available in this version",
-                                  sqlstate="3D000")
-            raise PgtarnError(f'no such database: "{self.database}"', sqlstate="3D000")
-        self.db = db
+        if admin:
+            self.admin_role = self._admin_role(user)
+            if user == "pgbouncer" and self._same_os_user():
+                # As PgBouncer: the OS user running the pooler, over the unix socket.
+                self.admin_role = "admin"
+                self.write(build.AUTH_OK)
+                self._admin_ready()
+                return
+            auth_type = config.auth_type
+        else:
+            db = config.find_database(self.database)
+            if db is None:
+                raise PgtarnError(f'no such database: "{self.database}"', sqlstate="3D000")
+            self.db = db
+            auth_type = config.auth_type
         secret = self.runtime.userlist.get(user)
-        auth_type = config.auth_type
         self.auth = ClientAuth(auth_type, user, secret, config.scram_iterations)
         self.state = State.AUTH
         first = self.auth.start()
@@ -486,16 +550,72 @@ class ClientConnection(asyncio.Protocol):
     def tracked_names(self) -> tuple[str, ...]:
         return TRACKED_DEFAULT + tuple(self.runtime.config.track_extra_parameters)
 
+    def _admin_role(self, user: str) -> str | None:
+        config = self.runtime.config
+        if user in config.admin_users:
+            return "admin"
+        if user in config.stats_users:
+            return "stats"
+        return None
+
+    def _same_os_user(self) -> bool:
+        """A unix-socket peer running as the same OS user as this process."""
+        transport = self.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None or sock.family != socket.AF_UNIX:
+            return False
+        try:
+            pid, uid, _gid = _PEERCRED.unpack(
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+            )
+        except (OSError, AttributeError):
+            return False
+        self.peer_pid = pid
+        return bool(uid == os.getuid())
+
+    def _admin_ready(self) -> None:
+        """Logged in to the admin console: welcome, then commands."""
+        if self.admin_role is None:
+            # After authentication, so that the refusal says nothing about the password.
+            raise PgtarnError("not allowed: not in admin_users or stats_users",
+                              sqlstate="28000")
+        self.auth = None
+        welcome = dict(ADMIN_WELCOME)
+        application_name = self.startup_params.get("application_name")
+        if application_name is not None:
+            welcome["application_name"] = application_name
+            self.params["application_name"] = application_name
+        out = bytearray()
+        if self.negotiate_minor is not None:
+            out += build.negotiate_protocol_version(*self.negotiate_minor)
+        for name, value in welcome.items():
+            out += build.parameter_status(name, value)
+        self.cancel_key = (secrets.randbits(31), secrets.randbits(32))
+        out += build.backend_key_data(*self.cancel_key)
+        out += RFQ_IDLE
+        self.admin = AdminSession(self, self.runtime, self.admin_role == "admin")
+        self.state = State.ADMIN
+        if self.runtime.config.log_connections:
+            log.info("%r: admin console login (%s)", self, self.admin_role)
+        self.write(bytes(out))
+
     def _authenticated(self) -> None:
-        assert self.auth is not None and self.db is not None
+        assert self.auth is not None
+        if self.db is None:
+            self._admin_ready()
+            return
         registry = self.runtime.registry
         pool = registry.get_pool(self.db, self.user)
         self.pool = pool
+        self.stats = pool.stats
+        pool.stats.client_logins += 1
         self.pool_mode = pool.pool_mode
         self.statement_mode = pool.pool_mode == "statement"
         if self.auth.scram_keys is not None and self.db.user is None:
             pool.scram_keys = self.auth.scram_keys
         self.auth = None
+        if self.database in self.runtime.registry.disabled:
+            raise PgtarnError(f'database "{self.database}" is disabled', sqlstate="08P01")
         if pool.welcome is None:
             self.state = State.WELCOME
             pool.wait_welcome(self)
@@ -599,6 +719,19 @@ class ClientConnection(asyncio.Protocol):
 
         Returns None to forward the ReadyForQuery as is, or bytes to send in its place.
         """
+        start = self.query_start
+        if start:
+            stats = self.stats
+            assert stats is not None
+            now = time.monotonic()
+            stats.query_done(now - start)
+            if status == b"I":
+                stats.xact_done(now - (self.xact_start or start))
+                self.xact_start = 0.0
+            elif not self.xact_start:
+                self.xact_start = start
+            # a pipelined query begins where the one before it ended
+            self.query_start = now if self.expected > 1 else 0.0
         if self.expected > 0:
             self.expected -= 1
         if self.expected:

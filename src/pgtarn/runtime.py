@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import Config
 from .pool.registry import Registry
+from .pool.stats import PoolStats, Totals
 from .session.prepared import StatementCache
 
 if TYPE_CHECKING:
@@ -17,6 +20,23 @@ if TYPE_CHECKING:
     from .server import ServerConnection
 
 log = logging.getLogger("pgtarn")
+
+
+@dataclass
+class ReloadReport:
+    """What a reload did: settings changed, and changes that take effect only at restart."""
+
+    changed: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+class Control(Protocol):
+    """What the admin console asks of the running process."""
+
+    def reload(self) -> ReloadReport: ...
+
+    def shutdown(self, mode: str) -> None: ...
 
 
 class Runtime:
@@ -35,6 +55,17 @@ class Runtime:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.accepting = True
         self.on_client_gone: Callable[[], None] = lambda: None
+        self.control: Control | None = None
+        self.started = time.monotonic()
+        #: SUSPEND: no socket is read until RESUME.
+        self.suspended = False
+        #: Admin console traffic, shown as the "pgbouncer" database.
+        self.admin_stats = PoolStats()
+        #: Per database: totals at the end of the last stats period, and that period's
+        #: averages (SHOW STATS, log_stats).
+        self.period_totals: dict[str, Totals] = {}
+        self.averages: dict[str, Totals] = {}
+        self.overall_averages = Totals()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run a short-lived task that is kept referenced until it ends."""

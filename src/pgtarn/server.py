@@ -57,12 +57,15 @@ class ServerConnection(asyncio.Protocol):
         "_login",
         "backend_key",
         "client",
+        "close_needed",
         "closed",
+        "connect_time",
         "connstr",
         "created_at",
         "db",
         "id",
         "last_used",
+        "local_addr",
         "on_clean",
         "params",
         "peer",
@@ -98,9 +101,12 @@ class ServerConnection(asyncio.Protocol):
         #: Prepared statements this server has (transaction mode), made on first use.
         self.statements: ServerStatements | None = None
         self.closed = False
+        self.close_needed = False
         self.created_at = time.monotonic()
         self.last_used = self.created_at
+        self.connect_time = time.time()  # for display only
         self.peer = ""
+        self.local_addr = ""
 
     def __repr__(self) -> str:
         return f"S-{self.id}({self.pool.database}/{self.pool.user}@{self.peer})"
@@ -120,6 +126,8 @@ class ServerConnection(asyncio.Protocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "unix")
+        local = transport.get_extra_info("sockname")
+        self.local_addr = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "unix"
         assert self._login is not None
         params = {"user": self._login.user, "database": self.db.dbname}
         params.update(self.db.startup_params)

@@ -27,6 +27,7 @@ from typing import Generic, Protocol, TypeVar
 
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
+from .stats import PoolStats
 
 FIRST_RETRY_DELAY = 0.05
 
@@ -37,6 +38,8 @@ class PooledServer(Protocol):
     connstr: str
     created_at: float
     last_used: float
+    #: Close when next released (RECONNECT, or a reload changed the connection string).
+    close_needed: bool
 
     def close(self, reason: str) -> None: ...
 
@@ -90,6 +93,8 @@ class Pool(Generic[S]):
         self.clock: Callable[[], float] = time.monotonic
         #: Prepared statements clients and servers of this pool made and ran (statistics).
         self.prepared_counters = PreparedCounters()
+        #: Traffic of this pool's clients and servers (statistics).
+        self.stats = PoolStats()
         self.idle: deque[S] = deque()
         self.active: set[S] = set()
         self.login: set[S] = set()
@@ -106,6 +111,8 @@ class Pool(Generic[S]):
         self.connstr = ""
         #: Set while new work gets no server (shutdown, PAUSE): servers go idle, clients wait.
         self.paused = False
+        #: PAUSE/KILL: servers are closed as they are released instead of going idle.
+        self.pause_closes = False
         #: The last error opening a server, until a server logs in again.
         self.failure: PgtarnError | None = None
         self.failures = 0
@@ -137,6 +144,7 @@ class Pool(Generic[S]):
                     server.start_check()
                     continue
                 self.active.add(server)
+                self.stats.assigned(0.0)
                 return server
         self.waiting.append(waiter)
         self.wait_since[id(waiter)] = now
@@ -278,16 +286,25 @@ class Pool(Generic[S]):
     def _to_idle(self, server: S) -> None:
         if server.connstr != self.connstr:
             server.close("connection string changed")
+        elif server.close_needed:
+            server.close("reconnect requested")
+        elif self.paused and self.pause_closes:
+            server.close("pool paused")
         elif self.waiting and not self.paused:
-            waiter = self.waiting.popleft()
-            self.wait_since.pop(id(waiter), None)
-            self.active.add(server)
-            waiter.server_assigned(server)
+            self._assign(server)
         elif self.server_count >= self.pool_size:
             # a reserve server nobody waits for, or the pool shrank by a reload
             server.close("pool is over its size")
         else:
             self.idle.append(server)
+
+    def _assign(self, server: S) -> None:
+        """Lend server to the first waiting client."""
+        waiter = self.waiting.popleft()
+        since = self.wait_since.pop(id(waiter), None)
+        self.active.add(server)
+        self.stats.assigned(0.0 if since is None else max(0.0, self.clock() - since))
+        waiter.server_assigned(server)
 
     def server_closed(self, server: S) -> None:
         """A server is gone, from whatever container it was in; replace it if clients wait."""
@@ -308,20 +325,36 @@ class Pool(Generic[S]):
         while self.idle:
             self.idle.pop().close(reason)
 
+    def servers(self) -> list[S]:
+        """Every server of the pool, in whatever container."""
+        return [*self.active, *self.idle, *self.tested, *self.login]
+
+    def reconnect(self) -> None:
+        """Close idle servers now and the others when they are released."""
+        for server in self.servers():
+            server.close_needed = True
+        self.close_idle("reconnect requested")
+
+    @property
+    def busy(self) -> bool:
+        """Some server is lent, being reset or logging in (what PAUSE waits for)."""
+        return bool(self.active or self.tested or self.login)
+
     # --- pause / resume -------------------------------------------------------------------------
 
-    def pause(self) -> None:
-        """Stop lending servers: released servers go idle, new work waits."""
+    def pause(self, close_servers: bool = False) -> None:
+        """Stop lending servers: new work waits; released servers go idle, or with
+        close_servers (PAUSE) are closed, idle ones at once."""
         self.paused = True
+        if close_servers:
+            self.pause_closes = True
+            self.close_idle("pool paused")
 
     def resume(self) -> None:
         """Lend servers again: idle ones to the waiting clients, in order; open more."""
         self.paused = False
+        self.pause_closes = False
         while self.waiting and self.idle:
-            server = self.idle.pop()
-            waiter = self.waiting.popleft()
-            self.wait_since.pop(id(waiter), None)
-            self.active.add(server)
-            waiter.server_assigned(server)
+            self._assign(self.idle.pop())
         if self.waiting:
             self._grow(self.clock())

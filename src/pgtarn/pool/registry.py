@@ -18,6 +18,9 @@ class Registry(Generic[S]):
         self.launch: Callable[[Pool[S], DatabaseEntry], S] | None = None
         self.databases: dict[str, DatabaseEntry] = {}
         self.paused = False
+        #: Databases paused by PAUSE db / KILL db, and refusing new clients by DISABLE db.
+        self.paused_databases: set[str] = set()
+        self.disabled: set[str] = set()
 
     def __iter__(self) -> Iterator[Pool[S]]:
         return iter(list(self.pools.values()))
@@ -31,7 +34,8 @@ class Registry(Generic[S]):
             pool = Pool(db.name, server_user, pool_size=0, pool_mode="session")
             self._configure(pool, db)
             pool.connstr = db.server_identity
-            pool.paused = self.paused
+            if self.paused or db.name in self.paused_databases:
+                pool.pause(close_servers=db.name in self.paused_databases)
             if self.launch is not None:
                 pool.launch = self._launcher(db)
             pool.may_open = self.may_open
@@ -89,15 +93,31 @@ class Registry(Generic[S]):
         for pool in list(self.pools.values()):
             pool.tick(now)
 
-    def pause(self) -> None:
-        self.paused = True
-        for pool in self.pools.values():
-            pool.pause()
+    def pools_of(self, database: str | None) -> list[Pool[S]]:
+        """The pools of one database, or all of them."""
+        return [p for p in self.pools.values() if database is None or p.database == database]
 
-    def resume(self) -> None:
-        self.paused = False
-        for pool in self.pools.values():
-            pool.resume()
+    def pause(self, database: str | None = None, close_servers: bool = False) -> None:
+        """Lend no server (of one database, or any) until resume."""
+        if database is None:
+            self.paused = True
+        else:
+            self.paused_databases.add(database)
+        for pool in self.pools_of(database):
+            pool.pause(close_servers)
+
+    def resume(self, database: str | None = None) -> None:
+        if database is None:
+            self.paused = False
+            self.paused_databases.clear()
+        else:
+            self.paused_databases.discard(database)
+        for pool in self.pools_of(database):
+            if not self.paused:
+                pool.resume()
+
+    def is_paused(self, database: str) -> bool:
+        return self.paused or database in self.paused_databases
 
     def apply(self, config: Config) -> None:
         """Take a reloaded config: sizes and modes now, changed connection strings on release."""
@@ -110,6 +130,8 @@ class Registry(Generic[S]):
             self.databases[db.name] = db
             if db.server_identity != pool.connstr:
                 pool.connstr = db.server_identity
+                for server in pool.servers():
+                    server.close_needed = True
                 pool.close_idle("connection string changed")
             while len(pool.idle) and pool.server_count > pool.pool_size:
                 pool.idle.popleft().close("pool_size lowered by reload")

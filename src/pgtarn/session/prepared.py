@@ -89,6 +89,24 @@ class Statement:
     clients: int = 0  # how many client names refer to it
     sql: bool = False  # defined by SQL PREPARE: one client's, never shared
 
+    @property
+    def query(self) -> str:
+        """The statement's text (for SHOW PREPARED_STATEMENTS)."""
+        body = self.parse[5:]
+        if self.sql:  # PREPARE name (types) AS query
+            return body.rstrip(b"\x00").decode("utf-8", "replace")
+        start = body.index(b"\x00") + 1
+        return body[start : body.index(b"\x00", start)].decode("utf-8", "replace")
+
+    @property
+    def parameter_count(self) -> int:
+        """How many parameter types its Parse declared (0 for SQL PREPARE)."""
+        if self.sql:
+            return 0
+        body = self.parse[5:]
+        end = body.index(b"\x00", body.index(b"\x00") + 1) + 1
+        return int.from_bytes(body[end : end + 2], "big")
+
 
 class StatementCache:
     """query text + parameter types -> Statement, shared by all clients of the pooler."""
@@ -99,6 +117,10 @@ class StatementCache:
 
     def __len__(self) -> int:
         return len(self._by_key)
+
+    def statements(self) -> list[Statement]:
+        """The shared statements clients name now."""
+        return list(self._by_key.values())
 
     def intern(self, parse_tail: bytes) -> Statement:
         """The statement for a Parse body after its name (query, types); counted once more."""

@@ -16,6 +16,7 @@ class FakeServer:
         self.connstr = pool.connstr
         self.created_at = now
         self.last_used = now
+        self.close_needed = False
         self.closed: str | None = None
         self.checks = 0
 

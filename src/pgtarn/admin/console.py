@@ -1,0 +1,286 @@
+"""One admin console session: read commands from a logged-in client, run them, answer.
+
+The console speaks the simple query protocol, as PgBouncer's, and also the extended one
+without parameters (so psycopg's default cursors and pgJDBC work). Commands that wait
+(PAUSE, WAIT_CLOSE) run as a task; the session reads nothing more until they end.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import PgtarnError
+from ..proto import build
+from ..proto.framing import MessageScanner
+from . import commands
+from .tables import SHOW_TABLES, Table
+
+if TYPE_CHECKING:
+    from ..client import ClientConnection
+    from ..runtime import Runtime
+
+log = logging.getLogger("pgtarn.admin")
+
+ALL_TYPES = frozenset(range(256))
+RFQ = build.ready_for_query(b"I")
+#: A command word and an optional argument, as PgBouncer: `word ["quoted" | word] [;]`.
+_COMMAND = re.compile(r'\s*(\w+)(?:\s+("(?:[^"]|"")*"|[\w.\-]+))?\s*;?\s*', re.ASCII)
+_SET = re.compile(
+    r"""\s*set\s+(\w+)\s*(?:=|\s+to\s+)\s*('(?:[^']|'')*'|"(?:[^"]|"")*"|[^\s;']+)\s*;?\s*""",
+    re.ASCII | re.IGNORECASE,
+)
+#: Session settings a driver may ask for: SHOW answers them, SET is accepted and ignored.
+FAKE_PARAMETERS = {
+    "client_encoding": "UTF8",
+    "default_transaction_isolation": "read committed",
+    "standard_conforming_strings": "on",
+    "datestyle": "ISO",
+    "timezone": "GMT",
+    "extra_float_digits": "2",
+}
+HELP = (
+    "\n\tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION"
+    "\n\tSHOW LISTS|STATE|PREPARED_STATEMENTS"
+    "\n\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS"
+    "\n\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>"
+    "\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL [<db>]\n\tKILL_CLIENT <client_id>"
+    "\n\tSUSPEND\n\tSHUTDOWN\n\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS\n\tWAIT_CLOSE [<db>]"
+)
+
+
+class AdminError(PgtarnError):
+    """A command failed; the session goes on (severity ERROR)."""
+
+    sqlstate = "08P01"
+    severity = "ERROR"
+
+
+@dataclass
+class Result:
+    """What a command answers: notices first, then an optional table, then its tag."""
+
+    tag: str
+    table: Table | None = None
+    notices: list[bytes] = field(default_factory=list)
+
+
+Outcome = Result | Awaitable[Result] | None  # None: no answer (SHUTDOWN)
+
+
+def notice(message: str, detail: str | None = None) -> bytes:
+    return build.error_response("00000", message, "NOTICE", detail, notice=True)
+
+
+def _unquote(word: str) -> str:
+    if len(word) >= 2 and word[0] == word[-1] and word[0] in "\"'":
+        return word[1:-1].replace(word[0] * 2, word[0])
+    return word
+
+
+class AdminSession:
+    """The admin console as one client sees it."""
+
+    def __init__(self, client: ClientConnection, runtime: Runtime, admin: bool) -> None:
+        self.client = client
+        self.runtime = runtime
+        #: admin_users may run everything; stats_users only SHOW.
+        self.admin = admin
+        self.scanner = MessageScanner(ALL_TYPES, 1 << 20)
+        self.queue: deque[tuple[int, bytes]] = deque()
+        self.busy = False
+        #: Extended protocol: statement texts, portals, and whether to skip to the Sync.
+        self.statements: dict[bytes, str] = {}
+        self.portals: dict[bytes, tuple[str, Result | None]] = {}
+        self.skipping = False
+
+    # --- messages in ---------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        for msg_type, body, _end in self.scanner.feed(data):
+            self.queue.append((msg_type, body))
+        self._run_queue()
+
+    def _run_queue(self) -> None:
+        while self.queue and not self.busy:
+            msg_type, body = self.queue.popleft()
+            if msg_type == 0x58:  # Terminate
+                self.client.close()
+                return
+            if self.skipping and msg_type != 0x53:
+                continue
+            try:
+                if msg_type == 0x51:
+                    self._simple_query(body.rstrip(b"\x00").decode("utf-8", "replace"))
+                else:
+                    self._extended(msg_type, body)
+            except AdminError as error:
+                self._write(build.error_response(error.sqlstate, error.message, "ERROR"))
+                if msg_type == 0x51:
+                    self._write(RFQ)
+                else:
+                    self.skipping = True
+
+    def _write(self, data: bytes) -> None:
+        self.client.write(data)
+
+    def _simple_query(self, query: str) -> None:
+        self.runtime.admin_stats.query_count += 1
+        if not query.strip().strip(";").strip():
+            self._write(build.message(b"I") + RFQ)
+            return
+        self._finish(self.run(query), describe=True, then=RFQ)
+
+    def _finish(self, outcome: Outcome, describe: bool, then: bytes) -> None:
+        """Send a command's result now, or when its task ends."""
+        if outcome is None:
+            return
+        if isinstance(outcome, Result):
+            self._write(self._encode(outcome, describe) + then)
+            return
+        self.busy = True
+        transport = self.client.transport
+        if transport is not None:
+            transport.pause_reading()
+
+        async def wait() -> None:
+            try:
+                result = await outcome
+                self._write(self._encode(result, describe) + then)
+            except AdminError as error:
+                self._write(build.error_response(error.sqlstate, error.message, "ERROR") + then)
+            finally:
+                self.busy = False
+                if transport is not None and not transport.is_closing():
+                    transport.resume_reading()
+            self._run_queue()
+
+        self.runtime.spawn(wait())
+
+    @staticmethod
+    def _encode(result: Result, describe: bool) -> bytes:
+        out = bytearray(b"".join(result.notices))
+        table = result.table
+        if table is not None:
+            if describe:
+                out += build.row_description(table.columns)
+            for row in table.rows:
+                out += build.data_row([None if v is None else str(v) for v in row])
+        out += build.command_complete(result.tag)
+        return bytes(out)
+
+    # --- the extended protocol, without parameters ---------------------------------------------
+
+    def _extended(self, msg_type: int, body: bytes) -> None:
+        if msg_type == 0x50:  # Parse: name, query, parameter types
+            name, rest = body.split(b"\x00", 1)
+            text, rest = rest.split(b"\x00", 1)
+            if int.from_bytes(rest[:2], "big"):
+                raise AdminError("the admin console takes no parameters")
+            self.statements[name] = text.decode("utf-8", "replace")
+            self._write(build.message(b"1"))
+        elif msg_type == 0x42:  # Bind: portal, statement, formats, parameters
+            portal, rest = body.split(b"\x00", 1)
+            name, rest = rest.split(b"\x00", 1)
+            formats = int.from_bytes(rest[:2], "big")
+            if int.from_bytes(rest[2 + 2 * formats : 4 + 2 * formats], "big"):
+                raise AdminError("the admin console takes no parameters")
+            if name not in self.statements:
+                raise AdminError(f'prepared statement "{name.decode(errors="replace")}" '
+                                 "does not exist")
+            self.portals[portal] = (self.statements[name], None)
+            self._write(build.message(b"2"))
+        elif msg_type == 0x44:  # Describe
+            kind, name = body[:1], body[1:].rstrip(b"\x00")
+            if kind == b"S":
+                query = self.statements.get(name)
+                if query is None:
+                    raise AdminError("prepared statement does not exist")
+                self._write(build.message(b"t", b"\x00\x00"))
+                result = self._describe(query)
+            else:
+                if name not in self.portals:
+                    raise AdminError("portal does not exist")
+                query = self.portals[name][0]
+                result = self._describe(query)
+                self.portals[name] = (query, result)
+            self._write(build.row_description(result.table.columns)
+                        if result is not None and result.table is not None
+                        else build.message(b"n"))
+        elif msg_type == 0x45:  # Execute
+            portal = body.split(b"\x00", 1)[0]
+            if portal not in self.portals:
+                raise AdminError("portal does not exist")
+            query, described = self.portals[portal]
+            self.runtime.admin_stats.query_count += 1
+            self._finish(described if described is not None else self.run(query),
+                         describe=False, then=b"")
+        elif msg_type == 0x43:  # Close
+            kind, name = body[:1], body[1:].rstrip(b"\x00")
+            if kind == b"S":
+                self.statements.pop(name, None)
+            else:
+                self.portals.pop(name, None)
+            self._write(build.message(b"3"))
+        elif msg_type == 0x53:  # Sync
+            self.skipping = False
+            self.portals.clear()
+            self._write(RFQ)
+        elif msg_type == 0x48:  # Flush
+            return
+        else:
+            raise AdminError(f"unsupported message type for the admin console: {chr(msg_type)!r}")
+
+    def _describe(self, query: str) -> Result | None:
+        """A read-only command's result, computed at Describe to give its columns."""
+        match = _COMMAND.fullmatch(query)
+        if match is None or match.group(1).lower() not in ("show", "select"):
+            return None
+        outcome = self.run(query)
+        return outcome if isinstance(outcome, Result) else None
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def run(self, query: str) -> Outcome:
+        set_match = _SET.fullmatch(query)
+        if set_match is not None:
+            return self._set(set_match.group(1), _unquote(set_match.group(2)))
+        match = _COMMAND.fullmatch(query)
+        if match is None:
+            raise AdminError(f"invalid command '{query}', use SHOW HELP;")
+        word = match.group(1).lower()
+        arg = _unquote(match.group(2)) if match.group(2) else None
+        if word in ("show", "select"):
+            return self._show(query, arg)
+        if not self.admin:
+            raise AdminError("admin access needed", sqlstate="42501")
+        handler: Callable[[Runtime, str | None], Outcome] | None = commands.COMMANDS.get(word)
+        if handler is None:
+            raise AdminError(f"invalid command '{query}', use SHOW HELP;")
+        if self.runtime.config.log_pooler_errors or self.runtime.config.verbose:
+            log.info("%r: admin command: %s", self.client, word.upper())
+        return handler(self.runtime, arg)
+
+    def _show(self, query: str, arg: str | None) -> Result:
+        if arg is None:
+            raise AdminError(f"invalid command '{query}', use SHOW HELP;")
+        what = arg.lower()
+        if what == "help":
+            return Result("SHOW", notices=[notice("Console usage", HELP)])
+        builder = SHOW_TABLES.get(what)
+        if builder is not None:
+            return Result("SHOW", builder(self.runtime))
+        if what in FAKE_PARAMETERS:
+            return Result("SHOW", Table([(what, 25)], [[FAKE_PARAMETERS[what]]]))
+        raise AdminError(f"invalid command '{query}', use SHOW HELP;")
+
+    def _set(self, key: str, value: str) -> Result:
+        if key.lower() in FAKE_PARAMETERS:
+            return Result("SET", notices=[notice("SET ignored")])
+        if not self.admin:
+            raise AdminError("admin access needed", sqlstate="42501")
+        return commands.set_setting(self.runtime, key, value)

@@ -1,0 +1,463 @@
+"""The SHOW tables: PgBouncer's columns, in its order and types, built from the live state.
+
+Counts are the sizes of the containers connections sit in (see ``pool.pool``); totals come
+from the pools' counters (``pool.stats``); averages from the last completed stats period.
+The Prometheus endpoint reads the same tables, so both always agree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import __version__
+from ..pool.stats import Totals, sum_totals
+
+if TYPE_CHECKING:
+    from ..client import ClientConnection
+    from ..pool.pool import Pool
+    from ..runtime import Runtime
+    from ..server import ServerConnection
+
+TEXT = 25
+INT4 = 23
+INT8 = 20
+NUMERIC = 1700
+
+ADMIN_DB = "pgbouncer"
+#: What SHOW VERSION says: tools (exporters, scripts) match PgBouncer's version string.
+COMPATIBLE_VERSION = "1.25.2"
+
+Value = str | int | None
+
+
+@dataclass
+class Table:
+    """A result set: (column name, type oid) pairs and rows of text, integers or NULL."""
+
+    columns: list[tuple[str, int]]
+    rows: list[list[Value]]
+
+    def column(self, name: str) -> list[Value]:
+        index = [c for c, _ in self.columns].index(name)
+        return [row[index] for row in self.rows]
+
+
+def _columns(spec: str, names: str) -> list[tuple[str, int]]:
+    """Columns from PgBouncer-style type letters: s text, i int4, q int8, N numeric."""
+    oids = {"s": TEXT, "i": INT4, "q": INT8, "N": NUMERIC, "T": TEXT}
+    split = names.split()
+    assert len(spec) == len(split)
+    return [(name, oids[letter]) for letter, name in zip(spec, split, strict=True)]
+
+
+def display_time(wall: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(wall))
+
+
+def _wall(monotonic_at: float, now: float) -> float:
+    """Wall-clock time of a monotonic instant, for display only."""
+    return time.time() - (now - monotonic_at)
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    if not addr or addr == "unix" or ":" not in addr:
+        return (addr or "unix"), 0
+    host, _, port = addr.rpartition(":")
+    return host, int(port) if port.isdigit() else 0
+
+
+def _ptr(obj: object | None) -> str:
+    return "" if obj is None else f"0x{id(obj):x}"
+
+
+def _seconds_us(seconds: float) -> tuple[int, int]:
+    whole = int(seconds)
+    return whole, int((seconds - whole) * 1_000_000)
+
+
+# --- who is where --------------------------------------------------------------------------------
+
+
+def client_state(client: ClientConnection) -> str | None:
+    """PgBouncer's client state; None for a client still logging in (not listed)."""
+    from ..client import State
+
+    state = client.state
+    if state is State.READY:
+        if client.server is not None:
+            return "active"
+        return "waiting" if client.waiting else "idle"
+    if state is State.WELCOME:
+        return "waiting"
+    if state is State.ADMIN:
+        return "idle"
+    return None
+
+
+def logged_in_clients(runtime: Runtime) -> list[ClientConnection]:
+    return sorted(
+        (c for c in runtime.clients if client_state(c) is not None), key=lambda c: c.id
+    )
+
+
+def client_database(client: ClientConnection) -> str:
+    pool = client.pool
+    return pool.database if pool is not None else ADMIN_DB
+
+
+def server_state(server: ServerConnection, now: float) -> str:
+    pool = server.pool
+    if server in pool.active:
+        return "active" if server.client is not None else "idle"
+    if server in pool.tested:
+        return "tested"
+    if server in pool.login:
+        return "new"
+    if pool.check_delay is not None and now - server.last_used > pool.check_delay:
+        return "used"
+    return "idle"
+
+
+def _pools(runtime: Runtime) -> list[Pool[ServerConnection]]:
+    return sorted(runtime.registry, key=lambda p: (p.database, p.user))
+
+
+# --- SHOW POOLS / CLIENTS / SERVERS --------------------------------------------------------------
+
+POOLS_COLUMNS = _columns(
+    "ssiiiiiiiiiiiiiss",
+    "database user cl_active cl_waiting cl_active_cancel_req cl_waiting_cancel_req sv_active"
+    " sv_active_cancel sv_being_canceled sv_idle sv_used sv_tested sv_login maxwait maxwait_us"
+    " pool_mode load_balance_hosts",
+)
+
+
+def show_pools(runtime: Runtime) -> Table:
+    now = time.monotonic()
+    active: dict[int, int] = {}
+    waiting: dict[int, int] = {}
+    admin_clients = 0
+    for client in logged_in_clients(runtime):
+        pool = client.pool
+        state = client_state(client)
+        if pool is None:
+            admin_clients += 1
+        elif state == "waiting":
+            waiting[id(pool)] = waiting.get(id(pool), 0) + 1
+        else:
+            active[id(pool)] = active.get(id(pool), 0) + 1
+    rows: list[list[Value]] = [
+        [ADMIN_DB, ADMIN_DB, admin_clients, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "statement", None]
+    ]
+    for pool in _pools(runtime):
+        used = sum(1 for s in pool.idle if server_state(s, now) == "used")
+        maxwait, maxwait_us = _seconds_us(pool.max_wait(now))
+        db = runtime.registry.databases.get(pool.database)
+        rows.append([
+            pool.database, pool.user, active.get(id(pool), 0), waiting.get(id(pool), 0), 0, 0,
+            len(pool.active), 0, 0, len(pool.idle) - used, used, len(pool.tested),
+            len(pool.login), maxwait, maxwait_us, pool.pool_mode,
+            db.load_balance_hosts or "round-robin" if db is not None and len(db.hosts) > 1
+            else None,
+        ])  # fmt: skip
+    rows.sort(key=lambda r: (str(r[0]), str(r[1])))
+    return Table(POOLS_COLUMNS, rows)
+
+
+SOCKET_COLUMNS = _columns(
+    "ssssssisiTTiiississii",
+    "type user database replication state addr port local_addr local_port connect_time"
+    " request_time wait wait_us close_needed ptr link remote_pid tls application_name"
+    " prepared_statements id",
+)
+
+
+def show_clients(runtime: Runtime) -> Table:
+    now = time.monotonic()
+    rows: list[list[Value]] = []
+    for client in logged_in_clients(runtime):
+        addr, port = _split_addr(client.addr)
+        local, local_port = _split_addr(client.local_addr)
+        wait, wait_us = _seconds_us(now - client.query_start if client.query_start else 0.0)
+        request = client.last_request
+        rows.append([
+            "C", client.user, client_database(client), "none", client_state(client), addr, port,
+            local, local_port, display_time(client.connect_time),
+            display_time(_wall(request, now) if request else client.connect_time),
+            wait, wait_us, 0, _ptr(client), _ptr(client.server), client.peer_pid, "",
+            client.params.get("application_name", ""),
+            len(client.statements.names) if client.statements is not None else 0, client.id,
+        ])  # fmt: skip
+    return Table(SOCKET_COLUMNS, rows)
+
+
+def all_servers(runtime: Runtime) -> list[ServerConnection]:
+    return sorted((s for p in runtime.registry for s in p.servers()), key=lambda s: s.id)
+
+
+def show_servers(runtime: Runtime) -> Table:
+    now = time.monotonic()
+    rows: list[list[Value]] = []
+    for server in all_servers(runtime):
+        pool = server.pool
+        addr, port = _split_addr(server.peer)
+        local, local_port = _split_addr(server.local_addr)
+        statements = server.statements
+        rows.append([
+            "S", pool.user, pool.database, "none", server_state(server, now), addr, port,
+            local, local_port, display_time(server.connect_time),
+            display_time(_wall(server.last_used, now)), 0, 0, int(server.close_needed),
+            _ptr(server), _ptr(server.client), server.backend_key[0], "",
+            server.params.get("application_name", ""),
+            len(statements.prepared) if statements is not None else 0, server.id,
+        ])  # fmt: skip
+    return Table(SOCKET_COLUMNS, rows)
+
+
+# --- SHOW STATS and friends ----------------------------------------------------------------------
+
+
+def database_totals(runtime: Runtime) -> dict[str, Totals]:
+    """Totals since start per database (its pools summed), the admin console included."""
+    out: dict[str, Totals] = {}
+    admin = Totals()
+    admin.add_pool(runtime.admin_stats, 0, 0, 0)
+    out[ADMIN_DB] = admin
+    for pool in runtime.registry:
+        totals = out.setdefault(pool.database, Totals())
+        counters = pool.prepared_counters
+        totals.add_pool(pool.stats, counters.client_parses, counters.server_parses,
+                        counters.binds)
+    return dict(sorted(out.items()))
+
+
+STATS_NAMES = (
+    "server_assignment_count", "xact_count", "query_count", "received", "sent", "xact_time",
+    "query_time", "wait_time", "client_parse_count", "server_parse_count", "bind_count",
+    "client_login_count",
+)
+STATS_COLUMNS = [("database", TEXT)] + [
+    (f"total_{name}", NUMERIC) for name in STATS_NAMES
+] + [
+    ("avg_" + {"received": "recv"}.get(name, name), NUMERIC) for name in STATS_NAMES
+]
+TOTALS_NAMES = (
+    "server_assignment_count", "xact_count", "query_count", "bytes_received", "bytes_sent",
+    "xact_time", "query_time", "wait_time", "client_parse_count", "server_parse_count",
+    "bind_count", "client_login_count",
+)
+STATS_TOTALS_COLUMNS = [("database", TEXT)] + [(name, NUMERIC) for name in TOTALS_NAMES]
+STATS_AVERAGES_COLUMNS = [("database", TEXT)] + [
+    (f"avg_{name}" if "parse" in name or "bind" in name or "login" in name else name, NUMERIC)
+    for name in TOTALS_NAMES
+]
+
+
+def _averages_for(runtime: Runtime, database: str) -> Totals:
+    return runtime.averages.get(database) or Totals()
+
+
+def show_stats(runtime: Runtime) -> Table:
+    rows: list[list[Value]] = []
+    for database, totals in database_totals(runtime).items():
+        avg = _averages_for(runtime, database)
+        rows.append([database, *totals.values(), *avg.values()])
+    return Table(STATS_COLUMNS, rows)
+
+
+def show_stats_totals(runtime: Runtime) -> Table:
+    rows: list[list[Value]] = [
+        [database, *totals.values()] for database, totals in database_totals(runtime).items()
+    ]
+    return Table(STATS_TOTALS_COLUMNS, rows)
+
+
+def show_stats_averages(runtime: Runtime) -> Table:
+    rows: list[list[Value]] = [
+        [database, *_averages_for(runtime, database).values()]
+        for database in database_totals(runtime)
+    ]
+    return Table(STATS_AVERAGES_COLUMNS, rows)
+
+
+_TOTALS_ROW_NAMES = (
+    "server_assignment_count", "xact_count", "query_count", "client_bytes", "server_bytes",
+    "xact_time", "query_time", "wait_time", "ps_client_parse_count", "ps_server_parse_count",
+    "ps_bind_count", "client_login_count",
+)
+
+
+def show_totals(runtime: Runtime) -> Table:
+    total = sum_totals(database_totals(runtime).values())
+    avg = runtime.overall_averages
+    rows: list[list[Value]] = []
+    for prefix, totals in (("total_", total), ("avg_", avg)):
+        for name, value in zip(_TOTALS_ROW_NAMES, totals.values(), strict=True):
+            rows.append([prefix + name, value])
+    return Table(_columns("sN", "name value"), rows)
+
+
+# --- SHOW DATABASES / USERS / LISTS / STATE / CONFIG / VERSION -----------------------------------
+
+DATABASES_COLUMNS = _columns(
+    "ssissiiiissiiiiii",
+    "name host port database force_user pool_size min_pool_size reserve_pool_size"
+    " server_lifetime pool_mode load_balance_hosts max_connections current_connections"
+    " max_client_connections current_client_connections paused disabled",
+)
+
+
+def _count_by(items: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        out[item] = out.get(item, 0) + 1
+    return out
+
+
+def show_databases(runtime: Runtime) -> Table:
+    config = runtime.config
+    registry = runtime.registry
+    clients = logged_in_clients(runtime)
+    client_counts = _count_by(client_database(c) for c in clients)
+    server_counts: dict[str, int] = {}
+    for pool in registry:
+        server_counts[pool.database] = server_counts.get(pool.database, 0) + pool.server_count
+    entries = {name: db for name, db in registry.databases.items()}
+    entries.update((name, db) for name, db in config.databases.items() if name != "*")
+    rows: list[list[Value]] = [[
+        ADMIN_DB, None, config.listen_port, ADMIN_DB, ADMIN_DB, 2, 0, 0, 0, "statement", None,
+        0, 0, 0, client_counts.get(ADMIN_DB, 0), 0, 0,
+    ]]  # fmt: skip
+    for name, db in sorted(entries.items()):
+        lifetime = db.server_lifetime if db.server_lifetime is not None else config.server_lifetime
+        rows.append([
+            name, ",".join(db.hosts) if db.hosts else db.host, db.port, db.dbname, db.user,
+            config.pool_size_for(db, db.user or ""), config.min_pool_size_for(db),
+            db.reserve_pool_size if db.reserve_pool_size is not None
+            else config.reserve_pool_size,
+            int(lifetime), db.pool_mode,
+            (db.load_balance_hosts or "round-robin") if len(db.hosts) > 1 else None,
+            config.max_db_connections_for(db), server_counts.get(name, 0),
+            db.max_db_client_connections if db.max_db_client_connections
+            else config.max_db_client_connections,
+            client_counts.get(name, 0), int(registry.is_paused(name)),
+            int(name in registry.disabled),
+        ])  # fmt: skip
+    rows.sort(key=lambda r: str(r[0]))
+    return Table(DATABASES_COLUMNS, rows)
+
+
+USERS_COLUMNS = _columns(
+    "ssssiiii",
+    "name pool_size reserve_pool_size pool_mode max_user_connections current_connections"
+    " max_user_client_connections current_client_connections",
+)
+
+
+def show_users(runtime: Runtime) -> Table:
+    config = runtime.config
+    names = set(config.users) | set(runtime.userlist) | {p.user for p in runtime.registry}
+    clients = _count_by(c.user for c in logged_in_clients(runtime))
+    servers: dict[str, int] = {}
+    for pool in runtime.registry:
+        servers[pool.user] = servers.get(pool.user, 0) + pool.server_count
+    rows: list[list[Value]] = []
+    for name in sorted(names):
+        entry = config.users.get(name)
+        max_clients = (entry.max_user_client_connections if entry is not None
+                       and entry.max_user_client_connections
+                       else config.max_user_client_connections)  # fmt: skip
+        rows.append([
+            name,
+            f"{entry.pool_size:9d}" if entry is not None and entry.pool_size is not None else "",
+            f"{entry.reserve_pool_size:9d}"
+            if entry is not None and entry.reserve_pool_size is not None else "",
+            entry.pool_mode if entry is not None else None,
+            config.max_user_connections_for(name), servers.get(name, 0), max_clients,
+            clients.get(name, 0),
+        ])  # fmt: skip
+    return Table(USERS_COLUMNS, rows)
+
+
+LIST_NAMES = (
+    "databases", "users", "peers", "pools", "peer_pools", "free_clients", "used_clients",
+    "login_clients", "free_servers", "used_servers", "dns_names", "dns_zones", "dns_queries",
+    "dns_pending",
+)
+
+
+def show_lists(runtime: Runtime) -> Table:
+    from ..client import State
+
+    counts = {
+        "databases": len(show_databases(runtime).rows),
+        "users": len(show_users(runtime).rows),
+        "pools": len(runtime.registry.pools),
+        "used_clients": len(runtime.clients),
+        "login_clients": sum(
+            1 for c in runtime.clients if c.state in (State.STARTUP, State.AUTH)
+        ),
+        "used_servers": len(all_servers(runtime)),
+    }
+    return Table(_columns("si", "list items"),
+                 [[name, counts.get(name, 0)] for name in LIST_NAMES])
+
+
+def show_state(runtime: Runtime) -> Table:
+    paused = runtime.registry.paused and not runtime.suspended
+    rows: list[list[Value]] = [
+        ["active", "no" if runtime.registry.paused or runtime.suspended else "yes"],
+        ["paused", "yes" if paused else "no"],
+        ["suspended", "yes" if runtime.suspended else "no"],
+    ]
+    return Table(_columns("ss", "key value"), rows)
+
+
+def show_config(runtime: Runtime) -> Table:
+    rows: list[list[Value]] = [
+        [key, value, default, "yes" if changeable else "no"]
+        for key, value, default, changeable in runtime.config.settings_rows()
+    ]
+    return Table(_columns("ssss", "key value default changeable"), rows)
+
+
+def show_version(runtime: Runtime) -> Table:
+    return Table(_columns("s", "version"),
+                 [[f"PgBouncer {COMPATIBLE_VERSION} (pgtarn {__version__})"]])
+
+
+def show_prepared_statements(runtime: Runtime) -> Table:
+    """pgtarn's own: the shared statements, how many client names and servers have each."""
+    on_servers: dict[bytes, int] = {}
+    for server in all_servers(runtime):
+        if server.statements is not None:
+            for name in server.statements.prepared:
+                on_servers[name] = on_servers.get(name, 0) + 1
+    rows: list[list[Value]] = [
+        [stmt.name.decode(), stmt.query, stmt.parameter_count, stmt.clients,
+         on_servers.get(stmt.name, 0)]
+        for stmt in runtime.statement_cache.statements()
+    ]
+    rows.sort(key=lambda r: str(r[0]))
+    return Table(_columns("ssiii", "name query parameters clients servers"), rows)
+
+
+SHOW_TABLES: dict[str, Callable[[Runtime], Table]] = {
+    "pools": show_pools,
+    "clients": show_clients,
+    "servers": show_servers,
+    "stats": show_stats,
+    "stats_totals": show_stats_totals,
+    "stats_averages": show_stats_averages,
+    "totals": show_totals,
+    "databases": show_databases,
+    "users": show_users,
+    "lists": show_lists,
+    "state": show_state,
+    "config": show_config,
+    "version": show_version,
+    "prepared_statements": show_prepared_statements,
+}

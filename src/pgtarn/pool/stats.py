@@ -1,0 +1,166 @@
+"""Traffic counters of one pool (plain integers on the hot path) and the totals built from them.
+
+Connections add to a pool's ``PoolStats`` as they work: bytes each way, one query per
+ReadyForQuery, one transaction per ReadyForQuery with status idle, one server assignment per
+link, and the time of each (in seconds, from ``time.monotonic()``) into a fixed set of
+histogram buckets. Everything else (per-database sums, averages over ``stats_period``,
+SHOW STATS, Prometheus) is computed from these counters when someone asks.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+
+#: Upper bounds (seconds) of the histogram buckets for transaction, query and wait times.
+BUCKETS: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+
+class Histogram:
+    """Counts per bucket (the last one is +Inf) and the sum of the observed values."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def add(self, other: Histogram) -> None:
+        for i, count in enumerate(other.counts):
+            self.counts[i] += count
+        self.total += other.total
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(upper bound, observations at or below it), +Inf last, as Prometheus wants."""
+        out: list[tuple[float, int]] = []
+        running = 0
+        for bound, count in zip((*BUCKETS, float("inf")), self.counts, strict=True):
+            running += count
+            out.append((bound, running))
+        return out
+
+
+class PoolStats:
+    """What the clients and servers of one pool did since it was made."""
+
+    __slots__ = (
+        "client_logins",
+        "query_count",
+        "query_times",
+        "received",
+        "sent",
+        "server_assignments",
+        "wait_times",
+        "xact_count",
+        "xact_times",
+    )
+
+    def __init__(self) -> None:
+        self.server_assignments = 0
+        self.xact_count = 0
+        self.query_count = 0
+        self.received = 0  # bytes from clients
+        self.sent = 0  # bytes to clients
+        self.client_logins = 0
+        self.xact_times = Histogram()
+        self.query_times = Histogram()
+        self.wait_times = Histogram()
+
+    def query_done(self, seconds: float) -> None:
+        self.query_count += 1
+        self.query_times.observe(seconds)
+
+    def xact_done(self, seconds: float) -> None:
+        self.xact_count += 1
+        self.xact_times.observe(seconds)
+
+    def assigned(self, waited: float) -> None:
+        """A server was linked to a client that waited this long for it (0: no wait)."""
+        self.server_assignments += 1
+        self.wait_times.observe(waited)
+
+
+@dataclass
+class Totals:
+    """Counters summed over pools, in PgBouncer's units: bytes, counts, microseconds."""
+
+    server_assignment_count: int = 0
+    xact_count: int = 0
+    query_count: int = 0
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    xact_time: int = 0
+    query_time: int = 0
+    wait_time: int = 0
+    client_parse_count: int = 0
+    server_parse_count: int = 0
+    bind_count: int = 0
+    client_login_count: int = 0
+
+    def add_pool(self, stats: PoolStats, client_parses: int, server_parses: int,
+                 binds: int) -> None:
+        self.server_assignment_count += stats.server_assignments
+        self.xact_count += stats.xact_count
+        self.query_count += stats.query_count
+        self.bytes_received += stats.received
+        self.bytes_sent += stats.sent
+        self.xact_time += round(stats.xact_times.total * 1e6)
+        self.query_time += round(stats.query_times.total * 1e6)
+        self.wait_time += round(stats.wait_times.total * 1e6)
+        self.client_parse_count += client_parses
+        self.server_parse_count += server_parses
+        self.bind_count += binds
+        self.client_login_count += stats.client_logins
+
+    def add(self, other: Totals) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def values(self) -> list[int]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+def averages(now: Totals, before: Totals, seconds: float) -> Totals:
+    """Averages over one stats period, as PgBouncer computes them.
+
+    Counts and bytes are per second; transaction and query times are per transaction and
+    per query; wait time is per server assignment.
+    """
+    delta = Totals(*(a - b for a, b in zip(now.values(), before.values(), strict=True)))
+    period = max(seconds, 1e-9)
+
+    def rate(value: int) -> int:
+        return int(value / period)
+
+    def per(value: int, count: int) -> int:
+        return value // count if count > 0 else 0
+
+    return Totals(
+        server_assignment_count=rate(delta.server_assignment_count),
+        xact_count=rate(delta.xact_count),
+        query_count=rate(delta.query_count),
+        bytes_received=rate(delta.bytes_received),
+        bytes_sent=rate(delta.bytes_sent),
+        xact_time=per(delta.xact_time, delta.xact_count),
+        query_time=per(delta.query_time, delta.query_count),
+        wait_time=per(delta.wait_time, delta.server_assignment_count),
+        client_parse_count=rate(delta.client_parse_count),
+        server_parse_count=rate(delta.server_parse_count),
+        bind_count=rate(delta.bind_count),
+        client_login_count=rate(delta.client_login_count),
+    )
+
+
+def sum_totals(items: Iterable[Totals]) -> Totals:
+    total = Totals()
+    for item in items:
+        total.add(item)
+    return total
