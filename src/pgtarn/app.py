@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import time
 
 from . import __version__
@@ -18,6 +17,8 @@ from .auth.userlist import load_userlist
 from .client import ClientConnection
 from .config import SETTINGS, Config, load_config
 from .errors import ConfigError, PgtarnError
+from .logs import setup_logging
+from .metrics import serve_metrics
 from .pool.stats import Totals, averages, sum_totals
 from .runtime import ReloadReport, Runtime
 from .server import launch_server
@@ -26,29 +27,6 @@ log = logging.getLogger("pgtarn")
 
 JANITOR_INTERVAL = 0.1
 SHUTDOWN_ERROR = PgtarnError("pgtarn is shutting down", sqlstate="57P01", severity="FATAL")
-
-
-def setup_logging(config: Config, verbose: int, quiet: bool) -> None:
-    """Log to logfile when set, else to stderr (unless quiet)."""
-    root = logging.getLogger("pgtarn")
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-        handler.close()
-    fmt = logging.Formatter(
-        f"%(asctime)s.%(msecs)03d [{os.getpid()}] %(levelname)s %(message)s",
-        "%Y-%m-%d %H:%M:%S",
-    )
-    handlers: list[logging.Handler] = []
-    if config.logfile:
-        handlers.append(logging.FileHandler(config.logfile))
-    if not quiet:
-        handlers.append(logging.StreamHandler(sys.stderr))
-    for handler in handlers:
-        handler.setFormatter(fmt)
-        root.addHandler(handler)
-    level = verbose + config.verbose
-    root.setLevel(logging.DEBUG if level > 0 else logging.INFO)
-    root.propagate = False
 
 
 def read_userlist(config: Config) -> dict[str, str]:
@@ -65,6 +43,7 @@ class App:
         self.verbose = verbose
         self.quiet = quiet
         self.servers: list[asyncio.AbstractServer] = []
+        self.metrics_server: asyncio.AbstractServer | None = None
         self.unix_path: str | None = None
         self.stopping: str | None = None
         self.done: asyncio.Future[None] | None = None
@@ -81,6 +60,12 @@ class App:
         loop = asyncio.get_running_loop()
         self.done = loop.create_future()
         await self._listen(config)
+        if config.metrics_port:
+            host = config.metrics_listen_addr or "127.0.0.1"
+            metrics = await serve_metrics(runtime, "" if host == "*" else host,
+                                          config.metrics_port)
+            self.metrics_server = metrics
+            log.info("metrics on http://%s:%d/metrics", host, config.metrics_port)
         if config.pidfile:
             with open(config.pidfile, "w") as f:
                 f.write(f"{os.getpid()}\n")
@@ -264,6 +249,8 @@ class App:
             self.done.set_result(None)
 
     def _cleanup(self) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         for client in list(self.runtime.clients):
             client.close(SHUTDOWN_ERROR)
         for pool in self.runtime.registry:

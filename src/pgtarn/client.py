@@ -71,6 +71,11 @@ TRANSACTION_REFUSED = build.error_response(
     hint="use pool_mode=transaction or session for this database or user",
 )
 _TRANSACTION_WORDS = (b"begin", b"start")
+WAIT_NOTICE = build.error_response(
+    "00000", "all server connections of this pool are in use; the query is queued",
+    "NOTICE", hint="the pool size (pool_size, max_db_connections) limits the servers",
+    notice=True,
+)
 ADMIN_DATABASES = ("pgbouncer", "pgtarn")
 #: Admin console logins allowed past max_client_conn, so an operator can get in when full.
 ADMIN_RESERVE = 10
@@ -137,6 +142,7 @@ class ClientConnection(asyncio.Protocol):
         "stats",
         "transport",
         "user",
+        "wait_notified",
         "waiting",
         "xact_start",
     )
@@ -156,6 +162,7 @@ class ClientConnection(asyncio.Protocol):
         self.pool_mode = "session"
         self.server: ServerConnection | None = None
         self.waiting = False
+        self.wait_notified = False
         self.expected = 0
         #: Bytes waiting for a server; in prepared-statement mode (parts, chunk, forgets_all).
         self.pending: list[bytes | PendingParts] = []
@@ -669,6 +676,7 @@ class ClientConnection(asyncio.Protocol):
     def server_assigned(self, server: ServerConnection) -> None:
         """The pool lends us a server: set differing parameters, then send what waited."""
         self.waiting = False
+        self.wait_notified = False
         if self.state is not State.READY:
             assert self.pool is not None
             self.pool.release(server)
@@ -709,6 +717,11 @@ class ClientConnection(asyncio.Protocol):
                 ],
                 None,
             )
+
+    def waiting_too_long(self) -> None:
+        if not self.wait_notified:
+            self.wait_notified = True
+            self.write(WAIT_NOTICE)
 
     def server_unavailable(self, error: PgtarnError) -> None:
         self.waiting = False

@@ -59,6 +59,9 @@ class Waiter(Protocol[S]):  # type: ignore[misc]
 
     def welcome_ready(self) -> None: ...
 
+    def waiting_too_long(self) -> None:
+        """Queued longer than query_wait_notify: tell the client (once)."""
+
 
 class Pool(Generic[S]):
     """Servers for one (database, user) pair and the clients waiting for them."""
@@ -88,6 +91,8 @@ class Pool(Generic[S]):
         self.connect_timeout = 15.0
         #: Longest delay between two attempts to open a server while failing.
         self.retry_cap = 1.0
+        #: Waiting clients are told after this many seconds (query_wait_notify; 0: never).
+        self.wait_notify = 0.0
         self.launch: Callable[[Pool[S]], S] | None = launch
         self.may_open: Callable[[Pool[S]], bool] = lambda pool: True
         self.clock: Callable[[], float] = time.monotonic
@@ -219,6 +224,11 @@ class Pool(Generic[S]):
             # Nothing established will come free for them: give up after connect_timeout.
             # (With servers running, waiting clients are served as those are released.)
             self._fail_waiters(self.failure, now - self.connect_timeout)
+        if self.waiting and self.wait_notify > 0:
+            for waiter in self.waiting:  # oldest first: stop at the first that is young
+                if now - self.wait_since.get(id(waiter), now) < self.wait_notify:
+                    break
+                waiter.waiting_too_long()
         if self.waiting:
             reserve = (
                 self.reserve_pool_size > 0

@@ -54,6 +54,7 @@ class Registry(Generic[S]):
         pool.check_delay = config.server_check_delay if config.server_check_query else None
         pool.connect_timeout = config.server_connect_timeout or 15.0
         pool.retry_cap = max(0.05, min(1.0, config.server_login_retry))
+        pool.wait_notify = float(config.query_wait_notify)
 
     def _launcher(self, first: DatabaseEntry) -> Callable[[Pool[S]], S]:
         launch = self.launch

@@ -34,6 +34,7 @@ class FakeClient:
         self.server: FakeServer | None = None
         self.error: PgtarnError | None = None
         self.welcomed = False
+        self.notices = 0
 
     def server_assigned(self, server: FakeServer) -> None:
         self.server = server
@@ -43,6 +44,9 @@ class FakeClient:
 
     def welcome_ready(self) -> None:
         self.welcomed = True
+
+    def waiting_too_long(self) -> None:
+        self.notices += 1
 
 
 class Clock:
@@ -399,3 +403,40 @@ def test_failed_extra_server_does_not_fail_clients_waiting_for_running_ones() ->
     assert holder.server is not None
     pool.release(holder.server)
     assert waiter.server is launched[0]
+
+
+def test_clients_queued_longer_than_query_wait_notify_are_told_oldest_first() -> None:
+    pool, clock, launched = make_pool(pool_size=1)
+    pool.wait_notify = 5.0
+    holder, first, second = FakeClient("holder"), FakeClient("first"), FakeClient("second")
+    pool.acquire(holder)
+    ready(pool, launched[0])
+    assert holder.server is launched[0]
+    pool.acquire(first)
+    clock.now += 3
+    pool.acquire(second)
+    pool.tick(clock.now)
+    assert (first.notices, second.notices) == (0, 0)
+    clock.now += 2.5  # first waited 5.5 s, second 2.5 s
+    pool.tick(clock.now)
+    assert (first.notices, second.notices) == (1, 0)
+    pool.release(launched[0])  # first is served, second still waits
+    assert first.server is launched[0]
+    clock.now += 3
+    pool.tick(clock.now)
+    assert second.notices == 1
+
+
+def test_server_assignments_and_wait_times_are_counted() -> None:
+    pool, clock, launched = make_pool(pool_size=1)
+    a, b = FakeClient("a"), FakeClient("b")
+    pool.acquire(a)
+    clock.now += 0.02  # a waited for the login
+    ready(pool, launched[0])
+    pool.acquire(b)
+    clock.now += 0.5
+    pool.release(launched[0])
+    assert pool.stats.server_assignments == 2
+    assert abs(pool.stats.wait_times.total - 0.52) < 1e-9
+    counts = dict(pool.stats.wait_times.cumulative())
+    assert counts[0.025] == 1 and counts[0.5] == 2

@@ -1,0 +1,276 @@
+"""Prometheus endpoint: gauges, counters and histograms built from the SHOW tables when scraped."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from . import __version__
+from .admin.tables import Table, Value, show_databases, show_lists, show_pools, show_stats_totals
+
+if TYPE_CHECKING:
+    from .pool.stats import Histogram
+    from .runtime import Runtime
+
+log = logging.getLogger("pgtarn.metrics")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_HEAD = 8192
+READ_TIMEOUT = 5.0
+
+#: SHOW POOLS column -> gauge (labels database, user).
+POOL_GAUGES = (
+    ("cl_active", "pools_client_active_connections", "Client connections linked to a server"
+     " or idle, per pool"),
+    ("cl_waiting", "pools_client_waiting_connections", "Client connections waiting for a"
+     " server, per pool"),
+    ("sv_active", "pools_server_active_connections", "Server connections linked to a client,"
+     " per pool"),
+    ("sv_idle", "pools_server_idle_connections", "Server connections idle and ready, per pool"),
+    ("sv_used", "pools_server_used_connections", "Server connections idle longer than"
+     " server_check_delay, per pool"),
+    ("sv_tested", "pools_server_testing_connections", "Server connections running a reset or"
+     " check, per pool"),
+    ("sv_login", "pools_server_login_connections", "Server connections logging in, per pool"),
+)  # fmt: skip
+
+#: SHOW STATS_TOTALS column -> counter (label database), and the factor to its unit.
+STATS_COUNTERS = (
+    ("server_assignment_count", "stats_server_assignments", 1.0,
+     "Times a server was assigned to a client"),
+    ("xact_count", "stats_sql_transactions_pooled", 1.0, "SQL transactions pooled"),
+    ("query_count", "stats_queries_pooled", 1.0, "SQL queries pooled"),
+    ("bytes_received", "stats_received_bytes", 1.0, "Bytes received from clients"),
+    ("bytes_sent", "stats_sent_bytes", 1.0, "Bytes sent to clients"),
+    ("xact_time", "stats_server_in_transaction_seconds", 1e-6,
+     "Time spent in transactions (including idle in transaction)"),
+    ("query_time", "stats_queries_duration_seconds", 1e-6, "Time spent running queries"),
+    ("wait_time", "stats_client_wait_seconds", 1e-6, "Time clients spent waiting for a server"),
+    ("client_parse_count", "stats_client_parses", 1.0, "Prepared statements clients prepared"),
+    ("server_parse_count", "stats_server_parses", 1.0, "Prepared statements prepared on servers"),
+    ("bind_count", "stats_binds", 1.0, "Executions of prepared statements"),
+    ("client_login_count", "stats_client_logins", 1.0, "Client logins"),
+)  # fmt: skip
+
+#: SHOW DATABASES column -> gauge (label database).
+DATABASE_GAUGES = (
+    ("current_connections", "databases_current_connections", "Server connections of the"
+     " database"),
+    ("pool_size", "databases_pool_size", "Pool size of the database"),
+    ("max_connections", "databases_max_connections", "max_db_connections (0: no limit)"),
+    ("current_client_connections", "databases_current_client_connections", "Client"
+     " connections to the database"),
+    ("paused", "databases_paused", "1 if the database is paused"),
+    ("disabled", "databases_disabled", "1 if the database is disabled"),
+)  # fmt: skip
+
+#: PoolStats histogram attribute -> histogram (labels database, user).
+POOL_HISTOGRAMS = (
+    ("xact_times", "transaction_duration_seconds", "Duration of transactions, per pool"),
+    ("query_times", "query_duration_seconds", "Duration of queries, per pool"),
+    ("wait_times", "client_wait_seconds", "Time clients waited for a server, per pool"),
+)
+
+
+def _number(value: Value) -> float:
+    """A table cell as a sample value: NULL and non-numeric text count as 0."""
+    if value is None:
+        return 0.0
+    if isinstance(value, int):
+        return float(value)
+    try:
+        return float(value)
+    except ValueError:
+        return 0.0
+
+
+def _label(value: Value) -> str:
+    return "" if value is None else str(value)
+
+
+def _histogram_buckets(hist: Histogram) -> list[tuple[str, float]]:
+    return [
+        ("+Inf" if bound == float("inf") else repr(float(bound)), float(count))
+        for bound, count in hist.cumulative()
+    ]
+
+
+class PgtarnCollector:
+    """Reads the SHOW tables and pool histograms of a runtime whenever Prometheus scrapes."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        runtime = self.runtime
+        yield from self._pools(show_pools(runtime))
+        yield from self._stats(show_stats_totals(runtime))
+        yield from self._databases(show_databases(runtime))
+        yield from self._lists(show_lists(runtime))
+        yield from self._histograms()
+
+        up = GaugeMetricFamily("pgtarn_up", "1 while pgtarn answers")
+        up.add_metric([], 1.0)
+        yield up
+        version = GaugeMetricFamily("pgtarn_version_info", "pgtarn version", labels=["version"])
+        version.add_metric([__version__], 1.0)
+        yield version
+        yield GaugeMetricFamily(
+            "pgtarn_config_max_client_connections", "max_client_conn setting",
+            value=float(runtime.config.max_client_conn),
+        )
+
+    def _pools(self, table: Table) -> Iterator[Metric]:
+        databases = [_label(v) for v in table.column("database")]
+        users = [_label(v) for v in table.column("user")]
+        for column, name, doc in POOL_GAUGES:
+            gauge = GaugeMetricFamily(f"pgtarn_{name}", doc, labels=["database", "user"])
+            for database, user, value in zip(databases, users, table.column(column),
+                                             strict=True):
+                gauge.add_metric([database, user], _number(value))
+            yield gauge
+        gauge = GaugeMetricFamily(
+            "pgtarn_pools_client_maxwait_seconds",
+            "Age of the oldest waiting client, per pool", labels=["database", "user"],
+        )
+        for database, user, seconds, micros in zip(
+            databases, users, table.column("maxwait"), table.column("maxwait_us"), strict=True
+        ):
+            gauge.add_metric([database, user], _number(seconds) + _number(micros) / 1e6)
+        yield gauge
+
+    def _stats(self, table: Table) -> Iterator[Metric]:
+        databases = [_label(v) for v in table.column("database")]
+        for column, name, factor, doc in STATS_COUNTERS:
+            counter = CounterMetricFamily(f"pgtarn_{name}", doc, labels=["database"])
+            for database, value in zip(databases, table.column(column), strict=True):
+                counter.add_metric([database], _number(value) * factor)
+            yield counter
+
+    def _databases(self, table: Table) -> Iterator[Metric]:
+        names = [_label(v) for v in table.column("name")]
+        for column, name, doc in DATABASE_GAUGES:
+            gauge = GaugeMetricFamily(f"pgtarn_{name}", doc, labels=["database"])
+            for database, value in zip(names, table.column(column), strict=True):
+                gauge.add_metric([database], _number(value))
+            yield gauge
+
+    def _lists(self, table: Table) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily("pgtarn_lists_items", "Items in each list (SHOW LISTS)",
+                                  labels=["list"])
+        for name, items in zip(table.column("list"), table.column("items"), strict=True):
+            gauge.add_metric([_label(name)], _number(items))
+        yield gauge
+
+    def _histograms(self) -> Iterator[Metric]:
+        pools = sorted(self.runtime.registry, key=lambda p: (p.database, p.user))
+        for attribute, name, doc in POOL_HISTOGRAMS:
+            family = HistogramMetricFamily(f"pgtarn_{name}", doc, labels=["database", "user"])
+            for pool in pools:
+                hist: Histogram = getattr(pool.stats, attribute)
+                family.add_metric([pool.database, pool.user], _histogram_buckets(hist),
+                                  sum_value=hist.total)
+            yield family
+
+
+def render(runtime: Runtime) -> bytes:
+    """The metrics of a runtime in the Prometheus text format."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PgtarnCollector(runtime))
+    return generate_latest(registry)
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+
+_REASONS = {
+    200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+    500: "Internal Server Error",
+}  # fmt: skip
+
+
+def _response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
+              head_only: bool = False, extra: str = "") -> bytes:
+    head = (
+        f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+        f"Content-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"{extra}"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + (b"" if head_only else body)
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
+    """The request head up to its blank line; None when it is longer than MAX_HEAD or cut."""
+    buffer = b""
+    while b"\r\n\r\n" not in buffer and b"\n\n" not in buffer:
+        if len(buffer) >= MAX_HEAD:
+            return None
+        chunk = await reader.read(MAX_HEAD - len(buffer))
+        if not chunk:
+            return None
+        buffer += chunk
+    return buffer
+
+
+def _answer(runtime: Runtime, head: bytes | None) -> bytes:
+    """The whole HTTP response to a request head."""
+    if head is None:
+        return _response(400, b"bad request\n")
+    line = head.split(b"\n", 1)[0].rstrip(b"\r")
+    parts = line.split(b" ")
+    if (len(parts) != 3 or not parts[2].startswith(b"HTTP/1.")
+            or not parts[1].startswith(b"/")):
+        return _response(400, b"bad request\n")
+    method, target = parts[0], parts[1]
+    path = target.split(b"?", 1)[0]
+    if path not in (b"/", b"/metrics"):
+        return _response(404, b"not found\n")
+    if method not in (b"GET", b"HEAD"):
+        return _response(405, b"method not allowed\n", extra="Allow: GET, HEAD\r\n")
+    try:
+        body = render(runtime)
+    except Exception:
+        log.exception("metrics: rendering failed")
+        return _response(500, b"internal error\n")
+    return _response(200, body, CONTENT_TYPE, head_only=method == b"HEAD")
+
+
+async def _handle(runtime: Runtime, reader: asyncio.StreamReader,
+                  writer: asyncio.StreamWriter) -> None:
+    try:
+        try:
+            head = await asyncio.wait_for(_read_head(reader), READ_TIMEOUT)
+        except TimeoutError:
+            log.debug("metrics: request head not received within %.0f s", READ_TIMEOUT)
+            return
+        writer.write(_answer(runtime, head))
+        await asyncio.wait_for(writer.drain(), READ_TIMEOUT)
+    except (ConnectionError, TimeoutError) as exc:
+        log.debug("metrics: connection lost: %s", exc)
+    except Exception:
+        log.exception("metrics: request failed")
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def serve_metrics(runtime: Runtime, host: str, port: int) -> asyncio.AbstractServer:
+    """Listen for Prometheus scrapes (GET /metrics) on host:port; close the returned server."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _handle(runtime, reader, writer)
+
+    return await asyncio.start_server(handle, host, port)
