@@ -20,13 +20,15 @@ import secrets
 import socket
 import struct
 import time
+from bisect import bisect_left
+from time import monotonic
 from typing import TYPE_CHECKING, cast
 
 from . import __version__
 from .admin.console import AdminSession
 from .errors import PgtarnError, ProtocolViolation
 from .pool.pool import Pool
-from .pool.stats import PoolStats
+from .pool.stats import BUCKETS, PoolStats
 from .proto import build
 from .proto.client_side import ClientAuth
 from .proto.framing import MessageScanner, StartupReader
@@ -273,7 +275,7 @@ class ClientConnection(asyncio.Protocol):
                 assert stats is not None
                 stats.received += len(data)
                 if not self.query_start:
-                    self.query_start = self.last_request = time.monotonic()
+                    self.query_start = self.last_request = monotonic()
                 if self.framer is None:
                     self._relay(data)
                 else:
@@ -734,13 +736,22 @@ class ClientConnection(asyncio.Protocol):
         """
         start = self.query_start
         if start:
+            # statistics, inlined (see PoolStats): the query ends, and maybe its transaction
             stats = self.stats
             assert stats is not None
-            now = time.monotonic()
-            stats.query_done(now - start)
+            now = monotonic()
+            elapsed = now - start
+            bucket = bisect_left(BUCKETS, elapsed)
+            stats.query_buckets[bucket] += 1
+            stats.query_sum += elapsed
             if status == b"I":
-                stats.xact_done(now - (self.xact_start or start))
-                self.xact_start = 0.0
+                began = self.xact_start
+                if began:
+                    elapsed = now - began
+                    bucket = bisect_left(BUCKETS, elapsed)
+                    self.xact_start = 0.0
+                stats.xact_buckets[bucket] += 1
+                stats.xact_sum += elapsed
             elif not self.xact_start:
                 self.xact_start = start
             # a pipelined query begins where the one before it ended

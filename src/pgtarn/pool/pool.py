@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
-from .stats import PoolStats
+from .stats import BUCKETS, PoolStats
 
 FIRST_RETRY_DELAY = 0.05
 
@@ -149,7 +150,7 @@ class Pool(Generic[S]):
                     server.start_check()
                     continue
                 self.active.add(server)
-                self.stats.assigned(0.0)
+                self.stats.wait_buckets[0] += 1  # assigned without waiting
                 return server
         self.waiting.append(waiter)
         self.wait_since[id(waiter)] = now
@@ -301,7 +302,18 @@ class Pool(Generic[S]):
         elif self.paused and self.pause_closes:
             server.close("pool paused")
         elif self.waiting and not self.paused:
-            self._assign(server)
+            # _assign, inlined: the hot path under load
+            waiter = self.waiting.popleft()
+            since = self.wait_since.pop(id(waiter), None)
+            self.active.add(server)
+            stats = self.stats
+            if since is None:
+                stats.wait_buckets[0] += 1
+            else:
+                waited = self.clock() - since
+                stats.wait_buckets[bisect_left(BUCKETS, waited)] += 1
+                stats.wait_sum += waited
+            waiter.server_assigned(server)
         elif self.server_count >= self.pool_size:
             # a reserve server nobody waits for, or the pool shrank by a reload
             server.close("pool is over its size")
@@ -313,7 +325,7 @@ class Pool(Generic[S]):
         waiter = self.waiting.popleft()
         since = self.wait_since.pop(id(waiter), None)
         self.active.add(server)
-        self.stats.assigned(0.0 if since is None else max(0.0, self.clock() - since))
+        self.stats.assigned(0.0 if since is None else self.clock() - since)
         waiter.server_assigned(server)
 
     def server_closed(self, server: S) -> None:

@@ -25,18 +25,13 @@ class Histogram:
 
     __slots__ = ("counts", "total")
 
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS) + 1)
-        self.total = 0.0
+    def __init__(self, counts: list[int] | None = None, total: float = 0.0) -> None:
+        self.counts = counts if counts is not None else [0] * (len(BUCKETS) + 1)
+        self.total = total
 
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(BUCKETS, seconds)] += 1
-        self.total += seconds
-
-    def add(self, other: Histogram) -> None:
-        for i, count in enumerate(other.counts):
-            self.counts[i] += count
-        self.total += other.total
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
 
     def cumulative(self) -> list[tuple[float, int]]:
         """(upper bound, observations at or below it), +Inf last, as Prometheus wants."""
@@ -48,44 +43,78 @@ class Histogram:
         return out
 
 
+def new_buckets() -> list[int]:
+    return [0] * (len(BUCKETS) + 1)
+
+
 class PoolStats:
-    """What the clients and servers of one pool did since it was made."""
+    """What the clients and servers of one pool did since it was made.
+
+    The hot path adds to the flat attributes directly (``xact_buckets[bisect_left(BUCKETS,
+    seconds)] += 1; xact_sum += seconds``): a count is the sum of its buckets, so one
+    observation is one list increment and one float addition.
+    """
 
     __slots__ = (
         "client_logins",
-        "query_count",
-        "query_times",
+        "query_buckets",
+        "query_sum",
         "received",
         "sent",
-        "server_assignments",
-        "wait_times",
-        "xact_count",
-        "xact_times",
+        "wait_buckets",
+        "wait_sum",
+        "xact_buckets",
+        "xact_sum",
     )
 
     def __init__(self) -> None:
-        self.server_assignments = 0
-        self.xact_count = 0
-        self.query_count = 0
         self.received = 0  # bytes from clients
         self.sent = 0  # bytes to clients
         self.client_logins = 0
-        self.xact_times = Histogram()
-        self.query_times = Histogram()
-        self.wait_times = Histogram()
+        self.xact_buckets = new_buckets()
+        self.xact_sum = 0.0
+        self.query_buckets = new_buckets()
+        self.query_sum = 0.0
+        #: One observation per server assignment (0 when the client did not wait).
+        self.wait_buckets = new_buckets()
+        self.wait_sum = 0.0
+
+    @property
+    def xact_count(self) -> int:
+        return sum(self.xact_buckets)
+
+    @property
+    def query_count(self) -> int:
+        return sum(self.query_buckets)
+
+    @property
+    def server_assignments(self) -> int:
+        return sum(self.wait_buckets)
+
+    @property
+    def xact_times(self) -> Histogram:
+        return Histogram(list(self.xact_buckets), self.xact_sum)
+
+    @property
+    def query_times(self) -> Histogram:
+        return Histogram(list(self.query_buckets), self.query_sum)
+
+    @property
+    def wait_times(self) -> Histogram:
+        return Histogram(list(self.wait_buckets), self.wait_sum)
 
     def query_done(self, seconds: float) -> None:
-        self.query_count += 1
-        self.query_times.observe(seconds)
+        self.query_buckets[bisect_left(BUCKETS, seconds)] += 1
+        self.query_sum += seconds
 
     def xact_done(self, seconds: float) -> None:
-        self.xact_count += 1
-        self.xact_times.observe(seconds)
+        self.xact_buckets[bisect_left(BUCKETS, seconds)] += 1
+        self.xact_sum += seconds
 
     def assigned(self, waited: float) -> None:
         """A server was linked to a client that waited this long for it (0: no wait)."""
-        self.server_assignments += 1
-        self.wait_times.observe(waited)
+        self.wait_buckets[bisect_left(BUCKETS, waited)] += 1
+        self.wait_sum += waited
 
 
 @dataclass
@@ -112,9 +141,9 @@ class Totals:
         self.query_count += stats.query_count
         self.bytes_received += stats.received
         self.bytes_sent += stats.sent
-        self.xact_time += round(stats.xact_times.total * 1e6)
-        self.query_time += round(stats.query_times.total * 1e6)
-        self.wait_time += round(stats.wait_times.total * 1e6)
+        self.xact_time += round(stats.xact_sum * 1e6)
+        self.query_time += round(stats.query_sum * 1e6)
+        self.wait_time += round(stats.wait_sum * 1e6)
         self.client_parse_count += client_parses
         self.server_parse_count += server_parses
         self.bind_count += binds
