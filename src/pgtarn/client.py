@@ -231,8 +231,16 @@ class ClientConnection(asyncio.Protocol):
                 self.waiting = False
             self.pool.cancel_welcome(self)
         self._drop_server()
-        if previous is State.READY and self.runtime.config.log_disconnections:
-            log.info("%r: closing because: client close request", self)
+        if (self.pool is not None or self.admin is not None) \
+                and self.runtime.config.log_disconnections:
+            if previous is State.CLOSED:  # it sent Terminate
+                reason = "client close request"
+            elif exc is None:
+                reason = "client closed the connection"
+            else:
+                reason = f"client connection error: {exc}"
+            log.info("%r: closing because: %s (age=%ds)", self, reason,
+                     time.time() - self.connect_time)
         self.runtime.on_client_gone()
 
     def close(self, error: PgtarnError | None = None) -> None:

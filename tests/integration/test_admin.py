@@ -4,6 +4,7 @@ permissions, control commands, psql and the unix-socket login."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import threading
 import time
@@ -541,3 +542,73 @@ def test_no_secret_in_any_log_line(pgtarn_factory, pg_roles) -> None:  # type: i
     for line in filter(None, text.splitlines()):
         entry = json.loads(line)  # log_format = json: every line is one object
         assert {"time", "level", "message"} <= entry.keys()
+
+
+def test_suspend_stops_reading_until_resume(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    with connect(proc, autocommit=True) as c, admin(proc) as a:
+        c.execute("select 1")
+        assert a.execute("SUSPEND").statusmessage == "SUSPEND"
+        assert dict(a.execute("SHOW STATE").fetchall())["suspended"] == "yes"
+        with pytest.raises(psycopg.errors.ProtocolViolation, match="already suspended"):
+            a.execute("PAUSE")
+        result: list[Any] = []
+        t = threading.Thread(target=lambda: result.append(c.execute("select 5").fetchone()),
+                             daemon=True)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and result == []  # not even read
+        a.execute("RESUME")
+        t.join(10)
+        assert result == [(5,)]
+        assert dict(a.execute("SHOW STATE").fetchall())["active"] == "yes"
+
+
+def test_sigusr1_pauses_and_sigusr2_resumes(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    with connect(proc, autocommit=True) as c, admin(proc) as a:
+        c.execute("select 1")
+        proc.send_signal(signal.SIGUSR1)
+        assert wait_for(lambda: dict(a.execute("SHOW STATE").fetchall())["paused"] == "yes")
+        assert wait_for(lambda: show(a, "SERVERS") == [])  # idle servers closed
+        result: list[Any] = []
+        t = threading.Thread(target=lambda: result.append(c.execute("select 6").fetchone()),
+                             daemon=True)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive()
+        proc.send_signal(signal.SIGUSR2)
+        t.join(10)
+        assert result == [(6,)]
+
+
+def test_shutdown_wait_for_servers_lets_the_transaction_finish(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    c = connect(proc)
+    try:
+        c.execute("select 1")  # a transaction under way
+        with admin(proc) as a:
+            assert a.execute("SHUTDOWN WAIT_FOR_SERVERS").statusmessage == "SHUTDOWN"
+        time.sleep(0.3)
+        assert proc.proc.poll() is None  # waits for the transaction
+        assert c.execute("select 2").fetchone() == (2,)
+        c.commit()
+        assert wait_for(lambda: proc.proc.poll() is not None)
+    finally:
+        c.close()
+
+
+def test_connection_logging_can_be_turned_off(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"log_connections": 0, "log_disconnections": 0})
+    with connect(proc, autocommit=True) as c:
+        c.execute("select 1")
+    time.sleep(0.2)
+    text = proc.log_text()
+    assert "login attempt" not in text and "closing because" not in text
+    assert "new server connection" not in text
+    loud = pgtarn_factory()
+    with connect(loud, autocommit=True) as c:
+        c.execute("select 1")
+    assert wait_for(lambda: "closing because" in loud.log_text())
+    line = next(x for x in loud.log_text().splitlines() if "login attempt" in x)
+    assert "C-" in line and "app@127.0.0.1:" in line and "db=app user=app" in line
