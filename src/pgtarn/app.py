@@ -12,6 +12,7 @@ import socket
 import time
 
 from . import __version__
+from .admin import commands
 from .admin.tables import database_totals
 from .auth.userlist import load_userlist
 from .client import ClientConnection
@@ -157,15 +158,21 @@ class App:
 
     def pause(self) -> None:
         """SIGUSR1: as the admin console's PAUSE (servers closed as they are released)."""
-        if not self.runtime.registry.paused:
-            log.info("SIGUSR1: pausing")
-            self.runtime.registry.pause(close_servers=True)
+        try:
+            commands.start_pause(self.runtime, None)
+        except PgtarnError as exc:
+            log.info("SIGUSR1 ignored: %s", exc.message)
+            return
+        log.info("SIGUSR1: pausing")
 
     def resume(self) -> None:
-        """SIGUSR2: as RESUME."""
-        if self.stopping is None:
-            log.info("SIGUSR2: resuming")
-            self.runtime.registry.resume()
+        """SIGUSR2: as RESUME (after PAUSE or SUSPEND)."""
+        try:
+            commands.resume(self.runtime, None)
+        except PgtarnError as exc:
+            log.info("SIGUSR2 ignored: %s", exc.message)
+            return
+        log.info("SIGUSR2: resuming")
 
     def _open_forced_pools(self) -> None:
         """Databases with a forced user have their pool from the start, for min_pool_size."""
@@ -180,6 +187,7 @@ class App:
         try:
             config = load_config(self.config_path)
             userlist = read_userlist(config)
+            setup_logging(config, self.verbose, self.quiet)
         except (ConfigError, OSError) as exc:
             log.error("reload failed, keeping the old configuration: %s", exc)
             return ReloadReport(error=str(exc))
@@ -206,7 +214,6 @@ class App:
         self.runtime.userlist = userlist
         self.runtime.registry.apply(config)
         self._open_forced_pools()
-        setup_logging(config, self.verbose, self.quiet)
         log.info("configuration reloaded; changed: %s", ", ".join(report.changed) or "nothing")
         return report
 

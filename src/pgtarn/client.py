@@ -223,6 +223,8 @@ class ClientConnection(asyncio.Protocol):
         self.state = State.CLOSED
         self.runtime.clients.discard(self)
         self.runtime.cancel_keys.pop(self.cancel_key, None)
+        if self.admin is not None:
+            self.admin.closed()
         if self.statements is not None:
             self.statements.clear()  # the shared cache keeps only what live clients name
         if self.pool is not None:
@@ -268,11 +270,15 @@ class ClientConnection(asyncio.Protocol):
         server = self.server
         if server is not None and server.transport is not None:
             server.transport.pause_reading()
+        elif self.admin is not None:
+            self.admin.writable(False)
 
     def resume_writing(self) -> None:
         server = self.server
         if server is not None and server.transport is not None:
             server.transport.resume_reading()
+        elif self.admin is not None:
+            self.admin.writable(True)
 
     # --- bytes from the client -----------------------------------------------------------------
 
@@ -303,6 +309,8 @@ class ClientConnection(asyncio.Protocol):
     def _relay(self, data: bytes) -> None:
         if self.statement_mode:
             data = self._refuse_transaction_blocks(data)
+            if not data and not self.expected and self.server is None:
+                self.query_start = 0.0  # answered here: no query under way
         scanner = self.scanner
         if self.statements is not None:  # statement tracking is on, not yet needed
             at_boundary = scanner.at_boundary
@@ -505,7 +513,9 @@ class ClientConnection(asyncio.Protocol):
         database = packet.params.get("database") or packet.params.get("user", "")
         admin = database in ADMIN_DATABASES and database not in config.databases
         limit = config.max_client_conn + (ADMIN_RESERVE if admin else 0)
-        if len(self.runtime.clients) > limit:
+        local_admin = admin and packet.params.get("user") == "pgbouncer" \
+            and self._same_os_user()
+        if len(self.runtime.clients) > limit and not local_admin:
             raise PgtarnError(
                 "no more connections allowed (max_client_conn)", sqlstate="53300"
             )
@@ -527,7 +537,7 @@ class ClientConnection(asyncio.Protocol):
             log.info("%r: login attempt: db=%s user=%s", self, self.database, user)
         if admin:
             self.admin_role = self._admin_role(user)
-            if user == "pgbouncer" and self._same_os_user():
+            if local_admin:
                 # As PgBouncer: the OS user running the pooler, over the unix socket.
                 self.admin_role = "admin"
                 self.write(build.AUTH_OK)

@@ -52,11 +52,12 @@ def _syslog_handler(config: Config) -> logging.Handler | None:
 
 
 def setup_logging(config: Config, verbose: int, quiet: bool) -> None:
-    """Log to logfile when set, to stderr unless quiet, and to syslog when enabled."""
+    """Log to logfile when set, to stderr unless quiet, and to syslog when enabled.
+
+    The new destinations are opened first: when the logfile cannot be opened, OSError is
+    raised and the old ones stay in place.
+    """
     root = logging.getLogger("pgtarn")
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-        handler.close()
     pid = os.getpid()
     formatter: logging.Formatter
     if config.log_format == "json":
@@ -78,6 +79,9 @@ def setup_logging(config: Config, verbose: int, quiet: bool) -> None:
                 else logging.Formatter(SYSLOG_FORMAT.format(ident=config.syslog_ident, pid=pid))
             )
             handlers.append(syslog)
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
     for handler in handlers:
         root.addHandler(handler)
     level = verbose + config.verbose

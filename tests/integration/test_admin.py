@@ -612,3 +612,84 @@ def test_connection_logging_can_be_turned_off(pgtarn_factory) -> None:  # type: 
     assert wait_for(lambda: "closing because" in loud.log_text())
     line = next(x for x in loud.log_text().splitlines() if "login attempt" in x)
     assert "C-" in line and "app@127.0.0.1:" in line and "db=app user=app" in line
+
+
+def test_a_waiting_pause_is_cancelled_by_resume(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"pool_mode": "session"})
+    with connect(proc, autocommit=True) as holder, admin(proc) as a, admin(proc) as b:
+        holder.execute("select 1")  # session mode: the server stays with this client
+        outcome: list[BaseException | str] = []
+
+        def pause() -> None:
+            try:
+                outcome.append(a.execute("PAUSE").statusmessage or "")
+            except psycopg.Error as exc:
+                outcome.append(exc)
+
+        t = threading.Thread(target=pause, daemon=True)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive()  # waits for the session to end
+        b.execute("RESUME")
+        t.join(10)
+        assert len(outcome) == 1 and isinstance(outcome[0], psycopg.errors.ProtocolViolation)
+        assert "cancelled" in str(outcome[0])
+        assert dict(a.execute("SHOW STATE").fetchall())["active"] == "yes"  # a works on
+        assert holder.execute("select 2").fetchone() == (2,)
+
+
+def test_sigusr2_ends_a_suspend(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    with connect(proc, autocommit=True) as c, admin(proc) as a:
+        c.execute("select 1")
+        a.execute("SUSPEND")
+        result: list[Any] = []
+        t = threading.Thread(target=lambda: result.append(c.execute("select 8").fetchone()),
+                             daemon=True)
+        t.start()
+        t.join(0.3)
+        assert t.is_alive()
+        proc.send_signal(signal.SIGUSR2)
+        t.join(10)
+        assert result == [(8,)]
+        assert dict(a.execute("SHOW STATE").fetchall())["suspended"] == "no"
+
+
+def test_admin_logins_have_a_reserve_past_max_client_conn(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"max_client_conn": 1})
+    with connect(proc, autocommit=True) as c:
+        c.execute("select 1")
+        with pytest.raises(psycopg.OperationalError, match="max_client_conn"):
+            connect(proc)
+        with admin(proc) as a:  # the operator still gets in
+            assert pool_row(a)["cl_active"] == 1
+
+
+def test_a_refused_begin_in_statement_mode_leaves_no_query_running(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"pool_mode": "statement"})
+    with connect(proc, autocommit=True) as c, admin(proc) as a:
+        c.execute("set application_name = 'stmt'")
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            c.execute("begin")
+        time.sleep(1.2)
+        row = next(r for r in show(a, "CLIENTS") if r["application_name"] == "stmt")
+        assert (row["state"], row["wait"]) == ("idle", 0)
+
+
+def test_reload_with_a_logfile_that_cannot_be_opened_keeps_everything(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    ini = Path(proc.ini_path)
+    text = ini.read_text()
+    assert proc.logfile and f"logfile = {proc.logfile}" in text
+    ini.write_text(text.replace(f"logfile = {proc.logfile}",
+                                "logfile = /nonexistent-dir/pgtarn.log")
+                   .replace("default_pool_size = 5", "default_pool_size = 9"))
+    with admin(proc) as a:
+        with pytest.raises(psycopg.errors.lookup("F0000")):
+            a.execute("RELOAD")
+        config = {r["key"]: r["value"] for r in show(a, "CONFIG")}
+        assert config["default_pool_size"] == "5" and config["logfile"] == proc.logfile
+    before = Path(proc.logfile).read_text().count("login attempt")
+    with connect(proc, autocommit=True) as c:
+        c.execute("select 1")
+    assert Path(proc.logfile).read_text().count("login attempt") == before + 1

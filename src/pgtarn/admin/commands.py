@@ -44,7 +44,7 @@ def _database(runtime: Runtime, arg: str | None, verb: str, required: bool = Fal
         if required:
             raise _error("a database is required")
         return None
-    if arg in (ADMIN_DB, "pgtarn"):
+    if arg in (ADMIN_DB, "pgtarn") and arg not in runtime.config.databases:
         raise _error(f"cannot {verb} admin db: {arg}")
     known = set(runtime.config.databases) | set(runtime.registry.databases)
     if arg not in known or arg == "*":
@@ -57,9 +57,8 @@ async def _wait_until(done: Callable[[], bool]) -> None:
         await asyncio.sleep(POLL)
 
 
-def pause(runtime: Runtime, arg: str | None) -> Outcome:
-    """Let transactions (or sessions) under way finish, then close the servers; new work
-    waits until RESUME. Answers once every server of the scope is closed or idle-closed."""
+def start_pause(runtime: Runtime, arg: str | None) -> str | None:
+    """Pause one database (returned) or all (None); servers close as they are released."""
     registry = runtime.registry
     database = _database(runtime, arg, "pause")
     if registry.paused or runtime.suspended:
@@ -68,9 +67,23 @@ def pause(runtime: Runtime, arg: str | None) -> Outcome:
         raise _error(f"database {database} is already paused")
     registry.pause(database, close_servers=True)
     log.info("PAUSE %s", database or "all databases")
+    return database
+
+
+def pause(runtime: Runtime, arg: str | None) -> Outcome:
+    """Let transactions (or sessions) under way finish, then close the servers; new work
+    waits until RESUME. Answers once every server of the scope is closed or idle-closed."""
+    registry = runtime.registry
+    database = start_pause(runtime, arg)
+
+    def done() -> bool:
+        lifted = not (registry.paused if database is None else registry.is_paused(database))
+        return lifted or not any(p.busy for p in registry.pools_of(database))
 
     async def wait() -> Result:
-        await _wait_until(lambda: not any(p.busy for p in registry.pools_of(database)))
+        await _wait_until(done)
+        if not (registry.paused if database is None else registry.is_paused(database)):
+            raise _error("PAUSE cancelled: resumed before the servers were released")
         return _result("PAUSE")
 
     return wait()
@@ -81,11 +94,11 @@ def resume(runtime: Runtime, arg: str | None) -> Outcome:
     if runtime.control is not None and not runtime.accepting:
         raise _error("pooler is shutting down")
     if arg is None:
-        if not (registry.paused or registry.paused_databases or runtime.suspended):
+        if not (registry.paused or runtime.suspended):
             raise _error("pooler is not paused/suspended")
         if runtime.suspended:
             _suspend_reading(runtime, False)
-        registry.resume()
+        registry.resume()  # databases paused one by one stay paused
     else:
         database = _database(runtime, arg, "resume")
         assert database is not None
@@ -139,12 +152,15 @@ def kill(runtime: Runtime, arg: str | None) -> Outcome:
     for pool in registry.pools_of(database):
         for server in pool.servers():
             server.close("killed by admin (KILL)")
+        # closing a server that was logging in is no sign of a failing database
+        pool.failure = None
+        pool.failures = 0
     log.info("KILL %s", database or "all databases")
     return _result("KILL")
 
 
 def kill_client(runtime: Runtime, arg: str | None) -> Outcome:
-    if arg is None or not arg.isdigit():
+    if arg is None or not (arg.isascii() and arg.isdigit()):
         raise _error("invalid client pointer supplied")
     wanted = int(arg)
     for client in list(runtime.clients):

@@ -7,6 +7,7 @@ without parameters (so psycopg's default cursors and pgJDBC work). Commands that
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections import deque
@@ -14,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import PgtarnError
+from ..errors import PgtarnError, ProtocolViolation
 from ..proto import build
 from ..proto.framing import MessageScanner
 from . import commands
@@ -28,6 +29,11 @@ log = logging.getLogger("pgtarn.admin")
 
 ALL_TYPES = frozenset(range(256))
 RFQ = build.ready_for_query(b"I")
+#: Bounds: the longest message, messages read ahead of a running command (reading pauses
+#: past it), named statements of one session.
+MAX_MESSAGE = 1 << 20
+MAX_QUEUED = 64
+MAX_STATEMENTS = 100
 #: A command word and an optional argument, as PgBouncer: `word ["quoted" | word] [;]`.
 _COMMAND = re.compile(r'\s*(\w+)(?:\s+("(?:[^"]|"")*"|[\w.\-]+))?\s*;?\s*', re.ASCII)
 _SET = re.compile(
@@ -90,9 +96,13 @@ class AdminSession:
         self.runtime = runtime
         #: admin_users may run everything; stats_users only SHOW.
         self.admin = admin
-        self.scanner = MessageScanner(ALL_TYPES, 1 << 20)
+        self.scanner = MessageScanner(ALL_TYPES, MAX_MESSAGE)
         self.queue: deque[tuple[int, bytes]] = deque()
-        self.busy = False
+        #: A command that waits (PAUSE, WAIT_CLOSE) is running: later messages queue.
+        self.task: asyncio.Task[None] | None = None
+        #: The client does not read its replies fast enough: answer nothing more for now.
+        self.write_blocked = False
+        self.reading_paused = False
         #: Extended protocol: statement texts, portals, and whether to skip to the Sync.
         self.statements: dict[bytes, str] = {}
         self.portals: dict[bytes, tuple[str, Result | None]] = {}
@@ -100,13 +110,30 @@ class AdminSession:
 
     # --- messages in ---------------------------------------------------------------------------
 
+    @property
+    def busy(self) -> bool:
+        return self.task is not None
+
     def feed(self, data: bytes) -> None:
         for msg_type, body, _end in self.scanner.feed(data):
             self.queue.append((msg_type, body))
         self._run_queue()
 
+    def closed(self) -> None:
+        """The client is gone: a command still waiting is abandoned."""
+        self.queue.clear()
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    def writable(self, writable: bool) -> None:
+        """Flow control from the client's transport (pause_writing / resume_writing)."""
+        self.write_blocked = not writable
+        if writable:
+            self._run_queue()
+
     def _run_queue(self) -> None:
-        while self.queue and not self.busy:
+        while self.queue and not self.busy and not self.write_blocked:
             msg_type, body = self.queue.popleft()
             if msg_type == 0x58:  # Terminate
                 self.client.close()
@@ -118,15 +145,31 @@ class AdminSession:
                     self._simple_query(body.rstrip(b"\x00").decode("utf-8", "replace"))
                 else:
                     self._extended(msg_type, body)
+            except (ValueError, IndexError):
+                self.client.close(ProtocolViolation("bad packet for the admin console"))
+                self.closed()
+                return
             except AdminError as error:
                 self._write(build.error_response(error.sqlstate, error.message, "ERROR"))
                 if msg_type == 0x51:
                     self._write(RFQ)
                 else:
                     self.skipping = True
+        # read ahead a bounded number of messages while a command runs or replies wait
+        transport = self.client.transport
+        if transport is None or transport.is_closing():
+            return
+        if len(self.queue) > MAX_QUEUED and not self.reading_paused:
+            transport.pause_reading()
+            self.reading_paused = True
+        elif len(self.queue) <= MAX_QUEUED and self.reading_paused:
+            transport.resume_reading()
+            self.reading_paused = False
 
     def _write(self, data: bytes) -> None:
-        self.client.write(data)
+        transport = self.client.transport
+        if transport is not None and not transport.is_closing():
+            self.client.write(data)
 
     def _simple_query(self, query: str) -> None:
         self.runtime.admin_stats.query_done(0.0)
@@ -142,10 +185,6 @@ class AdminSession:
         if isinstance(outcome, Result):
             self._write(self._encode(outcome, describe) + then)
             return
-        self.busy = True
-        transport = self.client.transport
-        if transport is not None:
-            transport.pause_reading()
 
         async def wait() -> None:
             try:
@@ -153,13 +192,10 @@ class AdminSession:
                 self._write(self._encode(result, describe) + then)
             except AdminError as error:
                 self._write(build.error_response(error.sqlstate, error.message, "ERROR") + then)
-            finally:
-                self.busy = False
-                if transport is not None and not transport.is_closing():
-                    transport.resume_reading()
+            self.task = None
             self._run_queue()
 
-        self.runtime.spawn(wait())
+        self.task = self.runtime.spawn(wait())
 
     @staticmethod
     def _encode(result: Result, describe: bool) -> bytes:
@@ -181,6 +217,8 @@ class AdminSession:
             text, rest = rest.split(b"\x00", 1)
             if int.from_bytes(rest[:2], "big"):
                 raise AdminError("the admin console takes no parameters")
+            if name not in self.statements and len(self.statements) >= MAX_STATEMENTS:
+                raise AdminError(f"too many prepared statements (at most {MAX_STATEMENTS})")
             self.statements[name] = text.decode("utf-8", "replace")
             self._write(build.message(b"1"))
         elif msg_type == 0x42:  # Bind: portal, statement, formats, parameters
@@ -273,6 +311,9 @@ class AdminSession:
             return Result("SHOW", notices=[notice("Console usage", HELP)])
         builder = SHOW_TABLES.get(what)
         if builder is not None:
+            if what == "prepared_statements" and not self.admin:
+                # query texts of every client: not for a monitoring account
+                raise AdminError("admin access needed", sqlstate="42501")
             return Result("SHOW", builder(self.runtime))
         if what in FAKE_PARAMETERS:
             return Result("SHOW", Table([(what, 25)], [[FAKE_PARAMETERS[what]]]))

@@ -170,10 +170,12 @@ class Pool(Generic[S]):
         self.wait_since.pop(id(waiter), None)
 
     def max_wait(self, now: float) -> float:
-        """Age in seconds of the oldest waiting client."""
-        if not self.waiting:
-            return 0.0
-        return now - self.wait_since.get(id(self.waiting[0]), now)
+        """Age in seconds of the oldest waiting client (for a server, or for the first one)."""
+        oldest = now
+        for queue in (self.waiting, self.welcome_waiters):
+            if queue:
+                oldest = min(oldest, self.wait_since.get(id(queue[0]), now))
+        return now - oldest
 
     def wait_welcome(self, waiter: Waiter[S]) -> None:
         """Queue a client for the first server's ParameterStatus values; open a server."""
@@ -221,7 +223,8 @@ class Pool(Generic[S]):
         """The janitor's periodic visit: login timeouts, failing clients, retries, reserve."""
         for server in [s for s in self.login if now - s.created_at > self.connect_timeout]:
             server.close("server_connect_timeout")
-        if self.failure is not None and not (self.idle or self.active or self.tested):
+        if self.failure is not None and not self.paused \
+                and not (self.idle or self.active or self.tested):
             # Nothing established will come free for them: give up after connect_timeout.
             # (With servers running, waiting clients are served as those are released.)
             self._fail_waiters(self.failure, now - self.connect_timeout)

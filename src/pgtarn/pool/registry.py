@@ -108,13 +108,13 @@ class Registry(Generic[S]):
             pool.pause(close_servers)
 
     def resume(self, database: str | None = None) -> None:
+        """Undo a global pause (databases paused by name stay paused), or one database's."""
         if database is None:
             self.paused = False
-            self.paused_databases.clear()
         else:
             self.paused_databases.discard(database)
         for pool in self.pools_of(database):
-            if not self.paused:
+            if not self.paused and pool.database not in self.paused_databases:
                 pool.resume()
 
     def is_paused(self, database: str) -> bool:

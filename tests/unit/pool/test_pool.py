@@ -440,3 +440,51 @@ def test_server_assignments_and_wait_times_are_counted() -> None:
     assert abs(pool.stats.wait_times.total - 0.52) < 1e-9
     counts = dict(pool.stats.wait_times.cumulative())
     assert counts[0.025] == 1 and counts[0.5] == 2
+
+
+def test_a_paused_pool_does_not_fail_its_waiters_for_a_login_that_failed() -> None:
+    pool, clock, launched = make_pool(pool_size=1)
+    pool.connect_timeout = 15.0
+    waiter = FakeClient()
+    pool.acquire(waiter)
+    pool.pause(close_servers=True)
+    pool.server_login_failed(launched[0], PgtarnError("killed", sqlstate="08006"), retry=True)
+    clock.now += 60
+    pool.tick(clock.now)
+    assert waiter.error is None  # it waits for RESUME, not for the database
+
+
+def test_max_wait_counts_clients_waiting_for_the_first_server() -> None:
+    pool, clock, _launched = make_pool(pool_size=1)
+    pool.wait_welcome(FakeClient("first"))
+    clock.now += 7
+    assert pool.max_wait(clock.now) == 7
+
+
+def test_pause_closes_servers_as_they_are_released() -> None:
+    pool, _clock, launched = make_pool(pool_size=2)
+    a, b = FakeClient("a"), FakeClient("b")
+    pool.acquire(a)
+    pool.acquire(b)
+    for server in launched:
+        ready(pool, server)
+    pool.release(launched[1])
+    assert list(pool.idle) == [launched[1]]
+    pool.pause(close_servers=True)
+    assert launched[1].closed == "pool paused" and not pool.idle  # idle: at once
+    assert pool.busy
+    pool.release(launched[0])
+    assert launched[0].closed == "pool paused" and not pool.busy
+
+
+def test_global_resume_leaves_databases_paused_by_name() -> None:
+    registry, _launched = make_registry()
+    config = registry.config
+    one = registry.get_pool(config.databases["one"], "u")
+    two = registry.get_pool(config.databases["two"], "u")
+    registry.pause("one", close_servers=True)
+    registry.pause()
+    registry.resume()
+    assert one.paused and not two.paused
+    registry.resume("one")
+    assert not one.paused
