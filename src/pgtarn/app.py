@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 
 from . import __version__
 from .admin import commands
@@ -158,21 +159,21 @@ class App:
 
     def pause(self) -> None:
         """SIGUSR1: as the admin console's PAUSE (servers closed as they are released)."""
-        try:
-            commands.start_pause(self.runtime, None)
-        except PgtarnError as exc:
-            log.info("SIGUSR1 ignored: %s", exc.message)
-            return
-        log.info("SIGUSR1: pausing")
+        self._signalled("SIGUSR1", "pausing", lambda: commands.start_pause(self.runtime, None))
 
     def resume(self) -> None:
         """SIGUSR2: as RESUME (after PAUSE or SUSPEND)."""
+        self._signalled("SIGUSR2", "resuming", lambda: commands.resume(self.runtime, None))
+
+    @staticmethod
+    def _signalled(name: str, doing: str, command: Callable[[], object]) -> None:
+        """Run an admin command for a signal; log what it did, or why it was ignored."""
         try:
-            commands.resume(self.runtime, None)
+            command()
         except PgtarnError as exc:
-            log.info("SIGUSR2 ignored: %s", exc.message)
+            log.info("%s ignored: %s", name, exc.message)
             return
-        log.info("SIGUSR2: resuming")
+        log.info("%s: %s", name, doing)
 
     def _open_forced_pools(self) -> None:
         """Databases with a forced user have their pool from the start, for min_pool_size."""

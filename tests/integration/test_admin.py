@@ -147,6 +147,18 @@ class Waiter(threading.Thread):
             self.error = exc
 
 
+def blocked_query(conn: psycopg.Connection[Any], query: str,
+                  wait: float = 0.5) -> tuple[threading.Thread, list[Any]]:
+    """Run query on conn in a thread; check it is still blocked after wait seconds."""
+    result: list[Any] = []
+    t = threading.Thread(target=lambda: result.append(conn.execute(query).fetchone()),
+                         daemon=True)
+    t.start()
+    t.join(wait)
+    assert t.is_alive() and result == []
+    return t, result
+
+
 def test_every_show_has_pgbouncers_columns_and_types(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as c:
@@ -552,12 +564,7 @@ def test_suspend_stops_reading_until_resume(pgtarn_factory) -> None:  # type: ig
         assert dict(a.execute("SHOW STATE").fetchall())["suspended"] == "yes"
         with pytest.raises(psycopg.errors.ProtocolViolation, match="already suspended"):
             a.execute("PAUSE")
-        result: list[Any] = []
-        t = threading.Thread(target=lambda: result.append(c.execute("select 5").fetchone()),
-                             daemon=True)
-        t.start()
-        t.join(0.5)
-        assert t.is_alive() and result == []  # not even read
+        t, result = blocked_query(c, "select 5")  # not even read
         a.execute("RESUME")
         t.join(10)
         assert result == [(5,)]
@@ -571,12 +578,7 @@ def test_sigusr1_pauses_and_sigusr2_resumes(pgtarn_factory) -> None:  # type: ig
         proc.send_signal(signal.SIGUSR1)
         assert wait_for(lambda: dict(a.execute("SHOW STATE").fetchall())["paused"] == "yes")
         assert wait_for(lambda: show(a, "SERVERS") == [])  # idle servers closed
-        result: list[Any] = []
-        t = threading.Thread(target=lambda: result.append(c.execute("select 6").fetchone()),
-                             daemon=True)
-        t.start()
-        t.join(0.5)
-        assert t.is_alive()
+        t, result = blocked_query(c, "select 6")
         proc.send_signal(signal.SIGUSR2)
         t.join(10)
         assert result == [(6,)]
@@ -643,12 +645,7 @@ def test_sigusr2_ends_a_suspend(pgtarn_factory) -> None:  # type: ignore[no-unty
     with connect(proc, autocommit=True) as c, admin(proc) as a:
         c.execute("select 1")
         a.execute("SUSPEND")
-        result: list[Any] = []
-        t = threading.Thread(target=lambda: result.append(c.execute("select 8").fetchone()),
-                             daemon=True)
-        t.start()
-        t.join(0.3)
-        assert t.is_alive()
+        t, result = blocked_query(c, "select 8", wait=0.3)
         proc.send_signal(signal.SIGUSR2)
         t.join(10)
         assert result == [(8,)]
