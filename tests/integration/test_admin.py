@@ -4,6 +4,7 @@ permissions, control commands, psql and the unix-socket login."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import threading
@@ -539,18 +540,21 @@ def test_no_secret_in_any_log_line(pgtarn_factory, pg_roles) -> None:  # type: i
                     c.execute("select 1")
             except psycopg.OperationalError:
                 pass
+    parameter = "param-secret-7f3e"
+    with connect(proc, autocommit=True) as c:  # a bound parameter must not be logged either
+        assert c.execute("select %s::text", (parameter,)).fetchone() == (parameter,)
     with admin(proc) as a:
         show(a, "CONFIG")
         show(a, "CLIENTS")
     text = proc.log_text()
     assert "login attempt" in text
+    assert parameter not in text
     secrets = [p for p in pg_roles.values()]
     secrets += [line.split('" "')[1].rstrip('"\n') for line in
                 Path(proc.ini_path).with_name("userlist.txt").read_text().splitlines()]
     for secret in secrets:
         assert secret not in text
     assert "SCRAM-SHA-256$" not in text
-    import json
     for line in filter(None, text.splitlines()):
         entry = json.loads(line)  # log_format = json: every line is one object
         assert {"time", "level", "message"} <= entry.keys()
