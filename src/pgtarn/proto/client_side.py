@@ -42,6 +42,9 @@ class ClientAuth:
         self._iterations = scram_iterations
         self._known = secret is not None
         self._client_first_seen = False
+        #: Set by the first error: the exchange is over, later messages are refused (a caller
+        #: that kept reading could otherwise let a client try password after password).
+        self.failed = False
         verifier = parse_verifier(secret) if secret else None
         if auth_type in ("trust", "any"):
             if auth_type == "trust" and secret is None:
@@ -88,6 +91,15 @@ class ClientAuth:
         """Handle one PasswordMessage body; return the next message to send."""
         if self.done:
             raise ProtocolViolation("unexpected password message after authentication")
+        if self.failed:
+            raise ProtocolViolation("unexpected password message after a failed authentication")
+        try:
+            return self._feed(body)
+        except PgtarnError:
+            self.failed = True
+            raise
+
+    def _feed(self, body: bytes) -> bytes:
         if self.method == "plain":
             return self._check_plain(parse_password(body))
         if self.method == "md5":

@@ -80,6 +80,9 @@ class MessageScanner:
             msg_type = data[pos]
             length = unpack(data, pos + 1)[0]
             if length < 4 or length > self.max_size:
+                # Keep the bad header: every later feed fails on it again (via _resume) and
+                # nothing more is buffered, whatever the caller does after the error.
+                self._buf = bytearray(data[pos : pos + 5])
                 self._check_length(msg_type, length)
             end = pos + 1 + length
             if msg_type in watch:
@@ -144,6 +147,7 @@ class StartupReader:
             return None, b""
         length = _UINT32.unpack_from(self._buf, 0)[0]
         if length < 8 or length > self.max_size:
+            del self._buf[4:]  # keep only the bad length: later feeds fail again, bounded
             raise ProtocolViolation(f"invalid startup packet length {length}")
         if len(self._buf) < length:
             return None, b""

@@ -52,6 +52,10 @@ class ServerLogin:
         self.done = False
         self._scram: ScramClient | None = None
         self._scram_final_seen = False
+        #: The last Authentication message was AuthenticationOk (accepted): only then may
+        #: ReadyForQuery end the login, or a server could skip authentication (and SCRAM's
+        #: proof that it knows the secret) by sending ReadyForQuery straight away.
+        self._authenticated = False
 
     def startup(self, params: Mapping[str, str]) -> bytes:
         return build.startup_message(params)
@@ -68,6 +72,8 @@ class ServerLogin:
             self.backend_key = parse_backend_key_data(body)
             return b""
         if msg_type == 0x5A:  # 'Z' ReadyForQuery
+            if not self._authenticated:
+                raise ProtocolViolation("server sent ReadyForQuery before AuthenticationOk")
             self.done = True
             return b""
         if msg_type == 0x45:  # 'E' ErrorResponse
@@ -78,9 +84,11 @@ class ServerLogin:
 
     def _auth(self, body: bytes) -> bytes:
         code, payload = parse_authentication(body)
+        self._authenticated = False
         if code == AUTH_OK:
             if self._scram is not None and not self._scram_final_seen:
                 raise AuthFailed("server skipped the SCRAM final message", sqlstate="08P01")
+            self._authenticated = True
             return b""
         if code == AUTH_CLEARTEXT:
             if self.password is None or is_md5_secret(self.password):
@@ -103,6 +111,7 @@ class ServerLogin:
                 self._scram = ScramClient(self.password)
             else:
                 raise self._no_password("SCRAM-SHA-256")
+            self._scram_final_seen = False  # a new exchange: its server proof is still owed
             return build.sasl_initial_response(mechanism, self._scram.client_first())
         if code == AUTH_SASL_CONTINUE:
             if self._scram is None:

@@ -66,6 +66,8 @@ class ClientFramer:
             if length < 4 or length > self.max_size:
                 from ..errors import ProtocolViolation
 
+                # Keep just the bad header: later feeds fail on it again, holding nothing more.
+                self._held[:] = data[pos : pos + 5]
                 raise ProtocolViolation(
                     f"invalid message length {length} for message type {chr(msg_type)!r}")
             end = pos + 1 + length
