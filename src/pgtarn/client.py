@@ -116,13 +116,17 @@ class ClientConnection(asyncio.Protocol):
         "admin_role",
         "auth",
         "cancel_key",
+        "cancelled_at",
+        "close_reason",
         "connect_time",
+        "created_at",
         "database",
         "db",
         "discard_scanner",
         "expected",
         "framer",
         "id",
+        "idle_since",
         "last_request",
         "local_addr",
         "negotiate_minor",
@@ -188,6 +192,12 @@ class ClientConnection(asyncio.Protocol):
         self.query_start = 0.0
         self.xact_start = 0.0
         self.last_request = 0.0
+        #: Monotonic: connected (client_login_timeout), last query ended (client_idle_timeout,
+        #: idle_transaction_timeout), query_timeout's cancel sent (0: none).
+        self.created_at = self.idle_since = monotonic()
+        self.cancelled_at = 0.0
+        #: Why pgtarn closed the connection (for the log line), "" while it did not.
+        self.close_reason = ""
         self.connect_time = time.time()
         self.local_addr = ""
         self.peer_pid = 0
@@ -235,7 +245,9 @@ class ClientConnection(asyncio.Protocol):
         self._drop_server()
         if (self.pool is not None or self.admin is not None) \
                 and self.runtime.config.log_disconnections:
-            if previous is State.CLOSED:  # it sent Terminate
+            if self.close_reason:
+                reason = self.close_reason
+            elif previous is State.CLOSED:  # it sent Terminate
                 reason = "client close request"
             elif exc is None:
                 reason = "client closed the connection"
@@ -251,10 +263,14 @@ class ClientConnection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         if error is not None:
+            self.close_reason = error.message
             transport.write(build.error_response(error.sqlstate, error.message, error.severity))
             if self.runtime.config.log_pooler_errors:
                 log.warning("%r: pooler error: %s", self, error.message)
         transport.close()
+        # No longer counted against max_client_conn: in a connect storm, clients refused but
+        # still flushing their error would otherwise get more clients refused.
+        self.runtime.clients.discard(self)
 
     def write(self, data: bytes) -> None:
         transport = self.transport
@@ -437,7 +453,13 @@ class ClientConnection(asyncio.Protocol):
         msg_type = data[0]
         if msg_type not in (0x51, 0x50) or len(data) < 5:
             return data
-        text = data[5:69] if msg_type == 0x51 else data[5:].split(b"\x00", 2)[1][:64]
+        if msg_type == 0x51:
+            text = data[5:69]
+        else:  # Parse: statement name, then the query text
+            name_end = data.find(b"\x00", 5)
+            if name_end < 0:
+                return data  # name not complete yet: left to the ReadyForQuery check
+            text = data[name_end + 1 : name_end + 65]
         if not _opens_transaction(text):
             return data
         end = 1 + int.from_bytes(data[1:5], "big")
@@ -447,7 +469,7 @@ class ClientConnection(asyncio.Protocol):
             self.write(TRANSACTION_REFUSED + RFQ_IDLE)
             return data[end:]
         # extended protocol: the error ends the batch; skip to its Sync
-        self.discard_scanner = MessageScanner(frozenset(b"S"))
+        self.discard_scanner = MessageScanner(frozenset(b"S"), self.runtime.config.max_packet_size)
         return self._refuse_transaction_blocks(data[end:])
 
     def _to_server(self, data: bytes) -> None:
@@ -669,6 +691,7 @@ class ClientConnection(asyncio.Protocol):
         out += build.backend_key_data(*self.cancel_key)
         out += RFQ_IDLE
         self.state = State.READY
+        self.idle_since = monotonic()
         config = self.runtime.config
         watch = STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES
         if pool.pool_mode == "transaction" and config.max_prepared_statements > 0:
@@ -747,6 +770,17 @@ class ClientConnection(asyncio.Protocol):
         self.waiting = False
         self.close(error)
 
+    def timed_out(self, error: PgtarnError) -> None:
+        """The janitor ends this client (a timeout): error, unless a reply is half sent."""
+        server = self.server
+        if server is not None and not server.scanner.at_boundary:
+            # An ErrorResponse in the middle of a relayed message would corrupt the stream.
+            self.close_reason = error.message
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self.close(error)
+
     def ready_for_query(self, server: ServerConnection, status: bytes) -> bytes | None:
         """Called by the linked server at each ReadyForQuery; may end the link.
 
@@ -774,6 +808,7 @@ class ClientConnection(asyncio.Protocol):
                 self.xact_start = start
             # a pipelined query begins where the one before it ended
             self.query_start = now if self.expected > 1 else 0.0
+            self.idle_since = now
         if self.expected > 0:
             self.expected -= 1
         if self.expected:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from .config import DatabaseEntry
+from .config import Config, DatabaseEntry
 from .errors import PgtarnError, ProtocolViolation
 from .pool.pool import Pool
 from .proto import build
@@ -88,7 +88,7 @@ class ServerConnection(asyncio.Protocol):
         self.connstr = pool.connstr
         self._login: ServerLogin | None = login
         self.transport: asyncio.Transport | None = None
-        self.scanner = MessageScanner(ALL_TYPES)
+        self.scanner = MessageScanner(ALL_TYPES, runtime.config.max_packet_size)
         self.client: ClientConnection | None = None
         self.params: dict[str, str] = {}
         self.backend_key: tuple[int, int] = (0, 0)
@@ -466,8 +466,7 @@ class ServerConnection(asyncio.Protocol):
             return self.client is client and not self.closed
 
         self.runtime.spawn(
-            send_cancel_request(self.db, pid, key, self.runtime.config.unix_socket_dir,
-                                still_linked)
+            send_cancel_request(self.db, pid, key, self.runtime.config, still_linked)
         )
 
 
@@ -494,8 +493,9 @@ async def open_connection(
     await asyncio.wait_for(coro, timeout or None)
 
 
-async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, socket_dir: str,
+async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, config: Config,
                               still_wanted: Callable[[], bool]) -> None:
+    """Open a connection and send a CancelRequest, giving up after cancel_wait_timeout."""
     class _Once(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             if still_wanted():
@@ -503,9 +503,10 @@ async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, socket_dir:
             transport.close()
 
     try:
-        await open_connection(db, _Once, 10.0, socket_dir)
+        await open_connection(db, _Once, config.cancel_wait_timeout, config.unix_socket_dir)
     except (TimeoutError, OSError) as exc:
-        log.warning("cancel request to %s:%s failed: %s", db.host, db.port, exc)
+        reason = str(exc) or f"cancel_wait_timeout ({config.cancel_wait_timeout:g} s)"
+        log.warning("cancel request to %s:%s failed: %s", db.host, db.port, reason)
 
 
 def server_login_for(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry

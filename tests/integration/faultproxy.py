@@ -168,6 +168,11 @@ class FaultProxy:
       connection gets its upstream connection and is forwarded normally (one
       whose client has given up meanwhile is then closed as usual).
 
+    - ``stall_connects()`` keeps every existing connection working but makes new connects
+      hang: the proxy stops listening and holds its port with a socket whose accept queue is
+      full, so the kernel drops each SYN (the connecting side sees no answer until its own
+      timeout). ``stall_connects(False)`` listens normally again.
+
     ``active()`` counts every pair not yet closed, held and connecting ones
     included; ``accepted`` counts connections accepted since start().
     """
@@ -182,6 +187,7 @@ class FaultProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._blackholed = False
+        self._stalled: list[socket.socket] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -260,6 +266,10 @@ class FaultProxy:
         """Stall all traffic (see the class docstring), or resume it with on=False."""
         self._call(lambda: self._set_blackhole(on))
 
+    def stall_connects(self, on: bool = True) -> None:
+        """Make new connects hang, or listen normally again (see the class docstring)."""
+        self._call(lambda: self._set_stalled(on))
+
     def active(self) -> int:
         """Number of proxied connection pairs not yet closed."""
         return self._call(self._active)
@@ -284,6 +294,9 @@ class FaultProxy:
         try:
             await self._stop.wait()
         finally:
+            for sock in self._stalled:
+                sock.close()
+            self._stalled = []
             await self._down()
             if self._tasks:
                 for task in self._tasks:
@@ -360,6 +373,27 @@ class FaultProxy:
             if not on and pair.server.transport is None and pair.connect_task is None:
                 self._connect_upstream(pair)  # held while blackholed
             pair.update_reading()
+
+    async def _set_stalled(self, on: bool) -> None:
+        if on and not self._stalled:
+            server, self._server = self._server, None
+            if server is not None:
+                server.close()  # the listening socket only: proxied pairs carry on
+            holder = socket.socket()
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            holder.bind((LISTEN_HOST, self.port))
+            holder.listen(0)
+            self._stalled = [holder]
+            for _ in range(3):  # never accepted: they fill the accept queue
+                filler = socket.socket()
+                filler.setblocking(False)
+                filler.connect_ex((LISTEN_HOST, self.port))
+                self._stalled.append(filler)
+        elif not on and self._stalled:
+            for sock in self._stalled:
+                sock.close()
+            self._stalled = []
+            await self._listen()
 
     async def _active(self) -> int:
         return len(self._pairs)

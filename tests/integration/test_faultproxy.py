@@ -145,3 +145,19 @@ def test_asyncio_client_in_main_thread(fault_proxy: FaultProxy) -> None:
 
     assert asyncio.run(run()) == 3
     assert _wait_for(lambda: fault_proxy.active() == 0)  # the proxy outlives that loop
+
+
+def test_stall_connects_hangs_new_connects_and_keeps_open_ones(fault_proxy: FaultProxy) -> None:
+    port = fault_proxy.port
+    with connect(fault_proxy, autocommit=True, **QUICK) as conn:
+        fault_proxy.stall_connects()
+        probe = socket.socket()
+        probe.settimeout(0.5)
+        with pytest.raises(TimeoutError):  # no answer at all: neither accepted nor refused
+            probe.connect((fault_proxy.host, port))
+        probe.close()
+        assert conn.execute("select 4").fetchone() == (4,)  # the open pair still forwards
+        fault_proxy.stall_connects(False)
+    assert fault_proxy.port == port
+    with connect(fault_proxy, autocommit=True, **QUICK) as conn:
+        assert conn.execute("select 5").fetchone() == (5,)

@@ -13,6 +13,11 @@ server cannot be opened the pool is *failing*: it keeps its waiters and retries,
 at a time with a doubling delay, so that clients are served as soon as PostgreSQL is back;
 the janitor gives up on clients that waited longer than ``connect_timeout``.
 
+Lifetimes. A released server older than ``lifetime`` (server_lifetime) is closed instead of
+going idle; the janitor closes idle servers older than that, or unused for ``idle_timeout``
+(server_idle_timeout, never below min_pool_size), and gives up on clients that waited
+``wait_timeout`` (query_wait_timeout) for a server.
+
 The pool never touches sockets: it talks to servers and waiting clients through the small
 protocols below, and opens new servers through a ``launch`` callback given by the app.
 """
@@ -24,6 +29,7 @@ import time
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from ..errors import PgtarnError
@@ -31,6 +37,8 @@ from ..session.prepared import PreparedCounters
 from .stats import BUCKETS, PoolStats
 
 FIRST_RETRY_DELAY = 0.05
+#: query_wait_timeout: closes the client as PgBouncer does (class 08: the connection is gone).
+WAIT_TIMEOUT = "query_wait_timeout: no server connection became free in {:g} s"
 
 
 class PooledServer(Protocol):
@@ -64,6 +72,20 @@ class Waiter(Protocol[S]):  # type: ignore[misc]
         """Queued longer than query_wait_notify: tell the client (once)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ClientTimeouts:
+    """The client timeouts of a pool's clients, in seconds (0: off), read by the janitor."""
+
+    query: float = 0.0  # query_timeout: cancel the query
+    transaction: float = 0.0  # transaction_timeout
+    idle_transaction: float = 0.0  # idle_transaction_timeout
+    idle: float = 0.0  # client_idle_timeout
+
+    @property
+    def any(self) -> bool:
+        return bool(self.query or self.transaction or self.idle_transaction or self.idle)
+
+
 class Pool(Generic[S]):
     """Servers for one (database, user) pair and the clients waiting for them."""
 
@@ -94,6 +116,18 @@ class Pool(Generic[S]):
         self.retry_cap = 1.0
         #: Waiting clients are told after this many seconds (query_wait_notify; 0: never).
         self.wait_notify = 0.0
+        #: server_lifetime: servers older than this are closed when released or idle
+        #: (0: each server serves one client, then closes).
+        self.lifetime = 3600.0
+        #: server_idle_timeout: idle servers unused this long are closed (0: never).
+        self.idle_timeout = 600.0
+        #: query_wait_timeout: clients waiting this long for a server are closed (0: never).
+        self.wait_timeout = 120.0
+        self.client_timeouts = ClientTimeouts()
+        #: Made from the "*" entry; freed by autodb_idle_timeout once unused. When a client
+        #: last asked for a server.
+        self.auto = False
+        self.last_used = 0.0
         self.launch: Callable[[Pool[S]], S] | None = launch
         self.may_open: Callable[[Pool[S]], bool] = lambda pool: True
         self.clock: Callable[[], float] = time.monotonic
@@ -141,7 +175,7 @@ class Pool(Generic[S]):
 
     def acquire(self, waiter: Waiter[S]) -> S | None:
         """An idle server for waiter now, or None after queueing it (served FIFO)."""
-        now = self.clock()
+        now = self.last_used = self.clock()
         if not self.waiting and not self.paused:
             while self.idle:
                 server = self.idle.pop()
@@ -220,9 +254,17 @@ class Pool(Generic[S]):
             self._open()
 
     def tick(self, now: float) -> None:
-        """The janitor's periodic visit: login timeouts, failing clients, retries, reserve."""
+        """The janitor's periodic visit: login timeouts, lifetimes, waits, retries, reserve."""
         for server in [s for s in self.login if now - s.created_at > self.connect_timeout]:
             server.close("server_connect_timeout")
+        if self.idle:
+            self._expire_idle(now)
+        if self.wait_timeout > 0 and self.max_wait(now) > self.wait_timeout:
+            self._fail_waiters(
+                PgtarnError(WAIT_TIMEOUT.format(self.wait_timeout), sqlstate="08P01",
+                            severity="FATAL"),
+                now - self.wait_timeout,
+            )
         if self.failure is not None and not self.paused \
                 and not (self.idle or self.active or self.tested):
             # Nothing established will come free for them: give up after connect_timeout.
@@ -242,6 +284,19 @@ class Pool(Generic[S]):
         elif self.welcome_waiters and not self.login and self._may_launch(now) and self.has_room():
             self._open()
         self.fill_min(now)
+
+    def _expire_idle(self, now: float) -> None:
+        """Close idle servers past server_lifetime, or unused for server_idle_timeout."""
+        for server in list(self.idle):
+            if now - server.created_at > self.lifetime:
+                reason = "server_lifetime"
+            elif (0 < self.idle_timeout < now - server.last_used
+                    and self.server_count > self.min_pool_size):
+                reason = "server_idle_timeout"
+            else:
+                continue
+            self.idle.remove(server)  # out of reach of acquire before it is gone
+            server.close(reason)
 
     def _fail_waiters(self, error: PgtarnError, since: float) -> None:
         """Give error to every waiting client that began to wait at or before since."""
@@ -302,6 +357,8 @@ class Pool(Generic[S]):
             server.close("connection string changed")
         elif server.close_needed:
             server.close("reconnect requested")
+        elif server.last_used - server.created_at > self.lifetime:
+            server.close("server_lifetime")
         elif self.paused and self.pause_closes:
             server.close("pool paused")
         elif self.waiting and not self.paused:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Generic
 
-from ..config import Config, DatabaseEntry
-from .pool import Pool, S
+from ..config import Config, DatabaseEntry, UserEntry
+from .pool import ClientTimeouts, Pool, S
 
 
 class Registry(Generic[S]):
@@ -39,6 +39,7 @@ class Registry(Generic[S]):
             if self.launch is not None:
                 pool.launch = self._launcher(db)
             pool.may_open = self.may_open
+            pool.last_used = pool.clock()
             self.pools[key] = pool
         self.databases[db.name] = db
         return pool
@@ -55,6 +56,18 @@ class Registry(Generic[S]):
         pool.connect_timeout = config.server_connect_timeout or 15.0
         pool.retry_cap = max(0.05, min(1.0, config.server_login_retry))
         pool.wait_notify = float(config.query_wait_notify)
+        pool.lifetime = _first(db.server_lifetime, config.server_lifetime)
+        pool.idle_timeout = config.server_idle_timeout
+        pool.wait_timeout = _first(db.query_wait_timeout, config.query_wait_timeout)
+        pool.auto = db.name not in config.databases
+        user = config.users.get(pool.user) or UserEntry(pool.user)
+        pool.client_timeouts = ClientTimeouts(
+            query=_first(user.query_timeout, config.query_timeout),
+            transaction=config.transaction_timeout,
+            idle_transaction=_first(user.idle_transaction_timeout,
+                                    config.idle_transaction_timeout),
+            idle=_first(user.client_idle_timeout, config.client_idle_timeout),
+        )
 
     def _launcher(self, first: DatabaseEntry) -> Callable[[Pool[S]], S]:
         launch = self.launch
@@ -88,6 +101,13 @@ class Registry(Generic[S]):
                 other.idle.popleft().close("evicted for another pool at a connection limit")
                 return True
         return False
+
+    def free(self, pool: Pool[S]) -> None:
+        """Forget an unused pool (autodb_idle_timeout), closing its idle servers."""
+        pool.close_idle("autodb_idle_timeout")
+        self.pools.pop((pool.database, pool.user), None)
+        if not self.pools_of(pool.database):
+            self.databases.pop(pool.database, None)
 
     def tick(self, now: float) -> None:
         """The janitor's visit to every pool."""
@@ -136,3 +156,8 @@ class Registry(Generic[S]):
                 pool.close_idle("connection string changed")
             while len(pool.idle) and pool.server_count > pool.pool_size:
                 pool.idle.popleft().close("pool_size lowered by reload")
+
+
+def _first(value: float | None, default: float) -> float:
+    """A per-database or per-user setting when set, else the global one."""
+    return default if value is None else value

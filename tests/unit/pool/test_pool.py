@@ -488,3 +488,95 @@ def test_global_resume_leaves_databases_paused_by_name() -> None:
     assert one.paused and not two.paused
     registry.resume("one")
     assert not one.paused
+
+
+def _serve_one(pool: Pool[FakeServer], clock: Clock, launched: list[FakeServer]) -> FakeServer:
+    """One server logged in, lent to a client and released at clock.now."""
+    client = FakeClient()
+    assert pool.acquire(client) is None
+    ready(pool, launched[-1])
+    server = client.server
+    assert server is not None
+    server.last_used = clock.now
+    pool.release(server)
+    return server
+
+
+def test_server_lifetime_closes_a_released_server_that_is_too_old() -> None:
+    pool, clock, launched = make_pool(pool_size=1)
+    pool.lifetime = 10.0
+    young = _serve_one(pool, clock, launched)
+    assert pool.acquire(FakeClient()) is young
+    clock.now += 5
+    young.last_used = clock.now
+    pool.release(young)
+    assert young.closed is None and list(pool.idle) == [young]
+    client = FakeClient()
+    assert pool.acquire(client) is young
+    clock.now += 6  # 11 s since it connected
+    young.last_used = clock.now
+    pool.release(young)
+    assert young.closed == "server_lifetime" and pool.server_count == 0
+
+
+def test_server_lifetime_zero_serves_one_client_then_closes() -> None:
+    pool, clock, launched = make_pool(pool_size=1)
+    pool.lifetime = 0.0
+    client = FakeClient()
+    assert pool.acquire(client) is None
+    ready(pool, launched[0])
+    assert client.server is launched[0]  # logging in is not a use
+    clock.now += 0.001
+    launched[0].last_used = clock.now
+    pool.release(launched[0])
+    assert launched[0].closed == "server_lifetime"
+
+
+def test_janitor_closes_idle_servers_past_lifetime_or_idle_timeout_but_keeps_min() -> None:
+    pool, clock, launched = make_pool(pool_size=3)
+    pool.lifetime, pool.idle_timeout, pool.min_pool_size = 100.0, 20.0, 1
+    waiters = [FakeClient(str(i)) for i in range(3)]
+    for waiter in waiters:
+        pool.acquire(waiter)
+    for server in launched:
+        ready(pool, server)
+    for waiter in waiters:
+        assert waiter.server is not None
+        pool.release(waiter.server)
+    old = launched[0]
+    clock.now += 10
+    launched[1].last_used = launched[2].last_used = clock.now
+    pool.tick(clock.now)
+    assert pool.server_count == 3  # nothing expired yet
+    clock.now += 15  # old unused for 25 s, the others for 15 s
+    pool.tick(clock.now)
+    assert old.closed == "server_idle_timeout" and pool.server_count == 2
+    clock.now += 10  # both unused for 25 s: one goes, min_pool_size keeps the other
+    pool.tick(clock.now)
+    assert [s.closed for s in launched[1:]].count("server_idle_timeout") == 1
+    assert pool.server_count == 1
+    clock.now += 100  # past lifetime: closed even at min_pool_size, then replaced
+    pool.tick(clock.now)
+    assert [s.closed for s in launched[1:]].count("server_lifetime") == 1
+    assert len(launched) == 4 and pool.login == {launched[3]}
+
+
+def test_query_wait_timeout_closes_only_the_clients_that_waited_that_long() -> None:
+    pool, clock, launched = make_pool(pool_size=1)
+    pool.wait_timeout = 5.0
+    holder = FakeClient()
+    pool.acquire(holder)
+    ready(pool, launched[0])
+    old, young = FakeClient("old"), FakeClient("young")
+    pool.acquire(old)
+    clock.now += 3
+    pool.acquire(young)
+    clock.now += 2.5
+    pool.tick(clock.now)
+    assert old.error is not None and old.error.sqlstate == "08P01"
+    assert "query_wait_timeout" in old.error.message and old.error.severity == "FATAL"
+    assert young.error is None and list(pool.waiting) == [young]
+    pool.wait_timeout = 0.0  # off: waits forever
+    clock.now += 1000
+    pool.tick(clock.now)
+    assert young.error is None

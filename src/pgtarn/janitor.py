@@ -1,0 +1,119 @@
+"""The one periodic loop's work: every timeout and lifetime, checked against a monotonic clock.
+
+No connection has a timer of its own: every JANITOR_INTERVAL the janitor visits the pools
+(server lifetimes, idle servers, login and wait timeouts, retries, min_pool_size) and then the
+clients. A timeout fires at most one interval late and never early, whatever the wall clock
+does, because every instant compared here comes from ``time.monotonic()``.
+
+What a client gets mirrors PostgreSQL's own timeouts where it has one:
+
+| setting | the client gets |
+|---|---|
+| query_timeout | the query is cancelled (PostgreSQL's ERROR 57014); still running a
+  query_timeout later: FATAL 57014 and its server is closed |
+| transaction_timeout | FATAL 25P04 (as PostgreSQL 17's transaction_timeout) |
+| idle_transaction_timeout | FATAL 25P03; the transaction is rolled back |
+| client_idle_timeout | FATAL 57P05 (as idle_session_timeout) |
+| client_login_timeout | FATAL 08P01, before or during authentication |
+| query_wait_timeout | FATAL 08P01 (in the pool's tick) |
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .client import State
+from .errors import PgtarnError
+
+if TYPE_CHECKING:
+    from .client import ClientConnection
+    from .runtime import Runtime
+
+log = logging.getLogger("pgtarn.janitor")
+
+JANITOR_INTERVAL = 0.1
+
+
+def _fatal(sqlstate: str, text: str, seconds: float) -> PgtarnError:
+    return PgtarnError(text.format(seconds), sqlstate=sqlstate, severity="FATAL")
+
+
+class Janitor:
+    """Visits every pool and every client once per tick."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def tick(self, now: float) -> None:
+        registry = self.runtime.registry
+        registry.tick(now)
+        config = self.runtime.config
+        auto = config.autodb_idle_timeout > 0 and any(p.auto for p in registry)
+        in_use = self.visit_clients(now, auto)
+        if auto:
+            for pool in registry:
+                if (pool.auto and id(pool) not in in_use and not pool.busy
+                        and not pool.waiting and not pool.welcome_waiters
+                        and now - pool.last_used > config.autodb_idle_timeout):
+                    registry.free(pool)
+
+    def visit_clients(self, now: float, collect_pools: bool) -> set[int]:
+        """Apply the client timeouts; with collect_pools, the ids of pools that have clients."""
+        login_timeout = self.runtime.config.client_login_timeout
+        in_use: set[int] = set()
+        for client in tuple(self.runtime.clients):
+            state = client.state
+            if state is State.READY:
+                pool = client.pool
+                assert pool is not None
+                if collect_pools:
+                    in_use.add(id(pool))
+                timeouts = pool.client_timeouts
+                if timeouts.any:
+                    self._ready_client(client, now, timeouts.query, timeouts.transaction,
+                                       timeouts.idle_transaction, timeouts.idle)
+            elif state is State.STARTUP or state is State.AUTH:
+                if 0 < login_timeout < now - client.created_at:
+                    client.timed_out(_fatal(
+                        "08P01", "client_login_timeout: login not completed in {:g} s",
+                        login_timeout))
+            elif collect_pools and client.pool is not None:
+                in_use.add(id(client.pool))
+        return in_use
+
+    @staticmethod
+    def _ready_client(client: ClientConnection, now: float, query: float, transaction: float,
+                      idle_transaction: float, idle: float) -> None:
+        server = client.server
+        started = client.query_start
+        if started and server is not None:  # a query runs
+            if query and now - started > query:
+                if client.cancelled_at < started:
+                    client.cancelled_at = now
+                    log.info("%r: query_timeout (%g s): cancelling the query", client, query)
+                    server.send_cancel(client)
+                elif now - client.cancelled_at > query:
+                    client.timed_out(_fatal(
+                        "57014", "query_timeout: query still running {:g} s after its cancel",
+                        query))
+                    return
+            began = client.xact_start or started
+            if transaction and now - began > transaction:
+                client.timed_out(_fatal(
+                    "25P04", "transaction_timeout: transaction longer than {:g} s",
+                    transaction))
+        elif started:
+            return  # waiting for a server: query_wait_timeout's business
+        elif server is not None and server.status != b"I":  # idle in transaction
+            if idle_transaction and now - client.idle_since > idle_transaction:
+                client.timed_out(_fatal(
+                    "25P03", "idle_transaction_timeout: idle in transaction for {:g} s",
+                    idle_transaction))
+            elif transaction and client.xact_start and now - client.xact_start > transaction:
+                client.timed_out(_fatal(
+                    "25P04", "transaction_timeout: transaction longer than {:g} s",
+                    transaction))
+        elif idle and now - client.idle_since > idle:
+            client.timed_out(_fatal(
+                "57P05", "client_idle_timeout: idle for longer than {:g} s", idle))

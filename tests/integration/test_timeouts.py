@@ -1,0 +1,259 @@
+"""Each timeout and lifetime firing, and the error (SQLSTATE and severity) its client sees."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgtarn.proto import build
+from pgtarn.proto.server_side import ServerLogin
+
+from .drivers import connect
+from .pgstat import backend_pids, make_table, rows, superuser_connect, wait_until
+from .rawpg import RawClient, error_fields
+from .test_admin import admin, show
+
+pytestmark = pytest.mark.integration
+
+#: A DO block that swallows every cancel: only closing its server stops it.
+UNCANCELLABLE = (
+    "DO $$ BEGIN LOOP BEGIN PERFORM pg_sleep(10); "
+    "EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$"
+)
+
+
+def raw_login(proc: Any, user: str = "app", password: str = "app_pass",
+              dbname: str = "app") -> RawClient:
+    """A logged-in raw client (up to its first ReadyForQuery)."""
+    raw = RawClient(proc.host, proc.port)
+    login = ServerLogin(user, password)
+    raw.send(login.startup({"user": user, "database": dbname}))
+    while not login.done:
+        msg_type, body = raw.read_message()
+        reply = login.feed(ord(msg_type), body)
+        if reply:
+            raw.send(reply)
+    return raw
+
+
+def query(raw: RawClient, sql: str) -> bytes:
+    """Run a simple query that must succeed; the transaction status after it."""
+    raw.send(build.query(sql))
+    messages = raw.read_until("Z")
+    assert messages[-1][0] == "Z", error_fields(messages[-1][1])
+    return messages[-1][1]
+
+
+def final_error(raw: RawClient) -> dict[str, str]:
+    """The fields of the ErrorResponse that ends the connection, which must then close."""
+    while True:
+        msg_type, body = raw.read_message()
+        if msg_type == "E":
+            break
+        assert msg_type in ("N", "S"), (msg_type, body)  # nothing else may come unasked
+    with pytest.raises(ConnectionError):
+        raw.read_message()
+    raw.close()
+    return error_fields(body)
+
+
+def pid_of(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("select pg_backend_pid()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def server_pids(proc: Any) -> set[int]:
+    """Backend pids of the servers pgtarn holds now (SHOW SERVERS)."""
+    with admin(proc) as console:
+        return {int(r["remote_pid"]) for r in show(console, "SERVERS")}
+
+
+# --- servers --------------------------------------------------------------------------------
+
+
+def test_server_lifetime_per_database_replaces_servers_but_never_mid_transaction(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_cluster):
+    base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
+    proc = pgtarn_factory(databases={"short": f"{base} server_lifetime=0.5", "app": base},
+                          settings={"default_pool_size": 1})
+    with connect(proc, dbname="short", autocommit=True) as short, \
+            connect(proc, autocommit=True) as long:
+        first_short, first_long = pid_of(short), pid_of(long)
+        time.sleep(1.0)
+        second_short = pid_of(short)
+        assert second_short != first_short  # past its lifetime: replaced
+        assert pid_of(long) == first_long  # the global server_lifetime (3600 s) still holds
+        with short.transaction():
+            assert pid_of(short) == second_short
+            time.sleep(1.0)  # the lifetime passes while the transaction is open
+            assert pid_of(short) == second_short  # still the same server: not cut off
+        assert pid_of(short) != second_short  # closed once it came back
+
+
+def test_server_lifetime_zero_uses_each_server_once(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"default_pool_size": 1, "server_lifetime": 0})
+    with connect(proc, autocommit=True) as conn:
+        pids = [pid_of(conn) for _ in range(3)]
+    assert len(set(pids)) == 3
+
+
+def test_server_idle_timeout_closes_idle_servers_down_to_min_pool_size(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_cluster):
+    proc = pgtarn_factory(settings={"default_pool_size": 3, "server_idle_timeout": 0.5})
+    with superuser_connect(pg_cluster) as su, admin(proc) as console:
+        conns = [connect(proc) for _ in range(3)]
+        pids = {pid_of(c) for c in conns}  # three transactions: three servers
+        for c in conns:
+            c.commit()
+            c.close()
+        assert len(pids) == 3
+        wait_until(lambda: not backend_pids(su) & pids, what="idle servers closed")
+        assert [r for r in show(console, "SERVERS") if r["database"] == "app"] == []
+    assert proc.log_text().count("server_idle_timeout") >= 3
+
+
+# --- clients --------------------------------------------------------------------------------
+
+
+def test_client_login_timeout_ends_silent_and_half_logged_in_clients_only(  # type: ignore[no-untyped-def]
+        pgtarn_factory):
+    proc = pgtarn_factory(settings={"client_login_timeout": 1})
+    silent = RawClient(proc.host, proc.port)  # connects, sends nothing
+    no_password = RawClient(proc.host, proc.port)
+    no_password.startup(user="app", database="app")
+    msg_type, _ = no_password.read_message()
+    assert msg_type == "R"  # asked for SCRAM, never answers
+    trickle = RawClient(proc.host, proc.port)  # sends its startup packet a byte at a time
+    packet = build.startup_message({"user": "app", "database": "app"})
+    with connect(proc, autocommit=True) as fine:
+        for byte in packet[:6]:  # each byte in time, the login as a whole not
+            trickle.send(bytes((byte,)))
+            time.sleep(0.1)
+        for raw in (silent, no_password, trickle):
+            fields = final_error(raw)
+            assert (fields["S"], fields["C"]) == ("FATAL", "08P01")
+            assert "client_login_timeout" in fields["M"]
+        assert fine.execute("select 1").fetchone() == (1,)  # logged in: never timed out
+
+
+def test_client_idle_timeout_per_user(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(users={"app": "client_idle_timeout=0.5"})
+    idle = raw_login(proc)
+    other = raw_login(proc, "scram_user", "scram_pass")  # no timeout of its own
+    assert query(idle, "select 1") == b"I"
+    fields = final_error(idle)
+    assert (fields["S"], fields["C"]) == ("FATAL", "57P05")
+    assert "client_idle_timeout" in fields["M"]
+    assert query(other, "select 1") == b"I"  # idle as long, still served
+    other.close()
+
+
+def test_idle_transaction_timeout_rolls_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    table = make_table(pg_cluster, "idle_tx_")
+    proc = pgtarn_factory(settings={"idle_transaction_timeout": 0.5, "default_pool_size": 1})
+    raw = raw_login(proc)
+    assert query(raw, f"begin; insert into {table} values (1)") == b"T"
+    fields = final_error(raw)
+    assert (fields["S"], fields["C"]) == ("FATAL", "25P03")
+    assert "idle_transaction_timeout" in fields["M"]
+    with connect(proc, autocommit=True) as conn:  # the pool's one server is usable again
+        conn.execute(f"insert into {table} values (2)")
+    assert rows(pg_cluster, table) == [2]  # the abandoned insert was rolled back
+
+
+def test_transaction_timeout_ends_a_long_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    table = make_table(pg_cluster, "tx_timeout_")
+    proc = pgtarn_factory(settings={"transaction_timeout": 1})
+    raw = raw_login(proc)
+    assert query(raw, "begin") == b"T"
+    assert query(raw, f"insert into {table} values (1)") == b"T"
+    raw.send(build.query("select pg_sleep(60)"))  # no query_timeout: only the age ends it
+    fields = final_error(raw)
+    assert (fields["S"], fields["C"]) == ("FATAL", "25P04")
+    assert "transaction_timeout" in fields["M"]
+    assert rows(pg_cluster, table) == []
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_query_timeout_cancels_the_query_and_keeps_the_connection(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(users={"app": "query_timeout=0.5"})
+    with connect(proc, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.QueryCanceled) as info:
+            conn.execute("select pg_sleep(60)")
+        assert info.value.sqlstate == "57014"
+        assert conn.execute("select 1").fetchone() == (1,)
+    assert "query_timeout (0.5 s): cancelling the query" in proc.log_text()
+
+
+def test_query_timeout_closes_a_server_whose_query_ignores_the_cancel(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_cluster):
+    proc = pgtarn_factory(settings={"query_timeout": 0.5, "default_pool_size": 2})
+    with superuser_connect(pg_cluster) as su, connect(proc, autocommit=True) as victim, \
+            connect(proc, autocommit=True) as bystander:
+        pid = pid_of(victim)
+        with pytest.raises(psycopg.OperationalError) as info:
+            victim.execute(UNCANCELLABLE)
+        assert info.value.sqlstate == "57014"
+        assert "still running" in str(info.value)
+        assert pid_of(bystander) != pid  # that server is gone from the pool
+        assert pid not in server_pids(proc)
+        # PostgreSQL itself notices the closed connection only when it next writes (or with
+        # client_connection_check_interval): end the loop here
+        su.execute("select pg_terminate_backend(%s)", (pid,))
+
+
+def test_query_wait_timeout_per_database(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
+    proc = pgtarn_factory(databases={"app": f"{base} pool_size=1 query_wait_timeout=0.5"})
+    with connect(proc) as holder:
+        holder.execute("select 1")  # a transaction holds the only server
+        with connect(proc, autocommit=True) as waiter:
+            with pytest.raises(psycopg.OperationalError) as info:
+                waiter.execute("select 2")
+            assert info.value.sqlstate == "08P01"
+            assert "query_wait_timeout" in str(info.value)
+        holder.commit()
+    with connect(proc, autocommit=True) as later:
+        assert later.execute("select 3").fetchone() == (3,)
+
+
+def test_cancel_wait_timeout_when_the_cancel_cannot_connect(  # type: ignore[no-untyped-def]
+        pgtarn_factory, fault_proxy, pg_cluster):
+    proc = pgtarn_factory(
+        databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
+        settings={"query_timeout": 1, "cancel_wait_timeout": 0.3, "default_pool_size": 1})
+    with superuser_connect(pg_cluster) as su, connect(proc, autocommit=True) as conn:
+        pid = pid_of(conn)
+        fault_proxy.stall_connects()  # the query's server connection carries on
+        try:
+            with pytest.raises(psycopg.OperationalError) as info:
+                conn.execute("select pg_sleep(60)")
+        finally:
+            fault_proxy.stall_connects(False)
+        # the cancel never got through, so the query ran on until its server was closed
+        assert info.value.sqlstate == "57014"
+        assert pid not in server_pids(proc)
+        su.execute("select pg_terminate_backend(%s)", (pid,))
+    assert "failed: cancel_wait_timeout" in proc.log_text()
+
+
+def test_autodb_idle_timeout_forgets_an_unused_automatic_database(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"autodb_idle_timeout": 0.5})
+    with admin(proc) as console:
+        with connect(proc, dbname="postgres", autocommit=True) as conn:
+            conn.execute("select 1")
+            assert any(r["name"] == "postgres" for r in show(console, "DATABASES"))
+            time.sleep(1.0)  # in use: kept
+            assert any(r["database"] == "postgres" for r in show(console, "POOLS"))
+        wait_until(lambda: not any(r["name"] == "postgres"
+                                   for r in show(console, "DATABASES")),
+                   what="automatic database forgotten")
+        assert not any(r["database"] == "postgres" for r in show(console, "POOLS"))
+        assert any(r["name"] == "app" for r in show(console, "DATABASES"))  # configured: kept
+    with connect(proc, dbname="postgres", autocommit=True) as conn:  # and made again on demand
+        assert conn.execute("select 4").fetchone() == (4,)
