@@ -149,7 +149,8 @@ class Database:
             raise RuntimeError(f"psql failed: {res.stderr.strip()}\nSQL: {statement}")
         return res.stdout
 
-    def setup(self) -> None:
+    def setup(self, scale: int | None = SCALE) -> None:
+        """Create role and database bench; `pgbench -i -s scale` unless scale is None."""
         if not self.args.pg_host:
             log("creating a temporary PostgreSQL cluster ...")
             self.cluster = TempCluster()
@@ -175,9 +176,11 @@ class Database:
         self.created.append("role")
         self.sql(f"CREATE DATABASE {BENCH_DB} OWNER {BENCH_USER}")
         self.created.append("database")
-        log(f"pgbench -i -s {SCALE} ...")
+        if scale is None:
+            return
+        log(f"pgbench -i -s {scale} ...")
         res = subprocess.run(
-            [self.tool("pgbench"), "-i", "-q", "-s", str(SCALE), "-h", self.host,
+            [self.tool("pgbench"), "-i", "-q", "-s", str(scale), "-h", self.host,
              "-p", str(self.port), "-U", BENCH_USER, BENCH_DB],
             env=clean_env(PGPASSWORD=self.password), capture_output=True, text=True,
             timeout=900,
@@ -228,7 +231,8 @@ class Pooler:
     """PgBouncer or pgtarn on the same pgbouncer.ini settings; one fresh process per start()."""
 
     def __init__(self, name: str, command: list[str], workdir: Path, db: Database,
-                 account: pwd.struct_passwd | None) -> None:  # fmt: skip
+                 account: pwd.struct_passwd | None, *, settings: dict[str, object] | None = None,
+                 secret: str | None = None) -> None:  # fmt: skip
         self.name = name
         self.command = command
         self.workdir = workdir
@@ -237,6 +241,8 @@ class Pooler:
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.log_path = workdir / f"{name}.log"
+        self.settings = settings or {}  # [pgbouncer] settings over the defaults below
+        self.secret = secret  # auth_file secret (e.g. a SCRAM verifier); default: the password
 
     @property
     def pid(self) -> int:
@@ -248,8 +254,9 @@ class Pooler:
 
     def _write_config(self) -> Path:
         userlist = self.workdir / "userlist.txt"
-        userlist.write_text(userlist_line(BENCH_USER, self.db.password), encoding="utf-8")
-        settings = {
+        secret = self.secret or self.db.password
+        userlist.write_text(userlist_line(BENCH_USER, secret), encoding="utf-8")
+        settings: dict[str, object] = {
             "listen_addr": "127.0.0.1",
             "listen_port": self.port,
             "unix_socket_dir": self.workdir,
@@ -261,6 +268,7 @@ class Pooler:
             "server_tls_sslmode": "disable",
             "log_connections": 0,
             "log_disconnections": 0,
+            **self.settings,
         }
         ini = self.workdir / f"{self.name}.ini"
         ini.write_text(
@@ -467,6 +475,18 @@ def int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def add_postgres_options(p: argparse.ArgumentParser) -> None:
+    """--keep and the --pg-* options Database reads (shared with storm.py and soak.py)."""
+    p.add_argument("--keep", action="store_true", help="keep the temporary directories")
+    g = p.add_argument_group("use an existing PostgreSQL instead of a temporary cluster "
+                             "(creates and at the end drops role and database bench)")
+    g.add_argument("--pg-host")
+    g.add_argument("--pg-port", type=int, default=5432, help="(5432)")
+    g.add_argument("--pg-user", default="postgres", help="a superuser (postgres)")
+    g.add_argument("--pg-password", help="(default: $PGPASSWORD)")
+    g.add_argument("--pg-dbname", default="postgres", help="(postgres)")  # fmt: skip
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--duration", type=int, metavar="S", help="seconds per pgbench run (10)")
@@ -481,15 +501,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="defaults for a smoke test: "
                    "--duration 3 --runs 1 --clients 10,100 --memory-clients 10,200")
     p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
-    p.add_argument("--keep", action="store_true", help="keep the temporary directories")
-    g = p.add_argument_group("use an existing PostgreSQL instead of a temporary cluster "
-                             "(creates and at the end drops role and database bench)")
-    g.add_argument("--pg-host")
-    g.add_argument("--pg-port", type=int, default=5432, help="(5432)")
-    g.add_argument("--pg-user", default="postgres", help="a superuser (postgres)")
-    g.add_argument("--pg-password", help="(default: $PGPASSWORD)")
-    g.add_argument("--pg-dbname", default="postgres", help="(postgres)")
-    args = p.parse_args(argv)  # fmt: skip
+    add_postgres_options(p)
+    args = p.parse_args(argv)
     defaults = {"duration": (10, 3), "runs": (3, 1), "clients": ([10, 100, 500], [10, 100]),
                 "memory_clients": ([10, 1000, 5000], [10, 200])}  # fmt: skip
     for key, (full, quick) in defaults.items():
