@@ -512,6 +512,13 @@ class ClientConnection(asyncio.Protocol):
         body, rest = self.startup_reader.feed(data)
         if body is None:
             return
+        code = int.from_bytes(body[:4], "big")
+        if code >> 16 != 3 and code not in (SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST):
+            # PostgreSQL's answer to a major version it does not speak, checked before the
+            # rest of the packet as PostgreSQL does (a 2.0 packet has no parameter list)
+            raise PgtarnError(
+                f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: "
+                "server supports 3.0 to 3.0", sqlstate="0A000", severity="FATAL")
         packet = parse_startup(body)
         if packet.code in (SSL_REQUEST, GSSENC_REQUEST):
             self.write(b"N")
@@ -521,8 +528,6 @@ class ClientConnection(asyncio.Protocol):
         if packet.code == CANCEL_REQUEST:
             self._cancel_request(packet)
             return
-        if packet.major != 3:
-            raise ProtocolViolation(f"unsupported frontend protocol {packet.major}.{packet.minor}")
         if packet.minor != 0:
             unknown = [name for name in packet.params if name.startswith("_pq_.")]
             self.negotiate_minor = (0, unknown)

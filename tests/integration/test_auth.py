@@ -187,7 +187,7 @@ def test_unix_socket_file_and_mode(pgtarn_factory):  # type: ignore[no-untyped-d
 def test_bad_startup_packets_get_clear_errors(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory()
     cases = [
-        (struct.pack("!II", 8, (2 << 16)), "08P01"),  # protocol 2.0
+        (struct.pack("!II", 8, (2 << 16)), "0A000"),  # protocol 2.0, as PostgreSQL answers it
         (struct.pack("!II", 9, 196608) + b"x", "08P01"),  # unterminated parameters
     ]
     for packet, sqlstate in cases:
