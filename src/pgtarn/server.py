@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from .client import ClientConnection
     from .runtime import Runtime
 
+#: No message of a server's login is anywhere near this big: a larger length is garbage, and
+#: is refused at once instead of waiting (until server_connect_timeout) for that many bytes.
+LOGIN_MAX = 1 << 20
+
 log = logging.getLogger("pgtarn.server")
 
 ALL_TYPES = frozenset(range(256))
@@ -47,6 +51,10 @@ TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
 
 
 def is_transient(error: PgtarnError) -> bool:
+    """A login failure that may pass; a server breaking the protocol will not, so waiting
+    clients get its error at once instead of after server_connect_timeout."""
+    if isinstance(error, ProtocolViolation):
+        return False
     return error.sqlstate.startswith("08") or error.sqlstate in TRANSIENT_SQLSTATES
 
 
@@ -88,7 +96,7 @@ class ServerConnection(asyncio.Protocol):
         self.connstr = pool.connstr
         self._login: ServerLogin | None = login
         self.transport: asyncio.Transport | None = None
-        self.scanner = MessageScanner(ALL_TYPES, runtime.config.max_packet_size)
+        self.scanner = MessageScanner(ALL_TYPES, min(runtime.config.max_packet_size, LOGIN_MAX))
         self.client: ClientConnection | None = None
         self.params: dict[str, str] = {}
         self.backend_key: tuple[int, int] = (0, 0)

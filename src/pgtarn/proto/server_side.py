@@ -26,8 +26,10 @@ AUTH_SASL_FINAL = 12
 def server_error(body: bytes, context: str) -> PgtarnError:
     """A PgtarnError carrying the SQLSTATE and message of a server's ErrorResponse."""
     fields = parse_fields(body)
-    sqlstate = fields.get("C") or "08P01"
     text = fields.get("M") or "server error without message"
+    sqlstate = fields.get("C")
+    if not sqlstate:  # PostgreSQL always sends one: this server is broken
+        return ProtocolViolation(f"{context}: {text}", severity="FATAL")
     return PgtarnError(f"{context}: {text}", sqlstate=sqlstate, severity="FATAL")
 
 
