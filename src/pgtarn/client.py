@@ -254,7 +254,7 @@ class ClientConnection(asyncio.Protocol):
             else:
                 reason = f"client connection error: {exc}"
             log.info("%r: closing because: %s (age=%ds)", self, reason,
-                     time.time() - self.connect_time)
+                     monotonic() - self.created_at)
         self.runtime.on_client_gone()
 
     def close(self, error: PgtarnError | None = None) -> None:
