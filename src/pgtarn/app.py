@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import resource
 import signal
 import socket
 import time
@@ -29,6 +30,25 @@ from .server import launch_server
 log = logging.getLogger("pgtarn")
 
 SHUTDOWN_ERROR = PgtarnError("pgtarn is shutting down", sqlstate="57P01", severity="FATAL")
+
+
+def raise_fd_limit(config: Config) -> None:
+    """Lift the soft RLIMIT_NOFILE towards what max_client_conn and the pools may need.
+
+    Without it a 1024 default turns a busy minute into failed accepts; the hard limit is
+    the operator's, so a shortfall there is only reported.
+    """
+    pools = max(1, len(config.databases)) * (config.default_pool_size + config.reserve_pool_size)
+    needed = config.max_client_conn + pools + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning("file descriptor limit %d is below the %d that max_client_conn %d and "
+                    "the pools may need", soft, needed, config.max_client_conn)
 
 
 def read_userlist(config: Config) -> dict[str, str]:
@@ -55,6 +75,7 @@ class App:
         setup_logging(config, self.verbose, self.quiet)
         for warning in config.warnings:
             log.warning("config: %s", warning)
+        raise_fd_limit(config)
         runtime = Runtime(config, read_userlist(config))
         self.runtime = runtime
         runtime.control = self
@@ -216,6 +237,7 @@ class App:
                 report.changed.append(f"[users] {name}")
         self.runtime.config = config
         self.runtime.userlist = userlist
+        raise_fd_limit(config)
         self.runtime.registry.apply(config)
         self._open_forced_pools()
         log.info("configuration reloaded; changed: %s", ", ".join(report.changed) or "nothing")
