@@ -12,6 +12,7 @@ import stringprep
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from pgtarn.errors import AuthFailed, ProtocolViolation
 
@@ -143,7 +144,10 @@ def parse_verifier(s: str) -> ScramVerifier | None:
     return ScramVerifier(iterations, salt, stored, server)
 
 
+@lru_cache(maxsize=256)
 def _salted_password(password: str, salt: bytes, iterations: int) -> bytes:
+    # Cached: PostgreSQL sends the same salt for a role at every login, so a pool opening
+    # servers pays PBKDF2 (blocking the event loop) once per role, not once per server.
     return hashlib.pbkdf2_hmac("sha256", saslprep(password), salt, iterations)
 
 

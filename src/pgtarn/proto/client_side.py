@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from functools import lru_cache
 
 from ..auth.md5 import is_md5_secret, md5_secret, md5_verify
 from ..auth.scram import ScramServer, ScramVerifier, make_verifier, parse_verifier, saslprep
@@ -81,11 +82,12 @@ class ClientAuth:
         if self._verifier is not None:
             return self._verifier
         if self.secret is not None and not is_md5_secret(self.secret):
-            return make_verifier(self.secret, iterations=self._iterations)
+            return _plain_verifier(self.secret, self._iterations)
         # Unknown user or an md5 secret (which cannot do SCRAM): run the exchange against a
-        # throwaway verifier so the failure looks like any wrong password.
+        # made-up verifier so the failure looks like any wrong password (the same one for
+        # the same name, as a stored verifier would be, and as cheap).
         self._known = False
-        return make_verifier(secrets.token_hex(16), iterations=self._iterations)
+        return _mock_verifier(self.user, self._iterations)
 
     def feed(self, body: bytes) -> bytes:
         """Handle one PasswordMessage body; return the next message to send."""
@@ -159,3 +161,16 @@ class ClientAuth:
             raise _failed(self.user)
         self.done = True
         return build.AUTH_OK
+
+
+# A plaintext auth_file secret becomes a verifier once (with a salt of its own), not at every
+# login: PBKDF2 is the costliest step of a login and would block the event loop each time.
+# PostgreSQL likewise keeps one salt per role. Bounded, so made-up names cannot grow it.
+@lru_cache(maxsize=4096)
+def _plain_verifier(secret: str, iterations: int) -> ScramVerifier:
+    return make_verifier(secret, iterations=iterations)
+
+
+@lru_cache(maxsize=4096)
+def _mock_verifier(user: str, iterations: int) -> ScramVerifier:
+    return make_verifier(secrets.token_hex(16), iterations=iterations)
