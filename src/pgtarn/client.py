@@ -777,9 +777,12 @@ class ClientConnection(asyncio.Protocol):
 
     def timed_out(self, error: PgtarnError) -> None:
         """The janitor ends this client (a timeout): error, unless a reply is half sent."""
-        server = self.server
+        self._close_after(self.server, error)
+
+    def _close_after(self, server: ServerConnection | None, error: PgtarnError) -> None:
+        """Close with error, unless server's reply was relayed only in part: an ErrorResponse
+        in the middle of a message would corrupt the stream, so then just close."""
         if server is not None and not server.scanner.at_boundary:
-            # An ErrorResponse in the middle of a relayed message would corrupt the stream.
             self.close_reason = error.message
             if self.transport is not None:
                 self.transport.close()
@@ -845,10 +848,8 @@ class ClientConnection(asyncio.Protocol):
     def server_lost(self, server: ServerConnection) -> None:
         """Our linked server died: the client's transaction is gone; tell it and close."""
         self.server = None
-        self.close(
-            PgtarnError("server connection crashed or was terminated", sqlstate="08006",
-                        severity="FATAL")
-        )
+        self._close_after(server, PgtarnError(
+            "server connection crashed or was terminated", sqlstate="08006", severity="FATAL"))
 
     def _drop_server(self) -> None:
         """The client is gone: never hand a server back mid-transaction."""

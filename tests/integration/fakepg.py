@@ -13,6 +13,7 @@ so synchronous tests can use it. Scripts (the database name in the startup packe
   - ``stall``: a RowDescription and two DataRows, then nothing, ever;
   - ``garbage_result``: a RowDescription, then bytes with an impossible length word;
   - ``error_no_sqlstate_result``: an ErrorResponse with only a message, then ReadyForQuery;
+  - ``cut_mid_row``: a RowDescription and the first 200 bytes of a DataRow, then it hangs up;
   - any other: an ordinary one-row result.
 A CancelRequest is accepted and ignored (the stalled query goes on).
 """
@@ -129,6 +130,10 @@ class FakePostgres:
                 writer.write(head + build.data_row(["1"]) + build.data_row(["2"]))
                 await writer.drain()
                 await asyncio.Event().wait()  # never answers again
+            elif script == "cut_mid_row":
+                writer.write(head + build.data_row(["x" * 1000])[:200])
+                await writer.drain()
+                return
             elif script == "garbage_result":
                 writer.write(head + b"D\x00\x00\x00\x01garbage")
             elif script == "error_no_sqlstate_result":

@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgtarn.proto import build
 from pgtarn.proto.server_side import ServerLogin
 
 from .drivers import connect
@@ -18,7 +19,8 @@ from .test_admin import admin, show
 pytestmark = pytest.mark.integration
 
 SCRIPTS = ["error_no_sqlstate", "error_empty", "scram_bad_nonce", "scram_huge_iterations",
-           "garbage_login", "stall", "garbage_result", "error_no_sqlstate_result", "fine"]
+           "garbage_login", "stall", "garbage_result", "cut_mid_row", "error_no_sqlstate_result",
+           "fine"]
 
 
 @pytest.fixture
@@ -115,3 +117,23 @@ def test_an_error_without_sqlstate_mid_session_is_relayed(hostile):  # type: ign
         assert not conn.closed
     with connect(hostile, dbname="fine", autocommit=True) as conn:
         assert conn.execute("select 1").fetchone() == ("ok",)
+
+
+def test_a_server_lost_mid_message_closes_its_client_without_corrupting_the_stream(hostile):  # type: ignore[no-untyped-def]
+    raw = RawClient(hostile.host, hostile.port)
+    login = ServerLogin("app", "app_pass")
+    raw.send(login.startup({"user": "app", "database": "cut_mid_row"}))
+    while not login.done:
+        msg_type, body = raw.read_message()
+        reply = login.feed(ord(msg_type), body)
+        if reply:
+            raw.send(reply)
+    raw.send(build.query("select 1"))
+    assert raw.read_message()[0] == "T"
+    received = b""
+    while chunk := raw.sock.recv(65536):
+        received += chunk
+    raw.close()
+    # exactly the part of the DataRow the server sent: no ErrorResponse spliced into it
+    assert received == build.data_row(["x" * 1000])[:200]
+    assert "server connection crashed" in hostile.log_text()
