@@ -267,7 +267,12 @@ class ClientConnection(asyncio.Protocol):
             transport.write(build.error_response(error.sqlstate, error.message, error.severity))
             if self.runtime.config.log_pooler_errors:
                 log.warning("%r: pooler error: %s", self, error.message)
-        transport.close()
+        if transport.get_write_buffer_size():
+            # It does not read (or not fast enough): close() would wait for the buffer to
+            # drain, maybe for ever, and with it the cleanup that frees its server.
+            transport.abort()
+        else:
+            transport.close()
         # No longer counted against max_client_conn: in a connect storm, clients refused but
         # still flushing their error would otherwise get more clients refused.
         self.runtime.clients.discard(self)
@@ -785,7 +790,8 @@ class ClientConnection(asyncio.Protocol):
         if server is not None and not server.scanner.at_boundary:
             self.close_reason = error.message
             if self.transport is not None:
-                self.transport.close()
+                self.transport.abort()  # half a message sent: nothing more is worth flushing
+            self.runtime.clients.discard(self)
             return
         self.close(error)
 

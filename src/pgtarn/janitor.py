@@ -46,6 +46,8 @@ class Janitor:
         self.runtime = runtime
 
     def tick(self, now: float) -> None:
+        if self.runtime.suspended:
+            return  # SUSPEND: pgtarn itself stopped reading; nobody is to blame for waiting
         registry = self.runtime.registry
         registry.tick(now)
         config = self.runtime.config

@@ -219,7 +219,17 @@ class ServerConnection(asyncio.Protocol):
                 self._login_failed(error)
             else:
                 log.warning("%r: %s", self, error.message)
+                self._relay_whole_messages_before(data)
                 self.close(error.message)
+
+    def _relay_whole_messages_before(self, data: bytes) -> None:
+        """The scanner refused a length in data: pass on what came before it, so the client
+        stands at a message boundary and can be told why it loses its server."""
+        client = self.client
+        at = self.scanner.error_at
+        if client is not None and self.statements is None and at >= 0:
+            client.write(data[:at])
+            self.scanner = MessageScanner(RELAY_TYPES)  # at a boundary again
 
     def _login_data(self, data: bytes) -> None:
         login = self._login

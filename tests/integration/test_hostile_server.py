@@ -101,7 +101,8 @@ def test_garbage_in_a_result_closes_that_server_and_its_client(hostile):  # type
         with connect(hostile, dbname="garbage_result", autocommit=True) as conn:
             with pytest.raises(psycopg.OperationalError) as info:
                 conn.execute("select 1")
-            assert info.value.sqlstate == "08006"
+            # 08006 when pgtarn could stop at a message boundary, else just the close
+            assert info.value.sqlstate in ("08006", None)
             assert conn.closed
         assert bystander.execute("select 1").fetchone() == (1,)
     assert "invalid message length" in hostile.log_text()

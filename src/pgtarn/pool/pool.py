@@ -288,7 +288,9 @@ class Pool(Generic[S]):
     def _expire_idle(self, now: float) -> None:
         """Close idle servers past server_lifetime, or unused for server_idle_timeout."""
         for server in list(self.idle):
-            if now - server.created_at > self.lifetime:
+            # 0 means "use each server once": closed when released (_to_idle), never while
+            # it waits for its first client (min_pool_size would reopen it at once)
+            if 0 < self.lifetime < now - server.created_at:
                 reason = "server_lifetime"
             elif (0 < self.idle_timeout < now - server.last_used
                     and self.server_count > self.min_pool_size):

@@ -82,7 +82,7 @@ class ClientAuth:
         if self._verifier is not None:
             return self._verifier
         if self.secret is not None and not is_md5_secret(self.secret):
-            return _plain_verifier(self.secret, self._iterations)
+            return _plain_verifier(self.user, self.secret, self._iterations)
         # Unknown user or an md5 secret (which cannot do SCRAM): run the exchange against a
         # made-up verifier so the failure looks like any wrong password (the same one for
         # the same name, as a stored verifier would be, and as cheap).
@@ -167,7 +167,8 @@ class ClientAuth:
 # login: PBKDF2 is the costliest step of a login and would block the event loop each time.
 # PostgreSQL likewise keeps one salt per role. Bounded, so made-up names cannot grow it.
 @lru_cache(maxsize=4096)
-def _plain_verifier(secret: str, iterations: int) -> ScramVerifier:
+def _plain_verifier(user: str, secret: str, iterations: int) -> ScramVerifier:
+    # keyed by user too: two users sharing a password must not share a salt either
     return make_verifier(secret, iterations=iterations)
 
 

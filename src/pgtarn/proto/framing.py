@@ -22,7 +22,7 @@ class MessageScanner:
     the chunk it fed (or slices of it, using the offsets in the events).
     """
 
-    __slots__ = ("_buf", "_skip", "bodies", "held", "max_size", "released", "watch")
+    __slots__ = ("_buf", "_skip", "bodies", "error_at", "held", "max_size", "released", "watch")
 
     def __init__(self, watch: frozenset[int], max_size: int = 2**31 - 1,
                  bodies: frozenset[int] | None = None) -> None:
@@ -37,6 +37,10 @@ class MessageScanner:
         #: After feed: bytes held back earlier (a header) that turned out to start a message
         #: that is not watched: a caller that holds bytes back sends them before the chunk.
         self.released = b""
+        #: After a bad length: where its header starts in the chunk fed (everything before
+        #: it is whole messages, or the rest of one begun earlier), or -1 when that header
+        #: began in an earlier chunk.
+        self.error_at = -1
 
     @property
     def at_boundary(self) -> bool:
@@ -83,6 +87,7 @@ class MessageScanner:
                 # Keep the bad header: every later feed fails on it again (via _resume) and
                 # nothing more is buffered, whatever the caller does after the error.
                 self._buf = bytearray(data[pos : pos + 5])
+                self.error_at = pos
                 self._check_length(msg_type, length)
             end = pos + 1 + length
             if msg_type in watch:
@@ -110,6 +115,7 @@ class MessageScanner:
                 return -1
         msg_type = buf[0]
         length: int = _UINT32.unpack_from(buf, 1)[0]
+        self.error_at = -1
         self._check_length(msg_type, length)
         total = 1 + length
         if msg_type not in self.watch:

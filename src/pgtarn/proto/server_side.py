@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from ..auth.md5 import is_md5_secret, md5_response
 from ..auth.scram import ScramClient, choose_mechanism, parse_sasl_mechanisms
-from ..errors import AuthFailed, PgtarnError, ProtocolViolation
+from ..errors import PgtarnError, ProtocolViolation
 from . import build
 from .messages import (
     parse_authentication,
@@ -89,7 +89,7 @@ class ServerLogin:
         self._authenticated = False
         if code == AUTH_OK:
             if self._scram is not None and not self._scram_final_seen:
-                raise AuthFailed("server skipped the SCRAM final message", sqlstate="08P01")
+                raise ProtocolViolation("server skipped the SCRAM final message")
             self._authenticated = True
             return b""
         if code == AUTH_CLEARTEXT:

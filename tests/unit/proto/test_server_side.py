@@ -8,7 +8,7 @@ import pytest
 
 from pgtarn.auth.md5 import md5_response
 from pgtarn.auth.scram import ScramServer, make_verifier
-from pgtarn.errors import AuthFailed, PgtarnError
+from pgtarn.errors import AuthFailed, PgtarnError, ProtocolViolation
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_sasl_initial_response
@@ -102,5 +102,5 @@ def test_scram_final_missing_is_refused() -> None:
     first = split_messages(login.feed(ord("R"), auth(10, payload)))
     _, client_first = parse_sasl_initial_response(first[0][1])
     login.feed(ord("R"), auth(11, server.handle_client_first(client_first)))
-    with pytest.raises(AuthFailed):
+    with pytest.raises(ProtocolViolation, match="skipped the SCRAM final"):
         login.feed(ord("R"), auth(0))
