@@ -597,12 +597,26 @@ def interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def prepare_process() -> int:
+    """Every file descriptor the hard limit allows (returned); SIGINT/SIGTERM end the run
+    cleanly."""
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     for sig in (signal.SIGINT, signal.SIGTERM):  # not default_int_handler: asyncio.run would
         signal.signal(sig, interrupt)  # turn it into a task cancellation, which can get lost
+    return hard
+
+
+def remove_workdir(workdir: Path, keep: bool) -> None:
+    if keep:
+        log(f"kept {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    hard = prepare_process()
     notes = []
     if hard < max(args.memory_clients) + 100:
         notes.append(f"open file limit is {hard}: the memory run may fail at high client counts")
@@ -645,10 +659,7 @@ def main(argv: list[str] | None = None) -> int:
         for pooler in poolers.values():
             pooler.stop()
         db.cleanup()
-        if args.keep:
-            log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        remove_workdir(workdir, args.keep)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,6 @@ import contextlib
 import json
 import os
 import re
-import resource
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -54,10 +51,11 @@ from run import (
     clean_env,
     cpu_seconds,
     fmt,
-    interrupt,
     log,
     markdown,
     parse_pgbench,
+    prepare_process,
+    remove_workdir,
     version_of,
 )
 from storm import log_summary
@@ -449,10 +447,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, interrupt)
+    prepare_process()
     workdir = Path(tempfile.mkdtemp(prefix="pgtarn-soak-", dir="/tmp"))
     db = Database(argparse.Namespace(**{**vars(args), "clients": [args.pool_size]}))
     children = Children()
@@ -491,10 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             pooler.stop()
         with contextlib.suppress(Exception):
             db.cleanup()
-        if args.keep:
-            log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        remove_workdir(workdir, args.keep)
 
 
 if __name__ == "__main__":

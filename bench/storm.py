@@ -39,7 +39,6 @@ import os
 import re
 import resource
 import secrets
-import shutil
 import signal
 import statistics
 import struct
@@ -61,10 +60,11 @@ from run import (
     cpu_seconds,
     ensure_pgbouncer,
     fmt,
-    interrupt,
     log,
     markdown,
     postgres_account,
+    prepare_process,
+    remove_workdir,
     version_of,
 )
 
@@ -663,10 +663,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, interrupt)
+    hard = prepare_process()
     notes: list[str] = []
     need = max(args.clients, min(args.clients, args.max_client_conn)) + 100
     if hard < need // args.procs:
@@ -734,10 +731,7 @@ def main(argv: list[str] | None = None) -> int:
         for pooler in poolers:
             pooler.stop()
         db.cleanup()
-        if args.keep:
-            log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        remove_workdir(workdir, args.keep)
 
 
 if __name__ == "__main__":

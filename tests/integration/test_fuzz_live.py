@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pgtarn.proto import build
-from pgtarn.proto.server_side import ServerLogin
 
 from ..unit.proto.fuzzing import mutated
 from .pgstat import wait_until
 from .rawpg import RawClient, error_fields
 from .test_admin import admin, pool_row, show
 from .test_bad_input import still_serves
+from .test_timeouts import raw_login
 
 pytestmark = pytest.mark.integration
 
@@ -83,18 +82,6 @@ def _frames(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
-def login(proc: Any) -> RawClient:
-    raw = RawClient(proc.host, proc.port, timeout=10)
-    client = ServerLogin("app", "app_pass")
-    raw.send(STARTUP)
-    while not client.done:
-        msg_type, body = raw.read_message()
-        reply = client.feed(ord(msg_type), body)
-        if reply:
-            raw.send(reply)
-    return raw
-
-
 def run_to_end(raw: RawClient, junk: bytes) -> None:
     """Send junk, half-close, read to the end: pgtarn must close, answering sanely."""
     try:
@@ -135,7 +122,7 @@ def test_random_and_mutated_input_at_a_running_pgtarn(pgtarn_factory):  # type: 
     @LIVE
     @given(junk=st.one_of(junk_bytes, frontend_stream()))
     def after_login(junk: bytes) -> None:
-        run_to_end(login(proc), junk)
+        run_to_end(raw_login(proc), junk)
 
     before_startup()
     during_auth()

@@ -15,6 +15,7 @@ from .drivers import connect
 from .fakepg import FakePostgres
 from .rawpg import RawClient, error_fields
 from .test_admin import admin, show
+from .test_timeouts import raw_login
 
 pytestmark = pytest.mark.integration
 
@@ -121,14 +122,7 @@ def test_an_error_without_sqlstate_mid_session_is_relayed(hostile):  # type: ign
 
 
 def test_a_server_lost_mid_message_closes_its_client_without_corrupting_the_stream(hostile):  # type: ignore[no-untyped-def]
-    raw = RawClient(hostile.host, hostile.port)
-    login = ServerLogin("app", "app_pass")
-    raw.send(login.startup({"user": "app", "database": "cut_mid_row"}))
-    while not login.done:
-        msg_type, body = raw.read_message()
-        reply = login.feed(ord(msg_type), body)
-        if reply:
-            raw.send(reply)
+    raw = raw_login(hostile, dbname="cut_mid_row")
     raw.send(build.query("select 1"))
     assert raw.read_message()[0] == "T"
     received = b""

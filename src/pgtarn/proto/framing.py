@@ -47,8 +47,9 @@ class MessageScanner:
         """True when no message is partly received."""
         return self._skip == 0 and not self._buf
 
-    def _check_length(self, msg_type: int, length: int) -> None:
+    def _check_length(self, msg_type: int, length: int, at: int = -1) -> None:
         if length < 4 or length > self.max_size:
+            self.error_at = at
             raise ProtocolViolation(
                 f"invalid message length {length} for message type {chr(msg_type)!r}"
             )
@@ -87,8 +88,7 @@ class MessageScanner:
                 # Keep the bad header: every later feed fails on it again (via _resume) and
                 # nothing more is buffered, whatever the caller does after the error.
                 self._buf = bytearray(data[pos : pos + 5])
-                self.error_at = pos
-                self._check_length(msg_type, length)
+                self._check_length(msg_type, length, pos)
             end = pos + 1 + length
             if msg_type in watch:
                 if end > n:
@@ -115,7 +115,6 @@ class MessageScanner:
                 return -1
         msg_type = buf[0]
         length: int = _UINT32.unpack_from(buf, 1)[0]
-        self.error_at = -1
         self._check_length(msg_type, length)
         total = 1 + length
         if msg_type not in self.watch:
