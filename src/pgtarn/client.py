@@ -331,7 +331,9 @@ class ClientConnection(asyncio.Protocol):
         if self.statement_mode:
             data = self._refuse_transaction_blocks(data)
             if not data and not self.expected and self.server is None:
-                self.query_start = 0.0  # answered here: no query under way
+                # answered here: no query under way, and the client was not idle
+                self.query_start = 0.0
+                self.idle_since = monotonic()
         scanner = self.scanner
         if self.statements is not None:  # statement tracking is on, not yet needed
             at_boundary = scanner.at_boundary

@@ -55,7 +55,13 @@ class Janitor:
         in_use = self.visit_clients(now, auto)
         if auto:
             for pool in registry:
-                if (pool.auto and id(pool) not in in_use and not pool.busy
+                if not pool.auto:
+                    continue
+                if id(pool) in in_use:
+                    # idle time counts from the last client leaving, not from the last
+                    # acquire: a session client can hold its server for hours
+                    pool.last_used = now
+                elif (not pool.busy
                         and not pool.waiting and not pool.welcome_waiters
                         and now - pool.last_used > config.autodb_idle_timeout):
                     registry.free(pool)

@@ -466,6 +466,7 @@ class ServerConnection(asyncio.Protocol):
     def start_check(self) -> None:
         """Idle too long: run server_check_query before reuse (a dead server closes)."""
         query = self.runtime.config.server_check_query
+        self.last_used = time.monotonic()  # from now on: how long the check takes
         self.run_internal(["" if query == "<empty>" else query], self._after_check)
 
     def _after_check(self) -> None:
@@ -513,17 +514,24 @@ async def open_connection(
 
 async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, config: Config,
                               still_wanted: Callable[[], bool]) -> None:
-    """Open a connection and send a CancelRequest, giving up after cancel_wait_timeout."""
+    """Open a connection and send a CancelRequest, giving up after cancel_wait_timeout.
+
+    cancel_wait_timeout = 0 falls back to server_connect_timeout rather than waiting
+    forever: a cancel nobody can deliver must not hold a task for good.
+    """
     class _Once(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             if still_wanted():
                 cast(asyncio.Transport, transport).write(build.cancel_request(pid, key))
             transport.close()
 
+    timeout = config.cancel_wait_timeout or config.server_connect_timeout
     try:
-        await open_connection(db, _Once, config.cancel_wait_timeout, config.unix_socket_dir)
+        await open_connection(db, _Once, timeout, config.unix_socket_dir)
     except (TimeoutError, OSError) as exc:
-        reason = str(exc) or f"cancel_wait_timeout ({config.cancel_wait_timeout:g} s)"
+        reason = str(exc) or (
+            f"cancel_wait_timeout ({timeout:g} s)" if config.cancel_wait_timeout
+            else f"cancel_wait_timeout (0: server_connect_timeout, {timeout:g} s)")
         log.warning("cancel request to %s:%s failed: %s", db.host, db.port, reason)
 
 

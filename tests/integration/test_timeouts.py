@@ -116,6 +116,28 @@ def test_server_idle_timeout_closes_idle_servers_down_to_min_pool_size(  # type:
     assert proc.log_text().count("server_idle_timeout") >= 3
 
 
+def test_server_whose_reset_is_never_answered_is_closed_after_server_connect_timeout(  # type: ignore[no-untyped-def]
+        pgtarn_factory, fault_proxy):
+    proc = pgtarn_factory(
+        databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
+        settings={"pool_mode": "session", "server_connect_timeout": 1})
+    with admin(proc) as console:
+        with connect(proc, autocommit=True) as conn:
+            assert conn.execute("select 1").fetchone() == (1,)
+            fault_proxy.blackhole()  # the reset (DISCARD ALL) after the client leaves vanishes
+        try:
+            wait_until(lambda: [r["state"] for r in show(console, "SERVERS")
+                                if r["database"] == "app"] in (["tested"], []),
+                       what="server resetting")
+            wait_until(lambda: not [r for r in show(console, "SERVERS")
+                                    if r["database"] == "app"], what="stuck server closed")
+        finally:
+            fault_proxy.blackhole(False)
+    assert "reset or check not answered" in proc.log_text()
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("select 2").fetchone() == (2,)
+
+
 # --- clients --------------------------------------------------------------------------------
 
 
@@ -150,6 +172,22 @@ def test_client_idle_timeout_per_user(pgtarn_factory):  # type: ignore[no-untype
     assert "client_idle_timeout" in fields["M"]
     assert query(other, "select 1") == b"I"  # idle as long, still served
     other.close()
+
+
+def test_client_idle_timeout_counts_statements_answered_by_pgtarn(pgtarn_factory):  # type: ignore[no-untyped-def]
+    # statement mode answers BEGIN itself; a client doing so is still not idle
+    proc = pgtarn_factory(settings={"pool_mode": "statement", "client_idle_timeout": 1.0})
+    raw = raw_login(proc)
+    end = time.monotonic() + 2.5
+    while time.monotonic() < end:
+        raw.send(build.query("begin"))
+        refused = raw.read_until("Z")
+        assert refused[-1][0] == "E" and error_fields(refused[-1][1])["C"] == "0A000"
+        assert raw.read_message() == ("Z", b"I")
+        time.sleep(0.3)
+    assert query(raw, "select 1") == b"I"
+    fields = final_error(raw)  # and idle at last: timed out
+    assert (fields["S"], fields["C"]) == ("FATAL", "57P05")
 
 
 def test_idle_transaction_timeout_rolls_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
@@ -222,11 +260,16 @@ def test_query_wait_timeout_per_database(pgtarn_factory, pg_cluster):  # type: i
         assert later.execute("select 3").fetchone() == (3,)
 
 
+@pytest.mark.parametrize("limits", [
+    {"cancel_wait_timeout": 0.3},
+    # 0 is no timeout of its own, yet still bounded: server_connect_timeout's
+    {"cancel_wait_timeout": 0, "server_connect_timeout": 0.3},
+], ids=["own", "zero"])
 def test_cancel_wait_timeout_when_the_cancel_cannot_connect(  # type: ignore[no-untyped-def]
-        pgtarn_factory, fault_proxy, pg_cluster):
+        pgtarn_factory, fault_proxy, pg_cluster, limits):
     proc = pgtarn_factory(
         databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
-        settings={"query_timeout": 1, "cancel_wait_timeout": 0.3, "default_pool_size": 1})
+        settings={"query_timeout": 1, "default_pool_size": 1, **limits})
     with superuser_connect(pg_cluster) as su, connect(proc, autocommit=True) as conn:
         pid = pid_of(conn)
         fault_proxy.stall_connects()  # the query's server connection carries on
@@ -243,16 +286,21 @@ def test_cancel_wait_timeout_when_the_cancel_cannot_connect(  # type: ignore[no-
 
 
 def test_autodb_idle_timeout_forgets_an_unused_automatic_database(pgtarn_factory):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(settings={"autodb_idle_timeout": 0.5})
+    timeout = 1.0
+    proc = pgtarn_factory(settings={"autodb_idle_timeout": timeout})
     with admin(proc) as console:
         with connect(proc, dbname="postgres", autocommit=True) as conn:
             conn.execute("select 1")
             assert any(r["name"] == "postgres" for r in show(console, "DATABASES"))
-            time.sleep(1.0)  # in use: kept
+            time.sleep(1.5 * timeout)  # in use, though its last query was long ago: kept
             assert any(r["database"] == "postgres" for r in show(console, "POOLS"))
+            left = time.monotonic()
         wait_until(lambda: not any(r["name"] == "postgres"
                                    for r in show(console, "DATABASES")),
                    what="automatic database forgotten")
+        # idle time counts from the last client leaving (less one janitor interval), never
+        # from the last query: forgetting it sooner is the timeout firing early
+        assert time.monotonic() - left >= timeout - 0.2
         assert not any(r["database"] == "postgres" for r in show(console, "POOLS"))
         assert any(r["name"] == "app" for r in show(console, "DATABASES"))  # configured: kept
     with connect(proc, dbname="postgres", autocommit=True) as conn:  # and made again on demand

@@ -257,6 +257,11 @@ class Pool(Generic[S]):
         """The janitor's periodic visit: login timeouts, lifetimes, waits, retries, reserve."""
         for server in [s for s in self.login if now - s.created_at > self.connect_timeout]:
             server.close("server_connect_timeout")
+        if self.tested:
+            # a reset or health check is a short round trip: unanswered for as long as a
+            # login may take, the server is gone or stuck (a waiting client gets another)
+            for server in [s for s in self.tested if now - s.last_used > self.connect_timeout]:
+                server.close("server_connect_timeout: reset or check not answered")
         if self.idle:
             self._expire_idle(now)
         if self.wait_timeout > 0 and self.max_wait(now) > self.wait_timeout:

@@ -26,6 +26,7 @@ class FakeServer:
 
     def start_check(self) -> None:
         self.checks += 1
+        self.last_used = self.pool.clock()  # as the real server: the check's start
 
 
 class FakeClient:
@@ -236,6 +237,35 @@ def test_server_idle_past_check_delay_is_checked_before_reuse() -> None:
     assert len(launched) == 2
     ready(pool, launched[1])
     assert d.server is launched[1]
+
+
+def test_reset_or_check_unanswered_for_connect_timeout_closes_the_server() -> None:
+    pool, clock, launched = make_pool(pool_size=2)
+    pool.connect_timeout = 5.0
+    pool.check_delay = 30.0
+    first, second = FakeClient(), FakeClient()
+    pool.acquire(first)
+    pool.acquire(second)
+    ready(pool, launched[0])
+    ready(pool, launched[1])
+    resetting, checked = launched
+    pool.release(checked)
+    clock.now += 31
+    resetting.last_used = clock.now
+    pool.begin_reset(resetting)  # its client left; the reset never answers
+    waiter = FakeClient()
+    assert pool.acquire(waiter) is None and checked in pool.tested  # its check never answers
+    clock.now += 4.9
+    pool.tick(clock.now)
+    assert resetting.closed is None and checked.closed is None  # not early
+    clock.now += 0.2
+    pool.tick(clock.now)
+    assert resetting.closed is not None and "server_connect_timeout" in resetting.closed
+    assert checked.closed is not None and "server_connect_timeout" in checked.closed
+    assert not pool.tested
+    assert len(launched) == 3  # the waiter's replacement
+    ready(pool, launched[2])
+    assert waiter.server is launched[2]
 
 
 def test_changed_connection_string_closes_servers_on_release() -> None:
