@@ -24,6 +24,7 @@ from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging
 from .metrics import serve_metrics
 from .pool.stats import Totals, averages, sum_totals
+from .proto.client_side import forget_derived_secrets
 from .runtime import ReloadReport, Runtime
 from .server import launch_server
 
@@ -237,6 +238,7 @@ class App:
                 report.changed.append(f"[users] {name}")
         self.runtime.config = config
         self.runtime.userlist = userlist
+        forget_derived_secrets()
         raise_fd_limit(config)
         self.runtime.registry.apply(config)
         self._open_forced_pools()

@@ -22,10 +22,13 @@ __all__ = [
     "ScramServer",
     "ScramVerifier",
     "choose_mechanism",
+    "client_key_for",
+    "forget_salted_passwords",
     "make_verifier",
     "parse_sasl_mechanisms",
     "parse_verifier",
     "saslprep",
+    "stored_key_for",
 ]
 
 MECHANISM = "SCRAM-SHA-256"
@@ -146,9 +149,26 @@ def parse_verifier(s: str) -> ScramVerifier | None:
 
 @lru_cache(maxsize=256)
 def _salted_password(password: str, salt: bytes, iterations: int) -> bytes:
-    # Cached: PostgreSQL sends the same salt for a role at every login, so a pool opening
-    # servers pays PBKDF2 (blocking the event loop) once per role, not once per server.
+    # Cached for logins towards PostgreSQL only: it sends the same salt for a role at every
+    # login, so a pool opening servers pays PBKDF2 (blocking the event loop) once per role,
+    # not once per server. Never for passwords a client typed: those must not linger here.
     return hashlib.pbkdf2_hmac("sha256", saslprep(password), salt, iterations)
+
+
+def forget_salted_passwords() -> None:
+    """Drop the cached derivations (RELOAD: the passwords they came from may be gone)."""
+    _salted_password.cache_clear()
+
+
+def client_key_for(password: str, salt: bytes, iterations: int) -> bytes:
+    """The ClientKey a password yields with a salt (PBKDF2 each time: nothing is kept)."""
+    salted = hashlib.pbkdf2_hmac("sha256", saslprep(password), salt, iterations)
+    return _hmac(salted, b"Client Key")
+
+
+def stored_key_for(client_key: bytes) -> bytes:
+    """The StoredKey a verifier keeps for a ClientKey."""
+    return _h(client_key)
 
 
 def make_verifier(
@@ -159,7 +179,7 @@ def make_verifier(
         raise ValueError("iterations must be at least 1")
     if salt is None:
         salt = secrets.token_bytes(_SALT_BYTES)
-    salted = _salted_password(password, salt, iterations)
+    salted = hashlib.pbkdf2_hmac("sha256", saslprep(password), salt, iterations)
     client_key = _hmac(salted, b"Client Key")
     return ScramVerifier(iterations, bytes(salt), _h(client_key), _hmac(salted, b"Server Key"))
 

@@ -8,13 +8,20 @@ way, so the error never tells which of user name or password was wrong.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from functools import lru_cache
 
 from ..auth.md5 import is_md5_secret, md5_secret, md5_verify
-from ..auth.scram import ScramServer, ScramVerifier, make_verifier, parse_verifier, saslprep
+from ..auth.scram import (
+    ScramServer,
+    ScramVerifier,
+    client_key_for,
+    forget_salted_passwords,
+    make_verifier,
+    parse_verifier,
+    stored_key_for,
+)
 from ..errors import AuthFailed, PgtarnError, ProtocolViolation
 from . import build
 from .messages import parse_password, parse_sasl_initial_response
@@ -145,13 +152,9 @@ class ClientAuth:
             raise _failed(self.user)
         verifier = self._verifier
         if verifier is not None:
-            candidate = make_verifier(password, verifier.salt, verifier.iterations)
-            ok = secrets.compare_digest(candidate.stored_key, verifier.stored_key)
+            client_key = client_key_for(password, verifier.salt, verifier.iterations)
+            ok = secrets.compare_digest(stored_key_for(client_key), verifier.stored_key)
             if ok:
-                salted = hashlib.pbkdf2_hmac(
-                    "sha256", saslprep(password), verifier.salt, verifier.iterations
-                )
-                client_key = hmac.new(salted, b"Client Key", "sha256").digest()
                 self.scram_keys = (client_key, verifier.server_key)
         elif is_md5_secret(secret):
             ok = secrets.compare_digest(md5_secret(password, self.user), secret)
@@ -165,13 +168,30 @@ class ClientAuth:
 
 # A plaintext auth_file secret becomes a verifier once (with a salt of its own), not at every
 # login: PBKDF2 is the costliest step of a login and would block the event loop each time.
-# PostgreSQL likewise keeps one salt per role. Bounded, so made-up names cannot grow it.
+# PostgreSQL likewise keeps one salt per role. Bounded; only names in the auth_file get here.
 @lru_cache(maxsize=4096)
 def _plain_verifier(user: str, secret: str, iterations: int) -> ScramVerifier:
     # keyed by user too: two users sharing a password must not share a salt either
     return make_verifier(secret, iterations=iterations)
 
 
-@lru_cache(maxsize=4096)
+#: Made-up verifiers are keyed with this: stable for a name while the process lives, unknown
+#: outside it, so nobody can tell them from real ones.
+_MOCK_KEY = secrets.token_bytes(32)
+
+
 def _mock_verifier(user: str, iterations: int) -> ScramVerifier:
-    return make_verifier(secrets.token_hex(16), iterations=iterations)
+    # HMACs, not PBKDF2: probing made-up names must cost pgtarn no more than a real login
+    # (which, against a stored verifier, runs no PBKDF2 either), and nothing is cached
+    name = user.encode("utf-8", "surrogatepass")
+
+    def part(label: bytes) -> bytes:
+        return hmac.new(_MOCK_KEY, label + b"\x00" + name, "sha256").digest()
+
+    return ScramVerifier(iterations, part(b"salt")[:16], part(b"stored"), part(b"server"))
+
+
+def forget_derived_secrets() -> None:
+    """RELOAD: drop verifiers and derivations made from secrets that may have changed."""
+    _plain_verifier.cache_clear()
+    forget_salted_passwords()

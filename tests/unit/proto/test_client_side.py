@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import struct
 
 import pytest
 
+from pgtarn.auth import scram
 from pgtarn.auth.md5 import md5_response, md5_secret
 from pgtarn.auth.scram import ScramClient, make_verifier
 from pgtarn.errors import AuthFailed, PgtarnError
 from pgtarn.proto import build
-from pgtarn.proto.client_side import ClientAuth
+from pgtarn.proto.client_side import ClientAuth, forget_derived_secrets
 from pgtarn.proto.framing import split_messages
 
 
@@ -91,3 +93,46 @@ def test_trust_and_any() -> None:
         ClientAuth("trust", "nobody", None)
     assert info.value.sqlstate == "28000"
     assert ClientAuth("any", "nobody", None).start() == build.AUTH_OK
+
+
+def server_first_salt(auth: ClientAuth) -> str:
+    """The salt (s=) a SCRAM login is challenged with."""
+    assert request_code(auth.start()) == 10
+    first = build.sasl_initial_response("SCRAM-SHA-256", ScramClient("x").client_first())
+    server_first = split_messages(auth.feed(first[5:]))[0][1][4:].decode()
+    return dict(part.split("=", 1) for part in server_first.split(","))["s"]
+
+
+def test_unknown_users_are_challenged_without_pbkdf2_and_each_with_a_stable_salt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pbkdf2(*args: object) -> bytes:
+        raise AssertionError("PBKDF2 run for a made-up user")
+
+    monkeypatch.setattr(scram.hashlib, "pbkdf2_hmac", no_pbkdf2)
+    salts = {name: server_first_salt(ClientAuth("scram-sha-256", name, None))
+             for name in ("ghost", "ghost2", "\udcff")}
+    assert len(set(salts.values())) == 3  # one salt per name, as PostgreSQL keeps per role
+    assert server_first_salt(ClientAuth("scram-sha-256", "ghost", None)) == salts["ghost"]
+    assert len(base64.b64decode(salts["ghost"])) == 16  # as long as a real verifier's salt
+
+
+def test_passwords_typed_by_clients_are_never_cached() -> None:
+    verifier = make_verifier("pw", iterations=16).to_string()
+    before = scram._salted_password.cache_info().currsize
+    for attempt in ("pw", "wrong", "also wrong"):
+        auth = ClientAuth("plain", "u", verifier)
+        auth.start()
+        if attempt == "pw":
+            assert auth.feed(b"pw\x00") == build.AUTH_OK
+            assert auth.scram_keys is not None  # passthrough keys from the one PBKDF2 run
+        else:
+            with pytest.raises(AuthFailed):
+                auth.feed(attempt.encode() + b"\x00")
+    assert scram._salted_password.cache_info().currsize == before
+
+
+def test_reload_forgets_the_verifiers_made_from_plaintext_secrets() -> None:
+    salt = server_first_salt(ClientAuth("scram-sha-256", "u", "pw"))
+    assert server_first_salt(ClientAuth("scram-sha-256", "u", "pw")) == salt  # made once
+    forget_derived_secrets()
+    assert server_first_salt(ClientAuth("scram-sha-256", "u", "pw")) != salt
