@@ -856,6 +856,12 @@ class ClientConnection(asyncio.Protocol):
     def server_lost(self, server: ServerConnection) -> None:
         """Our linked server died: the client's transaction is gone; tell it and close."""
         self.server = None
+        if server.fatal and server.scanner.at_boundary:
+            # PostgreSQL's own FATAL reached the client (terminated, shut down): that is
+            # the reason it sees, not followed by a second error of ours
+            self.close_reason = f"server sent FATAL {server.fatal}"
+            self.close()
+            return
         self._close_after(server, PgtarnError(
             "server connection crashed or was terminated", sqlstate="08006", severity="FATAL"))
 

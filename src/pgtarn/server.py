@@ -71,6 +71,7 @@ class ServerConnection(asyncio.Protocol):
         "connstr",
         "created_at",
         "db",
+        "fatal",
         "id",
         "last_used",
         "local_addr",
@@ -110,6 +111,9 @@ class ServerConnection(asyncio.Protocol):
         self.statements: ServerStatements | None = None
         self.closed = False
         self.close_needed = False
+        #: The message of a FATAL (or PANIC) PostgreSQL sent while linked: the client
+        #: already knows why the server is about to go away.
+        self.fatal = ""
         self.created_at = time.monotonic()
         self.last_used = self.created_at
         self.connect_time = time.time()  # for display only
@@ -275,6 +279,8 @@ class ServerConnection(asyncio.Protocol):
                 start = end
             elif msg_type == 0x53:
                 self._parameter_status(body)
+            elif msg_type == 0x45:
+                self._relayed_error(body)
         if start < len(data) and not self.swallow and self.client is not None:
             self.client.write(data[start:] if start else data)
 
@@ -355,6 +361,8 @@ class ServerConnection(asyncio.Protocol):
                     continue
                 if action == ERROR_REPLACE:
                     message = _rebuild(0x45, statements.replacement)
+                else:
+                    self._relayed_error(body)
             elif msg_type == 0x53:
                 self._parameter_status(body)
             out += message
@@ -418,6 +426,12 @@ class ServerConnection(asyncio.Protocol):
             fields = parse_fields(body)
             log.warning("%r: internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
         return False
+
+    def _relayed_error(self, body: bytes) -> None:
+        """An ErrorResponse passed to the client: remember a FATAL, the server's last word."""
+        fields = parse_fields(body)
+        if fields.get("S") in ("FATAL", "PANIC"):
+            self.fatal = f'{fields.get("C", "")} {fields.get("M", "")}'
 
     def _parameter_status(self, body: bytes) -> None:
         name, value = parse_parameter_status(body)

@@ -7,8 +7,11 @@ import time
 import psycopg
 import pytest
 
+from pgtarn.proto import build
+
 from .drivers import connect
 from .pgstat import backend_pids, superuser_connect, wait_until
+from .test_timeouts import final_error, raw_login
 
 pytestmark = pytest.mark.integration
 
@@ -41,10 +44,23 @@ def test_terminated_backend_mid_transaction(pgtarn_factory, pg_cluster):  # type
         su.execute("select pg_terminate_backend(%s)", pid)
         with pytest.raises(psycopg.OperationalError) as info:
             victim.execute("select 2")
-        # PostgreSQL's own FATAL (57P01) is relayed, or ours (08006) if it came first
-        assert info.value.sqlstate in ("57P01", "08006")
+        assert info.value.sqlstate == "57P01"  # PostgreSQL's own FATAL, relayed
     with connect(proc, autocommit=True) as fresh:
         assert fresh.execute("select pg_backend_pid()").fetchone() != pid
+
+
+def test_a_fatal_from_postgresql_is_the_only_error_its_client_gets(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_cluster):
+    proc = pgtarn_factory(settings={"pool_mode": "session"})
+    raw = raw_login(proc)
+    raw.send(build.query("select pg_backend_pid()"))
+    pid = int(next(body for kind, body in raw.read_until("Z") if kind == "D")[6:])
+    with superuser_connect(pg_cluster) as su:
+        su.execute("select pg_terminate_backend(%s)", (pid,))
+    fields = final_error(raw)  # one ErrorResponse, then the connection closes
+    assert (fields["S"], fields["C"]) == ("FATAL", "57P01")
+    assert "terminating connection" in fields["M"]
+    assert "server sent FATAL 57P01" in proc.log_text()
 
 
 def test_idle_servers_that_died_are_not_reused(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
