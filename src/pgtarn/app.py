@@ -27,6 +27,7 @@ from .pool.stats import Totals, averages, sum_totals
 from .proto.client_side import forget_derived_secrets
 from .runtime import ReloadReport, Runtime
 from .server import launch_server
+from .tls import client_context, server_context
 
 log = logging.getLogger("pgtarn")
 
@@ -78,6 +79,7 @@ class App:
             log.warning("config: %s", warning)
         raise_fd_limit(config)
         runtime = Runtime(config, read_userlist(config))
+        runtime.client_tls, runtime.server_tls = client_context(config), server_context(config)
         self.runtime = runtime
         runtime.control = self
         runtime.registry.launch = lambda pool, db: launch_server(runtime, pool, db)
@@ -213,6 +215,8 @@ class App:
         try:
             config = load_config(self.config_path)
             userlist = read_userlist(config)
+            # certificates, keys and CA files are read again, whether or not a setting changed
+            client_tls, server_tls = client_context(config), server_context(config)
             setup_logging(config, self.verbose, self.quiet)
         except (ConfigError, OSError) as exc:
             log.error("reload failed, keeping the old configuration: %s", exc)
@@ -238,6 +242,7 @@ class App:
                 report.changed.append(f"[users] {name}")
         self.runtime.config = config
         self.runtime.userlist = userlist
+        self.runtime.client_tls, self.runtime.server_tls = client_tls, server_tls
         forget_derived_secrets()
         raise_fd_limit(config)
         self.runtime.registry.apply(config)

@@ -18,6 +18,7 @@ import logging
 import os
 import secrets
 import socket
+import ssl
 import struct
 import time
 from bisect import bisect_left
@@ -42,6 +43,7 @@ from .proto.messages import (
 from .session.framer import SYNC_MARK, ClientFramer, Part
 from .session.prepared import FORGETS_ALL, ClientStatements
 from .session.sqlnames import has_statement_words, may_name_statements
+from .tls import ALPN, TlsTransport, certificate_name, describe
 
 if TYPE_CHECKING:
     from .config import DatabaseEntry
@@ -66,6 +68,8 @@ TRACKED_DEFAULT = (
     "application_name",
 )
 PENDING_PAUSE = 256 * 1024
+#: client_tls_sslmode values under which a TCP client must use TLS.
+TLS_REQUIRED = frozenset({"require", "verify-ca", "verify-full"})
 RFQ_IDLE = build.ready_for_query(b"I")
 TRANSACTION_REFUSED = build.error_response(
     "0A000",
@@ -146,6 +150,7 @@ class ClientConnection(asyncio.Protocol):
         "statement_mode",
         "statements",
         "stats",
+        "tls",
         "transport",
         "user",
         "wait_notified",
@@ -158,6 +163,8 @@ class ClientConnection(asyncio.Protocol):
         self.id = next(runtime.ids)
         self.state = State.STARTUP
         self.transport: asyncio.Transport | None = None
+        #: The TLS layer once the client asked for TLS (it is then self.transport too).
+        self.tls: TlsTransport | None = None
         self.addr = ""
         self.user = ""
         self.database = ""
@@ -516,6 +523,11 @@ class ClientConnection(asyncio.Protocol):
     # --- startup and authentication --------------------------------------------------------------
 
     def _startup(self, data: bytes) -> None:
+        if data[:1] == b"\x16" and self.tls is None and not self.startup_reader.pending:
+            # A TLS record where a startup packet's length begins (no startup packet is that
+            # long): direct TLS, as PostgreSQL 17's sslnegotiation=direct
+            self._direct_tls(data)
+            return
         body, rest = self.startup_reader.feed(data)
         if body is None:
             return
@@ -528,6 +540,12 @@ class ClientConnection(asyncio.Protocol):
                 "server supports 3.0 to 3.0", sqlstate="0A000", severity="FATAL")
         packet = parse_startup(body)
         if packet.code in (SSL_REQUEST, GSSENC_REQUEST):
+            context = self.runtime.client_tls
+            if (packet.code == SSL_REQUEST and context is not None and self.tls is None
+                    and self.addr != "unix"):
+                self.write(b"S")
+                self._start_tls(context, rest, direct=False)
+                return
             self.write(b"N")
             if rest:
                 self._startup(rest)
@@ -541,6 +559,52 @@ class ClientConnection(asyncio.Protocol):
         self._login(packet)
         if rest and self.state is State.AUTH:
             self._auth_data(rest)
+
+    def _direct_tls(self, data: bytes) -> None:
+        context = self.runtime.client_tls
+        if context is None or self.addr == "unix":
+            # No TLS here, and nothing a TLS client could read as an error: just close.
+            self.close_reason = "direct TLS connection, but client TLS is disabled"
+            if self.runtime.config.log_connections:
+                log.info("%r: closing because: %s", self, self.close_reason)
+            assert self.transport is not None
+            self.transport.close()
+            return
+        self._start_tls(context, data, direct=True)
+
+    def _start_tls(self, context: ssl.SSLContext, received: bytes, direct: bool) -> None:
+        """Go on over TLS; received: bytes already read that belong to the handshake."""
+        raw = self.transport
+        assert raw is not None
+        tls = TlsTransport(raw, context, self, server_side=True, received=received,
+                           on_ready=lambda: self._tls_ready(direct), on_failed=self._tls_failed)
+        self.transport = self.tls = tls
+        tls.start()
+
+    def _tls_ready(self, direct: bool) -> None:
+        assert self.tls is not None
+        if direct and self.tls.ssl_object.selected_alpn_protocol() != ALPN:
+            # as PostgreSQL 17: direct TLS only with ALPN, so it cannot be mistaken for
+            # another protocol's TLS
+            self.close(PgtarnError(
+                "received direct SSL connection request without ALPN protocol negotiation "
+                "extension", sqlstate="08P01"))
+
+    def _tls_failed(self, exc: Exception) -> None:
+        self.close_reason = f"TLS failed: {exc}"
+        if self.runtime.config.log_connections:
+            log.info("%r: TLS failed: %s", self, exc)
+
+    def _check_certificate(self, user: str) -> None:
+        """auth_type = cert, client_tls_sslmode = verify-full: the certificate names user."""
+        name = certificate_name(self.tls)
+        if name is None:
+            raise PgtarnError("connection requires a valid client certificate",
+                              sqlstate="28000")
+        if name != user:
+            log.info("%r: certificate CN %r is not user %r", self, name, user)
+            raise PgtarnError(f'certificate authentication failed for user "{user}"',
+                              sqlstate="28000")
 
     def _login(self, packet: StartupPacket) -> None:
         config = self.runtime.config
@@ -568,7 +632,11 @@ class ClientConnection(asyncio.Protocol):
             elif name.lower() not in ignored:
                 raise PgtarnError(f"unsupported startup parameter: {name}", sqlstate="08P01")
         if config.log_connections:
-            log.info("%r: login attempt: db=%s user=%s", self, self.database, user)
+            log.info("%r: login attempt: db=%s user=%s tls=%s", self, self.database, user,
+                     describe(self.tls) or "no")
+        tls_mode = config.client_tls_sslmode
+        if self.tls is None and self.addr != "unix" and tls_mode in TLS_REQUIRED:
+            raise PgtarnError("SSL required", sqlstate="28000")
         if admin:
             self.admin_role = self._admin_role(user)
             if local_admin:
@@ -584,6 +652,10 @@ class ClientConnection(asyncio.Protocol):
                 raise PgtarnError(f'no such database: "{self.database}"', sqlstate="3D000")
             self.db = db
             auth_type = config.auth_type
+        if auth_type == "cert" or (tls_mode == "verify-full" and self.tls is not None):
+            self._check_certificate(user)
+        if auth_type == "cert":
+            auth_type = "any"  # the certificate was the proof
         secret = self.runtime.userlist.get(user)
         self.auth = ClientAuth(auth_type, user, secret, config.scram_iterations)
         self.state = State.AUTH

@@ -329,6 +329,42 @@ class TempCluster:
                 atexit.unregister(self.cleanup)
                 self._atexit_registered = False
 
+    def enable_tls(self, cert_file: str, key_file: str, ca_file: str | None = None,
+                   hba_first: tuple[str, ...] = ()) -> None:
+        """Turn on ssl with this certificate (copied into the data directory) and reload.
+
+        hba_first: pg_hba.conf lines put before the others (say, hostssl-only roles).
+        ca_file: clients' certificates are checked against it when they present one.
+        """
+        data = Path(self.data_dir)
+        account = self._run_as_postgres()
+        settings = {"ssl": "on", "ssl_cert_file": "server.crt", "ssl_key_file": "server.key"}
+        copies = [(cert_file, "server.crt"), (key_file, "server.key")]
+        if ca_file:
+            copies.append((ca_file, "root.crt"))
+            settings["ssl_ca_file"] = "root.crt"
+        for source, name in copies:
+            target = data / name
+            shutil.copyfile(source, target)
+            os.chmod(target, 0o600)  # postgres refuses a key others can read
+            if account is not None:
+                os.chown(target, account.pw_uid, account.pw_gid)
+        with open(data / "postgresql.conf", "a", encoding="utf-8") as fh:
+            fh.write("".join(f"{key} = '{value}'\n" for key, value in settings.items()))
+        if hba_first:
+            hba = data / "pg_hba.conf"
+            lines = hba.read_text(encoding="utf-8").splitlines()
+            hba.write_text("\n".join([*hba_first, *lines]) + "\n", encoding="utf-8")
+        if self._started:
+            self.psql("SELECT pg_reload_conf()")
+            # reloading is asynchronous: wait until the new ssl setting is in effect
+            for _ in range(200):
+                if self.psql("SHOW ssl").strip() == "on":
+                    break
+                time.sleep(0.05)
+            else:
+                raise ClusterError("ssl did not turn on after reload")
+
     # -- SQL helpers
 
     def psql(self, sql: str, dbname: str = "postgres") -> str:

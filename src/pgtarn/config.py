@@ -783,10 +783,6 @@ def _cross_check(cfg: Config, origins: Mapping[str, str]) -> list[str]:
         if cfg.min_pool_size_for(db) > size:
             out.append(f"{db.line}: {db.name}: min_pool_size {cfg.min_pool_size_for(db)} > "
                        f"pool size {size}")  # fmt: skip
-    if cfg.client_tls_sslmode != "disable" and not (
-        cfg.client_tls_key_file and cfg.client_tls_cert_file
-    ):
-        warn("client_tls_sslmode", "needs client_tls_key_file and client_tls_cert_file")
     if not cfg.listen_addr and not cfg.unix_socket_dir:
         warn("listen_addr", "neither listen_addr nor unix_socket_dir is set; nothing to listen on")
     return out

@@ -24,6 +24,12 @@ class ProtocolViolation(PgtarnError):
     sqlstate = "08P01"
 
 
+class TlsFailed(PgtarnError):
+    """TLS to a server could not be set up (refused, or its certificate not accepted)."""
+
+    sqlstate = "08006"
+
+
 class AuthFailed(PgtarnError):
     """Authentication of a client failed."""
 

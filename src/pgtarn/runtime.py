@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
@@ -66,6 +67,10 @@ class Runtime:
         self.period_totals: dict[str, Totals] = {}
         self.averages: dict[str, Totals] = {}
         self.overall_averages = Totals()
+        #: TLS towards clients and towards PostgreSQL (None: off), made from the settings
+        #: at start and at each RELOAD.
+        self.client_tls: ssl.SSLContext | None = None
+        self.server_tls: ssl.SSLContext | None = None
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run a short-lived task that is kept referenced until it ends."""

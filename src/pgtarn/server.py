@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from .config import Config, DatabaseEntry
-from .errors import PgtarnError, ProtocolViolation
+from .errors import PgtarnError, ProtocolViolation, TlsFailed
 from .pool.pool import Pool
 from .proto import build
 from .proto.framing import MessageScanner
@@ -29,6 +29,7 @@ from .session.prepared import (
     READY_UNHIDE,
     ServerStatements,
 )
+from .tls import TlsTransport
 
 if TYPE_CHECKING:
     from .client import ClientConnection
@@ -53,7 +54,7 @@ TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
 def is_transient(error: PgtarnError) -> bool:
     """A login failure that may pass; a server breaking the protocol will not, so waiting
     clients get its error at once instead of after server_connect_timeout."""
-    if isinstance(error, ProtocolViolation):
+    if isinstance(error, (ProtocolViolation, TlsFailed)):
         return False
     return error.sqlstate.startswith("08") or error.sqlstate in TRANSIENT_SQLSTATES
 
@@ -85,6 +86,7 @@ class ServerConnection(asyncio.Protocol):
         "status",
         "swallow",
         "swallow_syncs",
+        "tls_answer",
         "transport",
     )
 
@@ -97,6 +99,8 @@ class ServerConnection(asyncio.Protocol):
         self.connstr = pool.connstr
         self._login: ServerLogin | None = login
         self.transport: asyncio.Transport | None = None
+        #: Waiting for PostgreSQL's one-byte answer to our SSLRequest.
+        self.tls_answer = False
         self.scanner = MessageScanner(ALL_TYPES, min(runtime.config.max_packet_size, LOGIN_MAX))
         self.client: ClientConnection | None = None
         self.params: dict[str, str] = {}
@@ -140,10 +144,56 @@ class ServerConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "unix")
         local = transport.get_extra_info("sockname")
         self.local_addr = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "unix"
-        assert self._login is not None
+        if self.runtime.server_tls is not None and isinstance(peer, tuple):
+            # TLS over TCP only, as libpq: a unix socket is local already
+            self.tls_answer = True
+            transport.write(build.SSL_REQUEST)
+            return
+        self._send_startup()
+
+    def _send_startup(self) -> None:
+        assert self._login is not None and self.transport is not None
         params = {"user": self._login.user, "database": self.db.dbname}
         params.update(self.db.startup_params)
-        transport.write(self._login.startup(params))
+        self.transport.write(self._login.startup(params))
+
+    def _tls_answered(self, data: bytes) -> None:
+        """PostgreSQL's answer to SSLRequest: 'S' (TLS from here), or 'N' (plaintext)."""
+        self.tls_answer = False
+        answer, rest = data[:1], data[1:]
+        context = self.runtime.server_tls
+        assert context is not None and self.transport is not None
+        if answer == b"S":
+            if rest:
+                # Bytes before the handshake would be read as if they were encrypted: a
+                # man in the middle's injection (CVE-2021-23222 in libpq).
+                raise ProtocolViolation("server sent unencrypted data after accepting TLS")
+            tls = TlsTransport(self.transport, context, self, server_side=False,
+                               server_hostname=self.db.host or None,
+                               on_ready=self._send_startup, on_failed=self._tls_failed)
+            self.transport = tls
+            tls.start()
+        elif answer == b"N":
+            if self.runtime.config.server_tls_sslmode != "prefer":
+                raise TlsFailed(
+                    "server does not support TLS, but server_tls_sslmode = "
+                    f"{self.runtime.config.server_tls_sslmode}")
+            self._send_startup()
+            if rest:
+                self._login_data(rest)
+        else:
+            raise ProtocolViolation(f"invalid answer to SSLRequest: {answer!r}")
+
+    def _tls_failed(self, exc: Exception) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        error = TlsFailed(f"could not connect to server: TLS: {exc}", severity="FATAL")
+        if self.runtime.config.log_disconnections:
+            log.info("%r: closing: %s", self, error.message)
+        if self._login is not None:
+            self._login = None
+            self._login_failed(error)
 
     def connection_failed(self, exc: BaseException) -> None:
         """The TCP/unix connect itself failed."""
@@ -211,7 +261,10 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             if self._login is not None:
-                self._login_data(data)
+                if self.tls_answer:
+                    self._tls_answered(data)
+                else:
+                    self._login_data(data)
             elif self.statements is None:
                 self._relay(data)
             else:

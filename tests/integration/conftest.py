@@ -20,6 +20,7 @@ from pgtarn.cluster import (
     userlist_line,
 )
 
+from .certs import Pki, make_pki
 from .faultproxy import FaultProxy
 
 ROLE_PASSWORDS: dict[str, str] = {
@@ -71,6 +72,47 @@ def pg_cluster() -> Iterator[TempCluster]:
             cluster.create_role(role, password, md5=(role == "md5_user"))
         cluster.psql("CREATE DATABASE app OWNER app;\nGRANT CONNECT ON DATABASE app TO PUBLIC;\n")
         cluster.psql(_setup_sql(), dbname="app")
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+TLS_ROLES = {"app": "app_pass", "scram_user": "scram_pass", "tls_only": "tls_only_pass",
+             "cert_user": None}
+"""Roles of the TLS cluster: tls_only may log in over TLS only, cert_user with a certificate
+(no password at all)."""
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The test CA and certificates (see certs.py), with a client certificate per role."""
+    return make_pki(tmp_path_factory.mktemp("pki"), ("app", "scram_user", "cert_user"))
+
+
+@pytest.fixture(scope="session")
+def pg_tls_cluster(pki: Pki) -> Iterator[TempCluster]:
+    """A second cluster with ssl = on (the test CA's certificate for localhost/127.0.0.1).
+
+    Roles: see TLS_ROLES; pg_hba lets tls_only in over hostssl only and cert_user only with
+    a client certificate of the test CA (method cert). Database app as in pg_cluster.
+    """
+    try:
+        cluster = TempCluster()
+    except PostgresNotFound as exc:
+        pytest.skip(f"integration tests need PostgreSQL server binaries: {exc}")
+    cluster.start()
+    try:
+        for role, password in TLS_ROLES.items():
+            cluster.create_role(role, password)
+        cluster.psql("CREATE DATABASE app OWNER app;\nGRANT CONNECT ON DATABASE app TO PUBLIC;\n")
+        cluster.psql(_setup_sql(), dbname="app")
+        hba = []
+        for addr in ("127.0.0.1/32", "::1/128"):
+            hba += [f"hostssl all tls_only {addr} scram-sha-256",
+                    f"host all tls_only {addr} reject",
+                    f"hostssl all cert_user {addr} cert",
+                    f"host all cert_user {addr} reject"]
+        cluster.enable_tls(pki.server.cert, pki.server.key, pki.ca, hba_first=tuple(hba))
         yield cluster
     finally:
         cluster.cleanup()

@@ -27,7 +27,7 @@ import struct
 import threading
 
 from pgtarn.proto import build
-from pgtarn.proto.messages import CANCEL_REQUEST, parse_startup
+from pgtarn.proto.messages import CANCEL_REQUEST, SSL_REQUEST, parse_startup
 
 HOST = "127.0.0.1"
 
@@ -39,6 +39,8 @@ class FakePostgres:
         self.port = 0
         self.seen: dict[str, int] = {}
         self.cancels = 0
+        #: What an SSLRequest is answered with (b"N": no TLS, as a server with ssl = off).
+        self.tls_answer = b"N"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -83,6 +85,15 @@ class FakePostgres:
     async def _script(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         length = struct.unpack("!I", await reader.readexactly(4))[0]
         packet = parse_startup(await reader.readexactly(length - 4))
+        if packet.code == SSL_REQUEST:
+            writer.write(self.tls_answer)
+            if self.tls_answer != b"N":
+                await writer.drain()
+                with contextlib.suppress(asyncio.IncompleteReadError, OSError):
+                    await reader.read(65536)
+                return
+            length = struct.unpack("!I", await reader.readexactly(4))[0]
+            packet = parse_startup(await reader.readexactly(length - 4))
         if packet.code == CANCEL_REQUEST:
             self.cancels += 1
             return

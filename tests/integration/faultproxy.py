@@ -177,10 +177,11 @@ class FaultProxy:
     included; ``accepted`` counts connections accepted since start().
     """
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int,
+                 listen_host: str = LISTEN_HOST) -> None:
         self.target_host = target_host
         self.target_port = target_port
-        self.host = LISTEN_HOST
+        self.host = listen_host
         self.port = 0
         self.accepted = 0
         self._pairs: set[_Pair] = set()
@@ -318,7 +319,7 @@ class FaultProxy:
     async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Pair(self).client, LISTEN_HOST, self.port, reuse_address=True
+            lambda: _Pair(self).client, self.host, self.port, reuse_address=True
         )
 
     def _accepted_pair(self, pair: _Pair) -> None:
@@ -381,13 +382,13 @@ class FaultProxy:
                 server.close()  # the listening socket only: proxied pairs carry on
             holder = socket.socket()
             holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            holder.bind((LISTEN_HOST, self.port))
+            holder.bind((self.host, self.port))
             holder.listen(0)
             self._stalled = [holder]
             for _ in range(3):  # never accepted: they fill the accept queue
                 filler = socket.socket()
                 filler.setblocking(False)
-                filler.connect_ex((LISTEN_HOST, self.port))
+                filler.connect_ex((self.host, self.port))
                 self._stalled.append(filler)
         elif not on and self._stalled:
             for sock in self._stalled:

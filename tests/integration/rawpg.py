@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import struct
 
 from pgtarn.errors import PgtarnError
@@ -25,6 +26,23 @@ class RawClient:
         self.sock.settimeout(timeout)
         self.sock.connect(path)
         return self
+
+    @classmethod
+    def direct_tls(cls, host: str, port: int, context: ssl.SSLContext,
+                   server_hostname: str = "localhost", timeout: float = 10.0) -> RawClient:
+        """Connected with TLS from the first byte (PostgreSQL 17's direct TLS)."""
+        self = cls.__new__(cls)
+        sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock = context.wrap_socket(sock, server_hostname=server_hostname)
+        return self
+
+    def start_tls(self, context: ssl.SSLContext, server_hostname: str = "localhost") -> None:
+        """SSLRequest; on 'S', go on over TLS."""
+        self.send(build.SSL_REQUEST)
+        answer = self.recv_exact(1)
+        if answer != b"S":
+            raise ConnectionError(f"TLS refused: {answer!r}")
+        self.sock = context.wrap_socket(self.sock, server_hostname=server_hostname)
 
     def close(self) -> None:
         self.sock.close()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..pool.stats import Totals, sum_totals
+from ..tls import describe
 
 if TYPE_CHECKING:
     from ..client import ClientConnection
@@ -187,7 +188,8 @@ def show_clients(runtime: Runtime) -> Table:
             "C", client.user, client_database(client), "none", client_state(client), addr, port,
             local, local_port, display_time(client.connect_time),
             display_time(_wall(request, now) if request else client.connect_time),
-            wait, wait_us, 0, _ptr(client), _ptr(client.server), client.peer_pid, "",
+            wait, wait_us, 0, _ptr(client), _ptr(client.server), client.peer_pid,
+            describe(client.tls),
             client.params.get("application_name", ""),
             len(client.statements.names) if client.statements is not None else 0, client.id,
         ])  # fmt: skip
@@ -210,7 +212,7 @@ def show_servers(runtime: Runtime) -> Table:
             "S", pool.user, pool.database, "none", server_state(server, now), addr, port,
             local, local_port, display_time(server.connect_time),
             display_time(_wall(server.last_used, now)), 0, 0, int(server.close_needed),
-            _ptr(server), _ptr(server.client), server.backend_key[0], "",
+            _ptr(server), _ptr(server.client), server.backend_key[0], describe(server.transport),
             server.params.get("application_name", ""),
             len(statements.prepared) if statements is not None else 0, server.id,
         ])  # fmt: skip

@@ -105,6 +105,10 @@ def startup_message(params: Mapping[str, str]) -> bytes:
     return _I.pack(len(body) + 4) + body
 
 
+#: SSLRequest: length 8, code 1234.5679.
+SSL_REQUEST = b"\x00\x00\x00\x08\x04\xd2\x16\x2f"
+
+
 def cancel_request(pid: int, key: int) -> bytes:
     return _I.pack(16) + _I.pack(80877102) + _II.pack(pid, key)
 

@@ -145,6 +145,11 @@ class StartupReader:
         self.max_size = max_size
         self._buf = bytearray()
 
+    @property
+    def pending(self) -> int:
+        """Bytes of a packet begun but not complete."""
+        return len(self._buf)
+
     def feed(self, data: bytes) -> tuple[bytes | None, bytes]:
         """Return (packet body or None when incomplete, bytes left over after the packet)."""
         self._buf += data

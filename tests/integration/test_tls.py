@@ -1,0 +1,214 @@
+"""TLS towards clients: each client_tls_sslmode, client certificates, cert auth, direct TLS."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import subprocess
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgtarn.proto import build
+from pgtarn.proto.server_side import ServerLogin
+
+from .certs import Pki
+from .drivers import connect
+from .rawpg import RawClient
+from .test_admin import admin, show
+from .test_timeouts import final_error, query
+
+pytestmark = pytest.mark.integration
+
+
+def tls_settings(pki: Pki, mode: str, **more: object) -> dict[str, object]:
+    return {"client_tls_sslmode": mode, "client_tls_cert_file": pki.server.cert,
+            "client_tls_key_file": pki.server.key, **more}
+
+
+def tls_in_use(conn: psycopg.Connection[Any]) -> bool:
+    return bool(conn.pgconn.ssl_in_use)
+
+
+def client_cert(pki: Pki, name: str) -> dict[str, str]:
+    issued = pki.clients[name]
+    return {"sslcert": issued.cert, "sslkey": issued.key}
+
+
+def client_context(pki: Pki, name: str | None) -> ssl.SSLContext:
+    """A TLS client context trusting the test CA, with the client certificate of name."""
+    context = ssl.create_default_context(cafile=pki.ca)
+    if name is not None:
+        context.load_cert_chain(pki.clients[name].cert, pki.clients[name].key)
+    return context
+
+
+def refused(proc: Any, **kw: Any) -> psycopg.OperationalError:
+    with pytest.raises(psycopg.OperationalError) as info:
+        connect(proc, **kw).close()
+    return info.value
+
+
+@pytest.mark.parametrize("mode", ["allow", "prefer"])
+def test_allow_and_prefer_serve_tls_and_plaintext_clients(pgtarn_factory, pki, mode):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, mode))
+    with connect(proc, sslmode="require") as secure, connect(proc, sslmode="disable") as plain:
+        assert tls_in_use(secure) and not tls_in_use(plain)
+        assert secure.execute("select 1").fetchone() == (1,)
+        assert plain.execute("select 2").fetchone() == (2,)
+        with admin(proc) as console:
+            tls = {r["port"]: r["tls"] for r in show(console, "CLIENTS") if r["user"] == "app"}
+        # the console connection (libpq's default sslmode, prefer) is encrypted too
+        assert sorted(bool(v) for v in tls.values()) == [False, True, True]
+        assert any(v.startswith("TLSv1.3/") for v in tls.values())
+
+
+def test_disable_answers_no_to_tls(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "disable"))
+    assert "server does not support SSL" in str(refused(proc, sslmode="require"))
+    with connect(proc, sslmode="prefer") as conn:
+        assert not tls_in_use(conn)
+
+
+def test_require_refuses_plaintext_tcp_but_not_unix_sockets(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "require"))
+    assert "SSL required" in str(refused(proc, sslmode="disable"))
+    raw = RawClient(proc.host, proc.port)
+    raw.startup(user="app", database="app")
+    assert final_error(raw) == {"S": "FATAL", "V": "FATAL", "C": "28000", "M": "SSL required"}
+    with connect(proc, sslmode="require") as conn:
+        assert tls_in_use(conn) and conn.execute("select 1").fetchone() == (1,)
+    local = psycopg.connect(host=proc.socket_dir, port=proc.port, user="app",
+                            password="app_pass", dbname="app")
+    with local:
+        assert local.execute("select 3").fetchone() == (3,)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_clients_verify_pgtarn_certificate(pgtarn_factory, pki, host):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "require"))
+    dsn = proc.dsn("app", "app_pass").replace("host=127.0.0.1", f"host={host}")
+    with psycopg.connect(dsn, sslmode="verify-full", sslrootcert=pki.ca) as conn:
+        assert tls_in_use(conn)
+    with pytest.raises(psycopg.OperationalError) as info:
+        psycopg.connect(dsn, sslmode="verify-ca", sslrootcert=pki.other_ca).close()
+    assert "certificate verify failed" in str(info.value)
+
+
+def test_verify_ca_needs_a_client_certificate_from_the_ca(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "verify-ca", client_tls_ca_file=pki.ca))
+    refused(proc, sslmode="require")  # no certificate: the handshake fails
+    refused(proc, sslmode="require", sslcert=pki.stranger.cert, sslkey=pki.stranger.key)
+    with connect(proc, sslmode="require", **client_cert(pki, "app")) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    # verify-ca: any certificate of the CA will do, whatever its name
+    with connect(proc, "scram_user", "scram_pass", sslmode="require",
+                 **client_cert(pki, "app")) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    assert "TLS failed" in proc.log_text()
+
+
+def test_verify_full_needs_the_certificate_of_the_user(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "verify-full", client_tls_ca_file=pki.ca))
+    with connect(proc, sslmode="require", **client_cert(pki, "app")) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    error = refused(proc, user="scram_user", password="scram_pass", sslmode="require",
+                    **client_cert(pki, "app"))
+    assert 'certificate authentication failed for user "scram_user"' in str(error)
+    raw = RawClient(proc.host, proc.port)
+    raw.start_tls(client_context(pki, "app"))
+    raw.startup(user="scram_user", database="app")
+    assert final_error(raw)["C"] == "28000"
+
+
+def test_auth_type_cert_logs_in_the_user_named_by_the_certificate(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(
+        pki, "require", client_tls_ca_file=pki.ca, auth_type="cert"))
+    with connect(proc, password=None, sslmode="require", **client_cert(pki, "app")) as conn:
+        assert conn.execute("select current_user").fetchone() == ("app",)
+    error = refused(proc, user="scram_user", password=None, sslmode="require",
+                    **client_cert(pki, "app"))
+    assert 'certificate authentication failed for user "scram_user"' in str(error)
+    error = refused(proc, password=None, sslmode="require")  # no certificate at all
+    assert "requires a valid client certificate" in str(error)
+    raw = RawClient(proc.host, proc.port)
+    raw.start_tls(client_context(pki, None))
+    raw.startup(user="app", database="app")
+    assert final_error(raw)["C"] == "28000"
+
+
+@pytest.mark.parametrize(("sslmode", "encrypted"), [
+    ("disable", False), ("allow", False), ("prefer", True), ("require", True),
+    ("verify-ca", True), ("verify-full", True)])
+def test_psql_in_each_sslmode(pgtarn_factory, pki, sslmode, encrypted):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "prefer"))
+    out = subprocess.run(
+        ["psql", "-X", "-c", "\\conninfo", "-c", "select 'served'",
+         proc.dsn("app", "app_pass", sslmode=sslmode, sslrootcert=pki.ca)],
+        capture_output=True, text=True, timeout=30, check=True)
+    assert "served" in out.stdout
+    assert ("SSL connection (protocol: TLSv1.3" in out.stdout) is encrypted, out.stdout
+
+
+def direct(proc: Any, pki: Pki, alpn: list[str] | None) -> RawClient:
+    context = ssl.create_default_context(cafile=pki.ca)
+    if alpn is not None:
+        context.set_alpn_protocols(alpn)
+    return RawClient.direct_tls(proc.host, proc.port, context)
+
+
+def test_direct_tls_with_alpn_logs_in(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "require"))
+    with connect(proc, sslmode="require", sslnegotiation="direct") as conn:
+        assert tls_in_use(conn) and conn.execute("select 1").fetchone() == (1,)
+    raw = direct(proc, pki, ["postgresql"])
+    login = ServerLogin("app", "app_pass")
+    # the startup packet right behind the handshake: nothing read early is lost
+    raw.send(login.startup({"user": "app", "database": "app"}))
+    while not login.done:
+        reply = login.feed(*(lambda m: (ord(m[0]), m[1]))(raw.read_message()))
+        if reply:
+            raw.send(reply)
+    assert query(raw, "select 1") == b"I"
+    raw.close()
+    raw = direct(proc, pki, None)  # no ALPN: refused, as PostgreSQL 17 does
+    fields = final_error(raw)
+    assert fields["C"] == "08P01" and "ALPN" in fields["M"]
+
+
+def test_direct_tls_is_closed_when_tls_is_off(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    with pytest.raises(psycopg.OperationalError):
+        connect(proc, sslmode="require", sslnegotiation="direct").close()
+    with connect(proc) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    assert "direct TLS connection, but client TLS is disabled" in proc.log_text()
+
+
+def drain(sock: socket.socket) -> None:
+    """Read until pgtarn closes the connection (which it must)."""
+    sock.settimeout(10)
+    with contextlib.suppress(ConnectionResetError):
+        while sock.recv(65536):
+            pass
+
+
+def test_broken_handshakes_leave_everyone_else_served(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "prefer"))
+    with connect(proc, sslmode="require") as steady:
+        for garbage in (b"\x16\x03\x01\x00\x05hello", b"\x00" * 100, b"\x16" + b"\xff" * 4000):
+            with socket.create_connection((proc.host, proc.port), timeout=10) as sock:
+                sock.sendall(build.SSL_REQUEST)
+                assert sock.recv(1) == b"S"
+                sock.sendall(garbage)
+                drain(sock)
+        with socket.create_connection((proc.host, proc.port), timeout=10) as sock:
+            # a whole record, but a ServerHello sent to a server: direct TLS that fails
+            sock.sendall(b"\x16\x03\x01\x00\x04\x02\x00\x00\x00")
+            drain(sock)
+        assert steady.execute("select 1").fetchone() == (1,)
+        with admin(proc) as console:
+            assert [r["user"] for r in show(console, "CLIENTS")] == ["app", "app"]  # none left
+    assert proc.log_text().count("TLS failed") >= 4
