@@ -21,6 +21,7 @@ from pgtarn.cluster import (
 )
 
 from .certs import Pki, make_pki
+from .fakepg import FakePostgres
 from .faultproxy import FaultProxy
 
 ROLE_PASSWORDS: dict[str, str] = {
@@ -264,6 +265,13 @@ def pgtarn_factory(pg_cluster: TempCluster, tmp_path: Path) -> Iterator[PgtarnFa
         shutil.rmtree(directory, ignore_errors=True)
     if problems:
         pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def fake_pg() -> Iterator[FakePostgres]:
+    """A scripted fake PostgreSQL (see fakepg.py)."""
+    with FakePostgres() as fake:
+        yield fake
 
 
 @pytest.fixture

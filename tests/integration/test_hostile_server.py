@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -12,7 +11,6 @@ from pgtarn.proto import build
 from pgtarn.proto.server_side import ServerLogin
 
 from .drivers import connect
-from .fakepg import FakePostgres
 from .rawpg import RawClient, error_fields
 from .test_admin import admin, show
 from .test_timeouts import raw_login
@@ -22,12 +20,6 @@ pytestmark = pytest.mark.integration
 SCRIPTS = ["error_no_sqlstate", "error_empty", "scram_bad_nonce", "scram_huge_iterations",
            "garbage_login", "stall", "garbage_result", "cut_mid_row", "error_no_sqlstate_result",
            "fine"]
-
-
-@pytest.fixture
-def fake_pg() -> Iterator[FakePostgres]:
-    with FakePostgres() as fake:
-        yield fake
 
 
 @pytest.fixture

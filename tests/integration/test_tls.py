@@ -16,9 +16,11 @@ from pgtarn.proto.server_side import ServerLogin
 
 from .certs import Pki
 from .drivers import connect
+from .faultproxy import FaultProxy
 from .rawpg import RawClient
 from .test_admin import admin, show
-from .test_timeouts import final_error, query
+from .test_auth import login_error
+from .test_timeouts import final_error, query, raw_login
 
 pytestmark = pytest.mark.integration
 
@@ -212,3 +214,102 @@ def test_broken_handshakes_leave_everyone_else_served(pgtarn_factory, pki):  # t
         with admin(proc) as console:
             assert [r["user"] for r in show(console, "CLIENTS")] == ["app", "app"]  # none left
     assert proc.log_text().count("TLS failed") >= 4
+
+
+# --- towards PostgreSQL -------------------------------------------------------------------
+
+
+#: auth_file for the TLS cluster's roles.
+TLS_USERLIST = {"app": "app_pass", "scram_user": "scram_pass", "tls_only": "tls_only_pass"}
+
+
+def tls_database(cluster: Any, host: str | None = None, port: int | None = None,
+                 **more: str) -> dict[str, str]:
+    """[databases] with app on the TLS cluster."""
+    extra = "".join(f" {key}={value}" for key, value in more.items())
+    return {"app": f"host={host or cluster.host} port={port or cluster.port} dbname=app{extra}"}
+
+
+def backend_ssl(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the PostgreSQL backend serving conn (through pgtarn) is on TLS."""
+    row = conn.execute("select ssl from pg_stat_ssl where pid = pg_backend_pid()").fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+@pytest.mark.parametrize("mode", ["prefer", "require", "verify-ca", "verify-full"])
+def test_server_tls_modes_against_a_tls_postgresql(pgtarn_factory, pg_tls_cluster, pki, mode):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
+                          settings={"server_tls_sslmode": mode, "server_tls_ca_file": pki.ca})
+    with connect(proc) as conn:
+        assert backend_ssl(conn)
+        with admin(proc) as console:
+            servers = [r for r in show(console, "SERVERS") if r["database"] == "app"]
+        assert servers and all(r["tls"].startswith("TLSv1.3/") for r in servers)
+    # a role PostgreSQL lets in over TLS only
+    with connect(proc, "tls_only", "tls_only_pass") as conn:
+        assert conn.execute("select current_user").fetchone() == ("tls_only",)
+
+
+@pytest.mark.parametrize("mode", ["disable", "allow"])
+def test_server_tls_off_meets_postgresql_hostssl_rules(pgtarn_factory, pg_tls_cluster, mode):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
+                          settings={"server_tls_sslmode": mode})
+    with connect(proc) as conn:
+        assert not backend_ssl(conn)
+    with pytest.raises(psycopg.OperationalError) as info:
+        connect(proc, "tls_only", "tls_only_pass").close()
+    assert "no encryption" in str(info.value) or "rejects connection" in str(info.value)
+
+
+def test_require_against_a_plaintext_postgresql_fails_at_once(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"server_tls_sslmode": "require",
+                                    "server_connect_timeout": 300})
+    sqlstate, message = login_error(proc, "app", "app_pass")
+    # not retried until server_connect_timeout: the server's answer will not change
+    assert sqlstate == "08006" and "server does not support TLS" in message
+
+
+def test_verify_ca_refuses_a_certificate_of_another_ca(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster),
+                          settings={"server_tls_sslmode": "verify-ca",
+                                    "server_tls_ca_file": pki.other_ca})
+    sqlstate, message = login_error(proc, "app", "app_pass")
+    assert sqlstate == "08006" and "certificate verify failed" in message
+
+
+def test_verify_full_checks_the_host_name(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
+    # 127.0.0.2 reaches the same PostgreSQL, but its certificate is not for that address
+    with FaultProxy(pg_tls_cluster.host, pg_tls_cluster.port, listen_host="127.0.0.2") as proxy:
+        for mode, works in (("verify-ca", True), ("verify-full", False)):
+            proc = pgtarn_factory(
+                databases=tls_database(pg_tls_cluster, proxy.host, proxy.port),
+                settings={"server_tls_sslmode": mode, "server_tls_ca_file": pki.ca})
+            if works:
+                raw = raw_login(proc)
+                assert query(raw, "select 1") == b"I"
+                raw.close()
+                continue
+            sqlstate, message = login_error(proc, "app", "app_pass")
+            assert sqlstate == "08006" and "IP address mismatch" in message
+
+
+def test_server_certificate_login_without_a_password(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
+    # pgtarn presents cert_user's certificate; PostgreSQL's rule for it is "cert"
+    issued = pki.clients["cert_user"]
+    proc = pgtarn_factory(
+        databases=tls_database(pg_tls_cluster),
+        settings={"server_tls_sslmode": "verify-full", "server_tls_ca_file": pki.ca,
+                  "server_tls_cert_file": issued.cert, "server_tls_key_file": issued.key,
+                  "auth_type": "trust"},
+        userlist={"cert_user": "", "app": "app_pass"})
+    with connect(proc, "cert_user", None) as conn:
+        assert conn.execute("select current_user").fetchone() == ("cert_user",)
+
+
+def test_data_injected_before_the_handshake_is_refused(pgtarn_factory, fake_pg):  # type: ignore[no-untyped-def]
+    fake_pg.tls_answer = b"SZ\x00\x00\x00\x05I"  # 'S', then plaintext posing as a reply
+    proc = pgtarn_factory(databases={"app": fake_pg.connstr("app")},
+                          settings={"server_tls_sslmode": "require"})
+    sqlstate, message = login_error(proc, "app", "app_pass")
+    assert sqlstate == "08P01" and "unencrypted data after accepting TLS" in message
