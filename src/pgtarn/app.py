@@ -27,7 +27,7 @@ from .pool.stats import Totals, averages, sum_totals
 from .proto.client_side import forget_derived_secrets
 from .runtime import ReloadReport, Runtime
 from .server import launch_server
-from .tls import client_context, server_context
+from .tls import client_context, own_certificate_hash, server_context
 
 log = logging.getLogger("pgtarn")
 
@@ -80,6 +80,7 @@ class App:
         raise_fd_limit(config)
         runtime = Runtime(config, read_userlist(config))
         runtime.client_tls, runtime.server_tls = client_context(config), server_context(config)
+        runtime.client_tls_binding = own_certificate_hash(config)
         self.runtime = runtime
         runtime.control = self
         runtime.registry.launch = lambda pool, db: launch_server(runtime, pool, db)
@@ -217,6 +218,7 @@ class App:
             userlist = read_userlist(config)
             # certificates, keys and CA files are read again, whether or not a setting changed
             client_tls, server_tls = client_context(config), server_context(config)
+            client_tls_binding = own_certificate_hash(config)
             setup_logging(config, self.verbose, self.quiet)
         except (ConfigError, OSError) as exc:
             log.error("reload failed, keeping the old configuration: %s", exc)
@@ -243,6 +245,7 @@ class App:
         self.runtime.config = config
         self.runtime.userlist = userlist
         self.runtime.client_tls, self.runtime.server_tls = client_tls, server_tls
+        self.runtime.client_tls_binding = client_tls_binding
         forget_derived_secrets()
         raise_fd_limit(config)
         self.runtime.registry.apply(config)

@@ -657,7 +657,8 @@ class ClientConnection(asyncio.Protocol):
         if auth_type == "cert":
             auth_type = "any"  # the certificate was the proof
         secret = self.runtime.userlist.get(user)
-        self.auth = ClientAuth(auth_type, user, secret, config.scram_iterations)
+        binding = self.runtime.client_tls_binding if self.tls is not None else None
+        self.auth = ClientAuth(auth_type, user, secret, config.scram_iterations, binding)
         self.state = State.AUTH
         first = self.auth.start()
         self.write(first)

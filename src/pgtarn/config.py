@@ -196,6 +196,8 @@ class Config:
     server_tls_protocols: str = "secure"
     server_tls_ciphers: str = "default"
     server_tls13_ciphers: str = ""
+    #: pgtarn's own: SCRAM-SHA-256-PLUS towards PostgreSQL over TLS (disable, prefer, require).
+    server_channel_binding: str = "prefer"
     pkt_buf: int = 4096
     max_packet_size: int = 2147483647
     listen_backlog: int = 128
@@ -317,6 +319,7 @@ _NO_RELOAD = frozenset({
 _CHOICES: dict[str, tuple[str, ...]] = {
     "pool_mode": POOL_MODES, "auth_type": AUTH_TYPES, "client_tls_sslmode": SSLMODES,
     "server_tls_sslmode": SSLMODES, "log_format": ("text", "json"),
+    "server_channel_binding": ("disable", "prefer", "require"),
 }  # fmt: skip
 _BOUNDS: dict[str, tuple[int, int | None]] = {
     "listen_port": (1, 65535), "metrics_port": (0, 65535), "peer_id": (0, 16383),

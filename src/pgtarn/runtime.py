@@ -71,6 +71,8 @@ class Runtime:
         #: at start and at each RELOAD.
         self.client_tls: ssl.SSLContext | None = None
         self.server_tls: ssl.SSLContext | None = None
+        #: tls-server-end-point data of pgtarn's own certificate (SCRAM-SHA-256-PLUS).
+        self.client_tls_binding: bytes | None = None
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run a short-lived task that is kept referenced until it ends."""

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
+from .auth.scram import certificate_hash
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError, ProtocolViolation, TlsFailed
 from .pool.pool import Pool
@@ -170,7 +171,7 @@ class ServerConnection(asyncio.Protocol):
                 raise ProtocolViolation("server sent unencrypted data after accepting TLS")
             tls = TlsTransport(self.transport, context, self, server_side=False,
                                server_hostname=self.db.host or None,
-                               on_ready=self._send_startup, on_failed=self._tls_failed)
+                               on_ready=self._tls_ready, on_failed=self._tls_failed)
             self.transport = tls
             tls.start()
         elif answer == b"N":
@@ -183,6 +184,12 @@ class ServerConnection(asyncio.Protocol):
                 self._login_data(rest)
         else:
             raise ProtocolViolation(f"invalid answer to SSLRequest: {answer!r}")
+
+    def _tls_ready(self) -> None:
+        assert self._login is not None and isinstance(self.transport, TlsTransport)
+        der = self.transport.ssl_object.getpeercert(binary_form=True)
+        self._login.tls_binding = (certificate_hash(der) if der else None) or b""
+        self._send_startup()
 
     def _tls_failed(self, exc: Exception) -> None:
         if self.closed:
@@ -615,7 +622,7 @@ def server_login_for(runtime: Runtime, pool: Pool[ServerConnection], db: Databas
     if password is not None and password.startswith("SCRAM-SHA-256$"):
         keys = pool.scram_keys
         password = None
-    return ServerLogin(pool.user, password, keys)
+    return ServerLogin(pool.user, password, keys, runtime.config.server_channel_binding)
 
 
 def launch_server(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry

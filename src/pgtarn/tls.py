@@ -16,6 +16,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
+from .auth.scram import certificate_hash
 from .config import Config
 from .errors import ConfigError
 
@@ -123,6 +124,23 @@ def client_context(config: Config) -> ssl.SSLContext | None:
         context.verify_mode = ssl.CERT_OPTIONAL
         _load_ca(context, "client_tls_ca_file", config.client_tls_ca_file)
     return context
+
+
+def own_certificate_hash(config: Config) -> bytes | None:
+    """Channel-binding data of client_tls_cert_file's first certificate (None: none)."""
+    if config.client_tls_sslmode == "disable" or not config.client_tls_cert_file:
+        return None
+    try:
+        with open(config.client_tls_cert_file, encoding="ascii", errors="replace") as f:
+            pem = f.read()
+    except OSError as exc:
+        raise ConfigError(f"client_tls_cert_file: {exc}") from None
+    begin, end = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+    start = pem.find(begin)
+    stop = pem.find(end, start)
+    if start < 0 or stop < 0:
+        return None
+    return certificate_hash(ssl.PEM_cert_to_DER_cert(pem[start : stop + len(end)]))
 
 
 def server_context(config: Config) -> ssl.SSLContext | None:

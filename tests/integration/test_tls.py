@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgtarn.auth.scram import ScramClient, certificate_hash
 from pgtarn.proto import build
 from pgtarn.proto.server_side import ServerLogin
 
@@ -313,3 +314,73 @@ def test_data_injected_before_the_handshake_is_refused(pgtarn_factory, fake_pg):
                           settings={"server_tls_sslmode": "require"})
     sqlstate, message = login_error(proc, "app", "app_pass")
     assert sqlstate == "08P01" and "unencrypted data after accepting TLS" in message
+
+
+# --- SCRAM-SHA-256-PLUS -------------------------------------------------------------------
+
+
+def test_clients_requiring_channel_binding_log_in(pgtarn_factory, pki, pg_cluster):  # type: ignore[no-untyped-def]
+    # a plaintext secret and, through SCRAM passthrough, a stored verifier
+    proc = pgtarn_factory(settings=tls_settings(pki, "require"),
+                          userlist={"app": "app_pass",
+                                    "scram_user": pg_cluster.scram_verifier("scram_user")})
+    for user, password in (("app", "app_pass"), ("scram_user", "scram_pass")):
+        with connect(proc, user, password, sslmode="require", channel_binding="require") as conn:
+            assert conn.execute("select current_user").fetchone() == (user,)
+    # libpq itself refuses channel_binding=require without TLS
+    with pytest.raises(psycopg.OperationalError):
+        connect(proc, sslmode="disable", channel_binding="require").close()
+
+
+def sasl_plus_login(proc: Any, pki: Pki, binding: bytes) -> dict[str, str]:
+    """A SCRAM-SHA-256-PLUS login whose proof is bound to binding; the final error."""
+    raw = RawClient(proc.host, proc.port)
+    raw.start_tls(client_context(pki, None))
+    raw.startup(user="app", database="app")
+    kind, body = raw.read_message()
+    assert kind == "R" and b"SCRAM-SHA-256-PLUS\x00" in body  # offered over TLS
+    scram = ScramClient("app_pass", channel_binding=binding)
+    raw.send(build.sasl_initial_response("SCRAM-SHA-256-PLUS", scram.client_first()))
+    kind, body = raw.read_message()
+    assert kind == "R"
+    raw.send(build.sasl_response(scram.handle_server_first(body[4:])))
+    return final_error(raw)
+
+
+def test_a_proof_bound_to_another_channel_is_refused(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    # what a client behind a TLS-terminating man in the middle would send: the binding of the
+    # certificate it was shown, not pgtarn's
+    proc = pgtarn_factory(settings=tls_settings(pki, "require"))
+    with open(pki.wrong_host.cert) as f:
+        other = certificate_hash(ssl.PEM_cert_to_DER_cert(f.read()))
+    assert other is not None
+    fields = sasl_plus_login(proc, pki, other)
+    assert fields["C"] == "08P01" and "channel binding check failed" in fields["M"]
+
+
+@pytest.mark.parametrize("mode", ["prefer", "require"])
+def test_channel_binding_towards_postgresql(pgtarn_factory, pg_tls_cluster, pki, mode):  # type: ignore[no-untyped-def]
+    # plaintext secret, and passthrough with only the verifier: both bind to PostgreSQL's TLS
+    proc = pgtarn_factory(
+        databases=tls_database(pg_tls_cluster),
+        userlist={"app": "app_pass", "scram_user": pg_tls_cluster.scram_verifier("scram_user")},
+        settings={**tls_settings(pki, "require"), "server_tls_sslmode": "verify-full",
+                  "server_tls_ca_file": pki.ca, "server_channel_binding": mode})
+    for user, password in (("app", "app_pass"), ("scram_user", "scram_pass")):
+        with connect(proc, user, password, sslmode="require", channel_binding="require") as conn:
+            assert conn.execute("select current_user").fetchone() == (user,)
+            assert backend_ssl(conn)
+
+
+@pytest.mark.parametrize("server_tls", ["disable", "require"])
+def test_server_channel_binding_require_refuses_an_unbound_server(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_tls_cluster, server_tls):
+    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
+                          settings={"server_tls_sslmode": server_tls,
+                                    "server_channel_binding": "require"})
+    if server_tls == "require":  # TLS, so PostgreSQL offers -PLUS: fine
+        with connect(proc) as conn:
+            assert conn.execute("select 1").fetchone() == (1,)
+        return
+    sqlstate, message = login_error(proc, "app", "app_pass")
+    assert sqlstate == "08006" and "channel binding is required" in message

@@ -18,9 +18,11 @@ from pgtarn.errors import AuthFailed, ProtocolViolation
 
 __all__ = [
     "MECHANISM",
+    "MECHANISM_PLUS",
     "ScramClient",
     "ScramServer",
     "ScramVerifier",
+    "certificate_hash",
     "choose_mechanism",
     "client_key_for",
     "forget_salted_passwords",
@@ -32,6 +34,9 @@ __all__ = [
 ]
 
 MECHANISM = "SCRAM-SHA-256"
+MECHANISM_PLUS = "SCRAM-SHA-256-PLUS"
+#: The one channel-binding type PostgreSQL implements.
+CBIND_TYPE = "tls-server-end-point"
 DEFAULT_ITERATIONS = 4096
 MAX_CLIENT_ITERATIONS = 10_000_000  # a malicious server must not make us spin for ever
 MAX_MESSAGE = 8192
@@ -253,21 +258,40 @@ class _Exchange:
 class ScramServer(_Exchange):
     """The server half of one SCRAM-SHA-256 exchange with a connecting client."""
 
-    def __init__(self, secret: ScramVerifier | str, *, nonce: str | None = None) -> None:
-        """`secret` is a verifier or a plaintext password; `nonce` fixes the server nonce."""
+    def __init__(self, secret: ScramVerifier | str, *, nonce: str | None = None,
+                 channel_binding: bytes | None = None) -> None:
+        """`secret` is a verifier or a plaintext password; `nonce` fixes the server nonce.
+
+        channel_binding: the tls-server-end-point data of this TLS connection (the hash of
+        our certificate); then SCRAM-SHA-256-PLUS is offered too.
+        """
         if nonce is not None and not _is_printable(nonce):
             raise ValueError("server nonce must be printable ASCII without ','")
         self._verifier = secret if isinstance(secret, ScramVerifier) else make_verifier(secret)
         self._server_nonce = nonce if nonce is not None else _new_nonce()
-        self._gs2_header = ""
+        self._channel_binding = channel_binding
+        self._mechanism = MECHANISM
+        self._cbind_input = b""
         self._nonce = ""
         self._auth_prefix = ""
         self._client_key: bytes | None = None
 
-    @staticmethod
-    def mechanisms() -> list[str]:
-        """Mechanisms to list in AuthenticationSASL (no channel binding yet)."""
+    def mechanisms(self) -> list[str]:
+        """Mechanisms to list in AuthenticationSASL, the channel-bound one first."""
+        if self._channel_binding is not None:
+            return [MECHANISM_PLUS, MECHANISM]
         return [MECHANISM]
+
+    def select(self, mechanism: str) -> None:
+        """The mechanism the client chose in SASLInitialResponse."""
+        if mechanism not in self.mechanisms():
+            raise AuthFailed(f"unsupported SASL mechanism {mechanism!r}", sqlstate="28000")
+        self._mechanism = mechanism
+
+    @property
+    def channel_bound(self) -> bool:
+        """Whether the exchange is bound to the TLS channel (SCRAM-SHA-256-PLUS)."""
+        return self._mechanism == MECHANISM_PLUS
 
     @property
     def verifier(self) -> ScramVerifier:
@@ -289,10 +313,27 @@ class ScramServer(_Exchange):
         if len(parts) != 3:
             raise ProtocolViolation("malformed SCRAM message: missing GS2 header")
         cbind, authzid, bare = parts
-        if cbind.startswith("p="):
-            raise AuthFailed("SCRAM channel binding is not supported", sqlstate="08P01")
-        if cbind not in ("n", "y"):
+        if self._mechanism == MECHANISM_PLUS:
+            if cbind != f"p={CBIND_TYPE}":
+                raise ProtocolViolation(
+                    "SCRAM-SHA-256-PLUS needs channel-binding type " + CBIND_TYPE
+                    if cbind.startswith("p=") else
+                    "malformed SCRAM message: SCRAM-SHA-256-PLUS without channel binding")
+            assert self._channel_binding is not None
+            self._cbind_input = f"{cbind},,".encode() + self._channel_binding
+        elif cbind.startswith("p="):
+            raise ProtocolViolation(
+                "malformed SCRAM message: channel binding asked for with SCRAM-SHA-256")
+        elif cbind == "y" and self._channel_binding is not None:
+            # The client can bind but believes we cannot, though we offered -PLUS: someone
+            # in between removed it from the list (a downgrade).
+            raise ProtocolViolation(
+                "SCRAM channel binding negotiation error: the client supports channel "
+                "binding but thinks the server does not, yet this server does")
+        elif cbind not in ("n", "y"):
             raise ProtocolViolation("malformed SCRAM message: bad channel-binding flag")
+        else:
+            self._cbind_input = f"{cbind},,".encode()
         if authzid:
             raise ProtocolViolation("SCRAM authorization identity is not supported")
         attrs = _attrs(bare, "client-first-message")
@@ -302,7 +343,6 @@ class ScramServer(_Exchange):
         if not _is_printable(client_nonce):
             raise ProtocolViolation("malformed SCRAM message: client nonce is not printable")
         v = self._verifier
-        self._gs2_header = f"{cbind},,"
         self._nonce = client_nonce + self._server_nonce
         server_first = f"r={self._nonce},s={_b64(v.salt)},i={v.iterations}"
         self._auth_prefix = f"{bare},{server_first},"
@@ -319,7 +359,8 @@ class ScramServer(_Exchange):
         without_proof = text[:cut]
         attrs = _attrs(without_proof, "client-final-message")
         cbind = _b64decode(_expect(attrs, 0, "c", "client-final-message"), "channel binding")
-        if not hmac.compare_digest(cbind, self._gs2_header.encode("ascii")):
+        if not hmac.compare_digest(cbind, self._cbind_input):
+            # for -PLUS: the client's TLS channel is not ours (a man in the middle)
             raise ProtocolViolation("SCRAM channel binding check failed")
         if _expect(attrs, 1, "r", "client-final-message") != self._nonce:
             raise ProtocolViolation("malformed SCRAM message: nonce does not match")
@@ -354,7 +395,11 @@ class ScramClient(_Exchange):
         server_key: bytes | None = None,
         username: str = "",
         nonce: str | None = None,
+        channel_binding: bytes | None = None,
+        can_bind: bool = False,
     ) -> None:
+        """channel_binding: the tls-server-end-point data, for SCRAM-SHA-256-PLUS. can_bind:
+        on TLS, but the server did not offer -PLUS (the GS2 flag "y" tells it so)."""
         if password is not None and (client_key, server_key) != (None, None):
             raise ValueError("give either a password or client_key/server_key, not both")
         keys = (client_key or b"", server_key or b"")
@@ -367,13 +412,20 @@ class ScramClient(_Exchange):
         self._server_key = server_key
         self._nonce = nonce if nonce is not None else _new_nonce()
         self._bare = f"n={_escape_saslname(username)},r={self._nonce}"
+        if channel_binding is not None:
+            header = f"p={CBIND_TYPE},,"
+            self._cbind_input = header.encode() + channel_binding
+        else:
+            header = "y,," if can_bind else "n,,"
+            self._cbind_input = header.encode()
+        self._gs2_header = header
         self._first_sent = False
         self._auth_message = b""
 
     def client_first(self) -> bytes:
-        """The client-first-message for SASLInitialResponse (no channel binding)."""
+        """The client-first-message for SASLInitialResponse."""
         self._first_sent = True
-        return f"n,,{self._bare}".encode()
+        return f"{self._gs2_header}{self._bare}".encode()
 
     def handle_server_first(self, data: bytes) -> bytes:
         """Take the server-first-message, return the client-final-message."""
@@ -403,7 +455,7 @@ class ScramClient(_Exchange):
         else:
             assert self._client_key is not None
             client_key = self._client_key
-        without_proof = f"c=biws,r={nonce}"
+        without_proof = f"c={_b64(self._cbind_input)},r={nonce}"
         self._auth_message = f"{self._bare},{text},{without_proof}".encode()
         proof = _xor(client_key, _hmac(_h(client_key), self._auth_message))
         self._state = _State.FIRST_DONE
@@ -441,10 +493,84 @@ def parse_sasl_mechanisms(payload: bytes) -> list[str]:
         raise ProtocolViolation("malformed AuthenticationSASL message: not UTF-8") from None
 
 
-def choose_mechanism(offered: list[str]) -> str:
-    """Pick SCRAM-SHA-256 among the server's offer (no channel binding yet)."""
+def choose_mechanism(offered: list[str], can_bind: bool = False, require: bool = False) -> str:
+    """Pick among the server's offer: SCRAM-SHA-256-PLUS when the connection can be bound
+    (TLS) and it is offered, else SCRAM-SHA-256 unless binding is required."""
+    if can_bind and MECHANISM_PLUS in offered:
+        return MECHANISM_PLUS
+    if require:
+        raise AuthFailed("channel binding is required, but the server did not offer "
+                         "SCRAM-SHA-256-PLUS" + ("" if can_bind else " (no TLS)"),
+                         sqlstate="08006")
     if MECHANISM in offered:
         return MECHANISM
     raise AuthFailed(
         "server offered no supported SASL mechanism: " + ", ".join(offered or ["none"])
     )
+
+
+# -- tls-server-end-point: the hash of the server's certificate (RFC 5929) ---------------
+
+
+def _oid(dotted: str) -> bytes:
+    """The DER content bytes of an object identifier."""
+    numbers = [int(n) for n in dotted.split(".")]
+    out = bytearray([40 * numbers[0] + numbers[1]])
+    for number in numbers[2:]:
+        chunk = [number & 0x7F]
+        number >>= 7
+        while number:
+            chunk.append(0x80 | (number & 0x7F))
+            number >>= 7
+        out += bytes(reversed(chunk))
+    return bytes(out)
+
+
+# Signature algorithm -> the hash for the binding: the signature's own, except that MD5 and
+# SHA-1 become SHA-256 (RFC 5929 section 4.1). Others (RSASSA-PSS, Ed25519) have no
+# binding, as in PostgreSQL.
+_CERT_HASHES = {
+    _oid(dotted): name for dotted, name in (
+        ("1.2.840.113549.1.1.4", "sha256"), ("1.2.840.113549.1.1.5", "sha256"),
+        ("1.2.840.113549.1.1.11", "sha256"), ("1.2.840.113549.1.1.12", "sha384"),
+        ("1.2.840.113549.1.1.13", "sha512"), ("1.2.840.113549.1.1.14", "sha224"),
+        ("1.2.840.10045.4.1", "sha256"), ("1.2.840.10045.4.3.1", "sha224"),
+        ("1.2.840.10045.4.3.2", "sha256"), ("1.2.840.10045.4.3.3", "sha384"),
+        ("1.2.840.10045.4.3.4", "sha512"), ("1.2.840.10040.4.3", "sha256"),
+        ("2.16.840.1.101.3.4.3.2", "sha256"),
+    )
+}
+
+
+def _der_item(data: bytes, pos: int) -> tuple[int, int, int]:
+    """(tag, start of content, end of content) of the DER item at pos."""
+    if pos + 2 > len(data):
+        raise ValueError("truncated DER")
+    tag, length = data[pos], data[pos + 1]
+    pos += 2
+    if length & 0x80:
+        size = length & 0x7F
+        if not 0 < size <= 4 or pos + size > len(data):
+            raise ValueError("bad DER length")
+        length = int.from_bytes(data[pos : pos + size], "big")
+        pos += size
+    if pos + length > len(data):
+        raise ValueError("truncated DER")
+    return tag, pos, pos + length
+
+
+def certificate_hash(der: bytes) -> bytes | None:
+    """tls-server-end-point channel-binding data for a DER certificate (None: no binding)."""
+    try:
+        tag, start, _ = _der_item(der, 0)  # Certificate
+        if tag != 0x30:
+            return None
+        tag, _, tbs_end = _der_item(der, start)  # tbsCertificate
+        tag, alg_start, _ = _der_item(der, tbs_end)  # signatureAlgorithm
+        oid_tag, oid_start, oid_end = _der_item(der, alg_start)
+    except ValueError:
+        return None
+    if tag != 0x30 or oid_tag != 0x06:
+        return None
+    name = _CERT_HASHES.get(der[oid_start:oid_end])
+    return hashlib.new(name, der).digest() if name is not None else None

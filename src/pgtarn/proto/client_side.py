@@ -37,14 +37,19 @@ class ClientAuth:
     """One client's authentication, given the auth_type and the user's secret (None: unknown)."""
 
     def __init__(
-        self, auth_type: str, user: str, secret: str | None, scram_iterations: int = 4096
+        self, auth_type: str, user: str, secret: str | None, scram_iterations: int = 4096,
+        channel_binding: bytes | None = None,
     ) -> None:
+        """channel_binding: on TLS, the hash of pgtarn's certificate (SCRAM-SHA-256-PLUS)."""
         self.user = user
+        self._channel_binding = channel_binding
         self.secret = secret
         self.done = False
         #: SCRAM passthrough keys (ClientKey, ServerKey) once a SCRAM login against a stored
         #: verifier succeeded.
         self.scram_keys: tuple[bytes, bytes] | None = None
+        #: The SCRAM login was bound to the TLS channel (SCRAM-SHA-256-PLUS).
+        self.channel_bound = False
         self._scram: ScramServer | None = None
         self._md5_salt = b""
         self._iterations = scram_iterations
@@ -82,7 +87,7 @@ class ClientAuth:
         if self.method == "md5":
             self._md5_salt = secrets.token_bytes(4)
             return build.authentication(5, self._md5_salt)
-        self._scram = ScramServer(self._scram_secret())
+        self._scram = ScramServer(self._scram_secret(), channel_binding=self._channel_binding)
         return build.auth_sasl(self._scram.mechanisms())
 
     def _scram_secret(self) -> ScramVerifier | str:
@@ -124,11 +129,7 @@ class ClientAuth:
         assert self._scram is not None
         if not self._client_first_seen:
             mechanism, data = parse_sasl_initial_response(body)
-            if mechanism != "SCRAM-SHA-256":
-                raise AuthFailed(
-                    f"unsupported SASL mechanism {mechanism!r}", sqlstate="28000",
-                    severity="FATAL",
-                )
+            self._scram.select(mechanism)
             self._client_first_seen = True
             return build.authentication(11, self._scram.handle_client_first(data))
         try:
@@ -139,6 +140,7 @@ class ClientAuth:
             raise _failed(self.user)
         if self._verifier is not None:
             self.scram_keys = (self._scram.client_key, self._verifier.server_key)
+        self.channel_bound = self._scram.channel_bound
         self.done = True
         return build.authentication(12, final) + build.AUTH_OK
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..auth.md5 import is_md5_secret, md5_response
-from ..auth.scram import ScramClient, choose_mechanism, parse_sasl_mechanisms
+from ..auth.scram import MECHANISM_PLUS, ScramClient, choose_mechanism, parse_sasl_mechanisms
 from ..errors import PgtarnError, ProtocolViolation
 from . import build
 from .messages import (
@@ -45,8 +45,16 @@ class ServerLogin:
         user: str,
         password: str | None,
         scram_keys: tuple[bytes, bytes] | None = None,
+        channel_binding: str = "prefer",
     ) -> None:
+        """channel_binding: server_channel_binding (disable, prefer, require)."""
         self.user = user
+        self.channel_binding = channel_binding
+        #: Set once TLS is up: the hash of the server's certificate (tls-server-end-point),
+        #: or b"" on TLS without usable binding data.
+        self.tls_binding: bytes | None = None
+        #: The SCRAM exchange was bound to the TLS channel.
+        self.channel_bound = False
         self.password = password
         self.scram_keys = scram_keys
         self.params: dict[str, str] = {}
@@ -90,8 +98,18 @@ class ServerLogin:
         if code == AUTH_OK:
             if self._scram is not None and not self._scram_final_seen:
                 raise ProtocolViolation("server skipped the SCRAM final message")
+            if self.channel_binding == "require" and not self.channel_bound:
+                # as libpq's channel_binding=require: a server that lets us in without a
+                # bound SCRAM exchange (trust, md5, ...) has not proven it is the server
+                raise PgtarnError("channel binding is required, but the server "
+                                  "authenticated pgtarn without it", sqlstate="08006")
             self._authenticated = True
             return b""
+        if code in (AUTH_CLEARTEXT, AUTH_MD5) and self.channel_binding == "require":
+            # not even an md5 hash goes to a server that has not proven who it is
+            raise PgtarnError("channel binding is required, but the server asked for a "
+                              f"{'cleartext' if code == AUTH_CLEARTEXT else 'md5'} password",
+                              sqlstate="08006")
         if code == AUTH_CLEARTEXT:
             if self.password is None or is_md5_secret(self.password):
                 raise self._no_password("cleartext")
@@ -105,14 +123,21 @@ class ServerLogin:
                 md5_response(self.password, self.user, payload[:4]) + b"\x00"
             )
         if code == AUTH_SASL:
-            mechanism = choose_mechanism(parse_sasl_mechanisms(payload))
+            binding = self.tls_binding if self.channel_binding != "disable" else None
+            mechanism = choose_mechanism(parse_sasl_mechanisms(payload), bool(binding),
+                                         self.channel_binding == "require")
+            channel = binding if mechanism == MECHANISM_PLUS else None
+            can_bind = bool(binding)  # tells the server we could have (it catches a downgrade)
             if self.scram_keys is not None:
                 client_key, server_key = self.scram_keys
-                self._scram = ScramClient(client_key=client_key, server_key=server_key)
+                self._scram = ScramClient(client_key=client_key, server_key=server_key,
+                                          channel_binding=channel, can_bind=can_bind)
             elif self.password is not None and not is_md5_secret(self.password):
-                self._scram = ScramClient(self.password)
+                self._scram = ScramClient(self.password, channel_binding=channel,
+                                          can_bind=can_bind)
             else:
                 raise self._no_password("SCRAM-SHA-256")
+            self.channel_bound = mechanism == MECHANISM_PLUS
             self._scram_final_seen = False  # a new exchange: its server proof is still owed
             return build.sasl_initial_response(mechanism, self._scram.client_first())
         if code == AUTH_SASL_CONTINUE:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import hashlib
 import hmac
 from typing import Any
@@ -16,6 +17,7 @@ from pgtarn.auth.scram import (
     ScramClient,
     ScramServer,
     ScramVerifier,
+    certificate_hash,
     choose_mechanism,
     make_verifier,
     parse_sasl_mechanisms,
@@ -291,7 +293,7 @@ def test_non_ascii_password_round_trip() -> None:
 
 
 
-def test_choose_mechanism() -> None:
+def test_choose_mechanism_without_tls() -> None:
     assert choose_mechanism(["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"]) == "SCRAM-SHA-256"
     assert choose_mechanism(["SCRAM-SHA-256"]) == "SCRAM-SHA-256"
     with pytest.raises(AuthFailed):
@@ -323,10 +325,115 @@ def test_client_first_malformed(msg: bytes) -> None:
         ScramServer(RFC_VERIFIER).handle_client_first(msg)
 
 
-def test_channel_binding_refused() -> None:
-    with pytest.raises(AuthFailed, match="channel binding is not supported") as info:
+def test_channel_binding_data_without_plus_is_malformed() -> None:
+    with pytest.raises(ProtocolViolation, match="channel binding asked for with SCRAM-SHA-256"):
         ScramServer(RFC_VERIFIER).handle_client_first(b"p=tls-server-end-point,,n=,r=abc")
-    assert info.value.sqlstate == "08P01"
+
+
+BINDING = hashlib.sha256(b"our certificate").digest()
+
+
+def bound_exchange(client: ScramClient, server: ScramServer, mechanism: str) -> None:
+    server.select(mechanism)
+    final = client.handle_server_first(server.handle_client_first(client.client_first()))
+    client.handle_server_final(server.handle_client_final(final))
+
+
+def test_plus_exchange_binds_both_sides_to_the_same_channel() -> None:
+    server = ScramServer(make_verifier("pw", iterations=16), channel_binding=BINDING)
+    assert server.mechanisms() == ["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"]
+    client = ScramClient("pw", channel_binding=BINDING)
+    assert client.client_first().startswith(b"p=tls-server-end-point,,")
+    bound_exchange(client, server, "SCRAM-SHA-256-PLUS")
+    assert client.done and server.done and server.channel_bound
+
+
+def test_plus_proof_from_another_channel_is_refused() -> None:
+    # a man in the middle terminates the client's TLS: the client binds to its certificate
+    server = ScramServer(make_verifier("pw", iterations=16), channel_binding=BINDING)
+    client = ScramClient("pw", channel_binding=hashlib.sha256(b"the middle man's").digest())
+    with pytest.raises(ProtocolViolation, match="channel binding check failed"):
+        bound_exchange(client, server, "SCRAM-SHA-256-PLUS")
+    assert not server.done
+
+
+def test_a_client_told_there_is_no_plus_is_caught_when_there_is() -> None:
+    offered = ScramServer(make_verifier("pw", iterations=16), channel_binding=BINDING)
+    with pytest.raises(ProtocolViolation, match="negotiation error"):
+        bound_exchange(ScramClient("pw", can_bind=True), offered, "SCRAM-SHA-256")
+    not_offered = ScramServer(make_verifier("pw", iterations=16))  # no TLS: "y" is fine
+    bound_exchange(ScramClient("pw", can_bind=True), not_offered, "SCRAM-SHA-256")
+    assert not_offered.done and not not_offered.channel_bound
+
+
+@pytest.mark.parametrize("first", [b"n,,n=,r=abc", b"y,,n=,r=abc",
+                                   b"p=tls-unique,,n=,r=abc", b"p=,,n=,r=abc"])
+def test_plus_needs_tls_server_end_point(first: bytes) -> None:
+    server = ScramServer(RFC_VERIFIER, channel_binding=BINDING)
+    server.select("SCRAM-SHA-256-PLUS")
+    with pytest.raises(ProtocolViolation):
+        server.handle_client_first(first)
+
+
+def test_plus_is_not_offered_without_tls() -> None:
+    server = ScramServer(RFC_VERIFIER)
+    assert server.mechanisms() == ["SCRAM-SHA-256"]
+    with pytest.raises(AuthFailed, match="unsupported SASL mechanism") as info:
+        server.select("SCRAM-SHA-256-PLUS")
+    assert info.value.sqlstate == "28000"
+
+
+@pytest.mark.parametrize(("offered", "can_bind", "require", "chosen"), [
+    (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], True, False, "SCRAM-SHA-256-PLUS"),
+    (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], False, False, "SCRAM-SHA-256"),
+    (["SCRAM-SHA-256"], True, False, "SCRAM-SHA-256"),
+    (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], True, True, "SCRAM-SHA-256-PLUS"),
+    (["SCRAM-SHA-256"], True, True, None),
+    (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], False, True, None),
+])
+def test_choose_mechanism(offered: list[str], can_bind: bool, require: bool,
+                          chosen: str | None) -> None:
+    if chosen is not None:
+        assert choose_mechanism(offered, can_bind, require) == chosen
+        return
+    with pytest.raises(AuthFailed, match="channel binding is required") as info:
+        choose_mechanism(offered, can_bind, require)
+    assert info.value.sqlstate == "08006"
+
+
+def _certificate(key: object, digest: object) -> bytes:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key())  # type: ignore[attr-defined]
+            .serial_number(1).not_valid_before(now).not_valid_after(now)
+            .sign(key, digest))  # type: ignore[arg-type]
+    from cryptography.hazmat.primitives import serialization
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def test_certificate_hash_follows_the_signature_algorithm() -> None:
+    pytest.importorskip("cryptography")
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    for key, digest, expected in (
+        (ec_key, hashes.SHA256(), "sha256"), (ec_key, hashes.SHA384(), "sha384"),
+        (rsa_key, hashes.SHA512(), "sha512"), (rsa_key, hashes.SHA256(), "sha256"),
+    ):
+        der = _certificate(key, digest)
+        assert certificate_hash(der) == hashlib.new(expected, der).digest(), (digest, expected)
+    # sha1WithRSAEncryption (OpenSSL 3 no longer signs with it): RFC 5929 makes it SHA-256
+    der = _certificate(rsa_key, hashes.SHA512())
+    cut = der.rindex(bytes.fromhex("2a864886f70d01010d"))
+    sha1 = der[:cut] + bytes.fromhex("2a864886f70d010105") + der[cut + 9:]
+    assert certificate_hash(sha1) == hashlib.sha256(sha1).digest()
+    assert certificate_hash(_certificate(ed25519.Ed25519PrivateKey.generate(), None)) is None
+    for broken in (b"", b"\x30", b"\x30\x82\xff\xff", b"\x04\x00", b"\x30\x03\x30\x01\x00"):
+        assert certificate_hash(broken) is None
 
 
 _CLIENT_FINAL_DAMAGE = [
