@@ -16,6 +16,7 @@ from collections.abc import Callable
 from . import __version__
 from .admin import commands
 from .admin.tables import database_totals
+from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
 from .auth.userlist import load_userlist
 from .client import ClientConnection
 from .config import SETTINGS, Config, load_config
@@ -59,6 +60,15 @@ def read_userlist(config: Config) -> dict[str, str]:
     return load_userlist(config.auth_file)
 
 
+def read_hba(config: Config) -> tuple[HbaRules | None, IdentMaps | None]:
+    """auth_hba_file and auth_ident_file, parsed; their warnings logged."""
+    hba = load_hba(config.auth_hba_file) if config.auth_hba_file else None
+    ident = load_ident(config.auth_ident_file) if config.auth_ident_file else None
+    for warning in hba.warnings if hba is not None else ():
+        log.warning("auth_hba_file: %s", warning)
+    return hba, ident
+
+
 class App:
     """One pgtarn process."""
 
@@ -81,6 +91,7 @@ class App:
         runtime = Runtime(config, read_userlist(config))
         runtime.client_tls, runtime.server_tls = client_context(config), server_context(config)
         runtime.client_tls_binding = own_certificate_hash(config)
+        runtime.hba, runtime.ident = read_hba(config)
         self.runtime = runtime
         runtime.control = self
         runtime.registry.launch = lambda pool, db: launch_server(runtime, pool, db)
@@ -219,6 +230,7 @@ class App:
             # certificates, keys and CA files are read again, whether or not a setting changed
             client_tls, server_tls = client_context(config), server_context(config)
             client_tls_binding = own_certificate_hash(config)
+            hba, ident = read_hba(config)
             setup_logging(config, self.verbose, self.quiet)
         except (ConfigError, OSError) as exc:
             log.error("reload failed, keeping the old configuration: %s", exc)
@@ -246,6 +258,7 @@ class App:
         self.runtime.userlist = userlist
         self.runtime.client_tls, self.runtime.server_tls = client_tls, server_tls
         self.runtime.client_tls_binding = client_tls_binding
+        self.runtime.hba, self.runtime.ident = hba, ident
         forget_derived_secrets()
         raise_fd_limit(config)
         self.runtime.registry.apply(config)

@@ -26,6 +26,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, cast
 
 from . import __version__
+from .access import Connection, auth_method, os_user_name, peer_address
 from .admin.console import AdminSession
 from .errors import PgtarnError, ProtocolViolation
 from .pool.pool import Pool
@@ -68,8 +69,6 @@ TRACKED_DEFAULT = (
     "application_name",
 )
 PENDING_PAUSE = 256 * 1024
-#: client_tls_sslmode values under which a TCP client must use TLS.
-TLS_REQUIRED = frozenset({"require", "verify-ca", "verify-full"})
 RFQ_IDLE = build.ready_for_query(b"I")
 TRANSACTION_REFUSED = build.error_response(
     "0A000",
@@ -595,17 +594,6 @@ class ClientConnection(asyncio.Protocol):
         if self.runtime.config.log_connections:
             log.info("%r: TLS failed: %s", self, exc)
 
-    def _check_certificate(self, user: str) -> None:
-        """auth_type = cert, client_tls_sslmode = verify-full: the certificate names user."""
-        name = certificate_name(self.tls)
-        if name is None:
-            raise PgtarnError("connection requires a valid client certificate",
-                              sqlstate="28000")
-        if name != user:
-            log.info("%r: certificate CN %r is not user %r", self, name, user)
-            raise PgtarnError(f'certificate authentication failed for user "{user}"',
-                              sqlstate="28000")
-
     def _login(self, packet: StartupPacket) -> None:
         config = self.runtime.config
         database = packet.params.get("database") or packet.params.get("user", "")
@@ -634,9 +622,7 @@ class ClientConnection(asyncio.Protocol):
         if config.log_connections:
             log.info("%r: login attempt: db=%s user=%s tls=%s", self, self.database, user,
                      describe(self.tls) or "no")
-        tls_mode = config.client_tls_sslmode
-        if self.tls is None and self.addr != "unix" and tls_mode in TLS_REQUIRED:
-            raise PgtarnError("SSL required", sqlstate="28000")
+
         if admin:
             self.admin_role = self._admin_role(user)
             if local_admin:
@@ -645,17 +631,21 @@ class ClientConnection(asyncio.Protocol):
                 self.write(build.AUTH_OK)
                 self._admin_ready()
                 return
-            auth_type = config.auth_type
         else:
             db = config.find_database(self.database)
             if db is None:
                 raise PgtarnError(f'no such database: "{self.database}"', sqlstate="3D000")
             self.db = db
-            auth_type = config.auth_type
-        if auth_type == "cert" or (tls_mode == "verify-full" and self.tls is not None):
-            self._check_certificate(user)
-        if auth_type == "cert":
-            auth_type = "any"  # the certificate was the proof
+        connection = Connection(
+            local=self.addr == "unix", tls=self.tls is not None,
+            address=peer_address(self.addr), certificate_name=certificate_name(self.tls),
+            os_user=self._peer_os_user)
+        try:
+            auth_type = auth_method(config, self.runtime.hba, self.runtime.ident, connection,
+                                    self.database, user)
+        except PgtarnError as refused:
+            log.info("%r: login refused: %s", self, refused.message)
+            raise
         secret = self.runtime.userlist.get(user)
         binding = self.runtime.client_tls_binding if self.tls is not None else None
         self.auth = ClientAuth(auth_type, user, secret, config.scram_iterations, binding)
@@ -692,20 +682,28 @@ class ClientConnection(asyncio.Protocol):
             return "stats"
         return None
 
-    def _same_os_user(self) -> bool:
-        """A unix-socket peer running as the same OS user as this process."""
+    def _peer_uid(self) -> int | None:
+        """The OS user id of a unix-socket peer (SO_PEERCRED); None over TCP."""
         transport = self.transport
         sock = transport.get_extra_info("socket") if transport is not None else None
         if sock is None or sock.family != socket.AF_UNIX:
-            return False
+            return None
         try:
             pid, uid, _gid = _PEERCRED.unpack(
                 sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
             )
         except (OSError, AttributeError):
-            return False
+            return None
         self.peer_pid = pid
-        return bool(uid == os.getuid())
+        return int(uid)
+
+    def _peer_os_user(self) -> str | None:
+        uid = self._peer_uid()
+        return os_user_name(uid) if uid is not None else None
+
+    def _same_os_user(self) -> bool:
+        """A unix-socket peer running as the same OS user as this process."""
+        return self._peer_uid() == os.getuid()
 
     def _admin_ready(self) -> None:
         """Logged in to the admin console: welcome, then commands."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .auth.hba import HbaRules, IdentMaps
 from .config import Config
 from .pool.registry import Registry
 from .pool.stats import PoolStats, Totals
@@ -73,6 +74,9 @@ class Runtime:
         self.server_tls: ssl.SSLContext | None = None
         #: tls-server-end-point data of pgtarn's own certificate (SCRAM-SHA-256-PLUS).
         self.client_tls_binding: bytes | None = None
+        #: auth_hba_file and auth_ident_file, parsed (None: not set).
+        self.hba: HbaRules | None = None
+        self.ident: IdentMaps | None = None
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run a short-lived task that is kept referenced until it ends."""

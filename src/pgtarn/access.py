@@ -1,0 +1,120 @@
+"""Who may try to log in, and how: client_tls_sslmode, auth_type, pg_hba.conf rules, identities.
+
+Decided from facts about the connection (TLS or not, address, the certificate's name, the
+peer's OS user) before any password is asked for; the result is the method ClientAuth runs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import pwd
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .auth.hba import HbaRule, HbaRules, IdentMaps, IPAddress
+from .config import Config
+from .errors import PgtarnError
+
+#: client_tls_sslmode values under which a TCP client must use TLS.
+TLS_REQUIRED = frozenset({"require", "verify-ca", "verify-full"})
+
+#: pg_hba.conf methods -> ClientAuth's auth types ("any": the identity was the proof).
+_HBA_METHODS = {"trust": "trust", "password": "plain", "md5": "md5",
+                "scram-sha-256": "scram-sha-256", "cert": "any", "peer": "any"}
+
+
+@dataclass(frozen=True)
+class Connection:
+    """What is known about a client's connection before it authenticates."""
+
+    local: bool  # unix socket
+    tls: bool
+    address: IPAddress | None
+    certificate_name: str | None  # CN of a verified client certificate
+    os_user: Callable[[], str | None]  # unix sockets: the peer's OS user name (asked lazily)
+
+
+def peer_address(addr: str) -> IPAddress | None:
+    """The IP address of "host:port" (None for "unix" or anything else)."""
+    host = addr.rsplit(":", 1)[0]
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def os_user_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def _refused(text: str) -> PgtarnError:
+    return PgtarnError(text, sqlstate="28000")
+
+
+def _where(conn: Connection, user: str, database: str) -> str:
+    host = "[local]" if conn.local else str(conn.address)
+    encryption = "SSL encryption" if conn.tls else "no encryption"
+    return f'host "{host}", user "{user}", database "{database}", {encryption}'
+
+
+def _identity_matches(name: str | None, user: str, map_name: str | None,
+                      ident: IdentMaps | None) -> bool:
+    if name is None:
+        return False
+    if map_name is None:
+        return name == user
+    return ident is not None and ident.allows(map_name, name, user)
+
+
+def _check_certificate(conn: Connection, user: str, rule: HbaRule | None,
+                       ident: IdentMaps | None, what: str) -> None:
+    if conn.certificate_name is None:
+        raise _refused("connection requires a valid client certificate")
+    map_name = rule.map_name if rule is not None else None
+    if not _identity_matches(conn.certificate_name, user, map_name, ident):
+        raise _refused(what)
+
+
+def auth_method(config: Config, hba: HbaRules | None, ident: IdentMaps | None,
+                conn: Connection, database: str, user: str) -> str:
+    """The ClientAuth auth type for this login, or a PgtarnError (28000) refusing it."""
+    tls_mode = config.client_tls_sslmode
+    if not conn.tls and not conn.local and tls_mode in TLS_REQUIRED:
+        raise _refused("SSL required")
+    if tls_mode == "verify-full" and conn.tls:
+        # As PostgreSQL's clientcert=verify-full (PgBouncer treats it as verify-ca): the
+        # certificate must name the user.
+        _check_certificate(conn, user, None, ident,
+                           f'certificate authentication failed for user "{user}"')
+    auth_type = config.auth_type
+    if auth_type == "cert":
+        _check_certificate(conn, user, None, ident,
+                           f'certificate authentication failed for user "{user}"')
+        return "any"
+    if auth_type != "hba":
+        return auth_type
+    if hba is None:
+        raise _refused("auth_type = hba, but no auth_hba_file is loaded")
+    rule = hba.match(local=conn.local, tls=conn.tls, database=database, user=user,
+                     address=conn.address)
+    if rule is None:
+        raise _refused(f"no pg_hba.conf entry for {_where(conn, user, database)}")
+    if rule.method == "reject":
+        raise _refused(f"pg_hba.conf rejects connection for {_where(conn, user, database)}")
+    if rule.method == "cert":
+        _check_certificate(conn, user, rule, ident,
+                           f'certificate authentication failed for user "{user}"')
+    elif rule.clientcert is not None:
+        if conn.certificate_name is None:
+            raise _refused("connection requires a valid client certificate")
+        if rule.clientcert == "verify-full" and not _identity_matches(
+                conn.certificate_name, user, rule.map_name, ident):
+            raise _refused(f"certificate validation (clientcert=verify-full) failed for user "
+                           f'"{user}": CN mismatch')
+    elif rule.method == "peer" and not (
+            conn.local and _identity_matches(conn.os_user(), user, rule.map_name, ident)):
+        raise _refused(f'Peer authentication failed for user "{user}"')
+    return _HBA_METHODS[rule.method]

@@ -1,0 +1,84 @@
+"""access.auth_method: TLS demands, certificate and peer identities, pg_hba.conf rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+
+import pytest
+
+from pgtarn.access import Connection, auth_method, peer_address
+from pgtarn.auth.hba import parse_hba, parse_ident
+from pgtarn.config import Config
+from pgtarn.errors import PgtarnError
+
+HBA = parse_hba("""\
+local    all  all                peer map=m
+hostssl  all  certs  0.0.0.0/0   md5 clientcert=verify-full
+hostssl  all  all    0.0.0.0/0   cert map=m
+host     all  all    ::1/128     password
+host     all  all    10.0.0.0/8  reject
+""", "pg_hba.conf", lambda path: "")
+IDENT = parse_ident("m  alice  app\nm  /^(.*)-cert$  \\1\n", "pg_ident.conf")
+
+
+def conn(*, local: bool = False, tls: bool = False, address: str | None = "127.0.0.1",
+         cert: str | None = None, os_user: str | None = None) -> Connection:
+    return Connection(local=local, tls=tls,
+                      address=ipaddress.ip_address(address) if address else None,
+                      certificate_name=cert, os_user=lambda: os_user)
+
+
+def method(config: Config, connection: Connection, user: str = "app") -> str:
+    return auth_method(config, HBA, IDENT, connection, "db", user)
+
+
+def refused(config: Config, connection: Connection, user: str = "app") -> str:
+    with pytest.raises(PgtarnError) as info:
+        method(config, connection, user)
+    assert info.value.sqlstate == "28000"
+    return info.value.message
+
+
+HBA_CONFIG = dataclasses.replace(Config(), auth_type="hba")
+
+
+def test_tls_required_for_tcp_only() -> None:
+    config = dataclasses.replace(Config(), client_tls_sslmode="require")
+    assert refused(config, conn()) == "SSL required"
+    assert method(config, conn(tls=True)) == config.auth_type
+    assert method(config, conn(local=True, address=None)) == config.auth_type
+
+
+def test_verify_full_and_cert_need_the_users_certificate() -> None:
+    full = dataclasses.replace(Config(), client_tls_sslmode="verify-full")
+    assert method(full, conn(tls=True, cert="app")) == full.auth_type
+    assert "certificate authentication failed" in refused(full, conn(tls=True, cert="bob"))
+    cert = dataclasses.replace(Config(), auth_type="cert")
+    assert method(cert, conn(tls=True, cert="app")) == "any"
+    assert "requires a valid client certificate" in refused(cert, conn(tls=True))
+
+
+def test_hba_rules_in_order() -> None:
+    assert method(HBA_CONFIG, conn(local=True, address=None, os_user="alice")) == "any"
+    assert "Peer authentication failed" in refused(
+        HBA_CONFIG, conn(local=True, address=None, os_user="mallory"))
+    assert method(HBA_CONFIG, conn(tls=True, cert="app-cert")) == "any"  # via the map regex
+    assert "certificate authentication failed" in refused(HBA_CONFIG, conn(tls=True, cert="x"))
+    assert method(HBA_CONFIG, conn(tls=True, cert="certs"), "certs") == "md5"
+    assert "clientcert=verify-full" in refused(HBA_CONFIG, conn(tls=True, cert="x"), "certs")
+    assert method(HBA_CONFIG, conn(address="::1")) == "plain"
+    assert "rejects connection" in refused(HBA_CONFIG, conn(address="10.1.2.3"))
+    assert refused(HBA_CONFIG, conn()) == (
+        'no pg_hba.conf entry for host "127.0.0.1", user "app", database "db", no encryption')
+
+
+def test_hba_without_a_file_refuses() -> None:
+    with pytest.raises(PgtarnError, match="no auth_hba_file"):
+        auth_method(HBA_CONFIG, None, None, conn(), "db", "app")
+
+
+def test_peer_address() -> None:
+    assert peer_address("127.0.0.1:5432") == ipaddress.ip_address("127.0.0.1")
+    assert peer_address("::1:6000") == ipaddress.ip_address("::1")
+    assert peer_address("unix") is None
