@@ -259,6 +259,7 @@ class App:
         self.runtime.client_tls, self.runtime.server_tls = client_tls, server_tls
         self.runtime.client_tls_binding = client_tls_binding
         self.runtime.hba, self.runtime.ident = hba, ident
+        self.runtime.close_lookups()
         forget_derived_secrets()
         raise_fd_limit(config)
         self.runtime.registry.apply(config)
@@ -312,6 +313,7 @@ class App:
         for pool in self.runtime.registry:
             for server in list(pool.idle) + list(pool.active) + list(pool.tested):
                 server.close("shutdown")
+        self.runtime.close_lookups()
         if self.unix_path:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)

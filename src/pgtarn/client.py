@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, cast
 from . import __version__
 from .access import Connection, auth_method, os_user_name, peer_address
 from .admin.console import AdminSession
-from .errors import PgtarnError, ProtocolViolation
+from .errors import AuthFailed, PgtarnError, ProtocolViolation
 from .pool.pool import Pool
 from .pool.stats import BUCKETS, PoolStats
 from .proto import build
@@ -47,6 +47,7 @@ from .session.sqlnames import has_statement_words, may_name_statements
 from .tls import ALPN, TlsTransport, certificate_name, describe
 
 if TYPE_CHECKING:
+    from .authquery import SecretLookup
     from .config import DatabaseEntry
     from .runtime import Runtime
     from .server import ServerConnection
@@ -69,6 +70,8 @@ TRACKED_DEFAULT = (
     "application_name",
 )
 PENDING_PAUSE = 256 * 1024
+#: Methods that need the user's secret, which auth_query may find when auth_file has none.
+LOOKED_UP = frozenset({"md5", "scram-sha-256", "plain", "trust"})
 RFQ_IDLE = build.ready_for_query(b"I")
 TRANSACTION_REFUSED = build.error_response(
     "0A000",
@@ -142,6 +145,7 @@ class ClientConnection(asyncio.Protocol):
         "query_start",
         "runtime",
         "scanner",
+        "secret_lookup",
         "server",
         "startup_params",
         "startup_reader",
@@ -170,6 +174,8 @@ class ClientConnection(asyncio.Protocol):
         self.startup_reader = StartupReader()
         self.scanner = MessageScanner(AUTH_TYPES, 10000)
         self.auth: ClientAuth | None = None
+        #: auth_query: where this client's secret came from (None: auth_file).
+        self.secret_lookup: SecretLookup | None = None
         self.pool: Pool[ServerConnection] | None = None
         self.pool_mode = "session"
         self.server: ServerConnection | None = None
@@ -647,8 +653,29 @@ class ClientConnection(asyncio.Protocol):
             log.info("%r: login refused: %s", self, refused.message)
             raise
         secret = self.runtime.userlist.get(user)
+        if secret is None and self.db is not None and auth_type in LOOKED_UP:
+            lookup = self.runtime.secret_lookup(self.db)
+            if lookup is not None:
+                # auth_query: the challenge (its salt) waits for the secret
+                self.state = State.AUTH
+                self.secret_lookup = lookup
+                self.runtime.spawn(self._look_up(lookup, auth_type, user))
+                return
+        self._start_auth(auth_type, user, secret)
+
+    async def _look_up(self, lookup: SecretLookup, auth_type: str, user: str) -> None:
+        try:
+            secret = await lookup.secret(user)
+            if self.state is State.AUTH and self.auth is None:  # still there, still waiting
+                self._start_auth(auth_type, user, secret)
+        except PgtarnError as error:
+            self.close(error)
+
+    def _start_auth(self, auth_type: str, user: str, secret: str | None) -> None:
+        """Send the first authentication message (a challenge, or AuthenticationOk)."""
         binding = self.runtime.client_tls_binding if self.tls is not None else None
-        self.auth = ClientAuth(auth_type, user, secret, config.scram_iterations, binding)
+        self.auth = ClientAuth(auth_type, user, secret, self.runtime.config.scram_iterations,
+                               binding)
         self.state = State.AUTH
         first = self.auth.start()
         self.write(first)
@@ -657,16 +684,23 @@ class ClientConnection(asyncio.Protocol):
 
     def _auth_data(self, data: bytes) -> None:
         auth = self.auth
-        assert auth is not None
         for msg_type, body, _end in self.scanner.feed(data):
             if msg_type == 0x58:
                 self.close()
                 return
+            if auth is None:  # auth_query still looking: nothing was asked yet
+                raise ProtocolViolation("message received before an authentication request")
             if msg_type != 0x70:
                 raise ProtocolViolation(
                     f"expected a password message, got {chr(msg_type)!r}"
                 )
-            self.write(auth.feed(body))
+            try:
+                reply = auth.feed(body)
+            except AuthFailed:
+                if self.secret_lookup is not None:
+                    self.secret_lookup.forget(self.user)  # maybe changed: ask again next time
+                raise
+            self.write(reply)
             if auth.done:
                 self._authenticated()
                 return

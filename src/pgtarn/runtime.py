@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .auth.hba import HbaRules, IdentMaps
-from .config import Config
+from .authquery import SecretLookup
+from .config import Config, DatabaseEntry
+from .errors import PgtarnError
 from .pool.registry import Registry
 from .pool.stats import PoolStats, Totals
 from .session.prepared import StatementCache
@@ -74,9 +76,43 @@ class Runtime:
         self.server_tls: ssl.SSLContext | None = None
         #: tls-server-end-point data of pgtarn's own certificate (SCRAM-SHA-256-PLUS).
         self.client_tls_binding: bytes | None = None
+        #: auth_query lookups by (target database, host, port, dbname, auth_user, query).
+        self.lookups: dict[tuple[object, ...], SecretLookup] = {}
         #: auth_hba_file and auth_ident_file, parsed (None: not set).
         self.hba: HbaRules | None = None
         self.ident: IdentMaps | None = None
+
+    def secret_lookup(self, db: DatabaseEntry) -> SecretLookup | None:
+        """The auth_query lookup for logins to db (None: no auth_user for it)."""
+        config = self.config
+        auth_user = db.auth_user or config.auth_user
+        if not auth_user:
+            return None
+        target_name = db.auth_dbname or config.auth_dbname
+        target = config.find_database(target_name) if target_name else db
+        if target is None:
+            raise PgtarnError(f'auth_dbname "{target_name}" is not a database of [databases]',
+                              sqlstate="08006")
+        query = db.auth_query or config.auth_query
+        key = (target.name, target.host, target.port, target.dbname, auth_user, query)
+        lookup = self.lookups.get(key)
+        if lookup is None:
+            lookup = self.lookups[key] = SecretLookup(self, target, auth_user, query)
+        return lookup
+
+    def looked_up(self, db: DatabaseEntry, user: str) -> str | None:
+        """The secret auth_query last found for user, for logging in to PostgreSQL."""
+        try:
+            lookup = self.secret_lookup(db)
+        except PgtarnError:
+            return None
+        return lookup.known.get(user) if lookup is not None else None
+
+    def close_lookups(self) -> None:
+        """RELOAD: auth_user, auth_query or their databases may have changed."""
+        lookups, self.lookups = self.lookups, {}
+        for lookup in lookups.values():
+            lookup.close()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run a short-lived task that is kept referenced until it ends."""

@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from .auth.scram import certificate_hash
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError, ProtocolViolation, TlsFailed
 from .pool.pool import Pool
@@ -30,7 +29,7 @@ from .session.prepared import (
     READY_UNHIDE,
     ServerStatements,
 )
-from .tls import TlsTransport
+from .tls import TlsTransport, peer_certificate_hash, tls_accepted
 
 if TYPE_CHECKING:
     from .client import ClientConnection
@@ -161,34 +160,22 @@ class ServerConnection(asyncio.Protocol):
     def _tls_answered(self, data: bytes) -> None:
         """PostgreSQL's answer to SSLRequest: 'S' (TLS from here), or 'N' (plaintext)."""
         self.tls_answer = False
-        answer, rest = data[:1], data[1:]
         context = self.runtime.server_tls
         assert context is not None and self.transport is not None
-        if answer == b"S":
-            if rest:
-                # Bytes before the handshake would be read as if they were encrypted: a
-                # man in the middle's injection (CVE-2021-23222 in libpq).
-                raise ProtocolViolation("server sent unencrypted data after accepting TLS")
+        if tls_accepted(data, self.runtime.config.server_tls_sslmode):
             tls = TlsTransport(self.transport, context, self, server_side=False,
                                server_hostname=self.db.host or None,
                                on_ready=self._tls_ready, on_failed=self._tls_failed)
             self.transport = tls
             tls.start()
-        elif answer == b"N":
-            if self.runtime.config.server_tls_sslmode != "prefer":
-                raise TlsFailed(
-                    "server does not support TLS, but server_tls_sslmode = "
-                    f"{self.runtime.config.server_tls_sslmode}")
-            self._send_startup()
-            if rest:
-                self._login_data(rest)
-        else:
-            raise ProtocolViolation(f"invalid answer to SSLRequest: {answer!r}")
+            return
+        self._send_startup()
+        if len(data) > 1:
+            self._login_data(data[1:])
 
     def _tls_ready(self) -> None:
         assert self._login is not None and isinstance(self.transport, TlsTransport)
-        der = self.transport.ssl_object.getpeercert(binary_form=True)
-        self._login.tls_binding = (certificate_hash(der) if der else None) or b""
+        self._login.tls_binding = peer_certificate_hash(self.transport)
         self._send_startup()
 
     def _tls_failed(self, exc: Exception) -> None:
@@ -618,6 +605,8 @@ def server_login_for(runtime: Runtime, pool: Pool[ServerConnection], db: Databas
     used (SCRAM passthrough).
     """
     password = db.password if db.password is not None else runtime.userlist.get(pool.user)
+    if password is None:
+        password = runtime.looked_up(db, pool.user)  # auth_query found it at a client's login
     keys = None
     if password is not None and password.startswith("SCRAM-SHA-256$"):
         keys = pool.scram_keys

@@ -18,7 +18,7 @@ from typing import Any
 
 from .auth.scram import certificate_hash
 from .config import Config
-from .errors import ConfigError
+from .errors import ConfigError, ProtocolViolation, TlsFailed
 
 #: Plaintext handed up per read: one TLS record is at most 16 KiB.
 READ_SIZE = 65536
@@ -362,6 +362,29 @@ class TlsTransport(asyncio.Transport):
     @property
     def ssl_object(self) -> ssl.SSLObject:
         return self._ssl
+
+
+def tls_accepted(data: bytes, mode: str) -> bool:
+    """PostgreSQL's answer to our SSLRequest: True for TLS, False to go on in plaintext
+    (server_tls_sslmode prefer only); anything else raises."""
+    answer = data[:1]
+    if answer == b"S":
+        if len(data) > 1:
+            # Bytes before the handshake would be read as if they were encrypted: a man in
+            # the middle's injection (CVE-2021-23222 in libpq).
+            raise ProtocolViolation("server sent unencrypted data after accepting TLS")
+        return True
+    if answer == b"N":
+        if mode != "prefer":
+            raise TlsFailed(f"server does not support TLS, but server_tls_sslmode = {mode}")
+        return False
+    raise ProtocolViolation(f"invalid answer to SSLRequest: {answer!r}")
+
+
+def peer_certificate_hash(transport: TlsTransport) -> bytes:
+    """Channel-binding data of the server's certificate; b"" when it has none usable."""
+    der = transport.ssl_object.getpeercert(binary_form=True)
+    return (certificate_hash(der) if der else None) or b""
 
 
 def describe(transport: asyncio.BaseTransport | None) -> str:

@@ -130,6 +130,29 @@ def sasl_response(data: bytes) -> bytes:
 
 
 SYNC = message(b"S")
+
+
+def parse(statement: str, query: str, type_oids: Sequence[int] = ()) -> bytes:
+    body = cstr(statement) + cstr(query) + _H.pack(len(type_oids))
+    body += b"".join(_I.pack(oid) for oid in type_oids)
+    return message(b"P", body)
+
+
+def bind(portal: str, statement: str, params: Sequence[str | None]) -> bytes:
+    """Bind with text parameters and text results."""
+    body = bytearray(cstr(portal) + cstr(statement) + _H.pack(0) + _H.pack(len(params)))
+    for value in params:
+        if value is None:
+            body += b"\xff\xff\xff\xff"
+        else:
+            raw = value.encode()
+            body += _I.pack(len(raw)) + raw
+    body += _H.pack(0)
+    return message(b"B", bytes(body))
+
+
+def execute(portal: str = "", max_rows: int = 0) -> bytes:
+    return message(b"E", cstr(portal) + _I.pack(max_rows))
 TERMINATE = message(b"X")
 
 

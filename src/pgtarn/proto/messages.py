@@ -82,6 +82,33 @@ def parse_fields(body: bytes) -> dict[str, str]:
     return fields
 
 
+def parse_data_row(body: bytes) -> list[bytes | None]:
+    """The column values of a DataRow (None for NULL)."""
+    if len(body) < 2:
+        raise ProtocolViolation("malformed DataRow")
+    try:
+        count = int.from_bytes(body[:2], "big")
+        values: list[bytes | None] = []
+        pos = 2
+        for _ in range(count):
+            if pos + 4 > len(body):
+                raise ProtocolViolation("malformed DataRow")
+            length = int.from_bytes(body[pos : pos + 4], "big", signed=True)
+            pos += 4
+            if length < 0:
+                values.append(None)
+                continue
+            if pos + length > len(body):
+                raise ProtocolViolation("DataRow value runs past the message")
+            values.append(body[pos : pos + length])
+            pos += length
+    except IndexError:
+        raise ProtocolViolation("malformed DataRow") from None
+    if pos != len(body):
+        raise ProtocolViolation("malformed DataRow")
+    return values
+
+
 def parse_parameter_status(body: bytes) -> tuple[str, str]:
     name, pos = read_cstr(body, 0)
     value, _ = read_cstr(body, pos)

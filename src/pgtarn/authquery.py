@@ -1,0 +1,262 @@
+"""auth_query: a client's secret looked up in PostgreSQL, as auth_user, by a parameterized query.
+
+Each target (database, auth_user, query) has one connection, opened on first use and kept;
+lookups take turns on it. The user name is a bound parameter ($1), never part of the SQL text,
+and the connection carries none of the client's startup parameters: its search_path is fixed
+to pg_catalog and pg_temp, so nothing a client sends can change what the query runs.
+
+Found secrets are reused for AUTH_CACHE_SECONDS, then looked up again; a login that fails
+with a cached secret drops it at once, so a changed password takes effect on the next try.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, cast
+
+from .config import DatabaseEntry
+from .errors import PgtarnError, ProtocolViolation
+from .proto import build
+from .proto.framing import MessageScanner
+from .proto.messages import parse_data_row
+from .proto.server_side import ServerLogin, server_error
+from .server import open_connection
+from .tls import TlsTransport, peer_certificate_hash, tls_accepted
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+log = logging.getLogger("pgtarn.authquery")
+
+AUTH_CACHE_SECONDS = 30.0
+#: An unknown name is not asked about again this soon (someone probing names).
+MISS_CACHE_SECONDS = 5.0
+CACHE_SIZE = 10_000
+#: The lookup connection's own startup parameters; nothing comes from clients.
+STARTUP = {"search_path": "pg_catalog, pg_temp", "application_name": "pgtarn auth_query"}
+_ALL_TYPES = frozenset(range(256))
+_MAX_MESSAGE = 1024 * 1024
+
+
+def _lookup_failed(reason: str) -> PgtarnError:
+    return PgtarnError(f"could not look up the user: {reason}", sqlstate="08006")
+
+
+class SecretLookup:
+    """One auth_query target: its connection, its queue of names, its cache of answers."""
+
+    def __init__(self, runtime: Runtime, db: DatabaseEntry, auth_user: str, query: str) -> None:
+        self.runtime = runtime
+        self.db = db
+        self.auth_user = auth_user
+        self.query = query
+        self.cache: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
+        #: The last secret found per user, whatever its age: for logins to PostgreSQL.
+        self.known: OrderedDict[str, str] = OrderedDict()
+        self.pending: OrderedDict[str, asyncio.Future[str | None]] = OrderedDict()
+        self.asking: str | None = None
+        self.conn: _LookupConnection | None = None
+        self.closed = False
+
+    async def secret(self, user: str) -> str | None:
+        """The secret PostgreSQL has for user (None: no such user, or no password)."""
+        cached = self.cache.get(user)
+        if cached is not None and time.monotonic() < cached[1]:
+            self.cache.move_to_end(user)
+            return cached[0]
+        future = self.pending.get(user)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self.pending[user] = future
+            self._next()
+        timeout = self.runtime.config.server_connect_timeout or 15.0
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            # the connection is stuck: everyone waiting gets the error, the next tries anew
+            self.reset(_lookup_failed(f"no answer in {timeout:g} s"))
+            raise _lookup_failed(f"no answer in {timeout:g} s") from None
+
+    def forget(self, user: str) -> None:
+        """A login failed with the cached secret: look it up again next time."""
+        self.cache.pop(user, None)
+
+    def close(self) -> None:
+        self.closed = True
+        self.reset(_lookup_failed("pgtarn reloaded its configuration"))
+
+    def reset(self, error: PgtarnError) -> None:
+        """Drop the connection and fail every waiting lookup with error."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
+        pending, self.pending = self.pending, OrderedDict()
+        self.asking = None
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved: waiters may have gone (timed out, closed)
+
+    # --- the connection's reports -----------------------------------------------------------
+
+    def _next(self) -> None:
+        """Send the next queued name, opening the connection first if needed."""
+        if self.closed or self.asking is not None or not self.pending:
+            return
+        if self.conn is None:
+            self.conn = _LookupConnection(self)
+            self.runtime.spawn(self.conn.connect())
+            return
+        if self.conn.ready:
+            self.asking = next(iter(self.pending))
+            self.conn.ask(self.query, self.asking)
+
+    def connected(self) -> None:
+        self._next()
+
+    def answered(self, secret: str | None) -> None:
+        user, self.asking = self.asking, None
+        assert user is not None
+        future = self.pending.pop(user, None)
+        now = time.monotonic()
+        self.cache[user] = (secret, now + (AUTH_CACHE_SECONDS if secret else MISS_CACHE_SECONDS))
+        self.cache.move_to_end(user)
+        if secret is not None:
+            self.known[user] = secret
+            self.known.move_to_end(user)
+        for cache in (self.cache, self.known):
+            while len(cache) > CACHE_SIZE:
+                cache.popitem(last=False)
+        if future is not None and not future.done():
+            future.set_result(secret)
+        self._next()
+
+    def lost(self, error: PgtarnError) -> None:
+        log.warning("auth_query connection to %s as %s: %s", self.db.name, self.auth_user,
+                    error.message)
+        self.conn = None
+        self.reset(error)
+
+
+class _LookupConnection(asyncio.Protocol):
+    """The connection a SecretLookup asks through: log in as auth_user, then one query at a
+    time (Parse/Bind/Execute/Sync, the name as $1)."""
+
+    def __init__(self, lookup: SecretLookup) -> None:
+        self.lookup = lookup
+        runtime = lookup.runtime
+        self.transport: asyncio.Transport | None = None
+        self.login: ServerLogin | None = ServerLogin(
+            lookup.auth_user, runtime.userlist.get(lookup.auth_user),
+            channel_binding=runtime.config.server_channel_binding)
+        self.scanner = MessageScanner(_ALL_TYPES, _MAX_MESSAGE)
+        self.tls_answer = False
+        self.ready = False
+        self.secret: str | None = None
+        self.error: PgtarnError | None = None
+        self.closed = False
+
+    async def connect(self) -> None:
+        config = self.lookup.runtime.config
+        try:
+            await open_connection(self.lookup.db, lambda: self, config.server_connect_timeout,
+                                  config.unix_socket_dir)
+        except (TimeoutError, OSError) as exc:
+            self._fail(_lookup_failed(f"could not connect to server: {exc or 'timeout'}"))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        if self.closed:
+            transport.close()
+            return
+        sock = transport.get_extra_info("socket")
+        if self.lookup.runtime.server_tls is not None and sock is not None \
+                and sock.family in (socket.AF_INET, socket.AF_INET6):
+            self.tls_answer = True
+            self.transport.write(build.SSL_REQUEST)
+            return
+        self._send_startup()
+
+    def _send_startup(self) -> None:
+        assert self.login is not None and self.transport is not None
+        self.transport.write(self.login.startup(
+            {"user": self.lookup.auth_user, "database": self.lookup.db.dbname, **STARTUP}))
+
+    def _tls_ready(self) -> None:
+        assert self.login is not None and isinstance(self.transport, TlsTransport)
+        self.login.tls_binding = peer_certificate_hash(self.transport)
+        self._send_startup()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            if self.tls_answer:
+                self.tls_answer = False
+                context = self.lookup.runtime.server_tls
+                assert context is not None and self.transport is not None
+                if tls_accepted(data, self.lookup.runtime.config.server_tls_sslmode):
+                    tls = TlsTransport(
+                        self.transport, context, self, server_side=False,
+                        server_hostname=self.lookup.db.host or None, on_ready=self._tls_ready,
+                        on_failed=lambda exc: self._fail(_lookup_failed(f"TLS: {exc}")))
+                    self.transport = tls
+                    tls.start()
+                    return
+                self._send_startup()
+                data = data[1:]
+            for msg_type, body, _end in self.scanner.feed(data):
+                self._message(msg_type, body)
+        except PgtarnError as error:
+            self._fail(error if error.sqlstate.startswith("08") else _lookup_failed(
+                error.message))
+
+    def _message(self, msg_type: int, body: bytes) -> None:
+        login = self.login
+        if login is not None:
+            reply = login.feed(msg_type, body)
+            if reply and self.transport is not None:
+                self.transport.write(reply)
+            if login.done:
+                self.login = None
+                self.ready = True
+                self.lookup.connected()
+            return
+        if msg_type == 0x44:  # DataRow: the first row's second column is the secret
+            row = parse_data_row(body)
+            if len(row) < 2:
+                raise ProtocolViolation("auth_query must return two columns: name, secret")
+            if self.secret is None and row[1] is not None:
+                self.secret = row[1].decode("utf-8", "replace")
+        elif msg_type == 0x45:
+            self.error = server_error(body, "auth_query failed")
+        elif msg_type == 0x5A:
+            secret, error = self.secret, self.error
+            self.secret, self.error = None, None
+            if error is not None:
+                raise error
+            self.lookup.answered(secret)
+
+    def ask(self, query: str, user: str) -> None:
+        assert self.transport is not None
+        self.transport.write(build.parse("", query) + build.bind("", "", [user])
+                             + build.execute() + build.SYNC)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(_lookup_failed("the server closed the connection"))
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None and not self.transport.is_closing():
+            if self.ready:
+                self.transport.write(build.TERMINATE)
+            self.transport.close()
+
+    def _fail(self, error: PgtarnError) -> None:
+        if self.closed:
+            return
+        self.close()
+        if self.lookup.conn is self:
+            self.lookup.lost(error)

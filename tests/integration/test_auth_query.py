@@ -1,0 +1,177 @@
+"""auth_query: secrets looked up in PostgreSQL as auth_user; nothing stored in auth_file."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgtarn.cluster import TempCluster
+from pgtarn.proto import build
+
+from .drivers import connect
+from .test_auth import login_error
+from .test_timeouts import query, raw_login
+
+pytestmark = pytest.mark.integration
+
+AUTH_USER, AUTH_PASSWORD = "pgtarn_auth", "auth_pass"
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def auth_role(pg_cluster: TempCluster) -> str:
+    """A superuser pgtarn looks secrets up as (pg_authid needs one; see the function below)."""
+    exists = pg_cluster.psql(f"SELECT 1 FROM pg_roles WHERE rolname = '{AUTH_USER}'").strip()
+    if not exists:
+        pg_cluster.create_role(AUTH_USER, AUTH_PASSWORD, superuser=True)
+    return AUTH_USER
+
+
+@pytest.fixture
+def role(pg_cluster: TempCluster) -> Iterator[Any]:
+    """make(password, *options) -> a new role's name; dropped at the end of the test."""
+    made: list[str] = []
+
+    def make(password: str, *options: str, name: str | None = None) -> str:
+        name = name or f"aq_user_{next(_names)}"
+        pg_cluster.create_role(name, password)
+        if options:
+            pg_cluster.psql(f'ALTER ROLE "{name}" ' + " ".join(options))  # app: PUBLIC may connect
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        pg_cluster.psql(f'DROP ROLE IF EXISTS "{name.replace(chr(34), chr(34) * 2)}"')
+
+
+@pytest.fixture
+def proc(pgtarn_factory, auth_role):  # type: ignore[no-untyped-def]
+    """pgtarn whose auth_file holds only auth_user's password."""
+    return pgtarn_factory(settings={"auth_user": auth_role},
+                          userlist={AUTH_USER: AUTH_PASSWORD, "app": "app_pass"})
+
+
+def logs_in(proc: Any, user: str, password: str, **kw: Any) -> bool:
+    with connect(proc, user, password, **kw) as conn:
+        return conn.execute("select current_user").fetchone() == (user,)
+
+
+@pytest.mark.parametrize("auth_type", ["scram-sha-256", "md5", "plain"])
+def test_scram_and_md5_secrets_found_by_the_default_query(  # type: ignore[no-untyped-def]
+        pgtarn_factory, auth_role, pg_cluster, auth_type):
+    proc = pgtarn_factory(settings={"auth_user": auth_role, "auth_type": auth_type},
+                          userlist={AUTH_USER: AUTH_PASSWORD})
+    # scram_user: a SCRAM verifier, passed through to PostgreSQL; md5_user: an md5 hash
+    assert logs_in(proc, "scram_user", "scram_pass")
+    if auth_type != "scram-sha-256":  # an md5 hash cannot answer a SCRAM challenge
+        assert logs_in(proc, "md5_user", "md5_pass")
+    assert login_error(proc, "scram_user", "wrong")[0] == "28P01"
+    unknown = login_error(proc, "nobody_at_all", "wrong")
+    assert unknown == ("28P01", 'password authentication failed for user "nobody_at_all"')
+
+
+def test_expired_and_nologin_roles_are_refused(proc, role):  # type: ignore[no-untyped-def]
+    fine = role("fine_pass")
+    expired = role("old_pass", "VALID UNTIL '2000-01-01'")
+    nologin = role("no_pass", "NOLOGIN")
+    assert logs_in(proc, fine, "fine_pass")
+    assert login_error(proc, expired, "old_pass")[0] == "28P01"
+    assert login_error(proc, nologin, "no_pass")[0] == "28P01"
+
+
+@pytest.mark.parametrize("name", ["x' OR '1'='1", "a\\'; SELECT pg_sleep(30); --", "o'brien"])
+def test_hostile_user_names_are_only_ever_parameters(proc, role, name):  # type: ignore[no-untyped-def]
+    assert login_error(proc, name, "anything")[0] == "28P01"  # no such role: refused, no error
+    made = role("quote_pass", name=name)  # and a role really named so logs in
+    assert logs_in(proc, made, "quote_pass")
+
+
+def test_search_path_of_the_role_or_the_client_never_reaches_the_query(  # type: ignore[no-untyped-def]
+        pgtarn_factory, auth_role, pg_cluster):
+    # what CVE-2025-12819 did: a function in another schema shadows now() in the query
+    pg_cluster.psql(
+        "CREATE SCHEMA IF NOT EXISTS evil;\n"
+        "CREATE TABLE IF NOT EXISTS public.evil_ran (who text);\n"
+        "GRANT ALL ON public.evil_ran TO PUBLIC;\n"
+        "CREATE OR REPLACE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql AS $$\n"
+        "BEGIN INSERT INTO public.evil_ran VALUES (current_user); RETURN pg_catalog.now(); END\n"
+        "$$;\n"
+        "GRANT USAGE ON SCHEMA evil TO PUBLIC;\n"
+        f"ALTER ROLE {AUTH_USER} SET search_path = evil, pg_catalog;\n", dbname="app")
+    try:
+        proc = pgtarn_factory(
+            settings={"auth_user": auth_role, "ignore_startup_parameters": "options"},
+            userlist={AUTH_USER: AUTH_PASSWORD})
+        assert logs_in(proc, "scram_user", "scram_pass",
+                       options="-c search_path=evil,pg_catalog")
+        ran = pg_cluster.psql("SELECT count(*) FROM public.evil_ran", dbname="app").strip()
+        assert ran == "0"
+    finally:
+        pg_cluster.psql(f"ALTER ROLE {AUTH_USER} RESET search_path;\n"
+                        "DROP SCHEMA evil CASCADE;\nDROP TABLE public.evil_ran;\n", dbname="app")
+
+
+def test_a_changed_password_is_looked_up_again(proc, role, pg_cluster):  # type: ignore[no-untyped-def]
+    name = role("first_pass")
+    assert logs_in(proc, name, "first_pass")  # now cached
+    pg_cluster.psql(f"ALTER ROLE {name} PASSWORD 'second_pass'")
+    # the cached secret fails the new password once and is dropped: the next try asks again
+    assert login_error(proc, name, "second_pass")[0] == "28P01"
+    assert logs_in(proc, name, "second_pass")
+    assert login_error(proc, name, "first_pass")[0] == "28P01"
+
+
+def test_per_database_auth_user_query_and_dbname(pgtarn_factory, pg_cluster, role):  # type: ignore[no-untyped-def]
+    # a SECURITY DEFINER function, so auth_user needs no superuser rights (app runs it)
+    pg_cluster.psql(
+        "CREATE OR REPLACE FUNCTION public.user_secret(p_user text, OUT usename name,\n"
+        "  OUT passwd text) RETURNS record LANGUAGE sql SECURITY DEFINER\n"
+        "  SET search_path = pg_catalog, pg_temp AS $$\n"
+        "  SELECT rolname, rolpassword::text FROM pg_authid WHERE rolname = p_user\n"
+        "    AND rolcanlogin $$;\n"
+        "REVOKE ALL ON FUNCTION public.user_secret(text) FROM PUBLIC;\n"
+        "GRANT EXECUTE ON FUNCTION public.user_secret(text) TO app;\n", dbname="postgres")
+    name = role("custom_pass")
+    base = f"host={pg_cluster.host} port={pg_cluster.port}"
+    proc = pgtarn_factory(
+        databases={
+            "app": f"{base} dbname=app",
+            "custom": f"{base} dbname=app auth_user=app auth_dbname=lookups"
+                      " auth_query='SELECT usename, passwd FROM public.user_secret($1)'",
+            "lookups": f"{base} dbname=postgres",
+        },
+        userlist={"app": "app_pass"})  # no global auth_user: app has no lookups
+    assert logs_in(proc, name, "custom_pass", dbname="custom")
+    assert login_error(proc, name, "custom_pass", dbname="app")[0] == "28P01"
+
+
+def test_a_lookup_that_cannot_log_in_fails_clearly_and_others_are_served(  # type: ignore[no-untyped-def]
+        pgtarn_factory, auth_role):
+    proc = pgtarn_factory(settings={"auth_user": auth_role},
+                          userlist={AUTH_USER: "not the password", "app": "app_pass"})
+    sqlstate, message = login_error(proc, "scram_user", "scram_pass")
+    assert sqlstate == "08006" and "could not look up the user" in message
+    raw = raw_login(proc)  # users of auth_file are not looked up
+    assert query(raw, "select 1") == b"I"
+    raw.send(build.TERMINATE)
+    raw.close()
+
+
+def test_auth_query_over_tls_with_channel_binding(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
+    pg_tls_cluster.psql(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
+                        f"'{AUTH_USER}') THEN CREATE ROLE {AUTH_USER} LOGIN SUPERUSER PASSWORD "
+                        f"'{AUTH_PASSWORD}'; END IF; END $$")
+    proc = pgtarn_factory(
+        databases={"app": f"host={pg_tls_cluster.host} port={pg_tls_cluster.port} dbname=app"},
+        settings={"auth_user": AUTH_USER, "server_tls_sslmode": "verify-full",
+                  "server_tls_ca_file": pki.ca, "server_channel_binding": "require"},
+        userlist={AUTH_USER: AUTH_PASSWORD})
+    with connect(proc, "tls_only", "tls_only_pass") as conn:  # hostssl-only in PostgreSQL
+        assert conn.execute("select current_user").fetchone() == ("tls_only",)
+    with pytest.raises(psycopg.OperationalError):
+        connect(proc, "tls_only", "wrong").close()
