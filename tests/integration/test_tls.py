@@ -384,3 +384,18 @@ def test_server_channel_binding_require_refuses_an_unbound_server(  # type: igno
         return
     sqlstate, message = login_error(proc, "app", "app_pass")
     assert sqlstate == "08006" and "channel binding is required" in message
+
+
+def test_client_tls_protocols_and_ciphers(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    def protocols_in_use(proc: Any) -> set[str]:
+        with admin(proc, sslmode="require") as console:
+            return {r["tls"].split("/")[0] for r in show(console, "CLIENTS")}
+
+    proc = pgtarn_factory(settings=tls_settings(
+        pki, "require", client_tls_protocols="tlsv1.3", client_tls_ciphers="secure"))
+    with connect(proc, sslmode="require"):
+        assert protocols_in_use(proc) == {"TLSv1.3"}
+    assert "SSL" in str(refused(proc, sslmode="require", ssl_max_protocol_version="TLSv1.2"))
+    proc = pgtarn_factory(settings=tls_settings(pki, "require", client_tls_protocols="tlsv1.2"))
+    with connect(proc, sslmode="require"):
+        assert protocols_in_use(proc) == {"TLSv1.2"}

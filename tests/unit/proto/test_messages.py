@@ -63,3 +63,14 @@ def test_quote_literal() -> None:
     assert build.quote_literal("it's") == "'it''s'"
     assert build.quote_literal("a\\b") == "E'a\\\\b'"
     assert build.quote_ident('we"ird') == '"we""ird"'
+
+
+def test_parse_data_row() -> None:
+    from pgtarn.proto.build import data_row
+    from pgtarn.proto.messages import parse_data_row
+    body = data_row(["alice", None, ""])[5:]
+    assert parse_data_row(body) == [b"alice", None, b""]
+    for broken in (b"", b"\x00", b"\x00\x01", b"\x00\x01\x00\x00\x00\x05ab",
+                   b"\x00\x01\x00\x00\x00\x01ab", body[:-1]):
+        with pytest.raises(ProtocolViolation):
+            parse_data_row(broken)
