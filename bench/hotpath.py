@@ -125,6 +125,7 @@ def run(n_clients: int, pool_size: int, transactions: int) -> float:
         while server.swallow:  # replies to the SETs of tracked parameters
             server.data_received(SET_REPLY)
         client = server.client
+        assert client is not None  # busy servers are linked
         server.data_received(RESULT)  # client gets its result; server goes to the next waiter
         client.data_received(QUERY)  # that client asks again (queues)
         busy.append(server)
