@@ -30,7 +30,8 @@ class Connection:
     local: bool  # unix socket
     tls: bool
     address: IPAddress | None
-    certificate_name: str | None  # CN of a verified client certificate
+    certificate: bool  # a client certificate was presented and verified
+    certificate_name: str | None  # its CN, if it has one
     os_user: Callable[[], str | None]  # unix sockets: the peer's OS user name (asked lazily)
 
 
@@ -71,7 +72,7 @@ def _identity_matches(name: str | None, user: str, map_name: str | None,
 
 def _check_certificate(conn: Connection, user: str, rule: HbaRule | None,
                        ident: IdentMaps | None, what: str) -> None:
-    if conn.certificate_name is None:
+    if not conn.certificate:
         raise _refused("connection requires a valid client certificate")
     map_name = rule.map_name if rule is not None else None
     if not _identity_matches(conn.certificate_name, user, map_name, ident):
@@ -84,12 +85,12 @@ def auth_method(config: Config, hba: HbaRules | None, ident: IdentMaps | None,
     tls_mode = config.client_tls_sslmode
     if not conn.tls and not conn.local and tls_mode in TLS_REQUIRED:
         raise _refused("SSL required")
-    if tls_mode == "verify-full" and conn.tls:
+    auth_type = config.auth_type
+    if tls_mode == "verify-full" and conn.tls and auth_type != "hba":
         # As PostgreSQL's clientcert=verify-full (PgBouncer treats it as verify-ca): the
-        # certificate must name the user.
+        # certificate must name the user. Under hba the rule and its map= decide.
         _check_certificate(conn, user, None, ident,
                            f'certificate authentication failed for user "{user}"')
-    auth_type = config.auth_type
     if auth_type == "cert":
         _check_certificate(conn, user, None, ident,
                            f'certificate authentication failed for user "{user}"')
@@ -108,7 +109,7 @@ def auth_method(config: Config, hba: HbaRules | None, ident: IdentMaps | None,
         _check_certificate(conn, user, rule, ident,
                            f'certificate authentication failed for user "{user}"')
     elif rule.clientcert is not None:
-        if conn.certificate_name is None:
+        if not conn.certificate:
             raise _refused("connection requires a valid client certificate")
         if rule.clientcert == "verify-full" and not _identity_matches(
                 conn.certificate_name, user, rule.map_name, ident):

@@ -263,6 +263,14 @@ class App:
         forget_derived_secrets()
         raise_fd_limit(config)
         self.runtime.registry.apply(config)
+        if any(name.startswith("server_tls") or name == "server_channel_binding"
+               for name in report.changed):
+            # as PgBouncer: servers made under the old TLS settings are replaced, idle ones
+            # now, the others when released
+            for pool in self.runtime.registry:
+                for server in pool.servers():
+                    server.close_needed = True
+                pool.close_idle("server TLS settings changed")
         self._open_forced_pools()
         log.info("configuration reloaded; changed: %s", ", ".join(report.changed) or "nothing")
         return report
@@ -313,7 +321,7 @@ class App:
         for pool in self.runtime.registry:
             for server in list(pool.idle) + list(pool.active) + list(pool.tested):
                 server.close("shutdown")
-        self.runtime.close_lookups()
+        self.runtime.close_lookups(shutdown=True)
         if self.unix_path:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)

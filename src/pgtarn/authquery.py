@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, cast
@@ -55,15 +56,17 @@ class SecretLookup:
         self.auth_user = auth_user
         self.query = query
         self.cache: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
-        #: The last secret found per user, whatever its age: for logins to PostgreSQL.
-        self.known: OrderedDict[str, str] = OrderedDict()
         self.pending: OrderedDict[str, asyncio.Future[str | None]] = OrderedDict()
         self.asking: str | None = None
         self.conn: _LookupConnection | None = None
         self.closed = False
+        #: Replaced by a RELOAD: answers what it was asked, then closes.
+        self.retiring = False
 
     async def secret(self, user: str) -> str | None:
         """The secret PostgreSQL has for user (None: no such user, or no password)."""
+        if self.closed:
+            raise _lookup_failed("pgtarn is shutting down")
         cached = self.cache.get(user)
         if cached is not None and time.monotonic() < cached[1]:
             self.cache.move_to_end(user)
@@ -87,7 +90,12 @@ class SecretLookup:
 
     def close(self) -> None:
         self.closed = True
-        self.reset(_lookup_failed("pgtarn reloaded its configuration"))
+        self.reset(_lookup_failed("pgtarn is shutting down"))
+
+    def retire(self) -> None:
+        """A RELOAD made a new lookup for new logins: finish the pending ones, then close."""
+        self.retiring = True
+        self._next()
 
     def reset(self, error: PgtarnError) -> None:
         """Drop the connection and fail every waiting lookup with error."""
@@ -105,7 +113,11 @@ class SecretLookup:
 
     def _next(self) -> None:
         """Send the next queued name, opening the connection first if needed."""
-        if self.closed or self.asking is not None or not self.pending:
+        if self.closed or self.asking is not None:
+            return
+        if not self.pending:
+            if self.retiring:
+                self.close()
             return
         if self.conn is None:
             self.conn = _LookupConnection(self)
@@ -125,14 +137,19 @@ class SecretLookup:
         now = time.monotonic()
         self.cache[user] = (secret, now + (AUTH_CACHE_SECONDS if secret else MISS_CACHE_SECONDS))
         self.cache.move_to_end(user)
-        if secret is not None:
-            self.known[user] = secret
-            self.known.move_to_end(user)
-        for cache in (self.cache, self.known):
-            while len(cache) > CACHE_SIZE:
-                cache.popitem(last=False)
+        while len(self.cache) > CACHE_SIZE:
+            self.cache.popitem(last=False)
         if future is not None and not future.done():
             future.set_result(secret)
+        self._next()
+
+    def failed(self, error: PgtarnError) -> None:
+        """The query failed for the name asked (the connection itself is fine)."""
+        user, self.asking = self.asking, None
+        future = self.pending.pop(user, None) if user is not None else None
+        if future is not None and not future.done():
+            future.set_exception(error)
+            future.exception()
         self._next()
 
     def lost(self, error: PgtarnError) -> None:
@@ -150,11 +167,16 @@ class _LookupConnection(asyncio.Protocol):
         self.lookup = lookup
         runtime = lookup.runtime
         self.transport: asyncio.Transport | None = None
+        password = runtime.userlist.get(lookup.auth_user)
+        if password is not None and password.startswith("SCRAM-SHA-256$"):
+            password = None  # a verifier cannot log in by itself: the login says so clearly
         self.login: ServerLogin | None = ServerLogin(
-            lookup.auth_user, runtime.userlist.get(lookup.auth_user),
-            channel_binding=runtime.config.server_channel_binding)
+            lookup.auth_user, password, channel_binding=runtime.config.server_channel_binding)
+        #: server_tls as it was when the SSLRequest went (a RELOAD may change it meanwhile).
+        self.tls_context: ssl.SSLContext | None = None
         self.scanner = MessageScanner(_ALL_TYPES, _MAX_MESSAGE)
         self.tls_answer = False
+        self.tls_mode = ""
         self.ready = False
         self.secret: str | None = None
         self.error: PgtarnError | None = None
@@ -174,9 +196,12 @@ class _LookupConnection(asyncio.Protocol):
             transport.close()
             return
         sock = transport.get_extra_info("socket")
-        if self.lookup.runtime.server_tls is not None and sock is not None \
+        runtime = self.lookup.runtime
+        if runtime.server_tls is not None and sock is not None \
                 and sock.family in (socket.AF_INET, socket.AF_INET6):
             self.tls_answer = True
+            self.tls_context = runtime.server_tls
+            self.tls_mode = runtime.config.server_tls_sslmode
             self.transport.write(build.SSL_REQUEST)
             return
         self._send_startup()
@@ -195,9 +220,9 @@ class _LookupConnection(asyncio.Protocol):
         try:
             if self.tls_answer:
                 self.tls_answer = False
-                context = self.lookup.runtime.server_tls
+                context = self.tls_context
                 assert context is not None and self.transport is not None
-                if tls_accepted(data, self.lookup.runtime.config.server_tls_sslmode):
+                if tls_accepted(data, self.tls_mode):
                     tls = TlsTransport(
                         self.transport, context, self, server_side=False,
                         server_hostname=self.lookup.db.host or None, on_ready=self._tls_ready,
@@ -236,8 +261,10 @@ class _LookupConnection(asyncio.Protocol):
             secret, error = self.secret, self.error
             self.secret, self.error = None, None
             if error is not None:
-                raise error
-            self.lookup.answered(secret)
+                log.warning("auth_query: %s", error.message)
+                self.lookup.failed(_lookup_failed(error.message))
+            else:
+                self.lookup.answered(secret)
 
     def ask(self, query: str, user: str) -> None:
         assert self.transport is not None

@@ -44,7 +44,7 @@ from .proto.messages import (
 from .session.framer import SYNC_MARK, ClientFramer, Part
 from .session.prepared import FORGETS_ALL, ClientStatements
 from .session.sqlnames import has_statement_words, may_name_statements
-from .tls import ALPN, TlsTransport, certificate_name, describe
+from .tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 
 if TYPE_CHECKING:
     from .authquery import SecretLookup
@@ -71,7 +71,7 @@ TRACKED_DEFAULT = (
 )
 PENDING_PAUSE = 256 * 1024
 #: Methods that need the user's secret, which auth_query may find when auth_file has none.
-LOOKED_UP = frozenset({"md5", "scram-sha-256", "plain", "trust"})
+LOOKED_UP = frozenset({"md5", "scram-sha-256", "plain", "trust", "any"})
 RFQ_IDLE = build.ready_for_query(b"I")
 TRANSACTION_REFUSED = build.error_response(
     "0A000",
@@ -582,7 +582,8 @@ class ClientConnection(asyncio.Protocol):
         raw = self.transport
         assert raw is not None
         tls = TlsTransport(raw, context, self, server_side=True, received=received,
-                           on_ready=lambda: self._tls_ready(direct), on_failed=self._tls_failed)
+                           on_ready=lambda: self._tls_ready(direct), on_failed=self._tls_failed,
+                           binding=self.runtime.client_tls_binding)
         self.transport = self.tls = tls
         tls.start()
 
@@ -644,7 +645,8 @@ class ClientConnection(asyncio.Protocol):
             self.db = db
         connection = Connection(
             local=self.addr == "unix", tls=self.tls is not None,
-            address=peer_address(self.addr), certificate_name=certificate_name(self.tls),
+            address=peer_address(self.addr), certificate=has_certificate(self.tls),
+            certificate_name=certificate_name(self.tls),
             os_user=self._peer_os_user)
         try:
             auth_type = auth_method(config, self.runtime.hba, self.runtime.ident, connection,
@@ -667,13 +669,15 @@ class ClientConnection(asyncio.Protocol):
         try:
             secret = await lookup.secret(user)
             if self.state is State.AUTH and self.auth is None:  # still there, still waiting
+                if secret is not None and self.db is not None:
+                    self.runtime.found_secret(self.db, user, secret)
                 self._start_auth(auth_type, user, secret)
         except PgtarnError as error:
             self.close(error)
 
     def _start_auth(self, auth_type: str, user: str, secret: str | None) -> None:
         """Send the first authentication message (a challenge, or AuthenticationOk)."""
-        binding = self.runtime.client_tls_binding if self.tls is not None else None
+        binding = self.tls.binding if self.tls is not None else None
         self.auth = ClientAuth(auth_type, user, secret, self.runtime.config.scram_iterations,
                                binding)
         self.state = State.AUTH

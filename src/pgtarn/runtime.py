@@ -7,6 +7,7 @@ import itertools
 import logging
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from .server import ServerConnection
 
 log = logging.getLogger("pgtarn")
+
+#: At most this many secrets found by auth_query are kept for server logins.
+FOUND_SECRETS = 10_000
 
 
 @dataclass
@@ -78,6 +82,9 @@ class Runtime:
         self.client_tls_binding: bytes | None = None
         #: auth_query lookups by (target database, host, port, dbname, auth_user, query).
         self.lookups: dict[tuple[object, ...], SecretLookup] = {}
+        #: What auth_query found, by (database, user), kept across RELOADs: a pool's new
+        #: servers log in with it.
+        self.found_secrets: OrderedDict[tuple[str, str], str] = OrderedDict()
         #: auth_hba_file and auth_ident_file, parsed (None: not set).
         self.hba: HbaRules | None = None
         self.ident: IdentMaps | None = None
@@ -100,19 +107,27 @@ class Runtime:
             lookup = self.lookups[key] = SecretLookup(self, target, auth_user, query)
         return lookup
 
+    def found_secret(self, db: DatabaseEntry, user: str, secret: str) -> None:
+        """auth_query found user's secret at a login to db: keep it for server logins."""
+        key = (db.name, user)
+        self.found_secrets[key] = secret
+        self.found_secrets.move_to_end(key)
+        while len(self.found_secrets) > FOUND_SECRETS:
+            self.found_secrets.popitem(last=False)
+
     def looked_up(self, db: DatabaseEntry, user: str) -> str | None:
         """The secret auth_query last found for user, for logging in to PostgreSQL."""
-        try:
-            lookup = self.secret_lookup(db)
-        except PgtarnError:
-            return None
-        return lookup.known.get(user) if lookup is not None else None
+        return self.found_secrets.get((db.name, user))
 
-    def close_lookups(self) -> None:
-        """RELOAD: auth_user, auth_query or their databases may have changed."""
+    def close_lookups(self, shutdown: bool = False) -> None:
+        """RELOAD (auth_user, auth_query or their databases may have changed): new logins get
+        new lookups, the old ones finish what they were asked. Shutdown: all end now."""
         lookups, self.lookups = self.lookups, {}
         for lookup in lookups.values():
-            lookup.close()
+            if shutdown:
+                lookup.close()
+            else:
+                lookup.retire()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run a short-lived task that is kept referenced until it ends."""

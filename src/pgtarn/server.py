@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -99,8 +100,9 @@ class ServerConnection(asyncio.Protocol):
         self.connstr = pool.connstr
         self._login: ServerLogin | None = login
         self.transport: asyncio.Transport | None = None
-        #: Waiting for PostgreSQL's one-byte answer to our SSLRequest.
-        self.tls_answer = False
+        #: Waiting for PostgreSQL's one-byte answer to our SSLRequest: the TLS context and
+        #: server_tls_sslmode it was sent under.
+        self.tls_answer: tuple[ssl.SSLContext, str] | None = None
         self.scanner = MessageScanner(ALL_TYPES, min(runtime.config.max_packet_size, LOGIN_MAX))
         self.client: ClientConnection | None = None
         self.params: dict[str, str] = {}
@@ -145,8 +147,9 @@ class ServerConnection(asyncio.Protocol):
         local = transport.get_extra_info("sockname")
         self.local_addr = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "unix"
         if self.runtime.server_tls is not None and isinstance(peer, tuple):
-            # TLS over TCP only, as libpq: a unix socket is local already
-            self.tls_answer = True
+            # TLS over TCP only, as libpq: a unix socket is local already. The context and
+            # mode are the ones in force now, whatever a RELOAD does before the answer.
+            self.tls_answer = (self.runtime.server_tls, self.runtime.config.server_tls_sslmode)
             transport.write(build.SSL_REQUEST)
             return
         self._send_startup()
@@ -159,10 +162,9 @@ class ServerConnection(asyncio.Protocol):
 
     def _tls_answered(self, data: bytes) -> None:
         """PostgreSQL's answer to SSLRequest: 'S' (TLS from here), or 'N' (plaintext)."""
-        self.tls_answer = False
-        context = self.runtime.server_tls
-        assert context is not None and self.transport is not None
-        if tls_accepted(data, self.runtime.config.server_tls_sslmode):
+        assert self.tls_answer is not None and self.transport is not None
+        (context, mode), self.tls_answer = self.tls_answer, None
+        if tls_accepted(data, mode):
             tls = TlsTransport(self.transport, context, self, server_side=False,
                                server_hostname=self.db.host or None,
                                on_ready=self._tls_ready, on_failed=self._tls_failed)
@@ -255,7 +257,7 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             if self._login is not None:
-                if self.tls_answer:
+                if self.tls_answer is not None:
                     self._tls_answered(data)
                 else:
                     self._login_data(data)

@@ -146,7 +146,7 @@ def own_certificate_hash(config: Config) -> bytes | None:
 def server_context(config: Config) -> ssl.SSLContext | None:
     """The context pgtarn connects to PostgreSQL with; None when server TLS is disabled."""
     mode = config.server_tls_sslmode
-    if mode in ("disable", "allow"):
+    if mode == "disable":
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     _apply_common(context, "server", config.server_tls_protocols, config.server_tls_ciphers)
@@ -160,7 +160,7 @@ def server_context(config: Config) -> ssl.SSLContext | None:
             context.load_default_certs()
         context.verify_mode = ssl.CERT_REQUIRED
         context.check_hostname = mode == "verify-full"
-    else:  # prefer, require: encrypted, not authenticated (as libpq without a root cert)
+    else:  # allow, prefer, require: encrypted, not authenticated (libpq without a root cert)
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
@@ -198,13 +198,13 @@ class TlsTransport(asyncio.Transport):
     connection_lost as for any closed connection).
     """
 
-    __slots__ = ("_closing", "_in", "_loop", "_out", "_paused", "_raw", "_ssl", "app",
-                 "handshaking", "on_failed", "on_ready")
+    __slots__ = ("_closing", "_early", "_in", "_loop", "_out", "_paused", "_raw", "_ssl", "app",
+                 "binding", "handshaking", "on_failed", "on_ready")
 
     def __init__(self, raw: asyncio.Transport, context: ssl.SSLContext, app: asyncio.Protocol,
                  *, server_side: bool, server_hostname: str | None = None,
                  on_ready: Callable[[], None], on_failed: Callable[[Exception], None],
-                 received: bytes = b"") -> None:
+                 received: bytes = b"", binding: bytes | None = None) -> None:
         super().__init__()
         self._raw = raw
         self._loop = asyncio.get_running_loop()
@@ -216,6 +216,11 @@ class TlsTransport(asyncio.Transport):
         self.on_ready = on_ready
         self.on_failed = on_failed
         self.handshaking = True
+        #: Channel-binding data of the certificate this side presents (the one in force
+        #: when the handshake began, whatever a RELOAD does meanwhile).
+        self.binding = binding
+        #: Plaintext written before the handshake is done, sent right after it.
+        self._early: list[bytes] = []
         self._closing = False
         self._paused = False
         raw.set_protocol(_RawSide(self))
@@ -252,6 +257,9 @@ class TlsTransport(asyncio.Transport):
             self.on_failed(exc)
             return
         self.handshaking = False
+        early, self._early = self._early, []
+        for data in early:
+            self._ssl.write(data)
         self._flush()
         self.on_ready()
         if not self._closing:
@@ -284,7 +292,10 @@ class TlsTransport(asyncio.Transport):
     # --- the transport the protocol above uses --------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._closing or self.handshaking:
+        if self._closing:
+            return
+        if self.handshaking:
+            self._early.append(bytes(data))
             return
         try:
             self._ssl.write(data)
@@ -366,7 +377,8 @@ class TlsTransport(asyncio.Transport):
 
 def tls_accepted(data: bytes, mode: str) -> bool:
     """PostgreSQL's answer to our SSLRequest: True for TLS, False to go on in plaintext
-    (server_tls_sslmode prefer only); anything else raises."""
+    (server_tls_sslmode allow and prefer, which are alike, as in PgBouncer); anything else
+    raises."""
     answer = data[:1]
     if answer == b"S":
         if len(data) > 1:
@@ -375,7 +387,7 @@ def tls_accepted(data: bytes, mode: str) -> bool:
             raise ProtocolViolation("server sent unencrypted data after accepting TLS")
         return True
     if answer == b"N":
-        if mode != "prefer":
+        if mode not in ("allow", "prefer"):
             raise TlsFailed(f"server does not support TLS, but server_tls_sslmode = {mode}")
         return False
     raise ProtocolViolation(f"invalid answer to SSLRequest: {answer!r}")
@@ -395,6 +407,13 @@ def describe(transport: asyncio.BaseTransport | None) -> str:
     if cipher is None:
         return ""
     return f"{cipher[1]}/{cipher[0]}"
+
+
+def has_certificate(transport: asyncio.BaseTransport | None) -> bool:
+    """Whether a TLS peer presented a certificate that was verified."""
+    if not isinstance(transport, TlsTransport) or transport.handshaking:
+        return False
+    return bool(transport.ssl_object.getpeercert())
 
 
 def certificate_name(transport: asyncio.BaseTransport | None) -> str | None:

@@ -14,6 +14,7 @@ from pgtarn.proto import build
 
 from .drivers import connect
 from .test_auth import login_error
+from .test_reload import reload
 from .test_timeouts import query, raw_login
 
 pytestmark = pytest.mark.integration
@@ -175,3 +176,13 @@ def test_auth_query_over_tls_with_channel_binding(pgtarn_factory, pg_tls_cluster
         assert conn.execute("select current_user").fetchone() == ("tls_only",)
     with pytest.raises(psycopg.OperationalError):
         connect(proc, "tls_only", "wrong").close()
+
+
+def test_new_servers_after_a_reload_still_log_in(proc):  # type: ignore[no-untyped-def]
+    # both clients logged in (through auth_query) before the RELOAD and never again
+    with connect(proc, "scram_user", "scram_pass") as holder, \
+            connect(proc, "scram_user", "scram_pass", autocommit=True) as other:
+        holder.execute("select 1")  # holds the pool's server in its transaction
+        reload(proc)
+        assert other.execute("select 2").fetchone() == (2,)  # a second server logs in
+        holder.commit()

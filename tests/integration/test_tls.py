@@ -21,6 +21,7 @@ from .faultproxy import FaultProxy
 from .rawpg import RawClient
 from .test_admin import admin, show
 from .test_auth import login_error
+from .test_reload import edit_ini, reload
 from .test_timeouts import final_error, query, raw_login
 
 pytestmark = pytest.mark.integration
@@ -238,7 +239,7 @@ def backend_ssl(conn: psycopg.Connection[Any]) -> bool:
     return bool(row[0])
 
 
-@pytest.mark.parametrize("mode", ["prefer", "require", "verify-ca", "verify-full"])
+@pytest.mark.parametrize("mode", ["allow", "prefer", "require", "verify-ca", "verify-full"])
 def test_server_tls_modes_against_a_tls_postgresql(pgtarn_factory, pg_tls_cluster, pki, mode):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
                           settings={"server_tls_sslmode": mode, "server_tls_ca_file": pki.ca})
@@ -252,10 +253,9 @@ def test_server_tls_modes_against_a_tls_postgresql(pgtarn_factory, pg_tls_cluste
         assert conn.execute("select current_user").fetchone() == ("tls_only",)
 
 
-@pytest.mark.parametrize("mode", ["disable", "allow"])
-def test_server_tls_off_meets_postgresql_hostssl_rules(pgtarn_factory, pg_tls_cluster, mode):  # type: ignore[no-untyped-def]
+def test_server_tls_off_meets_postgresql_hostssl_rules(pgtarn_factory, pg_tls_cluster):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
-                          settings={"server_tls_sslmode": mode})
+                          settings={"server_tls_sslmode": "disable"})
     with connect(proc) as conn:
         assert not backend_ssl(conn)
     with pytest.raises(psycopg.OperationalError) as info:
@@ -399,3 +399,13 @@ def test_client_tls_protocols_and_ciphers(pgtarn_factory, pki):  # type: ignore[
     proc = pgtarn_factory(settings=tls_settings(pki, "require", client_tls_protocols="tlsv1.2"))
     with connect(proc, sslmode="require"):
         assert protocols_in_use(proc) == {"TLSv1.2"}
+
+
+def test_reload_with_new_server_tls_settings_replaces_servers(pgtarn_factory, pg_tls_cluster):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
+                          settings={"server_tls_sslmode": "disable"})
+    with connect(proc, autocommit=True) as conn:
+        assert not backend_ssl(conn)  # an idle server without TLS is left behind
+        reload(proc, edit_ini(proc, "server_tls_sslmode = disable",
+                              "server_tls_sslmode = require"))
+        assert backend_ssl(conn)  # its next transaction gets a server made under the new ones

@@ -15,6 +15,7 @@ from pgtarn.errors import PgtarnError
 HBA = parse_hba("""\
 local    all  all                peer map=m
 hostssl  all  certs  0.0.0.0/0   md5 clientcert=verify-full
+hostssl  all  cacerts  0.0.0.0/0 md5 clientcert=verify-ca
 hostssl  all  all    0.0.0.0/0   cert map=m
 host     all  all    ::1/128     password
 host     all  all    10.0.0.0/8  reject
@@ -26,7 +27,8 @@ def conn(*, local: bool = False, tls: bool = False, address: str | None = "127.0
          cert: str | None = None, os_user: str | None = None) -> Connection:
     return Connection(local=local, tls=tls,
                       address=ipaddress.ip_address(address) if address else None,
-                      certificate_name=cert, os_user=lambda: os_user)
+                      certificate=cert is not None, certificate_name=cert,
+                      os_user=lambda: os_user)
 
 
 def method(config: Config, connection: Connection, user: str = "app") -> str:
@@ -71,6 +73,18 @@ def test_hba_rules_in_order() -> None:
     assert "rejects connection" in refused(HBA_CONFIG, conn(address="10.1.2.3"))
     assert refused(HBA_CONFIG, conn()) == (
         'no pg_hba.conf entry for host "127.0.0.1", user "app", database "db", no encryption')
+
+
+def test_verify_full_leaves_names_to_the_hba_rule_and_its_map() -> None:
+    config = dataclasses.replace(HBA_CONFIG, client_tls_sslmode="verify-full")
+    assert method(config, conn(tls=True, cert="app-cert")) == "any"  # mapped, not equal
+
+
+def test_a_certificate_without_cn_is_still_a_certificate() -> None:
+    nameless = Connection(local=False, tls=True, address=ipaddress.ip_address("127.0.0.1"),
+                          certificate=True, certificate_name=None, os_user=lambda: None)
+    assert method(HBA_CONFIG, nameless, "cacerts") == "md5"  # clientcert=verify-ca
+    assert "clientcert=verify-full" in refused(HBA_CONFIG, nameless, "certs")
 
 
 def test_hba_without_a_file_refuses() -> None:

@@ -111,7 +111,8 @@ class ServerLogin:
                               f"{'cleartext' if code == AUTH_CLEARTEXT else 'md5'} password",
                               sqlstate="08006")
         if code == AUTH_CLEARTEXT:
-            if self.password is None or is_md5_secret(self.password):
+            if self.password is None or is_md5_secret(self.password) \
+                    or self.password.startswith("SCRAM-SHA-256$"):
                 raise self._no_password("cleartext")
             return build.password_message(self.password.encode() + b"\x00")
         if code == AUTH_MD5:
@@ -132,7 +133,8 @@ class ServerLogin:
                 client_key, server_key = self.scram_keys
                 self._scram = ScramClient(client_key=client_key, server_key=server_key,
                                           channel_binding=channel, can_bind=can_bind)
-            elif self.password is not None and not is_md5_secret(self.password):
+            elif self.password is not None and not is_md5_secret(self.password) \
+                    and not self.password.startswith("SCRAM-SHA-256$"):
                 self._scram = ScramClient(self.password, channel_binding=channel,
                                           can_bind=can_bind)
             else:
