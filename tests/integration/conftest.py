@@ -6,7 +6,7 @@ import gc
 import itertools
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -63,23 +63,34 @@ def pg_cluster() -> Iterator[TempCluster]:
     in pg_hba), trust_user/trust_pass (trust in pg_hba), app/app_pass (SCRAM).
     Database `app` is owned by `app`; app.public.items has 3 rows.
     """
+    cluster = _started_cluster(ROLE_PASSWORDS)
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+def _started_cluster(roles: Mapping[str, str | None]) -> TempCluster:
+    """A started TempCluster with these roles (md5_user's password stored as md5) and the
+    `app` database; the test is skipped without PostgreSQL binaries."""
     try:
         cluster = TempCluster()
     except PostgresNotFound as exc:
         pytest.skip(f"integration tests need PostgreSQL server binaries: {exc}")
     cluster.start()
     try:
-        for role, password in ROLE_PASSWORDS.items():
+        for role, password in roles.items():
             cluster.create_role(role, password, md5=(role == "md5_user"))
         cluster.psql("CREATE DATABASE app OWNER app;\nGRANT CONNECT ON DATABASE app TO PUBLIC;\n")
         cluster.psql(_setup_sql(), dbname="app")
-        yield cluster
-    finally:
+    except BaseException:
         cluster.cleanup()
+        raise
+    return cluster
 
 
-TLS_ROLES = {"app": "app_pass", "scram_user": "scram_pass", "tls_only": "tls_only_pass",
-             "cert_user": None}
+TLS_ROLES: dict[str, str | None] = {
+    "app": "app_pass", "scram_user": "scram_pass", "tls_only": "tls_only_pass", "cert_user": None}
 """Roles of the TLS cluster: tls_only may log in over TLS only, cert_user with a certificate
 (no password at all)."""
 
@@ -97,16 +108,8 @@ def pg_tls_cluster(pki: Pki) -> Iterator[TempCluster]:
     Roles: see TLS_ROLES; pg_hba lets tls_only in over hostssl only and cert_user only with
     a client certificate of the test CA (method cert). Database app as in pg_cluster.
     """
+    cluster = _started_cluster(TLS_ROLES)
     try:
-        cluster = TempCluster()
-    except PostgresNotFound as exc:
-        pytest.skip(f"integration tests need PostgreSQL server binaries: {exc}")
-    cluster.start()
-    try:
-        for role, password in TLS_ROLES.items():
-            cluster.create_role(role, password)
-        cluster.psql("CREATE DATABASE app OWNER app;\nGRANT CONNECT ON DATABASE app TO PUBLIC;\n")
-        cluster.psql(_setup_sql(), dbname="app")
         hba = []
         for addr in ("127.0.0.1/32", "::1/128"):
             hba += [f"hostssl all tls_only {addr} scram-sha-256",

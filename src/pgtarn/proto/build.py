@@ -86,7 +86,8 @@ def row_description(columns: Sequence[tuple[str, int]]) -> bytes:
     return message(b"T", bytes(body))
 
 
-def data_row(values: Sequence[str | None]) -> bytes:
+def _values(values: Sequence[str | None]) -> bytes:
+    """A count, then each value as length + text (length -1: NULL): DataRow's and Bind's."""
     body = bytearray(_H.pack(len(values)))
     for value in values:
         if value is None:
@@ -94,7 +95,11 @@ def data_row(values: Sequence[str | None]) -> bytes:
         else:
             raw = value.encode()
             body += _I.pack(len(raw)) + raw
-    return message(b"D", bytes(body))
+    return bytes(body)
+
+
+def data_row(values: Sequence[str | None]) -> bytes:
+    return message(b"D", _values(values))
 
 
 # --- client -> server ------------------------------------------------------------------------
@@ -140,15 +145,8 @@ def parse(statement: str, query: str, type_oids: Sequence[int] = ()) -> bytes:
 
 def bind(portal: str, statement: str, params: Sequence[str | None]) -> bytes:
     """Bind with text parameters and text results."""
-    body = bytearray(cstr(portal) + cstr(statement) + _H.pack(0) + _H.pack(len(params)))
-    for value in params:
-        if value is None:
-            body += b"\xff\xff\xff\xff"
-        else:
-            raw = value.encode()
-            body += _I.pack(len(raw)) + raw
-    body += _H.pack(0)
-    return message(b"B", bytes(body))
+    body = cstr(portal) + cstr(statement) + _H.pack(0) + _values(params) + _H.pack(0)
+    return message(b"B", body)
 
 
 def execute(portal: str = "", max_rows: int = 0) -> bytes:
