@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ from pgtarn.cluster import TempCluster
 from pgtarn.proto import build
 
 from .drivers import connect
+from .pgstat import wait_until
 from .test_auth import login_error
 from .test_reload import reload
 from .test_timeouts import query, raw_login
@@ -186,3 +188,30 @@ def test_new_servers_after_a_reload_still_log_in(proc):  # type: ignore[no-untyp
         reload(proc)
         assert other.execute("select 2").fetchone() == (2,)  # a second server logs in
         holder.commit()
+
+
+def test_a_reload_lets_a_lookup_under_way_finish(pgtarn_factory, pg_cluster, auth_role):  # type: ignore[no-untyped-def]
+    # a query slow enough for the RELOAD to come while the client waits for its answer
+    pg_cluster.psql(
+        "CREATE OR REPLACE FUNCTION public.slow_secret(p_user text, OUT usename name,\n"
+        "  OUT passwd text) RETURNS record LANGUAGE sql AS $$\n"
+        "  SELECT rolname, rolpassword::text FROM pg_catalog.pg_authid, pg_catalog.pg_sleep(1)\n"
+        "  WHERE rolname = p_user $$;\n", dbname="app")
+    proc = pgtarn_factory(
+        settings={"auth_user": auth_role,
+                  "auth_query": "SELECT usename, passwd FROM public.slow_secret($1)"},
+        userlist={AUTH_USER: AUTH_PASSWORD})
+    outcome: list[object] = []
+
+    def log_in() -> None:
+        try:
+            outcome.append(logs_in(proc, "scram_user", "scram_pass"))
+        except psycopg.Error as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=log_in)
+    waiter.start()
+    wait_until(lambda: "login attempt" in proc.log_text(), what="login under way")
+    reload(proc)
+    waiter.join(30)
+    assert outcome == [True]
