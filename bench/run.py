@@ -134,6 +134,14 @@ class Database:
             sys.exit(f"{name} not found; install PostgreSQL's client tools")
         return found
 
+    def scram_verifier(self) -> str:
+        """The bench role's SCRAM verifier, for an auth_file that needs no PBKDF2 per login."""
+        verifier = self.sql(
+            f"SELECT rolpassword FROM pg_authid WHERE rolname = '{BENCH_USER}'").strip()
+        if not verifier.startswith("SCRAM-SHA-256$"):
+            raise RuntimeError(f"role {BENCH_USER} has no SCRAM verifier: {verifier[:20]!r}")
+        return verifier
+
     def sql(self, statement: str, dbname: str | None = None) -> str:
         if self.cluster is not None:
             return self.cluster.psql(statement, dbname=dbname or "postgres")
@@ -607,6 +615,14 @@ def prepare_process() -> int:
     return hard
 
 
+def make_workdir(name: str, account: pwd.struct_passwd | None) -> Path:
+    """A fresh directory under /tmp, owned by the account the poolers run as (if any)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"pgtarn-{name}-", dir="/tmp"))
+    if account is not None:
+        os.chown(workdir, account.pw_uid, account.pw_gid)
+    return workdir
+
+
 def remove_workdir(workdir: Path, keep: bool) -> None:
     if keep:
         log(f"kept {workdir}")
@@ -621,9 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     if hard < max(args.memory_clients) + 100:
         notes.append(f"open file limit is {hard}: the memory run may fail at high client counts")
     account = postgres_account()
-    workdir = Path(tempfile.mkdtemp(prefix="pgtarn-bench-", dir="/tmp"))
-    if account is not None:
-        os.chown(workdir, account.pw_uid, account.pw_gid)
+    workdir = make_workdir("bench", account)
     db = Database(args)
     poolers: dict[str, Pooler] = {}
     try:

@@ -32,7 +32,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -52,6 +51,7 @@ from run import (
     cpu_seconds,
     fmt,
     log,
+    make_workdir,
     markdown,
     parse_pgbench,
     prepare_process,
@@ -448,17 +448,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     prepare_process()
-    workdir = Path(tempfile.mkdtemp(prefix="pgtarn-soak-", dir="/tmp"))
+    workdir = make_workdir("soak", None)
     db = Database(argparse.Namespace(**{**vars(args), "clients": [args.pool_size]}))
     children = Children()
     pooler: Pooler | None = None
     result = SoakResult()
     try:
         db.setup(scale=SCALE)
-        verifier = db.sql(f"SELECT rolpassword FROM pg_authid WHERE rolname = '{BENCH_USER}'")
-        verifier = verifier.strip()
-        if not verifier.startswith("SCRAM-SHA-256$"):
-            raise RuntimeError(f"role {BENCH_USER} has no SCRAM verifier: {verifier[:20]!r}")
+        verifier = db.scram_verifier()
         versions = {"postgres": db.version, "pgtarn": pgtarn.__version__,
                     "pgbench": version_of([db.tool("pgbench"), "--version"])}  # fmt: skip
         pooler = Pooler("pgtarn", [sys.executable, "-m", "pgtarn"], workdir, db, None,

@@ -43,7 +43,6 @@ import signal
 import statistics
 import struct
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -61,6 +60,7 @@ from run import (
     ensure_pgbouncer,
     fmt,
     log,
+    make_workdir,
     markdown,
     postgres_account,
     prepare_process,
@@ -669,19 +669,14 @@ def main(argv: list[str] | None = None) -> int:
     if hard < need // args.procs:
         notes.append(f"open file limit is {hard}: the client processes may run out of files")
     account = postgres_account()
-    workdir = Path(tempfile.mkdtemp(prefix="pgtarn-storm-", dir="/tmp"))
-    if account is not None:
-        os.chown(workdir, account.pw_uid, account.pw_gid)
+    workdir = make_workdir("storm", account)
     # Database reads args.clients (a list, for its max_connections check): give it the pool's
     db = Database(argparse.Namespace(**{**vars(args), "clients": [args.pool_size]}))
     poolers: list[Pooler] = []
     results: list[StormResult] = []
     try:
         db.setup(scale=None)
-        verifier = db.sql(f"SELECT rolpassword FROM pg_authid WHERE rolname = '{BENCH_USER}'")
-        verifier = verifier.strip()
-        if not verifier.startswith("SCRAM-SHA-256$"):
-            raise RuntimeError(f"role {BENCH_USER} has no SCRAM verifier: {verifier[:20]!r}")
+        verifier = db.scram_verifier()
         settings: dict[str, object] = {
             "default_pool_size": args.pool_size,
             "max_client_conn": args.max_client_conn,

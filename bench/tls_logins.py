@@ -14,7 +14,6 @@ import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from run import (
     ensure_pgbouncer,
     fmt,
     log,
+    make_workdir,
     markdown,
     parse_pgbench,
     postgres_account,
@@ -426,9 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     prepare_process()
     account = postgres_account()
-    workdir = Path(tempfile.mkdtemp(prefix="pgtarn-tls-logins-", dir="/tmp"))
-    if account is not None:
-        os.chown(workdir, account.pw_uid, account.pw_gid)
+    workdir = make_workdir("tls-logins", account)
     # Database reads args.clients as a list (its max_connections check)
     db = Database(argparse.Namespace(**{**vars(args), "clients": [args.clients]}))
     poolers: dict[str, Pooler] = {}
@@ -436,10 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cert_file, key_file = make_certificates(workdir / "tls", account)
         db.setup(scale=SCALE)
-        verifier = db.sql(f"SELECT rolpassword FROM pg_authid WHERE rolname = '{BENCH_USER}'")
-        verifier = verifier.strip()
-        if not verifier.startswith("SCRAM-SHA-256$"):
-            raise RuntimeError(f"role {BENCH_USER} has no SCRAM verifier: {verifier[:14]!r}")
+        verifier = db.scram_verifier()
         # The verifier in auth_file (as storm.py): no PBKDF2 on the pooler, which PgBouncer
         # would run for every login given a plaintext password; PostgreSQL is reached by
         # SCRAM passthrough. `prefer`, not `require`: Pooler.start() checks readiness with a
