@@ -199,8 +199,7 @@ class Database:
     def cleanup(self) -> None:
         if self.cluster is not None:
             if self.args.keep:
-                self.cluster.stop()
-                log(f"kept the cluster's directory: {self.cluster.base_dir}")
+                log(f"kept the cluster's directory: {self.cluster.keep()}")
             else:
                 self.cluster.cleanup()
             return

@@ -315,6 +315,15 @@ class TempCluster:
             if res.returncode != 0 and (Path(self.data_dir) / "postmaster.pid").exists():
                 raise ClusterError(f"pg_ctl stop failed: {res.stderr.strip()}")
 
+    def keep(self) -> str:
+        """Stop the server and leave its directory for a person to look at (no cleanup at
+        exit); return the directory."""
+        self.stop()
+        if self._atexit_registered:
+            atexit.unregister(self.cleanup)
+            self._atexit_registered = False
+        return self.base_dir
+
     def cleanup(self) -> None:
         """Stop the server and remove the temporary directory."""
         try:
