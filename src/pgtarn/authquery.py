@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import ssl
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, cast
@@ -26,7 +24,7 @@ from .proto.framing import MessageScanner
 from .proto.messages import parse_data_row
 from .proto.server_side import ServerLogin, server_error
 from .server import open_connection
-from .tls import TlsTransport, peer_certificate_hash, tls_accepted
+from .tls import TlsAsked, TlsTransport, answer_to_tls, ask_for_tls, peer_certificate_hash
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -172,11 +170,9 @@ class _LookupConnection(asyncio.Protocol):
             password = None  # a verifier cannot log in by itself: the login says so clearly
         self.login: ServerLogin | None = ServerLogin(
             lookup.auth_user, password, channel_binding=runtime.config.server_channel_binding)
-        #: server_tls as it was when the SSLRequest went (a RELOAD may change it meanwhile).
-        self.tls_context: ssl.SSLContext | None = None
         self.scanner = MessageScanner(_ALL_TYPES, _MAX_MESSAGE)
-        self.tls_answer = False
-        self.tls_mode = ""
+        #: Waiting for the answer to our SSLRequest (see tls.ask_for_tls).
+        self.tls_answer: TlsAsked | None = None
         self.ready = False
         self.secret: str | None = None
         self.error: PgtarnError | None = None
@@ -195,16 +191,11 @@ class _LookupConnection(asyncio.Protocol):
         if self.closed:
             transport.close()
             return
-        sock = transport.get_extra_info("socket")
         runtime = self.lookup.runtime
-        if runtime.server_tls is not None and sock is not None \
-                and sock.family in (socket.AF_INET, socket.AF_INET6):
-            self.tls_answer = True
-            self.tls_context = runtime.server_tls
-            self.tls_mode = runtime.config.server_tls_sslmode
-            self.transport.write(build.SSL_REQUEST)
-            return
-        self._send_startup()
+        self.tls_answer = ask_for_tls(self.transport, runtime.server_tls,
+                                      runtime.config.server_tls_sslmode)
+        if self.tls_answer is None:
+            self._send_startup()
 
     def _send_startup(self) -> None:
         assert self.login is not None and self.transport is not None
@@ -218,15 +209,13 @@ class _LookupConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            if self.tls_answer:
-                self.tls_answer = False
-                context = self.tls_context
-                assert context is not None and self.transport is not None
-                if tls_accepted(data, self.tls_mode):
-                    tls = TlsTransport(
-                        self.transport, context, self, server_side=False,
-                        server_hostname=self.lookup.db.host or None, on_ready=self._tls_ready,
-                        on_failed=lambda exc: self._fail(_lookup_failed(f"TLS: {exc}")))
+            if self.tls_answer is not None:
+                asked, self.tls_answer = self.tls_answer, None
+                assert self.transport is not None
+                tls = answer_to_tls(
+                    asked, data, self.transport, self, self.lookup.db.host, self._tls_ready,
+                    lambda exc: self._fail(_lookup_failed(f"TLS: {exc}")))
+                if tls is not None:
                     self.transport = tls
                     tls.start()
                     return

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import os
 import socket
-import ssl
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -30,7 +29,7 @@ from .session.prepared import (
     READY_UNHIDE,
     ServerStatements,
 )
-from .tls import TlsTransport, peer_certificate_hash, tls_accepted
+from .tls import TlsAsked, TlsTransport, answer_to_tls, ask_for_tls, peer_certificate_hash
 
 if TYPE_CHECKING:
     from .client import ClientConnection
@@ -102,7 +101,7 @@ class ServerConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         #: Waiting for PostgreSQL's one-byte answer to our SSLRequest: the TLS context and
         #: server_tls_sslmode it was sent under.
-        self.tls_answer: tuple[ssl.SSLContext, str] | None = None
+        self.tls_answer: TlsAsked | None = None
         self.scanner = MessageScanner(ALL_TYPES, min(runtime.config.max_packet_size, LOGIN_MAX))
         self.client: ClientConnection | None = None
         self.params: dict[str, str] = {}
@@ -146,13 +145,10 @@ class ServerConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "unix")
         local = transport.get_extra_info("sockname")
         self.local_addr = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "unix"
-        if self.runtime.server_tls is not None and isinstance(peer, tuple):
-            # TLS over TCP only, as libpq: a unix socket is local already. The context and
-            # mode are the ones in force now, whatever a RELOAD does before the answer.
-            self.tls_answer = (self.runtime.server_tls, self.runtime.config.server_tls_sslmode)
-            transport.write(build.SSL_REQUEST)
-            return
-        self._send_startup()
+        self.tls_answer = ask_for_tls(transport, self.runtime.server_tls,
+                                      self.runtime.config.server_tls_sslmode)
+        if self.tls_answer is None:
+            self._send_startup()
 
     def _send_startup(self) -> None:
         assert self._login is not None and self.transport is not None
@@ -163,11 +159,10 @@ class ServerConnection(asyncio.Protocol):
     def _tls_answered(self, data: bytes) -> None:
         """PostgreSQL's answer to SSLRequest: 'S' (TLS from here), or 'N' (plaintext)."""
         assert self.tls_answer is not None and self.transport is not None
-        (context, mode), self.tls_answer = self.tls_answer, None
-        if tls_accepted(data, mode):
-            tls = TlsTransport(self.transport, context, self, server_side=False,
-                               server_hostname=self.db.host or None,
-                               on_ready=self._tls_ready, on_failed=self._tls_failed)
+        asked, self.tls_answer = self.tls_answer, None
+        tls = answer_to_tls(asked, data, self.transport, self, self.db.host, self._tls_ready,
+                            self._tls_failed)
+        if tls is not None:
             self.transport = tls
             tls.start()
             return
