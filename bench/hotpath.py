@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import Any
 
+from pgtarn.client.connection import ClientConnection
 from pgtarn.config import parse_config
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
@@ -71,8 +72,6 @@ class FakeTransport:
 
 
 def setup(n_clients: int, pool_size: int) -> tuple[list[Any], list[ServerConnection]]:
-    from pgtarn.client import ClientConnection
-
     runtime = Runtime(parse_config(INI.format(pool=pool_size)), {"bench": ""})
     servers: list[ServerConnection] = []
 

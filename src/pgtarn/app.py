@@ -12,22 +12,25 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from typing import cast
 
 from . import __version__
 from .admin import commands
 from .admin.tables import database_totals
 from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
 from .auth.userlist import load_userlist
-from .client import ClientConnection
+from .authquery import SecretLookup
+from .client.connection import ClientConnection
 from .config import SETTINGS, Config, load_config
 from .errors import ConfigError, PgtarnError
 from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging
 from .metrics import serve_metrics
+from .pool.pool import Pool
 from .pool.stats import Totals, averages, sum_totals
 from .proto.client_side import forget_derived_secrets
 from .runtime import ReloadReport, Runtime
-from .server import launch_server
+from .server import ServerConnection, launch_server
 from .tls import client_context, own_certificate_hash, server_context
 
 log = logging.getLogger("pgtarn")
@@ -94,7 +97,10 @@ class App:
         runtime.hba, runtime.ident = read_hba(config)
         self.runtime = runtime
         runtime.control = self
-        runtime.registry.launch = lambda pool, db: launch_server(runtime, pool, db)
+        # the composition root: what the runtime makes, it makes through these
+        runtime.registry.launch = lambda pool, db: launch_server(
+            runtime, cast(Pool[ServerConnection], pool), db)
+        runtime.make_lookup = SecretLookup
         loop = asyncio.get_running_loop()
         self.done = loop.create_future()
         await self._listen(config)

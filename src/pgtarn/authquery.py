@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from .config import DatabaseEntry
 from .errors import PgtarnError, ProtocolViolation
@@ -23,11 +23,9 @@ from .proto import build
 from .proto.framing import MessageScanner
 from .proto.messages import parse_data_row
 from .proto.server_side import ServerLogin, server_error
+from .runtime import Runtime
 from .server import open_connection
 from .tls import TlsAsked, TlsTransport, answer_to_tls, ask_for_tls, peer_certificate_hash
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
 
 log = logging.getLogger("pgtarn.authquery")
 

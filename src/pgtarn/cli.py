@@ -8,7 +8,15 @@ import os
 import sys
 
 from . import __version__
+from .app import App
+from .config import load_config
+from .demo import run_demo
 from .errors import ConfigError
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is not built for this platform
+    uvloop = None  # type: ignore[assignment]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,8 +50,6 @@ def daemonize() -> None:
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     if args_list and args_list[0] == "demo":
-        from .demo import run_demo
-
         return run_demo(args_list[1:])
     args = build_parser().parse_args(args_list)
     if args.version:
@@ -54,9 +60,6 @@ def main(argv: list[str] | None = None) -> int:
         print("pgtarn: error: a configuration file is required (or: pgtarn demo)",
               file=sys.stderr)
         return 2
-    from .app import App
-    from .config import load_config
-
     try:
         config = load_config(args.config)
     except (ConfigError, OSError) as exc:
@@ -67,12 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             print("pgtarn: -d needs pidfile in the configuration", file=sys.stderr)
             return 1
         daemonize()
-    try:
-        import uvloop
-
-        runner: object = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop missing on this platform
-        runner = asyncio.run
+    runner: object = asyncio.run if uvloop is None else uvloop.run
     app = App(args.config, verbose=args.verbose, quiet=args.quiet or args.daemon)
     try:
         return runner(app.run())  # type: ignore[operator, no-any-return]

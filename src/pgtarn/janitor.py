@@ -21,14 +21,11 @@ What a client gets mirrors PostgreSQL's own timeouts where it has one:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from .client import State
 from .errors import PgtarnError
-
-if TYPE_CHECKING:
-    from .client import ClientConnection
-    from .runtime import Runtime
+from .runtime import Runtime
+from .states import LOGGING_IN, ClientState
+from .views import ClientView
 
 log = logging.getLogger("pgtarn.janitor")
 
@@ -51,56 +48,45 @@ class Janitor:
         registry = self.runtime.registry
         registry.tick(now)
         config = self.runtime.config
-        auto = config.autodb_idle_timeout > 0 and any(p.auto for p in registry)
-        in_use = self.visit_clients(now, auto)
-        if auto:
+        self.visit_clients(now)
+        if config.autodb_idle_timeout > 0:
             for pool in registry:
                 if not pool.auto:
                     continue
-                if id(pool) in in_use:
+                if pool.clients or pool.welcome_waiters:
                     # idle time counts from the last client leaving, not from the last
                     # acquire: a session client can hold its server for hours
                     pool.last_used = now
-                elif (not pool.busy
-                        and not pool.waiting and not pool.welcome_waiters
-                        and now - pool.last_used > config.autodb_idle_timeout):
+                elif not pool.busy and now - pool.last_used > config.autodb_idle_timeout:
                     registry.free(pool)
 
-    def visit_clients(self, now: float, collect_pools: bool) -> set[int]:
-        """Apply the client timeouts; with collect_pools, the ids of pools that have clients."""
+    def visit_clients(self, now: float) -> None:
+        """Apply the client timeouts."""
         login_timeout = self.runtime.config.client_login_timeout
-        in_use: set[int] = set()
         for client in tuple(self.runtime.clients):
             state = client.state
-            if state is State.READY:
+            if state is ClientState.READY:
                 pool = client.pool
                 assert pool is not None
-                if collect_pools:
-                    in_use.add(id(pool))
                 timeouts = pool.client_timeouts
                 if timeouts.any:
                     self._ready_client(client, now, timeouts.query, timeouts.transaction,
                                        timeouts.idle_transaction, timeouts.idle)
-            elif state is State.STARTUP or state is State.AUTH:
-                if 0 < login_timeout < now - client.created_at:
-                    client.timed_out(_fatal(
-                        "08P01", "client_login_timeout: login not completed in {:g} s",
-                        login_timeout))
-            elif collect_pools and client.pool is not None:
-                in_use.add(id(client.pool))
-        return in_use
+            elif state in LOGGING_IN and 0 < login_timeout < now - client.created_at:
+                client.timed_out(_fatal(
+                    "08P01", "client_login_timeout: login not completed in {:g} s",
+                    login_timeout))
 
     @staticmethod
-    def _ready_client(client: ClientConnection, now: float, query: float, transaction: float,
+    def _ready_client(client: ClientView, now: float, query: float, transaction: float,
                       idle_transaction: float, idle: float) -> None:
         server = client.server
         started = client.query_start
         if started and server is not None:  # a query runs
             if query and now - started > query:
                 if client.cancelled_at < started:
-                    client.cancelled_at = now
                     log.info("%r: query_timeout (%g s): cancelling the query", client, query)
-                    server.send_cancel(client)
+                    client.cancel_query(now)
                 elif now - client.cancelled_at > query:
                     client.timed_out(_fatal(
                         "57014", "query_timeout: query still running {:g} s after its cancel",

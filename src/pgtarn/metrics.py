@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -18,10 +17,8 @@ from prometheus_client.core import (
 
 from . import __version__
 from .admin.tables import Table, Value, show_databases, show_lists, show_pools, show_stats_totals
-
-if TYPE_CHECKING:
-    from .pool.stats import Histogram
-    from .runtime import Runtime
+from .pool.stats import Histogram
+from .runtime import Runtime
 
 log = logging.getLogger("pgtarn.metrics")
 

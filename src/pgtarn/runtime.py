@@ -10,19 +10,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .auth.hba import HbaRules, IdentMaps
-from .authquery import SecretLookup
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError
 from .pool.registry import Registry
 from .pool.stats import PoolStats, Totals
 from .session.prepared import StatementCache
-
-if TYPE_CHECKING:
-    from .client import ClientConnection
-    from .server import ServerConnection
+from .views import ClientView, SecretSource, ServerView
 
 log = logging.getLogger("pgtarn")
 
@@ -47,16 +43,28 @@ class Control(Protocol):
     def shutdown(self, mode: str) -> None: ...
 
 
+#: Makes the auth_query lookup for (target database, auth_user, query); given by the app.
+LookupFactory = Callable[["Runtime", DatabaseEntry, str, str], SecretSource]
+
+
 class Runtime:
-    """Everything a client or server connection needs from the running pooler."""
+    """Everything a client or server connection needs from the running pooler.
+
+    It holds connections only through the views (``views.py``): the connection layers sit
+    above it and the composition root wires in what must be made (servers, lookups).
+    """
 
     def __init__(self, config: Config, userlist: dict[str, str]) -> None:
         self.config = config
         self.userlist = userlist
-        self.registry: Registry[ServerConnection] = Registry(config)
-        self.clients: set[ClientConnection] = set()
+        self.registry: Registry[ServerView] = Registry(config)
+        #: Every client connection, from accept to close (max_client_conn counts these).
+        self.clients: set[ClientView] = set()
+        #: Clients still logging in (SHOW LISTS' login_clients), and admin console sessions.
+        self.logins: set[ClientView] = set()
+        self.admin_clients: set[ClientView] = set()
         #: BackendKeyData we gave each client -> that client, for CancelRequest routing.
-        self.cancel_keys: dict[tuple[int, int], ClientConnection] = {}
+        self.cancel_keys: dict[tuple[int, int], ClientView] = {}
         self.ids: Iterator[int] = itertools.count(1)
         #: Prepared statements by text, shared by every client (transaction mode).
         self.statement_cache = StatementCache()
@@ -80,8 +88,10 @@ class Runtime:
         self.server_tls: ssl.SSLContext | None = None
         #: tls-server-end-point data of pgtarn's own certificate (SCRAM-SHA-256-PLUS).
         self.client_tls_binding: bytes | None = None
-        #: auth_query lookups by (target database, host, port, dbname, auth_user, query).
-        self.lookups: dict[tuple[object, ...], SecretLookup] = {}
+        #: auth_query lookups by (target database, host, port, dbname, auth_user, query),
+        #: made by make_lookup (None: auth_query cannot be used).
+        self.lookups: dict[tuple[object, ...], SecretSource] = {}
+        self.make_lookup: LookupFactory | None = None
         #: What auth_query found, by (database, user), kept across RELOADs: a pool's new
         #: servers log in with it.
         self.found_secrets: OrderedDict[tuple[str, str], str] = OrderedDict()
@@ -89,11 +99,11 @@ class Runtime:
         self.hba: HbaRules | None = None
         self.ident: IdentMaps | None = None
 
-    def secret_lookup(self, db: DatabaseEntry) -> SecretLookup | None:
+    def secret_lookup(self, db: DatabaseEntry) -> SecretSource | None:
         """The auth_query lookup for logins to db (None: no auth_user for it)."""
         config = self.config
         auth_user = db.auth_user or config.auth_user
-        if not auth_user:
+        if not auth_user or self.make_lookup is None:
             return None
         target_name = db.auth_dbname or config.auth_dbname
         target = config.find_database(target_name) if target_name else db
@@ -104,7 +114,7 @@ class Runtime:
         key = (target.name, target.host, target.port, target.dbname, auth_user, query)
         lookup = self.lookups.get(key)
         if lookup is None:
-            lookup = self.lookups[key] = SecretLookup(self, target, auth_user, query)
+            lookup = self.lookups[key] = self.make_lookup(self, target, auth_user, query)
         return lookup
 
     def found_secret(self, db: DatabaseEntry, user: str, secret: str) -> None:

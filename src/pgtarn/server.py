@@ -8,7 +8,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError, ProtocolViolation, TlsFailed
@@ -17,6 +17,7 @@ from .proto import build
 from .proto.framing import MessageScanner
 from .proto.messages import parse_fields, parse_parameter_status
 from .proto.server_side import ServerLogin
+from .runtime import Runtime
 from .session.prepared import (
     AS_PARSE_COMPLETE,
     ERROR_HIDE,
@@ -27,13 +28,10 @@ from .session.prepared import (
     READY_FORWARD,
     READY_RETRY,
     READY_UNHIDE,
+    ClientStatements,
     ServerStatements,
 )
 from .tls import TlsAsked, TlsTransport, answer_to_tls, ask_for_tls, peer_certificate_hash
-
-if TYPE_CHECKING:
-    from .client import ClientConnection
-    from .runtime import Runtime
 
 #: No message of a server's login is anywhere near this big: a larger length is garbage, and
 #: is refused at once instead of waiting (until server_connect_timeout) for that many bytes.
@@ -49,6 +47,27 @@ PREPARED_RELAY_TYPES = frozenset(b"ZSE123")
 RFQ_LEN = 6
 # Login failures that may pass by themselves: the pool retries while clients wait.
 TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
+
+
+class LinkedClient(Protocol):
+    """What a server needs of the client it is lent to."""
+
+    @property
+    def statements(self) -> ClientStatements | None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def ready_for_query(self, server: ServerConnection, status: bytes) -> bytes | None:
+        """At each ReadyForQuery: None to forward it, or bytes to send in its place; the
+        client may end the link here."""
+
+    def server_lost(self, server: ServerConnection) -> None: ...
+
+    def parameter_changed(self, name: str, value: str) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
 
 
 def is_transient(error: PgtarnError) -> bool:
@@ -103,7 +122,7 @@ class ServerConnection(asyncio.Protocol):
         #: server_tls_sslmode it was sent under.
         self.tls_answer: TlsAsked | None = None
         self.scanner = MessageScanner(ALL_TYPES, min(runtime.config.max_packet_size, LOGIN_MAX))
-        self.client: ClientConnection | None = None
+        self.client: LinkedClient | None = None
         self.params: dict[str, str] = {}
         self.backend_key: tuple[int, int] = (0, 0)
         self.status = b"I"
@@ -239,13 +258,24 @@ class ServerConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         client = self.client
-        if client is not None and client.transport is not None:
-            client.transport.pause_reading()
+        if client is not None:
+            client.pause_reading()
 
     def resume_writing(self) -> None:
         client = self.client
-        if client is not None and client.transport is not None:
-            client.transport.resume_reading()
+        if client is not None:
+            client.resume_reading()
+
+    def pause_reading(self) -> None:
+        """The linked client reads too slowly: stop reading PostgreSQL's replies."""
+        transport = self.transport
+        if transport is not None:
+            transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.resume_reading()
 
     # --- bytes from PostgreSQL ----------------------------------------------------------------
 
@@ -375,7 +405,7 @@ class ServerConnection(asyncio.Protocol):
                         statements.error(body, self.runtime.statement_cache)
                 if self._swallowed(msg_type, body):
                     start = end
-                    self._start_hidden()
+                    self.start_hidden()
                 continue
             if msg_type in (0x31, 0x32, 0x33):
                 action = statements.reply(msg_type)
@@ -425,7 +455,7 @@ class ServerConnection(asyncio.Protocol):
             # The batch failed only because its statement's plan went stale: send it again.
             resend, statements.resend = statements.resend, b""
             self.write(resend)
-            self._start_hidden()
+            self.start_hidden()
             return b""
         client = self.client
         if client is None:
@@ -433,12 +463,12 @@ class ServerConnection(asyncio.Protocol):
         if code == READY_UNHIDE:  # no retry after all: the client gets the error
             message = _rebuild(0x45, statements.withheld) + message
         replacement = client.ready_for_query(self, body)
-        self._start_hidden()
+        self.start_hidden()
         if replacement is not None:
             return message[:-RFQ_LEN] + replacement
         return message
 
-    def _start_hidden(self) -> None:
+    def start_hidden(self) -> None:
         """At a ReadyForQuery: if a batch of pgtarn's own comes next, swallow its replies."""
         statements = self.statements
         if not self.swallow and statements is not None and statements.take_hidden():
@@ -481,10 +511,44 @@ class ServerConnection(asyncio.Protocol):
         name, value = parse_parameter_status(body)
         self.params[name] = value
         client = self.client
-        if client is not None and name in client.params:
-            client.params[name] = value
+        if client is not None:
+            client.parameter_changed(name, value)
 
     # --- commands from the client side ----------------------------------------------------------
+
+    def link(self, client: LinkedClient, params: dict[str, str]) -> None:
+        """Lent to client: SET its tracked parameters that differ here, ahead of its bytes
+        (their replies are swallowed, so no round trip is added)."""
+        self.client = client
+        if params.items() <= self.params.items():
+            return
+        differing = [(name, value) for name, value in params.items()
+                     if self.params.get(name) != value]
+        for name, value in differing:
+            self.params[name] = value
+        self.run_internal(["; ".join(
+            f"SET {build.quote_ident(name)} TO {build.quote_literal(value)}"
+            for name, value in differing)], None)
+
+    def release_from(self, client: LinkedClient, mid_query: bool, reset_query: str | None
+                     ) -> None:
+        """client left while linked: close mid-query; otherwise clean up, then release."""
+        if self.client is not client:
+            return
+        self.client = None
+        self.resume_reading()
+        if mid_query:
+            self.close("client disconnected while a query was running")
+            return
+        self.pool.begin_reset(self)
+        # A Sync first: it ends any extended-protocol batch the client left without one,
+        # and the ReadyForQuery it returns gives the true transaction status.
+        self.swallow += 1
+        if self.statements is not None:
+            self.statements.sync_sent()
+            self.swallow_syncs += 1
+        self.on_clean = lambda: self.reset_and_release(reset_query)
+        self.write(build.SYNC)
 
     def write(self, data: bytes) -> None:
         assert self.transport is not None
@@ -531,7 +595,7 @@ class ServerConnection(asyncio.Protocol):
         self.last_used = time.monotonic()
         self._after_reset()
 
-    def send_cancel(self, client: ClientConnection) -> None:
+    def send_cancel(self, client: object) -> None:
         """Send a CancelRequest for this server's backend over a new connection.
 
         It is sent only if this server still runs client's work once the new connection is

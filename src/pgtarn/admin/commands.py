@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from ..config import SETTINGS
 from ..errors import ConfigError, PgtarnError
+from ..runtime import Runtime
+from ..states import ClientState
+from .result import AdminError, Outcome, Result, notice
 from .tables import ADMIN_DB
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
-    from .console import Outcome, Result
 
 log = logging.getLogger("pgtarn.admin")
 
@@ -26,14 +25,10 @@ KILLED = PgtarnError("admin forced disconnect", sqlstate="57P01", severity="FATA
 
 
 def _error(message: str, sqlstate: str = "08P01") -> PgtarnError:
-    from .console import AdminError
-
     return AdminError(message, sqlstate=sqlstate)
 
 
 def _result(tag: str, notices: list[bytes] | None = None) -> Result:
-    from .console import Result
-
     return Result(tag, notices=notices or [])
 
 
@@ -111,10 +106,8 @@ def resume(runtime: Runtime, arg: str | None) -> Outcome:
 
 def _suspend_reading(runtime: Runtime, suspend: bool) -> None:
     """SUSPEND: stop reading every client (but admin sessions) and server; RESUME: read again."""
-    from ..client import State
-
     runtime.suspended = suspend
-    transports = [c.transport for c in runtime.clients if c.state is not State.ADMIN]
+    transports = [c.transport for c in runtime.clients if c.state is not ClientState.ADMIN]
     transports += [s.transport for p in runtime.registry for s in p.servers()]
     for transport in transports:
         if transport is not None and not transport.is_closing():
@@ -210,8 +203,6 @@ def enable(runtime: Runtime, arg: str | None) -> Outcome:
 
 
 def reload(runtime: Runtime, arg: str | None) -> Outcome:
-    from .console import notice
-
     if arg is not None or runtime.control is None:
         raise _error("RELOAD takes no argument")
     report = runtime.control.reload()
@@ -238,8 +229,6 @@ def shutdown(runtime: Runtime, arg: str | None) -> Outcome:
 
 
 def set_setting(runtime: Runtime, key: str, value: str) -> Result:
-    from ..config import SETTINGS
-
     name = key.lower()
     setting = SETTINGS.get(name)
     if setting is None:

@@ -11,19 +11,16 @@ import asyncio
 import logging
 import re
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from ..errors import PgtarnError, ProtocolViolation
 from ..proto import build
 from ..proto.framing import MessageScanner
+from ..runtime import Runtime
 from . import commands
+from .result import AdminError, Outcome, Result, notice
 from .tables import SHOW_TABLES, Table
-
-if TYPE_CHECKING:
-    from ..client import ClientConnection
-    from ..runtime import Runtime
 
 log = logging.getLogger("pgtarn.admin")
 
@@ -59,39 +56,27 @@ HELP = (
 )
 
 
-class AdminError(PgtarnError):
-    """A command failed; the session goes on (severity ERROR)."""
-
-    sqlstate = "08P01"
-    severity = "ERROR"
-
-
-@dataclass
-class Result:
-    """What a command answers: notices first, then an optional table, then its tag."""
-
-    tag: str
-    table: Table | None = None
-    notices: list[bytes] = field(default_factory=list)
-
-
-Outcome = Result | Awaitable[Result] | None  # None: no answer (SHUTDOWN)
-
-
-def notice(message: str, detail: str | None = None) -> bytes:
-    return build.error_response("00000", message, "NOTICE", detail, notice=True)
-
-
 def _unquote(word: str) -> str:
     if len(word) >= 2 and word[0] == word[-1] and word[0] in "\"'":
         return word[1:-1].replace(word[0] * 2, word[0])
     return word
 
 
+class AdminClient(Protocol):
+    """What a session needs of the client connection it answers."""
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self, error: PgtarnError | None = None) -> None: ...
+
+
 class AdminSession:
     """The admin console as one client sees it."""
 
-    def __init__(self, client: ClientConnection, runtime: Runtime, admin: bool) -> None:
+    def __init__(self, client: AdminClient, runtime: Runtime, admin: bool) -> None:
         self.client = client
         self.runtime = runtime
         #: admin_users may run everything; stats_users only SHOW.

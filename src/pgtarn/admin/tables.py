@@ -10,17 +10,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import cast
 
 from .. import __version__
+from ..pool.pool import Pool
 from ..pool.stats import Totals, sum_totals
+from ..runtime import Runtime
+from ..states import ClientState
 from ..tls import describe
-
-if TYPE_CHECKING:
-    from ..client import ClientConnection
-    from ..pool.pool import Pool
-    from ..runtime import Runtime
-    from ..server import ServerConnection
+from ..views import ClientView, ServerView
 
 TEXT = 25
 INT4 = 23
@@ -82,34 +80,36 @@ def _seconds_us(seconds: float) -> tuple[int, int]:
 # --- who is where --------------------------------------------------------------------------------
 
 
-def client_state(client: ClientConnection) -> str | None:
+def client_state(client: ClientView) -> str | None:
     """PgBouncer's client state; None for a client still logging in (not listed)."""
-    from ..client import State
-
     state = client.state
-    if state is State.READY:
+    if state is ClientState.READY:
         if client.server is not None:
             return "active"
         return "waiting" if client.waiting else "idle"
-    if state is State.WELCOME:
+    if state is ClientState.WELCOME:
         return "waiting"
-    if state is State.ADMIN:
+    if state is ClientState.ADMIN:
         return "idle"
     return None
 
 
-def logged_in_clients(runtime: Runtime) -> list[ClientConnection]:
-    return sorted(
-        (c for c in runtime.clients if client_state(c) is not None), key=lambda c: c.id
-    )
+def logged_in_clients(runtime: Runtime) -> list[ClientView]:
+    """Clients past login: those in the pools' containers and the admin sessions."""
+    clients: list[ClientView] = list(runtime.admin_clients)
+    for pool in runtime.registry:
+        # the pools hold them as waiters; they are client connections all the same
+        clients.extend(cast(ClientView, c) for c in pool.clients)
+        clients.extend(cast(ClientView, c) for c in pool.welcome_waiters)
+    return sorted(clients, key=lambda c: c.id)
 
 
-def client_database(client: ClientConnection) -> str:
+def client_database(client: ClientView) -> str:
     pool = client.pool
     return pool.database if pool is not None else ADMIN_DB
 
 
-def server_state(server: ServerConnection, now: float) -> str:
+def server_state(server: ServerView, now: float) -> str:
     pool = server.pool
     if server in pool.active:
         return "active" if server.client is not None else "idle"
@@ -122,7 +122,7 @@ def server_state(server: ServerConnection, now: float) -> str:
     return "idle"
 
 
-def _pools(runtime: Runtime) -> list[Pool[ServerConnection]]:
+def _pools(runtime: Runtime) -> list[Pool[ServerView]]:
     return sorted(runtime.registry, key=lambda p: (p.database, p.user))
 
 
@@ -138,27 +138,16 @@ POOLS_COLUMNS = _columns(
 
 def show_pools(runtime: Runtime) -> Table:
     now = time.monotonic()
-    active: dict[int, int] = {}
-    waiting: dict[int, int] = {}
-    admin_clients = 0
-    for client in logged_in_clients(runtime):
-        pool = client.pool
-        state = client_state(client)
-        if pool is None:
-            admin_clients += 1
-        elif state == "waiting":
-            waiting[id(pool)] = waiting.get(id(pool), 0) + 1
-        else:
-            active[id(pool)] = active.get(id(pool), 0) + 1
     rows: list[list[Value]] = [
-        [ADMIN_DB, ADMIN_DB, admin_clients, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "statement", None]
+        [ADMIN_DB, ADMIN_DB, len(runtime.admin_clients), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+         "statement", None]
     ]
     for pool in _pools(runtime):
         used = sum(1 for s in pool.idle if server_state(s, now) == "used")
         maxwait, maxwait_us = _seconds_us(pool.max_wait(now))
         db = runtime.registry.databases.get(pool.database)
         rows.append([
-            pool.database, pool.user, active.get(id(pool), 0), waiting.get(id(pool), 0), 0, 0,
+            pool.database, pool.user, pool.active_client_count, pool.waiting_client_count, 0, 0,
             len(pool.active), 0, 0, len(pool.idle) - used, used, len(pool.tested),
             len(pool.login), maxwait, maxwait_us, pool.pool_mode,
             db.load_balance_hosts or "round-robin" if db is not None and len(db.hosts) > 1
@@ -196,7 +185,7 @@ def show_clients(runtime: Runtime) -> Table:
     return Table(SOCKET_COLUMNS, rows)
 
 
-def all_servers(runtime: Runtime) -> list[ServerConnection]:
+def all_servers(runtime: Runtime) -> list[ServerView]:
     return sorted((s for p in runtime.registry for s in p.servers()), key=lambda s: s.id)
 
 
@@ -392,16 +381,12 @@ LIST_NAMES = (
 
 
 def show_lists(runtime: Runtime) -> Table:
-    from ..client import State
-
     counts = {
         "databases": len(show_databases(runtime).rows),
         "users": len(show_users(runtime).rows),
         "pools": len(runtime.registry.pools),
         "used_clients": len(runtime.clients),
-        "login_clients": sum(
-            1 for c in runtime.clients if c.state in (State.STARTUP, State.AUTH)
-        ),
+        "login_clients": len(runtime.logins),
         "used_servers": len(all_servers(runtime)),
     }
     return Table(_columns("si", "list items"),

@@ -3,9 +3,10 @@
 Theory of operation. A server is always in exactly one container: ``login`` while it
 connects and authenticates, ``idle`` while nobody uses it, ``active`` while it is linked to a
 client, ``tested`` while it runs a reset, rollback or health check before going back to
-``idle``. Clients that asked for a server and got none sit in ``waiting``, first come first
-served. The counts that SHOW POOLS reports are the sizes of these containers, so they cannot
-drift.
+``idle``. Clients are in containers too: every logged-in client is in ``clients``; those that
+asked for a server and got none are also in ``waiting``, first come first served; those that
+logged in before any server did wait in ``welcome_waiters``. The counts that SHOW POOLS
+reports are the sizes of these containers, so they cannot drift.
 
 Servers are opened on demand, up to ``pool_size``; ``reserve_pool_size`` more once the
 oldest client waited ``reserve_pool_timeout``; ``min_pool_size`` ahead of demand. When a
@@ -59,17 +60,26 @@ class PooledServer(Protocol):
 S = TypeVar("S", bound=PooledServer)
 
 
-class Waiter(Protocol[S]):  # type: ignore[misc]
+class Unavailable(Protocol):
+    """What the pool needs of any client it may have to give up on."""
+
+    def server_unavailable(self, error: PgtarnError) -> None: ...
+
+
+class Waiter(Unavailable, Protocol[S]):  # type: ignore[misc]
     """What the pool needs of a client that waits for a server."""
 
     def server_assigned(self, server: S) -> None: ...
 
-    def server_unavailable(self, error: PgtarnError) -> None: ...
-
-    def welcome_ready(self) -> None: ...
-
     def waiting_too_long(self) -> None:
         """Queued longer than query_wait_notify: tell the client (once)."""
+
+
+class WelcomeWaiter(Unavailable, Protocol):
+    """A client that logged in before any server of the pool did: it waits for the server
+    parameters it is to be welcomed with."""
+
+    def welcome_ready(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +145,15 @@ class Pool(Generic[S]):
         self.prepared_counters = PreparedCounters()
         #: Traffic of this pool's clients and servers (statistics).
         self.stats = PoolStats()
+        #: Logged-in clients (READY), whether they wait for a server or not.
+        self.clients: set[Waiter[S]] = set()
         self.idle: deque[S] = deque()
         self.active: set[S] = set()
         self.login: set[S] = set()
         self.tested: set[S] = set()
         self.waiting: deque[Waiter[S]] = deque()
         #: Clients that logged in before any server did, waiting for the welcome parameters.
-        self.welcome_waiters: list[Waiter[S]] = []
+        self.welcome_waiters: list[WelcomeWaiter] = []
         #: id(waiter) -> when it began to wait, for waiting and welcome_waiters alike.
         self.wait_since: dict[int, float] = {}
         #: ParameterStatus values of the first server that logged in, sent to new clients.
@@ -172,6 +184,27 @@ class Pool(Generic[S]):
         return self.server_count < limit and self.may_open(self)
 
     # --- clients ------------------------------------------------------------------------------
+
+    @property
+    def active_client_count(self) -> int:
+        """SHOW POOLS' cl_active: logged in and not waiting for a server."""
+        return len(self.clients) - len(self.waiting)
+
+    @property
+    def waiting_client_count(self) -> int:
+        """SHOW POOLS' cl_waiting: waiting for a server, or for the first one's welcome."""
+        return len(self.waiting) + len(self.welcome_waiters)
+
+    def client_joined(self, client: Waiter[S]) -> None:
+        """A client finished logging in to this pool."""
+        self.clients.add(client)
+
+    def client_left(self, client: Waiter[S]) -> None:
+        """A client is gone: out of every container of this pool."""
+        self.clients.discard(client)
+        if self.waiting:
+            self.cancel_wait(client)
+        self.cancel_welcome(client)
 
     def acquire(self, waiter: Waiter[S]) -> S | None:
         """An idle server for waiter now, or None after queueing it (served FIFO)."""
@@ -211,7 +244,7 @@ class Pool(Generic[S]):
                 oldest = min(oldest, self.wait_since.get(id(queue[0]), now))
         return now - oldest
 
-    def wait_welcome(self, waiter: Waiter[S]) -> None:
+    def wait_welcome(self, waiter: WelcomeWaiter) -> None:
         """Queue a client for the first server's ParameterStatus values; open a server."""
         now = self.clock()
         self.welcome_waiters.append(waiter)
@@ -219,7 +252,7 @@ class Pool(Generic[S]):
         if not self.login and self._may_launch(now) and self.has_room():
             self._open()
 
-    def cancel_welcome(self, waiter: Waiter[S]) -> None:
+    def cancel_welcome(self, waiter: object) -> None:
         if waiter in self.welcome_waiters:
             self.welcome_waiters.remove(waiter)
             self.wait_since.pop(id(waiter), None)
@@ -307,13 +340,17 @@ class Pool(Generic[S]):
 
     def _fail_waiters(self, error: PgtarnError, since: float) -> None:
         """Give error to every waiting client that began to wait at or before since."""
-        failed: list[Waiter[S]] = []
-        for queue in (self.waiting, self.welcome_waiters):
-            keep = [w for w in queue if self.wait_since.get(id(w), 0.0) > since]
-            if len(keep) != len(queue):
-                failed.extend(w for w in queue if self.wait_since.get(id(w), 0.0) <= since)
-                queue.clear()
-                queue.extend(keep)
+        wait_since = self.wait_since
+
+        def young(waiter: Unavailable) -> bool:
+            return wait_since.get(id(waiter), 0.0) > since
+
+        failed: list[Unavailable] = [w for w in self.waiting if not young(w)]
+        failed += [w for w in self.welcome_waiters if not young(w)]
+        if not failed:
+            return
+        self.waiting = deque(w for w in self.waiting if young(w))
+        self.welcome_waiters = [w for w in self.welcome_waiters if young(w)]
         for waiter in failed:
             self.wait_since.pop(id(waiter), None)
             waiter.server_unavailable(error)

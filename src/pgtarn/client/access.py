@@ -1,19 +1,25 @@
 """Who may try to log in, and how: client_tls_sslmode, auth_type, pg_hba.conf rules, identities.
 
 Decided from facts about the connection (TLS or not, address, the certificate's name, the
-peer's OS user) before any password is asked for; the result is the method ClientAuth runs.
+peer's OS user, read with SO_PEERCRED) before any password is asked for; the result is the
+method ClientAuth runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import pwd
+import socket
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .auth.hba import HbaRule, HbaRules, IdentMaps, IPAddress
-from .config import Config
-from .errors import PgtarnError
+from ..auth.hba import HbaRule, HbaRules, IdentMaps, IPAddress
+from ..config import Config
+from ..errors import PgtarnError
+
+_PEERCRED = struct.Struct("3i")
 
 #: client_tls_sslmode values under which a TCP client must use TLS.
 TLS_REQUIRED = frozenset({"require", "verify-ca", "verify-full"})
@@ -49,6 +55,20 @@ def os_user_name(uid: int) -> str | None:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return None
+
+
+def peer_credentials(transport: asyncio.BaseTransport | None) -> tuple[int, int] | None:
+    """(pid, uid) of a unix-socket peer (SO_PEERCRED); None over TCP or when unknown."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        pid, uid, _gid = _PEERCRED.unpack(
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+        )
+    except (OSError, AttributeError):
+        return None
+    return int(pid), int(uid)
 
 
 def _refused(text: str) -> PgtarnError:

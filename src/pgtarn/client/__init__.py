@@ -1,0 +1,1 @@
+"""Client connections: login, relay, linking to servers, and who may log in."""

@@ -1,0 +1,210 @@
+"""Linking a client to a server: lend, set differing parameters, end the link, release."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from time import monotonic
+
+from ..errors import PgtarnError
+from ..pool.stats import BUCKETS
+from ..proto import build
+from ..server import ServerConnection
+from ..states import ClientState
+from .transport import ClientTransport, PendingParts
+
+#: Bytes held for a server that is not there yet past which the client is not read.
+PENDING_PAUSE = 256 * 1024
+WAIT_NOTICE = build.error_response(
+    "00000", "all server connections of this pool are in use; the query is queued",
+    "NOTICE", hint="the pool size (pool_size, max_db_connections) limits the servers",
+    notice=True,
+)
+
+
+class ClientLink(ClientTransport):
+    """Link and unlink: the pool lends a server, ReadyForQuery may end the loan, and a client
+    that leaves hands its server back clean (or closes it mid-query)."""
+
+    __slots__ = ()
+
+    def server_assigned(self, server: ServerConnection) -> None:
+        """The pool lends us a server: set differing parameters, then send what waited."""
+        self.waiting = False
+        self.wait_notified = False
+        if self.state is not ClientState.READY:
+            assert self.pool is not None
+            self.pool.release(server)
+            return
+        self._link(server)
+        if self.pending:
+            pending = self.pending
+            if len(pending) == 1 and isinstance(pending[0], bytes):
+                data = pending[0]
+            else:
+                data = b"".join([self._encode(server, item) for item in pending])
+            self.pending.clear()
+            if self.pending_size > PENDING_PAUSE and self.transport is not None:
+                self.transport.resume_reading()
+            self.pending_size = 0
+            server.write(data)
+
+    def _link(self, server: ServerConnection) -> None:
+        """Make server ours; it SETs the tracked parameters that differ on it."""
+        self.server = server
+        server.link(self, self.params)
+
+    def waiting_too_long(self) -> None:
+        if not self.wait_notified:
+            self.wait_notified = True
+            self.write(WAIT_NOTICE)
+
+    def server_unavailable(self, error: PgtarnError) -> None:
+        self.waiting = False
+        self.close(error)
+
+    def cancel_query(self, now: float) -> None:
+        """query_timeout: cancel the query under way (once; the janitor ends it if it goes on)."""
+        self.cancelled_at = now
+        server = self.server
+        if server is not None:
+            server.send_cancel(self)
+
+    def parameter_changed(self, name: str, value: str) -> None:
+        """The linked server reported a new value (ParameterStatus): keep the client's own."""
+        if name in self.params:
+            self.params[name] = value
+
+    def timed_out(self, error: PgtarnError) -> None:
+        """The janitor ends this client (a timeout): error, unless a reply is half sent."""
+        self._close_after(self.server, error)
+
+    def _close_after(self, server: ServerConnection | None, error: PgtarnError) -> None:
+        """Close with error, unless server's reply was relayed only in part: an ErrorResponse
+        in the middle of a message would corrupt the stream, so then just close."""
+        if server is not None and not server.scanner.at_boundary:
+            self.close_reason = error.message
+            if self.transport is not None:
+                self.transport.abort()  # half a message sent: nothing more is worth flushing
+            self.runtime.clients.discard(self)
+            return
+        self.close(error)
+
+    def ready_for_query(self, server: ServerConnection, status: bytes) -> bytes | None:
+        """Called by the linked server at each ReadyForQuery; may end the link.
+
+        Returns None to forward the ReadyForQuery as is, or bytes to send in its place.
+        """
+        start = self.query_start
+        if start:
+            # statistics, inlined (see PoolStats): the query ends, and maybe its transaction
+            stats = self.stats
+            assert stats is not None
+            now = monotonic()
+            elapsed = now - start
+            bucket = bisect_left(BUCKETS, elapsed)
+            stats.query_buckets[bucket] += 1
+            stats.query_sum += elapsed
+            if status == b"I":
+                began = self.xact_start
+                if began:
+                    elapsed = now - began
+                    bucket = bisect_left(BUCKETS, elapsed)
+                    self.xact_start = 0.0
+                stats.xact_buckets[bucket] += 1
+                stats.xact_sum += elapsed
+            elif not self.xact_start:
+                self.xact_start = start
+            # a pipelined query begins where the one before it ended
+            self.query_start = now if self.expected > 1 else 0.0
+            self.idle_since = now
+        if self.expected > 0:
+            self.expected -= 1
+        if self.expected:
+            return None
+        mode = self.pool_mode
+        if mode == "session":
+            return None
+        if status == b"I":
+            self._unlink(server)
+            return None
+        if mode == "statement":
+            # A transaction opened some other way (a function, a multi-statement query):
+            # roll it back and end the client, as PgBouncer does.
+            self._unlink(server)
+            self.close(PgtarnError(
+                "transaction blocks not allowed in statement pooling mode", sqlstate="0A000",
+                severity="FATAL",
+            ))
+            return b""
+        return None
+
+    def _unlink(self, server: ServerConnection) -> None:
+        self.server = None
+        config = self.runtime.config
+        server.reset_and_release(
+            config.server_reset_query if config.server_reset_query_always else None
+        )
+
+    def server_lost(self, server: ServerConnection) -> None:
+        """Our linked server died: the client's transaction is gone; tell it and close."""
+        self.server = None
+        if server.fatal and server.scanner.at_boundary:
+            # PostgreSQL's own FATAL reached the client (terminated, shut down): that is
+            # the reason it sees, not followed by a second error of ours
+            self.close_reason = f"server sent FATAL {server.fatal}"
+            self.close()
+            return
+        self._close_after(server, PgtarnError(
+            "server connection crashed or was terminated", sqlstate="08006", severity="FATAL"))
+
+    def _drop_server(self) -> None:
+        """The client is gone: never hand a server back mid-transaction."""
+        server = self.server
+        if server is None:
+            return
+        self.server = None
+        config = self.runtime.config
+        reset = (
+            config.server_reset_query
+            if self.pool_mode == "session" or config.server_reset_query_always
+            else None
+        )
+        server.release_from(self, self.expected > 0, reset)
+
+
+    def _server_now(self) -> ServerConnection | None:
+        """The linked server, or an idle one linked now; None (and queued) otherwise."""
+        server = self.server
+        if server is None and not self.waiting:
+            assert self.pool is not None
+            self.waiting = True
+            server = self.pool.acquire(self)
+            if server is not None:  # the common case: an idle server, no queue
+                self.waiting = False
+                self._link(server)
+        return server
+
+    def _hold(self, item: bytes | PendingParts, size: int) -> None:
+        """Keep what the client sent until server_assigned; pause a client that sends a lot."""
+        self.pending.append(item)
+        self.pending_size += size
+        if self.pending_size > PENDING_PAUSE and self.transport is not None:
+            self.transport.pause_reading()
+
+    def _encode(self, server: ServerConnection, item: bytes | PendingParts) -> bytes:
+        """Bytes for server from what the client sent (rewritten for its statements)."""
+        if isinstance(item, bytes):
+            return item
+        assert self.statements is not None
+        statements = server.prepared_statements()
+        parts, chunk, forgets = item
+        if forgets:
+            statements.clear()  # the server forgets them when it runs the query
+        if parts is None:  # one whole Query
+            assert chunk is not None
+            statements.sync_sent()
+            return chunk
+        data = statements.send(self.statements, parts, chunk)
+        server.start_hidden()  # a statement prepared ahead of a simple query
+        return data
+

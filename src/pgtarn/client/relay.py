@@ -1,0 +1,206 @@
+"""The relay of a logged-in client's bytes: plain, with prepared statements, statement mode.
+
+Only Query, Sync and Terminate are noticed (each Query or Sync means one ReadyForQuery to
+come); in transaction mode with max_prepared_statements, the client's Parse/Bind/Describe/
+Close go through the ClientFramer and are rewritten per server from its first use of them.
+"""
+
+from __future__ import annotations
+
+from time import monotonic
+
+from ..proto import build
+from ..proto.framing import MessageScanner
+from ..session.framer import SYNC_MARK, ClientFramer, Part
+from ..session.prepared import FORGETS_ALL
+from ..session.sqlnames import has_statement_words, may_name_statements
+from ..states import ClientState
+from .link import ClientLink
+from .transport import PendingParts
+
+STATEMENT_MESSAGES = frozenset(b"PBDC")
+STATEMENT_MESSAGES_OR_QUERY = frozenset(b"PBDCQ")
+RFQ_IDLE = build.ready_for_query(b"I")
+TRANSACTION_REFUSED = build.error_response(
+    "0A000",
+    "transaction blocks not allowed in statement pooling mode",
+    hint="use pool_mode=transaction or session for this database or user",
+)
+_TRANSACTION_WORDS = (b"begin", b"start")
+
+
+class ClientRelay(ClientLink):
+    """A logged-in client's bytes on their way to its server (see the module docstring)."""
+
+    __slots__ = ()
+
+    def _relay(self, data: bytes) -> None:
+        if self.statement_mode:
+            data = self._refuse_transaction_blocks(data)
+            if not data and not self.expected and self.server is None:
+                # answered here: no query under way, and the client was not idle
+                self.query_start = 0.0
+                self.idle_since = monotonic()
+        scanner = self.scanner
+        if self.statements is not None:  # statement tracking is on, not yet needed
+            at_boundary = scanner.at_boundary
+            events = scanner.feed(data)
+            for msg_type, _body, _end in events:
+                if msg_type in STATEMENT_MESSAGES or (
+                        msg_type == 0x51 and (
+                            may_name_statements(data, 5) if len(events) == 1 and data[0] == 0x51
+                            else has_statement_words(data))):
+                    # Nothing of this chunk has gone yet: from here on, the framer.
+                    assert at_boundary
+                    self._start_statements()
+                    self._relay_prepared(data)
+                    return
+            held = scanner.held
+            if held and data[len(data) - held] in STATEMENT_MESSAGES_OR_QUERY:
+                # The chunk ends inside a Parse/Bind/..., or a Query that may name SQL-level
+                # statements: keep that start for the framer.
+                self._relay_events(data[: len(data) - held], events)
+                if self.state is ClientState.READY:
+                    self._start_statements()
+                    self._relay_prepared(data[len(data) - held :])
+                return
+            self._relay_events(data, events)
+            return
+        self._relay_events(data, scanner.feed(data))
+
+    def _start_statements(self) -> None:
+        """The client uses the extended protocol: track its statements from now on.
+
+        Replies still owed for what went before are ReadyForQuery only (no statement
+        messages were sent), so they become sync markers ahead of anything tracked.
+        """
+        self.framer = ClientFramer(self.runtime.config.max_packet_size)
+        outstanding = self.expected
+        server = self.server
+        if server is not None:
+            statements = server.prepared_statements()
+            for _ in range(outstanding):
+                statements.sync_sent()
+        elif self.pending:
+            raw = b"".join(item for item in self.pending if isinstance(item, bytes))
+            parts: list[Part] = [raw, *([SYNC_MARK] * outstanding)]
+            self.pending = [(parts, None, False)]
+
+    def _relay_events(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
+        for msg_type, _body, end in events:
+            if msg_type == 0x58:  # Terminate: forward what came before it, then leave
+                if end > 5:
+                    self._to_server(data[: end - 5])
+                self.state = ClientState.CLOSED
+                self.connection_lost(None)
+                if self.transport is not None:
+                    self.transport.close()
+                return
+            if msg_type in (0x51, 0x53):  # Query or Sync: one ReadyForQuery to come
+                self.expected += 1
+        if data:
+            self._to_server(data)
+
+    def _relay_prepared(self, data: bytes) -> None:
+        """Transaction mode with prepared statements: statements are rewritten per server."""
+        framer = self.framer
+        assert framer is not None and self.statements is not None
+        if (data[0] == 0x51 and framer.idle and len(data) > 5
+                and int.from_bytes(data[1:5], "big") + 1 == len(data)
+                and not may_name_statements(data, 5)):
+            # The common case: one whole simple Query, passed on as it is.
+            self.expected += 1
+            forgets = _may_forget_all(data) and FORGETS_ALL.search(data) is not None
+            if forgets:
+                self.statements.clear()
+            self._send_item((None, data, forgets), len(data))
+            return
+        parts, syncs = framer.feed(data)
+        self.expected += syncs
+        forgets = bool(syncs and _may_forget_all(data) and FORGETS_ALL.search(data))
+        if forgets:
+            # DISCARD ALL / DEALLOCATE ALL: the client's names go now, the server's
+            # statements when the parts are encoded for it.
+            self.statements.clear()
+        if parts:
+            self._send_item((parts, data if framer.whole else None, forgets), len(data))
+        if framer.terminated:
+            self.state = ClientState.CLOSED
+            self.connection_lost(None)
+            if self.transport is not None:
+                self.transport.close()
+
+
+    def _refuse_transaction_blocks(self, data: bytes) -> bytes:
+        """Statement mode: answer BEGIN / START TRANSACTION here, before any server sees it.
+
+        Only when nothing else is in flight, so the error cannot overtake earlier replies;
+        anything that still opens a transaction is caught at ReadyForQuery.
+        """
+        if self.discard_scanner is not None:
+            syncs = self.discard_scanner.feed(data)
+            if not syncs:
+                return b""
+            self.discard_scanner = None
+            self.write(TRANSACTION_REFUSED + RFQ_IDLE)
+            data = data[syncs[0][2] :]
+        if self.expected or self.server is not None or not data:
+            return data
+        if not self.scanner.at_boundary:
+            return data
+        msg_type = data[0]
+        if msg_type not in (0x51, 0x50) or len(data) < 5:
+            return data
+        if msg_type == 0x51:
+            text = data[5:69]
+        else:  # Parse: statement name, then the query text
+            name_end = data.find(b"\x00", 5)
+            if name_end < 0:
+                return data  # name not complete yet: left to the ReadyForQuery check
+            text = data[name_end + 1 : name_end + 65]
+        if not _opens_transaction(text):
+            return data
+        end = 1 + int.from_bytes(data[1:5], "big")
+        if end > len(data):
+            return data
+        if msg_type == 0x51:
+            self.write(TRANSACTION_REFUSED + RFQ_IDLE)
+            return data[end:]
+        # extended protocol: the error ends the batch; skip to its Sync
+        self.discard_scanner = MessageScanner(frozenset(b"S"), self.runtime.config.max_packet_size)
+        return self._refuse_transaction_blocks(data[end:])
+
+    def _to_server(self, data: bytes) -> None:
+        server = self._server_now()
+        if server is not None:
+            server.write(data)
+        else:
+            self._hold(data, len(data))
+
+    def _send_item(self, item: PendingParts, size: int) -> None:
+        """Prepared-statement mode: encode for the linked server, or keep until one comes."""
+        server = self._server_now()
+        if server is not None:
+            server.write(self._encode(server, item))
+        else:
+            self._hold(item, size)
+
+
+def _may_forget_all(data: bytes) -> bool:
+    """Cheap test before FORGETS_ALL: could data hold the word ALL in any case?"""
+    return b"ALL" in data.upper()
+
+
+def _opens_transaction(text: bytes) -> bool:
+    """Whether a statement starts with BEGIN or START (TRANSACTION), ignoring comments."""
+    text = text.lstrip()
+    while text.startswith(b"--") or text.startswith(b"/*"):
+        cut = text.find(b"\n") if text.startswith(b"--") else text.find(b"*/")
+        if cut < 0:
+            return False
+        text = text[cut + (1 if text.startswith(b"--") else 2) :].lstrip()
+    word = text[:5].lower()
+    return word in _TRANSACTION_WORDS and (len(text) == 5 or not text[5:6].isalnum())
+
+
+

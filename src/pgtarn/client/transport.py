@@ -1,0 +1,210 @@
+"""The asyncio glue of a client connection: its fields, transport, writes, close, flow control."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from time import monotonic
+from typing import cast
+
+from ..admin.console import AdminSession
+from ..config import DatabaseEntry
+from ..errors import PgtarnError
+from ..net.sockets import address, tune
+from ..pool.pool import Pool
+from ..pool.stats import PoolStats
+from ..proto import build
+from ..proto.client_side import ClientAuth
+from ..proto.framing import MessageScanner, StartupReader
+from ..runtime import Runtime
+from ..server import ServerConnection
+from ..session.framer import ClientFramer, Part
+from ..session.prepared import ClientStatements
+from ..states import ClientState
+from ..tls import TlsTransport
+from ..views import SecretSource
+
+log = logging.getLogger("pgtarn.client")
+
+AUTH_TYPES = frozenset(range(256))
+#: What a prepared-statement client sent: (parts, the chunk when the parts are all of it,
+#: whether it makes the server forget its statements); parts None: one whole Query.
+PendingParts = tuple[list[Part] | None, bytes | None, bool]
+
+
+class ClientTransport(asyncio.Protocol):
+    """An application connection's fields and its asyncio glue (the base of ClientConnection).
+
+    Thousands of these may sit idle: no per-instance dict. The fields of every part of the
+    connection (relay, link, login) are declared here, in one __slots__.
+    """
+
+    __slots__ = (
+        "addr",
+        "admin",
+        "admin_role",
+        "auth",
+        "cancel_key",
+        "cancelled_at",
+        "close_reason",
+        "connect_time",
+        "created_at",
+        "database",
+        "db",
+        "discard_scanner",
+        "expected",
+        "framer",
+        "id",
+        "idle_since",
+        "last_request",
+        "local_addr",
+        "negotiate_minor",
+        "params",
+        "peer_pid",
+        "pending",
+        "pending_size",
+        "pool",
+        "pool_mode",
+        "query_start",
+        "runtime",
+        "scanner",
+        "secret_lookup",
+        "server",
+        "startup_params",
+        "startup_reader",
+        "state",
+        "statement_mode",
+        "statements",
+        "stats",
+        "tls",
+        "transport",
+        "user",
+        "wait_notified",
+        "waiting",
+        "xact_start",
+    )
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.id = next(runtime.ids)
+        self.state = ClientState.STARTUP
+        self.transport: asyncio.Transport | None = None
+        #: The TLS layer once the client asked for TLS (it is then self.transport too).
+        self.tls: TlsTransport | None = None
+        self.addr = ""
+        self.user = ""
+        self.database = ""
+        self.startup_reader = StartupReader()
+        self.scanner = MessageScanner(AUTH_TYPES, 10000)
+        self.auth: ClientAuth | None = None
+        #: auth_query: where this client's secret came from (None: auth_file).
+        self.secret_lookup: SecretSource | None = None
+        self.pool: Pool[ServerConnection] | None = None
+        self.pool_mode = "session"
+        self.server: ServerConnection | None = None
+        self.waiting = False
+        self.wait_notified = False
+        self.expected = 0
+        #: Bytes waiting for a server; in prepared-statement mode (parts, chunk, forgets_all).
+        self.pending: list[bytes | PendingParts] = []
+        self.pending_size = 0
+        #: Tracked parameters (client_encoding, TimeZone, ...) as this client set them.
+        self.params: dict[str, str] = {}
+        self.startup_params: dict[str, str] = {}
+        self.cancel_key = (0, 0)
+        self.negotiate_minor: tuple[int, list[str]] | None = None
+        self.db: DatabaseEntry | None = None
+        self.statement_mode = False
+        #: Statement mode: set while skipping a refused extended batch up to its Sync.
+        self.discard_scanner: MessageScanner | None = None
+        #: Transaction mode: this client's named prepared statements, and the framer that
+        #: finds its Parse/Bind/Describe/Close (None: passed through untouched).
+        self.statements: ClientStatements | None = None
+        self.framer: ClientFramer | None = None
+        #: The pool's counters once logged in; when this client's query and transaction
+        #: began (monotonic, 0: none under way); wall clock of the connect, for display.
+        self.stats: PoolStats | None = None
+        self.query_start = 0.0
+        self.xact_start = 0.0
+        self.last_request = 0.0
+        #: Monotonic: connected (client_login_timeout), last query ended (client_idle_timeout,
+        #: idle_transaction_timeout), query_timeout's cancel sent (0: none).
+        self.created_at = self.idle_since = monotonic()
+        self.cancelled_at = 0.0
+        #: Why pgtarn closed the connection (for the log line), "" while it did not.
+        self.close_reason = ""
+        self.connect_time = time.time()
+        self.local_addr = ""
+        self.peer_pid = 0
+        #: The admin console: "admin" or "stats" once chosen at login, and the session.
+        self.admin_role: str | None = None
+        self.admin: AdminSession | None = None
+
+    def __repr__(self) -> str:
+        return f"C-{self.id}({self.user or '?'}@{self.addr}/{self.database or '?'})"
+
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        if tune(transport, self.runtime.config.tcp_keepalive):
+            self.addr = address(transport.get_extra_info("peername"))
+            self.local_addr = address(transport.get_extra_info("sockname"))
+        else:
+            self.addr = "unix"
+
+    def close(self, error: PgtarnError | None = None) -> None:
+        """Send error (if any) and close; the server side is cleaned in connection_lost."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if error is not None:
+            self.close_reason = error.message
+            transport.write(build.error_response(error.sqlstate, error.message, error.severity))
+            if self.runtime.config.log_pooler_errors:
+                log.warning("%r: pooler error: %s", self, error.message)
+        if transport.get_write_buffer_size():
+            # It does not read (or not fast enough): close() would wait for the buffer to
+            # drain, maybe for ever, and with it the cleanup that frees its server.
+            transport.abort()
+        else:
+            transport.close()
+        # No longer counted against max_client_conn: in a connect storm, clients refused but
+        # still flushing their error would otherwise get more clients refused.
+        self.runtime.clients.discard(self)
+
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.write(data)
+            stats = self.stats
+            if stats is not None:
+                stats.sent += len(data)
+
+    # --- flow control: a slow reader stops its peer from reading ------------------------------
+
+    def pause_writing(self) -> None:
+        server = self.server
+        if server is not None:
+            server.pause_reading()
+        elif self.admin is not None:
+            self.admin.writable(False)
+
+    def resume_writing(self) -> None:
+        server = self.server
+        if server is not None:
+            server.resume_reading()
+        elif self.admin is not None:
+            self.admin.writable(True)
+
+    def pause_reading(self) -> None:
+        """The linked server's PostgreSQL reads too slowly: stop reading this client."""
+        transport = self.transport
+        if transport is not None:
+            transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.resume_reading()
+

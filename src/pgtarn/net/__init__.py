@@ -1,0 +1,1 @@
+"""Sockets and TLS: what client and server connections share below the protocol."""

@@ -1,0 +1,20 @@
+"""Shared enums: where a client connection is in its life (a leaf that imports nothing)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ClientState(enum.Enum):
+    """STARTUP -> AUTH -> (WELCOME) -> READY, or ADMIN for the admin console; then CLOSED."""
+
+    STARTUP = "startup"
+    AUTH = "auth"
+    WELCOME = "welcome"
+    READY = "ready"
+    ADMIN = "admin"
+    CLOSED = "closed"
+
+
+#: Still logging in: client_login_timeout applies, SHOW LISTS counts them as login_clients.
+LOGGING_IN = frozenset({ClientState.STARTUP, ClientState.AUTH})

@@ -1,0 +1,122 @@
+"""What the runtime, the janitor and the admin console see of connections: typing.Protocols.
+
+Client and server connections live in the layers above; the layers below (the runtime,
+admin, janitor) hold and read them only through these views, so no import runs upwards.
+Members are read-only properties where the connection's own field has a narrower type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+from .errors import PgtarnError
+from .pool.pool import Pool, PooledServer
+from .session.prepared import ClientStatements, ServerStatements
+from .states import ClientState
+
+
+class ServerView(PooledServer, Protocol):
+    """A connection to PostgreSQL, as SHOW SERVERS, the janitor and KILL see it."""
+
+    id: int
+    peer: str
+    local_addr: str
+    connect_time: float
+    backend_key: tuple[int, int]
+    params: dict[str, str]
+
+    @property
+    def pool(self) -> Pool[Any]: ...
+
+    @property
+    def client(self) -> object | None:
+        """The client it is lent to, if any (shown as a pointer only)."""
+
+    @property
+    def statements(self) -> ServerStatements | None: ...
+
+    @property
+    def status(self) -> bytes:
+        """The transaction status of its last ReadyForQuery (I, T or E)."""
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    def send_cancel(self, client: ClientView) -> None:
+        """Cancel what this server runs for client, if it still runs client's work."""
+
+
+class ClientView(Protocol):
+    """An application connection, as SHOW CLIENTS, the janitor and KILL see it."""
+
+    id: int
+    user: str
+    addr: str
+    local_addr: str
+    connect_time: float
+    peer_pid: int
+    params: dict[str, str]
+
+    @property
+    def state(self) -> ClientState: ...
+
+    @property
+    def pool(self) -> Pool[Any] | None: ...
+
+    @property
+    def server(self) -> ServerView | None: ...
+
+    @property
+    def waiting(self) -> bool:
+        """Queued for a server of its pool."""
+
+    @property
+    def statements(self) -> ClientStatements | None: ...
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    @property
+    def tls(self) -> asyncio.Transport | None: ...
+
+    @property
+    def created_at(self) -> float: ...
+
+    @property
+    def idle_since(self) -> float: ...
+
+    @property
+    def query_start(self) -> float: ...
+
+    @property
+    def xact_start(self) -> float: ...
+
+    @property
+    def last_request(self) -> float: ...
+
+    @property
+    def cancelled_at(self) -> float: ...
+
+    def cancel_query(self, now: float) -> None:
+        """query_timeout: send a CancelRequest for the query running now."""
+
+    def timed_out(self, error: PgtarnError) -> None:
+        """A timeout ends the client with error."""
+
+    def close(self, error: PgtarnError | None = None) -> None: ...
+
+
+class SecretSource(Protocol):
+    """auth_query: where secrets of users missing from auth_file are looked up."""
+
+    def secret(self, user: str) -> Awaitable[str | None]: ...
+
+    def forget(self, user: str) -> None:
+        """A login failed with the cached secret: look it up again next time."""
+
+    def retire(self) -> None:
+        """Replaced by a RELOAD: answer what was asked, then close."""
+
+    def close(self) -> None: ...
