@@ -7,8 +7,8 @@ import ipaddress
 
 import pytest
 
-from pgtarn.client.access import Connection, auth_method, peer_address
 from pgtarn.auth.hba import parse_hba, parse_ident
+from pgtarn.client.access import Connection, auth_method, peer_address
 from pgtarn.config import Config
 from pgtarn.errors import PgtarnError
 
