@@ -2,7 +2,8 @@
 
 Runs the steady state of `pgbench -S` through real ClientConnection / ServerConnection / Pool
 objects: N clients on a pool of P servers, each client sending one Query and getting one
-result. Prints microseconds per transaction; use it to compare hot-path changes (the
+result. `--prepared` sends Bind/Execute/Sync of a named prepared statement instead (its Parse
+comes first, once per client), through the statement rewriting of transaction mode. Prints microseconds per transaction; use it to compare hot-path changes (the
 interpreter's work only: syscalls and the event loop are not in it). `--profile` runs it under
 cProfile.
 """
@@ -43,17 +44,25 @@ RESULT = (
     + build.command_complete("SELECT 1")
     + build.ready_for_query(b"I")
 )
+PARSE = build.parse("s1", "SELECT abalance FROM pgbench_accounts WHERE aid = $1")
+EXECUTE = build.bind("", "s1", ["12345"]) + build.execute() + build.SYNC
+BOUND_RESULT = (
+    build.message(b"2") + build.data_row(["0"]) + build.command_complete("SELECT 1")
+    + build.ready_for_query(b"I")
+)
 
 
 class FakeTransport:
-    """Swallows writes; counts them."""
+    """Swallows writes; counts them and keeps the last."""
 
     def __init__(self) -> None:
         self.writes = 0
+        self.last = b""
         self.closing = False
 
     def write(self, data: bytes) -> None:
         self.writes += 1
+        self.last = data
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 40000) if name == "peername" else default
@@ -111,10 +120,22 @@ def log_in(servers: list[ServerConnection]) -> None:
             server.data_received(welcome)
 
 
-def run(n_clients: int, pool_size: int, transactions: int) -> float:
+def bound_result(server: ServerConnection) -> bytes:
+    """The reply to what the server was sent last: a ParseComplete first if it got a Parse."""
+    transport = server.transport
+    assert isinstance(transport, FakeTransport)
+    sent = transport.last
+    return PARSE_COMPLETE + BOUND_RESULT if sent[:1] == b"P" else BOUND_RESULT
+
+
+PARSE_COMPLETE = build.message(b"1")
+
+
+def run(n_clients: int, pool_size: int, transactions: int, prepared: bool = False) -> float:
     clients, servers = setup(n_clients, pool_size)
+    query = EXECUTE if prepared else QUERY
     for client in clients:  # everyone sends a query: pool_size are linked, the rest wait
-        client.data_received(QUERY)
+        client.data_received(PARSE + query if prepared else query)
         log_in(servers)  # the pool grew on demand
     busy = deque(s for s in servers if s.client is not None)
     done = 0
@@ -125,8 +146,9 @@ def run(n_clients: int, pool_size: int, transactions: int) -> float:
             server.data_received(SET_REPLY)
         client = server.client
         assert client is not None  # busy servers are linked
-        server.data_received(RESULT)  # client gets its result; server goes to the next waiter
-        client.data_received(QUERY)  # that client asks again (queues)
+        # client gets its result; server goes to the next waiter
+        server.data_received(bound_result(server) if prepared else RESULT)
+        client.data_received(query)  # that client asks again (queues)
         busy.append(server)
         done += 1
     return (time.perf_counter() - start) / transactions * 1e6
@@ -139,16 +161,20 @@ def main() -> int:
     parser.add_argument("-n", "--transactions", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--prepared", action="store_true",
+                        help="a named prepared statement (Bind/Execute/Sync) per transaction")
     args = parser.parse_args()
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()
-        run(args.clients, args.pool, args.transactions)
+        run(args.clients, args.pool, args.transactions, args.prepared)
         prof.disable()
         pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(20)
         return 0
-    times = sorted(run(args.clients, args.pool, args.transactions) for _ in range(args.repeat))
-    print(f"{args.clients} clients, pool {args.pool}: {times[0]:.2f} us/tx best, "
+    times = sorted(run(args.clients, args.pool, args.transactions, args.prepared)
+                   for _ in range(args.repeat))
+    kind = "prepared" if args.prepared else "simple query"
+    print(f"{args.clients} clients, pool {args.pool}, {kind}: {times[0]:.2f} us/tx best, "
           f"{times[len(times) // 2]:.2f} median of {args.repeat}")
     return 0
 

@@ -203,3 +203,20 @@ def test_statement_mode_parse_split_inside_its_name(pgtarn_factory):  # type: ig
     assert [t for t, _ in replies] == ["1", "2", "D", "C", "Z"], replies
     assert replies[2][1] == b"\x00\x01\x00\x00\x00\x017"
     raw.close()
+
+
+@pytest.mark.parametrize("message", [
+    build.message(b"D", b"Snamed_one"),  # the name has no terminator
+    build.message(b"C", b"S"),
+    build.message(b"P", b"named_one\x00select 1"),  # nor has the query
+    build.message(b"B", b"\x00named_one"),
+])
+def test_statement_message_without_its_string_terminator(pgtarn_factory, message):  # type: ignore[no-untyped-def]
+    # Transaction mode rewrites statement messages: a Describe whose name had no NUL used to
+    # raise ValueError inside the relay (a traceback, the client cut off without a word).
+    proc = pgtarn_factory(settings={"pool_mode": "transaction", "default_pool_size": 1})
+    raw = raw_login(proc)
+    raw.send(message + build.SYNC)
+    fields = refused_with(raw, "08P01")
+    assert fields["M"] == "missing string terminator", fields
+    still_serves(proc)

@@ -22,12 +22,17 @@ class MessageScanner:
     the chunk it fed (or slices of it, using the offsets in the events).
     """
 
-    __slots__ = ("_buf", "_skip", "bodies", "error_at", "held", "max_size", "released", "watch")
+    __slots__ = ("_buf", "_skip", "bodies", "error_at", "held", "max_size", "released", "stop",
+                 "watch")
 
     def __init__(self, watch: frozenset[int], max_size: int = 2**31 - 1,
-                 bodies: frozenset[int] | None = None) -> None:
+                 bodies: frozenset[int] | None = None, stop: frozenset[int] = frozenset()
+                 ) -> None:
         self.watch = watch
         self.bodies = watch if bodies is None else bodies
+        #: Watched types after which a feed stops scanning (a Terminate: what follows it is
+        #: never read, so a bad length there must not fail the feed). Feed nothing more then.
+        self.stop = stop
         self.max_size = max_size
         self._skip = 0
         self._buf = bytearray()
@@ -46,6 +51,11 @@ class MessageScanner:
     def at_boundary(self) -> bool:
         """True when no message is partly received."""
         return self._skip == 0 and not self._buf
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of a watched message (or of a header) begun but not complete."""
+        return len(self._buf)
 
     def _check_length(self, msg_type: int, length: int, at: int = -1) -> None:
         if length < 4 or length > self.max_size:
@@ -74,8 +84,11 @@ class MessageScanner:
                 if self._buf:
                     self.held = n - first
                 return events
+            if events and events[0][0] in self.stop:
+                return events
         watch = self.watch
         bodies = self.bodies
+        stop = self.stop
         unpack = _UINT32.unpack_from
         while pos < n:
             if n - pos < 5:
@@ -96,6 +109,8 @@ class MessageScanner:
                     self.held = n - pos
                     break
                 events.append((msg_type, data[pos + 5 : end] if msg_type in bodies else b"", end))
+                if msg_type in stop:
+                    break
             elif end > n:
                 self._skip = end - n
                 break

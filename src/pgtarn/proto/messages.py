@@ -15,13 +15,19 @@ GSSENC_REQUEST = 80877104
 CANCEL_REQUEST = 80877102
 
 
-def read_cstr(body: bytes, pos: int) -> tuple[str, int]:
-    """A NUL-terminated string at pos and the position after it."""
+def read_cstring(body: bytes, pos: int) -> tuple[bytes, int]:
+    """The bytes of a NUL-terminated string at pos and the position after it."""
     end = body.find(b"\x00", pos)
     if end < 0:
         raise ProtocolViolation("missing string terminator")
+    return body[pos:end], end + 1
+
+
+def read_cstr(body: bytes, pos: int) -> tuple[str, int]:
+    """A NUL-terminated UTF-8 string at pos and the position after it."""
+    raw, end = read_cstring(body, pos)
     try:
-        return body[pos:end].decode(), end + 1
+        return raw.decode(), end
     except UnicodeDecodeError as exc:
         raise ProtocolViolation("invalid UTF-8 in message") from exc
 

@@ -2,125 +2,89 @@
 
 from __future__ import annotations
 
-from struct import Struct
-
+from ..proto.build import message
+from ..proto.framing import MessageScanner
 from . import sqlnames
-
-_I = Struct("!I")
 
 #: A Sync or Query passed: one ReadyForQuery to come (an item of a ClientFramer part list).
 SYNC_MARK = 0
 _REWRITTEN = frozenset(b"PBDC")
-_SYNCS = frozenset(b"SQ")
+#: Parse, Bind, Describe, Close, Query, Sync and Terminate are seen whole; every other
+#: message is skipped by length and passed on as it arrives.
+_WATCHED = frozenset(b"PBDCQSX")
+_TERMINATE = frozenset(b"X")
 Part = bytes | tuple[int, bytes] | int
 
 
 class ClientFramer:
     """Splits a client's stream for statement rewriting, holding back only what it must.
 
-    Parse, Bind, Describe and Close come out whole as (type, body), even when split across
-    chunks (their bytes are held until complete); so does a Query that may name SQL-level
-    prepared statements (a Query is held until complete). Every other message is passed on
-    as raw bytes as it arrives, so a large CopyData is never buffered. Each raw Sync and
-    Query is followed by SYNC_MARK. ``terminated`` is set at a Terminate, which is not
-    passed on.
+    Built on MessageScanner, which finds the boundaries. Parse, Bind, Describe and Close come
+    out whole as (type, body), even when split across chunks (their bytes are held until
+    complete); so does a Query that may name SQL-level prepared statements. Every other
+    message is passed on as raw bytes as it arrives, so a large CopyData is never buffered;
+    a Sync or Query split across chunks is held until complete, then passed on whole. Each
+    raw Sync and Query is followed by SYNC_MARK. ``terminated`` is set at a Terminate,
+    which is not passed on, and nothing after it is read.
     """
+
+    __slots__ = ("_scanner", "max_size", "terminated", "whole")
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
+        self._scanner = MessageScanner(_WATCHED, max_size, stop=_TERMINATE)
         #: After feed: the parts are exactly the chunk's bytes (nothing held or released).
         self.whole = True
-        self._held = bytearray()  # the start of a message not yet complete
-        self._skip = 0  # bytes of a passed-on message still to come
-        self._mark_after_skip = False
         self.terminated = False
 
     def feed(self, data: bytes) -> tuple[list[Part], int]:
-        """Parts to send for a chunk, and how many ReadyForQuery they will bring."""
+        """Parts to send for a chunk, and how many ReadyForQuery they will bring.
+
+        A bad length raises ProtocolViolation, and so does every later feed."""
+        scanner = self._scanner
+        events = scanner.feed(data)
         parts: list[Part] = []
         syncs = 0
-        pos = 0
-        n = len(data)
-        self.whole = True
-        if self._skip:
-            take = min(self._skip, n)
-            parts.append(data[:take])
-            self._skip -= take
-            pos = take
-            if self._skip == 0 and self._mark_after_skip:
-                self._mark_after_skip = False
-                parts.append(SYNC_MARK)
-                syncs += 1
-        if self._held and pos < n:
-            self.whole = False
-            data = bytes(self._held) + data[pos:]
-            self._held.clear()
-            n = len(data)
-            pos = 0
-        start = pos  # raw bytes from start to pos are passed on as one slice
-        while pos < n and not self.terminated:
-            if n - pos < 5:
-                break
-            msg_type = data[pos]
-            length = _I.unpack_from(data, pos + 1)[0]
-            if length < 4 or length > self.max_size:
-                from ..errors import ProtocolViolation
-
-                # Keep just the bad header: later feeds fail on it again, holding nothing more.
-                self._held[:] = data[pos : pos + 5]
-                raise ProtocolViolation(
-                    f"invalid message length {length} for message type {chr(msg_type)!r}")
-            end = pos + 1 + length
+        released = scanner.released
+        whole = not released
+        if released:  # the header of a passed-on message, held back by the last feed
+            parts.append(released)
+        start = 0  # raw bytes from start to a message's beginning are passed on as one slice
+        for msg_type, body, end in events:
+            begin = end - 5 - len(body)
+            if begin > start:
+                parts.append(data[start:begin])
+            start = end
+            if begin < 0:  # begun in an earlier chunk, held until now
+                whole = False
             if msg_type in _REWRITTEN:
-                if end > n:
-                    break
-                if pos > start:
-                    parts.append(data[start:pos])
-                parts.append((msg_type, data[pos + 5 : end]))
-                start = pos = end
-                continue
-            if msg_type == 0x51:  # Query: held until complete, a tuple if it may name statements
-                if end > n:
-                    break
-                if sqlnames.may_name_statements(data[pos + 5 : end]):
-                    if pos > start:
-                        parts.append(data[start:pos])
-                    parts.append((msg_type, data[pos + 5 : end]))
-                    syncs += 1
-                    start = pos = end
-                    continue
-            if msg_type == 0x58:  # Terminate
-                if pos > start:
-                    parts.append(data[start:pos])
+                parts.append((msg_type, body))
+            elif msg_type == 0x58:  # Terminate
                 self.terminated = True
                 self.whole = False
                 return parts, syncs
-            if end > n:  # passed on as it comes
-                self._skip = end - n
-                self._mark_after_skip = msg_type in _SYNCS
-                pos = n
-                break
-            pos = end
-            if msg_type in _SYNCS:
-                parts.append(data[start:pos])
+            elif msg_type == 0x51 and sqlnames.may_name_statements(body):
+                parts.append((msg_type, body))
+                syncs += 1
+            else:  # Sync, or a Query naming no statement: passed on as it is
+                parts.append(data[begin:end] if begin >= 0 else message(bytes((msg_type,)), body))
                 parts.append(SYNC_MARK)
                 syncs += 1
-                start = pos
-        if pos > start:
-            parts.append(data[start:pos])
-        if pos < n:
-            self.whole = False
-            self._held += data[pos:]
-            if len(self._held) > self.max_size + 5:
-                from ..errors import ProtocolViolation
-
-                raise ProtocolViolation("message too large")
+        tail = len(data) - scanner.held
+        if tail > start:
+            parts.append(data[start:tail])
+        self.whole = whole and not scanner.held
         return parts, syncs
+
+    @property
+    def held(self) -> int:
+        """Bytes of an incomplete message held back (at most one message: bounded)."""
+        return self._scanner.buffered
 
     @property
     def idle(self) -> bool:
         """Between messages: nothing held back, nothing being passed on."""
-        return not self._held and not self._skip and not self.terminated
+        return self._scanner.at_boundary and not self.terminated
 
     @staticmethod
     def plain(parts: list[Part]) -> bool:

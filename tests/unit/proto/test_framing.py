@@ -130,3 +130,13 @@ def test_held_and_released_let_a_caller_hold_back_partial_watched_messages() -> 
                         start = end
                 out += chunk[start : len(chunk) - scanner.held]
             assert bytes(out) == stream, (cut1, cut2)
+
+
+def test_a_stop_type_ends_the_feed_so_what_follows_it_is_never_read() -> None:
+    scanner = MessageScanner(frozenset(b"SX"), 100, stop=frozenset(b"X"))
+    events = scanner.feed(build.SYNC + build.TERMINATE + b"d\xff\xff\xff\xff")
+    assert [chr(t) for t, _, _ in events] == ["S", "X"]
+    resumed = MessageScanner(frozenset(b"SX"), 100, stop=frozenset(b"X"))
+    assert resumed.feed(build.TERMINATE[:3]) == []
+    events = resumed.feed(build.TERMINATE[3:] + b"d\xff\xff\xff\xff")
+    assert [chr(t) for t, _, _ in events] == ["X"]

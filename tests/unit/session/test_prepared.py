@@ -322,38 +322,6 @@ def test_seeded_many_clients_many_servers() -> None:
     assert len(cache) == 0
 
 
-def test_client_framer_keeps_the_stream_for_every_cut() -> None:
-    from pgtarn.session.framer import SYNC_MARK, ClientFramer
-
-    msgs = [parse("a", "select 1"), bind("a"), (0x45, b"\x00\x00\x00\x00\x00"), SYNC,
-            (0x51, b"select 2\x00"), (0x64, b"copydata" * 4), describe("a"), close("a"), SYNC]
-    stream = b"".join(build.message(bytes((t,)), b) for t, b in msgs)
-    for cut1 in range(len(stream) + 1):
-        for cut2 in range(cut1, len(stream) + 1, 3):
-            framer = ClientFramer(10000)
-            out = bytearray()
-            syncs = marks = 0
-            whole: list[tuple[int, bytes]] = []
-            for chunk in (stream[:cut1], stream[cut1:cut2], stream[cut2:]):
-                parts, n = framer.feed(chunk)
-                syncs += n
-                for part in parts:
-                    if isinstance(part, int):
-                        assert part == SYNC_MARK
-                        marks += 1
-                    elif isinstance(part, tuple):
-                        whole.append(part)
-                        out += build.message(bytes((part[0],)), part[1])
-                    else:
-                        out += part
-            assert bytes(out) == stream, (cut1, cut2)
-            assert syncs == marks == 3
-            assert [t for t, _ in whole] == [0x50, 0x42, 0x44, 0x43]
-    framer = ClientFramer(10000)
-    parts, _ = framer.feed(build.query("select 1") + build.TERMINATE + b"junk")
-    assert framer.terminated and parts[-1] == SYNC_MARK
-
-
 def _stale_everywhere() -> tuple[ClientStatements, list[ServerStatements], list[FakePostgres]]:
     cache = StatementCache()
     client = ClientStatements(cache)

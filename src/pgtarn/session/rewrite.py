@@ -1,0 +1,418 @@
+"""Rewrite a client's statement messages for one server: the client -> server half of
+ServerStatements (prepared.py tells how the two halves work together)."""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..proto.build import message, quote_literal
+from ..proto.messages import read_cstring
+from . import sqlnames
+from .framer import ClientFramer, Part
+from .statements import ClientStatements, PreparedCounters, Statement
+
+PARSE_COMPLETE = message(b"1")
+#: A statement name no client or server uses: closing it is a successful no-op.
+NOOP_NAME = b"pgtarn_noop"
+NOOP_CLOSE = message(b"C", b"S" + NOOP_NAME + b"\x00")
+
+# What a queued entry expects from the server, and what to do with it.
+KIND_PARSE = 1  # a ParseComplete
+KIND_CLOSE = 2  # a CloseComplete
+KIND_SYNC = 3  # a ReadyForQuery (after Sync or Query)
+KIND_BIND = 4  # a BindComplete
+KIND_HIDDEN = 5  # marks where a batch of pgtarn's own begins
+
+# What a KIND_SYNC entry undoes when its batch failed.
+UNDO_DEFINED = 3  # the client's SQL PREPARE
+UNDO_DEALLOCATED = 4  # the client's SQL DEALLOCATE
+UNDO_PRELUDE = 5  # pgtarn's own PREPARE ahead of a client's EXECUTE
+
+#: The error PostgreSQL gives when a prepared statement's result type changed (ALTER TABLE).
+RESULT_TYPE_CHANGED = b"cached plan must not change result type"
+
+FORWARD = 0
+DROP = 1
+AS_PARSE_COMPLETE = 2
+
+
+SYNC = message(b"S")
+
+
+@dataclass(slots=True)
+class Entry:
+    """One reply a server owes about statements, and what to do when it comes (or not)."""
+
+    kind: int
+    action: int = FORWARD
+    stmt: Statement | None = None
+    client: ClientStatements | None = None
+    client_name: bytes = b""
+    previous: Statement | None = None
+    #: The client's parts from this Bind or Query to its Sync, to send again after a stale
+    #: plan (only when nothing of the batch ran before it); owner is that client.
+    batch: list[Part] | None = None
+    at: int = 0
+    owner: ClientStatements | None = None
+    #: The statements a simple query EXECUTEs (renewed if their plan went stale).
+    executes: tuple[Statement, ...] = ()
+
+
+# Entries with nothing to undo are shared (never changed once made).
+SYNC_ENTRY = Entry(KIND_SYNC)
+BIND_ENTRY = Entry(KIND_BIND)
+PARSE_ENTRY = Entry(KIND_PARSE)
+CLOSE_ENTRY = Entry(KIND_CLOSE)
+#: A batch of pgtarn's own starts here: every reply up to its ReadyForQuery is swallowed.
+HIDDEN_ENTRY = Entry(KIND_HIDDEN)
+
+
+
+class StatementRewriter:
+    """The statements one server has prepared, and how a client's messages are rewritten for it
+    (the client -> server half of ServerStatements, in prepared.py)."""
+
+    def __init__(self, capacity: int, counters: PreparedCounters | None = None) -> None:
+        self.capacity = capacity
+        self.prepared: OrderedDict[bytes, Statement] = OrderedDict()
+        self.expected: deque[Entry] = deque()
+        self.counters = counters if counters is not None else PreparedCounters()
+        #: Since the last Sync or Query only Parse/Describe/Close went (nothing ran yet).
+        self.fresh = True
+        #: Nothing at all went since the last Sync or Query.
+        self.clean = True
+        #: An ErrorResponse came since the last ReadyForQuery (and the last one's body).
+        self.failed = False
+        self.last_error = b""
+        self._retry: tuple[ClientStatements, list[Part], int] | None = None
+        #: READY_RETRY: what to send the server; ERROR_HIDE / READY_UNHIDE: the error held back;
+        #: ERROR_REPLACE: the error to send instead.
+        self.resend = b""
+        self.withheld = b""
+        self.replacement = b""
+        #: A statement pgtarn failed to prepare ahead of a client's query, and why.
+        self._failed_prelude: tuple[bytes, bytes] | None = None
+        #: SQL-level statements an unnamed Parse EXECUTEs, renewed if their plan went stale.
+        self.stale_candidates: tuple[Statement, ...] = ()
+
+    @property
+    def idle(self) -> bool:
+        """No reply about statements is owed (the server can change hands)."""
+        return not self.expected
+
+    # --- client -> server ---------------------------------------------------------------------
+
+    def rewrite(self, client: ClientStatements, messages: Iterable[tuple[int, bytes]]) -> bytes:
+        """What to send this server for complete client messages (type, body)."""
+        return self._encode(client, list(messages), 0, None, True)
+
+    def send(self, client: ClientStatements, parts: list[Part], chunk: bytes | None = None
+             ) -> bytes:
+        """What to send this server for parts from a ClientFramer.
+
+        chunk: the received bytes, when the parts are exactly those (ClientFramer.whole);
+        with nothing to rewrite they are sent as they are.
+        """
+        if chunk is not None and ClientFramer.plain(parts):
+            for part in parts:
+                if isinstance(part, int):
+                    self.expected.append(SYNC_ENTRY)
+            self.fresh = self.clean = isinstance(parts[-1], int)
+            return chunk
+        return self._encode(client, parts, 0, None, True)
+
+    def _encode(self, client: ClientStatements, parts: list[Part], begin: int, end: int | None,
+                may_retry: bool) -> bytes:
+        out = bytearray()
+        for index in range(begin, len(parts) if end is None else end):
+            part = parts[index]
+            if isinstance(part, int):
+                self._synced(SYNC_ENTRY)
+            elif isinstance(part, bytes):
+                out += part
+                self.fresh = self.clean = False
+            else:
+                msg_type, body = part
+                if msg_type == 0x50:  # Parse
+                    self._parse(client, body, out)
+                elif msg_type == 0x42:  # Bind
+                    self._bind(client, body, out, parts, index, may_retry)
+                elif msg_type in (0x44, 0x43):  # Describe, Close
+                    self._describe_or_close(client, msg_type, body, out)
+                elif msg_type == 0x51:  # Query
+                    self._query(client, body, out, parts, index, may_retry)
+                else:
+                    out += message(bytes((msg_type,)), body)
+                    if msg_type == 0x53:  # Sync
+                        self._synced(SYNC_ENTRY)
+                    else:
+                        self.fresh = self.clean = False
+        return bytes(out)
+
+    def _synced(self, entry: Entry) -> None:
+        self.expected.append(entry)
+        self.fresh = self.clean = True
+
+    def _parse(self, client: ClientStatements, body: bytes, out: bytearray) -> None:
+        clean = self.clean
+        self.clean = False
+        name, pos = read_cstring(body, 0)
+        read_cstring(body, pos)  # the query too must end, before the statement is named
+        if sqlnames.may_name_statements(body, pos):
+            body = self._sql_in_parse(client, name, body, pos, clean, out)
+        if not name:
+            out += message(b"P", body)
+            self.expected.append(PARSE_ENTRY)
+            return
+        self.counters.client_parses += 1
+        stmt, previous = client.define(name, body[pos:])
+        if self._has(stmt):
+            out += NOOP_CLOSE
+            self.expected.append(
+                Entry(KIND_CLOSE, AS_PARSE_COMPLETE, stmt, client, name, previous))
+        else:
+            self._prepare(stmt, out, Entry(KIND_PARSE, FORWARD, stmt, client, name, previous))
+
+    def _sql_in_parse(self, client: ClientStatements, name: bytes, body: bytes, pos: int,
+                      clean: bool, out: bytearray) -> bytes:
+        """A Parse body whose query uses SQL-level statement names.
+
+        An unnamed statement that EXECUTEs the client's statements gets their server-side
+        names (prepared first, when it begins a batch). What cannot be run safely becomes a
+        query that raises the error saying so: a PREPARE or DEALLOCATE (it would be made or
+        dropped on one server only), or a named statement using the client's names (it would
+        depend on statements other servers lack).
+        """
+        query, end = read_cstring(body, pos)
+        try:
+            found = sqlnames.scan(query)
+        except sqlnames.Unterminated:
+            return body
+        renames: list[tuple[int, int, bytes]] = []
+        needed: list[Statement] = []
+        for use in found.uses:
+            stmt = client.names.get(use.name)
+            if use.kind != sqlnames.PREPARE and stmt is None:
+                continue  # not the client's: PostgreSQL's own error names it
+            if use.kind != sqlnames.EXECUTE or name:
+                word = "PREPARE" if use.kind == sqlnames.PREPARE else \
+                    "DEALLOCATE" if use.kind == sqlnames.DEALLOCATE else "EXECUTE"
+                return _refused_parse(body, pos, end, word + (
+                    " of a SQL-level prepared statement" if use.kind != sqlnames.EXECUTE
+                    else " of a SQL-level prepared statement in a named statement") +
+                    " through the extended query protocol is not supported in transaction"
+                    " pooling mode; send it as a simple query")
+            assert stmt is not None
+            if stmt.name not in self.prepared and not clean:
+                return _refused_parse(body, pos, end, "EXECUTE of a SQL-level prepared"
+                                      " statement in the middle of an extended-protocol batch"
+                                      " is not supported in transaction pooling mode")
+            needed.append(stmt)
+            renames.append((use.start, use.end, stmt.name))
+        for stmt in needed:
+            if not self._has(stmt):
+                self._prelude(stmt, out)
+            self.counters.binds += 1
+        if not renames:
+            return body
+        self.stale_candidates = tuple(needed)
+        return body[:pos] + sqlnames.rename(query, renames) + b"\x00" + body[end:]
+
+    def _bind(self, client: ClientStatements, body: bytes, out: bytearray, parts: list[Part],
+              index: int, may_retry: bool) -> None:
+        _portal, pos = read_cstring(body, 0)
+        name, end = read_cstring(body, pos)
+        stmt = client.names.get(name) if name else None
+        if stmt is None:
+            out += message(b"B", body)
+            self.expected.append(BIND_ENTRY)
+        else:
+            self.counters.binds += 1
+            self._ensure(stmt, out)
+            out += message(b"B", body[:pos] + stmt.name + body[end - 1 :])
+            # Nothing of the batch ran before this Bind: it may be sent again after a stale
+            # plan (whether a Sync ends it within these parts is seen only then).
+            self.expected.append(
+                Entry(KIND_BIND, FORWARD, stmt, None, b"", None, parts, index, client)
+                if may_retry and self.fresh else Entry(KIND_BIND, FORWARD, stmt))
+        self.fresh = self.clean = False
+
+    def _describe_or_close(self, client: ClientStatements, msg_type: int, body: bytes,
+                           out: bytearray) -> None:
+        self.clean = False
+        kind = body[:1]
+        name, _end = read_cstring(body, 1)
+        if kind != b"S" or not name:
+            out += message(bytes((msg_type,)), body)
+            if msg_type == 0x43:
+                self.expected.append(CLOSE_ENTRY)
+        elif msg_type == 0x44:
+            stmt = client.names.get(name)
+            if stmt is None:
+                out += message(b"D", body)
+            else:
+                self._ensure(stmt, out)
+                out += message(b"D", b"S" + stmt.name + b"\x00")
+                # A stale plan fails a Describe too: it has no reply entry, so a Bind after
+                # it must not be retried from, and it is the statement to renew.
+                self.fresh = False
+                self.stale_candidates = (stmt,)
+        else:
+            # Other clients may use the statement: forget the name, keep the server's.
+            previous = client.names.get(name)
+            client.forget(name)
+            out += NOOP_CLOSE
+            self.expected.append(Entry(KIND_CLOSE, FORWARD, None, client, name, previous))
+
+    def _query(self, client: ClientStatements, body: bytes, out: bytearray, parts: list[Part],
+               index: int, may_retry: bool) -> None:
+        """A simple Query: SQL-level PREPARE / EXECUTE / DEALLOCATE names are rewritten."""
+        text = body[:-1] if body.endswith(b"\x00") else body
+        clean = self.clean  # nothing of the transaction ran since the last Sync
+        found = None
+        if sqlnames.may_name_statements(text):
+            try:
+                found = sqlnames.scan(text)
+            except sqlnames.Unterminated:
+                found = None  # PostgreSQL gives the syntax error
+        if found is None or not found.uses:
+            self._pass_query(body, out)
+            return
+        refusal = self._refusal(client, found)
+        if refusal is not None:
+            out += refusal
+            self._synced(SYNC_ENTRY)
+            return
+        renames: list[tuple[int, int, bytes]] = []
+        executes: list[Statement] = []
+        entry = None
+        for use in found.uses:
+            stmt = client.names.get(use.name)
+            if use.kind == sqlnames.PREPARE:
+                self.counters.client_parses += 1
+                stmt = client.cache.sql_statement(text[use.end : use.statement_end])
+                client.names[use.name] = stmt
+                self._evict(out)
+                self.prepared[stmt.name] = stmt
+                self.counters.server_parses += 1
+                entry = Entry(KIND_SYNC, UNDO_DEFINED, stmt, client, use.name)
+            elif stmt is None:
+                continue  # not a name of this client: PostgreSQL's own error names it
+            else:
+                had = self._has(stmt)
+                if not had:
+                    self._prelude(stmt, out)
+                if use.kind == sqlnames.DEALLOCATE:
+                    client.forget(use.name)
+                    self.prepared.pop(stmt.name, None)
+                    entry = Entry(KIND_SYNC, UNDO_DEALLOCATED, stmt, client, use.name,
+                                   stmt if had else None)
+                else:
+                    self.counters.binds += 1
+                    executes.append(stmt)
+            renames.append((use.start, use.end, stmt.name))
+        if not renames:
+            self._pass_query(body, out)
+            return
+        out += message(b"Q", sqlnames.rename(text, renames) + b"\x00")
+        if entry is None:
+            entry = Entry(KIND_SYNC, FORWARD, executes=tuple(executes))
+            if may_retry and clean and found.statements == 1:
+                entry.batch, entry.at, entry.owner = parts, index, client
+        self._synced(entry)
+
+    def _pass_query(self, body: bytes, out: bytearray) -> None:
+        """A simple Query sent as the client wrote it."""
+        out += message(b"Q", body)
+        self._synced(SYNC_ENTRY)
+
+    def _refusal(self, client: ClientStatements, found: sqlnames.Scan) -> bytes | None:
+        """A query that raises the error for a form pgtarn cannot run safely, or None."""
+        for use in found.uses:
+            known = client.names.get(use.name)
+            if use.kind != sqlnames.EXECUTE and found.statements > 1:
+                word = "PREPARE" if use.kind == sqlnames.PREPARE else "DEALLOCATE"
+                return raise_error(
+                    "0A000", f"{word} must be sent as a query of its own in transaction"
+                    " pooling mode")
+            if use.kind == sqlnames.PREPARE and known is not None:
+                name = use.name.decode("utf-8", "replace")
+                return raise_error("42P05", f'prepared statement "{name}" already exists')
+            if (use.kind != sqlnames.PREPARE and known is not None and not self.clean
+                    and known.name not in self.prepared):
+                return raise_error(
+                    "0A000", "a prepared statement cannot be run by a simple query in the"
+                    " middle of an extended-protocol batch in transaction pooling mode;"
+                    " send Sync first")
+        return None
+
+    def _prelude(self, stmt: Statement, out: bytearray) -> None:
+        """Prepare stmt ahead of a simple query, in a batch of pgtarn's own (after the last
+        Sync, so nothing can skip it) whose replies the client never sees."""
+        self.expected.append(HIDDEN_ENTRY)
+        self._evict(out)
+        out += stmt.parse
+        self.prepared[stmt.name] = stmt
+        self.counters.server_parses += 1
+        if not stmt.sql:
+            out += SYNC
+            self.expected.append(Entry(KIND_PARSE, DROP, stmt))
+        self.expected.append(Entry(KIND_SYNC, UNDO_PRELUDE, stmt))
+
+    def _ensure(self, stmt: Statement, out: bytearray) -> None:
+        """Prepare stmt on this server first if it lacks it; the client never sees that."""
+        if not self._has(stmt):
+            self._prepare(stmt, out, Entry(KIND_PARSE, DROP, stmt))
+
+    def _has(self, stmt: Statement) -> bool:
+        """Whether this server has stmt (then it becomes the most recently used)."""
+        if stmt.name not in self.prepared:
+            return False
+        self.prepared.move_to_end(stmt.name)
+        return True
+
+    def _prepare(self, stmt: Statement, out: bytearray, entry: Entry) -> None:
+        """Send stmt's Parse (after evicting the least recently used if full)."""
+        self._evict(out)
+        out += stmt.parse
+        self.prepared[stmt.name] = stmt
+        self.counters.server_parses += 1
+        self.expected.append(entry)
+
+    def _evict(self, out: bytearray) -> None:
+        while self.capacity and len(self.prepared) >= self.capacity:
+            name, stmt = self.prepared.popitem(last=False)
+            out += message(b"C", b"S" + name + b"\x00")
+            self.expected.append(Entry(KIND_CLOSE, DROP, stmt))
+
+    # --- server -> client -----------------------------------------------------------------------
+
+
+def _refused_parse(body: bytes, pos: int, end: int, message: str) -> bytes:
+    """A Parse body whose query raises message (SQLSTATE 0A000) when executed."""
+    return body[:pos] + raise_error("0A000", message)[5:-1] + b"\x00" + body[end:]
+
+
+def batch_end(parts: list[Part], index: int) -> int:
+    """Where the batch holding parts[index] ends (its Sync or Query), or -1."""
+    for j in range(index, len(parts)):
+        part = parts[j]
+        if isinstance(part, int) or (isinstance(part, tuple) and part[0] in (0x53, 0x51)):
+            return j
+    return -1
+
+
+def raise_error(sqlstate: str, text: str) -> bytes:
+    """A Query whose error is ours, raised by the server so that it lands in order and a
+    transaction block fails as it would have."""
+    literal = quote_literal(text.replace("$pgtarn$", ""))
+    sql = (f"DO $pgtarn$BEGIN RAISE EXCEPTION USING ERRCODE = '{sqlstate}', "
+           f"MESSAGE = {literal}; END$pgtarn$")
+    return message(b"Q", sql.encode() + b"\x00")
+
+
+#: A simple query that makes a server forget its prepared statements.
+FORGETS_ALL = re.compile(rb"(?i)\b(?:discard\s+all|deallocate\s+(?:prepare\s+)?all)\b")

@@ -1,0 +1,154 @@
+"""Prepared statements by name: the cache shared by all clients, one client's names, counts."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from ..proto.build import message
+
+
+@dataclass(eq=False)
+class Statement:
+    """One distinct prepared statement, as every server knows it."""
+
+    name: bytes
+    #: The whole Parse message under the server-side name; for a statement defined with SQL
+    #: PREPARE, the Query message that prepares it.
+    parse: bytes
+    clients: int = 0  # how many client names refer to it
+    sql: bool = False  # defined by SQL PREPARE: one client's, never shared
+
+    @property
+    def query(self) -> str:
+        """The statement's text (for SHOW PREPARED_STATEMENTS)."""
+        body = self.parse[5:]
+        if self.sql:  # PREPARE name (types) AS query
+            return body.rstrip(b"\x00").decode("utf-8", "replace")
+        start = body.index(b"\x00") + 1
+        return body[start : body.index(b"\x00", start)].decode("utf-8", "replace")
+
+    @property
+    def parameter_count(self) -> int:
+        """How many parameter types its Parse declared (0 for SQL PREPARE)."""
+        if self.sql:
+            return 0
+        body = self.parse[5:]
+        end = body.index(b"\x00", body.index(b"\x00") + 1) + 1
+        return int.from_bytes(body[end : end + 2], "big")
+
+
+class StatementCache:
+    """query text + parameter types -> Statement, shared by all clients of the pooler."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[bytes, Statement] = {}
+        self._ids = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def statements(self) -> list[Statement]:
+        """The shared statements clients name now."""
+        return list(self._by_key.values())
+
+    def intern(self, parse_tail: bytes) -> Statement:
+        """The statement for a Parse body after its name (query, types); counted once more."""
+        stmt = self._by_key.get(parse_tail)
+        if stmt is None:
+            name = b"pgtarn_%d" % next(self._ids)
+            stmt = Statement(name, message(b"P", name + b"\x00" + parse_tail))
+            self._by_key[parse_tail] = stmt
+        stmt.clients += 1
+        return stmt
+
+    def release(self, stmt: Statement) -> None:
+        """A client name no longer refers to stmt; forget it when no client does."""
+        if stmt.sql:
+            return
+        stmt.clients -= 1
+        if stmt.clients <= 0:
+            key = _key(stmt)
+            if self._by_key.get(key) is stmt:
+                del self._by_key[key]
+
+    def sql_statement(self, definition: bytes) -> Statement:
+        """A new statement for SQL PREPARE; definition is what follows its name
+        ((types) AS query)."""
+        name = b"pgtarn_s%d" % next(self._ids)
+        return Statement(name, message(b"Q", b"PREPARE " + name + definition + b"\x00"),
+                         1, True)
+
+    def renew(self, stmt: Statement) -> None:
+        """The statement's plan went stale on some server: give it a new server-side name, so
+        every server prepares it afresh on next use (the old ones age out of their LRU)."""
+        if stmt.sql:
+            definition = stmt.parse[5 + len(b"PREPARE ") + len(stmt.name) : -1]
+            stmt.name = b"pgtarn_s%d" % next(self._ids)
+            stmt.parse = message(b"Q", b"PREPARE " + stmt.name + definition + b"\x00")
+            return
+        key = _key(stmt)
+        stmt.name = b"pgtarn_%d" % next(self._ids)
+        stmt.parse = message(b"P", stmt.name + b"\x00" + key)
+
+    def retain(self, stmt: Statement) -> None:
+        """A client name refers to stmt again (a redefinition was undone)."""
+        if stmt.sql:
+            return
+        stmt.clients += 1
+        self._by_key.setdefault(_key(stmt), stmt)
+
+
+def _key(stmt: Statement) -> bytes:
+    return stmt.parse[5 + len(stmt.name) + 1 :]
+
+
+@dataclass
+class ClientStatements:
+    """A client's statement names -> the shared statements."""
+
+    cache: StatementCache
+    names: dict[bytes, Statement] = field(default_factory=dict)
+
+    def define(self, name: bytes, parse_tail: bytes) -> tuple[Statement, Statement | None]:
+        """Name a statement; returns it and what the name meant before (None: nothing)."""
+        stmt = self.cache.intern(parse_tail)
+        old = self.names.get(name)
+        self.names[name] = stmt
+        if old is not None:
+            self.cache.release(old)
+        return stmt, old
+
+    def undefine(self, name: bytes, stmt: Statement | None, previous: Statement | None
+                 ) -> None:
+        """A Parse (stmt) or Close (None) that did not happen: the name means what it did."""
+        if self.names.get(name) is not stmt:
+            return
+        if stmt is not None:
+            self.cache.release(stmt)
+        if previous is None:
+            self.names.pop(name, None)
+        else:
+            self.names[name] = previous
+            self.cache.retain(previous)
+
+    def forget(self, name: bytes, stmt: Statement | None = None) -> None:
+        """Drop a name (only if it still means stmt, when given)."""
+        old = self.names.get(name)
+        if old is not None and (stmt is None or old is stmt):
+            del self.names[name]
+            self.cache.release(old)
+
+    def clear(self) -> None:
+        for stmt in self.names.values():
+            self.cache.release(stmt)
+        self.names.clear()
+
+
+@dataclass(slots=True)
+class PreparedCounters:
+    """Prepared-statement counts of one pool, for its statistics."""
+
+    client_parses: int = 0  # statements clients prepared (Parse of a name, SQL PREPARE)
+    server_parses: int = 0  # statements pgtarn prepared on servers
+    binds: int = 0  # executions of prepared statements (Bind of a name, SQL EXECUTE)
