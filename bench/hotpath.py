@@ -3,9 +3,10 @@
 Runs the steady state of `pgbench -S` through real ClientConnection / ServerConnection / Pool
 objects: N clients on a pool of P servers, each client sending one Query and getting one
 result. `--prepared` sends Bind/Execute/Sync of a named prepared statement instead (its Parse
-comes first, once per client), through the statement rewriting of transaction mode. Prints microseconds per transaction; use it to compare hot-path changes (the
-interpreter's work only: syscalls and the event loop are not in it). `--profile` runs it under
-cProfile.
+comes first, once per client), through the statement rewriting of transaction mode.
+
+Prints microseconds per transaction; use it to compare hot-path changes (the interpreter's
+work only: syscalls and the event loop are not in it). `--profile` runs it under cProfile.
 """
 
 from __future__ import annotations
