@@ -8,7 +8,7 @@ a decision (TlsRequested, StartupReceived) is the last of its list: the bytes th
 it wait in the machine until the caller answers (accept_tls / refuse_tls, begin_auth /
 await_secret).
 
-    STARTUP --SSLRequest/direct TLS--> TLS_ASKED --accept_tls / refuse_tls--> STARTUP
+    STARTUP --SSLRequest/direct TLS--> TLS_ASKED --accept_tls (StartTls) / refuse_tls--> STARTUP
     STARTUP --StartupMessage--> DECIDING --await_secret--> AUTH (no exchange yet)
     DECIDING or AUTH --begin_auth--> AUTH --Authenticated--> AUTHENTICATED --welcome--> DONE
     any --CancelRequested / Failed / Close--> DONE
@@ -56,11 +56,12 @@ class TlsRequested:
 
 @dataclass(frozen=True, slots=True)
 class StartTls:
-    """Wrap the connection in TLS; received: bytes already read that belong to the handshake.
-    Then call tls_started."""
+    """accept_tls's answer: send reply ('S' to an SSLRequest, nothing before a direct
+    handshake), then wrap the connection in TLS (received: bytes already read that belong to
+    the handshake), then call tls_started."""
 
+    reply: bytes
     received: bytes
-    direct: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +113,7 @@ class Close:
     reason: str
 
 
-Event = (Send | TlsRequested | StartTls | CancelRequested | StartupReceived | Authenticated
-         | Failed | Close)
+Event = Send | TlsRequested | CancelRequested | StartupReceived | Authenticated | Failed | Close
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +173,10 @@ class ClientLogin:
     """One client's login (see the module docstring)."""
 
     __slots__ = ("_auth", "_binding", "_direct", "_reader", "_scanner", "_unread",
-                 "negotiate", "scram_iterations", "startup", "startup_params", "state", "tls")
+                 "negotiate", "startup", "startup_params", "state", "tls")
 
-    def __init__(self, scram_iterations: int = 4096) -> None:
+    def __init__(self) -> None:
         self.state = LoginState.STARTUP
-        self.scram_iterations = scram_iterations
         #: TLS is on (accept_tls); a later SSLRequest is answered 'N'.
         self.tls = False
         self._binding: bytes | None = None
@@ -290,15 +289,13 @@ class ClientLogin:
 
     # --- the caller's answers ------------------------------------------------------------------
 
-    def accept_tls(self) -> list[Event]:
-        """After TlsRequested: TLS it is ('S' to an SSLRequest, then StartTls)."""
+    def accept_tls(self) -> StartTls:
+        """After TlsRequested: TLS it is."""
         self._expect(LoginState.TLS_ASKED)
         received, self._unread = self._unread, b""
         self.tls = True
         self.state = LoginState.STARTUP
-        if self._direct:
-            return [StartTls(received, direct=True)]
-        return [Send(b"S"), StartTls(received, direct=False)]
+        return StartTls(b"" if self._direct else b"S", received)
 
     def tls_started(self, binding: bytes | None) -> None:
         """The connection is wrapped in TLS; binding: the tls-server-end-point data of the
@@ -348,15 +345,16 @@ class ClientLogin:
         """await_secret was called, begin_auth not yet (and the login goes on)."""
         return self.state is LoginState.AUTH and self._auth is None
 
-    def begin_auth(self, method: str, secret: str | None) -> list[Event]:
+    def begin_auth(self, method: str, secret: str | None,
+                   scram_iterations: int = 4096) -> list[Event]:
         """Start the password exchange of method (a ClientAuth auth type) against the user's
         secret (None: unknown user): its first message, then what the bytes received
-        meanwhile bring."""
+        meanwhile bring. scram_iterations: for a SCRAM exchange against a plaintext secret."""
         if not (self.state is LoginState.DECIDING or self.awaiting_secret):
             raise RuntimeError(f"begin_auth in state {self.state.value}")
         assert self.startup is not None
         try:
-            auth = ClientAuth(method, self.startup.user, secret, self.scram_iterations,
+            auth = ClientAuth(method, self.startup.user, secret, scram_iterations,
                               self._binding)
         except PgtarnError as error:
             return [self._fail(error)]

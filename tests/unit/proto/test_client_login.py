@@ -63,7 +63,7 @@ def auth_code(message: bytes) -> int:
 
 def started(user: str = "alice", tls_binding: bytes | None = None, **params: str) -> ClientLogin:
     """A login past its StartupMessage (and checked), waiting for begin_auth."""
-    login = ClientLogin(scram_iterations=ITERATIONS)
+    login = ClientLogin()
     if tls_binding is not None:
         login.receive_data(build.SSL_REQUEST)
         login.accept_tls()
@@ -80,7 +80,7 @@ def started(user: str = "alice", tls_binding: bytes | None = None, **params: str
 def test_ssl_request_accepted_then_startup_over_tls() -> None:
     login = ClientLogin()
     assert login.receive_data(build.SSL_REQUEST) == [TlsRequested(direct=False)]
-    assert login.accept_tls() == [Send(b"S"), StartTls(b"", direct=False)]
+    assert login.accept_tls() == StartTls(b"S", b"")
     login.tls_started(None)
     events = login.receive_data(startup(user="alice", database="db", TimeZone="UTC"))
     assert events == [StartupReceived(Startup("alice", "db", {"TimeZone": "UTC"}))]
@@ -94,7 +94,7 @@ def test_ssl_request_accepted_then_startup_over_tls() -> None:
 def test_handshake_bytes_behind_an_ssl_request_go_to_tls() -> None:
     login = ClientLogin()
     assert login.receive_data(build.SSL_REQUEST + b"\x16\x03\x01") == [TlsRequested(False)]
-    assert login.accept_tls() == [Send(b"S"), StartTls(b"\x16\x03\x01", direct=False)]
+    assert login.accept_tls() == StartTls(b"S", b"\x16\x03\x01")
 
 
 def test_ssl_request_refused_and_the_startup_behind_it_is_read() -> None:
@@ -116,7 +116,7 @@ def test_direct_tls() -> None:
     hello = b"\x16\x03\x01\x02\x00" + b"\x01" * 40
     login = ClientLogin()
     assert login.receive_data(hello) == [TlsRequested(direct=True)]
-    assert login.accept_tls() == [StartTls(hello, direct=True)]
+    assert login.accept_tls() == StartTls(b"", hello)
     assert login.state is LoginState.STARTUP and login.tls
     refused = ClientLogin()
     refused.receive_data(hello)
@@ -247,7 +247,7 @@ def test_md5_exchange() -> None:
 def scram_exchange(login: ClientLogin, client: ScramClient, secret: str, method: str,
                    mechanism: str = "SCRAM-SHA-256") -> list[Event]:
     """Play client's side of a SCRAM login; the events of its last message."""
-    events = login.begin_auth(method, secret)
+    events = login.begin_auth(method, secret, ITERATIONS)
     assert auth_code(sent(events)) == 10
     offered = parse_sasl_mechanisms(split_messages(sent(events))[0][1][4:])
     assert mechanism in offered
@@ -316,7 +316,7 @@ def test_channel_binding_with_the_certificate_hash() -> None:
 
 
 def test_no_channel_binding_without_tls() -> None:
-    events = started(user="u").begin_auth("scram-sha-256", "pw")
+    events = started(user="u").begin_auth("scram-sha-256", "pw", ITERATIONS)
     offered = parse_sasl_mechanisms(split_messages(sent(events))[0][1][4:])
     assert offered == ["SCRAM-SHA-256"]
 
