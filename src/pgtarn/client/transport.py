@@ -93,7 +93,7 @@ class ClientTransport(asyncio.Protocol):
         self.database = ""
         #: The login's state machine, until the welcome.
         self.login: ClientLogin | None = ClientLogin()
-        #: The relay's (connection.py makes it at the welcome).
+        #: The relay's, made at the welcome (relay.py, _start_relay).
         self.scanner = MessageScanner(frozenset())
         #: auth_query: where this client's secret came from (None: auth_file).
         self.secret_lookup: SecretSource | None = None

@@ -161,6 +161,8 @@ def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, 
 
 
 class LoginState(enum.Enum):
+    """Where a login is (see the module docstring's diagram)."""
+
     STARTUP = "startup"  # reading SSLRequest, GSSENCRequest, CancelRequest or StartupMessage
     TLS_ASKED = "tls asked"  # TlsRequested: waiting for accept_tls or refuse_tls
     DECIDING = "deciding"  # StartupReceived: waiting for begin_auth or await_secret
