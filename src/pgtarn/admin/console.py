@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from .. import __version__
 from ..errors import PgtarnError, ProtocolViolation
 from ..proto import build
 from ..proto.framing import MessageScanner
@@ -24,6 +25,18 @@ from .tables import SHOW_TABLES, Table
 
 log = logging.getLogger("pgtarn.admin")
 
+#: The parameters a console login is welcomed with, and the one a client may set itself.
+PARAMETERS = {
+    "server_version": f"{__version__}/pgtarn",
+    "client_encoding": "UTF8",
+    "server_encoding": "UTF8",
+    "DateStyle": "ISO",
+    "TimeZone": "GMT",
+    "standard_conforming_strings": "on",
+    "integer_datetimes": "on",
+    "is_superuser": "on",
+}
+TRACKED = ("application_name",)
 ALL_TYPES = frozenset(range(256))
 RFQ = build.ready_for_query(b"I")
 #: Bounds: the longest message, messages read ahead of a running command (reading pauses

@@ -10,6 +10,11 @@ pool (link.py). Before a server is linked, the client's tracked parameters that 
 that server are SET in front of the client's own bytes, and their replies are swallowed, so
 no round trip is added.
 
+The login is a sans-IO state machine (proto/client_login.py): bytes in, events out. This
+file acts on its events and makes the decisions that need the running pooler: who may log in
+(max_client_conn, the database, access.py's rules), the auth_query lookup, the TLS wrap, the
+pool or the admin console.
+
 The class is assembled from ClientTransport (transport.py: fields and asyncio glue),
 ClientLink (link.py) and ClientRelay (relay.py), one job per file; this file adds the login.
 """
@@ -19,40 +24,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
-import ssl
+from collections.abc import Iterable, Mapping
 from time import monotonic
-from typing import cast
+from typing import assert_never, cast
 
-from .. import __version__
-from ..admin.console import AdminSession
-from ..errors import AuthFailed, PgtarnError, ProtocolViolation
+from ..admin.console import PARAMETERS, TRACKED, AdminSession
+from ..errors import AuthFailed, PgtarnError
 from ..pool.pool import Pool
-from ..proto import build
-from ..proto.client_side import ClientAuth
-from ..proto.framing import MessageScanner
-from ..proto.messages import (
-    CANCEL_REQUEST,
-    GSSENC_REQUEST,
-    SSL_REQUEST,
-    StartupPacket,
-    parse_startup,
+from ..proto.client_login import (
+    Authenticated,
+    CancelRequested,
+    ClientLogin,
+    Close,
+    Event,
+    Failed,
+    Send,
+    Startup,
+    StartupReceived,
+    TlsRequested,
 )
 from ..server import ServerConnection
-from ..session.prepared import ClientStatements
 from ..states import ClientState
 from ..tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..views import SecretSource
 from .access import Connection, auth_method, os_user_name, peer_address, peer_credentials
-from .relay import RFQ_IDLE, ClientRelay
+from .relay import ClientRelay
 
 log = logging.getLogger("pgtarn.client")
 
-# In READY only these client messages matter: Query, Sync, Terminate.
-RELAY_TYPES = frozenset(b"QSX")
-STATEMENT_RELAY_TYPES = frozenset(b"QSXP")
-# Transaction mode before a client's first Parse/Bind/Describe/Close: those are noticed too.
-WATCH_STATEMENTS_TYPES = frozenset(b"QSXPBDC")
 TRACKED_DEFAULT = (
     "client_encoding",
     "DateStyle",
@@ -65,16 +64,6 @@ LOOKED_UP = frozenset({"md5", "scram-sha-256", "plain", "trust", "any"})
 ADMIN_DATABASES = ("pgbouncer", "pgtarn")
 #: Admin console logins allowed past max_client_conn, so an operator can get in when full.
 ADMIN_RESERVE = 10
-ADMIN_WELCOME = {
-    "server_version": f"{__version__}/pgtarn",
-    "client_encoding": "UTF8",
-    "server_encoding": "UTF8",
-    "DateStyle": "ISO",
-    "TimeZone": "GMT",
-    "standard_conforming_strings": "on",
-    "integer_datetimes": "on",
-    "is_superuser": "on",
-}
 
 
 class ClientConnection(ClientRelay):
@@ -132,76 +121,59 @@ class ClientConnection(ClientRelay):
                     self._relay(data)
                 else:
                     self._relay_prepared(data)
-            elif self.state is ClientState.STARTUP:
-                self._startup(data)
-            elif self.state is ClientState.AUTH:
-                self._auth_data(data)
             elif self.state is ClientState.ADMIN:
                 assert self.admin is not None
                 self.admin.feed(data)
-            elif self.state is ClientState.WELCOME:
-                raise ProtocolViolation("message received before ReadyForQuery")
+            elif self.login is not None and self.state is not ClientState.CLOSED:
+                self._act(self.login, self.login.receive_data(data))
         except PgtarnError as error:
             self.close(error)
 
-    def _startup(self, data: bytes) -> None:
-        if data[:1] == b"\x16" and self.tls is None and not self.startup_reader.pending:
-            # A TLS record where a startup packet's length begins (no startup packet is that
-            # long): direct TLS, as PostgreSQL 17's sslnegotiation=direct
-            self._direct_tls(data)
-            return
-        body, rest = self.startup_reader.feed(data)
-        if body is None:
-            return
-        code = int.from_bytes(body[:4], "big")
-        if code >> 16 != 3 and code not in (SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST):
-            # PostgreSQL's answer to a major version it does not speak, checked before the
-            # rest of the packet as PostgreSQL does (a 2.0 packet has no parameter list)
-            raise PgtarnError(
-                f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: "
-                "server supports 3.0 to 3.0", sqlstate="0A000", severity="FATAL")
-        packet = parse_startup(body)
-        if packet.code in (SSL_REQUEST, GSSENC_REQUEST):
-            context = self.runtime.client_tls
-            if (packet.code == SSL_REQUEST and context is not None and self.tls is None
-                    and self.addr != "unix"):
-                self.write(b"S")
-                self._start_tls(context, rest, direct=False)
-                return
-            self.write(b"N")
-            if rest:
-                self._startup(rest)
-            return
-        if packet.code == CANCEL_REQUEST:
-            self._cancel_request(packet)
-            return
-        if packet.minor != 0:
-            unknown = [name for name in packet.params if name.startswith("_pq_.")]
-            self.negotiate_minor = (0, unknown)
-        self._login(packet)
-        if rest and self.state is ClientState.AUTH:
-            self._auth_data(rest)
+    # --- the login: the machine (proto/client_login.py) decides, this side acts ---------------
 
-    def _direct_tls(self, data: bytes) -> None:
+    def _act(self, login: ClientLogin, events: list[Event]) -> None:
+        """Do what the login machine asks, in order."""
+        for event in events:
+            match event:
+                case Send(data):
+                    self.write(data)
+                case StartupReceived(startup):
+                    self._startup_received(login, startup)
+                case Authenticated(scram_keys):
+                    self._authenticated(login, scram_keys)
+                case Failed(error, response):
+                    if isinstance(error, AuthFailed) and self.secret_lookup is not None:
+                        self.secret_lookup.forget(self.user)  # maybe changed: ask again next time
+                    self.close(error, response)
+                case TlsRequested(direct):
+                    self._tls_requested(login, direct)
+                case CancelRequested(key):
+                    self._cancel_request(key)
+                case Close(reason):
+                    if reason:
+                        self.close_reason = reason
+                        if self.runtime.config.log_connections:
+                            log.info("%r: closing because: %s", self, reason)
+                    self.close()
+                case _:
+                    assert_never(event)
+
+    def _tls_requested(self, login: ClientLogin, direct: bool) -> None:
+        """Go on over TLS if it is offered here (not over a unix socket)."""
         context = self.runtime.client_tls
-        if context is None or self.addr == "unix":
-            # No TLS here, and nothing a TLS client could read as an error: just close.
-            self.close_reason = "direct TLS connection, but client TLS is disabled"
-            if self.runtime.config.log_connections:
-                log.info("%r: closing because: %s", self, self.close_reason)
-            assert self.transport is not None
-            self.transport.close()
-            return
-        self._start_tls(context, data, direct=True)
-
-    def _start_tls(self, context: ssl.SSLContext, received: bytes, direct: bool) -> None:
-        """Go on over TLS; received: bytes already read that belong to the handshake."""
         raw = self.transport
-        assert raw is not None
-        tls = TlsTransport(raw, context, self, server_side=True, received=received,
+        if context is None or self.addr == "unix" or raw is None:
+            self._act(login, login.refuse_tls())
+            return
+        start = login.accept_tls()
+        if start.reply:
+            self.write(start.reply)
+        binding = self.runtime.client_tls_binding
+        tls = TlsTransport(raw, context, self, server_side=True, received=start.received,
                            on_ready=lambda: self._tls_ready(direct), on_failed=self._tls_failed,
-                           binding=self.runtime.client_tls_binding)
+                           binding=binding)
         self.transport = self.tls = tls
+        login.tls_started(binding)
         tls.start()
 
     def _tls_ready(self, direct: bool) -> None:
@@ -218,33 +190,25 @@ class ClientConnection(ClientRelay):
         if self.runtime.config.log_connections:
             log.info("%r: TLS failed: %s", self, exc)
 
-    def _login(self, packet: StartupPacket) -> None:
+    def _startup_received(self, login: ClientLogin, startup: Startup) -> None:
+        """Who may log in, and how: max_client_conn, the database, access rules, the secret."""
         config = self.runtime.config
-        database = packet.params.get("database") or packet.params.get("user", "")
+        database = startup.database
         admin = database in ADMIN_DATABASES and database not in config.databases
         limit = config.max_client_conn + (ADMIN_RESERVE if admin else 0)
-        local_admin = admin and packet.params.get("user") == "pgbouncer" \
-            and self._same_os_user()
+        local_admin = admin and startup.user == "pgbouncer" and self._same_os_user()
         if len(self.runtime.clients) > limit and not local_admin:
             raise PgtarnError(
                 "no more connections allowed (max_client_conn)", sqlstate="53300"
             )
-        params = {k: v for k, v in packet.params.items() if not k.startswith("_pq_.")}
-        user = params.pop("user", "")
-        if not user:
-            raise PgtarnError("no user name specified in startup packet", sqlstate="28000")
-        self.user = user
-        self.database = params.pop("database", "") or user
-        tracked = {name.lower(): name for name in self.tracked_names()}
-        ignored = {name.lower() for name in config.ignore_startup_parameters}
-        for name, value in params.items():
-            canonical = tracked.get(name.lower())
-            if canonical is not None:
-                self.startup_params[canonical] = value
-            elif name.lower() not in ignored:
-                raise PgtarnError(f"unsupported startup parameter: {name}", sqlstate="08P01")
+        refused = login.check_startup(self.tracked_names(), config.ignore_startup_parameters)
+        if refused is not None:
+            self._act(login, [refused])
+            return
+        user = self.user = startup.user
+        self.database = database
         if config.log_connections:
-            log.info("%r: login attempt: db=%s user=%s tls=%s", self, self.database, user,
+            log.info("%r: login attempt: db=%s user=%s tls=%s", self, database, user,
                      describe(self.tls) or "no")
 
         if admin:
@@ -252,13 +216,12 @@ class ClientConnection(ClientRelay):
             if local_admin:
                 # As PgBouncer: the OS user running the pooler, over the unix socket.
                 self.admin_role = "admin"
-                self.write(build.AUTH_OK)
-                self._admin_ready()
+                self._begin_auth(login, "any", None)
                 return
         else:
-            db = config.find_database(self.database)
+            db = config.find_database(database)
             if db is None:
-                raise PgtarnError(f'no such database: "{self.database}"', sqlstate="3D000")
+                raise PgtarnError(f'no such database: "{database}"', sqlstate="3D000")
             self.db = db
         connection = Connection(
             local=self.addr == "unix", tls=self.tls is not None,
@@ -267,9 +230,9 @@ class ClientConnection(ClientRelay):
             os_user=self._peer_os_user)
         try:
             auth_type = auth_method(config, self.runtime.hba, self.runtime.ident, connection,
-                                    self.database, user)
-        except PgtarnError as refused:
-            log.info("%r: login refused: %s", self, refused.message)
+                                    database, user)
+        except PgtarnError as refusal:
+            log.info("%r: login refused: %s", self, refusal.message)
             raise
         secret = self.runtime.userlist.get(user)
         if secret is None and self.db is not None and auth_type in LOOKED_UP:
@@ -279,52 +242,27 @@ class ClientConnection(ClientRelay):
                 self.state = ClientState.AUTH
                 self.secret_lookup = lookup
                 self.runtime.spawn(self._look_up(lookup, auth_type, user))
+                self._act(login, login.await_secret())
                 return
-        self._start_auth(auth_type, user, secret)
+        self._begin_auth(login, auth_type, secret)
 
     async def _look_up(self, lookup: SecretSource, auth_type: str, user: str) -> None:
         try:
             secret = await lookup.secret(user)
-            if self.state is ClientState.AUTH and self.auth is None:  # still there, still waiting
+            login = self.login
+            if self.state is ClientState.AUTH and login is not None and login.awaiting_secret:
+                # still there, still waiting
                 if secret is not None and self.db is not None:
                     self.runtime.found_secret(self.db, user, secret)
-                self._start_auth(auth_type, user, secret)
+                self._begin_auth(login, auth_type, secret)
         except PgtarnError as error:
             self.close(error)
 
-    def _start_auth(self, auth_type: str, user: str, secret: str | None) -> None:
+    def _begin_auth(self, login: ClientLogin, auth_type: str, secret: str | None) -> None:
         """Send the first authentication message (a challenge, or AuthenticationOk)."""
-        binding = self.tls.binding if self.tls is not None else None
-        self.auth = ClientAuth(auth_type, user, secret, self.runtime.config.scram_iterations,
-                               binding)
         self.state = ClientState.AUTH
-        first = self.auth.start()
-        self.write(first)
-        if self.auth.done:
-            self._authenticated()
-
-    def _auth_data(self, data: bytes) -> None:
-        auth = self.auth
-        for msg_type, body, _end in self.scanner.feed(data):
-            if msg_type == 0x58:
-                self.close()
-                return
-            if auth is None:  # auth_query still looking: nothing was asked yet
-                raise ProtocolViolation("message received before an authentication request")
-            if msg_type != 0x70:
-                raise ProtocolViolation(
-                    f"expected a password message, got {chr(msg_type)!r}"
-                )
-            try:
-                reply = auth.feed(body)
-            except AuthFailed:
-                if self.secret_lookup is not None:
-                    self.secret_lookup.forget(self.user)  # maybe changed: ask again next time
-                raise
-            self.write(reply)
-            if auth.done:
-                self._authenticated()
-                return
+        self._act(login, login.begin_auth(auth_type, secret,
+                                          self.runtime.config.scram_iterations))
 
     def tracked_names(self) -> tuple[str, ...]:
         return TRACKED_DEFAULT + tuple(self.runtime.config.track_extra_parameters)
@@ -353,38 +291,10 @@ class ClientConnection(ClientRelay):
         """A unix-socket peer running as the same OS user as this process."""
         return self._peer_uid() == os.getuid()
 
-    def _admin_ready(self) -> None:
-        """Logged in to the admin console: welcome, then commands."""
-        if self.admin_role is None:
-            # After authentication, so that the refusal says nothing about the password.
-            raise PgtarnError("not allowed: not in admin_users or stats_users",
-                              sqlstate="28000")
-        self.auth = None
-        welcome = dict(ADMIN_WELCOME)
-        application_name = self.startup_params.get("application_name")
-        if application_name is not None:
-            welcome["application_name"] = application_name
-            self.params["application_name"] = application_name
-        out = bytearray()
-        if self.negotiate_minor is not None:
-            out += build.negotiate_protocol_version(*self.negotiate_minor)
-        for name, value in welcome.items():
-            out += build.parameter_status(name, value)
-        self.cancel_key = (secrets.randbits(31), secrets.randbits(32))
-        out += build.backend_key_data(*self.cancel_key)
-        out += RFQ_IDLE
-        self.admin = AdminSession(self, self.runtime, self.admin_role == "admin")
-        self.state = ClientState.ADMIN
-        self.runtime.logins.discard(self)
-        self.runtime.admin_clients.add(self)
-        if self.runtime.config.log_connections:
-            log.info("%r: admin console login (%s)", self, self.admin_role)
-        self.write(bytes(out))
-
-    def _authenticated(self) -> None:
-        assert self.auth is not None
+    def _authenticated(self, login: ClientLogin, scram_keys: tuple[bytes, bytes] | None
+                       ) -> None:
         if self.db is None:
-            self._admin_ready()
+            self._admin_ready(login)
             return
         self.runtime.logins.discard(self)
         # the registry holds servers as views; this pool's are ServerConnections
@@ -394,9 +304,8 @@ class ClientConnection(ClientRelay):
         pool.stats.client_logins += 1
         self.pool_mode = pool.pool_mode
         self.statement_mode = pool.pool_mode == "statement"
-        if self.auth.scram_keys is not None and self.db.user is None:
-            pool.scram_keys = self.auth.scram_keys
-        self.auth = None
+        if scram_keys is not None and self.db.user is None:
+            pool.scram_keys = scram_keys
         if self.database in self.runtime.registry.disabled:
             raise PgtarnError(f'database "{self.database}" is disabled', sqlstate="08P01")
         if pool.welcome is None:
@@ -405,47 +314,48 @@ class ClientConnection(ClientRelay):
         else:
             self.welcome_ready()
 
+    def _welcome(self, login: ClientLogin, server_params: Mapping[str, str],
+                 tracked: Iterable[str]) -> bytes:
+        """The welcome's bytes; this client's tracked parameters and cancel key are set."""
+        welcome = login.welcome(server_params, tracked)
+        self.login = None
+        self.params.update(welcome.params)
+        self.cancel_key = welcome.cancel_key
+        return welcome.data
+
+    def _admin_ready(self, login: ClientLogin) -> None:
+        """Logged in to the admin console: welcome, then commands."""
+        if self.admin_role is None:
+            # After authentication, so that the refusal says nothing about the password.
+            raise PgtarnError("not allowed: not in admin_users or stats_users",
+                              sqlstate="28000")
+        welcome = self._welcome(login, PARAMETERS, TRACKED)
+        self.admin = AdminSession(self, self.runtime, self.admin_role == "admin")
+        self.state = ClientState.ADMIN
+        self.runtime.logins.discard(self)
+        self.runtime.admin_clients.add(self)
+        if self.runtime.config.log_connections:
+            log.info("%r: admin console login (%s)", self, self.admin_role)
+        self.write(welcome)
+
     def welcome_ready(self) -> None:
         """The pool knows the server's parameters: finish this client's login."""
-        pool = self.pool
-        assert pool is not None and pool.welcome is not None
-        welcome = dict(pool.welcome)
-        for name in self.tracked_names():
-            value = self.startup_params.get(name, welcome.get(name))
-            if value is not None:
-                self.params[name] = value
-                welcome[name] = value
-        out = bytearray()
-        if self.negotiate_minor is not None:
-            out += build.negotiate_protocol_version(*self.negotiate_minor)
-        for name, value in welcome.items():
-            out += build.parameter_status(name, value)
-        self.cancel_key = (secrets.randbits(31), secrets.randbits(32))
+        pool, login = self.pool, self.login
+        assert pool is not None and pool.welcome is not None and login is not None
+        welcome = self._welcome(login, pool.welcome, self.tracked_names())
         self.runtime.cancel_keys[self.cancel_key] = self
-        out += build.backend_key_data(*self.cancel_key)
-        out += RFQ_IDLE
         self.state = ClientState.READY
         pool.client_joined(self)
         self.idle_since = monotonic()
-        config = self.runtime.config
-        watch = STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES
-        if pool.pool_mode == "transaction" and config.max_prepared_statements > 0:
-            # The framer starts with the client's first Parse/Bind/Describe/Close.
-            self.statements = ClientStatements(self.runtime.statement_cache)
-            watch = WATCH_STATEMENTS_TYPES
-        self.scanner = MessageScanner(
-            watch, config.max_packet_size, bodies=frozenset(),  # only counted, never read
-        )
-        self.write(bytes(out))
+        self._start_relay()
+        self.write(welcome)
 
-    def _cancel_request(self, packet: StartupPacket) -> None:
+    def _cancel_request(self, key: tuple[int, int]) -> None:
         """Forward a CancelRequest to the backend now running this client's query, if any."""
-        assert packet.cancel_key is not None
-        target = self.runtime.cancel_keys.get(packet.cancel_key)
+        target = self.runtime.cancel_keys.get(key)
         if target is not None and target.server is not None:
             target.server.send_cancel(target)
         self.runtime.clients.discard(self)
         self.state = ClientState.CLOSED
         if self.transport is not None:
             self.transport.close()
-

@@ -12,12 +12,17 @@ from time import monotonic
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..session.framer import SYNC_MARK, ClientFramer, Part
-from ..session.prepared import FORGETS_ALL
+from ..session.prepared import FORGETS_ALL, ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
 from ..states import ClientState
 from .link import ClientLink
 from .transport import PendingParts
 
+# In READY only these client messages matter: Query, Sync, Terminate.
+RELAY_TYPES = frozenset(b"QSX")
+STATEMENT_RELAY_TYPES = frozenset(b"QSXP")
+# Transaction mode before a client's first Parse/Bind/Describe/Close: those are noticed too.
+WATCH_STATEMENTS_TYPES = frozenset(b"QSXPBDC")
 STATEMENT_MESSAGES = frozenset(b"PBDC")
 STATEMENT_MESSAGES_OR_QUERY = frozenset(b"PBDCQ")
 RFQ_IDLE = build.ready_for_query(b"I")
@@ -33,6 +38,18 @@ class ClientRelay(ClientLink):
     """A logged-in client's bytes on their way to its server (see the module docstring)."""
 
     __slots__ = ()
+
+    def _start_relay(self) -> None:
+        """Logged in to a pool: watch what this pool mode needs to notice."""
+        config = self.runtime.config
+        watch = STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES
+        if self.pool_mode == "transaction" and config.max_prepared_statements > 0:
+            # The framer starts with the client's first Parse/Bind/Describe/Close.
+            self.statements = ClientStatements(self.runtime.statement_cache)
+            watch = WATCH_STATEMENTS_TYPES
+        self.scanner = MessageScanner(
+            watch, config.max_packet_size, bodies=frozenset(),  # only counted, never read
+        )
 
     def _relay(self, data: bytes) -> None:
         if self.statement_mode:

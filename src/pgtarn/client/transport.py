@@ -15,8 +15,8 @@ from ..net.sockets import address, tune
 from ..pool.pool import Pool
 from ..pool.stats import PoolStats
 from ..proto import build
-from ..proto.client_side import ClientAuth
-from ..proto.framing import MessageScanner, StartupReader
+from ..proto.client_login import ClientLogin
+from ..proto.framing import MessageScanner
 from ..runtime import Runtime
 from ..server import ServerConnection
 from ..session.framer import ClientFramer, Part
@@ -27,7 +27,6 @@ from ..views import SecretSource
 
 log = logging.getLogger("pgtarn.client")
 
-AUTH_TYPES = frozenset(range(256))
 #: What a prepared-statement client sent: (parts, the chunk when the parts are all of it,
 #: whether it makes the server forget its statements); parts None: one whole Query.
 PendingParts = tuple[list[Part] | None, bytes | None, bool]
@@ -44,7 +43,6 @@ class ClientTransport(asyncio.Protocol):
         "addr",
         "admin",
         "admin_role",
-        "auth",
         "cancel_key",
         "cancelled_at",
         "close_reason",
@@ -59,7 +57,7 @@ class ClientTransport(asyncio.Protocol):
         "idle_since",
         "last_request",
         "local_addr",
-        "negotiate_minor",
+        "login",
         "params",
         "peer_pid",
         "pending",
@@ -71,8 +69,6 @@ class ClientTransport(asyncio.Protocol):
         "scanner",
         "secret_lookup",
         "server",
-        "startup_params",
-        "startup_reader",
         "state",
         "statement_mode",
         "statements",
@@ -95,9 +91,10 @@ class ClientTransport(asyncio.Protocol):
         self.addr = ""
         self.user = ""
         self.database = ""
-        self.startup_reader = StartupReader()
-        self.scanner = MessageScanner(AUTH_TYPES, 10000)
-        self.auth: ClientAuth | None = None
+        #: The login's state machine, until the welcome.
+        self.login: ClientLogin | None = ClientLogin()
+        #: The relay's, made at the welcome (relay.py, _start_relay).
+        self.scanner = MessageScanner(frozenset())
         #: auth_query: where this client's secret came from (None: auth_file).
         self.secret_lookup: SecretSource | None = None
         self.pool: Pool[ServerConnection] | None = None
@@ -111,9 +108,7 @@ class ClientTransport(asyncio.Protocol):
         self.pending_size = 0
         #: Tracked parameters (client_encoding, TimeZone, ...) as this client set them.
         self.params: dict[str, str] = {}
-        self.startup_params: dict[str, str] = {}
         self.cancel_key = (0, 0)
-        self.negotiate_minor: tuple[int, list[str]] | None = None
         self.db: DatabaseEntry | None = None
         self.statement_mode = False
         #: Statement mode: set while skipping a refused extended batch up to its Sync.
@@ -153,14 +148,17 @@ class ClientTransport(asyncio.Protocol):
         else:
             self.addr = "unix"
 
-    def close(self, error: PgtarnError | None = None) -> None:
-        """Send error (if any) and close; the server side is cleaned in connection_lost."""
+    def close(self, error: PgtarnError | None = None, response: bytes | None = None) -> None:
+        """Send error (if any; response: its ErrorResponse when already built) and close; the
+        server side is cleaned in connection_lost."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         if error is not None:
             self.close_reason = error.message
-            transport.write(build.error_response(error.sqlstate, error.message, error.severity))
+            if response is None:
+                response = build.error_response(error.sqlstate, error.message, error.severity)
+            transport.write(response)
             if self.runtime.config.log_pooler_errors:
                 log.warning("%r: pooler error: %s", self, error.message)
         if transport.get_write_buffer_size():

@@ -17,6 +17,15 @@ from pgtarn.auth.md5 import md5_response, md5_secret
 from pgtarn.auth.scram import ScramServer, make_verifier
 from pgtarn.errors import AuthFailed, PgtarnError, ProtocolViolation
 from pgtarn.proto import build
+from pgtarn.proto.client_login import (
+    Authenticated,
+    ClientLogin,
+    Event,
+    Failed,
+    LoginState,
+    StartupReceived,
+    TlsRequested,
+)
 from pgtarn.proto.client_side import ClientAuth
 from pgtarn.proto.framing import MessageScanner, split_messages
 from pgtarn.proto.messages import (
@@ -498,6 +507,56 @@ def test_server_login_and_client_auth_agree_over_any_chunking(
         for t, b in deliver(to_pgtarn + build.ready_for_query(), points):
             again.feed(t, b)
         assert again.done
+
+
+# --- ClientLogin: a client sending anything, in any chunks ------------------------------
+
+
+def drive(login: ClientLogin, chunks: list[bytes], method: str) -> list[Event]:
+    """Feed the chunks, answering as the I/O side would (TLS refused, method, a known user)."""
+    events: list[Event] = []
+    for chunk in chunks:
+        pending = login.receive_data(chunk)
+        while pending:
+            event = pending.pop(0)
+            events.append(event)
+            if isinstance(event, TlsRequested):
+                pending += login.refuse_tls()
+            elif isinstance(event, StartupReceived):
+                refused = login.check_startup(("TimeZone",), ())
+                pending += [refused] if refused else login.begin_auth(method, "pw", ITERATIONS)
+    return events
+
+
+STARTUP_PIECES = [
+    build.SSL_REQUEST, struct.pack("!II", 8, 80877104), build.startup_message({"user": "u"}),
+    build.startup_message({"user": "u", "TimeZone": "UTC"}), build.startup_message({}),
+    build.cancel_request(1, 2), build.password_message(b"pw\x00"), build.TERMINATE,
+    build.query("SELECT 1"), b"\x16\x03\x01", b"\x00\x00\x00\x08", b"\xff" * 6,
+]
+
+
+@FUZZ
+@given(pieces=st.lists(st.one_of(st.sampled_from(STARTUP_PIECES), st.binary(max_size=30)),
+                       max_size=6),
+       method=st.sampled_from(["trust", "plain", "md5", "scram-sha-256"]), points=cuts)
+def test_client_login_answers_anything_with_events_only(
+    pieces: list[bytes], method: str, points: list[int]
+) -> None:
+    login = ClientLogin()
+    stream = b"".join(pieces)
+    events = drive(login, chunked(stream, points), method)  # raises nothing
+    failures = [e for e in events if isinstance(e, Failed)]
+    assert len(failures) <= 1
+    if failures:
+        assert events[-1] is failures[0]  # nothing after the error
+        assert login.state is LoginState.DONE
+        assert failures[0].response[:1] == b"E"
+    if any(isinstance(e, Authenticated) for e in events):
+        # never without the password, when one was asked for (nothing here answers md5 or
+        # SCRAM rightly)
+        assert method == "trust" or (
+            method == "plain" and build.password_message(b"pw\x00") in stream)
 
 
 # --- regressions found by the properties above ---------------------------------------------

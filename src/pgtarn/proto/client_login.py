@@ -1,0 +1,383 @@
+"""A client's login as a sans-IO state machine: the bytes it sends in, events for the I/O side out.
+
+The first packets (SSLRequest, GSSENCRequest, a direct TLS handshake, CancelRequest,
+StartupMessage), the password exchange (ClientAuth) and the welcome are decided here; the
+caller does what needs the outside world: the access decision, the secret lookup, the TLS
+wrap, the pool. Each method returns the events to act on, in order. An event that waits for
+a decision (TlsRequested, StartupReceived) is the last of its list: the bytes that came after
+it wait in the machine until the caller answers (accept_tls / refuse_tls, begin_auth /
+await_secret).
+
+    STARTUP --SSLRequest/direct TLS--> TLS_ASKED --accept_tls (StartTls) / refuse_tls--> STARTUP
+    STARTUP --StartupMessage--> DECIDING --await_secret--> AUTH (no exchange yet)
+    DECIDING or AUTH --begin_auth--> AUTH --Authenticated--> AUTHENTICATED --welcome--> DONE
+    any --CancelRequested / Failed / Close--> DONE
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..errors import PgtarnError, ProtocolViolation
+from . import build
+from .client_side import ClientAuth
+from .framing import MessageScanner, StartupReader
+from .messages import CANCEL_REQUEST, GSSENC_REQUEST, SSL_REQUEST, parse_startup
+
+#: Every message type is read while logging in (only PasswordMessage and Terminate are
+#: accepted); the longest accepted message or startup packet.
+_ALL_TYPES = frozenset(range(256))
+MAX_LOGIN_MESSAGE = 10000
+#: The first byte of a TLS record (a handshake): no startup packet is that long.
+_TLS_HANDSHAKE = b"\x16"
+_RFQ_IDLE = build.ready_for_query(b"I")
+
+
+# --- events ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Bytes for the client."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TlsRequested:
+    """The client asks for TLS: an SSLRequest, or (direct) a TLS handshake right away, as
+    PostgreSQL 17's sslnegotiation=direct. Answer with accept_tls or refuse_tls."""
+
+    direct: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StartTls:
+    """accept_tls's answer: send reply ('S' to an SSLRequest, nothing before a direct
+    handshake), then wrap the connection in TLS (received: bytes already read that belong to
+    the handshake), then call tls_started."""
+
+    reply: bytes
+    received: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    """A CancelRequest for the BackendKeyData key (pid, secret); the connection ends with it."""
+
+    key: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Startup:
+    """What a StartupMessage asks for, before any check of it."""
+
+    user: str  # "" when missing (check_startup refuses that)
+    database: str  # as asked, or the user name
+    params: Mapping[str, str]  # every other parameter, but the protocol options (_pq_.*)
+
+
+@dataclass(frozen=True, slots=True)
+class StartupReceived:
+    """A StartupMessage: the caller decides who may log in (check_startup, then begin_auth, or
+    await_secret while it looks the secret up)."""
+
+    startup: Startup
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticated:
+    """The password exchange succeeded (its AuthenticationOk was sent); welcome comes next.
+
+    scram_keys: (ClientKey, ServerKey) when it was SCRAM against a stored verifier, so that
+    servers can log in with the client's own keys."""
+
+    scram_keys: tuple[bytes, bytes] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The login ends with error; response is its ErrorResponse, to send before closing."""
+
+    error: PgtarnError
+    response: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """End the connection without a word; reason (for the log) is "" for a Terminate."""
+
+    reason: str
+
+
+Event = Send | TlsRequested | CancelRequested | StartupReceived | Authenticated | Failed | Close
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """The end of a login: the bytes to send, the tracked parameters the client starts with,
+    and the BackendKeyData key it was given."""
+
+    data: bytes
+    params: dict[str, str]
+    cancel_key: tuple[int, int]
+
+
+def failed(error: PgtarnError) -> Failed:
+    """The Failed event for error, with its ErrorResponse."""
+    return Failed(error, build.error_response(error.sqlstate, error.message, error.severity))
+
+
+def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, str],
+                  tracked: Iterable[str], negotiate: tuple[int, list[str]] | None) -> Welcome:
+    """[NegotiateProtocolVersion], ParameterStatus for each parameter, BackendKeyData and
+    ReadyForQuery: the welcome of every login, to a pool or to the admin console.
+
+    server_params: what the server side reports (a pool's first server, or the console's
+    own); a tracked parameter the client set in its StartupMessage replaces its value.
+    """
+    welcome = dict(server_params)
+    params: dict[str, str] = {}
+    for name in tracked:
+        value = client_params.get(name, welcome.get(name))
+        if value is not None:
+            params[name] = value
+            welcome[name] = value
+    out = bytearray()
+    if negotiate is not None:
+        out += build.negotiate_protocol_version(*negotiate)
+    for name, value in welcome.items():
+        out += build.parameter_status(name, value)
+    cancel_key = (secrets.randbits(31), secrets.randbits(32))
+    out += build.backend_key_data(*cancel_key)
+    out += _RFQ_IDLE
+    return Welcome(bytes(out), params, cancel_key)
+
+
+# --- the machine -----------------------------------------------------------------------------
+
+
+class LoginState(enum.Enum):
+    """Where a login is (see the module docstring's diagram)."""
+
+    STARTUP = "startup"  # reading SSLRequest, GSSENCRequest, CancelRequest or StartupMessage
+    TLS_ASKED = "tls asked"  # TlsRequested: waiting for accept_tls or refuse_tls
+    DECIDING = "deciding"  # StartupReceived: waiting for begin_auth or await_secret
+    AUTH = "auth"  # the password exchange (or waiting for the secret: no exchange yet)
+    AUTHENTICATED = "authenticated"  # waiting for welcome
+    DONE = "done"  # welcomed, refused, cancelled or closed: bytes are ignored
+
+
+class ClientLogin:
+    """One client's login (see the module docstring)."""
+
+    __slots__ = ("_auth", "_binding", "_direct", "_reader", "_scanner", "_unread",
+                 "negotiate", "startup", "startup_params", "state", "tls")
+
+    def __init__(self) -> None:
+        self.state = LoginState.STARTUP
+        #: TLS is on (accept_tls); a later SSLRequest is answered 'N'.
+        self.tls = False
+        self._binding: bytes | None = None
+        self._direct = False
+        self._reader = StartupReader(MAX_LOGIN_MESSAGE)
+        self._scanner = MessageScanner(_ALL_TYPES, MAX_LOGIN_MESSAGE)
+        #: Bytes received behind a packet that waits for a decision.
+        self._unread = b""
+        self._auth: ClientAuth | None = None
+        #: The StartupMessage, once received; the tracked parameters it sets (check_startup).
+        self.startup: Startup | None = None
+        self.startup_params: dict[str, str] = {}
+        #: A StartupMessage of protocol 3.x, x > 0: (newest minor spoken, the protocol options
+        #: not understood) for NegotiateProtocolVersion.
+        self.negotiate: tuple[int, list[str]] | None = None
+
+    # --- bytes in ------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Bytes from the client; the events they cause."""
+        events: list[Event] = []
+        state = self.state
+        try:
+            if state is LoginState.STARTUP:
+                self._first_packets(events, data)
+            elif state is LoginState.AUTH:
+                self._messages(events, data)
+            elif state in (LoginState.TLS_ASKED, LoginState.DECIDING):
+                self._unread += data  # read once the caller has answered
+            elif state is LoginState.AUTHENTICATED:
+                raise ProtocolViolation("message received before ReadyForQuery")
+        except PgtarnError as error:
+            # what was answered before the error still goes out, then the error
+            events.append(self._fail(error))
+        return events
+
+    def _first_packets(self, events: list[Event], data: bytes) -> None:
+        while True:
+            if data[:1] == _TLS_HANDSHAKE and not self.tls and not self._reader.pending:
+                # A TLS record where a startup packet's length begins: direct TLS.
+                self._ask_tls(events, data, direct=True)
+                return
+            body, rest = self._reader.feed(data)
+            if body is None:
+                return
+            code = int.from_bytes(body[:4], "big")
+            if code >> 16 != 3 and code not in (SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST):
+                # PostgreSQL's answer to a major version it does not speak, checked before the
+                # rest of the packet as PostgreSQL does (a 2.0 packet has no parameter list)
+                raise PgtarnError(
+                    f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: "
+                    "server supports 3.0 to 3.0", sqlstate="0A000", severity="FATAL")
+            packet = parse_startup(body)
+            if packet.code == SSL_REQUEST and not self.tls:
+                self._ask_tls(events, rest, direct=False)
+                return
+            if packet.code in (SSL_REQUEST, GSSENC_REQUEST):
+                events.append(Send(b"N"))
+                data = rest
+                continue
+            if packet.cancel_key is not None:
+                self.state = LoginState.DONE
+                events.append(CancelRequested(packet.cancel_key))
+                return
+            if packet.minor != 0:
+                unknown = [name for name in packet.params if name.startswith("_pq_.")]
+                self.negotiate = (0, unknown)
+            params = {k: v for k, v in packet.params.items() if not k.startswith("_pq_.")}
+            user = params.pop("user", "")
+            database = params.pop("database", "") or user
+            self.startup = Startup(user, database, params)
+            self.state = LoginState.DECIDING
+            self._unread = rest
+            events.append(StartupReceived(self.startup))
+            return
+
+    def _ask_tls(self, events: list[Event], received: bytes, direct: bool) -> None:
+        self.state = LoginState.TLS_ASKED
+        self._unread = received
+        self._direct = direct
+        events.append(TlsRequested(direct))
+
+    def _messages(self, events: list[Event], data: bytes) -> None:
+        """Messages of the password exchange: PasswordMessage, or Terminate."""
+        auth = self._auth
+        for msg_type, body, _end in self._scanner.feed(data):
+            if msg_type == 0x58:  # Terminate
+                self.state = LoginState.DONE
+                events.append(Close(""))
+                return
+            if auth is None:  # the secret is still being looked up: nothing was asked yet
+                raise ProtocolViolation("message received before an authentication request")
+            if msg_type != 0x70:
+                raise ProtocolViolation(f"expected a password message, got {chr(msg_type)!r}")
+            events.append(Send(auth.feed(body)))
+            if auth.done:  # what the client sent behind it is not read
+                self._authenticated(events, auth)
+                return
+
+    def _authenticated(self, events: list[Event], auth: ClientAuth) -> None:
+        self.state = LoginState.AUTHENTICATED
+        self._auth = None
+        self._unread = b""  # sent behind the last password message: not read
+        events.append(Authenticated(auth.scram_keys))
+
+    def _fail(self, error: PgtarnError) -> Failed:
+        self.state = LoginState.DONE
+        self._auth = None
+        return failed(error)
+
+    # --- the caller's answers ------------------------------------------------------------------
+
+    def accept_tls(self) -> StartTls:
+        """After TlsRequested: TLS it is."""
+        self._expect(LoginState.TLS_ASKED)
+        received, self._unread = self._unread, b""
+        self.tls = True
+        self.state = LoginState.STARTUP
+        return StartTls(b"" if self._direct else b"S", received)
+
+    def tls_started(self, binding: bytes | None) -> None:
+        """The connection is wrapped in TLS; binding: the tls-server-end-point data of the
+        certificate it presents, for SCRAM-SHA-256-PLUS (None: no channel binding)."""
+        self._binding = binding
+
+    def refuse_tls(self) -> list[Event]:
+        """After TlsRequested: no TLS here ('N' to an SSLRequest; a direct TLS handshake, which
+        could not read an error either, is just closed)."""
+        self._expect(LoginState.TLS_ASKED)
+        if self._direct:
+            self.state = LoginState.DONE
+            return [Close("direct TLS connection, but client TLS is disabled")]
+        self.state = LoginState.STARTUP
+        rest, self._unread = self._unread, b""
+        return [Send(b"N"), *self.receive_data(rest)] if rest else [Send(b"N")]
+
+    def check_startup(self, tracked: Sequence[str], ignored: Iterable[str]) -> Failed | None:
+        """After StartupReceived: refuse a StartupMessage without a user or with a parameter
+        that is neither tracked nor ignored; keep the tracked ones (startup_params)."""
+        self._expect(LoginState.DECIDING)
+        assert self.startup is not None
+        if not self.startup.user:
+            return self._fail(
+                PgtarnError("no user name specified in startup packet", sqlstate="28000"))
+        canonical = {name.lower(): name for name in tracked}
+        ignored_names = {name.lower() for name in ignored}
+        for name, value in self.startup.params.items():
+            tracked_name = canonical.get(name.lower())
+            if tracked_name is not None:
+                self.startup_params[tracked_name] = value
+            elif name.lower() not in ignored_names:
+                return self._fail(
+                    PgtarnError(f"unsupported startup parameter: {name}", sqlstate="08P01"))
+        return None
+
+    def await_secret(self) -> list[Event]:
+        """After StartupReceived: the caller looks the user's secret up (begin_auth follows).
+        Meanwhile any message but Terminate is refused: nothing was asked yet."""
+        self._expect(LoginState.DECIDING)
+        self.state = LoginState.AUTH
+        rest, self._unread = self._unread, b""
+        return self.receive_data(rest) if rest else []
+
+    @property
+    def awaiting_secret(self) -> bool:
+        """await_secret was called, begin_auth not yet (and the login goes on)."""
+        return self.state is LoginState.AUTH and self._auth is None
+
+    def begin_auth(self, method: str, secret: str | None,
+                   scram_iterations: int = 4096) -> list[Event]:
+        """Start the password exchange of method (a ClientAuth auth type) against the user's
+        secret (None: unknown user): its first message, then what the bytes received
+        meanwhile bring. scram_iterations: for a SCRAM exchange against a plaintext secret."""
+        if not (self.state is LoginState.DECIDING or self.awaiting_secret):
+            raise RuntimeError(f"begin_auth in state {self.state.value}")
+        assert self.startup is not None
+        try:
+            auth = ClientAuth(method, self.startup.user, secret, scram_iterations,
+                              self._binding)
+        except PgtarnError as error:
+            return [self._fail(error)]
+        self._auth = auth
+        self.state = LoginState.AUTH
+        events: list[Event] = [Send(auth.start())]
+        if auth.done:
+            self._authenticated(events, auth)
+            return events
+        rest, self._unread = self._unread, b""
+        if rest:
+            events += self.receive_data(rest)
+        return events
+
+    def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str]) -> Welcome:
+        """After Authenticated: the welcome (build_welcome) with this client's parameters."""
+        self._expect(LoginState.AUTHENTICATED)
+        self.state = LoginState.DONE
+        return build_welcome(server_params, self.startup_params, tracked, self.negotiate)
+
+    def _expect(self, state: LoginState) -> None:
+        if self.state is not state:
+            # the caller's mistake, not the client's: no ErrorResponse for it
+            raise RuntimeError(f"login in state {self.state.value}, not {state.value}")
