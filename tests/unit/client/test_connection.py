@@ -303,6 +303,8 @@ def test_cancel_request_with_an_unknown_key_just_closes() -> None:
     client.data_received(build.cancel_request(1, 2))
     assert transport.out == b"" and transport.closing
     assert client.state is ClientState.CLOSED and client not in runtime.clients
+    client.connection_lost(None)
+    assert client not in runtime.logins  # SHOW LISTS' login_clients does not grow
 
 
 def test_terminate_while_asked_for_a_password() -> None:
