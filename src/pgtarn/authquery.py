@@ -22,7 +22,7 @@ from .errors import PgtarnError, ProtocolViolation
 from .proto import build
 from .proto.framing import MessageScanner
 from .proto.messages import parse_data_row
-from .proto.server_side import ServerLogin, server_error
+from .proto.server_login import ServerAuth, server_error
 from .runtime import Runtime
 from .server import open_connection
 from .tls import TlsAsked, TlsTransport, answer_to_tls, ask_for_tls, peer_certificate_hash
@@ -166,7 +166,7 @@ class _LookupConnection(asyncio.Protocol):
         password = runtime.userlist.get(lookup.auth_user)
         if password is not None and password.startswith("SCRAM-SHA-256$"):
             password = None  # a verifier cannot log in by itself: the login says so clearly
-        self.login: ServerLogin | None = ServerLogin(
+        self.login: ServerAuth | None = ServerAuth(
             lookup.auth_user, password, channel_binding=runtime.config.server_channel_binding)
         self.scanner = MessageScanner(_ALL_TYPES, _MAX_MESSAGE)
         #: Waiting for the answer to our SSLRequest (see tls.ask_for_tls).
@@ -197,7 +197,7 @@ class _LookupConnection(asyncio.Protocol):
 
     def _send_startup(self) -> None:
         assert self.login is not None and self.transport is not None
-        self.transport.write(self.login.startup(
+        self.transport.write(build.startup_message(
             {"user": self.lookup.auth_user, "database": self.lookup.db.dbname, **STARTUP}))
 
     def _tls_ready(self) -> None:

@@ -16,7 +16,7 @@ from .pool.pool import Pool
 from .proto import build
 from .proto.framing import MessageScanner
 from .proto.messages import parse_fields, parse_parameter_status
-from .proto.server_side import ServerLogin
+from .proto.server_login import ServerAuth
 from .runtime import Runtime
 from .session.prepared import (
     AS_PARSE_COMPLETE,
@@ -110,13 +110,13 @@ class ServerConnection(asyncio.Protocol):
     )
 
     def __init__(self, runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
-                 login: ServerLogin) -> None:
+                 login: ServerAuth) -> None:
         self.runtime = runtime
         self.pool = pool
         self.db = db
         self.id = next(runtime.ids)
         self.connstr = pool.connstr
-        self._login: ServerLogin | None = login
+        self._login: ServerAuth | None = login
         self.transport: asyncio.Transport | None = None
         #: Waiting for PostgreSQL's one-byte answer to our SSLRequest: the TLS context and
         #: server_tls_sslmode it was sent under.
@@ -173,7 +173,7 @@ class ServerConnection(asyncio.Protocol):
         assert self._login is not None and self.transport is not None
         params = {"user": self._login.user, "database": self.db.dbname}
         params.update(self.db.startup_params)
-        self.transport.write(self._login.startup(params))
+        self.transport.write(build.startup_message(params))
 
     def _tls_answered(self, data: bytes) -> None:
         """PostgreSQL's answer to SSLRequest: 'S' (TLS from here), or 'N' (plaintext)."""
@@ -658,7 +658,7 @@ async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, config: Con
 
 
 def server_login_for(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry
-                     ) -> ServerLogin:
+                     ) -> ServerAuth:
     """Credentials for a new server of a pool.
 
     The password is the entry's own, else the auth_file secret of the pool's user. A stored
@@ -672,7 +672,7 @@ def server_login_for(runtime: Runtime, pool: Pool[ServerConnection], db: Databas
     if password is not None and password.startswith("SCRAM-SHA-256$"):
         keys = pool.scram_keys
         password = None
-    return ServerLogin(pool.user, password, keys, runtime.config.server_channel_binding)
+    return ServerAuth(pool.user, password, keys, runtime.config.server_channel_binding)
 
 
 def launch_server(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry

@@ -18,8 +18,9 @@ from typing import Any
 
 from .auth.scram import certificate_hash
 from .config import Config
-from .errors import ConfigError, ProtocolViolation, TlsFailed
+from .errors import ConfigError
 from .proto import build
+from .proto.server_login import tls_accepted
 
 #: Plaintext handed up per read: one TLS record is at most 16 KiB.
 READ_SIZE = 65536
@@ -402,24 +403,6 @@ def answer_to_tls(asked: TlsAsked, data: bytes, transport: asyncio.Transport,
         return None
     return TlsTransport(transport, context, app, server_side=False,
                         server_hostname=host or None, on_ready=on_ready, on_failed=on_failed)
-
-
-def tls_accepted(data: bytes, mode: str) -> bool:
-    """PostgreSQL's answer to our SSLRequest: True for TLS, False to go on in plaintext
-    (server_tls_sslmode allow and prefer, which are alike, as in PgBouncer); anything else
-    raises."""
-    answer = data[:1]
-    if answer == b"S":
-        if len(data) > 1:
-            # Bytes before the handshake would be read as if they were encrypted: a man in
-            # the middle's injection (CVE-2021-23222 in libpq).
-            raise ProtocolViolation("server sent unencrypted data after accepting TLS")
-        return True
-    if answer == b"N":
-        if mode not in ("allow", "prefer"):
-            raise TlsFailed(f"server does not support TLS, but server_tls_sslmode = {mode}")
-        return False
-    raise ProtocolViolation(f"invalid answer to SSLRequest: {answer!r}")
 
 
 def peer_certificate_hash(transport: TlsTransport) -> bytes:
