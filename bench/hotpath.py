@@ -107,7 +107,7 @@ def log_in(servers: list[ServerConnection]) -> None:
         + build.ready_for_query(b"I")
     )
     for server in servers:
-        if server._login is not None:
+        if server.login is not None:
             server.data_received(welcome)
 
 

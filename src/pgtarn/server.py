@@ -12,11 +12,12 @@ from typing import Protocol, cast
 
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError, ProtocolViolation, TlsFailed
+from .login_driver import LoginDriver
 from .pool.pool import Pool
 from .proto import build
 from .proto.framing import MessageScanner
 from .proto.messages import parse_fields, parse_parameter_status
-from .proto.server_login import ServerAuth
+from .proto.server_login import LOGIN_MAX, LoggedIn, ServerAuth, ServerLogin
 from .runtime import Runtime
 from .session.prepared import (
     AS_PARSE_COMPLETE,
@@ -31,15 +32,9 @@ from .session.prepared import (
     ClientStatements,
     ServerStatements,
 )
-from .tls import TlsAsked, TlsTransport, answer_to_tls, ask_for_tls, peer_certificate_hash
-
-#: No message of a server's login is anywhere near this big: a larger length is garbage, and
-#: is refused at once instead of waiting (until server_connect_timeout) for that many bytes.
-LOGIN_MAX = 1 << 20
 
 log = logging.getLogger("pgtarn.server")
 
-ALL_TYPES = frozenset(range(256))
 # While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
 RELAY_TYPES = frozenset(b"ZSE")
 # With prepared statements: also ParseComplete and CloseComplete.
@@ -82,7 +77,6 @@ class ServerConnection(asyncio.Protocol):
     """One connection to PostgreSQL, lent to clients by its pool."""
 
     __slots__ = (
-        "_login",
         "backend_key",
         "client",
         "close_needed",
@@ -95,6 +89,7 @@ class ServerConnection(asyncio.Protocol):
         "id",
         "last_used",
         "local_addr",
+        "login",
         "on_clean",
         "params",
         "peer",
@@ -105,23 +100,22 @@ class ServerConnection(asyncio.Protocol):
         "status",
         "swallow",
         "swallow_syncs",
-        "tls_answer",
         "transport",
     )
 
     def __init__(self, runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
-                 login: ServerAuth) -> None:
+                 login: ServerLogin) -> None:
         self.runtime = runtime
         self.pool = pool
         self.db = db
         self.id = next(runtime.ids)
         self.connstr = pool.connstr
-        self._login: ServerAuth | None = login
+        #: The login in progress; None once logged in, or given up on.
+        self.login: LoginDriver | None = LoginDriver(
+            login, self, db.host, switched=self._switch_transport, logged_in=self._logged_in,
+            failed=self._login_refused, tls_failed=self._tls_failed)
         self.transport: asyncio.Transport | None = None
-        #: Waiting for PostgreSQL's one-byte answer to our SSLRequest: the TLS context and
-        #: server_tls_sslmode it was sent under.
-        self.tls_answer: TlsAsked | None = None
-        self.scanner = MessageScanner(ALL_TYPES, min(runtime.config.max_packet_size, LOGIN_MAX))
+        self.scanner = MessageScanner(RELAY_TYPES, runtime.config.max_packet_size)
         self.client: LinkedClient | None = None
         self.params: dict[str, str] = {}
         self.backend_key: tuple[int, int] = (0, 0)
@@ -164,35 +158,36 @@ class ServerConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "unix")
         local = transport.get_extra_info("sockname")
         self.local_addr = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "unix"
-        self.tls_answer = ask_for_tls(transport, self.runtime.server_tls,
-                                      self.runtime.config.server_tls_sslmode)
-        if self.tls_answer is None:
-            self._send_startup()
+        assert self.login is not None  # not closed: still logging in
+        self.login.start(transport, self.runtime.server_tls,
+                         self.runtime.config.server_tls_sslmode)
 
-    def _send_startup(self) -> None:
-        assert self._login is not None and self.transport is not None
-        params = {"user": self._login.user, "database": self.db.dbname}
-        params.update(self.db.startup_params)
-        self.transport.write(build.startup_message(params))
+    # --- the login's reports ----------------------------------------------------------------
 
-    def _tls_answered(self, data: bytes) -> None:
-        """PostgreSQL's answer to SSLRequest: 'S' (TLS from here), or 'N' (plaintext)."""
-        assert self.tls_answer is not None and self.transport is not None
-        asked, self.tls_answer = self.tls_answer, None
-        tls = answer_to_tls(asked, data, self.transport, self, self.db.host, self._tls_ready,
-                            self._tls_failed)
-        if tls is not None:
-            self.transport = tls
-            tls.start()
-            return
-        self._send_startup()
-        if len(data) > 1:
-            self._login_data(data[1:])
+    def _switch_transport(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
 
-    def _tls_ready(self) -> None:
-        assert self._login is not None and isinstance(self.transport, TlsTransport)
-        self._login.tls_binding = peer_certificate_hash(self.transport)
-        self._send_startup()
+    def _logged_in(self, result: LoggedIn) -> None:
+        self.login = None
+        self.params = result.params
+        self.backend_key = result.backend_key
+        config = self.runtime.config
+        if self.pool.pool_mode == "transaction" and config.max_prepared_statements > 0:
+            self.statements = ServerStatements(config.max_prepared_statements,
+                                               self.pool.prepared_counters)
+            self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
+        if result.leftover:  # sent unasked right behind the login: no client's yet
+            self.data_received(result.leftover)
+            if self.closed:
+                return
+        if config.log_connections:
+            log.info("%r: new server connection", self)
+        self.pool.server_ready(self, self.params)
+
+    def _login_refused(self, error: PgtarnError) -> None:
+        self.login = None
+        self.close(error.message)
+        self._login_failed(error)
 
     def _tls_failed(self, exc: Exception) -> None:
         if self.closed:
@@ -201,8 +196,8 @@ class ServerConnection(asyncio.Protocol):
         error = TlsFailed(f"could not connect to server: TLS: {exc}", severity="FATAL")
         if self.runtime.config.log_disconnections:
             log.info("%r: closing: %s", self, error.message)
-        if self._login is not None:
-            self._login = None
+        if self.login is not None:
+            self.login = None
             self._login_failed(error)
 
     def connection_failed(self, exc: BaseException) -> None:
@@ -213,7 +208,7 @@ class ServerConnection(asyncio.Protocol):
         error = PgtarnError(
             f"could not connect to server: {exc}", sqlstate="08006", severity="FATAL"
         )
-        self._login = None
+        self.login = None
         self._login_failed(error)
 
     def _login_failed(self, error: PgtarnError) -> None:
@@ -224,8 +219,8 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         was_closed = self.closed
         self.closed = True
-        if self._login is not None:
-            self._login = None
+        if self.login is not None:
+            self.login = None
             self._login_failed(PgtarnError(
                 "server closed the connection during login", sqlstate="08006", severity="FATAL"
             ))
@@ -244,13 +239,13 @@ class ServerConnection(asyncio.Protocol):
         self.closed = True
         if self.runtime.config.log_disconnections:
             log.info("%r: closing: %s", self, reason)
-        if self._login is not None:
-            self._login = None
+        if self.login is not None:
+            self.login = None
             self._login_failed(PgtarnError(
                 f"could not log in to server: {reason}", sqlstate="08006", severity="FATAL"
             ))
         if self.transport is not None:
-            if self._login is None and not self.transport.is_closing():
+            if not self.transport.is_closing():
                 self.transport.write(build.TERMINATE)
             self.transport.close()
 
@@ -281,24 +276,16 @@ class ServerConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            if self._login is not None:
-                if self.tls_answer is not None:
-                    self._tls_answered(data)
-                else:
-                    self._login_data(data)
+            if self.login is not None:
+                self.login.data_received(data)
             elif self.statements is None:
                 self._relay(data)
             else:
                 self._relay_prepared(data)
         except PgtarnError as error:
-            if self._login is not None:
-                self._login = None
-                self.close(error.message)
-                self._login_failed(error)
-            else:
-                log.warning("%r: %s", self, error.message)
-                self._relay_whole_messages_before(data)
-                self.close(error.message)
+            log.warning("%r: %s", self, error.message)
+            self._relay_whole_messages_before(data)
+            self.close(error.message)
 
     def _relay_whole_messages_before(self, data: bytes) -> None:
         """The scanner refused a length in data: pass on what came before it, so the client
@@ -308,28 +295,6 @@ class ServerConnection(asyncio.Protocol):
         if client is not None and self.statements is None and at >= 0:
             client.write(data[:at])
             self.scanner = MessageScanner(RELAY_TYPES)  # at a boundary again
-
-    def _login_data(self, data: bytes) -> None:
-        login = self._login
-        assert login is not None and self.transport is not None
-        for msg_type, body, _end in self.scanner.feed(data):
-            reply = login.feed(msg_type, body)
-            if reply:
-                self.transport.write(reply)
-            if login.done:
-                self._login = None
-                self.params = login.params
-                self.backend_key = login.backend_key
-                self.scanner = MessageScanner(RELAY_TYPES, self.runtime.config.max_packet_size)
-                config = self.runtime.config
-                if self.pool.pool_mode == "transaction" and config.max_prepared_statements > 0:
-                    self.statements = ServerStatements(config.max_prepared_statements,
-                                                       self.pool.prepared_counters)
-                    self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
-                if self.runtime.config.log_connections:
-                    log.info("%r: new server connection", self)
-                self.pool.server_ready(self, self.params)
-                return
 
     def _relay(self, data: bytes) -> None:
         events = self.scanner.feed(data)
@@ -658,7 +623,7 @@ async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, config: Con
 
 
 def server_login_for(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry
-                     ) -> ServerAuth:
+                     ) -> ServerLogin:
     """Credentials for a new server of a pool.
 
     The password is the entry's own, else the auth_file secret of the pool's user. A stored
@@ -672,7 +637,9 @@ def server_login_for(runtime: Runtime, pool: Pool[ServerConnection], db: Databas
     if password is not None and password.startswith("SCRAM-SHA-256$"):
         keys = pool.scram_keys
         password = None
-    return ServerAuth(pool.user, password, keys, runtime.config.server_channel_binding)
+    auth = ServerAuth(pool.user, password, keys, runtime.config.server_channel_binding)
+    return ServerLogin(auth, db.dbname, db.startup_params,
+                       min(runtime.config.max_packet_size, LOGIN_MAX))
 
 
 def launch_server(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry

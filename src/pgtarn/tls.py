@@ -19,8 +19,6 @@ from typing import Any
 from .auth.scram import certificate_hash
 from .config import Config
 from .errors import ConfigError
-from .proto import build
-from .proto.server_login import tls_accepted
 
 #: Plaintext handed up per read: one TLS record is at most 16 KiB.
 READ_SIZE = 65536
@@ -375,34 +373,6 @@ class TlsTransport(asyncio.Transport):
     @property
     def ssl_object(self) -> ssl.SSLObject:
         return self._ssl
-
-
-#: An SSLRequest sent to PostgreSQL: the context and server_tls_sslmode it went under (a RELOAD
-#: may change both before the answer comes).
-TlsAsked = tuple[ssl.SSLContext, str]
-
-
-def ask_for_tls(transport: asyncio.Transport, context: ssl.SSLContext | None,
-                mode: str) -> TlsAsked | None:
-    """Towards PostgreSQL: send SSLRequest when TLS is on and the connection is TCP (a unix
-    socket is local already, as libpq has it); None when nothing was sent."""
-    if context is None or not isinstance(transport.get_extra_info("peername"), tuple):
-        return None
-    transport.write(build.SSL_REQUEST)
-    return context, mode
-
-
-def answer_to_tls(asked: TlsAsked, data: bytes, transport: asyncio.Transport,
-                  app: asyncio.Protocol, host: str | None, on_ready: Callable[[], None],
-                  on_failed: Callable[[Exception], None]) -> TlsTransport | None:
-    """PostgreSQL's answer to our SSLRequest: the TlsTransport to use from now on (not yet
-    started: start it once it is the protocol's transport), or None to go on in plaintext
-    (data[1:] is then the first of the plaintext reply)."""
-    context, mode = asked
-    if not tls_accepted(data, mode):
-        return None
-    return TlsTransport(transport, context, app, server_side=False,
-                        server_hostname=host or None, on_ready=on_ready, on_failed=on_failed)
 
 
 def peer_certificate_hash(transport: TlsTransport) -> bytes:
