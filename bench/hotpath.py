@@ -21,7 +21,8 @@ from pgtarn.client.connection import ClientConnection
 from pgtarn.config import parse_config
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
-from pgtarn.server import ServerConnection, server_login_for
+from pgtarn.server.connection import ServerConnection
+from pgtarn.server.launch import server_login_for
 
 INI = """
 [databases]

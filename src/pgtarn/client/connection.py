@@ -27,6 +27,7 @@ from typing import cast
 from .. import __version__
 from ..admin.console import AdminSession
 from ..errors import AuthFailed, PgtarnError, ProtocolViolation
+from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.client_side import ClientAuth
@@ -38,10 +39,9 @@ from ..proto.messages import (
     StartupPacket,
     parse_startup,
 )
-from ..server import ServerConnection
+from ..server.connection import ServerConnection
 from ..session.prepared import ClientStatements
 from ..states import ClientState
-from ..tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..views import SecretSource
 from .access import Connection, auth_method, os_user_name, peer_address, peer_credentials
 from .relay import RFQ_IDLE, ClientRelay

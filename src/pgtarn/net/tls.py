@@ -16,9 +16,9 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from .auth.scram import certificate_hash
-from .config import Config
-from .errors import ConfigError
+from ..auth.scram import certificate_hash
+from ..config import Config
+from ..errors import ConfigError
 
 #: Plaintext handed up per read: one TLS record is at most 16 KiB.
 READ_SIZE = 65536

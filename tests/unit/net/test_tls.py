@@ -9,7 +9,7 @@ import pytest
 
 from pgtarn.config import Config
 from pgtarn.errors import ConfigError
-from pgtarn.tls import client_context, server_context
+from pgtarn.net.tls import client_context, server_context
 
 
 def config(**settings: object) -> Config:

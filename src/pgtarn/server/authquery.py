@@ -17,15 +17,15 @@ import time
 from collections import OrderedDict
 from typing import cast
 
-from .config import DatabaseEntry
-from .errors import PgtarnError, ProtocolViolation
-from .login_driver import LoginDriver
-from .proto import build
-from .proto.framing import MessageScanner
-from .proto.messages import parse_data_row
-from .proto.server_login import LOGIN_MAX, LoggedIn, ServerAuth, ServerLogin, server_error
-from .runtime import Runtime
-from .server import open_connection
+from ..config import DatabaseEntry
+from ..errors import PgtarnError, ProtocolViolation
+from ..net.sockets import open_connection
+from ..proto import build
+from ..proto.framing import MessageScanner
+from ..proto.messages import parse_data_row
+from ..proto.server_login import LOGIN_MAX, LoggedIn, ServerAuth, ServerLogin, server_error
+from ..runtime import Runtime
+from .login import LoginDriver
 
 log = logging.getLogger("pgtarn.authquery")
 

@@ -6,9 +6,9 @@ import asyncio
 import ssl
 from collections.abc import Callable
 
-from .errors import PgtarnError
-from .proto.server_login import LoggedIn, Send, ServerLogin
-from .tls import TlsTransport, peer_certificate_hash
+from ..errors import PgtarnError
+from ..net.tls import TlsTransport, peer_certificate_hash
+from ..proto.server_login import LoggedIn, Send, ServerLogin
 
 
 class LoginDriver:
