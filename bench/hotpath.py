@@ -23,7 +23,8 @@ from pgtarn.client.connection import ClientConnection
 from pgtarn.config import parse_config
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
-from pgtarn.server import ServerConnection, server_login_for
+from pgtarn.server.connection import ServerConnection
+from pgtarn.server.launch import server_login_for
 
 INI = """
 [databases]
@@ -117,7 +118,7 @@ def log_in(servers: list[ServerConnection]) -> None:
         + build.ready_for_query(b"I")
     )
     for server in servers:
-        if server._login is not None:
+        if server.login is not None:
             server.data_received(welcome)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.proto.framing import MessageScanner
-from pgtarn.proto.server_side import ServerLogin, server_error
+from pgtarn.proto.server_login import ServerAuth, server_error
 
 _ALL_TYPES = frozenset(range(256))
 _ERROR = 0x45  # 'E'
@@ -36,9 +36,9 @@ async def connect(login: Login, sql: str = "SELECT 1") -> Connection:
     """Log in (SCRAM or whatever the server asks for), run `sql` once, return the open stream."""
     reader, writer = await asyncio.open_connection(login.host, login.port)
     try:
-        state = ServerLogin(login.user, login.password)
+        state = ServerAuth(login.user, login.password)
         params = {"user": login.user, "database": login.dbname, "application_name": "bench"}
-        writer.write(state.startup(params))
+        writer.write(build.startup_message(params))
         scanner = MessageScanner(_ALL_TYPES)
         while True:
             data = await reader.read(65536)

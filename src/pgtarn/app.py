@@ -19,19 +19,20 @@ from .admin import commands
 from .admin.tables import database_totals
 from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
 from .auth.userlist import load_userlist
-from .authquery import SecretLookup
 from .client.connection import ClientConnection
 from .config import SETTINGS, Config, load_config
 from .errors import ConfigError, PgtarnError
 from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging
 from .metrics import serve_metrics
+from .net.tls import client_context, own_certificate_hash, server_context
 from .pool.pool import Pool
 from .pool.stats import Totals, averages, sum_totals
 from .proto.client_side import forget_derived_secrets
 from .runtime import ReloadReport, Runtime
-from .server import ServerConnection, launch_server
-from .tls import client_context, own_certificate_hash, server_context
+from .server.authquery import SecretLookup
+from .server.connection import ServerConnection
+from .server.launch import launch_server
 
 log = logging.getLogger("pgtarn")
 

@@ -10,7 +10,7 @@ import struct
 
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
-from pgtarn.proto.server_side import ServerLogin
+from pgtarn.proto.server_login import ServerAuth
 
 
 class RawClient:
@@ -88,7 +88,7 @@ def error_fields(body: bytes) -> dict[str, str]:
 class AsyncRawClient:
     """A light asyncio client for tests that open thousands of connections.
 
-    Logs in with pgtarn's own client-side login (ServerLogin speaks the frontend side of a
+    Logs in with pgtarn's own client-side login (ServerAuth speaks the frontend side of a
     PostgreSQL login) and runs simple queries, returning rows as text.
     """
 
@@ -102,8 +102,8 @@ class AsyncRawClient:
                       dbname: str) -> AsyncRawClient:
         reader, writer = await asyncio.open_connection(host, port)
         self = cls(reader, writer)
-        login = ServerLogin(user, password)
-        writer.write(login.startup({"user": user, "database": dbname}))
+        login = ServerAuth(user, password)
+        writer.write(build.startup_message({"user": user, "database": dbname}))
         while not login.done:
             msg_type, body = await self.read_message()
             reply = login.feed(msg_type, body)

@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 from pgtarn.errors import PgtarnError
-from pgtarn.proto.server_side import ServerLogin
+from pgtarn.proto import build
+from pgtarn.proto.server_login import ServerAuth
 
 from .drivers import connect
 from .pgstat import wait_for, wait_until
@@ -98,8 +99,8 @@ async def login_error(proc: Any, user: str, password: str) -> str | None:
     """The SQLSTATE of the error that ends a login to the admin console (None: logged in)."""
     reader, writer = await asyncio.open_connection(proc.host, proc.port)
     try:
-        login = ServerLogin(user, password)
-        writer.write(login.startup({"user": user, "database": "pgbouncer"}))
+        login = ServerAuth(user, password)
+        writer.write(build.startup_message({"user": user, "database": "pgbouncer"}))
         while not login.done:
             header = await reader.readexactly(5)
             body = await reader.readexactly(int.from_bytes(header[1:], "big") - 4)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pgtarn.proto import build
-from pgtarn.proto.server_side import ServerLogin
+from pgtarn.proto.server_login import ServerAuth
 
 from .drivers import connect
 from .pgstat import wait_until
@@ -96,7 +96,7 @@ def test_unknown_protocol_versions(pgtarn_factory):  # type: ignore[no-untyped-d
     params = b"user\x00app\x00database\x00app\x00_pq_.future\x00on\x00\x00"
     body = struct.pack("!HH", 3, 7) + params
     raw.send(struct.pack("!I", len(body) + 4) + body)
-    login = ServerLogin("app", "app_pass")
+    login = ServerAuth("app", "app_pass")
     negotiated = None
     while not login.done:
         msg_type, body = raw.read_message()

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from pgtarn.proto import build
-from pgtarn.proto.server_side import ServerLogin
+from pgtarn.proto.server_login import ServerAuth
 
 from .drivers import connect
 from .rawpg import RawClient, error_fields
@@ -40,8 +40,8 @@ def failure(proc: Any, dbname: str, sql: str = "select 1") -> psycopg.Error:
 def login_error(proc: Any, dbname: str) -> dict[str, str]:
     """The ErrorResponse fields that end a raw login to dbname (which must fail)."""
     raw = RawClient(proc.host, proc.port)
-    login = ServerLogin("app", "app_pass")
-    raw.send(login.startup({"user": "app", "database": dbname}))
+    login = ServerAuth("app", "app_pass")
+    raw.send(build.startup_message({"user": "app", "database": dbname}))
     try:
         while True:
             msg_type, body = raw.read_message()

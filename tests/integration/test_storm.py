@@ -19,7 +19,7 @@ import pytest
 
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
-from pgtarn.proto.server_side import ServerLogin
+from pgtarn.proto.server_login import ServerAuth
 
 from .rawpg import error_fields
 
@@ -52,8 +52,8 @@ async def storm_client(proc: Any, all_tried: asyncio.Event,
 
     try:
         reader, writer = await asyncio.open_connection(proc.host, proc.port)
-        login = ServerLogin("app", "app_pass")
-        writer.write(login.startup({"user": "app", "database": "app"}))
+        login = ServerAuth("app", "app_pass")
+        writer.write(build.startup_message({"user": "app", "database": "app"}))
         try:
             while not login.done:
                 reply = login.feed(*await read_message(reader))

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from pgtarn.proto import build
-from pgtarn.proto.server_side import ServerLogin
+from pgtarn.proto.server_login import ServerAuth
 
 from .drivers import connect
 from .pgstat import backend_pids, make_table, rows, superuser_connect, wait_until
@@ -29,8 +29,8 @@ def raw_login(proc: Any, user: str = "app", password: str = "app_pass",
               dbname: str = "app") -> RawClient:
     """A logged-in raw client (up to its first ReadyForQuery)."""
     raw = RawClient(proc.host, proc.port)
-    login = ServerLogin(user, password)
-    raw.send(login.startup({"user": user, "database": dbname}))
+    login = ServerAuth(user, password)
+    raw.send(build.startup_message({"user": user, "database": dbname}))
     while not login.done:
         msg_type, body = raw.read_message()
         reply = login.feed(ord(msg_type), body)

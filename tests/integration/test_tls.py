@@ -13,7 +13,7 @@ import pytest
 
 from pgtarn.auth.scram import ScramClient, certificate_hash
 from pgtarn.proto import build
-from pgtarn.proto.server_side import ServerLogin
+from pgtarn.proto.server_login import ServerAuth
 
 from .certs import Pki
 from .drivers import connect
@@ -168,9 +168,9 @@ def test_direct_tls_with_alpn_logs_in(pgtarn_factory, pki):  # type: ignore[no-u
     with connect(proc, sslmode="require", sslnegotiation="direct") as conn:
         assert tls_in_use(conn) and conn.execute("select 1").fetchone() == (1,)
     raw = direct(proc, pki, ["postgresql"])
-    login = ServerLogin("app", "app_pass")
+    login = ServerAuth("app", "app_pass")
     # the startup packet right behind the handshake: nothing read early is lost
-    raw.send(login.startup({"user": "app", "database": "app"}))
+    raw.send(build.startup_message({"user": "app", "database": "app"}))
     while not login.done:
         reply = login.feed(*(lambda m: (ord(m[0]), m[1]))(raw.read_message()))
         if reply:

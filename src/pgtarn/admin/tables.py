@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import cast
 
 from .. import __version__
+from ..net.tls import describe
 from ..pool.pool import Pool
 from ..pool.stats import Totals, sum_totals
 from ..runtime import Runtime
 from ..states import ClientState
-from ..tls import describe
 from ..views import ClientView, ServerView
 
 TEXT = 25

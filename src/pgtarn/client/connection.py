@@ -30,6 +30,7 @@ from typing import assert_never, cast
 
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
 from ..errors import AuthFailed, PgtarnError
+from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
 from ..proto.client_login import (
     Authenticated,
@@ -43,9 +44,8 @@ from ..proto.client_login import (
     StartupReceived,
     TlsRequested,
 )
-from ..server import ServerConnection
+from ..server.connection import ServerConnection
 from ..states import ClientState
-from ..tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..views import SecretSource
 from .access import Connection, auth_method, os_user_name, peer_address, peer_credentials
 from .relay import ClientRelay

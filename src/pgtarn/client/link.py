@@ -8,7 +8,7 @@ from time import monotonic
 from ..errors import PgtarnError
 from ..pool.stats import BUCKETS
 from ..proto import build
-from ..server import ServerConnection
+from ..server.connection import ServerConnection
 from ..states import ClientState
 from .transport import ClientTransport, PendingParts
 

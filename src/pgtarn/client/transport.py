@@ -12,17 +12,17 @@ from ..admin.console import AdminSession
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
 from ..net.sockets import address, tune
+from ..net.tls import TlsTransport
 from ..pool.pool import Pool
 from ..pool.stats import PoolStats
 from ..proto import build
 from ..proto.client_login import ClientLogin
 from ..proto.framing import MessageScanner
 from ..runtime import Runtime
-from ..server import ServerConnection
+from ..server.connection import ServerConnection
 from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..states import ClientState
-from ..tls import TlsTransport
 from ..views import SecretSource
 
 log = logging.getLogger("pgtarn.client")

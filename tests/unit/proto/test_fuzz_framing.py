@@ -36,7 +36,7 @@ from .fuzzing import (
 
 class Holdback:
     """A caller that forwards what a scanner lets go: released + chunk[:len - held], with
-    watched messages that began in an earlier chunk rebuilt from their body (as server.py).
+    watched messages that began in an earlier chunk rebuilt from their body (as server/relay.py).
 
     Only a scanner that gives every watched message's body can be used so; with counted
     types, `out` is not kept.

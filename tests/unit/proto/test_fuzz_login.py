@@ -31,11 +31,11 @@ from pgtarn.proto.framing import MessageScanner, split_messages
 from pgtarn.proto.messages import (
     parse_sasl_initial_response,
 )
-from pgtarn.proto.server_side import ServerLogin
+from pgtarn.proto.server_login import ServerAuth
 
 from .fuzzing import FEW, FUZZ, Message, chunked, cuts, message_types, names
 
-# --- ServerLogin against a scripted PostgreSQL ---------------------------------------------
+# --- ServerAuth against a scripted PostgreSQL ----------------------------------------------
 
 ITERATIONS = 2  # the scripted server's SCRAM iteration count: fast
 OK_TAIL: list[Message] = [
@@ -66,13 +66,13 @@ class FakePostgres:
         self.server_final = b""  # the genuine SCRAM server-final, once made
         self.sasl_messages = 0
 
-    def login(self) -> ServerLogin:
+    def login(self) -> ServerAuth:
         if self.method == "passthrough":
             # the keys a client's SCRAM login hands over: ClientKey and the stored ServerKey
             salted = scram._salted_password(self.password, b"salty", ITERATIONS)
             client_key = scram._hmac(salted, b"Client Key")
-            return ServerLogin(self.user, None, (client_key, self.verifier.server_key))
-        return ServerLogin(self.user, self.password)
+            return ServerAuth(self.user, None, (client_key, self.verifier.server_key))
+        return ServerAuth(self.user, self.password)
 
     def opening(self) -> list[Message]:
         if self.method == "trust":
@@ -176,7 +176,7 @@ def signs_correctly(fake: FakePostgres, msg: Message) -> bool:
 
 
 def run_login(fake: FakePostgres, at: int, change: Mutation
-              ) -> tuple[ServerLogin, list[Message], PgtarnError | None]:
+              ) -> tuple[ServerAuth, list[Message], PgtarnError | None]:
     """Play the script, changing its message number `at`; the messages fed and any error."""
     login = fake.login()
     queue = fake.opening()
@@ -371,7 +371,7 @@ def test_server_first_is_checked_before_any_key_derivation(
 
 
 def test_a_malicious_iteration_count_is_refused_without_computing_it() -> None:
-    login = ServerLogin("u", "pw")
+    login = ServerAuth("u", "pw")
     (_, first), = split_messages(login.feed(*auth(10, b"SCRAM-SHA-256\x00\x00")))
     client_nonce = parse_sasl_initial_response(first)[1].split(b"r=")[1].decode()
     started = time.monotonic()
@@ -456,7 +456,7 @@ def test_server_login_only_raises_pgtarn_errors_on_random_messages(
         assert not login.done
 
 
-# --- pgtarn logging in to pgtarn: ServerLogin against ClientAuth, over chunked streams ------
+# --- pgtarn logging in to pgtarn: ServerAuth against ClientAuth, over chunked streams -------
 
 
 def deliver(stream: bytes, points: list[int]) -> list[Message]:
@@ -484,7 +484,7 @@ def test_server_login_and_client_auth_agree_over_any_chunking(
     secret = {"plain": password, "md5": md5_secret(password, user),
               "scram": make_verifier(password, iterations=ITERATIONS).to_string()}[secret_kind]
     client_auth = ClientAuth(auth_type, user, secret, scram_iterations=ITERATIONS)
-    login = ServerLogin(user, password)
+    login = ServerAuth(user, password)
     to_pgtarn = client_auth.start()
     for _ in range(5):
         if client_auth.done:
@@ -498,7 +498,7 @@ def test_server_login_and_client_auth_agree_over_any_chunking(
         assert login.feed(t, b) == b""
     assert login.done and login.params == {"a": "b"} and login.backend_key == (1, 2)
     if client_auth.scram_keys is not None:  # passthrough: the keys log in again by themselves
-        again = ServerLogin(user, None, client_auth.scram_keys)
+        again = ServerAuth(user, None, client_auth.scram_keys)
         other = ClientAuth("scram-sha-256", user, secret, scram_iterations=ITERATIONS)
         to_pgtarn = other.start()
         while not other.done:
@@ -572,12 +572,12 @@ def test_regression_ready_for_query_cannot_skip_authentication() -> None:
     with pytest.raises(ProtocolViolation, match="before AuthenticationOk"):
         login.feed(ord("Z"), b"I")
     assert not login.done
-    login = ServerLogin("u", "pw")
+    login = ServerAuth("u", "pw")
     login.feed(ord("S"), b"server_version\x0016.0\x00")
     with pytest.raises(ProtocolViolation, match="before AuthenticationOk"):
         login.feed(ord("Z"), b"I")
     # an exchange started after an AuthenticationOk must be finished too
-    login = ServerLogin("u", "pw")
+    login = ServerAuth("u", "pw")
     login.feed(*auth(0))
     login.feed(*auth(10, b"SCRAM-SHA-256\x00\x00"))
     with pytest.raises(ProtocolViolation):

@@ -16,10 +16,9 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from .auth.scram import certificate_hash
-from .config import Config
-from .errors import ConfigError, ProtocolViolation, TlsFailed
-from .proto import build
+from ..auth.scram import certificate_hash
+from ..config import Config
+from ..errors import ConfigError
 
 #: Plaintext handed up per read: one TLS record is at most 16 KiB.
 READ_SIZE = 65536
@@ -374,52 +373,6 @@ class TlsTransport(asyncio.Transport):
     @property
     def ssl_object(self) -> ssl.SSLObject:
         return self._ssl
-
-
-#: An SSLRequest sent to PostgreSQL: the context and server_tls_sslmode it went under (a RELOAD
-#: may change both before the answer comes).
-TlsAsked = tuple[ssl.SSLContext, str]
-
-
-def ask_for_tls(transport: asyncio.Transport, context: ssl.SSLContext | None,
-                mode: str) -> TlsAsked | None:
-    """Towards PostgreSQL: send SSLRequest when TLS is on and the connection is TCP (a unix
-    socket is local already, as libpq has it); None when nothing was sent."""
-    if context is None or not isinstance(transport.get_extra_info("peername"), tuple):
-        return None
-    transport.write(build.SSL_REQUEST)
-    return context, mode
-
-
-def answer_to_tls(asked: TlsAsked, data: bytes, transport: asyncio.Transport,
-                  app: asyncio.Protocol, host: str | None, on_ready: Callable[[], None],
-                  on_failed: Callable[[Exception], None]) -> TlsTransport | None:
-    """PostgreSQL's answer to our SSLRequest: the TlsTransport to use from now on (not yet
-    started: start it once it is the protocol's transport), or None to go on in plaintext
-    (data[1:] is then the first of the plaintext reply)."""
-    context, mode = asked
-    if not tls_accepted(data, mode):
-        return None
-    return TlsTransport(transport, context, app, server_side=False,
-                        server_hostname=host or None, on_ready=on_ready, on_failed=on_failed)
-
-
-def tls_accepted(data: bytes, mode: str) -> bool:
-    """PostgreSQL's answer to our SSLRequest: True for TLS, False to go on in plaintext
-    (server_tls_sslmode allow and prefer, which are alike, as in PgBouncer); anything else
-    raises."""
-    answer = data[:1]
-    if answer == b"S":
-        if len(data) > 1:
-            # Bytes before the handshake would be read as if they were encrypted: a man in
-            # the middle's injection (CVE-2021-23222 in libpq).
-            raise ProtocolViolation("server sent unencrypted data after accepting TLS")
-        return True
-    if answer == b"N":
-        if mode not in ("allow", "prefer"):
-            raise TlsFailed(f"server does not support TLS, but server_tls_sslmode = {mode}")
-        return False
-    raise ProtocolViolation(f"invalid answer to SSLRequest: {answer!r}")
 
 
 def peer_certificate_hash(transport: TlsTransport) -> bytes:

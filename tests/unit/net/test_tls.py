@@ -1,4 +1,4 @@
-"""tls: contexts from the settings (protocols, ciphers, files) and SSLRequest answers."""
+"""tls: contexts from the settings (protocols, ciphers, files)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import ssl
 import pytest
 
 from pgtarn.config import Config
-from pgtarn.errors import ConfigError, ProtocolViolation, TlsFailed
-from pgtarn.tls import client_context, server_context, tls_accepted
+from pgtarn.errors import ConfigError
+from pgtarn.net.tls import client_context, server_context
 
 
 def config(**settings: object) -> Config:
@@ -54,13 +54,3 @@ def test_server_modes() -> None:
         assert context is not None
         assert (context.verify_mode, context.check_hostname) == (verify, hostname), mode
 
-
-def test_answers_to_ssl_request() -> None:
-    assert tls_accepted(b"S", "require") is True
-    assert tls_accepted(b"N", "prefer") is False
-    with pytest.raises(TlsFailed, match="does not support TLS"):
-        tls_accepted(b"N", "require")
-    with pytest.raises(ProtocolViolation, match="unencrypted data after accepting TLS"):
-        tls_accepted(b"S\x00", "prefer")
-    with pytest.raises(ProtocolViolation, match="invalid answer"):
-        tls_accepted(b"E", "prefer")

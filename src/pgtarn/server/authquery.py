@@ -17,15 +17,15 @@ import time
 from collections import OrderedDict
 from typing import cast
 
-from .config import DatabaseEntry
-from .errors import PgtarnError, ProtocolViolation
-from .proto import build
-from .proto.framing import MessageScanner
-from .proto.messages import parse_data_row
-from .proto.server_side import ServerLogin, server_error
-from .runtime import Runtime
-from .server import open_connection
-from .tls import TlsAsked, TlsTransport, answer_to_tls, ask_for_tls, peer_certificate_hash
+from ..config import DatabaseEntry
+from ..errors import PgtarnError, ProtocolViolation
+from ..net.sockets import open_connection
+from ..proto import build
+from ..proto.framing import MessageScanner
+from ..proto.messages import parse_data_row
+from ..proto.server_login import LOGIN_MAX, LoggedIn, ServerAuth, ServerLogin, server_error
+from ..runtime import Runtime
+from .login import LoginDriver
 
 log = logging.getLogger("pgtarn.authquery")
 
@@ -166,11 +166,15 @@ class _LookupConnection(asyncio.Protocol):
         password = runtime.userlist.get(lookup.auth_user)
         if password is not None and password.startswith("SCRAM-SHA-256$"):
             password = None  # a verifier cannot log in by itself: the login says so clearly
-        self.login: ServerLogin | None = ServerLogin(
-            lookup.auth_user, password, channel_binding=runtime.config.server_channel_binding)
+        auth = ServerAuth(lookup.auth_user, password,
+                          channel_binding=runtime.config.server_channel_binding)
+        #: The login in progress; None once logged in, or given up on.
+        self.login: LoginDriver | None = LoginDriver(
+            ServerLogin(auth, lookup.db.dbname, STARTUP, LOGIN_MAX), self, lookup.db.host,
+            switched=self._switch_transport, logged_in=self._logged_in,
+            failed=self._failed, tls_failed=self._tls_failed)
+        #: The replies to the lookups, after the login.
         self.scanner = MessageScanner(_ALL_TYPES, _MAX_MESSAGE)
-        #: Waiting for the answer to our SSLRequest (see tls.ask_for_tls).
-        self.tls_answer: TlsAsked | None = None
         self.ready = False
         self.secret: str | None = None
         self.error: PgtarnError | None = None
@@ -190,52 +194,42 @@ class _LookupConnection(asyncio.Protocol):
             transport.close()
             return
         runtime = self.lookup.runtime
-        self.tls_answer = ask_for_tls(self.transport, runtime.server_tls,
-                                      runtime.config.server_tls_sslmode)
-        if self.tls_answer is None:
-            self._send_startup()
+        assert self.login is not None  # not closed: still logging in
+        self.login.start(self.transport, runtime.server_tls, runtime.config.server_tls_sslmode)
 
-    def _send_startup(self) -> None:
-        assert self.login is not None and self.transport is not None
-        self.transport.write(self.login.startup(
-            {"user": self.lookup.auth_user, "database": self.lookup.db.dbname, **STARTUP}))
+    # --- the login's reports ----------------------------------------------------------------
 
-    def _tls_ready(self) -> None:
-        assert self.login is not None and isinstance(self.transport, TlsTransport)
-        self.login.tls_binding = peer_certificate_hash(self.transport)
-        self._send_startup()
+    def _switch_transport(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+
+    def _logged_in(self, result: LoggedIn) -> None:
+        self.login = None
+        self.ready = True
+        self.lookup.connected()
+        if result.leftover:
+            self.data_received(result.leftover)
+
+    def _tls_failed(self, exc: Exception) -> None:
+        self._fail(_lookup_failed(f"TLS: {exc}"))
+
+    # --- the lookups ------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        if self.login is not None:
+            self.login.data_received(data)
+            return
         try:
-            if self.tls_answer is not None:
-                asked, self.tls_answer = self.tls_answer, None
-                assert self.transport is not None
-                tls = answer_to_tls(
-                    asked, data, self.transport, self, self.lookup.db.host, self._tls_ready,
-                    lambda exc: self._fail(_lookup_failed(f"TLS: {exc}")))
-                if tls is not None:
-                    self.transport = tls
-                    tls.start()
-                    return
-                self._send_startup()
-                data = data[1:]
             for msg_type, body, _end in self.scanner.feed(data):
                 self._message(msg_type, body)
         except PgtarnError as error:
-            self._fail(error if error.sqlstate.startswith("08") else _lookup_failed(
-                error.message))
+            self._failed(error)
+
+    def _failed(self, error: PgtarnError) -> None:
+        """The login or a lookup broke: connection errors as they are, others as lookup
+        failures."""
+        self._fail(error if error.sqlstate.startswith("08") else _lookup_failed(error.message))
 
     def _message(self, msg_type: int, body: bytes) -> None:
-        login = self.login
-        if login is not None:
-            reply = login.feed(msg_type, body)
-            if reply and self.transport is not None:
-                self.transport.write(reply)
-            if login.done:
-                self.login = None
-                self.ready = True
-                self.lookup.connected()
-            return
         if msg_type == 0x44:  # DataRow: the first row's second column is the secret
             row = parse_data_row(body)
             if len(row) < 2:

@@ -1,13 +1,22 @@
-"""Server stream state: logging in to PostgreSQL and what its messages mean for reuse."""
+"""Logging in to PostgreSQL, sans-IO: SSLRequest, StartupMessage, authentication, ReadyForQuery.
+
+ServerLogin is the whole conversation up to the first ReadyForQuery: raw bytes in, events
+out (StartTls, Send, LoggedIn), PgtarnError raised when the login cannot go on. ServerAuth
+is its authentication part, one message at a time, for callers that frame messages
+themselves (test and benchmark clients).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from ..auth.md5 import is_md5_secret, md5_response
 from ..auth.scram import MECHANISM_PLUS, ScramClient, choose_mechanism, parse_sasl_mechanisms
-from ..errors import PgtarnError, ProtocolViolation
+from ..errors import PgtarnError, ProtocolViolation, TlsFailed
 from . import build
+from .framing import MessageScanner
 from .messages import (
     parse_authentication,
     parse_backend_key_data,
@@ -22,6 +31,12 @@ AUTH_SASL = 10
 AUTH_SASL_CONTINUE = 11
 AUTH_SASL_FINAL = 12
 
+#: No message of a server's login is anywhere near this big: a larger length is garbage, and
+#: is refused at once instead of waiting (until server_connect_timeout) for that many bytes.
+LOGIN_MAX = 1 << 20
+
+_ALL_TYPES = frozenset(range(256))
+
 
 def server_error(body: bytes, context: str) -> PgtarnError:
     """A PgtarnError carrying the SQLSTATE and message of a server's ErrorResponse."""
@@ -33,8 +48,8 @@ def server_error(body: bytes, context: str) -> PgtarnError:
     return PgtarnError(f"{context}: {text}", sqlstate=sqlstate, severity="FATAL")
 
 
-class ServerLogin:
-    """Drives one login to PostgreSQL: feed it server messages, send what it returns.
+class ServerAuth:
+    """Authenticates pgtarn to PostgreSQL: feed it the server's messages, send what it returns.
 
     Credentials are a plaintext password, an md5 secret (``md5...``), or SCRAM passthrough keys
     (the ClientKey recovered from a client's proof and the ServerKey of the stored verifier).
@@ -66,9 +81,6 @@ class ServerLogin:
         #: ReadyForQuery end the login, or a server could skip authentication (and SCRAM's
         #: proof that it knows the secret) by sending ReadyForQuery straight away.
         self._authenticated = False
-
-    def startup(self, params: Mapping[str, str]) -> bytes:
-        return build.startup_message(params)
 
     def feed(self, msg_type: int, body: bytes) -> bytes:
         """Handle one server message; return bytes to send (possibly empty)."""
@@ -164,3 +176,126 @@ class ServerLogin:
             sqlstate="28P01",
             severity="FATAL",
         )
+
+
+@dataclass(frozen=True, slots=True)
+class StartTls:
+    """PostgreSQL accepted the SSLRequest: run the TLS handshake, then call tls_started."""
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Bytes to send to PostgreSQL."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedIn:
+    """The login is done (ReadyForQuery after AuthenticationOk)."""
+
+    params: dict[str, str]
+    backend_key: tuple[int, int]
+    #: What came in the same chunk after that ReadyForQuery: the start of the relay's stream.
+    leftover: bytes
+
+
+LoginEvent = StartTls | Send | LoggedIn
+
+_START_TLS = StartTls()
+
+# ServerLogin's steps.
+_NEW, _TLS_ANSWER, _HANDSHAKE, _AUTH, _DONE = range(5)
+
+
+class ServerLogin:
+    """One login to PostgreSQL, from the first byte sent to the first ReadyForQuery.
+
+    start() gives the first bytes to send: an SSLRequest when TLS is wanted, else the
+    StartupMessage. feed() takes every chunk received and returns what to do: StartTls (then
+    tls_started() gives the StartupMessage, once the handshake is done), Send, and at last
+    LoggedIn, with the bytes that followed the final ReadyForQuery.
+    """
+
+    __slots__ = ("auth", "scanner", "sslmode", "startup_params", "step")
+
+    def __init__(self, auth: ServerAuth, database: str,
+                 params: Mapping[str, str] = MappingProxyType({}),
+                 max_message: int = LOGIN_MAX) -> None:
+        """params: startup parameters besides user and database; max_message: the longest
+        message accepted during the login."""
+        self.auth = auth
+        self.startup_params = {"user": auth.user, "database": database, **params}
+        self.scanner = MessageScanner(_ALL_TYPES, max_message)
+        #: server_tls_sslmode the SSLRequest was sent under (a RELOAD may change the setting
+        #: before the answer comes).
+        self.sslmode = ""
+        self.step = _NEW
+
+    def start(self, sslmode: str | None = None) -> bytes:
+        """The first bytes to send: an SSLRequest, whose answer is judged under sslmode
+        (server_tls_sslmode), or with None (no TLS) the StartupMessage."""
+        assert self.step == _NEW, "start() once, first"
+        if sslmode is None:
+            self.step = _AUTH
+            return build.startup_message(self.startup_params)
+        self.sslmode = sslmode
+        self.step = _TLS_ANSWER
+        return build.SSL_REQUEST
+
+    def tls_started(self, binding: bytes) -> bytes:
+        """The TLS handshake is done: the StartupMessage to send over it. binding: the
+        channel-binding data of the server's certificate (b"" when it has none usable)."""
+        assert self.step == _HANDSHAKE, "tls_started() after StartTls only"
+        self.auth.tls_binding = binding
+        self.step = _AUTH
+        return build.startup_message(self.startup_params)
+
+    def feed(self, data: bytes) -> list[LoginEvent]:
+        """Bytes received from PostgreSQL: what to do about them (raises PgtarnError when
+        the login fails)."""
+        if self.step == _AUTH:
+            return self._messages(data)
+        if self.step == _TLS_ANSWER:
+            if tls_accepted(data, self.sslmode):
+                self.step = _HANDSHAKE
+                return [_START_TLS]
+            self.step = _AUTH
+            events: list[LoginEvent] = [Send(build.startup_message(self.startup_params))]
+            if len(data) > 1:
+                events += self._messages(data[1:])
+            return events
+        if self.step == _HANDSHAKE:
+            raise ProtocolViolation("server sent data during the TLS handshake")
+        raise AssertionError("feed() before start() or after LoggedIn")
+
+    def _messages(self, data: bytes) -> list[LoginEvent]:
+        auth = self.auth
+        events: list[LoginEvent] = []
+        for msg_type, body, end in self.scanner.feed(data):
+            reply = auth.feed(msg_type, body)
+            if reply:
+                events.append(Send(reply))
+            if auth.done:
+                self.step = _DONE
+                events.append(LoggedIn(auth.params, auth.backend_key, data[end:]))
+                break
+        return events
+
+
+def tls_accepted(data: bytes, mode: str) -> bool:
+    """PostgreSQL's answer to our SSLRequest: True for TLS, False to go on in plaintext
+    (server_tls_sslmode allow and prefer, which are alike, as in PgBouncer); anything else
+    raises."""
+    answer = data[:1]
+    if answer == b"S":
+        if len(data) > 1:
+            # Bytes before the handshake would be read as if they were encrypted: a man in
+            # the middle's injection (CVE-2021-23222 in libpq).
+            raise ProtocolViolation("server sent unencrypted data after accepting TLS")
+        return True
+    if answer == b"N":
+        if mode not in ("allow", "prefer"):
+            raise TlsFailed(f"server does not support TLS, but server_tls_sslmode = {mode}")
+        return False
+    raise ProtocolViolation(f"invalid answer to SSLRequest: {answer!r}")

@@ -1,0 +1,270 @@
+"""ServerConnection: a connection to PostgreSQL, from connect through login and loans to close.
+
+Theory of operation. A pool launches a server (launch.py), which connects and logs in
+(login.py's LoginDriver runs the sans-IO ServerLogin on the transport, TLS included), then
+goes to its pool's idle servers. The pool lends it to a client (link: the client's tracked
+parameters that differ here are SET ahead of the client's bytes, their replies swallowed);
+every chunk PostgreSQL sends is relayed to the linked client (relay.py), and at each
+ReadyForQuery the client may end the link. A client that leaves hands the server back
+through release_from: mid-query the server closes; otherwise a Sync, then ROLLBACK and the
+reset query as needed, and the server is released to its pool. An idle server runs
+server_check_query before it is lent again (start_check).
+
+The class is assembled from ServerTransport (transport.py: fields and asyncio glue) and
+ServerRelay (relay.py: the relay of replies), one job per file; this file adds the
+lifecycle (connect, login reports, close) and the commands of the client side and the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Self, cast
+
+from ..config import DatabaseEntry
+from ..errors import PgtarnError, ProtocolViolation, TlsFailed
+from ..net.sockets import address, send_cancel_request, tune
+from ..pool.pool import Pool
+from ..proto import build
+from ..proto.framing import MessageScanner
+from ..proto.server_login import LoggedIn, ServerLogin
+from ..runtime import Runtime
+from ..session.prepared import FORGETS_ALL, ServerStatements
+from .login import LoginDriver
+from .relay import PREPARED_RELAY_TYPES, ServerRelay
+from .transport import LinkedClient, log
+
+# Login failures that may pass by themselves: the pool retries while clients wait.
+TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
+
+
+def is_transient(error: PgtarnError) -> bool:
+    """A login failure that may pass; a server breaking the protocol will not, so waiting
+    clients get its error at once instead of after server_connect_timeout."""
+    if isinstance(error, (ProtocolViolation, TlsFailed)):
+        return False
+    return error.sqlstate.startswith("08") or error.sqlstate in TRANSIENT_SQLSTATES
+
+
+class ServerConnection(ServerRelay):
+    """One connection to PostgreSQL, lent to clients by its pool."""
+
+    __slots__ = ()
+
+    def __init__(self, runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
+                 login: ServerLogin) -> None:
+        super().__init__(runtime, pool, db)
+        self.login = LoginDriver(
+            login, self, db.host, switched=self._switch_transport, logged_in=self._logged_in,
+            failed=self._login_refused, tls_failed=self._tls_failed)
+
+    # --- connection lifecycle -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.closed:  # given up on (server_connect_timeout) while connecting
+            transport.close()
+            return
+        self.transport = cast(asyncio.Transport, transport)
+        tune(transport, self.runtime.config.tcp_keepalive)
+        self.peer = address(transport.get_extra_info("peername"))
+        local = transport.get_extra_info("sockname")
+        self.local_addr = address(local) if isinstance(local, tuple) else "unix"
+        assert self.login is not None  # not closed: still logging in
+        self.login.start(self.transport, self.runtime.server_tls,
+                         self.runtime.config.server_tls_sslmode)
+
+    # --- the login's reports ----------------------------------------------------------------
+
+    def _switch_transport(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+
+    def _logged_in(self, result: LoggedIn) -> None:
+        self.login = None
+        self.params = result.params
+        self.backend_key = result.backend_key
+        config = self.runtime.config
+        if self.pool.pool_mode == "transaction" and config.max_prepared_statements > 0:
+            self.statements = ServerStatements(config.max_prepared_statements,
+                                               self.pool.prepared_counters)
+            self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
+        if result.leftover:  # sent unasked right behind the login: no client's yet
+            self.data_received(result.leftover)
+            if self.closed:
+                return
+        if config.log_connections:
+            log.info("%r: new server connection", self)
+        self.pool.server_ready(self, self.params)
+
+    def _login_refused(self, error: PgtarnError) -> None:
+        self.login = None
+        self.close(error.message)
+        self._login_failed(error)
+
+    def _tls_failed(self, exc: Exception) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        error = TlsFailed(f"could not connect to server: TLS: {exc}", severity="FATAL")
+        if self.runtime.config.log_disconnections:
+            log.info("%r: closing: %s", self, error.message)
+        if self.login is not None:
+            self.login = None
+            self._login_failed(error)
+
+    def connection_failed(self, exc: BaseException) -> None:
+        """The TCP/unix connect itself failed."""
+        if self.closed:
+            return
+        self.closed = True
+        error = PgtarnError(
+            f"could not connect to server: {exc}", sqlstate="08006", severity="FATAL"
+        )
+        self.login = None
+        self._login_failed(error)
+
+    def _login_failed(self, error: PgtarnError) -> None:
+        if self.runtime.config.log_pooler_errors:
+            log.warning("%r: %s", self, error.message)
+        self.pool.server_login_failed(self, error, retry=is_transient(error))
+
+    def connection_lost(self: Self, exc: Exception | None) -> None:
+        was_closed = self.closed
+        self.closed = True
+        if self.login is not None:
+            self.login = None
+            self._login_failed(PgtarnError(
+                "server closed the connection during login", sqlstate="08006", severity="FATAL"
+            ))
+            return
+        client = self.client
+        if client is not None:
+            self.client = None
+            client.server_lost(self)
+        if not was_closed and self.runtime.config.log_disconnections:
+            log.info("%r: server connection lost", self)
+        self.pool.server_closed(self)
+
+    def close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.runtime.config.log_disconnections:
+            log.info("%r: closing: %s", self, reason)
+        if self.login is not None:
+            self.login = None
+            self._login_failed(PgtarnError(
+                f"could not log in to server: {reason}", sqlstate="08006", severity="FATAL"
+            ))
+        if self.transport is not None:
+            if not self.transport.is_closing():
+                self.transport.write(build.TERMINATE)
+            self.transport.close()
+
+    # --- bytes from PostgreSQL ----------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            if self.login is not None:
+                self.login.data_received(data)
+            elif self.statements is None:
+                self._relay(data)
+            else:
+                self._relay_prepared(data)
+        except PgtarnError as error:
+            log.warning("%r: %s", self, error.message)
+            self._relay_whole_messages_before(data)
+            self.close(error.message)
+
+    # --- commands from the client side and the pool --------------------------------------------
+
+
+    def link(self, client: LinkedClient[ServerConnection], params: dict[str, str]) -> None:
+        """Lent to client: SET its tracked parameters that differ here, ahead of its bytes
+        (their replies are swallowed, so no round trip is added)."""
+        self.client = client
+        if params.items() <= self.params.items():
+            return
+        differing = [(name, value) for name, value in params.items()
+                     if self.params.get(name) != value]
+        for name, value in differing:
+            self.params[name] = value
+        self.run_internal(["; ".join(
+            f"SET {build.quote_ident(name)} TO {build.quote_literal(value)}"
+            for name, value in differing)], None)
+
+    def release_from(self, client: LinkedClient[ServerConnection], mid_query: bool,
+                     reset_query: str | None) -> None:
+        """client left while linked: close mid-query; otherwise clean up, then release."""
+        if self.client is not client:
+            return
+        self.client = None
+        self.resume_reading()
+        if mid_query:
+            self.close("client disconnected while a query was running")
+            return
+        self.pool.begin_reset(self)
+        # A Sync first: it ends any extended-protocol batch the client left without one,
+        # and the ReadyForQuery it returns gives the true transaction status.
+        self.swallow += 1
+        if self.statements is not None:
+            self.statements.sync_sent()
+            self.swallow_syncs += 1
+        self.on_clean = lambda: self.reset_and_release(reset_query)
+        self.write(build.SYNC)
+
+    def run_internal(self, sql_statements: list[str], on_clean: Callable[[], None] | None) -> None:
+        """Send queries whose replies are swallowed; call on_clean after the last one."""
+        self.swallow += len(sql_statements)
+        self.on_clean = on_clean
+        self.write(b"".join(build.query(sql) for sql in sql_statements))
+
+    def reset_and_release(self, reset_query: str | None) -> None:
+        """Unlinked from its client: roll back / reset as needed, then go back to the pool."""
+        self.client = None
+        self.last_used = time.monotonic()
+        if self.closed:
+            return
+        if self.status == b"I" and not reset_query:  # the common case: nothing to do
+            self.pool.release(self)
+            return
+        statements = []
+        if self.status != b"I":
+            statements.append("ROLLBACK")
+        if reset_query:
+            statements.append(reset_query)
+            if self.statements is not None and FORGETS_ALL.search(reset_query.encode()):
+                self.statements.clear()
+        self.pool.begin_reset(self)
+        self.run_internal(statements, self._after_reset)
+
+    def _after_reset(self) -> None:
+        if self.status != b"I":
+            self.close("reset left the server in a transaction")
+            return
+        self.pool.release(self)
+
+    def start_check(self) -> None:
+        """Idle too long: run server_check_query before reuse (a dead server closes)."""
+        query = self.runtime.config.server_check_query
+        self.last_used = time.monotonic()  # from now on: how long the check takes
+        self.run_internal(["" if query == "<empty>" else query], self._after_check)
+
+    def _after_check(self) -> None:
+        self.last_used = time.monotonic()
+        self._after_reset()
+
+    def send_cancel(self, client: object) -> None:
+        """Send a CancelRequest for this server's backend over a new connection.
+
+        It is sent only if this server still runs client's work once the new connection is
+        up, so a cancel never reaches a query of the client that got the server next.
+        """
+        pid, key = self.backend_key
+
+        def still_linked() -> bool:
+            return self.client is client and not self.closed
+
+        self.runtime.spawn(
+            send_cancel_request(self.db, pid, key, self.runtime.config, still_linked)
+        )

@@ -1,0 +1,231 @@
+"""The relay of PostgreSQL's replies to the linked client, with or without prepared statements.
+
+While linked, only ReadyForQuery, ParameterStatus and ErrorResponse are looked at (and, with
+prepared statements, ParseComplete, BindComplete and CloseComplete); every chunk goes to the
+client as it came, unless a message of it must be dropped or replaced. Replies to pgtarn's
+own queries (SET of tracked parameters, resets, checks, hidden Parse) are swallowed.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from ..proto import build
+from ..proto.framing import MessageScanner
+from ..proto.messages import parse_fields, parse_parameter_status
+from ..session.prepared import (
+    AS_PARSE_COMPLETE,
+    ERROR_HIDE,
+    ERROR_REPLACE,
+    FORWARD,
+    PARSE_COMPLETE,
+    READY_FORWARD,
+    READY_RETRY,
+    READY_UNHIDE,
+    ServerStatements,
+)
+from .transport import RELAY_TYPES, ServerTransport, log
+
+# With prepared statements: also ParseComplete, BindComplete and CloseComplete.
+PREPARED_RELAY_TYPES = frozenset(b"ZSE123")
+RFQ_LEN = 6
+
+
+class ServerRelay(ServerTransport):
+    """Relaying a logged-in server's replies: the base of ServerConnection's commands."""
+
+    __slots__ = ()
+
+    def _relay_whole_messages_before(self, data: bytes) -> None:
+        """The scanner refused a length in data: pass on what came before it, so the client
+        stands at a message boundary and can be told why it loses its server."""
+        client = self.client
+        at = self.scanner.error_at
+        if client is not None and self.statements is None and at >= 0:
+            client.write(data[:at])
+            self.scanner = MessageScanner(RELAY_TYPES)  # at a boundary again
+
+    def _relay(self: Self, data: bytes) -> None:
+        events = self.scanner.feed(data)
+        start = 0
+        for msg_type, body, end in events:
+            if self.swallow:
+                if self._swallowed(msg_type, body):
+                    start = end
+                continue
+            if msg_type == 0x5A:
+                self.status = body
+                client = self.client
+                if client is None:
+                    start = end
+                    continue
+                replacement = client.ready_for_query(self, body)
+                if replacement is None:
+                    client.write(data[start:end] if start or end != len(data) else data)
+                else:
+                    client.write(data[start : end - RFQ_LEN] + replacement)
+                start = end
+            elif msg_type == 0x53:
+                self._parameter_status(body)
+            elif msg_type == 0x45:
+                self._relayed_error(body)
+        if start < len(data) and not self.swallow and self.client is not None:
+            self.client.write(data[start:] if start else data)
+
+    def _relay_prepared(self: Self, data: bytes) -> None:
+        """_relay, plus the bookkeeping of prepared statements: ParseComplete, BindComplete and
+        CloseComplete answered or dropped, errors held back for a retry or replaced, batches
+        of pgtarn's own swallowed.
+
+        Messages the scanner watches are held back until complete, so that one can be dropped
+        or replaced; one that began in an earlier chunk is rebuilt from its body.
+        """
+        scanner = self.scanner
+        statements = self.statements
+        assert statements is not None
+        events = scanner.feed(data)
+        if (len(events) == 1 and not self.swallow and not scanner.held and not scanner.released
+                and events[0][0] == 0x5A and events[0][2] == len(data) >= RFQ_LEN):
+            # The common case: a whole reply ending with ReadyForQuery, nothing to rewrite.
+            body = events[0][1]
+            self.status = body
+            client = self.client
+            code = statements.ready(body, None if client is None else client.statements)
+            if code == READY_FORWARD and client is not None and not statements.expected:
+                replacement = client.ready_for_query(self, body)
+                client.write(data if replacement is None else data[:-RFQ_LEN] + replacement)
+                return
+            reply = data[:-RFQ_LEN] + self._after_ready(code, data[-RFQ_LEN:], body)
+            if reply and client is not None:
+                client.write(reply)
+            return
+        out = bytearray(scanner.released if not self.swallow else b"")
+        start = 0
+        for msg_type, body, end in events:
+            msg_start = end - 5 - len(body)
+            piece = None
+            if msg_start < 0:  # began in held-back bytes: rebuild it
+                piece = build.message(bytes((msg_type,)), body)
+                msg_start = start = end
+            if self.swallow:
+                if msg_type in (0x31, 0x32, 0x33):
+                    statements.reply(msg_type)
+                    continue
+                if self.swallow_syncs:  # a batch the statements track: hidden, or our Sync
+                    if msg_type == 0x5A:
+                        self.swallow_syncs -= 1
+                        statements.ready(body, None)
+                    elif msg_type == 0x45:
+                        statements.error(body, self.runtime.statement_cache)
+                if self._swallowed(msg_type, body):
+                    start = end
+                    self.start_hidden()
+                continue
+            if msg_type in (0x31, 0x32, 0x33):
+                action = statements.reply(msg_type)
+                if action == FORWARD and piece is None:
+                    continue
+                out += data[start:msg_start]
+                start = end
+                if action == FORWARD:
+                    out += piece or b""
+                elif action == AS_PARSE_COMPLETE:
+                    out += PARSE_COMPLETE
+                continue
+            out += data[start:msg_start]
+            start = end
+            message = piece if piece is not None else data[msg_start:end]
+            if msg_type == 0x5A:
+                client = self.client  # the link may end here
+                code = statements.ready(body, None if client is None else client.statements)
+                out += self._after_ready(code, message, body)
+                if client is not None and out:
+                    client.write(bytes(out))
+                out.clear()
+                continue
+            if msg_type == 0x45:
+                action = statements.error(body, self.runtime.statement_cache)
+                if action == ERROR_HIDE:
+                    continue
+                if action == ERROR_REPLACE:
+                    message = build.message(b"E", statements.replacement)
+                else:
+                    self._relayed_error(body)
+            elif msg_type == 0x53:
+                self._parameter_status(body)
+            out += message
+        if self.swallow or self.client is None:
+            return
+        out += data[start : len(data) - scanner.held]
+        if out:
+            self.client.write(bytes(out))
+
+    def _after_ready(self: Self, code: int, message: bytes, body: bytes) -> bytes:
+        """A ReadyForQuery of a prepared-statement server: what the client gets for it."""
+        statements = self.statements
+        assert statements is not None
+        self.status = body
+        if code == READY_RETRY:
+            # The batch failed only because its statement's plan went stale: send it again.
+            resend, statements.resend = statements.resend, b""
+            self.write(resend)
+            self.start_hidden()
+            return b""
+        client = self.client
+        if client is None:
+            return b""
+        if code == READY_UNHIDE:  # no retry after all: the client gets the error
+            message = build.message(b"E", statements.withheld) + message
+        replacement = client.ready_for_query(self, body)
+        self.start_hidden()
+        if replacement is not None:
+            return message[:-RFQ_LEN] + replacement
+        return message
+
+    def start_hidden(self) -> None:
+        """At a ReadyForQuery: if a batch of pgtarn's own comes next, swallow its replies."""
+        statements = self.statements
+        if not self.swallow and statements is not None and statements.take_hidden():
+            self.swallow = 1
+            self.swallow_syncs += 1
+
+    def prepared_statements(self) -> ServerStatements:
+        """This server's statement bookkeeping (made on first use)."""
+        if self.statements is None:
+            config = self.runtime.config
+            self.statements = ServerStatements(config.max_prepared_statements,
+                                               self.pool.prepared_counters)
+            # Made while linked and idle, so the scanner is between messages.
+            self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
+        return self.statements
+
+    def _swallowed(self, msg_type: int, body: bytes) -> bool:
+        """A reply to pgtarn's own query, not passed on; True at its ReadyForQuery."""
+        if msg_type == 0x5A:
+            self.status = body
+            self.swallow -= 1
+            if self.swallow == 0 and self.on_clean is not None:
+                on_clean, self.on_clean = self.on_clean, None
+                on_clean()
+            return True
+        if msg_type == 0x53:
+            self._parameter_status(body)
+        elif msg_type == 0x45:
+            fields = parse_fields(body)
+            log.warning("%r: internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
+        return False
+
+    def _relayed_error(self, body: bytes) -> None:
+        """An ErrorResponse passed to the client: remember a FATAL, the server's last word."""
+        fields = parse_fields(body)
+        if fields.get("S") in ("FATAL", "PANIC"):
+            self.fatal = f'{fields.get("C", "")} {fields.get("M", "")}'
+
+    def _parameter_status(self, body: bytes) -> None:
+        name, value = parse_parameter_status(body)
+        self.params[name] = value
+        client = self.client
+        if client is not None:
+            client.parameter_changed(name, value)
+
+    # --- commands from the client side ----------------------------------------------------------

@@ -1,0 +1,143 @@
+"""The fields of a server connection and its asyncio glue: writes and flow control."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, Self, TypeVar
+
+from ..config import DatabaseEntry
+from ..pool.pool import Pool
+from ..proto.framing import MessageScanner
+from ..runtime import Runtime
+from ..session.prepared import ClientStatements, ServerStatements
+from .login import LoginDriver
+
+log = logging.getLogger("pgtarn.server")
+
+# While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
+RELAY_TYPES = frozenset(b"ZSE")
+
+Server = TypeVar("Server", contravariant=True)
+
+
+class LinkedClient(Protocol[Server]):
+    """What a server needs of the client it is lent to (Server: the server's own type)."""
+
+    @property
+    def statements(self) -> ClientStatements | None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def ready_for_query(self, server: Server, status: bytes) -> bytes | None:
+        """At each ReadyForQuery: None to forward it, or bytes to send in its place; the
+        client may end the link here."""
+
+    def server_lost(self, server: Server) -> None: ...
+
+    def parameter_changed(self, name: str, value: str) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class ServerTransport(asyncio.Protocol):
+    """A connection to PostgreSQL: its fields and its asyncio glue (the base of
+    ServerConnection, see connection.py).
+
+    The fields of every part of the connection (login, relay, link) are declared here, in
+    one __slots__. The linked client is a LinkedClient of the connection's own type (Self):
+    the methods that hand ``self`` to it are annotated ``self: Self`` for that.
+    """
+
+    __slots__ = (
+        "backend_key",
+        "client",
+        "close_needed",
+        "closed",
+        "connect_time",
+        "connstr",
+        "created_at",
+        "db",
+        "fatal",
+        "id",
+        "last_used",
+        "local_addr",
+        "login",
+        "on_clean",
+        "params",
+        "peer",
+        "pool",
+        "runtime",
+        "scanner",
+        "statements",
+        "status",
+        "swallow",
+        "swallow_syncs",
+        "transport",
+    )
+
+    def __init__(self, runtime: Runtime, pool: Pool[Any], db: DatabaseEntry) -> None:
+        self.runtime = runtime
+        self.pool = pool
+        self.db = db
+        self.id = next(runtime.ids)
+        self.connstr = pool.connstr
+        #: The login in progress; None once logged in, or given up on.
+        self.login: LoginDriver | None = None
+        self.transport: asyncio.Transport | None = None
+        self.scanner = MessageScanner(RELAY_TYPES, runtime.config.max_packet_size)
+        self.client: LinkedClient[Self] | None = None
+        self.params: dict[str, str] = {}
+        self.backend_key: tuple[int, int] = (0, 0)
+        self.status = b"I"
+        #: ReadyForQuery messages still to come whose replies are ours, not a client's.
+        self.swallow = 0
+        #: Of the swallowed ReadyForQuery, how many end a batch the statements track.
+        self.swallow_syncs = 0
+        self.on_clean: Callable[[], None] | None = None
+        #: Prepared statements this server has (transaction mode), made on first use.
+        self.statements: ServerStatements | None = None
+        self.closed = False
+        self.close_needed = False
+        #: The message of a FATAL (or PANIC) PostgreSQL sent while linked: the client
+        #: already knows why the server is about to go away.
+        self.fatal = ""
+        self.created_at = time.monotonic()
+        self.last_used = self.created_at
+        self.connect_time = time.time()  # for display only
+        self.peer = ""
+        self.local_addr = ""
+
+    def __repr__(self) -> str:
+        return f"S-{self.id}({self.pool.database}/{self.pool.user}@{self.peer})"
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    # --- flow control: a slow PostgreSQL stops the linked client from sending more ------------
+
+    def pause_writing(self) -> None:
+        client = self.client
+        if client is not None:
+            client.pause_reading()
+
+    def resume_writing(self) -> None:
+        client = self.client
+        if client is not None:
+            client.resume_reading()
+
+    def pause_reading(self) -> None:
+        """The linked client reads too slowly: stop reading PostgreSQL's replies."""
+        transport = self.transport
+        if transport is not None:
+            transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.resume_reading()
