@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from pgtarn import __version__
-from pgtarn.cluster import free_port, ipv6_loopback_works
+from tests.support import free_port, ipv6_loopback_works
 
 from .drivers import connect
 
