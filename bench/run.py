@@ -20,11 +20,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness import PostgresNotFound, TempCluster, find_bindir, free_port, userlist_line
 from memory import Login, MemoryResult, check_login, measure_memory, proc_status_kb
 
 import pgtarn
-from pgtarn.cluster import PostgresNotFound, TempCluster, find_bindir, free_port, userlist_line
 from pgtarn.errors import PgtarnError
+from pgtarn.proto.build import quote_literal
 
 PGBOUNCER = "/usr/sbin/pgbouncer"
 BENCH_USER = "bench"
@@ -178,9 +179,8 @@ class Database:
         if exists:  # only on an existing server: never touch what we did not create
             raise RuntimeError(f"{' and '.join(exists)} {BENCH_USER!r} already exist(s) on "
                                f"{self.host}:{self.port}; drop them or use another server")
-        literal = "'" + self.password.replace("'", "''") + "'"
         self.sql(f"SET password_encryption = 'scram-sha-256'; "
-                 f"CREATE ROLE {BENCH_USER} LOGIN PASSWORD {literal}")  # fmt: skip
+                 f"CREATE ROLE {BENCH_USER} LOGIN PASSWORD {quote_literal(self.password)}")
         self.created.append("role")
         self.sql(f"CREATE DATABASE {BENCH_DB} OWNER {BENCH_USER}")
         self.created.append("database")

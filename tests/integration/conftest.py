@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtarn.cluster import (
+from tests.support import (
     PgtarnProcess,
     PgtarnStartError,
     PostgresNotFound,

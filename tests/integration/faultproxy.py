@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TypeVar
 
-from pgtarn.cluster import make_dsn
+from tests.support import make_dsn
 
 LISTEN_HOST = "127.0.0.1"
 WRITE_HIGH_WATER = 64 * 1024

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from pgtarn.cluster import SUPERUSER, TempCluster
+from tests.support import SUPERUSER, TempCluster
 
 
 def superuser_connect(cluster: TempCluster) -> psycopg.Connection[Any]:

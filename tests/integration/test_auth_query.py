@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtarn.cluster import TempCluster
 from pgtarn.proto import build
+from tests.support import TempCluster
 
 from .drivers import connect
 from .pgstat import wait_until

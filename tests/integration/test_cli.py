@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from pgtarn import __version__
-from pgtarn.cluster import free_port, ipv6_loopback_works
+from tests.support import free_port, ipv6_loopback_works
 
 from .drivers import connect
 
@@ -94,9 +94,14 @@ def test_listen_on_all_addresses_and_ipv6(pgtarn_factory) -> None:  # type: igno
 @pytest.mark.skipif(not ipv6_loopback_works(), reason="no IPv6 loopback")
 def test_listen_addr_comma_list_with_ipv6(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"listen_addr": "127.0.0.1, ::1"})
-    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
-        with socket.socket(family) as sock:
-            sock.connect((host, proc.port))
+    for host in ("127.0.0.1", "::1"):  # pgtarn serves on each address of the list ...
+        with psycopg.connect(f"host={host} port={proc.port} dbname=app user=app "
+                             "password=app_pass", autocommit=True) as conn:
+            assert conn.info.hostaddr == host
+            assert conn.execute("select 1").fetchone() == (1,)
+    # ... and on those only: another loopback address is not listened on
+    with socket.socket(socket.AF_INET) as sock, pytest.raises(ConnectionRefusedError):
+        sock.connect(("127.0.0.2", proc.port))
 
 
 def test_sighup_reload_applies_pool_mode_and_keeps_clients(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]

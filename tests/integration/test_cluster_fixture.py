@@ -1,4 +1,4 @@
-"""Checks of the pg_cluster fixture: roles, their auth methods, the app database."""
+"""The harness's TempCluster as the pg_cluster fixture makes it: roles, auth methods, psql."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import asyncpg  # type: ignore[import-untyped]
 import psycopg
 import pytest
 
-from pgtarn.cluster import ClusterError, TempCluster
+from pgtarn.proto.build import quote_ident
+from tests.support import ClusterError, TempCluster
 
 # role, password, the auth method pg_hba.conf must make the server ask for
 LOGINS = [
@@ -99,3 +100,17 @@ def test_cluster_layout(pg_cluster: TempCluster) -> None:
     assert pg_cluster.psql("show fsync").strip() == "off"
     sockdir = pg_cluster.psql("show unix_socket_directories").strip()
     assert sockdir == pg_cluster.socket_dir
+
+
+def test_create_role_quotes_the_password(pg_cluster: TempCluster) -> None:
+    # the package's quote_literal writes E'...' when there is a backslash: a\b stays a\b
+    name, password = 'we"ird role', "it's a\\b"
+    pg_cluster.create_role(name, password)
+    try:
+        dsn = pg_cluster.dsn(name, password, dbname="app")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.execute("select current_user").fetchone() == (name,)
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(pg_cluster.dsn(name, "it's a\\\\b", dbname="app"))
+    finally:
+        pg_cluster.psql(f"DROP ROLE {quote_ident(name)}")

@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pgtarn.cluster import free_port
+from tests.support import free_port
 
 from .drivers import connect
 from .pgstat import wait_for

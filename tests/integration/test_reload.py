@@ -10,7 +10,7 @@ from pathlib import Path
 import asyncpg
 import psycopg
 
-from pgtarn.cluster import userlist_line
+from tests.support import userlist_line
 
 from .conftest import ROLE_PASSWORDS
 from .drivers import aconnect, connect

@@ -1,4 +1,4 @@
-"""Parse PgBouncer's auth_file (userlist.txt) and classify the secrets it holds."""
+"""PgBouncer's auth_file (userlist.txt): parse it, write its lines, classify its secrets."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 from pgtarn.auth.md5 import is_md5_secret
 from pgtarn.auth.scram import parse_verifier
 
-__all__ = ["SecretKind", "load_userlist", "parse_userlist", "secret_kind"]
+__all__ = ["SecretKind", "load_userlist", "parse_userlist", "secret_kind", "userlist_line"]
 
 log = logging.getLogger("pgtarn.auth")
 
@@ -110,6 +110,15 @@ def parse_userlist(text: str) -> tuple[dict[str, str], list[str]]:
             warnings.append(f'line {lineno}: user "{user}" listed again, the later entry wins')
         entries[user] = secret
     return entries, warnings
+
+
+def userlist_line(user: str, secret: str) -> str:
+    """One auth_file line, newline included: both fields quoted, their quotes doubled."""
+    return f"{_quote(user)} {_quote(secret)}\n"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
 
 
 def load_userlist(path: str) -> dict[str, str]:

@@ -288,8 +288,13 @@ def test_saslprep() -> None:
 
 
 def test_non_ascii_password_round_trip() -> None:
+    # SASLprep (NFKC) makes U+2168 ROMAN NUMERAL NINE the same password as "IX"; the umlaut stays
     verifier = make_verifier("p\u00e4ss\u2168", iterations=16)
-    login(ScramServer(verifier), ScramClient("p\u00e4ssIX"))
+    server, client = ScramServer(verifier), ScramClient("p\u00e4ssIX")
+    login(server, client)
+    assert server.done and client.done
+    with pytest.raises(AuthFailed, match="proof mismatch"):
+        login(ScramServer(verifier), ScramClient("passIX"))
 
 
 

@@ -1,4 +1,4 @@
-"""Unit tests for auth_file (userlist.txt) parsing and secret classification."""
+"""Unit tests for auth_file (userlist.txt) parsing, writing and secret classification."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ import pytest
 
 from pgtarn.auth.md5 import md5_secret
 from pgtarn.auth.scram import make_verifier
-from pgtarn.auth.userlist import SecretKind, load_userlist, parse_userlist, secret_kind
+from pgtarn.auth.userlist import (
+    SecretKind,
+    load_userlist,
+    parse_userlist,
+    secret_kind,
+    userlist_line,
+)
 
 
 def test_basic_entries() -> None:
@@ -23,6 +29,13 @@ def test_doubled_quotes_are_literal_quotes() -> None:
     entries, warnings = parse_userlist('"we""ird" "pa""ss""word"\n"x" """"\n"e" ""')
     assert entries == {'we"ird': 'pa"ss"word', "x": '"', "e": ""}
     assert warnings == []
+
+
+def test_userlist_line_reads_back() -> None:
+    assert userlist_line('we"ird', "p w") == '"we""ird" "p w"\n'
+    entries = {'we"ird': 'pa"ss', "plain": "", "spaced": " a b ", "uni": "p\u00e4ss"}
+    text = "".join(userlist_line(user, secret) for user, secret in entries.items())
+    assert parse_userlist(text) == (entries, [])
 
 
 def test_comments_blank_lines_and_whitespace() -> None:

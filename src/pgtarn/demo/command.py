@@ -1,4 +1,4 @@
-"""The `pgtarn demo` command: a throwaway PostgreSQL with pgtarn in front of it."""
+"""The `pgtarn demo` command: start the cluster and pgtarn, print how to connect, clean up."""
 
 from __future__ import annotations
 
@@ -8,23 +8,12 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from .cluster import (
-    LOOPBACK,
-    ClusterError,
-    PgtarnProcess,
-    PgtarnStartError,
-    TempCluster,
-    free_port,
-    make_dsn,
-    port_is_free,
-    userlist_line,
-)
+from ..auth.userlist import userlist_line
+from .child import PgtarnChild, PgtarnStartError
+from .cluster import ClusterError, ThrowawayCluster
+from .ports import LOOPBACK, free_port, port_is_free
 
 __all__ = ["run_demo"]
-
-
-
-# --------------------------------------------------------------------------- pgtarn demo
 
 DEMO_PORT = 6432
 
@@ -84,12 +73,12 @@ def run_demo(argv: list[str] | None = None) -> int:
     def say(text: str = "") -> None:
         print(text, flush=True)
 
-    cluster: TempCluster | None = None
-    pgtarn: PgtarnProcess | None = None
+    cluster: ThrowawayCluster | None = None
+    pgtarn: PgtarnChild | None = None
     old_handler = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         listen_port = _pick_demo_port(args.port)
-        cluster = TempCluster()
+        cluster = ThrowawayCluster()
         say("pgtarn demo: starting a throwaway PostgreSQL cluster ...")
         cluster.start()
         cluster.create_role("demo", "demo")
@@ -104,17 +93,10 @@ def run_demo(argv: list[str] | None = None) -> int:
             f"pgtarn demo: PostgreSQL {cluster.host}:{cluster.port} is up; "
             f"starting pgtarn on {LOOPBACK}:{listen_port} ..."
         )
-        pgtarn = PgtarnProcess.launch(
-            str(ini_path),
-            host=LOOPBACK,
-            port=listen_port,
-            socket_dir=str(workdir),
-            workdir=str(workdir),
-            timeout=15.0,
+        pgtarn = PgtarnChild.launch(
+            str(ini_path), host=LOOPBACK, port=listen_port, workdir=str(workdir), timeout=15.0
         )
-        conn = make_dsn(
-            host=LOOPBACK, port=listen_port, dbname="demo", user="demo", password="demo"
-        )
+        conn = f"host={LOOPBACK} port={listen_port} dbname=demo user=demo password=demo"
         say()
         say("pgtarn is running (transaction pooling, SCRAM passthrough). Connect with:")
         say()
