@@ -20,7 +20,8 @@ from .admin.tables import database_totals
 from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
 from .auth.userlist import load_userlist
 from .client.connection import ClientConnection
-from .config import SETTINGS, Config, load_config
+from .config import SETTINGS, Config
+from .configfile import load_config
 from .errors import ConfigError, PgtarnError
 from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging

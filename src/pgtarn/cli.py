@@ -9,7 +9,7 @@ import sys
 
 from . import __version__
 from .app import App
-from .config import load_config
+from .configfile import load_config
 from .demo import run_demo
 from .errors import ConfigError
 

@@ -1,12 +1,14 @@
-"""Reading PgBouncer's pgbouncer.ini into a typed, immutable Config."""
+"""The typed, immutable Config and its settings: names, kinds, defaults, value parsers.
+
+configfile.py reads pgbouncer.ini into it.
+"""
 
 from __future__ import annotations
 
 import math
-import os
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
@@ -19,7 +21,6 @@ SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 LOAD_BALANCE_HOSTS = ("disable", "round-robin")
 TARGET_SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
 
-MAX_INCLUDE_DEPTH = 10  # as PgBouncer: at most 10 nested %include levels
 _LINUX = sys.platform.startswith("linux")
 _AUTH_QUERY = (
     "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END"
@@ -327,7 +328,7 @@ _BOUNDS: dict[str, tuple[int, int | None]] = {
     "pkt_buf": (512, None), "max_packet_size": (1, 2**32 - 1),
 }  # fmt: skip
 _PGTARN_ONLY = frozenset({"metrics_listen_addr", "metrics_port", "log_format", "workers"})
-_DEPRECATED = {"service_name": "job_name"}  # old name -> current name
+DEPRECATED = {"service_name": "job_name"}  # old name -> current name
 
 _INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")  # C strtol, base 0
 _DEC_RE = re.compile(r"[+-]?[0-9]+")
@@ -336,7 +337,7 @@ _BOOL_WORDS = {"on": True, "yes": True, "true": True, "off": False, "no": False,
 _SEP_RE = re.compile(r"[\s,]+")
 
 
-def _parse_int(text: str, c_style: bool = True) -> int:
+def parse_int(text: str, c_style: bool = True) -> int:
     """Integer as PgBouncer's strtol(base 0): 0x.. hex, 0.. octal; or plain decimal."""
     if c_style and _INT_RE.fullmatch(text):
         sign = -1 if text.startswith("-") else 1
@@ -349,7 +350,7 @@ def _parse_int(text: str, c_style: bool = True) -> int:
     raise ValueError(f"invalid integer {text!r}")
 
 
-def _parse_time(text: str) -> float:
+def parse_time(text: str) -> float:
     """Non-negative seconds, as PgBouncer: a decimal number, no unit suffix."""
     if not _FLOAT_RE.fullmatch(text):
         raise ValueError(f"invalid time {text!r} (seconds, e.g. 30 or 0.5)")
@@ -365,7 +366,7 @@ def _parse_bool(text: str) -> bool:
     if word is not None:
         return word
     try:
-        return _parse_int(text) != 0
+        return parse_int(text) != 0
     except ValueError:
         raise ValueError(f"invalid boolean {text!r}") from None
 
@@ -396,7 +397,7 @@ class Setting:
         if kind == "bool":
             return _parse_bool(text)
         if kind == "time":
-            return _parse_time(text)
+            return parse_time(text)
         if kind == "enum":
             low = text.lower()
             if low not in self.choices:
@@ -408,7 +409,7 @@ class Setting:
                 raise ValueError(f"invalid octal mode {text!r}")
             value = int(digits, 8)
         else:
-            value = _parse_int(text)
+            value = parse_int(text)
         lo, hi = self.bounds
         if value < lo or (hi is not None and value > hi):
             limit = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
@@ -452,340 +453,3 @@ SETTINGS: dict[str, Setting] = {
     for f in fields(Config)
     if f.name not in _NOT_SETTINGS
 }
-
-
-def parse_connstr(text: str) -> list[tuple[str, str]]:
-    """Split `key=value key='quoted value' ...` into pairs, in order.
-
-    As PgBouncer: whitespace separates pairs and may surround '='; a value may be
-    single-quoted, with '' for a quote; empty values are rejected.  As libpq,
-    \\' and \\\\ inside quotes also stand for ' and \\ (any other backslash is kept).
-    Raises ValueError on a syntax error.
-    """
-    pairs: list[tuple[str, str]] = []
-    i, n = 0, len(text)
-    while True:
-        while i < n and text[i].isspace():
-            i += 1
-        if i >= n:
-            return pairs
-        start = i
-        while i < n and text[i] != "=" and not text[i].isspace():
-            i += 1
-        key = text[start:i]
-        while i < n and text[i].isspace():
-            i += 1
-        if i >= n or text[i] != "=" or not key:
-            raise ValueError(f"syntax error near {text[start : start + 20]!r}: expected key=value")
-        i += 1
-        while i < n and text[i].isspace():
-            i += 1
-        if i < n and text[i] == "'":
-            i += 1
-            buf: list[str] = []
-            while True:
-                if i >= n:
-                    raise ValueError(f"{key}: unterminated quoted string")
-                ch = text[i]
-                if ch == "'" and text[i + 1 : i + 2] == "'":
-                    buf.append("'")
-                    i += 2
-                elif ch == "'":
-                    i += 1
-                    break
-                elif ch == "\\" and text[i + 1 : i + 2] in ("'", "\\"):
-                    buf.append(text[i + 1])
-                    i += 2
-                else:
-                    buf.append(ch)
-                    i += 1
-            if i < n and not text[i].isspace():
-                raise ValueError(f"{key}: unexpected {text[i]!r} after quoted value")
-            value = "".join(buf)
-        else:
-            start = i
-            while i < n and not text[i].isspace():
-                i += 1
-            value = text[start:i]
-        if not value:
-            raise ValueError(f"{key}: empty value")
-        pairs.append((key, value))
-
-
-def quote_connstr_value(value: str) -> str:
-    """`value` single-quoted so that parse_connstr gives it back unchanged."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-_DB_PARAMS = {
-    "client_encoding": "client_encoding",
-    "datestyle": "DateStyle",
-    "timezone": "TimeZone",
-    "application_name": "application_name",
-}
-_DB_KEYS = frozenset({
-    "host", "port", "dbname", "user", "password", "auth_user", "auth_dbname", "auth_query",
-    "pool_size", "min_pool_size", "reserve_pool", "reserve_pool_size", "pool_mode",
-    "max_db_connections", "max_db_client_connections", "connect_query", "server_lifetime",
-    "query_wait_timeout", "load_balance_hosts", "target_session_attrs", *_DB_PARAMS,
-})  # fmt: skip
-_USER_KEYS = frozenset({
-    "pool_mode", "pool_size", "reserve_pool", "reserve_pool_size", "max_user_connections",
-    "max_user_client_connections", "query_timeout", "idle_transaction_timeout",
-    "client_idle_timeout",
-})  # fmt: skip
-
-
-class _Params:
-    """Typed access to the pairs of one connection string."""
-
-    def __init__(self, text: str, known: frozenset[str], what: str) -> None:
-        self.values: dict[str, str] = {}
-        for key, value in parse_connstr(text):
-            key = key.lower()
-            if key not in known:
-                raise ValueError(f"unknown {what} parameter {key!r}")
-            self.values[key] = value  # a repeated key: later wins
-
-    def get_str(self, key: str) -> str | None:
-        return self.values.get(key)
-
-    def get_int(self, key: str, *alias: str) -> int | None:
-        for k in (key, *alias):
-            if k in self.values:
-                value = _parse_int(self.values[k], c_style=False)
-                if value < 0:
-                    raise ValueError(f"{k}: must be >= 0, got {value}")
-                return value
-        return None
-
-    def get_time(self, key: str) -> float | None:
-        text = self.values.get(key)
-        return None if text is None else _parse_time(text)
-
-    def get_choice(self, key: str, choices: tuple[str, ...]) -> str | None:
-        text = self.values.get(key)
-        if text is not None and text.lower() not in choices:
-            raise ValueError(f"{key}: invalid value {text!r}; expected {'|'.join(choices)}")
-        return None if text is None else text.lower()
-
-
-def _database_entry(name: str, connstr: str, loc: str) -> DatabaseEntry:
-    p = _Params(connstr, _DB_KEYS, "connection")
-    hosts: tuple[str, ...] = ()
-    if "host" in p.values:
-        hosts = tuple(h.strip() for h in p.values["host"].split(","))
-        if not all(hosts):
-            raise ValueError(f"host: empty host name in {p.values['host']!r}")
-    port = p.get_int("port")
-    if port is not None and not 1 <= port <= 65535:
-        raise ValueError(f"port: invalid port {p.values['port']!r}")
-    dbname = p.get_str("dbname")
-    return DatabaseEntry(
-        name=name,
-        host=hosts[0] if hosts else None,
-        hosts=hosts,
-        port=5432 if port is None else port,
-        dbname=dbname or name,
-        user=p.get_str("user"),
-        password=p.get_str("password"),
-        auth_user=p.get_str("auth_user"),
-        auth_dbname=p.get_str("auth_dbname"),
-        auth_query=p.get_str("auth_query"),
-        pool_size=p.get_int("pool_size"),
-        min_pool_size=p.get_int("min_pool_size"),
-        reserve_pool_size=p.get_int("reserve_pool_size", "reserve_pool"),
-        pool_mode=p.get_choice("pool_mode", POOL_MODES),
-        max_db_connections=p.get_int("max_db_connections"),
-        max_db_client_connections=p.get_int("max_db_client_connections"),
-        server_lifetime=p.get_time("server_lifetime"),
-        query_wait_timeout=p.get_time("query_wait_timeout"),
-        load_balance_hosts=p.get_choice("load_balance_hosts", LOAD_BALANCE_HOSTS),
-        target_session_attrs=p.get_choice("target_session_attrs", TARGET_SESSION_ATTRS),
-        connect_query=p.get_str("connect_query"),
-        startup_params=MappingProxyType(
-            {pg: p.values[k] for k, pg in _DB_PARAMS.items() if k in p.values}
-        ),
-        line=loc,
-        connstr=connstr,
-        explicit_dbname=dbname is not None,
-    )
-
-
-def _user_entry(name: str, text: str, loc: str) -> UserEntry:
-    p = _Params(text, _USER_KEYS, "user")
-    return UserEntry(
-        name=name,
-        pool_mode=p.get_choice("pool_mode", POOL_MODES),
-        pool_size=p.get_int("pool_size"),
-        reserve_pool_size=p.get_int("reserve_pool_size", "reserve_pool"),
-        max_user_connections=p.get_int("max_user_connections"),
-        max_user_client_connections=p.get_int("max_user_client_connections"),
-        query_timeout=p.get_time("query_timeout"),
-        idle_transaction_timeout=p.get_time("idle_transaction_timeout"),
-        client_idle_timeout=p.get_time("client_idle_timeout"),
-        line=loc,
-    )
-
-
-_SECTIONS = {
-    "databases": "databases",
-    "users": "users",
-    "pgbouncer": "pgbouncer",
-    "pgtarn": "pgbouncer",
-    "peers": "peers",
-}
-_SECTION_RE = re.compile(r"\[([^\]]*)\]\s*([;#].*)?")
-
-
-def _read_file(path: str, where: str) -> str:
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return f.read()
-    except OSError as e:
-        raise ConfigError(f"{where}cannot read {path!r}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{where}{path}: not valid UTF-8: {e.reason}") from None
-
-
-def _resolve_include(target: str, including: str) -> str:
-    """Relative names are looked up next to the including file first, then (as
-    PgBouncer does) relative to the current directory."""
-    target = os.path.expanduser(target)
-    if os.path.isabs(target):
-        return target
-    beside = os.path.join(os.path.dirname(including), target)
-    return beside if os.path.exists(beside) or not os.path.exists(target) else target
-
-
-def _lines(text: str, path: str, stack: tuple[str, ...]) -> Iterator[tuple[str, int, str]]:
-    """(file, line number, stripped line) for every line, with %include expanded."""
-    for lineno, raw in enumerate(text.split("\n"), 1):
-        line = raw.strip()
-        if line.startswith("%include") and (len(line) == 8 or line[8].isspace()):
-            loc = f"{path}:{lineno}"
-            target = line[8:].strip()
-            if not target:
-                raise ConfigError(f"{loc}: %include: missing file name")
-            if len(stack) > MAX_INCLUDE_DEPTH:
-                raise ConfigError(f"{loc}: %include: nesting deeper than {MAX_INCLUDE_DEPTH}")
-            resolved = _resolve_include(target, path)
-            real = os.path.realpath(resolved)
-            if real in stack:
-                raise ConfigError(f"{loc}: %include: include loop via {target!r}")
-            sub = _read_file(resolved, f"{loc}: %include: ")
-            yield from _lines(sub, resolved, (*stack, real))
-        else:
-            yield path, lineno, line
-
-
-def _split_key(line: str, loc: str) -> tuple[str, str]:
-    """`name = value` -> (name, value); the name may be '…' or "…" quoted ("" = ")."""
-    if line[0] in "\"'":
-        quote, i, parts = line[0], 1, []
-        while True:
-            j = line.find(quote, i)
-            if j < 0:
-                raise ConfigError(f"{loc}: unterminated quoted name")
-            parts.append(line[i:j])
-            if quote == '"' and line[j + 1 : j + 2] == '"':
-                parts.append('"')
-                i = j + 2
-                continue
-            break
-        key, rest = "".join(parts), line[j + 1 :].lstrip()
-    else:
-        eq = line.find("=")
-        key, rest = (line, "") if eq < 0 else (line[:eq].strip(), line[eq:])
-        if any(c.isspace() for c in key):
-            raise ConfigError(f"{loc}: syntax error: expected 'name = value' in {line[:40]!r}")
-    if not key or not rest.startswith("="):
-        raise ConfigError(f"{loc}: syntax error: expected 'name = value' in {line[:40]!r}")
-    return key, rest[1:].strip()
-
-
-def load_config(path: str) -> Config:
-    """Read and check a pgbouncer.ini; ConfigError names file:line: key on failure."""
-    return parse_config(_read_file(path, ""), path)
-
-
-def parse_config(text: str, path: str = "<string>") -> Config:
-    """Parse ini text; `%include` names are relative to dirname(path)."""
-    values: dict[str, Any] = {}
-    origins: dict[str, str] = {}
-    databases: dict[str, DatabaseEntry] = {}
-    users: dict[str, UserEntry] = {}
-    warnings: list[str] = []
-    section: str | None = None
-    seen_main = False
-    for fname, lineno, line in _lines(text, path, (os.path.realpath(path),)):
-        if not line or line[0] in ";#":
-            continue
-        loc = f"{fname}:{lineno}"
-        if line[0] == "[":
-            m = _SECTION_RE.fullmatch(line)
-            if m is None:
-                raise ConfigError(f"{loc}: syntax error in section header {line!r}")
-            section = _SECTIONS.get(m.group(1).strip().lower())
-            if section is None:
-                raise ConfigError(f"{loc}: [{m.group(1)}]: unknown section")
-            seen_main = seen_main or section == "pgbouncer"
-            if section == "peers":
-                warnings.append(f"{loc}: [peers]: peering is not supported; section ignored")
-            continue
-        key, value = _split_key(line, loc)
-        if section is None:
-            raise ConfigError(f"{loc}: {key}: setting outside of any section")
-        try:
-            if section == "databases":
-                if key == "pgbouncer":
-                    raise ValueError("database name 'pgbouncer' is reserved for the admin console")
-                databases[key] = _database_entry(key, value, loc)
-            elif section == "users":
-                users[key] = _user_entry(key, value, loc)
-            elif section == "pgbouncer":
-                name = key.lower()
-                if name in _DEPRECATED:
-                    warnings.append(f"{loc}: {key}: deprecated, use {_DEPRECATED[name]}")
-                    name = _DEPRECATED[name]
-                setting = SETTINGS.get(name)
-                if setting is None:
-                    warnings.append(f"{loc}: {key}: unknown setting, ignored")
-                    continue
-                key = name
-                values[name] = setting.parse(value)
-                origins[name] = loc
-        except ValueError as e:
-            raise ConfigError(f"{loc}: {key}: {e}") from None
-    if not seen_main:
-        warnings.append(f"{path}: no [pgbouncer] section; using defaults")
-    config = replace(
-        Config(path=path, databases=MappingProxyType(databases), users=MappingProxyType(users)),
-        **values,
-    )
-    warnings.extend(_cross_check(config, origins))
-    return replace(config, warnings=tuple(warnings))
-
-
-def _cross_check(cfg: Config, origins: Mapping[str, str]) -> list[str]:
-    """Soft checks PgBouncer does not enforce but that are very likely mistakes."""
-    out: list[str] = []
-
-    def warn(key: str, msg: str) -> None:
-        out.append(f"{origins.get(key, cfg.path)}: {key}: {msg}")
-
-    needs_users = cfg.auth_type in ("md5", "scram-sha-256", "plain", "trust")
-    if needs_users and not cfg.auth_file and not cfg.auth_user:
-        warn("auth_type", f"{cfg.auth_type} needs users from auth_file or auth_user")
-    if cfg.auth_type == "hba" and not cfg.auth_hba_file:
-        warn("auth_type", "hba needs auth_hba_file")
-    if cfg.min_pool_size > cfg.default_pool_size:
-        warn("min_pool_size", f"{cfg.min_pool_size} > default_pool_size {cfg.default_pool_size}")
-    for db in cfg.databases.values():
-        size = db.pool_size if db.pool_size is not None else cfg.default_pool_size
-        if cfg.min_pool_size_for(db) > size:
-            out.append(f"{db.line}: {db.name}: min_pool_size {cfg.min_pool_size_for(db)} > "
-                       f"pool size {size}")  # fmt: skip
-    if not cfg.listen_addr and not cfg.unix_socket_dir:
-        warn("listen_addr", "neither listen_addr nor unix_socket_dir is set; nothing to listen on")
-    return out

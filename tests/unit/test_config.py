@@ -11,15 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgtarn.config import (
-    SETTINGS,
-    Config,
-    DatabaseEntry,
-    load_config,
-    parse_config,
-    parse_connstr,
-    quote_connstr_value,
-)
+from pgtarn.config import SETTINGS, Config, DatabaseEntry
+from pgtarn.configfile import load_config, parse_config, parse_connstr, quote_connstr_value
 from pgtarn.errors import ConfigError
 
 REALISTIC = """\

@@ -11,7 +11,7 @@ from typing import Any
 
 from pgtarn.auth.md5 import md5_response, md5_secret
 from pgtarn.client.connection import ClientConnection
-from pgtarn.config import parse_config
+from pgtarn.configfile import parse_config
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_fields

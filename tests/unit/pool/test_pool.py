@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgtarn.config import parse_config
+from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.pool import Pool
 from pgtarn.pool.registry import Registry

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgtarn.config import parse_config
+from pgtarn.configfile import parse_config
 from pgtarn.pool.pool import ClientTimeouts
 from pgtarn.pool.registry import Registry
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pgtarn.config import parse_config
+from pgtarn.configfile import parse_config
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection
