@@ -1,0 +1,63 @@
+"""The package's shape rules: module and class sizes, module docstrings, no hidden imports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "pgtarn"
+MODULES = sorted(SRC.rglob("*.py"))
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 400
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(SRC.parent))
+
+
+def test_the_package_is_found() -> None:
+    assert len(MODULES) > 40
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_module_size(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{_name(path)}: {lines} lines"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_class_size(path: Path) -> None:
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.ClassDef):
+            assert node.end_lineno is not None
+            size = node.end_lineno - node.lineno + 1
+            assert size <= MAX_CLASS_LINES, f"{_name(path)}: class {node.name}: {size} lines"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_module_opens_with_a_docstring_saying_its_job(path: Path) -> None:
+    doc = ast.get_docstring(_tree(path))
+    assert doc, f"{_name(path)}: no module docstring"
+    first = doc.splitlines()[0]
+    assert first.strip() and len(first) <= 100, f"{_name(path)}: {first!r}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_no_function_level_import_of_the_package(path: Path) -> None:
+    for func in ast.walk(_tree(path)):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(func):
+            if isinstance(node, ast.ImportFrom):
+                inner = node.level > 0 or (node.module or "").startswith("pgtarn")
+            elif isinstance(node, ast.Import):
+                inner = any(a.name.startswith("pgtarn") for a in node.names)
+            else:
+                continue
+            assert not inner, f"{_name(path)}:{node.lineno}: import inside {func.name}()"
