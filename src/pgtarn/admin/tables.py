@@ -311,11 +311,11 @@ def _count_by(items: Iterable[str]) -> dict[str, int]:
 def show_databases(runtime: Runtime) -> Table:
     config = runtime.config
     registry = runtime.registry
-    clients = logged_in_clients(runtime)
-    client_counts = _count_by(client_database(c) for c in clients)
+    client_counts = {ADMIN_DB: len(runtime.admin_clients)}
     server_counts: dict[str, int] = {}
     for pool in registry:
         server_counts[pool.database] = server_counts.get(pool.database, 0) + pool.server_count
+        client_counts[pool.database] = client_counts.get(pool.database, 0) + pool.client_count
     entries = {name: db for name, db in registry.databases.items()}
     entries.update((name, db) for name, db in config.databases.items() if name != "*")
     rows: list[list[Value]] = [[
@@ -351,6 +351,7 @@ USERS_COLUMNS = _columns(
 def show_users(runtime: Runtime) -> Table:
     config = runtime.config
     names = set(config.users) | set(runtime.userlist) | {p.user for p in runtime.registry}
+    # by the user a client logged in as: a pool with a forced user holds other users' clients
     clients = _count_by(c.user for c in logged_in_clients(runtime))
     servers: dict[str, int] = {}
     for pool in runtime.registry:

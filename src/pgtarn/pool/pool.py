@@ -191,6 +191,11 @@ class Pool(Generic[S]):
         return len(self.clients) - len(self.waiting)
 
     @property
+    def client_count(self) -> int:
+        """Clients past the password: logged in, or waiting for the first server's welcome."""
+        return len(self.clients) + len(self.welcome_waiters)
+
+    @property
     def waiting_client_count(self) -> int:
         """SHOW POOLS' cl_waiting: waiting for a server, or for the first one's welcome."""
         return len(self.waiting) + len(self.welcome_waiters)

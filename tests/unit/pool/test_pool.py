@@ -610,3 +610,20 @@ def test_query_wait_timeout_closes_only_the_clients_that_waited_that_long() -> N
     clock.now += 1000
     pool.tick(clock.now)
     assert young.error is None
+
+
+def test_client_counts_are_the_sizes_of_the_containers() -> None:
+    pool, _clock, _launched = make_pool(pool_size=1)
+    early, first, second = FakeClient("early"), FakeClient("first"), FakeClient("second")
+    pool.wait_welcome(early)  # logged in before any server: waits for the welcome
+    assert (pool.client_count, pool.active_client_count, pool.waiting_client_count) == (1, 0, 1)
+    server = next(iter(pool.login))
+    pool.server_ready(server, {"server_version": "15"})
+    assert early.welcomed and not pool.welcome_waiters
+    for client in (early, first, second):
+        pool.client_joined(client)
+    assert pool.acquire(first) is server  # takes the one server
+    assert pool.acquire(second) is None  # waits for it
+    assert (pool.client_count, pool.active_client_count, pool.waiting_client_count) == (3, 2, 1)
+    pool.client_left(second)
+    assert (pool.client_count, pool.active_client_count, pool.waiting_client_count) == (2, 2, 0)
