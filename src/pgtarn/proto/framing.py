@@ -89,6 +89,7 @@ class MessageScanner:
         watch = self.watch
         bodies = self.bodies
         stop = self.stop
+        max_size = self.max_size
         unpack = _UINT32.unpack_from
         while pos < n:
             if n - pos < 5:
@@ -97,7 +98,7 @@ class MessageScanner:
                 break
             msg_type = data[pos]
             length = unpack(data, pos + 1)[0]
-            if length < 4 or length > self.max_size:
+            if length < 4 or length > max_size:
                 # Keep the bad header: every later feed fails on it again (via _resume) and
                 # nothing more is buffered, whatever the caller does after the error.
                 self._buf = bytearray(data[pos : pos + 5])

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from ..proto.build import message
 from ..proto.framing import MessageScanner
-from . import sqlnames
+from .sqlnames import may_name_statements
 
 #: A Sync or Query passed: one ReadyForQuery to come (an item of a ClientFramer part list).
 SYNC_MARK = 0
-_REWRITTEN = frozenset(b"PBDC")
 #: Parse, Bind, Describe, Close, Query, Sync and Terminate are seen whole; every other
 #: message is skipped by length and passed on as it arrives.
 _WATCHED = frozenset(b"PBDCQSX")
@@ -49,26 +48,32 @@ class ClientFramer:
         whole = not released
         if released:  # the header of a passed-on message, held back by the last feed
             parts.append(released)
-        start = 0  # raw bytes from start to a message's beginning are passed on as one slice
+        start = 0  # raw bytes from start up to a message are passed on as one slice
+        append = parts.append
         for msg_type, body, end in events:
             begin = end - 5 - len(body)
+            if msg_type == 0x53 or (msg_type == 0x51 and not may_name_statements(body)):
+                # Sync, or a Query naming no statement: passed on as it is
+                if begin >= 0:
+                    append(data[start:end])  # with the raw bytes before it
+                else:  # begun in an earlier chunk, held until now (start is 0)
+                    whole = False
+                    append(message(bytes((msg_type,)), body))
+                append(SYNC_MARK)
+                syncs += 1
+                start = end
+                continue
             if begin > start:
-                parts.append(data[start:begin])
-            start = end
-            if begin < 0:  # begun in an earlier chunk, held until now
+                append(data[start:begin])
+            elif begin < 0:
                 whole = False
-            if msg_type in _REWRITTEN:
-                parts.append((msg_type, body))
-            elif msg_type == 0x58:  # Terminate
+            start = end
+            if msg_type == 0x58:  # Terminate
                 self.terminated = True
                 self.whole = False
                 return parts, syncs
-            elif msg_type == 0x51 and sqlnames.may_name_statements(body):
-                parts.append((msg_type, body))
-                syncs += 1
-            else:  # Sync, or a Query naming no statement: passed on as it is
-                parts.append(data[begin:end] if begin >= 0 else message(bytes((msg_type,)), body))
-                parts.append(SYNC_MARK)
+            append((msg_type, body))  # Parse, Bind, Describe, Close, a Query naming statements
+            if msg_type == 0x51:
                 syncs += 1
         tail = len(data) - scanner.held
         if tail > start:
