@@ -355,8 +355,7 @@ class ClientConnection(ClientRelay):
         target = self.runtime.cancel_keys.get(key)
         if target is not None and target.server is not None:
             target.server.send_cancel(target)
-        self.runtime.clients.discard(self)
-        self.runtime.logins.discard(self)  # connection_lost returns early for it: CLOSED
+        self.leave_containers()  # all of it: connection_lost returns early for it, CLOSED
         self.state = ClientState.CLOSED
         if self.transport is not None:
             self.transport.close()

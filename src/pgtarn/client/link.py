@@ -85,7 +85,7 @@ class ClientLink(ClientTransport):
             self.close_reason = error.message
             if self.transport is not None:
                 self.transport.abort()  # half a message sent: nothing more is worth flushing
-            self.runtime.clients.discard(self)
+            self.leave_containers()
             return
         self.close(error)
 

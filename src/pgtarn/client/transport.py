@@ -13,7 +13,7 @@ from ..config import DatabaseEntry
 from ..errors import PgtarnError
 from ..net.sockets import address, tune
 from ..net.tls import TlsTransport
-from ..pool.pool import Pool
+from ..pool.pool import Pool, Waiter
 from ..pool.stats import PoolStats
 from ..proto import build
 from ..proto.client_login import ClientLogin
@@ -167,9 +167,22 @@ class ClientTransport(asyncio.Protocol):
             transport.abort()
         else:
             transport.close()
-        # No longer counted against max_client_conn: in a connect storm, clients refused but
-        # still flushing their error would otherwise get more clients refused.
-        self.runtime.clients.discard(self)
+        self.leave_containers()
+
+    def leave_containers(self) -> None:
+        """Closing: no longer counted anywhere, though the socket may still flush an error.
+
+        Out of max_client_conn's count (in a connect storm, clients refused but still flushing
+        their error would otherwise get more clients refused) and out of the runtime's and the
+        pool's containers, so SHOW counts it no more and no server is handed to it; the rest
+        of the cleanup waits for connection_lost."""
+        runtime = self.runtime
+        runtime.clients.discard(self)
+        runtime.logins.discard(self)
+        runtime.admin_clients.discard(self)
+        if self.pool is not None:
+            # the assembled ClientConnection is the pool's Waiter (this base alone is not)
+            self.pool.client_left(cast("Waiter[ServerConnection]", self))
 
     def write(self, data: bytes) -> None:
         transport = self.transport

@@ -12,6 +12,7 @@ from typing import Any
 from pgtarn.auth.md5 import md5_response, md5_secret
 from pgtarn.client.connection import ClientConnection
 from pgtarn.configfile import parse_config
+from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_fields
@@ -377,3 +378,24 @@ def test_auth_query_refuses_messages_before_the_challenge() -> None:
         assert transport.out == b""  # the lookup's answer came too late: nothing more
 
     asyncio.run(scenario())
+
+
+def test_a_closing_client_leaves_every_container_at_once() -> None:
+    # Its socket may still flush an error for a while; until connection_lost it must be
+    # counted nowhere (SHOW POOLS, SHOW LISTS, max_client_conn) and get no server.
+    runtime = make_runtime()
+    client, transport = connect(runtime)
+    client.data_received(build.startup_message({"user": "bob", "database": "app"}))
+    pool = client.pool
+    assert pool is not None
+    (server,) = pool.login
+    pool.server_ready(server, {"server_version": "16.2"})
+    client.data_received(build.query("SELECT 1"))  # the one server is logging in: it waits
+    assert client in pool.clients and client in pool.waiting
+    client.close(PgtarnError("query_wait_timeout", sqlstate="08P01"))
+    assert client not in pool.clients and client not in pool.waiting
+    assert client not in runtime.clients and client not in runtime.logins
+    assert (pool.client_count, pool.waiting_client_count) == (0, 0)
+    assert transport.closing
+    client.connection_lost(None)  # the rest of the cleanup, and nothing twice
+    assert client not in pool.clients

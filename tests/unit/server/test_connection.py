@@ -37,6 +37,15 @@ def test_what_follows_the_login_in_its_chunk_goes_through_the_relay() -> None:
     assert server in server.pool.idle
 
 
+def test_a_bad_length_right_behind_the_login_is_a_login_failure() -> None:
+    server, transport = connecting_server()
+    server.data_received(WELCOME + b"S\x00\x00\x00\x02")
+    assert server.closed and transport.closing
+    failure = server.pool.failure
+    assert failure is not None and failure.sqlstate == "08P01"
+    assert server not in server.pool.login and server not in server.pool.idle
+
+
 def test_a_refused_login_says_goodbye_closes_and_tells_the_pool() -> None:
     server, transport = connecting_server()
     transport.take()
