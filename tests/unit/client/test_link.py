@@ -1,0 +1,106 @@
+"""Linking: the pool lends a server, differing parameters are SET, ReadyForQuery ends the loan."""
+
+from __future__ import annotations
+
+from pgtarn.proto import build
+
+from .pair import Pool, result, sent, types
+
+
+def test_a_query_goes_out_behind_a_set_of_the_clients_differing_parameters() -> None:
+    pool = Pool()
+    client, transport = pool.client(TimeZone="Europe/Paris")
+    client.data_received(build.query("select 1"))
+    (server,) = pool.servers
+    assert server.client is client
+    assert sent(server) == (build.query('SET "TimeZone" TO \'Europe/Paris\'')
+                            + build.query("select 1"))
+    # the SET's replies are PostgreSQL's to pgtarn, not the client's
+    server.data_received(build.command_complete("SET") + build.ready_for_query(b"I"))
+    assert transport.take() == b""
+    server.data_received(result())
+    assert transport.take() == result()
+
+
+def test_the_same_parameters_are_not_set_again() -> None:
+    pool = Pool()
+    client, _transport = pool.client(TimeZone="UTC", DateStyle="ISO")
+    client.data_received(build.query("select 1"))
+    (server,) = pool.servers
+    assert sent(server) == build.query("select 1")
+
+
+def test_transaction_mode_keeps_the_server_through_a_transaction_then_releases_it() -> None:
+    pool = Pool()
+    client, transport = pool.client()
+    client.data_received(build.query("begin"))
+    (server,) = pool.servers
+    server.data_received(build.command_complete("BEGIN") + build.ready_for_query(b"T"))
+    assert client.server is server and server in server.pool.active
+    client.data_received(build.query("commit"))
+    server.data_received(build.command_complete("COMMIT") + build.ready_for_query(b"I"))
+    assert client.server is None and server.client is None
+    assert list(server.pool.idle) == [server]
+    assert types(transport.take()) == "CZCZ"
+
+
+def test_session_mode_keeps_the_server_after_idle_ready_for_query() -> None:
+    pool = Pool(mode="session")
+    client, _transport = pool.client()
+    client.data_received(build.query("select 1"))
+    (server,) = pool.servers
+    server.data_received(result())
+    assert client.server is server and server.client is client
+
+
+def test_a_waiting_client_gets_the_server_its_predecessor_released() -> None:
+    pool = Pool(pool_size=1)
+    first, _t1 = pool.client()
+    second, t2 = pool.client()
+    first.data_received(build.query("select 1"))
+    second.data_received(build.query("select 2"))
+    (server,) = pool.servers
+    assert server.client is first and second.waiting
+    assert sent(server) == build.query("select 1")  # the second query waits in the client
+    server.data_received(result())
+    assert server.client is second and not second.waiting
+    assert sent(server) == build.query("select 2")
+    server.data_received(result())
+    assert t2.take() == result()
+
+
+def test_a_client_leaving_inside_a_transaction_gets_its_server_rolled_back() -> None:
+    pool = Pool()
+    client, _transport = pool.client()
+    client.data_received(build.query("begin"))
+    (server,) = pool.servers
+    server.data_received(build.command_complete("BEGIN") + build.ready_for_query(b"T"))
+    sent(server)
+    client.connection_lost(None)
+    assert server.client is None and server in server.pool.tested
+    assert sent(server) == build.SYNC  # ends any half batch, tells the true status
+    server.data_received(build.ready_for_query(b"T"))
+    assert sent(server) == build.query("ROLLBACK")
+    server.data_received(build.command_complete("ROLLBACK") + build.ready_for_query(b"I"))
+    assert list(server.pool.idle) == [server]
+
+
+def test_a_client_leaving_mid_query_closes_its_server() -> None:
+    pool = Pool()
+    client, _transport = pool.client()
+    client.data_received(build.query("select pg_sleep(10)"))
+    (server,) = pool.servers
+    client.connection_lost(None)
+    assert server.closed and server not in server.pool.idle
+
+
+def test_a_parameter_the_server_reports_changed_is_the_clients_new_value() -> None:
+    pool = Pool()
+    client, transport = pool.client(TimeZone="UTC")
+    client.data_received(build.query("set timezone to 'Asia/Tokyo'"))
+    (server,) = pool.servers
+    server.data_received(build.command_complete("SET")
+                         + build.parameter_status("TimeZone", "Asia/Tokyo")
+                         + build.ready_for_query(b"I"))
+    assert client.params["TimeZone"] == "Asia/Tokyo"
+    assert types(transport.take()) == "CSZ"  # the ParameterStatus reaches the client too
