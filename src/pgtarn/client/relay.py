@@ -140,7 +140,8 @@ class ClientRelay(ClientLink):
             # statements when the parts are encoded for it.
             self.statements.clear()
         if parts:
-            self._send_item((parts, data if framer.whole else None, forgets), len(data))
+            self._send_item((parts, data if framer.whole and framer.plain else None, forgets),
+                            len(data))
         if framer.terminated:
             self.state = ClientState.CLOSED
             self.connection_lost(None)

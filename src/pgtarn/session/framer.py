@@ -27,13 +27,15 @@ class ClientFramer:
     which is not passed on, and nothing after it is read.
     """
 
-    __slots__ = ("_scanner", "max_size", "terminated", "whole")
+    __slots__ = ("_scanner", "max_size", "plain", "terminated", "whole")
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
         self._scanner = MessageScanner(_WATCHED, max_size, stop=_TERMINATE)
         #: After feed: the parts are exactly the chunk's bytes (nothing held or released).
         self.whole = True
+        #: After feed: no part is a whole message to rewrite (only raw bytes and marks).
+        self.plain = True
         self.terminated = False
 
     def feed(self, data: bytes) -> tuple[list[Part], int]:
@@ -50,6 +52,7 @@ class ClientFramer:
             parts.append(released)
         start = 0  # raw bytes from start up to a message are passed on as one slice
         append = parts.append
+        rewritten = False
         for msg_type, body, end in events:
             begin = end - 5 - len(body)
             if msg_type == 0x53 or (msg_type == 0x51 and not may_name_statements(body)):
@@ -71,7 +74,9 @@ class ClientFramer:
             if msg_type == 0x58:  # Terminate
                 self.terminated = True
                 self.whole = False
+                self.plain = not rewritten
                 return parts, syncs
+            rewritten = True
             append((msg_type, body))  # Parse, Bind, Describe, Close, a Query naming statements
             if msg_type == 0x51:
                 syncs += 1
@@ -79,6 +84,7 @@ class ClientFramer:
         if tail > start:
             parts.append(data[start:tail])
         self.whole = whole and not scanner.held
+        self.plain = not rewritten
         return parts, syncs
 
     @property
@@ -90,8 +96,3 @@ class ClientFramer:
     def idle(self) -> bool:
         """Between messages: nothing held back, nothing being passed on."""
         return self._scanner.at_boundary and not self.terminated
-
-    @staticmethod
-    def plain(parts: list[Part]) -> bool:
-        """No message in parts needs the statement bookkeeping of a server."""
-        return all(not isinstance(p, tuple) for p in parts)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..proto.build import message, quote_literal
 from ..proto.messages import read_cstring
 from . import sqlnames
-from .framer import ClientFramer, Part
+from .framer import Part
 from .statements import ClientStatements, PreparedCounters, Statement
 
 PARSE_COMPLETE = message(b"1")
@@ -113,10 +113,10 @@ class StatementRewriter:
              ) -> bytes:
         """What to send this server for parts from a ClientFramer.
 
-        chunk: the received bytes, when the parts are exactly those (ClientFramer.whole);
-        with nothing to rewrite they are sent as they are.
+        chunk: the received bytes, when the parts are exactly those and none needs rewriting
+        (ClientFramer.whole and .plain): they are sent as they are.
         """
-        if chunk is not None and ClientFramer.plain(parts):
+        if chunk is not None:
             for part in parts:
                 if isinstance(part, int):
                     self.expected.append(SYNC_ENTRY)

@@ -86,6 +86,7 @@ class Run:
         self.syncs += syncs
         if framer.whole:
             assert reencode(parts) == chunk
+        assert framer.plain == all(not isinstance(p, tuple) for p in parts)
         for part in parts:
             if isinstance(part, int):
                 assert part == SYNC_MARK
