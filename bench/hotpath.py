@@ -48,6 +48,7 @@ RESULT = (
 )
 PARSE = build.parse("s1", "SELECT abalance FROM pgbench_accounts WHERE aid = $1")
 EXECUTE = build.bind("", "s1", ["12345"]) + build.execute() + build.SYNC
+PARSE_COMPLETE = build.message(b"1")
 BOUND_RESULT = (
     build.message(b"2") + build.data_row(["0"]) + build.command_complete("SELECT 1")
     + build.ready_for_query(b"I")
@@ -129,8 +130,6 @@ def bound_result(server: ServerConnection) -> bytes:
     sent = transport.last
     return PARSE_COMPLETE + BOUND_RESULT if sent[:1] == b"P" else BOUND_RESULT
 
-
-PARSE_COMPLETE = build.message(b"1")
 
 
 def run(n_clients: int, pool_size: int, transactions: int, prepared: bool = False) -> float:
