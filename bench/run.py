@@ -34,6 +34,7 @@ SCALE = 10
 MAX_CONNECTIONS = 700
 READY_TIMEOUT = 15.0
 TARGETS = ("direct", "pgbouncer", "pgtarn")
+SET_ONCE_SCRIPT = Path(__file__).resolve().with_name("set_once.sql")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ WORKLOADS = [
     Workload("select-only -C", ("-S", "-C"), clients=(50,)),  # a new connection per tx
     # PgBouncer before 1.21 (Debian's 1.18) does not support this: compare with direct too.
     Workload("select-only -M prepared", ("-S", "-M", "prepared"), clients=(100,)),
+    # -S after a SET of search_path and statement_timeout in each client's first transaction
+    Workload("set-once", ("-f", str(SET_ONCE_SCRIPT), "-D", "settings_done=0",
+                          "-s", str(SCALE))),
 ]
 
 
@@ -402,9 +406,10 @@ def run_case(db: Database, case: Case, target: str, pooler: Pooler | None, run: 
     return result
 
 
-def cases(clients: list[int]) -> list[Case]:
+def cases(clients: list[int], workloads: list[str]) -> list[Case]:
     return [Case(f"{w.name}, {n} clients", w.args, n)
-            for w in WORKLOADS for n in w.clients or clients]  # fmt: skip
+            for w in WORKLOADS if w.name in workloads
+            for n in w.clients or clients]  # fmt: skip
 
 
 # --------------------------------------------------------------------------- reporting
@@ -499,9 +504,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=int, metavar="S", help="seconds per pgbench run (10)")
     p.add_argument("--runs", type=int, metavar="N", help="runs of every workload (3)")
     p.add_argument("--clients", type=int_list, metavar="LIST",
-                   help="client counts for the plain pgbench -S workload (10,100,500)")
+                   help="client counts for select-only and set-once (10,100,500)")
     p.add_argument("--targets", type=lambda t: t.split(","), default=list(TARGETS),
                    metavar="LIST", help="any of " + ",".join(TARGETS) + " (all)")
+    p.add_argument("--workloads", type=lambda t: [w.strip() for w in t.split(",")],
+                   default=[w.name for w in WORKLOADS], metavar="LIST",
+                   help="any of: " + ", ".join(w.name for w in WORKLOADS) + " (all)")
     p.add_argument("--no-memory", action="store_true", help="skip the idle-client memory run")
     p.add_argument("--memory-clients", type=int_list, metavar="LIST",
                    help="idle-client totals for the memory run (10,1000,5000)")
@@ -515,6 +523,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for key, (full, quick) in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
+    if set(args.workloads) - {w.name for w in WORKLOADS} or not args.workloads:
+        p.error("--workloads: choose from " + ", ".join(w.name for w in WORKLOADS))
     unknown = set(args.targets) - set(TARGETS)
     if unknown or not args.targets:
         p.error(f"--targets: choose from {', '.join(TARGETS)}")
@@ -582,6 +592,12 @@ def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
           "connections). conn ms: pgbench's initial connection time (with -C: average "
           "connection time).\nCPU s/10k tx: pooler process user+system CPU during the run per "
           "10,000 transactions. Peak RSS: pooler VmHWM, max over runs.")
+    if any(c.label.startswith("set-once") for c in case_list):
+        print("\nset-once: PgBouncer does not keep a client's search_path and "
+              "statement_timeout with the client: each SET stays on the server that ran it, "
+              "and the clients that get that server later run with it. PgBouncer is faster "
+              "here because it leaks the settings instead of setting them again on a client's "
+              "next server.")
     for r in results:
         if not r.ok:
             print(f"- error: run {r.run}, {r.case}, {r.target}: {r.error}")
@@ -655,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
                     "pgbench": version_of([db.tool("pgbench"), "--version"])}  # fmt: skip
         if "pgbouncer" in poolers:
             versions["PgBouncer"] = version_of([poolers["pgbouncer"].command[0], "-V"])
-        case_list = cases(args.clients)
+        case_list = cases(args.clients, args.workloads)
         results = tps_runs(args, db, poolers, case_list)
         memory = {} if args.no_memory else memory_runs(args, poolers)
         for pooler in poolers.values():
