@@ -213,6 +213,11 @@ class Config:
     tcp_user_timeout: int = 0  # milliseconds
     metrics_listen_addr: str = ""
     metrics_port: int = 0
+    #: Transaction and statement mode: follow each client's session state (settings
+    #: replayed, what cannot move pins the client to its server); 0: as PgBouncer.
+    track_session_state: bool = True
+    #: 0: what would pin a client is refused (0A000) instead.
+    pin_session_state: bool = True
     log_format: str = "text"
     workers: int = 1
     path: str = ""
@@ -327,7 +332,8 @@ _BOUNDS: dict[str, tuple[int, int | None]] = {
     "unix_socket_mode": (0, 0o7777), "scram_iterations": (1, None), "workers": (1, None),
     "pkt_buf": (512, None), "max_packet_size": (1, 2**32 - 1),
 }  # fmt: skip
-_PGTARN_ONLY = frozenset({"metrics_listen_addr", "metrics_port", "log_format", "workers"})
+_PGTARN_ONLY = frozenset({"metrics_listen_addr", "metrics_port", "log_format", "workers",
+                          "track_session_state", "pin_session_state"})
 DEPRECATED = {"service_name": "job_name"}  # old name -> current name
 
 _INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")  # C strtol, base 0

@@ -16,7 +16,15 @@ from prometheus_client.core import (
 )
 
 from . import __version__
-from .admin.tables import Table, Value, show_databases, show_lists, show_pools, show_stats_totals
+from .admin.tables import (
+    Table,
+    Value,
+    show_clients,
+    show_databases,
+    show_lists,
+    show_pools,
+    show_stats_totals,
+)
 from .pool.stats import Histogram
 from .runtime import Runtime
 
@@ -116,6 +124,7 @@ class PgtarnCollector:
         yield from self._databases(show_databases(runtime))
         yield from self._lists(show_lists(runtime))
         yield from self._histograms()
+        yield from self._pins(show_clients(runtime))
 
         up = GaugeMetricFamily("pgtarn_up", "1 while pgtarn answers")
         up.add_metric([], 1.0)
@@ -179,6 +188,30 @@ class PgtarnCollector:
                 family.add_metric([pool.database, pool.user], _histogram_buckets(hist),
                                   sum_value=hist.total)
             yield family
+
+
+    def _pins(self, clients: Table) -> Iterator[Metric]:
+        """Clients that keep their server for their session state (see client/tracking.py)."""
+        pinned: dict[tuple[str, str], int] = {}
+        for database, user, reasons in zip(clients.column("database"), clients.column("user"),
+                                           clients.column("pinned"), strict=True):
+            if reasons:
+                key = (_label(database), _label(user))
+                pinned[key] = pinned.get(key, 0) + 1
+        pools = sorted(self.runtime.registry, key=lambda p: (p.database, p.user))
+        gauge = GaugeMetricFamily("pgtarn_clients_pinned",
+                                  "Clients pinned to their server by session state, per pool",
+                                  labels=["database", "user"])
+        counter = CounterMetricFamily(
+            "pgtarn_client_pins", "Pins of a client to its server begun, per pool and reason",
+            labels=["database", "user", "reason"])
+        for pool in pools:
+            gauge.add_metric([pool.database, pool.user],
+                             float(pinned.get((pool.database, pool.user), 0)))
+            for reason, count in sorted(pool.stats.pins.items()):
+                counter.add_metric([pool.database, pool.user, reason], float(count))
+        yield gauge
+        yield counter
 
 
 def render(runtime: Runtime) -> bytes:

@@ -99,6 +99,12 @@ class ClientView(Protocol):
     @property
     def cancelled_at(self) -> float: ...
 
+    def pin_reasons(self) -> list[str]:
+        """Why its session state keeps its server (empty: it does not)."""
+
+    def tracked_settings(self) -> list[str]:
+        """The names of the session settings it changed (never their values)."""
+
     def cancel_query(self, now: float) -> None:
         """query_timeout: send a CancelRequest for the query running now."""
 

@@ -40,7 +40,7 @@ EXPECTED_COLUMNS: dict[str, list[str]] = {
         " sv_active sv_active_cancel sv_being_canceled sv_idle sv_used sv_tested sv_login"
         " maxwait maxwait_us pool_mode load_balance_hosts"
     ),
-    "CLIENTS": SOCKET_COLUMNS,
+    "CLIENTS": [*SOCKET_COLUMNS, "pinned", "tracked_settings"],
     "SERVERS": SOCKET_COLUMNS,
     "STATS": _words(
         "database total_server_assignment_count total_xact_count total_query_count"

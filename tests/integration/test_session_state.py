@@ -130,7 +130,7 @@ def test_statement_timeout_does_not_reach_another_client(pgtarn_factory):  # typ
     a, b = shared_pair(proc)
     with a, b:
         a.execute("set statement_timeout = '200ms'")
-        assert b.execute("select pg_sleep(0.5)").fetchone() == (None,)
+        assert b.execute("select pg_sleep(0.5)").fetchone() is not None
         assert show_setting(a, "statement_timeout") == "200ms"
         with pytest.raises(psycopg.errors.QueryCanceled):
             a.execute("select pg_sleep(0.5)")

@@ -164,6 +164,10 @@ SOCKET_COLUMNS = _columns(
     " prepared_statements id",
 )
 
+#: SHOW CLIENTS: PgBouncer's columns, then pgtarn's own: why the client keeps its server, and
+#: the names of the session settings it changed.
+CLIENT_COLUMNS = SOCKET_COLUMNS + _columns("ss", "pinned tracked_settings")
+
 
 def show_clients(runtime: Runtime) -> Table:
     now = time.monotonic()
@@ -181,8 +185,9 @@ def show_clients(runtime: Runtime) -> Table:
             describe(client.tls),
             client.params.get("application_name", ""),
             len(client.statements.names) if client.statements is not None else 0, client.id,
+            ",".join(client.pin_reasons()), ",".join(client.tracked_settings()),
         ])  # fmt: skip
-    return Table(SOCKET_COLUMNS, rows)
+    return Table(CLIENT_COLUMNS, rows)
 
 
 def all_servers(runtime: Runtime) -> list[ServerView]:

@@ -9,8 +9,10 @@ from ..errors import PgtarnError
 from ..pool.stats import BUCKETS
 from ..proto import build
 from ..server.connection import ServerConnection
+from ..session.tracking import CLOSE_AFTER
 from ..states import ClientState
-from .transport import ClientTransport, PendingParts
+from .tracking import ClientTracking
+from .transport import PendingParts
 
 #: Bytes held for a server that is not there yet past which the client is not read.
 PENDING_PAUSE = 256 * 1024
@@ -21,7 +23,7 @@ WAIT_NOTICE = build.error_response(
 )
 
 
-class ClientLink(ClientTransport):
+class ClientLink(ClientTracking):
     """Link and unlink: the pool lends a server, ReadyForQuery may end the loan, and a client
     that leaves hands its server back clean (or closes it mid-query)."""
 
@@ -51,7 +53,8 @@ class ClientLink(ClientTransport):
     def _link(self, server: ServerConnection) -> None:
         """Make server ours; it SETs the tracked parameters that differ on it."""
         self.server = server
-        server.link(self, self.params)
+        session = self.session
+        server.link(self, self.params, None if session is None else session.state.settings)
 
     def waiting_too_long(self) -> None:
         if not self.wait_notified:
@@ -119,13 +122,17 @@ class ClientLink(ClientTransport):
             self.idle_since = now
         if self.expected > 0:
             self.expected -= 1
+        session = self.session
+        if session is not None and session.pending and not self._session_ready(status):
+            return b""  # closed: its state may not be kept (pin_session_state = 0)
         if self.expected:
             return None
         mode = self.pool_mode
         if mode == "session":
             return None
         if status == b"I":
-            self._unlink(server)
+            if not self.pinned:
+                self._unlink(server)
             return None
         if mode == "statement":
             # A transaction opened some other way (a function, a multi-statement query):
@@ -141,8 +148,10 @@ class ClientLink(ClientTransport):
     def _unlink(self, server: ServerConnection) -> None:
         self.server = None
         config = self.runtime.config
+        session = self.session
         server.reset_and_release(
-            config.server_reset_query if config.server_reset_query_always else None
+            config.server_reset_query if config.server_reset_query_always else None,
+            None if session is None else session.state.settings,
         )
 
     def server_lost(self, server: ServerConnection) -> None:
@@ -169,7 +178,20 @@ class ClientLink(ClientTransport):
             if self.pool_mode == "session" or config.server_reset_query_always
             else None
         )
-        server.release_from(self, self.expected > 0, reset)
+        session = self.session
+        if session is None:
+            server.release_from(self, self.expected > 0, reset)
+            return
+        state = session.state
+        if self.pinned:
+            # Its state must not reach the next client: DISCARD ALL clears it, unless some
+            # of it outlives DISCARD ALL (LOAD, SET SEED, what was not followed).
+            if not CLOSE_AFTER.isdisjoint(state.reasons()):
+                server.release_from(self, True, None,
+                                    reason="its client left state that cannot be cleared")
+                return
+            reset = "DISCARD ALL"
+        server.release_from(self, self.expected > 0, reset, state.committed_settings())
 
 
     def _server_now(self) -> ServerConnection | None:

@@ -11,6 +11,7 @@ from time import monotonic
 
 from ..proto import build
 from ..proto.framing import MessageScanner
+from ..session.effects import may_change_state
 from ..session.framer import SYNC_MARK, ClientFramer, Part
 from ..session.prepared import FORGETS_ALL, ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
@@ -25,6 +26,8 @@ STATEMENT_RELAY_TYPES = frozenset(b"QSXP")
 WATCH_STATEMENTS_TYPES = frozenset(b"QSXPBDC")
 STATEMENT_MESSAGES = frozenset(b"PBDC")
 STATEMENT_MESSAGES_OR_QUERY = frozenset(b"PBDCQ")
+TEXT_TYPES = frozenset(b"QP")
+PARSE_TYPE = frozenset(b"P")
 RFQ_IDLE = build.ready_for_query(b"I")
 TRANSACTION_REFUSED = build.error_response(
     "0A000",
@@ -47,9 +50,12 @@ class ClientRelay(ClientLink):
             # The framer starts with the client's first Parse/Bind/Describe/Close.
             self.statements = ClientStatements(self.runtime.statement_cache)
             watch = WATCH_STATEMENTS_TYPES
-        self.scanner = MessageScanner(
-            watch, config.max_packet_size, bodies=frozenset(),  # only counted, never read
-        )
+        self._start_tracking()
+        bodies: frozenset[int] = frozenset()  # only counted, never read
+        if self.session is not None:  # the texts of Query and Parse are looked at
+            watch = watch | PARSE_TYPE
+            bodies = TEXT_TYPES
+        self.scanner = MessageScanner(watch, config.max_packet_size, bodies=bodies)
 
     def _relay(self, data: bytes) -> None:
         if self.statement_mode:
@@ -92,6 +98,8 @@ class ClientRelay(ClientLink):
         messages were sent), so they become sync markers ahead of anything tracked.
         """
         self.framer = ClientFramer(self.runtime.config.max_packet_size)
+        if self.session is not None:
+            self.framer.watch(self.session, self._session_text, self.named_effects)
         outstanding = self.expected
         server = self.server
         if server is not None:
@@ -104,7 +112,8 @@ class ClientRelay(ClientLink):
             self.pending = [(parts, None, False)]
 
     def _relay_events(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
-        for msg_type, _body, end in events:
+        session = self.session
+        for msg_type, body, end in events:
             if msg_type == 0x58:  # Terminate: forward what came before it, then leave
                 if end > 5:
                     self._to_server(data[: end - 5])
@@ -113,6 +122,16 @@ class ClientRelay(ClientLink):
                 if self.transport is not None:
                     self.transport.close()
                 return
+            if session is not None and body and (
+                    session.parse_all or may_change_state(body, msg_type)):
+                refusal = self._session_text(msg_type, body, self.expected)
+                if refusal is not None:  # the Query goes as a refusal PostgreSQL raises
+                    if end > len(body) + 5:
+                        self._to_server(data[: end - len(body) - 5])
+                    self._to_server(refusal)
+                    self.expected += 1
+                    self._relay_events(data[end:], _events_after(events, end))
+                    return
             if msg_type in (0x51, 0x53):  # Query or Sync: one ReadyForQuery to come
                 self.expected += 1
         if data:
@@ -126,15 +145,20 @@ class ClientRelay(ClientLink):
                 and int.from_bytes(data[1:5], "big") + 1 == len(data)
                 and not may_name_statements(data, 5)):
             # The common case: one whole simple Query, passed on as it is.
+            session = self.session
+            if session is not None:
+                body = data[5:]
+                if session.parse_all or may_change_state(body):
+                    data = self._session_text(0x51, body, self.expected) or data
             self.expected += 1
-            forgets = _may_forget_all(data) and FORGETS_ALL.search(data) is not None
+            forgets = _may_forget_all(data) and self._forgets_all(data)
             if forgets:
                 self.statements.clear()
             self._send_item((None, data, forgets), len(data))
             return
-        parts, syncs = framer.feed(data)
+        parts, syncs = framer.feed(data, self.expected)
         self.expected += syncs
-        forgets = bool(syncs and _may_forget_all(data) and FORGETS_ALL.search(data))
+        forgets = bool(syncs and _may_forget_all(data) and self._forgets_all(data))
         if forgets:
             # DISCARD ALL / DEALLOCATE ALL: the client's names go now, the server's
             # statements when the parts are encoded for it.
@@ -148,6 +172,14 @@ class ClientRelay(ClientLink):
             if self.transport is not None:
                 self.transport.close()
 
+
+    def _forgets_all(self, data: bytes) -> bool:
+        """Whether a query holding DISCARD ALL or DEALLOCATE ALL will drop every prepared
+        statement: DISCARD ALL fails inside a transaction block, and then drops none."""
+        match = FORGETS_ALL.search(data)
+        if match is None:
+            return False
+        return match.group(0)[:2].lower() != b"di" or self._status_now() == b"I"
 
     def _refuse_transaction_blocks(self, data: bytes) -> bytes:
         """Statement mode: answer BEGIN / START TRANSACTION here, before any server sees it.
@@ -202,6 +234,12 @@ class ClientRelay(ClientLink):
             server.write(self._encode(server, item))
         else:
             self._hold(item, size)
+
+
+def _events_after(events: list[tuple[int, bytes, int]],
+                  end: int) -> list[tuple[int, bytes, int]]:
+    """The scanner's events after offset end, their offsets counted from there."""
+    return [(msg_type, body, at - end) for msg_type, body, at in events if at > end]
 
 
 def _may_forget_all(data: bytes) -> bool:

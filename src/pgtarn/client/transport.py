@@ -20,8 +20,10 @@ from ..proto.client_login import ClientLogin
 from ..proto.framing import MessageScanner
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
+from ..session.effects import Parsed
 from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
+from ..session.tracking import SessionTracker
 from ..states import ClientState
 from ..views import SecretSource
 
@@ -58,10 +60,12 @@ class ClientTransport(asyncio.Protocol):
         "last_request",
         "local_addr",
         "login",
+        "named_effects",
         "params",
         "peer_pid",
         "pending",
         "pending_size",
+        "pinned",
         "pool",
         "pool_mode",
         "query_start",
@@ -69,6 +73,7 @@ class ClientTransport(asyncio.Protocol):
         "scanner",
         "secret_lookup",
         "server",
+        "session",
         "state",
         "statement_mode",
         "statements",
@@ -117,6 +122,12 @@ class ClientTransport(asyncio.Protocol):
         #: finds its Parse/Bind/Describe/Close (None: passed through untouched).
         self.statements: ClientStatements | None = None
         self.framer: ClientFramer | None = None
+        #: Transaction and statement mode: this client's session state (None: not tracked,
+        #: see tracking.py); whether that state keeps its server; the effects of its named
+        #: prepared statements, counted at each Bind.
+        self.session: SessionTracker | None = None
+        self.pinned = False
+        self.named_effects: dict[bytes, Parsed] = {}
         #: The pool's counters once logged in; when this client's query and transaction
         #: began (monotonic, 0: none under way); wall clock of the connect, for display.
         self.stats: PoolStats | None = None

@@ -57,6 +57,7 @@ class PoolStats:
 
     __slots__ = (
         "client_logins",
+        "pins",
         "query_buckets",
         "query_sum",
         "received",
@@ -78,6 +79,14 @@ class PoolStats:
         #: One observation per server assignment (0 when the client did not wait).
         self.wait_buckets = new_buckets()
         self.wait_sum = 0.0
+        #: Clients pinned to their server by session state, counted per reason as pins begin.
+        self.pins: dict[str, int] = {}
+
+    def note_pin(self, reason: str) -> bool:
+        """A client of this pool is pinned for reason; True the first time it is seen."""
+        count = self.pins.get(reason, 0)
+        self.pins[reason] = count + 1
+        return count == 0
 
     @property
     def xact_count(self) -> int:

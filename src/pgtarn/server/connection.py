@@ -31,6 +31,7 @@ from ..proto.framing import MessageScanner
 from ..proto.server_login import LoggedIn, ServerLogin
 from ..runtime import Runtime
 from ..session.prepared import FORGETS_ALL, ServerStatements
+from ..session.tracking import NO_SETTINGS
 from .login import LoginDriver
 from .relay import PREPARED_RELAY_TYPES, ServerRelay
 from .transport import LinkedClient, log
@@ -179,29 +180,39 @@ class ServerConnection(ServerRelay):
     # --- commands from the client side and the pool --------------------------------------------
 
 
-    def link(self, client: LinkedClient[ServerConnection], params: dict[str, str]) -> None:
-        """Lent to client: SET its tracked parameters that differ here, ahead of its bytes
-        (their replies are swallowed, so no round trip is added)."""
+    def link(self, client: LinkedClient[ServerConnection], params: dict[str, str],
+             settings: dict[str, str] | None = None) -> None:
+        """Lent to client: SET its tracked parameters that differ here, and make the session
+        settings its own (SET what differs, RESET what it never set), ahead of its bytes (their
+        replies are swallowed, so no round trip is added). settings None: not tracked."""
         self.client = client
-        if params.items() <= self.params.items():
+        same_settings = settings is None or settings is self.settings
+        if same_settings and params.items() <= self.params.items():
             return
-        differing = [(name, value) for name, value in params.items()
-                     if self.params.get(name) != value]
-        for name, value in differing:
-            self.params[name] = value
-        self.run_internal(["; ".join(
-            f"SET {build.quote_ident(name)} TO {build.quote_literal(value)}"
-            for name, value in differing)], None)
+        statements = []
+        for name, value in params.items():
+            if self.params.get(name) != value:
+                self.params[name] = value
+                statements.append(
+                    f"SET {build.quote_ident(name)} TO {build.quote_literal(value)}")
+        if not same_settings:
+            assert settings is not None
+            statements.extend(_settings_change(self.settings, settings))
+            self.settings = settings
+        if statements:
+            self.run_internal(["; ".join(statements)], None)
 
     def release_from(self, client: LinkedClient[ServerConnection], mid_query: bool,
-                     reset_query: str | None) -> None:
-        """client left while linked: close mid-query; otherwise clean up, then release."""
+                     reset_query: str | None, settings: dict[str, str] | None = None, *,
+                     reason: str = "client disconnected while a query was running") -> None:
+        """client left while linked: close mid-query (or when told why, reason); otherwise
+        clean up, then release. settings: the session settings the client leaves here."""
         if self.client is not client:
             return
         self.client = None
         self.resume_reading()
         if mid_query:
-            self.close("client disconnected while a query was running")
+            self.close(reason)
             return
         self.pool.begin_reset(self)
         # A Sync first: it ends any extended-protocol batch the client left without one,
@@ -210,7 +221,7 @@ class ServerConnection(ServerRelay):
         if self.statements is not None:
             self.statements.sync_sent()
             self.swallow_syncs += 1
-        self.on_clean = lambda: self.reset_and_release(reset_query)
+        self.on_clean = lambda: self.reset_and_release(reset_query, settings)
         self.write(build.SYNC)
 
     def run_internal(self, sql_statements: list[str], on_clean: Callable[[], None] | None) -> None:
@@ -219,12 +230,16 @@ class ServerConnection(ServerRelay):
         self.on_clean = on_clean
         self.write(b"".join(build.query(sql) for sql in sql_statements))
 
-    def reset_and_release(self, reset_query: str | None) -> None:
-        """Unlinked from its client: roll back / reset as needed, then go back to the pool."""
+    def reset_and_release(self, reset_query: str | None,
+                          settings: dict[str, str] | None = None) -> None:
+        """Unlinked from its client: roll back / reset as needed, then go back to the pool.
+        settings: the session settings the client leaves (None: unchanged)."""
         self.client = None
         self.last_used = time.monotonic()
         if self.closed:
             return
+        if settings is not None:
+            self.settings = settings
         if self.status == b"I" and not reset_query:  # the common case: nothing to do
             self.pool.release(self)
             return
@@ -233,8 +248,10 @@ class ServerConnection(ServerRelay):
             statements.append("ROLLBACK")
         if reset_query:
             statements.append(reset_query)
-            if self.statements is not None and FORGETS_ALL.search(reset_query.encode()):
-                self.statements.clear()
+            if FORGETS_ALL.search(reset_query.encode()):
+                self.settings = NO_SETTINGS
+                if self.statements is not None:
+                    self.statements.clear()
         self.pool.begin_reset(self)
         self.run_internal(statements, self._after_reset)
 
@@ -268,3 +285,15 @@ class ServerConnection(ServerRelay):
         self.runtime.spawn(
             send_cancel_request(self.db, pid, key, self.runtime.config, still_linked)
         )
+
+
+def _settings_change(current: dict[str, str], wanted: dict[str, str]) -> list[str]:
+    """The statements that turn a session's settings from current into wanted."""
+    statements = [sql for name, sql in wanted.items() if current.get(name) != sql]
+    statements.extend(f"RESET {_setting_name(name)}" for name in current if name not in wanted)
+    return statements
+
+
+def _setting_name(name: str) -> str:
+    """A setting's name as SQL (a custom one has a dot: each part is an identifier)."""
+    return ".".join(build.quote_ident(part) for part in name.split("."))

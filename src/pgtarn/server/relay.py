@@ -149,6 +149,8 @@ class ServerRelay(ServerTransport):
                     continue
                 if action == ERROR_REPLACE:
                     message = build.message(b"E", statements.replacement)
+                    if self.client is not None:
+                        self.client.error_relayed()
                 else:
                     self._relayed_error(body)
             elif msg_type == 0x53:
@@ -176,6 +178,7 @@ class ServerRelay(ServerTransport):
             return b""
         if code == READY_UNHIDE:  # no retry after all: the client gets the error
             message = build.message(b"E", statements.withheld) + message
+            client.error_relayed()
         replacement = client.ready_for_query(self, body)
         self.start_hidden()
         if replacement is not None:
@@ -216,7 +219,11 @@ class ServerRelay(ServerTransport):
         return False
 
     def _relayed_error(self, body: bytes) -> None:
-        """An ErrorResponse passed to the client: remember a FATAL, the server's last word."""
+        """An ErrorResponse passed to the client: its batch failed; remember a FATAL, the
+        server's last word."""
+        client = self.client
+        if client is not None:
+            client.error_relayed()
         fields = parse_fields(body)
         if fields.get("S") in ("FATAL", "PANIC"):
             self.fatal = f'{fields.get("C", "")} {fields.get("M", "")}'

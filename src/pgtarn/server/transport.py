@@ -13,6 +13,7 @@ from ..pool.pool import Pool
 from ..proto.framing import MessageScanner
 from ..runtime import Runtime
 from ..session.prepared import ClientStatements, ServerStatements
+from ..session.tracking import NO_SETTINGS
 from .login import LoginDriver
 
 log = logging.getLogger("pgtarn.server")
@@ -38,6 +39,8 @@ class LinkedClient(Protocol[Server]):
     def server_lost(self, server: Server) -> None: ...
 
     def parameter_changed(self, name: str, value: str) -> None: ...
+
+    def error_relayed(self) -> None: ...
 
     def pause_reading(self) -> None: ...
 
@@ -73,6 +76,7 @@ class ServerTransport(asyncio.Protocol):
         "pool",
         "runtime",
         "scanner",
+        "settings",
         "statements",
         "status",
         "swallow",
@@ -94,6 +98,9 @@ class ServerTransport(asyncio.Protocol):
         self.params: dict[str, str] = {}
         self.backend_key: tuple[int, int] = (0, 0)
         self.status = b"I"
+        #: The session settings its last client left, as the SQL that set them (a client's
+        #: dict, shared: see session/tracking.py).
+        self.settings = NO_SETTINGS
         #: ReadyForQuery messages still to come whose replies are ours, not a client's.
         self.swallow = 0
         #: Of the swallowed ReadyForQuery, how many end a batch the statements track.

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..proto.build import message
 from ..proto.framing import MessageScanner
+from .effects import Parsed, may_change_state
 from .sqlnames import may_name_statements
+from .tracking import SessionTracker
 
 #: A Sync or Query passed: one ReadyForQuery to come (an item of a ClientFramer part list).
 SYNC_MARK = 0
@@ -13,6 +17,10 @@ SYNC_MARK = 0
 _WATCHED = frozenset(b"PBDCQSX")
 _TERMINATE = frozenset(b"X")
 Part = bytes | tuple[int, bytes] | int
+#: The session-state hook: (message type, body, ReadyForQuery owed before its batch's) ->
+#: a Query to send in its place, or None.
+TextHook = Callable[[int, bytes, int], bytes | None]
+_TEXTS = frozenset(b"QP")
 
 
 class ClientFramer:
@@ -27,7 +35,8 @@ class ClientFramer:
     which is not passed on, and nothing after it is read.
     """
 
-    __slots__ = ("_scanner", "max_size", "plain", "terminated", "whole")
+    __slots__ = ("_named", "_scanner", "_session", "_texts", "max_size", "plain", "terminated",
+                 "whole")
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
@@ -37,9 +46,23 @@ class ClientFramer:
         #: After feed: no part is a whole message to rewrite (only raw bytes and marks).
         self.plain = True
         self.terminated = False
+        #: Session-state tracking (watch): told of texts that may change state.
+        self._session: SessionTracker | None = None
+        self._texts: TextHook | None = None
+        self._named: dict[bytes, Parsed] = {}
 
-    def feed(self, data: bytes) -> tuple[list[Part], int]:
-        """Parts to send for a chunk, and how many ReadyForQuery they will bring.
+    def watch(self, session: SessionTracker, texts: TextHook, named: dict[bytes, Parsed]
+              ) -> None:
+        """Hand texts (Query, Parse) that may change session state to texts, with how many
+        ReadyForQuery come before their batch's; Binds too while named (the statements that
+        change state) is not empty. texts may return a Query to send in place of one."""
+        self._session = session
+        self._texts = texts
+        self._named = named
+
+    def feed(self, data: bytes, outstanding: int = 0) -> tuple[list[Part], int]:
+        """Parts to send for a chunk, and how many ReadyForQuery they will bring (outstanding:
+        how many were owed before it, for the session-state hook).
 
         A bad length raises ProtocolViolation, and so does every later feed."""
         scanner = self._scanner
@@ -53,8 +76,25 @@ class ClientFramer:
         start = 0  # raw bytes from start up to a message are passed on as one slice
         append = parts.append
         rewritten = False
+        session = self._session
         for msg_type, body, end in events:
             begin = end - 5 - len(body)
+            if session is not None and msg_type != 0x53 and (
+                    (msg_type == 0x42 and self._named) or (msg_type in _TEXTS and (
+                        session.parse_all or may_change_state(body, msg_type)))):
+                assert self._texts is not None
+                refusal = self._texts(msg_type, body, outstanding + syncs)
+                if refusal is not None:
+                    body = refusal[5:]  # a Query PostgreSQL answers with the refusal
+                    if begin > start:
+                        append(data[start:begin])
+                    elif begin < 0:
+                        whole = False
+                    start = end
+                    rewritten = True
+                    append((0x51, body))
+                    syncs += 1
+                    continue
             if msg_type == 0x53 or (msg_type == 0x51 and not may_name_statements(body)):
                 # Sync, or a Query naming no statement: passed on as it is
                 if begin >= 0:

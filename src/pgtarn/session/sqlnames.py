@@ -30,9 +30,11 @@ def may_name_statements(data: bytes, start: int = 0) -> bool:
 
 
 def has_statement_words(data: bytes) -> bool:
-    """Whether data holds PREPARE, EXECUTE or DEALLOCATE in any case."""
+    """Whether data holds PREPARE, EXECUTE, DEALLOCATE or DISCARD in any case (DISCARD ALL
+    drops every prepared statement, pgtarn's own too: the framer must see it)."""
     low = data.lower()
-    return b"execute" in low or b"prepare" in low or b"deallocate" in low
+    return (b"execute" in low or b"prepare" in low or b"deallocate" in low
+            or b"discard" in low)
 
 
 _MAY_START = frozenset(b"PpEeDdCc \t\r\n\f\v-/(")

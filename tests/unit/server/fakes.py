@@ -80,6 +80,7 @@ class FakeClient:
         self.received = bytearray()
         self.statuses: list[bytes] = []
         self.lost = False
+        self.errors = 0
 
     def write(self, data: bytes) -> None:
         self.received += data
@@ -93,6 +94,9 @@ class FakeClient:
 
     def parameter_changed(self, name: str, value: str) -> None:
         pass
+
+    def error_relayed(self) -> None:
+        self.errors += 1
 
     def pause_reading(self) -> None:
         pass

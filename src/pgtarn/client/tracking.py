@@ -1,0 +1,155 @@
+"""A transaction-mode client's session state: texts read, batches applied, pins kept.
+
+The relay hands every Query and Parse text that may change session state (a cheap first
+look, effects.may_change_state) to _session_text, which parses it; the server relay reports
+errors, and ready_for_query ReadyForQuery, so that each batch's effects apply with their
+outcome. The settings are replayed by the server when lent (ServerConnection.link); state
+that cannot move pins the client to its server until it is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import PgtarnError
+from ..proto import build
+from ..session.effects import (
+    UNTRACKED,
+    Parsed,
+    effects_of,
+    parse_text,
+    query_text,
+)
+from ..session.tracking import SessionState, SessionTracker
+from .transport import ClientTransport
+
+log = logging.getLogger("pgtarn.client")
+
+#: Effects that would pin the client (refused with pin_session_state = 0).
+_PINNING = frozenset(("lock", "lock_uncounted", "temp", "hold", "listen", "load", "seed",
+                      UNTRACKED))
+
+
+class ClientTracking(ClientTransport):
+    """Session-state tracking for a pooled client (see the module docstring)."""
+
+    __slots__ = ()
+
+    def _start_tracking(self) -> None:
+        """Logged in to a transaction or statement mode pool with track_session_state."""
+        config = self.runtime.config
+        if self.pool_mode == "session" or not config.track_session_state:
+            return
+        ignored = frozenset(name.lower() for name in self.params)
+        self.session = SessionTracker(SessionState(ignored))
+        # statement names the framer follows; texts of the extended protocol count when run
+        self.named_effects = {}
+
+    def _session_text(self, msg_type: int, body: bytes, replies_ahead: int) -> bytes | None:
+        """A Query (0x51), Parse (0x50) or Bind (0x42) that may change session state, whose
+        batch ends at the ReadyForQuery replies_ahead + 1 from now.
+
+        Returns the Query to send in place of a refused one (pin_session_state = 0).
+        """
+        session = self.session
+        assert session is not None
+        if msg_type == 0x42:  # Bind of a named statement that changes state: runs again
+            portal_end = body.find(b"\x00")
+            name = body[portal_end + 1 : body.find(b"\x00", portal_end + 1)]
+            parsed = self.named_effects.get(name)
+            if parsed is not None:
+                session.add(parsed, replies_ahead, self._status_now())
+            return None
+        if msg_type == 0x50:
+            name, sql = parse_text(body)
+        else:
+            name, sql = b"", query_text(body)
+        parsed = effects_of(sql)
+        if not parsed.effects and not session.parse_all:
+            return None
+        if name:
+            if parsed.effects:
+                if self.framer is None:  # its Binds are not followed: it cannot be
+                    parsed = Parsed(
+                        [*parsed.effects,
+                         (UNTRACKED, "a named prepared statement that changes session state")],
+                        parsed.statements)
+                else:
+                    self.named_effects[name] = parsed
+                    return None  # counted at its Bind
+            elif name in self.named_effects:
+                del self.named_effects[name]
+        if msg_type == 0x51 and not self.runtime.config.pin_session_state:
+            refused = _pin_reason(parsed)
+            if refused:
+                return build.query(_refusal_sql(refused))
+        session.add(parsed, replies_ahead, self._status_now())
+        return None
+
+    def _status_now(self) -> bytes:
+        server = self.server
+        return server.status if server is not None else b"I"
+
+    def error_relayed(self) -> None:
+        """The linked server relays an ErrorResponse: the batch under way failed."""
+        session = self.session
+        if session is not None:
+            session.error()
+
+    def _session_ready(self, status: bytes) -> bool:
+        """A ReadyForQuery while batches are pending; False when the client was closed."""
+        session = self.session
+        assert session is not None
+        was = session.state.reasons() if self.pinned else []
+        session.ready(status)
+        state = session.state
+        self.pinned = pinned = state.pinned
+        if not pinned:
+            return True
+        reasons = state.reasons()
+        begun = [reason for reason in reasons if reason not in was]
+        stats = self.stats
+        if begun and stats is not None:
+            for reason in begun:
+                if stats.note_pin(reason) and self.runtime.config.log_pooler_errors:
+                    log.warning("%r: pinned to its server: %s (%s)", self, reason,
+                                state.untracked or "session state that cannot move")
+        if self.runtime.config.pin_session_state or status != b"I":
+            return True
+        self.close(PgtarnError(_refusal_message(reasons[0]), sqlstate="0A000",
+                               severity="FATAL"))
+        return False
+
+    def pin_reasons(self) -> list[str]:
+        """Why this client keeps its server (SHOW CLIENTS)."""
+        session = self.session
+        return session.state.reasons() if session is not None else []
+
+    def tracked_settings(self) -> list[str]:
+        session = self.session
+        return sorted(session.state.settings) if session is not None else []
+
+
+def _pin_reason(parsed: Parsed) -> str:
+    for effect in parsed.effects:
+        kind = effect[0]
+        if kind in _PINNING or (kind == "role" and effect[2]):
+            return str(_REASONS.get(kind, kind))
+    return ""
+
+
+_REASONS = {"lock": "advisory_lock", "lock_uncounted": "advisory_lock", "temp": "temp_object",
+            "hold": "hold_cursor"}
+
+
+def _refusal_message(reason: str) -> str:
+    return (f"session state that would pin the client to its server is refused ({reason}):"
+            " pin_session_state = 0")
+
+
+def _refusal_sql(reason: str) -> str:
+    """A statement PostgreSQL answers with our refusal, in its place in the stream (so the
+    error comes in order and a transaction block fails as with any error)."""
+    message = _refusal_message(reason).replace("'", "''")
+    return (f"DO $pgtarn$BEGIN RAISE EXCEPTION USING ERRCODE = '0A000', MESSAGE = '{message}';"
+            " END$pgtarn$")

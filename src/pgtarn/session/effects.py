@@ -1,0 +1,357 @@
+"""What a query does to its session's state, read with PostgreSQL's own parser (pglast).
+
+Every statement becomes a list of effects (tuples whose first item names the kind): settings
+SET or RESET, transaction control, and the session-only state that cannot move to another
+server (advisory locks, temporary objects, WITH HOLD cursors, roles, LOAD, LISTEN). The
+model in tracking.py replays them with PostgreSQL's transaction semantics. Parsing is done
+only for texts that may_change_state lets through: a cheap first look, cached per text.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from pglast import ast, parse_sql
+from pglast.enums import (
+    DiscardMode,
+    OnCommitAction,
+    TransactionStmtKind,
+    VariableSetKind,
+)
+from pglast.parser import ParseError
+from pglast.stream import RawStream
+
+from ..proto.build import quote_literal
+
+Effect = tuple[Any, ...]
+
+# Effect kinds (the first item of an Effect).
+SET = "set"  # (SET, name, sql): a session value, replayed by running sql
+LOCAL = "local"  # (LOCAL, name, sql): SET LOCAL (only for a later SET ... FROM CURRENT)
+FROM_CURRENT = "from_current"  # (FROM_CURRENT, name)
+RESET = "reset"  # (RESET, name)
+RESET_ALL = "reset_all"
+DISCARD_ALL = "discard_all"
+DISCARD_TEMP = "discard_temp"
+BEGIN = "begin"
+COMMIT = "commit"  # (COMMIT, chain)
+ROLLBACK = "rollback"  # (ROLLBACK, chain)
+SAVEPOINT = "savepoint"  # (SAVEPOINT, name)
+RELEASE = "release"  # (RELEASE, name)
+ROLLBACK_TO = "rollback_to"  # (ROLLBACK_TO, name)
+TEMP = "temp"  # a temporary table, view or sequence
+HOLD = "hold"  # (HOLD, cursor name)
+CLOSE = "close"  # (CLOSE, cursor name or None for ALL)
+LISTEN = "listen"  # (LISTEN, channel)
+UNLISTEN = "unlisten"  # (UNLISTEN, channel or None for *)
+ROLE = "role"  # (ROLE, "role" | "session_authorization", set: bool)
+LOCK = "lock"  # (LOCK, key): a session advisory lock taken
+LOCK_UNCOUNTED = "lock_uncounted"  # advisory locks taken, how many unknown
+UNLOCK = "unlock"  # (UNLOCK, key)
+UNLOCK_ALL = "unlock_all"
+LOAD = "load"
+SEED = "seed"
+UNTRACKED = "untracked"  # (UNTRACKED, why)
+
+#: Effects of transaction control: an error in a batch holding one leaves its outcome unknown.
+TRANSACTION_CONTROL = frozenset((BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, ROLLBACK_TO))
+
+# Settings that change only the current transaction (SET TRANSACTION ... writes these).
+_TRANSACTION_ONLY = frozenset(("transaction_isolation", "transaction_read_only",
+                               "transaction_deferrable"))
+# SET SESSION CHARACTERISTICS AS TRANSACTION ...: the session defaults it sets.
+_CHARACTERISTICS = {
+    "transaction_isolation": "default_transaction_isolation",
+    "transaction_read_only": "default_transaction_read_only",
+    "transaction_deferrable": "default_transaction_deferrable",
+}
+_ROLE_SETTINGS = frozenset(("role", "session_authorization"))
+_LOCKS = {
+    "pg_advisory_lock": False, "pg_try_advisory_lock": False,
+    "pg_advisory_lock_shared": True, "pg_try_advisory_lock_shared": True,
+}
+_UNLOCKS = {"pg_advisory_unlock": False, "pg_advisory_unlock_shared": True}
+_HOLD = 0x0020  # CURSOR_OPT_HOLD in PostgreSQL's parsenodes.h
+
+# --- the first look -------------------------------------------------------------------------
+
+_DIGITS = b"0123456789"
+_STARTS = (b"set", b"reset", b"discard", b"load", b"declare", b"close", b"listen", b"unlisten",
+           b"create")
+_WORDS = (b"advisory", b"set_config", b"temp", b"/*", b"--")
+
+
+def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
+    """A cheap first look at the text of a Query's (or a Parse's) body: False when it cannot
+    change session state.
+
+    Digits never decide it, so the answer is cached per text without them: a query sent
+    again with other numbers costs one translate and one cache lookup.
+    """
+    if msg_type == 0x50:  # Parse: the statement's name comes first
+        body = body[body.find(b"\x00") + 1 :]
+    return _look(body.translate(None, _DIGITS))
+
+
+@lru_cache(maxsize=4096)
+def _look(text: bytes) -> bool:
+    low = text.lower()
+    if low.lstrip(b" \t\r\n\f(").startswith(_STARTS):
+        return True
+    if any(word in low for word in _WORDS):
+        return True
+    semicolon = low.find(b";")
+    # a second statement after a ';' (a ';' at the end, before the NUL, is only a terminator)
+    return semicolon >= 0 and bool(low[semicolon:].strip(b" \t\r\n\f;\x00"))
+
+
+# --- the parse --------------------------------------------------------------------------------
+
+
+class Parsed:
+    """The effects of one query text, and how many statements it holds."""
+
+    __slots__ = ("effects", "statements")
+
+    def __init__(self, effects: list[Effect], statements: int) -> None:
+        self.effects = effects
+        self.statements = statements
+
+
+def query_text(body: bytes) -> str:
+    """The SQL of a Query message's body (text and its NUL)."""
+    return body[: body.find(b"\x00")].decode("utf-8", "replace")
+
+
+def parse_text(body: bytes) -> tuple[bytes, str]:
+    """The statement name and SQL of a Parse message's body."""
+    name_end = body.find(b"\x00")
+    text_end = body.find(b"\x00", name_end + 1)
+    return body[:name_end], body[name_end + 1 : text_end].decode("utf-8", "replace")
+
+
+def effects_of(sql: str) -> Parsed:
+    """The effects of a query's statements, in order; a text PostgreSQL will refuse has none
+    (its error changes nothing)."""
+    try:
+        statements = parse_sql(sql)
+    except ParseError:
+        return Parsed([], 1)
+    effects: list[Effect] = []
+    for raw in statements:
+        _statement(raw.stmt, effects)
+    return Parsed(effects, len(statements))
+
+
+def _statement(stmt: Any, out: list[Effect]) -> None:
+    if isinstance(stmt, ast.VariableSetStmt):
+        _variable_set(stmt, out)
+    elif isinstance(stmt, ast.TransactionStmt):
+        _transaction(stmt, out)
+    elif isinstance(stmt, ast.DiscardStmt):
+        if stmt.target == DiscardMode.DISCARD_ALL:
+            out.append((DISCARD_ALL,))
+        elif stmt.target == DiscardMode.DISCARD_TEMP:
+            out.append((DISCARD_TEMP,))
+    elif isinstance(stmt, ast.LoadStmt):
+        out.append((LOAD,))
+    elif isinstance(stmt, ast.DeclareCursorStmt):
+        if (stmt.options or 0) & _HOLD:
+            out.append((HOLD, stmt.portalname))
+        _calls(stmt.query, out)
+    elif isinstance(stmt, ast.ClosePortalStmt):
+        out.append((CLOSE, stmt.portalname))
+    elif isinstance(stmt, ast.ListenStmt):
+        out.append((LISTEN, stmt.conditionname))
+    elif isinstance(stmt, ast.UnlistenStmt):
+        out.append((UNLISTEN, stmt.conditionname))
+    elif isinstance(stmt, ast.PrepareStmt):
+        inner: list[Effect] = []
+        _statement(stmt.query, inner)
+        if inner:  # runs at each EXECUTE, which names no state: cannot be followed
+            out.append((UNTRACKED, "a prepared statement that changes session state"))
+    else:
+        if _creates_temp(stmt):
+            out.append((TEMP,))
+        _calls(stmt, out)
+
+
+def _variable_set(stmt: ast.VariableSetStmt, out: list[Effect]) -> None:
+    kind = stmt.kind
+    if kind == VariableSetKind.VAR_RESET_ALL:
+        out.append((RESET_ALL,))
+        return
+    if kind == VariableSetKind.VAR_SET_MULTI:
+        if stmt.name == "SESSION CHARACTERISTICS" and not stmt.is_local:
+            for item in stmt.args or ():
+                name = _CHARACTERISTICS.get(item.defname)
+                if name is not None:
+                    value = _characteristic(item.arg)
+                    out.append((SET, name, f"SET {name} TO {quote_literal(value)}"))
+        return  # SET TRANSACTION ...: this transaction only
+    name = (stmt.name or "").lower()
+    if name in _TRANSACTION_ONLY:
+        return
+    if name in _ROLE_SETTINGS:
+        if stmt.is_local:
+            return
+        unset = kind in (VariableSetKind.VAR_RESET, VariableSetKind.VAR_SET_DEFAULT) or (
+            name == "role" and _is_none(stmt.args))
+        out.append((ROLE, name, not unset))
+        return
+    if name == "seed":
+        if not stmt.is_local:
+            out.append((SEED,))
+        return
+    if kind == VariableSetKind.VAR_SET_VALUE:
+        sql = RawStream()(ast.VariableSetStmt(kind=kind, name=stmt.name, args=stmt.args,
+                                              is_local=False))
+        out.append((LOCAL if stmt.is_local else SET, name, sql))
+    elif kind == VariableSetKind.VAR_SET_CURRENT:
+        if not stmt.is_local:
+            out.append((FROM_CURRENT, name))
+    elif not stmt.is_local:  # RESET name, SET name TO DEFAULT
+        out.append((RESET, name))
+
+
+def _is_none(args: tuple[Any, ...] | None) -> bool:
+    """SET ROLE NONE."""
+    return args is not None and isinstance(args[0], ast.A_Const) and getattr(
+        args[0].val, "sval", None) == "none"
+
+
+def _characteristic(arg: Any) -> str:
+    value = getattr(arg, "val", None)
+    if isinstance(value, ast.Integer):
+        return "on" if value.ival else "off"
+    return str(getattr(value, "sval", ""))
+
+
+def _transaction(stmt: ast.TransactionStmt, out: list[Effect]) -> None:
+    kind = stmt.kind
+    if kind in (TransactionStmtKind.TRANS_STMT_BEGIN, TransactionStmtKind.TRANS_STMT_START):
+        out.append((BEGIN,))
+    elif kind == TransactionStmtKind.TRANS_STMT_COMMIT:
+        out.append((COMMIT, bool(stmt.chain)))
+    elif kind == TransactionStmtKind.TRANS_STMT_PREPARE:
+        out.append((COMMIT, False))  # the session leaves the transaction, its settings kept
+    elif kind == TransactionStmtKind.TRANS_STMT_ROLLBACK:
+        out.append((ROLLBACK, bool(stmt.chain)))
+    elif kind == TransactionStmtKind.TRANS_STMT_SAVEPOINT:
+        out.append((SAVEPOINT, stmt.savepoint_name))
+    elif kind == TransactionStmtKind.TRANS_STMT_RELEASE:
+        out.append((RELEASE, stmt.savepoint_name))
+    elif kind == TransactionStmtKind.TRANS_STMT_ROLLBACK_TO:
+        out.append((ROLLBACK_TO, stmt.savepoint_name))
+
+
+def _creates_temp(stmt: ast.Node) -> bool:
+    """CREATE TEMP TABLE/VIEW/SEQUENCE, CREATE TABLE pg_temp.x, SELECT ... INTO TEMP, CREATE
+    TEMP TABLE ... AS; not ON COMMIT DROP, which is gone when its transaction ends."""
+    relation: Any = None
+    on_commit: Any = None
+    if isinstance(stmt, (ast.CreateStmt, ast.CreateSeqStmt)):
+        relation = stmt.sequence if isinstance(stmt, ast.CreateSeqStmt) else stmt.relation
+        on_commit = getattr(stmt, "oncommit", None)
+    elif isinstance(stmt, ast.ViewStmt):
+        relation = stmt.view
+    elif isinstance(stmt, ast.CreateTableAsStmt) and stmt.into is not None:
+        relation, on_commit = stmt.into.rel, stmt.into.onCommit
+    elif isinstance(stmt, ast.SelectStmt) and stmt.intoClause is not None:
+        relation, on_commit = stmt.intoClause.rel, stmt.intoClause.onCommit
+    if relation is None or on_commit == OnCommitAction.ONCOMMIT_DROP:
+        return False
+    return bool(relation.relpersistence == "t" or relation.schemaname == "pg_temp")
+
+
+def _calls(node: Any, out: list[Effect]) -> None:
+    """Effects of the function calls in a statement: set_config and advisory locks."""
+    simple = _single_row(node)
+    for call in _walk(node):
+        if not isinstance(call, ast.FuncCall):
+            continue
+        name = call.funcname[-1].sval.lower() if call.funcname else ""
+        if name == "set_config":
+            _set_config(call, out)
+        elif name in _LOCKS:
+            key = _lock_key(call, _LOCKS[name])
+            out.append((LOCK, key) if simple and key is not None else (LOCK_UNCOUNTED,))
+        elif name in _UNLOCKS:
+            key = _lock_key(call, _UNLOCKS[name])
+            if simple and key is not None:
+                out.append((UNLOCK, key))
+        elif name == "pg_advisory_unlock_all":
+            out.append((UNLOCK_ALL,))
+
+
+def _single_row(node: Any) -> bool:
+    """A SELECT of expressions only (no FROM): each call in it runs once."""
+    return isinstance(node, ast.SelectStmt) and not node.fromClause and not node.whereClause \
+        and node.valuesLists is None and node.op == 0  # fmt: skip
+
+
+def _lock_key(call: ast.FuncCall, shared: bool) -> str | None:
+    """Which lock: the arguments as written (literals or $n), or None for expressions."""
+    parts = []
+    for arg in call.args or ():
+        if not isinstance(arg, (ast.A_Const, ast.ParamRef)):
+            return None
+        parts.append(RawStream()(arg))
+    return ("shared " if shared else "") + ",".join(parts)
+
+
+def _set_config(call: ast.FuncCall, out: list[Effect]) -> None:
+    args = call.args or ()
+    values = [_literal(arg) for arg in args]
+    if len(values) != 3 or any(v is None for v in values):
+        out.append((UNTRACKED, "set_config with arguments that are not literals"))
+        return
+    name, value, local = (str(v) for v in values)
+    name = name.lower()
+    is_local = local.lower() in ("true", "t", "on", "1", "yes", "y")
+    if name in _TRANSACTION_ONLY:
+        return
+    if name in _ROLE_SETTINGS:
+        if not is_local:
+            out.append((ROLE, name, value.lower() not in ("", "none", "default")))
+        return
+    if name == "seed":
+        if not is_local:
+            out.append((SEED,))
+        return
+    sql = f"SELECT set_config({quote_literal(name)}, {quote_literal(value)}, false)"
+    out.append((LOCAL if is_local else SET, name, sql))
+
+
+def _literal(arg: Any) -> str | bool | None:
+    """A constant argument's value as text (booleans as 'true'/'false'), or None."""
+    if isinstance(arg, ast.TypeCast):
+        arg = arg.arg
+    if not isinstance(arg, ast.A_Const) or arg.isnull:
+        return None
+    value = arg.val
+    if isinstance(value, ast.Boolean):
+        return "true" if value.boolval else "false"
+    if isinstance(value, ast.String):
+        return str(value.sval)
+    if isinstance(value, ast.Integer):
+        return str(value.ival)
+    if isinstance(value, ast.Float):
+        return str(value.fval)
+    return None
+
+
+def _walk(node: Any) -> Any:
+    """Every node under node, depth first, in the order of the text."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        elif isinstance(item, ast.Node):
+            yield item
+            for slot in reversed(getattr(type(item), "__slots__", ())):
+                value = getattr(item, slot, None)
+                if isinstance(value, (ast.Node, tuple)):
+                    stack.append(value)

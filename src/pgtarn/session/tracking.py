@@ -1,0 +1,348 @@
+"""A client's session state as PostgreSQL would hold it on the client's own connection.
+
+SessionState applies the effects of each batch (a Query, or the messages up to a Sync) once
+its ReadyForQuery arrives, with PostgreSQL's transaction semantics: a change inside a
+transaction block is kept at COMMIT and undone at ROLLBACK, one after a savepoint is undone by
+ROLLBACK TO it, and a failed batch outside a block changes nothing (its implicit transaction
+rolls back). Session advisory locks and LOAD are not transactional. The settings are kept as
+the SQL that replays them, in a dict that is replaced, never changed in place, so a server
+can keep the one it was left with and compare it by identity.
+
+SessionTracker ties the effects to the ReadyForQuery that ends their batch.
+"""
+
+from __future__ import annotations
+
+from .effects import (
+    BEGIN,
+    CLOSE,
+    COMMIT,
+    DISCARD_ALL,
+    DISCARD_TEMP,
+    FROM_CURRENT,
+    HOLD,
+    LISTEN,
+    LOAD,
+    LOCAL,
+    LOCK,
+    LOCK_UNCOUNTED,
+    RELEASE,
+    RESET,
+    RESET_ALL,
+    ROLE,
+    ROLLBACK,
+    SAVEPOINT,
+    SEED,
+    SET,
+    TEMP,
+    TRANSACTION_CONTROL,
+    UNLISTEN,
+    UNLOCK,
+    UNLOCK_ALL,
+    UNTRACKED,
+    Effect,
+    Parsed,
+)
+
+#: The settings of a session that changed none (shared: compared by identity).
+NO_SETTINGS: dict[str, str] = {}
+_EMPTY: frozenset[str] = frozenset()
+
+# Pin reasons, as SHOW CLIENTS and the metrics name them.
+ADVISORY_LOCK = "advisory_lock"
+TEMP_OBJECT = "temp_object"
+HOLD_CURSOR = "hold_cursor"
+ROLE_PIN = "role"
+LOAD_PIN = "load"
+SEED_PIN = "seed"
+LISTEN_PIN = "listen"
+UNTRACKED_PIN = "untracked"
+#: Reasons DISCARD ALL cannot clear: the server is closed after such a client.
+CLOSE_AFTER = frozenset((LOAD_PIN, SEED_PIN, UNTRACKED_PIN))
+
+# The transactional part of the state: (settings, local, temp, cursors, channels, roles).
+Snapshot = tuple[dict[str, str], dict[str, str], bool, frozenset[str], frozenset[str],
+                 frozenset[str]]
+
+
+class SessionState:
+    """What one client changed in its session (see the module docstring)."""
+
+    __slots__ = ("base", "channels", "cursors", "ignored", "load", "local", "locks",
+                 "locks_uncounted", "roles", "savepoints", "seed", "settings", "temp",
+                 "untracked")
+
+    def __init__(self, ignored: frozenset[str] = _EMPTY) -> None:
+        #: Names followed another way (ParameterStatus): never replayed from here.
+        self.ignored = ignored
+        self.settings = NO_SETTINGS
+        #: SET LOCAL values of the open transaction (for SET ... FROM CURRENT).
+        self.local = NO_SETTINGS
+        self.temp = False
+        self.cursors = _EMPTY
+        self.channels = _EMPTY
+        self.roles = _EMPTY
+        #: Advisory locks by key (non-transactional), and whether some were not counted.
+        self.locks: dict[str, int] = {}
+        self.locks_uncounted = False
+        self.load = False
+        self.seed = False
+        #: Why the state could not be followed ("" while it can).
+        self.untracked = ""
+        #: The state when the open transaction began, once it changed something; and the
+        #: savepoints set since then.
+        self.base: Snapshot | None = None
+        self.savepoints: list[tuple[str, Snapshot]] = []
+
+    # --- what the pool needs to know ---------------------------------------------------------
+
+    def reasons(self) -> list[str]:
+        """Why this client must keep its server (empty: it need not)."""
+        reasons = []
+        if self.locks or self.locks_uncounted:
+            reasons.append(ADVISORY_LOCK)
+        if self.cursors:
+            reasons.append(HOLD_CURSOR)
+        if self.channels:
+            reasons.append(LISTEN_PIN)
+        if self.load:
+            reasons.append(LOAD_PIN)
+        if self.roles:
+            reasons.append(ROLE_PIN)
+        if self.seed:
+            reasons.append(SEED_PIN)
+        if self.temp:
+            reasons.append(TEMP_OBJECT)
+        if self.untracked:
+            reasons.append(UNTRACKED_PIN)
+        return reasons
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.locks or self.locks_uncounted or self.cursors or self.channels
+                    or self.load or self.roles or self.seed or self.temp or self.untracked)
+
+    def committed_settings(self) -> dict[str, str]:
+        """The settings a ROLLBACK of the open transaction would leave."""
+        return self.settings if self.base is None else self.base[0]
+
+    # --- applying a batch -----------------------------------------------------------------------
+
+    def apply(self, parsed: list[Parsed], before: bytes, after: bytes, failed: bool) -> None:
+        """A batch ended: before and after are the transaction status around it (ReadyForQuery
+        bytes), failed whether it ended in an error."""
+        effects = [effect for one in parsed for effect in one.effects]
+        if failed:
+            self._failed(effects, sum(one.statements for one in parsed))
+            return
+        in_block = before != b"I"
+        aborted = before == b"E"
+        for effect in effects:
+            kind = effect[0]
+            if kind in TRANSACTION_CONTROL:
+                in_block, aborted = self._transaction(effect, in_block, aborted)
+            else:
+                self._effect(effect, in_block)
+        if in_block != (after != b"I"):
+            # The transaction began or ended where no statement of ours said so.
+            self._lost("a transaction began or ended unseen")
+
+    def _failed(self, effects: list[Effect], statements: int) -> None:
+        """A batch ended in an error: what ran before it is rolled back with its transaction
+        (implicit, or the failed block), except advisory locks, which stay."""
+        if any(effect[0] in TRANSACTION_CONTROL for effect in effects):
+            self._lost("an error in a batch that controls its transaction")
+            return
+        if statements <= 1:
+            return  # the one statement failed: nothing of it happened
+        for effect in effects:  # which ran is unknown: count the locks, never the unlocks
+            if effect[0] in (LOCK, LOCK_UNCOUNTED):
+                self._effect(effect, False)
+
+    def _lost(self, why: str) -> None:
+        self.untracked = why
+        self.base = None
+        self.savepoints = []
+
+    def _snapshot(self) -> Snapshot:
+        return (self.settings, self.local, self.temp, self.cursors, self.channels, self.roles)
+
+    def _restore(self, snapshot: Snapshot) -> None:
+        (self.settings, self.local, self.temp, self.cursors, self.channels,
+         self.roles) = snapshot
+
+    def _transaction(self, effect: Effect, in_block: bool, aborted: bool) -> tuple[bool, bool]:
+        kind = effect[0]
+        if kind == BEGIN:
+            return True, aborted if in_block else False
+        if not in_block:
+            return False, False  # COMMIT, ROLLBACK, ... outside a block: a warning, no effect
+        if kind in (COMMIT, ROLLBACK):
+            if self.base is not None and (kind == ROLLBACK or aborted):
+                self._restore(self.base)
+            self.base = None
+            self.savepoints = []
+            self.local = NO_SETTINGS
+            return bool(effect[1]), False  # AND CHAIN: a new block at once
+        name = effect[1]
+        if kind == SAVEPOINT:
+            if self.base is None:
+                self.base = self._snapshot()
+            self.savepoints.append((name, self._snapshot()))
+            return True, aborted
+        index = _last(self.savepoints, name)
+        if kind == RELEASE:
+            if index >= 0:
+                del self.savepoints[index:]
+            return True, aborted
+        # ROLLBACK TO: back to the savepoint, which stays; an unknown one was set before
+        # anything here changed, so everything since the block began is undone.
+        if index >= 0:
+            self._restore(self.savepoints[index][1])
+            del self.savepoints[index + 1 :]
+        elif self.base is not None:
+            self._restore(self.base)
+            self.savepoints = []
+        return True, False
+
+    def _effect(self, effect: Effect, in_block: bool) -> None:
+        kind = effect[0]
+        if kind == LOCK:
+            self.locks[effect[1]] = self.locks.get(effect[1], 0) + 1
+            return
+        if kind == UNLOCK:
+            count = self.locks.get(effect[1], 0)
+            if count > 1:
+                self.locks[effect[1]] = count - 1
+            elif count:
+                del self.locks[effect[1]]
+            return
+        if kind == UNLOCK_ALL:
+            self.locks = {}
+            self.locks_uncounted = False
+            return
+        if kind == LOCK_UNCOUNTED:
+            self.locks_uncounted = True
+            return
+        if kind == LOAD:
+            self.load = True
+            return
+        if kind == SEED:
+            self.seed = True
+            return
+        if kind == UNTRACKED:
+            self.untracked = effect[1]
+            return
+        if kind == DISCARD_ALL:
+            self.locks = {}
+            self.locks_uncounted = False
+            self.untracked = ""
+            self._restore((NO_SETTINGS, NO_SETTINGS, False, _EMPTY, _EMPTY, _EMPTY))
+            return
+        # transactional from here on
+        if in_block and self.base is None:
+            self.base = self._snapshot()
+        if kind == SET:
+            name = effect[1]
+            if name not in self.ignored:
+                self.settings = {**self.settings, name: effect[2]}
+                if name in self.local:
+                    self.local = _without(self.local, name)
+        elif kind == RESET:
+            name = effect[1]
+            if name in self.settings:
+                self.settings = _without(self.settings, name)
+            if name in self.local:
+                self.local = _without(self.local, name)
+        elif kind == RESET_ALL:
+            self.settings = NO_SETTINGS
+            self.local = NO_SETTINGS
+        elif kind == LOCAL:
+            if in_block and effect[1] not in self.ignored:
+                self.local = {**self.local, effect[1]: effect[2]}
+        elif kind == FROM_CURRENT:
+            sql = self.local.get(effect[1])
+            if sql is not None:  # the value of a SET LOCAL becomes the session's
+                self.settings = {**self.settings, effect[1]: sql}
+        elif kind == DISCARD_TEMP:
+            self.temp = False
+        elif kind == TEMP:
+            self.temp = True
+        elif kind == HOLD:
+            self.cursors = self.cursors | {effect[1]}
+        elif kind == CLOSE:
+            self.cursors = _EMPTY if effect[1] is None else self.cursors - {effect[1]}
+        elif kind == LISTEN:
+            self.channels = self.channels | {effect[1]}
+        elif kind == UNLISTEN:
+            self.channels = _EMPTY if effect[1] is None else self.channels - {effect[1]}
+        elif kind == ROLE:
+            if effect[2]:
+                self.roles = self.roles | {effect[1]}
+            elif effect[1] == "session_authorization":
+                self.roles = _EMPTY  # also resets the role
+            else:
+                self.roles = self.roles - {effect[1]}
+
+
+def _without(values: dict[str, str], name: str) -> dict[str, str]:
+    return {key: value for key, value in values.items() if key != name} or NO_SETTINGS
+
+
+def _last(savepoints: list[tuple[str, Snapshot]], name: str) -> int:
+    for index in range(len(savepoints) - 1, -1, -1):
+        if savepoints[index][0] == name:
+            return index
+    return -1
+
+
+class SessionTracker:
+    """Ties parsed batches to the ReadyForQuery that ends each (one per client)."""
+
+    __slots__ = ("failed", "pending", "state", "status")
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+        #: [ReadyForQuery still to come up to this batch's, its parsed texts], oldest first.
+        self.pending: list[tuple[list[int], list[Parsed]]] = []
+        #: The transaction status before the oldest pending batch.
+        self.status = b"I"
+        #: An ErrorResponse came in the oldest pending batch.
+        self.failed = False
+
+    @property
+    def parse_all(self) -> bool:
+        """Whether every text must be parsed: transaction control matters while a batch is
+        pending or a transaction holds changes."""
+        return bool(self.pending) or self.state.base is not None
+
+    def add(self, parsed: Parsed, replies_ahead: int, status: bytes) -> None:
+        """parsed is part of the batch whose ReadyForQuery is replies_ahead + 1 from now;
+        status is the transaction status now (used when nothing else is pending)."""
+        remaining = replies_ahead + 1
+        pending = self.pending
+        if pending and pending[-1][0][0] == remaining:
+            pending[-1][1].append(parsed)
+            return
+        if not pending and not replies_ahead:
+            self.status = status
+            self.failed = False
+        pending.append(([remaining], [parsed]))
+
+    def error(self) -> None:
+        """An ErrorResponse is relayed to the client."""
+        pending = self.pending
+        if pending and pending[0][0][0] == 1:
+            self.failed = True
+
+    def ready(self, status: bytes) -> None:
+        """A ReadyForQuery is relayed: a batch may be complete."""
+        pending = self.pending
+        for counter, _parsed in pending:
+            counter[0] -= 1
+        while pending and pending[0][0][0] <= 0:
+            _counter, parsed = pending.pop(0)
+            self.state.apply(parsed, self.status, status, self.failed)
+            self.failed = False
+        self.status = status
+        self.failed = False
