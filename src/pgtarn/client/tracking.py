@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 
 from ..errors import PgtarnError
-from ..proto import build
 from ..session.effects import (
     UNTRACKED,
     Parsed,
@@ -20,6 +19,7 @@ from ..session.effects import (
     parse_text,
     query_text,
 )
+from ..session.rewrite import raise_error
 from ..session.tracking import SessionState, SessionTracker
 from .transport import ClientTransport
 
@@ -81,8 +81,8 @@ class ClientTracking(ClientTransport):
                 del self.named_effects[name]
         if msg_type == 0x51 and not self.runtime.config.pin_session_state:
             refused = _pin_reason(parsed)
-            if refused:
-                return build.query(_refusal_sql(refused))
+            if refused:  # answered in its place in the stream: a block fails as with any error
+                return raise_error("0A000", _refusal_message(refused))
         session.add(parsed, replies_ahead, self._status_now())
         return None
 
@@ -145,11 +145,3 @@ _REASONS = {"lock": "advisory_lock", "lock_uncounted": "advisory_lock", "temp": 
 def _refusal_message(reason: str) -> str:
     return (f"session state that would pin the client to its server is refused ({reason}):"
             " pin_session_state = 0")
-
-
-def _refusal_sql(reason: str) -> str:
-    """A statement PostgreSQL answers with our refusal, in its place in the stream (so the
-    error comes in order and a transaction block fails as with any error)."""
-    message = _refusal_message(reason).replace("'", "''")
-    return (f"DO $pgtarn$BEGIN RAISE EXCEPTION USING ERRCODE = '0A000', MESSAGE = '{message}';"
-            " END$pgtarn$")
