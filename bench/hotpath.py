@@ -132,9 +132,16 @@ def bound_result(server: ServerConnection) -> bytes:
 
 
 
-def run(n_clients: int, pool_size: int, transactions: int, prepared: bool = False) -> float:
+#: --literals: pgbench -S's query with a different aid each time (more than any cache holds).
+LITERAL_QUERIES = [build.query(f"SELECT abalance FROM pgbench_accounts WHERE aid = {aid};")
+                   for aid in range(10_007, 30_007)]
+
+
+def run(n_clients: int, pool_size: int, transactions: int, prepared: bool = False,
+        literals: bool = False) -> float:
     clients, servers = setup(n_clients, pool_size)
     query = EXECUTE if prepared else QUERY
+    varied = LITERAL_QUERIES if literals else [query]
     for client in clients:  # everyone sends a query: pool_size are linked, the rest wait
         client.data_received(PARSE + query if prepared else query)
         log_in(servers)  # the pool grew on demand
@@ -149,7 +156,7 @@ def run(n_clients: int, pool_size: int, transactions: int, prepared: bool = Fals
         assert client is not None  # busy servers are linked
         # client gets its result; server goes to the next waiter
         server.data_received(bound_result(server) if prepared else RESULT)
-        client.data_received(query)  # that client asks again (queues)
+        client.data_received(varied[done % len(varied)])  # that client asks again (queues)
         busy.append(server)
         done += 1
     return (time.perf_counter() - start) / transactions * 1e6
@@ -164,17 +171,21 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--prepared", action="store_true",
                         help="a named prepared statement (Bind/Execute/Sync) per transaction")
+    parser.add_argument("--literals", action="store_true",
+                        help="a different literal in each simple query, as pgbench -S sends")
     args = parser.parse_args()
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()
-        run(args.clients, args.pool, args.transactions, args.prepared)
+        run(args.clients, args.pool, args.transactions, args.prepared, args.literals)
         prof.disable()
         pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(20)
         return 0
-    times = sorted(run(args.clients, args.pool, args.transactions, args.prepared)
+    times = sorted(run(args.clients, args.pool, args.transactions, args.prepared, args.literals)
                    for _ in range(args.repeat))
     kind = "prepared" if args.prepared else "simple query"
+    if args.literals:
+        kind += ", a new literal each time"
     print(f"{args.clients} clients, pool {args.pool}, {kind}: {times[0]:.2f} us/tx best, "
           f"{times[len(times) // 2]:.2f} median of {args.repeat}")
     return 0

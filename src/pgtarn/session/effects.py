@@ -9,7 +9,6 @@ only for texts that may_change_state lets through: a cheap first look, cached pe
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from pglast import ast, parse_sql
@@ -76,7 +75,6 @@ _HOLD = 0x0020  # CURSOR_OPT_HOLD in PostgreSQL's parsenodes.h
 
 # --- the first look -------------------------------------------------------------------------
 
-_DIGITS = b"0123456789"
 _STARTS = (b"set", b"reset", b"discard", b"load", b"declare", b"close", b"listen", b"unlisten",
            b"create")
 _WORDS = (b"advisory", b"set_config", b"temp", b"/*", b"--")
@@ -86,15 +84,26 @@ def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
     """A cheap first look at the text of a Query's (or a Parse's) body: False when it cannot
     change session state.
 
-    Digits never decide it, so the answer is cached per text without them: a query sent
-    again with other numbers costs one translate and one cache lookup.
+    Digits never decide it, so the answer is cached per body with its digits made zeros: a
+    query sent again, with other numbers or not, costs one translate and one dict lookup.
     """
-    if msg_type == 0x50:  # Parse: the statement's name comes first
-        body = body[body.find(b"\x00") + 1 :]
-    return _look(body.translate(None, _DIGITS))
+    key = body.translate(_ZEROS)
+    seen = _LOOKS.get(key)
+    if seen is None:
+        if len(_LOOKS) >= _LOOKS_MAX:  # texts that differ every time: start again
+            _LOOKS.clear()
+        text = key[key.find(b"\x00") + 1 :] if msg_type == 0x50 else key  # Parse: name first
+        seen = _LOOKS[key] = _look(text)
+    return seen
 
 
-@lru_cache(maxsize=4096)
+#: First looks by body with zeros for digits (a plain dict, emptied when full:
+#: functools.lru_cache would wrap a bytes argument in a tuple on every call).
+_LOOKS: dict[bytes, bool] = {}
+_LOOKS_MAX = 4096
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+
+
 def _look(text: bytes) -> bool:
     low = text.lower()
     if low.lstrip(b" \t\r\n\f(").startswith(_STARTS):

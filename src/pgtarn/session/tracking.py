@@ -299,7 +299,7 @@ def _last(savepoints: list[tuple[str, Snapshot]], name: str) -> int:
 class SessionTracker:
     """Ties parsed batches to the ReadyForQuery that ends each (one per client)."""
 
-    __slots__ = ("failed", "pending", "state", "status")
+    __slots__ = ("failed", "parse_all", "pending", "state", "status")
 
     def __init__(self, state: SessionState) -> None:
         self.state = state
@@ -309,12 +309,9 @@ class SessionTracker:
         self.status = b"I"
         #: An ErrorResponse came in the oldest pending batch.
         self.failed = False
-
-    @property
-    def parse_all(self) -> bool:
-        """Whether every text must be parsed: transaction control matters while a batch is
-        pending or a transaction holds changes."""
-        return bool(self.pending) or self.state.base is not None
+        #: Whether every text must be parsed: transaction control matters while a batch is
+        #: pending or a transaction holds changes.
+        self.parse_all = False
 
     def add(self, parsed: Parsed, replies_ahead: int, status: bytes) -> None:
         """parsed is part of the batch whose ReadyForQuery is replies_ahead + 1 from now;
@@ -328,6 +325,7 @@ class SessionTracker:
             self.status = status
             self.failed = False
         pending.append(([remaining], [parsed]))
+        self.parse_all = True
 
     def error(self) -> None:
         """An ErrorResponse is relayed to the client."""
@@ -346,3 +344,4 @@ class SessionTracker:
             self.failed = False
         self.status = status
         self.failed = False
+        self.parse_all = bool(pending) or self.state.base is not None
