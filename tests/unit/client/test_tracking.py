@@ -1,0 +1,52 @@
+"""Session-state tracking of a pooled client: named statements counted at their Binds."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgtarn.proto import build
+
+from .pair import Pool, result, sent, types
+
+PARSE_COMPLETE = build.message(b"1")
+BIND_COMPLETE = build.message(b"2")
+CLOSE_COMPLETE = build.message(b"3")
+
+
+def test_a_named_statement_that_changes_state_counts_at_each_bind() -> None:
+    pool = Pool(prepared=100)
+    client, transport = pool.client()
+    client.data_received(build.parse("lock", "SELECT pg_advisory_lock(1)") + build.SYNC)
+    (server,) = pool.servers
+    server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
+    assert not client.pinned  # parsed, not run
+    run = build.bind("", "lock", []) + build.execute() + build.SYNC
+    for _ in range(2):
+        client.data_received(run)
+        server.data_received(BIND_COMPLETE + result())
+    assert client.pin_reasons() == ["advisory_lock"]
+    assert client.session is not None and client.session.state.locks == {"1": 2}
+    assert types(transport.take()) == "1Z2TDCZ2TDCZ"
+    sent(server)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "named_effects is never cleared when a statement is closed (Close, DEALLOCATE, DISCARD "
+    "ALL): a name parsed again with a text the first look does not let through keeps the old "
+    "effects, so its Binds count an unlock that never runs and the client is unpinned while "
+    "PostgreSQL holds its lock"))
+def test_a_closed_statement_name_forgets_its_effects() -> None:
+    pool = Pool(prepared=100)
+    client, _transport = pool.client()
+    client.data_received(build.query("SELECT pg_advisory_lock(1)"))
+    (server,) = pool.servers
+    server.data_received(result())
+    client.data_received(build.parse("s1", "SELECT pg_advisory_unlock(1)") + build.SYNC)
+    server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
+    client.data_received(build.message(b"C", b"Ss1\x00") + build.SYNC)  # Close statement s1
+    assert types(sent(server)) == "QPSCS"
+    server.data_received(CLOSE_COMPLETE + build.ready_for_query(b"I"))
+    client.data_received(build.parse("s1", "SELECT 1") + build.bind("", "s1", [])
+                         + build.execute() + build.SYNC)
+    server.data_received(PARSE_COMPLETE + BIND_COMPLETE + result())
+    assert client.pin_reasons() == ["advisory_lock"]  # the lock is still held
