@@ -154,6 +154,7 @@ class ClientRelay(ClientLink):
             forgets = _may_forget_all(data) and self._forgets_all(data)
             if forgets:
                 self.statements.clear()
+                self.named_effects.clear()
             self._send_item((None, data, forgets), len(data))
             return
         parts, syncs = framer.feed(data, self.expected)
@@ -163,6 +164,7 @@ class ClientRelay(ClientLink):
             # DISCARD ALL / DEALLOCATE ALL: the client's names go now, the server's
             # statements when the parts are encoded for it.
             self.statements.clear()
+            self.named_effects.clear()
         if parts:
             self._send_item((parts, data if framer.whole and framer.plain else None, forgets),
                             len(data))

@@ -16,6 +16,7 @@ from ..session.effects import (
     UNTRACKED,
     Parsed,
     effects_of,
+    may_change_state,
     parse_text,
     query_text,
 )
@@ -53,6 +54,10 @@ class ClientTracking(ClientTransport):
         """
         session = self.session
         assert session is not None
+        if msg_type == 0x43:  # Close: of a statement ('S') that may have changed state
+            if body[:1] == b"S":
+                self.named_effects.pop(body[1 : body.find(b"\x00", 1)], None)
+            return None
         if msg_type == 0x42:  # Bind of a named statement that changes state: runs again
             portal_end = body.find(b"\x00")
             name = body[portal_end + 1 : body.find(b"\x00", portal_end + 1)]
@@ -62,23 +67,23 @@ class ClientTracking(ClientTransport):
             return None
         if msg_type == 0x50:
             name, sql = parse_text(body)
+            self.named_effects.pop(name, None)  # a name parsed again is a new statement
+            if not (session.parse_all or may_change_state(body, msg_type)):
+                return None
         else:
             name, sql = b"", query_text(body)
         parsed = effects_of(sql)
         if not parsed.effects and not session.parse_all:
             return None
-        if name:
-            if parsed.effects:
-                if self.framer is None:  # its Binds are not followed: it cannot be
-                    parsed = Parsed(
-                        [*parsed.effects,
-                         (UNTRACKED, "a named prepared statement that changes session state")],
-                        parsed.statements)
-                else:
-                    self.named_effects[name] = parsed
-                    return None  # counted at its Bind
-            elif name in self.named_effects:
-                del self.named_effects[name]
+        if name and parsed.effects:
+            if self.framer is None:  # its Binds are not followed: it cannot be
+                parsed = Parsed(
+                    [*parsed.effects,
+                     (UNTRACKED, "a named prepared statement that changes session state")],
+                    parsed.statements)
+            else:
+                self.named_effects[name] = parsed
+                return None  # counted at its Bind
         if msg_type == 0x51 and not self.runtime.config.pin_session_state:
             refused = _pin_reason(parsed)
             if refused:  # answered in its place in the stream: a block fails as with any error

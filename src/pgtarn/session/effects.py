@@ -71,13 +71,14 @@ _LOCKS = {
     "pg_advisory_lock_shared": True, "pg_try_advisory_lock_shared": True,
 }
 _UNLOCKS = {"pg_advisory_unlock": False, "pg_advisory_unlock_shared": True}
+_COUNTED = frozenset((*_LOCKS, *_UNLOCKS))
 _HOLD = 0x0020  # CURSOR_OPT_HOLD in PostgreSQL's parsenodes.h
 
 # --- the first look -------------------------------------------------------------------------
 
 _STARTS = (b"set", b"reset", b"discard", b"load", b"declare", b"close", b"listen", b"unlisten",
            b"create")
-_WORDS = (b"advisory", b"set_config", b"temp", b"/*", b"--")
+_WORDS = (b"advisory", b"set_config", b"setseed", b"temp", b"/*", b"--")
 
 
 def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
@@ -148,14 +149,23 @@ def effects_of(sql: str) -> Parsed:
     except ParseError:
         return Parsed([], 1)
     effects: list[Effect] = []
+    encoded = sql.encode()
     for raw in statements:
-        _statement(raw.stmt, effects)
+        start = raw.stmt_location or 0
+        text = encoded[start : start + raw.stmt_len if raw.stmt_len else None]
+        _statement(raw.stmt, effects, text.decode("utf-8", "replace"))
     return Parsed(effects, len(statements))
 
 
-def _statement(stmt: Any, out: list[Effect]) -> None:
+def _statement(stmt: Any, out: list[Effect], text: str = "") -> None:
+    """The effects of one statement; text is the statement as sent (a SET is replayed so)."""
+    if isinstance(stmt, ast.ExplainStmt):
+        if not any(option.defname == "analyze" and _literal(option.arg) != "false"
+                   for option in stmt.options or ()):
+            return  # only planned
+        stmt = stmt.query  # EXPLAIN ANALYZE runs it
     if isinstance(stmt, ast.VariableSetStmt):
-        _variable_set(stmt, out)
+        _variable_set(stmt, out, text)
     elif isinstance(stmt, ast.TransactionStmt):
         _transaction(stmt, out)
     elif isinstance(stmt, ast.DiscardStmt):
@@ -186,7 +196,7 @@ def _statement(stmt: Any, out: list[Effect]) -> None:
         _calls(stmt, out)
 
 
-def _variable_set(stmt: ast.VariableSetStmt, out: list[Effect]) -> None:
+def _variable_set(stmt: ast.VariableSetStmt, out: list[Effect], text: str) -> None:
     kind = stmt.kind
     if kind == VariableSetKind.VAR_RESET_ALL:
         out.append((RESET_ALL,))
@@ -214,9 +224,15 @@ def _variable_set(stmt: ast.VariableSetStmt, out: list[Effect]) -> None:
             out.append((SEED,))
         return
     if kind == VariableSetKind.VAR_SET_VALUE:
-        sql = RawStream()(ast.VariableSetStmt(kind=kind, name=stmt.name, args=stmt.args,
-                                              is_local=False))
-        out.append((LOCAL if stmt.is_local else SET, name, sql))
+        if not stmt.is_local:
+            out.append((SET, name, text.strip()))  # as PostgreSQL took it
+            return
+        try:  # its session form, should SET ... FROM CURRENT make it the session's
+            sql = RawStream()(ast.VariableSetStmt(kind=kind, name=stmt.name, args=stmt.args,
+                                                  is_local=False))
+        except Exception:
+            sql = ""
+        out.append((LOCAL, name, sql))
     elif kind == VariableSetKind.VAR_SET_CURRENT:
         if not stmt.is_local:
             out.append((FROM_CURRENT, name))
@@ -257,7 +273,10 @@ def _transaction(stmt: ast.TransactionStmt, out: list[Effect]) -> None:
 
 def _creates_temp(stmt: ast.Node) -> bool:
     """CREATE TEMP TABLE/VIEW/SEQUENCE, CREATE TABLE pg_temp.x, SELECT ... INTO TEMP, CREATE
-    TEMP TABLE ... AS; not ON COMMIT DROP, which is gone when its transaction ends."""
+    TEMP TABLE ... AS, any object created in pg_temp (a function, a type); not ON COMMIT
+    DROP, which is gone when its transaction ends."""
+    if type(stmt).__name__.startswith(_CREATING) and _names_pg_temp(stmt):
+        return True
     relation: Any = None
     on_commit: Any = None
     if isinstance(stmt, (ast.CreateStmt, ast.CreateSeqStmt)):
@@ -272,6 +291,24 @@ def _creates_temp(stmt: ast.Node) -> bool:
     if relation is None or on_commit == OnCommitAction.ONCOMMIT_DROP:
         return False
     return bool(relation.relpersistence == "t" or relation.schemaname == "pg_temp")
+
+
+_CREATING = ("Create", "Define", "CompositeType")
+
+
+def _names_pg_temp(stmt: Any) -> bool:
+    """Whether a creating statement's own name (a qualified name list) is in pg_temp."""
+    for slot in getattr(type(stmt), "__slots__", ()):
+        value = getattr(stmt, slot, None)
+        if isinstance(value, ast.RangeVar) and (value.schemaname or "").startswith("pg_temp"):
+            return True
+        if (isinstance(value, tuple) and value and isinstance(value[0], ast.String)
+                and len(value) > 1 and str(value[0].sval).startswith("pg_temp")):
+            return True
+        if isinstance(value, ast.TypeName) and value.names and len(value.names) > 1 \
+                and str(value.names[0].sval).startswith("pg_temp"):  # fmt: skip
+            return True
+    return False
 
 
 def _calls(node: Any, out: list[Effect]) -> None:
@@ -292,12 +329,23 @@ def _calls(node: Any, out: list[Effect]) -> None:
                 out.append((UNLOCK, key))
         elif name == "pg_advisory_unlock_all":
             out.append((UNLOCK_ALL,))
+        elif name == "setseed":
+            out.append((SEED,))
 
 
 def _single_row(node: Any) -> bool:
-    """A SELECT of expressions only (no FROM): each call in it runs once."""
-    return isinstance(node, ast.SelectStmt) and not node.fromClause and not node.whereClause \
-        and node.valuesLists is None and node.op == 0  # fmt: skip
+    """A SELECT of lock calls only (no FROM, WHERE, LIMIT, no other expression that might
+    return a set): each call in it runs once."""
+    if not isinstance(node, ast.SelectStmt) or node.fromClause or node.whereClause \
+            or node.valuesLists is not None or node.op != 0 or node.limitCount is not None \
+            or node.limitOffset is not None or node.groupClause or node.havingClause:  # fmt: skip
+        return False
+    for target in node.targetList or ():
+        call = getattr(target, "val", None)
+        if not isinstance(call, ast.FuncCall) or not call.funcname or \
+                str(call.funcname[-1].sval).lower() not in _COUNTED:  # fmt: skip
+            return False
+    return True
 
 
 def _lock_key(call: ast.FuncCall, shared: bool) -> str | None:

@@ -21,6 +21,8 @@ Part = bytes | tuple[int, bytes] | int
 #: a Query to send in its place, or None.
 TextHook = Callable[[int, bytes, int], bytes | None]
 _TEXTS = frozenset(b"QP")
+#: Messages that use or end a statement's name (Parse may name it anew).
+_NAMING = frozenset(b"PBC")
 
 
 class ClientFramer:
@@ -54,8 +56,9 @@ class ClientFramer:
     def watch(self, session: SessionTracker, texts: TextHook, named: dict[bytes, Parsed]
               ) -> None:
         """Hand texts (Query, Parse) that may change session state to texts, with how many
-        ReadyForQuery come before their batch's; Binds too while named (the statements that
-        change state) is not empty. texts may return a Query to send in place of one."""
+        ReadyForQuery come before their batch's; every Parse, Bind and Close too while named
+        (the statements that change state) is not empty. texts may return a Query to send in
+        place of one."""
         self._session = session
         self._texts = texts
         self._named = named
@@ -80,7 +83,7 @@ class ClientFramer:
         for msg_type, body, end in events:
             begin = end - 5 - len(body)
             if session is not None and msg_type != 0x53 and (
-                    (msg_type == 0x42 and self._named) or (msg_type in _TEXTS and (
+                    (self._named and msg_type in _NAMING) or (msg_type in _TEXTS and (
                         session.parse_all or may_change_state(body, msg_type)))):
                 assert self._texts is not None
                 refusal = self._texts(msg_type, body, outstanding + syncs)

@@ -155,8 +155,8 @@ class SessionState:
             return
         if statements <= 1:
             return  # the one statement failed: nothing of it happened
-        for effect in effects:  # which ran is unknown: count the locks, never the unlocks
-            if effect[0] in (LOCK, LOCK_UNCOUNTED):
+        for effect in effects:  # which ran is unknown: count what is not transactional
+            if effect[0] in (LOCK, LOCK_UNCOUNTED, LOAD, SEED):  # (locks, never unlocks)
                 self._effect(effect, False)
 
     def _lost(self, why: str) -> None:
@@ -262,8 +262,10 @@ class SessionState:
                 self.local = {**self.local, effect[1]: effect[2]}
         elif kind == FROM_CURRENT:
             sql = self.local.get(effect[1])
-            if sql is not None:  # the value of a SET LOCAL becomes the session's
+            if sql:  # the value of a SET LOCAL becomes the session's
                 self.settings = {**self.settings, effect[1]: sql}
+            elif sql is not None:
+                self.untracked = "SET FROM CURRENT of a SET LOCAL value that cannot be replayed"
         elif kind == DISCARD_TEMP:
             self.temp = False
         elif kind == TEMP:

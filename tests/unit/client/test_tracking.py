@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from pgtarn.proto import build
 
 from .pair import Pool, result, sent, types
@@ -30,11 +28,6 @@ def test_a_named_statement_that_changes_state_counts_at_each_bind() -> None:
     sent(server)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "named_effects is never cleared when a statement is closed (Close, DEALLOCATE, DISCARD "
-    "ALL): a name parsed again with a text the first look does not let through keeps the old "
-    "effects, so its Binds count an unlock that never runs and the client is unpinned while "
-    "PostgreSQL holds its lock"))
 def test_a_closed_statement_name_forgets_its_effects() -> None:
     pool = Pool(prepared=100)
     client, _transport = pool.client()
