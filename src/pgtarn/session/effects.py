@@ -153,7 +153,10 @@ def effects_of(sql: str) -> Parsed:
     for raw in statements:
         start = raw.stmt_location or 0
         text = encoded[start : start + raw.stmt_len if raw.stmt_len else None]
-        _statement(raw.stmt, effects, text.decode("utf-8", "replace"))
+        try:
+            _statement(raw.stmt, effects, text.decode("utf-8", "replace"))
+        except Exception:  # a tree this reading does not expect: keep the client's server
+            effects.append((UNTRACKED, "a statement pgtarn could not read"))
     return Parsed(effects, len(statements))
 
 
