@@ -149,6 +149,9 @@ class ClientLink(ClientTracking):
         self.server = None
         config = self.runtime.config
         session = self.session
+        if session is not None and session.state.settings:
+            # the same server next time, if it is idle then, needs no SET
+            self.last_server = server
         server.reset_and_release(
             config.server_reset_query if config.server_reset_query_always else None,
             None if session is None else session.state.settings,
@@ -200,7 +203,7 @@ class ClientLink(ClientTracking):
         if server is None and not self.waiting:
             assert self.pool is not None
             self.waiting = True
-            server = self.pool.acquire(self)
+            server = self.pool.acquire(self, self.last_server)
             if server is not None:  # the common case: an idle server, no queue
                 self.waiting = False
                 self._link(server)

@@ -58,6 +58,7 @@ class ClientTransport(asyncio.Protocol):
         "id",
         "idle_since",
         "last_request",
+        "last_server",
         "local_addr",
         "login",
         "named_effects",
@@ -127,6 +128,8 @@ class ClientTransport(asyncio.Protocol):
         #: prepared statements, counted at each Bind.
         self.session: SessionTracker | None = None
         self.pinned = False
+        #: A client with session settings: the server it last left them on (preferred).
+        self.last_server: ServerConnection | None = None
         self.named_effects: dict[bytes, Parsed] = {}
         #: The pool's counters once logged in; when this client's query and transaction
         #: began (monotonic, 0: none under way); wall clock of the connect, for display.

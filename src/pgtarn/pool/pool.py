@@ -211,10 +211,15 @@ class Pool(Generic[S]):
             self.cancel_wait(client)
         self.cancel_welcome(client)
 
-    def acquire(self, waiter: Waiter[S]) -> S | None:
-        """An idle server for waiter now, or None after queueing it (served FIFO)."""
+    def acquire(self, waiter: Waiter[S], prefer: S | None = None) -> S | None:
+        """An idle server for waiter now (prefer if it is idle), or None after queueing it
+        (served FIFO)."""
         now = self.last_used = self.clock()
         if not self.waiting and not self.paused:
+            if prefer is not None and self.idle and self.idle[-1] is not prefer \
+                    and prefer in self.idle:  # fmt: skip
+                self.idle.remove(prefer)  # (a scan of at most the pool's size)
+                self.idle.append(prefer)
             while self.idle:
                 server = self.idle.pop()
                 if self.check_delay is not None and now - server.last_used > self.check_delay:

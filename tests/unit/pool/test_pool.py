@@ -116,6 +116,24 @@ def test_idle_server_is_lent_at_once_and_lifo() -> None:
     assert pool.active == {b.server}
 
 
+def test_a_preferred_idle_server_is_lent_before_the_most_recent_one() -> None:
+    """A client with session settings gets the server it left them on, if that one is idle
+    (its SETs need not be replayed); otherwise the usual most recent one."""
+    pool, clock, launched = make_pool(pool_size=3)
+    clients = [FakeClient() for _ in range(3)]
+    for client in clients:
+        pool.acquire(client)
+    for s in launched:
+        ready(pool, s)
+    first, second, third = (c.server for c in clients)
+    assert first is not None and second is not None and third is not None
+    for server in (first, second, third):
+        pool.release(server)
+    assert pool.acquire(FakeClient(), prefer=first) is first
+    assert pool.acquire(FakeClient(), prefer=first) is third  # busy now: the most recent
+    assert list(pool.idle) == [second]
+
+
 def test_a_new_client_queues_behind_waiting_ones_even_if_a_server_is_idle() -> None:
     pool, _clock, _launched = make_pool(pool_size=1)
     first, second = FakeClient(), FakeClient()
