@@ -119,7 +119,7 @@ def test_idle_server_is_lent_at_once_and_lifo() -> None:
 def test_a_preferred_idle_server_is_lent_before_the_most_recent_one() -> None:
     """A client with session settings gets the server it left them on, if that one is idle
     (its SETs need not be replayed); otherwise the usual most recent one."""
-    pool, clock, launched = make_pool(pool_size=3)
+    pool, _clock, launched = make_pool(pool_size=3)
     clients = [FakeClient() for _ in range(3)]
     for client in clients:
         pool.acquire(client)
