@@ -80,24 +80,33 @@ _DIGITS = b"0123456789"
 _STARTS = (b"set", b"reset", b"discard", b"load", b"declare", b"close", b"listen", b"unlisten",
            b"create")
 _WORDS = (b"advisory", b"set_config", b"temp", b"/*", b"--")
+#: Transaction control: looked for in a named statement only. A Query of it matters only
+#: while a transaction holds changes (and is parsed then); a named statement prepared
+#: before runs at each Bind, maybe inside such a transaction.
+_CONTROLS = (b"begin", b"start", b"commit", b"end", b"rollback", b"abort", b"savepoint",
+             b"release", b"prepare")
 
 
 def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
     """A cheap first look at the text of a Query's (or a Parse's) body: False when it cannot
-    change session state.
+    change session state (nor, for a named statement, control its transaction).
 
     Digits never decide it, so the answer is cached per text without them: a query sent
     again with other numbers costs one translate and one cache lookup.
     """
+    named = False
     if msg_type == 0x50:  # Parse: the statement's name comes first
-        body = body[body.find(b"\x00") + 1 :]
-    return _look(body.translate(None, _DIGITS))
+        name_end = body.find(b"\x00")
+        named = name_end > 0
+        body = body[name_end + 1 :]
+    return _look(body.translate(None, _DIGITS), named)
 
 
 @lru_cache(maxsize=4096)
-def _look(text: bytes) -> bool:
+def _look(text: bytes, named: bool) -> bool:
     low = text.lower()
-    if low.lstrip(b" \t\r\n\f(").startswith(_STARTS):
+    start = low.lstrip(b" \t\r\n\f(")
+    if start.startswith(_STARTS) or (named and start.startswith(_CONTROLS)):
         return True
     if any(word in low for word in _WORDS):
         return True

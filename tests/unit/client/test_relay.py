@@ -124,3 +124,26 @@ def test_a_prepared_discard_all_bound_in_a_transaction_block_forgets_nothing() -
     sent(server)
     client.data_received(build.bind("", "s", []) + build.execute() + build.SYNC)
     assert sent(server) == build.bind("", "pgtarn_1", []) + build.execute() + build.SYNC
+
+
+def test_a_prepared_commit_ends_the_transaction_in_the_session_model() -> None:
+    """psycopg prepares COMMIT like any statement, outside a transaction: each Bind of it
+    later ends one, here a failed one, whose SET is then rolled back."""
+    pool = Pool(prepared=10)
+    client, _transport = pool.client()
+    client.data_received(build.parse("c", "commit") + build.SYNC)
+    (server,) = pool.servers
+    server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
+    client.data_received(build.query("begin"))
+    server.data_received(build.command_complete("BEGIN") + build.ready_for_query(b"T"))
+    client.data_received(build.query("set work_mem = '1MB'"))
+    server.data_received(build.command_complete("SET") + build.ready_for_query(b"T"))
+    client.data_received(build.query("select 1/0"))
+    server.data_received(build.error_response("22012", "division by zero")
+                         + build.ready_for_query(b"E"))
+    client.data_received(build.bind("", "c", []) + build.execute() + build.SYNC)
+    server.data_received(BIND_COMPLETE + build.command_complete("ROLLBACK")
+                         + build.ready_for_query(b"I"))
+    assert client.session is not None
+    assert client.session.state.settings == {}  # as before the transaction
+    assert client.server is None  # and the server went back to the pool
