@@ -175,7 +175,7 @@ class StatementRewriter:
         name, pos = read_cstring(body, 0)
         read_cstring(body, pos)  # the query too must end, before the statement is named
         forgets = b""
-        if sqlnames.may_name_statements(body, pos):  # so do DISCARD ALL and DEALLOCATE ALL
+        if sqlnames.may_name_statements(body, pos):  # DISCARD / DEALLOCATE ALL pass it too
             if not name and FORGETS_ALL.search(body, pos, body.find(b"\x00", pos)):
                 forgets = body[pos:]
             body = self._sql_in_parse(client, name, body, pos, clean, out)
