@@ -30,7 +30,7 @@ from .drivers import connect
 SEEDS = [int(s) for s in os.environ.get("PGTARN_FUZZ_SEEDS", "17,4242,90001,31337").split(",") if s]
 STEPS = int(os.environ.get("PGTARN_FUZZ_STEPS", "800"))
 CLIENTS = 20
-PREPARED_CLIENTS = 0  # TODO(#17): 3 again once the prepared-statement bug it found is fixed
+PREPARED_CLIENTS = 3  # on again (#17): a prepared DISCARD ALL is followed now
 """Clients 0..PREPARED_CLIENTS-1 use psycopg's prepare_threshold=0: every statement, SET and
 BEGIN included, goes out as a named prepared statement (extended protocol)."""
 SWEEP_EVERY = 50

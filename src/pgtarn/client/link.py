@@ -222,14 +222,12 @@ class ClientLink(ClientTracking):
             return item
         assert self.statements is not None
         statements = server.prepared_statements()
-        parts, chunk, forgets = item
-        if forgets:
-            statements.clear()  # the server forgets them when it runs the query
-        if parts is None:  # one whole Query
+        parts, chunk = item
+        if parts is None:  # one whole Query (naming no statement, forgetting none)
             assert chunk is not None
             statements.sync_sent()
             return chunk
-        data = statements.send(self.statements, parts, chunk)
+        data = statements.send(self.statements, parts, chunk, server.status)
         server.start_hidden()  # a statement prepared ahead of a simple query
         return data
 

@@ -13,7 +13,7 @@ from ..proto import build
 from ..proto.framing import MessageScanner
 from ..session.effects import may_change_state
 from ..session.framer import SYNC_MARK, ClientFramer, Part
-from ..session.prepared import FORGETS_ALL, ClientStatements
+from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
 from ..states import ClientState
 from .link import ClientLink
@@ -109,7 +109,7 @@ class ClientRelay(ClientLink):
         elif self.pending:
             raw = b"".join(item for item in self.pending if isinstance(item, bytes))
             parts: list[Part] = [raw, *([SYNC_MARK] * outstanding)]
-            self.pending = [(parts, None, False)]
+            self.pending = [(parts, None)]
 
     def _relay_events(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
         session = self.session
@@ -151,37 +151,21 @@ class ClientRelay(ClientLink):
                 if session.parse_all or may_change_state(body):
                     data = self._session_text(0x51, body, self.expected) or data
             self.expected += 1
-            forgets = _may_forget_all(data) and self._forgets_all(data)
-            if forgets:
-                self.statements.clear()
-                self.named_effects.clear()
-            self._send_item((None, data, forgets), len(data))
+            self._send_item((None, data), len(data))
             return
+        # A DISCARD ALL or DEALLOCATE ALL (in a Query, or a prepared statement bound) makes
+        # the server forget its statements, and the client its names, when the parts are
+        # encoded for the server (in their place among them).
         parts, syncs = framer.feed(data, self.expected)
         self.expected += syncs
-        forgets = bool(syncs and _may_forget_all(data) and self._forgets_all(data))
-        if forgets:
-            # DISCARD ALL / DEALLOCATE ALL: the client's names go now, the server's
-            # statements when the parts are encoded for it.
-            self.statements.clear()
-            self.named_effects.clear()
         if parts:
-            self._send_item((parts, data if framer.whole and framer.plain else None, forgets),
+            self._send_item((parts, data if framer.whole and framer.plain else None),
                             len(data))
         if framer.terminated:
             self.state = ClientState.CLOSED
             self.connection_lost(None)
             if self.transport is not None:
                 self.transport.close()
-
-
-    def _forgets_all(self, data: bytes) -> bool:
-        """Whether a query holding DISCARD ALL or DEALLOCATE ALL will drop every prepared
-        statement: DISCARD ALL fails inside a transaction block, and then drops none."""
-        match = FORGETS_ALL.search(data)
-        if match is None:
-            return False
-        return match.group(0)[:2].lower() != b"di" or self._status_now() == b"I"
 
     def _refuse_transaction_blocks(self, data: bytes) -> bytes:
         """Statement mode: answer BEGIN / START TRANSACTION here, before any server sees it.
@@ -242,11 +226,6 @@ def _events_after(events: list[tuple[int, bytes, int]],
                   end: int) -> list[tuple[int, bytes, int]]:
     """The scanner's events after offset end, their offsets counted from there."""
     return [(msg_type, body, at - end) for msg_type, body, at in events if at > end]
-
-
-def _may_forget_all(data: bytes) -> bool:
-    """Cheap test before FORGETS_ALL: could data hold the word ALL in any case?"""
-    return b"ALL" in data.upper()
 
 
 def _opens_transaction(text: bytes) -> bool:

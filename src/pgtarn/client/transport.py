@@ -29,9 +29,9 @@ from ..views import SecretSource
 
 log = logging.getLogger("pgtarn.client")
 
-#: What a prepared-statement client sent: (parts, the chunk when the parts are all of it,
-#: whether it makes the server forget its statements); parts None: one whole Query.
-PendingParts = tuple[list[Part] | None, bytes | None, bool]
+#: What a prepared-statement client sent: (parts, the chunk when the parts are all of it);
+#: parts None: one whole Query.
+PendingParts = tuple[list[Part] | None, bytes | None]
 
 
 class ClientTransport(asyncio.Protocol):
@@ -109,7 +109,7 @@ class ClientTransport(asyncio.Protocol):
         self.waiting = False
         self.wait_notified = False
         self.expected = 0
-        #: Bytes waiting for a server; in prepared-statement mode (parts, chunk, forgets_all).
+        #: Bytes waiting for a server; in prepared-statement mode (parts, chunk).
         self.pending: list[bytes | PendingParts] = []
         self.pending_size = 0
         #: Tracked parameters (client_encoding, TimeZone, ...) as this client set them.

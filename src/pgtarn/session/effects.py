@@ -79,11 +79,16 @@ _HOLD = 0x0020  # CURSOR_OPT_HOLD in PostgreSQL's parsenodes.h
 _STARTS = (b"set", b"reset", b"discard", b"load", b"declare", b"close", b"listen", b"unlisten",
            b"create")
 _WORDS = (b"advisory", b"set_config", b"setseed", b"temp", b"/*", b"--")
+#: Transaction control: looked for in a named statement only. A Query of it matters only
+#: while a transaction holds changes (and is parsed then); a named statement prepared
+#: before runs at each Bind, maybe inside such a transaction.
+_CONTROLS = (b"begin", b"start", b"commit", b"end", b"rollback", b"abort", b"savepoint",
+             b"release", b"prepare")
 
 
 def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
     """A cheap first look at the text of a Query's (or a Parse's) body: False when it cannot
-    change session state.
+    change session state (nor, for a named statement, control its transaction).
 
     Digits never decide it, so the answer is cached per body with its digits made zeros: a
     query sent again, with other numbers or not, costs one translate and one dict lookup.
@@ -93,8 +98,12 @@ def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
     if seen is None:
         if len(_LOOKS) >= _LOOKS_MAX:  # texts that differ every time: start again
             _LOOKS.clear()
-        text = key[key.find(b"\x00") + 1 :] if msg_type == 0x50 else key  # Parse: name first
-        seen = _LOOKS[key] = _look(text)
+        if msg_type == 0x50:  # Parse: the statement's name comes first
+            name_end = key.find(b"\x00")
+            seen = _look(key[name_end + 1 :], name_end > 0)
+        else:
+            seen = _look(key, False)
+        _LOOKS[key] = seen
     return seen
 
 
@@ -105,9 +114,10 @@ _LOOKS_MAX = 4096
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 
 
-def _look(text: bytes) -> bool:
+def _look(text: bytes, named: bool) -> bool:
     low = text.lower()
-    if low.lstrip(b" \t\r\n\f(").startswith(_STARTS):
+    start = low.lstrip(b" \t\r\n\f(")
+    if start.startswith(_STARTS) or (named and start.startswith(_CONTROLS)):
         return True
     if any(word in low for word in _WORDS):
         return True

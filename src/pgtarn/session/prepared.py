@@ -31,7 +31,6 @@ from __future__ import annotations
 from .rewrite import (
     AS_PARSE_COMPLETE,
     DROP,
-    FORGETS_ALL,
     FORWARD,
     HIDDEN_ENTRY,
     KIND_BIND,
@@ -51,7 +50,13 @@ from .rewrite import (
     batch_end,
     raise_error,
 )
-from .statements import ClientStatements, PreparedCounters, Statement, StatementCache
+from .statements import (
+    FORGETS_ALL,
+    ClientStatements,
+    PreparedCounters,
+    Statement,
+    StatementCache,
+)
 
 __all__ = [
     "AS_PARSE_COMPLETE", "DROP", "ERROR_FORWARD", "ERROR_HIDE", "ERROR_REPLACE", "FORGETS_ALL",

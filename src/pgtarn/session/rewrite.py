@@ -3,7 +3,6 @@ ServerStatements (prepared.py tells how the two halves work together)."""
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from ..proto.build import message, quote_literal
 from ..proto.messages import read_cstring
 from . import sqlnames
 from .framer import Part
-from .statements import ClientStatements, PreparedCounters, Statement
+from .statements import FORGETS_ALL, ClientStatements, PreparedCounters, Statement, forgets_all
 
 PARSE_COMPLETE = message(b"1")
 #: A statement name no client or server uses: closing it is a successful no-op.
@@ -97,6 +96,8 @@ class StatementRewriter:
         self._failed_prelude: tuple[bytes, bytes] | None = None
         #: SQL-level statements an unnamed Parse EXECUTEs, renewed if their plan went stale.
         self.stale_candidates: tuple[Statement, ...] = ()
+        #: The unnamed statement's text, when it holds DISCARD ALL or DEALLOCATE ALL.
+        self.unnamed_forgets = b""
 
     @property
     def idle(self) -> bool:
@@ -109,12 +110,13 @@ class StatementRewriter:
         """What to send this server for complete client messages (type, body)."""
         return self._encode(client, list(messages), 0, None, True)
 
-    def send(self, client: ClientStatements, parts: list[Part], chunk: bytes | None = None
-             ) -> bytes:
+    def send(self, client: ClientStatements, parts: list[Part], chunk: bytes | None = None,
+             status: bytes = b"I") -> bytes:
         """What to send this server for parts from a ClientFramer.
 
         chunk: the received bytes, when the parts are exactly those and none needs rewriting
-        (ClientFramer.whole and .plain): they are sent as they are.
+        (ClientFramer.whole and .plain): they are sent as they are. status: the server's
+        transaction status now (whether a DISCARD ALL it will run can succeed).
         """
         if chunk is not None:
             for part in parts:
@@ -122,10 +124,10 @@ class StatementRewriter:
                     self.expected.append(SYNC_ENTRY)
             self.fresh = self.clean = isinstance(parts[-1], int)
             return chunk
-        return self._encode(client, parts, 0, None, True)
+        return self._encode(client, parts, 0, None, True, status)
 
     def _encode(self, client: ClientStatements, parts: list[Part], begin: int, end: int | None,
-                may_retry: bool) -> bytes:
+                may_retry: bool, status: bytes = b"I") -> bytes:
         out = bytearray()
         for index in range(begin, len(parts) if end is None else end):
             part = parts[index]
@@ -139,11 +141,14 @@ class StatementRewriter:
                 if msg_type == 0x50:  # Parse
                     self._parse(client, body, out)
                 elif msg_type == 0x42:  # Bind
-                    self._bind(client, body, out, parts, index, may_retry)
+                    text = self._bind(client, body, out, parts, index, may_retry)
+                    if text:
+                        self._forget_all(client, text, status)
                 elif msg_type in (0x44, 0x43):  # Describe, Close
                     self._describe_or_close(client, msg_type, body, out)
                 elif msg_type == 0x51:  # Query
-                    self._query(client, body, out, parts, index, may_retry)
+                    if self._query(client, body, out, parts, index, may_retry):
+                        self._forget_all(client, body, status)
                 else:
                     out += message(bytes((msg_type,)), body)
                     if msg_type == 0x53:  # Sync
@@ -156,14 +161,26 @@ class StatementRewriter:
         self.expected.append(entry)
         self.fresh = self.clean = True
 
+    def _forget_all(self, client: ClientStatements, text: bytes, status: bytes) -> None:
+        """A Query, or a Bind of a statement, whose text may hold DISCARD ALL or DEALLOCATE
+        ALL was just written: if that will succeed, the server forgets every statement, and
+        the client its names, from here on (not at a Parse: only running the text drops)."""
+        if forgets_all(text, status):
+            self.prepared.clear()
+            client.clear()
+
     def _parse(self, client: ClientStatements, body: bytes, out: bytearray) -> None:
         clean = self.clean
         self.clean = False
         name, pos = read_cstring(body, 0)
         read_cstring(body, pos)  # the query too must end, before the statement is named
-        if sqlnames.may_name_statements(body, pos):
+        forgets = b""
+        if sqlnames.may_name_statements(body, pos):  # DISCARD / DEALLOCATE ALL pass it too
+            if not name and FORGETS_ALL.search(body, pos, body.find(b"\x00", pos)):
+                forgets = body[pos:]
             body = self._sql_in_parse(client, name, body, pos, clean, out)
         if not name:
+            self.unnamed_forgets = forgets
             out += message(b"P", body)
             self.expected.append(PARSE_ENTRY)
             return
@@ -222,14 +239,21 @@ class StatementRewriter:
         return body[:pos] + sqlnames.rename(query, renames) + b"\x00" + body[end:]
 
     def _bind(self, client: ClientStatements, body: bytes, out: bytearray, parts: list[Part],
-              index: int, may_retry: bool) -> None:
+              index: int, may_retry: bool) -> bytes:
+        """Returns the text of the statement bound when it may hold DISCARD ALL or DEALLOCATE
+        ALL, else b""."""
         _portal, pos = read_cstring(body, 0)
         name, end = read_cstring(body, pos)
         stmt = client.names.get(name) if name else None
+        forgets = b""
         if stmt is None:
             out += message(b"B", body)
             self.expected.append(BIND_ENTRY)
+            if not name:
+                forgets = self.unnamed_forgets
         else:
+            if stmt.forgets:
+                forgets = stmt.parse[5 + len(stmt.name) + 1 :]
             self.counters.binds += 1
             self._ensure(stmt, out)
             out += message(b"B", body[:pos] + stmt.name + body[end - 1 :])
@@ -239,6 +263,7 @@ class StatementRewriter:
                 Entry(KIND_BIND, FORWARD, stmt, None, b"", None, parts, index, client)
                 if may_retry and self.fresh else Entry(KIND_BIND, FORWARD, stmt))
         self.fresh = self.clean = False
+        return forgets
 
     def _describe_or_close(self, client: ClientStatements, msg_type: int, body: bytes,
                            out: bytearray) -> None:
@@ -268,8 +293,9 @@ class StatementRewriter:
             self.expected.append(Entry(KIND_CLOSE, FORWARD, None, client, name, previous))
 
     def _query(self, client: ClientStatements, body: bytes, out: bytearray, parts: list[Part],
-               index: int, may_retry: bool) -> None:
-        """A simple Query: SQL-level PREPARE / EXECUTE / DEALLOCATE names are rewritten."""
+               index: int, may_retry: bool) -> bool:
+        """A simple Query: SQL-level PREPARE / EXECUTE / DEALLOCATE names are rewritten.
+        Returns False when a query raising pgtarn's refusal went in its place."""
         text = body[:-1] if body.endswith(b"\x00") else body
         clean = self.clean  # nothing of the transaction ran since the last Sync
         found = None
@@ -280,12 +306,12 @@ class StatementRewriter:
                 found = None  # PostgreSQL gives the syntax error
         if found is None or not found.uses:
             self._pass_query(body, out)
-            return
+            return True
         refusal = self._refusal(client, found)
         if refusal is not None:
             out += refusal
             self._synced(SYNC_ENTRY)
-            return
+            return False
         renames: list[tuple[int, int, bytes]] = []
         executes: list[Statement] = []
         entry = None
@@ -316,13 +342,14 @@ class StatementRewriter:
             renames.append((use.start, use.end, stmt.name))
         if not renames:
             self._pass_query(body, out)
-            return
+            return True
         out += message(b"Q", sqlnames.rename(text, renames) + b"\x00")
         if entry is None:
             entry = Entry(KIND_SYNC, FORWARD, executes=tuple(executes))
             if may_retry and clean and found.statements == 1:
                 entry.batch, entry.at, entry.owner = parts, index, client
         self._synced(entry)
+        return True
 
     def _pass_query(self, body: bytes, out: bytearray) -> None:
         """A simple Query sent as the client wrote it."""
@@ -412,7 +439,3 @@ def raise_error(sqlstate: str, text: str) -> bytes:
     sql = (f"DO $pgtarn$BEGIN RAISE EXCEPTION USING ERRCODE = '{sqlstate}', "
            f"MESSAGE = {literal}; END$pgtarn$")
     return message(b"Q", sql.encode() + b"\x00")
-
-
-#: A simple query that makes a server forget its prepared statements.
-FORGETS_ALL = re.compile(rb"(?i)\b(?:discard\s+all|deallocate\s+(?:prepare\s+)?all)\b")

@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 
 from ..proto.build import message
+
+#: A query that makes a server forget its prepared statements.
+FORGETS_ALL = re.compile(rb"(?i)\b(?:discard\s+all|deallocate\s+(?:prepare\s+)?all)\b")
+
+
+def forgets_all(text: bytes, status: bytes) -> bool:
+    """Whether text (a query's, or a prepared statement's being run), run by a server whose
+    transaction status is status, drops every prepared statement: DISCARD ALL fails inside a
+    transaction block, DEALLOCATE ALL in a failed one, and then they drop none."""
+    match = FORGETS_ALL.search(text)
+    if match is None:
+        return False
+    return status == b"I" or (status == b"T" and match.group(0)[:2].lower() != b"di")
 
 
 @dataclass(eq=False)
@@ -18,6 +32,8 @@ class Statement:
     parse: bytes
     clients: int = 0  # how many client names refer to it
     sql: bool = False  # defined by SQL PREPARE: one client's, never shared
+    #: Its text holds DISCARD ALL or DEALLOCATE ALL: running it may drop every statement.
+    forgets: bool = False
 
     @property
     def query(self) -> str:
@@ -57,7 +73,9 @@ class StatementCache:
         stmt = self._by_key.get(parse_tail)
         if stmt is None:
             name = b"pgtarn_%d" % next(self._ids)
-            stmt = Statement(name, message(b"P", name + b"\x00" + parse_tail))
+            query = parse_tail[: parse_tail.find(b"\x00")]
+            stmt = Statement(name, message(b"P", name + b"\x00" + parse_tail),
+                             forgets=FORGETS_ALL.search(query) is not None)
             self._by_key[parse_tail] = stmt
         stmt.clients += 1
         return stmt

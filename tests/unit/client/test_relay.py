@@ -65,3 +65,85 @@ def test_statement_mode_refuses_begin_without_a_server() -> None:
     client.data_received(build.query("BEGIN"))
     assert types(transport.take()) == "EZ"
     assert not pool.servers or pool.servers[0].client is None
+
+
+PARSE_COMPLETE = build.message(b"1")
+BIND_COMPLETE = build.message(b"2")
+CLOSE_COMPLETE = build.message(b"3")
+
+
+def test_a_prepared_discard_all_forgets_the_statements_when_bound_not_when_parsed() -> None:
+    """psycopg prepares DISCARD ALL like any statement: its Parse drops nothing on the server,
+    each Bind of it drops everything (the client's statements and pgtarn's)."""
+    pool = Pool(prepared=10)
+    client, _transport = pool.client()
+    client.data_received(build.parse("s", "select 1") + build.SYNC)
+    (server,) = pool.servers
+    assert sent(server) == build.parse("pgtarn_1", "select 1") + build.SYNC
+    server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
+    client.data_received(build.parse("d", "DISCARD ALL") + build.SYNC)
+    assert sent(server) == build.parse("pgtarn_2", "DISCARD ALL") + build.SYNC
+    server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
+    # only prepared: the server still has s, under pgtarn's name
+    client.data_received(build.bind("", "s", []) + build.execute() + build.SYNC)
+    assert sent(server) == build.bind("", "pgtarn_1", []) + build.execute() + build.SYNC
+    server.data_received(BIND_COMPLETE + result())
+    # run: PostgreSQL forgets every statement, pgtarn_1 and pgtarn_2 too
+    client.data_received(build.bind("", "d", []) + build.execute() + build.SYNC)
+    assert sent(server) == build.bind("", "pgtarn_2", []) + build.execute() + build.SYNC
+    server.data_received(BIND_COMPLETE + build.command_complete("DISCARD ALL")
+                         + build.ready_for_query(b"I"))
+    # so s is the client's name no more (PostgreSQL's error), and its text is prepared again
+    client.data_received(build.bind("", "s", []) + build.execute() + build.SYNC)
+    assert sent(server) == build.bind("", "s", []) + build.execute() + build.SYNC
+    server.data_received(build.error_response("26000", 'prepared statement "s" does not exist')
+                         + build.ready_for_query(b"I"))
+    client.data_received(build.parse("t", "select 1") + build.SYNC)
+    assert types(sent(server)) == "PS"  # a Parse, not the no-op Close of one it has
+
+
+def test_a_prepared_discard_all_bound_in_a_transaction_block_forgets_nothing() -> None:
+    """There DISCARD ALL fails: every statement stays, on the server and the client."""
+    pool = Pool(prepared=10)
+    client, _transport = pool.client()
+    client.data_received(build.parse("s", "select 1") + build.parse("d", "discard all")
+                         + build.SYNC)
+    (server,) = pool.servers
+    sent(server)
+    server.data_received(PARSE_COMPLETE * 2 + build.ready_for_query(b"I"))
+    client.data_received(build.query("begin"))
+    server.data_received(build.command_complete("BEGIN") + build.ready_for_query(b"T"))
+    sent(server)
+    client.data_received(build.bind("", "d", []) + build.execute() + build.SYNC)
+    assert sent(server) == build.bind("", "pgtarn_2", []) + build.execute() + build.SYNC
+    server.data_received(BIND_COMPLETE + build.error_response(
+        "25001", "DISCARD ALL cannot run inside a transaction block")
+        + build.ready_for_query(b"E"))
+    client.data_received(build.query("rollback"))
+    server.data_received(build.command_complete("ROLLBACK") + build.ready_for_query(b"I"))
+    sent(server)
+    client.data_received(build.bind("", "s", []) + build.execute() + build.SYNC)
+    assert sent(server) == build.bind("", "pgtarn_1", []) + build.execute() + build.SYNC
+
+
+def test_a_prepared_commit_ends_the_transaction_in_the_session_model() -> None:
+    """psycopg prepares COMMIT like any statement, outside a transaction: each Bind of it
+    later ends one, here a failed one, whose SET is then rolled back."""
+    pool = Pool(prepared=10)
+    client, _transport = pool.client()
+    client.data_received(build.parse("c", "commit") + build.SYNC)
+    (server,) = pool.servers
+    server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
+    client.data_received(build.query("begin"))
+    server.data_received(build.command_complete("BEGIN") + build.ready_for_query(b"T"))
+    client.data_received(build.query("set work_mem = '1MB'"))
+    server.data_received(build.command_complete("SET") + build.ready_for_query(b"T"))
+    client.data_received(build.query("select 1/0"))
+    server.data_received(build.error_response("22012", "division by zero")
+                         + build.ready_for_query(b"E"))
+    client.data_received(build.bind("", "c", []) + build.execute() + build.SYNC)
+    server.data_received(BIND_COMPLETE + build.command_complete("ROLLBACK")
+                         + build.ready_for_query(b"I"))
+    assert client.session is not None
+    assert client.session.state.settings == {}  # as before the transaction
+    assert client.server is None  # and the server went back to the pool

@@ -97,6 +97,9 @@ class FakePostgres:
         if msg_type == 0x45:
             if self.portal is None:
                 return [self.error("34000", "portal missing")]
+            if self.portal.lower() == b"discard all":  # every statement goes
+                self.statements.clear()
+                return [(0x43, b"DISCARD ALL")]
             return [(0x44, self.portal), (0x43, b"SELECT 1")]
         if msg_type == 0x43:
             name, _ = _cstr(body, 1)
@@ -237,6 +240,24 @@ def test_unnamed_statements_pass_through_untouched() -> None:
     sent = server.rewrite(client, batch)
     assert sent == b"".join(build.message(bytes((t,)), b) for t, b in batch)
     assert len(cache) == 0
+
+
+def test_a_bound_discard_all_forgets_every_statement_and_name_its_parse_none() -> None:
+    cache = StatementCache()
+    client = ClientStatements(cache)
+    server, pg = ServerStatements(10), FakePostgres()
+    own = FakePostgres()  # the client's direct connection
+    steps = [
+        [parse("s", "select 1"), parse("d", "DISCARD ALL"), SYNC],
+        [bind("s"), EXECUTE, SYNC],  # only prepared, DISCARD ALL dropped nothing
+        [bind("d"), EXECUTE, SYNC],  # run: no statement left
+        [bind("s"), EXECUTE, SYNC],  # an error, as on a connection of its own
+        [parse("s", "select 1"), bind("s"), EXECUTE, SYNC],  # prepared again for real
+    ]
+    for batch in steps:
+        assert pooled(client, server, pg, batch) == direct(own, batch)
+        assert set(server.prepared) == pg.statements.keys() and server.idle
+    assert set(client.names) == set(own.statements) == {b"s"}
 
 
 NAMES = ["", "a", "b", "c"]
