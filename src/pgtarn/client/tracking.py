@@ -81,6 +81,13 @@ class ClientTracking(ClientTransport):
                     [*parsed.effects,
                      (UNTRACKED, "a named prepared statement that changes session state")],
                     parsed.statements)
+            elif len(self.named_effects) >= self.runtime.config.max_prepared_statements:
+                # bounded as a server's statements are: past it, no longer followed
+                parsed = Parsed(
+                    [*parsed.effects,
+                     (UNTRACKED, "more named statements that change session state than"
+                                 " max_prepared_statements")],
+                    parsed.statements)
             else:
                 self.named_effects[name] = parsed
                 return None  # counted at its Bind

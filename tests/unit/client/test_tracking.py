@@ -43,3 +43,20 @@ def test_a_closed_statement_name_forgets_its_effects() -> None:
                          + build.execute() + build.SYNC)
     server.data_received(PARSE_COMPLETE + BIND_COMPLETE + result())
     assert client.pin_reasons() == ["advisory_lock"]  # the lock is still held
+
+
+def test_named_statements_that_change_state_are_bounded_by_max_prepared_statements() -> None:
+    """Past max_prepared_statements such names, one more is not followed: the client is pinned
+    (untracked) instead of its bookkeeping growing."""
+    pool = Pool(prepared=2)
+    client, _transport = pool.client()
+    for n in range(2):
+        client.data_received(build.parse(f"s{n}", f"SET work_mem = '{n + 1}MB'") + build.SYNC)
+        if n == 0:
+            (server,) = pool.servers
+        server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
+    assert len(client.named_effects) == 2 and not client.pinned
+    client.data_received(build.parse("s2", "SET work_mem = '3MB'") + build.SYNC)
+    server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
+    assert len(client.named_effects) == 2
+    assert client.pin_reasons() == ["untracked"]
