@@ -43,12 +43,12 @@ class ClientTracking(ClientTransport):
             return
         ignored = frozenset(name.lower() for name in self.params)
         self.session = SessionTracker(SessionState(ignored))
-        # statement names the framer follows; texts of the extended protocol count when run
         self.named_effects = {}
 
     def _session_text(self, msg_type: int, body: bytes, replies_ahead: int) -> bytes | None:
-        """A Query (0x51), Parse (0x50) or Bind (0x42) that may change session state, whose
-        batch ends at the ReadyForQuery replies_ahead + 1 from now.
+        """A Query (0x51) or Parse (0x50) that may change session state, or a Bind (0x42) or
+        Close (0x43) of a named statement while some change it; its batch ends at the
+        ReadyForQuery replies_ahead + 1 from now.
 
         Returns the Query to send in place of a refused one (pin_session_state = 0).
         """
