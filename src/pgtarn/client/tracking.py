@@ -21,14 +21,11 @@ from ..session.effects import (
     query_text,
 )
 from ..session.rewrite import raise_error
-from ..session.tracking import SessionState, SessionTracker
+from ..session.tracking import SessionState, SessionTracker, pin_reason
 from .transport import ClientTransport
 
 log = logging.getLogger("pgtarn.client")
 
-#: Effects that would pin the client (refused with pin_session_state = 0).
-_PINNING = frozenset(("lock", "lock_uncounted", "temp", "hold", "listen", "load", "seed",
-                      UNTRACKED))
 
 
 class ClientTracking(ClientTransport):
@@ -92,7 +89,7 @@ class ClientTracking(ClientTransport):
                 self.named_effects[name] = parsed
                 return None  # counted at its Bind
         if msg_type == 0x51 and not self.runtime.config.pin_session_state:
-            refused = _pin_reason(parsed)
+            refused = pin_reason(parsed)
             if refused:  # answered in its place in the stream: a block fails as with any error
                 return raise_error("0A000", _refusal_message(refused))
         session.add(parsed, replies_ahead, self._status_now())
@@ -115,10 +112,10 @@ class ClientTracking(ClientTransport):
         was = session.state.reasons() if self.pinned else []
         session.ready(status)
         state = session.state
-        self.pinned = pinned = state.pinned
-        if not pinned:
-            return True
         reasons = state.reasons()
+        self.pinned = bool(reasons)
+        if not reasons:
+            return True
         begun = [reason for reason in reasons if reason not in was]
         stats = self.stats
         if begun and stats is not None:
@@ -140,18 +137,6 @@ class ClientTracking(ClientTransport):
     def tracked_settings(self) -> list[str]:
         session = self.session
         return sorted(session.state.settings) if session is not None else []
-
-
-def _pin_reason(parsed: Parsed) -> str:
-    for effect in parsed.effects:
-        kind = effect[0]
-        if kind in _PINNING or (kind == "role" and effect[2]):
-            return str(_REASONS.get(kind, kind))
-    return ""
-
-
-_REASONS = {"lock": "advisory_lock", "lock_uncounted": "advisory_lock", "temp": "temp_object",
-            "hold": "hold_cursor"}
 
 
 def _refusal_message(reason: str) -> str:

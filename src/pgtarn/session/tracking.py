@@ -59,6 +59,19 @@ LISTEN_PIN = "listen"
 UNTRACKED_PIN = "untracked"
 #: Reasons DISCARD ALL cannot clear: the server is closed after such a client.
 CLOSE_AFTER = frozenset((LOAD_PIN, SEED_PIN, UNTRACKED_PIN))
+#: The effects that pin, and the reason each gives (a ROLE effect pins when it sets one).
+_PIN_OF = {LOCK: ADVISORY_LOCK, LOCK_UNCOUNTED: ADVISORY_LOCK, TEMP: TEMP_OBJECT,
+           HOLD: HOLD_CURSOR, LISTEN: LISTEN_PIN, LOAD: LOAD_PIN, SEED: SEED_PIN,
+           UNTRACKED: UNTRACKED_PIN, ROLE: ROLE_PIN}
+
+
+def pin_reason(parsed: Parsed) -> str:
+    """The reason the first effect of parsed that would pin gives ("" when none would)."""
+    for effect in parsed.effects:
+        reason = _PIN_OF.get(effect[0])
+        if reason is not None and (effect[0] != ROLE or effect[2]):
+            return reason
+    return ""
 
 # The transactional part of the state: (settings, local, temp, cursors, channels, roles).
 Snapshot = tuple[dict[str, str], dict[str, str], bool, frozenset[str], frozenset[str],
@@ -119,8 +132,7 @@ class SessionState:
 
     @property
     def pinned(self) -> bool:
-        return bool(self.locks or self.locks_uncounted or self.cursors or self.channels
-                    or self.load or self.roles or self.seed or self.temp or self.untracked)
+        return bool(self.reasons())
 
     def committed_settings(self) -> dict[str, str]:
         """The settings a ROLLBACK of the open transaction would leave."""
