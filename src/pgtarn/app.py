@@ -34,6 +34,7 @@ from .runtime import ReloadReport, Runtime
 from .server.authquery import SecretLookup
 from .server.connection import ServerConnection
 from .server.launch import launch_server
+from .server.listener import Listener
 
 log = logging.getLogger("pgtarn")
 
@@ -102,6 +103,8 @@ class App:
         # the composition root: what the runtime makes, it makes through these
         runtime.registry.launch = lambda pool, db: launch_server(
             runtime, cast(Pool[ServerConnection], pool), db)
+        runtime.registry.open_listener = lambda pool, db, board: Listener(
+            runtime, pool, db, board)
         runtime.make_lookup = SecretLookup
         loop = asyncio.get_running_loop()
         self.done = loop.create_future()
@@ -329,6 +332,8 @@ class App:
         for pool in self.runtime.registry:
             for server in list(pool.idle) + list(pool.active) + list(pool.tested):
                 server.close("shutdown")
+            if pool.board is not None:
+                pool.board.close("shutdown")
         self.runtime.close_lookups(shutdown=True)
         if self.unix_path:
             with contextlib.suppress(OSError):

@@ -218,6 +218,9 @@ class Config:
     track_session_state: bool = True
     #: 0: what would pin a client is refused (0A000) instead.
     pin_session_state: bool = True
+    #: Transaction and statement mode: notifications held for one client (its LISTENs are
+    #: answered by pgtarn, one listener connection per pool); past it the client is closed.
+    listen_queue_size: int = 1000
     log_format: str = "text"
     workers: int = 1
     path: str = ""
@@ -330,10 +333,10 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _BOUNDS: dict[str, tuple[int, int | None]] = {
     "listen_port": (1, 65535), "metrics_port": (0, 65535), "peer_id": (0, 16383),
     "unix_socket_mode": (0, 0o7777), "scram_iterations": (1, None), "workers": (1, None),
-    "pkt_buf": (512, None), "max_packet_size": (1, 2**32 - 1),
+    "pkt_buf": (512, None), "max_packet_size": (1, 2**32 - 1), "listen_queue_size": (1, None),
 }  # fmt: skip
 _PGTARN_ONLY = frozenset({"metrics_listen_addr", "metrics_port", "log_format", "workers",
-                          "track_session_state", "pin_session_state"})
+                          "track_session_state", "pin_session_state", "listen_queue_size"})
 DEPRECATED = {"service_name": "job_name"}  # old name -> current name
 
 _INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")  # C strtol, base 0

@@ -438,7 +438,9 @@ PIN_CASES: dict[str, list[str]] = {
     "role": ["set role {role}"],
     "load": ["load 'auto_explain'"],
     "seed": ["set seed to 0.5"],
-    "listen": ["listen h17_channel"],
+    # (a LISTEN alone is answered by pgtarn's listener connection, and pins nothing; one
+    # in a Query with other statements runs on the server)
+    "listen": ["listen h17_channel; select 1"],
     "untracked": ["select set_config('work_mem', current_setting('work_mem'), false)"],
 }
 
@@ -500,7 +502,7 @@ def test_pins_combine_and_end_one_by_one(pgtarn_factory):  # type: ignore[no-unt
     labels = {"database": "app", "user": "app"}
     with connect(proc, autocommit=True) as a:
         a_pid = backend_pid(a)
-        a.execute("listen h17_multi")
+        a.execute("listen h17_multi; select 1")  # on the server: pins
         a.execute("select pg_advisory_lock(45)")
         assert client_row(proc)["pinned"] == "advisory_lock,listen"
         samples = scrape(port)

@@ -93,6 +93,7 @@ class ClientConnection(ClientRelay):
         if self.pool is not None:
             self.pool.client_left(self)
             self.waiting = False
+            self._stop_listening()
         self._drop_server()
         if (self.pool is not None or self.admin is not None) \
                 and self.runtime.config.log_disconnections:

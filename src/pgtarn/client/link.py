@@ -11,7 +11,7 @@ from ..proto import build
 from ..server.connection import ServerConnection
 from ..session.tracking import CLOSE_AFTER
 from ..states import ClientState
-from .tracking import ClientTracking
+from .listening import READY, ClientListening
 from .transport import PendingParts
 
 #: Bytes held for a server that is not there yet past which the client is not read.
@@ -23,7 +23,7 @@ WAIT_NOTICE = build.error_response(
 )
 
 
-class ClientLink(ClientTracking):
+class ClientLink(ClientListening):
     """Link and unlink: the pool lends a server, ReadyForQuery may end the loan, and a client
     that leaves hands its server back clean (or closes it mid-query)."""
 
@@ -81,17 +81,6 @@ class ClientLink(ClientTracking):
         """The janitor ends this client (a timeout): error, unless a reply is half sent."""
         self._close_after(self.server, error)
 
-    def _close_after(self, server: ServerConnection | None, error: PgtarnError) -> None:
-        """Close with error, unless server's reply was relayed only in part: an ErrorResponse
-        in the middle of a message would corrupt the stream, so then just close."""
-        if server is not None and not server.scanner.at_boundary:
-            self.close_reason = error.message
-            if self.transport is not None:
-                self.transport.abort()  # half a message sent: nothing more is worth flushing
-            self.leave_containers()
-            return
-        self.close(error)
-
     def ready_for_query(self, server: ServerConnection, status: bytes) -> bytes | None:
         """Called by the linked server at each ReadyForQuery; may end the link.
 
@@ -125,8 +114,30 @@ class ClientLink(ClientTracking):
         session = self.session
         if session is not None and session.pending and not self._session_ready(status):
             return b""  # closed: its state may not be kept (pin_session_state = 0)
+        if self.answers or self.notify_queue or self.listen_wait:
+            return self._ready_listening(server, status)
         if self.expected:
             return None
+        return self._link_ends(server, status)
+
+    def _ready_listening(self, server: ServerConnection, status: bytes) -> bytes:
+        """ready_for_query for a client that listens: LISTEN replies due after this
+        ReadyForQuery, then the link may end, then notifications (or the ReadyForQuery is
+        withheld for the listener connection)."""
+        out = READY[status]
+        if self.answers:
+            for entry in self.answers:
+                entry[0] -= 1
+            out += self._answers_due(status)
+            if self.state is not ClientState.READY:
+                return b""
+        if not self.expected and self._link_ends(server, status) == b"":
+            return b""
+        return self._after_reply(out, status)
+
+    def _link_ends(self, server: ServerConnection, status: bytes) -> bytes | None:
+        """Nothing more is owed: end the link if the mode says so (None: ReadyForQuery goes
+        as it is; b"": the client was closed)."""
         mode = self.pool_mode
         if mode == "session":
             return None
@@ -156,6 +167,15 @@ class ClientLink(ClientTracking):
             config.server_reset_query if config.server_reset_query_always else None,
             None if session is None else session.state.settings,
         )
+
+    def _send_pending(self) -> None:
+        if not self.pending or self.server is not None or self.waiting:
+            return
+        assert self.pool is not None
+        self.waiting = True
+        server = self.pool.acquire(self, self.last_server)
+        if server is not None:
+            self.server_assigned(server)
 
     def server_lost(self, server: ServerConnection) -> None:
         """Our linked server died: the client's transaction is gone; tell it and close."""

@@ -125,12 +125,16 @@ class ClientRelay(ClientLink):
             if session is not None and body and (
                     session.parse_all or may_change_state(body, msg_type)):
                 refusal = self._session_text(msg_type, body, self.expected)
-                if refusal is not None:  # the Query goes as a refusal PostgreSQL raises
-                    if end > len(body) + 5:
+                if refusal is not None:  # the Query goes as a refusal PostgreSQL raises,
+                    if end > len(body) + 5:  # or is answered here (LISTEN)
                         self._to_server(data[: end - len(body) - 5])
-                    self._to_server(refusal)
                     self.expected += 1
-                    self._relay_events(data[end:], _events_after(events, end))
+                    if refusal:
+                        self._to_server(refusal)
+                    else:
+                        self._answer_now()
+                    if self.state is ClientState.READY:
+                        self._relay_events(data[end:], _events_after(events, end))
                     return
             if msg_type in (0x51, 0x53):  # Query or Sync: one ReadyForQuery to come
                 self.expected += 1
@@ -149,7 +153,13 @@ class ClientRelay(ClientLink):
             if session is not None:
                 body = data[5:]
                 if session.parse_all or may_change_state(body):
-                    data = self._session_text(0x51, body, self.expected) or data
+                    refusal = self._session_text(0x51, body, self.expected)
+                    if refusal is not None:
+                        if not refusal:  # answered here (LISTEN)
+                            self.expected += 1
+                            self._answer_now()
+                            return
+                        data = refusal
             self.expected += 1
             self._send_item((None, data), len(data))
             return
@@ -158,6 +168,8 @@ class ClientRelay(ClientLink):
         # encoded for the server (in their place among them).
         parts, syncs = framer.feed(data, self.expected)
         self.expected += syncs
+        if self.answers:  # a Query of the chunk is answered here (LISTEN)
+            self._answer_now()
         if parts:
             self._send_item((parts, data if framer.whole and framer.plain else None),
                             len(data))

@@ -15,6 +15,7 @@ from ..errors import PgtarnError
 from ..session.effects import (
     UNTRACKED,
     Parsed,
+    as_subscriptions,
     effects_of,
     may_change_state,
     parse_text,
@@ -26,6 +27,8 @@ from .transport import ClientTransport
 
 log = logging.getLogger("pgtarn.client")
 
+#: What _session_text returns for a Query pgtarn answers itself (listening.py): send nothing.
+ANSWERED = b""
 
 
 class ClientTracking(ClientTransport):
@@ -41,13 +44,16 @@ class ClientTracking(ClientTransport):
         ignored = frozenset(name.lower() for name in self.params)
         self.session = SessionTracker(SessionState(ignored))
         self.named_effects = {}
+        self.answers = []  # LISTEN and UNLISTEN are answered here (listening.py)
 
     def _session_text(self, msg_type: int, body: bytes, replies_ahead: int) -> bytes | None:
         """A Query (0x51) or Parse (0x50) that may change session state, or a Bind (0x42) or
         Close (0x43) of a named statement while some change it; its batch ends at the
         ReadyForQuery replies_ahead + 1 from now.
 
-        Returns the Query to send in place of a refused one (pin_session_state = 0).
+        Returns the Query to send in place of a refused one (pin_session_state = 0), or
+        ANSWERED for a Query of LISTEN/UNLISTEN only, which pgtarn answers (listening.py):
+        its reply is due once replies_ahead ReadyForQuery have gone to the client.
         """
         session = self.session
         assert session is not None
@@ -88,6 +94,13 @@ class ClientTracking(ClientTransport):
             else:
                 self.named_effects[name] = parsed
                 return None  # counted at its Bind
+        if msg_type == 0x51 and self.answers is not None and not session.state.channels:
+            # (a client that LISTENed on its server, pinned, goes on doing so there)
+            subscriptions = as_subscriptions(parsed)
+            if subscriptions is not None:
+                session.add(subscriptions, replies_ahead, self._status_now())
+                self.answers.append([replies_ahead, subscriptions])
+                return ANSWERED
         if msg_type == 0x51 and not self.runtime.config.pin_session_state:
             refused = pin_reason(parsed)
             if refused:  # answered in its place in the stream: a block fails as with any error

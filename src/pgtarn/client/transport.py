@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from time import monotonic
-from typing import cast
+from typing import Any, cast
 
 from ..admin.console import AdminSession
 from ..config import DatabaseEntry
@@ -45,6 +45,7 @@ class ClientTransport(asyncio.Protocol):
         "addr",
         "admin",
         "admin_role",
+        "answers",
         "cancel_key",
         "cancelled_at",
         "close_reason",
@@ -59,9 +60,11 @@ class ClientTransport(asyncio.Protocol):
         "idle_since",
         "last_request",
         "last_server",
+        "listen_wait",
         "local_addr",
         "login",
         "named_effects",
+        "notify_queue",
         "params",
         "peer_pid",
         "pending",
@@ -79,11 +82,14 @@ class ClientTransport(asyncio.Protocol):
         "statement_mode",
         "statements",
         "stats",
+        "subscribed",
         "tls",
         "transport",
         "user",
         "wait_notified",
         "waiting",
+        "withheld",
+        "write_paused",
         "xact_start",
     )
 
@@ -131,6 +137,18 @@ class ClientTransport(asyncio.Protocol):
         #: A client with session settings: the server it last left them on (preferred).
         self.last_server: ServerConnection | None = None
         self.named_effects: dict[bytes, Parsed] = {}
+        #: LISTEN/UNLISTEN answered by pgtarn (listening.py; None: they run on the server):
+        #: [ReadyForQuery owed before its reply, its subscriptions], oldest first.
+        self.answers: list[list[Any]] | None = None
+        #: The channels the pool's board has for this client; whether some of them are not
+        #: confirmed by the listener connection yet; the ReadyForQuery withheld until they
+        #: are (b"": none); notifications waiting to go out (None: none yet).
+        self.subscribed: frozenset[str] = frozenset()
+        self.listen_wait = False
+        self.withheld = b""
+        self.notify_queue: list[bytes] | None = None
+        #: The client's socket buffer is full (pause_writing): notifications wait.
+        self.write_paused = False
         #: The pool's counters once logged in; when this client's query and transaction
         #: began (monotonic, 0: none under way); wall clock of the connect, for display.
         self.stats: PoolStats | None = None

@@ -35,6 +35,7 @@ from typing import Generic, Protocol, TypeVar
 
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
+from .channels import ChannelBoard
 from .stats import BUCKETS, PoolStats
 
 FIRST_RETRY_DELAY = 0.05
@@ -169,6 +170,9 @@ class Pool(Generic[S]):
         self.failure: PgtarnError | None = None
         self.failures = 0
         self.retry_at = 0.0
+        #: The channels its clients LISTEN to, and its listener connection (transaction and
+        #: statement mode; given by the registry).
+        self.board: ChannelBoard | None = None
 
     def __repr__(self) -> str:
         return f"<Pool {self.database}/{self.user}>"
@@ -332,6 +336,8 @@ class Pool(Generic[S]):
         elif self.welcome_waiters and not self.login and self._may_launch(now) and self.has_room():
             self._open()
         self.fill_min(now)
+        if self.board is not None:
+            self.board.tick(now, self.connect_timeout, self.idle_timeout)
 
     def _expire_idle(self, now: float) -> None:
         """Close idle servers past server_lifetime, or unused for server_idle_timeout."""
@@ -416,7 +422,7 @@ class Pool(Generic[S]):
         elif self.paused and self.pause_closes:
             server.close("pool paused")
         elif self.waiting and not self.paused:
-            # _assign, inlined: the hot path under load
+            # lend it to the first waiting client (the hot path under load)
             waiter = self.waiting.popleft()
             since = self.wait_since.pop(id(waiter), None)
             self.active.add(server)
@@ -433,14 +439,6 @@ class Pool(Generic[S]):
             server.close("pool is over its size")
         else:
             self.idle.append(server)
-
-    def _assign(self, server: S) -> None:
-        """Lend server to the first waiting client."""
-        waiter = self.waiting.popleft()
-        since = self.wait_since.pop(id(waiter), None)
-        self.active.add(server)
-        self.stats.assigned(0.0 if since is None else self.clock() - since)
-        waiter.server_assigned(server)
 
     def server_closed(self, server: S) -> None:
         """A server is gone, from whatever container it was in; replace it if clients wait."""
@@ -466,10 +464,13 @@ class Pool(Generic[S]):
         return [*self.active, *self.idle, *self.tested, *self.login]
 
     def reconnect(self) -> None:
-        """Close idle servers now and the others when they are released."""
+        """Close idle servers now and the others when they are released; the listener
+        connection reconnects at once."""
         for server in self.servers():
             server.close_needed = True
         self.close_idle("reconnect requested")
+        if self.board is not None:
+            self.board.restart("reconnect requested")
 
     @property
     def busy(self) -> bool:
@@ -491,6 +492,8 @@ class Pool(Generic[S]):
         self.paused = False
         self.pause_closes = False
         while self.waiting and self.idle:
-            self._assign(self.idle.pop())
+            self._to_idle(self.idle.pop())  # to the first waiter
         if self.waiting:
             self._grow(self.clock())
+        if self.board is not None:
+            self.board.resume()  # notifications held while paused

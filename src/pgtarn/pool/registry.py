@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Generic
 
 from ..config import Config, DatabaseEntry, UserEntry
+from .channels import ChannelBoard, ListenerLink
 from .pool import ClientTimeouts, Pool, S
 
 
@@ -16,6 +17,9 @@ class Registry(Generic[S]):
         self.config = config
         self.pools: dict[tuple[str, str], Pool[S]] = {}
         self.launch: Callable[[Pool[S], DatabaseEntry], S] | None = None
+        #: Opens a pool's listener connection (given by the app, as launch).
+        self.open_listener: Callable[[Pool[S], DatabaseEntry, ChannelBoard], ListenerLink] \
+            | None = None
         self.databases: dict[str, DatabaseEntry] = {}
         self.paused = False
         #: Databases paused by PAUSE db / KILL db, and refusing new clients by DISABLE db.
@@ -38,6 +42,7 @@ class Registry(Generic[S]):
                 pool.pause(close_servers=db.name in self.paused_databases)
             if self.launch is not None:
                 pool.launch = self._launcher(db)
+            pool.board = ChannelBoard(self._listener_opener(pool, db))
             pool.may_open = self.may_open
             pool.last_used = pool.clock()
             self.pools[key] = pool
@@ -79,7 +84,23 @@ class Registry(Generic[S]):
 
         return launch_current
 
-    def may_open(self, pool: Pool[S]) -> bool:
+    def _listener_opener(self, pool: Pool[S], first: DatabaseEntry
+                         ) -> Callable[[ChannelBoard], ListenerLink] | None:
+        open_listener = self.open_listener
+        if open_listener is None:
+            return None
+
+        def open_current(board: ChannelBoard) -> ListenerLink:
+            return open_listener(pool, self.databases.get(pool.database, first), board)
+
+        return open_current
+
+    def may_open_listener(self, pool: Pool[S]) -> bool:
+        """Whether pool's listener connection (counted already) may connect within
+        max_db_connections / max_user_connections."""
+        return self.may_open(pool, own=1)
+
+    def may_open(self, pool: Pool[S], own: int = 0) -> bool:
         """max_db_connections / max_user_connections across pools.
 
         At a limit, an idle server of another pool under the same limit is closed to make
@@ -87,14 +108,15 @@ class Registry(Generic[S]):
         """
         db = self.databases.get(pool.database)
         max_db = self.config.max_db_connections_for(db) if db is not None else 0
-        if max_db and not self._room(pool, max_db, lambda p: p.database == pool.database):
+        if max_db and not self._room(pool, max_db + own,
+                                     lambda p: p.database == pool.database):
             return False
         max_user = self.config.max_user_connections_for(pool.user)
-        return not max_user or self._room(pool, max_user, lambda p: p.user == pool.user)
+        return not max_user or self._room(pool, max_user + own, lambda p: p.user == pool.user)
 
     def _room(self, pool: Pool[S], limit: int, match: Callable[[Pool[S]], bool]) -> bool:
         pools = [p for p in self.pools.values() if match(p)]
-        if sum(p.server_count for p in pools) < limit:
+        if sum(p.server_count + (p.board.open_links if p.board else 0) for p in pools) < limit:
             return True
         for other in pools:
             if other is not pool and other.idle and not other.waiting:
@@ -154,6 +176,8 @@ class Registry(Generic[S]):
                 for server in pool.servers():
                     server.close_needed = True
                 pool.close_idle("connection string changed")
+                if pool.board is not None:
+                    pool.board.restart("connection string changed")
             while len(pool.idle) and pool.server_count > pool.pool_size:
                 pool.idle.popleft().close("pool_size lowered by reload")
 

@@ -1,14 +1,18 @@
-"""A login to PostgreSQL on an asyncio transport: what a ServerLogin returns, done."""
+"""A login to PostgreSQL on an asyncio transport: its credentials, and a ServerLogin driven."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
 from collections.abc import Callable
+from typing import Any
 
+from ..config import DatabaseEntry
 from ..errors import PgtarnError
 from ..net.tls import TlsTransport, peer_certificate_hash
-from ..proto.server_login import LoggedIn, Send, ServerLogin
+from ..pool.pool import Pool
+from ..proto.server_login import LOGIN_MAX, LoggedIn, Send, ServerAuth, ServerLogin
+from ..runtime import Runtime
 
 
 class LoginDriver:
@@ -86,3 +90,27 @@ class LoginDriver:
     def _tls_ready(self) -> None:
         assert isinstance(self.transport, TlsTransport)
         self.transport.write(self.login.tls_started(peer_certificate_hash(self.transport)))
+
+
+def server_login_for(runtime: Runtime, pool: Pool[Any], db: DatabaseEntry,
+                     application_name: str = "") -> ServerLogin:
+    """Credentials for a new server of a pool (or its listener connection, named
+    application_name).
+
+    The password is the entry's own, else the auth_file secret of the pool's user. A stored
+    SCRAM verifier cannot log in by itself: then the keys from a client's SCRAM login are
+    used (SCRAM passthrough).
+    """
+    password = db.password if db.password is not None else runtime.userlist.get(pool.user)
+    if password is None:
+        password = runtime.looked_up(db, pool.user)  # auth_query found it at a client's login
+    keys = None
+    if password is not None and password.startswith("SCRAM-SHA-256$"):
+        keys = pool.scram_keys
+        password = None
+    auth = ServerAuth(pool.user, password, keys, runtime.config.server_channel_binding)
+    startup = db.startup_params
+    if application_name:
+        startup = {**startup, "application_name": application_name}
+    return ServerLogin(auth, db.dbname, startup,
+                       min(runtime.config.max_packet_size, LOGIN_MAX))

@@ -44,6 +44,9 @@ HOLD = "hold"  # (HOLD, cursor name)
 CLOSE = "close"  # (CLOSE, cursor name or None for ALL)
 LISTEN = "listen"  # (LISTEN, channel)
 UNLISTEN = "unlisten"  # (UNLISTEN, channel or None for *)
+#: LISTEN and UNLISTEN answered by pgtarn (the listener connection listens for the client).
+SUBSCRIBE = "subscribe"  # (SUBSCRIBE, channel)
+UNSUBSCRIBE = "unsubscribe"  # (UNSUBSCRIBE, channel or None for *)
 ROLE = "role"  # (ROLE, "role" | "session_authorization", set: bool)
 LOCK = "lock"  # (LOCK, key): a session advisory lock taken
 LOCK_UNCOUNTED = "lock_uncounted"  # advisory locks taken, how many unknown
@@ -168,6 +171,23 @@ def effects_of(sql: str) -> Parsed:
         except Exception:  # a tree this reading does not expect: keep the client's server
             effects.append((UNTRACKED, "a statement pgtarn could not read"))
     return Parsed(effects, len(statements))
+
+
+def as_subscriptions(parsed: Parsed) -> Parsed | None:
+    """A text made only of LISTEN and UNLISTEN, as the subscriptions pgtarn answers itself;
+    None when it holds anything else (it then runs on the server)."""
+    effects = parsed.effects
+    if not effects or len(effects) != parsed.statements:
+        return None
+    out: list[Effect] = []
+    for effect in effects:
+        if effect[0] == LISTEN:
+            out.append((SUBSCRIBE, effect[1]))
+        elif effect[0] == UNLISTEN:
+            out.append((UNSUBSCRIBE, effect[1]))
+        else:
+            return None
+    return Parsed(out, parsed.statements)
 
 
 def _statement(stmt: Any, out: list[Effect], text: str = "") -> None:

@@ -18,7 +18,7 @@ _WATCHED = frozenset(b"PBDCQSX")
 _TERMINATE = frozenset(b"X")
 Part = bytes | tuple[int, bytes] | int
 #: The session-state hook: (message type, body, ReadyForQuery owed before its batch's) ->
-#: a Query to send in its place, or None.
+#: a Query to send in its place, b"" to drop it (answered by pgtarn), or None.
 TextHook = Callable[[int, bytes, int], bytes | None]
 _TEXTS = frozenset(b"QP")
 #: Messages that use or end a statement's name (Parse may name it anew).
@@ -88,15 +88,14 @@ class ClientFramer:
                 assert self._texts is not None
                 refusal = self._texts(msg_type, body, outstanding + syncs)
                 if refusal is not None:
-                    body = refusal[5:]  # a Query PostgreSQL answers with the refusal
                     if begin > start:
                         append(data[start:begin])
-                    elif begin < 0:
-                        whole = False
                     start = end
-                    rewritten = True
-                    append((0x51, body))
-                    syncs += 1
+                    whole = False
+                    syncs += 1  # its ReadyForQuery comes from the server or from pgtarn
+                    if refusal:  # a Query PostgreSQL answers with the refusal
+                        rewritten = True
+                        append((0x51, refusal[5:]))
                     continue
             if msg_type == 0x53 or (msg_type == 0x51 and not may_name_statements(body)):
                 # Sync, or a Query naming no statement: passed on as it is

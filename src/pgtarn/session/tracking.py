@@ -34,11 +34,13 @@ from .effects import (
     SAVEPOINT,
     SEED,
     SET,
+    SUBSCRIBE,
     TEMP,
     TRANSACTION_CONTROL,
     UNLISTEN,
     UNLOCK,
     UNLOCK_ALL,
+    UNSUBSCRIBE,
     UNTRACKED,
     Effect,
     Parsed,
@@ -73,17 +75,18 @@ def pin_reason(parsed: Parsed) -> str:
             return reason
     return ""
 
-# The transactional part of the state: (settings, local, temp, cursors, channels, roles).
+# The transactional part of the state: (settings, local, temp, cursors, channels, roles,
+# subscriptions).
 Snapshot = tuple[dict[str, str], dict[str, str], bool, frozenset[str], frozenset[str],
-                 frozenset[str]]
+                 frozenset[str], frozenset[str]]
 
 
 class SessionState:
     """What one client changed in its session (see the module docstring)."""
 
     __slots__ = ("base", "channels", "cursors", "ignored", "load", "local", "locks",
-                 "locks_uncounted", "roles", "savepoints", "seed", "settings", "temp",
-                 "untracked")
+                 "locks_uncounted", "roles", "savepoints", "seed", "settings",
+                 "subscriptions", "temp", "untracked")
 
     def __init__(self, ignored: frozenset[str] = _EMPTY) -> None:
         #: Names followed another way (ParameterStatus): never replayed from here.
@@ -93,7 +96,10 @@ class SessionState:
         self.local = NO_SETTINGS
         self.temp = False
         self.cursors = _EMPTY
+        #: Channels LISTENed on the client's server (they pin it), and the ones pgtarn's
+        #: listener connection listens to for it (they do not).
         self.channels = _EMPTY
+        self.subscriptions = _EMPTY
         self.roles = _EMPTY
         #: Advisory locks by key (non-transactional), and whether some were not counted.
         self.locks: dict[str, int] = {}
@@ -138,6 +144,11 @@ class SessionState:
         """The settings a ROLLBACK of the open transaction would leave."""
         return self.settings if self.base is None else self.base[0]
 
+    def committed_subscriptions(self) -> frozenset[str]:
+        """The channels the client listens to through the listener connection, as of its
+        last commit (a LISTEN in a transaction block counts from COMMIT on)."""
+        return self.subscriptions if self.base is None else self.base[6]
+
     # --- applying a batch -----------------------------------------------------------------------
 
     def apply(self, parsed: list[Parsed], before: bytes, after: bytes, failed: bool) -> None:
@@ -177,11 +188,12 @@ class SessionState:
         self.savepoints = []
 
     def _snapshot(self) -> Snapshot:
-        return (self.settings, self.local, self.temp, self.cursors, self.channels, self.roles)
+        return (self.settings, self.local, self.temp, self.cursors, self.channels, self.roles,
+                self.subscriptions)
 
     def _restore(self, snapshot: Snapshot) -> None:
         (self.settings, self.local, self.temp, self.cursors, self.channels,
-         self.roles) = snapshot
+         self.roles, self.subscriptions) = snapshot
 
     def _transaction(self, effect: Effect, in_block: bool, aborted: bool) -> tuple[bool, bool]:
         kind = effect[0]
@@ -249,7 +261,7 @@ class SessionState:
             self.locks = {}
             self.locks_uncounted = False
             self.untracked = ""
-            self._restore((NO_SETTINGS, NO_SETTINGS, False, _EMPTY, _EMPTY, _EMPTY))
+            self._restore((NO_SETTINGS, NO_SETTINGS, False, _EMPTY, _EMPTY, _EMPTY, _EMPTY))
             return
         # transactional from here on
         if in_block and self.base is None:
@@ -286,10 +298,21 @@ class SessionState:
             self.cursors = self.cursors | {effect[1]}
         elif kind == CLOSE:
             self.cursors = _EMPTY if effect[1] is None else self.cursors - {effect[1]}
-        elif kind == LISTEN:
+        elif kind == LISTEN:  # on the server, which now delivers it (not the listener too)
             self.channels = self.channels | {effect[1]}
-        elif kind == UNLISTEN:
-            self.channels = _EMPTY if effect[1] is None else self.channels - {effect[1]}
+            if effect[1] in self.subscriptions:
+                self.subscriptions = self.subscriptions - {effect[1]}
+        elif kind == UNLISTEN:  # on the server: for the listener connection's channels too
+            if effect[1] is None:
+                self.channels = self.subscriptions = _EMPTY
+            else:
+                self.channels = self.channels - {effect[1]}
+                self.subscriptions = self.subscriptions - {effect[1]}
+        elif kind == SUBSCRIBE:
+            self.subscriptions = self.subscriptions | {effect[1]}
+        elif kind == UNSUBSCRIBE:
+            self.subscriptions = (_EMPTY if effect[1] is None
+                                  else self.subscriptions - {effect[1]})
         elif kind == ROLE:
             if effect[2]:
                 self.roles = self.roles | {effect[1]}

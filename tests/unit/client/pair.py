@@ -10,7 +10,7 @@ from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection
-from pgtarn.server.launch import server_login_for
+from pgtarn.server.login import server_login_for
 
 from ..server.fakes import FakeTransport
 

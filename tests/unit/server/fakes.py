@@ -9,7 +9,7 @@ from pgtarn.configfile import parse_config
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection
-from pgtarn.server.launch import server_login_for
+from pgtarn.server.login import server_login_for
 
 INI = """
 [databases]

@@ -1,0 +1,260 @@
+"""LISTEN and UNLISTEN answered by pgtarn for a pooled client, and its notifications delivered.
+
+In transaction and statement mode a Query made only of LISTEN and UNLISTEN does not go to a
+server (the next client of that server would get the notifications): tracking.py queues it
+in ``answers`` with how many ReadyForQuery the client is owed before its reply. The reply
+(CommandComplete for each statement, then ReadyForQuery) goes out in its place in the
+stream: at once when nothing is owed, else right after the ReadyForQuery before it. Its
+effects go through the session tracker like any batch, so a LISTEN in a transaction block
+counts from COMMIT and is forgotten at ROLLBACK.
+
+The channels committed go to the pool's ChannelBoard, whose listener connection LISTENs to
+them. Until it has confirmed a new channel, the client's last ReadyForQuery is withheld and
+what the client sends meanwhile waits (as for a server), so a NOTIFY committed after the
+client saw its LISTEN succeed always reaches it.
+
+Notifications go out at once when the client is idle and unlinked, else right after the
+next ReadyForQuery with status idle (PostgreSQL, too, delivers none inside a transaction
+block), and never while the pool is paused. At most listen_queue_size wait; past that the
+client is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from time import monotonic
+
+from ..errors import PgtarnError
+from ..pool.channels import LOST_MESSAGE
+from ..proto import build
+from ..server.connection import ServerConnection
+from ..session.effects import SUBSCRIBE, Parsed
+from ..states import ClientState
+from .tracking import ClientTracking
+
+log = logging.getLogger("pgtarn.client")
+
+READY = {status: build.ready_for_query(status) for status in (b"I", b"T", b"E")}
+RFQ_LEN = 6
+LISTEN_COMPLETE = build.command_complete("LISTEN")
+UNLISTEN_COMPLETE = build.command_complete("UNLISTEN")
+#: A LISTEN in a failed transaction block, as PostgreSQL answers any statement there.
+ABORTED = build.error_response(
+    "25P02", "current transaction is aborted, commands ignored until end of transaction block")
+LOST_NOTICE = build.error_response("01000", LOST_MESSAGE, "WARNING", notice=True)
+NOTIFICATION = 0x41
+
+
+class ClientListening(ClientTracking):
+    """LISTEN answered here, notifications delivered (see the module docstring)."""
+
+    __slots__ = ()
+
+    # --- replies to LISTEN and UNLISTEN -------------------------------------------------------
+
+    def _answer_now(self) -> None:
+        """The relay counted a Query answered here: reply now if nothing is owed before it."""
+        answers = self.answers
+        if not answers or answers[0][0] > 0 or self.withheld:
+            return
+        server = self.server
+        status = server.status if server is not None else b"I"
+        out = self._answers_due(status)
+        if self.state is ClientState.READY:
+            self.write(self._after_reply(out, status))
+
+    def _answers_due(self, status: bytes) -> bytes:
+        """The replies due now that a ReadyForQuery with status went to the client."""
+        answers = self.answers
+        assert answers is not None
+        out = b""
+        while answers and answers[0][0] <= 0:
+            parsed: Parsed = answers.pop(0)[1]
+            for entry in answers:  # each reply ends with a ReadyForQuery too
+                entry[0] -= 1
+            out += self._answer(parsed, status)
+        return out
+
+    def _answer(self, parsed: Parsed, status: bytes) -> bytes:
+        session = self.session
+        assert session is not None
+        if status == b"E":
+            session.error()
+            reply = ABORTED + READY[status]
+        else:
+            reply = b"".join([LISTEN_COMPLETE if effect[0] == SUBSCRIBE else UNLISTEN_COMPLETE
+                              for effect in parsed.effects]) + READY[status]
+        self.expected -= 1
+        if session.pending:
+            self._session_ready(status)
+        return reply
+
+    def _after_reply(self, out: bytes, status: bytes) -> bytes:
+        """out, which ends with a ReadyForQuery of status, as it goes to the client: its
+        ReadyForQuery withheld while the listener connection has not confirmed a new channel
+        (the client being unlinked, owed nothing more), or notifications after it."""
+        if self.listen_wait and not self.expected and self.server is None:
+            self.withheld = out[-RFQ_LEN:]
+            self.waiting = True  # what the client sends now waits, as for a server
+            return out[:-RFQ_LEN]
+        if self.notify_queue and status == b"I" and not self._delivery_held():
+            out += self._take_notifications()
+        return out
+
+    def _send_pending(self) -> None:
+        """Bytes that waited behind a withheld ReadyForQuery: to a server now (link.py)."""
+        raise NotImplementedError
+
+    # --- the session's channels ------------------------------------------------------------
+
+    def _session_ready(self, status: bytes) -> bool:
+        if not super()._session_ready(status):
+            return False
+        session = self.session
+        assert session is not None
+        committed = session.state.committed_subscriptions()
+        if committed is not self.subscribed:
+            self._subscribe(committed)
+        return True
+
+    def _subscribe(self, channels: frozenset[str]) -> None:
+        """The board gets this client's committed channels."""
+        pool = self.pool
+        if pool is None or pool.board is None or channels == self.subscribed:
+            self.subscribed = channels
+            return
+        confirmed = pool.board.update(self, self.subscribed, channels, monotonic())
+        self.subscribed = channels
+        self.listen_wait = not confirmed
+
+    def listener_confirmed(self, warning: str) -> None:
+        """The listener connection LISTENs to every channel of ours (or, warning, will not
+        soon): send the withheld ReadyForQuery and what waited behind it."""
+        self.listen_wait = False
+        notice = build.error_response("01000", warning, "WARNING", notice=True) if warning \
+            else b""
+        withheld = self.withheld
+        if not withheld:
+            if notice:
+                self._push(notice)
+            return
+        if self.state is not ClientState.READY:
+            return
+        self.withheld = b""
+        self.waiting = False
+        out = notice + withheld
+        if self.answers and self.answers[0][0] <= 0:  # LISTENs sent meanwhile
+            out += self._answers_due(b"I")
+        self.write(self._after_reply(out, b"I"))
+        if not self.withheld:
+            self._send_pending()
+
+    def _stop_listening(self) -> None:
+        """The client is gone: out of the board; what it did not get is dropped."""
+        pool = self.pool
+        if pool is None or pool.board is None:
+            return
+        board = pool.board
+        if self.subscribed:
+            board.update(self, self.subscribed, frozenset(), monotonic())
+            self.subscribed = frozenset()
+        board.waiters.pop(self, None)
+        queue = self.notify_queue
+        if queue:
+            board.queued -= len(queue)
+            board.dropped += sum(1 for message in queue if message[0] == NOTIFICATION)
+            queue.clear()
+
+    def leave_containers(self) -> None:
+        super().leave_containers()
+        self._stop_listening()
+
+    # --- notifications ------------------------------------------------------------------------
+
+    def notify(self, message: bytes) -> None:
+        """A NotificationResponse for one of our channels (from the board)."""
+        if self.state is ClientState.READY:
+            self._push(message)
+
+    def listener_lost(self) -> None:
+        """The listener connection was lost: notifications sent meanwhile are gone."""
+        if self.state is ClientState.READY:
+            self._push(LOST_NOTICE)
+
+    def _push(self, message: bytes) -> None:
+        """Send message now if the client is idle and unlinked, else queue it (bounded)."""
+        pool = self.pool
+        assert pool is not None and pool.board is not None
+        board = pool.board
+        queue = self.notify_queue
+        if not queue and self._idle_unlinked():
+            self.write(message)
+            if message[0] == NOTIFICATION:
+                board.delivered += 1
+            return
+        if queue is None:
+            queue = self.notify_queue = []
+        limit = self.runtime.config.listen_queue_size
+        if len(queue) >= limit:
+            board.queued -= len(queue)
+            board.dropped += 1 + sum(1 for held in queue if held[0] == NOTIFICATION)
+            queue.clear()
+            log.warning("%r: more than listen_queue_size (%d) notifications waiting: closed",
+                        self, limit)
+            self._close_after(self.server, PgtarnError(
+                f"notification queue full: more than listen_queue_size ({limit})"
+                " notifications are waiting for this client", sqlstate="53400",
+                severity="FATAL"))
+            return
+        queue.append(message)
+        board.queued += 1
+
+    def _idle_unlinked(self) -> bool:
+        """Between messages of its stream: no server, nothing owed, nothing withheld."""
+        return (self.server is None and not self.expected and not self.withheld
+                and not self.pending and not self.write_paused
+                and self.state is ClientState.READY and not self._delivery_held())
+
+    def _delivery_held(self) -> bool:
+        """PAUSE or SUSPEND hold notifications; RESUME releases them."""
+        pool = self.pool
+        return pool is None or pool.paused or self.runtime.suspended
+
+    def _take_notifications(self) -> bytes:
+        """What waited in the queue, counted as delivered."""
+        queue = self.notify_queue
+        assert queue is not None and self.pool is not None and self.pool.board is not None
+        board = self.pool.board
+        board.queued -= len(queue)
+        board.delivered += sum(1 for message in queue if message[0] == NOTIFICATION)
+        out = b"".join(queue)
+        queue.clear()
+        return out
+
+    def release_notifications(self) -> None:
+        """Delivery may go on (RESUME, the socket drained): send what waited, if idle."""
+        if self.notify_queue and self._idle_unlinked():
+            self.write(self._take_notifications())
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        super().pause_writing()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        super().resume_writing()
+        if self.notify_queue:
+            self.release_notifications()
+
+    # --- closing --------------------------------------------------------------------------------
+
+    def _close_after(self, server: ServerConnection | None, error: PgtarnError) -> None:
+        """Close with error, unless server's reply was relayed only in part: an ErrorResponse
+        in the middle of a message would corrupt the stream, so then just close."""
+        if server is not None and not server.scanner.at_boundary:
+            self.close_reason = error.message
+            if self.transport is not None:
+                self.transport.abort()  # half a message sent: nothing more is worth flushing
+            self.leave_containers()
+            return
+        self.close(error)
