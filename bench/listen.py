@@ -52,6 +52,7 @@ CASES = ("direct", "pgtarn")
 NOTIFICATION = 0x41  # 'A' NotificationResponse
 READY = 0x5A  # 'Z' ReadyForQuery
 ERROR = 0x45  # 'E' ErrorResponse
+BURST_TIMEOUTS = 5  # a burst's NOTIFYs may take this many --timeout to commit
 WARMUP_S = 15.0  # how long every listener may take to see its first notification
 USAGE = """
 examples:
@@ -409,7 +410,7 @@ class Case:
         cpu0 = (cpu_seconds(pid) if pid else 0.0, total_cpu_s(self.backend_pids),
                 client_cpu_s())  # fmt: skip
         started = time.monotonic()
-        async with asyncio.timeout(args.timeout):
+        async with asyncio.timeout(args.timeout * BURST_TIMEOUTS):
             await notifier.send(phase.tag.decode(), 0, channels)
         committed = time.monotonic()
         arrived = await self.sink.wait_for(burst.expected, args.timeout)
@@ -431,6 +432,8 @@ class Case:
         try:
             await self.connect()
             await self.backends()
+            if self.pgtarn_pid:
+                res.pgtarn_rss_kb = proc_status_kb(self.pgtarn_pid, "VmRSS")
             if res.failure:
                 return res
             async with asyncio.timeout(args.timeout):
@@ -550,7 +553,7 @@ def report(args: argparse.Namespace, versions: dict[str, str], results: list[Cas
         if r.stray:
             print(f"- {r.case}: {r.stray:,} late warm-up notifications ignored")
         for line, n in r.log_lines.items():
-            print(f"- {r.case} pgtarn log: {n:,} x {line}")
+            print(f"- {r.case} log: {n:,} x {line}")
         if r.failure:
             print(f"- {r.case}: FAILED: {r.failure}")
         busy = [b for b in r.bursts if b.cpu_s["client"] > 0.8 * b.wall_s]
@@ -595,7 +598,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--connect-batch", type=int, default=100, metavar="N",
                    help="listeners logging in at once (100)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                   help="for all listeners to LISTEN, and for one burst's deliveries (60)")
+                   help="for all listeners to LISTEN, for each paced NOTIFY's deliveries, "
+                        f"for a burst's deliveries after its last commit; {BURST_TIMEOUTS} x S "
+                        "for a burst's NOTIFYs to commit (60)")
     p.add_argument("--no-uvloop", action="store_true", help="asyncio's own event loop")
     p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
     add_postgres_options(p)
