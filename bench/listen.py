@@ -511,8 +511,8 @@ def table(results: list[CaseResult]) -> str:
               "burst latency ms p50/p99/max", "burst CPU s pgtarn/PG/client", "lost"]  # fmt: skip
     rows = []
     for r in results:
-        rss = "-" if r.pgtarn_rss_kb is None else (
-            f"{r.pgtarn_rss_kb / 1024:.1f}/{fmt((r.pgtarn_peak_rss_kb or 0) / 1024, '.1f')}")
+        rss = "/".join(fmt(kb / 1024 if kb else None, ".1f")
+                       for kb in (r.pgtarn_rss_kb, r.pgtarn_peak_rss_kb))  # fmt: skip
         rows.append([
             r.case, f"{r.listening:,}/{r.listeners:,}", fmt(r.connect_s, ".1f"),
             f"{sum(r.backends.values()):,}",
