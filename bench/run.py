@@ -162,13 +162,16 @@ class Database:
             raise RuntimeError(f"psql failed: {res.stderr.strip()}\nSQL: {statement}")
         return res.stdout
 
-    def setup(self, scale: int | None = SCALE) -> None:
-        """Create role and database bench; `pgbench -i -s scale` unless scale is None."""
+    def setup(self, scale: int | None = SCALE, max_connections: int = MAX_CONNECTIONS) -> None:
+        """Create role and database bench; `pgbench -i -s scale` unless scale is None.
+
+        A temporary cluster gets `max_connections`; an existing server keeps its own.
+        """
         if not self.args.pg_host:
             log("creating a temporary PostgreSQL cluster ...")
             self.cluster = TempCluster()
             self.cluster.start()
-            self.cluster.psql(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS}")
+            self.cluster.psql(f"ALTER SYSTEM SET max_connections = {max_connections}")
             self.cluster.stop()
             self.cluster.start()
             self.host, self.port = self.cluster.host, self.cluster.port

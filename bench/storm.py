@@ -157,9 +157,11 @@ class Target:
 class RawClient(asyncio.Protocol):
     """One connection (an asyncio.Protocol, cheaper than streams): SCRAM login, simple queries."""
 
-    def __init__(self, target: Target, keys: dict[tuple[bytes, int], tuple[bytes, bytes]] | None):
+    def __init__(self, target: Target, keys: dict[tuple[bytes, int], tuple[bytes, bytes]] | None,
+                 application_name: str = "storm") -> None:  # fmt: skip
         self.target = target
         self.keys = keys
+        self.application_name = application_name
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.scram: Scram | None = None
@@ -173,7 +175,8 @@ class RawClient(asyncio.Protocol):
         assert self.transport is not None
         t = self.target
         params = b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in (
-            ("user", t.user), ("database", t.dbname), ("application_name", "storm")))  # fmt: skip
+            ("user", t.user), ("database", t.dbname),
+            ("application_name", self.application_name)))  # fmt: skip
         payload = struct.pack("!I", 196608) + params + b"\0"
         self.transport.write(struct.pack("!I", len(payload) + 4) + payload)
 
