@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import logging
 from time import monotonic
+from typing import Any
 
 from ..errors import PgtarnError
 from ..pool.channels import LOST_MESSAGE
 from ..proto import build
 from ..server.connection import ServerConnection
-from ..session.effects import SUBSCRIBE, Parsed
+from ..session.effects import SUBSCRIBE, Parsed, as_subscriptions, effects_of, parse_text
 from ..states import ClientState
 from .tracking import ClientTracking
 
@@ -43,6 +44,26 @@ ABORTED = build.error_response(
     "25P02", "current transaction is aborted, commands ignored until end of transaction block")
 LOST_NOTICE = build.error_response("01000", LOST_MESSAGE, "WARNING", notice=True)
 NOTIFICATION = 0x41
+PARSE_COMPLETE = build.message(b"1")
+BIND_COMPLETE = build.message(b"2")
+CLOSE_COMPLETE = build.message(b"3")
+NO_DATA = build.message(b"n")
+NO_PARAMETERS = build.message(b"t", b"\x00\x00")
+#: The messages a batch pgtarn answers may start with: Parse, Bind, Describe, Close.
+LOCAL_STARTS = frozenset(b"PBDC")
+_LISTEN_WORDS = (b"listen", b"unlisten")
+
+
+def _completions(parsed: Parsed) -> bytes:
+    return b"".join([LISTEN_COMPLETE if effect[0] == SUBSCRIBE else UNLISTEN_COMPLETE
+                     for effect in parsed.effects])
+
+
+def _looks_like_listen(data: bytes) -> bool:
+    """Whether the Parse at data's start has a text that begins with LISTEN or UNLISTEN."""
+    name_end = data.find(b"\x00", 5)
+    return name_end > 0 and data[name_end + 1 : name_end + 17].lstrip().lower().startswith(
+        _LISTEN_WORDS)
 
 
 class ClientListening(ClientTracking):
@@ -69,21 +90,28 @@ class ClientListening(ClientTracking):
         assert answers is not None
         out = b""
         while answers and answers[0][0] <= 0:
-            parsed: Parsed = answers.pop(0)[1]
-            for entry in answers:  # each reply ends with a ReadyForQuery too
-                entry[0] -= 1
-            out += self._answer(parsed, status)
+            _remaining, parsed, replies, synced = answers.pop(0)
+            if synced:
+                for entry in answers:  # its reply ends with a ReadyForQuery too
+                    entry[0] -= 1
+            out += self._answer(parsed, replies, status, synced)
         return out
 
-    def _answer(self, parsed: Parsed, status: bytes) -> bytes:
+    def _answer(self, parsed: Parsed | None, replies: bytes | None, status: bytes,
+                synced: bool) -> bytes:
+        """The reply to one batch answered here: replies (None: a CommandComplete for each
+        effect of parsed), then ReadyForQuery (synced); in a failed block, its error."""
         session = self.session
         assert session is not None
         if status == b"E":
             session.error()
-            reply = ABORTED + READY[status]
-        else:
-            reply = b"".join([LISTEN_COMPLETE if effect[0] == SUBSCRIBE else UNLISTEN_COMPLETE
-                              for effect in parsed.effects]) + READY[status]
+            replies = ABORTED
+        elif replies is None:
+            assert parsed is not None
+            replies = _completions(parsed)
+        if not synced:  # Flush: the replies so far, the batch goes on
+            return replies
+        reply = replies + READY[status]
         self.expected -= 1
         if session.pending:
             self._session_ready(status)
@@ -93,6 +121,8 @@ class ClientListening(ClientTracking):
         """out, which ends with a ReadyForQuery of status, as it goes to the client: its
         ReadyForQuery withheld while the listener connection has not confirmed a new channel
         (the client being unlinked, owed nothing more), or notifications after it."""
+        if not out.endswith(READY[status]):
+            return out  # a batch that goes on (Flush), or nothing
         if self.listen_wait and not self.expected and self.server is None:
             self.withheld = out[-RFQ_LEN:]
             self.waiting = True  # what the client sends now waits, as for a server
@@ -100,6 +130,94 @@ class ClientListening(ClientTracking):
         if self.notify_queue and status == b"I" and not self._delivery_held():
             out += self._take_notifications()
         return out
+
+    # --- the extended protocol: a batch of a LISTEN statement alone --------------------------
+
+    def _local_batches(self, data: bytes) -> bytes:
+        """The chunk after the batches at its start that pgtarn answers itself: a statement
+        of LISTEN/UNLISTEN only, parsed, described, bound, executed or closed, up to Sync
+        (as asyncpg's add_listener sends it). Anything else in a batch, or a batch not whole
+        in the chunk, goes to the server as before."""
+        session = self.session
+        if session is None or session.state.channels:  # LISTENs run on its server: pinned
+            return data
+        while data and data[0] in LOCAL_STARTS:
+            batch = self._local_batch(data)
+            if batch is None:
+                break
+            used, parsed, replies, synced = batch
+            assert self.answers is not None
+            if parsed is not None:
+                session.add(parsed, self.expected, self._status_now())
+            self.answers.append([self.expected, parsed, replies, synced])
+            if synced:
+                self.expected += 1
+            self._answer_now()
+            data = data[used:]
+        if self.local_statements and data:
+            self.local_statements.pop(b"", None)  # a Query or Parse would replace it
+        return data
+
+    def _local_batch(self, data: bytes) -> tuple[int, Parsed | None, bytes, bool] | None:
+        """The length of the batch at data's start, its effects, its replies and whether it
+        ends with a Sync (else a Flush), if pgtarn answers it; None if not."""
+        statements = self.local_statements
+        if data[0] == 0x50:
+            if not _looks_like_listen(data):
+                return None
+        elif not statements:
+            return None
+        known = dict(statements) if statements else {}
+        portals: dict[bytes, Parsed] = {}
+        effects: list[Any] = []
+        executed = 0
+        replies = b""
+        at = 0
+        size = len(data)
+        while at + 5 <= size:
+            msg_type = data[at]
+            end = at + 1 + int.from_bytes(data[at + 1 : at + 5], "big")
+            if end > size or end < at + 5:
+                return None
+            body = data[at + 5 : end]
+            if msg_type == 0x50:  # Parse: name, text, parameter types (none)
+                name, sql = parse_text(body)
+                subscriptions = as_subscriptions(effects_of(sql))
+                if subscriptions is None or body[-2:] != b"\x00\x00":
+                    return None
+                known[name] = subscriptions
+                replies += PARSE_COMPLETE
+            elif msg_type == 0x42:  # Bind: portal, statement, no parameters
+                portal_end = body.find(b"\x00")
+                name = body[portal_end + 1 : body.find(b"\x00", portal_end + 1)]
+                if name not in known:
+                    return None
+                portals[body[:portal_end]] = known[name]
+                replies += BIND_COMPLETE
+            elif msg_type == 0x44:  # Describe
+                name = body[1:-1]
+                if name not in (known if body[:1] == b"S" else portals):
+                    return None
+                replies += (NO_PARAMETERS if body[:1] == b"S" else b"") + NO_DATA
+            elif msg_type == 0x45:  # Execute
+                parsed = portals.get(body[: body.find(b"\x00")])
+                if parsed is None:
+                    return None
+                effects += parsed.effects
+                executed += parsed.statements
+                replies += _completions(parsed)
+            elif msg_type == 0x43:  # Close
+                name = body[1:-1]
+                (known if body[:1] == b"S" else portals).pop(name, None)
+                replies += CLOSE_COMPLETE
+            elif msg_type in (0x53, 0x48):  # Sync, or Flush (replies now, no ReadyForQuery)
+                self.local_statements = known
+                return (end, Parsed(effects, executed) if executed else None, replies,
+                        msg_type == 0x53)
+            else:
+                return None
+            at = end
+        return None
 
     def _send_pending(self) -> None:
         """Bytes that waited behind a withheld ReadyForQuery: to a server now (link.py)."""

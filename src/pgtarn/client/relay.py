@@ -17,6 +17,7 @@ from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
 from ..states import ClientState
 from .link import ClientLink
+from .listening import LOCAL_STARTS
 from .transport import PendingParts
 
 # In READY only these client messages matter: Query, Sync, Terminate.
@@ -58,6 +59,10 @@ class ClientRelay(ClientLink):
         self.scanner = MessageScanner(watch, config.max_packet_size, bodies=bodies)
 
     def _relay(self, data: bytes) -> None:
+        if data[0] in LOCAL_STARTS and self.answers is not None and self.scanner.at_boundary:
+            data = self._local_batches(data)  # a LISTEN through the extended protocol
+            if not data:
+                return
         if self.statement_mode:
             data = self._refuse_transaction_blocks(data)
             if not data and not self.expected and self.server is None:
@@ -145,6 +150,10 @@ class ClientRelay(ClientLink):
         """Transaction mode with prepared statements: statements are rewritten per server."""
         framer = self.framer
         assert framer is not None and self.statements is not None
+        if data[0] in LOCAL_STARTS and self.answers is not None and framer.idle:
+            data = self._local_batches(data)  # a LISTEN through the extended protocol
+            if not data:
+                return
         if (data[0] == 0x51 and framer.idle and len(data) > 5
                 and int.from_bytes(data[1:5], "big") + 1 == len(data)
                 and not may_name_statements(data, 5)):

@@ -99,7 +99,7 @@ class ClientTracking(ClientTransport):
             subscriptions = as_subscriptions(parsed)
             if subscriptions is not None:
                 session.add(subscriptions, replies_ahead, self._status_now())
-                self.answers.append([replies_ahead, subscriptions])
+                self.answers.append([replies_ahead, subscriptions, None, True])
                 return ANSWERED
         if msg_type == 0x51 and not self.runtime.config.pin_session_state:
             refused = pin_reason(parsed)

@@ -62,6 +62,7 @@ class ClientTransport(asyncio.Protocol):
         "last_server",
         "listen_wait",
         "local_addr",
+        "local_statements",
         "login",
         "named_effects",
         "notify_queue",
@@ -138,8 +139,12 @@ class ClientTransport(asyncio.Protocol):
         self.last_server: ServerConnection | None = None
         self.named_effects: dict[bytes, Parsed] = {}
         #: LISTEN/UNLISTEN answered by pgtarn (listening.py; None: they run on the server):
-        #: [ReadyForQuery owed before its reply, its subscriptions], oldest first.
+        #: [ReadyForQuery owed before its reply, its subscriptions, its replies (None: a
+        #: CommandComplete per subscription), whether a ReadyForQuery ends it], oldest
+        #: first; the client's statements of LISTEN/UNLISTEN that pgtarn answers (extended
+        #: protocol), by name.
         self.answers: list[list[Any]] | None = None
+        self.local_statements: dict[bytes, Parsed] | None = None
         #: The channels the pool's board has for this client; whether some of them are not
         #: confirmed by the listener connection yet; the ReadyForQuery withheld until they
         #: are (b"": none); notifications waiting to go out (None: none yet).
