@@ -80,6 +80,26 @@ DATABASE_GAUGES = (
     ("disabled", "databases_disabled", "1 if the database is disabled"),
 )  # fmt: skip
 
+#: ChannelBoard attribute -> metric (labels database, user): LISTEN/NOTIFY through the
+#: pool's listener connection (transaction and statement mode, see pool/channels.py).
+BOARD_METRICS = (
+    ("received", "notifications_received", True,
+     "Notifications the listener connection received, per pool"),
+    ("delivered", "notifications_delivered", True,
+     "Notifications sent to listening clients (one per client), per pool"),
+    ("dropped", "notifications_dropped", True,
+     "Notifications dropped with a client that left or was closed at listen_queue_size,"
+     " per pool"),
+    ("queued", "notifications_queued", False,
+     "Notifications waiting in clients' queues for delivery, per pool"),
+    ("reconnects", "listener_reconnects", True,
+     "Times the listener connection was lost or moved (RECONNECT, RELOAD) after logging in;"
+     " each warns the clients listening, per pool"),
+    ("open_links", "listener_connections", False,
+     "Listener connections open or being opened (counted against max_db_connections and"
+     " max_user_connections), per pool"),
+)  # fmt: skip
+
 #: PoolStats histogram attribute -> histogram (labels database, user).
 POOL_HISTOGRAMS = (
     ("xact_times", "transaction_duration_seconds", "Duration of transactions, per pool"),
@@ -125,6 +145,7 @@ class PgtarnCollector:
         yield from self._lists(show_lists(runtime))
         yield from self._histograms()
         yield from self._pins(show_clients(runtime))
+        yield from self._notifications()
 
         up = GaugeMetricFamily("pgtarn_up", "1 while pgtarn answers")
         up.add_metric([], 1.0)
@@ -189,7 +210,6 @@ class PgtarnCollector:
                                   sum_value=hist.total)
             yield family
 
-
     def _pins(self, clients: Table) -> Iterator[Metric]:
         """Clients that keep their server for their session state (see client/tracking.py)."""
         pinned: dict[tuple[str, str], int] = {}
@@ -212,6 +232,21 @@ class PgtarnCollector:
                 counter.add_metric([pool.database, pool.user, reason], float(count))
         yield gauge
         yield counter
+
+    def _notifications(self) -> Iterator[Metric]:
+        """LISTEN/NOTIFY counters of each pool's ChannelBoard (zeros while nobody listens)."""
+        pools = sorted(self.runtime.registry, key=lambda p: (p.database, p.user))
+        for attribute, name, is_counter, doc in BOARD_METRICS:
+            family: CounterMetricFamily | GaugeMetricFamily = (
+                CounterMetricFamily(f"pgtarn_{name}", doc, labels=["database", "user"])
+                if is_counter
+                else GaugeMetricFamily(f"pgtarn_{name}", doc, labels=["database", "user"]))
+            for pool in pools:
+                board = pool.board
+                if board is not None:
+                    family.add_metric([pool.database, pool.user],
+                                      float(getattr(board, attribute)))
+            yield family
 
 
 def render(runtime: Runtime) -> bytes:

@@ -74,6 +74,7 @@ EXPECTED_COLUMNS: dict[str, list[str]] = {
     "LISTS": ["list", "items"],
     "STATE": ["key", "value"],
     "VERSION": ["version"],
+    "LISTENERS": ["database", "user", "channel", "clients"],  # pgtarn's own
 }
 #: Columns PgBouncer sends as int4 (the others of these tables are text).
 INT_COLUMNS = {
@@ -86,6 +87,7 @@ INT_COLUMNS = {
     "USERS": {"max_user_connections", "current_connections", "max_user_client_connections",
               "current_client_connections"},
     "LISTS": {"items"},
+    "LISTENERS": {"clients"},
 }
 INT_COLUMNS["SERVERS"] = INT_COLUMNS["CLIENTS"]
 
@@ -255,6 +257,32 @@ def test_show_tables_describe_a_known_state(pgtarn_factory, pg_cluster) -> None:
             h.close()
         if waiter is not None:
             waiter.conn.close()
+
+
+def test_show_listeners_lists_the_channels_of_pooled_listeners(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    """Transaction mode: LISTEN answered by pgtarn; SHOW LISTENERS counts the clients."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1, "stats_users": "md5_user"})
+    first = connect(proc, autocommit=True)
+    second = connect(proc, autocommit=True)
+    try:
+        first.execute("LISTEN jobs")
+        first.execute('LISTEN "Odd ""chan"""')
+        second.execute("LISTEN jobs")
+        with admin(proc, "md5_user", "md5_pass") as stats:  # a stats user may
+            assert show(stats, "LISTENERS") == [
+                {"database": "app", "user": "app", "channel": 'Odd "chan"', "clients": 1},
+                {"database": "app", "user": "app", "channel": "jobs", "clients": 2},
+            ]
+            second.execute("UNLISTEN *")
+            assert show(stats, "LISTENERS") == [
+                {"database": "app", "user": "app", "channel": 'Odd "chan"', "clients": 1},
+                {"database": "app", "user": "app", "channel": "jobs", "clients": 1},
+            ]
+            first.close()
+            assert wait_for(lambda: show(stats, "LISTENERS") == [])
+    finally:
+        first.close()
+        second.close()
 
 
 def test_averages_and_the_log_stats_line(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]

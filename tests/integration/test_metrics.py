@@ -77,6 +77,31 @@ def test_metrics_match_show_pools_and_stats(pgtarn_factory) -> None:  # type: ig
             waiter.conn.close()
 
 
+def test_notification_metrics_count_a_delivery(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    port = free_port()
+    proc = pgtarn_factory(settings={"default_pool_size": 1, "metrics_port": port})
+    listener = connect(proc, autocommit=True)
+    sender = connect(proc, autocommit=True)
+    try:
+        listener.execute("LISTEN jobs")
+        labels = {"database": "app", "user": "app"}
+        samples = scrape(port)
+        assert value(samples, "pgtarn_listener_connections", **labels) == 1
+        assert value(samples, "pgtarn_notifications_delivered_total", **labels) == 0
+        sender.execute("NOTIFY jobs, 'hello'")
+        got = list(listener.notifies(timeout=10, stop_after=1))
+        assert [(n.channel, n.payload) for n in got] == [("jobs", "hello")]
+        samples = scrape(port)
+        assert value(samples, "pgtarn_notifications_received_total", **labels) == 1
+        assert value(samples, "pgtarn_notifications_delivered_total", **labels) == 1
+        assert value(samples, "pgtarn_notifications_dropped_total", **labels) == 0
+        assert value(samples, "pgtarn_notifications_queued", **labels) == 0
+        assert value(samples, "pgtarn_listener_reconnects_total", **labels) == 0
+    finally:
+        listener.close()
+        sender.close()
+
+
 def test_metrics_are_off_by_default(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     proc = pgtarn_factory()
     assert "metrics on" not in proc.log_text()

@@ -172,6 +172,79 @@ def test_histograms(samples: dict[tuple[str, frozenset[tuple[str, str]]], float]
     assert value(samples, f"{wait}_sum", **pool) == pytest.approx(0.5)
 
 
+class FakeLink:
+    """A listener connection that connects nowhere (the board's ListenerLink)."""
+
+    def sync(self) -> None:
+        pass
+
+    def tick(self, now: float) -> None:
+        pass
+
+    def restart(self, reason: str) -> None:
+        pass
+
+    def close(self, reason: str) -> None:
+        pass
+
+
+class FakeSubscriber:
+    def __init__(self) -> None:
+        self.got: list[bytes] = []
+
+    def notify(self, message: bytes) -> None:
+        self.got.append(message)
+
+    def listener_confirmed(self, warning: str) -> None:
+        pass
+
+    def listener_lost(self) -> None:
+        pass
+
+    def release_notifications(self) -> None:
+        pass
+
+
+def test_notification_metrics_per_pool() -> None:
+    runtime, _ = make_runtime()
+    runtime.registry.open_listener = lambda _pool, _db, _board: FakeLink()
+    listening = runtime.registry.get_pool(DatabaseEntry(name="db2"), "u")
+    board = listening.board
+    assert board is not None
+    board.update(FakeSubscriber(), frozenset(), frozenset({"ch"}), time.monotonic())
+    board.notification("ch", b"A")
+    board.notification("other", b"A")
+    board.delivered, board.dropped, board.queued = 5, 3, 2
+    board.connection_lost()
+
+    samples = parse(render(runtime).decode())
+
+    labels = {"database": "db2", "user": "u"}
+    assert value(samples, "pgtarn_notifications_received_total", **labels) == 2
+    assert value(samples, "pgtarn_notifications_delivered_total", **labels) == 5
+    assert value(samples, "pgtarn_notifications_dropped_total", **labels) == 3
+    assert value(samples, "pgtarn_notifications_queued", **labels) == 2
+    assert value(samples, "pgtarn_listener_reconnects_total", **labels) == 1
+    assert value(samples, "pgtarn_listener_connections", **labels) == 1
+    # a pool nobody listens in: zeros, and no listener connection
+    quiet = {"database": "db1", "user": "u"}
+    assert value(samples, "pgtarn_notifications_delivered_total", **quiet) == 0
+    assert value(samples, "pgtarn_listener_connections", **quiet) == 0
+
+
+def test_notification_metrics_have_help_and_type() -> None:
+    runtime, _ = make_runtime()
+    text = render(runtime).decode()
+    for name, kind in (("pgtarn_notifications_delivered_total", "counter"),
+                       ("pgtarn_notifications_dropped_total", "counter"),
+                       ("pgtarn_notifications_received_total", "counter"),
+                       ("pgtarn_notifications_queued", "gauge"),
+                       ("pgtarn_listener_reconnects_total", "counter"),
+                       ("pgtarn_listener_connections", "gauge")):
+        assert f"# TYPE {name} {kind}\n" in text, name
+        assert f"# HELP {name} " in text, name
+
+
 def test_empty_runtime_renders() -> None:
     samples = parse(render(Runtime(Config.default(), {})).decode())
     assert value(samples, "pgtarn_up") == 1

@@ -438,6 +438,23 @@ def show_prepared_statements(runtime: Runtime) -> Table:
     return Table(_columns("ssiii", "name query parameters clients servers"), rows)
 
 
+LISTENERS_COLUMNS = _columns("sssi", "database user channel clients")
+
+
+def show_listeners(runtime: Runtime) -> Table:
+    """pgtarn's own: the channels clients LISTEN to through a pool's listener connection
+    (transaction and statement mode), and how many clients listen to each."""
+    rows: list[list[Value]] = []
+    for pool in _pools(runtime):
+        board = pool.board
+        if board is None:
+            continue
+        for channel, clients in sorted(board.subscribers.items()):
+            if clients:
+                rows.append([pool.database, pool.user, channel, len(clients)])
+    return Table(LISTENERS_COLUMNS, rows)
+
+
 SHOW_TABLES: dict[str, Callable[[Runtime], Table]] = {
     "pools": show_pools,
     "clients": show_clients,
@@ -453,4 +470,5 @@ SHOW_TABLES: dict[str, Callable[[Runtime], Table]] = {
     "config": show_config,
     "version": show_version,
     "prepared_statements": show_prepared_statements,
+    "listeners": show_listeners,
 }

@@ -78,9 +78,10 @@ def test_stats_user_gets_42501_for_control_commands_and_prepared_statement_texts
         (kind, body), (last, _) = messages(bytes(client.out))
         assert kind == "E" and last == "Z"
         assert error_of(body)["C"] == "42501", command
-    client.out.clear()
-    s.feed(build.query("SHOW POOLS"))
-    assert messages(bytes(client.out))[0][0] == "T"
+    for command in ("SHOW POOLS", "SHOW LISTENERS"):
+        client.out.clear()
+        s.feed(build.query(command))
+        assert messages(bytes(client.out))[0][0] == "T", command
 
 
 def test_unknown_commands_name_the_query_and_keep_the_session() -> None:
@@ -148,3 +149,11 @@ def test_set_of_a_session_parameter_is_ignored_with_a_notice() -> None:
     assert msgs[1][1] == b"SET\x00"
 
 
+
+
+def test_show_help_lists_show_listeners() -> None:
+    s, client = session(admin=False)
+    s.feed(build.query("SHOW HELP"))
+    msgs = messages(bytes(client.out))
+    assert [t for t, _ in msgs] == ["N", "C", "Z"]
+    assert "LISTENERS" in error_of(msgs[0][1])["D"]
