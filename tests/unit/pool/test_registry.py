@@ -8,6 +8,8 @@ from pgtarn.pool.channels import ChannelBoard
 from pgtarn.pool.pool import ClientTimeouts, Pool
 from pgtarn.pool.registry import Registry
 
+from .fakes import FakeLink, FakeSubscriber
+
 INI = """
 [databases]
 short = host=127.0.0.1 dbname=app server_lifetime=5 query_wait_timeout=2
@@ -72,36 +74,6 @@ class FakeServer:
         self.closed = reason
 
 
-class FakeLink:
-    """A listener connection as the board drives it (nothing to do here)."""
-
-    def sync(self) -> None:
-        pass
-
-    def tick(self, now: float) -> None:
-        pass
-
-    def restart(self, reason: str) -> None:
-        pass
-
-    def close(self, reason: str) -> None:
-        pass
-
-
-class FakeSubscriber:
-    def notify(self, message: bytes) -> None:
-        pass
-
-    def listener_confirmed(self, warning: str) -> None:
-        pass
-
-    def listener_lost(self) -> None:
-        pass
-
-    def release_notifications(self) -> None:
-        pass
-
-
 def registry_with_listeners() -> tuple[Registry[FakeServer], list[tuple[object, str]]]:
     """A registry whose listener connections are FakeLinks; each open is noted as
     (pool, database entry name)."""
@@ -110,7 +82,7 @@ def registry_with_listeners() -> tuple[Registry[FakeServer], list[tuple[object, 
 
     def open_listener(pool: object, db: DatabaseEntry, board: ChannelBoard) -> FakeLink:
         opened.append((pool, db.name))
-        return FakeLink()
+        return FakeLink(board)
 
     registry.open_listener = open_listener
     return registry, opened
@@ -119,7 +91,7 @@ def registry_with_listeners() -> tuple[Registry[FakeServer], list[tuple[object, 
 def listen(pool: Pool[FakeServer]) -> None:
     """A client of pool listens to a channel: the board opens its link."""
     assert pool.board is not None
-    pool.board.update(FakeSubscriber(), frozenset(), frozenset({"ch"}), 1.0)
+    pool.board.update(FakeSubscriber("c"), frozenset(), frozenset({"ch"}), 1.0)
     assert pool.board.open_links == 1
 
 
