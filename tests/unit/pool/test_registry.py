@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pgtarn.config import DatabaseEntry
 from pgtarn.configfile import parse_config
 from pgtarn.pool.channels import ChannelBoard
@@ -142,3 +144,21 @@ def test_a_closed_listener_frees_its_slot() -> None:
     assert pool.board is not None
     pool.board.close("no client listens any more")
     assert registry.may_open(pool)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Registry.free (autodb_idle_timeout) forgets the pool without closing its board's"
+    " listener connection: with server_idle_timeout 0 or above autodb_idle_timeout it stays"
+    " open, uncounted and never ticked again"))
+def test_a_freed_pool_closes_its_listener_connection() -> None:
+    registry, _opened = registry_with_listeners()
+    pool = registry.get_pool(registry.config.databases["one"], "bob")
+    board = pool.board
+    assert board is not None
+    client = FakeSubscriber("c")
+    board.update(client, frozenset(), frozenset({"ch"}), 1.0)
+    board.update(client, frozenset({"ch"}), frozenset(), 2.0)  # the client left
+    link = board.link
+    assert isinstance(link, FakeLink)
+    registry.free(pool)
+    assert link.closes and board.open_links == 0
