@@ -361,3 +361,16 @@ def test_a_pinned_clients_listen_waits_for_the_listener_too() -> None:
     transport.take()
     client.data_received(build.query("LISTEN a"))
     assert transport.take() == LISTEN_COMPLETE
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "relay.py _refuse_transaction_blocks answers a BEGIN at once when the client has no"
+    " server and owes nothing, also while its LISTEN's ReadyForQuery is withheld: the"
+    " client gets C(LISTEN) E Z Z and takes the refusal for its LISTEN's reply"))
+def test_statement_mode_refuses_a_begin_after_the_withheld_ready_for_query() -> None:
+    setup = Listening(mode="statement")
+    client, transport, _server = setup.client()
+    client.data_received(build.query("LISTEN a"))
+    client.data_received(build.query("BEGIN"))
+    setup.board.confirmed("a", True)
+    assert types(transport.take()) == "CZEZ"
