@@ -335,6 +335,21 @@ def test_a_listen_mixed_with_other_statements_runs_on_the_server_and_pins() -> N
     assert setup.links == []
 
 
+def test_discard_all_or_unlisten_on_the_server_ends_the_listeners_channels() -> None:
+    setup = Listening()
+    client, transport, server = setup.client()
+    client.data_received(build.query("LISTEN a; LISTEN b"))
+    setup.board.confirmed("a", True)
+    setup.board.confirmed("b", True)
+    run(client, server, "UNLISTEN a; select 1",
+        build.command_complete("UNLISTEN") + result())
+    assert setup.board.wanted() == {"b"} and not client.pinned
+    run(client, server, "DISCARD ALL",
+        build.command_complete("DISCARD ALL") + build.ready_for_query(b"I"))
+    assert setup.board.wanted() == set() and client.subscribed == frozenset()
+    assert statuses(transport.take()) == [b"I"] * 3
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "relay.py _relay_events (no max_prepared_statements): the bytes of a Query cut across"
     " two chunks go to a server as they arrive; when its end shows it is a LISTEN answered"
