@@ -29,12 +29,15 @@ from pgtarn.session.effects import (
     SAVEPOINT,
     SEED,
     SET,
+    SUBSCRIBE,
     TEMP,
     TRANSACTION_CONTROL,
     UNLISTEN,
     UNLOCK,
     UNLOCK_ALL,
+    UNSUBSCRIBE,
     UNTRACKED,
+    as_subscriptions,
     effects_of,
     may_change_state,
     parse_text,
@@ -491,3 +494,41 @@ def test_explain_analyze_creating_a_temporary_table(sql: str) -> None:
 def test_setseed_is_like_set_seed() -> None:
     assert may_change_state(query("SELECT setseed(0.5)"))
     assert effects("SELECT setseed(0.5)") == [(SEED,)]
+
+
+# --- LISTEN and UNLISTEN answered by pgtarn ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    ("LISTEN a", [(SUBSCRIBE, "a")]),
+    ('LISTEN "Mixed Case"', [(SUBSCRIBE, "Mixed Case")]),
+    ("listen Folded;", [(SUBSCRIBE, "folded")]),
+    ("/* why */ LISTEN a -- now", [(SUBSCRIBE, "a")]),
+    ("LISTEN a; UNLISTEN b; UNLISTEN *", [(SUBSCRIBE, "a"), (UNSUBSCRIBE, "b"),
+                                         (UNSUBSCRIBE, None)]),
+    ("LISTEN a; LISTEN a", [(SUBSCRIBE, "a"), (SUBSCRIBE, "a")]),
+])
+def test_a_text_of_listen_and_unlisten_only_is_answered_by_pgtarn(
+        sql: str, expected: list[tuple[str, str | None]]) -> None:
+    parsed = effects_of(sql)
+    subscriptions = as_subscriptions(parsed)
+    assert subscriptions is not None
+    assert subscriptions.effects == expected
+    assert subscriptions.statements == parsed.statements == len(expected)
+
+
+@pytest.mark.parametrize("sql", [
+    "LISTEN a; SELECT 1",  # a statement without effects
+    "SELECT 1; LISTEN a",
+    "LISTEN a; SET a.b = 1",
+    "BEGIN; LISTEN a; COMMIT",
+    "LISTEN a; SELECT pg_advisory_lock(1)",
+    "NOTIFY a",
+    "SELECT 1",
+    "",
+    "LISTEN",  # parse errors: PostgreSQL answers them
+    "LISTEN a; SELEC 1",
+    "LISTEN a; UNLISTEN",
+])
+def test_a_text_with_anything_else_runs_on_the_server(sql: str) -> None:
+    assert as_subscriptions(effects_of(sql)) is None

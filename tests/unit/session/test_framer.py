@@ -7,6 +7,7 @@ import pytest
 from pgtarn.errors import ProtocolViolation
 from pgtarn.proto import build
 from pgtarn.session.framer import SYNC_MARK, ClientFramer
+from pgtarn.session.tracking import SessionState, SessionTracker
 
 from .test_prepared import SYNC, bind, close, describe, parse
 
@@ -68,3 +69,51 @@ def test_a_bad_length_fails_this_feed_and_every_later_one() -> None:
         framer.feed(b"P\x00\x00\x00\x02")
     with pytest.raises(ProtocolViolation):
         framer.feed(build.SYNC)
+
+
+class ListenHook:
+    """The session-state hook of a client whose LISTENs pgtarn answers: each is dropped."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, bytes, int]] = []
+
+    def __call__(self, msg_type: int, body: bytes, replies_ahead: int) -> bytes | None:
+        self.calls.append((msg_type, body, replies_ahead))
+        return b"" if body.startswith(b"LISTEN") else None
+
+
+def watched_framer() -> tuple[ClientFramer, ListenHook]:
+    framer = ClientFramer(10000)
+    hook = ListenHook()
+    framer.watch(SessionTracker(SessionState()), hook, {})
+    return framer, hook
+
+
+def test_a_query_the_hook_answers_is_dropped_and_counts_one_ready_for_query() -> None:
+    framer, hook = watched_framer()
+    listen = build.query("LISTEN a")
+    data = build.query("select 1") + listen + build.parse("s", "select 2") + build.SYNC
+    parts, syncs = framer.feed(data, 2)
+    assert parts == [build.query("select 1"), SYNC_MARK, parse("s", "select 2"), build.SYNC,
+                     SYNC_MARK]
+    assert syncs == 3  # the LISTEN's ReadyForQuery comes from pgtarn, in its place
+    # the hook heard of the LISTEN with the ReadyForQuery owed before its own
+    assert hook.calls == [(0x51, listen[5:], 3)]
+    assert not framer.whole and framer.idle
+
+
+def test_a_dropped_query_split_across_chunks() -> None:
+    framer, hook = watched_framer()
+    listen = build.query("LISTEN a")
+    parts, syncs = framer.feed(build.SYNC + listen[:7])
+    assert parts == [build.SYNC, SYNC_MARK] and syncs == 1 and hook.calls == []
+    parts, syncs = framer.feed(listen[7:] + build.SYNC, 1)
+    assert parts == [build.SYNC, SYNC_MARK] and syncs == 2
+    assert hook.calls == [(0x51, listen[5:], 1)]
+    assert not framer.whole
+
+
+def test_a_chunk_of_only_a_dropped_query_gives_no_parts() -> None:
+    framer, _hook = watched_framer()
+    parts, syncs = framer.feed(build.query("LISTEN a"))
+    assert parts == [] and syncs == 1 and framer.plain

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgtarn.session.effects import Parsed, effects_of
+from pgtarn.session.effects import Parsed, as_subscriptions, effects_of
 from pgtarn.session.tracking import (
     ADVISORY_LOCK,
     HOLD_CURSOR,
@@ -580,6 +580,135 @@ def test_ignored_names_are_not_stored() -> None:
     assert state.settings is NO_SETTINGS and state.local is NO_SETTINGS
     run(state, "SET search_path TO a; RESET application_name")
     assert values(state) == {"search_path": "SET search_path TO a"}
+
+
+# --- LISTEN and UNLISTEN answered by pgtarn (subscriptions) ------------------------------------
+
+
+def subscriptions_of(text: str) -> Parsed:
+    parsed = as_subscriptions(effects_of(text))
+    assert parsed is not None
+    return parsed
+
+
+def listen(state: SessionState, text: str, before: bytes = IDLE,
+           after: bytes | None = None, failed: bool = False) -> None:
+    """A Query of LISTEN/UNLISTEN only, answered by pgtarn, applied as its batch."""
+    state.apply([subscriptions_of(text)], before, before if after is None else after, failed)
+
+
+def test_subscriptions_outside_a_block_count_at_once_and_pin_nothing() -> None:
+    state = SessionState()
+    listen(state, "LISTEN a; LISTEN b")
+    assert state.subscriptions == {"a", "b"} and state.committed_subscriptions() == {"a", "b"}
+    assert state.channels == frozenset() and not state.pinned
+    listen(state, "UNLISTEN a; UNLISTEN c")
+    assert state.subscriptions == {"b"}
+    listen(state, "LISTEN c; UNLISTEN *")
+    assert state.subscriptions == frozenset()
+
+
+def test_a_subscription_in_a_block_counts_from_commit() -> None:
+    state = SessionState()
+    listen(state, "LISTEN a")
+    run(state, "BEGIN", after=BLOCK)
+    listen(state, "LISTEN b; UNLISTEN a", before=BLOCK)
+    assert state.subscriptions == {"b"}
+    assert state.committed_subscriptions() == {"a"}  # what the listener serves meanwhile
+    run(state, "COMMIT", before=BLOCK, after=IDLE)
+    assert state.committed_subscriptions() == state.subscriptions == {"b"}
+    assert state.base is None
+
+
+def test_a_subscription_in_a_rolled_back_block_is_forgotten() -> None:
+    state = SessionState()
+    listen(state, "LISTEN a")
+    run(state, "BEGIN", after=BLOCK)
+    listen(state, "UNLISTEN *; LISTEN b", before=BLOCK)
+    assert state.committed_subscriptions() == {"a"}
+    run(state, "ROLLBACK", before=BLOCK, after=IDLE)
+    assert state.subscriptions == {"a"} and state.committed_subscriptions() == {"a"}
+
+
+def test_rollback_to_a_savepoint_undoes_the_subscriptions_after_it() -> None:
+    state = SessionState()
+    run(state, "BEGIN", after=BLOCK)
+    listen(state, "LISTEN a", before=BLOCK)
+    run(state, "SAVEPOINT s", before=BLOCK)
+    listen(state, "LISTEN b; UNLISTEN a", before=BLOCK)
+    assert state.subscriptions == {"b"}
+    run(state, "ROLLBACK TO s", before=BLOCK)
+    assert state.subscriptions == {"a"} and state.committed_subscriptions() == frozenset()
+    run(state, "COMMIT", before=BLOCK, after=IDLE)
+    assert state.subscriptions == {"a"} == state.committed_subscriptions()
+
+
+def test_a_subscription_in_a_failed_block_is_rolled_back_at_commit() -> None:
+    state = SessionState()
+    run(state, "BEGIN", after=BLOCK)
+    listen(state, "LISTEN a", before=BLOCK)
+    run(state, "SELECT 1/0", before=BLOCK, after=FAILED, failed=True)
+    listen(state, "LISTEN b", before=FAILED, failed=True)  # 25P02: changes nothing
+    assert state.subscriptions == {"a"} and state.committed_subscriptions() == frozenset()
+    run(state, "COMMIT", before=FAILED, after=IDLE)
+    assert state.subscriptions == frozenset()
+
+
+def test_a_failed_subscription_changes_nothing() -> None:
+    state = SessionState()
+    listen(state, "LISTEN a", failed=True)
+    assert state.subscriptions == frozenset()
+
+
+def test_discard_all_ends_the_subscriptions() -> None:
+    state = SessionState()
+    listen(state, "LISTEN a; LISTEN b")
+    run(state, "DISCARD ALL")
+    assert state.subscriptions == frozenset() == state.committed_subscriptions()
+
+
+def test_a_listen_on_the_server_takes_the_channel_from_the_listener() -> None:
+    """The client's server now delivers that channel: the listener must not deliver it too."""
+    state = SessionState()
+    listen(state, "LISTEN a; LISTEN b")
+    run(state, "LISTEN a; SELECT 1")  # mixed: runs on the server, and pins
+    assert state.channels == {"a"} and state.reasons() == [LISTEN_PIN]
+    assert state.subscriptions == {"b"}
+
+
+def test_an_unlisten_on_the_server_ends_the_listeners_channels_too() -> None:
+    state = SessionState()
+    listen(state, "LISTEN a; LISTEN b; LISTEN c")
+    run(state, "UNLISTEN b; SELECT 1")
+    assert state.subscriptions == {"a", "c"} and state.channels == frozenset()
+    run(state, "LISTEN d; SELECT 1")
+    run(state, "UNLISTEN *; SELECT 1")
+    assert state.subscriptions == frozenset() and state.channels == frozenset()
+    assert not state.pinned
+
+
+def test_a_server_listen_in_a_rolled_back_block_gives_the_channel_back() -> None:
+    state = SessionState()
+    listen(state, "LISTEN a")
+    run(state, "BEGIN", after=BLOCK)
+    run(state, "LISTEN a; SELECT 1", before=BLOCK)
+    assert state.subscriptions == frozenset() and state.committed_subscriptions() == {"a"}
+    run(state, "ROLLBACK", before=BLOCK, after=IDLE)
+    assert state.subscriptions == {"a"} and state.channels == frozenset()
+
+
+def test_subscriptions_apply_at_their_ready_for_query() -> None:
+    tracker = SessionTracker(SessionState())
+    tracker.add(parsed("BEGIN"), 0, IDLE)
+    tracker.add(subscriptions_of("LISTEN a"), 1, IDLE)
+    tracker.add(parsed("COMMIT"), 2, IDLE)
+    tracker.ready(BLOCK)
+    assert tracker.state.subscriptions == frozenset()
+    tracker.ready(BLOCK)
+    assert tracker.state.subscriptions == {"a"}
+    assert tracker.state.committed_subscriptions() == frozenset()
+    tracker.ready(IDLE)
+    assert tracker.state.committed_subscriptions() == {"a"}
 
 
 # --- SessionTracker ------------------------------------------------------------------------------
