@@ -1,0 +1,675 @@
+"""LISTEN/NOTIFY in transaction and statement mode: pgtarn answers a client's LISTEN and UNLISTEN
+itself and relays notifications from one listening server connection per (database, user)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgtarn.proto import build
+from pgtarn.proto.server_login import ServerAuth
+from tests.support import TempCluster, free_port
+
+from .drivers import aconnect, connect
+from .pgstat import PeakBackends, superuser_connect, wait_for
+from .rawpg import RawClient, error_fields
+from .test_admin import admin, show
+from .test_metrics import scrape
+
+Conn = psycopg.Connection[Any]
+Notification = tuple[str, str]
+"""(channel, payload)"""
+
+WAIT = 10.0
+"""Deadline (seconds) for what should arrive: a notification, a notice, a changed SHOW row."""
+
+QUERY_WAIT = 5
+"""query_wait_timeout: where the only server is held by a listener (no feature), the next client
+gets an error after this many seconds instead of hanging the test."""
+
+LISTENER_APP = "pgtarn listener"
+"""application_name of pgtarn's listening server connection."""
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def start(pgtarn_factory: Any, **settings: object) -> Any:
+    """pgtarn in transaction mode with a pool of one server."""
+    base: dict[str, object] = {"pool_mode": "transaction", "default_pool_size": 1,
+                               "query_wait_timeout": QUERY_WAIT}
+    return pgtarn_factory(settings={**base, **settings})
+
+
+def client(proc: Any, **kw: Any) -> Conn:
+    """An autocommit psycopg client that never prepares on its own (plain Query messages)."""
+    return connect(proc, autocommit=True, prepare_threshold=None, **kw)
+
+
+def listen(conn: Conn, *channels: str) -> None:
+    for channel in channels:
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+
+def notify(conn: Conn, channel: str, payload: str) -> None:
+    conn.execute("select pg_notify(%s, %s)", (channel, payload))
+
+
+def collect(conn: Conn, enough: Callable[[list[psycopg.Notify]], bool],
+            timeout: float = WAIT) -> list[psycopg.Notify]:
+    """The notifications conn receives until enough(received) or the deadline."""
+    got: list[psycopg.Notify] = []
+    deadline = time.monotonic() + timeout
+    while not enough(got):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        got.extend(conn.notifies(timeout=min(left, 0.5), stop_after=1))
+    return got
+
+
+def receive(conn: Conn, count: int, timeout: float = WAIT) -> list[Notification]:
+    """(channel, payload) of the notifications received, until count of them or the deadline."""
+    return [(n.channel, n.payload)
+            for n in collect(conn, lambda got: len(got) >= count, timeout)]
+
+
+def receive_until(conn: Conn, last: Notification, timeout: float = WAIT) -> list[Notification]:
+    """Every notification received up to and including last (a sentinel sent after the others:
+    one listening connection delivers in commit order, so anything that should not have come
+    would be in the list before it)."""
+    got = [(n.channel, n.payload) for n in collect(
+        conn, lambda got: any((n.channel, n.payload) == last for n in got), timeout)]
+    assert last in got, f"{last} not received within {timeout}s; got {got}"
+    return got
+
+
+def listening(console: Conn, database: str = "app", user: str = "app") -> dict[str, int]:
+    """SHOW LISTENERS for this database and user: channel -> clients."""
+    return {row["channel"]: int(row["clients"]) for row in show(console, "LISTENERS")
+            if (row["database"], row["user"]) == (database, user)}
+
+
+def listener_backends(cluster: TempCluster, user: str = "app") -> list[int]:
+    """Pids of pgtarn's listening server connections of this user in the app database."""
+    with superuser_connect(cluster) as su:
+        rows = su.execute(
+            "select pid from pg_stat_activity where application_name = %s"
+            " and datname = 'app' and usename = %s", (LISTENER_APP, user)).fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def metric(port: int, name: str, database: str = "app", user: str = "app") -> float:
+    samples = scrape(port)
+    key = (name, tuple(sorted({"database": database, "user": user}.items())))
+    assert key in samples, f"{name}{{database={database}, user={user}}} not in the metrics"
+    return samples[key]
+
+
+@contextlib.contextmanager
+def clients(proc: Any, count: int, **kw: Any) -> Iterator[list[Conn]]:
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(client(proc, **kw)) for _ in range(count)]
+
+
+class Busy(threading.Thread):
+    """A client that keeps the pool's only server busy with a stream of short transactions."""
+
+    def __init__(self, proc: Any) -> None:
+        super().__init__(daemon=True)
+        self.conn = client(proc)
+        self.stop = threading.Event()
+        self.transactions = 0
+        self.error: psycopg.Error | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                with self.conn.transaction():
+                    self.conn.execute("select 1")
+                self.transactions += 1
+        except psycopg.Error as exc:
+            self.error = exc
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(WAIT)
+        self.conn.close()
+
+
+class RawSession(RawClient):
+    """A logged-in raw protocol client (app/app_pass on app): shows every message pgtarn sends,
+    and can stop reading (with a small SO_RCVBUF, pgtarn's writes to it soon block)."""
+
+    def __init__(self, proc: Any, rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(WAIT)
+        self.sock.connect((proc.host, proc.port))
+        login = ServerAuth("app", "app_pass")
+        self.startup(user="app", database="app")
+        while not login.done:
+            kind, body = self.read_message()
+            reply = login.feed(ord(kind), body)
+            if reply:
+                self.send(reply)
+
+    def query(self, text: str) -> list[tuple[str, bytes]]:
+        """Send one Query; every message up to and including its ReadyForQuery."""
+        self.send(build.query(text))
+        out = []
+        while True:
+            out.append(self.read_message())
+            if out[-1][0] == "Z":
+                return out
+
+
+def kinds(messages: list[tuple[str, bytes]]) -> str:
+    return "".join(kind for kind, _ in messages)
+
+
+def notification(body: bytes) -> tuple[int, str, str]:
+    """NotificationResponse: (pid, channel, payload)."""
+    channel, payload, _ = body[4:].split(b"\x00")
+    return struct.unpack("!i", body[:4])[0], channel.decode(), payload.decode()
+
+
+# -- drivers ------------------------------------------------------------------------------
+
+
+def test_psycopg_notifies_without_holding_a_server(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """A psycopg client LISTENs, another NOTIFYs through the same pool of one server: the
+    listener gets both notifications in order, and holds no server (a listening server
+    connection named 'pgtarn listener' does the listening)."""
+    port = free_port()
+    proc = start(pgtarn_factory, metrics_port=port)
+    channel = unique("psy")
+    with client(proc) as listener, client(proc) as notifier:
+        listen(listener, channel)
+        notifier.execute(sql.SQL("NOTIFY {}, 'one'").format(sql.Identifier(channel)))
+        notify(notifier, channel, "two")
+        assert receive(listener, 2) == [(channel, "one"), (channel, "two")]
+        assert len(listener_backends(pg_cluster)) == 1
+        assert notifier.execute("select 3").fetchone() == (3,)
+        assert wait_for(lambda: metric(
+            port, "pgtarn_notifications_delivered_total") == 2, timeout=WAIT)
+
+
+def test_asyncpg_add_listener(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """asyncpg's add_listener (its LISTEN goes as Parse/Bind/Execute of an unnamed statement)
+    receives what another asyncpg client notifies through the pool of one server, and
+    remove_listener stops it."""
+    proc = start(pgtarn_factory)
+    channel = unique("apg")
+
+    async def scenario() -> tuple[list[tuple[int, str, str]], int, dict[str, int]]:
+        queue: asyncio.Queue[tuple[int, str, str]] = asyncio.Queue()
+        listener = await aconnect(proc)
+        notifier = await aconnect(proc)
+        try:
+            def on_notification(_conn: Any, pid: int, chan: str, payload: str) -> None:
+                queue.put_nowait((pid, chan, payload))
+
+            await listener.add_listener(channel, on_notification)
+            async with notifier.transaction():
+                pid = await notifier.fetchval("select pg_backend_pid()")
+                await notifier.execute(f"NOTIFY {channel}, 'one'")
+            await notifier.execute(f"select pg_notify('{channel}', 'two')")
+            got = [await asyncio.wait_for(queue.get(), WAIT) for _ in range(2)]
+            await listener.remove_listener(channel, on_notification)
+            with admin(proc) as console:
+                after = listening(console)
+            return got, pid, after
+        finally:
+            await listener.close()
+            await notifier.close()
+
+    got, pid, after = asyncio.run(scenario())
+    assert [(chan, payload) for _, chan, payload in got] == [(channel, "one"), (channel, "two")]
+    assert got[0][0] == pid
+    assert after == {}
+
+
+# -- many listeners while the only server is busy -------------------------------------------
+
+
+def test_fifty_listeners_while_the_only_server_is_busy(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """50 idle listeners on 10 channels (5 each) while another client keeps the only pooled
+    server busy: each gets exactly its channel's notifications, in order, and PostgreSQL never
+    sees more than the pooled server and the one listening connection."""
+    proc = start(pgtarn_factory)
+    channels = [unique(f"ch{i}") for i in range(10)]
+    rounds = 5
+    busy = Busy(proc)
+    busy.start()
+    try:
+        with PeakBackends(pg_cluster, ("app",), "app") as peak, \
+                clients(proc, 50) as listeners, client(proc) as notifier:
+            for i, conn in enumerate(listeners):
+                listen(conn, channels[i % 10])
+            for seq in range(rounds):
+                for channel in channels:
+                    notify(notifier, channel, f"{channel}:{seq}")
+            for channel in channels:
+                notify(notifier, channel, "end")
+            for i, conn in enumerate(listeners):
+                channel = channels[i % 10]
+                expected = [(channel, f"{channel}:{seq}") for seq in range(rounds)]
+                assert receive_until(conn, (channel, "end")) == [*expected, (channel, "end")]
+            assert peak.samples > 0
+            assert peak.peak <= 2, f"{peak.peak} backends for 1 pooled server + 1 listener"
+            assert len(listener_backends(pg_cluster)) == 1
+            with admin(proc) as console:
+                assert listening(console) == dict.fromkeys(channels, 5)
+    finally:
+        busy.finish()
+    assert busy.error is None, busy.error
+    assert busy.transactions > 0
+
+
+# -- transactional LISTEN / UNLISTEN ----------------------------------------------------------
+
+
+def test_listen_in_a_rolled_back_transaction_does_nothing(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """LISTEN in a rolled-back (or failed) transaction never listens; UNLISTEN in one never
+    stops listening; LISTEN in a failed transaction is refused like PostgreSQL does (25P02)."""
+    proc = start(pgtarn_factory)
+    base, gone, failed = unique("base"), unique("gone"), unique("failed")
+    with client(proc) as conn, client(proc) as notifier, admin(proc) as console:
+        listen(conn, base)
+        conn.execute("begin")
+        listen(conn, gone)
+        conn.execute("rollback")
+        conn.execute("begin")
+        conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(base)))
+        conn.execute("rollback")
+        conn.execute("begin")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("select 1/0")
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            listen(conn, failed)
+        conn.execute("rollback")
+        assert listening(console) == {base: 1}
+        notify(notifier, gone, "lost")
+        notify(notifier, failed, "lost")
+        notify(notifier, base, "end")
+        assert receive_until(conn, (base, "end")) == [(base, "end")]
+
+
+def test_listen_in_a_committed_transaction_takes_effect_at_commit(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """LISTEN inside BEGIN..COMMIT is not a listen before COMMIT, and is one after."""
+    proc = start(pgtarn_factory)
+    channel = unique("commit")
+    with client(proc) as conn, client(proc) as notifier, admin(proc) as console:
+        conn.execute("begin")
+        listen(conn, channel)
+        assert listening(console) == {}
+        conn.execute("commit")
+        assert listening(console) == {channel: 1}
+        notify(notifier, channel, "after commit")
+        assert receive(conn, 1) == [(channel, "after commit")]
+
+
+def test_rollback_to_savepoint_drops_the_listens_after_it(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """ROLLBACK TO SAVEPOINT drops the LISTENs made after the savepoint and keeps the others;
+    a released savepoint's LISTEN counts at COMMIT."""
+    proc = start(pgtarn_factory)
+    kept, gone, released = unique("kept"), unique("gone"), unique("released")
+    with client(proc) as conn, client(proc) as notifier, admin(proc) as console:
+        conn.execute("begin")
+        listen(conn, kept)
+        conn.execute("savepoint s")
+        listen(conn, gone)
+        conn.execute("rollback to savepoint s")
+        conn.execute("savepoint t")
+        listen(conn, released)
+        conn.execute("release savepoint t")
+        conn.execute("commit")
+        assert listening(console) == {kept: 1, released: 1}
+        notify(notifier, gone, "lost")
+        notify(notifier, released, "r")
+        notify(notifier, kept, "end")
+        assert receive_until(conn, (kept, "end")) == [(released, "r"), (kept, "end")]
+
+
+def test_unlisten_channel_and_unlisten_all(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """UNLISTEN ch stops that channel only; UNLISTEN * stops all; several LISTENs in one Query
+    all count."""
+    proc = start(pgtarn_factory)
+    one, two, three, last = (unique(n) for n in ("one", "two", "three", "last"))
+    with client(proc) as conn, client(proc) as notifier, admin(proc) as console:
+        conn.execute(f"LISTEN {one}; LISTEN {two}; LISTEN {three}")
+        assert listening(console) == {one: 1, two: 1, three: 1}
+        conn.execute(f"UNLISTEN {one}")
+        notify(notifier, one, "lost")
+        notify(notifier, two, "kept")
+        assert receive_until(conn, (two, "kept")) == [(two, "kept")]
+        conn.execute("UNLISTEN *")
+        assert listening(console) == {}
+        listen(conn, last)
+        for channel in (one, two, three):
+            notify(notifier, channel, "lost")
+        notify(notifier, last, "end")
+        assert receive_until(conn, (last, "end")) == [(last, "end")]
+
+
+# -- listeners that leave, a listening connection that dies -----------------------------------
+
+
+def test_listener_that_disconnects(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """A listener that leaves: the others still receive, SHOW LISTENERS stops counting it, and
+    when a channel's last listener leaves the listening connection UNLISTENs it (a later
+    listener of that channel still receives)."""
+    proc = start(pgtarn_factory)
+    shared, alone = unique("shared"), unique("alone")
+    with client(proc) as notifier, admin(proc) as console:
+        with clients(proc, 4) as (first, second, third, only):
+            for conn in (first, second, third):
+                listen(conn, shared)
+            listen(only, alone)
+            assert listening(console) == {shared: 3, alone: 1}
+            first.close()
+            assert wait_for(lambda: listening(console) == {shared: 2, alone: 1}, timeout=WAIT)
+            notify(notifier, shared, "still")
+            for conn in (second, third):
+                assert receive(conn, 1) == [(shared, "still")]
+            only.close()
+            assert wait_for(lambda: listening(console) == {shared: 2}, timeout=WAIT)
+            (pid,) = listener_backends(pg_cluster)
+            with superuser_connect(pg_cluster) as su:
+                def last_query() -> str:
+                    row = su.execute("select query from pg_stat_activity where pid = %s",
+                                     (pid,)).fetchone()
+                    return "" if row is None else str(row[0])
+                assert wait_for(lambda: "unlisten" in last_query().lower(), timeout=WAIT), \
+                    last_query()
+            with client(proc) as later:
+                listen(later, alone)
+                notify(notifier, alone, "again")
+                assert receive(later, 1) == [(alone, "again")]
+
+
+def test_listening_connection_killed(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """pg_terminate_backend on the listening connection: pgtarn reconnects and LISTENs again,
+    its clients get a WARNING that notifications may have been lost, and new notifications
+    arrive again."""
+    port = free_port()
+    proc = start(pgtarn_factory, metrics_port=port)
+    ch_a, ch_b = unique("ka"), unique("kb")
+    with client(proc) as a, client(proc) as b, client(proc) as notifier:
+        notices: dict[str, list[tuple[str | None, str | None]]] = {ch_a: [], ch_b: []}
+        for conn, channel in ((a, ch_a), (b, ch_b)):
+            listen(conn, channel)
+            conn.add_notice_handler(
+                lambda diag, ch=channel: notices[ch].append((diag.severity, diag.message_primary)))
+        (old_pid,) = listener_backends(pg_cluster)
+        with superuser_connect(pg_cluster) as su:
+            su.execute("select pg_terminate_backend(%s)", (old_pid,))
+
+        def warned(channel: str) -> bool:
+            return any(severity == "WARNING" and "notifications may have been lost" in (text or "")
+                       for severity, text in notices[channel])
+
+        deadline = time.monotonic() + WAIT
+        for conn, channel in ((a, ch_a), (b, ch_b)):
+            while not warned(channel):  # reading the socket runs the notice handler
+                assert time.monotonic() < deadline, f"no lost-notifications warning: {notices}"
+                list(conn.notifies(timeout=0.2))
+        got: dict[str, list[Notification]] = {ch_a: [], ch_b: []}
+        deadline = time.monotonic() + WAIT
+        attempt = 0
+        while not (got[ch_a] and got[ch_b]):  # the listening connection may still be away
+            assert time.monotonic() < deadline, f"no notification after the reconnect: {got}"
+            for conn, channel in ((a, ch_a), (b, ch_b)):
+                notify(notifier, channel, f"again-{attempt}")
+                got[channel] += receive(conn, 1, timeout=0.3)
+            attempt += 1
+        for conn, channel in ((a, ch_a), (b, ch_b)):
+            notify(notifier, channel, "end")
+            got[channel] += receive_until(conn, (channel, "end"))
+            assert all(chan == channel and (payload == "end" or payload.startswith("again-"))
+                       for chan, payload in got[channel]), got[channel]
+        assert wait_for(lambda: len(listener_backends(pg_cluster)) == 1, timeout=WAIT)
+        assert listener_backends(pg_cluster) != [old_pid]
+        assert metric(port, "pgtarn_listener_reconnects_total") >= 1
+
+
+def test_client_that_never_reads_is_closed(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """A listener that never reads (small receive buffer, big payloads) is closed with a FATAL
+    53400 'notification queue full' once its queue passes listen_queue_size; another listener
+    of the same channel keeps receiving every notification."""
+    port = free_port()
+    proc = start(pgtarn_factory, listen_queue_size=10, metrics_port=port)
+    channel = unique("flood")
+    batch, most = 20, 3000
+    flood = ("select pg_notify(%s, g::text || '|' || repeat('x', 7000))"
+             " from generate_series(%s::int, %s::int) g")
+    stuck = RawSession(proc, rcvbuf=4096)
+    try:
+        assert kinds(stuck.query(f"LISTEN {channel}")) == "CZ"
+        with client(proc) as reader, client(proc) as notifier, admin(proc) as console:
+            listen(reader, channel)
+            received: list[str] = []
+            stop = threading.Event()
+
+            def read() -> None:
+                while not stop.is_set() and "end" not in received:
+                    received.extend(n.payload.split("|")[0]
+                                    for n in reader.notifies(timeout=0.5))
+
+            thread = threading.Thread(target=read, daemon=True)
+            thread.start()
+            try:
+                sent = 0
+                while listening(console).get(channel) == 2:
+                    assert sent < most, f"{sent} notifications sent and the stuck client is open"
+                    notifier.execute(flood, (channel, sent, sent + batch - 1))
+                    sent += batch
+                assert listening(console) == {channel: 1}
+                notify(notifier, channel, "end")
+                thread.join(WAIT * 3)
+            finally:
+                stop.set()
+                thread.join(WAIT)
+            assert received == [*(str(i) for i in range(sent)), "end"]
+        messages = []
+        while True:
+            try:
+                messages.append(stuck.read_message())
+            except ConnectionError:  # the end of the connection (closed or reset)
+                break
+    finally:
+        stuck.close()
+    assert messages, "the stuck client got nothing at all"
+    kind, body = messages[-1]
+    assert kind == "E", [k for k, _ in messages[-3:]]
+    fields = error_fields(body)
+    assert (fields["S"], fields["C"]) == ("FATAL", "53400")
+    assert fields["M"].startswith("notification queue full"), fields["M"]
+    assert sum(1 for k, _ in messages if k == "A") < sent
+    assert metric(port, "pgtarn_notifications_dropped_total") >= 1
+
+
+# -- what pgtarn answers, and when it delivers ------------------------------------------------
+
+
+def test_replies_and_delivery_after_the_transaction(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+    """pgtarn answers LISTEN/UNLISTEN with their CommandComplete and the right ReadyForQuery
+    status, and holds a notification for a client inside a transaction block until the block
+    ends: none comes with the replies inside it, and it comes with its COMMIT's (after the
+    CommandComplete; the spec says right after the ReadyForQuery, PostgreSQL itself sends it
+    just before), with the notifying backend's pid."""
+    port = free_port()
+    proc = start(pgtarn_factory, metrics_port=port)
+    channel, other = unique("wt"), unique("wt_other")
+    raw = RawSession(proc)
+    try:
+        replies = raw.query(f"LISTEN {channel}")
+        assert replies == [("C", b"LISTEN\x00"), ("Z", b"I")]
+        with client(proc) as watcher, psycopg.connect(pg_dsn, autocommit=True) as direct:
+            listen(watcher, channel)
+            assert raw.query("BEGIN")[-1] == ("Z", b"T")
+            row = direct.execute("select pg_backend_pid()").fetchone()
+            assert row is not None
+            direct_pid = int(row[0])
+            direct.execute(f"NOTIFY {channel}, 'inside'")
+            assert receive(watcher, 1) == [(channel, "inside")]  # pgtarn has it now
+            assert wait_for(lambda: metric(port, "pgtarn_notifications_queued") == 1,
+                            timeout=WAIT)
+            replies = raw.query("SELECT 1")
+            assert "A" not in kinds(replies) and replies[-1] == ("Z", b"T")
+            replies = raw.query(f"LISTEN {other}")
+            assert replies == [("C", b"LISTEN\x00"), ("Z", b"T")]
+            replies = raw.query("COMMIT")
+            if "A" not in kinds(replies):  # not before the ReadyForQuery: right after it
+                replies.append(raw.read_message())
+            assert kinds(replies) in ("CAZ", "CZA"), kinds(replies)
+            assert ("Z", b"I") in replies
+            (body,) = [body for kind, body in replies if kind == "A"]
+            assert notification(body) == (direct_pid, channel, "inside")
+        assert wait_for(lambda: metric(port, "pgtarn_notifications_queued") == 0, timeout=WAIT)
+        replies = raw.query(f"LISTEN x{channel}; UNLISTEN {other}")
+        assert replies == [("C", b"LISTEN\x00"), ("C", b"UNLISTEN\x00"), ("Z", b"I")]
+        replies = raw.query("UNLISTEN *")
+        assert replies == [("C", b"UNLISTEN\x00"), ("Z", b"I")]
+        assert raw.query("BEGIN")[-1] == ("Z", b"T")
+        assert kinds(raw.query("SELECT 1/0")) == "EZ"
+        replies = raw.query(f"LISTEN {channel}")
+        assert kinds(replies) == "EZ" and replies[-1] == ("Z", b"E")
+        assert error_fields(replies[0][1])["C"] == "25P02"
+        assert raw.query("ROLLBACK")[-1] == ("Z", b"I")
+    finally:
+        raw.close()
+
+
+def test_hostile_channel_names(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """Channel names are identifiers: a quoted name with a quote, a semicolon and a comment is
+    one plain channel; an unquoted name folds to lower case, a quoted one keeps its case."""
+    proc = start(pgtarn_factory)
+    hostile = 'a"; select pg_sleep(1); --'
+    mixed = unique("MixedCase")
+    with client(proc) as conn, client(proc) as notifier, admin(proc) as console:
+        assert conn.execute('LISTEN "a""; select pg_sleep(1); --"').statusmessage == "LISTEN"
+        conn.execute(f"LISTEN {mixed}")
+        conn.execute(f'LISTEN "{mixed}"')
+        assert listening(console) == {hostile: 1, mixed.lower(): 1, mixed: 1}
+        notifier.execute(sql.SQL("NOTIFY {}, 'by notify'").format(sql.Identifier(hostile)))
+        notify(notifier, hostile, "by pg_notify")
+        notify(notifier, mixed.lower(), "folded")
+        notify(notifier, mixed, "kept case")
+        assert receive(conn, 4) == [(hostile, "by notify"), (hostile, "by pg_notify"),
+                                    (mixed.lower(), "folded"), (mixed, "kept case")]
+
+
+def test_client_notifying_its_own_channel_receives_it(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = start(pgtarn_factory)
+    channel = unique("self")
+    with client(proc) as conn:
+        listen(conn, channel)
+        conn.execute(f"NOTIFY {channel}, 'mine'")
+        assert receive(conn, 1) == [(channel, "mine")]
+
+
+def test_notification_pid_is_the_notifying_pooled_backend(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = start(pgtarn_factory)
+    channel = unique("pid")
+    with client(proc) as conn, client(proc) as notifier:
+        listen(conn, channel)
+        with notifier.transaction():
+            row = notifier.execute("select pg_backend_pid()").fetchone()
+            assert row is not None
+            notifier.execute(f"NOTIFY {channel}, 'who'")
+        (got,) = collect(conn, lambda got: len(got) >= 1)
+        assert (got.channel, got.payload, got.pid) == (channel, "who", row[0])
+
+
+def test_pause_holds_delivery_until_resume(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+    """While the database is paused nothing is delivered; RESUME sends what was held."""
+    proc = start(pgtarn_factory)
+    channel = unique("paused")
+    with client(proc) as conn, admin(proc) as console, \
+            psycopg.connect(pg_dsn, autocommit=True) as direct:
+        listen(conn, channel)
+        assert listening(console) == {channel: 1}
+        console.execute("PAUSE app")
+        direct.execute(f"NOTIFY {channel}, 'held'")
+        assert receive(conn, 1, timeout=1.0) == []
+        console.execute("RESUME app")
+        assert receive(conn, 1) == [(channel, "held")]
+
+
+def test_show_listeners(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """SHOW LISTENERS: database, user, channel, clients; one listening connection per
+    (database, user); rows go when their clients leave."""
+    proc = start(pgtarn_factory)
+    ch_a, ch_b = unique("sa"), unique("sb")
+    with admin(proc) as console:
+        with client(proc) as one, client(proc) as two, \
+                client(proc, user="scram_user", password="scram_pass") as three:
+            one.execute(f"LISTEN {ch_a}; LISTEN {ch_b}")
+            listen(two, ch_a)
+            listen(three, ch_a)
+            cur = console.execute("SHOW LISTENERS")
+            assert cur.description is not None
+            assert [d.name for d in cur.description] == ["database", "user", "channel", "clients"]
+            rows = {(r[0], r[1], r[2]): int(r[3]) for r in cur.fetchall()}
+            assert rows == {("app", "app", ch_a): 2, ("app", "app", ch_b): 1,
+                            ("app", "scram_user", ch_a): 1}
+            assert len(listener_backends(pg_cluster)) == 1
+            assert len(listener_backends(pg_cluster, "scram_user")) == 1
+        assert wait_for(lambda: show(console, "LISTENERS") == [], timeout=WAIT)
+
+
+# -- other modes, and what passes through ---------------------------------------------------
+
+
+def test_statement_mode_listen(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = start(pgtarn_factory, pool_mode="statement")
+    channel = unique("stmt")
+    with client(proc) as conn, client(proc) as notifier:
+        listen(conn, channel)
+        notify(notifier, channel, "statement mode")
+        assert receive(conn, 1) == [(channel, "statement mode")]
+
+
+def test_session_mode_listen_runs_on_the_clients_server(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """Session mode is unchanged: LISTEN runs on the client's own server."""
+    proc = start(pgtarn_factory, pool_mode="session", default_pool_size=2)
+    channel = unique("session")
+    with client(proc) as conn, client(proc) as notifier:
+        listen(conn, channel)
+        assert conn.execute("select pg_listening_channels()").fetchall() == [(channel,)]
+        notify(notifier, channel, "session mode")
+        assert receive(conn, 1) == [(channel, "session mode")]
+        assert listener_backends(pg_cluster) == []
+
+
+def test_notify_passes_through(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+    """NOTIFY, pg_notify() and a NOTIFY inside a function run on the pooled server as sent:
+    a session straight to PostgreSQL receives them from that server's pid."""
+    proc = start(pgtarn_factory)
+    channel = unique("through")
+    with psycopg.connect(pg_dsn, autocommit=True) as direct, client(proc) as notifier:
+        listen(direct, channel)
+        with notifier.transaction():
+            row = notifier.execute("select pg_backend_pid()").fetchone()
+            assert row is not None
+            notifier.execute(f"NOTIFY {channel}, 'a'")
+            notify(notifier, channel, "b")
+            notifier.execute(f"DO $$ BEGIN PERFORM pg_notify('{channel}', 'c'); END $$")
+        got = collect(direct, lambda got: len(got) >= 3)
+        assert [(n.channel, n.payload, n.pid) for n in got] == [
+            (channel, payload, row[0]) for payload in ("a", "b", "c")]
