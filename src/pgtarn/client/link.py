@@ -169,7 +169,17 @@ class ClientLink(ClientListening):
         )
 
     def _send_pending(self) -> None:
-        if not self.pending or self.server is not None or self.waiting:
+        if not self.pending or self.waiting:
+            return
+        server = self.server
+        if server is not None:  # a pinned client: its own server
+            pending = self.pending
+            data = b"".join([self._encode(server, item) for item in pending])
+            pending.clear()
+            if self.pending_size > PENDING_PAUSE and self.transport is not None:
+                self.transport.resume_reading()
+            self.pending_size = 0
+            server.write(data)
             return
         assert self.pool is not None
         self.waiting = True
@@ -220,6 +230,8 @@ class ClientLink(ClientListening):
     def _server_now(self) -> ServerConnection | None:
         """The linked server, or an idle one linked now; None (and queued) otherwise."""
         server = self.server
+        if self.withheld:  # a ReadyForQuery waits for the listener connection: so does this
+            return None
         if server is None and not self.waiting:
             assert self.pool is not None
             self.waiting = True

@@ -44,6 +44,8 @@ ABORTED = build.error_response(
     "25P02", "current transaction is aborted, commands ignored until end of transaction block")
 LOST_NOTICE = build.error_response("01000", LOST_MESSAGE, "WARNING", notice=True)
 NOTIFICATION = 0x41
+#: Seconds a client closed at listen_queue_size has to read what was sent before its error.
+FLUSH_GRACE = 15.0
 PARSE_COMPLETE = build.message(b"1")
 BIND_COMPLETE = build.message(b"2")
 CLOSE_COMPLETE = build.message(b"3")
@@ -84,6 +86,16 @@ class ClientListening(ClientTracking):
         if self.state is ClientState.READY:
             self.write(self._after_reply(out, status))
 
+    def _reply_here(self, replies: bytes) -> None:
+        """A reply pgtarn makes itself while the client owes nothing (a refusal), with its
+        ReadyForQuery: now, or after a withheld ReadyForQuery."""
+        if not self.withheld:
+            self.write(replies + READY[b"I"])
+            return
+        assert self.answers is not None
+        self.answers.append([0, None, replies, True])
+        self.expected += 1
+
     def _answers_due(self, status: bytes) -> bytes:
         """The replies due now that a ReadyForQuery with status went to the client."""
         answers = self.answers
@@ -120,12 +132,11 @@ class ClientListening(ClientTracking):
     def _after_reply(self, out: bytes, status: bytes) -> bytes:
         """out, which ends with a ReadyForQuery of status, as it goes to the client: its
         ReadyForQuery withheld while the listener connection has not confirmed a new channel
-        (the client being unlinked, owed nothing more), or notifications after it."""
+        (the client owed nothing more), or notifications after it."""
         if not out.endswith(READY[status]):
             return out  # a batch that goes on (Flush), or nothing
-        if self.listen_wait and not self.expected and self.server is None:
-            self.withheld = out[-RFQ_LEN:]
-            self.waiting = True  # what the client sends now waits, as for a server
+        if self.listen_wait and not self.expected:
+            self.withheld = out[-RFQ_LEN:]  # what the client sends now waits (_server_now)
             return out[:-RFQ_LEN]
         if self.notify_queue and status == b"I" and not self._delivery_held():
             out += self._take_notifications()
@@ -259,7 +270,6 @@ class ClientListening(ClientTracking):
         if self.state is not ClientState.READY:
             return
         self.withheld = b""
-        self.waiting = False
         out = notice + withheld
         if self.answers and self.answers[0][0] <= 0:  # LISTENs sent meanwhile
             out += self._answers_due(b"I")
@@ -319,10 +329,15 @@ class ClientListening(ClientTracking):
             queue.clear()
             log.warning("%r: more than listen_queue_size (%d) notifications waiting: closed",
                         self, limit)
-            self._close_after(self.server, PgtarnError(
+            error = PgtarnError(
                 f"notification queue full: more than listen_queue_size ({limit})"
                 " notifications are waiting for this client", sqlstate="53400",
-                severity="FATAL"))
+                severity="FATAL")
+            if self.server is None and not self.expected:
+                # idle: what its socket holds goes first, then the error, for a while
+                self.close_flushing(error, FLUSH_GRACE)
+            else:
+                self._close_after(self.server, error)
             return
         queue.append(message)
         board.queued += 1

@@ -29,7 +29,6 @@ STATEMENT_MESSAGES = frozenset(b"PBDC")
 STATEMENT_MESSAGES_OR_QUERY = frozenset(b"PBDCQ")
 TEXT_TYPES = frozenset(b"QP")
 PARSE_TYPE = frozenset(b"P")
-RFQ_IDLE = build.ready_for_query(b"I")
 TRANSACTION_REFUSED = build.error_response(
     "0A000",
     "transaction blocks not allowed in statement pooling mode",
@@ -94,7 +93,34 @@ class ClientRelay(ClientLink):
                 return
             self._relay_events(data, events)
             return
+        if self.session is not None:
+            self._relay_whole_texts(data)
+            return
         self._relay_events(data, scanner.feed(data))
+
+    def _relay_whole_texts(self, data: bytes) -> None:
+        """_relay_events for a client whose texts are read: a Query or Parse cut across chunks
+        is held back until whole, since it may be answered here (LISTEN) or refused in its
+        place, and then must not have reached a server in part."""
+        scanner = self.scanner
+        events = scanner.feed(data)
+        if events and events[0][2] < len(events[0][1]) + 5:
+            # the first message began in bytes held back from an earlier chunk: whole again
+            msg_type, body, end = events[0]
+            whole = build.message(bytes((msg_type,)), body)
+            shift = len(whole) - end
+            data = whole + data[end:]
+            events = [(msg_type, body, len(whole))] + [
+                (kind, text, at + shift) for kind, text, at in events[1:]]
+        elif scanner.released:  # held back, but only the header of an unwatched message
+            shift = len(scanner.released)
+            data = scanner.released + data
+            events = [(kind, text, at + shift) for kind, text, at in events]
+        held = scanner.held
+        if held:
+            data = data[: len(data) - held]
+        if data:
+            self._relay_events(data, events)
 
     def _start_statements(self) -> None:
         """The client uses the extended protocol: track its statements from now on.
@@ -199,7 +225,7 @@ class ClientRelay(ClientLink):
             if not syncs:
                 return b""
             self.discard_scanner = None
-            self.write(TRANSACTION_REFUSED + RFQ_IDLE)
+            self._reply_here(TRANSACTION_REFUSED)
             data = data[syncs[0][2] :]
         if self.expected or self.server is not None or not data:
             return data
@@ -221,7 +247,7 @@ class ClientRelay(ClientLink):
         if end > len(data):
             return data
         if msg_type == 0x51:
-            self.write(TRANSACTION_REFUSED + RFQ_IDLE)
+            self._reply_here(TRANSACTION_REFUSED)
             return data[end:]
         # extended protocol: the error ends the batch; skip to its Sync
         self.discard_scanner = MessageScanner(frozenset(b"S"), self.runtime.config.max_packet_size)

@@ -206,6 +206,18 @@ class ClientTransport(asyncio.Protocol):
             transport.close()
         self.leave_containers()
 
+    def close_flushing(self, error: PgtarnError, grace: float) -> None:
+        """Send error after what the client has not read yet and close once it is read, or
+        after grace seconds (a client that reads nothing cannot keep the socket)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        self.close_reason = error.message
+        transport.write(build.error_response(error.sqlstate, error.message, error.severity))
+        transport.close()
+        asyncio.get_running_loop().call_later(grace, transport.abort)
+        self.leave_containers()
+
     def leave_containers(self) -> None:
         """Closing: no longer counted anywhere, though the socket may still flush an error.
 

@@ -147,6 +147,13 @@ class ChannelBoard:
         if listening and self.waiters:
             self._wake(lambda client_channels: client_channels <= self.listened, "")
 
+    def refused(self, channel: str, error: str) -> None:
+        """PostgreSQL refused to LISTEN to channel: its waiting clients are told so."""
+        self.listened.discard(channel)
+        if self.waiters:
+            self._wake(lambda client_channels: channel in client_channels,
+                       f"the listening connection could not LISTEN to this channel: {error}")
+
     def _wake(self, ready: Callable[[set[str]], bool], warning: str) -> None:
         """Tell the waiting clients whose channels are ready so."""
         channels_of: dict[Subscriber, set[str]] = {client: set() for client in self.waiters}
@@ -174,7 +181,7 @@ class ChannelBoard:
         warned: set[Subscriber] = set()
         for clients in self.subscribers.values():
             for client in clients:
-                if client not in warned and client not in self.waiters:
+                if client not in warned:  # (a waiter too: its older channels were listened)
                     warned.add(client)
                     client.listener_lost()
 

@@ -127,6 +127,8 @@ class Registry(Generic[S]):
     def free(self, pool: Pool[S]) -> None:
         """Forget an unused pool (autodb_idle_timeout), closing its idle servers."""
         pool.close_idle("autodb_idle_timeout")
+        if pool.board is not None:
+            pool.board.close("autodb_idle_timeout")
         self.pools.pop((pool.database, pool.user), None)
         if not self.pools_of(pool.database):
             self.databases.pop(pool.database, None)

@@ -199,6 +199,8 @@ class Listener:
                         build.quote_ident(channel), error)
             if listening:
                 self.on_server.discard(channel)
+                self.board.refused(channel, error)
+                return
         self.board.confirmed(channel, listening)
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
 from pgtarn.client.connection import ClientConnection
 from pgtarn.pool.channels import ChannelBoard
 from pgtarn.proto import build
@@ -350,10 +348,6 @@ def test_discard_all_or_unlisten_on_the_server_ends_the_listeners_channels() -> 
     assert statuses(transport.take()) == [b"I"] * 3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "relay.py _relay_events (no max_prepared_statements): the bytes of a Query cut across"
-    " two chunks go to a server as they arrive; when its end shows it is a LISTEN answered"
-    " here, its first bytes have reached the server already and the rest is dropped"))
 def test_a_listen_cut_across_chunks_sends_nothing_to_a_server() -> None:
     setup = Listening()
     client, transport, server = setup.client()
@@ -364,10 +358,6 @@ def test_a_listen_cut_across_chunks_sends_nothing_to_a_server() -> None:
     assert transport.take() == LISTEN_COMPLETE
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "listening.py _after_reply withholds the ReadyForQuery only when the client is unlinked:"
-    " a pinned client sees its LISTEN succeed before the listener connection LISTENs, so a"
-    " NOTIFY committed right after it can be missed"))
 def test_a_pinned_clients_listen_waits_for_the_listener_too() -> None:
     setup = Listening()
     client, transport, server = setup.client()
@@ -378,10 +368,6 @@ def test_a_pinned_clients_listen_waits_for_the_listener_too() -> None:
     assert transport.take() == LISTEN_COMPLETE
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "relay.py _refuse_transaction_blocks answers a BEGIN at once when the client has no"
-    " server and owes nothing, also while its LISTEN's ReadyForQuery is withheld: the"
-    " client gets C(LISTEN) E Z Z and takes the refusal for its LISTEN's reply"))
 def test_statement_mode_refuses_a_begin_after_the_withheld_ready_for_query() -> None:
     setup = Listening(mode="statement")
     client, transport, _server = setup.client()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from pgtarn.config import DatabaseEntry
 from pgtarn.configfile import parse_config
 from pgtarn.pool.channels import ChannelBoard
@@ -146,10 +144,6 @@ def test_a_closed_listener_frees_its_slot() -> None:
     assert registry.may_open(pool)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Registry.free (autodb_idle_timeout) forgets the pool without closing its board's"
-    " listener connection: with server_idle_timeout 0 or above autodb_idle_timeout it stays"
-    " open, uncounted and never ticked again"))
 def test_a_freed_pool_closes_its_listener_connection() -> None:
     registry, _opened = registry_with_listeners()
     pool = registry.get_pool(registry.config.databases["one"], "bob")

@@ -157,10 +157,6 @@ def test_a_failed_listen_is_logged_and_the_channel_not_kept(
     assert "good" in setup.board.listened
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Listener.replied reports a failed LISTEN to the board as confirmed (confirmed(channel,"
-    " True)): the board counts the channel as listened and wakes its waiters without a"
-    " warning, though PostgreSQL does not deliver it"))
 def test_a_failed_listen_is_not_confirmed_to_the_board() -> None:
     setup = Setup()
     client = FakeSubscriber("c")
