@@ -115,6 +115,9 @@ def _suspend_reading(runtime: Runtime, suspend: bool) -> None:
                 transport.pause_reading()
             else:
                 transport.resume_reading()
+    for pool in runtime.registry:  # notifications wait in PostgreSQL's queue
+        if pool.board is not None:
+            pool.board.hold(suspend or pool.paused)
 
 
 def suspend(runtime: Runtime, arg: str | None) -> Outcome:

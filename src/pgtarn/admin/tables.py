@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from .. import __version__
 from ..net.tls import describe
@@ -306,6 +306,12 @@ DATABASES_COLUMNS = _columns(
 )
 
 
+def _connections(pool: Pool[Any]) -> int:
+    """A pool's connections to PostgreSQL as max_db/user_connections count them: its servers
+    and its listener connection."""
+    return pool.server_count + (pool.board.open_links if pool.board is not None else 0)
+
+
 def _count_by(items: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items:
@@ -319,7 +325,7 @@ def show_databases(runtime: Runtime) -> Table:
     client_counts = {ADMIN_DB: len(runtime.admin_clients)}
     server_counts: dict[str, int] = {}
     for pool in registry:
-        server_counts[pool.database] = server_counts.get(pool.database, 0) + pool.server_count
+        server_counts[pool.database] = server_counts.get(pool.database, 0) + _connections(pool)
         client_counts[pool.database] = client_counts.get(pool.database, 0) + pool.client_count
     entries = {name: db for name, db in registry.databases.items()}
     entries.update((name, db) for name, db in config.databases.items() if name != "*")
@@ -360,7 +366,7 @@ def show_users(runtime: Runtime) -> Table:
     clients = _count_by(c.user for c in logged_in_clients(runtime))
     servers: dict[str, int] = {}
     for pool in runtime.registry:
-        servers[pool.user] = servers.get(pool.user, 0) + pool.server_count
+        servers[pool.user] = servers.get(pool.user, 0) + _connections(pool)
     rows: list[list[Value]] = []
     for name in sorted(names):
         entry = config.users.get(name)

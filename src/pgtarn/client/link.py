@@ -114,9 +114,14 @@ class ClientLink(ClientListening):
         session = self.session
         if session is not None and session.pending and not self._session_ready(status):
             return b""  # closed: its state may not be kept (pin_session_state = 0)
-        if self.answers or self.notify_queue or self.listen_wait:
+        if self.listening:
             return self._ready_listening(server, status)
         if self.expected:
+            return None
+        # _link_ends's common cases, inlined: the hot path
+        if self.pool_mode == "transaction" and status == b"I":
+            if not self.pinned:
+                self._unlink(server)
             return None
         return self._link_ends(server, status)
 
@@ -133,7 +138,9 @@ class ClientLink(ClientListening):
                 return b""
         if not self.expected and self._link_ends(server, status) == b"":
             return b""
-        return self._after_reply(out, status)
+        out = self._after_reply(out, status)
+        self.listening = bool(self.answers or self.notify_queue or self.listen_wait)
+        return out
 
     def _link_ends(self, server: ServerConnection, status: bytes) -> bytes | None:
         """Nothing more is owed: end the link if the mode says so (None: ReadyForQuery goes

@@ -94,6 +94,7 @@ class ClientListening(ClientTracking):
             return
         assert self.answers is not None
         self.answers.append([0, None, replies, True])
+        self.listening = True
         self.expected += 1
 
     def _answers_due(self, status: bytes) -> bytes:
@@ -161,6 +162,7 @@ class ClientListening(ClientTracking):
             if parsed is not None:
                 session.add(parsed, self.expected, self._status_now())
             self.answers.append([self.expected, parsed, replies, synced])
+            self.listening = True
             if synced:
                 self.expected += 1
             self._answer_now()
@@ -255,6 +257,7 @@ class ClientListening(ClientTracking):
         confirmed = pool.board.update(self, self.subscribed, channels, monotonic())
         self.subscribed = channels
         self.listen_wait = not confirmed
+        self.listening = True
 
     def listener_confirmed(self, warning: str) -> None:
         """The listener connection LISTENs to every channel of ours (or, warning, will not
@@ -340,6 +343,7 @@ class ClientListening(ClientTracking):
                 self._close_after(self.server, error)
             return
         queue.append(message)
+        self.listening = True
         board.queued += 1
 
     def _idle_unlinked(self) -> bool:

@@ -58,7 +58,8 @@ class ClientRelay(ClientLink):
         self.scanner = MessageScanner(watch, config.max_packet_size, bodies=bodies)
 
     def _relay(self, data: bytes) -> None:
-        if data[0] in LOCAL_STARTS and self.answers is not None and self.scanner.at_boundary:
+        if (data[0] == 0x50 or (self.local_statements and data[0] in LOCAL_STARTS)) \
+                and self.answers is not None and self.scanner.at_boundary:
             data = self._local_batches(data)  # a LISTEN through the extended protocol
             if not data:
                 return
@@ -94,16 +95,20 @@ class ClientRelay(ClientLink):
             self._relay_events(data, events)
             return
         if self.session is not None:
-            self._relay_whole_texts(data)
+            held_before = scanner.held  # (the last chunk ended inside a message)
+            events = scanner.feed(data)
+            if held_before or scanner.held:
+                self._relay_whole_texts(data, events)
+            else:
+                self._relay_events(data, events)
             return
         self._relay_events(data, scanner.feed(data))
 
-    def _relay_whole_texts(self, data: bytes) -> None:
-        """_relay_events for a client whose texts are read: a Query or Parse cut across chunks
-        is held back until whole, since it may be answered here (LISTEN) or refused in its
-        place, and then must not have reached a server in part."""
+    def _relay_whole_texts(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
+        """_relay_events for a client whose texts are read, when a message is cut across
+        chunks: a Query or Parse is held back until whole, since it may be answered here
+        (LISTEN) or refused in its place, and then must not have reached a server in part."""
         scanner = self.scanner
-        events = scanner.feed(data)
         if events and events[0][2] < len(events[0][1]) + 5:
             # the first message began in bytes held back from an earlier chunk: whole again
             msg_type, body, end = events[0]
@@ -176,7 +181,8 @@ class ClientRelay(ClientLink):
         """Transaction mode with prepared statements: statements are rewritten per server."""
         framer = self.framer
         assert framer is not None and self.statements is not None
-        if data[0] in LOCAL_STARTS and self.answers is not None and framer.idle:
+        if (data[0] == 0x50 or (self.local_statements and data[0] in LOCAL_STARTS)) \
+                and self.answers is not None and framer.idle:
             data = self._local_batches(data)  # a LISTEN through the extended protocol
             if not data:
                 return

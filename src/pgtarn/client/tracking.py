@@ -100,6 +100,7 @@ class ClientTracking(ClientTransport):
             if subscriptions is not None:
                 session.add(subscriptions, replies_ahead, self._status_now())
                 self.answers.append([replies_ahead, subscriptions, None, True])
+                self.listening = True
                 return ANSWERED
         if msg_type == 0x51 and not self.runtime.config.pin_session_state:
             refused = pin_reason(parsed)

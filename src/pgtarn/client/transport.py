@@ -61,6 +61,7 @@ class ClientTransport(asyncio.Protocol):
         "last_request",
         "last_server",
         "listen_wait",
+        "listening",
         "local_addr",
         "local_statements",
         "login",
@@ -150,6 +151,8 @@ class ClientTransport(asyncio.Protocol):
         #: are (b"": none); notifications waiting to go out (None: none yet).
         self.subscribed: frozenset[str] = frozenset()
         self.listen_wait = False
+        #: Some of the above may need a look at a ReadyForQuery (one check on the hot path).
+        self.listening = False
         self.withheld = b""
         self.notify_queue: list[bytes] | None = None
         #: The client's socket buffer is full (pause_writing): notifications wait.

@@ -59,6 +59,9 @@ class ListenerLink(Protocol):
     def tick(self, now: float) -> None:
         """The janitor's visit: reconnect when due."""
 
+    def hold(self, held: bool) -> None:
+        """Stop reading notifications (PostgreSQL keeps them queued), or read again."""
+
     def restart(self, reason: str) -> None:
         """Reconnect now (a RELOAD changed the connection settings, RECONNECT)."""
 
@@ -69,8 +72,8 @@ class ListenerLink(Protocol):
 class ChannelBoard:
     """The channels of one pool's clients (see the module docstring)."""
 
-    __slots__ = ("delivered", "dropped", "empty_since", "link", "listened", "lost", "open",
-                 "queued", "received", "reconnects", "subscribers", "waiters")
+    __slots__ = ("delivered", "dropped", "empty_since", "held", "link", "listened", "lost",
+                 "open", "queued", "received", "reconnects", "subscribers", "waiters")
 
     def __init__(self, open_link: Callable[[ChannelBoard], ListenerLink] | None) -> None:
         self.open = open_link
@@ -92,6 +95,8 @@ class ChannelBoard:
         self.reconnects = 0
         #: Set while the link is lost, so clients are warned only once per loss.
         self.lost = False
+        #: PAUSE or SUSPEND: the link does not read notifications.
+        self.held = False
 
     # --- clients ------------------------------------------------------------------------------
 
@@ -212,8 +217,16 @@ class ChannelBoard:
                 del self.waiters[client]
                 client.listener_confirmed(warning)
 
+    def hold(self, held: bool) -> None:
+        """PAUSE and SUSPEND hold delivery: the link stops reading, so notifications wait in
+        PostgreSQL's queue rather than in clients' bounded ones; RESUME reads them again."""
+        self.held = held
+        if self.link is not None:
+            self.link.hold(held)
+
     def resume(self) -> None:
         """Delivery may resume: clients send what they held."""
+        self.hold(False)
         clients: set[Subscriber] = set()
         for subscribers in self.subscribers.values():
             clients |= subscribers

@@ -150,6 +150,8 @@ class Registry(Generic[S]):
             self.paused_databases.add(database)
         for pool in self.pools_of(database):
             pool.pause(close_servers)
+            if pool.board is not None:  # notifications wait in PostgreSQL's queue
+                pool.board.hold(True)
 
     def resume(self, database: str | None = None) -> None:
         """Undo a global pause (databases paused by name stay paused), or one database's."""

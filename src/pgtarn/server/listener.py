@@ -99,6 +99,14 @@ class Listener:
             conn.close("server_connect_timeout")
             self._failed(PgtarnError("server_connect_timeout"))
 
+    def hold(self, held: bool) -> None:
+        conn = self.conn
+        if conn is not None and conn.transport is not None and conn.ready:
+            if held:
+                conn.transport.pause_reading()
+            else:
+                conn.transport.resume_reading()
+
     def restart(self, reason: str) -> None:
         conn = self.conn
         if conn is not None:
@@ -174,6 +182,8 @@ class Listener:
             log.info("%r: listener connection opened", self)
         self.board.connected()
         self.sync()
+        if self.board.held:
+            self.hold(True)
 
     def login_failed(self, conn: _ListenerConnection, error: PgtarnError) -> None:
         if conn is self.conn:

@@ -40,12 +40,16 @@ class FakeLink:
         self.ticks: list[float] = []
         self.restarts: list[str] = []
         self.closes: list[str] = []
+        self.held: list[bool] = []  # each hold()
 
     def sync(self) -> None:
         self.syncs.append(self.board.wanted())
 
     def tick(self, now: float) -> None:
         self.ticks.append(now)
+
+    def hold(self, held: bool) -> None:
+        self.held.append(held)
 
     def restart(self, reason: str) -> None:
         self.restarts.append(reason)

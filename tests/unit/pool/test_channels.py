@@ -250,3 +250,17 @@ def test_resume_releases_each_client_once_and_restart_moves_the_link() -> None:
     assert (both.releases, one.releases) == (1, 1)
     board.restart("reconnect requested")
     assert links[0].restarts == ["reconnect requested"]
+
+
+def test_pause_holds_the_link_and_resume_releases_it() -> None:
+    """PAUSE/SUSPEND stop the link reading (notifications wait in PostgreSQL's queue, not in
+    the clients' bounded ones); RESUME reads again and clients send what they held."""
+    board, links = board_and_links()
+    client = FakeSubscriber("c")
+    board.update(client, channels(), channels("a"), 1.0)
+    link = links[0]
+    board.hold(True)
+    assert link.held == [True] and board.held
+    board.resume()
+    assert link.held == [True, False] and not board.held
+    assert client.releases == 1
