@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,6 +27,7 @@ from .pgstat import PeakBackends, superuser_connect, wait_for
 from .rawpg import RawClient, error_fields
 from .test_admin import admin, show
 from .test_metrics import scrape
+from .test_reload import edit_ini
 
 Conn = psycopg.Connection[Any]
 Notification = tuple[str, str]
@@ -673,3 +675,248 @@ def test_notify_passes_through(pgtarn_factory, pg_dsn):  # type: ignore[no-untyp
         got = collect(direct, lambda got: len(got) >= 3)
         assert [(n.channel, n.payload, n.pid) for n in got] == [
             (channel, payload, row[0]) for payload in ("a", "b", "c")]
+
+
+# -- the listener connection moved: RELOAD with new connection settings, RECONNECT -----------
+
+
+def watch_notices(conn: Conn) -> list[tuple[str | None, str | None]]:
+    """(severity, message) of every notice conn gets from now on (as its socket is read)."""
+    notices: list[tuple[str | None, str | None]] = []
+    conn.add_notice_handler(lambda diag: notices.append((diag.severity, diag.message_primary)))
+    return notices
+
+
+def await_lost_warning(conn: Conn, notices: list[tuple[str | None, str | None]]) -> None:
+    """Read conn until it has the WARNING that notifications may have been lost (none is
+    sent meanwhile: any notification read here fails the test)."""
+    deadline = time.monotonic() + WAIT
+    while not any(severity == "WARNING" and "notifications may have been lost" in (text or "")
+                  for severity, text in notices):
+        assert time.monotonic() < deadline, f"no lost-notifications warning: {notices}"
+        assert list(conn.notifies(timeout=0.2)) == []
+
+
+def listener_listening(cluster: TempCluster, channel: str, old_pid: int) -> bool:
+    """Whether the only listening server connection is a new one (not old_pid), idle after
+    its LISTEN of channel (PostgreSQL has committed it: a NOTIFY from now on reaches it)."""
+    with superuser_connect(cluster) as su:
+        rows = su.execute(
+            "select pid, state, query from pg_stat_activity where application_name = %s"
+            " and datname = 'app' and usename = 'app'", (LISTENER_APP,)).fetchall()
+    if len(rows) != 1:
+        return False
+    pid, state, query = rows[0]
+    return (pid != old_pid and state == "idle" and channel in str(query)
+            and str(query).upper().startswith("LISTEN"))
+
+
+@pytest.mark.parametrize("move", ["reload", "reconnect"])
+def test_listener_moved_by_reload_or_reconnect(pgtarn_factory, pg_cluster, move):  # type: ignore[no-untyped-def]
+    """A RELOAD that changes the app entry's connection settings (application_name=moved),
+    or RECONNECT: the listening connection is replaced (a new backend, the old one gone),
+    the listening client gets the lost-notifications WARNING, and what is notified once the
+    new connection listens arrives (nothing else before it)."""
+    proc = start(pgtarn_factory)
+    channel = unique(move)
+    with client(proc) as conn, client(proc) as notifier, admin(proc) as console:
+        notices = watch_notices(conn)
+        listen(conn, channel)
+        notify(notifier, channel, "before")
+        assert receive(conn, 1) == [(channel, "before")]
+        (old_pid,) = listener_backends(pg_cluster)
+        if move == "reload":
+            ini = edit_ini(proc, " dbname=app\n", " dbname=app application_name=moved\n")
+            Path(proc.ini_path).write_text(ini, encoding="utf-8")
+            console.execute("RELOAD")
+        else:
+            console.execute("RECONNECT app")
+        await_lost_warning(conn, notices)
+        assert wait_for(lambda: listener_listening(pg_cluster, channel, old_pid),
+                        timeout=WAIT), listener_backends(pg_cluster)
+        notify(notifier, channel, "after")
+        assert receive_until(conn, (channel, "after")) == [(channel, "after")]
+        assert listener_backends(pg_cluster) != [old_pid]
+        assert listening(console) == {channel: 1}
+
+
+# -- SUSPEND, PAUSE ------------------------------------------------------------------------------
+
+
+def test_suspend_holds_delivery_until_resume(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+    """SUSPEND: a NOTIFY straight to PostgreSQL is not delivered while suspended; RESUME
+    delivers it."""
+    proc = start(pgtarn_factory)
+    channel = unique("suspended")
+    with client(proc) as conn, admin(proc) as console, \
+            psycopg.connect(pg_dsn, autocommit=True) as direct:
+        listen(conn, channel)
+        console.execute("SUSPEND")
+        try:
+            direct.execute(f"NOTIFY {channel}, 'held'")
+            assert receive(conn, 1, timeout=1.0) == []
+        finally:
+            console.execute("RESUME")
+        assert receive(conn, 1) == [(channel, "held")]
+        assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_pause_with_more_notifications_than_listen_queue_size(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+    """20 notifications while paused with listen_queue_size = 5: they wait in PostgreSQL (the
+    listening connection stops reading), not in the client's bounded queue; after RESUME
+    the client gets all 20, in order, and is still open."""
+    proc = start(pgtarn_factory, listen_queue_size=5)
+    channel = unique("pausedmany")
+    with client(proc) as conn, admin(proc) as console, \
+            psycopg.connect(pg_dsn, autocommit=True) as direct:
+        listen(conn, channel)
+        console.execute("PAUSE app")
+        try:
+            for i in range(20):
+                direct.execute(f"NOTIFY {channel}, '{i}'")
+            assert receive(conn, 1, timeout=1.0) == []
+        finally:
+            console.execute("RESUME app")
+        assert receive(conn, 20) == [(channel, str(i)) for i in range(20)]
+        assert conn.execute("select 1").fetchone() == (1,)
+        assert listening(console) == {channel: 1}
+
+
+# -- max_db_connections --------------------------------------------------------------------------
+
+
+def current_connections(console: Conn) -> int:
+    (row,) = [r for r in show(console, "DATABASES") if r["name"] == "app"]
+    return int(row["current_connections"])
+
+
+def test_max_db_connections_counts_the_listener(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """max_db_connections = 2, default_pool_size = 2, a listening client: SHOW DATABASES
+    counts the listener connection (1 once the pooled server that logins opened has idled
+    out), two clients under load are both served by the one server left to the pool, and
+    PostgreSQL never sees more than 2 backends of the database."""
+    proc = start(pgtarn_factory, max_db_connections=2, default_pool_size=2,
+                 server_idle_timeout=1)
+    channel = unique("maxdb")
+    with client(proc) as conn, client(proc) as holder, admin(proc) as console:
+        listen(conn, channel)
+        assert wait_for(lambda: current_connections(console) == 1, timeout=WAIT), \
+            show(console, "SERVERS")
+        assert show(console, "SERVERS") == []
+        assert len(listener_backends(pg_cluster)) == 1
+        errors: list[psycopg.Error] = []
+        done = [0, 0]
+
+        def load(index: int) -> None:
+            try:
+                with client(proc) as worker:
+                    for _ in range(10):
+                        with worker.transaction():
+                            worker.execute("select pg_sleep(0.02)")
+                        done[index] += 1
+            except psycopg.Error as exc:
+                errors.append(exc)
+
+        with PeakBackends(pg_cluster, ("app",), "app") as peak:
+            workers = [threading.Thread(target=load, args=(i,), daemon=True) for i in (0, 1)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join(WAIT * 2)
+        assert errors == []
+        assert done == [10, 10]
+        assert peak.samples > 0
+        assert peak.peak <= 2, f"{peak.peak} backends with max_db_connections = 2"
+        with holder.transaction():  # holds the pool's server while SHOW looks
+            holder.execute("select 1")
+            assert len(show(console, "SERVERS")) == 1
+            assert current_connections(console) == 2
+        notify(holder, channel, "served")
+        assert receive(conn, 1) == [(channel, "served")]
+
+
+# -- LISTEN through the extended protocol, LISTEN mixed with other statements, DISCARD ALL -----
+
+
+def test_psycopg_extended_protocol_listen(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """psycopg's prepared LISTEN (a named statement: Parse+Sync, then Bind/Describe/Execute/
+    Sync) and its binary LISTEN (unnamed: Parse/Bind/Describe/Execute/Sync) are answered by
+    pgtarn: no pooled server is held (another client runs queries in a pool of one), and
+    notifications arrive."""
+    proc = start(pgtarn_factory)
+    named, unnamed = unique("prepared"), unique("binary")
+    with client(proc) as conn, client(proc) as other, admin(proc) as console:
+        assert conn.execute(f"LISTEN {named}", prepare=True).statusmessage == "LISTEN"
+        assert conn.execute(f"LISTEN {unnamed}", binary=True).statusmessage == "LISTEN"
+        assert listening(console) == {named: 1, unnamed: 1}
+        assert other.execute("select 2").fetchone() == (2,)
+        assert [r["pinned"] for r in show(console, "CLIENTS") if r["pinned"]] == []
+        assert len(listener_backends(pg_cluster)) == 1
+        notify(other, named, "n")
+        notify(other, unnamed, "u")
+        assert receive(conn, 2) == [(named, "n"), (unnamed, "u")]
+
+
+def test_raw_extended_protocol_listen(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """Parse/Bind/Describe/Execute/Sync of a LISTEN, named and unnamed, by hand: pgtarn
+    replies ParseComplete, BindComplete, NoData, CommandComplete LISTEN, ReadyForQuery, holds
+    no server (another client runs a query in the pool of one) and delivers notifications."""
+    proc = start(pgtarn_factory)
+    named, unnamed = unique("rawnamed"), unique("rawunnamed")
+    raw = RawSession(proc)
+    try:
+        describe_portal = build.message(b"D", b"P\x00")
+        for statement, channel in (("s1", named), ("", unnamed)):
+            raw.send(build.parse(statement, f"LISTEN {channel}") + build.bind("", statement, [])
+                     + describe_portal + build.execute() + build.SYNC)
+            replies = raw.read_until("Z")
+            assert replies == [("1", b""), ("2", b""), ("n", b""), ("C", b"LISTEN\x00"),
+                               ("Z", b"I")]
+        with client(proc) as other, admin(proc) as console:
+            assert listening(console) == {named: 1, unnamed: 1}
+            assert other.execute("select 2").fetchone() == (2,)
+            notify(other, named, "n")
+            notify(other, unnamed, "u")
+        got = [raw.read_message() for _ in range(2)]
+        assert [kind for kind, _ in got] == ["A", "A"], got
+        assert [notification(body)[1:] for _, body in got] == [(named, "n"), (unnamed, "u")]
+    finally:
+        raw.close()
+
+
+def test_listen_mixed_with_a_select_runs_on_the_server_and_pins(pgtarn_factory, pg_cluster,  # type: ignore[no-untyped-def]
+                                                                 pg_dsn):
+    """LISTEN a; SELECT 1 runs on the pooled server and pins the client (SHOW CLIENTS
+    pinned: listen); its later LISTEN goes to that server too; notifications come through
+    it, and no listening connection is opened."""
+    proc = start(pgtarn_factory)
+    first, later = unique("mixed"), unique("mixed_later")
+    with client(proc) as conn, admin(proc) as console, \
+            psycopg.connect(pg_dsn, autocommit=True) as direct:
+        conn.execute(f"LISTEN {first}; SELECT 1")
+        listen(conn, later)
+        rows = [r for r in show(console, "CLIENTS") if r["pinned"]]
+        assert [r["pinned"] for r in rows] == ["listen"], rows
+        assert sorted(r[0] for r in conn.execute("select pg_listening_channels()")) == \
+            sorted([first, later])
+        assert listening(console) == {}
+        assert listener_backends(pg_cluster) == []
+        direct.execute(f"NOTIFY {first}, 'one'")
+        direct.execute(f"NOTIFY {later}, 'two'")
+        assert receive(conn, 2) == [(first, "one"), (later, "two")]
+
+
+def test_discard_all_ends_the_listeners_channels(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """DISCARD ALL in a Query ends the channels the client listened to through the listening
+    connection: SHOW LISTENERS drops them and their notifications no longer arrive."""
+    proc = start(pgtarn_factory)
+    gone, after = unique("discarded"), unique("after_discard")
+    with client(proc) as conn, client(proc) as notifier, admin(proc) as console:
+        listen(conn, gone)
+        assert listening(console) == {gone: 1}
+        conn.execute("DISCARD ALL")
+        assert wait_for(lambda: listening(console) == {}, timeout=WAIT), listening(console)
+        listen(conn, after)
+        notify(notifier, gone, "lost")
+        notify(notifier, after, "end")
+        assert receive_until(conn, (after, "end")) == [(after, "end")]
