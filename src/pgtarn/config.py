@@ -40,13 +40,16 @@ class DatabaseEntry:
     `host` is None when the entry names no host: PgBouncer then connects through
     the Unix socket in `unix_socket_dir`; the caller decides.  A host that starts
     with '/' (or '@', abstract namespace) is a Unix socket directory.  With a
-    comma list, `hosts` holds all of them (used round-robin) and `host` the first.
+    comma list, `hosts` holds all of them and `host` the first; `ports` the matching
+    port list when `port` is one too (libpq's form), `port` its first. Which host a new
+    connection tries first is `load_balance_hosts`' business (net.sockets.HostChooser).
     """
 
     name: str
     host: str | None = None
     hosts: tuple[str, ...] = ()
     port: int = 5432
+    ports: tuple[int, ...] = ()
     dbname: str = ""  # empty: same as `name`
     user: str | None = None
     password: str | None = field(default=None, repr=False)
@@ -78,7 +81,7 @@ class DatabaseEntry:
     def server_identity(self) -> str:
         """What makes a server connection of this entry: when it changes on reload, existing
         servers are closed as they are released (pool sizes and modes do not count)."""
-        return repr((self.hosts or (self.host,), self.port, self.dbname, self.user,
+        return repr((self.hosts or (self.host,), self.ports or self.port, self.dbname, self.user,
                      self.password, self.connect_query, sorted(self.startup_params.items())))
 
     @property

@@ -149,15 +149,15 @@ def _database_entry(name: str, connstr: str, loc: str) -> DatabaseEntry:
         hosts = tuple(h.strip() for h in p.values["host"].split(","))
         if not all(hosts):
             raise ValueError(f"host: empty host name in {p.values['host']!r}")
-    port = p.get_int("port")
-    if port is not None and not 1 <= port <= 65535:
-        raise ValueError(f"port: invalid port {p.values['port']!r}")
+    ports = _ports(p.values.get("port"), len(hosts))
+    port = ports[0] if ports else None
     dbname = p.get_str("dbname")
     return DatabaseEntry(
         name=name,
         host=hosts[0] if hosts else None,
         hosts=hosts,
         port=5432 if port is None else port,
+        ports=ports if len(ports) > 1 else (),
         dbname=dbname or name,
         user=p.get_str("user"),
         password=p.get_str("password"),
@@ -182,6 +182,21 @@ def _database_entry(name: str, connstr: str, loc: str) -> DatabaseEntry:
         connstr=connstr,
         explicit_dbname=dbname is not None,
     )
+
+
+def _ports(text: str | None, hosts: int) -> tuple[int, ...]:
+    """A port, or libpq's port list: one per host, or one for all."""
+    if text is None:
+        return ()
+    ports = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit() or not 1 <= int(item) <= 65535:
+            raise ValueError(f"port: invalid port {text!r}")
+        ports.append(int(item))
+    if len(ports) > 1 and len(ports) != max(hosts, 1):
+        raise ValueError(f"port: {len(ports)} ports for {hosts} hosts; give one, or one per host")
+    return tuple(ports)
 
 
 def _user_entry(name: str, text: str, loc: str) -> UserEntry:

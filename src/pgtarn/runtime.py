@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from .auth.hba import HbaRules, IdentMaps
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError
+from .net.sockets import HostChooser
 from .pool.registry import Registry
 from .pool.stats import PoolStats, Totals
 from .session.prepared import StatementCache
@@ -68,6 +69,8 @@ class Runtime:
         self.ids: Iterator[int] = itertools.count(1)
         #: Prepared statements by text, shared by every client (transaction mode).
         self.statement_cache = StatementCache()
+        #: Which host of a [databases] entry's list a new connection tries first.
+        self.hosts = HostChooser()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.accepting = True
         self.on_client_gone: Callable[[], None] = lambda: None

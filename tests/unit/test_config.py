@@ -473,3 +473,16 @@ def test_config_is_frozen_and_hashable(realistic: Config) -> None:
     with pytest.raises(TypeError):
         realistic.databases["x"] = DatabaseEntry(name="x")  # type: ignore[index]
     assert hash(realistic) == hash(dataclasses.replace(realistic))
+
+
+def test_port_list_matches_the_host_list() -> None:
+    """libpq's form: one port per host, or one for all; anything else names the problem."""
+    c = parse_config("[databases]\nd = host=a,b port=5432,5433\n[pgbouncer]\n")
+    db = c.databases["d"]
+    assert (db.hosts, db.port, db.ports) == (("a", "b"), 5432, (5432, 5433))
+    one = parse_config("[databases]\nd = host=a,b port=6000\n[pgbouncer]\n").databases["d"]
+    assert (one.port, one.ports) == (6000, ())
+    with pytest.raises(ConfigError, match="3 ports for 2 hosts"):
+        parse_config("[databases]\nd = host=a,b port=1,2,3\n[pgbouncer]\n")
+    with pytest.raises(ConfigError, match="invalid port"):
+        parse_config("[databases]\nd = host=a port=70000\n[pgbouncer]\n")

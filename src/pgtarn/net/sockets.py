@@ -34,21 +34,76 @@ def address(addr: object) -> str:
     return str(addr or "unix")
 
 
+#: A host (or unix socket directory) and port to connect to.
+Target = tuple[str, int]
+
+
+def targets(db: DatabaseEntry, socket_dir: str = "/tmp") -> list[Target]:
+    """The entry's hosts with their ports, in the order of its list. An entry without host
+    connects through the unix socket in unix_socket_dir, as PgBouncer."""
+    ports = db.ports or (db.port,)
+    return [(host or socket_dir or "/tmp", ports[i] if len(ports) > 1 else ports[0])
+            for i, host in enumerate(db.hosts or (db.host,))]
+
+
+class HostChooser:
+    """Which host of an entry's list a new connection tries first (load_balance_hosts):
+    round-robin (the default, as PgBouncer) moves on to the next host at each connection;
+    disable keeps the host that last worked until it fails. Either way a connection goes on
+    to the next host when one cannot be reached (refused, unresolvable), so such a host is
+    skipped rather than failing every other attempt."""
+
+    def __init__(self) -> None:
+        self.next: dict[str, int] = {}
+
+    def order(self, db: DatabaseEntry) -> list[int]:
+        count = len(db.hosts) or 1
+        first = self.next.get(db.name, 0) % count
+        return [(first + step) % count for step in range(count)]
+
+    def used(self, db: DatabaseEntry, index: int, connected: bool) -> None:
+        """A connection to host index connected, or (connected False) none could."""
+        sticky = db.load_balance_hosts == "disable" and connected
+        self.next[db.name] = index if sticky else index + 1
+
+
 async def open_connection(
     db: DatabaseEntry, factory: Callable[[], asyncio.Protocol], timeout: float,
-    socket_dir: str = "/tmp",
-) -> None:
-    """Connect a protocol to a database entry's host: TCP or a unix socket directory.
+    socket_dir: str = "/tmp", chooser: HostChooser | None = None,
+) -> Target:
+    """Connect a protocol to one of a database entry's hosts (TCP or a unix socket
+    directory), trying them in the chooser's order; returns the one connected, or raises
+    the last host's error."""
+    hosts = targets(db, socket_dir)
+    order = chooser.order(db) if chooser is not None else list(range(len(hosts)))
+    error: BaseException | None = None
+    for index in order:
+        try:
+            await connect_to(hosts[index], factory, timeout)
+        except (OSError, TimeoutError) as exc:
+            error = exc
+            if len(order) > 1:
+                log.warning("could not connect to %s:%s for %s: %s", *hosts[index], db.name,
+                            exc or "timeout")
+            continue
+        if chooser is not None:
+            chooser.used(db, index, True)
+        return hosts[index]
+    if chooser is not None:
+        chooser.used(db, order[0], False)
+    assert error is not None
+    raise error
 
-    An entry without host connects through the unix socket in unix_socket_dir, as PgBouncer.
-    """
+
+async def connect_to(target: Target, factory: Callable[[], asyncio.Protocol],
+                     timeout: float) -> None:
+    """Connect a protocol to one host and port (TCP, or a unix socket directory)."""
     loop = asyncio.get_running_loop()
-    host = db.host or socket_dir or "/tmp"
+    host, port = target
     if host.startswith("/"):
-        path = os.path.join(host, f".s.PGSQL.{db.port}")
-        coro = loop.create_unix_connection(factory, path)
+        coro = loop.create_unix_connection(factory, os.path.join(host, f".s.PGSQL.{port}"))
     else:
-        coro = loop.create_connection(factory, host, db.port)
+        coro = loop.create_connection(factory, host, port)
     await asyncio.wait_for(coro, timeout or None)
 
 
@@ -65,7 +120,7 @@ class _CancelOnce(asyncio.Protocol):
         transport.close()
 
 
-async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, config: Config,
+async def send_cancel_request(target: Target, pid: int, key: int, config: Config,
                               still_wanted: Callable[[], bool]) -> None:
     """Open a connection and send a CancelRequest, giving up after cancel_wait_timeout.
 
@@ -75,10 +130,9 @@ async def send_cancel_request(db: DatabaseEntry, pid: int, key: int, config: Con
     timeout = config.cancel_wait_timeout or config.server_connect_timeout
     request = build.cancel_request(pid, key)
     try:
-        await open_connection(db, lambda: _CancelOnce(request, still_wanted), timeout,
-                              config.unix_socket_dir)
+        await connect_to(target, lambda: _CancelOnce(request, still_wanted), timeout)
     except (TimeoutError, OSError) as exc:
         reason = str(exc) or (
             f"cancel_wait_timeout ({timeout:g} s)" if config.cancel_wait_timeout
             else f"cancel_wait_timeout (0: server_connect_timeout, {timeout:g} s)")
-        log.warning("cancel request to %s:%s failed: %s", db.host, db.port, reason)
+        log.warning("cancel request to %s:%s failed: %s", *target, reason)

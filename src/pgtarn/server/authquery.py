@@ -184,7 +184,7 @@ class _LookupConnection(asyncio.Protocol):
         config = self.lookup.runtime.config
         try:
             await open_connection(self.lookup.db, lambda: self, config.server_connect_timeout,
-                                  config.unix_socket_dir)
+                                  config.unix_socket_dir, self.lookup.runtime.hosts)
         except (TimeoutError, OSError) as exc:
             self._fail(_lookup_failed(f"could not connect to server: {exc or 'timeout'}"))
 

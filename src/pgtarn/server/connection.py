@@ -283,7 +283,7 @@ class ServerConnection(ServerRelay):
             return self.client is client and not self.closed
 
         self.runtime.spawn(
-            send_cancel_request(self.db, pid, key, self.runtime.config, still_linked)
+            send_cancel_request(self.target, pid, key, self.runtime.config, still_linked)
         )
 
 

@@ -18,8 +18,9 @@ def launch_server(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEn
 
     async def connect() -> None:
         try:
-            await open_connection(db, lambda: server, runtime.config.server_connect_timeout,
-                                  runtime.config.unix_socket_dir)
+            server.target = await open_connection(
+                db, lambda: server, runtime.config.server_connect_timeout,
+                runtime.config.unix_socket_dir, runtime.hosts)
         except (TimeoutError, OSError) as exc:
             server.connection_failed(exc if str(exc) else ProtocolViolation("timeout"))
 

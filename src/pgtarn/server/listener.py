@@ -142,7 +142,7 @@ class Listener:
             config = runtime.config
             try:
                 await open_connection(db, lambda: conn, config.server_connect_timeout,
-                                      config.unix_socket_dir)
+                                      config.unix_socket_dir, runtime.hosts)
             except (TimeoutError, OSError) as exc:
                 conn.lost(f"could not connect to server: {exc or 'timeout'}")
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, Self, TypeVar
 
 from ..config import DatabaseEntry
+from ..net.sockets import Target
 from ..pool.pool import Pool
 from ..proto.framing import MessageScanner
 from ..runtime import Runtime
@@ -81,6 +82,7 @@ class ServerTransport(asyncio.Protocol):
         "status",
         "swallow",
         "swallow_syncs",
+        "target",
         "transport",
     )
 
@@ -118,6 +120,8 @@ class ServerTransport(asyncio.Protocol):
         self.connect_time = time.time()  # for display only
         self.peer = ""
         self.local_addr = ""
+        #: The host and port of the entry's list it connected to (its cancels go there).
+        self.target: Target = ("", 0)
 
     def __repr__(self) -> str:
         return f"S-{self.id}({self.pool.database}/{self.pool.user}@{self.peer})"

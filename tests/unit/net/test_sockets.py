@@ -1,4 +1,5 @@
-"""net.sockets: socket tuning, addresses, and the CancelRequest sent on a new connection."""
+"""net.sockets: socket tuning, addresses, host lists, and the CancelRequest sent on a new
+connection."""
 
 from __future__ import annotations
 
@@ -53,17 +54,17 @@ def cancel(monkeypatch: pytest.MonkeyPatch, still_wanted: bool, fails: bool = Fa
     transport = FakeTransport()
     timeouts: list[float] = []
 
-    async def fake_open(db: DatabaseEntry, factory: Callable[[], asyncio.Protocol],
-                        timeout: float, socket_dir: str = "/tmp") -> None:
+    async def fake_connect(target: sockets.Target, factory: Callable[[], asyncio.Protocol],
+                           timeout: float) -> None:
         timeouts.append(timeout)
         if fails:
             raise TimeoutError
         factory().connection_made(transport)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sockets, "open_connection", fake_open)
+    monkeypatch.setattr(sockets, "connect_to", fake_connect)
     config = dataclasses.replace(Config(), **settings)
-    db = DatabaseEntry(name="app", host="127.0.0.1", port=5432)
-    asyncio.run(sockets.send_cancel_request(db, 11, 22, config, lambda: still_wanted))
+    asyncio.run(sockets.send_cancel_request(("127.0.0.1", 5432), 11, 22, config,
+                                            lambda: still_wanted))
     return transport, timeouts
 
 
@@ -85,3 +86,85 @@ def test_a_cancel_that_cannot_connect_is_logged_with_its_timeout(
                              server_connect_timeout=7.0)
     assert timeouts == [7.0]
     assert "cancel_wait_timeout (0: server_connect_timeout, 7 s)" in caplog.text
+
+
+# --- host lists (load_balance_hosts) ------------------------------------------------------------
+
+
+def _listed(load_balance: str | None = None) -> DatabaseEntry:
+    return DatabaseEntry("db", host="a", hosts=("a", "b", "c"), port=5432,
+                         ports=(5432, 5433, 5434), load_balance_hosts=load_balance)
+
+
+def test_targets_pair_hosts_with_their_ports_and_default_to_the_socket_dir() -> None:
+    assert sockets.targets(_listed()) == [("a", 5432), ("b", 5433), ("c", 5434)]
+    one_port = DatabaseEntry("db", host="a", hosts=("a", "b"), port=6000)
+    assert sockets.targets(one_port) == [("a", 6000), ("b", 6000)]
+    assert sockets.targets(DatabaseEntry("db", port=5000), "/run/pg") == [("/run/pg", 5000)]
+
+
+def test_round_robin_moves_on_after_every_connection() -> None:
+    chooser = sockets.HostChooser()
+    db = _listed()
+    assert chooser.order(db) == [0, 1, 2]
+    chooser.used(db, 0, True)
+    assert chooser.order(db) == [1, 2, 0]
+    chooser.used(db, 2, True)  # 1 was skipped (unreachable), 2 connected
+    assert chooser.order(db) == [0, 1, 2]
+
+
+def test_disable_keeps_the_host_that_worked_until_it_fails() -> None:
+    chooser = sockets.HostChooser()
+    db = _listed("disable")
+    chooser.used(db, 1, True)
+    assert chooser.order(db) == [1, 2, 0]
+    chooser.used(db, 1, True)
+    assert chooser.order(db) == [1, 2, 0]
+    chooser.used(db, 1, False)  # none could connect, starting at 1: start at 2 next time
+    assert chooser.order(db) == [2, 0, 1]
+
+
+def test_open_connection_skips_hosts_that_cannot_be_reached() -> None:
+    """A refused host and an unresolvable one are skipped; the one that listens connects,
+    and the chooser starts after it next time."""
+
+    async def scenario() -> tuple[sockets.Target, list[int]]:
+        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        refused = closed.getsockname()[1]
+        closed.close()
+        db = DatabaseEntry("db", host="127.0.0.1", hosts=("127.0.0.1", "no-such-host.invalid",
+                                                          "127.0.0.1"),
+                           port=refused, ports=(refused, 5432, port))
+        chooser = sockets.HostChooser()
+        transports: list[asyncio.BaseTransport] = []
+
+        class Grab(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                transports.append(transport)
+                transport.close()
+
+        target = await sockets.open_connection(db, Grab, 5.0, chooser=chooser)
+        server.close()
+        return target, chooser.order(db)
+
+    target, order = asyncio.run(scenario())
+    assert target[0] == "127.0.0.1" and target[1] != 5432
+    assert order == [0, 1, 2]  # after host 2: back to the first
+
+
+def test_open_connection_raises_the_last_error_when_no_host_connects() -> None:
+    async def scenario() -> None:
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        refused = closed.getsockname()[1]
+        closed.close()
+        db = DatabaseEntry("db", host="127.0.0.1", hosts=("127.0.0.1", "127.0.0.1"),
+                           port=refused)
+        await sockets.open_connection(db, asyncio.Protocol, 5.0,
+                                      chooser=sockets.HostChooser())
+
+    with pytest.raises(OSError):
+        asyncio.run(scenario())
