@@ -233,10 +233,21 @@ class App:
                 self.runtime.registry.get_pool(db, db.user)
 
     def reload(self) -> ReloadReport:
-        """SIGHUP, RELOAD: re-read config and auth_file; keep the old ones when the new are
-        invalid. Settings that change only at restart keep their old values."""
+        """SIGHUP, RELOAD: re-read the config file, then apply it as :meth:`apply` does."""
         try:
             config = load_config(self.config_path)
+        except (ConfigError, OSError) as exc:
+            log.error("reload failed, keeping the old configuration: %s", exc)
+            return ReloadReport(error=str(exc))
+        for warning in config.warnings:
+            log.warning("config: %s", warning)
+        return self.apply(config, "reload")
+
+    def apply(self, config: Config, source: str = "reload") -> ReloadReport:
+        """Put config in force, for RELOAD and the admin console's SET alike: auth_file,
+        TLS contexts, hba and logging are made from it anew (the old ones stay when one
+        fails); settings that change only at restart keep their old values."""
+        try:
             userlist = read_userlist(config)
             # certificates, keys and CA files are read again, whether or not a setting changed
             client_tls, server_tls = client_context(config), server_context(config)
@@ -244,10 +255,8 @@ class App:
             hba, ident = read_hba(config)
             setup_logging(config, self.verbose, self.quiet)
         except (ConfigError, OSError) as exc:
-            log.error("reload failed, keeping the old configuration: %s", exc)
+            log.error("%s failed, keeping the old configuration: %s", source, exc)
             return ReloadReport(error=str(exc))
-        for warning in config.warnings:
-            log.warning("config: %s", warning)
         old = self.runtime.config
         report = ReloadReport()
         for name, setting in SETTINGS.items():
@@ -257,7 +266,7 @@ class App:
                 report.changed.append(name)
             else:
                 report.rejected.append(name)
-                log.warning("reload: %s changes only at restart", name)
+                log.warning("%s: %s changes only at restart", source, name)
                 config = dataclasses.replace(config, **{name: getattr(old, name)})
         for name in sorted(set(old.databases) | set(config.databases)):
             if old.databases.get(name) != config.databases.get(name):
@@ -282,8 +291,15 @@ class App:
                 for server in pool.servers():
                     server.close_needed = True
                 pool.close_idle("server TLS settings changed")
+        if "max_prepared_statements" in report.changed and config.max_prepared_statements:
+            # servers keep at most the new number: the oldest are closed at their next Parse
+            for pool in self.runtime.registry:
+                for server in pool.servers():
+                    if server.statements is not None:
+                        server.statements.capacity = config.max_prepared_statements
         self._open_forced_pools()
-        log.info("configuration reloaded; changed: %s", ", ".join(report.changed) or "nothing")
+        log.info("configuration %s; changed: %s", "reloaded" if source == "reload" else
+                 f"changed by {source}", ", ".join(report.changed) or "nothing")
         return report
 
     def shutdown(self, mode: str) -> None:

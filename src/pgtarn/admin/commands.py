@@ -232,18 +232,23 @@ def shutdown(runtime: Runtime, arg: str | None) -> Outcome:
 
 
 def set_setting(runtime: Runtime, key: str, value: str) -> Result:
+    """SET key = value: the setting takes effect as RELOAD with that value in the file would
+    make it (the same code puts it in force)."""
     name = key.lower()
     setting = SETTINGS.get(name)
     if setting is None:
         raise _error(f"SET failed: unknown setting {key}")
     if not setting.changeable:
         raise _error(f"SET failed: {name} can only change at restart")
+    if runtime.control is None:
+        raise _error("SET failed: no running configuration to change")
     try:
         config = runtime.config.with_setting(name, value)
     except ConfigError as exc:
         raise _error(f"SET failed: {exc}") from None
-    runtime.config = config
-    runtime.registry.apply(config)
+    report = runtime.control.apply(config, "SET")
+    if report.error is not None:
+        raise _error(f"SET failed: {report.error}")
     log.info("SET %s", name)  # the value may be a secret-bearing query: not logged
     return _result(f"SET {name}={value}")
 
