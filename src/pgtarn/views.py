@@ -58,6 +58,7 @@ class ClientView(Protocol):
     connect_time: float
     peer_pid: int
     params: dict[str, str]
+    replication: str  # "physical", "logical", or "" (not a replication connection)
 
     @property
     def state(self) -> ClientState: ...

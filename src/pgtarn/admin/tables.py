@@ -91,6 +91,8 @@ def client_state(client: ClientView) -> str | None:
         return "waiting"
     if state is ClientState.ADMIN:
         return "idle"
+    if state is ClientState.REPLICATION:
+        return "active"
     return None
 
 
@@ -178,7 +180,8 @@ def show_clients(runtime: Runtime) -> Table:
         wait, wait_us = _seconds_us(now - client.query_start if client.query_start else 0.0)
         request = client.last_request
         rows.append([
-            "C", client.user, client_database(client), "none", client_state(client), addr, port,
+            "C", client.user, client_database(client), client.replication or "none",
+            client_state(client), addr, port,
             local, local_port, display_time(client.connect_time),
             display_time(_wall(request, now) if request else client.connect_time),
             wait, wait_us, 0, _ptr(client), _ptr(client.server), client.peer_pid,
