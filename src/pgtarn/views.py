@@ -26,6 +26,7 @@ class ServerView(PooledServer, Protocol):
     connect_time: float
     backend_key: tuple[int, int]
     params: dict[str, str]
+    replication: str  # "physical", "logical", or "" (a pool's server)
 
     @property
     def pool(self) -> Pool[Any]: ...

@@ -73,7 +73,8 @@ def repl_pgtarn(repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory,
     base = f"host={repl_cluster.host} port={repl_cluster.port}"
     mode = getattr(request, "param", "transaction")
     proc = pgtarn_factory(databases={"app": f"{base} dbname=app", "*": base},
-                          settings={"pool_mode": mode, "default_pool_size": 1},
+                          settings={"pool_mode": mode, "default_pool_size": 1,
+                                    "admin_users": "repl_user"},
                           userlist=REPL_ROLES)
     return proc.host, proc.port
 
@@ -89,6 +90,17 @@ def _tool(cluster: TempCluster, name: str, *args: str, password: str = REPL_ROLE
 def _conninfo(address: tuple[str, int], user: str = "repl_user", dbname: str = "app") -> str:
     host, port = address
     return make_dsn(host=host, port=port, user=user, dbname=dbname)
+
+
+def _show(host: str, port: int, what: str) -> list[tuple[str, str]]:
+    """(replication, state) of the SHOW CLIENTS or SERVERS rows of replication connections."""
+    with psycopg.connect(host=host, port=port, user="repl_user", dbname="pgbouncer",
+                         password=REPL_ROLES["repl_user"], autocommit=True) as admin:
+        cursor = admin.execute(f"SHOW {what}")
+        assert cursor.description is not None
+        names = [column.name for column in cursor.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    return [(row["replication"], row["state"]) for row in rows if row["replication"] != "none"]
 
 
 def _lsn(cluster: TempCluster, sql: str = "SELECT pg_current_wal_lsn()") -> str:
@@ -224,9 +236,33 @@ def test_replication_server_is_its_own(repl_cluster: ReplicationCluster,
         backends = _lsn(repl_cluster, "SELECT count(*) FROM pg_stat_activity "
                                       "WHERE backend_type = 'walsender'")
         assert backends == "1"
+        assert _show(host, port, "CLIENTS") == [("logical", "active")]
+        assert _show(host, port, "SERVERS") == [("logical", "active")]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and backends != "0":
         time.sleep(0.1)
         backends = _lsn(repl_cluster, "SELECT count(*) FROM pg_stat_activity "
                                       "WHERE backend_type = 'walsender'")
     assert backends == "0"
+
+
+def test_pgtarn_hba_needs_the_replication_keyword_for_physical(
+        repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory,
+        tmp_path: Path) -> None:
+    """Under auth_type = hba, pgtarn's own pg_hba.conf decides as PostgreSQL's would: a
+    physical replication connection matches only a `replication` line, a logical one the
+    lines of its database."""
+    hba = tmp_path / "pgtarn_hba.conf"
+    hba.write_text("host all all 127.0.0.1/32 scram-sha-256\n", encoding="utf-8")
+    base = f"host={repl_cluster.host} port={repl_cluster.port}"
+    proc = pgtarn_factory(databases={"app": f"{base} dbname=app", "*": base},
+                          settings={"auth_type": "hba", "auth_hba_file": str(hba)},
+                          userlist=REPL_ROLES)
+    params = {"host": proc.host, "port": proc.port, "user": "repl_user", "dbname": "app",
+              "password": REPL_ROLES["repl_user"], "autocommit": True}
+    with psycopg.connect(**params, replication="database") as logical:
+        assert logical.execute("IDENTIFY_SYSTEM").fetchone() is not None
+    with pytest.raises(psycopg.OperationalError) as caught:
+        psycopg.connect(**params, replication="true")
+    assert ('no pg_hba.conf entry for replication connection from host "127.0.0.1", '
+            'user "repl_user", no encryption') in str(caught.value)

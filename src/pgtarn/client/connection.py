@@ -329,7 +329,7 @@ class ClientConnection(ClientRelay):
             self.state = ClientState.WELCOME
             assert login.startup is not None
             self.server = open_replication(self.runtime, pool, self.db, self,
-                                           login.startup.params)
+                                           login.startup.params, self.replication)
             return
         if pool.welcome is None:
             self.state = ClientState.WELCOME

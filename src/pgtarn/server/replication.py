@@ -44,9 +44,11 @@ class ReplicationServer(ServerConnection):
     __slots__ = ("owner",)
 
     def __init__(self, runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
-                 owner: ReplicationClient, client_params: Mapping[str, str]) -> None:
+                 owner: ReplicationClient, client_params: Mapping[str, str], mode: str) -> None:
+        """mode: "physical" or "logical"; client_params: the client's startup parameters."""
         super().__init__(runtime, pool, db,
                          server_login_for(runtime, pool, db, client_params=client_params))
+        self.replication = mode
         #: The client it logs in for, until the login ends.
         self.owner: ReplicationClient | None = owner
 
@@ -104,10 +106,10 @@ class ReplicationServer(ServerConnection):
 
 
 def open_replication(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
-                     owner: ReplicationClient, client_params: Mapping[str, str]
+                     owner: ReplicationClient, client_params: Mapping[str, str], mode: str
                      ) -> ReplicationServer:
     """Create owner's replication server and start connecting it in the background."""
-    server = ReplicationServer(runtime, pool, db, owner, client_params)
+    server = ReplicationServer(runtime, pool, db, owner, client_params, mode)
 
     async def connect() -> None:
         try:

@@ -74,6 +74,7 @@ class ServerTransport(asyncio.Protocol):
         "params",
         "peer",
         "pool",
+        "replication",
         "runtime",
         "scanner",
         "settings",
@@ -118,6 +119,8 @@ class ServerTransport(asyncio.Protocol):
         self.connect_time = time.time()  # for display only
         self.peer = ""
         self.local_addr = ""
+        #: A replication client's own server: "physical" or "logical" ("": a pool's).
+        self.replication = ""
 
     def __repr__(self) -> str:
         return f"S-{self.id}({self.pool.database}/{self.pool.user}@{self.peer})"
