@@ -11,6 +11,7 @@ pg_hba.conf entry) reaches the client with PostgreSQL's SQLSTATE and message.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Protocol, Self
 
@@ -51,6 +52,11 @@ class ReplicationServer(ServerConnection):
         self.replication = mode
         #: The client it logs in for, until the login ends.
         self.owner: ReplicationClient | None = owner
+
+    def login_timed_out(self) -> None:
+        """server_connect_timeout passed: a login still under way is given up on."""
+        if self.login is not None and not self.closed:
+            self.close("server_connect_timeout")
 
     def _logged_in(self, result: LoggedIn) -> None:
         self.login = None
@@ -119,4 +125,7 @@ def open_replication(runtime: Runtime, pool: Pool[ServerConnection], db: Databas
             server.connection_failed(exc if str(exc) else ProtocolViolation("timeout"))
 
     runtime.spawn(connect())
+    timeout = runtime.config.server_connect_timeout
+    if timeout > 0:  # no pool's janitor watches this login: its own timer does
+        asyncio.get_running_loop().call_later(timeout, server.login_timed_out)
     return server
