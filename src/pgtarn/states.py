@@ -6,13 +6,15 @@ import enum
 
 
 class ClientState(enum.Enum):
-    """STARTUP -> AUTH -> (WELCOME) -> READY, or ADMIN for the admin console; then CLOSED."""
+    """STARTUP -> AUTH -> (WELCOME) -> READY, or ADMIN for the admin console, or REPLICATION
+    for a replication connection (its own server, bytes passed as they are); then CLOSED."""
 
     STARTUP = "startup"
     AUTH = "auth"
     WELCOME = "welcome"
     READY = "ready"
     ADMIN = "admin"
+    REPLICATION = "replication"
     CLOSED = "closed"
 
 

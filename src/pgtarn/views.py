@@ -26,6 +26,7 @@ class ServerView(PooledServer, Protocol):
     connect_time: float
     backend_key: tuple[int, int]
     params: dict[str, str]
+    replication: str  # "physical", "logical", or "" (a pool's server)
 
     @property
     def pool(self) -> Pool[Any]: ...
@@ -58,6 +59,7 @@ class ClientView(Protocol):
     connect_time: float
     peer_pid: int
     params: dict[str, str]
+    replication: str  # "physical", "logical", or "" (not a replication connection)
 
     @property
     def state(self) -> ClientState: ...

@@ -29,6 +29,7 @@ class FakeServer:
         self.close_needed = False
         self.client = client
         self.closed: str | None = None
+        self.replication = ""
 
     def close(self, reason: str) -> None:
         self.closed = reason

@@ -91,6 +91,8 @@ def client_state(client: ClientView) -> str | None:
         return "waiting"
     if state is ClientState.ADMIN:
         return "idle"
+    if state is ClientState.REPLICATION:
+        return "active"
     return None
 
 
@@ -110,6 +112,8 @@ def client_database(client: ClientView) -> str:
 
 
 def server_state(server: ServerView, now: float) -> str:
+    if server.replication:  # its client's own: linked until either side leaves
+        return "active"
     pool = server.pool
     if server in pool.active:
         return "active" if server.client is not None else "idle"
@@ -178,7 +182,8 @@ def show_clients(runtime: Runtime) -> Table:
         wait, wait_us = _seconds_us(now - client.query_start if client.query_start else 0.0)
         request = client.last_request
         rows.append([
-            "C", client.user, client_database(client), "none", client_state(client), addr, port,
+            "C", client.user, client_database(client), client.replication or "none",
+            client_state(client), addr, port,
             local, local_port, display_time(client.connect_time),
             display_time(_wall(request, now) if request else client.connect_time),
             wait, wait_us, 0, _ptr(client), _ptr(client.server), client.peer_pid,
@@ -191,7 +196,10 @@ def show_clients(runtime: Runtime) -> Table:
 
 
 def all_servers(runtime: Runtime) -> list[ServerView]:
-    return sorted((s for p in runtime.registry for s in p.servers()), key=lambda s: s.id)
+    """The pools' servers and the replication clients' own ones."""
+    servers = [s for p in runtime.registry for s in p.servers()]
+    servers.extend(c.server for c in runtime.clients if c.replication and c.server is not None)
+    return sorted(servers, key=lambda s: s.id)
 
 
 def show_servers(runtime: Runtime) -> Table:
@@ -203,7 +211,8 @@ def show_servers(runtime: Runtime) -> Table:
         local, local_port = _split_addr(server.local_addr)
         statements = server.statements
         rows.append([
-            "S", pool.user, pool.database, "none", server_state(server, now), addr, port,
+            "S", pool.user, pool.database, server.replication or "none",
+            server_state(server, now), addr, port,
             local, local_port, display_time(server.connect_time),
             display_time(_wall(server.last_used, now)), 0, 0, int(server.close_needed),
             _ptr(server), _ptr(server.client), server.backend_key[0], describe(server.transport),

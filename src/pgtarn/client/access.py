@@ -75,9 +75,12 @@ def _refused(text: str) -> PgtarnError:
     return PgtarnError(text, sqlstate="28000")
 
 
-def _where(conn: Connection, user: str, database: str) -> str:
+def _where(conn: Connection, user: str, database: str | None) -> str:
+    """PostgreSQL's wording of who connects (database None: a physical replication one)."""
     host = "[local]" if conn.local else str(conn.address)
     encryption = "SSL encryption" if conn.tls else "no encryption"
+    if database is None:
+        return f'host "{host}", user "{user}", {encryption}'
     return f'host "{host}", user "{user}", database "{database}", {encryption}'
 
 
@@ -100,8 +103,9 @@ def _check_certificate(conn: Connection, user: str, rule: HbaRule | None,
 
 
 def auth_method(config: Config, hba: HbaRules | None, ident: IdentMaps | None,
-                conn: Connection, database: str, user: str) -> str:
-    """The ClientAuth auth type for this login, or a PgtarnError (28000) refusing it."""
+                conn: Connection, database: str, user: str, replication: bool = False) -> str:
+    """The ClientAuth auth type for this login, or a PgtarnError (28000) refusing it.
+    replication: a physical replication connection (pg_hba.conf's "replication" keyword)."""
     tls_mode = config.client_tls_sslmode
     if not conn.tls and not conn.local and tls_mode in TLS_REQUIRED:
         raise _refused("SSL required")
@@ -120,11 +124,16 @@ def auth_method(config: Config, hba: HbaRules | None, ident: IdentMaps | None,
     if hba is None:
         raise _refused("auth_type = hba, but no auth_hba_file is loaded")
     rule = hba.match(local=conn.local, tls=conn.tls, database=database, user=user,
-                     address=conn.address)
+                     address=conn.address, replication=replication)
     if rule is None:
+        if replication:
+            raise _refused("no pg_hba.conf entry for replication connection from "
+                           f"{_where(conn, user, None)}")
         raise _refused(f"no pg_hba.conf entry for {_where(conn, user, database)}")
     if rule.method == "reject":
-        raise _refused(f"pg_hba.conf rejects connection for {_where(conn, user, database)}")
+        what = "replication connection" if replication else "connection"
+        raise _refused(f"pg_hba.conf rejects {what} for "
+                       f"{_where(conn, user, None if replication else database)}")
     if rule.method == "cert":
         _check_certificate(conn, user, rule, ident,
                            f'certificate authentication failed for user "{user}"')

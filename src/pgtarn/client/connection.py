@@ -43,8 +43,10 @@ from ..proto.client_login import (
     Startup,
     StartupReceived,
     TlsRequested,
+    replication_mode,
 )
 from ..server.connection import ServerConnection
+from ..server.replication import ReplicationServer, open_replication
 from ..states import ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, os_user_name, peer_address, peer_credentials
@@ -125,6 +127,11 @@ class ClientConnection(ClientRelay):
             elif self.state is ClientState.ADMIN:
                 assert self.admin is not None
                 self.admin.feed(data)
+            elif self.state is ClientState.REPLICATION:  # its own server: as it is
+                server = self.server
+                assert server is not None and self.stats is not None
+                self.stats.received += len(data)
+                server.write(data)
             elif self.login is not None and self.state is not ClientState.CLOSED:
                 self._act(self.login, self.login.receive_data(data))
         except PgtarnError as error:
@@ -202,7 +209,16 @@ class ClientConnection(ClientRelay):
             raise PgtarnError(
                 "no more connections allowed (max_client_conn)", sqlstate="53300"
             )
-        refused = login.check_startup(self.tracked_names(), config.ignore_startup_parameters)
+        ignored: tuple[str, ...] = (*config.ignore_startup_parameters, "replication")
+        if "replication" in startup.params:
+            self.replication = replication_mode(startup.params["replication"])
+            if self.replication:
+                if admin:
+                    raise PgtarnError("replication connections to the admin console are not "
+                                      "supported", sqlstate="08P01")
+                # its own server takes every parameter (replication_params)
+                ignored = tuple(startup.params)
+        refused = login.check_startup(self.tracked_names(), ignored)
         if refused is not None:
             self._act(login, [refused])
             return
@@ -231,7 +247,7 @@ class ClientConnection(ClientRelay):
             os_user=self._peer_os_user)
         try:
             auth_type = auth_method(config, self.runtime.hba, self.runtime.ident, connection,
-                                    database, user)
+                                    database, user, self.replication == "physical")
         except PgtarnError as refusal:
             log.info("%r: login refused: %s", self, refusal.message)
             raise
@@ -309,6 +325,12 @@ class ClientConnection(ClientRelay):
             pool.scram_keys = scram_keys
         if self.database in self.runtime.registry.disabled:
             raise PgtarnError(f'database "{self.database}" is disabled', sqlstate="08P01")
+        if self.replication:
+            self.state = ClientState.WELCOME
+            assert login.startup is not None
+            self.server = open_replication(self.runtime, pool, self.db, self,
+                                           login.startup.params, self.replication)
+            return
         if pool.welcome is None:
             self.state = ClientState.WELCOME
             pool.wait_welcome(self)
@@ -350,6 +372,20 @@ class ClientConnection(ClientRelay):
         self.idle_since = monotonic()
         self._start_relay()
         self.write(welcome)
+
+    def replication_ready(self, server: ReplicationServer, leftover: bytes) -> None:
+        """This replication client's own server logged in: welcome with its parameters,
+        then every byte passes as it is, both ways, until either side leaves."""
+        login, pool = self.login, self.pool
+        if self.state is not ClientState.WELCOME or login is None or pool is None:
+            server.release_from(self, False, None)
+            return
+        welcome = self._welcome(login, server.params, self.tracked_names())
+        self.runtime.cancel_keys[self.cancel_key] = self
+        self.state = ClientState.REPLICATION
+        server.client = self
+        pool.client_joined(self)
+        self.write(welcome + leftover)
 
     def _cancel_request(self, key: tuple[int, int]) -> None:
         """Forward a CancelRequest to the backend now running this client's query, if any."""

@@ -75,6 +75,7 @@ class ClientTransport(asyncio.Protocol):
         "pool",
         "pool_mode",
         "query_start",
+        "replication",
         "runtime",
         "scanner",
         "secret_lookup",
@@ -113,6 +114,8 @@ class ClientTransport(asyncio.Protocol):
         self.secret_lookup: SecretSource | None = None
         self.pool: Pool[ServerConnection] | None = None
         self.pool_mode = "session"
+        #: A replication connection: "physical" or "logical" ("": none, the usual).
+        self.replication = ""
         self.server: ServerConnection | None = None
         self.waiting = False
         self.wait_notified = False

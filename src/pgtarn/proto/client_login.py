@@ -157,6 +157,27 @@ def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, 
     return Welcome(bytes(out), params, cancel_key)
 
 
+#: PostgreSQL's spellings of a boolean (parse_bool): these words, any prefix of
+#: true/false/yes/no, and "of" for off ("o" alone is neither).
+_TRUE_WORDS = frozenset({"on", "1"})
+_FALSE_WORDS = frozenset({"off", "of", "0"})
+
+
+def replication_mode(value: str) -> str:
+    """The kind of replication connection a StartupMessage's ``replication`` asks for:
+    "logical" (database), "physical" (a true boolean) or "" (a false one), as PostgreSQL
+    reads it; any other value is refused with PostgreSQL's error."""
+    word = value.strip().lower()
+    if word == "database":
+        return "logical"
+    if word in _TRUE_WORDS or (word and ("true".startswith(word) or "yes".startswith(word))):
+        return "physical"
+    if word in _FALSE_WORDS or (word and ("false".startswith(word) or "no".startswith(word))):
+        return ""
+    raise PgtarnError(f'invalid value for parameter "replication": "{value}"',
+                      sqlstate="22023")
+
+
 # --- the machine -----------------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..config import DatabaseEntry
@@ -93,9 +93,11 @@ class LoginDriver:
 
 
 def server_login_for(runtime: Runtime, pool: Pool[Any], db: DatabaseEntry,
-                     application_name: str = "") -> ServerLogin:
+                     application_name: str = "",
+                     client_params: Mapping[str, str] | None = None) -> ServerLogin:
     """Credentials for a new server of a pool (or its listener connection, named
-    application_name).
+    application_name; or a replication connection, with client_params, the client's own
+    startup parameters, added).
 
     The password is the entry's own, else the auth_file secret of the pool's user. A stored
     SCRAM verifier cannot log in by itself: then the keys from a client's SCRAM login are
@@ -112,5 +114,7 @@ def server_login_for(runtime: Runtime, pool: Pool[Any], db: DatabaseEntry,
     startup = db.startup_params
     if application_name:
         startup = {**startup, "application_name": application_name}
+    if client_params:
+        startup = {**startup, **client_params}
     return ServerLogin(auth, db.dbname, startup,
                        min(runtime.config.max_packet_size, LOGIN_MAX))

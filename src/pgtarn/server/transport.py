@@ -75,6 +75,7 @@ class ServerTransport(asyncio.Protocol):
         "params",
         "peer",
         "pool",
+        "replication",
         "runtime",
         "scanner",
         "settings",
@@ -122,6 +123,8 @@ class ServerTransport(asyncio.Protocol):
         self.local_addr = ""
         #: The host and port of the entry's list it connected to (its cancels go there).
         self.target: Target = ("", 0)
+        #: A replication client's own server: "physical" or "logical" ("": a pool's).
+        self.replication = ""
 
     def __repr__(self) -> str:
         return f"S-{self.id}({self.pool.database}/{self.pool.user}@{self.peer})"

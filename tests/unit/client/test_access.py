@@ -96,3 +96,21 @@ def test_peer_address() -> None:
     assert peer_address("127.0.0.1:5432") == ipaddress.ip_address("127.0.0.1")
     assert peer_address("::1:6000") == ipaddress.ip_address("::1")
     assert peer_address("unix") is None
+
+
+def test_physical_replication_matches_only_the_replication_keyword() -> None:
+    hba = parse_hba("host replication repl 127.0.0.1/32 md5\n"
+                    "host replication all 10.0.0.0/8 reject\n"
+                    "host all all 0.0.0.0/0 trust\n", "pg_hba.conf", lambda path: "")
+    local_net = conn()
+    assert auth_method(HBA_CONFIG, hba, None, local_net, "db", "repl", True) == "md5"
+    # a logical one (replication=database) is a connection to its database
+    assert auth_method(HBA_CONFIG, hba, None, local_net, "db", "other", False) == "trust"
+    with pytest.raises(PgtarnError) as info:
+        auth_method(HBA_CONFIG, hba, None, local_net, "db", "other", True)
+    assert info.value.message == ('no pg_hba.conf entry for replication connection from '
+                                  'host "127.0.0.1", user "other", no encryption')
+    with pytest.raises(PgtarnError) as info:
+        auth_method(HBA_CONFIG, hba, None, conn(address="10.1.2.3"), "db", "repl", True)
+    assert info.value.message == ('pg_hba.conf rejects replication connection for '
+                                  'host "10.1.2.3", user "repl", no encryption')

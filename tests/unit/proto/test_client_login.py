@@ -8,7 +8,7 @@ import pytest
 
 from pgtarn.auth.md5 import md5_response, md5_secret
 from pgtarn.auth.scram import MECHANISM_PLUS, ScramClient, make_verifier, parse_sasl_mechanisms
-from pgtarn.errors import AuthFailed, ProtocolViolation
+from pgtarn.errors import AuthFailed, PgtarnError, ProtocolViolation
 from pgtarn.proto import build
 from pgtarn.proto.client_login import (
     Authenticated,
@@ -24,6 +24,7 @@ from pgtarn.proto.client_login import (
     StartupReceived,
     TlsRequested,
     build_welcome,
+    replication_mode,
 )
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import GSSENC_REQUEST, parse_fields
@@ -421,3 +422,20 @@ def test_welcome_of_the_admin_console() -> None:
     assert named.params == {"application_name": "psql"}
     assert named.cancel_key != plain.cancel_key
     assert 0 <= named.cancel_key[0] < 2**31 and 0 <= named.cancel_key[1] < 2**32
+
+
+@pytest.mark.parametrize(("value", "mode"), [
+    ("database", "logical"), ("DATABASE", "logical"), ("true", "physical"), ("on", "physical"),
+    ("1", "physical"), ("yes", "physical"), ("t", "physical"), ("y", "physical"),
+    ("false", ""), ("off", ""), ("of", ""), ("0", ""), ("no", ""), ("f", ""), ("n", ""),
+])
+def test_replication_mode_reads_the_parameter_as_postgresql(value: str, mode: str) -> None:
+    assert replication_mode(value) == mode
+
+
+@pytest.mark.parametrize("value", ["", "o", "maybe", "databases", "2"])
+def test_replication_mode_refuses_other_values(value: str) -> None:
+    with pytest.raises(PgtarnError) as info:
+        replication_mode(value)
+    assert info.value.sqlstate == "22023"
+    assert info.value.message == f'invalid value for parameter "replication": "{value}"'

@@ -1,0 +1,268 @@
+"""Replication connections through pgtarn: physical (pg_basebackup, pg_receivewal), logical
+(pg_recvlogical, a CREATE SUBSCRIPTION pointed at pgtarn), and PostgreSQL's refusals."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support import PostgresNotFound, TempCluster
+from tests.support.conninfo import make_dsn
+
+from .conftest import PgtarnFactory
+
+REPL_ROLES = {"repl_user": "repl_pass", "plain_user": "plain_pass"}
+"""repl_user has REPLICATION; plain_user does not."""
+
+TOOL_TIMEOUT = 60.0
+
+
+class ReplicationCluster(TempCluster):
+    """A TempCluster fit for replication: wal_level = logical, wal senders and slots, and a
+    pg_hba.conf `replication` line (SCRAM) for every role over TCP."""
+
+    def _settings(self) -> dict[str, str]:
+        return {**super()._settings(), "wal_level": "logical", "max_wal_senders": "10",
+                "max_replication_slots": "10", "max_connections": "50"}
+
+    def _initdb(self) -> None:
+        super()._initdb()
+        hba = Path(self.data_dir) / "pg_hba.conf"
+        lines = [f"host replication all {address}/{32 if ':' not in address else 128} "
+                 "scram-sha-256" for address in self._listen_addresses()]
+        with open(hba, "a", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def repl_cluster() -> Iterator[ReplicationCluster]:
+    """The replication cluster, with REPL_ROLES and database app (table events, a
+    publication of it) and database sub (the same table, for a subscription)."""
+    try:
+        cluster = ReplicationCluster()
+    except PostgresNotFound as exc:
+        pytest.skip(f"replication tests need PostgreSQL server binaries: {exc}")
+    cluster.start()
+    try:
+        cluster.create_role("repl_user", REPL_ROLES["repl_user"])
+        cluster.psql("ALTER ROLE repl_user REPLICATION;\n")
+        cluster.create_role("plain_user", REPL_ROLES["plain_user"])
+        cluster.psql("CREATE DATABASE app;\nCREATE DATABASE sub;\n")
+        table = "CREATE TABLE events (id int PRIMARY KEY, note text);\n"
+        cluster.psql(table + "GRANT SELECT ON events TO repl_user;\n"
+                     "CREATE PUBLICATION events_pub FOR TABLE events;\n", dbname="app")
+        cluster.psql(table, dbname="sub")
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture
+def repl_pgtarn(repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory,
+                request: pytest.FixtureRequest) -> tuple[str, int]:
+    """pgtarn in front of the replication cluster (pool_mode from the test's param,
+    transaction by default): (host, port)."""
+    base = f"host={repl_cluster.host} port={repl_cluster.port}"
+    mode = getattr(request, "param", "transaction")
+    proc = pgtarn_factory(databases={"app": f"{base} dbname=app", "*": base},
+                          settings={"pool_mode": mode, "default_pool_size": 1,
+                                    "admin_users": "repl_user"},
+                          userlist=REPL_ROLES)
+    return proc.host, proc.port
+
+
+def _tool(cluster: TempCluster, name: str, *args: str, password: str = REPL_ROLES["repl_user"]
+          ) -> subprocess.CompletedProcess[str]:
+    """Run a PostgreSQL client program (as this process's user) with PGPASSWORD."""
+    env = {**os.environ, "PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"}
+    return subprocess.run([os.path.join(cluster.bindir, name), *args], env=env,
+                          capture_output=True, text=True, timeout=TOOL_TIMEOUT, check=False)
+
+
+def _conninfo(address: tuple[str, int], user: str = "repl_user", dbname: str = "app") -> str:
+    host, port = address
+    return make_dsn(host=host, port=port, user=user, dbname=dbname)
+
+
+def _show(host: str, port: int, what: str) -> list[tuple[str, str]]:
+    """(replication, state) of the SHOW CLIENTS or SERVERS rows of replication connections."""
+    with psycopg.connect(host=host, port=port, user="repl_user", dbname="pgbouncer",
+                         password=REPL_ROLES["repl_user"], autocommit=True) as admin:
+        cursor = admin.execute(f"SHOW {what}")
+        assert cursor.description is not None
+        names = [column.name for column in cursor.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    return [(row["replication"], row["state"]) for row in rows if row["replication"] != "none"]
+
+
+def _lsn(cluster: TempCluster, sql: str = "SELECT pg_current_wal_lsn()") -> str:
+    return cluster.psql(f"\\pset tuples_only on\n\\pset format unaligned\n{sql};\n").strip()
+
+
+@pytest.mark.parametrize("repl_pgtarn", ["transaction", "statement", "session"],
+                         indirect=True)
+def test_pg_basebackup_through_pgtarn(repl_cluster: ReplicationCluster,
+                                      repl_pgtarn: tuple[str, int], tmp_path: Path) -> None:
+    target = tmp_path / "base"
+    result = _tool(repl_cluster, "pg_basebackup", "-d", _conninfo(repl_pgtarn), "-D",
+                   str(target), "-X", "stream", "-c", "fast", "--no-sync")
+    assert result.returncode == 0, result.stderr
+    assert (target / "PG_VERSION").read_text().strip() == "15"
+    assert (target / "global" / "pg_control").exists()
+
+
+def test_pg_receivewal_writes_a_segment(repl_cluster: ReplicationCluster,
+                                        repl_pgtarn: tuple[str, int], tmp_path: Path) -> None:
+    slot = "receivewal_slot"
+    repl_cluster.psql(f"SELECT pg_create_physical_replication_slot('{slot}', true);\n")
+    try:
+        first = _lsn(repl_cluster, "SELECT pg_walfile_name(pg_current_wal_lsn())")
+        repl_cluster.psql("INSERT INTO events VALUES (100, 'wal');\nSELECT pg_switch_wal();\n",
+                          dbname="app")
+        end = _lsn(repl_cluster)
+        target = tmp_path / "wal"
+        target.mkdir()
+        result = _tool(repl_cluster, "pg_receivewal", "-d", _conninfo(repl_pgtarn), "-D",
+                       str(target), "-S", slot, "--endpos", end, "-n", "--no-sync")
+        assert result.returncode == 0, result.stderr
+        # the segment that was current when the slot was made, whole (not .partial)
+        assert (target / first).stat().st_size == 16 * 1024 * 1024
+    finally:
+        repl_cluster.psql(f"SELECT pg_drop_replication_slot('{slot}');\n")
+        repl_cluster.psql("DELETE FROM events WHERE id = 100;\n", dbname="app")
+
+
+def test_pg_recvlogical_receives_a_change(repl_cluster: ReplicationCluster,
+                                          repl_pgtarn: tuple[str, int],
+                                          tmp_path: Path) -> None:
+    slot = "recvlogical_slot"
+    conninfo = _conninfo(repl_pgtarn)
+    created = _tool(repl_cluster, "pg_recvlogical", "-d", conninfo, "-S", slot,
+                    "--create-slot", "-P", "test_decoding")
+    assert created.returncode == 0, created.stderr
+    try:
+        repl_cluster.psql("INSERT INTO events VALUES (200, 'decoded');\n", dbname="app")
+        out = tmp_path / "changes.txt"
+        env = {**os.environ, "PGPASSWORD": REPL_ROLES["repl_user"]}
+        receiver = subprocess.Popen(
+            [os.path.join(repl_cluster.bindir, "pg_recvlogical"), "-d", conninfo, "-S", slot,
+             "--start", "-n", "-F", "0", "-f", str(out)],
+            env=env, stderr=subprocess.PIPE, text=True)
+        expected = "table public.events: INSERT: id[integer]:200 note[text]:'decoded'"
+        text = ""
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and receiver.poll() is None:
+                text = out.read_text() if out.exists() else ""
+                if expected in text:
+                    break
+                time.sleep(0.1)
+        finally:
+            receiver.send_signal(signal.SIGINT)
+            _, errors = receiver.communicate(timeout=TOOL_TIMEOUT)
+        assert expected in text, errors
+    finally:
+        dropped = _tool(repl_cluster, "pg_recvlogical", "-d", conninfo, "-S", slot,
+                        "--drop-slot")
+        repl_cluster.psql("DELETE FROM events WHERE id = 200;\n", dbname="app")
+    assert dropped.returncode == 0, dropped.stderr
+
+
+def test_subscription_through_pgtarn(repl_cluster: ReplicationCluster,
+                                     repl_pgtarn: tuple[str, int]) -> None:
+    # Publisher and subscriber share the cluster: the slot is made ahead (CREATE
+    # SUBSCRIPTION making it would wait for its own transaction).
+    host, port = repl_pgtarn
+    slot = "sub_slot"
+    repl_cluster.psql(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');\n",
+                      dbname="app")
+    repl_cluster.psql("INSERT INTO events VALUES (1, 'before'), (2, 'copied');\n", dbname="app")
+    conninfo = make_dsn(host=host, port=port, user="repl_user", dbname="app",
+                        password=REPL_ROLES["repl_user"])
+    repl_cluster.psql(f"CREATE SUBSCRIPTION events_sub CONNECTION '{conninfo}' "
+                      f"PUBLICATION events_pub WITH (create_slot = false, slot_name = '{slot}');\n",
+                      dbname="sub")
+    try:
+        repl_cluster.psql("INSERT INTO events VALUES (3, 'streamed');\n", dbname="app")
+        rows = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            rows = repl_cluster.psql("\\pset tuples_only on\n\\pset format unaligned\n"
+                                     "SELECT string_agg(id || ':' || note, ',' ORDER BY id) "
+                                     "FROM events;\n", dbname="sub").strip()
+            if rows == "1:before,2:copied,3:streamed":
+                break
+            time.sleep(0.2)
+        assert rows == "1:before,2:copied,3:streamed"
+    finally:
+        repl_cluster.psql("DROP SUBSCRIPTION events_sub;\n", dbname="sub")
+        repl_cluster.psql("DELETE FROM events;\n", dbname="app")
+        repl_cluster.psql("DELETE FROM events;\n", dbname="sub")
+
+
+@pytest.mark.parametrize("mode", ["database", "true"])
+def test_unprivileged_role_gets_postgresql_refusal(repl_pgtarn: tuple[str, int],
+                                                   mode: str) -> None:
+    host, port = repl_pgtarn
+    with pytest.raises(psycopg.OperationalError) as caught:
+        psycopg.connect(host=host, port=port, user="plain_user", dbname="app",
+                        password=REPL_ROLES["plain_user"], replication=mode)
+    message = str(caught.value)
+    assert "must be superuser or replication role to start walsender" in message
+    assert re.search(r"server login failed", message) is None
+
+
+def test_replication_server_is_its_own(repl_cluster: ReplicationCluster,
+                                       repl_pgtarn: tuple[str, int]) -> None:
+    """A replication client's server is not the pool's: pool_size 1 is not taken by it, and
+    it ends with its client."""
+    host, port = repl_pgtarn
+    with psycopg.connect(host=host, port=port, user="repl_user", dbname="app",
+                         password=REPL_ROLES["repl_user"], autocommit=True,
+                         replication="database") as walsender:
+        system = walsender.execute("IDENTIFY_SYSTEM").fetchone()
+        assert system is not None and system[3] == "app"
+        with psycopg.connect(host=host, port=port, user="repl_user", dbname="app",
+                             password=REPL_ROLES["repl_user"], autocommit=True) as normal:
+            assert normal.execute("SELECT 1").fetchone() == (1,)
+        backends = _lsn(repl_cluster, "SELECT count(*) FROM pg_stat_activity "
+                                      "WHERE backend_type = 'walsender'")
+        assert backends == "1"
+        assert _show(host, port, "CLIENTS") == [("logical", "active")]
+        assert _show(host, port, "SERVERS") == [("logical", "active")]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and backends != "0":
+        time.sleep(0.1)
+        backends = _lsn(repl_cluster, "SELECT count(*) FROM pg_stat_activity "
+                                      "WHERE backend_type = 'walsender'")
+    assert backends == "0"
+
+
+def test_pgtarn_hba_needs_the_replication_keyword_for_physical(
+        repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory,
+        tmp_path: Path) -> None:
+    """Under auth_type = hba, pgtarn's own pg_hba.conf decides as PostgreSQL's would: a
+    physical replication connection matches only a `replication` line, a logical one the
+    lines of its database."""
+    hba = tmp_path / "pgtarn_hba.conf"
+    hba.write_text("host all all 127.0.0.1/32 scram-sha-256\n", encoding="utf-8")
+    base = f"host={repl_cluster.host} port={repl_cluster.port}"
+    proc = pgtarn_factory(databases={"app": f"{base} dbname=app", "*": base},
+                          settings={"auth_type": "hba", "auth_hba_file": str(hba)},
+                          userlist=REPL_ROLES)
+    params = {"host": proc.host, "port": proc.port, "user": "repl_user", "dbname": "app",
+              "password": REPL_ROLES["repl_user"], "autocommit": True}
+    with psycopg.connect(**params, replication="database") as logical:
+        assert logical.execute("IDENTIFY_SYSTEM").fetchone() is not None
+    with pytest.raises(psycopg.OperationalError) as caught:
+        psycopg.connect(**params, replication="true")
+    assert ('no pg_hba.conf entry for replication connection from host "127.0.0.1", '
+            'user "repl_user", no encryption') in str(caught.value)
