@@ -391,3 +391,16 @@ def test_statement_mode_refuses_begin_with_prepared_statements_on(pgtarn_factory
             conn.execute("select 1; begin", prepare=False)  # a simple Query
         assert "statement pooling" in str(closed.value)
     assert pg_cluster.psql(f"select count(*) from {table}", dbname="app").strip() == "1"
+
+
+def test_statement_mode_sql_prepare_execute_across_clients_1_server(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={**STATEMENT_MODE, "default_pool_size": 1})
+    with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
+        a.execute("prepare p1(int) as select $1 + 1", prepare=False)
+        b.execute("prepare p1(int) as select $1 * 2", prepare=False)  # the same name: its own
+        assert a.execute("execute p1(41)", prepare=False).fetchone() == (42,)
+        assert b.execute("execute p1(21)", prepare=False).fetchone() == (42,)
+        a.execute("deallocate p1", prepare=False)
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            a.execute("execute p1(1)", prepare=False)
+        assert b.execute("execute p1(5)", prepare=False).fetchone() == (10,)
