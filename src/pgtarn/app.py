@@ -120,9 +120,9 @@ class App:
                 f.write(f"{os.getpid()}\n")
         for signum, handler in (
             (signal.SIGHUP, self.reload),
-            (signal.SIGTERM, lambda: self.shutdown("clients")),
-            (signal.SIGINT, lambda: self.shutdown("servers")),
-            (signal.SIGQUIT, lambda: self.shutdown("now")),
+            (signal.SIGTERM, lambda: self.shutdown("clients", signalled=True)),
+            (signal.SIGINT, lambda: self.shutdown("servers", signalled=True)),
+            (signal.SIGQUIT, lambda: self.shutdown("now", signalled=True)),
             (signal.SIGUSR1, self.pause),
             (signal.SIGUSR2, self.resume),
         ):
@@ -302,9 +302,13 @@ class App:
                  f"changed by {source}", ", ".join(report.changed) or "nothing")
         return report
 
-    def shutdown(self, mode: str) -> None:
-        """clients: exit when clients left; servers: when servers are released; now: at once."""
-        if self.stopping is not None and mode != "servers":
+    def shutdown(self, mode: str, signalled: bool = False) -> None:
+        """clients: exit when clients left; servers: when servers are released; now: at once.
+
+        As PgBouncer: a SIGINT or SIGTERM while a shutdown is under way exits at once; so does
+        the admin console's SHUTDOWN (or SHUTDOWN WAIT_FOR_CLIENTS) then.
+        """
+        if self.stopping is not None and (signalled or mode != "servers"):
             mode = "now"
         self.stopping = mode
         log.info("shutdown requested (%s)", mode)
@@ -313,8 +317,10 @@ class App:
         self.runtime.accepting = False
         self.runtime.on_client_gone = self._on_client_gone
         if mode == "servers":
-            # as PAUSE: transactions under way finish, new ones get no server
+            # as PAUSE: transactions under way finish; as PgBouncer, clients waiting for a
+            # server, and those that ask for one from now on, are disconnected
             self.runtime.registry.pause()
+            self.runtime.registry.refuse_waiting(SHUTDOWN_ERROR)
         if mode == "now":
             self._finish()
             return

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from .drivers import aconnect, connect
+from .pgstat import make_table
 
 SMALL_POOL = {"default_pool_size": 2, "max_client_conn": 200}
 
@@ -288,3 +289,118 @@ def test_statements_tracked_from_a_parse_split_across_packets(pgtarn_factory):  
         assert [t for t, _ in raw.read_until("Z")] == ["2", "D", "C", "Z"]
     finally:
         raw.close()
+
+
+STATEMENT_MODE = {"pool_mode": "statement", "default_pool_size": 2, "max_client_conn": 200}
+
+
+def test_statement_mode_psycopg_pipeline_prepare_8_clients_1_server(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={**STATEMENT_MODE, "default_pool_size": 1})
+
+    async def client(n: int) -> list[tuple[int, ...]]:
+        async with await psycopg.AsyncConnection.connect(
+                proc.dsn("app", "app_pass"), autocommit=True) as conn:
+            out = []
+            for i in range(5):
+                async with conn.pipeline():
+                    cursors = [
+                        await conn.execute("select %s::int + %s::int", (n, i), prepare=True),
+                        await conn.execute("select %s::int * 2", (i,), prepare=True),
+                        await conn.execute("select count(*) from items", prepare=True),
+                    ]
+                for cur in cursors:
+                    row = await cur.fetchone()
+                    assert row is not None
+                    out.append(row)
+            return out
+
+    async def main() -> list[list[tuple[int, ...]]]:
+        return await asyncio.gather(*(client(n) for n in range(8)))
+
+    for n, rows in enumerate(asyncio.run(main())):
+        assert rows == [row for i in range(5) for row in ((n + i,), (i * 2,), (3,))]
+
+
+def test_statement_mode_psycopg_prepare_threshold_0_10_clients_2_servers(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=STATEMENT_MODE)
+
+    async def client(n: int) -> list[tuple[int, str]]:
+        async with await psycopg.AsyncConnection.connect(
+                proc.dsn("app", "app_pass"), autocommit=True, prepare_threshold=0) as conn:
+            out = []
+            for i in range(10):
+                cur = await conn.execute(
+                    "select %s::int + %s::int, name from items where id = %s::int",
+                    (n, i, i % 3 + 1))
+                row = await cur.fetchone()
+                assert row is not None
+                out.append(row)
+            return out
+
+    async def main() -> list[list[tuple[int, str]]]:
+        return await asyncio.gather(*(client(n) for n in range(10)))
+
+    names = {1: "one", 2: "two", 3: "three"}
+    for n, rows in enumerate(asyncio.run(main())):
+        assert rows == [(n + i, names[i % 3 + 1]) for i in range(10)]
+
+
+def test_statement_mode_asyncpg_named_statements_10_clients_2_servers(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=STATEMENT_MODE)
+
+    async def client(n: int) -> list[int]:
+        conn = await aconnect(proc, statement_cache_size=100)
+        try:
+            out = []
+            stmt = await conn.prepare("select $1::int * 100 + $2::int", name=f"mine_{n % 3}")
+            for i in range(10):
+                out.append(await conn.fetchval("select $1::int * 10 + $2::int", n, i))
+                out.append(await stmt.fetchval(n, i))
+            return out
+        finally:
+            await conn.close()
+
+    async def main() -> list[list[int]]:
+        return await asyncio.gather(*(client(n) for n in range(10)))
+
+    for n, values in enumerate(asyncio.run(main())):
+        assert values == [v for i in range(10) for v in (n * 10 + i, n * 100 + i)]
+
+
+def test_statement_mode_refuses_begin_with_prepared_statements_on(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    table = make_table(pg_cluster, "stmtprep_")
+    proc = pgtarn_factory(settings={**STATEMENT_MODE, "default_pool_size": 1})
+    with connect(proc, autocommit=True, prepare_threshold=0) as conn:
+        # the client's statements go through the framer from here on
+        assert conn.execute("select %s::int", (5,)).fetchone() == (5,)
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as info:
+            conn.execute("begin")
+        assert "statement pooling" in str(info.value)
+        with pytest.raises(psycopg.errors.FeatureNotSupported):  # BEGIN as a Parse
+            conn.execute("begin", prepare=True)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        conn.execute(f"insert into {table} values (%s)", (1,))
+        assert conn.execute("select %s::int + 1", (1,)).fetchone() == (2,)
+    with connect(proc, prepare_threshold=0) as conn:  # psycopg's implicit BEGIN
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            conn.execute(f"insert into {table} values (%s)", (2,))
+    with connect(proc, autocommit=True, prepare_threshold=0) as conn:
+        assert conn.execute("select %s::int", (7,)).fetchone() == (7,)
+        # a transaction opened some other way ends the client, as PgBouncer does
+        with pytest.raises(psycopg.Error) as closed:
+            conn.execute("select 1; begin", prepare=False)  # a simple Query
+        assert "statement pooling" in str(closed.value)
+    assert pg_cluster.psql(f"select count(*) from {table}", dbname="app").strip() == "1"
+
+
+def test_statement_mode_sql_prepare_execute_across_clients_1_server(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={**STATEMENT_MODE, "default_pool_size": 1})
+    with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
+        a.execute("prepare p1(int) as select $1 + 1", prepare=False)
+        b.execute("prepare p1(int) as select $1 * 2", prepare=False)  # the same name: its own
+        assert a.execute("execute p1(41)", prepare=False).fetchone() == (42,)
+        assert b.execute("execute p1(21)", prepare=False).fetchone() == (42,)
+        a.execute("deallocate p1", prepare=False)
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            a.execute("execute p1(1)", prepare=False)
+        assert b.execute("execute p1(5)", prepare=False).fetchone() == (10,)

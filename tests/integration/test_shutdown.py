@@ -1,9 +1,10 @@
 """Shutting down by signal: SIGINT lets transactions finish, SIGTERM lets clients finish,
-a second SIGTERM or a SIGQUIT exits at once."""
+a second SIGINT or SIGTERM, or a SIGQUIT, exits at once."""
 
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 
 import psycopg
@@ -12,12 +13,9 @@ from psycopg.pq import TransactionStatus
 
 from .drivers import connect
 from .pgstat import make_table, rows, wait_for
+from .test_admin import admin, pool_row
 
 DEADLINE = 10.0
-
-
-
-
 
 def backend_alive(pg_cluster, pid: int) -> bool:  # type: ignore[no-untyped-def]
     out = pg_cluster.psql(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}")
@@ -30,6 +28,23 @@ def refuses_connections(proc) -> bool:  # type: ignore[no-untyped-def]
             return False
     except psycopg.OperationalError:
         return True
+
+
+def refused_at_connect(proc) -> bool:  # type: ignore[no-untyped-def]
+    """The listening socket is closed: the TCP connection itself is refused."""
+    try:
+        with socket.create_connection((proc.host, proc.port), timeout=3):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+def failing_query(conn, sql: str, errors: list[BaseException]) -> None:  # type: ignore[no-untyped-def]
+    """Run sql (in a thread); keep the error it ends with."""
+    try:
+        conn.execute(sql)
+    except BaseException as exc:
+        errors.append(exc)
 
 
 def shutdown_logged(proc, mode: str) -> bool:  # type: ignore[no-untyped-def]
@@ -75,7 +90,10 @@ def test_sigint_gives_waiting_clients_no_server(pgtarn_factory, pg_cluster):  # 
             assert wait_for(lambda: b.info.transaction_status == TransactionStatus.ACTIVE)
             proc.send_signal(signal.SIGINT)
             assert wait_for(lambda: shutdown_logged(proc, "servers")), proc.log_text()
-            assert thread.is_alive()  # still waiting: pools are paused
+            # as PgBouncer: a client waiting for a server is disconnected at once
+            thread.join(DEADLINE)
+            assert not thread.is_alive()
+            assert proc.proc.poll() is None  # A's transaction is still waited for
             a.commit()
             assert exit_code(proc) == 0
         finally:
@@ -132,3 +150,88 @@ def test_sigquit_exits_at_once_mid_transaction(pgtarn_factory, pg_cluster):  # t
             a.execute(f"INSERT INTO {table} VALUES (2)")
     assert wait_for(lambda: not backend_alive(pg_cluster, pid))  # the server was closed
     assert rows(pg_cluster, table) == []  # and its transaction rolled back
+
+
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_during_a_shutdown_exits_at_once(pgtarn_factory, pg_cluster, first):  # type: ignore[no-untyped-def]
+    table = make_table(pg_cluster, "shut_")
+    proc = pgtarn_factory()
+    with connect(proc) as a:
+        a.execute(f"INSERT INTO {table} VALUES (1)")
+        row = a.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        proc.send_signal(first)
+        mode = "servers" if first == signal.SIGINT else "clients"
+        assert wait_for(lambda: shutdown_logged(proc, mode)), proc.log_text()
+        assert proc.proc.poll() is None  # A's transaction is waited for
+        proc.send_signal(signal.SIGINT)
+        assert exit_code(proc) == 0
+        assert shutdown_logged(proc, "now")
+        with pytest.raises(psycopg.OperationalError):
+            a.execute(f"INSERT INTO {table} VALUES (2)")
+    assert wait_for(lambda: not backend_alive(pg_cluster, row[0]))
+    assert rows(pg_cluster, table) == []  # the transaction rolled back
+
+
+def test_after_sigint_new_connections_are_refused_at_connect(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    with connect(proc) as a:
+        a.execute("SELECT 1")  # a transaction under way: pgtarn waits for it
+        assert not refused_at_connect(proc)
+        proc.send_signal(signal.SIGINT)
+        assert wait_for(lambda: shutdown_logged(proc, "servers")), proc.log_text()
+        assert refused_at_connect(proc)  # not accepted, then answered with an error
+        assert proc.proc.poll() is None
+        a.commit()
+    assert exit_code(proc) == 0
+
+
+def test_sigusr2_does_not_undo_a_sigint_shutdown(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    table = make_table(pg_cluster, "shut_")
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+    with connect(proc) as a, connect(proc, autocommit=True) as b:
+        a.execute(f"INSERT INTO {table} VALUES (1)")  # A holds the only server
+        proc.send_signal(signal.SIGINT)
+        assert wait_for(lambda: shutdown_logged(proc, "servers")), proc.log_text()
+        proc.send_signal(signal.SIGUSR2)  # RESUME: refused while shutting down
+        assert wait_for(lambda: "SIGUSR2 ignored: pooler is shutting down" in proc.log_text())
+        assert refused_at_connect(proc)  # still not listening
+        errors: list[BaseException] = []
+        thread = threading.Thread(target=failing_query, args=(b, f"INSERT INTO {table} VALUES (2)",
+                                                              errors))
+        thread.start()
+        thread.join(DEADLINE)  # no server for new work: B is disconnected
+        assert not thread.is_alive()
+        assert len(errors) == 1 and "shutting down" in str(errors[0]), errors
+        assert proc.proc.poll() is None
+        a.execute(f"INSERT INTO {table} VALUES (3)")
+        a.commit()
+        assert exit_code(proc) == 0
+    assert rows(pg_cluster, table) == [1, 3]
+
+
+def test_shutdown_wait_for_servers_disconnects_paused_clients(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    table = make_table(pg_cluster, "shut_")
+    proc = pgtarn_factory()
+    errors: list[BaseException] = []
+    with connect(proc) as a, connect(proc, autocommit=True) as b, admin(proc) as console:
+        a.execute(f"INSERT INTO {table} VALUES (1)")  # A's transaction holds a server
+        proc.send_signal(signal.SIGUSR1)  # PAUSE: new work waits for RESUME
+        assert wait_for(lambda: dict(console.execute("SHOW STATE").fetchall())["paused"] == "yes")
+        thread = threading.Thread(target=failing_query, args=(b, f"INSERT INTO {table} VALUES (2)",
+                                                              errors))
+        thread.start()
+        try:
+            assert wait_for(lambda: pool_row(console)["cl_waiting"] == 1)  # B is paused
+            assert console.execute("SHUTDOWN WAIT_FOR_SERVERS").statusmessage == "SHUTDOWN"
+            thread.join(DEADLINE)  # B is disconnected at once, as PgBouncer does
+            assert not thread.is_alive()
+            assert proc.proc.poll() is None  # still waiting for A's transaction
+            a.execute(f"INSERT INTO {table} VALUES (3)")
+            a.commit()
+            assert exit_code(proc) == 0
+        finally:
+            thread.join(DEADLINE)
+    assert len(errors) == 1 and isinstance(errors[0], psycopg.OperationalError), errors
+    assert "shutting down" in str(errors[0]), errors[0]
+    assert rows(pg_cluster, table) == [1, 3]

@@ -1,8 +1,9 @@
 """The relay of a logged-in client's bytes: plain, with prepared statements, statement mode.
 
 Only Query, Sync and Terminate are noticed (each Query or Sync means one ReadyForQuery to
-come); in transaction mode with max_prepared_statements, the client's Parse/Bind/Describe/
-Close go through the ClientFramer and are rewritten per server from its first use of them.
+come); in transaction and statement mode with max_prepared_statements, the client's Parse/
+Bind/Describe/Close go through the ClientFramer and are rewritten per server from its first
+use of them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from .transport import PendingParts
 # In READY only these client messages matter: Query, Sync, Terminate.
 RELAY_TYPES = frozenset(b"QSX")
 STATEMENT_RELAY_TYPES = frozenset(b"QSXP")
-# Transaction mode before a client's first Parse/Bind/Describe/Close: those are noticed too.
+# Transaction or statement mode with prepared statements, before a client's first Parse/Bind/
+# Describe/Close: those are noticed too.
 WATCH_STATEMENTS_TYPES = frozenset(b"QSXPBDC")
 STATEMENT_MESSAGES = frozenset(b"PBDC")
 STATEMENT_MESSAGES_OR_QUERY = frozenset(b"PBDCQ")
@@ -46,7 +48,7 @@ class ClientRelay(ClientLink):
         """Logged in to a pool: watch what this pool mode needs to notice."""
         config = self.runtime.config
         watch = STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES
-        if self.pool_mode == "transaction" and config.max_prepared_statements > 0:
+        if self.pool_mode != "session" and config.max_prepared_statements > 0:
             # The framer starts with the client's first Parse/Bind/Describe/Close.
             self.statements = ClientStatements(self.runtime.statement_cache)
             watch = WATCH_STATEMENTS_TYPES
@@ -178,13 +180,21 @@ class ClientRelay(ClientLink):
             self._to_server(data)
 
     def _relay_prepared(self, data: bytes) -> None:
-        """Transaction mode with prepared statements: statements are rewritten per server."""
+        """Transaction or statement mode with prepared statements: statements are rewritten
+        per server."""
         framer = self.framer
         assert framer is not None and self.statements is not None
         if (data[0] == 0x50 or (self.local_statements and data[0] in LOCAL_STARTS)) \
                 and self.answers is not None and framer.idle:
             data = self._local_batches(data)  # a LISTEN through the extended protocol
             if not data:
+                return
+        if self.statement_mode:
+            data = self._refuse_transaction_blocks(data)
+            if not data:
+                if not self.expected and self.server is None:
+                    self.query_start = 0.0  # answered here, as in _relay
+                    self.idle_since = monotonic()
                 return
         if (data[0] == 0x51 and framer.idle and len(data) > 5
                 and int.from_bytes(data[1:5], "big") + 1 == len(data)
@@ -235,7 +245,8 @@ class ClientRelay(ClientLink):
             data = data[syncs[0][2] :]
         if self.expected or self.server is not None or not data:
             return data
-        if not self.scanner.at_boundary:
+        framer = self.framer
+        if not (self.scanner.at_boundary if framer is None else framer.idle):
             return data
         msg_type = data[0]
         if msg_type not in (0x51, 0x50) or len(data) < 5:

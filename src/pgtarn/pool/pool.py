@@ -166,6 +166,8 @@ class Pool(Generic[S]):
         self.paused = False
         #: PAUSE/KILL: servers are closed as they are released instead of going idle.
         self.pause_closes = False
+        #: A shutdown that waits for servers: a client that would wait gets this instead.
+        self.refusal: PgtarnError | None = None
         #: The last error opening a server, until a server logs in again.
         self.failure: PgtarnError | None = None
         self.failures = 0
@@ -233,6 +235,9 @@ class Pool(Generic[S]):
                 self.active.add(server)
                 self.stats.wait_buckets[0] += 1  # assigned without waiting
                 return server
+        if self.refusal is not None:
+            waiter.server_unavailable(self.refusal)
+            return None
         self.waiting.append(waiter)
         self.wait_since[id(waiter)] = now
         # Grow only when the servers coming (logging in, being reset) are too few and there
@@ -310,7 +315,7 @@ class Pool(Generic[S]):
             for server in [s for s in self.tested if now - s.last_used > self.connect_timeout]:
                 server.close("server_connect_timeout: reset or check not answered")
         if self.idle:
-            self._expire_idle(now)
+            _expire_idle(self, now)
         if self.wait_timeout > 0 and self.max_wait(now) > self.wait_timeout:
             self._fail_waiters(
                 PgtarnError(WAIT_TIMEOUT.format(self.wait_timeout), sqlstate="08P01",
@@ -339,20 +344,10 @@ class Pool(Generic[S]):
         if self.board is not None:
             self.board.tick(now, self.connect_timeout, self.idle_timeout)
 
-    def _expire_idle(self, now: float) -> None:
-        """Close idle servers past server_lifetime, or unused for server_idle_timeout."""
-        for server in list(self.idle):
-            # 0 means "use each server once": closed when released (_to_idle), never while
-            # it waits for its first client (min_pool_size would reopen it at once)
-            if 0 < self.lifetime < now - server.created_at:
-                reason = "server_lifetime"
-            elif (0 < self.idle_timeout < now - server.last_used
-                    and self.server_count > self.min_pool_size):
-                reason = "server_idle_timeout"
-            else:
-                continue
-            self.idle.remove(server)  # out of reach of acquire before it is gone
-            server.close(reason)
+    def refuse_waiting(self, error: PgtarnError) -> None:
+        """Clients waiting now, and those that would wait from now on, get error."""
+        self.refusal = error
+        self._fail_waiters(error, float("inf"))
 
     def _fail_waiters(self, error: PgtarnError, since: float) -> None:
         """Give error to every waiting client that began to wait at or before since."""
@@ -497,3 +492,20 @@ class Pool(Generic[S]):
             self._grow(self.clock())
         if self.board is not None:
             self.board.resume()  # notifications held while paused
+
+
+def _expire_idle(pool: Pool[S], now: float) -> None:
+    """The janitor closes a pool's idle servers past server_lifetime, or unused for
+    server_idle_timeout."""
+    for server in list(pool.idle):
+        # 0 means "use each server once": closed when released (_to_idle), never while
+        # it waits for its first client (min_pool_size would reopen it at once)
+        if 0 < pool.lifetime < now - server.created_at:
+            reason = "server_lifetime"
+        elif (0 < pool.idle_timeout < now - server.last_used
+                and pool.server_count > pool.min_pool_size):
+            reason = "server_idle_timeout"
+        else:
+            continue
+        pool.idle.remove(server)  # out of reach of acquire before it is gone
+        server.close(reason)

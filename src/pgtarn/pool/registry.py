@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Generic
 
 from ..config import Config, DatabaseEntry, UserEntry
+from ..errors import PgtarnError
 from .channels import ChannelBoard, ListenerLink
 from .pool import ClientTimeouts, Pool, S
 
@@ -25,6 +26,8 @@ class Registry(Generic[S]):
         #: Databases paused by PAUSE db / KILL db, and refusing new clients by DISABLE db.
         self.paused_databases: set[str] = set()
         self.disabled: set[str] = set()
+        #: A shutdown that waits for servers: clients asking for a server get this error.
+        self.refusal: PgtarnError | None = None
 
     def __iter__(self) -> Iterator[Pool[S]]:
         return iter(list(self.pools.values()))
@@ -40,6 +43,7 @@ class Registry(Generic[S]):
             pool.connstr = db.server_identity
             if self.paused or db.name in self.paused_databases:
                 pool.pause(close_servers=db.name in self.paused_databases)
+            pool.refusal = self.refusal
             if self.launch is not None:
                 pool.launch = self._launcher(db)
             pool.board = ChannelBoard(self._listener_opener(pool, db))
@@ -162,6 +166,13 @@ class Registry(Generic[S]):
         for pool in self.pools_of(database):
             if not self.paused and pool.database not in self.paused_databases:
                 pool.resume()
+
+    def refuse_waiting(self, error: PgtarnError) -> None:
+        """From now on no client waits for a server: those waiting, and those that ask for
+        one later, get error (the shutdown that waits for servers)."""
+        self.refusal = error
+        for pool in self:
+            pool.refuse_waiting(error)
 
     def is_paused(self, database: str) -> bool:
         return self.paused or database in self.paused_databases

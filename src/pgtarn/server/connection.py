@@ -85,7 +85,7 @@ class ServerConnection(ServerRelay):
         self.params = result.params
         self.backend_key = result.backend_key
         config = self.runtime.config
-        if self.pool.pool_mode == "transaction" and config.max_prepared_statements > 0:
+        if self.pool.pool_mode != "session" and config.max_prepared_statements > 0:
             self.statements = ServerStatements(config.max_prepared_statements,
                                                self.pool.prepared_counters)
             self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)

@@ -645,3 +645,23 @@ def test_client_counts_are_the_sizes_of_the_containers() -> None:
     assert (pool.client_count, pool.active_client_count, pool.waiting_client_count) == (3, 2, 1)
     pool.client_left(second)
     assert (pool.client_count, pool.active_client_count, pool.waiting_client_count) == (2, 2, 0)
+
+
+SHUTTING_DOWN = PgtarnError("pgtarn is shutting down", sqlstate="57P01", severity="FATAL")
+
+
+def test_refuse_waiting_fails_waiters_and_those_that_ask_later() -> None:
+    registry, _launched = make_registry()
+    config = registry.config
+    one = registry.get_pool(config.databases["one"], "u")
+    waiter = FakeClient("w")
+    assert one.acquire(waiter) is None and one.waiting
+    registry.pause()
+    registry.refuse_waiting(SHUTTING_DOWN)
+    assert waiter.error is SHUTTING_DOWN and not one.waiting and not one.wait_since
+    later = FakeClient("later")
+    assert one.acquire(later) is None
+    assert later.error is SHUTTING_DOWN and not one.waiting
+    two = registry.get_pool(config.databases["two"], "u")  # a pool made after it
+    late = FakeClient("late")
+    assert two.acquire(late) is None and late.error is SHUTTING_DOWN and not two.waiting
