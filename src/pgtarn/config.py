@@ -296,6 +296,17 @@ class Config:
         n = u.max_user_connections if u is not None else None
         return n if n is not None and n > 0 else self.max_user_connections
 
+    def max_db_client_connections_for(self, db: DatabaseEntry) -> int:
+        """Database max_db_client_connections if > 0, else the global one (0 = unlimited)."""
+        n = db.max_db_client_connections
+        return n if n is not None and n > 0 else self.max_db_client_connections
+
+    def max_user_client_connections_for(self, user: str) -> int:
+        """`[users]` max_user_client_connections if > 0, else the global one (0 = unlimited)."""
+        u = self.users.get(user)
+        n = u.max_user_client_connections if u is not None else None
+        return n if n is not None and n > 0 else self.max_user_client_connections
+
     def settings_rows(self) -> list[tuple[str, str, str, bool]]:
         """(key, value, default, changeable) for every setting, sorted as SHOW CONFIG."""
         return [

@@ -343,8 +343,7 @@ def show_databases(runtime: Runtime) -> Table:
             int(lifetime), db.pool_mode,
             (db.load_balance_hosts or "round-robin") if len(db.hosts) > 1 else None,
             config.max_db_connections_for(db), server_counts.get(name, 0),
-            db.max_db_client_connections if db.max_db_client_connections
-            else config.max_db_client_connections,
+            config.max_db_client_connections_for(db),
             client_counts.get(name, 0), int(registry.is_paused(name)),
             int(name in registry.disabled),
         ])  # fmt: skip
@@ -361,18 +360,18 @@ USERS_COLUMNS = _columns(
 
 def show_users(runtime: Runtime) -> Table:
     config = runtime.config
-    names = set(config.users) | set(runtime.userlist) | {p.user for p in runtime.registry}
     # by the user a client logged in as: a pool with a forced user holds other users' clients
     clients = _count_by(c.user for c in logged_in_clients(runtime))
+    # with auth_query, users known only by their logins
+    names = (set(config.users) | set(runtime.userlist) | {p.user for p in runtime.registry}
+             | set(clients))
     servers: dict[str, int] = {}
     for pool in runtime.registry:
         servers[pool.user] = servers.get(pool.user, 0) + _connections(pool)
     rows: list[list[Value]] = []
     for name in sorted(names):
         entry = config.users.get(name)
-        max_clients = (entry.max_user_client_connections if entry is not None
-                       and entry.max_user_client_connections
-                       else config.max_user_client_connections)  # fmt: skip
+        max_clients = config.max_user_client_connections_for(name)
         rows.append([
             name,
             f"{entry.pool_size:9d}" if entry is not None and entry.pool_size is not None else "",

@@ -29,6 +29,7 @@ from time import monotonic
 from typing import assert_never, cast
 
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
+from ..config import DatabaseEntry
 from ..errors import AuthFailed, PgtarnError
 from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
@@ -224,6 +225,7 @@ class ClientConnection(ClientRelay):
             if db is None:
                 raise PgtarnError(f'no such database: "{database}"', sqlstate="3D000")
             self.db = db
+            self._check_client_limits(db, user)
         connection = Connection(
             local=self.addr == "unix", tls=self.tls is not None,
             address=peer_address(self.addr), certificate=has_certificate(self.tls),
@@ -246,6 +248,24 @@ class ClientConnection(ClientRelay):
                 self._act(login, login.await_secret())
                 return
         self._begin_auth(login, auth_type, secret)
+
+    def _check_client_limits(self, db: DatabaseEntry, user: str) -> None:
+        """max_db_client_connections and max_user_client_connections, as PgBouncer: this
+        client counts, admin_users are let past the database's limit."""
+        config = self.runtime.config
+        max_db = config.max_db_client_connections_for(db)
+        max_user = config.max_user_client_connections_for(user)
+        if not max_db and not max_user:
+            return
+        clients = self.runtime.clients
+        if max_db and user not in config.admin_users and max_db < sum(
+                1 for c in clients if c.database == db.name):
+            raise PgtarnError("client connections exceeded (max_db_client_connections)",
+                              sqlstate="53300")
+        if max_user and max_user < sum(
+                1 for c in clients if c.user == user and c.database not in ADMIN_DATABASES):
+            raise PgtarnError("client connections exceeded (max_user_client_connections)",
+                              sqlstate="53300")
 
     async def _look_up(self, lookup: SecretSource, auth_type: str, user: str) -> None:
         try:

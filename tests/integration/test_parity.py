@@ -1,0 +1,71 @@
+"""PgBouncer parity: client limits per database and user, connect_query, login_notify_message,
+server_fast_close, pool_idle_timeout, auth_user with trust, SHOW SOCKETS/PEERS, log phrases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from .drivers import connect
+from .pgstat import wait_until
+from .test_admin import admin, show
+from .test_auth import login_error
+
+pytestmark = pytest.mark.integration
+
+
+def _refusal(proc, user: str = "app", password: str = "app_pass", dbname: str = "app"):  # type: ignore[no-untyped-def]
+    with pytest.raises(psycopg.OperationalError) as info:
+        connect(proc, user, password, dbname=dbname)
+    return info.value
+
+
+def _client_count(console: psycopg.Connection[Any], database: str) -> int:
+    rows = [r for r in show(console, "DATABASES") if r["name"] == database]
+    return int(rows[0]["current_client_connections"])
+
+
+def test_client_limits_per_database_and_user(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
+    base = f"host={pg_cluster.host} port={pg_cluster.port}"
+    proc = pgtarn_factory(
+        databases={"app": f"{base} dbname=app max_db_client_connections=2",
+                   "other": f"{base} dbname=app", "db2": f"{base} dbname=app",
+                   "db3": f"{base} dbname=app"},
+        settings={"max_db_client_connections": 3, "max_user_client_connections": 4},
+        users={"md5_user": "max_user_client_connections=1"},
+    )
+    scram = ("scram_user", "scram_pass")
+    held = [connect(proc, *scram), connect(proc, *scram)]
+    assert login_error(proc, *scram) == (
+        "53300", "client connections exceeded (max_db_client_connections)")
+    held.append(connect(proc))  # app is in admin_users: let past the database's limit
+    with admin(proc) as console:
+        rows = {r["name"]: r for r in show(console, "DATABASES")}
+        assert (rows["app"]["max_client_connections"],
+                rows["app"]["current_client_connections"]) == (2, 3)
+        assert rows["other"]["max_client_connections"] == 3
+        users = {r["name"]: r for r in show(console, "USERS")}
+        assert users["md5_user"]["max_user_client_connections"] == 1
+        assert (users["scram_user"]["max_user_client_connections"],
+                users["scram_user"]["current_client_connections"]) == (4, 2)
+    held.pop().close()  # the admin user's client counted too
+    held.pop(0).close()
+    with admin(proc) as console:
+        wait_until(lambda: _client_count(console, "app") == 1, what="the clients gone")
+    held.append(connect(proc, *scram))  # room again
+    # the global per-database limit, for a database with none of its own
+    others = [connect(proc, "password_user", "password_pass", dbname="other")
+              for _ in range(3)]
+    assert "(max_db_client_connections)" in str(
+        _refusal(proc, "password_user", "password_pass", dbname="other"))
+    # per user, across databases: the [users] entry, then the global one
+    held.append(connect(proc, "md5_user", "md5_pass", dbname="db2"))
+    assert login_error(proc, "md5_user", "md5_pass", dbname="db3") == (
+        "53300", "client connections exceeded (max_user_client_connections)")
+    held += [connect(proc, *scram, dbname="db2"), connect(proc, *scram, dbname="db2")]
+    assert "(max_user_client_connections)" in str(_refusal(proc, *scram, dbname="db3"))
+    assert "client connections exceeded" in proc.log_text()
+    for c in held + others:
+        c.close()
