@@ -69,3 +69,20 @@ def test_client_limits_per_database_and_user(pgtarn_factory, pg_cluster) -> None
     assert "client connections exceeded" in proc.log_text()
     for c in held + others:
         c.close()
+
+
+def test_show_sockets_and_show_peers(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    with connect(proc, "scram_user", "scram_pass", autocommit=True) as client, \
+            admin(proc) as console:
+        client.execute("select 1")
+        sockets = show(console, "SOCKETS")
+        clients = {r["user"]: r for r in sockets if r["type"] == "C"}
+        assert clients["scram_user"]["database"] == "app"
+        assert clients["app"]["database"] == "pgbouncer"  # the console's own connection
+        servers = [r for r in sockets if r["type"] == "S"]
+        assert [(r["user"], r["database"], r["state"]) for r in servers] == [
+            ("scram_user", "app", "idle")]
+        assert all(r["send_remain"] == 0 and r["pkt_avail"] == 0 for r in sockets)
+        assert show(console, "ACTIVE_SOCKETS") == []  # nothing under way
+        assert show(console, "PEERS") == []
