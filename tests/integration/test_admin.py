@@ -645,7 +645,7 @@ def test_connection_logging_can_be_turned_off(pgtarn_factory) -> None:  # type: 
     time.sleep(0.2)
     text = proc.log_text()
     assert "login attempt" not in text and "closing because" not in text
-    assert "new server connection" not in text
+    assert "new connection to server" not in text
     loud = pgtarn_factory()
     with connect(loud, autocommit=True) as c:
         c.execute("select 1")

@@ -86,3 +86,22 @@ def test_show_sockets_and_show_peers(pgtarn_factory) -> None:  # type: ignore[no
         assert all(r["send_remain"] == 0 and r["pkt_avail"] == 0 for r in sockets)
         assert show(console, "ACTIVE_SOCKETS") == []  # nothing under way
         assert show(console, "PEERS") == []
+
+
+def test_connect_query_runs_once_on_each_new_server(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
+    base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
+    proc = pgtarn_factory(databases={
+        "app": f"{base} connect_query='select set_config(''pgtarn.cq'', ''ran'', false)'",
+        "bad": f"{base} connect_query='select * from no_such_table'",
+    })
+    with connect(proc, "scram_user", "scram_pass", autocommit=True) as c:
+        assert c.execute("select current_setting('pgtarn.cq', true)").fetchone() == ("ran",)
+    with pytest.raises(psycopg.OperationalError) as info:
+        connect(proc, "scram_user", "scram_pass", dbname="bad")
+    assert "connect_query failed" in str(info.value)
+    assert 'relation "no_such_table" does not exist' in str(info.value)
+    lines = proc.log_text().splitlines()
+    failed = next(x for x in lines if "S-" in x and "closing because: connect_query failed" in x)
+    server = failed.split()[3].split("(")[0] + "("
+    assert [x for x in lines if server in x and "new connection to server" in x] == []
+    assert any("new connection to server" in x for x in lines)  # the good one

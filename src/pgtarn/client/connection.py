@@ -96,8 +96,9 @@ class ClientConnection(ClientRelay):
             self.waiting = False
             self._stop_listening()
         self._drop_server()
-        if (self.pool is not None or self.admin is not None) \
-                and self.runtime.config.log_disconnections:
+        # every client past its StartupMessage (not a probe that sent nothing)
+        if self.runtime.config.log_disconnections and (
+                self.database or self.close_reason or self.pool is not None):
             if self.close_reason:
                 reason = self.close_reason
             elif previous is ClientState.CLOSED:  # it sent Terminate
@@ -153,9 +154,7 @@ class ClientConnection(ClientRelay):
                     self._cancel_request(key)
                 case Close(reason):
                     if reason:
-                        self.close_reason = reason
-                        if self.runtime.config.log_connections:
-                            log.info("%r: closing because: %s", self, reason)
+                        self.close_reason = reason  # logged when the connection is lost
                     self.close()
                 case _:
                     assert_never(event)
