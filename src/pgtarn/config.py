@@ -174,6 +174,7 @@ class Config:
     dns_zone_check_period: float = 0.0
     resolv_conf: str = ""
     query_wait_notify: int = 5  # seconds; an integer in PgBouncer
+    login_notify_message: str = ""  # a NOTICE each client gets at login (empty: none)
     query_timeout: float = 0.0
     query_wait_timeout: float = 120.0
     cancel_wait_timeout: float = 10.0

@@ -8,12 +8,17 @@ from typing import Any
 import psycopg
 import pytest
 
+from . import test_auth_query
 from .drivers import connect
 from .pgstat import wait_until
+from .rawpg import RawClient, error_fields
 from .test_admin import admin, show
 from .test_auth import login_error
+from .test_auth_query import AUTH_PASSWORD, AUTH_USER
 
 pytestmark = pytest.mark.integration
+
+auth_role = test_auth_query.auth_role  # the fixture
 
 
 def _refusal(proc, user: str = "app", password: str = "app_pass", dbname: str = "app"):  # type: ignore[no-untyped-def]
@@ -105,3 +110,34 @@ def test_connect_query_runs_once_on_each_new_server(pgtarn_factory, pg_cluster) 
     server = failed.split()[3].split("(")[0] + "("
     assert [x for x in lines if server in x and "new connection to server" in x] == []
     assert any("new connection to server" in x for x in lines)  # the good one
+
+
+def test_login_notify_message_is_a_notice_at_login(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"auth_type": "trust",
+                                    "login_notify_message": "maintenance at 22:00 UTC"})
+    raw = RawClient(proc.host, proc.port)
+    try:
+        raw.startup(user="scram_user", database="app")
+        messages = raw.read_until("Z")
+    finally:
+        raw.close()
+    types = [t for t, _ in messages]
+    assert types[0] == "R" and types[-1] == "Z"
+    notices = [error_fields(body) for t, body in messages if t == "N"]
+    assert notices == [{"S": "NOTICE", "V": "NOTICE", "C": "00000",
+                        "M": "maintenance at 22:00 UTC"}]
+    assert types.index("N") == len(types) - 2  # after the welcome's parameters and key
+    with connect(proc, "scram_user", None, autocommit=True) as c:  # drivers are fine with it
+        assert c.execute("select 1").fetchone() == (1,)
+
+
+def test_auth_user_with_trust_and_no_auth_file_entry(pgtarn_factory, auth_role) -> None:  # type: ignore[no-untyped-def]
+    """auth_type = trust: a user auth_file does not name is looked up with auth_query; one
+    PostgreSQL knows logs in without a password (its md5 secret logs in to the server), one
+    it does not know is refused."""
+    proc = pgtarn_factory(settings={"auth_type": "trust", "auth_user": auth_role},
+                          userlist={AUTH_USER: AUTH_PASSWORD})
+    with connect(proc, "md5_user", None, autocommit=True) as c:
+        assert c.execute("select current_user").fetchone() == ("md5_user",)
+    sqlstate, message = login_error(proc, "nobody_here", None)
+    assert sqlstate == "28000" and "no such user" in message

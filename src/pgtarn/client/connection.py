@@ -33,6 +33,7 @@ from ..config import DatabaseEntry
 from ..errors import AuthFailed, PgtarnError
 from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
+from ..proto import build
 from ..proto.client_login import (
     Authenticated,
     CancelRequested,
@@ -65,6 +66,7 @@ LOOKED_UP = frozenset({"md5", "scram-sha-256", "plain", "trust", "any"})
 ADMIN_DATABASES = ("pgbouncer", "pgtarn")
 #: Admin console logins allowed past max_client_conn, so an operator can get in when full.
 ADMIN_RESERVE = 10
+READY_FOR_QUERY_LEN = 6
 
 
 class ClientConnection(ClientRelay):
@@ -341,6 +343,11 @@ class ClientConnection(ClientRelay):
         self.login = None
         self.params.update(welcome.params)
         self.cancel_key = welcome.cancel_key
+        message = self.runtime.config.login_notify_message
+        if message:  # login_notify_message: a NOTICE just before the first ReadyForQuery
+            data = welcome.data
+            notice = build.error_response("00000", message, "NOTICE", notice=True)
+            return data[:-READY_FOR_QUERY_LEN] + notice + data[-READY_FOR_QUERY_LEN:]
         return welcome.data
 
     def _admin_ready(self, login: ClientLogin) -> None:
