@@ -169,6 +169,8 @@ class Config:
     server_login_retry: float = 15.0
     client_login_timeout: float = 60.0
     autodb_idle_timeout: float = 3600.0
+    #: A pool with no clients, no servers (and no min_pool_size) is dropped after this; 0: never.
+    pool_idle_timeout: float = 0.0
     dns_max_ttl: float = 15.0
     dns_nxdomain_ttl: float = 15.0
     dns_zone_check_period: float = 0.0

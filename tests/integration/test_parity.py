@@ -141,3 +141,30 @@ def test_auth_user_with_trust_and_no_auth_file_entry(pgtarn_factory, auth_role) 
         assert c.execute("select current_user").fetchone() == ("md5_user",)
     sqlstate, message = login_error(proc, "nobody_here", None)
     assert sqlstate == "28000" and "no such user" in message
+
+
+def test_log_phrases_and_pool_idle_timeout(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    """PgBouncer's key phrases in the log; pool_idle_timeout drops pools left with nothing."""
+    proc = pgtarn_factory(settings={
+        "default_pool_size": 1, "reserve_pool_size": 1, "reserve_pool_timeout": 0.2,
+        "server_idle_timeout": 0.3, "pool_idle_timeout": 0.5})
+    with connect(proc, "scram_user", "scram_pass") as holder, \
+            connect(proc, "scram_user", "scram_pass", autocommit=True) as waiter:
+        holder.execute("select 1")  # in a transaction: holds the pool's one server
+        assert waiter.execute("select 2").fetchone() == (2,)  # from the reserve, 0.2 s later
+        holder.rollback()
+    with connect(proc, "scram_user", "scram_pass", dbname="postgres", autocommit=True) as c:
+        c.execute("select 1")  # "postgres" comes from the "*" entry
+    with admin(proc) as console:
+        wait_until(lambda: [r["database"] for r in show(console, "POOLS")] == ["pgbouncer"],
+                   what="the pools dropped")  # the console's own row stays
+    text = proc.log_text()
+    for phrase in ("login attempt: db=app user=scram_user tls=no",
+                   "new connection to server",
+                   "taking connection from reserve_pool",
+                   "registered new auto-database: db=postgres",
+                   "closing because: server_idle_timeout",
+                   "closing because: client close request",
+                   "app/scram_user: cleaning up idle pool (pool_idle_timeout)",
+                   "postgres/scram_user: cleaning up idle pool (pool_idle_timeout)"):
+        assert phrase in text, phrase

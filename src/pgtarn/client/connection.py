@@ -319,8 +319,12 @@ class ClientConnection(ClientRelay):
             self._admin_ready(login)
             return
         self.runtime.logins.discard(self)
+        registry = self.runtime.registry
+        name = self.db.name
+        if name not in registry.databases and name not in self.runtime.config.databases:
+            log.info("registered new auto-database: db=%s", name)
         # the registry holds servers as views; this pool's are ServerConnections
-        pool = cast(Pool[ServerConnection], self.runtime.registry.get_pool(self.db, self.user))
+        pool = cast(Pool[ServerConnection], registry.get_pool(self.db, self.user))
         self.pool = pool
         self.stats = pool.stats
         pool.stats.client_logins += 1
