@@ -38,6 +38,18 @@ def _fatal(sqlstate: str, text: str, seconds: float) -> PgtarnError:
     return PgtarnError(text.format(seconds), sqlstate=sqlstate, severity="FATAL")
 
 
+def _fast_close(client: ClientView) -> bool:
+    """server_fast_close, session mode: a server to close (RECONNECT, or a reload changed its
+    connection string) goes as soon as its transaction has ended, and its client with it;
+    True if so."""
+    server = client.server
+    if server is None or not server.close_needed or client.query_start or server.status != b"I":
+        return False
+    client.timed_out(PgtarnError("database configuration changed (server_fast_close)",
+                                 sqlstate="08P01", severity="FATAL"))
+    return True
+
+
 class Janitor:
     """Visits every pool and every client once per tick."""
 
@@ -90,12 +102,16 @@ class Janitor:
 
     def visit_clients(self, now: float) -> None:
         """Apply the client timeouts."""
-        login_timeout = self.runtime.config.client_login_timeout
+        config = self.runtime.config
+        login_timeout = config.client_login_timeout
+        fast_close = config.server_fast_close
         for client in tuple(self.runtime.clients):
             state = client.state
             if state is ClientState.READY:
                 pool = client.pool
                 assert pool is not None
+                if fast_close and pool.pool_mode == "session" and _fast_close(client):
+                    continue
                 timeouts = pool.client_timeouts
                 if timeouts.any:
                     self._ready_client(client, now, timeouts.query, timeouts.transaction,

@@ -3,6 +3,7 @@ server_fast_close, pool_idle_timeout, auth_user with trust, SHOW SOCKETS/PEERS, 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -168,3 +169,26 @@ def test_log_phrases_and_pool_idle_timeout(pgtarn_factory) -> None:  # type: ign
                    "app/scram_user: cleaning up idle pool (pool_idle_timeout)",
                    "postgres/scram_user: cleaning up idle pool (pool_idle_timeout)"):
         assert phrase in text, phrase
+
+
+def test_server_fast_close_ends_sessions_at_their_transactions_end(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    """Session mode, RECONNECT: with server_fast_close a session's server is closed as soon as
+    its transaction has ended, not when the client leaves; its client is closed with it."""
+    proc = pgtarn_factory(settings={"pool_mode": "session", "server_fast_close": 1})
+    scram = ("scram_user", "scram_pass")
+    with connect(proc, *scram) as busy, connect(proc, *scram, autocommit=True) as idle, \
+            admin(proc) as console:
+        busy.execute("select 1")  # a transaction under way
+        idle.execute("select 1")
+        console.execute("RECONNECT")
+        time.sleep(0.5)  # a few janitor rounds
+        with pytest.raises(psycopg.OperationalError, match="server_fast_close"):
+            idle.execute("select 2")
+        assert busy.execute("select 3").fetchone() == (3,)  # its transaction goes on
+        busy.commit()
+        time.sleep(0.5)
+        with pytest.raises(psycopg.OperationalError, match="server_fast_close"):
+            busy.execute("select 4")
+        wait_until(lambda: not [r for r in show(console, "SERVERS")], what="servers closed")
+    with connect(proc, *scram, autocommit=True) as fresh:  # new sessions get new servers
+        assert fresh.execute("select 5").fetchone() == (5,)
