@@ -136,10 +136,18 @@ def test_auth_user_with_trust_and_no_auth_file_entry(pgtarn_factory, auth_role) 
     """auth_type = trust: a user auth_file does not name is looked up with auth_query; one
     PostgreSQL knows logs in without a password (its md5 secret logs in to the server), one
     it does not know is refused."""
-    proc = pgtarn_factory(settings={"auth_type": "trust", "auth_user": auth_role},
+    proc = pgtarn_factory(settings={"auth_type": "trust", "auth_user": auth_role,
+                                    "max_user_client_connections": 1, "stats_users": auth_role},
                           userlist={AUTH_USER: AUTH_PASSWORD})
     with connect(proc, "md5_user", None, autocommit=True) as c:
         assert c.execute("select current_user").fetchone() == ("md5_user",)
+        # a user found by auth_query has the client limit too, and a SHOW USERS row
+        assert login_error(proc, "md5_user", None)[1] == (
+            "client connections exceeded (max_user_client_connections)")
+        with admin(proc, AUTH_USER, AUTH_PASSWORD) as console:
+            users = {r["name"]: r for r in show(console, "USERS")}
+        assert (users["md5_user"]["max_user_client_connections"],
+                users["md5_user"]["current_client_connections"]) == (1, 1)
     sqlstate, message = login_error(proc, "nobody_here", None)
     assert sqlstate == "28000" and "no such user" in message
 
