@@ -172,11 +172,14 @@ class Config:
     server_login_retry: float = 15.0
     client_login_timeout: float = 60.0
     autodb_idle_timeout: float = 3600.0
+    #: A pool with no clients, no servers (and no min_pool_size) is dropped after this; 0: never.
+    pool_idle_timeout: float = 0.0
     dns_max_ttl: float = 15.0
     dns_nxdomain_ttl: float = 15.0
     dns_zone_check_period: float = 0.0
     resolv_conf: str = ""
     query_wait_notify: int = 5  # seconds; an integer in PgBouncer
+    login_notify_message: str = ""  # a NOTICE each client gets at login (empty: none)
     query_timeout: float = 0.0
     query_wait_timeout: float = 120.0
     cancel_wait_timeout: float = 10.0
@@ -298,6 +301,17 @@ class Config:
         u = self.users.get(user)
         n = u.max_user_connections if u is not None else None
         return n if n is not None and n > 0 else self.max_user_connections
+
+    def max_db_client_connections_for(self, db: DatabaseEntry) -> int:
+        """Database max_db_client_connections if > 0, else the global one (0 = unlimited)."""
+        n = db.max_db_client_connections
+        return n if n is not None and n > 0 else self.max_db_client_connections
+
+    def max_user_client_connections_for(self, user: str) -> int:
+        """`[users]` max_user_client_connections if > 0, else the global one (0 = unlimited)."""
+        u = self.users.get(user)
+        n = u.max_user_client_connections if u is not None else None
+        return n if n is not None and n > 0 else self.max_user_client_connections
 
     def settings_rows(self) -> list[tuple[str, str, str, bool]]:
         """(key, value, default, changeable) for every setting, sorted as SHOW CONFIG."""

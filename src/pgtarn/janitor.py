@@ -21,8 +21,10 @@ What a client gets mirrors PostgreSQL's own timeouts where it has one:
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from .errors import PgtarnError
+from .pool.pool import Pool
 from .runtime import Runtime
 from .states import LOGGING_IN, ClientState
 from .views import ClientView
@@ -36,11 +38,25 @@ def _fatal(sqlstate: str, text: str, seconds: float) -> PgtarnError:
     return PgtarnError(text.format(seconds), sqlstate=sqlstate, severity="FATAL")
 
 
+def _fast_close(client: ClientView) -> bool:
+    """server_fast_close, session mode: a server to close (RECONNECT, or a reload changed its
+    connection string) goes as soon as its transaction has ended, and its client with it;
+    True if so."""
+    server = client.server
+    if server is None or not server.close_needed or client.query_start or server.status != b"I":
+        return False
+    client.timed_out(PgtarnError("database configuration changed (server_fast_close)",
+                                 sqlstate="08P01", severity="FATAL"))
+    return True
+
+
 class Janitor:
     """Visits every pool and every client once per tick."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        #: (database, user) -> since when the pool has had nothing (pool_idle_timeout).
+        self.empty_since: dict[tuple[str, str], float] = {}
 
     def tick(self, now: float) -> None:
         if self.runtime.suspended:
@@ -58,16 +74,44 @@ class Janitor:
                     # acquire: a session client can hold its server for hours
                     pool.last_used = now
                 elif not pool.busy and now - pool.last_used > config.autodb_idle_timeout:
-                    registry.free(pool)
+                    self._free(pool, "autodb_idle_timeout")
+        if config.pool_idle_timeout > 0:
+            self._drop_empty_pools(now, config.pool_idle_timeout)
+
+    def _drop_empty_pools(self, now: float, timeout: float) -> None:
+        """pool_idle_timeout: a pool with no clients, no servers and no listener connection
+        for that long is dropped (not one with min_pool_size: it is to keep servers)."""
+        empty_since = self.empty_since
+        seen: set[tuple[str, str]] = set()
+        for pool in self.runtime.registry:
+            key = (pool.database, pool.user)
+            if (pool.clients or pool.welcome_waiters or pool.server_count or pool.min_pool_size
+                    or (pool.board is not None and pool.board.open_links)):
+                continue
+            seen.add(key)
+            since = empty_since.setdefault(key, now)
+            if now - since > timeout:
+                self._free(pool, "pool_idle_timeout")
+                seen.discard(key)
+        for key in [k for k in empty_since if k not in seen]:
+            del empty_since[key]
+
+    def _free(self, pool: Pool[Any], reason: str) -> None:
+        log.info("%s/%s: cleaning up idle pool (%s)", pool.database, pool.user, reason)
+        self.runtime.registry.free(pool)
 
     def visit_clients(self, now: float) -> None:
         """Apply the client timeouts."""
-        login_timeout = self.runtime.config.client_login_timeout
+        config = self.runtime.config
+        login_timeout = config.client_login_timeout
+        fast_close = config.server_fast_close
         for client in tuple(self.runtime.clients):
             state = client.state
             if state is ClientState.READY:
                 pool = client.pool
                 assert pool is not None
+                if fast_close and pool.pool_mode == "session" and _fast_close(client):
+                    continue
                 timeouts = pool.client_timeouts
                 if timeouts.any:
                     self._ready_client(client, now, timeouts.query, timeouts.transaction,

@@ -54,6 +54,7 @@ class ClientView(Protocol):
 
     id: int
     user: str
+    database: str
     addr: str
     local_addr: str
     connect_time: float

@@ -75,7 +75,11 @@ EXPECTED_COLUMNS: dict[str, list[str]] = {
     "STATE": ["key", "value"],
     "VERSION": ["version"],
     "LISTENERS": ["database", "user", "channel", "clients"],  # pgtarn's own
+    "SOCKETS": [*SOCKET_COLUMNS, *_words(
+        "recv_pos pkt_pos pkt_remain send_pos send_remain pkt_avail send_avail")],
+    "PEERS": ["peer_id", "host", "port", "pool_size"],
 }
+EXPECTED_COLUMNS["ACTIVE_SOCKETS"] = EXPECTED_COLUMNS["SOCKETS"]
 #: Columns PgBouncer sends as int4 (the others of these tables are text).
 INT_COLUMNS = {
     "POOLS": set(EXPECTED_COLUMNS["POOLS"][2:15]),
@@ -90,6 +94,9 @@ INT_COLUMNS = {
     "LISTENERS": {"clients"},
 }
 INT_COLUMNS["SERVERS"] = INT_COLUMNS["CLIENTS"]
+INT_COLUMNS["SOCKETS"] = INT_COLUMNS["ACTIVE_SOCKETS"] = INT_COLUMNS["CLIENTS"] | set(
+    EXPECTED_COLUMNS["SOCKETS"][-7:])
+INT_COLUMNS["PEERS"] = {"peer_id", "port", "pool_size"}
 
 
 def admin(proc: Any, user: str = "app", password: str | None = "app_pass",
@@ -638,7 +645,7 @@ def test_connection_logging_can_be_turned_off(pgtarn_factory) -> None:  # type: 
     time.sleep(0.2)
     text = proc.log_text()
     assert "login attempt" not in text and "closing because" not in text
-    assert "new server connection" not in text
+    assert "new connection to server" not in text
     loud = pgtarn_factory()
     with connect(loud, autocommit=True) as c:
         c.execute("select 1")

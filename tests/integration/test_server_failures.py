@@ -16,8 +16,8 @@ from .test_timeouts import final_error, raw_login
 
 pytestmark = pytest.mark.integration
 
-# "S-7(app/app@127.0.0.1:5432): server connection lost" -> "S-7"
-LOST_SERVER = re.compile(r"\b(S-\d+)\(\S*\): server connection lost")
+# "S-7(app/app@127.0.0.1:5432): closing because: server connection lost" -> "S-7"
+LOST_SERVER = re.compile(r"\b(S-\d+)\(\S*\): closing because: server connection lost")
 
 
 def _via_proxy(fault_proxy, extra: str = "") -> dict[str, str]:  # type: ignore[no-untyped-def]

@@ -436,6 +436,25 @@ def test_pool_mode_and_size_precedence() -> None:
     assert c.max_user_connections_for("someone") == 0
 
 
+def test_client_connection_limits_precedence() -> None:
+    c = parse_config(
+        "[databases]\nplain = host=h\nsmall = host=h max_db_client_connections=2\n"
+        "[users]\nfew = max_user_client_connections=1\nzero = max_user_client_connections=0\n"
+        "[pgbouncer]\nmax_db_client_connections = 7\nmax_user_client_connections = 9\n"
+        "pool_idle_timeout = 30\nlogin_notify_message = hello there\n"
+    )
+    # the entry's own limit when > 0, else the global one
+    assert c.max_db_client_connections_for(c.databases["small"]) == 2
+    assert c.max_db_client_connections_for(c.databases["plain"]) == 7
+    assert c.max_user_client_connections_for("few") == 1
+    assert c.max_user_client_connections_for("zero") == 9
+    assert c.max_user_client_connections_for("anyone") == 9
+    assert c.pool_idle_timeout == 30.0
+    assert c.login_notify_message == "hello there"
+    defaults = Config.default()
+    assert (defaults.pool_idle_timeout, defaults.login_notify_message) == (0.0, "")
+
+
 # ---------------------------------------------------------------- secrecy and rows
 
 

@@ -7,6 +7,7 @@ The Prometheus endpoint reads the same tables, so both always agree.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -173,25 +174,30 @@ SOCKET_COLUMNS = _columns(
 CLIENT_COLUMNS = SOCKET_COLUMNS + _columns("ss", "pinned tracked_settings")
 
 
+def _client_row(client: ClientView, now: float) -> list[Value]:
+    """A client's SOCKET_COLUMNS."""
+    addr, port = _split_addr(client.addr)
+    local, local_port = _split_addr(client.local_addr)
+    wait, wait_us = _seconds_us(now - client.query_start if client.query_start else 0.0)
+    request = client.last_request
+    return [
+        "C", client.user, client_database(client), client.replication or "none",
+        client_state(client), addr, port,
+        local, local_port, display_time(client.connect_time),
+        display_time(_wall(request, now) if request else client.connect_time),
+        wait, wait_us, 0, _ptr(client), _ptr(client.server), client.peer_pid,
+        describe(client.tls),
+        client.params.get("application_name", ""),
+        len(client.statements.names) if client.statements is not None else 0, client.id,
+    ]  # fmt: skip
+
+
 def show_clients(runtime: Runtime) -> Table:
     now = time.monotonic()
     rows: list[list[Value]] = []
     for client in logged_in_clients(runtime):
-        addr, port = _split_addr(client.addr)
-        local, local_port = _split_addr(client.local_addr)
-        wait, wait_us = _seconds_us(now - client.query_start if client.query_start else 0.0)
-        request = client.last_request
-        rows.append([
-            "C", client.user, client_database(client), client.replication or "none",
-            client_state(client), addr, port,
-            local, local_port, display_time(client.connect_time),
-            display_time(_wall(request, now) if request else client.connect_time),
-            wait, wait_us, 0, _ptr(client), _ptr(client.server), client.peer_pid,
-            describe(client.tls),
-            client.params.get("application_name", ""),
-            len(client.statements.names) if client.statements is not None else 0, client.id,
-            ",".join(client.pin_reasons()), ",".join(client.tracked_settings()),
-        ])  # fmt: skip
+        rows.append([*_client_row(client, now), ",".join(client.pin_reasons()),
+                     ",".join(client.tracked_settings())])
     return Table(CLIENT_COLUMNS, rows)
 
 
@@ -202,24 +208,65 @@ def all_servers(runtime: Runtime) -> list[ServerView]:
     return sorted(servers, key=lambda s: s.id)
 
 
+def _server_row(server: ServerView, now: float) -> list[Value]:
+    """A server's SOCKET_COLUMNS."""
+    pool = server.pool
+    addr, port = _split_addr(server.peer)
+    local, local_port = _split_addr(server.local_addr)
+    statements = server.statements
+    return [
+        "S", pool.user, pool.database, server.replication or "none",
+        server_state(server, now), addr, port,
+        local, local_port, display_time(server.connect_time),
+        display_time(_wall(server.last_used, now)), 0, 0, int(server.close_needed),
+        _ptr(server), _ptr(server.client), server.backend_key[0], describe(server.transport),
+        server.params.get("application_name", ""),
+        len(statements.prepared) if statements is not None else 0, server.id,
+    ]  # fmt: skip
+
+
 def show_servers(runtime: Runtime) -> Table:
     now = time.monotonic()
+    return Table(SOCKET_COLUMNS, [_server_row(s, now) for s in all_servers(runtime)])
+
+
+#: SHOW SOCKETS: PgBouncer's debug columns of its socket buffers.  pgtarn has no such
+#: buffers: send_remain is what the transport has not sent yet, the others are 0.
+SOCKETS_COLUMNS = SOCKET_COLUMNS + _columns(
+    "iiiiiii", "recv_pos pkt_pos pkt_remain send_pos send_remain pkt_avail send_avail")
+
+
+def _unsent(transport: asyncio.Transport | None) -> int:
+    if transport is not None and not transport.is_closing():
+        return transport.get_write_buffer_size()
+    return 0
+
+
+def show_sockets(runtime: Runtime, active_only: bool = False) -> Table:
+    """Every client (logged in) and server connection, with SOCKETS_COLUMNS."""
+    now = time.monotonic()
     rows: list[list[Value]] = []
+    for client in logged_in_clients(runtime):
+        unsent = _unsent(client.transport)
+        rows.append([*_client_row(client, now), 0, 0, 0, 0, unsent, 0, 0])
     for server in all_servers(runtime):
-        pool = server.pool
-        addr, port = _split_addr(server.peer)
-        local, local_port = _split_addr(server.local_addr)
-        statements = server.statements
-        rows.append([
-            "S", pool.user, pool.database, server.replication or "none",
-            server_state(server, now), addr, port,
-            local, local_port, display_time(server.connect_time),
-            display_time(_wall(server.last_used, now)), 0, 0, int(server.close_needed),
-            _ptr(server), _ptr(server.client), server.backend_key[0], describe(server.transport),
-            server.params.get("application_name", ""),
-            len(statements.prepared) if statements is not None else 0, server.id,
-        ])  # fmt: skip
-    return Table(SOCKET_COLUMNS, rows)
+        unsent = _unsent(server.transport)
+        rows.append([*_server_row(server, now), 0, 0, 0, 0, unsent, 0, 0])
+    if active_only:  # as PgBouncer: the sockets with data under way
+        rows = [r for r in rows if r[-3]]
+    return Table(SOCKETS_COLUMNS, rows)
+
+
+def show_active_sockets(runtime: Runtime) -> Table:
+    return show_sockets(runtime, active_only=True)
+
+
+PEERS_COLUMNS = _columns("isii", "peer_id host port pool_size")
+
+
+def show_peers(runtime: Runtime) -> Table:
+    """Empty: pgtarn has no peering ([peers] is not read)."""
+    return Table(PEERS_COLUMNS, [])
 
 
 # --- SHOW STATS and friends ----------------------------------------------------------------------
@@ -352,8 +399,7 @@ def show_databases(runtime: Runtime) -> Table:
             int(lifetime), db.pool_mode,
             (db.load_balance_hosts or "round-robin") if len(db.hosts) > 1 else None,
             config.max_db_connections_for(db), server_counts.get(name, 0),
-            db.max_db_client_connections if db.max_db_client_connections
-            else config.max_db_client_connections,
+            config.max_db_client_connections_for(db),
             client_counts.get(name, 0), int(registry.is_paused(name)),
             int(name in registry.disabled),
         ])  # fmt: skip
@@ -370,18 +416,18 @@ USERS_COLUMNS = _columns(
 
 def show_users(runtime: Runtime) -> Table:
     config = runtime.config
-    names = set(config.users) | set(runtime.userlist) | {p.user for p in runtime.registry}
     # by the user a client logged in as: a pool with a forced user holds other users' clients
     clients = _count_by(c.user for c in logged_in_clients(runtime))
+    # with auth_query, users known only by their logins
+    names = (set(config.users) | set(runtime.userlist) | {p.user for p in runtime.registry}
+             | set(clients))
     servers: dict[str, int] = {}
     for pool in runtime.registry:
         servers[pool.user] = servers.get(pool.user, 0) + _connections(pool)
     rows: list[list[Value]] = []
     for name in sorted(names):
         entry = config.users.get(name)
-        max_clients = (entry.max_user_client_connections if entry is not None
-                       and entry.max_user_client_connections
-                       else config.max_user_client_connections)  # fmt: skip
+        max_clients = config.max_user_client_connections_for(name)
         rows.append([
             name,
             f"{entry.pool_size:9d}" if entry is not None and entry.pool_size is not None else "",
@@ -486,4 +532,7 @@ SHOW_TABLES: dict[str, Callable[[Runtime], Table]] = {
     "version": show_version,
     "prepared_statements": show_prepared_statements,
     "listeners": show_listeners,
+    "sockets": show_sockets,
+    "active_sockets": show_active_sockets,
+    "peers": show_peers,
 }

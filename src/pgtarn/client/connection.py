@@ -29,9 +29,11 @@ from time import monotonic
 from typing import assert_never, cast
 
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
+from ..config import DatabaseEntry
 from ..errors import AuthFailed, PgtarnError
 from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
+from ..proto import build
 from ..proto.client_login import (
     Authenticated,
     CancelRequested,
@@ -66,6 +68,7 @@ LOOKED_UP = frozenset({"md5", "scram-sha-256", "plain", "trust", "any"})
 ADMIN_DATABASES = ("pgbouncer", "pgtarn")
 #: Admin console logins allowed past max_client_conn, so an operator can get in when full.
 ADMIN_RESERVE = 10
+READY_FOR_QUERY_LEN = 6
 
 
 class ClientConnection(ClientRelay):
@@ -97,8 +100,9 @@ class ClientConnection(ClientRelay):
             self.waiting = False
             self._stop_listening()
         self._drop_server()
-        if (self.pool is not None or self.admin is not None) \
-                and self.runtime.config.log_disconnections:
+        # every client past its StartupMessage (not a probe that sent nothing)
+        if self.runtime.config.log_disconnections and (
+                self.database or self.close_reason or self.pool is not None):
             if self.close_reason:
                 reason = self.close_reason
             elif previous is ClientState.CLOSED:  # it sent Terminate
@@ -159,9 +163,7 @@ class ClientConnection(ClientRelay):
                     self._cancel_request(key)
                 case Close(reason):
                     if reason:
-                        self.close_reason = reason
-                        if self.runtime.config.log_connections:
-                            log.info("%r: closing because: %s", self, reason)
+                        self.close_reason = reason  # logged when the connection is lost
                     self.close()
                 case _:
                     assert_never(event)
@@ -240,6 +242,7 @@ class ClientConnection(ClientRelay):
             if db is None:
                 raise PgtarnError(f'no such database: "{database}"', sqlstate="3D000")
             self.db = db
+            self._check_client_limits(db, user)
         connection = Connection(
             local=self.addr == "unix", tls=self.tls is not None,
             address=peer_address(self.addr), certificate=has_certificate(self.tls),
@@ -262,6 +265,24 @@ class ClientConnection(ClientRelay):
                 self._act(login, login.await_secret())
                 return
         self._begin_auth(login, auth_type, secret)
+
+    def _check_client_limits(self, db: DatabaseEntry, user: str) -> None:
+        """max_db_client_connections and max_user_client_connections, as PgBouncer: this
+        client counts, admin_users are let past the database's limit."""
+        config = self.runtime.config
+        max_db = config.max_db_client_connections_for(db)
+        max_user = config.max_user_client_connections_for(user)
+        if not max_db and not max_user:
+            return
+        clients = self.runtime.clients
+        if max_db and user not in config.admin_users and max_db < sum(
+                1 for c in clients if c.database == db.name):
+            raise PgtarnError("client connections exceeded (max_db_client_connections)",
+                              sqlstate="53300")
+        if max_user and max_user < sum(
+                1 for c in clients if c.user == user and c.database not in ADMIN_DATABASES):
+            raise PgtarnError("client connections exceeded (max_user_client_connections)",
+                              sqlstate="53300")
 
     async def _look_up(self, lookup: SecretSource, auth_type: str, user: str) -> None:
         try:
@@ -314,8 +335,12 @@ class ClientConnection(ClientRelay):
             self._admin_ready(login)
             return
         self.runtime.logins.discard(self)
+        registry = self.runtime.registry
+        name = self.db.name
+        if name not in registry.databases and name not in self.runtime.config.databases:
+            log.info("registered new auto-database: db=%s", name)
         # the registry holds servers as views; this pool's are ServerConnections
-        pool = cast(Pool[ServerConnection], self.runtime.registry.get_pool(self.db, self.user))
+        pool = cast(Pool[ServerConnection], registry.get_pool(self.db, self.user))
         self.pool = pool
         self.stats = pool.stats
         pool.stats.client_logins += 1
@@ -344,6 +369,11 @@ class ClientConnection(ClientRelay):
         self.login = None
         self.params.update(welcome.params)
         self.cancel_key = welcome.cancel_key
+        message = self.runtime.config.login_notify_message
+        if message:  # login_notify_message: a NOTICE just before the first ReadyForQuery
+            data = welcome.data
+            notice = build.error_response("00000", message, "NOTICE", notice=True)
+            return data[:-READY_FOR_QUERY_LEN] + notice + data[-READY_FOR_QUERY_LEN:]
         return welcome.data
 
     def _admin_ready(self, login: ClientLogin) -> None:

@@ -93,8 +93,26 @@ class ServerConnection(ServerRelay):
             self.data_received(result.leftover)
             if self.closed:
                 return
-        if config.log_connections:
-            log.info("%r: new server connection", self)
+        if self.db.connect_query:
+            # run once, its replies swallowed; still in the pool's login container meanwhile
+            self.internal_error = None
+            self.run_internal([self.db.connect_query], self._after_connect_query)
+            return
+        self._ready()
+
+    def _after_connect_query(self) -> None:
+        if self.internal_error is not None:
+            sqlstate, message = self.internal_error
+            error = PgtarnError(f"connect_query failed: {message}", sqlstate=sqlstate or "08P01",
+                                severity="FATAL")
+            self.close(error.message)
+            self._login_failed(error)
+            return
+        self._ready()
+
+    def _ready(self) -> None:
+        if self.runtime.config.log_connections:
+            log.info("%r: new connection to server (from %s)", self, self.local_addr)
         self.pool.server_ready(self, self.params)
 
     def _login_refused(self, error: PgtarnError) -> None:
@@ -108,7 +126,7 @@ class ServerConnection(ServerRelay):
         self.closed = True
         error = TlsFailed(f"could not connect to server: TLS: {exc}", severity="FATAL")
         if self.runtime.config.log_disconnections:
-            log.info("%r: closing: %s", self, error.message)
+            log.info("%r: closing because: %s", self, error.message)
         if self.login is not None:
             self.login = None
             self._login_failed(error)
@@ -143,7 +161,7 @@ class ServerConnection(ServerRelay):
             self.client = None
             client.server_lost(self)
         if not was_closed and self.runtime.config.log_disconnections:
-            log.info("%r: server connection lost", self)
+            log.info("%r: closing because: server connection lost", self)
         self.pool.server_closed(self)
 
     def close(self, reason: str) -> None:
@@ -151,7 +169,7 @@ class ServerConnection(ServerRelay):
             return
         self.closed = True
         if self.runtime.config.log_disconnections:
-            log.info("%r: closing: %s", self, reason)
+            log.info("%r: closing because: %s", self, reason)
         if self.login is not None:
             self.login = None
             self._login_failed(PgtarnError(

@@ -9,12 +9,15 @@ from ..pool.pool import Pool
 from ..runtime import Runtime
 from .connection import ServerConnection
 from .login import server_login_for
+from .transport import log
 
 
 def launch_server(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry
                   ) -> ServerConnection:
     """Create a server connection and start connecting it in the background."""
     server = ServerConnection(runtime, pool, db, server_login_for(runtime, pool, db))
+    if pool.server_count >= pool.pool_size:  # past pool_size: only the reserve opens more
+        log.info("%r: taking connection from reserve_pool", server)
 
     async def connect() -> None:
         try:

@@ -110,7 +110,7 @@ class Listener:
     def restart(self, reason: str) -> None:
         conn = self.conn
         if conn is not None:
-            log.info("%r: reconnecting: %s", self, reason)
+            log.info("%r: closing because: %s (reconnecting)", self, reason)
             if conn.ready:
                 self._lost(conn)
             self.conn = None
@@ -168,7 +168,8 @@ class Listener:
         self.on_server = set()
         self.in_flight.clear()
         self.board.connection_lost()
-        log.warning("%r: listener connection lost; clients listening are warned",
+        log.warning("%r: closing because: listener connection lost; clients listening are "
+                    "warned",
                     self)
 
     # --- the connection's reports -----------------------------------------------------------
@@ -179,7 +180,7 @@ class Listener:
         self.failures = 0
         self.connected_at = time.monotonic()
         if self.runtime.config.log_connections:
-            log.info("%r: listener connection opened", self)
+            log.info("%r: new connection to server (listener)", self)
         self.board.connected()
         self.sync()
         if self.board.held:

@@ -216,6 +216,7 @@ class ServerRelay(ServerTransport):
         elif msg_type == 0x45:
             fields = parse_fields(body)
             log.warning("%r: internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
+            self.internal_error = (fields.get("C", ""), fields.get("M", ""))
         return False
 
     def _relayed_error(self, body: bytes) -> None:

@@ -68,6 +68,7 @@ class ServerTransport(asyncio.Protocol):
         "db",
         "fatal",
         "id",
+        "internal_error",
         "last_used",
         "local_addr",
         "login",
@@ -109,6 +110,8 @@ class ServerTransport(asyncio.Protocol):
         #: Of the swallowed ReadyForQuery, how many end a batch the statements track.
         self.swallow_syncs = 0
         self.on_clean: Callable[[], None] | None = None
+        #: (SQLSTATE, message) of the last ErrorResponse to pgtarn's own queries.
+        self.internal_error: tuple[str, str] | None = None
         #: Prepared statements this server has (transaction mode), made on first use.
         self.statements: ServerStatements | None = None
         self.closed = False
