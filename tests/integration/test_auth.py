@@ -207,3 +207,36 @@ def test_bad_startup_packets_get_clear_errors(pgtarn_factory, pg_roles):  # type
     finally:
         raw.close()
     assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
+
+
+#: PgBouncer's longest password; its PasswordMessage (length field) is 65,536 bytes.
+LONGEST_PASSWORD = 65531
+
+
+@pytest.mark.parametrize("auth_type", ["plain", "md5", "scram-sha-256"])
+def test_a_password_of_pgbouncers_longest_length_logs_in(pgtarn_factory, pg_cluster, auth_type):  # type: ignore[no-untyped-def]
+    """A 65,531-byte password, set on a PostgreSQL role and in the auth_file, works with each
+    auth_type (plain: the client sends it in a PasswordMessage of 64 KiB); the server login
+    is SCRAM with the same password. A longer login message is still refused."""
+    role = f"long_pw_{auth_type.replace('-', '_')}"
+    password = ("p4ssw0rd-" * (LONGEST_PASSWORD // 9 + 1))[:LONGEST_PASSWORD]
+    pg_cluster.create_role(role, password)
+    try:
+        proc = pgtarn_factory(settings={"auth_type": auth_type}, userlist={role: password})
+        with psycopg.connect(proc.dsn(role, None), password=password, autocommit=True) as conn:
+            assert conn.execute("select current_user").fetchone() == (role,)
+        if auth_type == "plain":
+            sqlstate, _message = login_error(proc, role, password[:-1] + "X")
+            assert sqlstate == "28P01"
+            raw = RawClient(proc.host, proc.port)
+            try:
+                raw.startup(user=role, database="app")
+                assert raw.read_message()[0] == "R"
+                too_long = b"x" * (LONGEST_PASSWORD + 1) + b"\0"  # a length field of 65,537
+                raw.send(b"p" + struct.pack("!I", 4 + len(too_long)) + too_long)
+                msg_type, body = raw.read_message()
+                assert msg_type == "E" and error_fields(body)["C"] == "08P01"
+            finally:
+                raw.close()
+    finally:
+        pg_cluster.psql(f'DROP ROLE IF EXISTS "{role}"')

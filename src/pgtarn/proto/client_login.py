@@ -28,9 +28,14 @@ from .framing import MessageScanner, StartupReader
 from .messages import CANCEL_REQUEST, GSSENC_REQUEST, SSL_REQUEST, parse_startup
 
 #: Every message type is read while logging in (only PasswordMessage and Terminate are
-#: accepted); the longest accepted message or startup packet.
+#: accepted).
 _ALL_TYPES = frozenset(range(256))
-MAX_LOGIN_MESSAGE = 10000
+#: The longest message of the password exchange (its length field): a PasswordMessage with
+#: PgBouncer's longest password, 65,531 bytes; SCRAM messages are far shorter. Bounded, so
+#: that a client cannot make the login buffer grow without end.
+MAX_LOGIN_MESSAGE = 65536
+#: The longest startup packet: PostgreSQL's own limit (MAX_STARTUP_PACKET_LENGTH).
+MAX_STARTUP_PACKET = 10000
 #: The first byte of a TLS record (a handshake): no startup packet is that long.
 _TLS_HANDSHAKE = b"\x16"
 _RFQ_IDLE = build.ready_for_query(b"I")
@@ -183,7 +188,7 @@ class ClientLogin:
         self.tls = False
         self._binding: bytes | None = None
         self._direct = False
-        self._reader = StartupReader(MAX_LOGIN_MESSAGE)
+        self._reader = StartupReader(MAX_STARTUP_PACKET)
         self._scanner = MessageScanner(_ALL_TYPES, MAX_LOGIN_MESSAGE)
         #: Bytes received behind a packet that waits for a decision.
         self._unread = b""

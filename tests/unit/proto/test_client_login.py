@@ -344,8 +344,16 @@ def test_a_message_other_than_a_password_is_refused() -> None:
 def test_a_password_message_too_long() -> None:
     login = started()
     login.begin_auth("plain", "pw")
-    failure = only_failure(login.receive_data(b"p" + struct.pack("!I", 10001)))
-    assert fields(failure.response)["M"] == "invalid message length 10001 for message type 'p'"
+    failure = only_failure(login.receive_data(b"p" + struct.pack("!I", 65537)))
+    assert fields(failure.response)["M"] == "invalid message length 65537 for message type 'p'"
+
+
+def test_a_password_of_pgbouncers_longest_length_is_read() -> None:
+    password = "x" * 65531  # its PasswordMessage has a length field of 65,536
+    login = started()
+    login.begin_auth("plain", password)
+    events = login.receive_data(build.password_message(password.encode() + b"\0"))
+    assert any(isinstance(e, Authenticated) for e in events)
 
 
 def test_unsupported_auth_type() -> None:
