@@ -95,6 +95,9 @@ class Runtime:
         #: What auth_query found, by (database, user), kept across RELOADs: a pool's new
         #: servers log in with it.
         self.found_secrets: OrderedDict[tuple[str, str], str] = OrderedDict()
+        #: (parameter, value a client started with) -> the form a server reported it in, for
+        #: the parameters proto/parameters.py has no rule for (TimeZone's spelling).
+        self.reported_forms: dict[tuple[str, str], str] = {}
         #: auth_hba_file and auth_ident_file, parsed (None: not set).
         self.hba: HbaRules | None = None
         self.ident: IdentMaps | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import psycopg
 import pytest
 
@@ -96,3 +97,57 @@ def test_track_extra_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
         a.execute("set IntervalStyle = 'iso_8601'")
         assert show(b, "intervalstyle") == "postgres"
         assert show(a, "intervalstyle") == "iso_8601"
+
+
+
+#: Startup values PostgreSQL reports in another form (and some it keeps as given).
+ENCODINGS = ["utf8", "unicode", "latin1", "ISO-8859-5", "win1252", "sql_ascii", "Windows-1251"]
+STARTUP_VALUES = [
+    ("DateStyle", "iso, mdy"), ("DateStyle", "german"), ("DateStyle", "sql"),
+    ("DateStyle", "ymd"), ("DateStyle", "Postgres, dmy"), ("DateStyle", "euro"),
+    ("TimeZone", "europe/paris"), ("TimeZone", "UTC"),
+    ("IntervalStyle", "ISO_8601"), ("standard_conforming_strings", "yes"),
+]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_client_encoding_is_reported_as_postgresql_reports_it(pgtarn_factory, pg_dsn, encoding):  # type: ignore[no-untyped-def]
+    """The welcome's ParameterStatus is PostgreSQL's canonical form (utf8 -> UTF8), before
+    any query, and after queries on a shared server too."""
+    with psycopg.connect(pg_dsn, client_encoding=encoding) as direct:
+        expected = direct.info.parameter_status("client_encoding")
+    assert expected is not None
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+    for _ in range(2):
+        with connect(proc, autocommit=True, client_encoding=encoding) as conn:
+            assert conn.info.parameter_status("client_encoding") == expected
+            shown = conn.execute("show client_encoding").fetchone()[0]  # bytes in SQL_ASCII
+            assert (shown.decode() if isinstance(shown, bytes) else shown) == expected
+            assert conn.info.parameter_status("client_encoding") == expected
+
+
+@pytest.mark.parametrize(("name", "value"), STARTUP_VALUES)
+def test_startup_values_as_postgresql_says(pgtarn_factory, pg_cluster, pg_roles, name, value):  # type: ignore[no-untyped-def]
+    """The same for the other tracked parameters, sent as startup parameters (asyncpg).
+    TimeZone's spelling comes from PostgreSQL's time zone files: the first client to use a
+    spelling is told PostgreSQL's as its first query runs, the next ones at welcome."""
+    async def reported(host: str, port: int) -> tuple[str, str, str]:
+        conn = await asyncpg.connect(host=host, port=port, user="app", password=pg_roles["app"],
+                                     database="app", ssl=False, statement_cache_size=0,
+                                     server_settings={name: value})
+        try:
+            welcome = getattr(conn.get_settings(), name)
+            shown = await conn.fetchval(f"show {name}")
+            return welcome, shown, getattr(conn.get_settings(), name)
+        finally:
+            await conn.close()
+
+    expected = asyncio.run(reported(pg_cluster.host, pg_cluster.port))
+    assert expected[0] == expected[2]
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+    first = asyncio.run(reported(proc.host, proc.port))
+    if name == "TimeZone":
+        assert first[1:] == expected[1:]
+    else:
+        assert first == expected
+    assert asyncio.run(reported(proc.host, proc.port)) == expected

@@ -316,9 +316,10 @@ class ClientConnection(ClientRelay):
             self.welcome_ready()
 
     def _welcome(self, login: ClientLogin, server_params: Mapping[str, str],
-                 tracked: Iterable[str]) -> bytes:
+                 tracked: Iterable[str],
+                 reported: Mapping[tuple[str, str], str] | None = None) -> bytes:
         """The welcome's bytes; this client's tracked parameters and cancel key are set."""
-        welcome = login.welcome(server_params, tracked)
+        welcome = login.welcome(server_params, tracked, reported)
         self.login = None
         self.params.update(welcome.params)
         self.cancel_key = welcome.cancel_key
@@ -343,7 +344,8 @@ class ClientConnection(ClientRelay):
         """The pool knows the server's parameters: finish this client's login."""
         pool, login = self.pool, self.login
         assert pool is not None and pool.welcome is not None and login is not None
-        welcome = self._welcome(login, pool.welcome, self.tracked_names())
+        welcome = self._welcome(login, pool.welcome, self.tracked_names(),
+                                self.runtime.reported_forms)
         self.runtime.cancel_keys[self.cancel_key] = self
         self.state = ClientState.READY
         pool.client_joined(self)

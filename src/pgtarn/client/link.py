@@ -8,12 +8,15 @@ from time import monotonic
 from ..errors import PgtarnError
 from ..pool.stats import BUCKETS
 from ..proto import build
+from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
 from ..session.tracking import CLOSE_AFTER
 from ..states import ClientState
 from .listening import READY, ClientListening
 from .transport import PendingParts
 
+#: At most this many reported forms of startup values are kept (Runtime.reported_forms).
+REPORTED_FORMS = 256
 #: Bytes held for a server that is not there yet past which the client is not read.
 PENDING_PAUSE = 256 * 1024
 WAIT_NOTICE = build.error_response(
@@ -72,10 +75,21 @@ class ClientLink(ClientListening):
         if server is not None:
             server.send_cancel(self)
 
-    def parameter_changed(self, name: str, value: str) -> None:
-        """The linked server reported a new value (ParameterStatus): keep the client's own."""
-        if name in self.params:
-            self.params[name] = value
+    def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
+        """The linked server reported a new value (ParameterStatus): keep the client's own.
+        One reported in the reply to pgtarn's SET of the client's value (hidden) differs from
+        what the client was told only when PostgreSQL spells that value its own way: the
+        client is told now, as PostgreSQL would have told it."""
+        params = self.params
+        if name in params:
+            if hidden and params[name] != value:
+                self.write(build.parameter_status(name, value))
+                if not has_rule(name):  # the next welcome says it
+                    forms = self.runtime.reported_forms
+                    if len(forms) >= REPORTED_FORMS:
+                        forms.clear()
+                    forms[(name, params[name])] = value
+            params[name] = value
 
     def timed_out(self, error: PgtarnError) -> None:
         """The janitor ends this client (a timeout): error, unless a reply is half sent."""

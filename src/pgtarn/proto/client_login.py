@@ -26,6 +26,7 @@ from . import build
 from .client_side import ClientAuth
 from .framing import MessageScanner, StartupReader
 from .messages import CANCEL_REQUEST, GSSENC_REQUEST, SSL_REQUEST, parse_startup
+from .parameters import reported_form
 
 #: Every message type is read while logging in (only PasswordMessage and Terminate are
 #: accepted).
@@ -137,17 +138,25 @@ def failed(error: PgtarnError) -> Failed:
 
 
 def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, str],
-                  tracked: Iterable[str], negotiate: tuple[int, list[str]] | None) -> Welcome:
+                  tracked: Iterable[str], negotiate: tuple[int, list[str]] | None,
+                  reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
     """[NegotiateProtocolVersion], ParameterStatus for each parameter, BackendKeyData and
     ReadyForQuery: the welcome of every login, to a pool or to the admin console.
 
     server_params: what the server side reports (a pool's first server, or the console's
-    own); a tracked parameter the client set in its StartupMessage replaces its value.
+    own); a tracked parameter the client set in its StartupMessage replaces its value, in the
+    form PostgreSQL reports it: reported[(name, value)] when a server reported it already,
+    else by proto/parameters.py's rules.
     """
     welcome = dict(server_params)
     params: dict[str, str] = {}
     for name in tracked:
-        value = client_params.get(name, welcome.get(name))
+        value = client_params.get(name)
+        if value is not None:  # as PostgreSQL would report it (utf8 -> UTF8)
+            known = None if reported is None else reported.get((name, value))
+            value = known if known is not None else reported_form(name, value, server_params)
+        else:
+            value = welcome.get(name)
         if value is not None:
             params[name] = value
             welcome[name] = value
@@ -376,11 +385,13 @@ class ClientLogin:
             events += self.receive_data(rest)
         return events
 
-    def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str]) -> Welcome:
+    def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str],
+                reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
         """After Authenticated: the welcome (build_welcome) with this client's parameters."""
         self._expect(LoginState.AUTHENTICATED)
         self.state = LoginState.DONE
-        return build_welcome(server_params, self.startup_params, tracked, self.negotiate)
+        return build_welcome(server_params, self.startup_params, tracked, self.negotiate,
+                             reported)
 
     def _expect(self, state: LoginState) -> None:
         if self.state is not state:

@@ -212,7 +212,7 @@ class ServerRelay(ServerTransport):
                 on_clean()
             return True
         if msg_type == 0x53:
-            self._parameter_status(body)
+            self._parameter_status(body, hidden=True)
         elif msg_type == 0x45:
             fields = parse_fields(body)
             log.warning("%r: internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
@@ -228,11 +228,11 @@ class ServerRelay(ServerTransport):
         if fields.get("S") in ("FATAL", "PANIC"):
             self.fatal = f'{fields.get("C", "")} {fields.get("M", "")}'
 
-    def _parameter_status(self, body: bytes) -> None:
+    def _parameter_status(self, body: bytes, hidden: bool = False) -> None:
         name, value = parse_parameter_status(body)
         self.params[name] = value
         client = self.client
         if client is not None:
-            client.parameter_changed(name, value)
+            client.parameter_changed(name, value, hidden)
 
     # --- commands from the client side ----------------------------------------------------------

@@ -38,7 +38,9 @@ class LinkedClient(Protocol[Server]):
 
     def server_lost(self, server: Server) -> None: ...
 
-    def parameter_changed(self, name: str, value: str) -> None: ...
+    def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
+        """The server reported a new value; hidden: in the reply to pgtarn's own SET (the
+        client did not see it)."""
 
     def error_relayed(self) -> None: ...
 

@@ -429,3 +429,16 @@ def test_welcome_of_the_admin_console() -> None:
     assert named.params == {"application_name": "psql"}
     assert named.cancel_key != plain.cancel_key
     assert 0 <= named.cancel_key[0] < 2**31 and 0 <= named.cancel_key[1] < 2**32
+
+
+def test_the_welcome_reports_startup_values_as_postgresql_does() -> None:
+    server = {"client_encoding": "UTF8", "DateStyle": "ISO, MDY", "TimeZone": "UTC"}
+    tracked = ("client_encoding", "DateStyle", "TimeZone")
+    given = {"client_encoding": "latin1", "DateStyle": "german", "TimeZone": "europe/paris"}
+    welcome = build_welcome(server, given, tracked, None)
+    assert welcome.params == {"client_encoding": "LATIN1", "DateStyle": "German, DMY",
+                              "TimeZone": "europe/paris"}
+    learned = {("TimeZone", "europe/paris"): "Europe/Paris"}
+    welcome = build_welcome(server, given, tracked, None, learned)
+    assert welcome.params["TimeZone"] == "Europe/Paris"
+    assert build.parameter_status("TimeZone", "Europe/Paris") in welcome.data

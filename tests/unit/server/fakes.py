@@ -92,7 +92,7 @@ class FakeClient:
     def server_lost(self, server: ServerConnection) -> None:
         self.lost = True
 
-    def parameter_changed(self, name: str, value: str) -> None:
+    def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
         pass
 
     def error_relayed(self) -> None:
