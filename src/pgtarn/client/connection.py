@@ -26,7 +26,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from time import monotonic
-from typing import assert_never, cast
+from typing import NoReturn, assert_never, cast
 
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
 from ..errors import AuthFailed, PgtarnError
@@ -309,6 +309,10 @@ class ClientConnection(ClientRelay):
             pool.scram_keys = scram_keys
         if self.database in self.runtime.registry.disabled:
             raise PgtarnError(f'database "{self.database}" is disabled', sqlstate="08P01")
+        if login.startup_settings and (self.pool_mode == "session"
+                                       or not self.runtime.config.track_session_state):
+            # nothing would carry them from server to server: PgBouncer's refusal
+            _refuse_options(login)
         if pool.welcome is None:
             self.state = ClientState.WELCOME
             pool.wait_welcome(self)
@@ -331,6 +335,8 @@ class ClientConnection(ClientRelay):
             # After authentication, so that the refusal says nothing about the password.
             raise PgtarnError("not allowed: not in admin_users or stats_users",
                               sqlstate="28000")
+        if login.startup_settings:
+            _refuse_options(login)
         welcome = self._welcome(login, PARAMETERS, TRACKED)
         self.admin = AdminSession(self, self.runtime, self.admin_role == "admin")
         self.state = ClientState.ADMIN
@@ -344,6 +350,7 @@ class ClientConnection(ClientRelay):
         """The pool knows the server's parameters: finish this client's login."""
         pool, login = self.pool, self.login
         assert pool is not None and pool.welcome is not None and login is not None
+        startup_settings = login.startup_settings
         welcome = self._welcome(login, pool.welcome, self.tracked_names(),
                                 self.runtime.reported_forms)
         self.runtime.cancel_keys[self.cancel_key] = self
@@ -351,6 +358,8 @@ class ClientConnection(ClientRelay):
         pool.client_joined(self)
         self.idle_since = monotonic()
         self._start_relay()
+        if startup_settings:  # refused at _authenticated unless the session is tracked
+            self._start_with_settings(startup_settings)
         self.write(welcome)
 
     def _cancel_request(self, key: tuple[int, int]) -> None:
@@ -362,3 +371,10 @@ class ClientConnection(ClientRelay):
         self.state = ClientState.CLOSED
         if self.transport is not None:
             self.transport.close()
+
+
+def _refuse_options(login: ClientLogin) -> NoReturn:
+    """options set something that is not a tracked parameter, and this client's session is
+    not tracked: PgBouncer's refusal."""
+    name = next(iter(login.startup_settings))
+    raise PgtarnError(f"unsupported startup parameter in options: {name}", sqlstate="08P01")

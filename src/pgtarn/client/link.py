@@ -57,7 +57,13 @@ class ClientLink(ClientListening):
         """Make server ours; it SETs the tracked parameters that differ on it."""
         self.server = server
         session = self.session
-        server.link(self, self.params, None if session is None else session.state.settings)
+        if session is None:
+            server.link(self, self.params, None)
+            return
+        state = session.state
+        if state.restore:  # a RESET removed startup settings (options): set them again
+            state.restore_startup()
+        server.link(self, self.params, state.settings)
 
     def waiting_too_long(self) -> None:
         if not self.wait_notified:

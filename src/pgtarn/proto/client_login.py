@@ -26,7 +26,7 @@ from . import build
 from .client_side import ClientAuth
 from .framing import MessageScanner, StartupReader
 from .messages import CANCEL_REQUEST, GSSENC_REQUEST, SSL_REQUEST, parse_startup
-from .parameters import reported_form
+from .parameters import BAD_OPTIONS, parse_options, reported_form
 
 #: Every message type is read while logging in (only PasswordMessage and Terminate are
 #: accepted).
@@ -189,7 +189,7 @@ class ClientLogin:
     """One client's login (see the module docstring)."""
 
     __slots__ = ("_auth", "_binding", "_direct", "_reader", "_scanner", "_unread",
-                 "negotiate", "startup", "startup_params", "state", "tls")
+                 "negotiate", "startup", "startup_params", "startup_settings", "state", "tls")
 
     def __init__(self) -> None:
         self.state = LoginState.STARTUP
@@ -205,6 +205,8 @@ class ClientLogin:
         #: The StartupMessage, once received; the tracked parameters it sets (check_startup).
         self.startup: Startup | None = None
         self.startup_params: dict[str, str] = {}
+        #: Settings from options that are not tracked parameters (check_startup).
+        self.startup_settings: dict[str, str] = {}
         #: A StartupMessage of protocol 3.x, x > 0: (newest minor spoken, the protocol options
         #: not understood) for NegotiateProtocolVersion.
         self.negotiate: tuple[int, list[str]] | None = None
@@ -331,7 +333,12 @@ class ClientLogin:
 
     def check_startup(self, tracked: Sequence[str], ignored: Iterable[str]) -> Failed | None:
         """After StartupReceived: refuse a StartupMessage without a user or with a parameter
-        that is neither tracked nor ignored; keep the tracked ones (startup_params)."""
+        that is neither tracked nor ignored; keep the tracked ones (startup_params).
+
+        options (`-c name=value` pairs) is read as PgBouncer reads it: a tracked name is a
+        tracked parameter (one given outside options wins, as in PostgreSQL); a name in
+        ignored, or any name when options itself is ignored, is dropped; any other is kept in
+        startup_settings, for the caller to apply as a session setting or refuse."""
         self._expect(LoginState.DECIDING)
         assert self.startup is not None
         if not self.startup.user:
@@ -339,11 +346,22 @@ class ClientLogin:
                 PgtarnError("no user name specified in startup packet", sqlstate="28000"))
         canonical = {name.lower(): name for name in tracked}
         ignored_names = {name.lower() for name in ignored}
-        for name, value in self.startup.params.items():
+        params = self.startup.params
+        if "options" in params:
+            pairs = parse_options(params["options"])
+            if pairs is None:
+                return self._fail(PgtarnError(BAD_OPTIONS, sqlstate="08P01"))
+            for name, value in pairs:
+                tracked_name = canonical.get(name.lower())
+                if tracked_name is not None:
+                    self.startup_params[tracked_name] = value
+                elif name.lower() not in ignored_names and "options" not in ignored_names:
+                    self.startup_settings[name.lower()] = value
+        for name, value in params.items():
             tracked_name = canonical.get(name.lower())
             if tracked_name is not None:
                 self.startup_params[tracked_name] = value
-            elif name.lower() not in ignored_names:
+            elif name != "options" and name.lower() not in ignored_names:
                 return self._fail(
                     PgtarnError(f"unsupported startup parameter: {name}", sqlstate="08P01"))
         return None

@@ -108,3 +108,43 @@ def reported_form(name: str, value: str, current: Mapping[str, str]) -> str:
         return value
     reported = rule(value, current.get(name))
     return value if reported is None else reported
+
+
+#: PgBouncer's refusal of an options parameter it cannot read.
+BAD_OPTIONS = ("unsupported options startup parameter: only '-c config=val' and "
+               "'--config=val' are allowed")
+
+
+def parse_options(text: str) -> list[tuple[str, str]] | None:
+    """The (name, value) pairs of a StartupMessage's options parameter, which holds
+    command-line switches as PostgreSQL reads them: `-c name=value` or `--name=value`,
+    separated by whitespace, a backslash taking the next character as it is (`\\ ` for a
+    space). None when it holds anything else (another switch, a pair without '=').
+    A '-' in a name is a '_', as PostgreSQL reads it."""
+    pairs: list[tuple[str, str]] = []
+    pos, end = 0, len(text)
+    while True:
+        while pos < end and text[pos].isspace():
+            pos += 1
+        if pos == end:
+            return pairs
+        if text.startswith("-c", pos):
+            pos += 2
+            while pos < end and text[pos].isspace():
+                pos += 1
+        elif text.startswith("--", pos):
+            pos += 2
+        else:
+            return None
+        token: list[str] = []
+        while pos < end and not text[pos].isspace():
+            if text[pos] == "\\":
+                pos += 1
+                if pos == end:
+                    break
+            token.append(text[pos])
+            pos += 1
+        name, equals, value = "".join(token).partition("=")
+        if not equals or not name:
+            return None
+        pairs.append((name.replace("-", "_"), value))

@@ -197,13 +197,12 @@ def test_startup_parameters_tracked_ignored_or_refused() -> None:
                                extra_float_digits="3"))
     assert login.check_startup(TRACKED, ["Extra_Float_Digits"]) is None
     assert login.startup_params == {"TimeZone": "UTC", "application_name": "app"}
-    for name in ("options", "replication"):
-        login = ClientLogin()
-        login.receive_data(startup(user="u", **{name: "x"}))
-        failure = login.check_startup(TRACKED, ["extra_float_digits"])
-        assert failure is not None
-        assert fields(failure.response)["C"] == "08P01"
-        assert fields(failure.response)["M"] == f"unsupported startup parameter: {name}"
+    login = ClientLogin()
+    login.receive_data(startup(user="u", replication="x"))
+    failure = login.check_startup(TRACKED, ["extra_float_digits"])
+    assert failure is not None
+    assert fields(failure.response)["C"] == "08P01"
+    assert fields(failure.response)["M"] == "unsupported startup parameter: replication"
 
 
 def test_newer_minor_version_is_negotiated_in_the_welcome() -> None:
@@ -442,3 +441,27 @@ def test_the_welcome_reports_startup_values_as_postgresql_does() -> None:
     welcome = build_welcome(server, given, tracked, None, learned)
     assert welcome.params["TimeZone"] == "Europe/Paris"
     assert build.parameter_status("TimeZone", "Europe/Paris") in welcome.data
+
+
+def test_options_give_tracked_parameters_and_settings() -> None:
+    login = ClientLogin()
+    options = "-c TimeZone=UTC -c work_mem=8MB --application-name=inner -c skip.me=1"
+    login.receive_data(startup(user="u", options=options, application_name="outer"))
+    assert login.check_startup(("TimeZone", "application_name"), ("skip.me",)) is None
+    assert login.startup_params == {"TimeZone": "UTC", "application_name": "outer"}
+    assert login.startup_settings == {"work_mem": "8MB"}
+
+
+def test_options_ignored_keeps_only_the_tracked_ones() -> None:
+    login = ClientLogin()
+    login.receive_data(startup(user="u", options="-c TimeZone=UTC -c work_mem=8MB"))
+    assert login.check_startup(("TimeZone",), ("options",)) is None
+    assert login.startup_params == {"TimeZone": "UTC"} and login.startup_settings == {}
+
+
+def test_options_that_are_not_name_value_pairs_are_refused() -> None:
+    login = ClientLogin()
+    login.receive_data(startup(user="u", options="-d 5"))
+    failure = login.check_startup(("TimeZone",), ("options",))
+    assert failure is not None and fields(failure.response)["C"] == "08P01"
+    assert fields(failure.response)["M"].startswith("unsupported options startup parameter")

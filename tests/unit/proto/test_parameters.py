@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgtarn.proto.parameters import has_rule, reported_form
+from pgtarn.proto.parameters import has_rule, parse_options, reported_form
 
 DEFAULTS = {"DateStyle": "ISO, MDY", "TimeZone": "UTC"}
 
@@ -40,3 +40,20 @@ def test_other_rules_and_values_kept_as_given() -> None:
     assert reported_form("application_name", "Mixed Case", DEFAULTS) == "Mixed Case"
     assert has_rule("datestyle") and has_rule("client_encoding")
     assert not has_rule("TimeZone") and not has_rule("application_name")
+
+
+@pytest.mark.parametrize(("text", "pairs"), [
+    ("", []), ("   ", []), ("-c a=1", [("a", "1")]), ("-ca=1 --b=2", [("a", "1"), ("b", "2")]),
+    ("  -c   datestyle=German,\\ YMD  ", [("datestyle", "German, YMD")]),
+    ("-c t\\imezone=\\P\\ortugal", [("timezone", "Portugal")]),
+    ("--work-mem=8MB", [("work_mem", "8MB")]), ("-c x=a=b", [("x", "a=b")]),
+    ("-c x= ", [("x", "")]), ("-c x=a\\", [("x", "a")]),
+])
+def test_parse_options(text: str, pairs: list[tuple[str, str]]) -> None:
+    assert parse_options(text) == pairs
+
+
+@pytest.mark.parametrize("text", ["-d", "-c timezone", "-c =x", "work_mem=1", "-c a=1 -x",
+                                  "-"])
+def test_parse_options_refuses_other_switches(text: str) -> None:
+    assert parse_options(text) is None
