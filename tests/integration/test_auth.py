@@ -240,3 +240,24 @@ def test_a_password_of_pgbouncers_longest_length_logs_in(pgtarn_factory, pg_clus
                 raw.close()
     finally:
         pg_cluster.psql(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_login_refusals_in_pgbouncers_words(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+    """PgBouncer's wording (which names no user); PostgreSQL's SQLSTATEs."""
+    for auth_type, words in (("plain", "password"), ("md5", "password"),
+                             ("scram-sha-256", "SASL")):
+        proc = pgtarn_factory(settings={"auth_type": auth_type})
+        for user in ("app", "nobody"):
+            assert login_error(proc, user, "wrong") == (
+                "28P01", f"{words} authentication failed")
+    proc = pgtarn_factory(settings={"auth_type": "trust"})
+    assert login_error(proc, "nobody", None) == ("28000", '"trust" authentication failed')
+    base = f"host={pg_cluster.host} port={pg_cluster.port}"
+    proc = pgtarn_factory(databases={"app": f"{base} dbname=app"})
+    assert login_error(proc, "app", pg_roles["app"], dbname="nosuchdb") == (
+        "3D000", "no such database: nosuchdb")
+    # auth_dbname that is not a database: the client is told PgBouncer's words, the log why
+    proc = pgtarn_factory(databases={"app": f"{base} dbname=app auth_dbname=missing"},
+                          settings={"auth_user": "app"}, userlist={"app": pg_roles["app"]})
+    assert login_error(proc, "scram_user", pg_roles["scram_user"])[1] == "bouncer config error"
+    assert 'auth_dbname "missing" is not a database' in proc.log_text()

@@ -222,7 +222,7 @@ class ClientConnection(ClientRelay):
         else:
             db = config.find_database(database)
             if db is None:
-                raise PgtarnError(f'no such database: "{database}"', sqlstate="3D000")
+                raise PgtarnError(f"no such database: {database}", sqlstate="3D000")
             self.db = db
         connection = Connection(
             local=self.addr == "unix", tls=self.tls is not None,

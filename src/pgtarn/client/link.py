@@ -19,8 +19,8 @@ from .transport import PendingParts
 REPORTED_FORMS = 256
 #: Bytes held for a server that is not there yet past which the client is not read.
 PENDING_PAUSE = 256 * 1024
-WAIT_NOTICE = build.error_response(
-    "00000", "all server connections of this pool are in use; the query is queued",
+WAIT_NOTICE = build.error_response(  # PgBouncer's words: alerting matches them
+    "00000", "No server connection available in postgres backend, client being queued",
     "NOTICE", hint="the pool size (pool_size, max_db_connections) limits the servers",
     notice=True,
 )
@@ -80,6 +80,11 @@ class ClientLink(ClientListening):
         server = self.server
         if server is not None:
             server.send_cancel(self)
+
+    def query_timed_out(self) -> bool:
+        """The query under way was cancelled for query_timeout (cancel_query)."""
+        cancelled = self.cancelled_at
+        return cancelled != 0.0 and cancelled >= self.query_start
 
     def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
         """The linked server reported a new value (ParameterStatus): keep the client's own.

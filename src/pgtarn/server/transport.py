@@ -44,6 +44,9 @@ class LinkedClient(Protocol[Server]):
 
     def error_relayed(self) -> None: ...
 
+    def query_timed_out(self) -> bool:
+        """pgtarn cancelled the query under way for query_timeout."""
+
     def pause_reading(self) -> None: ...
 
     def resume_reading(self) -> None: ...

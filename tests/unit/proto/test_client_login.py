@@ -230,7 +230,7 @@ def test_trust() -> None:
 def test_trust_refuses_an_unknown_user() -> None:
     failure = only_failure(started(user="ghost").begin_auth("trust", None))
     assert fields(failure.response)["C"] == "28000"
-    assert fields(failure.response)["M"] == 'no such user: "ghost"'
+    assert fields(failure.response)["M"] == '"trust" authentication failed'
 
 
 def test_md5_exchange() -> None:
@@ -285,7 +285,7 @@ def test_scram_wrong_password_gives_28p01(secret: str) -> None:
     failure = only_failure(events)
     assert isinstance(failure.error, AuthFailed)
     assert failure.response == build.error_response(
-        "28P01", 'password authentication failed for user "u"', "FATAL")
+        "28P01", "SASL authentication failed", "FATAL")
     assert login.state is LoginState.DONE
     assert login.receive_data(build.password_message(b"again\x00")) == []
 
@@ -296,7 +296,7 @@ def test_md5_wrong_password_gives_28p01() -> None:
     failure = only_failure(login.receive_data(build.password_message(b"md5nope\x00")))
     assert fields(failure.response) == {
         "S": "FATAL", "V": "FATAL", "C": "28P01",
-        "M": 'password authentication failed for user "u"'}
+        "M": "password authentication failed"}
 
 
 def test_channel_binding_with_the_certificate_hash() -> None:

@@ -98,6 +98,9 @@ class FakeClient:
     def error_relayed(self) -> None:
         self.errors += 1
 
+    def query_timed_out(self) -> bool:
+        return False
+
     def pause_reading(self) -> None:
         pass
 
