@@ -250,6 +250,7 @@ def test_login_refusals_in_pgbouncers_words(pgtarn_factory, pg_cluster, pg_roles
         for user in ("app", "nobody"):
             assert login_error(proc, user, "wrong") == (
                 "28P01", f"{words} authentication failed")
+            assert f"login failed: db=app user={user}" in proc.log_text()
     proc = pgtarn_factory(settings={"auth_type": "trust"})
     assert login_error(proc, "nobody", None) == ("28000", '"trust" authentication failed')
     base = f"host={pg_cluster.host} port={pg_cluster.port}"

@@ -143,8 +143,12 @@ class ClientConnection(ClientRelay):
                 case Authenticated(scram_keys):
                     self._authenticated(login, scram_keys)
                 case Failed(error, response):
-                    if isinstance(error, AuthFailed) and self.secret_lookup is not None:
-                        self.secret_lookup.forget(self.user)  # maybe changed: ask again next time
+                    if isinstance(error, AuthFailed):
+                        if self.secret_lookup is not None:  # maybe changed: ask again next time
+                            self.secret_lookup.forget(self.user)
+                        if self.runtime.config.log_connections:  # PgBouncer's log words
+                            log.info("%r: login failed: db=%s user=%s", self, self.database,
+                                     self.user)
                     self.close(error, response)
                 case TlsRequested(direct):
                     self._tls_requested(login, direct)
