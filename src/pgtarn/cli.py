@@ -7,7 +7,7 @@ import asyncio
 import os
 import sys
 
-from . import __version__
+from . import VERSION_LINE
 from .app import App
 from .configfile import load_config
 from .demo import run_demo
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_demo(args_list[1:])
     args = build_parser().parse_args(args_list)
     if args.version:
-        print(f"pgtarn {__version__}")
+        print(VERSION_LINE)
         return 0
     if not args.config:
         build_parser().print_usage(sys.stderr)

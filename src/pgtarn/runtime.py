@@ -23,6 +23,8 @@ from .views import ClientView, SecretSource, ServerView
 
 log = logging.getLogger("pgtarn")
 
+#: What a client is told when the configuration does not let it log in (PgBouncer's words).
+CONFIG_ERROR = "bouncer config error"
 #: At most this many secrets found by auth_query are kept for server logins.
 FOUND_SECRETS = 10_000
 
@@ -100,6 +102,9 @@ class Runtime:
         #: What auth_query found, by (database, user), kept across RELOADs: a pool's new
         #: servers log in with it.
         self.found_secrets: OrderedDict[tuple[str, str], str] = OrderedDict()
+        #: (parameter, value a client started with) -> the form a server reported it in, for
+        #: the parameters proto/parameters.py has no rule for (TimeZone's spelling).
+        self.reported_forms: dict[tuple[str, str], str] = {}
         #: auth_hba_file and auth_ident_file, parsed (None: not set).
         self.hba: HbaRules | None = None
         self.ident: IdentMaps | None = None
@@ -113,8 +118,9 @@ class Runtime:
         target_name = db.auth_dbname or config.auth_dbname
         target = config.find_database(target_name) if target_name else db
         if target is None:
-            raise PgtarnError(f'auth_dbname "{target_name}" is not a database of [databases]',
-                              sqlstate="08006")
+            # the detail is for the log; the client gets PgBouncer's words
+            log.error('auth_dbname "%s" is not a database of [databases]', target_name)
+            raise PgtarnError(CONFIG_ERROR, sqlstate="08006")
         query = db.auth_query or config.auth_query
         key = (target.name, target.host, target.port, target.dbname, auth_user, query)
         lookup = self.lookups.get(key)

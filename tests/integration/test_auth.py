@@ -207,3 +207,58 @@ def test_bad_startup_packets_get_clear_errors(pgtarn_factory, pg_roles):  # type
     finally:
         raw.close()
     assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
+
+
+#: PgBouncer's longest password; its PasswordMessage (length field) is 65,536 bytes.
+LONGEST_PASSWORD = 65531
+
+
+@pytest.mark.parametrize("auth_type", ["plain", "md5", "scram-sha-256"])
+def test_a_password_of_pgbouncers_longest_length_logs_in(pgtarn_factory, pg_cluster, auth_type):  # type: ignore[no-untyped-def]
+    """A 65,531-byte password, set on a PostgreSQL role and in the auth_file, works with each
+    auth_type (plain: the client sends it in a PasswordMessage of 64 KiB); the server login
+    is SCRAM with the same password. A longer login message is still refused."""
+    role = f"long_pw_{auth_type.replace('-', '_')}"
+    password = ("p4ssw0rd-" * (LONGEST_PASSWORD // 9 + 1))[:LONGEST_PASSWORD]
+    pg_cluster.create_role(role, password)
+    try:
+        proc = pgtarn_factory(settings={"auth_type": auth_type}, userlist={role: password})
+        with psycopg.connect(proc.dsn(role, None), password=password, autocommit=True) as conn:
+            assert conn.execute("select current_user").fetchone() == (role,)
+        if auth_type == "plain":
+            sqlstate, _message = login_error(proc, role, password[:-1] + "X")
+            assert sqlstate == "28P01"
+            raw = RawClient(proc.host, proc.port)
+            try:
+                raw.startup(user=role, database="app")
+                assert raw.read_message()[0] == "R"
+                too_long = b"x" * (LONGEST_PASSWORD + 1) + b"\0"  # a length field of 65,537
+                raw.send(b"p" + struct.pack("!I", 4 + len(too_long)) + too_long)
+                msg_type, body = raw.read_message()
+                assert msg_type == "E" and error_fields(body)["C"] == "08P01"
+            finally:
+                raw.close()
+    finally:
+        pg_cluster.psql(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_login_refusals_in_pgbouncers_words(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+    """PgBouncer's wording (which names no user); PostgreSQL's SQLSTATEs."""
+    for auth_type, words in (("plain", "password"), ("md5", "password"),
+                             ("scram-sha-256", "SASL")):
+        proc = pgtarn_factory(settings={"auth_type": auth_type})
+        for user in ("app", "nobody"):
+            assert login_error(proc, user, "wrong") == (
+                "28P01", f"{words} authentication failed")
+            assert f"login failed: db=app user={user}" in proc.log_text()
+    proc = pgtarn_factory(settings={"auth_type": "trust"})
+    assert login_error(proc, "nobody", None) == ("28000", '"trust" authentication failed')
+    base = f"host={pg_cluster.host} port={pg_cluster.port}"
+    proc = pgtarn_factory(databases={"app": f"{base} dbname=app"})
+    assert login_error(proc, "app", pg_roles["app"], dbname="nosuchdb") == (
+        "3D000", "no such database: nosuchdb")
+    # auth_dbname that is not a database: the client is told PgBouncer's words, the log why
+    proc = pgtarn_factory(databases={"app": f"{base} dbname=app auth_dbname=missing"},
+                          settings={"auth_user": "app"}, userlist={"app": pg_roles["app"]})
+    assert login_error(proc, "scram_user", pg_roles["scram_user"])[1] == "bouncer config error"
+    assert 'auth_dbname "missing" is not a database' in proc.log_text()

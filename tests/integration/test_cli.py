@@ -18,6 +18,7 @@ from pgtarn import __version__
 from tests.support import free_port, ipv6_loopback_works
 
 from .drivers import connect
+from .test_admin import admin
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -25,9 +26,14 @@ def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
                           text=True, timeout=timeout)
 
 
-def test_version_and_help() -> None:
-    assert run_cli("--version").stdout.strip() == f"pgtarn {__version__}"
-    assert run_cli("-V").stdout.strip() == f"pgtarn {__version__}"
+def test_version_and_help(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    # scripts compare --version's first line with the admin console's SHOW VERSION
+    proc = pgtarn_factory()
+    with admin(proc) as console:
+        shown = console.execute("SHOW VERSION").fetchone()[0]
+    assert shown.startswith("PgBouncer 1.") and f"pgtarn {__version__}" in shown
+    assert run_cli("--version").stdout.splitlines()[0] == shown
+    assert run_cli("-V").stdout.splitlines()[0] == shown
     helptext = run_cli("--help").stdout
     for flag in ("--quiet", "--verbose", "--version", "--daemon", "demo"):
         assert flag in helptext

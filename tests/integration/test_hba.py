@@ -123,7 +123,7 @@ def test_cert_rule_with_an_ident_map(hba_proc, pki):  # type: ignore[no-untyped-
                    **certificate(pki, "cert_user"))
     assert logs_in(hba_proc, "app", None, "postgres", sslmode="require",
                    **certificate(pki, "app"))
-    assert 'certificate authentication failed for user "scram_user"' in refusal(
+    assert "certificate authentication failed" in refusal(
         hba_proc, "scram_user", None, "postgres", sslmode="require", **certificate(pki, "app"))
 
 

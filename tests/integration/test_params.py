@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import psycopg
 import pytest
 
@@ -66,8 +67,9 @@ def test_asyncpg_client_encoding_and_server_settings(pgtarn_factory):  # type: i
     assert asyncio.run(scenario()) == ("UTC", "America/New_York", "UTF8")
 
 
-def test_unsupported_startup_parameter(pgtarn_factory):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory()
+def test_unsupported_startup_parameter(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
+    proc = pgtarn_factory(databases={"app": base, "session_app": f"{base} pool_mode=session"})
     raw = RawClient(proc.host, proc.port)
     try:
         raw.startup(user="app", database="app", extra_float_digits="2")
@@ -79,7 +81,7 @@ def test_unsupported_startup_parameter(pgtarn_factory):  # type: ignore[no-untyp
     finally:
         raw.close()
     with pytest.raises(psycopg.OperationalError, match="unsupported startup parameter"):
-        connect(proc, options="-c work_mem=8MB")
+        connect(proc, options="-c work_mem=8MB", dbname="session_app")
 
 
 def test_ignore_startup_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
@@ -96,3 +98,134 @@ def test_track_extra_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
         a.execute("set IntervalStyle = 'iso_8601'")
         assert show(b, "intervalstyle") == "postgres"
         assert show(a, "intervalstyle") == "iso_8601"
+
+
+
+#: Startup values PostgreSQL reports in another form (and some it keeps as given).
+ENCODINGS = ["utf8", "unicode", "latin1", "ISO-8859-5", "win1252", "sql_ascii", "Windows-1251"]
+STARTUP_VALUES = [
+    ("DateStyle", "iso, mdy"), ("DateStyle", "german"), ("DateStyle", "sql"),
+    ("DateStyle", "ymd"), ("DateStyle", "Postgres, dmy"), ("DateStyle", "euro"),
+    ("TimeZone", "europe/paris"), ("TimeZone", "UTC"),
+    ("IntervalStyle", "ISO_8601"), ("standard_conforming_strings", "yes"),
+]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_client_encoding_is_reported_as_postgresql_reports_it(pgtarn_factory, pg_dsn, encoding):  # type: ignore[no-untyped-def]
+    """The welcome's ParameterStatus is PostgreSQL's canonical form (utf8 -> UTF8), before
+    any query, and after queries on a shared server too."""
+    with psycopg.connect(pg_dsn, client_encoding=encoding) as direct:
+        expected = direct.info.parameter_status("client_encoding")
+    assert expected is not None
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+    for _ in range(2):
+        with connect(proc, autocommit=True, client_encoding=encoding) as conn:
+            assert conn.info.parameter_status("client_encoding") == expected
+            shown = conn.execute("show client_encoding").fetchone()[0]  # bytes in SQL_ASCII
+            assert (shown.decode() if isinstance(shown, bytes) else shown) == expected
+            assert conn.info.parameter_status("client_encoding") == expected
+
+
+@pytest.mark.parametrize(("name", "value"), STARTUP_VALUES)
+def test_startup_values_as_postgresql_says(pgtarn_factory, pg_cluster, pg_roles, name, value):  # type: ignore[no-untyped-def]
+    """The same for the other tracked parameters, sent as startup parameters (asyncpg).
+    TimeZone's spelling comes from PostgreSQL's time zone files: the first client to use a
+    spelling is told PostgreSQL's as its first query runs, the next ones at welcome."""
+    async def reported(host: str, port: int) -> tuple[str, str, str]:
+        conn = await asyncpg.connect(host=host, port=port, user="app", password=pg_roles["app"],
+                                     database="app", ssl=False, statement_cache_size=0,
+                                     server_settings={name: value})
+        try:
+            welcome = getattr(conn.get_settings(), name)
+            shown = await conn.fetchval(f"show {name}")
+            return welcome, shown, getattr(conn.get_settings(), name)
+        finally:
+            await conn.close()
+
+    expected = asyncio.run(reported(pg_cluster.host, pg_cluster.port))
+    assert expected[0] == expected[2]
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+    first = asyncio.run(reported(proc.host, proc.port))
+    if name == "TimeZone":
+        assert first[1:] == expected[1:]
+    else:
+        assert first == expected
+    assert asyncio.run(reported(proc.host, proc.port)) == expected
+
+
+def test_options_with_tracked_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """-c name=value and --name=value pairs with backslash escapes, as PgBouncer reads them;
+    tracked ones are welcomed in PostgreSQL's form and stay with their client."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+    options = r"  -c TimeZone=Europe/Paris  -cdatestyle=german,\ ymd --application-name=my\ app"
+    with connect(proc, autocommit=True, options=options) as a, connect(proc, autocommit=True) as b:
+        assert a.info.parameter_status("TimeZone") == "Europe/Paris"
+        assert a.info.parameter_status("DateStyle") == "German, YMD"
+        assert a.info.parameter_status("application_name") == "my app"
+        for _ in range(2):
+            assert show(a, "timezone") == "Europe/Paris"
+            assert show(a, "datestyle") == "German, YMD"
+            assert show(a, "application_name") == "my app"
+            assert show(b, "datestyle") == "ISO, MDY" and show(b, "application_name") == ""
+    # a parameter given outside options wins, as in PostgreSQL
+    with connect(proc, autocommit=True, options="-c application_name=inner",
+                 application_name="outer") as conn:
+        assert show(conn, "application_name") == "outer"
+
+
+def test_options_with_other_settings_in_transaction_mode(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """Settings that are not tracked parameters are the client's session settings from the
+    start: SET on every server it gets, and what RESET returns to."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+    with connect(proc, autocommit=True, options=r"-c work_mem=8MB -c search_path=a\,\ public"
+                 ) as a, connect(proc, autocommit=True) as b:
+        for _ in range(2):
+            assert show(a, "work_mem") == "8MB"
+            assert show(a, "search_path") == "a, public"
+            assert show(b, "work_mem") == "4MB"
+        a.execute("set work_mem = '16MB'")
+        assert show(b, "work_mem") == "4MB"
+        assert show(a, "work_mem") == "16MB"
+        a.execute("reset work_mem")
+        assert show(b, "work_mem") == "4MB"
+        assert show(a, "work_mem") == "8MB"
+        a.execute("set work_mem = '16MB'")
+        a.execute("reset all")
+        assert show(a, "work_mem") == "8MB" and show(a, "search_path") == "a, public"
+
+
+def test_options_refused_as_pgbouncer_refuses_them(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
+    proc = pgtarn_factory(databases={"app": base, "session_app": f"{base} pool_mode=session"})
+    only = "unsupported options startup parameter: only '-c config=val' and '--config=val' are"
+    for options in ("-d", "-c timezone", "-c =x", "work_mem=1MB"):
+        raw = RawClient(proc.host, proc.port)
+        try:
+            raw.startup(user="app", database="app", options=options)
+            msg_type, body = raw.read_message()
+            assert msg_type == "E"
+            assert error_fields(body)["C"] == "08P01"
+            assert error_fields(body)["M"].startswith(only)
+        finally:
+            raw.close()
+    # nothing carries a setting from server to server in session mode
+    with pytest.raises(psycopg.OperationalError,
+                       match="unsupported startup parameter in options: work_mem"):
+        connect(proc, options="-c work_mem=8MB", dbname="session_app")
+    with connect(proc, options="-c TimeZone=UTC", dbname="session_app") as conn:
+        assert show(conn, "timezone") == "UTC"
+
+
+def test_options_in_ignore_startup_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """Listed there, options' other settings are dropped; tracked ones still apply."""
+    proc = pgtarn_factory(settings={"ignore_startup_parameters": "options"})
+    with connect(proc, autocommit=True,
+                 options="-c enable_seqscan=off -c TimeZone=Asia/Tokyo") as conn:
+        assert show(conn, "enable_seqscan") == "on"
+        assert show(conn, "timezone") == "Asia/Tokyo"
+    proc = pgtarn_factory(settings={"ignore_startup_parameters": "enable_seqscan"})
+    with connect(proc, autocommit=True,
+                 options="-c enable_seqscan=off -c work_mem=5MB") as conn:
+        assert show(conn, "enable_seqscan") == "on"
+        assert show(conn, "work_mem") == "5MB"

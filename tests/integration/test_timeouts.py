@@ -224,7 +224,17 @@ def test_query_timeout_cancels_the_query_and_keeps_the_connection(pgtarn_factory
         with pytest.raises(psycopg.errors.QueryCanceled) as info:
             conn.execute("select pg_sleep(60)")
         assert info.value.sqlstate == "57014"
+        # PgBouncer's word, not PostgreSQL's "canceling statement due to user request"
+        assert info.value.diag.message_primary == "query_timeout"
         assert conn.execute("select 1").fetchone() == (1,)
+        # a cancel of the client's own is PostgreSQL's, as it was
+        with pytest.raises(psycopg.errors.QueryCanceled) as info:
+            conn.execute("select pg_cancel_backend(pg_backend_pid()), pg_sleep(0.2)")
+        assert info.value.diag.message_primary == "canceling statement due to user request"
+        # the extended protocol, with pgtarn's prepared statements, too
+        with pytest.raises(psycopg.errors.QueryCanceled) as info, conn.pipeline():
+            conn.execute("select pg_sleep(60)", prepare=True)
+        assert info.value.diag.message_primary == "query_timeout"
     assert "query_timeout (0.5 s): cancelling the query" in proc.log_text()
 
 

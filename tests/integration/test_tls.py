@@ -120,7 +120,7 @@ def test_verify_full_needs_the_certificate_of_the_user(pgtarn_factory, pki):  # 
         assert conn.execute("select 1").fetchone() == (1,)
     error = refused(proc, user="scram_user", password="scram_pass", sslmode="require",
                     **client_cert(pki, "app"))
-    assert 'certificate authentication failed for user "scram_user"' in str(error)
+    assert "certificate authentication failed" in str(error)
     raw = RawClient(proc.host, proc.port)
     raw.start_tls(client_context(pki, "app"))
     raw.startup(user="scram_user", database="app")
@@ -134,7 +134,7 @@ def test_auth_type_cert_logs_in_the_user_named_by_the_certificate(pgtarn_factory
         assert conn.execute("select current_user").fetchone() == ("app",)
     error = refused(proc, user="scram_user", password=None, sslmode="require",
                     **client_cert(pki, "app"))
-    assert 'certificate authentication failed for user "scram_user"' in str(error)
+    assert "certificate authentication failed" in str(error)
     error = refused(proc, password=None, sslmode="require")  # no certificate at all
     assert "requires a valid client certificate" in str(error)
     raw = RawClient(proc.host, proc.port)

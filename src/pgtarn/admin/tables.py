@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .. import __version__
+from .. import VERSION_LINE
 from ..net.tls import describe
 from ..pool.pool import Pool
 from ..pool.stats import Totals, sum_totals
@@ -27,8 +27,6 @@ INT8 = 20
 NUMERIC = 1700
 
 ADMIN_DB = "pgbouncer"
-#: What SHOW VERSION says: tools (exporters, scripts) match PgBouncer's version string.
-COMPATIBLE_VERSION = "1.25.2"
 
 Value = str | int | None
 
@@ -480,7 +478,7 @@ def show_config(runtime: Runtime) -> Table:
 
 def show_version(runtime: Runtime) -> Table:
     return Table(_columns("s", "version"),
-                 [[f"PgBouncer {COMPATIBLE_VERSION} (pgtarn {__version__})"]])
+                 [[VERSION_LINE]])
 
 
 def show_prepared_statements(runtime: Runtime) -> Table:

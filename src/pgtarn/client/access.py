@@ -71,6 +71,10 @@ def peer_credentials(transport: asyncio.BaseTransport | None) -> tuple[int, int]
     return int(pid), int(uid)
 
 
+#: PgBouncer's words for a certificate that does not name the user.
+CERT_FAILED = "certificate authentication failed"
+
+
 def _refused(text: str) -> PgtarnError:
     return PgtarnError(text, sqlstate="28000")
 
@@ -113,11 +117,9 @@ def auth_method(config: Config, hba: HbaRules | None, ident: IdentMaps | None,
     if tls_mode == "verify-full" and conn.tls and auth_type != "hba":
         # As PostgreSQL's clientcert=verify-full (PgBouncer treats it as verify-ca): the
         # certificate must name the user. Under hba the rule and its map= decide.
-        _check_certificate(conn, user, None, ident,
-                           f'certificate authentication failed for user "{user}"')
+        _check_certificate(conn, user, None, ident, CERT_FAILED)
     if auth_type == "cert":
-        _check_certificate(conn, user, None, ident,
-                           f'certificate authentication failed for user "{user}"')
+        _check_certificate(conn, user, None, ident, CERT_FAILED)
         return "any"
     if auth_type != "hba":
         return auth_type
@@ -135,8 +137,7 @@ def auth_method(config: Config, hba: HbaRules | None, ident: IdentMaps | None,
         raise _refused(f"pg_hba.conf rejects {what} for "
                        f"{_where(conn, user, None if replication else database)}")
     if rule.method == "cert":
-        _check_certificate(conn, user, rule, ident,
-                           f'certificate authentication failed for user "{user}"')
+        _check_certificate(conn, user, rule, ident, CERT_FAILED)
     elif rule.clientcert is not None:
         if not conn.certificate:
             raise _refused("connection requires a valid client certificate")
@@ -146,5 +147,5 @@ def auth_method(config: Config, hba: HbaRules | None, ident: IdentMaps | None,
                            f'"{user}": CN mismatch')
     elif rule.method == "peer" and not (
             conn.local and _identity_matches(conn.os_user(), user, rule.map_name, ident)):
-        raise _refused(f'Peer authentication failed for user "{user}"')
+        raise _refused("unix socket login rejected")  # PgBouncer's words
     return _HBA_METHODS[rule.method]

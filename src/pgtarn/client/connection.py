@@ -26,7 +26,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from time import monotonic
-from typing import assert_never, cast
+from typing import NoReturn, assert_never, cast
 
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
 from ..config import DatabaseEntry
@@ -154,8 +154,12 @@ class ClientConnection(ClientRelay):
                 case Authenticated(scram_keys):
                     self._authenticated(login, scram_keys)
                 case Failed(error, response):
-                    if isinstance(error, AuthFailed) and self.secret_lookup is not None:
-                        self.secret_lookup.forget(self.user)  # maybe changed: ask again next time
+                    if isinstance(error, AuthFailed):
+                        if self.secret_lookup is not None:  # maybe changed: ask again next time
+                            self.secret_lookup.forget(self.user)
+                        if self.runtime.config.log_connections:  # PgBouncer's log words
+                            log.info("%r: login failed: db=%s user=%s", self, self.database,
+                                     self.user)
                     self.close(error, response)
                 case TlsRequested(direct):
                     self._tls_requested(login, direct)
@@ -240,7 +244,7 @@ class ClientConnection(ClientRelay):
         else:
             db = config.find_database(database)
             if db is None:
-                raise PgtarnError(f'no such database: "{database}"', sqlstate="3D000")
+                raise PgtarnError(f"no such database: {database}", sqlstate="3D000")
             self.db = db
             self._check_client_limits(db, user)
         connection = Connection(
@@ -356,6 +360,10 @@ class ClientConnection(ClientRelay):
             self.server = open_replication(self.runtime, pool, self.db, self,
                                            login.startup.params, self.replication)
             return
+        if login.startup_settings and (self.pool_mode == "session"
+                                       or not self.runtime.config.track_session_state):
+            # nothing would carry them from server to server: PgBouncer's refusal
+            _refuse_options(login)
         if pool.welcome is None:
             self.state = ClientState.WELCOME
             pool.wait_welcome(self)
@@ -363,9 +371,10 @@ class ClientConnection(ClientRelay):
             self.welcome_ready()
 
     def _welcome(self, login: ClientLogin, server_params: Mapping[str, str],
-                 tracked: Iterable[str]) -> bytes:
+                 tracked: Iterable[str],
+                 reported: Mapping[tuple[str, str], str] | None = None) -> bytes:
         """The welcome's bytes; this client's tracked parameters and cancel key are set."""
-        welcome = login.welcome(server_params, tracked)
+        welcome = login.welcome(server_params, tracked, reported)
         self.login = None
         self.params.update(welcome.params)
         self.cancel_key = welcome.cancel_key
@@ -382,6 +391,8 @@ class ClientConnection(ClientRelay):
             # After authentication, so that the refusal says nothing about the password.
             raise PgtarnError("not allowed: not in admin_users or stats_users",
                               sqlstate="28000")
+        if login.startup_settings:
+            _refuse_options(login)
         welcome = self._welcome(login, PARAMETERS, TRACKED)
         self.admin = AdminSession(self, self.runtime, self.admin_role == "admin")
         self.state = ClientState.ADMIN
@@ -395,12 +406,16 @@ class ClientConnection(ClientRelay):
         """The pool knows the server's parameters: finish this client's login."""
         pool, login = self.pool, self.login
         assert pool is not None and pool.welcome is not None and login is not None
-        welcome = self._welcome(login, pool.welcome, self.tracked_names())
+        startup_settings = login.startup_settings
+        welcome = self._welcome(login, pool.welcome, self.tracked_names(),
+                                self.runtime.reported_forms)
         self.runtime.cancel_keys[self.cancel_key] = self
         self.state = ClientState.READY
         pool.client_joined(self)
         self.idle_since = monotonic()
         self._start_relay()
+        if startup_settings:  # refused at _authenticated unless the session is tracked
+            self._start_with_settings(startup_settings)
         self.write(welcome)
 
     def replication_ready(self, server: ReplicationServer, leftover: bytes) -> None:
@@ -426,3 +441,10 @@ class ClientConnection(ClientRelay):
         self.state = ClientState.CLOSED
         if self.transport is not None:
             self.transport.close()
+
+
+def _refuse_options(login: ClientLogin) -> NoReturn:
+    """options set something that is not a tracked parameter, and this client's session is
+    not tracked: PgBouncer's refusal."""
+    name = next(iter(login.startup_settings))
+    raise PgtarnError(f"unsupported startup parameter in options: {name}", sqlstate="08P01")

@@ -8,16 +8,19 @@ from time import monotonic
 from ..errors import PgtarnError
 from ..pool.stats import BUCKETS
 from ..proto import build
+from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
 from ..session.tracking import CLOSE_AFTER
 from ..states import ClientState
 from .listening import READY, ClientListening
 from .transport import PendingParts
 
+#: At most this many reported forms of startup values are kept (Runtime.reported_forms).
+REPORTED_FORMS = 256
 #: Bytes held for a server that is not there yet past which the client is not read.
 PENDING_PAUSE = 256 * 1024
-WAIT_NOTICE = build.error_response(
-    "00000", "all server connections of this pool are in use; the query is queued",
+WAIT_NOTICE = build.error_response(  # PgBouncer's words: alerting matches them
+    "00000", "No server connection available in postgres backend, client being queued",
     "NOTICE", hint="the pool size (pool_size, max_db_connections) limits the servers",
     notice=True,
 )
@@ -54,7 +57,13 @@ class ClientLink(ClientListening):
         """Make server ours; it SETs the tracked parameters that differ on it."""
         self.server = server
         session = self.session
-        server.link(self, self.params, None if session is None else session.state.settings)
+        if session is None:
+            server.link(self, self.params, None)
+            return
+        state = session.state
+        if state.restore:  # a RESET removed startup settings (options): set them again
+            state.restore_startup()
+        server.link(self, self.params, state.settings)
 
     def waiting_too_long(self) -> None:
         if not self.wait_notified:
@@ -72,10 +81,26 @@ class ClientLink(ClientListening):
         if server is not None:
             server.send_cancel(self)
 
-    def parameter_changed(self, name: str, value: str) -> None:
-        """The linked server reported a new value (ParameterStatus): keep the client's own."""
-        if name in self.params:
-            self.params[name] = value
+    def query_timed_out(self) -> bool:
+        """The query under way was cancelled for query_timeout (cancel_query)."""
+        cancelled = self.cancelled_at
+        return cancelled != 0.0 and cancelled >= self.query_start
+
+    def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
+        """The linked server reported a new value (ParameterStatus): keep the client's own.
+        One reported in the reply to pgtarn's SET of the client's value (hidden) differs from
+        what the client was told only when PostgreSQL spells that value its own way: the
+        client is told now, as PostgreSQL would have told it."""
+        params = self.params
+        if name in params:
+            if hidden and params[name] != value:
+                self.write(build.parameter_status(name, value))
+                if not has_rule(name):  # the next welcome says it
+                    forms = self.runtime.reported_forms
+                    if len(forms) >= REPORTED_FORMS:
+                        forms.clear()
+                    forms[(name, params[name])] = value
+            params[name] = value
 
     def timed_out(self, error: PgtarnError) -> None:
         """The janitor ends this client (a timeout): error, unless a reply is half sent."""

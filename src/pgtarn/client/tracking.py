@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from ..errors import PgtarnError
+from ..proto import build
 from ..session.effects import (
     UNTRACKED,
     Parsed,
@@ -45,6 +46,18 @@ class ClientTracking(ClientTransport):
         self.session = SessionTracker(SessionState(ignored))
         self.named_effects = {}
         self.answers = []  # LISTEN and UNLISTEN are answered here (listening.py)
+
+    def _start_with_settings(self, settings: dict[str, str]) -> None:
+        """Settings from the StartupMessage's options that are not tracked parameters: the
+        client's session starts with them, set on each server it gets (tracking is on).
+        set_config takes the value as PostgreSQL takes it from options (a list such as
+        search_path's is not one quoted name)."""
+        session = self.session
+        assert session is not None
+        session.state.start_with({
+            name: f"SELECT pg_catalog.set_config({build.quote_literal(name)}, "
+                  f"{build.quote_literal(value)}, false)"
+            for name, value in settings.items()})
 
     def _session_text(self, msg_type: int, body: bytes, replies_ahead: int) -> bytes | None:
         """A Query (0x51) or Parse (0x50) that may change session state, or a Bind (0x42) or

@@ -26,11 +26,17 @@ from . import build
 from .client_side import ClientAuth
 from .framing import MessageScanner, StartupReader
 from .messages import CANCEL_REQUEST, GSSENC_REQUEST, SSL_REQUEST, parse_startup
+from .parameters import BAD_OPTIONS, parse_options, reported_form
 
 #: Every message type is read while logging in (only PasswordMessage and Terminate are
-#: accepted); the longest accepted message or startup packet.
+#: accepted).
 _ALL_TYPES = frozenset(range(256))
-MAX_LOGIN_MESSAGE = 10000
+#: The longest message of the password exchange (its length field): a PasswordMessage with
+#: PgBouncer's longest password, 65,531 bytes; SCRAM messages are far shorter. Bounded, so
+#: that a client cannot make the login buffer grow without end.
+MAX_LOGIN_MESSAGE = 65536
+#: The longest startup packet: PostgreSQL's own limit (MAX_STARTUP_PACKET_LENGTH).
+MAX_STARTUP_PACKET = 10000
 #: The first byte of a TLS record (a handshake): no startup packet is that long.
 _TLS_HANDSHAKE = b"\x16"
 _RFQ_IDLE = build.ready_for_query(b"I")
@@ -132,17 +138,25 @@ def failed(error: PgtarnError) -> Failed:
 
 
 def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, str],
-                  tracked: Iterable[str], negotiate: tuple[int, list[str]] | None) -> Welcome:
+                  tracked: Iterable[str], negotiate: tuple[int, list[str]] | None,
+                  reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
     """[NegotiateProtocolVersion], ParameterStatus for each parameter, BackendKeyData and
     ReadyForQuery: the welcome of every login, to a pool or to the admin console.
 
     server_params: what the server side reports (a pool's first server, or the console's
-    own); a tracked parameter the client set in its StartupMessage replaces its value.
+    own); a tracked parameter the client set in its StartupMessage replaces its value, in the
+    form PostgreSQL reports it: reported[(name, value)] when a server reported it already,
+    else by proto/parameters.py's rules.
     """
     welcome = dict(server_params)
     params: dict[str, str] = {}
     for name in tracked:
-        value = client_params.get(name, welcome.get(name))
+        value = client_params.get(name)
+        if value is not None:  # as PostgreSQL would report it (utf8 -> UTF8)
+            known = None if reported is None else reported.get((name, value))
+            value = known if known is not None else reported_form(name, value, server_params)
+        else:
+            value = welcome.get(name)
         if value is not None:
             params[name] = value
             welcome[name] = value
@@ -196,7 +210,7 @@ class ClientLogin:
     """One client's login (see the module docstring)."""
 
     __slots__ = ("_auth", "_binding", "_direct", "_reader", "_scanner", "_unread",
-                 "negotiate", "startup", "startup_params", "state", "tls")
+                 "negotiate", "startup", "startup_params", "startup_settings", "state", "tls")
 
     def __init__(self) -> None:
         self.state = LoginState.STARTUP
@@ -204,7 +218,7 @@ class ClientLogin:
         self.tls = False
         self._binding: bytes | None = None
         self._direct = False
-        self._reader = StartupReader(MAX_LOGIN_MESSAGE)
+        self._reader = StartupReader(MAX_STARTUP_PACKET)
         self._scanner = MessageScanner(_ALL_TYPES, MAX_LOGIN_MESSAGE)
         #: Bytes received behind a packet that waits for a decision.
         self._unread = b""
@@ -212,6 +226,8 @@ class ClientLogin:
         #: The StartupMessage, once received; the tracked parameters it sets (check_startup).
         self.startup: Startup | None = None
         self.startup_params: dict[str, str] = {}
+        #: Settings from options that are not tracked parameters (check_startup).
+        self.startup_settings: dict[str, str] = {}
         #: A StartupMessage of protocol 3.x, x > 0: (newest minor spoken, the protocol options
         #: not understood) for NegotiateProtocolVersion.
         self.negotiate: tuple[int, list[str]] | None = None
@@ -338,7 +354,12 @@ class ClientLogin:
 
     def check_startup(self, tracked: Sequence[str], ignored: Iterable[str]) -> Failed | None:
         """After StartupReceived: refuse a StartupMessage without a user or with a parameter
-        that is neither tracked nor ignored; keep the tracked ones (startup_params)."""
+        that is neither tracked nor ignored; keep the tracked ones (startup_params).
+
+        options (`-c name=value` pairs) is read as PgBouncer reads it: a tracked name is a
+        tracked parameter (one given outside options wins, as in PostgreSQL); a name in
+        ignored, or any name when options itself is ignored, is dropped; any other is kept in
+        startup_settings, for the caller to apply as a session setting or refuse."""
         self._expect(LoginState.DECIDING)
         assert self.startup is not None
         if not self.startup.user:
@@ -346,11 +367,22 @@ class ClientLogin:
                 PgtarnError("no user name specified in startup packet", sqlstate="28000"))
         canonical = {name.lower(): name for name in tracked}
         ignored_names = {name.lower() for name in ignored}
-        for name, value in self.startup.params.items():
+        params = self.startup.params
+        if "options" in params:
+            pairs = parse_options(params["options"])
+            if pairs is None:
+                return self._fail(PgtarnError(BAD_OPTIONS, sqlstate="08P01"))
+            for name, value in pairs:
+                tracked_name = canonical.get(name.lower())
+                if tracked_name is not None:
+                    self.startup_params[tracked_name] = value
+                elif name.lower() not in ignored_names and "options" not in ignored_names:
+                    self.startup_settings[name.lower()] = value
+        for name, value in params.items():
             tracked_name = canonical.get(name.lower())
             if tracked_name is not None:
                 self.startup_params[tracked_name] = value
-            elif name.lower() not in ignored_names:
+            elif name != "options" and name.lower() not in ignored_names:
                 return self._fail(
                     PgtarnError(f"unsupported startup parameter: {name}", sqlstate="08P01"))
         return None
@@ -392,11 +424,13 @@ class ClientLogin:
             events += self.receive_data(rest)
         return events
 
-    def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str]) -> Welcome:
+    def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str],
+                reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
         """After Authenticated: the welcome (build_welcome) with this client's parameters."""
         self._expect(LoginState.AUTHENTICATED)
         self.state = LoginState.DONE
-        return build_welcome(server_params, self.startup_params, tracked, self.negotiate)
+        return build_welcome(server_params, self.startup_params, tracked, self.negotiate,
+                             reported)
 
     def _expect(self, state: LoginState) -> None:
         if self.state is not state:

@@ -29,8 +29,15 @@ from .messages import parse_password, parse_sasl_initial_response
 PASSWORD_AUTH_TYPES = ("md5", "scram-sha-256", "plain")
 
 
-def _failed(user: str) -> AuthFailed:
-    return AuthFailed(f'password authentication failed for user "{user}"', severity="FATAL")
+def _failed() -> AuthFailed:
+    """A wrong password or an unknown user (plain, md5): PgBouncer's words, which name
+    nobody; PostgreSQL's SQLSTATE (28P01)."""
+    return AuthFailed("password authentication failed", severity="FATAL")
+
+
+def _sasl_failed() -> AuthFailed:
+    """The same for a SCRAM exchange, in PgBouncer's words."""
+    return AuthFailed("SASL authentication failed", severity="FATAL")
 
 
 class ClientAuth:
@@ -60,9 +67,9 @@ class ClientAuth:
         self.failed = False
         verifier = parse_verifier(secret) if secret else None
         if auth_type in ("trust", "any"):
-            if auth_type == "trust" and secret is None:
+            if auth_type == "trust" and secret is None:  # PgBouncer's words
                 raise PgtarnError(
-                    f'no such user: "{user}"', sqlstate="28000", severity="FATAL"
+                    '"trust" authentication failed', sqlstate="28000", severity="FATAL"
                 )
             self.method = "trust"
         elif auth_type == "plain":
@@ -119,25 +126,29 @@ class ClientAuth:
         if self.method == "md5":
             response = parse_password(body)
             if not self._known or self.secret is None:
-                raise _failed(self.user)
+                raise _failed()
             if self.secret.startswith("SCRAM-SHA-256$") or not md5_verify(
                 self.secret, self.user, self._md5_salt, response
             ):
-                raise _failed(self.user)
+                raise _failed()
             self.done = True
             return build.AUTH_OK
         assert self._scram is not None
         if not self._client_first_seen:
             mechanism, data = parse_sasl_initial_response(body)
-            self._scram.select(mechanism)
+            try:
+                self._scram.select(mechanism)
+            except AuthFailed:  # PostgreSQL's and PgBouncer's words
+                raise ProtocolViolation(
+                    "client selected an invalid SASL authentication mechanism") from None
             self._client_first_seen = True
             return build.authentication(11, self._scram.handle_client_first(data))
         try:
             final = self._scram.handle_client_final(body)
         except AuthFailed:
-            raise _failed(self.user) from None
+            raise _sasl_failed() from None
         if not self._known:
-            raise _failed(self.user)
+            raise _sasl_failed()
         if self._verifier is not None:
             self.scram_keys = (self._scram.client_key, self._verifier.server_key)
         self.channel_bound = self._scram.channel_bound
@@ -148,10 +159,10 @@ class ClientAuth:
         try:
             password = password_bytes.decode()
         except UnicodeDecodeError:
-            raise _failed(self.user) from None
+            raise _failed() from None
         secret = self.secret
         if secret is None:
-            raise _failed(self.user)
+            raise _failed()
         verifier = self._verifier
         if verifier is not None:
             client_key = client_key_for(password, verifier.salt, verifier.iterations)
@@ -163,7 +174,7 @@ class ClientAuth:
         else:
             ok = secrets.compare_digest(password.encode(), secret.encode())
         if not ok:
-            raise _failed(self.user)
+            raise _failed()
         self.done = True
         return build.AUTH_OK
 

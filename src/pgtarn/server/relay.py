@@ -68,7 +68,12 @@ class ServerRelay(ServerTransport):
             elif msg_type == 0x53:
                 self._parameter_status(body)
             elif msg_type == 0x45:
-                self._relayed_error(body)
+                replacement = self._relayed_error(body)
+                msg_start = end - 5 - len(body)
+                if replacement is not None and msg_start >= start and self.client is not None:
+                    # (one begun in an earlier chunk went out already: it stays as it is)
+                    self.client.write(data[start:msg_start] + replacement)
+                    start = end
         if start < len(data) and not self.swallow and self.client is not None:
             self.client.write(data[start:] if start else data)
 
@@ -152,7 +157,9 @@ class ServerRelay(ServerTransport):
                     if self.client is not None:
                         self.client.error_relayed()
                 else:
-                    self._relayed_error(body)
+                    replacement = self._relayed_error(body)
+                    if replacement is not None:
+                        message = replacement
             elif msg_type == 0x53:
                 self._parameter_status(body)
             out += message
@@ -212,28 +219,33 @@ class ServerRelay(ServerTransport):
                 on_clean()
             return True
         if msg_type == 0x53:
-            self._parameter_status(body)
+            self._parameter_status(body, hidden=True)
         elif msg_type == 0x45:
             fields = parse_fields(body)
             log.warning("%r: internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
             self.internal_error = (fields.get("C", ""), fields.get("M", ""))
         return False
 
-    def _relayed_error(self, body: bytes) -> None:
+    def _relayed_error(self, body: bytes) -> bytes | None:
         """An ErrorResponse passed to the client: its batch failed; remember a FATAL, the
-        server's last word."""
+        server's last word. Returns the message to send in its place, if any: the error of a
+        query pgtarn cancelled for query_timeout says so, in PgBouncer's word."""
         client = self.client
         if client is not None:
             client.error_relayed()
         fields = parse_fields(body)
-        if fields.get("S") in ("FATAL", "PANIC"):
+        severity = fields.get("S")
+        if severity in ("FATAL", "PANIC"):
             self.fatal = f'{fields.get("C", "")} {fields.get("M", "")}'
+        if client is not None and fields.get("C") == "57014" and client.query_timed_out():
+            return build.error_response("57014", "query_timeout", severity or "ERROR")
+        return None
 
-    def _parameter_status(self, body: bytes) -> None:
+    def _parameter_status(self, body: bytes, hidden: bool = False) -> None:
         name, value = parse_parameter_status(body)
         self.params[name] = value
         client = self.client
         if client is not None:
-            client.parameter_changed(name, value)
+            client.parameter_changed(name, value, hidden)
 
     # --- commands from the client side ----------------------------------------------------------

@@ -39,9 +39,14 @@ class LinkedClient(Protocol[Server]):
 
     def server_lost(self, server: Server) -> None: ...
 
-    def parameter_changed(self, name: str, value: str) -> None: ...
+    def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
+        """The server reported a new value; hidden: in the reply to pgtarn's own SET (the
+        client did not see it)."""
 
     def error_relayed(self) -> None: ...
+
+    def query_timed_out(self) -> bool:
+        """pgtarn cancelled the query under way for query_timeout."""
 
     def pause_reading(self) -> None: ...
 

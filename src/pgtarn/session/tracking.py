@@ -85,12 +85,17 @@ class SessionState:
     """What one client changed in its session (see the module docstring)."""
 
     __slots__ = ("base", "channels", "cursors", "ignored", "load", "local", "locks",
-                 "locks_uncounted", "roles", "savepoints", "seed", "settings",
-                 "subscriptions", "temp", "untracked")
+                 "locks_uncounted", "restore", "roles", "savepoints", "seed", "settings",
+                 "startup", "subscriptions", "temp", "untracked")
 
     def __init__(self, ignored: frozenset[str] = _EMPTY) -> None:
         #: Names followed another way (ParameterStatus): never replayed from here.
         self.ignored = ignored
+        #: The settings the session started with (options): RESET returns to them. A RESET
+        #: on a server returns it to the server's own values: settings say so until the
+        #: client gets a server again, when restore_startup sets them back (restore).
+        self.startup = NO_SETTINGS
+        self.restore = False
         self.settings = NO_SETTINGS
         #: SET LOCAL values of the open transaction (for SET ... FROM CURRENT).
         self.local = NO_SETTINGS
@@ -112,6 +117,19 @@ class SessionState:
         #: savepoints set since then.
         self.base: Snapshot | None = None
         self.savepoints: list[tuple[str, Snapshot]] = []
+
+    def start_with(self, settings: dict[str, str]) -> None:
+        """The session begins with these settings (name -> the SQL that sets it), as its
+        startup values: RESET, RESET ALL and DISCARD ALL return to them."""
+        self.startup = self.settings = settings
+
+    def restore_startup(self) -> None:
+        """Before the next server is linked: the startup settings a RESET removed are the
+        session's again (PostgreSQL's RESET returns to them)."""
+        self.restore = False
+        missing = {name: sql for name, sql in self.startup.items() if name not in self.settings}
+        if missing:
+            self.settings = {**self.settings, **missing}
 
     # --- what the pool needs to know ---------------------------------------------------------
 
@@ -262,6 +280,7 @@ class SessionState:
             self.locks_uncounted = False
             self.untracked = ""
             self._restore((NO_SETTINGS, NO_SETTINGS, False, _EMPTY, _EMPTY, _EMPTY, _EMPTY))
+            self.restore = bool(self.startup)
             return
         # transactional from here on
         if in_block and self.base is None:
@@ -276,11 +295,14 @@ class SessionState:
             name = effect[1]
             if name in self.settings:
                 self.settings = _without(self.settings, name)
+            if name in self.startup:
+                self.restore = True
             if name in self.local:
                 self.local = _without(self.local, name)
         elif kind == RESET_ALL:
             self.settings = NO_SETTINGS
             self.local = NO_SETTINGS
+            self.restore = bool(self.startup)
         elif kind == LOCAL:
             if in_block and effect[1] not in self.ignored:
                 self.local = {**self.local, effect[1]: effect[2]}

@@ -309,7 +309,7 @@ def test_client_final_messages_get_the_outcome_their_fields_call_for(
     assert type(info.value) is expected, (outcome, info.value)
     if outcome == "failed":
         assert info.value.sqlstate == "28P01"
-        assert info.value.message == f'password authentication failed for user "{USER}"'
+        assert info.value.message == "SASL authentication failed"
     assert_failed_for_good(auth, message)
 
 
@@ -327,7 +327,7 @@ def test_scram_for_an_unknown_user_or_an_md5_secret_always_fails_like_a_wrong_pa
         final = client.handle_server_first(server_first)
         auth.feed(data.draw(st.one_of(st.just(final), mutated(final))))
     except AuthFailed as error:
-        assert error.message == f'password authentication failed for user "{USER}"'
+        assert error.message == "SASL authentication failed"
     except ProtocolViolation:
         pass
     else:

@@ -29,7 +29,7 @@ log_pooler_errors = 0
 
 SERVER_WELCOME = (
     build.authentication(0) + build.parameter_status("server_version", "15.0")
-    + build.parameter_status("TimeZone", "UTC") + build.parameter_status("DateStyle", "ISO")
+    + build.parameter_status("TimeZone", "UTC") + build.parameter_status("DateStyle", "ISO, MDY")
     + build.backend_key_data(7, 8) + build.ready_for_query(b"I")
 )
 

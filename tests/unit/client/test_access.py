@@ -63,7 +63,7 @@ def test_verify_full_and_cert_need_the_users_certificate() -> None:
 
 def test_hba_rules_in_order() -> None:
     assert method(HBA_CONFIG, conn(local=True, address=None, os_user="alice")) == "any"
-    assert "Peer authentication failed" in refused(
+    assert "unix socket login rejected" in refused(
         HBA_CONFIG, conn(local=True, address=None, os_user="mallory"))
     assert method(HBA_CONFIG, conn(tls=True, cert="app-cert")) == "any"  # via the map regex
     assert "certificate authentication failed" in refused(HBA_CONFIG, conn(tls=True, cert="x"))

@@ -24,7 +24,7 @@ def test_a_query_goes_out_behind_a_set_of_the_clients_differing_parameters() -> 
 
 def test_the_same_parameters_are_not_set_again() -> None:
     pool = Pool()
-    client, _transport = pool.client(TimeZone="UTC", DateStyle="ISO")
+    client, _transport = pool.client(TimeZone="UTC", DateStyle="iso")  # reported "ISO, MDY"
     client.data_received(build.query("select 1"))
     (server,) = pool.servers
     assert sent(server) == build.query("select 1")

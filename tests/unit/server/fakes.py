@@ -92,11 +92,14 @@ class FakeClient:
     def server_lost(self, server: ServerConnection) -> None:
         self.lost = True
 
-    def parameter_changed(self, name: str, value: str) -> None:
+    def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
         pass
 
     def error_relayed(self) -> None:
         self.errors += 1
+
+    def query_timed_out(self) -> bool:
+        return False
 
     def pause_reading(self) -> None:
         pass

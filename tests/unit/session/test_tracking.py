@@ -42,6 +42,26 @@ def values(state: SessionState) -> dict[str, str]:
 # --- settings and transactions -------------------------------------------------------------------
 
 
+def test_startup_settings_are_what_reset_returns_to_once_a_server_is_linked_again() -> None:
+    state = SessionState()
+    startup = {"a.x": A1}
+    state.start_with(startup)
+    assert state.settings is startup and not state.restore
+    run(state, A2, B1)
+    run(state, "RESET a.x")  # on the server: its own value, until the next link
+    assert values(state) == {"b.x": B1} and state.restore
+    state.restore_startup()
+    assert values(state) == {"a.x": A1, "b.x": B1} and not state.restore
+    for reset in ("RESET ALL", "DISCARD ALL"):
+        run(state, A2, B1)
+        run(state, reset)
+        assert state.settings is NO_SETTINGS and state.restore
+        state.restore_startup()
+        assert values(state) == {"a.x": A1}
+    run(state, "RESET b.x")  # not a startup setting: nothing to restore
+    assert not state.restore
+
+
 def test_a_new_session_has_changed_nothing() -> None:
     state = SessionState()
     assert state.settings is NO_SETTINGS and state.local is NO_SETTINGS
