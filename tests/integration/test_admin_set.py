@@ -490,6 +490,9 @@ BY_SHOW_CONFIG: dict[str, str] = {
     "server_round_robin": "1",
     "server_fast_close": "1",
     "listen_queue_size": "500",
+    # effects shown by test_parity.py (a NOTICE at a raw login; a pool dropped after a wait)
+    "login_notify_message": "walked",
+    "pool_idle_timeout": "30",
     "dns_max_ttl": "30",
     "dns_nxdomain_ttl": "30",
     "dns_zone_check_period": "60",

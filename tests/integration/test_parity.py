@@ -9,6 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgtarn.proto import build
+
 from . import test_auth_query
 from .drivers import connect
 from .pgstat import wait_until
@@ -16,6 +18,7 @@ from .rawpg import RawClient, error_fields
 from .test_admin import admin, show
 from .test_auth import login_error
 from .test_auth_query import AUTH_PASSWORD, AUTH_USER
+from .test_listen import RawSession
 
 pytestmark = pytest.mark.integration
 
@@ -201,3 +204,20 @@ def test_server_fast_close_ends_sessions_at_their_transactions_end(pgtarn_factor
         wait_until(lambda: not [r for r in show(console, "SERVERS")], what="servers closed")
     with connect(proc, *scram, autocommit=True) as fresh:  # new sessions get new servers
         assert fresh.execute("select 5").fetchone() == (5,)
+
+
+def test_describe_of_an_unknown_statement_keeps_the_connection(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    """A Describe of a statement the client never prepared gets PostgreSQL's 26000 and the
+    client goes on (PgBouncer closes the connection: pgtarn keeps the better behaviour)."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+    raw = RawSession(proc)
+    try:
+        raw.send(build.message(b"D", b"Snever_prepared\x00") + build.SYNC)
+        replies = []
+        while not replies or replies[-1][0] != "Z":
+            replies.append(raw.read_message())
+        assert [kind for kind, _ in replies] == ["E", "Z"]
+        assert b"C26000\x00" in replies[0][1]
+        assert [kind for kind, _ in raw.query("select 1")] == ["T", "D", "C", "Z"]
+    finally:
+        raw.close()
