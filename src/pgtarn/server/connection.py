@@ -24,7 +24,7 @@ from typing import Self, cast
 
 from ..config import DatabaseEntry
 from ..errors import PgtarnError, ProtocolViolation, TlsFailed
-from ..net.sockets import address, send_cancel_request, tune
+from ..net.sockets import address, open_connection, send_cancel_request, tune
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
@@ -61,6 +61,20 @@ class ServerConnection(ServerRelay):
             failed=self._login_refused, tls_failed=self._tls_failed)
 
     # --- connection lifecycle -----------------------------------------------------------------
+
+    def start_connecting(self) -> None:
+        """Connect in the background to one of its entry's hosts; the login follows."""
+        runtime, db = self.runtime, self.db
+
+        async def connect() -> None:
+            try:
+                self.target = await open_connection(
+                    db, lambda: self, runtime.config.server_connect_timeout,
+                    runtime.config.unix_socket_dir, runtime.hosts)
+            except (TimeoutError, OSError) as exc:
+                self.connection_failed(exc if str(exc) else ProtocolViolation("timeout"))
+
+        runtime.spawn(connect())
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.closed:  # given up on (server_connect_timeout) while connecting

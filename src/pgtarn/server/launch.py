@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from ..config import DatabaseEntry
-from ..errors import ProtocolViolation
-from ..net.sockets import open_connection
 from ..pool.pool import Pool
 from ..runtime import Runtime
 from .connection import ServerConnection
@@ -18,15 +16,6 @@ def launch_server(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEn
     server = ServerConnection(runtime, pool, db, server_login_for(runtime, pool, db))
     if pool.server_count >= pool.pool_size:  # past pool_size: only the reserve opens more
         log.info("%r: taking connection from reserve_pool", server)
-
-    async def connect() -> None:
-        try:
-            server.target = await open_connection(
-                db, lambda: server, runtime.config.server_connect_timeout,
-                runtime.config.unix_socket_dir, runtime.hosts)
-        except (TimeoutError, OSError) as exc:
-            server.connection_failed(exc if str(exc) else ProtocolViolation("timeout"))
-
-    runtime.spawn(connect())
+    server.start_connecting()
     return server
 

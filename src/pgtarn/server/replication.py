@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from typing import Protocol, Self
 
 from ..config import DatabaseEntry
-from ..errors import PgtarnError, ProtocolViolation
-from ..net.sockets import open_connection
+from ..errors import PgtarnError
 from ..pool.pool import Pool
 from ..proto.server_login import LoggedIn
 from ..runtime import Runtime
@@ -116,16 +115,7 @@ def open_replication(runtime: Runtime, pool: Pool[ServerConnection], db: Databas
                      ) -> ReplicationServer:
     """Create owner's replication server and start connecting it in the background."""
     server = ReplicationServer(runtime, pool, db, owner, client_params, mode)
-
-    async def connect() -> None:
-        try:
-            server.target = await open_connection(
-                db, lambda: server, runtime.config.server_connect_timeout,
-                runtime.config.unix_socket_dir, runtime.hosts)
-        except (TimeoutError, OSError) as exc:
-            server.connection_failed(exc if str(exc) else ProtocolViolation("timeout"))
-
-    runtime.spawn(connect())
+    server.start_connecting()
     timeout = runtime.config.server_connect_timeout
     if timeout > 0:  # no pool's janitor watches this login: its own timer does
         asyncio.get_running_loop().call_later(timeout, server.login_timed_out)
