@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Protocol, Self
+from typing import Protocol
 
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
@@ -85,21 +85,6 @@ class ReplicationServer(ServerConnection):
         client = self.client
         if client is not None:
             client.write(data)
-
-    def connection_lost(self: Self, exc: Exception | None) -> None:
-        was_closed = self.closed
-        self.closed = True
-        if self.login is not None:
-            self.login = None
-            self._login_failed(PgtarnError(
-                "server closed the connection during login", sqlstate="08006", severity="FATAL"))
-            return
-        client = self.client
-        if client is not None:
-            self.client = None
-            client.server_lost(self)
-        if not was_closed and self.runtime.config.log_disconnections:
-            log.info("%r: server connection lost", self)
 
     def release_from(self, client: LinkedClient[ServerConnection], mid_query: bool,
                      reset_query: str | None, settings: dict[str, str] | None = None, *,
