@@ -677,6 +677,19 @@ def test_notify_passes_through(pgtarn_factory, pg_dsn):  # type: ignore[no-untyp
             (channel, payload, row[0]) for payload in ("a", "b", "c")]
 
 
+def test_listen_inside_a_function_runs_on_the_pooled_server(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """A LISTEN inside a DO block is not seen by pgtarn: it runs on the pooled server (whose
+    pg_listening_channels() then lists it), and no listener connection is opened for it."""
+    proc = start(pgtarn_factory)
+    channel = unique("in_do")
+    with client(proc) as conn, admin(proc) as console:
+        conn.execute(f"DO $$ BEGIN EXECUTE 'LISTEN {channel}'; END $$")
+        # pool of one: the next query runs on that same server
+        rows = conn.execute("select pg_listening_channels()").fetchall()
+        assert rows == [(channel,)]
+        assert listening(console) == {}
+
+
 # -- the listener connection moved: RELOAD with new connection settings, RECONNECT -----------
 
 
