@@ -24,6 +24,7 @@ from harness import PostgresNotFound, TempCluster, find_bindir, free_port, userl
 from memory import Login, MemoryResult, check_login, measure_memory, proc_status_kb
 
 import pgtarn
+from pgtarn.buildinfo import BUILD
 from pgtarn.errors import PgtarnError
 from pgtarn.proto.build import quote_literal
 
@@ -670,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
             command = [sys.executable, "-m", "pgtarn"]
             poolers["pgtarn"] = Pooler("pgtarn", command, workdir, db, None)
         db.setup()
-        versions = {"postgres": db.version, "pgtarn": pgtarn.__version__,
+        versions = {"postgres": db.version, "pgtarn": f"{pgtarn.__version__} ({BUILD})",
                     "pgbench": version_of([db.tool("pgbench"), "--version"])}  # fmt: skip
         if "pgbouncer" in poolers:
             versions["PgBouncer"] = version_of([poolers["pgbouncer"].command[0], "-V"])

@@ -3,5 +3,3 @@
 __version__ = "0.1.0"
 #: The PgBouncer version pgtarn answers as: tools (exporters, scripts) match its string.
 COMPATIBLE_VERSION = "1.25.2"
-#: SHOW VERSION's row and --version's first line (scripts compare the two).
-VERSION_LINE = f"PgBouncer {COMPATIBLE_VERSION} (pgtarn {__version__})"

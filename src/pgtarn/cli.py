@@ -7,8 +7,8 @@ import asyncio
 import os
 import sys
 
-from . import VERSION_LINE
 from .app import App
+from .buildinfo import VERSION_LINE
 from .configfile import load_config
 from .demo import run_demo
 from .errors import ConfigError

@@ -25,6 +25,7 @@ from .admin.tables import (
     show_pools,
     show_stats_totals,
 )
+from .buildinfo import BUILD
 from .pool.stats import Histogram
 from .runtime import Runtime
 
@@ -150,8 +151,9 @@ class PgtarnCollector:
         up = GaugeMetricFamily("pgtarn_up", "1 while pgtarn answers")
         up.add_metric([], 1.0)
         yield up
-        version = GaugeMetricFamily("pgtarn_version_info", "pgtarn version", labels=["version"])
-        version.add_metric([__version__], 1.0)
+        version = GaugeMetricFamily("pgtarn_version_info", "pgtarn version and build",
+                                    labels=["version", "build"])
+        version.add_metric([__version__, BUILD], 1.0)
         yield version
         yield GaugeMetricFamily(
             "pgtarn_config_max_client_connections", "max_client_conn setting",

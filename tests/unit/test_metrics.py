@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pgtarn import __version__, metrics
+from pgtarn.buildinfo import BUILD
 from pgtarn.config import Config, DatabaseEntry
 from pgtarn.metrics import render, serve_metrics
 from pgtarn.runtime import Runtime
@@ -150,7 +151,7 @@ def test_lists_and_process_gauges(
     assert value(samples, "pgtarn_lists_items", list="databases") == 2
     assert value(samples, "pgtarn_lists_items", list="dns_names") == 0
     assert value(samples, "pgtarn_up") == 1
-    assert value(samples, "pgtarn_version_info", version=__version__) == 1
+    assert value(samples, "pgtarn_version_info", version=__version__, build=BUILD) == 1
     assert value(samples, "pgtarn_config_max_client_connections") == 100
 
 

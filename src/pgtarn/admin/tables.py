@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .. import VERSION_LINE
+from ..buildinfo import VERSION_LINE
 from ..net.tls import describe
 from ..pool.pool import Pool
 from ..pool.stats import Totals, sum_totals

@@ -1,0 +1,94 @@
+"""Build pgtarn: the hot-path modules compiled with mypyc when it can, else pure Python.
+
+The modules of COMPILED are what a transaction runs through (framing, relay, link, pool,
+statement tracking). mypyc turns their type-annotated Python into a C extension that runs the
+same code two to three times faster. Pure Python stays the fallback with the same behaviour:
+
+- PGTARN_PURE=1 in the environment, or mypyc missing: nothing is compiled;
+- an editable install (pip install -e) is never compiled, since an extension module next to
+  its source would shadow every later edit of that source;
+- compiling fails (no C compiler, no Python headers): a warning, and the package installs as
+  pure Python; none of the compiled modules is kept, since they only load together.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+COMPILED = [
+    "pgtarn/proto/framing.py",
+    "pgtarn/proto/messages.py",
+    "pgtarn/pool/pool.py",
+    "pgtarn/pool/stats.py",
+    "pgtarn/session/effects.py",
+    "pgtarn/session/framer.py",
+    "pgtarn/session/prepared.py",
+    "pgtarn/session/sqlnames.py",
+    "pgtarn/session/tracking.py",
+    "pgtarn/server/transport.py",
+    "pgtarn/server/relay.py",
+    "pgtarn/server/connection.py",
+    "pgtarn/server/replication.py",  # subclasses ServerConnection: compiled with it
+    "pgtarn/client/transport.py",
+    "pgtarn/client/tracking.py",
+    "pgtarn/client/listening.py",
+    "pgtarn/client/link.py",
+    "pgtarn/client/relay.py",
+    "pgtarn/client/connection.py",
+]
+
+EDITABLE_COMMANDS = {"editable_wheel", "develop"}
+
+
+def wanted() -> bool:
+    if os.environ.get("PGTARN_PURE", "") not in ("", "0"):
+        return False
+    return not EDITABLE_COMMANDS & set(sys.argv[1:])
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that leaves a pure-Python package behind when compiling fails."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # compiler or headers missing: the pure build is complete
+            self._fall_back(exc)
+
+    def build_extension(self, ext: Any) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            self._fall_back(exc)
+            raise
+
+    def _fall_back(self, exc: Exception) -> None:
+        print(f"pgtarn: compiling with mypyc failed ({exc}); installing pure Python",
+              file=sys.stderr)
+        for ext in self.extensions:
+            Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+        self.extensions = []
+
+
+def extensions() -> list[Any]:
+    if not wanted():
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("pgtarn: mypyc is not installed; installing pure Python", file=sys.stderr)
+        return []
+    try:
+        return list(mypycify([f"src/{path}" for path in COMPILED], opt_level="3"))
+    except Exception as exc:  # mypyc refused the code: the pure build still works
+        print(f"pgtarn: mypyc failed ({exc}); installing pure Python", file=sys.stderr)
+        return []
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
