@@ -29,9 +29,10 @@ from ..errors import PgtarnError
 from ..pool.channels import LOST_MESSAGE
 from ..proto import build
 from ..server.connection import ServerConnection
-from ..session.effects import SUBSCRIBE, Parsed, as_subscriptions, effects_of, parse_text
+from ..session.effects import SUBSCRIBE, Parsed, as_subscriptions, parse_text
 from ..states import ClientState
-from .tracking import ClientTracking
+from .tracking import ClientTracking, effects_of
+from .transport import NO_CHANNELS
 
 log = logging.getLogger("pgtarn.client")
 
@@ -287,8 +288,8 @@ class ClientListening(ClientTracking):
             return
         board = pool.board
         if self.subscribed:
-            board.update(self, self.subscribed, frozenset(), monotonic())
-            self.subscribed = frozenset()
+            board.update(self, self.subscribed, NO_CHANNELS, monotonic())
+            self.subscribed = NO_CHANNELS
         board.waiters.pop(self, None)
         queue = self.notify_queue
         if queue:

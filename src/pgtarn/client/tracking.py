@@ -10,6 +10,8 @@ that cannot move pins the client to its server until it is gone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from functools import cache
 
 from ..errors import PgtarnError
 from ..proto import build
@@ -17,7 +19,6 @@ from ..session.effects import (
     UNTRACKED,
     Parsed,
     as_subscriptions,
-    effects_of,
     may_change_state,
     parse_text,
     query_text,
@@ -27,6 +28,22 @@ from ..session.tracking import SessionState, SessionTracker, pin_reason
 from .transport import ClientTransport
 
 log = logging.getLogger("pgtarn.client")
+
+
+@cache
+def load_pglast() -> Callable[[str], Parsed]:
+    """session/parsing.py's effects_of, imported at the first text to parse and not at start:
+    pglast costs about 3 MB of RSS, which a pooler whose clients send no text that may change
+    session state (or that does not track it) never needs."""
+    from ..session.parsing import effects_of  # lazy, for the RSS above (see the docstring)
+
+    return effects_of
+
+
+def effects_of(sql: str) -> Parsed:
+    """The effects of a query text (session/parsing.py), pglast loaded on first use."""
+    return load_pglast()(sql)
+
 
 #: What _session_text returns for a Query pgtarn answers itself (listening.py): send nothing.
 ANSWERED = b""
@@ -42,8 +59,7 @@ class ClientTracking(ClientTransport):
         config = self.runtime.config
         if self.pool_mode == "session" or not config.track_session_state:
             return
-        ignored = frozenset(name.lower() for name in self.params)
-        self.session = SessionTracker(SessionState(ignored))
+        self.session = SessionTracker(SessionState(_ignored(tuple(self.params))))
         self.named_effects = {}
         self.answers = []  # LISTEN and UNLISTEN are answered here (listening.py)
 
@@ -164,6 +180,22 @@ class ClientTracking(ClientTransport):
     def tracked_settings(self) -> list[str]:
         session = self.session
         return sorted(session.state.settings) if session is not None else []
+
+
+#: The names a session's state leaves to ParameterStatus, by the tracked parameters a client
+#: has: one frozenset shared by all the clients with the same ones (about 1.5 KB each
+#: otherwise). Few sets of names occur (they come from the configuration's tracked names).
+_IGNORED: dict[tuple[str, ...], frozenset[str]] = {}
+_IGNORED_MAX = 64
+
+
+def _ignored(names: tuple[str, ...]) -> frozenset[str]:
+    ignored = _IGNORED.get(names)
+    if ignored is None:
+        if len(_IGNORED) >= _IGNORED_MAX:
+            _IGNORED.clear()
+        ignored = _IGNORED[names] = frozenset(name.lower() for name in names)
+    return ignored
 
 
 def _refusal_message(reason: str) -> str:
