@@ -93,8 +93,7 @@ class ClientListening(ClientTracking):
         if not self.withheld:
             self.write(replies + READY[b"I"])
             return
-        assert self.answers is not None
-        self.answers.append([0, None, replies, True])
+        self._owe_answer([0, None, replies, True])
         self.listening = True
         self.expected += 1
 
@@ -159,10 +158,9 @@ class ClientListening(ClientTracking):
             if batch is None:
                 break
             used, parsed, replies, synced = batch
-            assert self.answers is not None
             if parsed is not None:
                 session.add(parsed, self.expected, self._status_now())
-            self.answers.append([self.expected, parsed, replies, synced])
+            self._owe_answer([self.expected, parsed, replies, synced])
             self.listening = True
             if synced:
                 self.expected += 1

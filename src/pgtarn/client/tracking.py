@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 from ..errors import PgtarnError
 from ..proto import build
@@ -45,6 +46,9 @@ def effects_of(sql: str) -> Parsed:
     return load_pglast()(sql)
 
 
+#: The answers of a tracked client that owes none (shared, never written: _owe_answer).
+NO_ANSWERS: list[list[Any]] = []
+
 #: What _session_text returns for a Query pgtarn answers itself (listening.py): send nothing.
 ANSWERED = b""
 
@@ -61,7 +65,16 @@ class ClientTracking(ClientTransport):
             return
         self.session = SessionTracker(SessionState(_ignored(tuple(self.params))))
         self.named_effects = {}
-        self.answers = []  # LISTEN and UNLISTEN are answered here (listening.py)
+        self.answers = NO_ANSWERS  # LISTEN and UNLISTEN are answered here (listening.py)
+
+    def _owe_answer(self, entry: list[Any]) -> None:
+        """A LISTEN/UNLISTEN reply pgtarn owes (listening.py), after those owed before it."""
+        answers = self.answers
+        assert answers is not None
+        if answers:
+            answers.append(entry)
+        else:  # (never into the shared empty list)
+            self.answers = [entry]
 
     def _start_with_settings(self, settings: dict[str, str]) -> None:
         """Settings from the StartupMessage's options that are not tracked parameters: the
@@ -128,7 +141,7 @@ class ClientTracking(ClientTransport):
             subscriptions = as_subscriptions(parsed)
             if subscriptions is not None:
                 session.add(subscriptions, replies_ahead, self._status_now())
-                self.answers.append([replies_ahead, subscriptions, None, True])
+                self._owe_answer([replies_ahead, subscriptions, None, True])
                 self.listening = True
                 return ANSWERED
         if msg_type == 0x51 and not self.runtime.config.pin_session_state:

@@ -35,6 +35,8 @@ log = logging.getLogger("pgtarn.client")
 PendingParts = tuple[list[Part] | None, bytes | None]
 #: Shared by every client that listens to nothing (an empty frozenset is not a singleton).
 NO_CHANNELS: frozenset[str] = frozenset()
+#: A client's tracked parameters before its welcome (shared, never written).
+NO_PARAMS: dict[str, str] = {}
 #: Shared by every client holding no bytes for a server; never written (_hold makes a
 #: client's own list at its first item).
 NO_PENDING: list[bytes | PendingParts] = []
@@ -132,7 +134,7 @@ class ClientTransport(asyncio.Protocol):
         self.pending = NO_PENDING
         self.pending_size = 0
         #: Tracked parameters (client_encoding, TimeZone, ...) as this client set them.
-        self.params: dict[str, str] = {}
+        self.params = NO_PARAMS  # its own dict from the welcome on (never written before)
         self.cancel_key = (0, 0)
         self.db: DatabaseEntry | None = None
         self.statement_mode = False
