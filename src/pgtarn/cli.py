@@ -6,17 +6,25 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 
 from .app import App
 from .buildinfo import VERSION_LINE
 from .configfile import load_config
-from .demo import run_demo
 from .errors import ConfigError
 
 try:
     import uvloop
 except ImportError:  # pragma: no cover - uvloop is not built for this platform
     uvloop = None  # type: ignore[assignment]
+
+
+def load_demo() -> Callable[[list[str]], int]:
+    """`pgtarn demo`'s entry, imported only for it: the demo's cluster code and subprocess
+    would otherwise sit in every pooler's memory (about 0.3 MB of RSS)."""
+    from .demo import run_demo  # lazy, for the RSS above (see the docstring)
+
+    return run_demo
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +58,7 @@ def daemonize() -> None:
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     if args_list and args_list[0] == "demo":
-        return run_demo(args_list[1:])
+        return load_demo()(args_list[1:])
     args = build_parser().parse_args(args_list)
     if args.version:
         print(VERSION_LINE)

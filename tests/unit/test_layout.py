@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,6 +56,8 @@ def test_no_function_level_import_of_the_package(path: Path) -> None:
     for func in ast.walk(_tree(path)):
         if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
+        if func.name.startswith("load_") and "RSS" in (ast.get_docstring(func) or ""):
+            continue  # the one lazy import of a dependency, for the memory its docstring says
         for node in ast.walk(func):
             if isinstance(node, ast.ImportFrom):
                 inner = node.level > 0 or (node.module or "").startswith("pgtarn")
@@ -61,3 +66,15 @@ def test_no_function_level_import_of_the_package(path: Path) -> None:
             else:
                 continue
             assert not inner, f"{_name(path)}:{node.lineno}: import inside {func.name}()"
+
+
+def test_start_imports_no_dependency_that_only_some_configurations_use() -> None:
+    """pglast (a text to parse), prometheus_client (metrics_port) and the demo are loaded on
+    first use (the load_* functions): a pooler that needs none of them does not hold them."""
+    code = ("import sys, pgtarn.cli; "
+            "print(' '.join(m for m in ('pglast', 'prometheus_client', 'pgtarn.demo', "
+            "'pgtarn.session.parsing', 'pgtarn.metrics') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == ""

@@ -376,7 +376,7 @@ class ClientConnection(ClientRelay):
         """The welcome's bytes; this client's tracked parameters and cancel key are set."""
         welcome = login.welcome(server_params, tracked, reported)
         self.login = None
-        self.params.update(welcome.params)
+        self.params = welcome.params  # (a dict of its own)
         self.cancel_key = welcome.cancel_key
         message = self.runtime.config.login_notify_message
         if message:  # login_notify_message: a NOTICE just before the first ReadyForQuery

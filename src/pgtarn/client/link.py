@@ -275,7 +275,10 @@ class ClientLink(ClientListening):
 
     def _hold(self, item: bytes | PendingParts, size: int) -> None:
         """Keep what the client sent until server_assigned; pause a client that sends a lot."""
-        self.pending.append(item)
+        if self.pending:
+            self.pending.append(item)
+        else:  # (never into the shared empty list)
+            self.pending = [item]
         self.pending_size += size
         if self.pending_size > PENDING_PAUSE and self.transport is not None:
             self.transport.pause_reading()

@@ -29,9 +29,10 @@ from ..errors import PgtarnError
 from ..pool.channels import LOST_MESSAGE
 from ..proto import build
 from ..server.connection import ServerConnection
-from ..session.effects import SUBSCRIBE, Parsed, as_subscriptions, effects_of, parse_text
+from ..session.effects import SUBSCRIBE, Parsed, as_subscriptions, parse_text
 from ..states import ClientState
-from .tracking import ClientTracking
+from .tracking import ClientTracking, effects_of
+from .transport import NO_CHANNELS
 
 log = logging.getLogger("pgtarn.client")
 
@@ -92,8 +93,7 @@ class ClientListening(ClientTracking):
         if not self.withheld:
             self.write(replies + READY[b"I"])
             return
-        assert self.answers is not None
-        self.answers.append([0, None, replies, True])
+        self._owe_answer([0, None, replies, True])
         self.listening = True
         self.expected += 1
 
@@ -158,10 +158,9 @@ class ClientListening(ClientTracking):
             if batch is None:
                 break
             used, parsed, replies, synced = batch
-            assert self.answers is not None
             if parsed is not None:
                 session.add(parsed, self.expected, self._status_now())
-            self.answers.append([self.expected, parsed, replies, synced])
+            self._owe_answer([self.expected, parsed, replies, synced])
             self.listening = True
             if synced:
                 self.expected += 1
@@ -287,8 +286,8 @@ class ClientListening(ClientTracking):
             return
         board = pool.board
         if self.subscribed:
-            board.update(self, self.subscribed, frozenset(), monotonic())
-            self.subscribed = frozenset()
+            board.update(self, self.subscribed, NO_CHANNELS, monotonic())
+            self.subscribed = NO_CHANNELS
         board.waiters.pop(self, None)
         queue = self.notify_queue
         if queue:

@@ -31,6 +31,11 @@ STATEMENT_MESSAGES = frozenset(b"PBDC")
 STATEMENT_MESSAGES_OR_QUERY = frozenset(b"PBDCQ")
 TEXT_TYPES = frozenset(b"QP")
 PARSE_TYPE = frozenset(b"P")
+#: What a tracked session's relay watches: each of the above with Parse (made once, not per
+#: client); and the bodies a relay that reads no text keeps (none: only counted).
+WITH_PARSE = {watch: watch | PARSE_TYPE
+              for watch in (RELAY_TYPES, STATEMENT_RELAY_TYPES, WATCH_STATEMENTS_TYPES)}
+NO_BODIES: frozenset[int] = frozenset()
 TRANSACTION_REFUSED = build.error_response(
     "0A000",
     "transaction blocks not allowed in statement pooling mode",
@@ -53,9 +58,9 @@ class ClientRelay(ClientLink):
             self.statements = ClientStatements(self.runtime.statement_cache)
             watch = WATCH_STATEMENTS_TYPES
         self._start_tracking()
-        bodies: frozenset[int] = frozenset()  # only counted, never read
+        bodies = NO_BODIES
         if self.session is not None:  # the texts of Query and Parse are looked at
-            watch = watch | PARSE_TYPE
+            watch = WITH_PARSE[watch]
             bodies = TEXT_TYPES
         self.scanner = MessageScanner(watch, config.max_packet_size, bodies=bodies)
 

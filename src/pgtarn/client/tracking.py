@@ -10,6 +10,9 @@ that cannot move pins the client to its server until it is gone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from functools import cache
+from typing import Any
 
 from ..errors import PgtarnError
 from ..proto import build
@@ -17,7 +20,6 @@ from ..session.effects import (
     UNTRACKED,
     Parsed,
     as_subscriptions,
-    effects_of,
     may_change_state,
     parse_text,
     query_text,
@@ -27,6 +29,25 @@ from ..session.tracking import SessionState, SessionTracker, pin_reason
 from .transport import ClientTransport
 
 log = logging.getLogger("pgtarn.client")
+
+
+@cache
+def load_pglast() -> Callable[[str], Parsed]:
+    """session/parsing.py's effects_of, imported at the first text to parse and not at start:
+    pglast costs about 3 MB of RSS, which a pooler whose clients send no text that may change
+    session state (or that does not track it) never needs."""
+    from ..session.parsing import effects_of  # lazy, for the RSS above (see the docstring)
+
+    return effects_of
+
+
+def effects_of(sql: str) -> Parsed:
+    """The effects of a query text (session/parsing.py), pglast loaded on first use."""
+    return load_pglast()(sql)
+
+
+#: The answers of a tracked client that owes none (shared, never written: _owe_answer).
+NO_ANSWERS: list[list[Any]] = []
 
 #: What _session_text returns for a Query pgtarn answers itself (listening.py): send nothing.
 ANSWERED = b""
@@ -42,10 +63,18 @@ class ClientTracking(ClientTransport):
         config = self.runtime.config
         if self.pool_mode == "session" or not config.track_session_state:
             return
-        ignored = frozenset(name.lower() for name in self.params)
-        self.session = SessionTracker(SessionState(ignored))
+        self.session = SessionTracker(SessionState(_ignored(tuple(self.params))))
         self.named_effects = {}
-        self.answers = []  # LISTEN and UNLISTEN are answered here (listening.py)
+        self.answers = NO_ANSWERS  # LISTEN and UNLISTEN are answered here (listening.py)
+
+    def _owe_answer(self, entry: list[Any]) -> None:
+        """A LISTEN/UNLISTEN reply pgtarn owes (listening.py), after those owed before it."""
+        answers = self.answers
+        assert answers is not None
+        if answers:
+            answers.append(entry)
+        else:  # (never into the shared empty list)
+            self.answers = [entry]
 
     def _start_with_settings(self, settings: dict[str, str]) -> None:
         """Settings from the StartupMessage's options that are not tracked parameters: the
@@ -112,7 +141,7 @@ class ClientTracking(ClientTransport):
             subscriptions = as_subscriptions(parsed)
             if subscriptions is not None:
                 session.add(subscriptions, replies_ahead, self._status_now())
-                self.answers.append([replies_ahead, subscriptions, None, True])
+                self._owe_answer([replies_ahead, subscriptions, None, True])
                 self.listening = True
                 return ANSWERED
         if msg_type == 0x51 and not self.runtime.config.pin_session_state:
@@ -164,6 +193,22 @@ class ClientTracking(ClientTransport):
     def tracked_settings(self) -> list[str]:
         session = self.session
         return sorted(session.state.settings) if session is not None else []
+
+
+#: The names a session's state leaves to ParameterStatus, by the tracked parameters a client
+#: has: one frozenset shared by all the clients with the same ones (about 1.5 KB each
+#: otherwise). Few sets of names occur (they come from the configuration's tracked names).
+_IGNORED: dict[tuple[str, ...], frozenset[str]] = {}
+_IGNORED_MAX = 64
+
+
+def _ignored(names: tuple[str, ...]) -> frozenset[str]:
+    ignored = _IGNORED.get(names)
+    if ignored is None:
+        if len(_IGNORED) >= _IGNORED_MAX:
+            _IGNORED.clear()
+        ignored = _IGNORED[names] = frozenset(name.lower() for name in names)
+    return ignored
 
 
 def _refusal_message(reason: str) -> str:

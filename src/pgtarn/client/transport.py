@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from sys import intern
 from time import monotonic
 from typing import Any, cast
 
@@ -32,6 +33,15 @@ log = logging.getLogger("pgtarn.client")
 #: What a prepared-statement client sent: (parts, the chunk when the parts are all of it);
 #: parts None: one whole Query.
 PendingParts = tuple[list[Part] | None, bytes | None]
+#: Shared by every client that listens to nothing (an empty frozenset is not a singleton).
+NO_CHANNELS: frozenset[str] = frozenset()
+#: A client's tracked parameters before its welcome (shared, never written).
+NO_PARAMS: dict[str, str] = {}
+#: Shared by every client holding no bytes for a server; never written (_hold makes a
+#: client's own list at its first item).
+NO_PENDING: list[bytes | PendingParts] = []
+#: The scanner a client holds until its welcome (it watches nothing, its bytes go to the login).
+_WATCH_NOTHING: frozenset[int] = frozenset()
 
 
 class ClientTransport(asyncio.Protocol):
@@ -109,7 +119,7 @@ class ClientTransport(asyncio.Protocol):
         #: The login's state machine, until the welcome.
         self.login: ClientLogin | None = ClientLogin()
         #: The relay's, made at the welcome (relay.py, _start_relay).
-        self.scanner = MessageScanner(frozenset())
+        self.scanner = MessageScanner(_WATCH_NOTHING)
         #: auth_query: where this client's secret came from (None: auth_file).
         self.secret_lookup: SecretSource | None = None
         self.pool: Pool[ServerConnection] | None = None
@@ -121,10 +131,10 @@ class ClientTransport(asyncio.Protocol):
         self.wait_notified = False
         self.expected = 0
         #: Bytes waiting for a server; in prepared-statement mode (parts, chunk).
-        self.pending: list[bytes | PendingParts] = []
+        self.pending = NO_PENDING
         self.pending_size = 0
         #: Tracked parameters (client_encoding, TimeZone, ...) as this client set them.
-        self.params: dict[str, str] = {}
+        self.params = NO_PARAMS  # its own dict from the welcome on (never written before)
         self.cancel_key = (0, 0)
         self.db: DatabaseEntry | None = None
         self.statement_mode = False
@@ -152,7 +162,7 @@ class ClientTransport(asyncio.Protocol):
         #: The channels the pool's board has for this client; whether some of them are not
         #: confirmed by the listener connection yet; the ReadyForQuery withheld until they
         #: are (b"": none); notifications waiting to go out (None: none yet).
-        self.subscribed: frozenset[str] = frozenset()
+        self.subscribed = NO_CHANNELS
         self.listen_wait = False
         #: Some of the above may need a look at a ReadyForQuery (one check on the hot path).
         self.listening = False
@@ -187,7 +197,8 @@ class ClientTransport(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         if tune(transport, self.runtime.config.tcp_keepalive):
             self.addr = address(transport.get_extra_info("peername"))
-            self.local_addr = address(transport.get_extra_info("sockname"))
+            # the listener's address, the same for its clients: one copy (interned)
+            self.local_addr = intern(address(transport.get_extra_info("sockname")))
         else:
             self.addr = "unix"
 

@@ -8,6 +8,9 @@ from ..errors import ProtocolViolation
 
 _HEADER = Struct("!cI")
 _UINT32 = Struct("!I")
+#: A scanner between messages holds this (shared): its own bytearray only once a message
+#: is cut across chunks, so thousands of idle connections hold no empty buffer each.
+_NO_BYTES = b""
 
 #: (message type, message body, offset in the fed chunk just past the message)
 Event = tuple[int, bytes, int]
@@ -35,7 +38,7 @@ class MessageScanner:
         self.stop = stop
         self.max_size = max_size
         self._skip = 0
-        self._buf = bytearray()
+        self._buf: bytes | bytearray = _NO_BYTES
         #: After feed: how many bytes at the end of the chunk belong to a watched message
         #: not yet complete (a caller that rewrites messages holds them back).
         self.held = 0
@@ -121,6 +124,7 @@ class MessageScanner:
     def _resume(self, data: bytes, pos: int, events: list[Event]) -> int:
         """Complete a message whose start was buffered; return the next position or -1."""
         buf = self._buf
+        assert isinstance(buf, bytearray)  # (only called with a message begun)
         n = len(data)
         prior = len(buf)  # bytes of this message from earlier chunks
         if len(buf) < 5:
@@ -135,7 +139,7 @@ class MessageScanner:
         total = 1 + length
         if msg_type not in self.watch:
             self.released = bytes(buf[:prior])
-            self._buf = bytearray()
+            self._buf = _NO_BYTES
             remaining = total - 5
             if remaining > n - pos:
                 self._skip = remaining - (n - pos)
@@ -148,7 +152,7 @@ class MessageScanner:
         buf += data[pos : pos + need]
         pos += need
         events.append((msg_type, bytes(buf[5:]) if msg_type in self.bodies else b"", pos))
-        self._buf = bytearray()
+        self._buf = _NO_BYTES
         return pos
 
 

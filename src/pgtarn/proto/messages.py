@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from struct import Struct
+from sys import intern
 
 from ..errors import ProtocolViolation
 
@@ -68,7 +69,9 @@ def parse_startup(body: bytes) -> StartupPacket:
             break
         name, pos = read_cstr(body, pos)
         value, pos = read_cstr(body, pos)
-        params[name] = value
+        # interned: thousands of clients with the same user, database, application_name...
+        # then hold one copy of each (a client keeps some of them for as long as it stays)
+        params[intern(name)] = intern(value)
     else:
         raise ProtocolViolation("startup packet not terminated")
     return StartupPacket(code, params)

@@ -121,7 +121,7 @@ def _key(stmt: Statement) -> bytes:
     return stmt.parse[5 + len(stmt.name) + 1 :]
 
 
-@dataclass
+@dataclass(slots=True)
 class ClientStatements:
     """A client's statement names -> the shared statements."""
 

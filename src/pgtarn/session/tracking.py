@@ -49,6 +49,11 @@ from .effects import (
 #: The settings of a session that changed none (shared: compared by identity).
 NO_SETTINGS: dict[str, str] = {}
 _EMPTY: frozenset[str] = frozenset()
+#: Shared empty containers, never written (each is replaced by a list or dict of its own
+#: at its first item): thousands of idle clients then hold none of their own.
+_NO_LOCKS: dict[str, int] = {}
+_NO_SAVEPOINTS: list[tuple[str, Snapshot]] = []
+_NO_BATCHES: list[tuple[list[int], list[Parsed]]] = []
 
 # Pin reasons, as SHOW CLIENTS and the metrics name them.
 ADVISORY_LOCK = "advisory_lock"
@@ -107,7 +112,7 @@ class SessionState:
         self.subscriptions = _EMPTY
         self.roles = _EMPTY
         #: Advisory locks by key (non-transactional), and whether some were not counted.
-        self.locks: dict[str, int] = {}
+        self.locks = _NO_LOCKS
         self.locks_uncounted = False
         self.load = False
         self.seed = False
@@ -116,7 +121,7 @@ class SessionState:
         #: The state when the open transaction began, once it changed something; and the
         #: savepoints set since then.
         self.base: Snapshot | None = None
-        self.savepoints: list[tuple[str, Snapshot]] = []
+        self.savepoints = _NO_SAVEPOINTS
 
     def start_with(self, settings: dict[str, str]) -> None:
         """The session begins with these settings (name -> the SQL that sets it), as its
@@ -203,7 +208,7 @@ class SessionState:
     def _lost(self, why: str) -> None:
         self.untracked = why
         self.base = None
-        self.savepoints = []
+        self.savepoints = _NO_SAVEPOINTS
 
     def _snapshot(self) -> Snapshot:
         return (self.settings, self.local, self.temp, self.cursors, self.channels, self.roles,
@@ -223,14 +228,18 @@ class SessionState:
             if self.base is not None and (kind == ROLLBACK or aborted):
                 self._restore(self.base)
             self.base = None
-            self.savepoints = []
+            self.savepoints = _NO_SAVEPOINTS
             self.local = NO_SETTINGS
             return bool(effect[1]), False  # AND CHAIN: a new block at once
         name = effect[1]
         if kind == SAVEPOINT:
             if self.base is None:
                 self.base = self._snapshot()
-            self.savepoints.append((name, self._snapshot()))
+            savepoint = (name, self._snapshot())
+            if self.savepoints:
+                self.savepoints.append(savepoint)
+            else:  # (never into the shared empty list)
+                self.savepoints = [savepoint]
             return True, aborted
         index = _last(self.savepoints, name)
         if kind == RELEASE:
@@ -244,13 +253,15 @@ class SessionState:
             del self.savepoints[index + 1 :]
         elif self.base is not None:
             self._restore(self.base)
-            self.savepoints = []
+            self.savepoints = _NO_SAVEPOINTS
         return True, False
 
     def _effect(self, effect: Effect, in_block: bool) -> None:
         kind = effect[0]
         if kind == LOCK:
-            self.locks[effect[1]] = self.locks.get(effect[1], 0) + 1
+            locks = self.locks if self.locks else {}  # (never into the shared empty dict)
+            locks[effect[1]] = locks.get(effect[1], 0) + 1
+            self.locks = locks
             return
         if kind == UNLOCK:
             count = self.locks.get(effect[1], 0)
@@ -260,7 +271,7 @@ class SessionState:
                 del self.locks[effect[1]]
             return
         if kind == UNLOCK_ALL:
-            self.locks = {}
+            self.locks = _NO_LOCKS
             self.locks_uncounted = False
             return
         if kind == LOCK_UNCOUNTED:
@@ -276,7 +287,7 @@ class SessionState:
             self.untracked = effect[1]
             return
         if kind == DISCARD_ALL:
-            self.locks = {}
+            self.locks = _NO_LOCKS
             self.locks_uncounted = False
             self.untracked = ""
             self._restore((NO_SETTINGS, NO_SETTINGS, False, _EMPTY, _EMPTY, _EMPTY, _EMPTY))
@@ -363,7 +374,7 @@ class SessionTracker:
     def __init__(self, state: SessionState) -> None:
         self.state = state
         #: [ReadyForQuery still to come up to this batch's, its parsed texts], oldest first.
-        self.pending: list[tuple[list[int], list[Parsed]]] = []
+        self.pending = _NO_BATCHES
         #: The transaction status before the oldest pending batch.
         self.status = b"I"
         #: An ErrorResponse came in the oldest pending batch.
@@ -380,10 +391,13 @@ class SessionTracker:
         if pending and pending[-1][0][0] == remaining:
             pending[-1][1].append(parsed)
             return
-        if not pending and not replies_ahead:
-            self.status = status
-            self.failed = False
-        pending.append(([remaining], [parsed]))
+        if pending:
+            pending.append(([remaining], [parsed]))
+        else:  # (never into the shared empty list)
+            if not replies_ahead:
+                self.status = status
+                self.failed = False
+            self.pending = [([remaining], [parsed])]
         self.parse_all = True
 
     def error(self) -> None:

@@ -1,4 +1,5 @@
-"""Tests for pgtarn.session.effects: the first look, and the effects read from a query's text."""
+"""Tests for pgtarn.session.effects and parsing.py: the first look, and the effects read from a
+query's text."""
 
 from __future__ import annotations
 
@@ -38,11 +39,11 @@ from pgtarn.session.effects import (
     UNSUBSCRIBE,
     UNTRACKED,
     as_subscriptions,
-    effects_of,
     may_change_state,
     parse_text,
     query_text,
 )
+from pgtarn.session.parsing import effects_of
 
 FUZZ = settings(max_examples=300, deadline=None, database=None)
 

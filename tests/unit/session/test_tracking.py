@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgtarn.session.effects import Parsed, as_subscriptions, effects_of
+from pgtarn.session.effects import Parsed, as_subscriptions
+from pgtarn.session.parsing import effects_of
 from pgtarn.session.tracking import (
     ADVISORY_LOCK,
     HOLD_CURSOR,
