@@ -1,13 +1,14 @@
 """Where a pooler's CPU goes per transaction under `pgbench -S`: user and system time, and
 pgtarn's share by part (kernel, event loop, interpreter, relay, link, pool, statistics...).
 
-For each client count the poolers run in turn (PgBouncer, then pgtarn) on the same cluster and
-settings as bench/run.py. CPU per transaction comes from /proc (utime, stime) over the run.
-With `perf` installed, pgtarn is also sampled and its samples sorted into parts; a compiled
-build names its functions (CPyDef_<module>___<Class>___<method>), so the pgtarn parts are
+For each client count the poolers run in turn (PgBouncer, pgtarn, then bench/forwarder.py: a
+byte forwarder on uvloop, the floor of any pooler built on Python and uvloop) on the same
+cluster and settings as bench/run.py. CPU per transaction comes from /proc (utime, stime)
+over the run. With `perf` installed, pgtarn is also sampled and its samples sorted into parts;
+a compiled build names its functions (CPyDef_<module>___<Class>___<method>), so the pgtarn parts are
 exact there, while a pure-Python build shows only the interpreter as a whole.
 
-    python3 bench/profile.py [--clients 10,100] [--duration 10] [--no-perf]
+    python3 bench/cpu.py [--clients 10,100] [--duration 10] [--no-perf]
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from run import (
 from pgtarn.buildinfo import BUILD
 
 TICKS = os.sysconf("SC_CLK_TCK")
+FORWARDER = Path(__file__).resolve().with_name("forwarder.py")
 #: pgtarn's compiled functions by module, first match wins: (part, symbol pattern).
 PARTS = [
     ("statistics", r"stats___"),
@@ -142,7 +144,9 @@ def main() -> int:
     account = postgres_account()
     workdir = make_workdir("profile", account)
     db = Database(args)
-    poolers = {"pgtarn": Pooler("pgtarn", [sys.executable, "-m", "pgtarn"], workdir, db, None)}
+    poolers = {"pgtarn": Pooler("pgtarn", [sys.executable, "-m", "pgtarn"], workdir, db, None),
+               "forwarder": Pooler("forwarder", [sys.executable, str(FORWARDER)], workdir, db,
+                                   None)}
     binary = ensure_pgbouncer()
     if binary is not None:
         poolers = {"pgbouncer": Pooler("pgbouncer", [binary], workdir, db, account), **poolers}
