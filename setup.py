@@ -22,6 +22,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 COMPILED = [
+    "pgtarn/states.py",
     "pgtarn/proto/framing.py",
     "pgtarn/proto/messages.py",
     "pgtarn/pool/pool.py",

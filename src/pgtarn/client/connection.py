@@ -49,7 +49,7 @@ from ..proto.client_login import (
 )
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, open_replication
-from ..states import ClientState
+from ..states import READY_STATE, ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, os_user_name, peer_address, peer_credentials
 from .relay import ClientRelay
@@ -118,7 +118,7 @@ class ClientConnection(ClientRelay):
 
     def data_received(self, data: bytes) -> None:
         try:
-            if self.state is ClientState.READY:
+            if self.state is READY_STATE:
                 stats = self.stats
                 assert stats is not None
                 stats.received += len(data)

@@ -11,7 +11,7 @@ from ..proto import build
 from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
 from ..session.tracking import CLOSE_AFTER
-from ..states import ClientState
+from ..states import READY_STATE
 from .listening import READY, ClientListening
 from .transport import PendingParts
 
@@ -36,7 +36,7 @@ class ClientLink(ClientListening):
         """The pool lends us a server: set differing parameters, then send what waited."""
         self.waiting = False
         self.wait_notified = False
-        if self.state is not ClientState.READY:
+        if self.state is not READY_STATE:
             assert self.pool is not None
             self.pool.release(server)
             return
@@ -159,7 +159,7 @@ class ClientLink(ClientListening):
             for entry in self.answers:
                 entry[0] -= 1
             out += self._answers_due(status)
-            if self.state is not ClientState.READY:
+            if self.state is not READY_STATE:
                 return b""
         if not self.expected and self._link_ends(server, status) == b"":
             return b""

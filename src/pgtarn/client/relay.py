@@ -16,7 +16,7 @@ from ..session.effects import may_change_state
 from ..session.framer import SYNC_MARK, ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
-from ..states import ClientState
+from ..states import READY_STATE, ClientState
 from .link import ClientLink
 from .listening import LOCAL_STARTS
 from .transport import PendingParts
@@ -95,7 +95,7 @@ class ClientRelay(ClientLink):
                 # The chunk ends inside a Parse/Bind/..., or a Query that may name SQL-level
                 # statements: keep that start for the framer.
                 self._relay_events(data[: len(data) - held], events)
-                if self.state is ClientState.READY:
+                if self.state is READY_STATE:
                     self._start_statements()
                     self._relay_prepared(data[len(data) - held :])
                 return
@@ -176,7 +176,7 @@ class ClientRelay(ClientLink):
                         self._to_server(refusal)
                     else:
                         self._answer_now()
-                    if self.state is ClientState.READY:
+                    if self.state is READY_STATE:
                         self._relay_events(data[end:], _events_after(events, end))
                     return
             if msg_type in (0x51, 0x53):  # Query or Sync: one ReadyForQuery to come
