@@ -6,8 +6,8 @@ welcome from the pool, then the client leaves (Terminate, connection_lost). The 
 server logged in before the clock starts, so every timed login gets the welcome at once.
 
 The client side of SCRAM (pgtarn's own ScramClient with the keys known, so no PBKDF2) is
-timed apart and subtracted: the figure is pgtarn's work per login, in microseconds, without
-syscalls or the event loop. `--profile` runs it under cProfile instead.
+timed apart and left out: the figures are pgtarn's work per login, in microseconds, by phase
+and in total, without syscalls or the event loop. `--profile` runs it under cProfile instead.
 
     PYTHONPATH=src python3 bench/login.py
     PYTHONPATH=src python3 bench/login.py --profile
@@ -128,50 +128,65 @@ def make_runtime(log_connections: bool) -> tuple[Runtime, bytes, bytes]:
 
 
 class Timer:
-    """Seconds spent in the client's side of the exchange (subtracted from the total)."""
+    """Seconds spent per phase of the login; "client" is the client's side (subtracted)."""
 
     def __init__(self) -> None:
-        self.spent = 0.0
+        self.spent: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self.at = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.spent[phase] += now - self.at
+        self.at = now
+
+
+#: connection_made; StartupMessage to AuthenticationSASL (access decision, secret, SCRAM
+#: challenge); client-first to server-first; client-final to SASLFinal + welcome; Terminate
+#: and connection_lost.
+PHASES = ("accept", "startup", "scram first", "scram final + welcome", "leave", "client")
 
 
 def one_login(runtime: Runtime, client_key: bytes, server_key: bytes, timer: Timer,
               leave: bool = True) -> ClientConnection:  # fmt: skip
     transport = FakeTransport()
+    timer.lap("client")
     client = ClientConnection(runtime)
     client.connection_made(transport)  # type: ignore[arg-type]
+    timer.lap("accept")
     client.data_received(STARTUP)
-    t0 = time.perf_counter()
+    timer.lap("startup")
     scram = ScramClient(client_key=client_key, server_key=server_key)
     first = build.sasl_initial_response("SCRAM-SHA-256", scram.client_first())
-    timer.spent += time.perf_counter() - t0
+    timer.lap("client")
     client.data_received(first)
-    t0 = time.perf_counter()
+    timer.lap("scram first")
     final = build.sasl_response(scram.handle_server_first(_auth_body(transport, -1)))
-    timer.spent += time.perf_counter() - t0
     sent = len(transport.written)
+    timer.lap("client")
     client.data_received(final)
-    t0 = time.perf_counter()
+    timer.lap("scram final + welcome")
     scram.handle_server_final(_auth_body(transport, sent))  # SASLFinal, then the welcome
-    timer.spent += time.perf_counter() - t0
     if transport.written[-1][-6:] != build.ready_for_query(b"I"):
         raise RuntimeError(f"login did not end with ReadyForQuery: {transport.written[-1]!r}")
+    timer.lap("client")
     if leave:
         client.data_received(build.TERMINATE)
         client.connection_lost(None)
+        timer.lap("leave")
     return client
 
 
-def run(logins: int, log_connections: bool = False) -> float:
-    """Microseconds of pgtarn's work per login."""
+def run(logins: int, log_connections: bool = False) -> dict[str, float]:
+    """Microseconds of pgtarn's work per login, by phase ("total": all but the client's)."""
     runtime, client_key, server_key = make_runtime(log_connections)
-    warm = Timer()
-    one_login(runtime, client_key, server_key, warm)  # the pool's server logs in here
+    one_login(runtime, client_key, server_key, Timer())  # the pool's server logs in here
     timer = Timer()
-    start = time.perf_counter()
     for _ in range(logins):
         one_login(runtime, client_key, server_key, timer)
-    total = time.perf_counter() - start
-    return (total - timer.spent) / logins * 1e6
+    per_login = {phase: spent / logins * 1e6 for phase, spent in timer.spent.items()}
+    del per_login["client"]
+    per_login["total"] = sum(per_login.values())
+    return per_login
 
 
 def main() -> int:
@@ -193,9 +208,11 @@ def main() -> int:
         prof.disable()
         pstats.Stats(prof, stream=sys.stdout).sort_stats(args.sort).print_stats(args.lines)
         return 0
-    times = sorted(run(args.logins, args.log_connections) for _ in range(args.repeat))
-    print(f"SCRAM login + leave: {times[0]:.1f} us/login best, "
-          f"{times[len(times) // 2]:.1f} median of {args.repeat}")
+    runs = [run(args.logins, args.log_connections) for _ in range(args.repeat)]
+    for phase in (*PHASES[:-1], "total"):
+        times = sorted(r[phase] for r in runs)
+        print(f"{phase:>22}: {times[len(times) // 2]:6.1f} us/login median of {args.repeat} "
+              f"(best {times[0]:.1f})")
     return 0
 
 

@@ -179,6 +179,14 @@ def _parameter_statuses(params: tuple[tuple[str, str], ...]) -> bytes:
     return b"".join(build.parameter_status(name, value) for name, value in params)
 
 
+@lru_cache(maxsize=16)
+def _name_maps(tracked: tuple[str, ...], ignored: tuple[str, ...]
+               ) -> tuple[Mapping[str, str], frozenset[str]]:
+    """check_startup's lookups, the same at every login: tracked names by their lower case,
+    and the ignored ones in lower case."""
+    return {name.lower(): name for name in tracked}, frozenset(name.lower() for name in ignored)
+
+
 #: PostgreSQL's spellings of a boolean (parse_bool): these words, any prefix of
 #: true/false/yes/no, and "of" for off ("o" alone is neither).
 _TRUE_WORDS = frozenset({"on", "1"})
@@ -373,8 +381,7 @@ class ClientLogin:
         if not self.startup.user:
             return self._fail(
                 PgtarnError("no user name specified in startup packet", sqlstate="28000"))
-        canonical = {name.lower(): name for name in tracked}
-        ignored_names = {name.lower() for name in ignored}
+        canonical, ignored_names = _name_maps(tuple(tracked), tuple(ignored))
         params = self.startup.params
         if "options" in params:
             pairs = parse_options(params["options"])
