@@ -105,7 +105,15 @@ class Janitor:
         config = self.runtime.config
         login_timeout = config.client_login_timeout
         fast_close = config.server_fast_close
-        for client in tuple(self.runtime.clients):
+        if fast_close or any(pool.client_timeouts.any for pool in self.runtime.registry):
+            clients = tuple(self.runtime.clients)
+        elif login_timeout > 0:
+            # nothing to check on a logged-in client: the logins only (a visit of thousands
+            # of idle clients ten times a second was most of a connect storm's CPU)
+            clients = tuple(self.runtime.logins)
+        else:
+            return
+        for client in clients:
             state = client.state
             if state is ClientState.READY:
                 pool = client.pool

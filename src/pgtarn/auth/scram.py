@@ -45,6 +45,8 @@ _SALT_BYTES = 16
 _KEY_LEN = 32
 _INT32_MAX = 2**31 - 1
 _DIGITS = re.compile(r"[0-9]{1,10}")
+#: RFC 5802 `printable`: ASCII 0x21-0x7E except ',' (0x2C), at least one.
+_PRINTABLE = re.compile(r"[\x21-\x2b\x2d-\x7e]+")
 
 
 def _hmac(key: bytes, msg: bytes) -> bytes:
@@ -56,7 +58,10 @@ def _h(data: bytes) -> bytes:
 
 
 def _xor(a: bytes, b: bytes) -> bytes:
-    return bytes(x ^ y for x, y in zip(a, b, strict=True))
+    if len(a) != len(b):
+        raise ValueError("_xor of strings of different lengths")
+    # one big-integer XOR: a bytes() of a generator costs a Python step per byte
+    return (int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).to_bytes(len(a), "big")
 
 
 def _b64(data: bytes) -> str:
@@ -72,7 +77,7 @@ def _b64decode(value: str, what: str) -> bytes:
 
 def _is_printable(nonce: str) -> bool:
     """RFC 5802 `printable`: ASCII 0x21-0x7E except ','; must not be empty."""
-    return bool(nonce) and all("!" <= ch <= "~" and ch != "," for ch in nonce)
+    return _PRINTABLE.fullmatch(nonce) is not None
 
 
 def _new_nonce() -> str:
@@ -132,6 +137,9 @@ class ScramVerifier:
         )
 
 
+# Cached: a client's login parses its user's stored secret each time, and a verifier is
+# immutable. Bounded; the texts are auth_file or auth_query secrets, already held in memory.
+@lru_cache(maxsize=1024)
 def parse_verifier(s: str) -> ScramVerifier | None:
     """Parse PostgreSQL's SCRAM verifier text; None when `s` is not one."""
     parts = s.split("$")

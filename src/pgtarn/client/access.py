@@ -14,6 +14,7 @@ import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..auth.hba import HbaRule, HbaRules, IdentMaps, IPAddress
 from ..config import Config
@@ -43,7 +44,13 @@ class Connection:
 
 def peer_address(addr: str) -> IPAddress | None:
     """The IP address of "host:port" (None for "unix" or anything else)."""
-    host = addr.rsplit(":", 1)[0]
+    return _ip_address(addr.rsplit(":", 1)[0])
+
+
+# Cached by host (the port differs at each connection): parsing an address is dearer than
+# the rest of the access decision, and clients come from a few hosts again and again.
+@lru_cache(maxsize=1024)
+def _ip_address(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host)
     except ValueError:

@@ -145,14 +145,18 @@ class ClientConnection(ClientRelay):
 
     def _act(self, login: ClientLogin, events: list[Event]) -> None:
         """Do what the login machine asks, in order."""
-        for event in events:
+        for index, event in enumerate(events):
             match event:
                 case Send(data):
+                    if index + 1 < len(events) and isinstance(events[index + 1], Authenticated):
+                        continue  # AuthenticationOk: _authenticated sends it
                     self.write(data)
                 case StartupReceived(startup):
                     self._startup_received(login, startup)
                 case Authenticated(scram_keys):
-                    self._authenticated(login, scram_keys)
+                    last = events[index - 1] if index else None
+                    self._authenticated(login, scram_keys,
+                                        last.data if isinstance(last, Send) else b"")
                 case Failed(error, response):
                     if isinstance(error, AuthFailed):
                         if self.secret_lookup is not None:  # maybe changed: ask again next time
@@ -333,9 +337,13 @@ class ClientConnection(ClientRelay):
         """A unix-socket peer running as the same OS user as this process."""
         return self._peer_uid() == os.getuid()
 
-    def _authenticated(self, login: ClientLogin, scram_keys: tuple[bytes, bytes] | None
-                       ) -> None:
+    def _authenticated(self, login: ClientLogin, scram_keys: tuple[bytes, bytes] | None,
+                       auth_ok: bytes) -> None:
+        """auth_ok: the exchange's last message, ending in AuthenticationOk, not sent yet: it
+        goes out with the welcome in one write (one system call fewer per login) when the
+        pool knows its parameters already, else first and alone."""
         if self.db is None:
+            self.write(auth_ok)
             self._admin_ready(login)
             return
         self.runtime.logins.discard(self)
@@ -352,7 +360,14 @@ class ClientConnection(ClientRelay):
         self.statement_mode = pool.pool_mode == "statement"
         if scram_keys is not None and self.db.user is None:
             pool.scram_keys = scram_keys
-        if self.database in self.runtime.registry.disabled:
+        disabled = self.database in self.runtime.registry.disabled
+        # options settings that nothing would carry from server to server
+        refused_options = bool(login.startup_settings) and (
+            self.pool_mode == "session" or not self.runtime.config.track_session_state)
+        if disabled or self.replication or refused_options or pool.welcome is None:
+            self._send_auth_ok(auth_ok)  # no welcome now
+            auth_ok = b""
+        if disabled:
             raise PgtarnError(f'database "{self.database}" is disabled', sqlstate="08P01")
         if self.replication:
             self.state = ClientState.WELCOME
@@ -360,15 +375,13 @@ class ClientConnection(ClientRelay):
             self.server = open_replication(self.runtime, pool, self.db, self,
                                            login.startup.params, self.replication)
             return
-        if login.startup_settings and (self.pool_mode == "session"
-                                       or not self.runtime.config.track_session_state):
-            # nothing would carry them from server to server: PgBouncer's refusal
-            _refuse_options(login)
+        if refused_options:
+            _refuse_options(login)  # PgBouncer's refusal
         if pool.welcome is None:
             self.state = ClientState.WELCOME
             pool.wait_welcome(self)
         else:
-            self.welcome_ready()
+            self.welcome_ready(auth_ok)
 
     def _welcome(self, login: ClientLogin, server_params: Mapping[str, str],
                  tracked: Iterable[str],
@@ -402,8 +415,9 @@ class ClientConnection(ClientRelay):
             log.info("%r: admin console login (%s)", self, self.admin_role)
         self.write(welcome)
 
-    def welcome_ready(self) -> None:
-        """The pool knows the server's parameters: finish this client's login."""
+    def welcome_ready(self, auth_ok: bytes = b"") -> None:
+        """The pool knows the server's parameters: finish this client's login (auth_ok: the
+        end of the authentication exchange, to send first, uncounted as before the pool)."""
         pool, login = self.pool, self.login
         assert pool is not None and pool.welcome is not None and login is not None
         startup_settings = login.startup_settings
@@ -416,7 +430,16 @@ class ClientConnection(ClientRelay):
         self._start_relay()
         if startup_settings:  # refused at _authenticated unless the session is tracked
             self._start_with_settings(startup_settings)
-        self.write(welcome)
+        self._send_auth_ok(auth_ok, welcome)
+
+    def _send_auth_ok(self, auth_ok: bytes, welcome: bytes = b"") -> None:
+        """The end of the authentication exchange, uncounted in the pool's bytes (as before
+        the login reached its pool), then the welcome, counted; in one write."""
+        transport = self.transport
+        if transport is not None and (auth_ok or welcome):
+            transport.write(auth_ok + welcome)
+            if welcome and self.stats is not None:
+                self.stats.sent += len(welcome)
 
     def replication_ready(self, server: ReplicationServer, leftover: bytes) -> None:
         """This replication client's own server logged in: welcome with its parameters,

@@ -17,11 +17,14 @@ log = logging.getLogger("pgtarn.server")
 
 
 def tune(transport: asyncio.BaseTransport, keepalive: bool) -> bool:
-    """TCP_NODELAY (and SO_KEEPALIVE when asked) on a TCP socket; False for a unix socket."""
+    """SO_KEEPALIVE (when asked) on a TCP socket; False for a unix socket.
+
+    TCP_NODELAY is on already: asyncio and uvloop set it on every TCP transport they make
+    (setting it again cost two system calls per connection, uvloop's transport socket making
+    a socket object for each option)."""
     sock = transport.get_extra_info("socket")
     if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return False
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if keepalive:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     return True

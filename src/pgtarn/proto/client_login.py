@@ -20,6 +20,7 @@ import enum
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..errors import PgtarnError, ProtocolViolation
 from . import build
@@ -160,15 +161,30 @@ def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, 
         if value is not None:
             params[name] = value
             welcome[name] = value
-    out = bytearray()
+    statuses = _parameter_statuses(tuple(welcome.items()))
+    # one read of the system's random source for both halves: 31 bits of pid, 32 of secret
+    key = int.from_bytes(secrets.token_bytes(8), "big")
+    cancel_key = (key >> 33, key & 0xFFFFFFFF)
+    tail = build.backend_key_data(*cancel_key) + _RFQ_IDLE
     if negotiate is not None:
-        out += build.negotiate_protocol_version(*negotiate)
-    for name, value in welcome.items():
-        out += build.parameter_status(name, value)
-    cancel_key = (secrets.randbits(31), secrets.randbits(32))
-    out += build.backend_key_data(*cancel_key)
-    out += _RFQ_IDLE
-    return Welcome(bytes(out), params, cancel_key)
+        return Welcome(build.negotiate_protocol_version(*negotiate) + statuses + tail, params,
+                       cancel_key)
+    return Welcome(statuses + tail, params, cancel_key)
+
+
+# A pool's clients mostly get the same parameters (its first server's, with the same few
+# client settings): their ParameterStatus messages are built once, not at every login.
+@lru_cache(maxsize=64)
+def _parameter_statuses(params: tuple[tuple[str, str], ...]) -> bytes:
+    return b"".join(build.parameter_status(name, value) for name, value in params)
+
+
+@lru_cache(maxsize=16)
+def _name_maps(tracked: tuple[str, ...], ignored: tuple[str, ...]
+               ) -> tuple[Mapping[str, str], frozenset[str]]:
+    """check_startup's lookups, the same at every login: tracked names by their lower case,
+    and the ignored ones in lower case."""
+    return {name.lower(): name for name in tracked}, frozenset(name.lower() for name in ignored)
 
 
 #: PostgreSQL's spellings of a boolean (parse_bool): these words, any prefix of
@@ -365,8 +381,7 @@ class ClientLogin:
         if not self.startup.user:
             return self._fail(
                 PgtarnError("no user name specified in startup packet", sqlstate="28000"))
-        canonical = {name.lower(): name for name in tracked}
-        ignored_names = {name.lower() for name in ignored}
+        canonical, ignored_names = _name_maps(tuple(tracked), tuple(ignored))
         params = self.startup.params
         if "options" in params:
             pairs = parse_options(params["options"])

@@ -95,7 +95,7 @@ class ClientAuth:
             self._md5_salt = secrets.token_bytes(4)
             return build.authentication(5, self._md5_salt)
         self._scram = ScramServer(self._scram_secret(), channel_binding=self._channel_binding)
-        return build.auth_sasl(self._scram.mechanisms())
+        return _sasl_offer(tuple(self._scram.mechanisms()))
 
     def _scram_secret(self) -> ScramVerifier | str:
         if self._verifier is not None:
@@ -177,6 +177,12 @@ class ClientAuth:
             raise _failed()
         self.done = True
         return build.AUTH_OK
+
+
+@lru_cache(maxsize=4)
+def _sasl_offer(mechanisms: tuple[str, ...]) -> bytes:
+    """AuthenticationSASL for these mechanisms (one of two lists: built once, not per login)."""
+    return build.auth_sasl(mechanisms)
 
 
 # A plaintext auth_file secret becomes a verifier once (with a salt of its own), not at every

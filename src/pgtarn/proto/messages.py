@@ -62,19 +62,33 @@ def parse_startup(body: bytes) -> StartupPacket:
         return StartupPacket(code, {}, (pid, key))
     if code in (SSL_REQUEST, GSSENC_REQUEST):
         return StartupPacket(code, {})
+    # name\0value\0 pairs, then an empty name; one split, not a scan per string. The last
+    # element of the split is what follows the last NUL (no terminator).
+    strings = bytes(body[4:]).split(b"\x00")
+    last = len(strings) - 1
     params: dict[str, str] = {}
-    pos = 4
-    while pos < len(body):
-        if body[pos] == 0:
-            break
-        name, pos = read_cstr(body, pos)
-        value, pos = read_cstr(body, pos)
+    i = 0
+    while True:
+        if i == last:  # nothing terminated is left
+            raise ProtocolViolation(
+                "missing string terminator" if strings[i] else "startup packet not terminated")
+        if not strings[i]:
+            break  # the empty name that ends the list
+        if i + 1 == last:  # the name has no value with a terminator
+            _decode(strings[i])
+            raise ProtocolViolation("missing string terminator")
         # interned: thousands of clients with the same user, database, application_name...
         # then hold one copy of each (a client keeps some of them for as long as it stays)
-        params[intern(name)] = intern(value)
-    else:
-        raise ProtocolViolation("startup packet not terminated")
+        params[intern(_decode(strings[i]))] = intern(_decode(strings[i + 1]))
+        i += 2
     return StartupPacket(code, params)
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise ProtocolViolation("invalid UTF-8 in message") from exc
 
 
 def parse_fields(body: bytes) -> dict[str, str]:

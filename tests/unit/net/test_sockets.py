@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import uvloop
 
 from pgtarn.config import Config, DatabaseEntry
 from pgtarn.net import sockets
@@ -28,17 +29,49 @@ class FakeSocket:
         self.options.append((level, name, value))
 
 
-def test_tune_sets_nodelay_and_keepalive_on_tcp_only() -> None:
+def test_tune_sets_keepalive_on_tcp_only() -> None:
     transport = FakeTransport()
     tcp = FakeSocket(socket.AF_INET)
     transport.extra["socket"] = tcp
     assert sockets.tune(transport, keepalive=True)  # type: ignore[arg-type]
-    assert tcp.options == [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),
-                           (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    assert tcp.options == [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    quiet = FakeSocket(socket.AF_INET6)
+    transport.extra["socket"] = quiet
+    assert sockets.tune(transport, keepalive=False)  # type: ignore[arg-type]
+    assert quiet.options == []
     unix = FakeSocket(socket.AF_UNIX)
     transport.extra["socket"] = unix
     assert not sockets.tune(transport, keepalive=True)  # type: ignore[arg-type]
     assert unix.options == []
+
+
+async def _accepted_nodelay() -> tuple[int, int]:
+    """TCP_NODELAY of both ends of a connection the running loop made (accepted, connected)."""
+    loop = asyncio.get_running_loop()
+    accepted: asyncio.Future[asyncio.BaseTransport] = loop.create_future()
+
+    class Accept(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            accepted.set_result(transport)
+
+    server = await loop.create_server(Accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    connected, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
+    ours = await accepted
+    try:
+        return tuple(t.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                     for t in (ours, connected))  # type: ignore[return-value]
+    finally:
+        connected.close()
+        ours.close()
+        server.close()
+
+
+@pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop])
+def test_event_loops_set_nodelay_themselves(loop_factory: Callable[[], Any]) -> None:
+    """tune leaves TCP_NODELAY to the event loop: both loops pgtarn runs on set it."""
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        assert all(runner.run(_accepted_nodelay()))
 
 
 def test_address() -> None:
