@@ -34,6 +34,8 @@ COMPILED = [
     "pgtarn/session/effects.py",
     "pgtarn/session/framer.py",
     "pgtarn/session/prepared.py",
+    "pgtarn/session/rewrite.py",
+    "pgtarn/session/statements.py",
     "pgtarn/session/sqlnames.py",
     "pgtarn/session/tracking.py",
     "pgtarn/server/transport.py",

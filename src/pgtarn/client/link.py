@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from time import monotonic
+from typing import Final
 
 from ..errors import PgtarnError
 from ..pool.stats import BUCKETS
@@ -16,10 +17,10 @@ from .listening import READY, ClientListening
 from .transport import PendingParts
 
 #: At most this many reported forms of startup values are kept (Runtime.reported_forms).
-REPORTED_FORMS = 256
+REPORTED_FORMS: Final = 256
 #: Bytes held for a server that is not there yet past which the client is not read.
-PENDING_PAUSE = 256 * 1024
-WAIT_NOTICE = build.error_response(  # PgBouncer's words: alerting matches them
+PENDING_PAUSE: Final = 256 * 1024
+WAIT_NOTICE: Final = build.error_response(  # PgBouncer's words: alerting matches them
     "00000", "No server connection available in postgres backend, client being queued",
     "NOTICE", hint="the pool size (pool_size, max_db_connections) limits the servers",
     notice=True,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from time import monotonic
-from typing import Any
+from typing import Any, Final
 
 from ..errors import PgtarnError
 from ..pool.channels import LOST_MESSAGE
@@ -36,25 +36,25 @@ from .transport import NO_CHANNELS
 
 log = logging.getLogger("pgtarn.client")
 
-READY = {status: build.ready_for_query(status) for status in (b"I", b"T", b"E")}
-RFQ_LEN = 6
-LISTEN_COMPLETE = build.command_complete("LISTEN")
-UNLISTEN_COMPLETE = build.command_complete("UNLISTEN")
+READY: Final = {status: build.ready_for_query(status) for status in (b"I", b"T", b"E")}
+RFQ_LEN: Final = 6
+LISTEN_COMPLETE: Final = build.command_complete("LISTEN")
+UNLISTEN_COMPLETE: Final = build.command_complete("UNLISTEN")
 #: A LISTEN in a failed transaction block, as PostgreSQL answers any statement there.
 ABORTED = build.error_response(
     "25P02", "current transaction is aborted, commands ignored until end of transaction block")
 LOST_NOTICE = build.error_response("01000", LOST_MESSAGE, "WARNING", notice=True)
-NOTIFICATION = 0x41
+NOTIFICATION: Final = 0x41
 #: Seconds a client closed at listen_queue_size has to read what was sent before its error.
-FLUSH_GRACE = 15.0
-PARSE_COMPLETE = build.message(b"1")
-BIND_COMPLETE = build.message(b"2")
-CLOSE_COMPLETE = build.message(b"3")
-NO_DATA = build.message(b"n")
-NO_PARAMETERS = build.message(b"t", b"\x00\x00")
+FLUSH_GRACE: Final = 15.0
+PARSE_COMPLETE: Final = build.message(b"1")
+BIND_COMPLETE: Final = build.message(b"2")
+CLOSE_COMPLETE: Final = build.message(b"3")
+NO_DATA: Final = build.message(b"n")
+NO_PARAMETERS: Final = build.message(b"t", b"\x00\x00")
 #: The messages a batch pgtarn answers may start with: Parse, Bind, Describe, Close.
-LOCAL_STARTS = frozenset(b"PBDC")
-_LISTEN_WORDS = (b"listen", b"unlisten")
+LOCAL_STARTS: Final = frozenset(b"PBDC")
+_LISTEN_WORDS: Final = (b"listen", b"unlisten")
 
 
 def _completions(parsed: Parsed) -> bytes:

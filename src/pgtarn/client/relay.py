@@ -9,6 +9,7 @@ use of them.
 from __future__ import annotations
 
 from time import monotonic
+from typing import Final
 
 from ..proto import build
 from ..proto.framing import MessageScanner
@@ -22,26 +23,26 @@ from .listening import LOCAL_STARTS
 from .transport import PendingParts
 
 # In READY only these client messages matter: Query, Sync, Terminate.
-RELAY_TYPES = frozenset(b"QSX")
-STATEMENT_RELAY_TYPES = frozenset(b"QSXP")
+RELAY_TYPES: Final = frozenset(b"QSX")
+STATEMENT_RELAY_TYPES: Final = frozenset(b"QSXP")
 # Transaction or statement mode with prepared statements, before a client's first Parse/Bind/
 # Describe/Close: those are noticed too.
-WATCH_STATEMENTS_TYPES = frozenset(b"QSXPBDC")
-STATEMENT_MESSAGES = frozenset(b"PBDC")
-STATEMENT_MESSAGES_OR_QUERY = frozenset(b"PBDCQ")
-TEXT_TYPES = frozenset(b"QP")
-PARSE_TYPE = frozenset(b"P")
+WATCH_STATEMENTS_TYPES: Final = frozenset(b"QSXPBDC")
+STATEMENT_MESSAGES: Final = frozenset(b"PBDC")
+STATEMENT_MESSAGES_OR_QUERY: Final = frozenset(b"PBDCQ")
+TEXT_TYPES: Final = frozenset(b"QP")
+PARSE_TYPE: Final = frozenset(b"P")
 #: What a tracked session's relay watches: each of the above with Parse (made once, not per
 #: client); and the bodies a relay that reads no text keeps (none: only counted).
 WITH_PARSE = {watch: watch | PARSE_TYPE
               for watch in (RELAY_TYPES, STATEMENT_RELAY_TYPES, WATCH_STATEMENTS_TYPES)}
 NO_BODIES: frozenset[int] = frozenset()
-TRANSACTION_REFUSED = build.error_response(
+TRANSACTION_REFUSED: Final = build.error_response(
     "0A000",
     "transaction blocks not allowed in statement pooling mode",
     hint="use pool_mode=transaction or session for this database or user",
 )
-_TRANSACTION_WORDS = (b"begin", b"start")
+_TRANSACTION_WORDS: Final = (b"begin", b"start")
 
 
 class ClientRelay(ClientLink):

@@ -12,9 +12,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from typing import Final
 
 #: Upper bounds (seconds) of the histogram buckets for transaction, query and wait times.
-BUCKETS: tuple[float, ...] = (
+BUCKETS: Final[tuple[float, ...]] = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip

@@ -8,7 +8,7 @@ own queries (SET of tracked parameters, resets, checks, hidden Parse) are swallo
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Final, Self
 
 from ..proto import build
 from ..proto.framing import MessageScanner
@@ -27,8 +27,8 @@ from ..session.prepared import (
 from .transport import RELAY_TYPES, ServerTransport, log
 
 # With prepared statements: also ParseComplete, BindComplete and CloseComplete.
-PREPARED_RELAY_TYPES = frozenset(b"ZSE123")
-RFQ_LEN = 6
+PREPARED_RELAY_TYPES: Final = frozenset(b"ZSE123")
+RFQ_LEN: Final = 6
 
 
 class ServerRelay(ServerTransport):

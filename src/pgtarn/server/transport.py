@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Final, Protocol, Self, TypeVar
 
 from ..config import DatabaseEntry
 from ..net.sockets import Target
@@ -20,7 +20,7 @@ from .login import LoginDriver
 log = logging.getLogger("pgtarn.server")
 
 # While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
-RELAY_TYPES = frozenset(b"ZSE")
+RELAY_TYPES: Final = frozenset(b"ZSE")
 
 Server = TypeVar("Server", contravariant=True)
 

@@ -11,7 +11,7 @@ first text that needs it (client/tracking.py, load_pglast), not at start.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 Effect = tuple[Any, ...]
 
@@ -52,13 +52,13 @@ TRANSACTION_CONTROL = frozenset((BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, RO
 
 # --- the first look -------------------------------------------------------------------------
 
-_STARTS = (b"set", b"reset", b"discard", b"load", b"declare", b"close", b"listen", b"unlisten",
-           b"create")
-_WORDS = (b"advisory", b"set_config", b"setseed", b"temp", b"/*", b"--")
+_STARTS: Final = (b"set", b"reset", b"discard", b"load", b"declare", b"close", b"listen",
+                  b"unlisten", b"create")
+_WORDS: Final = (b"advisory", b"set_config", b"setseed", b"temp", b"/*", b"--")
 #: Transaction control: looked for in a named statement only. A Query of it matters only
 #: while a transaction holds changes (and is parsed then); a named statement prepared
 #: before runs at each Bind, maybe inside such a transaction.
-_CONTROLS = (b"begin", b"start", b"commit", b"end", b"rollback", b"abort", b"savepoint",
+_CONTROLS: Final = (b"begin", b"start", b"commit", b"end", b"rollback", b"abort", b"savepoint",
              b"release", b"prepare")
 
 
@@ -86,8 +86,8 @@ def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
 #: First looks by body with zeros for digits (a plain dict, emptied when full:
 #: functools.lru_cache would wrap a bytes argument in a tuple on every call).
 _LOOKS: dict[bytes, bool] = {}
-_LOOKS_MAX = 4096
-_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_LOOKS_MAX: Final = 4096
+_ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
 
 
 def _look(text: bytes, named: bool) -> bool:

@@ -28,6 +28,8 @@ feature: it re-exports what the connections use, so they import from one place.
 
 from __future__ import annotations
 
+from typing import Final
+
 from .rewrite import (
     AS_PARSE_COMPLETE,
     DROP,
@@ -65,13 +67,13 @@ __all__ = [
     "Statement", "StatementCache", "raise_error",
 ]
 
-ERROR_FORWARD = 0
-ERROR_HIDE = 1
-ERROR_REPLACE = 2
+ERROR_FORWARD: Final = 0
+ERROR_HIDE: Final = 1
+ERROR_REPLACE: Final = 2
 
-READY_FORWARD = 0
-READY_RETRY = 1
-READY_UNHIDE = 2
+READY_FORWARD: Final = 0
+READY_RETRY: Final = 1
+READY_UNHIDE: Final = 2
 
 
 class ServerStatements(StatementRewriter):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from ..proto.build import message, quote_literal
 from ..proto.messages import read_cstring
@@ -13,32 +14,32 @@ from . import sqlnames
 from .framer import Part
 from .statements import FORGETS_ALL, ClientStatements, PreparedCounters, Statement, forgets_all
 
-PARSE_COMPLETE = message(b"1")
+PARSE_COMPLETE: Final = message(b"1")
 #: A statement name no client or server uses: closing it is a successful no-op.
-NOOP_NAME = b"pgtarn_noop"
-NOOP_CLOSE = message(b"C", b"S" + NOOP_NAME + b"\x00")
+NOOP_NAME: Final = b"pgtarn_noop"
+NOOP_CLOSE: Final = message(b"C", b"S" + NOOP_NAME + b"\x00")
 
 # What a queued entry expects from the server, and what to do with it.
-KIND_PARSE = 1  # a ParseComplete
-KIND_CLOSE = 2  # a CloseComplete
-KIND_SYNC = 3  # a ReadyForQuery (after Sync or Query)
-KIND_BIND = 4  # a BindComplete
-KIND_HIDDEN = 5  # marks where a batch of pgtarn's own begins
+KIND_PARSE: Final = 1  # a ParseComplete
+KIND_CLOSE: Final = 2  # a CloseComplete
+KIND_SYNC: Final = 3  # a ReadyForQuery (after Sync or Query)
+KIND_BIND: Final = 4  # a BindComplete
+KIND_HIDDEN: Final = 5  # marks where a batch of pgtarn's own begins
 
 # What a KIND_SYNC entry undoes when its batch failed.
-UNDO_DEFINED = 3  # the client's SQL PREPARE
-UNDO_DEALLOCATED = 4  # the client's SQL DEALLOCATE
-UNDO_PRELUDE = 5  # pgtarn's own PREPARE ahead of a client's EXECUTE
+UNDO_DEFINED: Final = 3  # the client's SQL PREPARE
+UNDO_DEALLOCATED: Final = 4  # the client's SQL DEALLOCATE
+UNDO_PRELUDE: Final = 5  # pgtarn's own PREPARE ahead of a client's EXECUTE
 
 #: The error PostgreSQL gives when a prepared statement's result type changed (ALTER TABLE).
-RESULT_TYPE_CHANGED = b"cached plan must not change result type"
+RESULT_TYPE_CHANGED: Final = b"cached plan must not change result type"
 
-FORWARD = 0
-DROP = 1
-AS_PARSE_COMPLETE = 2
+FORWARD: Final = 0
+DROP: Final = 1
+AS_PARSE_COMPLETE: Final = 2
 
 
-SYNC = message(b"S")
+SYNC: Final = message(b"S")
 
 
 @dataclass(slots=True)
@@ -61,12 +62,12 @@ class Entry:
 
 
 # Entries with nothing to undo are shared (never changed once made).
-SYNC_ENTRY = Entry(KIND_SYNC)
-BIND_ENTRY = Entry(KIND_BIND)
-PARSE_ENTRY = Entry(KIND_PARSE)
-CLOSE_ENTRY = Entry(KIND_CLOSE)
+SYNC_ENTRY: Final = Entry(KIND_SYNC)
+BIND_ENTRY: Final = Entry(KIND_BIND)
+PARSE_ENTRY: Final = Entry(KIND_PARSE)
+CLOSE_ENTRY: Final = Entry(KIND_CLOSE)
 #: A batch of pgtarn's own starts here: every reply up to its ReadyForQuery is swallowed.
-HIDDEN_ENTRY = Entry(KIND_HIDDEN)
+HIDDEN_ENTRY: Final = Entry(KIND_HIDDEN)
 
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Final
 
 
 def may_name_statements(data: bytes, start: int = 0) -> bool:
@@ -37,18 +38,18 @@ def has_statement_words(data: bytes) -> bool:
             or b"discard" in low)
 
 
-_MAY_START = frozenset(b"PpEeDdCc \t\r\n\f\v-/(")
+_MAY_START: Final = frozenset(b"PpEeDdCc \t\r\n\f\v-/(")
 
-PREPARE = 1
-EXECUTE = 2
-DEALLOCATE = 3
+PREPARE: Final = 1
+EXECUTE: Final = 2
+DEALLOCATE: Final = 3
 
-_IDENT = 1  # unquoted identifier or key word
-_QIDENT = 2  # "quoted identifier"
-_SEMI = 3
-_LPAREN = 4
-_RPAREN = 5
-_OTHER = 6  # literals, numbers, operators, parameters
+_IDENT: Final = 1  # unquoted identifier or key word
+_QIDENT: Final = 2  # "quoted identifier"
+_SEMI: Final = 3
+_LPAREN: Final = 4
+_RPAREN: Final = 5
+_OTHER: Final = 6  # literals, numbers, operators, parameters
 
 _IDENT_START = re.compile(rb"[A-Za-z_\x80-\xff]")
 _IDENT_REST = re.compile(rb"[A-Za-z0-9_$\x80-\xff]*")
