@@ -897,6 +897,35 @@ def test_raw_extended_protocol_listen(pgtarn_factory):  # type: ignore[no-untype
         raw.close()
 
 
+@pytest.mark.parametrize("cut", ["between messages", "inside a message"])
+def test_extended_protocol_listen_split_across_reads(pgtarn_factory, cut):  # type: ignore[no-untyped-def]
+    """A LISTEN batch that reaches pgtarn in two reads (TCP may cut it anywhere) is answered
+    by pgtarn as a whole one is: no server is held for it (another client runs a query in the
+    pool of one) and the channel is listened to."""
+    proc = start(pgtarn_factory)
+    channel = unique("split")
+    raw = RawSession(proc)
+    try:
+        batch = (build.parse("s1", f"LISTEN {channel}") + build.bind("", "s1", [])
+                 + build.execute() + build.SYNC)
+        at = len(build.parse("s1", f"LISTEN {channel}"))
+        if cut == "inside a message":
+            at += 3  # in the Bind's length
+        raw.send(batch[:at])
+        time.sleep(0.3)  # the first part is read alone
+        raw.send(batch[at:])
+        assert raw.read_until("Z") == [("1", b""), ("2", b""), ("C", b"LISTEN\x00"),
+                                       ("Z", b"I")]
+        with client(proc) as other, admin(proc) as console:
+            assert listening(console) == {channel: 1}
+            assert other.execute("select 2").fetchone() == (2,)
+            notify(other, channel, "n")
+        kind, body = raw.read_message()
+        assert kind == "A" and notification(body)[1:] == (channel, "n")
+    finally:
+        raw.close()
+
+
 def test_listen_mixed_with_a_select_runs_on_the_server_and_pins(pgtarn_factory, pg_cluster,  # type: ignore[no-untyped-def]
                                                                  pg_dsn):
     """LISTEN a; SELECT 1 runs on the pooled server and pins the client (SHOW CLIENTS

@@ -54,6 +54,10 @@ NO_DATA: Final = build.message(b"n")
 NO_PARAMETERS: Final = build.message(b"t", b"\x00\x00")
 #: The messages a batch pgtarn answers may start with: Parse, Bind, Describe, Close.
 LOCAL_STARTS: Final = frozenset(b"PBDC")
+#: A batch pgtarn may answer, cut across reads, is held back up to this many bytes (a driver's
+#: LISTEN batch is a few hundred).
+LOCAL_BATCH_MAX: Final = 8192
+_NOT_WHOLE: Final[tuple[int, Parsed | None, bytes, bool]] = (0, None, b"", False)
 _LISTEN_WORDS: Final = (b"listen", b"unlisten")
 
 
@@ -148,8 +152,10 @@ class ClientListening(ClientTracking):
     def _local_batches(self, data: bytes) -> bytes:
         """The chunk after the batches at its start that pgtarn answers itself: a statement
         of LISTEN/UNLISTEN only, parsed, described, bound, executed or closed, up to Sync
-        (as asyncpg's add_listener sends it). Anything else in a batch, or a batch not whole
-        in the chunk, goes to the server as before."""
+        (as asyncpg's add_listener sends it). Anything else in a batch goes to the server
+        as before. A batch not whole in the chunk (TCP may cut it anywhere) waits for the
+        rest in held_batch, up to LOCAL_BATCH_MAX bytes; a longer one is no driver's LISTEN
+        and goes on."""
         session = self.session
         if session is None or session.state.channels:  # LISTENs run on its server: pinned
             return data
@@ -158,6 +164,11 @@ class ClientListening(ClientTracking):
             if batch is None:
                 break
             used, parsed, replies, synced = batch
+            if not used:  # all pgtarn's to answer so far, but not whole
+                if len(data) > LOCAL_BATCH_MAX:
+                    break
+                self.held_batch = data
+                return b""
             if parsed is not None:
                 session.add(parsed, self.expected, self._status_now())
             self._owe_answer([self.expected, parsed, replies, synced])
@@ -172,7 +183,8 @@ class ClientListening(ClientTracking):
 
     def _local_batch(self, data: bytes) -> tuple[int, Parsed | None, bytes, bool] | None:
         """The length of the batch at data's start, its effects, its replies and whether it
-        ends with a Sync (else a Flush), if pgtarn answers it; None if not."""
+        ends with a Sync (else a Flush), if pgtarn answers it; None if not; a length of 0
+        when what data holds of it is pgtarn's to answer but the batch goes on past it."""
         statements = self.local_statements
         if data[0] == 0x50:
             if not _looks_like_listen(data):
@@ -189,8 +201,10 @@ class ClientListening(ClientTracking):
         while at + 5 <= size:
             msg_type = data[at]
             end = at + 1 + int.from_bytes(data[at + 1 : at + 5], "big")
-            if end > size or end < at + 5:
+            if end < at + 5:
                 return None
+            if end > size:
+                return _NOT_WHOLE
             body = data[at + 5 : end]
             if msg_type == 0x50:  # Parse: name, text, parameter types (none)
                 name, sql = parse_text(body)
@@ -229,7 +243,7 @@ class ClientListening(ClientTracking):
             else:
                 return None
             at = end
-        return None
+        return _NOT_WHOLE
 
     def _send_pending(self) -> None:
         """Bytes that waited behind a withheld ReadyForQuery: to a server now (link.py)."""

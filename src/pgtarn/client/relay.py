@@ -66,6 +66,8 @@ class ClientRelay(ClientLink):
         self.scanner = MessageScanner(watch, config.max_packet_size, bodies=bodies)
 
     def _relay(self, data: bytes) -> None:
+        if self.held_batch:  # the start of a batch that may be answered here (a LISTEN)
+            data, self.held_batch = self.held_batch + data, b""
         if (data[0] == 0x50 or (self.local_statements and data[0] in LOCAL_STARTS)) \
                 and self.answers is not None and self.scanner.at_boundary:
             data = self._local_batches(data)  # a LISTEN through the extended protocol
@@ -190,6 +192,8 @@ class ClientRelay(ClientLink):
         per server."""
         framer = self.framer
         assert framer is not None and self.statements is not None
+        if self.held_batch:  # the start of a batch that may be answered here (a LISTEN)
+            data, self.held_batch = self.held_batch + data, b""
         if (data[0] == 0x50 or (self.local_statements and data[0] in LOCAL_STARTS)) \
                 and self.answers is not None and framer.idle:
             data = self._local_batches(data)  # a LISTEN through the extended protocol

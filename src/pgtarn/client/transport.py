@@ -66,6 +66,7 @@ class ClientTransport(asyncio.Protocol):
         "discard_scanner",
         "expected",
         "framer",
+        "held_batch",
         "id",
         "idle_since",
         "last_request",
@@ -167,6 +168,9 @@ class ClientTransport(asyncio.Protocol):
         #: Some of the above may need a look at a ReadyForQuery (one check on the hot path).
         self.listening = False
         self.withheld = b""
+        #: The start of an extended-protocol batch pgtarn may answer (LISTEN), not whole yet:
+        #: the relay puts it before the next chunk (listening.py, _local_batches).
+        self.held_batch = b""
         self.notify_queue: list[bytes] | None = None
         #: The client's socket buffer is full (pause_writing): notifications wait.
         self.write_paused = False
