@@ -37,8 +37,6 @@ from run import (
     remove_workdir,
 )
 
-from pgtarn.buildinfo import BUILD
-
 TICKS = os.sysconf("SC_CLK_TCK")
 FORWARDER = Path(__file__).resolve().with_name("forwarder.py")
 #: pgtarn's compiled functions by module, first match wins: (part, symbol pattern).
@@ -152,7 +150,9 @@ def main() -> int:
         poolers = {"pgbouncer": Pooler("pgbouncer", [binary], workdir, db, account), **poolers}
     try:
         db.setup()
-        print(f"pgtarn build: {BUILD}")
+        version = subprocess.run([sys.executable, "-m", "pgtarn", "--version"],
+                                 capture_output=True, text=True, check=False).stdout.strip()
+        print(f"pgtarn: {version}")
         for clients in args.clients:
             rows = {}
             for name, pooler in poolers.items():

@@ -24,7 +24,6 @@ from harness import PostgresNotFound, TempCluster, find_bindir, free_port, userl
 from memory import Login, MemoryResult, check_login, measure_memory, proc_status_kb
 
 import pgtarn
-from pgtarn.buildinfo import BUILD
 from pgtarn.errors import PgtarnError
 from pgtarn.proto.build import quote_literal
 
@@ -537,6 +536,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def pgtarn_build() -> str:
+    """The pgtarn the runs start, as its --version says it ("0.1.0, compiled")."""
+    out = subprocess.run([sys.executable, "-m", "pgtarn", "--version"], capture_output=True,
+                         text=True, check=False).stdout
+    m = re.search(r"\(pgtarn ([^)]*)\)", out)
+    return m.group(1) if m else pgtarn.__version__
+
+
 def version_of(cmd: list[str]) -> str:
     out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
     m = re.search(r"\d+(?:\.\d+)+", out)
@@ -671,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
             command = [sys.executable, "-m", "pgtarn"]
             poolers["pgtarn"] = Pooler("pgtarn", command, workdir, db, None)
         db.setup()
-        versions = {"postgres": db.version, "pgtarn": f"{pgtarn.__version__} ({BUILD})",
+        versions = {"postgres": db.version, "pgtarn": pgtarn_build(),
                     "pgbench": version_of([db.tool("pgbench"), "--version"])}  # fmt: skip
         if "pgbouncer" in poolers:
             versions["PgBouncer"] = version_of([poolers["pgbouncer"].command[0], "-V"])
