@@ -68,13 +68,6 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:  # compiler or headers missing: the pure build is complete
             self._fall_back(exc)
 
-    def build_extension(self, ext: Any) -> None:
-        try:
-            super().build_extension(ext)
-        except Exception as exc:
-            self._fall_back(exc)
-            raise
-
     def _fall_back(self, exc: Exception) -> None:
         print(f"pgtarn: compiling with mypyc failed ({exc}); installing pure Python",
               file=sys.stderr)
