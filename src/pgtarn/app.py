@@ -29,7 +29,7 @@ from .net.tls import client_context, own_certificate_hash, server_context
 from .pool.pool import Pool
 from .pool.stats import Totals, averages, sum_totals
 from .proto.client_side import forget_derived_secrets
-from .runtime import ReloadReport, Runtime
+from .runtime import Coordinator, ReloadReport, Runtime
 from .server.authquery import SecretLookup
 from .server.connection import ServerConnection
 from .server.launch import launch_server
@@ -85,11 +85,33 @@ def load_metrics() -> MetricsServer:
     return serve_metrics
 
 
-class App:
-    """One pgtarn process."""
+def load_worker_link() -> Callable[[int, int, socket.socket, Callable[[], None]], Coordinator]:
+    """workers/link.py's WorkerLink, imported only in a worker of workers = N: the control
+    channel (with json) costs about 0.3 MB of RSS that a single process does not need."""
+    from .workers.link import WorkerLink  # lazy, for the RSS above (see the docstring)
 
-    def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False) -> None:
+    return WorkerLink
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSetup:
+    """What the supervisor gives a worker: its index, the count, its descriptors."""
+
+    index: int
+    count: int
+    control_fd: int
+    listen_fds: tuple[int, ...] = ()
+    unix_fd: int | None = None
+
+
+class App:
+    """One pgtarn process: the whole pooler, or one worker of workers = N."""
+
+    def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False,
+                 worker: WorkerSetup | None = None) -> None:
         self.config_path = config_path
+        self.worker = worker
+        self.link: Coordinator | None = None
         self.verbose = verbose
         self.quiet = quiet
         self.servers: list[asyncio.AbstractServer] = []
@@ -118,14 +140,17 @@ class App:
         runtime.make_lookup = SecretLookup
         loop = asyncio.get_running_loop()
         self.done = loop.create_future()
-        await self._listen(config)
-        if config.metrics_port:
+        if self.worker is not None:
+            await self._join_workers(self.worker)
+        else:
+            await self._listen(config)
+        if config.metrics_port and self.worker is None:
             host = config.metrics_listen_addr or "127.0.0.1"
             metrics = await load_metrics()(runtime, "" if host == "*" else host,
                                           config.metrics_port)
             self.metrics_server = metrics
             log.info("metrics on http://%s:%d/metrics", host, config.metrics_port)
-        if config.pidfile:
+        if config.pidfile and self.worker is None:
             with open(config.pidfile, "w") as f:
                 f.write(f"{os.getpid()}\n")
         for signum, handler in (
@@ -140,7 +165,11 @@ class App:
         self._open_forced_pools()
         runtime.spawn(self._janitor())
         runtime.spawn(self._stats_loop())
-        log.info("pgtarn %s started, pid %d", __version__, os.getpid())
+        if self.worker is None:
+            log.info("pgtarn %s started, pid %d", __version__, os.getpid())
+        else:
+            log.info("pgtarn %s worker %d started, pid %d", __version__, self.worker.index,
+                     os.getpid())
         try:
             await self.done
         finally:
@@ -179,6 +208,36 @@ class App:
             self.unix_path = path
             self.servers.append(unix)
             log.info("listening on unix:%s", path)
+
+    async def _join_workers(self, worker: WorkerSetup) -> None:
+        """A worker serves the supervisor's listening sockets and talks to it."""
+        loop = asyncio.get_running_loop()
+        runtime = self.runtime
+
+        def factory() -> ClientConnection:
+            return ClientConnection(runtime)
+
+        fds = [*worker.listen_fds, *([worker.unix_fd] if worker.unix_fd is not None else [])]
+        for fd in fds:
+            sock = socket.socket(fileno=fd)
+            if sock.family == socket.AF_UNIX:
+                server = await loop.create_unix_server(factory, sock=sock)
+            else:
+                server = await loop.create_server(factory, sock=sock)
+            self.servers.append(server)
+        link_class = load_worker_link()
+        self.link = link_class(worker.index, worker.count,
+                               socket.socket(fileno=worker.control_fd),
+                               self._supervisor_gone)
+        runtime.coordinator = self.link
+
+    def _supervisor_gone(self) -> None:
+        """Without its supervisor a worker stops accepting and exits once its clients are
+        gone (as SIGTERM), so no client is cut off but none is taken on either."""
+        if self.stopping is None:
+            log.error("the supervisor is gone: no new connections; exiting when the clients "
+                      "have left")
+            self.shutdown("clients")
 
     async def _janitor(self) -> None:
         """The one periodic loop: timeouts, lifetimes, retries, reserve pool, min_pool_size."""

@@ -1,4 +1,4 @@
-"""Command line: PgBouncer's flags (-q -v -V -d) plus the `demo` subcommand."""
+"""Command line: PgBouncer's flags (-q -v -V -d), the `demo` subcommand, and workers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
-from .app import App
+from .app import App, WorkerSetup
 from .buildinfo import VERSION_LINE
 from .configfile import load_config
 from .errors import ConfigError
@@ -27,6 +28,14 @@ def load_demo() -> Callable[[list[str]], int]:
     return run_demo
 
 
+def load_supervisor() -> Callable[..., Any]:
+    """The Supervisor of workers = N, imported only then: the control channel and process
+    code (with json and subprocess) cost about 0.4 MB of RSS that one process does not need."""
+    from .supervisor import Supervisor  # lazy, for the RSS above (see the docstring)
+
+    return Supervisor
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgtarn",
@@ -40,7 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-d", "--daemon", action="store_true",
                         help="run in the background (needs pidfile and logfile)")
     parser.add_argument("-u", "--user", help="accepted for PgBouncer compatibility; ignored")
+    # given by the supervisor to its workers (workers = N), not by people
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--listen-fds", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--unix-fd", type=int, help=argparse.SUPPRESS)
     return parser
+
+
+def worker_setup(args: argparse.Namespace) -> WorkerSetup | None:
+    """--worker INDEX/COUNT/CONTROL_FD and its descriptors, as the supervisor passes them."""
+    if not args.worker:
+        return None
+    index, count, control = (int(part) for part in args.worker.split("/"))
+    listen = tuple(int(fd) for fd in args.listen_fds.split(",") if fd)
+    return WorkerSetup(index, count, control, listen, args.unix_fd)
 
 
 def daemonize() -> None:
@@ -79,7 +101,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         daemonize()
     runner: object = asyncio.run if uvloop is None else uvloop.run
-    app = App(args.config, verbose=args.verbose, quiet=args.quiet or args.daemon)
+    worker = worker_setup(args)
+    quiet = args.quiet or args.daemon
+    app: Any
+    if worker is None and config.workers > 1:
+        app = load_supervisor()(args.config, verbose=args.verbose, quiet=quiet)
+    else:
+        app = App(args.config, verbose=args.verbose, quiet=quiet, worker=worker)
     try:
         return runner(app.run())  # type: ignore[operator, no-any-return]
     except (ConfigError, OSError) as exc:

@@ -6,6 +6,7 @@ configfile.py reads pgbouncer.ini into it.
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
 from collections.abc import Mapping
@@ -397,6 +398,14 @@ def _parse_bool(text: str) -> bool:
         raise ValueError(f"invalid boolean {text!r}") from None
 
 
+def _cpu_count() -> int:
+    """workers = auto: the CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _parse_list(text: str) -> tuple[str, ...]:
     return tuple(item for item in _SEP_RE.split(text) if item)
 
@@ -429,6 +438,8 @@ class Setting:
             if low not in self.choices:
                 raise ValueError(f"invalid value {text!r}; expected {'|'.join(self.choices)}")
             return low
+        if self.name == "workers" and text.strip().lower() == "auto":
+            return _cpu_count()
         if kind == "mode":
             digits = text[2:] if text[:2] in ("0o", "0O") else text
             if not re.fullmatch(r"[0-7]+", digits):

@@ -48,6 +48,27 @@ class Control(Protocol):
     def shutdown(self, mode: str) -> None: ...
 
 
+class Coordinator(Protocol):
+    """A worker's link to its supervisor and the other workers (workers = N; see
+    workers/link.py). Messages are JSON objects routed by their ``kind``."""
+
+    index: int
+    count: int
+
+    def handle(self, kind: str,
+               handler: Callable[[dict[str, Any], list[int]], dict[str, Any] | None]
+               ) -> None: ...
+
+    def send(self, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None: ...
+
+    def broadcast(self, message: dict[str, Any], others: bool = True) -> None: ...
+
+    def to_worker(self, index: int, message: dict[str, Any]) -> None: ...
+
+    async def gather(self, message: dict[str, Any], timeout: float = ...
+                     ) -> list[dict[str, Any]]: ...
+
+
 #: Makes the auth_query lookup for (target database, auth_user, query); given by the app.
 LookupFactory = Callable[["Runtime", DatabaseEntry, str, str], SecretSource]
 
@@ -77,6 +98,8 @@ class Runtime:
         self.hosts = HostChooser()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.accepting = True
+        #: In a worker of workers = N, its link to the supervisor; None in a single process.
+        self.coordinator: Coordinator | None = None
         self.on_client_gone: Callable[[], None] = lambda: None
         self.control: Control | None = None
         self.started = time.monotonic()

@@ -505,3 +505,14 @@ def test_port_list_matches_the_host_list() -> None:
         parse_config("[databases]\nd = host=a,b port=1,2,3\n[pgbouncer]\n")
     with pytest.raises(ConfigError, match="invalid port"):
         parse_config("[databases]\nd = host=a port=70000\n[pgbouncer]\n")
+
+
+def test_workers_auto_is_the_cpus_this_process_may_use() -> None:
+    import os
+
+    from pgtarn.config import SETTINGS
+
+    assert SETTINGS["workers"].parse("auto") == len(os.sched_getaffinity(0))
+    assert SETTINGS["workers"].parse("3") == 3
+    with pytest.raises(ValueError):
+        SETTINGS["workers"].parse("0")

@@ -73,7 +73,8 @@ def test_start_imports_no_dependency_that_only_some_configurations_use() -> None
     first use (the load_* functions): a pooler that needs none of them does not hold them."""
     code = ("import sys, pgtarn.cli; "
             "print(' '.join(m for m in ('pglast', 'prometheus_client', 'pgtarn.demo', "
-            "'pgtarn.session.parsing', 'pgtarn.metrics') if m in sys.modules))")
+            "'pgtarn.session.parsing', 'pgtarn.metrics', 'pgtarn.supervisor', "
+            "'pgtarn.workers.link', 'json') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout

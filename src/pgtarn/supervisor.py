@@ -1,0 +1,301 @@
+"""The supervisor of workers = N: listening sockets, worker processes, their messages.
+
+It serves no client itself. It binds the listening sockets once (workers/sockets.py), starts
+each worker as ``python -m pgtarn`` with its sockets and one end of a control socketpair,
+restarts a worker that dies, passes signals on, and routes the workers' messages: broadcasts,
+messages to one worker, and gathered answers from all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+
+from . import __version__
+from .config import Config
+from .configfile import load_config
+from .errors import ConfigError
+from .logs import setup_logging
+from .workers.channel import Channel, ChannelClosed
+from .workers.sockets import tcp_listeners, unix_listener
+from .workers.wire import Message
+
+log = logging.getLogger("pgtarn")
+
+#: A worker that dies sooner than this after its start is restarted after a growing delay,
+#: up to RESTART_DELAY_MAX seconds, so that a worker that cannot start does not spin.
+STABLE_AFTER = 5.0
+RESTART_DELAY_MAX = 5.0
+#: Signals passed on to every worker as they are.
+FORWARDED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+
+@dataclass
+class Worker:
+    """One worker process as the supervisor sees it."""
+
+    index: int
+    sockets: list[socket.socket]
+    process: asyncio.subprocess.Process | None = None
+    channel: Channel | None = None
+    started: float = 0.0
+    restarts: int = 0
+    pending: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+def worker_argv(config_path: str, index: int, count: int, control_fd: int,
+                listen_fds: list[int], unix_fd: int | None, verbose: int,
+                quiet: bool) -> list[str]:
+    """The command line of one worker."""
+    argv = [sys.executable, "-m", "pgtarn", "--worker", f"{index}/{count}/{control_fd}"]
+    if listen_fds:
+        argv += ["--listen-fds", ",".join(str(fd) for fd in listen_fds)]
+    if unix_fd is not None:
+        argv += ["--unix-fd", str(unix_fd)]
+    if verbose:
+        argv.append("-" + "v" * verbose)
+    if quiet:
+        argv.append("-q")
+    return [*argv, config_path]
+
+
+class Supervisor:
+    """The process of a pgtarn with workers > 1 (see the module docstring)."""
+
+    def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False) -> None:
+        self.config_path = config_path
+        self.verbose = verbose
+        self.quiet = quiet
+        self.workers: list[Worker] = []
+        self.unix: socket.socket | None = None
+        self.unix_path: str | None = None
+        self.stopping: signal.Signals | None = None
+        self.done: asyncio.Future[None] | None = None
+        self.config = Config.default()
+
+    async def run(self) -> int:
+        config = self.config = load_config(self.config_path)
+        setup_logging(config, self.verbose, self.quiet)
+        for warning in config.warnings:
+            log.warning("config: %s", warning)
+        loop = asyncio.get_running_loop()
+        self.done = loop.create_future()
+        count = config.workers
+        addrs = [a.strip() for a in config.listen_addr if a.strip()]
+        hosts = None if "*" in addrs else addrs
+        tcp = tcp_listeners(hosts, config.listen_port, config.listen_backlog,
+                            count) if addrs else [[] for _ in range(count)]
+        self.workers = [Worker(index, socks) for index, socks in enumerate(tcp)]
+        if tcp and tcp[0]:
+            for sock in tcp[0]:
+                log.info("listening on %s (%d workers)", sock.getsockname()[:2], count)
+        if config.unix_socket_dir:
+            path = os.path.join(config.unix_socket_dir, f".s.PGSQL.{config.listen_port}")
+            self.unix = unix_listener(path, config.listen_backlog, config.unix_socket_mode)
+            self.unix_path = path
+            log.info("listening on unix:%s (%d workers)", path, count)
+        if config.pidfile:
+            with open(config.pidfile, "w") as f:
+                f.write(f"{os.getpid()}\n")
+        for signum in FORWARDED:
+            loop.add_signal_handler(signum, self._forward, signum)
+        for signum in STOPPING:
+            loop.add_signal_handler(signum, self.stop, signum)
+        log.info("pgtarn %s supervisor started, pid %d, %d workers", __version__,
+                 os.getpid(), count)
+        try:
+            for worker in self.workers:
+                await self._start(worker)
+            await self.done
+        finally:
+            self._cleanup()
+        return 0
+
+    # --- worker processes -------------------------------------------------------------------
+
+    async def _start(self, worker: Worker) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        listen_fds = [s.fileno() for s in worker.sockets]
+        unix_fd = self.unix.fileno() if self.unix is not None else None
+        fds = [theirs.fileno(), *listen_fds, *([unix_fd] if unix_fd is not None else [])]
+        argv = worker_argv(self.config_path, worker.index, len(self.workers), theirs.fileno(),
+                           listen_fds, unix_fd, self.verbose, self.quiet)
+        try:
+            # its own session: a Ctrl-C at a terminal reaches the supervisor alone, which passes
+            # it on once (a worker that got it twice would stop at once)
+            worker.process = await asyncio.create_subprocess_exec(
+                *argv, pass_fds=fds, start_new_session=True)
+        except OSError as exc:
+            log.error("worker %d could not start: %s", worker.index, exc)
+            ours.close()
+            theirs.close()
+            self._schedule_restart(worker)
+            return
+        finally:
+            theirs.close()
+        worker.started = time.monotonic()
+        worker.channel = Channel(ours, self._message, self._channel_closed,
+                                 name=f"worker {worker.index} channel")
+        log.info("worker %d started, pid %d", worker.index, worker.process.pid)
+        task = asyncio.get_running_loop().create_task(self._watch(worker, worker.process))
+        worker.pending.add(task)
+        task.add_done_callback(worker.pending.discard)
+
+    async def _watch(self, worker: Worker, process: asyncio.subprocess.Process) -> None:
+        code = await process.wait()
+        if worker.channel is not None:
+            worker.channel.close()
+            worker.channel = None
+        worker.process = None
+        self.worker_gone(worker.index)
+        if self.stopping is not None:
+            log.info("worker %d exited (%s)", worker.index, _exit_text(code))
+            if all(w.process is None for w in self.workers):
+                self._finish()
+            return
+        log.error("worker %d (pid %d) exited unexpectedly (%s); its clients lost their "
+                  "connections; restarting it", worker.index, process.pid, _exit_text(code))
+        self._schedule_restart(worker)
+
+    def _schedule_restart(self, worker: Worker) -> None:
+        lived = time.monotonic() - worker.started
+        worker.restarts = 0 if lived > STABLE_AFTER else worker.restarts + 1
+        delay = min(RESTART_DELAY_MAX, 0.1 * (2 ** worker.restarts)) if worker.restarts else 0
+        task = asyncio.get_running_loop().create_task(self._restart(worker, delay))
+        worker.pending.add(task)
+        task.add_done_callback(worker.pending.discard)
+
+    async def _restart(self, worker: Worker, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if self.stopping is None:
+            await self._start(worker)
+
+    def worker_gone(self, index: int) -> None:
+        """What the supervisor held for a worker that exited is released."""
+
+    # --- signals ----------------------------------------------------------------------------
+
+    def _forward(self, signum: signal.Signals) -> None:
+        if signum == signal.SIGHUP:
+            self._reload()
+        for worker in self.workers:
+            if worker.process is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.send_signal(signum)
+
+    def _reload(self) -> None:
+        try:
+            config = load_config(self.config_path)
+        except (ConfigError, OSError) as exc:
+            log.error("reload failed in the supervisor, keeping its configuration: %s", exc)
+            return
+        if config.workers != self.config.workers:
+            log.warning("reload: workers changes only at restart")
+        with contextlib.suppress(OSError):
+            setup_logging(config, self.verbose, self.quiet)
+        self.config = config
+
+    def stop(self, signum: signal.Signals) -> None:
+        """SIGTERM, SIGINT, SIGQUIT: every worker gets it and shuts down as it would alone;
+        the supervisor exits when they all have."""
+        if self.stopping is None:
+            log.info("%s: stopping the workers", signum.name)
+        self.stopping = signum
+        for worker in self.workers:
+            if worker.process is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.send_signal(signum)
+        if all(w.process is None for w in self.workers):
+            self._finish()
+
+    def _finish(self) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    # --- messages ---------------------------------------------------------------------------
+
+    def _message(self, channel: Channel, message: Message, fds: list[int]) -> None:
+        kind = message.get("kind")
+        if kind == "broadcast":
+            inner = message.get("message")
+            if isinstance(inner, dict):
+                others = message.get("others", True)
+                for worker in self.workers:
+                    if worker.channel is not None and not (others and worker.channel is channel):
+                        worker.channel.send(dict(inner))
+        elif kind == "to_worker":
+            inner = message.get("message")
+            index = message.get("worker")
+            if isinstance(inner, dict) and isinstance(index, int) and \
+                    0 <= index < len(self.workers):  # fmt: skip
+                target = self.workers[index].channel
+                if target is not None:
+                    target.send(inner)
+        elif kind == "gather":
+            task = asyncio.get_running_loop().create_task(self._gather(channel, message))
+            self.workers[0].pending.add(task)
+            task.add_done_callback(self.workers[0].pending.discard)
+        else:
+            self.handle(channel, message, fds)
+
+    def handle(self, channel: Channel, message: Message, fds: list[int]) -> None:
+        """Messages for the supervisor itself."""
+        log.warning("%s: unknown message %r", channel.name, message.get("kind"))
+        if "id" in message:
+            channel.reply(message, {"error": "unknown message"})
+
+    async def _gather(self, asker: Channel, message: Message) -> None:
+        inner = message.get("message")
+        timeout = message.get("timeout", 5.0)
+        if not isinstance(inner, dict) or not isinstance(timeout, int | float):
+            asker.reply(message, {"results": []})
+            return
+
+        async def ask(worker: Worker) -> Message | None:
+            channel = worker.channel
+            if channel is None:
+                return None
+            try:
+                reply, _fds = await channel.request(dict(inner), timeout)
+            except (ChannelClosed, TimeoutError):
+                return None
+            reply.pop("re", None)
+            reply["worker"] = worker.index
+            return reply
+
+        results = await asyncio.gather(*(ask(w) for w in self.workers))
+        if not asker.closed:
+            asker.reply(message, {"results": [r for r in results if r is not None]})
+
+    def _channel_closed(self, channel: Channel) -> None:
+        """A worker's channel ends with the worker (_watch follows its exit)."""
+
+    def _cleanup(self) -> None:
+        for worker in self.workers:
+            for sock in worker.sockets:
+                sock.close()
+        if self.unix is not None:
+            self.unix.close()
+        if self.unix_path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.unix_path)
+        if self.config.pidfile:
+            with contextlib.suppress(OSError):
+                os.unlink(self.config.pidfile)
+        log.info("pgtarn stopped")
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"

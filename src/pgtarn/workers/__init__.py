@@ -1,0 +1,1 @@
+"""Worker processes (workers = N): the messages between them and their supervisor."""

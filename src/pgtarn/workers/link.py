@@ -1,0 +1,77 @@
+"""A worker's end of its control channel: requests to the supervisor and to other workers.
+
+Messages are routed by their ``kind``. Parts of the worker register what they answer with
+:meth:`WorkerLink.handle`; a handler returns the reply (for a message that carried an
+``id``) or None.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from .channel import Channel
+from .wire import Message
+
+log = logging.getLogger("pgtarn")
+
+#: How long a worker waits for the other workers' answers (SHOW, a cancel).
+GATHER_TIMEOUT = 5.0
+
+MessageHandler = Callable[[Message, list[int]], Message | None]
+
+
+class WorkerLink:
+    """This worker's index, the worker count, and the channel to the supervisor."""
+
+    def __init__(self, index: int, count: int, sock: socket.socket,
+                 on_supervisor_gone: Callable[[], None]) -> None:
+        self.index = index
+        self.count = count
+        self.handlers: dict[str, MessageHandler] = {}
+        self.on_supervisor_gone = on_supervisor_gone
+        self.channel = Channel(sock, self._message, self._closed, name="supervisor channel")
+
+    def handle(self, kind: str, handler: MessageHandler) -> None:
+        self.handlers[kind] = handler
+
+    def send(self, message: Message, fds: list[int] | tuple[int, ...] = ()) -> None:
+        """To the supervisor (dropped when it is gone: the worker is stopping then)."""
+        if not self.channel.closed:
+            self.channel.send(message, fds)
+
+    async def request(self, message: Message, timeout: float = GATHER_TIMEOUT
+                      ) -> tuple[Message, list[int]]:
+        return await self.channel.request(message, timeout)
+
+    def broadcast(self, message: Message, others: bool = True) -> None:
+        """message to every worker (but this one, with others)."""
+        self.send({"kind": "broadcast", "others": others, "message": message})
+
+    def to_worker(self, index: int, message: Message) -> None:
+        self.send({"kind": "to_worker", "worker": index, "message": message})
+
+    async def gather(self, message: Message, timeout: float = GATHER_TIMEOUT
+                     ) -> list[Message]:
+        """Ask every worker (this one too) message; their replies, in worker order (a
+        worker that did not answer in time is left out)."""
+        reply, _fds = await self.request(
+            {"kind": "gather", "message": message, "timeout": timeout}, timeout + 1)
+        results: list[Any] = reply.get("results", [])
+        return [r for r in results if isinstance(r, dict)]
+
+    def _message(self, channel: Channel, message: Message, fds: list[int]) -> None:
+        kind = message.get("kind", "")
+        handler = self.handlers.get(kind)
+        if handler is None:
+            log.warning("supervisor channel: no handler for %r", kind)
+            reply: Message | None = {"error": f"unknown message {kind!r}"}
+        else:
+            reply = handler(message, fds)
+        if "id" in message:
+            channel.reply(message, reply if reply is not None else {})
+
+    def _closed(self, channel: Channel) -> None:
+        self.on_supervisor_gone()
