@@ -125,9 +125,9 @@ class PeerCancels:
         peer_id = peer_of(key)
         peer = config.peers.get(peer_id)
         if peer is None or peer_id == config.peer_id or ttl_of(key) == 0:
-            if config.verbose:
-                log.debug("cancel request for peer %d (TTL %d) dropped", peer_id, ttl_of(key))
+            log.debug("cancel request for peer %d (TTL %d) dropped", peer_id, ttl_of(key))
             return False
+        log.debug("cancel request for peer %d (TTL %d) forwarded", peer_id, ttl_of(key))
         spawn(self._forward(peer, forwarded(key), config))
         return True
 
