@@ -188,4 +188,6 @@ def test_reload_changes_peers(pgtarn_factory) -> None:  # type: ignore[no-untype
         config = {r["key"]: r for r in show(console, "CONFIG")}
         assert config["peer_id"]["value"] == "1"  # only at restart
         assert config["peer_id"]["changeable"] == "no"
+        with pytest.raises(psycopg.errors.ProtocolViolation, match="SET failed"):
+            console.execute("SET peer_id = 9")
     assert "peer_id changes only at restart" in first.log_text()
