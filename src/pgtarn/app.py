@@ -343,6 +343,9 @@ class App:
         for name in sorted(set(old.users) | set(config.users)):
             if old.users.get(name) != config.users.get(name):
                 report.changed.append(f"[users] {name}")
+        for peer_id in sorted(set(old.peers) | set(config.peers)):
+            if old.peers.get(peer_id) != config.peers.get(peer_id):
+                report.changed.append(f"[peers] {peer_id}")
         self.runtime.config = config
         self.runtime.userlist = userlist
         self.runtime.client_tls, self.runtime.server_tls = client_tls, server_tls

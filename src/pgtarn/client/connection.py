@@ -34,6 +34,7 @@ from ..errors import AuthFailed, PgtarnError
 from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
 from ..proto import build
+from ..proto.cancelkey import as_issued
 from ..proto.client_login import (
     Authenticated,
     CancelRequested,
@@ -387,7 +388,7 @@ class ClientConnection(ClientRelay):
                  tracked: Iterable[str],
                  reported: Mapping[tuple[str, str], str] | None = None) -> bytes:
         """The welcome's bytes; this client's tracked parameters and cancel key are set."""
-        welcome = login.welcome(server_params, tracked, reported)
+        welcome = login.welcome(server_params, tracked, reported, self.runtime.config.peer_id)
         self.login = None
         self.params = welcome.params  # (a dict of its own)
         self.cancel_key = welcome.cancel_key
@@ -456,10 +457,16 @@ class ClientConnection(ClientRelay):
         self.write(welcome + leftover)
 
     def _cancel_request(self, key: tuple[int, int]) -> None:
-        """Forward a CancelRequest to the backend now running this client's query, if any."""
-        target = self.runtime.cancel_keys.get(key)
+        """Forward a CancelRequest to the backend now running this client's query, if any;
+        a key of another pgtarn of [peers] goes on to it (net/peers.py)."""
+        runtime = self.runtime
+        peer_id = runtime.config.peer_id
+        # with peering on, a peer's forward comes with a lower TTL than the key handed out
+        target = runtime.cancel_keys.get(as_issued(key) if peer_id else key)
         if target is not None and target.server is not None:
             target.server.send_cancel(target)
+        elif target is None and peer_id:
+            runtime.peers.forward(key, runtime.config, runtime.spawn)
         self.leave_containers()  # all of it: connection_lost returns early for it, CLOSED
         self.state = ClientState.CLOSED
         if self.transport is not None:
