@@ -19,7 +19,7 @@ from .admin import commands
 from .admin.tables import database_totals
 from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
 from .auth.userlist import load_userlist
-from .client.connection import ClientConnection
+from .client.connection import ClientConnection, cancel_by_key
 from .config import SETTINGS, Config
 from .configfile import load_config
 from .errors import ConfigError, PgtarnError
@@ -230,6 +230,13 @@ class App:
                                socket.socket(fileno=worker.control_fd),
                                self._supervisor_gone)
         runtime.coordinator = self.link
+        self.link.handle("cancel", self._cancel_from_worker)
+
+    def _cancel_from_worker(self, message: dict[str, object], fds: list[int]) -> None:
+        """A CancelRequest that reached another worker with a key of this one's."""
+        key = message.get("key")
+        if isinstance(key, list) and len(key) == 2 and all(isinstance(k, int) for k in key):
+            cancel_by_key(self.runtime, (key[0], key[1]))
 
     def _supervisor_gone(self) -> None:
         """Without its supervisor a worker stops accepting and exits once its clients are

@@ -441,12 +441,12 @@ class ClientLogin:
 
     def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str],
                 reported: Mapping[tuple[str, str], str] | None = None,
-                peer_id: int = 0) -> Welcome:
+                peer_id: int = 0, worker: int | None = None) -> Welcome:
         """After Authenticated: the welcome (build_welcome) with this client's parameters."""
         self._expect(LoginState.AUTHENTICATED)
         self.state = LoginState.DONE
         return build_welcome(server_params, self.startup_params, tracked, self.negotiate,
-                             reported, peer_id)
+                             reported, peer_id, worker)
 
     def _expect(self, state: LoginState) -> None:
         if self.state is not state:
