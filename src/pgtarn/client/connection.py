@@ -460,23 +460,27 @@ class ClientConnection(ClientRelay):
         self.write(welcome + leftover)
 
     def _cancel_request(self, key: tuple[int, int]) -> None:
-        """Forward a CancelRequest to the backend now running this client's query, if any;
-        a key of another pgtarn of [peers] goes on to it (net/peers.py)."""
-        runtime = self.runtime
-        peer_id = runtime.config.peer_id
-        coordinator = runtime.coordinator
-        if cancel_by_key(runtime, key):
-            pass  # one of ours
-        elif coordinator is not None and (not peer_id or peer_of(key) == peer_id) and \
-                coordinator.index != worker_of(key) < coordinator.count:  # fmt: skip
-            # another worker's client (byte 3 of the key): that worker looks it up
-            coordinator.to_worker(worker_of(key), {"kind": "cancel", "key": list(key)})
-        elif peer_id:  # another peer's, or dropped (and logged) as unknown
-            runtime.peers.forward(key, runtime.config, runtime.spawn)
+        """Forward a CancelRequest (route_cancel), then end this connection."""
+        route_cancel(self.runtime, key)
         self.leave_containers()  # all of it: connection_lost returns early for it, CLOSED
         self.state = ClientState.CLOSED
         if self.transport is not None:
             self.transport.close()
+
+
+def route_cancel(runtime: Runtime, key: tuple[int, int]) -> None:
+    """A CancelRequest goes to the backend now running the query of the client with key: in
+    this process, in another worker (byte 3 of the key, through the supervisor), or in
+    another pgtarn of [peers] (net/peers.py)."""
+    peer_id = runtime.config.peer_id
+    coordinator = runtime.coordinator
+    if cancel_by_key(runtime, key):
+        pass  # one of ours
+    elif coordinator is not None and (not peer_id or peer_of(key) == peer_id) and \
+            coordinator.index != worker_of(key) < coordinator.count:  # fmt: skip
+        coordinator.to_worker(worker_of(key), {"kind": "cancel", "key": list(key)})
+    elif peer_id:  # another peer's, or dropped (and logged) as unknown
+        runtime.peers.forward(key, runtime.config, runtime.spawn)
 
 
 def cancel_by_key(runtime: Runtime, key: tuple[int, int]) -> bool:
