@@ -460,6 +460,8 @@ class ClientConnection(ClientRelay):
         target = self.runtime.cancel_keys.get(key)
         if target is not None and target.server is not None:
             target.server.send_cancel(target)
+        elif target is None and self.runtime.forward_cancel is not None:
+            self.runtime.forward_cancel(key)  # a client still on the old process (--reboot)
         self.leave_containers()  # all of it: connection_lost returns early for it, CLOSED
         self.state = ClientState.CLOSED
         if self.transport is not None:
