@@ -513,6 +513,8 @@ class App:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)
         self._close_takeover()
+        if self.takeover is not None:
+            self.takeover.finish()
         pidfile = self.runtime.config.pidfile
         if pidfile and not self.keep_pidfile:
             with contextlib.suppress(OSError):

@@ -99,8 +99,12 @@ class Handover:
             channel.reply(message, {"unix_path": self.app.unix_path, "pid": os.getpid()},
                           [sock.fileno() for sock in socks])
         elif kind == "serving":
-            log.info("takeover: the new process serves; no new connections here, idle "
-                     "clients go to it")
+            reasons = [idle_reason(cast(ClientConnection, c)) for c in self.runtime.clients]
+            log.info("takeover: the new process serves; no new connections here; of %d "
+                     "clients %d are idle and go to it now, %d are busy (in a transaction or "
+                     "a query) and go when it ends, %d stay here", len(reasons),
+                     reasons.count(""), reasons.count("busy"),
+                     len(reasons) - reasons.count("") - reasons.count("busy"))
             self.close_listener()
             self.app.unix_path = None  # the socket file is the new process's now
             self.app.handed_over()
@@ -165,7 +169,12 @@ class Handover:
         if self.sweeping is not None:
             self.sweeping.cancel()
             self.sweeping = None
-        log.info("takeover channel closed; %d clients handed over", self.handed)
+
+    def finish(self) -> None:
+        """This process exits."""
+        log.info("takeover: %d clients handed over, %d finished here", self.handed,
+                 len(self.kept))
+        self.channel.close()
 
 
 def idle_reason(client: ClientConnection) -> str:
@@ -270,6 +279,10 @@ class Takeover:
         self.adopted += 1
         if not self.channel.closed:
             self.channel.reply(message, {})
+
+    def finish(self) -> None:
+        """This process exits (before the old one: it no longer waits for us)."""
+        self.channel.close()
 
     def _closed(self, channel: Channel) -> None:
         self.runtime.forward_cancel = None
