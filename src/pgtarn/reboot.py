@@ -300,7 +300,12 @@ async def take_over(runtime: Runtime, address: str,
     if sock is None:
         return None
     takeover = Takeover(runtime, sock)
-    socks, path = await takeover.listening_sockets()
+    try:
+        socks, path = await takeover.listening_sockets()
+    except (ChannelClosed, TimeoutError):
+        takeover.channel.close()
+        raise ConnectionError("the running pgtarn refused the takeover (it is stopping, or "
+                              "handing over to another one)") from None
     log.info("takeover: %d listening sockets from pid %d", len(socks), takeover.old_pid)
     for listening in socks:
         await serve(listening)

@@ -124,7 +124,14 @@ def test_a_client_keeps_its_session_through_the_restart(pgtarn_factory, tmp_path
         # the old process keeps the client whose transaction is open, and only it
         time.sleep(0.5)
         assert proc.proc.poll() is None
-        in_xact.commit()  # its transaction ends: it goes to the new process too
+        # its CancelRequest lands on the new process, which passes it to the old one
+        canceller = threading.Timer(1.0, in_xact.cancel)
+        canceller.start()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            in_xact.execute("select pg_sleep(20)")
+        canceller.join()
+        assert proc.proc.poll() is None
+        in_xact.rollback()  # its transaction ends: it goes to the new process too
         proc.proc.wait(timeout=30)
         _wait_for(lambda: "is done; 2 clients came from it" in proc.log_text(), 10)
         # same connection, same session: the setting, the parameter, the prepared statement
