@@ -107,6 +107,21 @@ def takeover_address(port: int) -> str:
     return f"\0pgtarn-takeover-{port}"
 
 
+def takeover_listener(port: int) -> socket.socket | None:
+    """The takeover socket of the pgtarn on port (one socket; nothing of reboot.py is loaded
+    until a new process connects); None, logged, when it cannot be had."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(takeover_address(port))
+        sock.listen(1)
+    except OSError as exc:
+        sock.close()
+        log.warning("no takeover socket (--reboot will not find this process): %s", exc)
+        return None
+    sock.setblocking(False)
+    return sock
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerSetup:
     """What the supervisor gives a worker: its index, the count, its descriptors."""
@@ -254,19 +269,11 @@ class App:
         return True
 
     def _open_takeover(self, port: int) -> None:
-        """Listen for a new pgtarn started with --reboot (one socket; nothing is loaded
-        until one connects)."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(takeover_address(port))
-            sock.listen(1)
-        except OSError as exc:
-            sock.close()
-            log.warning("no takeover socket (--reboot will not find this process): %s", exc)
-            return
-        sock.setblocking(False)
-        self.takeover_listener = sock
-        asyncio.get_running_loop().add_reader(sock.fileno(), self._takeover_asked)
+        """Listen for a new pgtarn started with --reboot."""
+        self.takeover_listener = takeover_listener(port)
+        if self.takeover_listener is not None:
+            asyncio.get_running_loop().add_reader(self.takeover_listener.fileno(),
+                                                  self._takeover_asked)
 
     def _takeover_asked(self) -> None:
         listener = self.takeover_listener
