@@ -100,11 +100,12 @@ class Handover:
                           [sock.fileno() for sock in socks])
         elif kind == "serving":
             reasons = [idle_reason(cast(ClientConnection, c)) for c in self.runtime.clients]
+            moving = ("", "transaction", "busy")
             log.info("takeover: the new process serves; no new connections here; of %d "
-                     "clients %d are idle and go to it now, %d are busy (in a transaction or "
-                     "a query) and go when it ends, %d stay here", len(reasons),
-                     reasons.count(""), reasons.count("busy"),
-                     len(reasons) - reasons.count("") - reasons.count("busy"))
+                     "clients %d are idle and go to it now, %d are in a transaction and %d "
+                     "in a query or waiting for a server (they go when it ends), %d stay "
+                     "here", len(reasons), reasons.count(""), reasons.count("transaction"),
+                     reasons.count("busy"), sum(r not in moving for r in reasons))
             self.close_listener()
             self.app.unix_path = None  # the socket file is the new process's now
             self.app.handed_over()
@@ -178,14 +179,18 @@ class Handover:
 
 
 def idle_reason(client: ClientConnection) -> str:
-    """Why client cannot be handed over now ("": it can)."""
+    """Why client cannot be handed over now ("": it can; "transaction": it is in one;
+    "busy": a query under way or waiting for a server, or bytes half read or unsent)."""
     if client.state is not READY_STATE:
         return "not a logged-in pooled client"
     if client.pool_mode == "session":
         return "session mode"
     if client.tls is not None:
         return "TLS"
-    if (client.server is not None or client.waiting or client.pending or client.expected
+    server = client.server
+    if server is not None and server.status != b"I":
+        return "transaction"
+    if (server is not None or client.waiting or client.pending or client.expected
             or not client.scanner.at_boundary or client.held_batch or client.withheld
             or client.listening or client.answers or client.notify_queue
             or client.subscribed or client.local_statements or client.named_effects
