@@ -173,8 +173,8 @@ class Handover:
 
     def finish(self) -> None:
         """This process exits."""
-        log.info("takeover: %d clients handed over, %d finished here", self.handed,
-                 len(self.kept))
+        log.info("takeover: %d clients handed over, %d refused by the new process",
+                 self.handed, len(self.kept))
         self.channel.close()
 
 
@@ -187,6 +187,8 @@ def idle_reason(client: ClientConnection) -> str:
         return "session mode"
     if client.tls is not None:
         return "TLS"
+    if client.pinned:
+        return "pinned"
     server = client.server
     if server is not None and server.status != b"I":
         return "transaction"

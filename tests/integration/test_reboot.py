@@ -17,6 +17,7 @@ from tests.support import PgtarnProcess
 
 from .drivers import connect
 from .test_pgbench import pgbench_tables, processed
+from .test_tls import tls_in_use, tls_settings
 
 __all__ = ["pgbench_tables"]
 
@@ -154,4 +155,34 @@ def test_a_client_keeps_its_session_through_the_restart(pgtarn_factory, tmp_path
     finally:
         idle.close()
         in_xact.close()
+        _stopped(new)
+
+
+def test_tls_and_pinned_clients_finish_on_the_old_process(pgtarn_factory, pki, tmp_path):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "allow"))
+    secure = connect(proc, autocommit=True, sslmode="require")
+    assert tls_in_use(secure)
+    pinned = connect(proc, autocommit=True, sslmode="disable")
+    pinned.execute("select pg_advisory_lock(4242)")  # session state that cannot move
+    plain = connect(proc, autocommit=True, sslmode="disable")
+    assert plain.execute("select 1").fetchone() == (1,)
+    new = _reboot(proc, tmp_path / "new")
+    try:
+        _wait_for(lambda: re.search(r"of 3 clients 1 are idle .* 2 stay here",
+                                    proc.log_text()) is not None, 10)
+        # both still served by the old process, which waits for them
+        assert secure.execute("select 2").fetchone() == (2,)
+        assert pinned.execute("select pg_advisory_unlock(4242)").fetchone() == (True,)
+        time.sleep(0.5)
+        assert proc.proc.poll() is None
+        secure.close()
+        # unpinned now (the lock is gone): it goes over at its next idle moment
+        proc.proc.wait(timeout=30)
+        assert pinned.execute("select 3").fetchone() == (3,)
+        assert plain.execute("select 4").fetchone() == (4,)
+        with connect(proc, sslmode="require") as again:  # the new one serves TLS too
+            assert tls_in_use(again)
+    finally:
+        for conn in (secure, pinned, plain):
+            conn.close()
         _stopped(new)
