@@ -151,8 +151,15 @@ class Handover:
             reply, _fds = await self.channel.request(
                 {"kind": "client", "client": encode_client(client_state(client))},
                 REPLY_TIMEOUT, [fd])
-        except (ChannelClosed, TimeoutError):
-            reply = {"error": "the new process did not answer"}
+        except ChannelClosed:  # the new process is gone, and the socket with it if it had it
+            reply = {"error": "the new process is gone"}
+        except TimeoutError:
+            # it may take the client yet: two processes must never read one client
+            self.sending.discard(client)
+            client.close_reason = "the new process did not answer its handover in time"
+            if client.transport is not None:
+                client.transport.abort()
+            return
         self.sending.discard(client)
         transport = client.transport
         if reply.get("error") or transport is None or transport.is_closing():
