@@ -12,7 +12,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine
-from typing import cast
+from typing import Any, cast
 
 from . import __version__
 from .admin import commands
@@ -93,6 +93,35 @@ def load_worker_link() -> Callable[[int, int, socket.socket, Callable[[], None]]
     return WorkerLink
 
 
+def load_takeover() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """reboot.py's take_over (new process) and Handover (old process), imported only for a
+    rolling restart: it and the control channel (with json) cost about 0.4 MB of RSS."""
+    from .reboot import Handover, take_over  # lazy, for the RSS above (see the docstring)
+
+    return take_over, Handover
+
+
+def takeover_address(port: int) -> str:
+    """The Linux abstract unix socket (no file) where the pgtarn on port hands over to a new
+    one started with --reboot (reboot.py)."""
+    return f"\0pgtarn-takeover-{port}"
+
+
+def takeover_listener(port: int) -> socket.socket | None:
+    """The takeover socket of the pgtarn on port (one socket; nothing of reboot.py is loaded
+    until a new process connects); None, logged, when it cannot be had."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(takeover_address(port))
+        sock.listen(1)
+    except OSError as exc:
+        sock.close()
+        log.warning("no takeover socket (--reboot will not find this process): %s", exc)
+        return None
+    sock.setblocking(False)
+    return sock
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerSetup:
     """What the supervisor gives a worker: its index, the count, its descriptors."""
@@ -104,13 +133,26 @@ class WorkerSetup:
     unix_fd: int | None = None
 
 
+def cancel_from_worker(runtime: Runtime, message: dict[str, object]) -> None:
+    """A CancelRequest that reached another worker with a key of this one's."""
+    key = message.get("key")
+    if isinstance(key, list) and len(key) == 2 and all(isinstance(k, int) for k in key):
+        cancel_by_key(runtime, (key[0], key[1]))
+
+
 class App:
     """One pgtarn process: the whole pooler, or one worker of workers = N."""
 
     def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False,
-                 worker: WorkerSetup | None = None) -> None:
+                 worker: WorkerSetup | None = None, reboot: bool = False) -> None:
         self.config_path = config_path
         self.worker = worker
+        #: --reboot: take over from the pgtarn on our port; the takeover socket, and the
+        #: rolling restart under way (reboot.py), on either side of it.
+        self.reboot = reboot
+        self.takeover_listener: socket.socket | None = None
+        self.takeover: Any = None
+        self.keep_pidfile = False
         self.link: Coordinator | None = None
         self.verbose = verbose
         self.quiet = quiet
@@ -142,8 +184,10 @@ class App:
         self.done = loop.create_future()
         if self.worker is not None:
             await self._join_workers(self.worker)
-        else:
+        elif not (self.reboot and await self._take_over(config)):
             await self._listen(config)
+        if self.worker is None:
+            self._open_takeover(config.listen_port)
         if config.metrics_port and self.worker is None:
             host = config.metrics_listen_addr or "127.0.0.1"
             metrics = await load_metrics()(runtime, "" if host == "*" else host,
@@ -209,6 +253,59 @@ class App:
             self.servers.append(unix)
             log.info("listening on unix:%s", path)
 
+    async def _take_over(self, config: Config) -> bool:
+        """--reboot: serve the listening sockets of the pgtarn running on our port, which
+        then drains and sends us its idle clients (False: none runs there)."""
+        runtime = self.runtime
+        loop = asyncio.get_running_loop()
+
+        async def serve(sock: socket.socket) -> None:
+            if sock.family == socket.AF_UNIX:
+                server = await loop.create_unix_server(lambda: ClientConnection(runtime),
+                                                       sock=sock)
+            else:
+                server = await loop.create_server(lambda: ClientConnection(runtime), sock=sock)
+            self.servers.append(server)
+
+        take_over = load_takeover()[0]
+        taken = await take_over(runtime, takeover_address(config.listen_port), serve)
+        if taken is None:
+            log.warning("--reboot: no pgtarn serves port %d; starting anew", config.listen_port)
+            return False
+        self.takeover, self.unix_path = taken
+        return True
+
+    def _open_takeover(self, port: int) -> None:
+        """Listen for a new pgtarn started with --reboot."""
+        self.takeover_listener = takeover_listener(port)
+        if self.takeover_listener is not None:
+            asyncio.get_running_loop().add_reader(self.takeover_listener.fileno(),
+                                                  self._takeover_asked)
+
+    def _takeover_asked(self) -> None:
+        listener = self.takeover_listener
+        if listener is None:
+            return
+        try:
+            conn, _addr = listener.accept()
+        except OSError:
+            return
+        if self.stopping is not None or (self.takeover is not None
+                                         and not self.takeover.channel.closed):
+            conn.close()  # one takeover at a time, and none while stopping
+            return
+        self.takeover = load_takeover()[1](self, conn, self._close_takeover)
+
+    def _close_takeover(self) -> None:
+        listener, self.takeover_listener = self.takeover_listener, None
+        if listener is not None:
+            asyncio.get_running_loop().remove_reader(listener.fileno())
+            listener.close()
+
+    def handed_over(self) -> None:
+        """A new pgtarn serves our sockets: its pidfile is not ours to remove."""
+        self.keep_pidfile = True
+
     async def _join_workers(self, worker: WorkerSetup) -> None:
         """A worker serves the supervisor's listening sockets and talks to it."""
         loop = asyncio.get_running_loop()
@@ -230,13 +327,7 @@ class App:
                                socket.socket(fileno=worker.control_fd),
                                self._supervisor_gone)
         runtime.coordinator = self.link
-        self.link.handle("cancel", self._cancel_from_worker)
-
-    def _cancel_from_worker(self, message: dict[str, object], fds: list[int]) -> None:
-        """A CancelRequest that reached another worker with a key of this one's."""
-        key = message.get("key")
-        if isinstance(key, list) and len(key) == 2 and all(isinstance(k, int) for k in key):
-            cancel_by_key(self.runtime, (key[0], key[1]))
+        self.link.handle("cancel", lambda message, _fds: cancel_from_worker(runtime, message))
 
     def _supervisor_gone(self) -> None:
         """Without its supervisor a worker stops accepting and exits once its clients are
@@ -439,8 +530,11 @@ class App:
         if self.unix_path:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)
+        self._close_takeover()
+        if self.takeover is not None:
+            self.takeover.finish()
         pidfile = self.runtime.config.pidfile
-        if pidfile:
+        if pidfile and not self.keep_pidfile:
             with contextlib.suppress(OSError):
                 os.unlink(pidfile)
         log.info("pgtarn stopped")

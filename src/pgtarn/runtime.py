@@ -104,6 +104,9 @@ class Runtime:
         #: In a worker of workers = N, its link to the supervisor; None in a single process.
         self.coordinator: Coordinator | None = None
         self.on_client_gone: Callable[[], None] = lambda: None
+        #: During a rolling restart (reboot.py), in the new process: sends a CancelRequest
+        #: whose key is not ours to the old process, whose client it may be.
+        self.forward_cancel: Callable[[tuple[int, int]], None] | None = None
         self.control: Control | None = None
         self.started = time.monotonic()
         #: SUSPEND: no socket is read until RESUME.

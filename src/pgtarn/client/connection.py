@@ -470,8 +470,8 @@ class ClientConnection(ClientRelay):
 
 def route_cancel(runtime: Runtime, key: tuple[int, int]) -> None:
     """A CancelRequest goes to the backend now running the query of the client with key: in
-    this process, in another worker (byte 3 of the key, through the supervisor), or in
-    another pgtarn of [peers] (net/peers.py)."""
+    this process, in another worker (byte 3 of the key, through the supervisor), in another
+    pgtarn of [peers] (net/peers.py), or during a rolling restart in the old process."""
     peer_id = runtime.config.peer_id
     coordinator = runtime.coordinator
     if cancel_by_key(runtime, key):
@@ -479,7 +479,11 @@ def route_cancel(runtime: Runtime, key: tuple[int, int]) -> None:
     elif coordinator is not None and (not peer_id or peer_of(key) == peer_id) and \
             coordinator.index != worker_of(key) < coordinator.count:  # fmt: skip
         coordinator.to_worker(worker_of(key), {"kind": "cancel", "key": list(key)})
-    elif peer_id:  # another peer's, or dropped (and logged) as unknown
+    elif peer_id and peer_of(key) != peer_id:  # another peer's
+        runtime.peers.forward(key, runtime.config, runtime.spawn)
+    elif runtime.forward_cancel is not None:  # a client still on the old process (--reboot)
+        runtime.forward_cancel(key)
+    elif peer_id:  # ours but unknown: dropped (and logged)
         runtime.peers.forward(key, runtime.config, runtime.spawn)
 
 
