@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import resource
@@ -15,7 +16,7 @@ from collections.abc import Callable, Coroutine
 from typing import cast
 
 from . import __version__
-from .admin import commands
+from .admin import commands, fanout
 from .admin.tables import database_totals
 from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
 from .auth.userlist import load_userlist
@@ -230,6 +231,10 @@ class App:
                                socket.socket(fileno=worker.control_fd),
                                self._supervisor_gone)
         runtime.coordinator = self.link
+        # ids unique across workers (KILL_CLIENT <id> of SHOW CLIENTS): worker i of n has i+1,
+        # i+1+n, i+1+2n...
+        runtime.ids = itertools.count(worker.index + 1, worker.count)
+        fanout.register(runtime, self.link)
 
     def _supervisor_gone(self) -> None:
         """Without its supervisor a worker stops accepting and exits once its clients are

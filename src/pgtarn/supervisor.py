@@ -23,6 +23,7 @@ from .config import Config
 from .configfile import load_config
 from .errors import ConfigError
 from .logs import setup_logging
+from .workers import admin
 from .workers.channel import Channel, ChannelClosed
 from .workers.sockets import tcp_listeners, unix_listener
 from .workers.wire import Message
@@ -249,6 +250,18 @@ class Supervisor:
 
     def handle(self, channel: Channel, message: Message, fds: list[int]) -> None:
         """Messages for the supervisor itself."""
+        kind = message.get("kind")
+        if kind == admin.SHUTDOWN_KIND:
+            self.stop(admin.shutdown_signal(message))
+            return
+        if kind == admin.RELOAD_KIND:
+            self._reload()
+            return
+        if kind == admin.SET_KIND:
+            self.config = admin.with_setting(self.config, message)
+            with contextlib.suppress(OSError):
+                setup_logging(self.config, self.verbose, self.quiet)
+            return
         log.warning("%s: unknown message %r", channel.name, message.get("kind"))
         if "id" in message:
             channel.reply(message, {"error": "unknown message"})
