@@ -75,7 +75,8 @@ def read_hba(config: Config) -> tuple[HbaRules | None, IdentMaps | None]:
     return hba, ident
 
 
-MetricsServer = Callable[[Runtime, str, int], Coroutine[None, None, asyncio.AbstractServer]]
+MetricsServer = Callable[[Runtime, str, int],
+                         Coroutine[None, None, asyncio.AbstractServer | None]]
 
 
 def load_metrics() -> MetricsServer:
@@ -145,12 +146,14 @@ class App:
             await self._join_workers(self.worker)
         else:
             await self._listen(config)
-        if config.metrics_port and self.worker is None:
+        if config.metrics_port:
+            # with workers, worker 0 listens and gathers the others' samples (metrics.py)
             host = config.metrics_listen_addr or "127.0.0.1"
             metrics = await load_metrics()(runtime, "" if host == "*" else host,
                                           config.metrics_port)
             self.metrics_server = metrics
-            log.info("metrics on http://%s:%d/metrics", host, config.metrics_port)
+            if metrics is not None:
+                log.info("metrics on http://%s:%d/metrics", host, config.metrics_port)
         if config.pidfile and self.worker is None:
             with open(config.pidfile, "w") as f:
                 f.write(f"{os.getpid()}\n")
