@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -181,5 +182,60 @@ def test_the_metrics_endpoint_counts_every_workers_clients(pgtarn_factory):  # t
     assert sorted(per_worker) == held
     assert all(value(samples, "pgtarn_worker_cpu_seconds_total", worker=str(w)) > 0
                for w in (0, 1))
+    for c in clients:
+        c.close()
+
+
+def test_signals_reach_every_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"workers": 2})
+    pids = wait_children(proc.proc.pid, 2)
+    consoles = _admins(proc)
+
+    def state(conn: psycopg.Connection[Any]) -> str:
+        return str(next(r["value"] for r in show(conn, "STATE") if r["key"] == "paused"))
+
+    proc.send_signal(signal.SIGUSR1)
+    # the merged STATE says "yes" only when every worker has paused
+    wait_until(lambda: state(consoles[0]) == "yes", what="every worker paused")
+    proc.send_signal(signal.SIGUSR2)
+    wait_until(lambda: state(consoles[1]) == "no", what="every worker resumed")
+    for conn in consoles.values():
+        conn.close()
+    proc.send_signal(signal.SIGINT)
+    assert proc.proc.wait(timeout=15) == 0
+    assert not any(Path(f"/proc/{pid}/status").exists()
+                   and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+                   for pid in pids)
+
+
+def test_wait_close_waits_for_the_servers_of_every_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"workers": 2})
+    clients = _spread(proc, 6)
+    for i, c in enumerate(clients):
+        c.execute(f"set application_name = 'c{i}'")
+        c.execute("begin")
+        c.execute("select 1")  # a server each, held in the transaction
+    with admin(proc, application_name="waiter") as a:
+        here = _worker_of(a, "waiter")
+        by_worker: dict[int, list[int]] = {0: [], 1: []}
+        for row in show(a, "CLIENTS"):
+            if row["database"] == "app":
+                by_worker[int(row["worker"])].append(int(row["application_name"][1:]))
+        a.execute("RECONNECT app")
+        done: list[str] = []
+        t = threading.Thread(
+            target=lambda: done.append(a.execute("WAIT_CLOSE app").statusmessage or ""),
+            daemon=True)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive()
+        for i in by_worker[here]:
+            clients[i].execute("commit")
+        t.join(0.5)
+        assert t.is_alive()  # the other worker's servers are still in their transactions
+        for i in by_worker[1 - here]:
+            clients[i].execute("commit")
+        t.join(15)
+        assert done == ["WAIT_CLOSE"]
     for c in clients:
         c.close()
