@@ -154,6 +154,8 @@ def command(runtime: Runtime, coordinator: Coordinator, word: str, arg: str | No
     if word not in commands.COMMANDS:
         raise AdminError(f"invalid command '{word}', use SHOW HELP;")
     if word == "reload":
+        if arg is not None:
+            raise AdminError("RELOAD takes no argument")
         coordinator.send({"kind": RELOAD_KIND})
     timeout = WAIT_TIMEOUT if word in WAITING else ANSWER_TIMEOUT
     return _everywhere(coordinator, {"word": word, "arg": arg}, timeout)
