@@ -35,6 +35,9 @@ MAX_CONNECTIONS = 700
 READY_TIMEOUT = 15.0
 TARGETS = ("direct", "pgbouncer", "pgtarn")
 SET_ONCE_SCRIPT = Path(__file__).resolve().with_name("set_once.sql")
+SELECT_1_SCRIPT = Path(__file__).resolve().with_name("select1.sql")
+#: The pooler-bound workload's pool: PostgreSQL's cores, so that PostgreSQL is not the limit.
+POOLER_BOUND_POOL = os.cpu_count() or 2
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class Workload:
     name: str
     args: tuple[str, ...]
     clients: tuple[int, ...] = ()
+    #: [pgbouncer] settings of the poolers for this workload
+    settings: tuple[tuple[str, object], ...] = ()
 
 
 WORKLOADS = [
@@ -54,6 +59,9 @@ WORKLOADS = [
     # -S after a SET of search_path and statement_timeout in each client's first transaction
     Workload("set-once", ("-f", str(SET_ONCE_SCRIPT), "-D", "settings_done=0",
                           "-s", str(SCALE))),
+    # pooler-bound: the smallest statement, many clients, a pool of PostgreSQL's cores
+    Workload("select-1", ("-f", str(SELECT_1_SCRIPT)), clients=(200,),
+             settings=(("default_pool_size", POOLER_BOUND_POOL),)),
 ]
 
 
@@ -64,6 +72,7 @@ class Case:
     label: str
     args: tuple[str, ...]
     clients: int
+    settings: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass
@@ -100,6 +109,31 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and its live children (a pgtarn supervisor's workers)."""
+    found = [pid]
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def tree_cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of the processes that are still there."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(pid)
+    return total
 
 
 def postgres_account() -> pwd.struct_passwd | None:
@@ -266,7 +300,7 @@ class Pooler:
     def login(self) -> Login:
         return Login("127.0.0.1", self.port, BENCH_USER, self.db.password, BENCH_DB)
 
-    def _write_config(self) -> Path:
+    def _write_config(self, extra: dict[str, object]) -> Path:
         userlist = self.workdir / "userlist.txt"
         secret = self.secret or self.db.password
         userlist.write_text(userlist_line(BENCH_USER, secret), encoding="utf-8")
@@ -283,6 +317,7 @@ class Pooler:
             "log_connections": 0,
             "log_disconnections": 0,
             **self.settings,
+            **extra,
         }
         ini = self.workdir / f"{self.name}.ini"
         ini.write_text(
@@ -297,9 +332,9 @@ class Pooler:
                 path.chmod(0o600)
         return ini
 
-    def start(self) -> None:
+    def start(self, settings: tuple[tuple[str, object], ...] = ()) -> None:
         self.port = free_port()
-        ini = self._write_config()
+        ini = self._write_config(dict(settings))
         acct = self.account
         env = dict(os.environ)
         if acct is not None:
@@ -375,7 +410,9 @@ def run_case(db: Database, case: Case, target: str, pooler: Pooler | None, run: 
     host, port = (db.host, db.port) if pooler is None else ("127.0.0.1", pooler.port)
     cmd = [db.tool("pgbench"), "-n", *case.args, "-j", "2", "-T", str(duration),
            "-c", str(case.clients), "-h", host, "-p", str(port), "-U", BENCH_USER, BENCH_DB]
-    cpu_before = cpu_seconds(pooler.pid) if pooler else 0.0
+    # a pgtarn with workers: the supervisor and every worker (all started before the run)
+    tree = process_tree(pooler.pid) if pooler else []
+    cpu_before = tree_cpu_seconds(tree)
     try:
         res = subprocess.run(cmd, env=clean_env(PGPASSWORD=db.password), capture_output=True,
                              text=True, timeout=duration + 180)  # fmt: skip
@@ -383,8 +420,9 @@ def run_case(db: Database, case: Case, target: str, pooler: Pooler | None, run: 
     except subprocess.TimeoutExpired:
         out, code = "pgbench timed out", -1
     if pooler is not None and pooler.proc is not None and pooler.proc.poll() is None:
-        result.cpu_s = cpu_seconds(pooler.pid) - cpu_before
-        result.peak_rss_kb = proc_status_kb(pooler.pid, "VmHWM")
+        result.cpu_s = tree_cpu_seconds(tree) - cpu_before
+        result.peak_rss_kb = sum(proc_status_kb(pid, "VmHWM") for pid in tree
+                                 if os.path.exists(f"/proc/{pid}"))
     elif pooler is not None:
         out += f"\n{pooler.name} died (exit {pooler.proc and pooler.proc.returncode})"
         code = code or -1
@@ -410,7 +448,7 @@ def run_case(db: Database, case: Case, target: str, pooler: Pooler | None, run: 
 
 
 def cases(clients: list[int], workloads: list[str]) -> list[Case]:
-    return [Case(f"{w.name}, {n} clients", w.args, n)
+    return [Case(f"{w.name}, {n} clients", w.args, n, w.settings)
             for w in WORKLOADS if w.name in workloads
             for n in w.clients or clients]  # fmt: skip
 
@@ -456,7 +494,7 @@ def tps_table(results: list[Result], case_list: list[Case], targets: list[str]) 
             rows.append([
                 case.label, target, fmt(medians[case.label, target]) if tps else "error",
                 f"{min(tps):,.0f}-{max(tps):,.0f}" if tps else "-",
-                ratio(case.label, target, "pgbouncer") if target == "pgtarn" else "",
+                ratio(case.label, target, "pgbouncer") if target.startswith("pgtarn") else "",
                 ratio(case.label, target, "direct") if target != "direct" else "",
                 fmt(statistics.median(cpu) if cpu else None, ".2f"),
                 fmt(statistics.median(conn) if conn else None, ".1f"),
@@ -519,6 +557,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="defaults for a smoke test: "
                    "--duration 3 --runs 1 --clients 10,100 --memory-clients 10,200")
     p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
+    p.add_argument("--workers", type=int_list, default=[1], metavar="LIST",
+                   help="pgtarn's workers setting: one pgtarn target per value (1); "
+                   "pgtarn-wN is pgtarn with workers = N")
     add_postgres_options(p)
     args = p.parse_args(argv)
     defaults = {"duration": (10, 3), "runs": (3, 1), "clients": ([10, 100, 500], [10, 100]),
@@ -528,11 +569,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             setattr(args, key, quick if args.quick else full)
     if set(args.workloads) - {w.name for w in WORKLOADS} or not args.workloads:
         p.error("--workloads: choose from " + ", ".join(w.name for w in WORKLOADS))
-    unknown = set(args.targets) - set(TARGETS)
+    unknown = {t for t in args.targets if not t.startswith("pgtarn-w")} - set(TARGETS)
     if unknown or not args.targets:
         p.error(f"--targets: choose from {', '.join(TARGETS)}")
     if not args.clients or not args.memory_clients or min(args.memory_clients) < 2:
         p.error("--clients needs a value; --memory-clients values must be at least 2")
+    if not args.workers or min(args.workers) < 1:
+        p.error("--workers: values of at least 1")
+    if "pgtarn" in args.targets:  # pgtarn-wN after pgtarn, for each N > 1
+        at = args.targets.index("pgtarn")
+        if 1 not in args.workers:
+            args.targets.remove("pgtarn")
+            at -= 1
+        for n in sorted(set(args.workers) - {1}):
+            at += 1
+            args.targets.insert(at, f"pgtarn-w{n}")
     return args
 
 
@@ -562,7 +613,7 @@ def tps_runs(args: argparse.Namespace, db: Database, poolers: dict[str, Pooler],
                 pooler = poolers.get(target)
                 try:
                     if pooler is not None:
-                        pooler.start()
+                        pooler.start(case.settings)
                     result = run_case(db, case, target, pooler, run, args.duration)
                 except RuntimeError as exc:  # the pooler did not start
                     result = Result(run, case.label, case.clients, target, error=str(exc))
@@ -580,6 +631,8 @@ def memory_runs(args: argparse.Namespace, poolers: dict[str, Pooler]) -> dict[st
     """Each pooler fresh: one warm client, then idle clients up to each --memory-clients total."""
     memory: dict[str, MemoryResult] = {}
     for name, pooler in poolers.items():
+        if name.startswith("pgtarn-w"):  # idle-client memory is one process's: workers = 1
+            continue
         log(f"memory run: {name}, idle clients up to {max(args.memory_clients):,} ...")
         try:
             pooler.start()
@@ -674,9 +727,13 @@ def main(argv: list[str] | None = None) -> int:
                 args.targets.remove("pgbouncer")
             else:
                 poolers["pgbouncer"] = Pooler("pgbouncer", [binary], workdir, db, account)
-        if "pgtarn" in args.targets:
-            command = [sys.executable, "-m", "pgtarn"]
-            poolers["pgtarn"] = Pooler("pgtarn", command, workdir, db, None)
+        command = [sys.executable, "-m", "pgtarn"]
+        for target in args.targets:
+            if target == "pgtarn":
+                poolers[target] = Pooler(target, command, workdir, db, None)
+            elif target.startswith("pgtarn-w"):
+                poolers[target] = Pooler(target, command, workdir, db, None,
+                                         settings={"workers": int(target[8:])})
         db.setup()
         versions = {"postgres": db.version, "pgtarn": pgtarn_build(),
                     "pgbench": version_of([db.tool("pgbench"), "--version"])}  # fmt: skip

@@ -20,7 +20,7 @@ from .admin import commands, fanout
 from .admin.tables import database_totals
 from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
 from .auth.userlist import load_userlist
-from .client.connection import ClientConnection
+from .client.connection import ClientConnection, cancel_by_key
 from .config import SETTINGS, Config
 from .configfile import load_config
 from .errors import ConfigError, PgtarnError
@@ -238,6 +238,13 @@ class App:
         # i+1+n, i+1+2n...
         runtime.ids = itertools.count(worker.index + 1, worker.count)
         fanout.register(runtime, self.link)
+        self.link.handle("cancel", self._cancel_from_worker)
+
+    def _cancel_from_worker(self, message: dict[str, object], fds: list[int]) -> None:
+        """A CancelRequest that reached another worker with a key of this one's."""
+        key = message.get("key")
+        if isinstance(key, list) and len(key) == 2 and all(isinstance(k, int) for k in key):
+            cancel_by_key(self.runtime, (key[0], key[1]))
 
     def _supervisor_gone(self) -> None:
         """Without its supervisor a worker stops accepting and exits once its clients are
@@ -351,6 +358,9 @@ class App:
         for name in sorted(set(old.users) | set(config.users)):
             if old.users.get(name) != config.users.get(name):
                 report.changed.append(f"[users] {name}")
+        for peer_id in sorted(set(old.peers) | set(config.peers)):
+            if old.peers.get(peer_id) != config.peers.get(peer_id):
+                report.changed.append(f"[peers] {peer_id}")
         self.runtime.config = config
         self.runtime.userlist = userlist
         self.runtime.client_tls, self.runtime.server_tls = client_tls, server_tls

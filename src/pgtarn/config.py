@@ -20,6 +20,8 @@ POOL_MODES = ("session", "transaction", "statement")
 AUTH_TYPES = ("cert", "md5", "scram-sha-256", "plain", "trust", "any", "hba", "pam", "ldap")
 SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 LOAD_BALANCE_HOSTS = ("disable", "round-robin")
+#: The highest peer_id: 14 bits of the cancel keys handed out (proto/cancelkey.py).
+MAX_PEER_ID = 16383
 TARGET_SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
 
 _LINUX = sys.platform.startswith("linux")
@@ -32,6 +34,10 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 def _empty_map() -> Mapping[str, Any]:
     return _EMPTY
+
+
+def _no_peers() -> Mapping[int, PeerEntry]:
+    return MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,19 @@ class UserEntry:
     query_timeout: float | None = None
     idle_transaction_timeout: float | None = None
     client_idle_timeout: float | None = None
+    line: str = ""
+
+
+@dataclass(frozen=True)
+class PeerEntry:
+    """One `[peers]` line: another pgtarn (or PgBouncer) of the group, which gets the
+    CancelRequests whose key names its peer_id. `host` None: the unix socket in
+    unix_socket_dir; a host that starts with '/' is a unix socket directory."""
+
+    peer_id: int
+    host: str | None = None
+    port: int = 6432
+    pool_size: int | None = None  # cancels in flight to it at once; None: default_pool_size
     line: str = ""
 
 
@@ -233,6 +252,7 @@ class Config:
     path: str = ""
     databases: Mapping[str, DatabaseEntry] = field(default_factory=_empty_map, hash=False)
     users: Mapping[str, UserEntry] = field(default_factory=_empty_map, hash=False)
+    peers: Mapping[int, PeerEntry] = field(default_factory=_no_peers, hash=False)
     warnings: tuple[str, ...] = ()
 
     @classmethod
@@ -292,6 +312,10 @@ class Config:
             return db.reserve_pool_size
         return self.reserve_pool_size
 
+    def peer_pool_size_for(self, peer: PeerEntry) -> int:
+        """How many cancels may be in flight to a peer: its pool_size, else default_pool_size."""
+        return peer.pool_size if peer.pool_size is not None else self.default_pool_size
+
     def max_db_connections_for(self, db: DatabaseEntry) -> int:
         """Database max_db_connections if > 0, else the global one (0 = unlimited)."""
         n = db.max_db_connections
@@ -335,13 +359,13 @@ class Config:
         return replace(self, **changes)
 
 
-_NOT_SETTINGS = frozenset({"path", "databases", "users", "warnings"})
+_NOT_SETTINGS = frozenset({"path", "databases", "users", "peers", "warnings"})
 # CF_NO_RELOAD in PgBouncer: only read at startup, SHOW CONFIG says changeable = no.
 _NO_RELOAD = frozenset({
-    "disable_pqexec", "job_name", "listen_addr", "listen_backlog", "listen_port", "pidfile",
-    "pkt_buf", "resolv_conf", "so_reuseport", "track_extra_parameters", "unix_socket_dir",
-    "unix_socket_group", "unix_socket_mode", "user", "metrics_listen_addr", "metrics_port",
-    "workers",
+    "disable_pqexec", "job_name", "listen_addr", "listen_backlog", "listen_port", "peer_id",
+    "pidfile", "pkt_buf", "resolv_conf", "so_reuseport", "track_extra_parameters",
+    "unix_socket_dir", "unix_socket_group", "unix_socket_mode", "user", "metrics_listen_addr",
+    "metrics_port", "workers",
 })  # fmt: skip
 _CHOICES: dict[str, tuple[str, ...]] = {
     "pool_mode": POOL_MODES, "auth_type": AUTH_TYPES, "client_tls_sslmode": SSLMODES,
@@ -349,7 +373,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "server_channel_binding": ("disable", "prefer", "require"),
 }  # fmt: skip
 _BOUNDS: dict[str, tuple[int, int | None]] = {
-    "listen_port": (1, 65535), "metrics_port": (0, 65535), "peer_id": (0, 16383),
+    "listen_port": (1, 65535), "metrics_port": (0, 65535), "peer_id": (0, MAX_PEER_ID),
     "unix_socket_mode": (0, 0o7777), "scram_iterations": (1, None), "workers": (1, None),
     "pkt_buf": (512, None), "max_packet_size": (1, 2**32 - 1), "listen_queue_size": (1, None),
 }  # fmt: skip

@@ -12,11 +12,13 @@ from typing import Any
 from .config import (
     DEPRECATED,
     LOAD_BALANCE_HOSTS,
+    MAX_PEER_ID,
     POOL_MODES,
     SETTINGS,
     TARGET_SESSION_ATTRS,
     Config,
     DatabaseEntry,
+    PeerEntry,
     UserEntry,
     parse_int,
     parse_time,
@@ -215,6 +217,27 @@ def _user_entry(name: str, text: str, loc: str) -> UserEntry:
     )
 
 
+_PEER_KEYS = frozenset({"host", "port", "pool_size"})
+
+
+def _peer_entry(name: str, text: str, loc: str) -> PeerEntry:
+    """A [peers] line: `peer_id = host=... port=... pool_size=...`."""
+    try:
+        peer_id = parse_int(name, c_style=False)
+    except ValueError:
+        raise ValueError("a peer's name is its peer_id, a number from 1 to "
+                         f"{MAX_PEER_ID}") from None
+    if not 1 <= peer_id <= MAX_PEER_ID:
+        raise ValueError(f"peer_id out of range (must be between 1 and {MAX_PEER_ID})")
+    p = _Params(text, _PEER_KEYS, "peer")
+    ports = _ports(p.values.get("port"), 1)
+    pool_size = p.get_int("pool_size")
+    if pool_size == 0:
+        raise ValueError("pool_size: must be >= 1 (cancels in flight to the peer at once)")
+    return PeerEntry(peer_id=peer_id, host=p.get_str("host"),
+                     port=ports[0] if ports else 6432, pool_size=pool_size, line=loc)
+
+
 _SECTIONS = {
     "databases": "databases",
     "users": "users",
@@ -302,6 +325,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
     origins: dict[str, str] = {}
     databases: dict[str, DatabaseEntry] = {}
     users: dict[str, UserEntry] = {}
+    peers: dict[int, PeerEntry] = {}
     warnings: list[str] = []
     section: str | None = None
     seen_main = False
@@ -317,8 +341,6 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             if section is None:
                 raise ConfigError(f"{loc}: [{m.group(1)}]: unknown section")
             seen_main = seen_main or section == "pgbouncer"
-            if section == "peers":
-                warnings.append(f"{loc}: [peers]: peering is not supported; section ignored")
             continue
         key, value = _split_key(line, loc)
         if section is None:
@@ -330,6 +352,9 @@ def parse_config(text: str, path: str = "<string>") -> Config:
                 databases[key] = _database_entry(key, value, loc)
             elif section == "users":
                 users[key] = _user_entry(key, value, loc)
+            elif section == "peers":
+                peer = _peer_entry(key, value, loc)
+                peers[peer.peer_id] = peer
             elif section == "pgbouncer":
                 name = key.lower()
                 if name in DEPRECATED:
@@ -347,7 +372,8 @@ def parse_config(text: str, path: str = "<string>") -> Config:
     if not seen_main:
         warnings.append(f"{path}: no [pgbouncer] section; using defaults")
     config = replace(
-        Config(path=path, databases=MappingProxyType(databases), users=MappingProxyType(users)),
+        Config(path=path, databases=MappingProxyType(databases), users=MappingProxyType(users),
+               peers=MappingProxyType(peers)),
         **values,
     )
     warnings.extend(_cross_check(config, origins))
@@ -373,6 +399,8 @@ def _cross_check(cfg: Config, origins: Mapping[str, str]) -> list[str]:
         if cfg.min_pool_size_for(db) > size:
             out.append(f"{db.line}: {db.name}: min_pool_size {cfg.min_pool_size_for(db)} > "
                        f"pool size {size}")  # fmt: skip
+    if cfg.peers and not cfg.peer_id:
+        warn("peer_id", "[peers] is set but peer_id is 0: cancels are not forwarded")
     if not cfg.listen_addr and not cfg.unix_socket_dir:
         warn("listen_addr", "neither listen_addr nor unix_socket_dir is set; nothing to listen on")
     return out

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from .auth.hba import HbaRules, IdentMaps
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError
+from .net.peers import PeerCancels
 from .net.sockets import HostChooser
 from .pool.registry import Registry
 from .pool.stats import PoolStats, Totals
@@ -92,6 +93,8 @@ class Runtime:
         self.admin_clients: set[ClientView] = set()
         #: BackendKeyData we gave each client -> that client, for CancelRequest routing.
         self.cancel_keys: dict[tuple[int, int], ClientView] = {}
+        #: CancelRequests sent on to the other pgtarn of [peers] (SHOW PEER_POOLS).
+        self.peers = PeerCancels()
         self.ids: Iterator[int] = itertools.count(1)
         #: Prepared statements by text, shared by every client (transaction mode).
         self.statement_cache = StatementCache()

@@ -154,6 +154,7 @@ def _write_ini(
     databases: dict[str, str],
     settings: dict[str, str],
     users: dict[str, str] | None,
+    peers: dict[int, str] | None = None,
 ) -> None:
     lines = ["[databases]"]
     lines += [f"{name} = {conn}" for name, conn in databases.items()]
@@ -162,6 +163,9 @@ def _write_ini(
     if users:
         lines += ["", "[users]"]
         lines += [f"{name} = {val}" for name, val in users.items()]
+    if peers:
+        lines += ["", "[peers]"]
+        lines += [f"{peer_id} = {val}" for peer_id, val in peers.items()]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -175,6 +179,7 @@ def pgtarn_factory(pg_cluster: TempCluster, tmp_path: Path) -> Iterator[PgtarnFa
     - settings: merged over the [pgbouncer] defaults; a value of None removes
       a default, bools are written as 1/0.
     - users: the [users] section (per-user settings), left out if None.
+    - peers: the [peers] section (peer_id -> connection string), left out if None.
     - userlist: user -> password/verifier for auth_file (replaces the default:
       every test role with its plaintext password).
 
@@ -192,6 +197,7 @@ def pgtarn_factory(pg_cluster: TempCluster, tmp_path: Path) -> Iterator[PgtarnFa
         settings: dict[str, object] | None = None,
         users: dict[str, str] | None = None,
         userlist: dict[str, str] | None = None,
+        peers: dict[int, str] | None = None,
     ) -> PgtarnProcess:
         n = next(counter)
         workdir = tmp_path if n == 1 else tmp_path / f"pgtarn{n}"
@@ -229,7 +235,7 @@ def pgtarn_factory(pg_cluster: TempCluster, tmp_path: Path) -> Iterator[PgtarnFa
             }
             defaults.update(overrides)
             final = {k: _ini_value(v) for k, v in defaults.items() if v is not None}
-            _write_ini(ini_path, databases, final, users)
+            _write_ini(ini_path, databases, final, users, peers)
             logfile.unlink(missing_ok=True)
             try:
                 proc = PgtarnProcess.launch(

@@ -513,8 +513,7 @@ BY_SHOW_CONFIG: dict[str, str] = {
     # read by no code of pgtarn yet (PgBouncer appends the client's address to
     # application_name): only accepted and shown
     "application_name_add_host": "1",
-    # no peering yet; conffile is informational
-    "peer_id": "7",
+    # conffile is informational (peer_id changes only at restart: test_peers.py)
     "conffile": "/etc/pgbouncer/other.ini",
 }
 

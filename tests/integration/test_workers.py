@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import socket
 import time
 
 import psycopg
 import pytest
 
-from tests.support.procs import children, tcp_clients, wait_children
+from pgtarn.errors import PgtarnError
+from pgtarn.proto import build
+from pgtarn.proto.cancelkey import worker_of
+from tests.support.procs import children, holder_of, tcp_clients, wait_children
 
 from .drivers import connect
+from .rawpg import AsyncRawClient
+from .test_peers import _wait_running
 
 pytestmark = pytest.mark.integration
 
@@ -109,3 +116,72 @@ def _zombie(pid: int) -> bool:
     except OSError:
         return True
     return stat[stat.rindex(")") + 2] == "Z"
+
+
+def _connection_to(proc, pids: list[int], worker_pid: int) -> socket.socket:  # type: ignore[no-untyped-def]
+    """A TCP connection to proc that the kernel gave to the worker worker_pid."""
+    for _ in range(200):
+        sock = socket.create_connection((proc.host, proc.port))
+        deadline = time.monotonic() + 2
+        holder = None
+        while holder is None and time.monotonic() < deadline:
+            holder = holder_of(pids, proc.port, sock.getsockname()[1])
+        if holder == worker_pid:
+            return sock
+        sock.close()
+    raise AssertionError(f"no connection landed on {worker_pid}")
+
+
+def test_a_cancel_that_lands_on_another_worker_reaches_the_client(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"workers": 2})
+    pids = _workers(proc)
+
+    async def scenario() -> tuple[str | None, float, int, int]:
+        client = await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass", "app")
+        try:
+            owner = holder_of(pids, proc.port, client.writer.get_extra_info("sockname")[1])
+            assert owner in pids
+            other = next(pid for pid in pids if pid != owner)
+            tag = f"workers-{time.monotonic_ns()}"
+            started = time.monotonic()
+            running = asyncio.create_task(
+                client.query(f"select '{tag}' from pg_sleep(30)"))
+            await _wait_running(pg_dsn, tag)
+            sock = await asyncio.to_thread(_connection_to, proc, pids, other)
+            sock.sendall(build.cancel_request(*client.backend_key))
+            sock.settimeout(10)
+            assert sock.recv(1) == b""  # closed once handled
+            sock.close()
+            try:
+                await running
+            except PgtarnError as exc:
+                return exc.sqlstate, time.monotonic() - started, owner, other
+            return None, time.monotonic() - started, owner, other
+        finally:
+            await client.close()
+
+    sqlstate, took, owner, other = asyncio.run(scenario())
+    assert sqlstate == "57014" and took < 20, (sqlstate, took)
+    assert owner != other
+
+
+def test_keys_name_the_worker_that_owns_the_client(pgtarn_factory):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings={"workers": 2})
+    pids = _workers(proc)
+
+    async def keys() -> dict[int, set[int]]:
+        seen: dict[int, set[int]] = {}
+        for _ in range(12):
+            client = await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass",
+                                                  "app")
+            owner = holder_of(pids, proc.port, client.writer.get_extra_info("sockname")[1])
+            assert owner is not None
+            seen.setdefault(owner, set()).add(worker_of(client.backend_key))
+            await client.close()
+        return seen
+
+    seen = asyncio.run(keys())
+    # each worker puts its own index (0 or 1) in its keys, and the two differ
+    assert all(len(indexes) == 1 and indexes <= {0, 1} for indexes in seen.values()), seen
+    if len(seen) == 2:
+        assert len(set.union(*seen.values())) == 2

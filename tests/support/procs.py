@@ -66,3 +66,24 @@ def tcp_clients(pid: int, port: int) -> int:
             if local_port == port and fields[3] == "01" and int(fields[9]) in inodes:
                 count += 1
     return count
+
+
+def holder_of(pids: list[int], port: int, client_port: int) -> int | None:
+    """Which of pids holds the TCP connection from local client_port to port."""
+    connections: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local = int(fields[1].rsplit(":", 1)[1], 16)
+            remote = int(fields[2].rsplit(":", 1)[1], 16)
+            if local == port and remote == client_port:
+                connections.add(int(fields[9]))
+    for pid in pids:
+        if _socket_inodes(pid) & connections:
+            return pid
+    return None

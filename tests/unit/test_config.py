@@ -234,10 +234,51 @@ def test_value_types() -> None:
     assert c.log_format == "json"
 
 
-def test_peers_section_ignored_with_warning() -> None:
-    c = parse_config("[peers]\n1 = host=/tmp/p1\n[pgbouncer]\npeer_id = 1\n", "pgb.ini")
+def test_peers_section() -> None:
+    c = parse_config("[peers]\n1 = host=/tmp/p1\n2 = host=10.0.0.2 port=6433 pool_size=3\n"
+                     "[pgbouncer]\npeer_id = 1\n", "pgb.ini")
     assert c.peer_id == 1
-    assert any(w.startswith("pgb.ini:1:") and "peers" in w for w in c.warnings)
+    assert sorted(c.peers) == [1, 2]
+    one, two = c.peers[1], c.peers[2]
+    assert (one.host, one.port, one.pool_size, one.line) == ("/tmp/p1", 6432, None, "pgb.ini:2")
+    assert (two.host, two.port, two.pool_size) == ("10.0.0.2", 6433, 3)
+    assert c.peer_pool_size_for(one) == c.default_pool_size
+    assert c.peer_pool_size_for(two) == 3
+    assert not any("peer" in w for w in c.warnings)
+
+
+def test_peers_without_peer_id_warns() -> None:
+    c = parse_config("[peers]\n2 = host=h\n[pgbouncer]\n", "pgb.ini")
+    assert c.peer_id == 0 and list(c.peers) == [2]
+    assert any("peer_id" in w and "not forwarded" in w for w in c.warnings)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("0 = host=h", "peer_id out of range"),
+    ("16384 = host=h", "peer_id out of range"),
+    ("x = host=h", "a peer's name is its peer_id"),
+    ("1 = host=h dbname=x", "unknown peer parameter 'dbname'"),
+    ("1 = host=h port=0", "port: invalid port"),
+    ("1 = host=h port=70000", "port: invalid port"),
+    ("1 = host=h pool_size=0", "pool_size: must be >= 1"),
+    ("1 = host=h pool_size=-1", "pool_size: must be >= 0"),
+    ("1 = host=h pool_size=many", "invalid integer"),
+])
+def test_peers_errors(line: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"pgb\.ini:2: ") as info:
+        parse_config(f"[peers]\n{line}\n", "pgb.ini")
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["-1", "16384", "abc"])
+def test_peer_id_errors(value: str) -> None:
+    with pytest.raises(ConfigError, match="peer_id"):
+        parse_config(f"[pgbouncer]\npeer_id = {value}\n", "pgb.ini")
+
+
+def test_peer_id_changes_only_at_restart() -> None:
+    assert not SETTINGS["peer_id"].changeable
+    assert SETTINGS["peer_id"].default == 0
 
 
 # ---------------------------------------------------------------- %include

@@ -263,8 +263,31 @@ PEERS_COLUMNS = _columns("isii", "peer_id host port pool_size")
 
 
 def show_peers(runtime: Runtime) -> Table:
-    """Empty: pgtarn has no peering ([peers] is not read)."""
-    return Table(PEERS_COLUMNS, [])
+    """The [peers] entries: where cancels for each peer_id go, and how many at once."""
+    config = runtime.config
+    rows: list[list[Value]] = [
+        [peer.peer_id, peer.host, peer.port, config.peer_pool_size_for(peer)]
+        for _, peer in sorted(config.peers.items())
+    ]
+    return Table(PEERS_COLUMNS, rows)
+
+
+PEER_POOLS_COLUMNS = _columns(
+    "iiiii", "peer_id cl_active_cancel_req cl_waiting_cancel_req sv_active_cancel sv_login")
+
+
+def show_peer_pools(runtime: Runtime) -> Table:
+    """Each peer's cancels under way: sent and waiting for the peer to close (active), not
+    sent yet (waiting for a slot of its pool_size, or connecting), connections connecting."""
+    rows: list[list[Value]] = []
+    for peer_id in sorted(runtime.config.peers):
+        pool = runtime.peers.pools.get(peer_id)
+        if pool is None:
+            rows.append([peer_id, 0, 0, 0, 0])
+        else:
+            rows.append([peer_id, pool.sent, pool.waiting + pool.connecting, pool.sent,
+                         pool.connecting])
+    return Table(PEER_POOLS_COLUMNS, rows)
 
 
 # --- SHOW STATS and friends ----------------------------------------------------------------------
@@ -450,6 +473,8 @@ def show_lists(runtime: Runtime) -> Table:
         "databases": len(show_databases(runtime).rows),
         "users": len(show_users(runtime).rows),
         "pools": len(runtime.registry.pools),
+        "peers": len(runtime.config.peers),
+        "peer_pools": len(runtime.config.peers),
         "used_clients": len(runtime.clients),
         "login_clients": len(runtime.logins),
         "used_servers": len(all_servers(runtime)),
@@ -533,4 +558,5 @@ SHOW_TABLES: dict[str, Callable[[Runtime], Table]] = {
     "sockets": show_sockets,
     "active_sockets": show_active_sockets,
     "peers": show_peers,
+    "peer_pools": show_peer_pools,
 }

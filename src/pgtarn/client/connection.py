@@ -34,6 +34,7 @@ from ..errors import AuthFailed, PgtarnError
 from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
 from ..proto import build
+from ..proto.cancelkey import as_issued, peer_of, worker_of
 from ..proto.client_login import (
     Authenticated,
     CancelRequested,
@@ -47,6 +48,7 @@ from ..proto.client_login import (
     TlsRequested,
     replication_mode,
 )
+from ..runtime import Runtime
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, open_replication
 from ..states import READY_STATE, ClientState
@@ -387,7 +389,9 @@ class ClientConnection(ClientRelay):
                  tracked: Iterable[str],
                  reported: Mapping[tuple[str, str], str] | None = None) -> bytes:
         """The welcome's bytes; this client's tracked parameters and cancel key are set."""
-        welcome = login.welcome(server_params, tracked, reported)
+        coordinator = self.runtime.coordinator  # workers: the key names this one
+        welcome = login.welcome(server_params, tracked, reported, self.runtime.config.peer_id,
+                                None if coordinator is None else coordinator.index)
         self.login = None
         self.params = welcome.params  # (a dict of its own)
         self.cancel_key = welcome.cancel_key
@@ -456,14 +460,39 @@ class ClientConnection(ClientRelay):
         self.write(welcome + leftover)
 
     def _cancel_request(self, key: tuple[int, int]) -> None:
-        """Forward a CancelRequest to the backend now running this client's query, if any."""
-        target = self.runtime.cancel_keys.get(key)
-        if target is not None and target.server is not None:
-            target.server.send_cancel(target)
+        """Forward a CancelRequest (route_cancel), then end this connection."""
+        route_cancel(self.runtime, key)
         self.leave_containers()  # all of it: connection_lost returns early for it, CLOSED
         self.state = ClientState.CLOSED
         if self.transport is not None:
             self.transport.close()
+
+
+def route_cancel(runtime: Runtime, key: tuple[int, int]) -> None:
+    """A CancelRequest goes to the backend now running the query of the client with key: in
+    this process, in another worker (byte 3 of the key, through the supervisor), or in
+    another pgtarn of [peers] (net/peers.py)."""
+    peer_id = runtime.config.peer_id
+    coordinator = runtime.coordinator
+    if cancel_by_key(runtime, key):
+        pass  # one of ours
+    elif coordinator is not None and (not peer_id or peer_of(key) == peer_id) and \
+            coordinator.index != worker_of(key) < coordinator.count:  # fmt: skip
+        coordinator.to_worker(worker_of(key), {"kind": "cancel", "key": list(key)})
+    elif peer_id:  # another peer's, or dropped (and logged) as unknown
+        runtime.peers.forward(key, runtime.config, runtime.spawn)
+
+
+def cancel_by_key(runtime: Runtime, key: tuple[int, int]) -> bool:
+    """Cancel the query of this process's client with key, if it has one running (a
+    CancelRequest to its server's backend); whether the key is one of this process's."""
+    # with peering on, a peer's forward comes with a lower TTL than the key handed out
+    target = runtime.cancel_keys.get(as_issued(key) if runtime.config.peer_id else key)
+    if target is None:
+        return False
+    if target.server is not None:
+        target.server.send_cancel(target)
+    return True
 
 
 def _refuse_options(login: ClientLogin) -> NoReturn:

@@ -17,13 +17,13 @@ await_secret).
 from __future__ import annotations
 
 import enum
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import PgtarnError, ProtocolViolation
 from . import build
+from .cancelkey import make_key
 from .client_side import ClientAuth
 from .framing import MessageScanner, StartupReader
 from .messages import CANCEL_REQUEST, GSSENC_REQUEST, SSL_REQUEST, parse_startup
@@ -140,14 +140,16 @@ def failed(error: PgtarnError) -> Failed:
 
 def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, str],
                   tracked: Iterable[str], negotiate: tuple[int, list[str]] | None,
-                  reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
+                  reported: Mapping[tuple[str, str], str] | None = None,
+                  peer_id: int = 0, worker: int | None = None) -> Welcome:
     """[NegotiateProtocolVersion], ParameterStatus for each parameter, BackendKeyData and
     ReadyForQuery: the welcome of every login, to a pool or to the admin console.
 
     server_params: what the server side reports (a pool's first server, or the console's
     own); a tracked parameter the client set in its StartupMessage replaces its value, in the
     form PostgreSQL reports it: reported[(name, value)] when a server reported it already,
-    else by proto/parameters.py's rules.
+    else by proto/parameters.py's rules. The BackendKeyData key says peer_id and worker
+    (proto/cancelkey.py).
     """
     welcome = dict(server_params)
     params: dict[str, str] = {}
@@ -162,9 +164,7 @@ def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, 
             params[name] = value
             welcome[name] = value
     statuses = _parameter_statuses(tuple(welcome.items()))
-    # one read of the system's random source for both halves: 31 bits of pid, 32 of secret
-    key = int.from_bytes(secrets.token_bytes(8), "big")
-    cancel_key = (key >> 33, key & 0xFFFFFFFF)
+    cancel_key = make_key(peer_id, worker)
     tail = build.backend_key_data(*cancel_key) + _RFQ_IDLE
     if negotiate is not None:
         return Welcome(build.negotiate_protocol_version(*negotiate) + statuses + tail, params,
@@ -440,12 +440,13 @@ class ClientLogin:
         return events
 
     def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str],
-                reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
+                reported: Mapping[tuple[str, str], str] | None = None,
+                peer_id: int = 0, worker: int | None = None) -> Welcome:
         """After Authenticated: the welcome (build_welcome) with this client's parameters."""
         self._expect(LoginState.AUTHENTICATED)
         self.state = LoginState.DONE
         return build_welcome(server_params, self.startup_params, tracked, self.negotiate,
-                             reported)
+                             reported, peer_id, worker)
 
     def _expect(self, state: LoginState) -> None:
         if self.state is not state:
