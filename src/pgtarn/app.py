@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import resource
@@ -15,7 +16,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from . import __version__
-from .admin import commands
+from .admin import commands, fanout
 from .admin.tables import database_totals
 from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
 from .auth.userlist import load_userlist
@@ -74,7 +75,8 @@ def read_hba(config: Config) -> tuple[HbaRules | None, IdentMaps | None]:
     return hba, ident
 
 
-MetricsServer = Callable[[Runtime, str, int], Coroutine[None, None, asyncio.AbstractServer]]
+MetricsServer = Callable[[Runtime, str, int],
+                         Coroutine[None, None, asyncio.AbstractServer | None]]
 
 
 def load_metrics() -> MetricsServer:
@@ -140,6 +142,16 @@ def cancel_from_worker(runtime: Runtime, message: dict[str, object]) -> None:
         cancel_by_key(runtime, (key[0], key[1]))
 
 
+def signalled(name: str, doing: str, command: Callable[[], object]) -> None:
+    """Run an admin command for a signal; log what it did, or why it was ignored."""
+    try:
+        command()
+    except PgtarnError as exc:
+        log.info("%s ignored: %s", name, exc.message)
+        return
+    log.info("%s: %s", name, doing)
+
+
 class App:
     """One pgtarn process: the whole pooler, or one worker of workers = N."""
 
@@ -188,12 +200,14 @@ class App:
             await self._listen(config)
         if self.worker is None:
             self._open_takeover(config.listen_port)
-        if config.metrics_port and self.worker is None:
+        if config.metrics_port:
+            # with workers, worker 0 listens and gathers the others' samples (metrics.py)
             host = config.metrics_listen_addr or "127.0.0.1"
             metrics = await load_metrics()(runtime, "" if host == "*" else host,
                                           config.metrics_port)
             self.metrics_server = metrics
-            log.info("metrics on http://%s:%d/metrics", host, config.metrics_port)
+            if metrics is not None:
+                log.info("metrics on http://%s:%d/metrics", host, config.metrics_port)
         if config.pidfile and self.worker is None:
             with open(config.pidfile, "w") as f:
                 f.write(f"{os.getpid()}\n")
@@ -327,6 +341,10 @@ class App:
                                socket.socket(fileno=worker.control_fd),
                                self._supervisor_gone)
         runtime.coordinator = self.link
+        # ids unique across workers (KILL_CLIENT <id> of SHOW CLIENTS): worker i of n has i+1,
+        # i+1+n, i+1+2n...
+        runtime.ids = itertools.count(worker.index + 1, worker.count)
+        fanout.register(runtime, self.link)
         self.link.handle("cancel", lambda message, _fds: cancel_from_worker(runtime, message))
 
     def _supervisor_gone(self) -> None:
@@ -376,21 +394,11 @@ class App:
 
     def pause(self) -> None:
         """SIGUSR1: as the admin console's PAUSE (servers closed as they are released)."""
-        self._signalled("SIGUSR1", "pausing", lambda: commands.start_pause(self.runtime, None))
+        signalled("SIGUSR1", "pausing", lambda: commands.start_pause(self.runtime, None))
 
     def resume(self) -> None:
         """SIGUSR2: as RESUME (after PAUSE or SUSPEND)."""
-        self._signalled("SIGUSR2", "resuming", lambda: commands.resume(self.runtime, None))
-
-    @staticmethod
-    def _signalled(name: str, doing: str, command: Callable[[], object]) -> None:
-        """Run an admin command for a signal; log what it did, or why it was ignored."""
-        try:
-            command()
-        except PgtarnError as exc:
-            log.info("%s ignored: %s", name, exc.message)
-            return
-        log.info("%s: %s", name, doing)
+        signalled("SIGUSR2", "resuming", lambda: commands.resume(self.runtime, None))
 
     def _open_forced_pools(self) -> None:
         """Databases with a forced user have their pool from the start, for min_pool_size."""

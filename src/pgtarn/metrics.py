@@ -1,11 +1,18 @@
-"""Prometheus endpoint: gauges, counters and histograms built from the SHOW tables when scraped."""
+"""Prometheus endpoint: gauges, counters and histograms built from the SHOW tables when scraped.
+
+With workers = N, worker 0 serves the port: at each scrape it gathers every worker's samples
+over the control channel and merges them (:func:`merge_families`) into one report of the whole
+pgtarn; the pgtarn_worker_* families carry a ``worker`` label.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+import resource
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -14,11 +21,14 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.registry import Collector
 
 from . import __version__
+from .admin.merge import LIST_ADDED
 from .admin.tables import (
     Table,
     Value,
+    all_servers,
     show_clients,
     show_databases,
     show_lists,
@@ -258,6 +268,95 @@ def render(runtime: Runtime) -> bytes:
     return generate_latest(registry)
 
 
+# --- workers = N ---------------------------------------------------------------------------------
+
+SAMPLES_KIND = "metrics_samples"
+#: Families whose samples are settings or ages: the workers' greatest, not their sum.
+GREATEST = frozenset({
+    "pgtarn_up", "pgtarn_version_info", "pgtarn_config_max_client_connections",
+    "pgtarn_pools_client_maxwait_seconds", "pgtarn_databases_pool_size",
+    "pgtarn_databases_max_connections", "pgtarn_databases_paused",
+    "pgtarn_databases_disabled",
+})
+#: Families of one worker each, labelled with its index (the others are summed).
+PER_WORKER = "pgtarn_worker_"
+
+Family = list[Any]  # [name, type, documentation, [[sample name, labels, value], ...]]
+
+
+def worker_metrics(runtime: Runtime) -> Iterator[Metric]:
+    """This worker's own numbers: CPU time and connections."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    yield CounterMetricFamily(f"{PER_WORKER}cpu_seconds", "CPU time of the worker process"
+                              " (user and system)", value=usage.ru_utime + usage.ru_stime)
+    yield GaugeMetricFamily(f"{PER_WORKER}client_connections", "Client connections the"
+                            " worker holds", value=float(len(runtime.clients)))
+    yield GaugeMetricFamily(f"{PER_WORKER}server_connections", "Server connections the"
+                            " worker holds", value=float(len(all_servers(runtime))))
+
+
+def families(runtime: Runtime) -> list[Family]:
+    """This worker's metrics as plain data, for the control channel."""
+    metrics = [*PgtarnCollector(runtime).collect(), *worker_metrics(runtime)]
+    return [[m.name, m.type, m.documentation,
+             [[s.name, dict(s.labels), s.value] for s in m.samples]] for m in metrics]
+
+
+def merge_families(replies: Iterable[tuple[int, list[Family]]]) -> list[Metric]:
+    """Every worker's families as one report: per-worker families labelled, settings and ages
+    the greatest, SHOW LISTS' list sizes as SHOW LISTS merges them, the rest summed."""
+    merged: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for worker, reply in sorted(replies, key=lambda r: r[0]):
+        for name, kind, doc, samples in reply:
+            if name not in merged:
+                merged[name] = Metric(name, doc, kind)
+                values[name] = {}
+            into = values[name]
+            for sample_name, labels, number in samples:
+                if name.startswith(PER_WORKER):
+                    labels = {**labels, "worker": str(worker)}
+                key = (sample_name, tuple(sorted(labels.items())))
+                have = into.get(key)
+                if have is None:
+                    into[key] = float(number)
+                elif name in GREATEST or (name == "pgtarn_lists_items"
+                                          and labels.get("list") not in LIST_ADDED):
+                    into[key] = max(have, float(number))
+                else:
+                    into[key] = have + float(number)
+    for name, metric in merged.items():
+        for (sample_name, labels), number in values[name].items():
+            metric.add_sample(sample_name, dict(labels), number)
+    return list(merged.values())
+
+
+class MergedCollector(Collector):
+    """Yields metrics already made (the merged report of the workers)."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self.metrics
+
+
+async def render_all(runtime: Runtime) -> bytes:
+    """The whole pgtarn's metrics: this runtime's, or with workers every worker's merged (a
+    worker that does not answer in time is left out)."""
+    coordinator = runtime.coordinator
+    if coordinator is None:
+        return render(runtime)
+    replies = await coordinator.gather({"kind": SAMPLES_KIND}, READ_TIMEOUT)
+    found = [(int(r["worker"]), r["families"]) for r in replies
+             if isinstance(r.get("worker"), int) and isinstance(r.get("families"), list)]
+    if not found:
+        found = [(coordinator.index, families(runtime))]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MergedCollector(merge_families(found)))
+    return generate_latest(registry)
+
+
 # --- HTTP ----------------------------------------------------------------------------------------
 
 _REASONS = {
@@ -291,7 +390,7 @@ async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
     return buffer
 
 
-def _answer(runtime: Runtime, head: bytes | None) -> bytes:
+async def _answer(runtime: Runtime, head: bytes | None) -> bytes:
     """The whole HTTP response to a request head."""
     if head is None:
         return _response(400, b"bad request\n")
@@ -307,7 +406,7 @@ def _answer(runtime: Runtime, head: bytes | None) -> bytes:
     if method not in (b"GET", b"HEAD"):
         return _response(405, b"method not allowed\n", extra="Allow: GET, HEAD\r\n")
     try:
-        body = render(runtime)
+        body = await render_all(runtime)
     except Exception:
         log.exception("metrics: rendering failed")
         return _response(500, b"internal error\n")
@@ -322,7 +421,7 @@ async def _handle(runtime: Runtime, reader: asyncio.StreamReader,
         except TimeoutError:
             log.debug("metrics: request head not received within %.0f s", READ_TIMEOUT)
             return
-        writer.write(_answer(runtime, head))
+        writer.write(await _answer(runtime, head))
         await asyncio.wait_for(writer.drain(), READ_TIMEOUT)
     except (ConnectionError, TimeoutError) as exc:
         log.debug("metrics: connection lost: %s", exc)
@@ -334,8 +433,17 @@ async def _handle(runtime: Runtime, reader: asyncio.StreamReader,
             await writer.wait_closed()
 
 
-async def serve_metrics(runtime: Runtime, host: str, port: int) -> asyncio.AbstractServer:
-    """Listen for Prometheus scrapes (GET /metrics) on host:port; close the returned server."""
+async def serve_metrics(runtime: Runtime, host: str, port: int
+                        ) -> asyncio.AbstractServer | None:
+    """Listen for Prometheus scrapes (GET /metrics) on host:port; close the returned server.
+
+    In a worker of workers = N: every worker answers the gathers of its samples; worker 0
+    alone listens (None for the others)."""
+    coordinator = runtime.coordinator
+    if coordinator is not None:
+        coordinator.handle(SAMPLES_KIND, lambda _message, _fds: {"families": families(runtime)})
+        if coordinator.index != 0:
+            return None
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _handle(runtime, reader, writer)

@@ -8,7 +8,7 @@ import logging
 import ssl
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,7 +57,8 @@ class Coordinator(Protocol):
     count: int
 
     def handle(self, kind: str,
-               handler: Callable[[dict[str, Any], list[int]], dict[str, Any] | None]
+               handler: Callable[[dict[str, Any], list[int]],
+                                 dict[str, Any] | Awaitable[dict[str, Any]] | None]
                ) -> None: ...
 
     def send(self, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None: ...

@@ -23,6 +23,7 @@ from .config import Config
 from .configfile import load_config
 from .errors import ConfigError
 from .logs import setup_logging
+from .workers import admin
 from .workers.channel import Channel, ChannelClosed
 from .workers.sockets import tcp_listeners, unix_listener
 from .workers.wire import Message
@@ -122,6 +123,8 @@ class Supervisor:
     # --- worker processes -------------------------------------------------------------------
 
     async def _start(self, worker: Worker) -> None:
+        if self.stopping is not None:
+            return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         listen_fds = [s.fileno() for s in worker.sockets]
         unix_fd = self.unix.fileno() if self.unix is not None else None
@@ -142,6 +145,9 @@ class Supervisor:
         finally:
             theirs.close()
         worker.started = time.monotonic()
+        if self.stopping is not None:  # a stop signal came while it was being started
+            with contextlib.suppress(ProcessLookupError):
+                worker.process.send_signal(self.stopping)
         worker.channel = Channel(ours, self._message, self._channel_closed,
                                  name=f"worker {worker.index} channel")
         log.info("worker %d started, pid %d", worker.index, worker.process.pid)
@@ -249,6 +255,18 @@ class Supervisor:
 
     def handle(self, channel: Channel, message: Message, fds: list[int]) -> None:
         """Messages for the supervisor itself."""
+        kind = message.get("kind")
+        if kind == admin.SHUTDOWN_KIND:
+            self.stop(admin.shutdown_signal(message))
+            return
+        if kind == admin.RELOAD_KIND:
+            self._reload()
+            return
+        if kind == admin.SET_KIND:
+            self.config = admin.with_setting(self.config, message)
+            with contextlib.suppress(OSError):
+                setup_logging(self.config, self.verbose, self.quiet)
+            return
         log.warning("%s: unknown message %r", channel.name, message.get("kind"))
         if "id" in message:
             channel.reply(message, {"error": "unknown message"})

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pgtarn import __version__, metrics
 from pgtarn.buildinfo import BUILD
 from pgtarn.config import Config, DatabaseEntry
-from pgtarn.metrics import render, serve_metrics
+from pgtarn.metrics import families, merge_families, render, serve_metrics
 from pgtarn.runtime import Runtime
 
 
@@ -344,3 +344,42 @@ def test_http_read_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
             await server.wait_closed()
 
     assert asyncio.run(idle_client()) == b""  # closed without an answer
+
+
+def test_workers_samples_merge_summed_greatest_or_per_worker() -> None:
+    def family(name: str, kind: str, samples: list[list[Any]]) -> list[Any]:
+        return [name, kind, "doc", samples]
+
+    def reply(active: float, pool_size: float, cpu: float, pools: float,
+              used: float) -> list[list[Any]]:
+        return [
+            family("pgtarn_pools_client_active_connections", "gauge",
+                   [["pgtarn_pools_client_active_connections",
+                     {"database": "app", "user": "app"}, active]]),
+            family("pgtarn_databases_pool_size", "gauge",
+                   [["pgtarn_databases_pool_size", {"database": "app"}, pool_size]]),
+            family("pgtarn_worker_cpu_seconds", "counter",
+                   [["pgtarn_worker_cpu_seconds_total", {}, cpu]]),
+            family("pgtarn_lists_items", "gauge",
+                   [["pgtarn_lists_items", {"list": "pools"}, pools],
+                    ["pgtarn_lists_items", {"list": "used_clients"}, used]]),
+        ]
+
+    merged = merge_families([(1, reply(4, 20, 2.5, 1, 4)), (0, reply(3, 20, 1.5, 2, 3))])
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for m in merged for s in m.samples}
+    assert samples == {
+        ("pgtarn_pools_client_active_connections", (("database", "app"), ("user", "app"))): 7,
+        ("pgtarn_databases_pool_size", (("database", "app"),)): 20,
+        ("pgtarn_worker_cpu_seconds_total", (("worker", "0"),)): 1.5,
+        ("pgtarn_worker_cpu_seconds_total", (("worker", "1"),)): 2.5,
+        ("pgtarn_lists_items", (("list", "pools"),)): 2,
+        ("pgtarn_lists_items", (("list", "used_clients"),)): 7,
+    }
+
+
+def test_a_workers_families_carry_its_cpu_and_connections() -> None:
+    names = [f[0] for f in families(Runtime(Config.default(), {}))]
+    assert {"pgtarn_worker_cpu_seconds", "pgtarn_worker_client_connections",
+            "pgtarn_worker_server_connections",
+            "pgtarn_pools_client_active_connections"} <= set(names)

@@ -19,7 +19,8 @@ from ..errors import PgtarnError, ProtocolViolation
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..runtime import Runtime
-from . import commands
+from . import commands, fanout
+from .merge import MERGED
 from .result import AdminError, Outcome, Result, notice
 from .tables import SHOW_TABLES, Table
 
@@ -243,7 +244,9 @@ class AdminSession:
                     raise AdminError("portal does not exist")
                 query = self.portals[name][0]
                 result = self._describe(query)
-                self.portals[name] = (query, result)
+                # workers = N: Execute gathers the rows; Describe gave this worker's columns
+                self.portals[name] = (query, result if self.runtime.coordinator is None
+                                      else None)
             self._write(build.row_description(result.table.columns)
                         if result is not None and result.table is not None
                         else build.message(b"n"))
@@ -276,12 +279,13 @@ class AdminSession:
         match = _COMMAND.fullmatch(query)
         if match is None or match.group(1).lower() not in ("show", "select"):
             return None
-        outcome = self.run(query)
+        outcome = self.run(query, local=True)
         return outcome if isinstance(outcome, Result) else None
 
     # --- commands ------------------------------------------------------------------------------
 
-    def run(self, query: str) -> Outcome:
+    def run(self, query: str, local: bool = False) -> Outcome:
+        """Run a command; local: a SHOW answers with this worker's own rows (Describe)."""
         set_match = _SET.fullmatch(query)
         if set_match is not None:
             return self._set(set_match.group(1), _unquote(set_match.group(2)))
@@ -291,7 +295,7 @@ class AdminSession:
         word = match.group(1).lower()
         arg = _unquote(match.group(2)) if match.group(2) else None
         if word in ("show", "select"):
-            return self._show(query, arg)
+            return self._show(query, arg, local)
         if not self.admin:
             raise AdminError("admin access needed", sqlstate="42501")
         handler: Callable[[Runtime, str | None], Outcome] | None = commands.COMMANDS.get(word)
@@ -299,9 +303,12 @@ class AdminSession:
             raise AdminError(f"invalid command '{query}', use SHOW HELP;")
         if self.runtime.config.log_pooler_errors or self.runtime.config.verbose:
             log.info("%r: admin command: %s", self.client, word.upper())
+        coordinator = self.runtime.coordinator
+        if coordinator is not None:
+            return fanout.command(self.runtime, coordinator, word, arg)
         return handler(self.runtime, arg)
 
-    def _show(self, query: str, arg: str | None) -> Result:
+    def _show(self, query: str, arg: str | None, local: bool = False) -> Outcome:
         if arg is None:
             raise AdminError(f"invalid command '{query}', use SHOW HELP;")
         what = arg.lower()
@@ -312,14 +319,21 @@ class AdminSession:
             if what == "prepared_statements" and not self.admin:
                 # query texts of every client: not for a monitoring account
                 raise AdminError("admin access needed", sqlstate="42501")
+            coordinator = self.runtime.coordinator
+            if coordinator is not None and what in MERGED:
+                if local:
+                    return Result("SHOW", fanout.local_view(self.runtime, coordinator, what))
+                return fanout.show(self.runtime, coordinator, what)
             return Result("SHOW", builder(self.runtime))
         if what in FAKE_PARAMETERS:
             return Result("SHOW", Table([(what, 25)], [[FAKE_PARAMETERS[what]]]))
         raise AdminError(f"invalid command '{query}', use SHOW HELP;")
 
-    def _set(self, key: str, value: str) -> Result:
+    def _set(self, key: str, value: str) -> Outcome:
         if key.lower() in FAKE_PARAMETERS:
             return Result("SET", notices=[notice("SET ignored")])
         if not self.admin:
             raise AdminError("admin access needed", sqlstate="42501")
+        if self.runtime.coordinator is not None:
+            return fanout.set_setting(self.runtime.coordinator, key, value)
         return commands.set_setting(self.runtime, key, value)

@@ -7,9 +7,10 @@ Messages are routed by their ``kind``. Parts of the worker register what they an
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .channel import Channel
@@ -20,7 +21,8 @@ log = logging.getLogger("pgtarn")
 #: How long a worker waits for the other workers' answers (SHOW, a cancel).
 GATHER_TIMEOUT = 5.0
 
-MessageHandler = Callable[[Message, list[int]], Message | None]
+#: A handler's reply, or an awaitable one (sent when it is done: PAUSE waits for servers).
+MessageHandler = Callable[[Message, list[int]], Message | Awaitable[Message] | None]
 
 
 class WorkerLink:
@@ -33,6 +35,7 @@ class WorkerLink:
         self.handlers: dict[str, MessageHandler] = {}
         self.on_supervisor_gone = on_supervisor_gone
         self.channel = Channel(sock, self._message, self._closed, name="supervisor channel")
+        self.replying: set[asyncio.Task[None]] = set()
 
     def handle(self, kind: str, handler: MessageHandler) -> None:
         self.handlers[kind] = handler
@@ -69,9 +72,20 @@ class WorkerLink:
             log.warning("supervisor channel: no handler for %r", kind)
             reply: Message | None = {"error": f"unknown message {kind!r}"}
         else:
-            reply = handler(message, fds)
+            answer = handler(message, fds)
+            if answer is not None and not isinstance(answer, dict):
+                task = asyncio.get_running_loop().create_task(self._reply_later(message, answer))
+                self.replying.add(task)
+                task.add_done_callback(self.replying.discard)
+                return
+            reply = answer
         if "id" in message:
             channel.reply(message, reply if reply is not None else {})
+
+    async def _reply_later(self, message: Message, answer: Awaitable[Message]) -> None:
+        reply = await answer
+        if "id" in message and not self.channel.closed:
+            self.channel.reply(message, reply)
 
     def _closed(self, channel: Channel) -> None:
         self.on_supervisor_gone()
