@@ -95,12 +95,17 @@ def load_worker_link() -> Callable[[int, int, socket.socket, Callable[[], None]]
     return WorkerLink
 
 
-def load_takeover() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """reboot.py's take_over (new process) and Handover (old process), imported only for a
-    rolling restart: it and the control channel (with json) cost about 0.4 MB of RSS."""
-    from .reboot import Handover, take_over  # lazy, for the RSS above (see the docstring)
+def load_takeover() -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+    """reboot.py's take_over (new process), Handover (old process) and adopted_by_worker (a
+    new worker), imported only for a rolling restart: it and the control channel (with json)
+    cost about 0.4 MB of RSS."""
+    from .reboot import (  # lazy, for the RSS above (see the docstring)
+        Handover,
+        adopted_by_worker,
+        take_over,
+    )
 
-    return take_over, Handover
+    return take_over, Handover, adopted_by_worker
 
 
 def takeover_address(port: int) -> str:
@@ -138,8 +143,11 @@ class WorkerSetup:
 def cancel_from_worker(runtime: Runtime, message: dict[str, object]) -> None:
     """A CancelRequest that reached another worker with a key of this one's."""
     key = message.get("key")
-    if isinstance(key, list) and len(key) == 2 and all(isinstance(k, int) for k in key):
-        cancel_by_key(runtime, (key[0], key[1]))
+    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, int) for k in key)):
+        return
+    if not cancel_by_key(runtime, (key[0], key[1])) and not message.get("last") and \
+            runtime.forward_cancel is not None:  # fmt: skip
+        runtime.forward_cancel((key[0], key[1]))  # a client still on the old pgtarn
 
 
 def signalled(name: str, doing: str, command: Callable[[], object]) -> None:
@@ -346,6 +354,21 @@ class App:
         runtime.ids = itertools.count(worker.index + 1, worker.count)
         fanout.register(runtime, self.link)
         self.link.handle("cancel", lambda message, _fds: cancel_from_worker(runtime, message))
+        # rolling restart (rolling.py): an old worker drains, a new one adopts clients and
+        # sends its supervisor the cancel keys it does not know
+        self.link.handle("drain", lambda _message, fds: self._drain(fds))
+        self.link.handle("adopt", lambda message, fds: load_takeover()[2](runtime, message, fds))
+        if self.reboot:
+            link = self.link
+            runtime.forward_cancel = lambda key: link.send(
+                {"kind": "reboot_cancel", "key": list(key)})
+
+    def _drain(self, fds: list[int]) -> None:
+        """A new pgtarn serves our sockets: hand over to it as a single process does, over
+        the socket the supervisor relays (rolling.py)."""
+        if len(fds) != 1:
+            return
+        self.takeover = load_takeover()[1](self, socket.socket(fileno=fds[0]), lambda: None)
 
     def _supervisor_gone(self) -> None:
         """Without its supervisor a worker stops accepting and exits once its clients are

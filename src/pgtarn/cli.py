@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run in the background (needs pidfile and logfile)")
     parser.add_argument("-R", "--reboot", action="store_true",
                         help="take over from the pgtarn running on the same port: its "
-                        "listening sockets and idle clients (rolling restart; workers = 1)")
+                        "listening sockets and idle clients (rolling restart)")
     parser.add_argument("-u", "--user", help="accepted for PgBouncer compatibility; ignored")
     # given by the supervisor to its workers (workers = N), not by people
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -107,11 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     worker = worker_setup(args)
     quiet = args.quiet or args.daemon
     app: Any
-    if args.reboot and (config.workers > 1 or worker is not None):
-        print("pgtarn: --reboot works with workers = 1 only", file=sys.stderr)
-        return 1
     if worker is None and config.workers > 1:
-        app = load_supervisor()(args.config, verbose=args.verbose, quiet=quiet)
+        app = load_supervisor()(args.config, verbose=args.verbose, quiet=quiet,
+                                reboot=args.reboot)
     else:
         app = App(args.config, verbose=args.verbose, quiet=quiet, worker=worker,
                   reboot=args.reboot)

@@ -282,17 +282,11 @@ class Takeover:
         self.runtime.spawn(self._adopt(message, sock))
 
     async def _adopt(self, message: Message, sock: socket.socket) -> None:
-        try:
-            state = decode_client(message.get("client") or {})
-            await adopt(self.runtime, state, sock)
-        except (HandoverError, OSError) as exc:
-            sock.close()  # ours only: the old process keeps the client
-            if not self.channel.closed:
-                self.channel.reply(message, {"error": str(exc)})
-            return
-        self.adopted += 1
+        reply = await adopt_message(self.runtime, message, sock)
+        if not reply:
+            self.adopted += 1
         if not self.channel.closed:
-            self.channel.reply(message, {})
+            self.channel.reply(message, reply)
 
     def finish(self) -> None:
         """This process exits (before the old one: it no longer waits for us)."""
@@ -342,6 +336,27 @@ async def connect(address: str) -> socket.socket | None:
         sock.close()
         raise
     return sock
+
+
+async def adopt_message(runtime: Runtime, message: Message, sock: socket.socket) -> Message:
+    """Serve the client a "client" message describes, on sock; the reply to the old side
+    ({}, or why the client stays there)."""
+    try:
+        state = decode_client(message.get("client") or {})
+        await adopt(runtime, state, sock)
+    except (HandoverError, OSError) as exc:
+        sock.close()  # ours only: the old process keeps the client
+        return {"error": str(exc)}
+    return {}
+
+
+async def adopted_by_worker(runtime: Runtime, message: Message, fds: list[int]) -> Message:
+    """A worker's "adopt": a client its supervisor passes on from the old pgtarn."""
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        return {"error": "no socket came with the client"}
+    return await adopt_message(runtime, message, socket.socket(fileno=fds[0]))
 
 
 async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> None:

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import __version__
+from . import __version__, rolling
 from .config import Config
 from .configfile import load_config
 from .errors import ConfigError
@@ -54,7 +54,7 @@ class Worker:
 
 def worker_argv(config_path: str, index: int, count: int, control_fd: int,
                 listen_fds: list[int], unix_fd: int | None, verbose: int,
-                quiet: bool) -> list[str]:
+                quiet: bool, reboot: bool = False) -> list[str]:
     """The command line of one worker."""
     argv = [sys.executable, "-m", "pgtarn", "--worker", f"{index}/{count}/{control_fd}"]
     if listen_fds:
@@ -65,13 +65,16 @@ def worker_argv(config_path: str, index: int, count: int, control_fd: int,
         argv.append("-" + "v" * verbose)
     if quiet:
         argv.append("-q")
+    if reboot:  # it forwards unknown cancel keys, for the old pgtarn's clients
+        argv.append("--reboot")
     return [*argv, config_path]
 
 
 class Supervisor:
     """The process of a pgtarn with workers > 1 (see the module docstring)."""
 
-    def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False) -> None:
+    def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False,
+                 reboot: bool = False) -> None:
         self.config_path = config_path
         self.verbose = verbose
         self.quiet = quiet
@@ -81,6 +84,11 @@ class Supervisor:
         self.stopping: signal.Signals | None = None
         self.done: asyncio.Future[None] | None = None
         self.config = Config.default()
+        #: --reboot, and the rolling restart under way on either side (rolling.py)
+        self.reboot = reboot
+        self.takeover: rolling.OldSide | rolling.NewSide | None = None
+        self.takeover_listener: socket.socket | None = None
+        self.keep_pidfile = False
 
     async def run(self) -> int:
         config = self.config = load_config(self.config_path)
@@ -90,15 +98,22 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         self.done = loop.create_future()
         count = config.workers
+        taken = await rolling.take_over(self, config.listen_port) if self.reboot else None
+        if self.reboot and taken is None:
+            log.warning("--reboot: no pgtarn serves port %d; starting anew", config.listen_port)
         addrs = [a.strip() for a in config.listen_addr if a.strip()]
         hosts = None if "*" in addrs else addrs
-        tcp = tcp_listeners(hosts, config.listen_port, config.listen_backlog,
+        spread = rolling.spread(taken[0], count, config.listen_backlog) if taken else None
+        tcp = spread[0] if spread is not None else \
+            tcp_listeners(hosts, config.listen_port, config.listen_backlog,
                             count) if addrs else [[] for _ in range(count)]
         self.workers = [Worker(index, socks) for index, socks in enumerate(tcp)]
         if tcp and tcp[0]:
             for sock in tcp[0]:
                 log.info("listening on %s (%d workers)", sock.getsockname()[:2], count)
-        if config.unix_socket_dir:
+        if spread is not None and spread[1] is not None and taken is not None:
+            self.unix, self.unix_path = spread[1], taken[1]
+        elif config.unix_socket_dir:
             path = os.path.join(config.unix_socket_dir, f".s.PGSQL.{config.listen_port}")
             self.unix = unix_listener(path, config.listen_backlog, config.unix_socket_mode)
             self.unix_path = path
@@ -115,6 +130,9 @@ class Supervisor:
         try:
             for worker in self.workers:
                 await self._start(worker)
+            if isinstance(self.takeover, rolling.NewSide):
+                await self.takeover.serving()
+            rolling.open_listener(self, config.listen_port)
             await self.done
         finally:
             self._cleanup()
@@ -130,7 +148,7 @@ class Supervisor:
         unix_fd = self.unix.fileno() if self.unix is not None else None
         fds = [theirs.fileno(), *listen_fds, *([unix_fd] if unix_fd is not None else [])]
         argv = worker_argv(self.config_path, worker.index, len(self.workers), theirs.fileno(),
-                           listen_fds, unix_fd, self.verbose, self.quiet)
+                           listen_fds, unix_fd, self.verbose, self.quiet, self.reboot)
         try:
             # its own session: a Ctrl-C at a terminal reaches the supervisor alone, which passes
             # it on once (a worker that got it twice would stop at once)
@@ -262,6 +280,9 @@ class Supervisor:
         if kind == admin.RELOAD_KIND:
             self._reload()
             return
+        if kind == rolling.CANCEL_KIND:
+            rolling.forward_cancel(self, message)
+            return
         if kind == admin.SET_KIND:
             self.config = admin.with_setting(self.config, message)
             with contextlib.suppress(OSError):
@@ -306,7 +327,10 @@ class Supervisor:
         if self.unix_path:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)
-        if self.config.pidfile:
+        rolling.close_listener(self)
+        if self.takeover is not None:
+            self.takeover.finish()
+        if self.config.pidfile and not self.keep_pidfile:
             with contextlib.suppress(OSError):
                 os.unlink(self.config.pidfile)
         log.info("pgtarn stopped")

@@ -1,0 +1,178 @@
+"""Rolling restart with workers: --reboot between pgtarns of workers = 2 and 1 (either way),
+under pgbench, with no connection refused; a client mid-transaction is cancelled through
+the new pgtarn, then goes over with its session."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support import PgtarnProcess
+from tests.support.procs import wait_children
+
+from .drivers import connect
+from .test_pgbench import pgbench_tables, processed
+from .test_reboot import SERVING, _stopped, _wait_for
+
+__all__ = ["pgbench_tables"]
+
+pytestmark = pytest.mark.integration
+
+
+def _with_workers(proc: PgtarnProcess, workers: int, workdir: Path) -> str:
+    """A copy of proc's configuration with workers = workers."""
+    workdir.mkdir(exist_ok=True)
+    lines = [line for line in Path(proc.ini_path).read_text().splitlines()
+             if not re.match(r"\s*workers\s*=", line)]
+    at = lines.index("[pgbouncer]") + 1
+    lines.insert(at, f"workers = {workers}")
+    path = workdir / "pgbouncer.ini"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _reboot(proc: PgtarnProcess, workers: int, workdir: Path) -> PgtarnProcess:
+    """A second pgtarn with --reboot and workers = workers, once it serves the sockets."""
+    new = PgtarnProcess.launch(_with_workers(proc, workers, workdir), host=proc.host,
+                               port=proc.port, workdir=str(workdir), args=["-v", "--reboot"],
+                               logfile=proc.logfile, socket_dir=proc.socket_dir)
+    _wait_for(lambda: "takeover: the new process serves" in proc.log_text(), 30)
+    return new
+
+
+def _old_workers(proc: PgtarnProcess, workers: int) -> list[int]:
+    if workers == 1:
+        return []
+    pids = wait_children(proc.proc.pid, workers)
+    assert len(pids) == workers, pids
+    return pids
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench not installed")
+@pytest.mark.parametrize(("old", "new"), [(2, 2), (2, 1), (1, 2)])
+def test_rolling_restart_with_workers_under_pgbench(pgtarn_factory, pgbench_tables, tmp_path,  # type: ignore[no-untyped-def]
+                                                    old, new):
+    proc = pgtarn_factory(settings={"default_pool_size": 5, "max_client_conn": 200,
+                                    "workers": old})
+    old_pids = _old_workers(proc, old)
+    bench = subprocess.Popen(
+        ["pgbench", "-n", "-N", "-c", "20", "-j", "2", "-T", "10",
+         proc.dsn("app", "app_pass")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    attempts, refused, stop = [0], [], threading.Event()
+
+    def connect_loop() -> None:  # connections attempted all through the restart
+        while not stop.is_set():
+            attempts[0] += 1
+            try:
+                with connect(proc, autocommit=True, connect_timeout=20) as c:
+                    c.execute("select 1")
+            except psycopg.Error as exc:
+                refused.append(str(exc))
+
+    looper = threading.Thread(target=connect_loop)
+    looper.start()
+    successor = None
+    try:
+        time.sleep(2.0)  # pgbench is under way
+        assert bench.poll() is None, "pgbench ended before the restart"
+        successor = _reboot(proc, new, tmp_path / "new")
+        proc.proc.wait(timeout=120)  # the old workers drain, and their supervisor exits
+        bench_running = bench.poll() is None
+        _wait_for(lambda: all(_gone(pid) for pid in old_pids), 30)
+        time.sleep(0.5)
+        stop.set()
+        looper.join(timeout=60)
+        out, err = bench.communicate(timeout=300)
+        assert bench.returncode == 0, err[-2000:]
+        done, failed = processed(out)
+        assert done > 0 and failed == 0
+        assert refused == [], refused[:3]
+        assert attempts[0] > 5
+        log = proc.log_text()
+        counts = [tuple(map(int, m.groups())) for m in SERVING.finditer(log)]
+        assert len(counts) == old, counts  # one line per old worker (or the one process)
+        total, idle, in_xact, busy, stay = (sum(c[i] for c in counts) for i in range(5))
+        handed = sum(int(n) for n in re.findall(r"takeover: (\d+) clients handed over, ", log))
+        print(f"\n{old} -> {new} workers: at the takeover {total} clients, {idle} idle, "
+              f"{in_xact} mid-transaction, {busy} in a query or waiting for a server, "
+              f"{stay} stayed; {handed} handed over; {attempts[0]} connects during the "
+              f"restart, none refused; pgbench: {done} transactions, {failed} failed; "
+              f"pgbench still running when the old pgtarn exited: {bench_running}")
+        assert stay <= 1  # (the connect loop's client may be logging in)
+        assert bench_running and handed >= 20  # every pgbench client went over
+        assert proc.proc.returncode == 0
+        with connect(proc, autocommit=True) as c:  # the new one serves
+            assert c.execute("select 7").fetchone() == (7,)
+        assert successor.proc.poll() is None
+        if new > 1:
+            assert len(wait_children(successor.proc.pid, new)) == new
+        assert os.path.exists(os.path.join(proc.socket_dir, f".s.PGSQL.{proc.port}"))
+    finally:
+        stop.set()
+        looper.join(timeout=60)
+        if bench.poll() is None:
+            bench.kill()
+            bench.communicate()
+        if successor is not None:
+            _stopped(successor)
+
+
+def test_a_client_mid_transaction_is_cancelled_through_the_new_workers(pgtarn_factory,  # type: ignore[no-untyped-def]
+                                                                       tmp_path):
+    proc = pgtarn_factory(settings={"workers": 2, "max_prepared_statements": 10})
+    _old_workers(proc, 2)
+    idle = [connect(proc, autocommit=True) for _ in range(4)]
+    for n, conn in enumerate(idle):
+        conn.execute(f"SET application_name = 'kept{n}'")
+        assert conn.execute("select %s::int + 1", [n], prepare=True).fetchone() == (n + 1,)
+    in_xact = [connect(proc) for _ in range(4)]  # over both old workers, most likely
+    for conn in in_xact:
+        conn.execute("select 1")  # a transaction is open (psycopg's implicit BEGIN)
+    successor = _reboot(proc, 2, tmp_path / "new")
+    try:
+        time.sleep(0.5)
+        assert proc.proc.poll() is None  # the old workers keep the clients in a transaction
+        # their CancelRequests land on the new workers, which pass them to the old pgtarn
+        for conn in in_xact:
+            canceller = threading.Timer(1.0, conn.cancel)
+            canceller.start()
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                conn.execute("select pg_sleep(20)")
+            canceller.join()
+            conn.rollback()  # its transaction ends: it goes over
+        proc.proc.wait(timeout=30)
+        _wait_for(lambda: sum(int(n) for n in re.findall(
+            r"is done; (\d+) clients came from it", proc.log_text())) == 8, 10)
+        for n, conn in enumerate(idle):  # same connection, same session
+            assert conn.execute("show application_name").fetchone() == (f"kept{n}",)
+            assert conn.execute("select %s::int + 1", [41], prepare=True).fetchone() == (42,)
+        for conn in in_xact:
+            assert conn.execute("select 5").fetchone() == (5,)
+            conn.commit()
+        # a handed client's cancel key works on the new workers
+        canceller = threading.Timer(1.0, idle[0].cancel)
+        canceller.start()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            idle[0].execute("select pg_sleep(20)")
+        canceller.join()
+    finally:
+        for conn in idle + in_xact:
+            conn.close()
+        _stopped(successor)
