@@ -105,7 +105,7 @@ def test_rolling_restart_with_workers_under_pgbench(pgtarn_factory, pgbench_tabl
         assert done > 0 and failed == 0
         assert refused == [], refused[:3]
         assert attempts[0] > 5
-        log = proc.log_text()
+        log = Path(proc.logfile).read_text()  # (log_text repeats it with stderr)
         counts = [tuple(map(int, m.groups())) for m in SERVING.finditer(log)]
         assert len(counts) == old, counts  # one line per old worker (or the one process)
         total, idle, in_xact, busy, stay = (sum(c[i] for c in counts) for i in range(5))
@@ -159,7 +159,7 @@ def test_a_client_mid_transaction_is_cancelled_through_the_new_workers(pgtarn_fa
             conn.rollback()  # its transaction ends: it goes over
         proc.proc.wait(timeout=30)
         _wait_for(lambda: sum(int(n) for n in re.findall(
-            r"is done; (\d+) clients came from it", proc.log_text())) == 8, 10)
+            r"is done; (\d+) clients came from it", Path(proc.logfile).read_text())) == 8, 10)
         for n, conn in enumerate(idle):  # same connection, same session
             assert conn.execute("show application_name").fetchone() == (f"kept{n}",)
             assert conn.execute("select %s::int + 1", [41], prepare=True).fetchone() == (42,)
