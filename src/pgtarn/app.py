@@ -150,6 +150,23 @@ def cancel_from_worker(runtime: Runtime, message: dict[str, object]) -> None:
         runtime.forward_cancel((key[0], key[1]))  # a client still on the old pgtarn
 
 
+def join_rolling_restart(app: App, link: Coordinator) -> None:
+    """A worker's part in a rolling restart (rolling.py): an old worker drains when a new
+    pgtarn serves the sockets, a new one adopts the clients its supervisor passes on and
+    (started with --reboot) sends it the cancel keys it does not know."""
+
+    def drain(fds: list[int]) -> None:
+        # hand over as a single process does, over the socket the supervisor relays
+        if len(fds) == 1:
+            app.takeover = load_takeover()[1](app, socket.socket(fileno=fds[0]), lambda: None)
+
+    link.handle("drain", lambda _message, fds: drain(fds))
+    link.handle("adopt", lambda message, fds: load_takeover()[2](app.runtime, message, fds))
+    if app.reboot:
+        app.runtime.forward_cancel = lambda key: link.send(
+            {"kind": "reboot_cancel", "key": list(key)})
+
+
 def signalled(name: str, doing: str, command: Callable[[], object]) -> None:
     """Run an admin command for a signal; log what it did, or why it was ignored."""
     try:
@@ -354,21 +371,7 @@ class App:
         runtime.ids = itertools.count(worker.index + 1, worker.count)
         fanout.register(runtime, self.link)
         self.link.handle("cancel", lambda message, _fds: cancel_from_worker(runtime, message))
-        # rolling restart (rolling.py): an old worker drains, a new one adopts clients and
-        # sends its supervisor the cancel keys it does not know
-        self.link.handle("drain", lambda _message, fds: self._drain(fds))
-        self.link.handle("adopt", lambda message, fds: load_takeover()[2](runtime, message, fds))
-        if self.reboot:
-            link = self.link
-            runtime.forward_cancel = lambda key: link.send(
-                {"kind": "reboot_cancel", "key": list(key)})
-
-    def _drain(self, fds: list[int]) -> None:
-        """A new pgtarn serves our sockets: hand over to it as a single process does, over
-        the socket the supervisor relays (rolling.py)."""
-        if len(fds) != 1:
-            return
-        self.takeover = load_takeover()[1](self, socket.socket(fileno=fds[0]), lambda: None)
+        join_rolling_restart(self, self.link)
 
     def _supervisor_gone(self) -> None:
         """Without its supervisor a worker stops accepting and exits once its clients are
