@@ -116,6 +116,8 @@ def test_rolling_restart_with_workers_under_pgbench(pgtarn_factory, pgbench_tabl
               f"restart, none refused; pgbench: {done} transactions, {failed} failed; "
               f"pgbench still running when the old pgtarn exited: {bench_running}")
         assert stay <= 1  # (the connect loop's client may be logging in)
+        assert "exited unexpectedly" not in log  # no draining worker was restarted
+        assert "Traceback" not in log
         assert bench_running and handed >= 20  # every pgbench client went over
         assert proc.proc.returncode == 0
         with connect(proc, autocommit=True) as c:  # the new one serves
