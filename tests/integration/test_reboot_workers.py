@@ -178,3 +178,36 @@ def test_a_client_mid_transaction_is_cancelled_through_the_new_workers(pgtarn_fa
         for conn in idle + in_xact:
             conn.close()
         _stopped(successor)
+
+
+def test_one_reboot_after_another(pgtarn_factory, tmp_path):  # type: ignore[no-untyped-def]
+    """1 -> 2 (the two workers share the single process's socket) -> 1: the second takeover
+    finds the sockets the first one spread, sent once each."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    clients = [connect(proc, autocommit=True) for _ in range(6)]
+    for n, conn in enumerate(clients):
+        conn.execute(f"SET application_name = 'kept{n}'")
+    second = third = None
+    try:
+        second = _reboot(proc, 2, tmp_path / "second")
+        proc.proc.wait(timeout=30)
+        assert len(wait_children(second.proc.pid, 2)) == 2
+        _wait_for(lambda: "takeover: the old process (pid" in second.log_text(), 10)
+        third = _reboot(second, 1, tmp_path / "third")
+        second.proc.wait(timeout=30)
+        assert second.proc.returncode == 0
+        log = Path(proc.logfile).read_text()
+        sent = re.findall(r"asks for the listening sockets; sending (\d+)", log)
+        assert sent == ["2", "2"], sent  # TCP and unix, each once
+        for n, conn in enumerate(clients):  # same connection, same session, twice over
+            assert conn.execute("show application_name").fetchone() == (f"kept{n}",)
+        with connect(proc, autocommit=True) as c:
+            assert c.execute("select 8").fetchone() == (8,)
+        assert third.proc.poll() is None
+    finally:
+        for conn in clients:
+            conn.close()
+        if third is not None:
+            _stopped(third)
+        if second is not None and second.proc.poll() is None:
+            second.stop()
