@@ -16,7 +16,7 @@ from .auth.hba import HbaRules, IdentMaps
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError
 from .net.sockets import HostChooser
-from .pool.registry import Registry
+from .pool.registry import Registry, SharedGate
 from .pool.stats import PoolStats, Totals
 from .session.prepared import StatementCache
 from .views import ClientView, SecretSource, ServerView
@@ -69,6 +69,18 @@ class Coordinator(Protocol):
                      ) -> list[dict[str, Any]]: ...
 
 
+class WorkerLimits(SharedGate, Protocol):
+    """workers = N: the limits shared with the other workers (workers/slots.py): the pools'
+    server slots, and client admission at login."""
+
+    async def admit(self, client: object, database: str, user: str, admin: bool,
+                    limits: list[int]) -> str | None: ...
+
+    def admitted(self, client: object) -> bool: ...
+
+    def left(self, client: object) -> None: ...
+
+
 #: Makes the auth_query lookup for (target database, auth_user, query); given by the app.
 LookupFactory = Callable[["Runtime", DatabaseEntry, str, str], SecretSource]
 
@@ -100,6 +112,8 @@ class Runtime:
         self.accepting = True
         #: In a worker of workers = N, its link to the supervisor; None in a single process.
         self.coordinator: Coordinator | None = None
+        #: In a worker of workers = N, the limits it shares with the others; None alone.
+        self.limits: WorkerLimits | None = None
         self.on_client_gone: Callable[[], None] = lambda: None
         self.control: Control | None = None
         self.started = time.monotonic()

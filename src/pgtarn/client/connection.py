@@ -47,6 +47,7 @@ from ..proto.client_login import (
     TlsRequested,
     replication_mode,
 )
+from ..runtime import WorkerLimits
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, open_replication
 from ..states import READY_STATE, ClientState
@@ -69,6 +70,12 @@ ADMIN_DATABASES = ("pgbouncer", "pgtarn")
 #: Admin console logins allowed past max_client_conn, so an operator can get in when full.
 ADMIN_RESERVE = 10
 READY_FOR_QUERY_LEN = 6
+#: What a client refused by a limit counted across workers is told (PgBouncer's words).
+REFUSALS = {
+    "max_client_conn": "no more connections allowed (max_client_conn)",
+    "max_db_client_connections": "client connections exceeded (max_db_client_connections)",
+    "max_user_client_connections": "client connections exceeded (max_user_client_connections)",
+}
 
 
 class ClientConnection(ClientRelay):
@@ -90,6 +97,8 @@ class ClientConnection(ClientRelay):
         runtime.clients.discard(self)
         runtime.logins.discard(self)
         runtime.cancel_keys.pop(self.cancel_key, None)
+        if runtime.limits is not None:
+            runtime.limits.left(self)
         if self.admin is not None:
             runtime.admin_clients.discard(self)
             self.admin.closed()
@@ -210,6 +219,11 @@ class ClientConnection(ClientRelay):
 
     def _startup_received(self, login: ClientLogin, startup: Startup) -> None:
         """Who may log in, and how: max_client_conn, the database, access rules, the secret."""
+        limits = self.runtime.limits
+        if limits is not None and not limits.admitted(self):
+            # workers = N: the client limits count every worker's clients (a round trip)
+            self.runtime.spawn(self._admit(limits, login, startup))
+            return
         config = self.runtime.config
         database = startup.database
         admin = database in ADMIN_DATABASES and database not in config.databases
@@ -291,6 +305,39 @@ class ClientConnection(ClientRelay):
                 1 for c in clients if c.user == user and c.database not in ADMIN_DATABASES):
             raise PgtarnError("client connections exceeded (max_user_client_connections)",
                               sqlstate="53300")
+
+    async def _admit(self, limits: WorkerLimits, login: ClientLogin, startup: Startup) -> None:
+        """workers = N: the supervisor says whether the client limits let one more client in
+        (this worker's clients, counted here, and the other workers'); then the login goes on."""
+        config = self.runtime.config
+        database, user = startup.database, startup.user
+        admin = database in ADMIN_DATABASES and database not in config.databases
+        local_admin = admin and user == "pgbouncer" and self._same_os_user()
+        max_clients = 0 if local_admin else config.max_client_conn + (
+            ADMIN_RESERVE if admin else 0)
+        db = None if admin else config.find_database(database)
+        if db is not None:
+            database = db.name
+        max_db = config.max_db_client_connections_for(db) \
+            if db is not None and user not in config.admin_users else 0
+        max_user = 0 if admin else config.max_user_client_connections_for(user)
+        clients = self.runtime.clients
+        local_db = 1 + sum(1 for c in clients if c.database == database) if max_db else 0
+        local_user = 1 + sum(1 for c in clients if c.user == user and c.database
+                             not in ADMIN_DATABASES) if max_user else 0
+        refused = await limits.admit(self, database, user, admin,
+                                     [max_clients, max_db, max_user, len(clients), local_db,
+                                      local_user])
+        if self.state is ClientState.CLOSED:
+            limits.left(self)
+            return
+        try:
+            if refused is not None:
+                raise PgtarnError(REFUSALS.get(refused, f"no more connections allowed "
+                                                        f"({refused})"), sqlstate="53300")
+            self._startup_received(login, startup)
+        except PgtarnError as error:
+            self.close(error)
 
     async def _look_up(self, lookup: SecretSource, auth_type: str, user: str) -> None:
         try:

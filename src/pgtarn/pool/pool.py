@@ -31,7 +31,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
@@ -59,6 +59,22 @@ class PooledServer(Protocol):
 
 
 S = TypeVar("S", bound=PooledServer)
+
+
+class ServerGate(Protocol):
+    """workers = N: server slots shared with the other workers (workers/slots.py).
+
+    A pool opens a server only when its gate lets it; the gate learns when a server left, and
+    may give its slot back or keep it for a waiting client. None in a single process."""
+
+    def may_open(self, pool: Pool[Any], limit: int) -> bool:
+        """Whether pool may open one more server now, limit being its size (and reserve)."""
+
+    def server_gone(self, pool: Pool[Any]) -> None:
+        """A server left pool (closed, or its login failed)."""
+
+    def given_back(self, pool: Pool[Any]) -> None:
+        """A server of pool closes to give its slot to another worker."""
 
 
 class Unavailable(Protocol):
@@ -141,6 +157,10 @@ class Pool(Generic[S]):
         self.last_used = 0.0
         self.launch: Callable[[Pool[S]], S] | None = launch
         self.may_open: Callable[[Pool[S]], bool] = lambda pool: True
+        #: workers = N: the slots shared with the other workers (None: a single process), and
+        #: how many servers to close as they are released, for another worker's clients.
+        self.gate: ServerGate | None = None
+        self.give_back = 0
         self.clock: Callable[[], float] = time.monotonic
         #: Prepared statements clients and servers of this pool made and ran (statistics).
         self.prepared_counters = PreparedCounters()
@@ -187,7 +207,8 @@ class Pool(Generic[S]):
 
     def has_room(self, reserve: bool = False) -> bool:
         limit = self.pool_size + (self.reserve_pool_size if reserve else 0)
-        return self.server_count < limit and self.may_open(self)
+        return self.server_count < limit and self.may_open(self) and (
+            self.gate is None or self.gate.may_open(self, limit))
 
     # --- clients ------------------------------------------------------------------------------
 
@@ -393,6 +414,8 @@ class Pool(Generic[S]):
         self.failure = error
         self.failures += 1
         self.retry_at = now + min(self.retry_cap, FIRST_RETRY_DELAY * 2 ** (self.failures - 1))
+        if self.gate is not None:
+            self.gate.server_gone(self)
         if not retry and self.server_count == 0:
             self._fail_waiters(error, now)
 
@@ -416,6 +439,10 @@ class Pool(Generic[S]):
             server.close("server_lifetime")
         elif self.paused and self.pause_closes:
             server.close("pool paused")
+        elif self.give_back and self.gate is not None:
+            self.give_back -= 1
+            self.gate.given_back(self)
+            server.close("given back for another worker's clients")
         elif self.waiting and not self.paused:
             # lend it to the first waiting client (the hot path under load)
             waiter = self.waiting.popleft()
@@ -446,8 +473,21 @@ class Pool(Generic[S]):
         else:
             with contextlib.suppress(ValueError):
                 self.idle.remove(server)
+        if self.gate is not None:
+            self.gate.server_gone(self)
         if self.waiting:
             self._grow(self.clock())
+
+    def room_made(self) -> None:
+        """workers = N: a slot came: open the servers waiting clients and min_pool_size need
+        (as acquire, wait_welcome and the janitor would have)."""
+        now = self.clock()
+        if self.waiting:
+            self._grow(now, self.reserve_pool_size > 0
+                       and self.max_wait(now) >= self.reserve_pool_timeout)
+        elif self.welcome_waiters and not self.login and self._may_launch(now) and self.has_room():
+            self._open()
+        self.fill_min(now)
 
     def close_idle(self, reason: str) -> None:
         """Close every idle server (reload with a new connection string, shutdown)."""

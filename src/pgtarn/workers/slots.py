@@ -1,0 +1,159 @@
+"""A worker's side of the shared limits: server slots from the supervisor, client admission.
+
+The supervisor keeps the books (ledger.py). This worker holds a number of server slots per
+pool and opens a server only while it has more slots than servers (the pools' gate,
+pool/pool.py's ServerGate); otherwise it asks for one and opens the server when the grant
+comes. A slot goes back when a server is gone and no client of the pool waits for it. Asked
+to give one back for another worker's clients, it closes an idle server of the pool, or the
+next one released.
+
+Messages to the supervisor: ``limits_ask`` (a slot, with the limits), ``limits_release``,
+``limits_admit`` (a request: may one more client log in?), ``limits_left`` (an admitted client
+is gone). From it: ``limits_grant`` and ``limits_reclaim``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+from ..pool.pool import Pool
+from ..pool.registry import Registry
+from .channel import ChannelClosed
+from .link import WorkerLink
+from .wire import Message
+
+log = logging.getLogger("pgtarn")
+
+#: How long a login waits for the supervisor's answer before it is refused.
+ADMIT_TIMEOUT = 10.0
+
+
+class SharedLimits:
+    """This worker's server slots and admitted clients (see the module docstring)."""
+
+    def __init__(self, link: WorkerLink, registry: Registry[Any]) -> None:
+        self.link = link
+        self.registry = registry
+        self.index = link.index
+        self.count = link.count
+        #: (database, user) -> slots held, and slots asked for and not granted yet.
+        self.held: Counter[tuple[str, str]] = Counter()
+        self.asked: Counter[tuple[str, str]] = Counter()
+        #: id(client) -> (database, user, admin console) of each admitted client.
+        self.clients: dict[int, tuple[str, str, bool]] = {}
+        link.handle("limits_grant", self._granted)
+        link.handle("limits_reclaim", self._reclaimed)
+
+    # --- the pools' gate --------------------------------------------------------------------
+
+    def may_open(self, pool: Pool[Any], limit: int) -> bool:
+        key = (pool.database, pool.user)
+        held = self.held[key]
+        if pool.server_count < held:
+            return True
+        asked = self.asked[key]
+        if held + asked < limit and asked < max(1, len(pool.waiting)):
+            config = self.registry.config
+            db = self.registry.databases.get(pool.database)
+            self.asked[key] += 1
+            self.link.send({
+                "kind": "limits_ask", "database": pool.database, "user": pool.user,
+                "pool_limit": limit,
+                "max_db": config.max_db_connections_for(db) if db is not None else 0,
+                "max_user": config.max_user_connections_for(pool.user),
+            })
+        return False
+
+    def server_gone(self, pool: Pool[Any]) -> None:
+        self._release_unused(pool.database, pool.user)
+
+    def given_back(self, pool: Pool[Any]) -> None:
+        self._release(pool.database, pool.user)
+
+    def share(self, total: int) -> int:
+        """min_pool_size over the workers: worker i opens total // N, one more for the first
+        total % N, so that they sum to total."""
+        return total // self.count + (1 if self.index < total % self.count else 0)
+
+    def tick(self) -> None:
+        for database, user in list(self.held):
+            self._release_unused(database, user)
+
+    # --- messages from the supervisor -------------------------------------------------------
+
+    def _granted(self, message: Message, fds: list[int]) -> None:
+        key = (str(message.get("database")), str(message.get("user")))
+        self.held[key] += 1
+        if self.asked[key] > 0:
+            self.asked[key] -= 1
+        pool = self.registry.pools.get(key)
+        if pool is not None:
+            pool.room_made()
+        self._release_unused(*key)
+
+    def _reclaimed(self, message: Message, fds: list[int]) -> None:
+        key = (str(message.get("database")), str(message.get("user")))
+        pool = self.registry.pools.get(key)
+        if pool is None or not self.held[key]:
+            return
+        if pool.idle:
+            self._release(*key)
+            pool.idle.popleft().close("given back for another worker's clients")
+        else:
+            pool.give_back += 1  # the next server released to the pool closes
+
+    # --- slots ------------------------------------------------------------------------------
+
+    def _release_unused(self, database: str, user: str) -> None:
+        """Slots beyond the pool's servers go back, but one a waiting client needs."""
+        key = (database, user)
+        pool = self.registry.pools.get(key)
+        keep = 0
+        if pool is not None:
+            keep = pool.server_count
+            if (pool.waiting or pool.welcome_waiters) and not pool.paused:
+                keep += 1
+            # a give-back asked for a server that closed meanwhile: its slot went back here
+            pool.give_back = min(pool.give_back, pool.server_count)
+        while self.held[key] > keep:
+            self._release(database, user)
+
+    def _release(self, database: str, user: str) -> None:
+        key = (database, user)
+        self.held[key] -= 1
+        if self.held[key] <= 0:
+            del self.held[key]
+        self.link.send({"kind": "limits_release", "database": database, "user": user})
+
+    # --- clients ----------------------------------------------------------------------------
+
+    async def admit(self, client: object, database: str, user: str, admin: bool,
+                    limits: list[int]) -> str | None:
+        """Ask the supervisor whether one more client may log in: None (yes, counted until
+        :meth:`left`), or the limit that refuses it. limits: max_client_conn,
+        max_db_client_connections, max_user_client_connections as they apply to this client
+        (0: none), then this worker's own counts for them, this client included."""
+        try:
+            reply, _fds = await self.link.request({
+                "kind": "limits_admit", "database": database, "user": user, "admin": admin,
+                "limits": limits}, ADMIT_TIMEOUT)
+        except (ChannelClosed, TimeoutError):
+            return "supervisor not answering"
+        refused = reply.get("refused")
+        if isinstance(refused, str):
+            return refused
+        self.clients[id(client)] = (database, user, admin)
+        return None
+
+    def admitted(self, client: object) -> bool:
+        return id(client) in self.clients
+
+    def left(self, client: object) -> None:
+        """A client is gone (admitted or not)."""
+        entry = self.clients.pop(id(client), None)
+        if entry is not None:
+            database, user, admin = entry
+            self.link.send({"kind": "limits_left", "database": database, "user": user,
+                            "admin": admin})
