@@ -222,7 +222,7 @@ class ClientConnection(ClientRelay):
         limits = self.runtime.limits
         if limits is not None and not limits.admitted(self):
             # workers = N: the client limits count every worker's clients (a round trip)
-            self.runtime.spawn(self._admit(limits, login, startup))
+            self.runtime.spawn(_admit(self, limits, login, startup))
             return
         config = self.runtime.config
         database = startup.database
@@ -305,39 +305,6 @@ class ClientConnection(ClientRelay):
                 1 for c in clients if c.user == user and c.database not in ADMIN_DATABASES):
             raise PgtarnError("client connections exceeded (max_user_client_connections)",
                               sqlstate="53300")
-
-    async def _admit(self, limits: WorkerLimits, login: ClientLogin, startup: Startup) -> None:
-        """workers = N: the supervisor says whether the client limits let one more client in
-        (this worker's clients, counted here, and the other workers'); then the login goes on."""
-        config = self.runtime.config
-        database, user = startup.database, startup.user
-        admin = database in ADMIN_DATABASES and database not in config.databases
-        local_admin = admin and user == "pgbouncer" and self._same_os_user()
-        max_clients = 0 if local_admin else config.max_client_conn + (
-            ADMIN_RESERVE if admin else 0)
-        db = None if admin else config.find_database(database)
-        if db is not None:
-            database = db.name
-        max_db = config.max_db_client_connections_for(db) \
-            if db is not None and user not in config.admin_users else 0
-        max_user = 0 if admin else config.max_user_client_connections_for(user)
-        clients = self.runtime.clients
-        local_db = 1 + sum(1 for c in clients if c.database == database) if max_db else 0
-        local_user = 1 + sum(1 for c in clients if c.user == user and c.database
-                             not in ADMIN_DATABASES) if max_user else 0
-        refused = await limits.admit(self, database, user, admin,
-                                     [max_clients, max_db, max_user, len(clients), local_db,
-                                      local_user])
-        if self.state is ClientState.CLOSED:
-            limits.left(self)
-            return
-        try:
-            if refused is not None:
-                raise PgtarnError(REFUSALS.get(refused, f"no more connections allowed "
-                                                        f"({refused})"), sqlstate="53300")
-            self._startup_received(login, startup)
-        except PgtarnError as error:
-            self.close(error)
 
     async def _look_up(self, lookup: SecretSource, auth_type: str, user: str) -> None:
         try:
@@ -518,3 +485,38 @@ def _refuse_options(login: ClientLogin) -> NoReturn:
     not tracked: PgBouncer's refusal."""
     name = next(iter(login.startup_settings))
     raise PgtarnError(f"unsupported startup parameter in options: {name}", sqlstate="08P01")
+
+
+async def _admit(client: ClientConnection, limits: WorkerLimits, login: ClientLogin,
+                 startup: Startup) -> None:
+    """workers = N: the supervisor says whether the client limits let one more client in
+    (this worker's clients, counted here, and the other workers'); then the login goes on."""
+    config = client.runtime.config
+    database, user = startup.database, startup.user
+    admin = database in ADMIN_DATABASES and database not in config.databases
+    local_admin = admin and user == "pgbouncer" and client._same_os_user()
+    max_clients = 0 if local_admin else config.max_client_conn + (
+        ADMIN_RESERVE if admin else 0)
+    db = None if admin else config.find_database(database)
+    if db is not None:
+        database = db.name
+    max_db = config.max_db_client_connections_for(db) \
+        if db is not None and user not in config.admin_users else 0
+    max_user = 0 if admin else config.max_user_client_connections_for(user)
+    clients = client.runtime.clients
+    local_db = 1 + sum(1 for c in clients if c.database == database) if max_db else 0
+    local_user = 1 + sum(1 for c in clients if c.user == user and c.database
+                         not in ADMIN_DATABASES) if max_user else 0
+    refused = await limits.admit(client, database, user, admin,
+                                 [max_clients, max_db, max_user, len(clients), local_db,
+                                  local_user])
+    if client.state is ClientState.CLOSED:
+        limits.left(client)
+        return
+    try:
+        if refused is not None:
+            raise PgtarnError(REFUSALS.get(refused, f"no more connections allowed "
+                                                    f"({refused})"), sqlstate="53300")
+        client._startup_received(login, startup)
+    except PgtarnError as error:
+        client.close(error)

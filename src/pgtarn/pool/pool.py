@@ -62,19 +62,19 @@ S = TypeVar("S", bound=PooledServer)
 
 
 class ServerGate(Protocol):
-    """workers = N: server slots shared with the other workers (workers/slots.py).
+    """workers = N: server slots shared with the other workers (workers/slots.py); None in
+    a single process. A pool opens a server only when the registry's may_open and its gate let
+    it; the gate learns when a server left, and keeps its slot for a waiting client or gives it
+    back."""
 
-    A pool opens a server only when its gate lets it; the gate learns when a server left, and
-    may give its slot back or keep it for a waiting client. None in a single process."""
-
-    def may_open(self, pool: Pool[Any], limit: int) -> bool:
-        """Whether pool may open one more server now, limit being its size (and reserve)."""
+    def may_open(self, pool: Pool[Any]) -> bool:
+        """Whether pool may open one more server now."""
 
     def server_gone(self, pool: Pool[Any]) -> None:
-        """A server left pool (closed, or its login failed)."""
+        """A server of pool is gone."""
 
-    def given_back(self, pool: Pool[Any]) -> None:
-        """A server of pool closes to give its slot to another worker."""
+    def gives_back(self, pool: Pool[Any]) -> bool:
+        """Whether a server released to pool closes, its slot going to another worker."""
 
 
 class Unavailable(Protocol):
@@ -157,10 +157,7 @@ class Pool(Generic[S]):
         self.last_used = 0.0
         self.launch: Callable[[Pool[S]], S] | None = launch
         self.may_open: Callable[[Pool[S]], bool] = lambda pool: True
-        #: workers = N: the slots shared with the other workers (None: a single process), and
-        #: how many servers to close as they are released, for another worker's clients.
-        self.gate: ServerGate | None = None
-        self.give_back = 0
+        self.gate: ServerGate | None = None  # workers = N: shared server slots (None: alone)
         self.clock: Callable[[], float] = time.monotonic
         #: Prepared statements clients and servers of this pool made and ran (statistics).
         self.prepared_counters = PreparedCounters()
@@ -207,8 +204,7 @@ class Pool(Generic[S]):
 
     def has_room(self, reserve: bool = False) -> bool:
         limit = self.pool_size + (self.reserve_pool_size if reserve else 0)
-        return self.server_count < limit and self.may_open(self) and (
-            self.gate is None or self.gate.may_open(self, limit))
+        return self.server_count < limit and self.may_open(self)
 
     # --- clients ------------------------------------------------------------------------------
 
@@ -414,8 +410,6 @@ class Pool(Generic[S]):
         self.failure = error
         self.failures += 1
         self.retry_at = now + min(self.retry_cap, FIRST_RETRY_DELAY * 2 ** (self.failures - 1))
-        if self.gate is not None:
-            self.gate.server_gone(self)
         if not retry and self.server_count == 0:
             self._fail_waiters(error, now)
 
@@ -439,9 +433,7 @@ class Pool(Generic[S]):
             server.close("server_lifetime")
         elif self.paused and self.pause_closes:
             server.close("pool paused")
-        elif self.give_back and self.gate is not None:
-            self.give_back -= 1
-            self.gate.given_back(self)
+        elif self.gate is not None and self.gate.gives_back(self):
             server.close("given back for another worker's clients")
         elif self.waiting and not self.paused:
             # lend it to the first waiting client (the hot path under load)
@@ -477,17 +469,6 @@ class Pool(Generic[S]):
             self.gate.server_gone(self)
         if self.waiting:
             self._grow(self.clock())
-
-    def room_made(self) -> None:
-        """workers = N: a slot came: open the servers waiting clients and min_pool_size need
-        (as acquire, wait_welcome and the janitor would have)."""
-        now = self.clock()
-        if self.waiting:
-            self._grow(now, self.reserve_pool_size > 0
-                       and self.max_wait(now) >= self.reserve_pool_timeout)
-        elif self.welcome_waiters and not self.login and self._may_launch(now) and self.has_room():
-            self._open()
-        self.fill_min(now)
 
     def close_idle(self, reason: str) -> None:
         """Close every idle server (reload with a new connection string, shutdown)."""
@@ -549,3 +530,15 @@ def _expire_idle(pool: Pool[S], now: float) -> None:
             continue
         pool.idle.remove(server)  # out of reach of acquire before it is gone
         server.close(reason)
+
+
+def open_granted(pool: Pool[S]) -> None:
+    """workers = N: a server slot came: open the servers the pool's waiting clients and
+    min_pool_size need (as acquire, wait_welcome and the janitor would have)."""
+    now = pool.clock()
+    if pool.waiting:
+        pool._grow(now, pool.reserve_pool_size > 0
+                   and pool.max_wait(now) >= pool.reserve_pool_timeout)
+    elif pool.welcome_waiters and not pool.login and pool._may_launch(now) and pool.has_room():
+        pool._open()
+    pool.fill_min(now)

@@ -131,7 +131,10 @@ class Registry(Generic[S]):
                                      lambda p: p.database == pool.database):
             return False
         max_user = self.config.max_user_connections_for(pool.user)
-        return not max_user or self._room(pool, max_user + own, lambda p: p.user == pool.user)
+        if max_user and not self._room(pool, max_user + own, lambda p: p.user == pool.user):
+            return False
+        # workers = N: a slot from the supervisor (listener connections are not counted)
+        return self.gate is None or bool(own) or self.gate.may_open(pool)
 
     def _room(self, pool: Pool[S], limit: int, match: Callable[[Pool[S]], bool]) -> bool:
         pools = [p for p in self.pools.values() if match(p)]

@@ -18,7 +18,7 @@ import logging
 from collections import Counter
 from typing import Any
 
-from ..pool.pool import Pool
+from ..pool.pool import Pool, open_granted
 from ..pool.registry import Registry
 from .channel import ChannelClosed
 from .link import WorkerLink
@@ -41,6 +41,8 @@ class SharedLimits:
         #: (database, user) -> slots held, and slots asked for and not granted yet.
         self.held: Counter[tuple[str, str]] = Counter()
         self.asked: Counter[tuple[str, str]] = Counter()
+        #: Servers to close as they are released, their slots going to other workers.
+        self.owed: Counter[tuple[str, str]] = Counter()
         #: id(client) -> (database, user, admin console) of each admitted client.
         self.clients: dict[int, tuple[str, str, bool]] = {}
         link.handle("limits_grant", self._granted)
@@ -48,12 +50,16 @@ class SharedLimits:
 
     # --- the pools' gate --------------------------------------------------------------------
 
-    def may_open(self, pool: Pool[Any], limit: int) -> bool:
+    def may_open(self, pool: Pool[Any]) -> bool:
         key = (pool.database, pool.user)
         held = self.held[key]
         if pool.server_count < held:
             return True
         asked = self.asked[key]
+        # the reserve when the janitor would use it (the oldest client waited long enough)
+        limit = pool.pool_size
+        if pool.reserve_pool_size and pool.max_wait(pool.clock()) >= pool.reserve_pool_timeout:
+            limit += pool.reserve_pool_size
         if held + asked < limit and asked < max(1, len(pool.waiting)):
             config = self.registry.config
             db = self.registry.databases.get(pool.database)
@@ -69,8 +75,13 @@ class SharedLimits:
     def server_gone(self, pool: Pool[Any]) -> None:
         self._release_unused(pool.database, pool.user)
 
-    def given_back(self, pool: Pool[Any]) -> None:
-        self._release(pool.database, pool.user)
+    def gives_back(self, pool: Pool[Any]) -> bool:
+        key = (pool.database, pool.user)
+        if not self.owed[key]:
+            return False
+        self.owed[key] -= 1
+        self._release(*key)
+        return True
 
     def share(self, total: int) -> int:
         """min_pool_size over the workers: worker i opens total // N, one more for the first
@@ -90,7 +101,7 @@ class SharedLimits:
             self.asked[key] -= 1
         pool = self.registry.pools.get(key)
         if pool is not None:
-            pool.room_made()
+            open_granted(pool)
         self._release_unused(*key)
 
     def _reclaimed(self, message: Message, fds: list[int]) -> None:
@@ -102,7 +113,7 @@ class SharedLimits:
             self._release(*key)
             pool.idle.popleft().close("given back for another worker's clients")
         else:
-            pool.give_back += 1  # the next server released to the pool closes
+            self.owed[key] += 1  # the next server released to the pool closes
 
     # --- slots ------------------------------------------------------------------------------
 
@@ -111,12 +122,14 @@ class SharedLimits:
         key = (database, user)
         pool = self.registry.pools.get(key)
         keep = 0
-        if pool is not None:
+        if pool is None:
+            self.owed.pop(key, None)
+        else:
             keep = pool.server_count
             if (pool.waiting or pool.welcome_waiters) and not pool.paused:
                 keep += 1
             # a give-back asked for a server that closed meanwhile: its slot went back here
-            pool.give_back = min(pool.give_back, pool.server_count)
+            self.owed[key] = min(self.owed[key], pool.server_count)
         while self.held[key] > keep:
             self._release(database, user)
 
