@@ -43,11 +43,13 @@ class SlotRequest:
 
 @dataclass(frozen=True, slots=True)
 class Reclaim:
-    """Ask worker to give back one slot of the pool (database, user)."""
+    """Ask worker to give back one slot of the pool (database, user); idle_only: only if
+    the pool has an idle server and no client waiting (else keep it)."""
 
     worker: int
     database: str
     user: str
+    idle_only: bool = False
 
 
 @dataclass(slots=True)
@@ -100,6 +102,14 @@ class Ledger:
             return True, []
         self.queue.append(request)
         return False, self._reclaims(request)
+
+    def nudge(self, worker: int, database: str, user: str) -> list[Reclaim]:
+        """A worker's clients still wait for a queued request (its janitor asks every visit):
+        the give-backs that request calls for now (the holders may have gone idle since)."""
+        for request in self.queue:
+            if (request.worker, request.database, request.user) == (worker, database, user):
+                return self._reclaims(request)
+        return []
 
     def release(self, worker: int, database: str, user: str) -> list[SlotRequest]:
         """A worker gives a slot back (its server closed): the queued requests it lets in."""
@@ -175,7 +185,25 @@ class Ledger:
             reclaim = self._reclaim_under(request.worker, limit, database, user)
             if reclaim is not None:
                 reclaims.append(reclaim)
+            else:
+                reclaims += self._idle_under(request, database, user)
         return reclaims
+
+    def _idle_under(self, request: SlotRequest, database: str | None,
+                    user: str | None) -> list[Reclaim]:
+        """No worker is over its fair share: each one holding slots under the limit (of
+        another pool, for the asker) closes one idle server if it has one, as a single
+        process closes an idle server of another pool at max_db_connections."""
+        best: dict[int, tuple[int, str, str]] = {}
+        for key, count in self.slots.items():
+            worker, db, usr = key
+            if (database is not None and db != database) or (user is not None and usr != user):
+                continue
+            if worker == request.worker and (db, usr) == (request.database, request.user):
+                continue
+            if worker not in best or count > self.slots[best[worker]]:
+                best[worker] = key
+        return [Reclaim(*key, idle_only=True) for key in best.values()]
 
     def _reclaim_under(self, asker: int, limit: int, database: str | None,
                        user: str | None) -> Reclaim | None:
@@ -259,6 +287,11 @@ def grants(requests: list[SlotRequest]) -> Outgoing:
             for r in requests]
 
 
+def reclaims(requests: list[Reclaim]) -> Outgoing:
+    return [(r.worker, {"kind": "limits_reclaim", "database": r.database, "user": r.user,
+                        "idle_only": r.idle_only}) for r in requests]
+
+
 def on_message(ledger: Ledger, worker: int, message: dict[str, Any]
                ) -> tuple[dict[str, Any] | None, Outgoing]:
     """A worker's ``limits_*`` message (workers/slots.py): the reply (for a request) and the
@@ -269,11 +302,11 @@ def on_message(ledger: Ledger, worker: int, message: dict[str, Any]
     if kind == "limits_ask":
         request = SlotRequest(worker, database, user, _int(message, "pool_limit"),
                               _int(message, "max_db"), _int(message, "max_user"))
-        granted, reclaims = ledger.ask(request)
+        granted, reclaimed = ledger.ask(request)
         out = grants([request]) if granted else []
-        out += [(r.worker, {"kind": "limits_reclaim", "database": r.database, "user": r.user})
-                for r in reclaims]
-        return None, out
+        return None, out + reclaims(reclaimed)
+    if kind == "limits_nudge":
+        return None, reclaims(ledger.nudge(worker, database, user))
     if kind == "limits_release":
         return None, grants(ledger.release(worker, database, user))
     if kind == "limits_admit":

@@ -8,8 +8,9 @@ to give one back for another worker's clients, it closes an idle server of the p
 next one released.
 
 Messages to the supervisor: ``limits_ask`` (a slot, with the limits), ``limits_release``,
-``limits_admit`` (a request: may one more client log in?), ``limits_left`` (an admitted client
-is gone). From it: ``limits_grant`` and ``limits_reclaim``.
+``limits_nudge`` (clients still wait: look again for a slot to take back), ``limits_admit``
+(a request: may one more client log in?), ``limits_left`` (an admitted client is gone).
+From it: ``limits_grant`` and ``limits_reclaim``.
 """
 
 from __future__ import annotations
@@ -91,6 +92,11 @@ class SharedLimits:
     def tick(self) -> None:
         for database, user in list(self.held):
             self._release_unused(database, user)
+        for key, asked in self.asked.items():
+            pool = self.registry.pools.get(key)
+            if asked and pool is not None and (pool.waiting or pool.welcome_waiters):
+                # still waiting: the supervisor looks again for a slot to take back for them
+                self.link.send({"kind": "limits_nudge", "database": key[0], "user": key[1]})
 
     # --- messages from the supervisor -------------------------------------------------------
 
@@ -109,10 +115,10 @@ class SharedLimits:
         pool = self.registry.pools.get(key)
         if pool is None or not self.held[key]:
             return
-        if pool.idle:
+        if pool.idle and not pool.waiting:
             self._release(*key)
             pool.idle.popleft().close("given back for another worker's clients")
-        else:
+        elif not message.get("idle_only"):
             self.owed[key] += 1  # the next server released to the pool closes
 
     # --- slots ------------------------------------------------------------------------------

@@ -58,17 +58,27 @@ def test_a_request_that_waits_reclaims_from_a_worker_over_its_fair_share() -> No
     assert not granted and reclaims == [Reclaim(0, "app", "app")]
     # one give-back is asked per waiting request, down to the fair share (4 / 2 workers)
     assert ledger.ask(ask(1))[1] == [Reclaim(0, "app", "app")]
-    assert ledger.ask(ask(1))[1] == []
+    # at its fair share: only an idle server of it, if it has one
+    assert ledger.ask(ask(1))[1] == [Reclaim(0, "app", "app", idle_only=True)]
     assert ledger.release(0, "app", "app") == [ask(1)]
     assert ledger.release(0, "app", "app") == [ask(1)]
     assert ledger.reclaiming[(0, "app", "app")] == 0
 
 
-def test_no_reclaim_from_a_worker_at_its_fair_share() -> None:
+def test_at_their_fair_share_workers_are_asked_for_an_idle_server_only() -> None:
     ledger = Ledger()
     for w in (0, 0, 1, 1):
         ledger.ask(ask(w))
-    assert ledger.ask(ask(1)) == (False, [])
+    assert ledger.ask(ask(1)) == (False, [Reclaim(0, "app", "app", idle_only=True)])
+    assert ledger.reclaiming[(0, "app", "app")] == 0
+
+
+def test_at_a_database_limit_the_asker_gives_back_an_idle_server_of_another_pool() -> None:
+    ledger = Ledger()
+    ledger.ask(ask(0, max_db=2, user="a"))
+    ledger.ask(ask(1, max_db=2, user="a"))
+    assert ledger.ask(ask(0, max_db=2, user="b")) == (False, [
+        Reclaim(0, "app", "a", idle_only=True), Reclaim(1, "app", "a", idle_only=True)])
 
 
 def test_reclaims_at_the_database_limit_pick_the_biggest_pool_of_the_worker() -> None:
@@ -127,7 +137,8 @@ def test_messages_become_grants_reclaims_and_replies() -> None:
     assert on_message(ledger, 0, slot) == (
         None, [(0, {"kind": "limits_grant", "database": "app", "user": "app"})])
     assert on_message(ledger, 1, slot) == (
-        None, [(0, {"kind": "limits_reclaim", "database": "app", "user": "app"})])
+        None, [(0, {"kind": "limits_reclaim", "database": "app", "user": "app",
+                    "idle_only": False})])
     assert on_message(ledger, 0, {"kind": "limits_release", "database": "app",
                                   "user": "app"}) == (
         None, [(1, {"kind": "limits_grant", "database": "app", "user": "app"})])
