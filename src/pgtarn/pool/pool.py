@@ -73,8 +73,9 @@ class ServerGate(Protocol):
     def server_gone(self, pool: Pool[Any]) -> None:
         """A server of pool is gone."""
 
-    def gives_back(self, pool: Pool[Any]) -> bool:
-        """Whether a server released to pool closes, its slot going to another worker."""
+    def gives_back(self, pool: Pool[Any], server: PooledServer) -> bool:
+        """Whether server, released to pool, is closed (by the gate) for its slot to go to
+        another worker."""
 
 
 class Unavailable(Protocol):
@@ -417,7 +418,8 @@ class Pool(Generic[S]):
         """A linked server is clean again: hand it to the first waiter or make it idle."""
         self.active.discard(server)
         self.tested.discard(server)
-        self._to_idle(server)
+        if self.gate is None or not self.gate.gives_back(self, server):  # (after it served)
+            self._to_idle(server)
 
     def begin_reset(self, server: S) -> None:
         """A server left its client and runs a reset or rollback before reuse."""
@@ -433,8 +435,6 @@ class Pool(Generic[S]):
             server.close("server_lifetime")
         elif self.paused and self.pause_closes:
             server.close("pool paused")
-        elif self.gate is not None and self.gate.gives_back(self):
-            server.close("given back for another worker's clients")
         elif self.waiting and not self.paused:
             # lend it to the first waiting client (the hot path under load)
             waiter = self.waiting.popleft()

@@ -16,10 +16,11 @@ From it: ``limits_grant`` and ``limits_reclaim``.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from typing import Any
 
-from ..pool.pool import Pool, open_granted
+from ..pool.pool import Pool, PooledServer, open_granted
 from ..pool.registry import Registry
 from .channel import ChannelClosed
 from .link import WorkerLink
@@ -29,6 +30,9 @@ log = logging.getLogger("pgtarn")
 
 #: How long a login waits for the supervisor's answer before it is refused.
 ADMIT_TIMEOUT = 10.0
+#: How often clients still waiting for a slot make the supervisor look again for one to take
+#: back (the first look is at once, when the request is queued).
+NUDGE_INTERVAL = 0.5
 
 
 class SharedLimits:
@@ -44,6 +48,10 @@ class SharedLimits:
         self.asked: Counter[tuple[str, str]] = Counter()
         #: Servers to close as they are released, their slots going to other workers.
         self.owed: Counter[tuple[str, str]] = Counter()
+        #: Servers closing to give their slots back: the slot goes when the server is gone,
+        #: so that PostgreSQL does not see the next one open while this one still runs.
+        self.leaving: Counter[tuple[str, str]] = Counter()
+        self.next_nudge = 0.0
         #: id(client) -> (database, user, admin console) of each admitted client.
         self.clients: dict[int, tuple[str, str, bool]] = {}
         link.handle("limits_grant", self._granted)
@@ -54,7 +62,7 @@ class SharedLimits:
     def may_open(self, pool: Pool[Any]) -> bool:
         key = (pool.database, pool.user)
         held = self.held[key]
-        if pool.server_count < held:
+        if pool.server_count + self.leaving[key] < held:
             return True
         asked = self.asked[key]
         # the reserve when the janitor would use it (the oldest client waited long enough)
@@ -74,14 +82,19 @@ class SharedLimits:
         return False
 
     def server_gone(self, pool: Pool[Any]) -> None:
-        self._release_unused(pool.database, pool.user)
+        key = (pool.database, pool.user)
+        if self.leaving[key] > 0:
+            self.leaving[key] -= 1
+            self._release(*key)
+        self._release_unused(*key)
 
-    def gives_back(self, pool: Pool[Any]) -> bool:
+    def gives_back(self, pool: Pool[Any], server: PooledServer) -> bool:
         key = (pool.database, pool.user)
         if not self.owed[key]:
             return False
         self.owed[key] -= 1
-        self._release(*key)
+        self.leaving[key] += 1
+        server.close("given back for another worker's clients")
         return True
 
     def share(self, total: int) -> int:
@@ -92,6 +105,10 @@ class SharedLimits:
     def tick(self) -> None:
         for database, user in list(self.held):
             self._release_unused(database, user)
+        now = time.monotonic()
+        if now < self.next_nudge:
+            return
+        self.next_nudge = now + NUDGE_INTERVAL
         for key, asked in self.asked.items():
             pool = self.registry.pools.get(key)
             if asked and pool is not None and (pool.waiting or pool.welcome_waiters):
@@ -105,6 +122,8 @@ class SharedLimits:
         self.held[key] += 1
         if self.asked[key] > 0:
             self.asked[key] -= 1
+        # first come first served chose this worker: a give-back asked before is moot
+        self.owed.pop(key, None)
         pool = self.registry.pools.get(key)
         if pool is not None:
             open_granted(pool)
@@ -113,10 +132,10 @@ class SharedLimits:
     def _reclaimed(self, message: Message, fds: list[int]) -> None:
         key = (str(message.get("database")), str(message.get("user")))
         pool = self.registry.pools.get(key)
-        if pool is None or not self.held[key]:
+        if pool is None or self.owed[key] + self.leaving[key] >= self.held[key]:
             return
         if pool.idle and not pool.waiting:
-            self._release(*key)
+            self.leaving[key] += 1
             pool.idle.popleft().close("given back for another worker's clients")
         elif not message.get("idle_only"):
             self.owed[key] += 1  # the next server released to the pool closes
@@ -127,11 +146,11 @@ class SharedLimits:
         """Slots beyond the pool's servers go back, but one a waiting client needs."""
         key = (database, user)
         pool = self.registry.pools.get(key)
-        keep = 0
+        keep = self.leaving[key]
         if pool is None:
             self.owed.pop(key, None)
         else:
-            keep = pool.server_count
+            keep += pool.server_count
             if (pool.waiting or pool.welcome_waiters) and not pool.paused:
                 keep += 1
             # a give-back asked for a server that closed meanwhile: its slot went back here
@@ -144,6 +163,8 @@ class SharedLimits:
         self.held[key] -= 1
         if self.held[key] <= 0:
             del self.held[key]
+        if self.owed[key] > self.held[key]:
+            self.owed[key] = self.held[key]
         self.link.send({"kind": "limits_release", "database": database, "user": user})
 
     # --- clients ----------------------------------------------------------------------------
