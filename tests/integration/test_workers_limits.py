@@ -188,9 +188,9 @@ def test_a_killed_workers_slots_come_back(pgtarn_factory, pg_cluster):  # type: 
         held = [await _client_on(proc, victim) for _ in range(2)]
         for c in held:  # an open transaction holds its server
             await c.execute("begin; select 1")
-        queries = [asyncio.ensure_future(c.fetchval("select pg_backend_pid() from pg_sleep(1)"))
-                   for c in waiting]
-        await asyncio.sleep(1.0)
+        queries = [asyncio.ensure_future(
+            c.fetchval("select pg_backend_pid() from pg_sleep(0.3)")) for c in waiting]
+        await asyncio.sleep(1.5)
         assert not any(q.done() for q in queries)  # the pool is full, in the other worker
         os.kill(victim, signal.SIGKILL)
         served = await asyncio.wait_for(asyncio.gather(*queries), 30)
