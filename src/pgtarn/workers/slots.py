@@ -69,7 +69,9 @@ class SharedLimits:
         limit = pool.pool_size
         if pool.reserve_pool_size and pool.max_wait(pool.clock()) >= pool.reserve_pool_timeout:
             limit += pool.reserve_pool_size
-        if held + asked < limit and asked < max(1, len(pool.waiting)):
+        # one request per waiting client that no server logging in or being reset will serve
+        coming = len(pool.login) + len(pool.tested)
+        if held + asked < limit and asked < max(1, len(pool.waiting) - coming):
             config = self.registry.config
             db = self.registry.databases.get(pool.database)
             self.asked[key] += 1
