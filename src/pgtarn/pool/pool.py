@@ -52,7 +52,8 @@ class PooledServer(Protocol):
     #: Close when next released (RECONNECT, or a reload changed the connection string).
     close_needed: bool
 
-    def close(self, reason: str) -> None: ...
+    def close(self, reason: str, wait: bool = False) -> None:
+        """wait (workers = N): until PostgreSQL closes, so that its backend is gone."""
 
     def start_check(self) -> None:
         """Run the health check; release to the pool when it passes, close when not."""

@@ -96,7 +96,7 @@ class SharedLimits:
             return False
         self.owed[key] -= 1
         self.leaving[key] += 1
-        server.close("given back for another worker's clients")
+        server.close("given back for another worker's clients", wait=True)
         return True
 
     def share(self, total: int) -> int:
@@ -138,7 +138,7 @@ class SharedLimits:
             return
         if pool.idle and not pool.waiting:
             self.leaving[key] += 1
-            pool.idle.popleft().close("given back for another worker's clients")
+            pool.idle.popleft().close("given back for another worker's clients", wait=True)
         elif not message.get("idle_only"):
             self.owed[key] += 1  # the next server released to the pool closes
 

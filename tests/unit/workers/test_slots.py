@@ -23,7 +23,8 @@ class Server:
         self.close_needed = False
         self.closed: str | None = None
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, wait: bool = False) -> None:
+        assert wait or "given back" not in reason
         self.closed = reason
         self.pool.server_closed(self)
 
