@@ -35,6 +35,13 @@ def _workers(proc, count: int = 2) -> list[int]:  # type: ignore[no-untyped-def]
     return pids
 
 
+def _quiet(pg_cluster, users: tuple[str, ...], dbname: str | None) -> None:  # type: ignore[no-untyped-def]
+    """No backend of users is left from an earlier test (they would count in the peak)."""
+    admin = superuser_connect(pg_cluster)
+    wait_until(lambda: not backend_pids(admin, users, dbname), 30, "earlier backends to exit")
+    admin.close()
+
+
 def _busy(proc, logins: list[tuple[str, str, str]], rounds: int = 8) -> tuple[set[int], list[int]]:  # type: ignore[no-untyped-def]
     """Every login runs rounds short transactions at once; the backend pids that served
     them, and how many of the clients each worker held."""
@@ -63,6 +70,7 @@ def _busy(proc, logins: list[tuple[str, str, str]], rounds: int = 8) -> tuple[se
 def test_pool_size_holds_for_all_workers_in_pg_stat_activity(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 4,
                                     "max_client_conn": 100})
+    _quiet(pg_cluster, ("app",), "app")
     with PeakBackends(pg_cluster, ("app",), "app") as peak:
         served, spread = _busy(proc, [APP] * 40)
     assert all(spread) and sum(spread) == 40, spread  # both workers had busy clients
@@ -74,6 +82,7 @@ def test_max_db_connections_holds_for_all_workers(pgtarn_factory, pg_cluster):  
     proc = pgtarn_factory(
         settings={"workers": 2, "max_client_conn": 100},
         databases={"app": f"{_direct(pg_cluster)} dbname=app max_db_connections=3"})
+    _quiet(pg_cluster, ("app", "scram_user"), "app")
     with PeakBackends(pg_cluster, ("app", "scram_user"), "app") as peak:
         _served, spread = _busy(proc, [APP] * 12 + [SCRAM] * 12)
     assert all(spread), spread
@@ -84,6 +93,7 @@ def test_max_user_connections_holds_for_all_workers(pgtarn_factory, pg_cluster):
     proc = pgtarn_factory(settings={"workers": 2, "max_client_conn": 100},
                           users={"scram_user": "max_user_connections=2"})
     logins = [SCRAM] * 10 + [("scram_user", "scram_pass", "postgres")] * 10
+    _quiet(pg_cluster, ("scram_user",), None)
     with PeakBackends(pg_cluster, ("scram_user",), None) as peak:
         _served, spread = _busy(proc, logins)
     assert all(spread), spread
@@ -169,6 +179,7 @@ def test_a_waiting_client_gets_the_server_idle_in_the_other_worker(pgtarn_factor
         await b.close()
         return idle_wait, busy_wait
 
+    _quiet(pg_cluster, ("app",), "app")
     with PeakBackends(pg_cluster, ("app",), "app") as peak:
         idle_wait, busy_wait = asyncio.run(scenario())
     admin.close()
