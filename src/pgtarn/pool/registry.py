@@ -142,7 +142,12 @@ class Registry(Generic[S]):
             return True
         for other in pools:
             if other is not pool and other.idle and not other.waiting:
-                other.idle.popleft().close("evicted for another pool at a connection limit")
+                server = other.idle.popleft()
+                reason = "evicted for another pool at a connection limit"
+                if self.gate is None:
+                    server.close(reason)
+                else:  # workers = N: its slot goes once PostgreSQL closed (workers/slots.py)
+                    server.close(reason, wait=True)
                 return True
         return False
 
