@@ -17,7 +17,7 @@ from .config import Config, DatabaseEntry
 from .errors import PgtarnError
 from .net.peers import PeerCancels
 from .net.sockets import HostChooser
-from .pool.registry import Registry
+from .pool.registry import Registry, SharedGate
 from .pool.stats import PoolStats, Totals
 from .session.prepared import StatementCache
 from .views import ClientView, SecretSource, ServerView
@@ -71,6 +71,18 @@ class Coordinator(Protocol):
                      ) -> list[dict[str, Any]]: ...
 
 
+class WorkerLimits(SharedGate, Protocol):
+    """workers = N: the limits shared with the other workers (workers/slots.py): the pools'
+    server slots, and client admission at login."""
+
+    async def admit(self, client: object, database: str, user: str, admin: bool,
+                    limits: list[int]) -> str | None: ...
+
+    def admitted(self, client: object) -> bool: ...
+
+    def left(self, client: object) -> None: ...
+
+
 #: Makes the auth_query lookup for (target database, auth_user, query); given by the app.
 LookupFactory = Callable[["Runtime", DatabaseEntry, str, str], SecretSource]
 
@@ -104,6 +116,8 @@ class Runtime:
         self.accepting = True
         #: In a worker of workers = N, its link to the supervisor; None in a single process.
         self.coordinator: Coordinator | None = None
+        #: In a worker of workers = N, the limits it shares with the others; None alone.
+        self.limits: WorkerLimits | None = None
         self.on_client_gone: Callable[[], None] = lambda: None
         #: During a rolling restart (reboot.py), in the new process: sends a CancelRequest
         #: whose key is not ours to the old process, whose client it may be.

@@ -25,6 +25,7 @@ from .errors import ConfigError
 from .logs import setup_logging
 from .workers import admin
 from .workers.channel import Channel, ChannelClosed
+from .workers.ledger import Ledger, Outgoing, grants, on_message
 from .workers.sockets import tcp_listeners, unix_listener
 from .workers.wire import Message
 
@@ -89,6 +90,8 @@ class Supervisor:
         self.takeover: rolling.OldSide | rolling.NewSide | None = None
         self.takeover_listener: socket.socket | None = None
         self.keep_pidfile = False
+        #: Server slots and clients of every worker: the limits hold for the whole pgtarn.
+        self.ledger = Ledger()
 
     async def run(self) -> int:
         config = self.config = load_config(self.config_path)
@@ -205,6 +208,7 @@ class Supervisor:
 
     def worker_gone(self, index: int) -> None:
         """What the supervisor held for a worker that exited is released."""
+        self._send_out(grants(self.ledger.worker_gone(index)))
 
     # --- signals ----------------------------------------------------------------------------
 
@@ -273,6 +277,14 @@ class Supervisor:
 
     def handle(self, channel: Channel, message: Message, fds: list[int]) -> None:
         """Messages for the supervisor itself."""
+        if str(message.get("kind")).startswith("limits_"):
+            worker = next((w.index for w in self.workers if w.channel is channel), None)
+            if worker is not None:
+                reply, out = on_message(self.ledger, worker, message)
+                self._send_out(out)
+                if "id" in message:
+                    channel.reply(message, reply or {})
+            return
         kind = message.get("kind")
         if kind == admin.SHUTDOWN_KIND:
             self.stop(admin.shutdown_signal(message))
@@ -291,6 +303,12 @@ class Supervisor:
         log.warning("%s: unknown message %r", channel.name, message.get("kind"))
         if "id" in message:
             channel.reply(message, {"error": "unknown message"})
+
+    def _send_out(self, out: Outgoing) -> None:
+        for index, message in out:
+            channel = self.workers[index].channel
+            if channel is not None and not channel.closed:
+                channel.send(message)
 
     async def _gather(self, asker: Channel, message: Message) -> None:
         inner = message.get("message")

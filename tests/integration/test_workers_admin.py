@@ -209,7 +209,8 @@ def test_signals_reach_every_worker(pgtarn_factory):  # type: ignore[no-untyped-
 
 
 def test_wait_close_waits_for_the_servers_of_every_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(settings={"workers": 2})
+    # a server for each of the 6 clients (the pool size holds for both workers together)
+    proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 10})
     clients = _spread(proc, 6)
     for i, c in enumerate(clients):
         c.execute(f"set application_name = 'c{i}'")

@@ -48,7 +48,7 @@ from ..proto.client_login import (
     TlsRequested,
     replication_mode,
 )
-from ..runtime import Runtime
+from ..runtime import Runtime, WorkerLimits
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, open_replication
 from ..states import READY_STATE, ClientState
@@ -71,6 +71,12 @@ ADMIN_DATABASES = ("pgbouncer", "pgtarn")
 #: Admin console logins allowed past max_client_conn, so an operator can get in when full.
 ADMIN_RESERVE = 10
 READY_FOR_QUERY_LEN = 6
+#: What a client refused by a limit counted across workers is told (PgBouncer's words).
+REFUSALS = {
+    "max_client_conn": "no more connections allowed (max_client_conn)",
+    "max_db_client_connections": "client connections exceeded (max_db_client_connections)",
+    "max_user_client_connections": "client connections exceeded (max_user_client_connections)",
+}
 
 
 class ClientConnection(ClientRelay):
@@ -92,6 +98,8 @@ class ClientConnection(ClientRelay):
         runtime.clients.discard(self)
         runtime.logins.discard(self)
         runtime.cancel_keys.pop(self.cancel_key, None)
+        if runtime.limits is not None:
+            runtime.limits.left(self)
         if self.admin is not None:
             runtime.admin_clients.discard(self)
             self.admin.closed()
@@ -212,6 +220,11 @@ class ClientConnection(ClientRelay):
 
     def _startup_received(self, login: ClientLogin, startup: Startup) -> None:
         """Who may log in, and how: max_client_conn, the database, access rules, the secret."""
+        limits = self.runtime.limits
+        if limits is not None and not limits.admitted(self):
+            # workers = N: the client limits count every worker's clients (a round trip)
+            self.runtime.spawn(_admit(self, limits, login, startup))
+            return
         config = self.runtime.config
         database = startup.database
         admin = database in ADMIN_DATABASES and database not in config.databases
@@ -504,3 +517,38 @@ def _refuse_options(login: ClientLogin) -> NoReturn:
     not tracked: PgBouncer's refusal."""
     name = next(iter(login.startup_settings))
     raise PgtarnError(f"unsupported startup parameter in options: {name}", sqlstate="08P01")
+
+
+async def _admit(client: ClientConnection, limits: WorkerLimits, login: ClientLogin,
+                 startup: Startup) -> None:
+    """workers = N: the supervisor says whether the client limits let one more client in
+    (this worker's clients, counted here, and the other workers'); then the login goes on."""
+    config = client.runtime.config
+    database, user = startup.database, startup.user
+    admin = database in ADMIN_DATABASES and database not in config.databases
+    local_admin = admin and user == "pgbouncer" and client._same_os_user()
+    max_clients = 0 if local_admin else config.max_client_conn + (
+        ADMIN_RESERVE if admin else 0)
+    db = None if admin else config.find_database(database)
+    if db is not None:
+        database = db.name
+    max_db = config.max_db_client_connections_for(db) \
+        if db is not None and user not in config.admin_users else 0
+    max_user = 0 if admin else config.max_user_client_connections_for(user)
+    clients = client.runtime.clients
+    local_db = 1 + sum(1 for c in clients if c.database == database) if max_db else 0
+    local_user = 1 + sum(1 for c in clients if c.user == user and c.database
+                         not in ADMIN_DATABASES) if max_user else 0
+    refused = await limits.admit(client, database, user, admin,
+                                 [max_clients, max_db, max_user, len(clients), local_db,
+                                  local_user])
+    if client.state is ClientState.CLOSED:
+        limits.left(client)
+        return
+    try:
+        if refused is not None:
+            raise PgtarnError(REFUSALS.get(refused, f"no more connections allowed "
+                                                    f"({refused})"), sqlstate="53300")
+        client._startup_received(login, startup)
+    except PgtarnError as error:
+        client.close(error)

@@ -31,7 +31,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
@@ -52,13 +52,31 @@ class PooledServer(Protocol):
     #: Close when next released (RECONNECT, or a reload changed the connection string).
     close_needed: bool
 
-    def close(self, reason: str) -> None: ...
+    def close(self, reason: str, wait: bool = False) -> None:
+        """wait (workers = N): until PostgreSQL closes, so that its backend is gone."""
 
     def start_check(self) -> None:
         """Run the health check; release to the pool when it passes, close when not."""
 
 
 S = TypeVar("S", bound=PooledServer)
+
+
+class ServerGate(Protocol):
+    """workers = N: server slots shared with the other workers (workers/slots.py); None in
+    a single process. A pool opens a server only when the registry's may_open and its gate let
+    it; the gate learns when a server left, and keeps its slot for a waiting client or gives it
+    back."""
+
+    def may_open(self, pool: Pool[Any]) -> bool:
+        """Whether pool may open one more server now."""
+
+    def server_gone(self, pool: Pool[Any]) -> None:
+        """A server of pool is gone."""
+
+    def gives_back(self, pool: Pool[Any], server: PooledServer) -> bool:
+        """Whether server, released to pool, is closed (by the gate) for its slot to go to
+        another worker."""
 
 
 class Unavailable(Protocol):
@@ -141,6 +159,7 @@ class Pool(Generic[S]):
         self.last_used = 0.0
         self.launch: Callable[[Pool[S]], S] | None = launch
         self.may_open: Callable[[Pool[S]], bool] = lambda pool: True
+        self.gate: ServerGate | None = None  # workers = N: shared server slots (None: alone)
         self.clock: Callable[[], float] = time.monotonic
         #: Prepared statements clients and servers of this pool made and ran (statistics).
         self.prepared_counters = PreparedCounters()
@@ -400,7 +419,8 @@ class Pool(Generic[S]):
         """A linked server is clean again: hand it to the first waiter or make it idle."""
         self.active.discard(server)
         self.tested.discard(server)
-        self._to_idle(server)
+        if self.gate is None or not self.gate.gives_back(self, server):  # (after it served)
+            self._to_idle(server)
 
     def begin_reset(self, server: S) -> None:
         """A server left its client and runs a reset or rollback before reuse."""
@@ -446,6 +466,8 @@ class Pool(Generic[S]):
         else:
             with contextlib.suppress(ValueError):
                 self.idle.remove(server)
+        if self.gate is not None:
+            self.gate.server_gone(self)
         if self.waiting:
             self._grow(self.clock())
 
@@ -509,3 +531,15 @@ def _expire_idle(pool: Pool[S], now: float) -> None:
             continue
         pool.idle.remove(server)  # out of reach of acquire before it is gone
         server.close(reason)
+
+
+def open_granted(pool: Pool[S]) -> None:
+    """workers = N: a server slot came: open the servers the pool's waiting clients and
+    min_pool_size need (as acquire, wait_welcome and the janitor would have)."""
+    now = pool.clock()
+    if pool.waiting:
+        pool._grow(now, pool.reserve_pool_size > 0
+                   and pool.max_wait(now) >= pool.reserve_pool_timeout)
+    elif pool.welcome_waiters and not pool.login and pool._may_launch(now) and pool.has_room():
+        pool._open()
+    pool.fill_min(now)

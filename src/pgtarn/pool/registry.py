@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic
+from typing import Generic, Protocol
 
 from ..config import Config, DatabaseEntry, UserEntry
 from ..errors import PgtarnError
 from .channels import ChannelBoard, ListenerLink
-from .pool import ClientTimeouts, Pool, S
+from .pool import ClientTimeouts, Pool, S, ServerGate
+
+
+class SharedGate(ServerGate, Protocol):
+    """workers = N: the server slots of every pool, shared with the other workers."""
+
+    def share(self, total: int) -> int:
+        """This worker's part of a min_pool_size meant for the whole pgtarn."""
+
+    def tick(self) -> None:
+        """The janitor's visit: slots held with no server nor client to use them go back."""
 
 
 class Registry(Generic[S]):
@@ -28,6 +38,8 @@ class Registry(Generic[S]):
         self.disabled: set[str] = set()
         #: A shutdown that waits for servers: clients asking for a server get this error.
         self.refusal: PgtarnError | None = None
+        #: workers = N: server slots shared with the other workers (None: a single process).
+        self.gate: SharedGate | None = None
 
     def __iter__(self) -> Iterator[Pool[S]]:
         return iter(list(self.pools.values()))
@@ -48,6 +60,7 @@ class Registry(Generic[S]):
                 pool.launch = self._launcher(db)
             pool.board = ChannelBoard(self._listener_opener(pool, db))
             pool.may_open = self.may_open
+            pool.gate = self.gate
             pool.last_used = pool.clock()
             self.pools[key] = pool
         self.databases[db.name] = db
@@ -59,6 +72,8 @@ class Registry(Generic[S]):
         pool.pool_size = config.pool_size_for(db, pool.user)
         pool.pool_mode = config.pool_mode_for(db, pool.user)
         pool.min_pool_size = config.min_pool_size_for(db)
+        if self.gate is not None:
+            pool.min_pool_size = self.gate.share(pool.min_pool_size)
         pool.reserve_pool_size = config.reserve_pool_size_for(db, pool.user)
         pool.reserve_pool_timeout = config.reserve_pool_timeout
         pool.check_delay = config.server_check_delay if config.server_check_query else None
@@ -116,7 +131,10 @@ class Registry(Generic[S]):
                                      lambda p: p.database == pool.database):
             return False
         max_user = self.config.max_user_connections_for(pool.user)
-        return not max_user or self._room(pool, max_user + own, lambda p: p.user == pool.user)
+        if max_user and not self._room(pool, max_user + own, lambda p: p.user == pool.user):
+            return False
+        # workers = N: a slot from the supervisor (listener connections are not counted)
+        return self.gate is None or bool(own) or self.gate.may_open(pool)
 
     def _room(self, pool: Pool[S], limit: int, match: Callable[[Pool[S]], bool]) -> bool:
         pools = [p for p in self.pools.values() if match(p)]
@@ -124,7 +142,12 @@ class Registry(Generic[S]):
             return True
         for other in pools:
             if other is not pool and other.idle and not other.waiting:
-                other.idle.popleft().close("evicted for another pool at a connection limit")
+                server = other.idle.popleft()
+                reason = "evicted for another pool at a connection limit"
+                if self.gate is None:
+                    server.close(reason)
+                else:  # workers = N: its slot goes once PostgreSQL closed (workers/slots.py)
+                    server.close(reason, wait=True)
                 return True
         return False
 
@@ -141,6 +164,8 @@ class Registry(Generic[S]):
         """The janitor's visit to every pool."""
         for pool in list(self.pools.values()):
             pool.tick(now)
+        if self.gate is not None:
+            self.gate.tick()
 
     def pools_of(self, database: str | None) -> list[Pool[S]]:
         """The pools of one database, or all of them."""

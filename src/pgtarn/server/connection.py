@@ -37,6 +37,9 @@ from .relay import PREPARED_RELAY_TYPES, ServerRelay
 from .transport import LinkedClient, log
 
 # Login failures that may pass by themselves: the pool retries while clients wait.
+#: workers = N: a server closed to give its slot to another worker waits this long at most
+#: for PostgreSQL to close the connection.
+SERVER_EXIT_WAIT = 5.0
 TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
 
 
@@ -178,7 +181,9 @@ class ServerConnection(ServerRelay):
             log.info("%r: closing because: server connection lost", self)
         self.pool.server_closed(self)
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, wait: bool = False) -> None:
+        """Terminate, then close (wait: PostgreSQL closes, once its backend is gone from
+        pg_stat_activity, or we do after SERVER_EXIT_WAIT seconds)."""
         if self.closed:
             return
         self.closed = True
@@ -192,6 +197,9 @@ class ServerConnection(ServerRelay):
         if self.transport is not None:
             if not self.transport.is_closing():
                 self.transport.write(build.TERMINATE)
+                if wait:
+                    asyncio.get_running_loop().call_later(SERVER_EXIT_WAIT, self.transport.close)
+                    return
             self.transport.close()
 
     # --- bytes from PostgreSQL ----------------------------------------------------------------

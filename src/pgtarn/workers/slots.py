@@ -1,0 +1,201 @@
+"""A worker's side of the shared limits: server slots from the supervisor, client admission.
+
+The supervisor keeps the books (ledger.py). This worker holds a number of server slots per
+pool and opens a server only while it has more slots than servers (the pools' gate,
+pool/pool.py's ServerGate); otherwise it asks for one and opens the server when the grant
+comes. A slot goes back when a server is gone and no client of the pool waits for it. Asked
+to give one back for another worker's clients, it closes an idle server of the pool, or the
+next one released.
+
+Messages to the supervisor: ``limits_ask`` (a slot, with the limits), ``limits_release``,
+``limits_nudge`` (clients still wait: look again for a slot to take back), ``limits_admit``
+(a request: may one more client log in?), ``limits_left`` (an admitted client is gone).
+From it: ``limits_grant`` and ``limits_reclaim``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+from ..pool.pool import Pool, PooledServer, open_granted
+from ..pool.registry import Registry
+from .channel import ChannelClosed
+from .link import WorkerLink
+from .wire import Message
+
+log = logging.getLogger("pgtarn")
+
+#: How long a login waits for the supervisor's answer before it is refused.
+ADMIT_TIMEOUT = 10.0
+#: How often clients still waiting for a slot make the supervisor look again for one to take
+#: back (the first look is at once, when the request is queued).
+NUDGE_INTERVAL = 0.5
+
+
+class SharedLimits:
+    """This worker's server slots and admitted clients (see the module docstring)."""
+
+    def __init__(self, link: WorkerLink, registry: Registry[Any]) -> None:
+        self.link = link
+        self.registry = registry
+        self.index = link.index
+        self.count = link.count
+        #: (database, user) -> slots held, and slots asked for and not granted yet.
+        self.held: Counter[tuple[str, str]] = Counter()
+        self.asked: Counter[tuple[str, str]] = Counter()
+        #: Servers to close as they are released, their slots going to other workers.
+        self.owed: Counter[tuple[str, str]] = Counter()
+        #: Servers closing to give their slots back: the slot goes when the server is gone,
+        #: so that PostgreSQL does not see the next one open while this one still runs.
+        self.leaving: Counter[tuple[str, str]] = Counter()
+        self.next_nudge = 0.0
+        #: id(client) -> (database, user, admin console) of each admitted client.
+        self.clients: dict[int, tuple[str, str, bool]] = {}
+        link.handle("limits_grant", self._granted)
+        link.handle("limits_reclaim", self._reclaimed)
+
+    # --- the pools' gate --------------------------------------------------------------------
+
+    def may_open(self, pool: Pool[Any]) -> bool:
+        key = (pool.database, pool.user)
+        held = self.held[key]
+        if pool.server_count + self.leaving[key] < held:
+            return True
+        asked = self.asked[key]
+        # the reserve when the janitor would use it (the oldest client waited long enough)
+        limit = pool.pool_size
+        if pool.reserve_pool_size and pool.max_wait(pool.clock()) >= pool.reserve_pool_timeout:
+            limit += pool.reserve_pool_size
+        # one request per waiting client that no server logging in or being reset will serve
+        coming = len(pool.login) + len(pool.tested)
+        if held + asked < limit and asked < max(1, len(pool.waiting) - coming):
+            config = self.registry.config
+            db = self.registry.databases.get(pool.database)
+            self.asked[key] += 1
+            self.link.send({
+                "kind": "limits_ask", "database": pool.database, "user": pool.user,
+                "pool_limit": limit,
+                "max_db": config.max_db_connections_for(db) if db is not None else 0,
+                "max_user": config.max_user_connections_for(pool.user),
+            })
+        return False
+
+    def server_gone(self, pool: Pool[Any]) -> None:
+        key = (pool.database, pool.user)
+        if self.leaving[key] > 0:
+            self.leaving[key] -= 1
+            self._release(*key)
+        self._release_unused(*key)
+
+    def gives_back(self, pool: Pool[Any], server: PooledServer) -> bool:
+        key = (pool.database, pool.user)
+        if not self.owed[key]:
+            return False
+        self.owed[key] -= 1
+        self.leaving[key] += 1
+        server.close("given back for another worker's clients", wait=True)
+        return True
+
+    def share(self, total: int) -> int:
+        """min_pool_size over the workers: worker i opens total // N, one more for the first
+        total % N, so that they sum to total."""
+        return total // self.count + (1 if self.index < total % self.count else 0)
+
+    def tick(self) -> None:
+        for database, user in list(self.held):
+            self._release_unused(database, user)
+        now = time.monotonic()
+        if now < self.next_nudge:
+            return
+        self.next_nudge = now + NUDGE_INTERVAL
+        for key, asked in self.asked.items():
+            pool = self.registry.pools.get(key)
+            if asked and pool is not None and (pool.waiting or pool.welcome_waiters):
+                # still waiting: the supervisor looks again for a slot to take back for them
+                self.link.send({"kind": "limits_nudge", "database": key[0], "user": key[1]})
+
+    # --- messages from the supervisor -------------------------------------------------------
+
+    def _granted(self, message: Message, fds: list[int]) -> None:
+        key = (str(message.get("database")), str(message.get("user")))
+        self.held[key] += 1
+        if self.asked[key] > 0:
+            self.asked[key] -= 1
+        # first come first served chose this worker: a give-back asked before is moot
+        self.owed.pop(key, None)
+        pool = self.registry.pools.get(key)
+        if pool is not None:
+            open_granted(pool)
+        self._release_unused(*key)
+
+    def _reclaimed(self, message: Message, fds: list[int]) -> None:
+        key = (str(message.get("database")), str(message.get("user")))
+        pool = self.registry.pools.get(key)
+        if pool is None or self.owed[key] + self.leaving[key] >= self.held[key]:
+            return
+        if pool.idle and not pool.waiting:
+            self.leaving[key] += 1
+            pool.idle.popleft().close("given back for another worker's clients", wait=True)
+        elif not message.get("idle_only"):
+            self.owed[key] += 1  # the next server released to the pool closes
+
+    # --- slots ------------------------------------------------------------------------------
+
+    def _release_unused(self, database: str, user: str) -> None:
+        """Slots beyond the pool's servers go back, but one a waiting client needs."""
+        key = (database, user)
+        pool = self.registry.pools.get(key)
+        keep = self.leaving[key]
+        if pool is None:
+            self.owed.pop(key, None)
+        else:
+            keep += pool.server_count
+            if (pool.waiting or pool.welcome_waiters) and not pool.paused:
+                keep += 1
+            # a give-back asked for a server that closed meanwhile: its slot went back here
+            self.owed[key] = min(self.owed[key], pool.server_count)
+        while self.held[key] > keep:
+            self._release(database, user)
+
+    def _release(self, database: str, user: str) -> None:
+        key = (database, user)
+        self.held[key] -= 1
+        if self.held[key] <= 0:
+            del self.held[key]
+        if self.owed[key] > self.held[key]:
+            self.owed[key] = self.held[key]
+        self.link.send({"kind": "limits_release", "database": database, "user": user})
+
+    # --- clients ----------------------------------------------------------------------------
+
+    async def admit(self, client: object, database: str, user: str, admin: bool,
+                    limits: list[int]) -> str | None:
+        """Ask the supervisor whether one more client may log in: None (yes, counted until
+        :meth:`left`), or the limit that refuses it. limits: max_client_conn,
+        max_db_client_connections, max_user_client_connections as they apply to this client
+        (0: none), then this worker's own counts for them, this client included."""
+        try:
+            reply, _fds = await self.link.request({
+                "kind": "limits_admit", "database": database, "user": user, "admin": admin,
+                "limits": limits}, ADMIT_TIMEOUT)
+        except (ChannelClosed, TimeoutError):
+            return "supervisor not answering"
+        refused = reply.get("refused")
+        if isinstance(refused, str):
+            return refused
+        self.clients[id(client)] = (database, user, admin)
+        return None
+
+    def admitted(self, client: object) -> bool:
+        return id(client) in self.clients
+
+    def left(self, client: object) -> None:
+        """A client is gone (admitted or not)."""
+        entry = self.clients.pop(id(client), None)
+        if entry is not None:
+            database, user, admin = entry
+            self.link.send({"kind": "limits_left", "database": database, "user": user,
+                            "admin": admin})

@@ -1,0 +1,162 @@
+"""A worker's side of the shared limits: no server without a slot, slots given back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgtarn.config import DatabaseEntry
+from pgtarn.configfile import parse_config
+from pgtarn.errors import PgtarnError
+from pgtarn.pool.pool import Pool
+from pgtarn.pool.registry import Registry
+from pgtarn.workers.slots import SharedLimits
+
+INI = "[databases]\napp = host=127.0.0.1 dbname=app max_db_connections=5\n" \
+      "[pgbouncer]\ndefault_pool_size = 3\n"
+
+
+class Server:
+    def __init__(self, pool: Pool[Server]) -> None:
+        self.pool = pool
+        self.connstr = pool.connstr
+        self.created_at = self.last_used = pool.clock()
+        self.close_needed = False
+        self.closed: str | None = None
+
+    def close(self, reason: str, wait: bool = False) -> None:
+        assert wait or "given back" not in reason
+        self.closed = reason
+        self.pool.server_closed(self)
+
+    def start_check(self) -> None:
+        raise AssertionError("no checks here")
+
+
+class Client:
+    def __init__(self) -> None:
+        self.server: Server | None = None
+
+    def server_assigned(self, server: Server) -> None:
+        self.server = server
+
+    def server_unavailable(self, error: PgtarnError) -> None:
+        raise AssertionError(error)
+
+    def welcome_ready(self) -> None:
+        pass
+
+    def waiting_too_long(self) -> None:
+        pass
+
+
+class Link:
+    index, count = 1, 2
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.handlers: dict[str, Any] = {}
+
+    def handle(self, kind: str, handler: Any) -> None:
+        self.handlers[kind] = handler
+
+    def send(self, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
+        self.sent.append(message)
+
+    def kinds(self) -> list[str]:
+        sent, self.sent = self.sent, []
+        return [m["kind"] for m in sent]
+
+    def deliver(self, kind: str) -> None:
+        self.handlers[kind]({"kind": kind, "database": "app", "user": "app"}, [])
+
+
+def setup() -> tuple[Link, SharedLimits, Pool[Server], list[Server]]:
+    config = parse_config(INI)
+    registry: Registry[Server] = Registry(config)
+    launched: list[Server] = []
+
+    def launch(pool: Pool[Server], db: DatabaseEntry) -> Server:
+        launched.append(Server(pool))
+        return launched[-1]
+
+    registry.launch = launch
+    link = Link()
+    limits = SharedLimits(link, registry)  # type: ignore[arg-type]
+    registry.gate = limits
+    pool = registry.get_pool(config.databases["app"], "app")
+    pool.welcome = {}
+    return link, limits, pool, launched
+
+
+def test_a_server_opens_only_with_a_slot_from_the_supervisor() -> None:
+    link, limits, pool, launched = setup()
+    assert pool.acquire(Client()) is None
+    assert not launched
+    [ask] = link.sent
+    assert ask == {"kind": "limits_ask", "database": "app", "user": "app", "pool_limit": 3,
+                   "max_db": 5, "max_user": 0}
+    assert pool.acquire(Client()) is None
+    assert link.kinds() == ["limits_ask", "limits_ask"]  # one per waiting client
+    link.deliver("limits_grant")
+    assert len(launched) == 1 and limits.held[("app", "app")] == 1
+    assert link.kinds() == []
+
+
+def test_a_slot_goes_back_when_its_server_is_gone_and_nobody_waits() -> None:
+    link, limits, pool, launched = setup()
+    client = Client()
+    pool.acquire(client)
+    link.deliver("limits_grant")
+    pool.server_ready(launched[0], {})
+    assert client.server is launched[0]
+    link.kinds()
+    waiting = Client()
+    pool.acquire(waiting)
+    assert link.kinds() == ["limits_ask"]
+    launched[0].close("server_lifetime")  # a client waits: the slot serves it
+    assert link.kinds() == [] and len(launched) == 2
+    pool.server_ready(launched[1], {})
+    assert waiting.server is launched[1]
+    pool.release(launched[1])
+    launched[1].close("server_idle_timeout")
+    assert link.kinds() == ["limits_release"]
+    assert not limits.held
+
+
+def test_a_give_back_closes_an_idle_server_and_the_slot_goes_when_it_is_gone() -> None:
+    link, limits, pool, launched = setup()
+    pool.acquire(Client())
+    link.deliver("limits_grant")
+    pool.server_ready(launched[0], {})
+    pool.release(launched[0])
+    link.kinds()
+    link.deliver("limits_reclaim")
+    assert launched[0].closed == "given back for another worker's clients"
+    assert link.kinds() == ["limits_release"] and not limits.held
+
+
+def test_a_busy_server_is_given_back_when_released_then_a_grant_ends_what_is_owed() -> None:
+    link, _limits, pool, launched = setup()
+    first, second = Client(), Client()
+    for client in (first, second):
+        pool.acquire(client)
+    link.deliver("limits_grant")
+    pool.server_ready(launched[0], {})
+    link.kinds()
+    link.deliver("limits_reclaim")
+    assert launched[0].closed is None  # busy: it goes when released
+    pool.release(launched[0])  # second waits, but the slot was asked for elsewhere
+    assert launched[0].closed == "given back for another worker's clients"
+    assert second.server is None
+    assert link.kinds() == ["limits_release"]
+    link.deliver("limits_reclaim")  # owed twice: ...
+    link.deliver("limits_grant")  # ... but a grant to this worker ends that
+    pool.server_ready(launched[1], {})
+    assert second.server is launched[1]
+    pool.release(launched[1])
+    assert launched[1].closed is None
+
+
+def test_min_pool_size_is_shared_out_between_the_workers() -> None:
+    _link, limits, _pool, _launched = setup()
+    assert [limits.share(n) for n in (0, 1, 2, 3, 5)] == [0, 0, 1, 1, 2]  # worker 1 of 2
