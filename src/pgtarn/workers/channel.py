@@ -120,6 +120,9 @@ class Channel:
                 self.sock, READ_SIZE, MAX_FDS_PER_READ, _RECV_FLAGS)
         except (BlockingIOError, InterruptedError):
             return
+        except ConnectionResetError:  # the other process exited with bytes unread: its end
+            self.close("")
+            return
         except OSError as exc:
             self.close(f"read failed: {exc}")
             return
