@@ -115,6 +115,21 @@ def takeover_address(port: int) -> str:
     return f"\0pgtarn-takeover-{port}"
 
 
+def accept_takeover(listener: socket.socket | None, busy: bool) -> socket.socket | None:
+    """A new pgtarn's connection to the takeover socket, or None: nothing to accept, or
+    refused (closed) when busy, as one takeover runs at a time and none while stopping."""
+    if listener is None:
+        return None
+    try:
+        conn, _addr = listener.accept()
+    except OSError:
+        return None
+    if busy:
+        conn.close()
+        return None
+    return conn
+
+
 def takeover_listener(port: int) -> socket.socket | None:
     """The takeover socket of the pgtarn on port (one socket; nothing of reboot.py is loaded
     until a new process connects); None, logged, when it cannot be had."""
@@ -331,18 +346,10 @@ class App:
                                                   self._takeover_asked)
 
     def _takeover_asked(self) -> None:
-        listener = self.takeover_listener
-        if listener is None:
-            return
-        try:
-            conn, _addr = listener.accept()
-        except OSError:
-            return
-        if self.stopping is not None or (self.takeover is not None
-                                         and not self.takeover.channel.closed):
-            conn.close()  # one takeover at a time, and none while stopping
-            return
-        self.takeover = load_takeover()[1](self, conn, self._close_takeover)
+        conn = accept_takeover(self.takeover_listener, self.stopping is not None or (
+            self.takeover is not None and not self.takeover.channel.closed))
+        if conn is not None:
+            self.takeover = load_takeover()[1](self, conn, self._close_takeover)
 
     def _close_takeover(self) -> None:
         listener, self.takeover_listener = self.takeover_listener, None

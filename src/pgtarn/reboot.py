@@ -244,6 +244,16 @@ def client_state(client: ClientConnection) -> HandedClient:
 # --- the new process --------------------------------------------------------------------------
 
 
+async def ask_for_sockets(channel: Channel) -> tuple[list[socket.socket], str | None, int]:
+    """A takeover's first step, from the new side: the old pgtarn's listening sockets, its
+    unix socket's path and its pid."""
+    reply, fds = await channel.request({"kind": "takeover", "pid": os.getpid()}, REPLY_TIMEOUT)
+    pid = reply.get("pid")
+    path = reply.get("unix_path")
+    return ([socket.socket(fileno=fd) for fd in fds], path if isinstance(path, str) else None,
+            pid if isinstance(pid, int) else 0)
+
+
 class Takeover:
     """The new process's side: the listening sockets, then clients (module docstring)."""
 
@@ -255,12 +265,8 @@ class Takeover:
 
     async def listening_sockets(self) -> tuple[list[socket.socket], str | None]:
         """The old process's listening sockets, and its unix socket's path."""
-        reply, fds = await self.channel.request(
-            {"kind": "takeover", "pid": os.getpid()}, REPLY_TIMEOUT)
-        pid = reply.get("pid")
-        self.old_pid = pid if isinstance(pid, int) else 0
-        path = reply.get("unix_path")
-        return [socket.socket(fileno=fd) for fd in fds], path if isinstance(path, str) else None
+        socks, path, self.old_pid = await ask_for_sockets(self.channel)
+        return socks, path
 
     async def serving(self) -> None:
         """We accept on the sockets: the old process stops."""

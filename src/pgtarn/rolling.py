@@ -30,9 +30,9 @@ import socket
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from .app import takeover_address, takeover_listener
+from .app import accept_takeover, takeover_address, takeover_listener
 from .proto.cancelkey import worker_of
-from .reboot import REPLY_TIMEOUT, connect
+from .reboot import REPLY_TIMEOUT, ask_for_sockets, connect
 from .workers.channel import Channel, ChannelClosed
 from .workers.sockets import tcp_listeners
 from .workers.wire import Message
@@ -84,18 +84,10 @@ def open_listener(sup: SupervisorView, port: int) -> None:
 
 
 def _asked(sup: SupervisorView) -> None:
-    listener = sup.takeover_listener
-    if listener is None:
-        return
-    try:
-        conn, _addr = listener.accept()
-    except OSError:
-        return
-    if sup.stopping is not None or (sup.takeover is not None
-                                    and not sup.takeover.channel.closed):
-        conn.close()  # one takeover at a time, and none while stopping
-        return
-    sup.takeover = OldSide(sup, conn)
+    conn = accept_takeover(sup.takeover_listener, sup.stopping is not None or (
+        sup.takeover is not None and not sup.takeover.channel.closed))
+    if conn is not None:
+        sup.takeover = OldSide(sup, conn)
 
 
 def close_listener(sup: SupervisorView) -> None:
@@ -223,12 +215,8 @@ class NewSide:
         self.old_pid = 0
 
     async def listening_sockets(self) -> tuple[list[socket.socket], str | None]:
-        reply, fds = await self.channel.request(
-            {"kind": "takeover", "pid": os.getpid()}, REPLY_TIMEOUT)
-        pid = reply.get("pid")
-        self.old_pid = pid if isinstance(pid, int) else 0
-        path = reply.get("unix_path")
-        return [socket.socket(fileno=fd) for fd in fds], path if isinstance(path, str) else None
+        socks, path, self.old_pid = await ask_for_sockets(self.channel)
+        return socks, path
 
     async def serving(self) -> None:
         """Our workers accept on the sockets: the old pgtarn stops."""
