@@ -50,10 +50,9 @@ def _socket_inodes(pid: int) -> set[int]:
     return inodes
 
 
-def tcp_clients(pid: int, port: int) -> int:
-    """Established TCP connections that pid holds on local port (its clients there)."""
-    inodes = _socket_inodes(pid)
-    count = 0
+def _tcp_connections() -> list[tuple[int, int, str, int]]:
+    """(local port, remote port, state, inode) of every TCP socket, from /proc/net/tcp*."""
+    rows = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table, encoding="ascii") as f:
@@ -62,27 +61,22 @@ def tcp_clients(pid: int, port: int) -> int:
             continue
         for line in lines:
             fields = line.split()
-            local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            if local_port == port and fields[3] == "01" and int(fields[9]) in inodes:
-                count += 1
-    return count
+            rows.append((int(fields[1].rsplit(":", 1)[1], 16),
+                         int(fields[2].rsplit(":", 1)[1], 16), fields[3], int(fields[9])))
+    return rows
+
+
+def tcp_clients(pid: int, port: int) -> int:
+    """Established TCP connections that pid holds on local port (its clients there)."""
+    inodes = _socket_inodes(pid)
+    return sum(1 for local, _remote, state, inode in _tcp_connections()
+               if local == port and state == "01" and inode in inodes)
 
 
 def holder_of(pids: list[int], port: int, client_port: int) -> int | None:
     """Which of pids holds the TCP connection from local client_port to port."""
-    connections: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            local = int(fields[1].rsplit(":", 1)[1], 16)
-            remote = int(fields[2].rsplit(":", 1)[1], 16)
-            if local == port and remote == client_port:
-                connections.add(int(fields[9]))
+    connections = {inode for local, remote, _state, inode in _tcp_connections()
+                   if local == port and remote == client_port}
     for pid in pids:
         if _socket_inodes(pid) & connections:
             return pid
