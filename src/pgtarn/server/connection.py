@@ -36,10 +36,10 @@ from .login import LoginDriver
 from .relay import PREPARED_RELAY_TYPES, ServerRelay
 from .transport import LinkedClient, log
 
-# Login failures that may pass by themselves: the pool retries while clients wait.
 #: workers = N: a server closed to give its slot to another worker waits this long at most
 #: for PostgreSQL to close the connection.
 SERVER_EXIT_WAIT = 5.0
+# Login failures that may pass by themselves: the pool retries while clients wait.
 TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
 
 
