@@ -136,10 +136,18 @@ def test_sighup_reload_applies_pool_mode_and_keeps_clients(pgtarn_factory) -> No
         assert kept.execute("select 3").fetchone() == (3,)
 
 
-def test_demo_prints_a_working_psql_command() -> None:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("started_as", ["foreground", "background job"])
+def test_demo_prints_a_working_psql_command(started_as: str) -> None:
+    # a shell's background job starts with SIGINT ignored, and the demo inherits that
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pgtarn", "demo", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_ignore_sigint if started_as == "background job"
+                            else None)
     assert proc.stdout is not None
     lines = []
     command = None

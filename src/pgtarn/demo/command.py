@@ -76,6 +76,9 @@ def run_demo(argv: list[str] | None = None) -> int:
     cluster: ThrowawayCluster | None = None
     pgtarn: PgtarnChild | None = None
     old_handler = signal.signal(signal.SIGTERM, on_sigterm)
+    # "Press Ctrl-C" must work even when SIGINT came ignored from the parent (a shell's
+    # background job): Python keeps an inherited SIG_IGN, and the demo would never stop
+    entry_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         listen_port = _pick_demo_port(args.port)
         cluster = ThrowawayCluster()
@@ -121,12 +124,12 @@ def run_demo(argv: list[str] | None = None) -> int:
         print(f"pgtarn demo: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
         try:
             if pgtarn is not None:
                 pgtarn.stop(timeout=5)
             if cluster is not None:
                 cluster.cleanup()
         finally:
-            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGINT, entry_int)
             signal.signal(signal.SIGTERM, old_handler)
