@@ -134,3 +134,37 @@ class TempCluster(ThrowawayCluster):
                 time.sleep(0.05)
             else:
                 raise ClusterError("ssl did not turn on after reload")
+
+
+class PrimaryCluster(TempCluster):
+    """A TempCluster that standbys may copy and follow: replication connections over its
+    unix socket are trusted (pg_basebackup, and the standbys' WAL receivers)."""
+
+    def _initdb(self) -> None:
+        super()._initdb()
+        with open(Path(self.data_dir) / "pg_hba.conf", "a", encoding="utf-8") as fh:
+            fh.write("local replication all trust\n")
+
+
+class StandbyCluster(TempCluster):
+    """A streaming standby of a running PrimaryCluster: pg_basebackup -R into its own
+    directory, its own port and socket; it follows the primary until promoted."""
+
+    def __init__(self, primary: PrimaryCluster, bindir: str | None = None) -> None:
+        super().__init__(bindir)
+        self.primary = primary
+
+    def _initdb(self) -> None:
+        self._run_pg([
+            self._bin("pg_basebackup"), "-D", self.data_dir, "-R", "-X", "stream",
+            "-h", self.primary.socket_dir, "-p", str(self.primary.port), "-U", "postgres",
+            "--no-sync",
+        ])  # fmt: skip
+        # the copied postgresql.conf names the primary's socket directory: ours win
+        settings = "".join(f"{key} = '{value}'\n" for key, value in self._settings().items())
+        with open(Path(self.data_dir) / "postgresql.conf", "a", encoding="utf-8") as fh:
+            fh.write(f"\n# --- {type(self).__name__}: its own socket\n{settings}")
+
+    def promote(self) -> None:
+        """pg_ctl promote: the standby becomes a primary."""
+        self._run_pg([self._bin("pg_ctl"), "promote", "-w", "-D", self.data_dir])
