@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import cast
 
 from ..config import Config, DatabaseEntry
@@ -58,11 +58,25 @@ class HostChooser:
 
     def __init__(self) -> None:
         self.next: dict[str, int] = {}
+        #: Per entry, the hosts whose last login did not fit its target_session_attrs:
+        #: tried last (not never: roles change at a failover).
+        self.unfit: dict[str, set[int]] = {}
 
     def order(self, db: DatabaseEntry) -> list[int]:
         count = len(db.hosts) or 1
         first = self.next.get(db.name, 0) % count
-        return [(first + step) % count for step in range(count)]
+        rotation = [(first + step) % count for step in range(count)]
+        unfit = self.unfit.get(db.name)
+        if not unfit:
+            return rotation
+        return [i for i in rotation if i not in unfit] + [i for i in rotation if i in unfit]
+
+    def mark(self, db: DatabaseEntry, index: int, fits: bool) -> None:
+        """A login to host index found it fitting the entry's target_session_attrs, or not."""
+        if fits:
+            self.unfit.get(db.name, set()).discard(index)
+        else:
+            self.unfit.setdefault(db.name, set()).add(index)
 
     def used(self, db: DatabaseEntry, index: int, connected: bool) -> None:
         """A connection to host index connected, or (connected False) none could."""
@@ -70,15 +84,38 @@ class HostChooser:
         self.next[db.name] = index if sticky else index + 1
 
 
+def role_fits(attrs: str, params: Mapping[str, str]) -> bool:
+    """Whether a server whose login reported params fits target_session_attrs, as libpq
+    decides it from the in_hot_standby and default_transaction_read_only parameters
+    (reported since PostgreSQL 14; an older server, which reports neither, fits any)."""
+    standby = params.get("in_hot_standby")
+    if standby is None:
+        return True
+    read_only = standby == "on" or params.get("default_transaction_read_only") == "on"
+    if attrs == "read-write":
+        return not read_only
+    if attrs == "read-only":
+        return read_only
+    if attrs == "primary":
+        return standby == "off"
+    if attrs in ("standby", "prefer-standby"):
+        return standby == "on"
+    return True
+
+
 async def open_connection(
     db: DatabaseEntry, factory: Callable[[], asyncio.Protocol], timeout: float,
     socket_dir: str = "/tmp", chooser: HostChooser | None = None,
+    skip: Collection[int] = (),
 ) -> Target:
     """Connect a protocol to one of a database entry's hosts (TCP or a unix socket
-    directory), trying them in the chooser's order; returns the one connected, or raises
-    the last host's error."""
+    directory), trying them in the chooser's order (but those in skip); returns the one
+    connected, or raises the last host's error."""
     hosts = targets(db, socket_dir)
     order = chooser.order(db) if chooser is not None else list(range(len(hosts)))
+    order = [index for index in order if index not in skip]
+    if not order:
+        raise OSError("no host of the list is left to try")
     error: BaseException | None = None
     for index in order:
         try:

@@ -19,12 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Self, cast
 
 from ..config import DatabaseEntry
 from ..errors import PgtarnError, ProtocolViolation, TlsFailed
-from ..net.sockets import address, open_connection, send_cancel_request, tune
+from ..net.sockets import (
+    address,
+    open_connection,
+    role_fits,
+    send_cancel_request,
+    targets,
+    tune,
+)
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
@@ -32,7 +39,7 @@ from ..proto.server_login import LoggedIn, ServerLogin
 from ..runtime import Runtime
 from ..session.prepared import FORGETS_ALL, ServerStatements
 from ..session.tracking import NO_SETTINGS
-from .login import LoginDriver
+from .login import LoginDriver, server_login_for
 from .relay import PREPARED_RELAY_TYPES, ServerRelay
 from .transport import LinkedClient, log
 
@@ -73,7 +80,7 @@ class ServerConnection(ServerRelay):
             try:
                 self.target = await open_connection(
                     db, lambda: self, runtime.config.server_connect_timeout,
-                    runtime.config.unix_socket_dir, runtime.hosts)
+                    runtime.config.unix_socket_dir, runtime.hosts, self.hosts_tried)
             except (TimeoutError, OSError) as exc:
                 self.connection_failed(exc if str(exc) else ProtocolViolation("timeout"))
 
@@ -98,6 +105,10 @@ class ServerConnection(ServerRelay):
         self.transport = transport
 
     def _logged_in(self, result: LoggedIn) -> None:
+        attrs = self.db.target_session_attrs
+        if attrs and attrs != "any" and not self.replication and \
+                not self._fits(attrs, result.params):  # fmt: skip
+            return
         self.login = None
         self.params = result.params
         self.backend_key = result.backend_key
@@ -148,6 +159,39 @@ class ServerConnection(ServerRelay):
             self.login = None
             self._login_failed(error)
 
+    def _fits(self, attrs: str, params: Mapping[str, str]) -> bool:
+        """target_session_attrs, as libpq: a host whose role does not fit is left for the
+        next one of the list (the hosts are remembered, and tried last by later servers);
+        when none fits, the login fails, but prefer-standby takes the last one tried."""
+        hosts = targets(self.db, self.runtime.config.unix_socket_dir)
+        index = hosts.index(self.target) if self.target in hosts else 0
+        fits = role_fits(attrs, params)
+        self.runtime.hosts.mark(self.db, index, fits)
+        self.hosts_tried.add(index)
+        if fits or (attrs == "prefer-standby" and len(self.hosts_tried) >= len(hosts)):
+            return True
+        transport = self.transport
+        self.transport = None
+        if transport is not None:
+            self.stale_links += 1
+            transport.write(build.TERMINATE)
+            transport.close()
+        if len(self.hosts_tried) >= len(hosts):
+            self.closed = True
+            self.login = None
+            self._login_failed(PgtarnError(
+                f"no server of the host list fits target_session_attrs={attrs}",
+                sqlstate="08006", severity="FATAL"))
+            return False
+        log.info("%r: %s:%s does not fit target_session_attrs=%s, trying the next host",
+                 self, *hosts[index], attrs)
+        self.login = LoginDriver(
+            server_login_for(self.runtime, self.pool, self.db), self, self.db.host,
+            switched=self._switch_transport, logged_in=self._logged_in,
+            failed=self._login_refused, tls_failed=self._tls_failed)
+        self.start_connecting()
+        return False
+
     def connection_failed(self, exc: BaseException) -> None:
         """The TCP/unix connect itself failed."""
         if self.closed:
@@ -165,6 +209,9 @@ class ServerConnection(ServerRelay):
         self.pool.server_login_failed(self, error, retry=is_transient(error))
 
     def connection_lost(self: Self, exc: Exception | None) -> None:
+        if self.stale_links:  # a host that did not fit target_session_attrs, left
+            self.stale_links -= 1
+            return
         was_closed = self.closed
         self.closed = True
         if self.login is not None:

@@ -72,6 +72,7 @@ class ServerTransport(asyncio.Protocol):
         "created_at",
         "db",
         "fatal",
+        "hosts_tried",
         "id",
         "internal_error",
         "last_used",
@@ -85,6 +86,7 @@ class ServerTransport(asyncio.Protocol):
         "runtime",
         "scanner",
         "settings",
+        "stale_links",
         "statements",
         "status",
         "swallow",
@@ -131,6 +133,10 @@ class ServerTransport(asyncio.Protocol):
         self.local_addr = ""
         #: The host and port of the entry's list it connected to (its cancels go there).
         self.target: Target = ("", 0)
+        #: target_session_attrs: the hosts (indexes in the entry's list) whose login did not
+        #: fit, and the connections to them closed whose connection_lost is still to come.
+        self.hosts_tried: set[int] = set()
+        self.stale_links = 0
         #: A replication client's own server: "physical" or "logical" ("": a pool's).
         self.replication = ""
 

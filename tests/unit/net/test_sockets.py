@@ -201,3 +201,31 @@ def test_open_connection_raises_the_last_error_when_no_host_connects() -> None:
 
     with pytest.raises(OSError):
         asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("attrs", "standby", "read_only", "fits"), [
+    ("read-write", "off", "off", True), ("read-write", "off", "on", False),
+    ("read-write", "on", "off", False), ("read-only", "off", "on", True),
+    ("read-only", "on", "off", True), ("read-only", "off", "off", False),
+    ("primary", "off", "on", True), ("primary", "on", "off", False),
+    ("standby", "on", "off", True), ("standby", "off", "off", False),
+    ("prefer-standby", "on", "off", True), ("prefer-standby", "off", "off", False),
+    ("any", "on", "on", True),
+])
+def test_role_fits_as_libpq_reads_the_reported_parameters(attrs: str, standby: str,
+                                                          read_only: str, fits: bool) -> None:
+    params = {"in_hot_standby": standby, "default_transaction_read_only": read_only}
+    assert sockets.role_fits(attrs, params) is fits
+
+
+def test_a_server_that_reports_no_role_fits_any_attrs() -> None:  # before PostgreSQL 14
+    assert sockets.role_fits("read-write", {}) and sockets.role_fits("standby", {})
+
+
+def test_hosts_that_did_not_fit_are_tried_last_until_they_fit_again() -> None:
+    db = DatabaseEntry("db", host="a", hosts=("a", "b", "c"), port=5432)
+    chooser = sockets.HostChooser()
+    chooser.mark(db, 0, False)
+    assert chooser.order(db) == [1, 2, 0]
+    chooser.mark(db, 0, True)
+    assert chooser.order(db) == [0, 1, 2]
