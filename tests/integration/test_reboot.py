@@ -28,6 +28,32 @@ SERVING = re.compile(r"of (\d+) clients (\d+) are idle and go to it now, (\d+) a
                      r"when it ends\), (\d+) stay here")
 
 
+class ConnectLoop:
+    """Connections attempted (each running one query) in a thread all through a restart:
+    none may be refused."""
+
+    def __init__(self, proc: PgtarnProcess) -> None:
+        self.proc = proc
+        self.attempts = 0
+        self.refused: list[str] = []
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self.attempts += 1
+            try:
+                with connect(self.proc, autocommit=True, connect_timeout=20) as c:
+                    c.execute("select 1")
+            except psycopg.Error as exc:
+                self.refused.append(str(exc))
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=60)
+
+
 def _reboot(proc: PgtarnProcess, workdir: Path) -> PgtarnProcess:
     """A second pgtarn with --reboot on proc's configuration, once it serves the sockets."""
     workdir.mkdir(exist_ok=True)
@@ -57,20 +83,7 @@ def test_rolling_restart_under_pgbench(pgtarn_factory, pgbench_tables, tmp_path)
         ["pgbench", "-n", "-N", "-c", "20", "-j", "2", "-T", "8",
          proc.dsn("app", "app_pass")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # connections attempted all through the restart: none may be refused
-    attempts, refused, stop = [0], [], threading.Event()
-
-    def connect_loop() -> None:
-        while not stop.is_set():
-            attempts[0] += 1
-            try:
-                with connect(proc, autocommit=True, connect_timeout=20) as c:
-                    c.execute("select 1")
-            except psycopg.Error as exc:
-                refused.append(str(exc))
-
-    looper = threading.Thread(target=connect_loop)
-    looper.start()
+    loop = ConnectLoop(proc)  # connections attempted all through the restart
     new = None
     try:
         time.sleep(1.5)  # pgbench is under way
@@ -79,19 +92,18 @@ def test_rolling_restart_under_pgbench(pgtarn_factory, pgbench_tables, tmp_path)
         proc.proc.wait(timeout=120)  # the old one drains and exits
         bench_running = bench.poll() is None
         time.sleep(0.5)
-        stop.set()
-        looper.join(timeout=60)
+        loop.stop()
         out, err = bench.communicate(timeout=300)
         assert bench.returncode == 0, err[-2000:]
         done, failed = processed(out)
         assert done > 0 and failed == 0
-        assert refused == [], refused[:3]
-        assert attempts[0] > 5
+        assert loop.refused == [], loop.refused[:3]
+        assert loop.attempts > 5
         counts = SERVING.search(proc.log_text())
         assert counts is not None
         total, idle, in_xact, busy, stay = map(int, counts.groups())
         print(f"\nat the takeover: {total} clients, {idle} idle, {in_xact} mid-transaction, "
-              f"{busy} in a query or waiting for a server, {stay} stayed; {attempts[0]} "
+              f"{busy} in a query or waiting for a server, {stay} stayed; {loop.attempts} "
               f"connects during the restart, none refused; pgbench: {done} transactions, "
               f"{failed} failed")
         handed = re.search(r"takeover: (\d+) clients handed over",
@@ -107,8 +119,7 @@ def test_rolling_restart_under_pgbench(pgtarn_factory, pgbench_tables, tmp_path)
             assert c.execute("select 7").fetchone() == (7,)
         assert new.proc.poll() is None
     finally:
-        stop.set()
-        looper.join(timeout=60)
+        loop.stop()
         if bench.poll() is None:
             bench.kill()
             bench.communicate()

@@ -20,7 +20,7 @@ from tests.support.procs import wait_children
 
 from .drivers import connect
 from .test_pgbench import pgbench_tables, processed
-from .test_reboot import SERVING, _stopped, _wait_for
+from .test_reboot import SERVING, ConnectLoop, _stopped, _wait_for
 
 __all__ = ["pgbench_tables"]
 
@@ -75,19 +75,7 @@ def test_rolling_restart_with_workers_under_pgbench(pgtarn_factory, pgbench_tabl
         ["pgbench", "-n", "-N", "-c", "20", "-j", "2", "-T", "10",
          proc.dsn("app", "app_pass")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    attempts, refused, stop = [0], [], threading.Event()
-
-    def connect_loop() -> None:  # connections attempted all through the restart
-        while not stop.is_set():
-            attempts[0] += 1
-            try:
-                with connect(proc, autocommit=True, connect_timeout=20) as c:
-                    c.execute("select 1")
-            except psycopg.Error as exc:
-                refused.append(str(exc))
-
-    looper = threading.Thread(target=connect_loop)
-    looper.start()
+    loop = ConnectLoop(proc)  # connections attempted all through the restart
     successor = None
     try:
         time.sleep(2.0)  # pgbench is under way
@@ -97,14 +85,13 @@ def test_rolling_restart_with_workers_under_pgbench(pgtarn_factory, pgbench_tabl
         bench_running = bench.poll() is None
         _wait_for(lambda: all(_gone(pid) for pid in old_pids), 30)
         time.sleep(0.5)
-        stop.set()
-        looper.join(timeout=60)
+        loop.stop()
         out, err = bench.communicate(timeout=300)
         assert bench.returncode == 0, err[-2000:]
         done, failed = processed(out)
         assert done > 0 and failed == 0
-        assert refused == [], refused[:3]
-        assert attempts[0] > 5
+        assert loop.refused == [], loop.refused[:3]
+        assert loop.attempts > 5
         log = Path(proc.logfile).read_text()  # (log_text repeats it with stderr)
         counts = [tuple(map(int, m.groups())) for m in SERVING.finditer(log)]
         assert len(counts) == old, counts  # one line per old worker (or the one process)
@@ -112,7 +99,7 @@ def test_rolling_restart_with_workers_under_pgbench(pgtarn_factory, pgbench_tabl
         handed = sum(int(n) for n in re.findall(r"takeover: (\d+) clients handed over, ", log))
         print(f"\n{old} -> {new} workers: at the takeover {total} clients, {idle} idle, "
               f"{in_xact} mid-transaction, {busy} in a query or waiting for a server, "
-              f"{stay} stayed; {handed} handed over; {attempts[0]} connects during the "
+              f"{stay} stayed; {handed} handed over; {loop.attempts} connects during the "
               f"restart, none refused; pgbench: {done} transactions, {failed} failed; "
               f"pgbench still running when the old pgtarn exited: {bench_running}")
         assert stay <= 1  # (the connect loop's client may be logging in)
@@ -127,8 +114,7 @@ def test_rolling_restart_with_workers_under_pgbench(pgtarn_factory, pgbench_tabl
             assert len(wait_children(successor.proc.pid, new)) == new
         assert os.path.exists(os.path.join(proc.socket_dir, f".s.PGSQL.{proc.port}"))
     finally:
-        stop.set()
-        looper.join(timeout=60)
+        loop.stop()
         if bench.poll() is None:
             bench.kill()
             bench.communicate()
