@@ -150,9 +150,12 @@ class StandbyCluster(TempCluster):
     """A streaming standby of a running PrimaryCluster: pg_basebackup -R into its own
     directory, its own port and socket; it follows the primary until promoted."""
 
-    def __init__(self, primary: PrimaryCluster, bindir: str | None = None) -> None:
+    def __init__(self, primary: TempCluster, bindir: str | None = None, port: int = 0) -> None:
+        """primary: a PrimaryCluster, or a promoted StandbyCluster; port: a given one (an
+        old primary's, joining again as a standby), else a free one."""
         super().__init__(bindir)
         self.primary = primary
+        self._port = port
 
     def _initdb(self) -> None:
         self._run_pg([
@@ -166,5 +169,6 @@ class StandbyCluster(TempCluster):
             fh.write(f"\n# --- {type(self).__name__}: its own socket\n{settings}")
 
     def promote(self) -> None:
-        """pg_ctl promote: the standby becomes a primary."""
+        """pg_ctl promote: the standby becomes a primary (and may be copied by standbys:
+        local replication connections are trusted already, copied from its primary)."""
         self._run_pg([self._bin("pg_ctl"), "promote", "-w", "-D", self.data_dir])

@@ -33,6 +33,7 @@ from ..config import DatabaseEntry
 from ..errors import AuthFailed, PgtarnError
 from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
+from ..pool.split import ClientRoute
 from ..proto import build
 from ..proto.cancelkey import as_issued, peer_of, worker_of
 from ..proto.client_login import (
@@ -51,6 +52,7 @@ from ..proto.client_login import (
 from ..runtime import Runtime, WorkerLimits
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, open_replication
+from ..session.readonly import classify_chunk
 from ..states import READY_STATE, ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, os_user_name, peer_address, peer_credentials
@@ -134,6 +136,11 @@ class ClientConnection(ClientRelay):
                 stats.received += len(data)
                 if not self.query_start:
                     self.query_start = self.last_request = monotonic()
+                route = self.route
+                if route is not None and self.server is None and not self.waiting \
+                        and not self.expected:  # fmt: skip
+                    # a transaction starts: its first bytes say where it may run
+                    route.kind = classify_chunk(data, self._statement_text)
                 if self.framer is None:
                     self._relay(data)
                 else:
@@ -373,6 +380,8 @@ class ClientConnection(ClientRelay):
         pool.stats.client_logins += 1
         self.pool_mode = pool.pool_mode
         self.statement_mode = pool.pool_mode == "statement"
+        if pool.split is not None and self.pool_mode != "session":
+            self.route = ClientRoute(pool.split, self.db.reads_only)
         if scram_keys is not None and self.db.user is None:
             pool.scram_keys = scram_keys
         disabled = self.database in self.runtime.registry.disabled

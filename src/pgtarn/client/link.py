@@ -7,10 +7,12 @@ from time import monotonic
 from typing import Final
 
 from ..errors import PgtarnError
+from ..pool.pool import Pool
 from ..pool.stats import BUCKETS
 from ..proto import build
 from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
+from ..session.readonly import reads_by_default
 from ..session.tracking import CLOSE_AFTER
 from ..states import READY_STATE
 from .listening import READY, ClientListening
@@ -189,8 +191,33 @@ class ClientLink(ClientListening):
             return b""
         return None
 
+    def _pool_now(self) -> Pool[ServerConnection]:
+        """The pool the transaction starting now takes its server from: the client's own, or
+        with read_write_split the one its route picks."""
+        route = self.route
+        if route is None:
+            assert self.pool is not None
+            return self.pool
+        session = self.session
+        return route.pool_for(session is not None
+                              and reads_by_default(session.state.settings))
+
+    def _statement_text(self, name: bytes) -> bytes | None:
+        """The text of the client's prepared statement name (None: unknown, or SQL-level)."""
+        statements = self.statements
+        stmt = statements.names.get(name) if statements is not None else None
+        if stmt is None or stmt.sql:
+            return None
+        parse = stmt.parse  # Parse: type, length, server-side name, NUL, text, NUL, ...
+        start = 5 + len(stmt.name) + 1
+        end = parse.find(b"\x00", start)
+        return parse[start:end] if end >= 0 else None
+
     def _unlink(self, server: ServerConnection) -> None:
         self.server = None
+        route = self.route
+        if route is not None:
+            route.ended()
         config = self.runtime.config
         session = self.session
         if session is not None and session.state.settings:
@@ -214,9 +241,8 @@ class ClientLink(ClientListening):
             self.pending_size = 0
             server.write(data)
             return
-        assert self.pool is not None
         self.waiting = True
-        server = self.pool.acquire(self, self.last_server)
+        server = self._pool_now().acquire(self, self.last_server)
         if server is not None:
             self.server_assigned(server)
 
@@ -266,9 +292,8 @@ class ClientLink(ClientListening):
         if self.withheld:  # a ReadyForQuery waits for the listener connection: so does this
             return None
         if server is None and not self.waiting:
-            assert self.pool is not None
             self.waiting = True
-            server = self.pool.acquire(self, self.last_server)
+            server = self._pool_now().acquire(self, self.last_server)
             if server is not None:  # the common case: an idle server, no queue
                 self.waiting = False
                 self._link(server)

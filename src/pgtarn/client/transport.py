@@ -15,6 +15,7 @@ from ..errors import PgtarnError
 from ..net.sockets import address, tune
 from ..net.tls import TlsTransport
 from ..pool.pool import Pool, Waiter
+from ..pool.split import ClientRoute
 from ..pool.stats import PoolStats
 from ..proto import build
 from ..proto.client_login import ClientLogin
@@ -87,6 +88,7 @@ class ClientTransport(asyncio.Protocol):
         "pool_mode",
         "query_start",
         "replication",
+        "route",
         "runtime",
         "scanner",
         "secret_lookup",
@@ -152,6 +154,8 @@ class ClientTransport(asyncio.Protocol):
         self.pinned = False
         #: A client with session settings: the server it last left them on (preferred).
         self.last_server: ServerConnection | None = None
+        #: read_write_split (transaction and statement mode): where its transactions go.
+        self.route: ClientRoute[ServerConnection] | None = None
         self.named_effects: dict[bytes, Parsed] = {}
         #: LISTEN/UNLISTEN answered by pgtarn (listening.py; None: they run on the server):
         #: [ReadyForQuery owed before its reply, its subscriptions, its replies (None: a

@@ -36,6 +36,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
 from .channels import ChannelBoard
+from .split import Split
 from .stats import BUCKETS, PoolStats
 
 FIRST_RETRY_DELAY = 0.05
@@ -194,6 +195,15 @@ class Pool(Generic[S]):
         #: The channels its clients LISTEN to, and its listener connection (transaction and
         #: statement mode; given by the registry).
         self.board: ChannelBoard | None = None
+        #: read_write_split: the pools of this (database, user) and the choice among them
+        #: (given by the registry; a replica's pool shares its home pool's).
+        self.split: Split[S] | None = None
+        #: A replica's pool: the index of its host in the split's HostSet (-1: not one).
+        self.host_index = -1
+        #: While failing, waiting clients get the error after this long (None:
+        #: connect_timeout; a split database's home pool waits query_wait_timeout for a
+        #: primary to appear).
+        self.failing_wait: float | None = None
 
     def __repr__(self) -> str:
         return f"<Pool {self.database}/{self.user}>"
@@ -230,11 +240,29 @@ class Pool(Generic[S]):
         self.clients.add(client)
 
     def client_left(self, client: Waiter[S]) -> None:
-        """A client is gone: out of every container of this pool."""
+        """A client is gone: out of every container of this pool (and of its replicas')."""
         self.clients.discard(client)
         if self.waiting:
             self.cancel_wait(client)
         self.cancel_welcome(client)
+        split = self.split
+        if split is not None:
+            for replica in split.replicas.values():
+                if replica.waiting:
+                    replica.cancel_wait(client)
+
+    def take_waiters(self, other: Pool[S]) -> None:
+        """other's waiting clients wait here instead, after this pool's (a replica went
+        down: its readers go to the primary), keeping how long they waited."""
+        now = self.clock()
+        while other.waiting:
+            waiter = other.waiting.popleft()
+            self.waiting.append(waiter)
+            self.wait_since[id(waiter)] = other.wait_since.pop(id(waiter), now)
+        if not self.paused:
+            while self.waiting and self.idle:
+                self._to_idle(self.idle.pop())  # to the first waiter
+            self._grow(now)
 
     def acquire(self, waiter: Waiter[S], prefer: S | None = None) -> S | None:
         """An idle server for waiter now (prefer if it is idle), or None after queueing it
@@ -345,7 +373,8 @@ class Pool(Generic[S]):
                 and not (self.idle or self.active or self.tested):
             # Nothing established will come free for them: give up after connect_timeout.
             # (With servers running, waiting clients are served as those are released.)
-            self._fail_waiters(self.failure, now - self.connect_timeout)
+            wait = self.connect_timeout if self.failing_wait is None else self.failing_wait
+            self._fail_waiters(self.failure, now - wait)
         if self.waiting and self.wait_notify > 0:
             for waiter in self.waiting:  # oldest first: stop at the first that is young
                 if now - self.wait_since.get(id(waiter), now) < self.wait_notify:
@@ -412,6 +441,11 @@ class Pool(Generic[S]):
         self.failure = error
         self.failures += 1
         self.retry_at = now + min(self.retry_cap, FIRST_RETRY_DELAY * 2 ** (self.failures - 1))
+        split = self.split
+        if split is not None:  # the health checker looks at once; a replica is banned
+            if self.host_index >= 0:
+                split.hosts.ban(self.host_index, f"login failed: {error.message}")
+            split.hosts.wake()
         if not retry and self.server_count == 0:
             self._fail_waiters(error, now)
 

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Generic, Protocol
 
 from ..config import Config, DatabaseEntry, UserEntry
 from ..errors import PgtarnError
 from .channels import ChannelBoard, ListenerLink
+from .hosts import HostSet
 from .pool import ClientTimeouts, Pool, S, ServerGate
+from .split import Split
+
+
+class Closable(Protocol):
+    """A health checker, as the registry keeps it (server/health.py)."""
+
+    def close(self) -> None: ...
 
 
 class SharedGate(ServerGate, Protocol):
@@ -40,9 +49,18 @@ class Registry(Generic[S]):
         self.refusal: PgtarnError | None = None
         #: workers = N: server slots shared with the other workers (None: a single process).
         self.gate: SharedGate | None = None
+        #: read_write_split: the HostSet of each list of servers (by hosts_key), its health
+        #: checker (started by the app's start_health) and the splits that use it.
+        self.hostsets: dict[str, HostSet] = {}
+        self.checkers: dict[str, Closable] = {}
+        self.splits: dict[str, list[Split[S]]] = {}
+        self.start_health: Callable[[HostSet, Pool[S], DatabaseEntry], Closable] | None = None
+        #: The replicas' pools of every split (their home pools are in pools).
+        self.replica_pools: list[Pool[S]] = []
 
     def __iter__(self) -> Iterator[Pool[S]]:
-        return iter(list(self.pools.values()))
+        """Every pool, the replicas' too."""
+        return iter([*self.pools.values(), *self.replica_pools])
 
     def get_pool(self, db: DatabaseEntry, client_user: str) -> Pool[S]:
         """The pool for a database entry and a client; a forced user shares one pool."""
@@ -63,8 +81,90 @@ class Registry(Generic[S]):
             pool.gate = self.gate
             pool.last_used = pool.clock()
             self.pools[key] = pool
+            if db.read_write_split != "off":
+                self._split(pool, db)
         self.databases[db.name] = db
         return pool
+
+    # --- read_write_split ---------------------------------------------------------------------
+
+    def _split(self, home: Pool[S], db: DatabaseEntry) -> None:
+        """Give a split database's home pool its Split, and the HostSet of its servers its
+        health checker (the first pool of those servers lends it its credentials)."""
+        key = hosts_key(db)
+        hosts = self.hostsets.get(key)
+        if hosts is None:
+            hosts = self.hostsets[key] = HostSet(
+                db.name, [(h, p) for h, p in _targets(db, self.config.unix_socket_dir)],
+                period=db.health_check_period, max_lag_bytes=db.max_replica_lag_bytes,
+                max_lag_seconds=db.max_replica_lag_seconds)
+            if self.start_health is not None:
+                self.checkers[key] = self.start_health(hosts, home, db)
+        split: Split[S] = Split(hosts, home, lambda index: self._replica_pool(home, index),
+                                mode=db.read_write_split, primary_reads=db.primary_reads,
+                                read_your_writes=db.read_your_writes)
+        home.split = split
+        home.failing_wait = home.wait_timeout
+        self.splits.setdefault(key, []).append(split)
+        hosts.changed.append(split.hosts_changed)
+        split.hosts_changed(hosts)
+
+    def _replica_pool(self, home: Pool[S], index: int) -> Pool[S]:
+        """The pool of a split's replica (made on first read routed to it)."""
+        split = home.split
+        assert split is not None
+        pool: Pool[S] = Pool(home.database, home.user, pool_size=0, pool_mode=home.pool_mode)
+        db = self.databases[home.database]
+        self._configure(pool, db)
+        pool.split = split
+        pool.host_index = index
+        host = split.hosts.hosts[index]
+        pool.connstr = f"{db.server_identity}@{host.key}"
+        pool.scram_keys = home.scram_keys
+        pool.welcome = home.welcome
+        pool.refusal = self.refusal
+        if home.paused:
+            pool.pause(close_servers=home.pause_closes)
+        if self.launch is not None:
+            pool.launch = self._launcher(db)
+        pool.may_open = self.may_open
+        pool.gate = self.gate
+        pool.last_used = pool.clock()
+        self.replica_pools.append(pool)
+        return pool
+
+    def _unsplit(self, home: Pool[S], reason: str) -> None:
+        """A home pool leaves its split (freed, or a reload changed its servers or turned the
+        split off): its replicas' pools close, and the checker when no split is left."""
+        split = home.split
+        if split is None:
+            return
+        home.split = None
+        home.failing_wait = None
+        for pool in split.replicas.values():
+            pool.close_idle(reason)
+            for server in pool.servers():
+                server.close_needed = True
+            if pool in self.replica_pools:
+                self.replica_pools.remove(pool)
+        hosts = split.hosts
+        if split.hosts_changed in hosts.changed:
+            hosts.changed.remove(split.hosts_changed)
+        for key, splits in list(self.splits.items()):
+            if split in splits:
+                splits.remove(split)
+                if not splits:
+                    del self.splits[key]
+                    self.hostsets.pop(key, None)
+                    checker = self.checkers.pop(key, None)
+                    if checker is not None:
+                        checker.close()
+
+    def close_checks(self) -> None:
+        """Shutdown: every health checker stops."""
+        for checker in self.checkers.values():
+            checker.close()
+        self.checkers.clear()
 
     def _configure(self, pool: Pool[S], db: DatabaseEntry) -> None:
         """Sizes, mode and timings of a pool from the config."""
@@ -99,7 +199,19 @@ class Registry(Generic[S]):
 
         def launch_current(pool: Pool[S]) -> S:
             # The entry may have changed by a reload since the pool was made.
-            return launch(pool, self.databases.get(pool.database, first))
+            db = self.databases.get(pool.database, first)
+            split = pool.split
+            if split is not None:
+                if pool.host_index >= 0:  # a replica's pool: that host alone
+                    host = split.hosts.hosts[pool.host_index]
+                    db = replace(db, host=host.host, hosts=(), port=host.port, ports=(),
+                                 target_session_attrs=None)
+                else:  # the primary, or (none known) whichever host takes writes
+                    primary = split.write_target()
+                    db = replace(db, target_session_attrs="read-write") if primary is None \
+                        else replace(db, host=primary.host, hosts=(), port=primary.port,
+                                     ports=(), target_session_attrs="read-write")
+            return launch(pool, db)
 
         return launch_current
 
@@ -137,7 +249,7 @@ class Registry(Generic[S]):
         return self.gate is None or bool(own) or self.gate.may_open(pool)
 
     def _room(self, pool: Pool[S], limit: int, match: Callable[[Pool[S]], bool]) -> bool:
-        pools = [p for p in self.pools.values() if match(p)]
+        pools = [p for p in self if match(p)]
         if sum(p.server_count + (p.board.open_links if p.board else 0) for p in pools) < limit:
             return True
         for other in pools:
@@ -157,6 +269,7 @@ class Registry(Generic[S]):
         if pool.board is not None:
             pool.board.close("autodb_idle_timeout")
         self.pools.pop((pool.database, pool.user), None)
+        self._unsplit(pool, "autodb_idle_timeout")
         if not self.pools_of(pool.database):
             self.databases.pop(pool.database, None)
 
@@ -169,7 +282,7 @@ class Registry(Generic[S]):
 
     def pools_of(self, database: str | None) -> list[Pool[S]]:
         """The pools of one database, or all of them."""
-        return [p for p in self.pools.values() if database is None or p.database == database]
+        return [p for p in self if database is None or p.database == database]
 
     def pause(self, database: str | None = None, close_servers: bool = False) -> None:
         """Lend no server (of one database, or any) until resume."""
@@ -205,12 +318,17 @@ class Registry(Generic[S]):
     def apply(self, config: Config) -> None:
         """Take a reloaded config: sizes and modes now, changed connection strings on release."""
         self.config = config
-        for pool in self.pools.values():
+        for pool in self.replica_pools:
+            db = config.find_database(pool.database)
+            if db is not None:
+                self._configure(pool, db)
+        for pool in list(self.pools.values()):
             db = config.find_database(pool.database)
             if db is None:
                 continue
             self._configure(pool, db)
             self.databases[db.name] = db
+            self._resplit(pool, db)
             if db.server_identity != pool.connstr:
                 pool.connstr = db.server_identity
                 for server in pool.servers():
@@ -220,6 +338,38 @@ class Registry(Generic[S]):
                     pool.board.restart("connection string changed")
             while len(pool.idle) and pool.server_count > pool.pool_size:
                 pool.idle.popleft().close("pool_size lowered by reload")
+
+
+    def _resplit(self, pool: Pool[S], db: DatabaseEntry) -> None:
+        """A reload: the split of a home pool follows its entry's keys and servers."""
+        split = pool.split
+        wanted = db.read_write_split != "off"
+        if split is not None and (not wanted or self.hostsets.get(hosts_key(db)) is not
+                                  split.hosts):
+            self._unsplit(pool, "read_write_split or the host list changed")
+            split = None
+        if split is None:
+            if wanted:
+                self._split(pool, db)
+            return
+        split.mode = db.read_write_split
+        split.primary_reads = db.primary_reads
+        split.read_your_writes = db.read_your_writes
+        pool.failing_wait = pool.wait_timeout
+        split.hosts.configure(db.health_check_period, db.max_replica_lag_bytes,
+                              db.max_replica_lag_seconds)
+
+
+def hosts_key(db: DatabaseEntry) -> str:
+    """What makes two entries' servers the same (one HostSet, one health checker)."""
+    return repr((db.hosts or (db.host,), db.ports or db.port, db.dbname))
+
+
+def _targets(db: DatabaseEntry, socket_dir: str) -> list[tuple[str, int]]:
+    """The entry's hosts with their ports (net.sockets.targets' rule, without its import)."""
+    ports = db.ports or (db.port,)
+    return [(host or socket_dir or "/tmp", ports[i] if len(ports) > 1 else ports[0])
+            for i, host in enumerate(db.hosts or (db.host,))]
 
 
 def _first(value: float | None, default: float) -> float:

@@ -203,6 +203,18 @@ class ServerConnection(ServerRelay):
         self.login = None
         self._login_failed(error)
 
+    def refuse(self, message: str) -> None:
+        """Fail this new server's login without connecting (soon: its pool adds it to the
+        login container first); transient, so clients wait while the pool retries."""
+
+        def fail() -> None:
+            if not self.closed:
+                self.closed = True
+                self.login = None
+                self._login_failed(PgtarnError(message, sqlstate="08006", severity="FATAL"))
+
+        asyncio.get_running_loop().call_soon(fail)
+
     def _login_failed(self, error: PgtarnError) -> None:
         if self.runtime.config.log_pooler_errors:
             log.warning("%r: %s", self, error.message)

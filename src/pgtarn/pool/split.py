@@ -1,0 +1,151 @@
+"""A split database's pools for one user: the primary's, and one per replica that reads use.
+
+The home pool is the (database, user) pool clients log in to; its servers connect to the
+current primary (the registry's launcher asks ``write_target``). Each replica a read goes to
+has a pool of its own (``replicas``, made on first use), with the same sizes, whose servers
+connect to that host alone. A read goes to the pool with the fewest outstanding transactions
+(linked and waiting clients) among the replicas that HostSet.readable allows, and the home
+pool when primary_reads is on; with none of them, to the home pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from ..session.readonly import BEGIN_READ_ONLY, OTHER, READ
+from .hosts import REPLICA, HostSet, HostState
+
+if TYPE_CHECKING:  # pool.py holds a Split: only the type is needed here
+    from .pool import Pool, PooledServer
+
+S = TypeVar("S", bound="PooledServer")
+
+
+class Split(Generic[S]):
+    """The pools of one (database, user) of a split database, and the choice among them."""
+
+    def __init__(self, hosts: HostSet, home: Pool[S], make: Callable[[int], Pool[S]], *,
+                 mode: str, primary_reads: bool, read_your_writes: bool) -> None:
+        self.hosts = hosts
+        self.home = home
+        #: Opens the pool of host index (given by the registry).
+        self.make = make
+        #: read_write_split: "explicit" or "auto".
+        self.mode = mode
+        self.primary_reads = primary_reads
+        self.read_your_writes = read_your_writes
+        self.replicas: dict[int, Pool[S]] = {}
+        #: Where the next tie between equally loaded pools starts (reads take turns).
+        self.turn = 0
+        #: The primary the home pool's servers connect to ("" before one is known).
+        self.primary_key = ""
+
+    def __repr__(self) -> str:
+        return f"<Split {self.home.database}/{self.home.user}>"
+
+    def read_pool(self, since: float) -> Pool[S]:
+        """The pool for a read-only transaction of a client whose last write committed at
+        since (monotonic; 0.0: none)."""
+        hosts = self.hosts
+        readable = hosts.readable(since if self.read_your_writes else 0.0)
+        primary = hosts.primary
+        best: Pool[S] | None = None
+        best_host: HostState | None = None
+        load = 1 << 30
+        if self.primary_reads and primary is not None:  # (always current: fine after a write)
+            home = self.home
+            best, best_host, load = home, primary, len(home.active) + len(home.waiting)
+        count = len(readable)
+        if count:
+            self.turn += 1
+            start = self.turn % count
+            for offset in range(count):
+                host = readable[(start + offset) % count]
+                pool = self.replicas.get(host.index)
+                if pool is None:
+                    pool = self.replicas[host.index] = self.make(host.index)
+                outstanding = len(pool.active) + len(pool.waiting)
+                if outstanding < load:
+                    best, best_host, load = pool, host, outstanding
+        if best is None:
+            best, best_host = self.home, primary
+        if best_host is not None:
+            best_host.routed += 1
+        return best
+
+    def write_pool(self) -> Pool[S]:
+        """The pool for a transaction that may write: the home pool (counted as routed to
+        the primary)."""
+        primary = self.hosts.primary
+        if primary is not None:
+            primary.routed += 1
+        return self.home
+
+    def write_target(self) -> HostState | None:
+        """The host the home pool's new servers connect to: the primary; None while there
+        is none (the launcher then tries the host list for one that takes writes) or two
+        claim to be it (``hosts.split_brain``: the launcher refuses)."""
+        return self.hosts.primary
+
+    def hosts_changed(self, hosts: HostSet) -> None:
+        """Roles, bans or lag changed: the home pool follows the primary (its servers on
+        another host close as they are released, waiting clients get a server of the new
+        one at once); a replica that is down or promoted loses its idle servers, and the
+        clients waiting for one of them wait in the home pool instead."""
+        primary = hosts.primary
+        key = primary.key if primary is not None else ""
+        home = self.home
+        if key != self.primary_key:
+            self.primary_key = key
+            for server in home.servers():
+                server.close_needed = True
+            home.close_idle("the primary changed")
+            if primary is not None and home.failure is not None:
+                home.retry_at = 0.0  # a primary appeared: try it now, not after the backoff
+        for index, pool in self.replicas.items():
+            host = hosts.hosts[index]
+            if host.role == REPLICA and host.up:
+                continue
+            if pool.idle:
+                pool.close_idle(f"{host.key} is {host.role if host.up else 'down'}")
+            if pool.waiting and not pool.active:
+                home.take_waiters(pool)
+
+
+class ClientRoute(Generic[S]):
+    """One client's way through a split (transaction and statement mode): the kind of the
+    transaction it starts (read by the relay from its first bytes), where it goes, and when
+    the client's last write committed (read-your-writes)."""
+
+    __slots__ = ("kind", "reads_only", "split", "writing", "wrote_at")
+
+    def __init__(self, split: Split[S], reads_only: bool) -> None:
+        self.split = split
+        #: The `_ro` database: every transaction is a read.
+        self.reads_only = reads_only
+        #: session.readonly's kind of the transaction about to start.
+        self.kind = OTHER
+        #: The transaction under way went to the primary as one that may write.
+        self.writing = False
+        #: When the client's last write transaction ended (monotonic; 0.0: none yet).
+        self.wrote_at = 0.0
+
+    def pool_for(self, reads_by_default: bool) -> Pool[S]:
+        """The pool of the transaction starting now (reads_by_default: the client set
+        default_transaction_read_only)."""
+        kind = self.kind
+        self.kind = OTHER
+        split = self.split
+        if self.reads_only or reads_by_default or kind == BEGIN_READ_ONLY or (
+                kind == READ and split.mode == "auto"):
+            self.writing = False
+            return split.read_pool(self.wrote_at)
+        self.writing = True
+        return split.write_pool()
+
+    def ended(self) -> None:
+        """The transaction ended (its server goes back): a write's end is remembered."""
+        if self.writing:
+            self.writing = False
+            self.wrote_at = self.split.hosts.clock()

@@ -1,0 +1,241 @@
+"""read_write_split against a real primary and two streaming standbys: reads spread over the
+replicas, writes on the primary, read-only transactions on replicas, auto mode refusing what it
+cannot prove read-only, a lagging replica skipped while read-your-writes holds, a replica
+stopped and started again."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support.cluster import PrimaryCluster, StandbyCluster
+
+from .drivers import aconnect, connect
+
+pytestmark = pytest.mark.integration
+
+PORT = "select current_setting('port')::int"
+
+
+class Trio:
+    def __init__(self) -> None:
+        self.primary = PrimaryCluster()
+        self.primary.start()
+        self.standbys: list[StandbyCluster] = []
+
+    def entry(self, split: str, **keys: object) -> str:
+        clusters = [self.primary, *self.standbys]
+        extra = " ".join(f"{k}={v}" for k, v in keys.items())
+        return (f"host={','.join(c.host for c in clusters)} "
+                f"port={','.join(str(c.port) for c in clusters)} dbname=app "
+                f"read_write_split={split} health_check_period=0.2 {extra}").strip()
+
+    def caught_up(self) -> None:
+        """Every standby replayed what the primary wrote so far."""
+        lsn = self.primary.psql("select pg_current_wal_insert_lsn()").strip()
+        for standby in self.standbys:
+            _until(lambda s=standby: s.psql(
+                f"select pg_last_wal_replay_lsn() >= '{lsn}'").strip() == "t")
+
+
+@pytest.fixture(scope="module")
+def trio() -> Iterator[Trio]:
+    trio = Trio()
+    try:
+        trio.primary.create_role("app", "app_pass")
+        trio.primary.psql("CREATE DATABASE app OWNER app;")
+        trio.primary.psql("CREATE TABLE items (id serial PRIMARY KEY, v int);"
+                          "ALTER TABLE items OWNER TO app;", dbname="app")
+        for _ in range(2):
+            standby = StandbyCluster(trio.primary)
+            trio.standbys.append(standby)
+            standby.start()
+        trio.caught_up()
+        yield trio
+    finally:
+        for standby in trio.standbys:
+            standby.cleanup()
+        trio.primary.cleanup()
+
+
+def _until(check: Any, seconds: float = 20.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def _start(pgtarn_factory: Any, trio: Trio, split: str, **keys: object) -> Any:
+    proc = pgtarn_factory(databases={"app": trio.entry(split, **keys)},
+                          settings={"default_pool_size": 4})
+    # the first checks have run once the replicas serve reads
+    _until(lambda: _ports(proc, "auto" if split == "auto" else "explicit", 12) & _standby_ports(trio))
+    return proc
+
+
+def _standby_ports(trio: Trio) -> set[int]:
+    return {s.port for s in trio.standbys}
+
+
+def _ports(proc: Any, how: str, count: int, dbname: str = "app") -> set[int]:
+    """The servers' ports of count read transactions (auto: a plain SELECT; explicit: in
+    BEGIN READ ONLY), from several clients at once."""
+    seen: set[int] = set()
+    lock = threading.Lock()
+
+    def reader() -> None:
+        with connect(proc, dbname=dbname, autocommit=True) as conn:
+            for _ in range(count):
+                if how == "auto":
+                    port = conn.execute(PORT).fetchone()[0]
+                else:
+                    conn.execute("BEGIN READ ONLY")
+                    port = conn.execute(PORT).fetchone()[0]
+                    conn.execute("COMMIT")
+                with lock:
+                    seen.add(port)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return seen
+
+
+def test_reads_spread_over_the_replicas_and_writes_stay_on_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+    proc = _start(pgtarn_factory, trio, "auto", primary_reads="off")
+    assert _until(lambda: _ports(proc, "auto", 25) == _standby_ports(trio))
+    with connect(proc, autocommit=True) as conn:
+        conn.execute("insert into items (v) values (1)")  # a replica would refuse it
+        with conn.transaction():  # a transaction that may write: on the primary
+            assert conn.execute(PORT).fetchone()[0] == trio.primary.port
+        assert conn.execute("select nextval('items_id_seq') > 0, " + PORT[7:]
+                            ).fetchone()[1] == trio.primary.port
+
+
+def test_primary_reads_on_spread_over_every_server(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+    proc = _start(pgtarn_factory, trio, "auto")
+    every = {trio.primary.port, *_standby_ports(trio)}
+    assert _until(lambda: _ports(proc, "auto", 25) == every)
+
+
+def test_explicit_sends_read_only_transactions_to_replicas_and_the_rest_to_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+    proc = _start(pgtarn_factory, trio, "explicit", primary_reads="off")
+    assert _ports(proc, "explicit", 10) <= _standby_ports(trio)
+    assert _ports(proc, "auto", 10) == {trio.primary.port}  # a plain SELECT: not explicit
+    with connect(proc, autocommit=True) as conn:
+        conn.execute("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        assert conn.execute(PORT).fetchone()[0] in _standby_ports(trio)
+        conn.execute("COMMIT")
+        # SET TRANSACTION READ ONLY right after a BEGIN of its own
+        conn.execute("BEGIN")
+        conn.execute("SET TRANSACTION READ ONLY")
+        assert conn.execute(PORT).fetchone()[0] in _standby_ports(trio)
+        conn.execute("COMMIT")
+        conn.execute("BEGIN")
+        conn.execute("insert into items (v) values (2)")
+        assert conn.execute(PORT).fetchone()[0] == trio.primary.port
+        conn.execute("COMMIT")
+        # default_transaction_read_only set by the client: every transaction reads
+        conn.execute("SET default_transaction_read_only = on")
+        assert conn.execute(PORT).fetchone()[0] in _standby_ports(trio)
+        conn.execute("RESET default_transaction_read_only")
+        assert conn.execute(PORT).fetchone()[0] == trio.primary.port
+    # the NAME_ro database: every transaction on a replica
+    assert _ports(proc, "auto", 10, dbname="app_ro") <= _standby_ports(trio)
+
+
+def test_auto_sends_what_it_cannot_prove_read_only_to_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+    proc = _start(pgtarn_factory, trio, "auto", primary_reads="off")
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute(PORT).fetchone()[0] in _standby_ports(trio)
+        for sql in [
+            f"select random(), {PORT[7:]}",  # volatile
+            f"select {PORT[7:]} from items limit 1 for update",  # locks rows
+            f"select {PORT[7:]} from (select * from items for share) s limit 1",
+            f"with d as (delete from items where v = -1 returning *) select {PORT[7:]}",
+            f"select pg_advisory_xact_lock(7), {PORT[7:]}",
+        ]:
+            conn.execute("insert into items (v) values (3)")
+            row = conn.execute(sql).fetchone()
+            assert row is not None and row[-1] == trio.primary.port, sql
+
+
+def test_prepared_statements_and_settings_work_on_every_server(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+    proc = _start(pgtarn_factory, trio, "auto")
+    with connect(proc, autocommit=True, prepare_threshold=0) as conn:
+        conn.execute("SET application_name = 'split-test'")
+        seen = set()
+        for _ in range(30):
+            port, name = conn.execute(
+                "select current_setting('port')::int, current_setting('application_name')"
+            ).fetchone()
+            assert name == "split-test"
+            seen.add(port)
+        assert len(seen) >= 2
+
+    async def with_asyncpg() -> set[int]:
+        conn = await aconnect(proc, statement_cache_size=100)
+        try:
+            stmt = await conn.prepare("select current_setting('port')::int + $1::int")
+            return {await stmt.fetchval(0) for _ in range(30)}
+        finally:
+            await conn.close()
+
+    import asyncio
+    assert len(asyncio.run(with_asyncpg())) >= 2
+
+
+def test_a_lagging_replica_gets_no_reads_and_read_your_writes_holds(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+    paused, other = trio.standbys
+    proc = _start(pgtarn_factory, trio, "auto", primary_reads="off", max_replica_lag="64kB")
+    paused.psql("select pg_wal_replay_pause()")
+    try:
+        trio.primary.psql("insert into items (v) select 0 from generate_series(1, 3000)",
+                          dbname="app")
+        _until(lambda: _ports(proc, "auto", 8) == {other.port})
+        assert _ports(proc, "auto", 20) == {other.port}
+        # read-your-writes: each read sees the client's own write, wherever it runs
+        with connect(proc, autocommit=True) as conn:
+            for n in range(1, 60):
+                conn.execute("insert into items (v) values (%s)", (1000 + n,))
+                seen = conn.execute("select max(v) from items where v > 1000 and v < 2000"
+                                    ).fetchone()[0]
+                assert seen is not None and seen >= 1000 + n
+        # replicas serve the reads of a client that did not write just now
+        assert other.port in _ports(proc, "auto", 10)
+    finally:
+        paused.psql("select pg_wal_replay_resume()")
+        trio.primary.psql("delete from items where v >= 1000", dbname="app")
+    trio.caught_up()
+    assert _until(lambda: _ports(proc, "auto", 20) == _standby_ports(trio))
+
+
+def test_a_stopped_replica_is_skipped_and_serves_again_once_back(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+    gone, other = trio.standbys
+    proc = _start(pgtarn_factory, trio, "auto", primary_reads="off")
+    assert _until(lambda: _ports(proc, "auto", 20) == _standby_ports(trio))
+    gone.stop()
+    try:
+        # reads in flight on it may fail; new ones go elsewhere within a check or two
+        _until(lambda: _safe_ports(proc) == {other.port})
+        assert _ports(proc, "auto", 20) == {other.port}
+        assert "banned" in proc.log_text()
+    finally:
+        gone.start()
+    assert _until(lambda: _ports(proc, "auto", 20) == _standby_ports(trio))
+
+
+def _safe_ports(proc: Any) -> set[int]:
+    try:
+        return _ports(proc, "auto", 8)
+    except psycopg.Error:
+        return set()
