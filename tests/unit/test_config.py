@@ -737,7 +737,7 @@ def test_no_alias_from_the_fallback_entry() -> None:
 
 def test_ro_alias_follows_the_reloaded_config() -> None:
     before = parse_config(SPLIT.format(fallback=""))
-    after = parse_config(SPLIT.format(fallback="").replace("max_replica_lag=1MB", "max_replica_lag=5s"))
+    after = parse_config(SPLIT.format(fallback="").replace("lag=1MB", "lag=5s"))
     ro = after.find_database("app_ro")
     assert ro is not None and ro.max_replica_lag_seconds == 5.0 and ro.max_replica_lag_bytes is None
     assert before.find_database("app_ro") != ro
