@@ -11,6 +11,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -23,6 +24,10 @@ LOAD_BALANCE_HOSTS = ("disable", "round-robin")
 #: The highest peer_id: 14 bits of the cancel keys handed out (proto/cancelkey.py).
 MAX_PEER_ID = 16383
 TARGET_SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
+#: pgtarn's own: which transactions may go to a replica of a host list.
+READ_WRITE_SPLIT = ("off", "explicit", "auto")
+#: A client asking for NAME + this suffix gets NAME's entry for read-only work, when NAME splits.
+READ_ONLY_SUFFIX = "_ro"
 
 _LINUX = sys.platform.startswith("linux")
 _AUTH_QUERY = (
@@ -50,6 +55,10 @@ class DatabaseEntry:
     comma list, `hosts` holds all of them and `host` the first; `ports` the matching
     port list when `port` is one too (libpq's form), `port` its first. Which host a new
     connection tries first is `load_balance_hosts`' business (net.sockets.HostChooser).
+
+    `read_write_split` and the fields after it are pgtarn's own (PgBouncer has none of them);
+    they say where reads may go, not what a server is, so server_identity leaves them out.
+    `reads_only` is True only on the NAME_ro alias Config.find_database makes.
     """
 
     name: str
@@ -74,6 +83,13 @@ class DatabaseEntry:
     load_balance_hosts: str | None = None
     target_session_attrs: str | None = None
     connect_query: str | None = None
+    read_write_split: str = "off"  # off | explicit | auto
+    max_replica_lag_bytes: int | None = None  # at most one of the two set; None: no limit
+    max_replica_lag_seconds: float | None = None
+    primary_reads: bool = True  # reads may go to the primary too
+    read_your_writes: bool = True
+    health_check_period: float = 1.0
+    reads_only: bool = False
     # client_encoding / DateStyle / TimeZone / application_name sent at server login
     startup_params: Mapping[str, str] = field(default_factory=_empty_map, hash=False)
     line: str = ""  # "file:line" where the entry was defined
@@ -270,17 +286,34 @@ class Config:
         )
 
     def find_database(self, name: str) -> DatabaseEntry | None:
-        """The entry for `name`, else one made from the `*` fallback, else None.
+        """The entry for `name`, else NAME's read-only alias (`name` is NAME_ro, NAME splits
+        reads from writes), else one made from the `*` fallback, else None.
 
         From `*`, the copy gets `name`; its dbname is `name` too unless `*` sets dbname.
         """
         entry = self.databases.get(name)
         if entry is not None and name != "*":
             return entry
+        alias = self.read_only_aliases.get(name)
+        if alias is not None:
+            return alias
         auto = self.databases.get("*")
         if auto is None:
             return None
         return replace(auto, name=name, dbname=auto.dbname if auto.explicit_dbname else name)
+
+    @cached_property
+    def read_only_aliases(self) -> Mapping[str, DatabaseEntry]:
+        """NAME_ro -> NAME's entry with that name and reads_only, for every NAME whose
+        read_write_split is not off and that has no entry NAME_ro of its own.  Made once per
+        Config (on first use) so that a login pays one dict lookup for it."""
+        aliases = {
+            name + READ_ONLY_SUFFIX: replace(db, name=name + READ_ONLY_SUFFIX, reads_only=True)
+            for name, db in self.databases.items()
+            if db.read_write_split != "off" and name != "*"
+            and name + READ_ONLY_SUFFIX not in self.databases
+        }
+        return MappingProxyType(aliases)
 
     def pool_mode_for(self, db: DatabaseEntry, user: str) -> str:
         """Pool mode as PgBouncer picks it: `[users]` entry, else database entry, else global.
@@ -411,7 +444,7 @@ def parse_time(text: str) -> float:
     return value
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
     """PgBouncer stores booleans as integers (nonzero = on); on/off, yes/no, true/false too."""
     word = _BOOL_WORDS.get(text.lower())
     if word is not None:
@@ -454,7 +487,7 @@ class Setting:
         if kind == "list":
             return _parse_list(text)
         if kind == "bool":
-            return _parse_bool(text)
+            return parse_bool(text)
         if kind == "time":
             return parse_time(text)
         if kind == "enum":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -14,12 +15,14 @@ from .config import (
     LOAD_BALANCE_HOSTS,
     MAX_PEER_ID,
     POOL_MODES,
+    READ_WRITE_SPLIT,
     SETTINGS,
     TARGET_SESSION_ATTRS,
     Config,
     DatabaseEntry,
     PeerEntry,
     UserEntry,
+    parse_bool,
     parse_int,
     parse_time,
 )
@@ -102,6 +105,9 @@ _DB_KEYS = frozenset({
     "pool_size", "min_pool_size", "reserve_pool", "reserve_pool_size", "pool_mode",
     "max_db_connections", "max_db_client_connections", "connect_query", "server_lifetime",
     "query_wait_timeout", "load_balance_hosts", "target_session_attrs", *_DB_PARAMS,
+    # pgtarn's own: read/write split
+    "read_write_split", "max_replica_lag", "primary_reads", "read_your_writes",
+    "health_check_period",
 })  # fmt: skip
 _USER_KEYS = frozenset({
     "pool_mode", "pool_size", "reserve_pool", "reserve_pool_size", "max_user_connections",
@@ -143,6 +149,67 @@ class _Params:
             raise ValueError(f"{key}: invalid value {text!r}; expected {'|'.join(choices)}")
         return None if text is None else text.lower()
 
+    def get_bool(self, key: str, default: bool) -> bool:
+        text = self.values.get(key)
+        if text is None:
+            return default
+        try:
+            return parse_bool(text)
+        except ValueError as e:
+            raise ValueError(f"{key}: {e}") from None
+
+
+# PostgreSQL's units for memory and time settings, case-sensitive as PostgreSQL's are
+# (1024-based); pgtarn's own keys take them, PgBouncer's settings take plain numbers.
+_BYTE_UNITS = {"": 1, "kB": 1024, "MB": 1024**2, "GB": 1024**3}
+_TIME_UNITS = {"ms": 0.001, "s": 1.0, "min": 60.0}
+_QUANTITY_RE = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)")
+_WHOLE_RE = re.compile(r"[+-]?[0-9]+")  # a negative one is refused before
+
+
+def _quantity(key: str, text: str, units: Mapping[str, float]) -> tuple[str, float, str]:
+    """(number as written, its value, unit) of `text`: a number, then one of `units` (none
+    when "" is one of them), a space between them allowed as PostgreSQL does."""
+    m = _QUANTITY_RE.fullmatch(text.strip())
+    value = float(m.group(1)) if m is not None else math.nan
+    if m is None or not math.isfinite(value):
+        raise ValueError(f"{key}: invalid value {text!r}")
+    unit = m.group(2)
+    if unit not in units:
+        valid = ", ".join(u for u in units if u)
+        hint = (" (units are case-sensitive, as in PostgreSQL)"
+                if unit.lower() in {u.lower() for u in units} else "")
+        raise ValueError(f"{key}: invalid unit {unit!r}{hint}; valid units: {valid}")
+    return m.group(1), value, unit
+
+
+def _replica_lag(text: str | None) -> tuple[int | None, float | None]:
+    """max_replica_lag: (bytes of WAL, None) or (None, seconds); (None, None) when unset."""
+    if text is None:
+        return None, None
+    number, value, unit = _quantity("max_replica_lag", text, {**_BYTE_UNITS, **_TIME_UNITS})
+    if value < 0:
+        raise ValueError(f"max_replica_lag: must be >= 0, got {text}")
+    if unit in _TIME_UNITS:
+        return None, value * _TIME_UNITS[unit]
+    if not _WHOLE_RE.fullmatch(number):
+        raise ValueError(f"max_replica_lag: bytes must be a whole number, got {text!r}")
+    return int(number) * _BYTE_UNITS[unit], None
+
+
+_PERIOD_UNITS = {"": 1.0, **_TIME_UNITS}
+
+
+def _period(key: str, text: str | None, default: float) -> float:
+    """A time in seconds, plain or with a unit of _TIME_UNITS; > 0."""
+    if text is None:
+        return default
+    _number, value, unit = _quantity(key, text, _PERIOD_UNITS)
+    seconds = value * _PERIOD_UNITS[unit]
+    if seconds <= 0:
+        raise ValueError(f"{key}: must be > 0, got {text}")
+    return seconds
+
 
 def _database_entry(name: str, connstr: str, loc: str) -> DatabaseEntry:
     p = _Params(connstr, _DB_KEYS, "connection")
@@ -154,6 +221,7 @@ def _database_entry(name: str, connstr: str, loc: str) -> DatabaseEntry:
     ports = _ports(p.values.get("port"), len(hosts))
     port = ports[0] if ports else None
     dbname = p.get_str("dbname")
+    lag_bytes, lag_seconds = _replica_lag(p.get_str("max_replica_lag"))
     return DatabaseEntry(
         name=name,
         host=hosts[0] if hosts else None,
@@ -177,6 +245,13 @@ def _database_entry(name: str, connstr: str, loc: str) -> DatabaseEntry:
         load_balance_hosts=p.get_choice("load_balance_hosts", LOAD_BALANCE_HOSTS),
         target_session_attrs=p.get_choice("target_session_attrs", TARGET_SESSION_ATTRS),
         connect_query=p.get_str("connect_query"),
+        read_write_split=p.get_choice("read_write_split", READ_WRITE_SPLIT) or "off",
+        max_replica_lag_bytes=lag_bytes,
+        max_replica_lag_seconds=lag_seconds,
+        primary_reads=p.get_bool("primary_reads", True),
+        read_your_writes=p.get_bool("read_your_writes", True),
+        health_check_period=_period("health_check_period",
+                                    p.get_str("health_check_period"), 1.0),
         startup_params=MappingProxyType(
             {pg: p.values[k] for k, pg in _DB_PARAMS.items() if k in p.values}
         ),

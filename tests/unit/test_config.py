@@ -557,3 +557,189 @@ def test_workers_auto_is_the_cpus_this_process_may_use() -> None:
     assert SETTINGS["workers"].parse("3") == 3
     with pytest.raises(ValueError):
         SETTINGS["workers"].parse("0")
+
+
+# ---------------------------------------------------------------- read/write split (pgtarn's own)
+
+
+def db_line(opts: str, name: str = "d") -> DatabaseEntry:
+    return parse_config(f"[databases]\n{name} = host=a,b {opts}\n[pgbouncer]\n").databases[name]
+
+
+def test_split_keys_default_to_no_split() -> None:
+    db = db_line("")
+    assert db.read_write_split == "off"
+    assert db.max_replica_lag_bytes is None and db.max_replica_lag_seconds is None
+    assert db.primary_reads is True and db.read_your_writes is True
+    assert db.health_check_period == 1.0
+    assert db.reads_only is False
+    bare = DatabaseEntry(name="x")
+    assert (bare.read_write_split, bare.health_check_period, bare.reads_only) == ("off", 1.0, False)
+
+
+@pytest.mark.parametrize("value", ["off", "explicit", "auto", "AUTO", "Explicit"])
+def test_read_write_split_choices(value: str) -> None:
+    assert db_line(f"read_write_split={value}").read_write_split == value.lower()
+
+
+@pytest.mark.parametrize(
+    ("value", "lag_bytes", "lag_seconds"),
+    [
+        ("0", 0, None),
+        ("16777216", 16777216, None),
+        ("64kB", 64 * 1024, None),
+        ("16MB", 16 * 1024**2, None),
+        ("1GB", 1024**3, None),
+        ("'16 MB'", 16 * 1024**2, None),  # PostgreSQL allows a space before the unit
+        ("5s", None, 5.0),
+        ("500ms", None, 0.5),
+        ("2min", None, 120.0),
+        ("1.5s", None, 1.5),
+        ("0s", None, 0.0),
+    ],
+)
+def test_max_replica_lag_bytes_or_time(value: str, lag_bytes: int | None,
+                                       lag_seconds: float | None) -> None:
+    db = db_line(f"read_write_split=auto max_replica_lag={value}")
+    assert (db.max_replica_lag_bytes, db.max_replica_lag_seconds) == (lag_bytes, lag_seconds)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("-1", "max_replica_lag: must be >= 0"),
+        ("-5s", "max_replica_lag: must be >= 0"),
+        ("10kb", "max_replica_lag: invalid unit 'kb' (units are case-sensitive, as in PostgreSQL"),
+        ("10mb", "max_replica_lag: invalid unit 'mb'"),
+        ("5sec", "max_replica_lag: invalid unit 'sec'"),
+        ("5h", "max_replica_lag: invalid unit 'h'"),
+        ("1.5MB", "max_replica_lag: bytes must be a whole number"),
+        ("1.5", "max_replica_lag: bytes must be a whole number"),
+        ("lots", "max_replica_lag: invalid value 'lots'"),
+        ("1e999s", "max_replica_lag: invalid value '1e999s'"),
+    ],
+)
+def test_max_replica_lag_errors_name_file_line_and_key(value: str, message: str) -> None:
+    text = f"[databases]\n\nd = host=a,b max_replica_lag={value}\n"
+    assert f"pgbouncer.ini:3: d: {message}" in error_of(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("on", True), ("off", False), ("true", True), ("false", False), ("yes", True),
+     ("no", False), ("1", True), ("0", False), ("ON", True)],
+)
+def test_split_booleans(value: str, expected: bool) -> None:
+    db = db_line(f"primary_reads={value} read_your_writes={value}")
+    assert db.primary_reads is expected and db.read_your_writes is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("2", 2.0), ("0.25", 0.25), ("250ms", 0.25), ("3s", 3.0), ("1min", 60.0)],
+)
+def test_health_check_period_seconds_or_units(value: str, seconds: float) -> None:
+    assert db_line(f"health_check_period={value}").health_check_period == seconds
+
+
+@pytest.mark.parametrize(
+    ("opts", "message"),
+    [
+        ("read_write_split=sometimes", "read_write_split: invalid value 'sometimes'; "
+                                       "expected off|explicit|auto"),
+        ("primary_reads=maybe", "primary_reads: invalid boolean 'maybe'"),
+        ("read_your_writes=2x", "read_your_writes: invalid boolean '2x'"),
+        ("health_check_period=0", "health_check_period: must be > 0"),
+        ("health_check_period=0ms", "health_check_period: must be > 0"),
+        ("health_check_period=-1", "health_check_period: must be > 0"),
+        ("health_check_period=1MB", "health_check_period: invalid unit 'MB'"),
+        ("health_check_period=5S", "health_check_period: invalid unit 'S'"),
+        ("health_check_period=soon", "health_check_period: invalid value 'soon'"),
+    ],
+)
+def test_split_key_errors_name_file_line_and_key(opts: str, message: str) -> None:
+    assert f"pgbouncer.ini:2: d: {message}" in error_of(f"[databases]\nd = host=a {opts}\n")
+
+
+def test_split_on_a_single_host_is_accepted_and_off_keeps_the_others() -> None:
+    """A replica may be added later; with the split off the other keys are kept, unused."""
+    c = parse_config("[databases]\none = host=a read_write_split=auto\n"
+                     "off = host=a,b max_replica_lag=1MB primary_reads=off read_your_writes=0 "
+                     "health_check_period=5\n[pgbouncer]\n")
+    assert c.databases["one"].read_write_split == "auto"
+    off = c.databases["off"]
+    assert off.read_write_split == "off" and off.max_replica_lag_bytes == 1024**2
+    assert (off.primary_reads, off.read_your_writes, off.health_check_period) == (False, False, 5)
+    assert not any("one" in w or "off" in w for w in c.warnings)
+
+
+def test_split_keys_do_not_change_server_identity() -> None:
+    plain = db_line("")
+    split = db_line("read_write_split=auto max_replica_lag=5s primary_reads=off "
+                    "read_your_writes=off health_check_period=250ms")
+    assert split != plain
+    assert split.server_identity == plain.server_identity
+    assert dataclasses.replace(plain, reads_only=True).server_identity == plain.server_identity
+
+
+SPLIT = """\
+[databases]
+app = host=a,b dbname=appdb read_write_split=explicit max_replica_lag=1MB
+plain = host=a,b
+auto = host=a read_write_split=auto
+own = host=a,b read_write_split=auto
+own_ro = host=c dbname=elsewhere
+{fallback}
+[pgbouncer]
+"""
+
+
+@pytest.mark.parametrize("fallback", ["", "* = host=fallback"])
+def test_ro_alias_of_a_split_entry(fallback: str) -> None:
+    c = parse_config(SPLIT.format(fallback=fallback))
+    ro = c.find_database("app_ro")
+    assert ro is not None
+    app = c.databases["app"]
+    assert (ro.name, ro.dbname, ro.reads_only) == ("app_ro", "appdb", True)
+    assert ro.hosts == app.hosts and ro.max_replica_lag_bytes == 1024**2
+    assert ro == dataclasses.replace(app, name="app_ro", reads_only=True)
+    assert c.find_database("app_ro") is ro  # made once per Config, not at every login
+    assert c.find_database("app") is app and not app.reads_only
+    auto = c.find_database("auto_ro")  # one host: accepted, a replica may come later
+    assert auto is not None and auto.reads_only and auto.dbname == "auto"
+    assert "app_ro" not in c.databases
+
+
+def test_ro_alias_absent_when_split_off() -> None:
+    c = parse_config(SPLIT.format(fallback=""))
+    assert c.find_database("plain_ro") is None
+    assert c.find_database("nosuch_ro") is None
+    with_fallback = parse_config(SPLIT.format(fallback="* = host=fallback"))
+    plain_ro = with_fallback.find_database("plain_ro")
+    assert plain_ro is not None and not plain_ro.reads_only
+    assert (plain_ro.host, plain_ro.dbname) == ("fallback", "plain_ro")
+
+
+def test_explicit_ro_entry_wins_over_the_alias() -> None:
+    c = parse_config(SPLIT.format(fallback="* = host=fallback"))
+    own_ro = c.find_database("own_ro")
+    assert own_ro is c.databases["own_ro"]
+    assert (own_ro.host, own_ro.dbname, own_ro.reads_only) == ("c", "elsewhere", False)
+
+
+def test_no_alias_from_the_fallback_entry() -> None:
+    c = parse_config("[databases]\n* = host=a,b read_write_split=auto\n[pgbouncer]\n")
+    star_ro = c.find_database("*_ro")
+    assert star_ro is not None and not star_ro.reads_only and star_ro.dbname == "*_ro"
+    x_ro = c.find_database("x_ro")
+    assert x_ro is not None and not x_ro.reads_only and x_ro.dbname == "x_ro"
+
+
+def test_ro_alias_follows_the_reloaded_config() -> None:
+    before = parse_config(SPLIT.format(fallback=""))
+    after = parse_config(SPLIT.format(fallback="").replace("lag=1MB", "lag=5s"))
+    ro = after.find_database("app_ro")
+    assert ro is not None and ro.max_replica_lag_seconds == 5.0 and ro.max_replica_lag_bytes is None
+    assert before.find_database("app_ro") != ro
+    off = parse_config(SPLIT.format(fallback="").replace("read_write_split=explicit", ""))
+    assert off.find_database("app_ro") is None

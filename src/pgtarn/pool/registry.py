@@ -183,7 +183,8 @@ class Registry(Generic[S]):
         pool.lifetime = _first(db.server_lifetime, config.server_lifetime)
         pool.idle_timeout = config.server_idle_timeout
         pool.wait_timeout = _first(db.query_wait_timeout, config.query_wait_timeout)
-        pool.auto = db.name not in config.databases
+        # made from `*` (autodb_idle_timeout frees it), not a NAME_ro alias of an entry
+        pool.auto = db.name not in config.databases and not db.reads_only
         user = config.users.get(pool.user) or UserEntry(pool.user)
         pool.client_timeouts = ClientTimeouts(
             query=_first(user.query_timeout, config.query_timeout),

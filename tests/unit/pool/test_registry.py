@@ -156,3 +156,41 @@ def test_a_freed_pool_closes_its_listener_connection() -> None:
     assert isinstance(link, FakeLink)
     registry.free(pool)
     assert link.closes and board.open_links == 0
+
+
+SPLIT = """
+[databases]
+app = host=a,b dbname=app read_write_split=explicit {opts}
+[pgbouncer]
+autodb_idle_timeout = 60
+"""
+
+
+def test_a_reload_applies_the_split_keys_without_closing_servers() -> None:
+    """read_write_split and its keys are not part of what a server is: a RELOAD that changes
+    them hands the pools' entries the new values and keeps their servers."""
+    registry: Registry[FakeServer] = Registry(parse_config(SPLIT.format(opts="")))
+    config = registry.config
+    app_ro = config.find_database("app_ro")
+    assert app_ro is not None
+    pools = [registry.get_pool(config.databases["app"], "u"), registry.get_pool(app_ro, "u")]
+    servers = [FakeServer(), FakeServer()]
+    for pool, server in zip(pools, servers, strict=True):
+        pool.idle.append(server)
+    registry.apply(parse_config(SPLIT.format(
+        opts="max_replica_lag=2s primary_reads=off read_your_writes=off health_check_period=3")))
+    for name in ("app", "app_ro"):
+        db = registry.databases[name]
+        assert (db.max_replica_lag_seconds, db.primary_reads, db.read_your_writes,
+                db.health_check_period) == (2.0, False, False, 3.0)
+    assert registry.databases["app_ro"].reads_only
+    assert not any(s.closed or getattr(s, "close_needed", False) for s in servers)
+    assert all(len(pool.idle) == 1 for pool in pools)
+
+
+def test_the_ro_alias_pool_is_not_an_auto_database() -> None:
+    """autodb_idle_timeout frees pools made from `*`, not those of NAME_ro."""
+    config = parse_config(SPLIT.format(opts=""))
+    app_ro = config.find_database("app_ro")
+    assert app_ro is not None
+    assert not Registry[FakeServer](config).get_pool(app_ro, "u").auto
