@@ -35,6 +35,7 @@ from .runtime import Coordinator, ReloadReport, Runtime, WorkerLimits
 from .server.authquery import SecretLookup
 from .server.connection import ServerConnection
 from .server.launch import launch_server
+from .server.health import start_health
 from .server.listener import Listener
 
 log = logging.getLogger("pgtarn")
@@ -240,6 +241,8 @@ class App:
             runtime, cast(Pool[ServerConnection], pool), db)
         runtime.registry.open_listener = lambda pool, db, board: Listener(
             runtime, pool, db, board)
+        runtime.registry.start_health = lambda hosts, pool, db: start_health(
+            runtime, hosts, pool, db)
         runtime.make_lookup = SecretLookup
         loop = asyncio.get_running_loop()
         self.done = loop.create_future()
@@ -581,6 +584,7 @@ class App:
                 server.close("shutdown")
             if pool.board is not None:
                 pool.board.close("shutdown")
+        self.runtime.registry.close_checks()
         self.runtime.close_lookups(shutdown=True)
         if self.unix_path:
             with contextlib.suppress(OSError):

@@ -107,6 +107,13 @@ class DatabaseEntry:
         return repr((self.hosts or (self.host,), self.ports or self.port, self.dbname, self.user,
                      self.password, self.connect_query, sorted(self.startup_params.items())))
 
+    def targets(self, socket_dir: str = "/tmp") -> list[tuple[str, int]]:
+        """Its hosts with their ports, in the order of its list. An entry without host
+        connects through the unix socket in unix_socket_dir, as PgBouncer."""
+        ports = self.ports or (self.port,)
+        return [(host or socket_dir or "/tmp", ports[i] if len(ports) > 1 else ports[0])
+                for i, host in enumerate(self.hosts or (self.host,))]
+
     @property
     def is_unix_socket(self) -> bool:
         """True when `host` names a Unix socket directory (or is unset)."""

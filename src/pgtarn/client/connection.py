@@ -52,7 +52,6 @@ from ..proto.client_login import (
 from ..runtime import Runtime, WorkerLimits
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, open_replication
-from ..session.readonly import classify_chunk
 from ..states import READY_STATE, ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, os_user_name, peer_address, peer_credentials
@@ -136,11 +135,8 @@ class ClientConnection(ClientRelay):
                 stats.received += len(data)
                 if not self.query_start:
                     self.query_start = self.last_request = monotonic()
-                route = self.route
-                if route is not None and self.server is None and not self.waiting \
-                        and not self.expected:  # fmt: skip
-                    # a transaction starts: its first bytes say where it may run
-                    route.kind = classify_chunk(data, self._statement_text)
+                if self.route is not None and self.server is None and self._route_start(data):
+                    return
                 if self.framer is None:
                     self._relay(data)
                 else:

@@ -12,7 +12,7 @@ from ..pool.stats import BUCKETS
 from ..proto import build
 from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
-from ..session.readonly import reads_by_default
+from ..session.readonly import BEGIN, classify_chunk, reads_by_default
 from ..session.tracking import CLOSE_AFTER
 from ..states import READY_STATE
 from .listening import READY, ClientListening
@@ -22,6 +22,8 @@ from .transport import PendingParts
 REPORTED_FORMS: Final = 256
 #: Bytes held for a server that is not there yet past which the client is not read.
 PENDING_PAUSE: Final = 256 * 1024
+#: The replies to a BEGIN answered here (read_write_split).
+BEGUN: Final = build.command_complete("BEGIN") + build.ready_for_query(b"T")
 WAIT_NOTICE: Final = build.error_response(  # PgBouncer's words: alerting matches them
     "00000", "No server connection available in postgres backend, client being queued",
     "NOTICE", hint="the pool size (pool_size, max_db_connections) limits the servers",
@@ -62,11 +64,15 @@ class ClientLink(ClientListening):
         session = self.session
         if session is None:
             server.link(self, self.params, None)
-            return
-        state = session.state
-        if state.restore:  # a RESET removed startup settings (options): set them again
-            state.restore_startup()
-        server.link(self, self.params, state.settings)
+        else:
+            state = session.state
+            if state.restore:  # a RESET removed startup settings (options): set them again
+                state.restore_startup()
+            server.link(self, self.params, state.settings)
+        route = self.route
+        if route is not None and route.begin:  # the BEGIN answered here, replies swallowed
+            server.run_internal([route.begin], None)
+            route.begin = ""
 
     def waiting_too_long(self) -> None:
         if not self.wait_notified:
@@ -201,6 +207,29 @@ class ClientLink(ClientListening):
         session = self.session
         return route.pool_for(session is not None
                               and reads_by_default(session.state.settings))
+
+    def _route_start(self, data: bytes) -> bool:
+        """read_write_split: a transaction may start with data; its first bytes say where it
+        may run. A bare BEGIN is answered here (True), so that the statement after it can
+        decide (SET TRANSACTION READ ONLY); it goes to that server ahead of it."""
+        route = self.route
+        assert route is not None
+        if self.waiting or self.expected:
+            return False
+        kind = route.kind = classify_chunk(data, self._statement_text)
+        if kind != BEGIN or route.begin or route.reads_only or self.statement_mode \
+                or self.pinned or self.withheld or self.held_batch or self.pending:  # fmt: skip
+            return False
+        route.begin = data[5:-1].decode("utf-8", "replace")
+        session = self.session
+        if session is not None:  # the session's state learns it as if PostgreSQL ran it
+            self._session_text(0x51, data[5:], 0)
+            if session.pending:
+                self._session_ready(b"T")
+        self.query_start = 0.0
+        self.idle_since = monotonic()
+        self.write(BEGUN)
+        return True
 
     def _statement_text(self, name: bytes) -> bytes | None:
         """The text of the client's prepared statement name (None: unknown, or SQL-level)."""

@@ -153,7 +153,10 @@ class ClientTracking(ClientTransport):
 
     def _status_now(self) -> bytes:
         server = self.server
-        return server.status if server is not None else b"I"
+        if server is not None:
+            return server.status
+        route = self.route  # a BEGIN answered here (read_write_split): in a transaction
+        return b"T" if route is not None and route.begin else b"I"
 
     def error_relayed(self) -> None:
         """The linked server relays an ErrorResponse: the batch under way failed."""

@@ -42,11 +42,8 @@ Target = tuple[str, int]
 
 
 def targets(db: DatabaseEntry, socket_dir: str = "/tmp") -> list[Target]:
-    """The entry's hosts with their ports, in the order of its list. An entry without host
-    connects through the unix socket in unix_socket_dir, as PgBouncer."""
-    ports = db.ports or (db.port,)
-    return [(host or socket_dir or "/tmp", ports[i] if len(ports) > 1 else ports[0])
-            for i, host in enumerate(db.hosts or (db.host,))]
+    """The entry's hosts with their ports (DatabaseEntry.targets)."""
+    return db.targets(socket_dir)
 
 
 class HostChooser:

@@ -95,7 +95,7 @@ class Registry(Generic[S]):
         hosts = self.hostsets.get(key)
         if hosts is None:
             hosts = self.hostsets[key] = HostSet(
-                db.name, [(h, p) for h, p in _targets(db, self.config.unix_socket_dir)],
+                db.name, db.targets(self.config.unix_socket_dir),
                 period=db.health_check_period, max_lag_bytes=db.max_replica_lag_bytes,
                 max_lag_seconds=db.max_replica_lag_seconds)
             if self.start_health is not None:
@@ -364,13 +364,6 @@ class Registry(Generic[S]):
 def hosts_key(db: DatabaseEntry) -> str:
     """What makes two entries' servers the same (one HostSet, one health checker)."""
     return repr((db.hosts or (db.host,), db.ports or db.port, db.dbname))
-
-
-def _targets(db: DatabaseEntry, socket_dir: str) -> list[tuple[str, int]]:
-    """The entry's hosts with their ports (net.sockets.targets' rule, without its import)."""
-    ports = db.ports or (db.port,)
-    return [(host or socket_dir or "/tmp", ports[i] if len(ports) > 1 else ports[0])
-            for i, host in enumerate(db.hosts or (db.host,))]
 
 
 def _first(value: float | None, default: float) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from ..session.readonly import BEGIN_READ_ONLY, OTHER, READ
+from ..session.readonly import BEGIN_READ_ONLY, OTHER, READ, SET_READ_ONLY
 from .hosts import REPLICA, HostSet, HostState
 
 if TYPE_CHECKING:  # pool.py holds a Split: only the type is needed here
@@ -118,7 +118,7 @@ class ClientRoute(Generic[S]):
     transaction it starts (read by the relay from its first bytes), where it goes, and when
     the client's last write committed (read-your-writes)."""
 
-    __slots__ = ("kind", "reads_only", "split", "writing", "wrote_at")
+    __slots__ = ("begin", "kind", "reads_only", "split", "writing", "wrote_at")
 
     def __init__(self, split: Split[S], reads_only: bool) -> None:
         self.split = split
@@ -130,6 +130,9 @@ class ClientRoute(Generic[S]):
         self.writing = False
         #: When the client's last write transaction ended (monotonic; 0.0: none yet).
         self.wrote_at = 0.0
+        #: A bare BEGIN pgtarn answered itself: where its transaction runs depends on the
+        #: statement that follows (SET TRANSACTION READ ONLY); sent ahead of it ("": none).
+        self.begin = ""
 
     def pool_for(self, reads_by_default: bool) -> Pool[S]:
         """The pool of the transaction starting now (reads_by_default: the client set
@@ -137,8 +140,11 @@ class ClientRoute(Generic[S]):
         kind = self.kind
         self.kind = OTHER
         split = self.split
-        if self.reads_only or reads_by_default or kind == BEGIN_READ_ONLY or (
-                kind == READ and split.mode == "auto"):
+        if self.begin:  # inside a transaction: only its own access mode makes it a read
+            read = kind == SET_READ_ONLY
+        else:
+            read = kind == BEGIN_READ_ONLY or (kind == READ and split.mode == "auto")
+        if read or self.reads_only or reads_by_default:
             self.writing = False
             return split.read_pool(self.wrote_at)
         self.writing = True
