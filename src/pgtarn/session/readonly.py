@@ -19,7 +19,7 @@ module imports it at its top, so it is itself imported only when replica routing
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, AnyStr, Final
 
 from pglast import ast, parse_sql
 from pglast.enums import TransactionStmtKind, VariableSetKind
@@ -43,35 +43,44 @@ SET_READ_ONLY: Final = Kind.SET_READ_ONLY
 
 # --- the cache and the first look ------------------------------------------------------------
 
-#: Kinds by text (str, or bytes as the wire gives them: kept apart, both may be asked).
-#: A plain dict emptied when full: texts that differ every time start it again.
-_CACHE: dict[str | bytes, int] = {}
+#: Kinds by text, as str and as the wire's bytes apart (an ASCII str and its bytes hash alike:
+#: in one dict a lookup would compare them). Plain dicts emptied when full: texts that differ
+#: every time start them again.
+_TEXTS: dict[str, int] = {}
+_BYTES: dict[bytes, int] = {}
 _CACHE_MAX = 4096
 #: Longer texts are classified each time (their first look still spares most a parse).
 _CACHE_TEXT_MAX = 8192
 
 
 def classify(text: str | bytes) -> int:
-    """The Kind of a query text (bytes are UTF-8, as a Query or Parse carries it without its
-    NUL); a text seen before is one dict lookup."""
-    kind = _CACHE.get(text)
+    """The Kind of a query text; a text seen before is one dict lookup."""
+    if isinstance(text, bytes):
+        return classify_bytes(text)
+    kind = _TEXTS.get(text)
     if kind is None:
-        kind = _classify_new(text)
+        kind = _remember(_TEXTS, text, _kind_of_text(text))
     return kind
 
 
-def _classify_new(text: str | bytes) -> int:
-    if isinstance(text, bytes):
+def classify_bytes(text: bytes) -> int:
+    """The Kind of a query text as a Query or Parse carries it (UTF-8, without its NUL); a
+    text seen before is one dict lookup."""
+    kind = _BYTES.get(text)
+    if kind is None:
         try:  # strict: a text in another client_encoding might lex otherwise
             kind = _kind_of_text(text.decode())
         except UnicodeDecodeError:
             kind = OTHER
-    else:
-        kind = _kind_of_text(text)
+        _remember(_BYTES, text, kind)
+    return kind
+
+
+def _remember(cache: dict[AnyStr, int], text: AnyStr, kind: int) -> int:
     if len(text) <= _CACHE_TEXT_MAX:
-        if len(_CACHE) >= _CACHE_MAX:
-            _CACHE.clear()
-        _CACHE[text] = kind
+        if len(cache) >= _CACHE_MAX:
+            cache.clear()
+        cache[text] = kind
     return kind
 
 
@@ -130,7 +139,6 @@ def _comment_end(sql: str, pos: int) -> int:
 
 # --- message chunks --------------------------------------------------------------------------
 
-_QUERY: Final = 0x51  # Q
 _PARSE: Final = 0x50  # P
 _BIND: Final = 0x42  # B
 _SYNC: Final = 0x53  # S
@@ -149,7 +157,7 @@ def classify_chunk(data: bytes, statement_text: Callable[[bytes], bytes | None])
     prepared before (None when unknown). Anything else, malformed included, is OTHER."""
     if data[:1] == b"Q":
         if len(data) > 5 and data[-1] == 0 and int.from_bytes(data[1:5]) == len(data) - 1:
-            return classify(data[5:-1])
+            return classify_bytes(data[5:-1])
         return OTHER
     return _batch(data, statement_text)
 
@@ -179,7 +187,7 @@ def _batch(data: bytes, statement_text: Callable[[bytes], bytes | None]) -> int:
                 return OTHER
             name = data[pos + 5 : name_end]
             # A Parse of several statements fails on any server: its Kind is not told apart.
-            kind = parsed[name] = classify(data[name_end + 1 : text_end])
+            kind = parsed[name] = classify_bytes(data[name_end + 1 : text_end])
             parse_names.append(name)
         elif msg_type == _BIND:  # portal NUL statement NUL ...
             portal_end = data.find(b"\x00", pos + 5, after)
@@ -190,7 +198,7 @@ def _batch(data: bytes, statement_text: Callable[[bytes], bytes | None]) -> int:
             found = parsed.get(name)
             if found is None:  # prepared before: the unnamed statement never counts
                 text = statement_text(name) if name else None
-                found = OTHER if text is None else classify(text)
+                found = OTHER if text is None else classify_bytes(text)
             kind = found
             binds.append((name, kind))
         elif msg_type in _PASSING:

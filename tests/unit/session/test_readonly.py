@@ -3,7 +3,11 @@ a read-only replica."""
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +17,13 @@ from pglast.parser import ParseError
 
 from pgtarn.proto import build
 from pgtarn.session import readonly
-from pgtarn.session.readonly import ALLOWED_FUNCTIONS, Kind, classify, classify_chunk
+from pgtarn.session.readonly import (
+    ALLOWED_FUNCTIONS,
+    Kind,
+    classify,
+    classify_bytes,
+    classify_chunk,
+)
 
 FUZZ = settings(max_examples=300, deadline=None, database=None)
 
@@ -266,6 +276,7 @@ def test_classify(sql: str, kind: int) -> None:
 
 @pytest.mark.parametrize(("sql", "kind"), CASES)
 def test_classify_bytes_as_the_wire_gives_them(sql: str, kind: int) -> None:
+    assert classify_bytes(sql.encode()) == kind
     assert classify(sql.encode()) == kind
 
 
@@ -289,6 +300,18 @@ def test_a_cached_answer_is_the_same_and_needs_no_parse(monkeypatch: pytest.Monk
     assert classify(sql.encode()) == Kind.READ
 
 
+def test_str_and_bytes_are_cached_apart() -> None:
+    """An ASCII str and its bytes hash alike: in one dict a lookup would compare them, which
+    python -bb turns into an error."""
+    code = ("from pgtarn.session.readonly import classify\n"
+            "assert classify('SELECT 7') == classify(b'SELECT 7') == 1\n"
+            "assert classify(b'SELECT 8') == classify('SELECT 8') == 1\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(readonly.__file__).parents[2])}
+    done = subprocess.run([sys.executable, "-bb", "-c", code], env=env, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_first_look_decides_other_words_without_a_parse(
         monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(text: str) -> object:
@@ -302,17 +325,20 @@ def test_the_first_look_decides_other_words_without_a_parse(
 
 def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readonly, "_CACHE_MAX", 8)
-    readonly._CACHE.clear()
     for n in range(50):
         assert classify(f"SELECT {n}") == Kind.READ
-        assert len(readonly._CACHE) <= 8
+        assert classify(f"SELECT {n}".encode()) == Kind.READ
+        assert len(readonly._TEXTS) <= 8
+        assert len(readonly._BYTES) <= 8
 
 
 def test_a_long_text_is_not_cached() -> None:
     sql = "SELECT " + ", ".join(["1"] * 5000)
     assert len(sql) > readonly._CACHE_TEXT_MAX
     assert classify(sql) == Kind.READ
-    assert sql not in readonly._CACHE
+    assert classify(sql.encode()) == Kind.READ
+    assert sql not in readonly._TEXTS
+    assert sql.encode() not in readonly._BYTES
 
 
 def test_bytes_that_are_not_utf8_are_other() -> None:
