@@ -34,8 +34,8 @@ from .proto.client_side import forget_derived_secrets
 from .runtime import Coordinator, ReloadReport, Runtime, WorkerLimits
 from .server.authquery import SecretLookup
 from .server.connection import ServerConnection
-from .server.launch import launch_server
 from .server.health import start_health
+from .server.launch import launch_server
 from .server.listener import Listener
 
 log = logging.getLogger("pgtarn")

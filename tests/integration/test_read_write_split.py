@@ -76,7 +76,8 @@ def _start(pgtarn_factory: Any, trio: Trio, split: str, **keys: object) -> Any:
     proc = pgtarn_factory(databases={"app": trio.entry(split, **keys)},
                           settings={"default_pool_size": 4})
     # the first checks have run once the replicas serve reads
-    _until(lambda: _ports(proc, "auto" if split == "auto" else "explicit", 12) & _standby_ports(trio))
+    how = "auto" if split == "auto" else "explicit"
+    _until(lambda: _ports(proc, how, 12) & _standby_ports(trio))
     return proc
 
 
@@ -110,7 +111,7 @@ def _ports(proc: Any, how: str, count: int, dbname: str = "app") -> set[int]:
     return seen
 
 
-def test_reads_spread_over_the_replicas_and_writes_stay_on_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_reads_spread_over_replicas_and_writes_stay_on_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
     proc = _start(pgtarn_factory, trio, "auto", primary_reads="off")
     assert _until(lambda: _ports(proc, "auto", 25) == _standby_ports(trio))
     with connect(proc, autocommit=True) as conn:
@@ -127,7 +128,7 @@ def test_primary_reads_on_spread_over_every_server(pgtarn_factory, trio) -> None
     assert _until(lambda: _ports(proc, "auto", 25) == every)
 
 
-def test_explicit_sends_read_only_transactions_to_replicas_and_the_rest_to_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_explicit_sends_read_only_transactions_to_replicas(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
     proc = _start(pgtarn_factory, trio, "explicit", primary_reads="off")
     assert _ports(proc, "explicit", 10) <= _standby_ports(trio)
     assert _ports(proc, "auto", 10) == {trio.primary.port}  # a plain SELECT: not explicit

@@ -99,6 +99,13 @@ class TempCluster(ThrowawayCluster):
             self._atexit_registered = False
         return self.base_dir
 
+    def crash(self) -> None:
+        """pg_ctl stop -m immediate: the server goes as in a crash (no checkpoint, every
+        connection dropped), as a failover test wants."""
+        self._started = False
+        self._run_pg([self._bin("pg_ctl"), "stop", "-D", self.data_dir, "-m", "immediate",
+                      "-w", "-t", "30"], check=False)
+
     def enable_tls(self, cert_file: str, key_file: str, ca_file: str | None = None,
                    hba_first: tuple[str, ...] = ()) -> None:
         """Turn on ssl with this certificate (copied into the data directory) and reload.

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..config import SETTINGS
 from ..errors import ConfigError, PgtarnError
+from ..pool.pool import reconnect as reconnect_pool
 from ..runtime import Runtime
 from ..states import ClientState
 from .result import AdminError, Outcome, Result, notice
@@ -170,7 +171,7 @@ def kill_client(runtime: Runtime, arg: str | None) -> Outcome:
 def reconnect(runtime: Runtime, arg: str | None) -> Outcome:
     database = _database(runtime, arg, "reconnect")
     for pool in runtime.registry.pools_of(database):
-        pool.reconnect()
+        reconnect_pool(pool)
     return _result("RECONNECT")
 
 

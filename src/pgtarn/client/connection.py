@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Iterable, Mapping
 from time import monotonic
 from typing import NoReturn, assert_never, cast
@@ -54,7 +53,7 @@ from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, open_replication
 from ..states import READY_STATE, ClientState
 from ..views import SecretSource
-from .access import Connection, auth_method, os_user_name, peer_address, peer_credentials
+from .access import Connection, auth_method, peer_address
 from .relay import ClientRelay
 
 log = logging.getLogger("pgtarn.client")
@@ -338,22 +337,6 @@ class ClientConnection(ClientRelay):
         if user in config.stats_users:
             return "stats"
         return None
-
-    def _peer_uid(self) -> int | None:
-        """The OS user id of a unix-socket peer; None over TCP."""
-        credentials = peer_credentials(self.transport)
-        if credentials is None:
-            return None
-        self.peer_pid = credentials[0]
-        return credentials[1]
-
-    def _peer_os_user(self) -> str | None:
-        uid = self._peer_uid()
-        return os_user_name(uid) if uid is not None else None
-
-    def _same_os_user(self) -> bool:
-        """A unix-socket peer running as the same OS user as this process."""
-        return self._peer_uid() == os.getuid()
 
     def _authenticated(self, login: ClientLogin, scram_keys: tuple[bytes, bytes] | None,
                        auth_ok: bytes) -> None:

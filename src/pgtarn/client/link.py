@@ -12,10 +12,11 @@ from ..pool.stats import BUCKETS
 from ..proto import build
 from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
-from ..session.readonly import BEGIN, classify_chunk, reads_by_default
-from ..session.tracking import CLOSE_AFTER
+from ..session.effects import Kind
+from ..session.tracking import CLOSE_AFTER, NO_SETTINGS
 from ..states import READY_STATE
 from .listening import READY, ClientListening
+from .tracking import load_readonly
 from .transport import PendingParts
 
 #: At most this many reported forms of startup values are kept (Runtime.reported_forms).
@@ -205,8 +206,8 @@ class ClientLink(ClientListening):
             assert self.pool is not None
             return self.pool
         session = self.session
-        return route.pool_for(session is not None
-                              and reads_by_default(session.state.settings))
+        return route.pool_for(session is not None and session.state.settings is not NO_SETTINGS
+                              and load_readonly()[1](session.state.settings))
 
     def _route_start(self, data: bytes) -> bool:
         """read_write_split: a transaction may start with data; its first bytes say where it
@@ -216,8 +217,8 @@ class ClientLink(ClientListening):
         assert route is not None
         if self.waiting or self.expected:
             return False
-        kind = route.kind = classify_chunk(data, self._statement_text)
-        if kind != BEGIN or route.begin or route.reads_only or self.statement_mode \
+        kind = route.kind = load_readonly()[0](data, self._statement_text)
+        if kind != Kind.BEGIN or route.begin or route.reads_only or self.statement_mode \
                 or self.pinned or self.withheld or self.held_batch or self.pending:  # fmt: skip
             return False
         route.begin = data[5:-1].decode("utf-8", "replace")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from sys import intern
 from time import monotonic
@@ -28,6 +29,7 @@ from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
 from ..states import ClientState
 from ..views import SecretSource
+from .access import os_user_name, peer_credentials
 
 log = logging.getLogger("pgtarn.client")
 
@@ -200,6 +202,22 @@ class ClientTransport(asyncio.Protocol):
     def __repr__(self) -> str:
         return f"C-{self.id}({self.user or '?'}@{self.addr}/{self.database or '?'})"
 
+
+    def _peer_uid(self) -> int | None:
+        """The OS user id of a unix-socket peer; None over TCP."""
+        credentials = peer_credentials(self.transport)
+        if credentials is None:
+            return None
+        self.peer_pid = credentials[0]
+        return credentials[1]
+
+    def _peer_os_user(self) -> str | None:
+        uid = self._peer_uid()
+        return os_user_name(uid) if uid is not None else None
+
+    def _same_os_user(self) -> bool:
+        """A unix-socket peer running as the same OS user as this process."""
+        return self._peer_uid() == os.getuid()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)

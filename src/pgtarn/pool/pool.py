@@ -31,13 +31,15 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
 from .channels import ChannelBoard
-from .split import Split
 from .stats import BUCKETS, PoolStats
+
+if TYPE_CHECKING:  # a pool holds its Split; split.py builds on this module
+    from .split import Split
 
 FIRST_RETRY_DELAY = 0.05
 #: query_wait_timeout: closes the client as PgBouncer does (class 08: the connection is gone).
@@ -195,15 +197,9 @@ class Pool(Generic[S]):
         #: The channels its clients LISTEN to, and its listener connection (transaction and
         #: statement mode; given by the registry).
         self.board: ChannelBoard | None = None
-        #: read_write_split: the pools of this (database, user) and the choice among them
-        #: (given by the registry; a replica's pool shares its home pool's).
+        #: read_write_split: this (database, user)'s pools; a replica's pool: its host's index.
         self.split: Split[S] | None = None
-        #: A replica's pool: the index of its host in the split's HostSet (-1: not one).
         self.host_index = -1
-        #: While failing, waiting clients get the error after this long (None:
-        #: connect_timeout; a split database's home pool waits query_wait_timeout for a
-        #: primary to appear).
-        self.failing_wait: float | None = None
 
     def __repr__(self) -> str:
         return f"<Pool {self.database}/{self.user}>"
@@ -245,24 +241,8 @@ class Pool(Generic[S]):
         if self.waiting:
             self.cancel_wait(client)
         self.cancel_welcome(client)
-        split = self.split
-        if split is not None:
-            for replica in split.replicas.values():
-                if replica.waiting:
-                    replica.cancel_wait(client)
-
-    def take_waiters(self, other: Pool[S]) -> None:
-        """other's waiting clients wait here instead, after this pool's (a replica went
-        down: its readers go to the primary), keeping how long they waited."""
-        now = self.clock()
-        while other.waiting:
-            waiter = other.waiting.popleft()
-            self.waiting.append(waiter)
-            self.wait_since[id(waiter)] = other.wait_since.pop(id(waiter), now)
-        if not self.paused:
-            while self.waiting and self.idle:
-                self._to_idle(self.idle.pop())  # to the first waiter
-            self._grow(now)
+        if self.split is not None:
+            self.split.client_left(client)
 
     def acquire(self, waiter: Waiter[S], prefer: S | None = None) -> S | None:
         """An idle server for waiter now (prefer if it is idle), or None after queueing it
@@ -373,7 +353,9 @@ class Pool(Generic[S]):
                 and not (self.idle or self.active or self.tested):
             # Nothing established will come free for them: give up after connect_timeout.
             # (With servers running, waiting clients are served as those are released.)
-            wait = self.connect_timeout if self.failing_wait is None else self.failing_wait
+            # (a split's home pool waits query_wait_timeout for a primary to appear)
+            wait = self.wait_timeout if self.split and self.host_index < 0 \
+                else self.connect_timeout  # fmt: skip
             self._fail_waiters(self.failure, now - wait)
         if self.waiting and self.wait_notify > 0:
             for waiter in self.waiting:  # oldest first: stop at the first that is young
@@ -441,11 +423,8 @@ class Pool(Generic[S]):
         self.failure = error
         self.failures += 1
         self.retry_at = now + min(self.retry_cap, FIRST_RETRY_DELAY * 2 ** (self.failures - 1))
-        split = self.split
-        if split is not None:  # the health checker looks at once; a replica is banned
-            if self.host_index >= 0:
-                split.hosts.ban(self.host_index, f"login failed: {error.message}")
-            split.hosts.wake()
+        if self.split is not None:
+            self.split.login_failed(self.host_index, error.message)
         if not retry and self.server_count == 0:
             self._fail_waiters(error, now)
 
@@ -514,15 +493,6 @@ class Pool(Generic[S]):
         """Every server of the pool, in whatever container."""
         return [*self.active, *self.idle, *self.tested, *self.login]
 
-    def reconnect(self) -> None:
-        """Close idle servers now and the others when they are released; the listener
-        connection reconnects at once."""
-        for server in self.servers():
-            server.close_needed = True
-        self.close_idle("reconnect requested")
-        if self.board is not None:
-            self.board.restart("reconnect requested")
-
     @property
     def busy(self) -> bool:
         """Some server is lent, being reset or logging in (what PAUSE waits for)."""
@@ -565,6 +535,30 @@ def _expire_idle(pool: Pool[S], now: float) -> None:
             continue
         pool.idle.remove(server)  # out of reach of acquire before it is gone
         server.close(reason)
+
+
+def reconnect(pool: Pool[S]) -> None:
+    """RECONNECT: close a pool's idle servers now and the others when they are released; the
+    listener connection reconnects at once."""
+    for server in pool.servers():
+        server.close_needed = True
+    pool.close_idle("reconnect requested")
+    if pool.board is not None:
+        pool.board.restart("reconnect requested")
+
+
+def take_waiters(pool: Pool[S], other: Pool[S]) -> None:
+    """other's waiting clients wait in pool instead, after pool's own (a replica went down:
+    its readers go to the primary), keeping how long they waited."""
+    now = pool.clock()
+    while other.waiting:
+        waiter = other.waiting.popleft()
+        pool.waiting.append(waiter)
+        pool.wait_since[id(waiter)] = other.wait_since.pop(id(waiter), now)
+    if not pool.paused:
+        while pool.waiting and pool.idle:
+            pool._to_idle(pool.idle.pop())  # to the first waiter
+        pool._grow(now)
 
 
 def open_granted(pool: Pool[S]) -> None:

@@ -104,7 +104,6 @@ class Registry(Generic[S]):
                                 mode=db.read_write_split, primary_reads=db.primary_reads,
                                 read_your_writes=db.read_your_writes)
         home.split = split
-        home.failing_wait = home.wait_timeout
         self.splits.setdefault(key, []).append(split)
         hosts.changed.append(split.hosts_changed)
         split.hosts_changed(hosts)
@@ -140,7 +139,6 @@ class Registry(Generic[S]):
         if split is None:
             return
         home.split = None
-        home.failing_wait = None
         for pool in split.replicas.values():
             pool.close_idle(reason)
             for server in pool.servers():
@@ -356,7 +354,6 @@ class Registry(Generic[S]):
         split.mode = db.read_write_split
         split.primary_reads = db.primary_reads
         split.read_your_writes = db.read_your_writes
-        pool.failing_wait = pool.wait_timeout
         split.hosts.configure(db.health_check_period, db.max_replica_lag_bytes,
                               db.max_replica_lag_seconds)
 

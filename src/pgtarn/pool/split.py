@@ -11,15 +11,11 @@ pool when primary_reads is on; with none of them, to the home pool.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic
 
-from ..session.readonly import BEGIN_READ_ONLY, OTHER, READ, SET_READ_ONLY
+from ..session.effects import Kind
 from .hosts import REPLICA, HostSet, HostState
-
-if TYPE_CHECKING:  # pool.py holds a Split: only the type is needed here
-    from .pool import Pool, PooledServer
-
-S = TypeVar("S", bound="PooledServer")
+from .pool import Pool, S, take_waiters
 
 
 class Split(Generic[S]):
@@ -110,7 +106,20 @@ class Split(Generic[S]):
             if pool.idle:
                 pool.close_idle(f"{host.key} is {host.role if host.up else 'down'}")
             if pool.waiting and not pool.active:
-                home.take_waiters(pool)
+                take_waiters(home, pool)
+
+    def client_left(self, client: object) -> None:
+        """A client of the home pool is gone: out of the replicas' queues too."""
+        for pool in self.replicas.values():
+            if pool.waiting:
+                pool.cancel_wait(client)  # type: ignore[arg-type]
+
+    def login_failed(self, index: int, message: str) -> None:
+        """A server of the home pool (index -1) or of a replica's could not log in: the
+        health checker looks at once, and a replica is banned meanwhile."""
+        if index >= 0:
+            self.hosts.ban(index, f"login failed: {message}")
+        self.hosts.wake()
 
 
 class ClientRoute(Generic[S]):
@@ -125,7 +134,7 @@ class ClientRoute(Generic[S]):
         #: The `_ro` database: every transaction is a read.
         self.reads_only = reads_only
         #: session.readonly's kind of the transaction about to start.
-        self.kind = OTHER
+        self.kind = Kind.OTHER
         #: The transaction under way went to the primary as one that may write.
         self.writing = False
         #: When the client's last write transaction ended (monotonic; 0.0: none yet).
@@ -138,12 +147,12 @@ class ClientRoute(Generic[S]):
         """The pool of the transaction starting now (reads_by_default: the client set
         default_transaction_read_only)."""
         kind = self.kind
-        self.kind = OTHER
+        self.kind = Kind.OTHER
         split = self.split
         if self.begin:  # inside a transaction: only its own access mode makes it a read
-            read = kind == SET_READ_ONLY
+            read = kind == Kind.SET_READ_ONLY
         else:
-            read = kind == BEGIN_READ_ONLY or (kind == READ and split.mode == "auto")
+            read = kind == Kind.BEGIN_READ_ONLY or (kind == Kind.READ and split.mode == "auto")
         if read or self.reads_only or reads_by_default:
             self.writing = False
             return split.read_pool(self.wrote_at)

@@ -105,6 +105,17 @@ def _look(text: bytes, named: bool) -> bool:
 # --- the parse --------------------------------------------------------------------------------
 
 
+class Kind:
+    """What a transaction's first text (or chunk) is to replica routing (session/readonly.py
+    reads it; here, without pglast, for the pools that compare them): plain ints."""
+
+    OTHER: Final = 0
+    READ: Final = 1  # a single statement provably read-only
+    BEGIN_READ_ONLY: Final = 2  # starts a read-only transaction
+    BEGIN: Final = 3  # a bare transaction start: the next statement decides
+    SET_READ_ONLY: Final = 4  # SET TRANSACTION READ ONLY
+
+
 class Parsed:
     """The effects of one query text, and how many statements it holds."""
 

@@ -24,16 +24,7 @@ from typing import Any, AnyStr, Final
 from pglast import ast, parse_sql
 from pglast.enums import TransactionStmtKind, VariableSetKind
 
-
-class Kind:
-    """What a text (or chunk) is to replica routing: plain ints, compared on the hot path."""
-
-    OTHER: Final = 0
-    READ: Final = 1
-    BEGIN_READ_ONLY: Final = 2
-    BEGIN: Final = 3
-    SET_READ_ONLY: Final = 4
-
+from .effects import Kind
 
 OTHER: Final = Kind.OTHER
 READ: Final = Kind.READ
@@ -483,3 +474,31 @@ ALLOWED_FUNCTIONS: Final = frozenset((
     "pg_encoding_to_char", "pg_char_to_encoding", "pg_size_pretty", "pg_size_bytes",
     "pg_column_size", "num_nulls", "num_nonnulls",
 ))
+
+
+#: The session settings last asked about by reads_by_default, and the answer (dicts are
+#: replaced, never changed, when a setting changes: identity says it is the same).
+_LAST_SETTINGS: list[Any] = [None, False]
+
+
+def reads_by_default(settings: dict[str, str]) -> bool:
+    """Whether a client's session settings (name -> the SQL that set it, session/tracking.py)
+    make its transactions read-only: default_transaction_read_only set to on."""
+    if settings is _LAST_SETTINGS[0]:
+        return bool(_LAST_SETTINGS[1])
+    sql = settings.get("default_transaction_read_only")
+    answer = False
+    if sql is not None:
+        try:
+            statements = parse_sql(sql)
+        except Exception:  # (pglast's ParseError, or worse: not read-only then)
+            statements = ()
+        for raw in statements:
+            stmt = raw.stmt
+            if isinstance(stmt, ast.VariableSetStmt) and stmt.args and \
+                    stmt.kind == VariableSetKind.VAR_SET_VALUE:  # fmt: skip
+                value = getattr(stmt.args[0], "val", None)
+                answer = (value.ival == 1 if isinstance(value, ast.Integer) else
+                          isinstance(value, ast.String) and str(value.sval).lower() in _TRUE)
+    _LAST_SETTINGS[0], _LAST_SETTINGS[1] = settings, answer
+    return answer

@@ -1,0 +1,118 @@
+"""Failover under load with read_write_split: the primary crashes under pgbench -N and -S
+clients, its standby is promoted with pg_ctl promote, and pgtarn follows without a reload; only
+the transactions in flight on the dead primary fail, reads go on, and the old primary joins
+again as a replica."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import PrimaryCluster, StandbyCluster
+
+from .drivers import connect
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench not installed"),
+]
+
+POOL_SIZE = 4
+CLIENTS = 8
+PORT = "select current_setting('port')::int"
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
+    primary = PrimaryCluster()
+    primary.start()
+    standby = StandbyCluster(primary)
+    try:
+        primary.create_role("app", "app_pass")
+        primary.psql("CREATE DATABASE app OWNER app;")
+        subprocess.run(["pgbench", "-i", "-s", "1", "-q", primary.dsn("app", "app_pass",
+                                                                      dbname="app")],
+                       check=True, capture_output=True, timeout=120)
+        standby.start()
+        yield primary, standby
+    finally:
+        standby.cleanup()
+        primary.cleanup()
+
+
+def _until(check: Any, seconds: float = 30.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+def _pgbench(proc: Any, mode: str, seconds: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        ["pgbench", "-n", "-c", str(CLIENTS), "-j", "2", "-T", str(seconds), mode,
+         proc.dsn("app", "app_pass")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _result(run: subprocess.Popen[str]) -> tuple[int, int, str]:
+    """Transactions processed, clients aborted, and the output."""
+    out, err = run.communicate(timeout=120)
+    done = re.search(r"number of transactions actually processed: (\d+)", out)
+    aborted = len(re.findall(r"client \d+ aborted", err))
+    return (int(done.group(1)) if done else 0), aborted, out + err
+
+
+def _hosts(proc: Any) -> dict[int, str]:
+    """port -> role, from SHOW HOSTS."""
+    with connect(proc, dbname="pgbouncer", autocommit=True) as admin:  # app: admin_users
+        cur = admin.execute("SHOW HOSTS")
+        names = [d.name for d in cur.description or ()]
+        return {int(row[names.index("port")]): row[names.index("role")] for row in cur}
+
+
+def test_failover_under_pgbench(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
+    primary, standby = pair
+    entry = (f"host={primary.host},{standby.host} port={primary.port},{standby.port} "
+             "dbname=app read_write_split=auto primary_reads=off health_check_period=0.2")
+    proc = pgtarn_factory(databases={"app": entry},
+                          settings={"default_pool_size": POOL_SIZE, "max_client_conn": 100,
+                                    "query_wait_timeout": 30})
+    assert _until(lambda: _hosts(proc) == {primary.port: "primary", standby.port: "replica"})
+    writes = _pgbench(proc, "-N", 14)
+    reads = _pgbench(proc, "-S", 14)
+    time.sleep(4)
+    primary.crash()
+    time.sleep(2)
+    standby.promote()
+    written, writers_aborted, write_log = _result(writes)
+    read, readers_aborted, read_log = _result(reads)
+    # only transactions in flight on the dead primary failed: at most one per server of
+    # the primary's pool; the other writers waited for the promoted standby and went on
+    assert writers_aborted <= POOL_SIZE, write_log
+    assert writers_aborted < CLIENTS and written > 0, write_log
+    # reads went on on the replica the whole time
+    assert readers_aborted == 0, read_log
+    assert read > 0
+    assert _hosts(proc)[standby.port] == "primary"
+    with connect(proc, autocommit=True) as conn:
+        conn.execute("insert into pgbench_history (tid, bid, aid, delta) values (1, 1, 1, 1)")
+        assert conn.execute("BEGIN; " + PORT).fetchone()[0] == standby.port  # type: ignore[index]
+    # the old primary comes back as a standby of the new one, on its old port: a replica
+    old_port = primary.port
+    primary.cleanup()
+    rejoined = StandbyCluster(standby, port=old_port)
+    try:
+        rejoined.start()
+        assert _until(lambda: _hosts(proc).get(old_port) == "replica")
+        with connect(proc, autocommit=True) as conn:
+            assert _until(lambda: conn.execute(PORT).fetchone()[0] == old_port)  # type: ignore[index]
+    finally:
+        rejoined.cleanup()
