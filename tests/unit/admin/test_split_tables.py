@@ -10,6 +10,7 @@ import pytest
 
 from pgtarn.admin.console import HELP
 from pgtarn.admin.merge import merge
+from pgtarn.admin.split import lsn_text
 from pgtarn.admin.tables import (
     INT4,
     INT8,
@@ -18,7 +19,6 @@ from pgtarn.admin.tables import (
     SOCKET_COLUMNS,
     TEXT,
     Table,
-    lsn_text,
     show_hosts,
     show_pools,
     show_servers,
