@@ -31,11 +31,13 @@ from .admin.tables import (
     all_servers,
     show_clients,
     show_databases,
+    show_hosts,
     show_lists,
     show_pools,
     show_stats_totals,
 )
 from .buildinfo import BUILD
+from .pool.pool import Pool
 from .pool.stats import Histogram
 from .runtime import Runtime
 
@@ -111,6 +113,14 @@ BOARD_METRICS = (
      " max_user_connections), per pool"),
 )  # fmt: skip
 
+#: SHOW HOSTS column -> gauge (labels database, host, port): read/write split's servers.
+HOST_GAUGES = (
+    ("lag_bytes", "host_lag_bytes", "Bytes of WAL a replica's replay is behind the primary's"
+     " insert position (0 for the primary), at its last check"),
+    ("lag_seconds", "host_lag_seconds", "Seconds a replica's replay is behind, at its last"
+     " check"),
+)  # fmt: skip
+
 #: PoolStats histogram attribute -> histogram (labels database, user).
 POOL_HISTOGRAMS = (
     ("xact_times", "transaction_duration_seconds", "Duration of transactions, per pool"),
@@ -135,6 +145,15 @@ def _label(value: Value) -> str:
     return "" if value is None else str(value)
 
 
+def _pools_by_label(runtime: Runtime) -> list[tuple[str, str, list[Pool[Any]]]]:
+    """The pools of each (database, user): a split database's replicas' pools share their
+    home pool's labels, so their numbers are reported together."""
+    by_key: dict[tuple[str, str], list[Pool[Any]]] = {}
+    for pool in runtime.registry:
+        by_key.setdefault((pool.database, pool.user), []).append(pool)
+    return [(database, user, pools) for (database, user), pools in sorted(by_key.items())]
+
+
 def _histogram_buckets(hist: Histogram) -> list[tuple[str, float]]:
     return [
         ("+Inf" if bound == float("inf") else repr(float(bound)), float(count))
@@ -157,6 +176,7 @@ class PgtarnCollector:
         yield from self._histograms()
         yield from self._pins(show_clients(runtime))
         yield from self._notifications()
+        yield from self._hosts(show_hosts(runtime))
 
         up = GaugeMetricFamily("pgtarn_up", "1 while pgtarn answers")
         up.add_metric([], 1.0)
@@ -213,12 +233,16 @@ class PgtarnCollector:
         yield gauge
 
     def _histograms(self) -> Iterator[Metric]:
-        pools = sorted(self.runtime.registry, key=lambda p: (p.database, p.user))
+        groups = _pools_by_label(self.runtime)
         for attribute, name, doc in POOL_HISTOGRAMS:
             family = HistogramMetricFamily(f"pgtarn_{name}", doc, labels=["database", "user"])
-            for pool in pools:
-                hist: Histogram = getattr(pool.stats, attribute)
-                family.add_metric([pool.database, pool.user], _histogram_buckets(hist),
+            for database, user, pools in groups:
+                hist = Histogram()
+                for pool in pools:
+                    one: Histogram = getattr(pool.stats, attribute)
+                    hist.counts = [a + b for a, b in zip(hist.counts, one.counts, strict=True)]
+                    hist.total += one.total
+                family.add_metric([database, user], _histogram_buckets(hist),
                                   sum_value=hist.total)
             yield family
 
@@ -230,18 +254,20 @@ class PgtarnCollector:
             if reasons:
                 key = (_label(database), _label(user))
                 pinned[key] = pinned.get(key, 0) + 1
-        pools = sorted(self.runtime.registry, key=lambda p: (p.database, p.user))
         gauge = GaugeMetricFamily("pgtarn_clients_pinned",
                                   "Clients pinned to their server by session state, per pool",
                                   labels=["database", "user"])
         counter = CounterMetricFamily(
             "pgtarn_client_pins", "Pins of a client to its server begun, per pool and reason",
             labels=["database", "user", "reason"])
-        for pool in pools:
-            gauge.add_metric([pool.database, pool.user],
-                             float(pinned.get((pool.database, pool.user), 0)))
-            for reason, count in sorted(pool.stats.pins.items()):
-                counter.add_metric([pool.database, pool.user, reason], float(count))
+        for database, user, pools in _pools_by_label(self.runtime):
+            gauge.add_metric([database, user], float(pinned.get((database, user), 0)))
+            pins: dict[str, int] = {}
+            for pool in pools:
+                for reason, count in pool.stats.pins.items():
+                    pins[reason] = pins.get(reason, 0) + count
+            for reason, count in sorted(pins.items()):
+                counter.add_metric([database, user, reason], float(count))
         yield gauge
         yield counter
 
@@ -260,6 +286,30 @@ class PgtarnCollector:
                                       float(getattr(board, attribute)))
             yield family
 
+    def _hosts(self, table: Table) -> Iterator[Metric]:
+        """read/write split: each host as its health checks see it, and the transactions
+        routed to it (no samples without a split database)."""
+        hosts = [[_label(d), _label(h), _label(p)] for d, h, p in zip(
+            table.column("database"), table.column("host"), table.column("port"), strict=True)]
+        up = GaugeMetricFamily("pgtarn_host_up", "1 if the host's last check passed (0: banned"
+                               " or not checked yet), with its role",
+                               labels=["database", "host", "port", "role"])
+        for labels, role, state in zip(hosts, table.column("role"), table.column("state"),
+                                       strict=True):
+            up.add_metric([*labels, _label(role)], 1.0 if state == "up" else 0.0)
+        yield up
+        for column, name, doc in HOST_GAUGES:
+            gauge = GaugeMetricFamily(f"pgtarn_{name}", doc, labels=["database", "host", "port"])
+            for labels, value in zip(hosts, table.column(column), strict=True):
+                gauge.add_metric(labels, _number(value))
+            yield gauge
+        routed = CounterMetricFamily(
+            "pgtarn_host_transactions_routed", "Transactions routed to the host (reads and"
+            " writes)", labels=["database", "host", "port"])
+        for labels, value in zip(hosts, table.column("routed"), strict=True):
+            routed.add_metric(labels, _number(value))
+        yield routed
+
 
 def render(runtime: Runtime) -> bytes:
     """The metrics of a runtime in the Prometheus text format."""
@@ -276,8 +326,11 @@ GREATEST = frozenset({
     "pgtarn_up", "pgtarn_version_info", "pgtarn_config_max_client_connections",
     "pgtarn_pools_client_maxwait_seconds", "pgtarn_databases_pool_size",
     "pgtarn_databases_max_connections", "pgtarn_databases_paused",
-    "pgtarn_databases_disabled",
+    "pgtarn_databases_disabled", "pgtarn_host_lag_bytes", "pgtarn_host_lag_seconds",
 })
+#: Families whose samples are the workers' least: a host is up only when every worker's health
+#: checks find it up (each worker checks the hosts itself).
+LEAST = frozenset({"pgtarn_host_up"})
 #: Families of one worker each, labelled with its index (the others are summed).
 PER_WORKER = "pgtarn_worker_"
 
@@ -303,8 +356,9 @@ def families(runtime: Runtime) -> list[Family]:
 
 
 def merge_families(replies: Iterable[tuple[int, list[Family]]]) -> list[Metric]:
-    """Every worker's families as one report: per-worker families labelled, settings and ages
-    the greatest, SHOW LISTS' list sizes as SHOW LISTS merges them, the rest summed."""
+    """Every worker's families as one report: per-worker families labelled, settings, ages and
+    lags the greatest, host_up the least, SHOW LISTS' list sizes as SHOW LISTS merges them, the
+    rest summed."""
     merged: dict[str, Metric] = {}
     values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
     for worker, reply in sorted(replies, key=lambda r: r[0]):
@@ -320,6 +374,8 @@ def merge_families(replies: Iterable[tuple[int, list[Family]]]) -> list[Metric]:
                 have = into.get(key)
                 if have is None:
                     into[key] = float(number)
+                elif name in LEAST:
+                    into[key] = min(have, float(number))
                 elif name in GREATEST or (name == "pgtarn_lists_items"
                                           and labels.get("list") not in LIST_ADDED):
                     into[key] = max(have, float(number))

@@ -27,6 +27,8 @@ class ServerView(PooledServer, Protocol):
     backend_key: tuple[int, int]
     params: dict[str, str]
     replication: str  # "physical", "logical", or "" (a pool's server)
+    #: The (host, port) it connected to, of its entry's list (("", 0) until connected).
+    target: tuple[str, int]
 
     @property
     def pool(self) -> Pool[Any]: ...

@@ -9,6 +9,11 @@ table has its rule, written beside it in MERGED:
   and flags (paused, disabled) the greatest; settings (pool_size, pool_mode, host...) taken
   from the first worker that has the row; averages recomputed: rates (per second) added,
   durations (per transaction, query, assignment) weighted by their worker's rate;
+- SHOW HOSTS (each worker checks the hosts itself): one row per (database, host, port);
+  routed added; the ban's time left, the lag and the age of the last check the greatest (the
+  worst any worker sees, NULL only when NULL in every worker); role, state, reason and lsn
+  taken from the first worker that has the row; rows in first-seen order (by database, each
+  host list in its order);
 - tables that are the same in every worker (CONFIG, VERSION, PEERS, HELP) are not gathered.
 """
 
@@ -32,6 +37,7 @@ class Keyed:
 
     key: tuple[str, ...]
     added: frozenset[str] = frozenset()
+    #: the numerically greatest value (decimal text too), NULL only when NULL in every worker
     greatest: frozenset[str] = frozenset()
     #: duration column -> the rate column it is an average over (weights it)
     weighted: dict[str, str] = field(default_factory=dict)
@@ -84,6 +90,9 @@ LIST_ADDED = frozenset({"free_clients", "used_clients", "login_clients", "free_s
                         "used_servers", "dns_queries", "dns_pending"})
 PREPARED = Keyed(("name",), added=frozenset({"clients", "servers"}))
 LISTENERS = Keyed(("database", "user", "channel"), added=frozenset({"clients"}))
+HOSTS = Keyed(("database", "host", "port"), added=frozenset({"routed"}),
+              greatest=frozenset({"banned_for", "lag_bytes", "lag_seconds", "last_check"}),
+              sort=False)
 
 
 def concatenate(tables: Sequence[Worked]) -> Table:
@@ -91,6 +100,16 @@ def concatenate(tables: Sequence[Worked]) -> Table:
     columns = [*tables[0][1].columns, WORKER_COLUMN]
     rows = [[*row, worker] for worker, table in tables for row in table.rows]
     return Table(columns, rows)
+
+
+def _magnitude(value: Value) -> float:
+    """A cell's number for a comparison: decimal text too (NULL and other text: 0)."""
+    if isinstance(value, int):
+        return float(value)
+    try:
+        return float(value or 0)
+    except ValueError:
+        return 0.0
 
 
 def _number(value: Value) -> int:
@@ -127,7 +146,9 @@ def keyed(rule: Keyed, tables: Sequence[Worked]) -> Table:
                 have[i] = _number(have[i]) + _number(row[i])
             for name in rule.greatest:
                 i = at[name]
-                have[i] = max(_number(have[i]), _number(row[i]))
+                if row[i] is not None and (have[i] is None
+                                           or _magnitude(row[i]) > _magnitude(have[i])):
+                    have[i] = row[i]
             if rule.age is not None:
                 s, us = at[rule.age[0]], at[rule.age[1]]
                 if (_number(row[s]), _number(row[us])) > (_number(have[s]), _number(have[us])):
@@ -203,6 +224,7 @@ MERGED: dict[str, Callable[[Sequence[Worked]], Table]] = {
     "state": state,
     "prepared_statements": _by(PREPARED),
     "listeners": _by(LISTENERS),
+    "hosts": _by(HOSTS),
 }
 
 

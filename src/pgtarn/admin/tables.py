@@ -20,6 +20,7 @@ from ..pool.stats import Totals, sum_totals
 from ..runtime import Runtime
 from ..states import ClientState
 from ..views import ClientView, ServerView
+from .split import fold_pool_row, host_rows, server_role
 
 TEXT = 25
 INT4 = 23
@@ -126,7 +127,8 @@ def server_state(server: ServerView, now: float) -> str:
 
 
 def _pools(runtime: Runtime) -> list[Pool[ServerView]]:
-    return sorted(runtime.registry, key=lambda p: (p.database, p.user))
+    """Every pool; a split database's home pool before its replicas' (same database, user)."""
+    return sorted(runtime.registry, key=lambda p: (p.database, p.user, p.host_index))
 
 
 # --- SHOW POOLS / CLIENTS / SERVERS --------------------------------------------------------------
@@ -145,17 +147,23 @@ def show_pools(runtime: Runtime) -> Table:
         [ADMIN_DB, ADMIN_DB, len(runtime.admin_clients), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
          "statement", None]
     ]
+    by_pool: dict[tuple[str, str], list[Value]] = {}
     for pool in _pools(runtime):
         used = sum(1 for s in pool.idle if server_state(s, now) == "used")
         maxwait, maxwait_us = _seconds_us(pool.max_wait(now))
         db = runtime.registry.databases.get(pool.database)
-        rows.append([
+        row: list[Value] = [
             pool.database, pool.user, pool.active_client_count, pool.waiting_client_count, 0, 0,
             len(pool.active), 0, 0, len(pool.idle) - used, used, len(pool.tested),
             len(pool.login), maxwait, maxwait_us, pool.pool_mode,
             db.load_balance_hosts or "round-robin" if db is not None and len(db.hosts) > 1
             else None,
-        ])  # fmt: skip
+        ]  # fmt: skip
+        home = by_pool.get((pool.database, pool.user))
+        if home is None:
+            rows.append(by_pool.setdefault((pool.database, pool.user), row))
+        else:
+            fold_pool_row(home, row)
     rows.sort(key=lambda r: (str(r[0]), str(r[1])))
     return Table(POOLS_COLUMNS, rows)
 
@@ -223,9 +231,15 @@ def _server_row(server: ServerView, now: float) -> list[Value]:
     ]  # fmt: skip
 
 
+#: SHOW SERVERS: PgBouncer's columns, then pgtarn's own (read/write split): the role of the
+#: server's host and a replica's lag in bytes; NULL for a database without split.
+SERVER_COLUMNS = SOCKET_COLUMNS + _columns("sN", "role lag")
+
+
 def show_servers(runtime: Runtime) -> Table:
     now = time.monotonic()
-    return Table(SOCKET_COLUMNS, [_server_row(s, now) for s in all_servers(runtime)])
+    return Table(SERVER_COLUMNS,
+                 [[*_server_row(s, now), *server_role(s)] for s in all_servers(runtime)])
 
 
 #: SHOW SOCKETS: PgBouncer's debug columns of its socket buffers.  pgtarn has no such
@@ -539,6 +553,19 @@ def show_listeners(runtime: Runtime) -> Table:
     return Table(LISTENERS_COLUMNS, rows)
 
 
+HOSTS_COLUMNS = _columns(
+    "ssissNsNNsNq",
+    "database host port role state banned_for reason lag_bytes lag_seconds lsn last_check"
+    " routed",
+)
+
+
+def show_hosts(runtime: Runtime) -> Table:
+    """pgtarn's own: the servers of each read/write split database as its health checks see
+    them (admin/split.py), and the transactions routed to each."""
+    return Table(HOSTS_COLUMNS, host_rows(runtime.registry))
+
+
 SHOW_TABLES: dict[str, Callable[[Runtime], Table]] = {
     "pools": show_pools,
     "clients": show_clients,
@@ -559,4 +586,5 @@ SHOW_TABLES: dict[str, Callable[[Runtime], Table]] = {
     "active_sockets": show_active_sockets,
     "peers": show_peers,
     "peer_pools": show_peer_pools,
+    "hosts": show_hosts,
 }
