@@ -271,8 +271,8 @@ class HealthChecker:
         if conn is not probe.conn or self.closed:
             return
         probe.conn = None
-        if probe.started:
-            self._fail(probe, reason)
+        if probe.started or self.hosts.clock() - conn.ready_at < self.hosts.period:
+            self._fail(probe, reason)  # a server that drops each new connection is banned
         else:
             probe.urgent = True
             self.stirred.set()
@@ -292,6 +292,7 @@ class _CheckConnection(asyncio.Protocol):
             failed=self._login_failed, tls_failed=self._tls_failed)
         self.scanner = MessageScanner(_ALL_TYPES, runtime.config.max_packet_size)
         self.ready = False
+        self.ready_at = 0.0
         self.closed = False
         #: A check query is out; its row and error so far; a FATAL error's message.
         self.asking = False
@@ -314,6 +315,7 @@ class _CheckConnection(asyncio.Protocol):
     def _logged_in(self, result: LoggedIn) -> None:
         self.login = None
         self.ready = True
+        self.ready_at = self.checker.hosts.clock()
         self.checker.logged_in(self)
         if result.leftover:
             self.data_received(result.leftover)

@@ -173,14 +173,15 @@ def test_a_malformed_answer_fails_the_check(reply: bytes) -> None:
     assert not host.up and host.reason.startswith("malformed answer")
 
 
-def test_an_answer_nobody_asked_for_closes_the_connection() -> None:
+def test_an_answer_nobody_asked_for_closes_the_connection_and_bans_the_host() -> None:
     setup = Setup()
     transports = setup.logged_in()
     setup.feed(0, answer())
     setup.feed(0, answer())
     assert transports[0].closing
-    assert setup.hosts.hosts[0].up  # the check passed; the next one connects again
-    setup.clock.now += PERIOD
+    host = setup.hosts.hosts[0]
+    assert not host.up and host.reason == "malformed answer: unexpected message 'T'"
+    setup.clock.now = host.banned_until
     setup.step()
     assert setup.connects == 3
 
@@ -236,11 +237,25 @@ def test_a_connection_lost_between_checks_is_opened_again_at_once() -> None:
     setup = Setup()
     setup.logged_in()
     setup.feed(0, answer("f"))
+    setup.clock.now += PERIOD * 0.9
+    setup.step()
+    setup.clock.now += PERIOD * 0.2
     conn = setup.checker.probes[0].conn
     assert conn is not None
     conn.connection_lost(None)
     setup.step()
-    assert setup.connects == 3
+    assert setup.connects == 3 and setup.hosts.hosts[0].up
+
+
+def test_a_server_that_drops_new_connections_is_banned_not_reconnected_in_a_loop() -> None:
+    setup = Setup()
+    setup.logged_in()
+    setup.feed(0, answer("f"))
+    conn = setup.checker.probes[0].conn
+    assert conn is not None
+    conn.connection_lost(None)
+    setup.step()
+    assert setup.connects == 2 and setup.hosts.hosts[0].reason == "connection lost"
 
 
 def test_a_connection_lost_during_a_check_fails_it() -> None:
