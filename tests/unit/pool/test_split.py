@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from pgtarn.config import DatabaseEntry
-from pgtarn.errors import PgtarnError
 from pgtarn.configfile import parse_config
+from pgtarn.errors import PgtarnError
 from pgtarn.pool.hosts import HostSet
 from pgtarn.pool.pool import Pool
 from pgtarn.pool.registry import Registry
