@@ -130,7 +130,7 @@ def test_primary_reads_on_spread_over_every_server(pgtarn_factory, trio) -> None
 
 def test_explicit_sends_read_only_transactions_to_replicas(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
     proc = _start(pgtarn_factory, trio, "explicit", primary_reads="off")
-    assert _ports(proc, "explicit", 10) <= _standby_ports(trio)
+    assert _ports(proc, "explicit", 10) <= _standby_ports(trio), proc.log_text()[-3000:]
     assert _ports(proc, "auto", 10) == {trio.primary.port}  # a plain SELECT: not explicit
     with connect(proc, autocommit=True) as conn:
         conn.execute("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -145,9 +145,10 @@ def test_explicit_sends_read_only_transactions_to_replicas(pgtarn_factory, trio)
         conn.execute("insert into items (v) values (2)")
         assert conn.execute(PORT).fetchone()[0] == trio.primary.port
         conn.execute("COMMIT")
-        # default_transaction_read_only set by the client: every transaction reads
+        # default_transaction_read_only set by the client: every transaction reads (on the
+        # primary until a replica replayed the client's insert: read-your-writes)
         conn.execute("SET default_transaction_read_only = on")
-        assert conn.execute(PORT).fetchone()[0] in _standby_ports(trio)
+        assert _until(lambda: conn.execute(PORT).fetchone()[0] in _standby_ports(trio))
         conn.execute("RESET default_transaction_read_only")
         assert conn.execute(PORT).fetchone()[0] == trio.primary.port
     # the NAME_ro database: every transaction on a replica
@@ -240,3 +241,22 @@ def _safe_ports(proc: Any) -> set[int]:
         return _ports(proc, "auto", 8)
     except psycopg.Error:
         return set()
+
+
+def test_listen_and_notify_go_through_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+    # the listener connection LISTENs on the primary (a standby refuses LISTEN), whatever
+    # server the notifying transaction or the listening client's reads run on
+    proc = _start(pgtarn_factory, trio, "auto")
+    with connect(proc, autocommit=True) as listener, connect(proc, autocommit=True) as other:
+        listener.execute("LISTEN split_channel")
+        for n in range(3):
+            assert listener.execute(PORT).fetchone() is not None  # reads on any server
+            other.execute("select pg_notify('split_channel', %s)", (str(n),))
+        got: list[str] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += [n.payload for n in listener.notifies(timeout=0.5, stop_after=1)]
+        assert got == ["0", "1", "2"], proc.log_text()[-4000:]
+    primary_backends = trio.primary.psql(
+        "select count(*) from pg_stat_activity where application_name = 'pgtarn listener'")
+    assert primary_backends.strip() != "0"

@@ -197,20 +197,7 @@ class Registry(Generic[S]):
         assert launch is not None
 
         def launch_current(pool: Pool[S]) -> S:
-            # The entry may have changed by a reload since the pool was made.
-            db = self.databases.get(pool.database, first)
-            split = pool.split
-            if split is not None:
-                if pool.host_index >= 0:  # a replica's pool: that host alone
-                    host = split.hosts.hosts[pool.host_index]
-                    db = replace(db, host=host.host, hosts=(), port=host.port, ports=(),
-                                 target_session_attrs=None)
-                else:  # the primary, or (none known) whichever host takes writes
-                    primary = split.write_target()
-                    db = replace(db, target_session_attrs="read-write") if primary is None \
-                        else replace(db, host=primary.host, hosts=(), port=primary.port,
-                                     ports=(), target_session_attrs="read-write")
-            return launch(pool, db)
+            return launch(pool, self.server_entry(pool, first))
 
         return launch_current
 
@@ -221,9 +208,21 @@ class Registry(Generic[S]):
             return None
 
         def open_current(board: ChannelBoard) -> ListenerLink:
-            return open_listener(pool, self.databases.get(pool.database, first), board)
+            return open_listener(pool, self.server_entry(pool, first), board)
 
         return open_current
+
+    def server_entry(self, pool: Pool[S], first: DatabaseEntry) -> DatabaseEntry:
+        """The entry a new connection of pool (a server, its listener) connects with: the
+        current one (a reload may have changed it since the pool was made), and with
+        read_write_split the primary for the home pool (NOTIFY reaches only the primary's
+        listeners), the replica's host for a replica's pool."""
+        db = self.databases.get(pool.database, first)
+        split = pool.split
+        if split is not None:
+            db = _replica_entry(db, split, pool.host_index) if pool.host_index >= 0 \
+                else _write_entry(db, split)
+        return db
 
     def may_open_listener(self, pool: Pool[S]) -> bool:
         """Whether pool's listener connection (counted already) may connect within
@@ -356,6 +355,24 @@ class Registry(Generic[S]):
         split.read_your_writes = db.read_your_writes
         split.hosts.configure(db.health_check_period, db.max_replica_lag_bytes,
                               db.max_replica_lag_seconds)
+
+
+def _write_entry(db: DatabaseEntry, split: Split[S]) -> DatabaseEntry:
+    """A split's entry for a connection that may write: to the primary, or (none known)
+    whichever host of the list takes writes."""
+    primary = split.write_target()
+    if primary is None:
+        return replace(db, target_session_attrs="read-write")
+    return replace(db, host=primary.host, hosts=(), port=primary.port, ports=(),
+                   target_session_attrs="read-write")
+
+
+def _replica_entry(db: DatabaseEntry, split: Split[S], index: int) -> DatabaseEntry:
+    """A split's entry for a replica's pool: that host alone (a promoted one serves reads
+    too until the checks move them)."""
+    host = split.hosts.hosts[index]
+    return replace(db, host=host.host, hosts=(), port=host.port, ports=(),
+                   target_session_attrs=None)
 
 
 def hosts_key(db: DatabaseEntry) -> str:

@@ -46,29 +46,32 @@ class Split(Generic[S]):
         hosts = self.hosts
         readable = hosts.readable(since if self.read_your_writes else 0.0)
         primary = hosts.primary
-        best: Pool[S] | None = None
-        best_host: HostState | None = None
+        # the primary is always current: a candidate after a write too
+        candidates: list[HostState] = [primary] if self.primary_reads and primary else []
+        candidates += readable
+        count = len(candidates)
+        if not count:
+            return self.home
+        self.turn += 1  # equally loaded pools take turns
+        best: Pool[S] = self.home
+        best_host = candidates[0]
         load = 1 << 30
-        if self.primary_reads and primary is not None:  # (always current: fine after a write)
-            home = self.home
-            best, best_host, load = home, primary, len(home.active) + len(home.waiting)
-        count = len(readable)
-        if count:
-            self.turn += 1
-            start = self.turn % count
-            for offset in range(count):
-                host = readable[(start + offset) % count]
-                pool = self.replicas.get(host.index)
-                if pool is None:
-                    pool = self.replicas[host.index] = self.make(host.index)
-                outstanding = len(pool.active) + len(pool.waiting)
-                if outstanding < load:
-                    best, best_host, load = pool, host, outstanding
-        if best is None:
-            best, best_host = self.home, primary
-        if best_host is not None:
-            best_host.routed += 1
+        for offset in range(count):
+            host = candidates[(self.turn + offset) % count]
+            if host is primary:
+                pool = self.home
+            else:
+                found = self.replicas.get(host.index)
+                pool = found if found is not None else self._replica(host.index)
+            outstanding = len(pool.active) + len(pool.waiting)
+            if outstanding < load:
+                best, best_host, load = pool, host, outstanding
+        best_host.routed += 1
         return best
+
+    def _replica(self, index: int) -> Pool[S]:
+        pool = self.replicas[index] = self.make(index)
+        return pool
 
     def write_pool(self) -> Pool[S]:
         """The pool for a transaction that may write: the home pool (counted as routed to
@@ -97,6 +100,8 @@ class Split(Generic[S]):
             for server in home.servers():
                 server.close_needed = True
             home.close_idle("the primary changed")
+            if home.board is not None and primary is not None:  # LISTEN on the new one
+                home.board.restart("the primary changed")
             if primary is not None and home.failure is not None:
                 home.retry_at = 0.0  # a primary appeared: try it now, not after the backoff
         for index, pool in self.replicas.items():
@@ -152,7 +157,8 @@ class ClientRoute(Generic[S]):
         if self.begin:  # inside a transaction: only its own access mode makes it a read
             read = kind == Kind.SET_READ_ONLY
         else:
-            read = kind == Kind.BEGIN_READ_ONLY or (kind == Kind.READ and split.mode == "auto")
+            read = kind == Kind.BEGIN_READ_ONLY or kind == Kind.NOTHING or (
+                kind == Kind.READ and split.mode == "auto")
         if read or self.reads_only or reads_by_default:
             self.writing = False
             return split.read_pool(self.wrote_at)

@@ -133,7 +133,7 @@ class Listener:
             # at max_db/user_connections: try again later
             self.retry_at = time.monotonic() + self._delay()
             return
-        db = self.runtime.registry.databases.get(self.pool.database, self.db)
+        db = self.runtime.registry.server_entry(self.pool, self.db)
         self.db = db
         conn = self.conn = _ListenerConnection(self, db)
         runtime = self.runtime

@@ -114,6 +114,7 @@ class Kind:
     BEGIN_READ_ONLY: Final = 2  # starts a read-only transaction
     BEGIN: Final = 3  # a bare transaction start: the next statement decides
     SET_READ_ONLY: Final = 4  # SET TRANSACTION READ ONLY
+    NOTHING: Final = 5  # a batch that runs no statement (Parse, Describe, Close only)
 
 
 class Parsed:

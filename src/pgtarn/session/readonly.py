@@ -31,6 +31,7 @@ READ: Final = Kind.READ
 BEGIN_READ_ONLY: Final = Kind.BEGIN_READ_ONLY
 BEGIN: Final = Kind.BEGIN
 SET_READ_ONLY: Final = Kind.SET_READ_ONLY
+NOTHING: Final = Kind.NOTHING
 
 # --- the cache and the first look ------------------------------------------------------------
 
@@ -86,7 +87,7 @@ def _kind_of_text(sql: str) -> int:
 
 #: The first words a text of a Kind other than OTHER can start with ("(" is skipped).
 _FIRST_WORDS: Final = ("select", "values", "table", "with", "begin", "start", "set",
-                       "explain")
+                       "explain", "show", "reset")
 _BLANKS: Final = frozenset(" \t\n\r\f\v(")
 
 
@@ -133,6 +134,8 @@ def _comment_end(sql: str, pos: int) -> int:
 _PARSE: Final = 0x50  # P
 _BIND: Final = 0x42  # B
 _SYNC: Final = 0x53  # S
+_EXECUTE: Final = 0x45  # E
+_FLUSH: Final = 0x48  # H
 #: Describe, Execute, Flush, Close: allowed in a batch, they name no new statement text.
 _PASSING: Final = frozenset(b"DEHC")
 #: Kinds a batch may have when it runs that one statement alone.
@@ -140,12 +143,16 @@ _ALONE: Final = frozenset((BEGIN_READ_ONLY, BEGIN, SET_READ_ONLY))
 
 
 def classify_chunk(data: bytes, statement_text: Callable[[bytes], bytes | None]) -> int:
-    """The Kind of one chunk of client messages that starts a transaction: a lone whole
-    Query is its text's Kind; an extended-protocol batch (Parse, Bind, Describe, Execute,
-    Flush, Close, then one Sync that ends the chunk) is READ when every statement it parses
-    or binds is, or the Kind of its one statement when it binds one BEGIN, BEGIN READ ONLY
-    or SET TRANSACTION READ ONLY. statement_text gives the text of a named statement
-    prepared before (None when unknown). Anything else, malformed included, is OTHER."""
+    """The Kind of one chunk of client messages that starts a transaction.
+
+    A lone whole Query is its text's Kind. An extended-protocol batch (Parse, Bind,
+    Describe, Execute, Flush, Close, then one Sync that ends the chunk) is READ when every
+    statement it parses or binds is; NOTHING when it binds none (statements prepared ahead:
+    it runs nothing); the Kind of its one statement when it binds one BEGIN, BEGIN READ ONLY
+    or SET TRANSACTION READ ONLY. A chunk that ends with a Flush (the batch goes on in later
+    chunks, to the same server) is READ only when it parses SELECTs and runs nothing.
+    statement_text gives the text of a named statement prepared before (None: unknown).
+    Anything else, malformed included, is OTHER."""
     if data[:1] == b"Q":
         if len(data) > 5 and data[-1] == 0 and int.from_bytes(data[1:5]) == len(data) - 1:
             return classify_bytes(data[5:-1])
@@ -158,8 +165,14 @@ def _batch(data: bytes, statement_text: Callable[[bytes], bytes | None]) -> int:
     parse_names: list[bytes] = []
     binds: list[tuple[bytes, int]] = []  # (statement name, Kind) of each Bind
     all_read = True
+    runs = False  # an Execute (of a portal bound before, when no Bind is here)
+    flushed = False  # the chunk ends with a Flush: the batch goes on in later chunks
     pos, end = 0, len(data)
     while True:
+        if pos == end and flushed:
+            # the rest of the batch goes to the same server unseen: READ only for a driver
+            # preparing SELECTs before it runs one (asyncpg); nothing run yet
+            return READ if all_read and parse_names and not binds and not runs else OTHER
         if end - pos < 5:
             return OTHER  # no Sync at the end, or a message cut short
         msg_type = data[pos]
@@ -193,13 +206,17 @@ def _batch(data: bytes, statement_text: Callable[[bytes], bytes | None]) -> int:
             kind = found
             binds.append((name, kind))
         elif msg_type in _PASSING:
+            runs = runs or msg_type == _EXECUTE
+            flushed = msg_type == _FLUSH
             pos = after
             continue
         else:
             return OTHER
         all_read = all_read and kind == READ
         pos = after
-    if all_read and (parse_names or binds):
+    if not binds:  # statements parsed (a driver preparing one), none run: any server will do
+        return NOTHING if parse_names and not runs else OTHER
+    if all_read:
         return READ
     if len(binds) == 1 and len(parse_names) <= 1:
         name, kind = binds[0]
@@ -226,8 +243,23 @@ def _kind_of(statements: tuple[Any, ...]) -> int:
         if isinstance(stmt, ast.TransactionStmt) and stmt.kind in _STARTS:
             mode = _access_mode(stmt.options)
             return BEGIN if mode is None else BEGIN_READ_ONLY if mode else OTHER
-        return SET_READ_ONLY if _sets_access(stmt) is True else OTHER
+        access = _sets_access(stmt)
+        if access is True:
+            return SET_READ_ONLY
+        if access is None and _session_only(stmt):
+            return NOTHING
+        return OTHER
     return _read_only_transaction(statements)
+
+
+def _session_only(stmt: Any) -> bool:
+    """SET, RESET and SHOW of a setting, outside any transaction statement: they change or
+    read the session only (tracked settings go with the client to every server), so they
+    run anywhere and are no write."""
+    if isinstance(stmt, ast.VariableShowStmt):
+        return True
+    return (isinstance(stmt, ast.VariableSetStmt) and not _is_set_transaction(stmt)
+            and stmt.name != "SESSION CHARACTERISTICS")
 
 
 def _read_only_transaction(statements: tuple[Any, ...]) -> int:

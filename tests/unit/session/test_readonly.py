@@ -167,8 +167,6 @@ OTHER = [
     "DELETE FROM t",
     "MERGE INTO t USING u ON t.id = u.id WHEN MATCHED THEN DELETE",
     "COPY t TO STDOUT",
-    "SHOW search_path",
-    "SET search_path = a",
     "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
     "SET TRANSACTION READ WRITE",
     "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
@@ -535,7 +533,44 @@ def test_a_transaction_statement_among_others_in_a_batch_is_other() -> None:
     assert classify_chunk(chunk, _none) == Kind.OTHER
     chunk = parse("", "BEGIN READ ONLY") + bind("") + execute() + bind("") + execute() + SYNC
     assert classify_chunk(chunk, _none) == Kind.OTHER
-    assert classify_chunk(parse("", "BEGIN READ ONLY") + SYNC, _none) == Kind.OTHER
+
+
+
+@pytest.mark.parametrize("sql", [
+    "SET search_path = a, b", "set application_name to 'x'", "RESET ALL", "reset work_mem",
+    "SHOW work_mem", "SET default_transaction_read_only = on", "SET ROLE other",
+])
+def test_settings_run_anywhere(sql: str) -> None:
+    assert classify(sql) == Kind.NOTHING
+
+
+@pytest.mark.parametrize("sql", [
+    "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE",
+    "SET transaction_read_only = off", "SET search_path = a; INSERT INTO t VALUES (1)",
+])
+def test_settings_with_more_are_other(sql: str) -> None:
+    assert classify(sql) == Kind.OTHER
+
+
+def test_a_batch_that_goes_on_after_a_flush_is_read_only_when_all_of_it_so_far_is() -> None:
+    # asyncpg prepares with Parse, Describe, Flush, and binds in the next chunk
+    flush = build.message(b"H")
+    assert classify_chunk(parse("s1", SELECT) + describe(b"S", "s1") + flush,
+                          _none) == Kind.READ
+    assert classify_chunk(parse("s1", "INSERT INTO t VALUES ($1)") + describe(b"S", "s1")
+                          + flush, _none) == Kind.OTHER
+    assert classify_chunk(flush, _none) == Kind.OTHER
+    assert classify_chunk(parse("s1", SELECT) + flush + SYNC[:3], _none) == Kind.OTHER
+
+
+def test_a_batch_that_binds_nothing_runs_nothing() -> None:
+    # a driver preparing statements ahead (psycopg past its prepare_threshold): any server
+    for text in ("BEGIN READ ONLY", "INSERT INTO t VALUES (1)", SELECT):
+        assert classify_chunk(parse("s1", text) + SYNC, _none) == Kind.NOTHING
+        assert classify_chunk(parse("s1", text) + describe(b"S", "s1") + SYNC,
+                              _none) == Kind.NOTHING
+    assert classify_chunk(SYNC, _none) == Kind.OTHER
+    assert classify_chunk(parse("s1", SELECT) + execute() + SYNC, _none) == Kind.OTHER
 
 
 def test_a_truncated_message_is_other() -> None:
@@ -582,4 +617,4 @@ def test_classify_chunk_of_message_soup_never_raises(parts: list[bytes], cut: in
     data = b"".join(parts)
     for chunk in (data, data[:cut], data[cut:]):
         assert classify_chunk(chunk, _none) in (Kind.READ, Kind.BEGIN_READ_ONLY, Kind.BEGIN,
-                                                Kind.SET_READ_ONLY, Kind.OTHER)
+                                                Kind.SET_READ_ONLY, Kind.OTHER, Kind.NOTHING)
