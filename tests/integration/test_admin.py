@@ -41,7 +41,8 @@ EXPECTED_COLUMNS: dict[str, list[str]] = {
         " maxwait maxwait_us pool_mode load_balance_hosts"
     ),
     "CLIENTS": [*SOCKET_COLUMNS, "pinned", "tracked_settings"],
-    "SERVERS": SOCKET_COLUMNS,
+    # pgtarn's own columns after PgBouncer's: the role and lag of a split database's server
+    "SERVERS": [*SOCKET_COLUMNS, "role", "lag"],
     "STATS": _words(
         "database total_server_assignment_count total_xact_count total_query_count"
         " total_received total_sent total_xact_time total_query_time total_wait_time"
@@ -182,7 +183,8 @@ def test_every_show_has_pgbouncers_columns_and_types(pgtarn_factory) -> None:  #
             assert cur.statusmessage == "SHOW"
             types = {d.name: d.type_code for d in cur.description}
             for name, oid in types.items():
-                if what.startswith("STATS") or what == "TOTALS":
+                if what.startswith("STATS") or what == "TOTALS" or (what, name) == (
+                        "SERVERS", "lag"):
                     expected = TEXT if name in ("database", "name") else NUMERIC
                 else:
                     expected = INT4 if name in INT_COLUMNS.get(what, set()) else TEXT

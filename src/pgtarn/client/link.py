@@ -198,13 +198,11 @@ class ClientLink(ClientListening):
             return b""
         return None
 
-    def _pool_now(self) -> Pool[ServerConnection]:
-        """The pool the transaction starting now takes its server from: the client's own, or
-        with read_write_split the one its route picks."""
+    def _routed_pool(self) -> Pool[ServerConnection]:
+        """read_write_split: the pool the transaction starting now takes its server from, as
+        the client's route picks it."""
         route = self.route
-        if route is None:
-            assert self.pool is not None
-            return self.pool
+        assert route is not None
         session = self.session
         return route.pool_for(session is not None and session.state.settings is not NO_SETTINGS
                               and load_readonly()[1](session.state.settings))
@@ -272,7 +270,9 @@ class ClientLink(ClientListening):
             server.write(data)
             return
         self.waiting = True
-        server = self._pool_now().acquire(self, self.last_server)
+        pool = self.pool if self.route is None else self._routed_pool()
+        assert pool is not None
+        server = pool.acquire(self, self.last_server)
         if server is not None:
             self.server_assigned(server)
 
@@ -323,7 +323,9 @@ class ClientLink(ClientListening):
             return None
         if server is None and not self.waiting:
             self.waiting = True
-            server = self._pool_now().acquire(self, self.last_server)
+            pool = self.pool if self.route is None else self._routed_pool()
+            assert pool is not None
+            server = pool.acquire(self, self.last_server)
             if server is not None:  # the common case: an idle server, no queue
                 self.waiting = False
                 self._link(server)

@@ -18,6 +18,7 @@ module imports it at its top, so it is itself imported only when replica routing
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, AnyStr, Final
 
@@ -41,6 +42,11 @@ NOTHING: Final = Kind.NOTHING
 _TEXTS: dict[str, int] = {}
 _BYTES: dict[bytes, int] = {}
 _CACHE_MAX = 4096
+#: READ texts with their numeric constants made 0 (see classify_bytes). Digits that follow a
+#: letter, digit, underscore, dollar sign or non-ASCII byte belong to a name or a parameter
+#: ($1), and stay.
+_READ_SHAPES: dict[bytes, int] = {}
+_NUMBERS: Final = re.compile(rb"(?<![\w$\x80-\xff])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 #: Longer texts are classified each time (their first look still spares most a parse).
 _CACHE_TEXT_MAX = 8192
 
@@ -57,15 +63,23 @@ def classify(text: str | bytes) -> int:
 
 def classify_bytes(text: bytes) -> int:
     """The Kind of a query text as a Query or Parse carries it (UTF-8, without its NUL); a
-    text seen before is one dict lookup."""
+    text seen before is one dict lookup, and a READ text with other numbers in it (pgbench's
+    and many an application's literals) a substitution and one lookup."""
     kind = _BYTES.get(text)
-    if kind is None:
-        try:  # strict: a text in another client_encoding might lex otherwise
-            kind = _kind_of_text(text.decode())
-        except UnicodeDecodeError:
-            kind = OTHER
-        _remember(_BYTES, text, kind)
-    return kind
+    if kind is not None:
+        return kind
+    shape = _NUMBERS.sub(b"0", text) if len(text) <= _CACHE_TEXT_MAX else b""
+    if shape and _READ_SHAPES.get(shape):
+        return READ
+    try:  # strict: a text in another client_encoding might lex otherwise
+        kind = _kind_of_text(text.decode())
+    except UnicodeDecodeError:
+        kind = OTHER
+    if kind == READ and shape:
+        # Numeric constants do not make a statement that only reads do anything else; in
+        # other statements they may (SET LOCAL transaction_read_only = 0 or 1): exact only.
+        _remember(_READ_SHAPES, shape, READ)
+    return _remember(_BYTES, text, kind)
 
 
 def _remember(cache: dict[AnyStr, int], text: AnyStr, kind: int) -> int:

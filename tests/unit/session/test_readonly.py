@@ -323,11 +323,15 @@ def test_the_first_look_decides_other_words_without_a_parse(
 
 def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readonly, "_CACHE_MAX", 8)
+    for cache in ("_TEXTS", "_BYTES", "_READ_SHAPES"):
+        monkeypatch.setattr(readonly, cache, {})
     for n in range(50):
         assert classify(f"SELECT {n}") == Kind.READ
         assert classify(f"SELECT {n}".encode()) == Kind.READ
         assert len(readonly._TEXTS) <= 8
         assert len(readonly._BYTES) <= 8
+        classify(f"SELECT {n} FROM t{n}".encode())  # a new shape each time
+        assert len(readonly._READ_SHAPES) <= 8
 
 
 def test_a_long_text_is_not_cached() -> None:
@@ -618,3 +622,28 @@ def test_classify_chunk_of_message_soup_never_raises(parts: list[bytes], cut: in
     for chunk in (data, data[:cut], data[cut:]):
         assert classify_chunk(chunk, _none) in (Kind.READ, Kind.BEGIN_READ_ONLY, Kind.BEGIN,
                                                 Kind.SET_READ_ONLY, Kind.OTHER, Kind.NOTHING)
+
+
+def test_a_read_with_other_numbers_needs_no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pgbench -S sends a new literal each time: one parse for all of them
+    assert classify_bytes(b"SELECT abalance FROM pgbench_accounts WHERE aid = 1;") == Kind.READ
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("parsed again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(readonly, "parse_sql", fail)
+        for aid in (2, 77, 123456, 3.5):
+            text = f"SELECT abalance FROM pgbench_accounts WHERE aid = {aid};".encode()
+            assert classify_bytes(text) == Kind.READ
+
+
+def test_numbers_in_names_and_other_statements_are_not_shapes() -> None:
+    assert classify_bytes(b"SELECT log10(2)") == Kind.READ
+    assert classify_bytes(b"SELECT log20(2)") == Kind.OTHER  # not a built-in
+    assert classify_bytes(b"SELECT f1 FROM t WHERE x = $1") == Kind.READ
+    assert classify_bytes(b"SET LOCAL transaction_read_only = 1") == Kind.SET_READ_ONLY
+    assert classify_bytes(b"SET LOCAL transaction_read_only = 0") == Kind.OTHER
+    assert classify_bytes(b"SELECT 1 FROM t FOR UPDATE") == Kind.OTHER
+    assert classify_bytes(b"SELECT 2 FROM t") == Kind.READ
+    assert classify_bytes(b"SELECT 3 FROM t FOR UPDATE") == Kind.OTHER
