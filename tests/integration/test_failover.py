@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests.support.cluster import PrimaryCluster, StandbyCluster
@@ -121,3 +122,42 @@ def test_failover_under_pgbench(pgtarn_factory, pair) -> None:  # type: ignore[n
             assert _until(lambda: conn.execute(PORT).fetchone()[0] == old_port)  # type: ignore[index]
     finally:
         rejoined.cleanup()
+
+
+def test_two_primaries_get_no_writes(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
+    primary, standby = pair
+    entry = (f"host={primary.host},{standby.host} port={primary.port},{standby.port} "
+             "dbname=app read_write_split=auto health_check_period=0.2")
+    proc = pgtarn_factory(databases={"app": entry},
+                          settings={"default_pool_size": POOL_SIZE, "query_wait_timeout": 2})
+    with connect(proc, autocommit=True) as conn:
+        conn.execute("insert into pgbench_history (tid, bid, aid, delta) values (1, 1, 1, 1)")
+    assert _until(lambda: _hosts(proc) == {primary.port: "primary", standby.port: "replica"})
+    standby.promote()  # while the primary is up: both say they are the primary
+    assert _until(lambda: _hosts(proc) == {primary.port: "primary", standby.port: "primary"})
+    with pytest.raises(psycopg.OperationalError):
+        with connect(proc, autocommit=True) as conn:
+            conn.execute("insert into pgbench_history (tid, bid, aid, delta) values (1, 1, 1, 2)")
+    log = proc.log_text()
+    assert "2 servers claim to be the primary" in log
+    assert "more than one server claims to be the primary" in log
+
+
+def test_writes_wait_for_a_primary_then_fail_clearly(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
+    primary, standby = pair
+    entry = (f"host={primary.host},{standby.host} port={primary.port},{standby.port} "
+             "dbname=app read_write_split=auto primary_reads=off health_check_period=0.2")
+    proc = pgtarn_factory(databases={"app": entry},
+                          settings={"default_pool_size": POOL_SIZE, "query_wait_timeout": 3})
+    with connect(proc, autocommit=True) as conn:
+        conn.execute("select 1")
+    assert _until(lambda: _hosts(proc) == {primary.port: "primary", standby.port: "replica"})
+    primary.crash()  # and nobody promotes the standby
+    with connect(proc, autocommit=True) as reader:  # reads go on on the replica
+        assert reader.execute(PORT).fetchone() == (standby.port,)
+        started = time.monotonic()
+        with pytest.raises(psycopg.OperationalError) as error:
+            reader.execute("insert into pgbench_history (tid, bid, aid, delta) values (1, 1, 1, 3)")
+        waited = time.monotonic() - started
+    assert "query_wait_timeout" in str(error.value) and "no primary" in str(error.value)
+    assert 2.5 < waited < 15, waited  # query_wait_timeout, not at once nor forever

@@ -13,9 +13,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support import free_port
 from tests.support.cluster import PrimaryCluster, StandbyCluster
 
 from .drivers import aconnect, connect
+from .test_metrics import scrape, value
 
 pytestmark = pytest.mark.integration
 
@@ -123,9 +125,24 @@ def test_reads_spread_over_replicas_and_writes_stay_on_the_primary(pgtarn_factor
 
 
 def test_primary_reads_on_spread_over_every_server(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
-    proc = _start(pgtarn_factory, trio, "auto")
+    metrics_port = free_port()
+    proc = pgtarn_factory(databases={"app": trio.entry("auto")},
+                          settings={"default_pool_size": 4, "metrics_port": metrics_port})
     every = {trio.primary.port, *_standby_ports(trio)}
     assert _until(lambda: _ports(proc, "auto", 25) == every)
+    # what each server is and how many transactions went there: SHOW HOSTS, the metrics
+    with connect(proc, dbname="pgbouncer", autocommit=True) as admin:
+        cur = admin.execute("SHOW HOSTS")
+        names = [d.name for d in cur.description or ()]
+        rows = {int(r[names.index("port")]): dict(zip(names, r, strict=True)) for r in cur}
+    assert {port: row["role"] for port, row in rows.items()} == {
+        trio.primary.port: "primary", **{port: "replica" for port in _standby_ports(trio)}}
+    assert all(row["state"] == "up" and int(row["routed"]) > 0 for row in rows.values())
+    samples = scrape(metrics_port)
+    for port, row in rows.items():
+        labels = {"database": "app", "host": "127.0.0.1", "port": str(port)}
+        assert value(samples, "pgtarn_host_up", role=row["role"], **labels) == 1
+        assert value(samples, "pgtarn_host_transactions_routed_total", **labels) > 0
 
 
 def test_explicit_sends_read_only_transactions_to_replicas(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
@@ -260,3 +277,11 @@ def test_listen_and_notify_go_through_the_primary(pgtarn_factory, trio) -> None:
     primary_backends = trio.primary.psql(
         "select count(*) from pg_stat_activity where application_name = 'pgtarn listener'")
     assert primary_backends.strip() != "0"
+
+
+def test_session_mode_keeps_every_client_on_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(databases={"app": trio.entry("auto", pool_mode="session",
+                                                       primary_reads="off")},
+                          settings={"default_pool_size": 4})
+    assert _ports(proc, "auto", 10) == {trio.primary.port}
+    assert _ports(proc, "explicit", 5) == {trio.primary.port}

@@ -344,11 +344,11 @@ class Pool(Generic[S]):
         if self.idle:
             _expire_idle(self, now)
         if self.wait_timeout > 0 and self.max_wait(now) > self.wait_timeout:
-            self._fail_waiters(
-                PgtarnError(WAIT_TIMEOUT.format(self.wait_timeout), sqlstate="08P01",
-                            severity="FATAL"),
-                now - self.wait_timeout,
-            )
+            message = WAIT_TIMEOUT.format(self.wait_timeout)
+            if self.failure is not None:  # why no server came: the last attempt's error
+                message += f" (last error: {self.failure.message})"
+            self._fail_waiters(PgtarnError(message, sqlstate="08P01", severity="FATAL"),
+                               now - self.wait_timeout)
         if self.failure is not None and not self.paused \
                 and not (self.idle or self.active or self.tested):
             # Nothing established will come free for them: give up after connect_timeout.

@@ -179,9 +179,10 @@ class ServerConnection(ServerRelay):
         if len(self.hosts_tried) >= len(hosts):
             self.closed = True
             self.login = None
-            self._login_failed(PgtarnError(
-                f"no server of the host list fits target_session_attrs={attrs}",
-                sqlstate="08006", severity="FATAL"))
+            message = f"no server of the host list fits target_session_attrs={attrs}"
+            if self.pool.split is not None:  # the home pool of read_write_split
+                message = "no primary: no server of the host list takes writes"
+            self._login_failed(PgtarnError(message, sqlstate="08006", severity="FATAL"))
             return False
         log.info("%r: %s:%s does not fit target_session_attrs=%s, trying the next host",
                  self, *hosts[index], attrs)
@@ -216,6 +217,12 @@ class ServerConnection(ServerRelay):
         asyncio.get_running_loop().call_soon(fail)
 
     def _login_failed(self, error: PgtarnError) -> None:
+        split = self.pool.split
+        if split is not None and self.pool.host_index < 0 and split.hosts.primary is None \
+                and type(error) is PgtarnError and error.message[:10] != "no primary":  # fmt: skip
+            # a home pool's server while the checks know no primary: say so first
+            error = PgtarnError(f"no primary: {error.message}", sqlstate=error.sqlstate,
+                                severity=error.severity)
         if self.runtime.config.log_pooler_errors:
             log.warning("%r: %s", self, error.message)
         self.pool.server_login_failed(self, error, retry=is_transient(error))
