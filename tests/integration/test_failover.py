@@ -18,6 +18,7 @@ import pytest
 from tests.support.cluster import PrimaryCluster, StandbyCluster
 
 from .drivers import connect
+from .pgstat import wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -47,15 +48,6 @@ def pair() -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
         primary.cleanup()
 
 
-def _until(check: Any, seconds: float = 30.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
-
-
 def _pgbench(proc: Any, mode: str, seconds: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
         ["pgbench", "-n", "-c", str(CLIENTS), "-j", "2", "-T", str(seconds), mode,
@@ -79,16 +71,25 @@ def _hosts(proc: Any) -> dict[int, str]:
         return {int(row[names.index("port")]): row[names.index("role")] for row in cur}
 
 
-def test_failover_under_pgbench(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
+def _split(pgtarn_factory: Any, pair: tuple[PrimaryCluster, StandbyCluster],
+           primary_reads: str = "off", **settings: object) -> Any:
+    """pgtarn on the pair with read_write_split = auto, once the checks know both roles."""
     primary, standby = pair
     entry = (f"host={primary.host},{standby.host} port={primary.port},{standby.port} "
-             "dbname=app read_write_split=auto primary_reads=off health_check_period=0.2")
+             f"dbname=app read_write_split=auto primary_reads={primary_reads} "
+             "health_check_period=0.2")
     proc = pgtarn_factory(databases={"app": entry},
-                          settings={"default_pool_size": POOL_SIZE, "max_client_conn": 100,
-                                    "query_wait_timeout": 30})
+                          settings={"default_pool_size": POOL_SIZE, **settings})
     with connect(proc) as conn:  # the first client makes the pools and starts the checks
         conn.execute("select 1")
-    assert _until(lambda: _hosts(proc) == {primary.port: "primary", standby.port: "replica"})
+    roles = {primary.port: "primary", standby.port: "replica"}
+    assert wait_for(lambda: _hosts(proc) == roles, timeout=30)
+    return proc
+
+
+def test_failover_under_pgbench(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
+    primary, standby = pair
+    proc = _split(pgtarn_factory, pair, max_client_conn=100, query_wait_timeout=30)
     writes = _pgbench(proc, "-N", 14)
     reads = _pgbench(proc, "-S", 14)
     time.sleep(4)
@@ -117,24 +118,21 @@ def test_failover_under_pgbench(pgtarn_factory, pair) -> None:  # type: ignore[n
     rejoined = StandbyCluster(standby, port=old_port)
     try:
         rejoined.start()
-        assert _until(lambda: _hosts(proc).get(old_port) == "replica")
+        assert wait_for(lambda: _hosts(proc).get(old_port) == "replica", timeout=30)
         with connect(proc, autocommit=True) as conn:
-            assert _until(lambda: conn.execute(PORT).fetchone()[0] == old_port)  # type: ignore[index]
+            assert wait_for(lambda: conn.execute(PORT).fetchone()[0] == old_port, timeout=30)  # type: ignore[index]
     finally:
         rejoined.cleanup()
 
 
 def test_two_primaries_get_no_writes(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
     primary, standby = pair
-    entry = (f"host={primary.host},{standby.host} port={primary.port},{standby.port} "
-             "dbname=app read_write_split=auto health_check_period=0.2")
-    proc = pgtarn_factory(databases={"app": entry},
-                          settings={"default_pool_size": POOL_SIZE, "query_wait_timeout": 2})
+    proc = _split(pgtarn_factory, pair, primary_reads="on", query_wait_timeout=2)
     with connect(proc, autocommit=True) as conn:
         conn.execute("insert into pgbench_history (tid, bid, aid, delta) values (1, 1, 1, 1)")
-    assert _until(lambda: _hosts(proc) == {primary.port: "primary", standby.port: "replica"})
     standby.promote()  # while the primary is up: both say they are the primary
-    assert _until(lambda: _hosts(proc) == {primary.port: "primary", standby.port: "primary"})
+    roles = {primary.port: "primary", standby.port: "primary"}
+    assert wait_for(lambda: _hosts(proc) == roles, timeout=30)
     with pytest.raises(psycopg.OperationalError):
         with connect(proc, autocommit=True) as conn:
             conn.execute("insert into pgbench_history (tid, bid, aid, delta) values (1, 1, 1, 2)")
@@ -145,13 +143,7 @@ def test_two_primaries_get_no_writes(pgtarn_factory, pair) -> None:  # type: ign
 
 def test_writes_wait_for_a_primary_then_fail_clearly(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
     primary, standby = pair
-    entry = (f"host={primary.host},{standby.host} port={primary.port},{standby.port} "
-             "dbname=app read_write_split=auto primary_reads=off health_check_period=0.2")
-    proc = pgtarn_factory(databases={"app": entry},
-                          settings={"default_pool_size": POOL_SIZE, "query_wait_timeout": 3})
-    with connect(proc, autocommit=True) as conn:
-        conn.execute("select 1")
-    assert _until(lambda: _hosts(proc) == {primary.port: "primary", standby.port: "replica"})
+    proc = _split(pgtarn_factory, pair, query_wait_timeout=3)
     primary.crash()  # and nobody promotes the standby
     with connect(proc, autocommit=True) as reader:  # reads go on on the replica
         assert reader.execute(PORT).fetchone() == (standby.port,)

@@ -17,6 +17,7 @@ from tests.support import free_port
 from tests.support.cluster import PrimaryCluster, StandbyCluster
 
 from .drivers import aconnect, connect
+from .pgstat import wait_for
 from .test_metrics import scrape, value
 
 pytestmark = pytest.mark.integration
@@ -41,8 +42,8 @@ class Trio:
         """Every standby replayed what the primary wrote so far."""
         lsn = self.primary.psql("select pg_current_wal_insert_lsn()").strip()
         for standby in self.standbys:
-            _until(lambda s=standby: s.psql(
-                f"select pg_last_wal_replay_lsn() >= '{lsn}'").strip() == "t")
+            wait_for(lambda s=standby: s.psql(
+                f"select pg_last_wal_replay_lsn() >= '{lsn}'").strip() == "t", timeout=20)
 
 
 @pytest.fixture(scope="module")
@@ -65,21 +66,12 @@ def trio() -> Iterator[Trio]:
         trio.primary.cleanup()
 
 
-def _until(check: Any, seconds: float = 20.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
-
-
 def _start(pgtarn_factory: Any, trio: Trio, split: str, **keys: object) -> Any:
     proc = pgtarn_factory(databases={"app": trio.entry(split, **keys)},
                           settings={"default_pool_size": 4})
     # the first checks have run once the replicas serve reads
     how = "auto" if split == "auto" else "explicit"
-    _until(lambda: _ports(proc, how, 12) & _standby_ports(trio))
+    wait_for(lambda: _ports(proc, how, 12) & _standby_ports(trio), timeout=20)
     return proc
 
 
@@ -115,7 +107,7 @@ def _ports(proc: Any, how: str, count: int, dbname: str = "app") -> set[int]:
 
 def test_reads_spread_over_replicas_and_writes_stay_on_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
     proc = _start(pgtarn_factory, trio, "auto", primary_reads="off")
-    assert _until(lambda: _ports(proc, "auto", 25) == _standby_ports(trio))
+    assert wait_for(lambda: _ports(proc, "auto", 25) == _standby_ports(trio), timeout=20)
     with connect(proc, autocommit=True) as conn:
         conn.execute("insert into items (v) values (1)")  # a replica would refuse it
         with conn.transaction():  # a transaction that may write: on the primary
@@ -129,7 +121,7 @@ def test_primary_reads_on_spread_over_every_server(pgtarn_factory, trio) -> None
     proc = pgtarn_factory(databases={"app": trio.entry("auto")},
                           settings={"default_pool_size": 4, "metrics_port": metrics_port})
     every = {trio.primary.port, *_standby_ports(trio)}
-    assert _until(lambda: _ports(proc, "auto", 25) == every)
+    assert wait_for(lambda: _ports(proc, "auto", 25) == every, timeout=20)
     # what each server is and how many transactions went there: SHOW HOSTS, the metrics
     with connect(proc, dbname="pgbouncer", autocommit=True) as admin:
         cur = admin.execute("SHOW HOSTS")
@@ -165,7 +157,8 @@ def test_explicit_sends_read_only_transactions_to_replicas(pgtarn_factory, trio)
         # default_transaction_read_only set by the client: every transaction reads (on the
         # primary until a replica replayed the client's insert: read-your-writes)
         conn.execute("SET default_transaction_read_only = on")
-        assert _until(lambda: conn.execute(PORT).fetchone()[0] in _standby_ports(trio))
+        standbys = _standby_ports(trio)
+        assert wait_for(lambda: conn.execute(PORT).fetchone()[0] in standbys, timeout=20)
         conn.execute("RESET default_transaction_read_only")
         assert conn.execute(PORT).fetchone()[0] == trio.primary.port
     # the NAME_ro database: every transaction on a replica
@@ -220,7 +213,7 @@ def test_a_lagging_replica_gets_no_reads_and_read_your_writes_holds(pgtarn_facto
     try:
         trio.primary.psql("insert into items (v) select 0 from generate_series(1, 3000)",
                           dbname="app")
-        _until(lambda: _ports(proc, "auto", 8) == {other.port})
+        wait_for(lambda: _ports(proc, "auto", 8) == {other.port}, timeout=20)
         assert _ports(proc, "auto", 20) == {other.port}
         # read-your-writes: each read sees the client's own write, wherever it runs
         with connect(proc, autocommit=True) as conn:
@@ -235,22 +228,22 @@ def test_a_lagging_replica_gets_no_reads_and_read_your_writes_holds(pgtarn_facto
         paused.psql("select pg_wal_replay_resume()")
         trio.primary.psql("delete from items where v >= 1000", dbname="app")
     trio.caught_up()
-    assert _until(lambda: _ports(proc, "auto", 20) == _standby_ports(trio))
+    assert wait_for(lambda: _ports(proc, "auto", 20) == _standby_ports(trio), timeout=20)
 
 
 def test_a_stopped_replica_is_skipped_and_serves_again_once_back(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
     gone, other = trio.standbys
     proc = _start(pgtarn_factory, trio, "auto", primary_reads="off")
-    assert _until(lambda: _ports(proc, "auto", 20) == _standby_ports(trio))
+    assert wait_for(lambda: _ports(proc, "auto", 20) == _standby_ports(trio), timeout=20)
     gone.stop()
     try:
         # reads in flight on it may fail; new ones go elsewhere within a check or two
-        _until(lambda: _safe_ports(proc) == {other.port})
+        wait_for(lambda: _safe_ports(proc) == {other.port}, timeout=20)
         assert _ports(proc, "auto", 20) == {other.port}
         assert "banned" in proc.log_text()
     finally:
         gone.start()
-    assert _until(lambda: _ports(proc, "auto", 20) == _standby_ports(trio))
+    assert wait_for(lambda: _ports(proc, "auto", 20) == _standby_ports(trio), timeout=20)
 
 
 def _safe_ports(proc: Any) -> set[int]:
