@@ -118,7 +118,7 @@ class Registry(Generic[S]):
         pool.split = split
         pool.host_index = index
         host = split.hosts.hosts[index]
-        pool.connstr = f"{db.server_identity}@{host.key}"
+        pool.connstr = f"{db.server_identity}@{host.key}"  # (apply compares it)
         pool.scram_keys = home.scram_keys
         pool.welcome = home.welcome
         pool.refusal = self.refusal
@@ -318,8 +318,13 @@ class Registry(Generic[S]):
         self.config = config
         for pool in self.replica_pools:
             db = config.find_database(pool.database)
-            if db is not None:
-                self._configure(pool, db)
+            if db is None or pool.split is None:
+                continue
+            self._configure(pool, db)
+            connstr = f"{db.server_identity}@{pool.split.hosts.hosts[pool.host_index].key}"
+            if connstr != pool.connstr:  # new credentials: servers close as the home pool's
+                pool.connstr = connstr
+                pool.close_idle("connection string changed")
         for pool in list(self.pools.values()):
             db = config.find_database(pool.database)
             if db is None:

@@ -45,28 +45,30 @@ class Split(Generic[S]):
         since (monotonic; 0.0: none)."""
         hosts = self.hosts
         readable = hosts.readable(since if self.read_your_writes else 0.0)
-        primary = hosts.primary
-        # the primary is always current: a candidate after a write too
-        candidates: list[HostState] = [primary] if self.primary_reads and primary else []
-        candidates += readable
-        count = len(candidates)
+        # the primary (always current: a candidate after a write too) comes first
+        primary = hosts.primary if self.primary_reads else None
+        first = 1 if primary is not None else 0
+        count = len(readable) + first
         if not count:
             return self.home
         self.turn += 1  # equally loaded pools take turns
-        best: Pool[S] = self.home
-        best_host = candidates[0]
+        best = self.home
+        best_host = primary
         load = 1 << 30
+        replicas = self.replicas
         for offset in range(count):
-            host = candidates[(self.turn + offset) % count]
-            if host is primary:
-                pool = self.home
+            at = (self.turn + offset) % count
+            if at < first:
+                host, pool = primary, self.home
             else:
-                found = self.replicas.get(host.index)
+                host = readable[at - first]
+                found = replicas.get(host.index)
                 pool = found if found is not None else self._replica(host.index)
             outstanding = len(pool.active) + len(pool.waiting)
             if outstanding < load:
                 best, best_host, load = pool, host, outstanding
-        best_host.routed += 1
+        if best_host is not None:
+            best_host.routed += 1
         return best
 
     def _replica(self, index: int) -> Pool[S]:
