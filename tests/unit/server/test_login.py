@@ -14,15 +14,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from pgtarn.auth.scram import MECHANISM_PLUS, ScramServer, certificate_hash, make_verifier
-from pgtarn.errors import PgtarnError, TlsFailed
+from pgtarn.configfile import parse_config
+from pgtarn.errors import PgtarnError, ProtocolViolation, TlsFailed
 from pgtarn.net.tls import TlsTransport
 from pgtarn.proto import build
-from pgtarn.proto.framing import split_messages
+from pgtarn.proto.framing import MessageScanner, split_messages
 from pgtarn.proto.messages import parse_sasl_initial_response, parse_startup
 from pgtarn.proto.server_login import LoggedIn, ServerAuth, ServerLogin
-from pgtarn.configfile import parse_config
-from pgtarn.errors import ProtocolViolation
-from pgtarn.proto.framing import MessageScanner
 from pgtarn.runtime import Runtime
 from pgtarn.server.login import LoginDriver, OwnConnection
 
