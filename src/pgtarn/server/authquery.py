@@ -15,7 +15,6 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from typing import cast
 
 from ..config import DatabaseEntry
 from ..errors import PgtarnError, ProtocolViolation
@@ -23,9 +22,9 @@ from ..net.sockets import open_connection
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_data_row
-from ..proto.server_login import LOGIN_MAX, LoggedIn, ServerAuth, ServerLogin, server_error
+from ..proto.server_login import LOGIN_MAX, ServerAuth, ServerLogin, server_error
 from ..runtime import Runtime
-from .login import LoginDriver
+from .login import OwnConnection
 
 log = logging.getLogger("pgtarn.authquery")
 
@@ -155,30 +154,22 @@ class SecretLookup:
         self.reset(error)
 
 
-class _LookupConnection(asyncio.Protocol):
+class _LookupConnection(OwnConnection):
     """The connection a SecretLookup asks through: log in as auth_user, then one query at a
     time (Parse/Bind/Execute/Sync, the name as $1)."""
 
     def __init__(self, lookup: SecretLookup) -> None:
-        self.lookup = lookup
         runtime = lookup.runtime
-        self.transport: asyncio.Transport | None = None
         password = runtime.userlist.get(lookup.auth_user)
         if password is not None and password.startswith("SCRAM-SHA-256$"):
             password = None  # a verifier cannot log in by itself: the login says so clearly
         auth = ServerAuth(lookup.auth_user, password,
                           channel_binding=runtime.config.server_channel_binding)
-        #: The login in progress; None once logged in, or given up on.
-        self.login: LoginDriver | None = LoginDriver(
-            ServerLogin(auth, lookup.db.dbname, STARTUP, LOGIN_MAX), self, lookup.db.host,
-            switched=self._switch_transport, logged_in=self._logged_in,
-            failed=self._failed, tls_failed=self._tls_failed)
-        #: The replies to the lookups, after the login.
-        self.scanner = MessageScanner(_ALL_TYPES, _MAX_MESSAGE)
-        self.ready = False
+        super().__init__(runtime, ServerLogin(auth, lookup.db.dbname, STARTUP, LOGIN_MAX),
+                         lookup.db.host, MessageScanner(_ALL_TYPES, _MAX_MESSAGE))
+        self.lookup = lookup
         self.secret: str | None = None
         self.error: PgtarnError | None = None
-        self.closed = False
 
     async def connect(self) -> None:
         config = self.lookup.runtime.config
@@ -188,46 +179,22 @@ class _LookupConnection(asyncio.Protocol):
         except (TimeoutError, OSError) as exc:
             self._fail(_lookup_failed(f"could not connect to server: {exc or 'timeout'}"))
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        if self.closed:
-            transport.close()
-            return
-        runtime = self.lookup.runtime
-        assert self.login is not None  # not closed: still logging in
-        self.login.start(self.transport, runtime.server_tls, runtime.config.server_tls_sslmode)
-
     # --- the login's reports ----------------------------------------------------------------
 
-    def _switch_transport(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
-
-    def _logged_in(self, result: LoggedIn) -> None:
-        self.login = None
-        self.ready = True
+    def _on_logged_in(self) -> None:
         self.lookup.connected()
-        if result.leftover:
-            self.data_received(result.leftover)
 
     def _tls_failed(self, exc: Exception) -> None:
         self._fail(_lookup_failed(f"TLS: {exc}"))
 
     # --- the lookups ------------------------------------------------------------------------
 
-    def data_received(self, data: bytes) -> None:
-        if self.login is not None:
-            self.login.data_received(data)
-            return
-        try:
-            for msg_type, body, _end in self.scanner.feed(data):
-                self._message(msg_type, body)
-        except PgtarnError as error:
-            self._failed(error)
-
     def _failed(self, error: PgtarnError) -> None:
         """The login or a lookup broke: connection errors as they are, others as lookup
         failures."""
         self._fail(error if error.sqlstate.startswith("08") else _lookup_failed(error.message))
+
+    _login_failed = _malformed = _failed
 
     def _message(self, msg_type: int, body: bytes) -> None:
         if msg_type == 0x44:  # DataRow: the first row's second column is the secret
@@ -256,11 +223,7 @@ class _LookupConnection(asyncio.Protocol):
         self._fail(_lookup_failed("the server closed the connection"))
 
     def close(self) -> None:
-        self.closed = True
-        if self.transport is not None and not self.transport.is_closing():
-            if self.ready:
-                self.transport.write(build.TERMINATE)
-            self.transport.close()
+        self._shut(terminate=self.ready)  # a Terminate only once logged in
 
     def _fail(self, error: PgtarnError) -> None:
         if self.closed:

@@ -30,9 +30,8 @@ from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_data_row, parse_fields
-from ..proto.server_login import LoggedIn
 from ..runtime import Runtime
-from .login import LoginDriver, server_login_for
+from .login import OwnConnection, server_login_for
 
 log = logging.getLogger("pgtarn.health")
 
@@ -278,47 +277,28 @@ class HealthChecker:
             self.stirred.set()
 
 
-class _CheckConnection(asyncio.Protocol):
+class _CheckConnection(OwnConnection):
     """One connection of a HealthChecker to one host: log in, then a check query at a time."""
 
+    MALFORMED = (PgtarnError, ValueError)  # ValueError: a truncated message body
+
     def __init__(self, checker: HealthChecker, probe: _Probe) -> None:
+        runtime = checker.runtime
+        super().__init__(runtime,
+                         server_login_for(runtime, checker.pool, probe.db, APPLICATION_NAME),
+                         probe.db.host, MessageScanner(_ALL_TYPES, runtime.config.max_packet_size))
         self.checker = checker
         self.probe = probe
-        runtime = self.runtime = checker.runtime
-        self.transport: asyncio.Transport | None = None
-        self.login: LoginDriver | None = LoginDriver(
-            server_login_for(runtime, checker.pool, probe.db, APPLICATION_NAME), self,
-            probe.db.host, switched=self._switch_transport, logged_in=self._logged_in,
-            failed=self._login_failed, tls_failed=self._tls_failed)
-        self.scanner = MessageScanner(_ALL_TYPES, runtime.config.max_packet_size)
-        self.ready = False
         self.ready_at = 0.0
-        self.closed = False
         #: A check query is out; its row and error so far; a FATAL error's message.
         self.asking = False
         self.row: list[bytes | None] | None = None
         self.error = ""
         self.fatal = ""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        if self.closed:
-            transport.close()
-            return
-        assert self.login is not None
-        self.login.start(self.transport, self.runtime.server_tls,
-                         self.runtime.config.server_tls_sslmode)
-
-    def _switch_transport(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
-
-    def _logged_in(self, result: LoggedIn) -> None:
-        self.login = None
-        self.ready = True
+    def _on_logged_in(self) -> None:
         self.ready_at = self.checker.hosts.clock()
         self.checker.logged_in(self)
-        if result.leftover:
-            self.data_received(result.leftover)
 
     def _login_failed(self, error: PgtarnError) -> None:
         self.login = None
@@ -338,17 +318,9 @@ class _CheckConnection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.write(_QUERY)
 
-    def data_received(self, data: bytes) -> None:
-        if self.login is not None:
-            self.login.data_received(data)
-            return
-        try:
-            for msg_type, body, _end in self.scanner.feed(data):
-                self._message(msg_type, body)
-        except (PgtarnError, ValueError) as exc:  # ValueError: a truncated message body
-            reason = exc.message if isinstance(exc, PgtarnError) else str(exc)
-            self.close()
-            self.checker.lost(self, f"malformed answer: {reason}")
+    def _malformed(self, error: PgtarnError) -> None:
+        self.close()
+        self.checker.lost(self, f"malformed answer: {error.message}")
 
     def _message(self, msg_type: int, body: bytes) -> None:
         if msg_type == 0x45:  # ErrorResponse: of the check, or FATAL before a close
@@ -387,13 +359,8 @@ class _CheckConnection(asyncio.Protocol):
         self.checker.lost(self, f"connection lost: {detail}" if detail else "connection lost")
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        transport = self.transport
-        if transport is not None and not transport.is_closing():
-            transport.write(build.TERMINATE)
-            transport.close()
+        if not self.closed:
+            self._shut()
 
 
 def start_health(runtime: Runtime, hosts: HostSet, pool: Pool[Any],

@@ -14,11 +14,10 @@ board warns the clients.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
-from typing import Any, cast
+from typing import Any
 
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
@@ -28,9 +27,8 @@ from ..pool.pool import FIRST_RETRY_DELAY, Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_fields
-from ..proto.server_login import LoggedIn
 from ..runtime import Runtime
-from .login import LoginDriver, server_login_for
+from .login import OwnConnection, server_login_for
 
 log = logging.getLogger("pgtarn.listener")
 
@@ -215,42 +213,22 @@ class Listener:
         self.board.confirmed(channel, listening)
 
 
-class _ListenerConnection(asyncio.Protocol):
+class _ListenerConnection(OwnConnection):
     """One connection of a Listener: log in, then Queries out and replies in."""
 
+    #: Its replies go on to the board and the clients as they are: nothing of theirs is caught.
+    MESSAGES_CHECKED = False
+
     def __init__(self, listener: Listener, db: DatabaseEntry) -> None:
-        self.listener = listener
         runtime = listener.runtime
-        self.runtime = runtime
-        self.transport: asyncio.Transport | None = None
-        self.login: LoginDriver | None = LoginDriver(
-            server_login_for(runtime, listener.pool, db, APPLICATION_NAME), self, db.host,
-            switched=self._switch_transport, logged_in=self._logged_in,
-            failed=self._login_failed, tls_failed=self._tls_failed)
-        self.scanner = MessageScanner(_WATCHED, runtime.config.max_packet_size)
-        self.ready = False
-        self.closed = False
+        super().__init__(runtime, server_login_for(runtime, listener.pool, db, APPLICATION_NAME),
+                         db.host, MessageScanner(_WATCHED, runtime.config.max_packet_size))
+        self.listener = listener
         self.error = ""
         self.created_at = time.monotonic()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        if self.closed:
-            transport.close()
-            return
-        assert self.login is not None
-        self.login.start(self.transport, self.runtime.server_tls,
-                         self.runtime.config.server_tls_sslmode)
-
-    def _switch_transport(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
-
-    def _logged_in(self, result: LoggedIn) -> None:
-        self.login = None
-        self.ready = True
+    def _on_logged_in(self) -> None:
         self.listener.logged_in(self)
-        if result.leftover:
-            self.data_received(result.leftover)
 
     def _login_failed(self, error: PgtarnError) -> None:
         self.login = None
@@ -266,29 +244,23 @@ class _ListenerConnection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.write(data)
 
-    def data_received(self, data: bytes) -> None:
-        if self.login is not None:
-            self.login.data_received(data)
-            return
-        try:
-            events = self.scanner.feed(data)
-        except PgtarnError as error:
-            self.close(error.message)
-            return
+    def _malformed(self, error: PgtarnError) -> None:
+        self.close(error.message)
+
+    def _message(self, msg_type: int, body: bytes) -> None:
         listener = self.listener
-        for msg_type, body, _end in events:
-            if msg_type == 0x41:  # NotificationResponse: pid, channel, payload
-                channel_end = body.find(b"\x00", 4)
-                channel = body[4:channel_end].decode("utf-8", "replace")
-                listener.board.notification(channel, build.message(b"A", body))
-            elif msg_type == 0x5A:
-                failure, self.error = self.error, ""
-                listener.replied(failure)
-            else:  # ErrorResponse: of the LISTEN or UNLISTEN under way
-                fields = parse_fields(body)
-                self.error = f'{fields.get("C", "")} {fields.get("M", "")}'
-                if fields.get("S") in ("FATAL", "PANIC"):
-                    log.warning("%r: server sent FATAL %s", listener, self.error)
+        if msg_type == 0x41:  # NotificationResponse: pid, channel, payload
+            channel_end = body.find(b"\x00", 4)
+            channel = body[4:channel_end].decode("utf-8", "replace")
+            listener.board.notification(channel, build.message(b"A", body))
+        elif msg_type == 0x5A:
+            failure, self.error = self.error, ""
+            listener.replied(failure)
+        else:  # ErrorResponse: of the LISTEN or UNLISTEN under way
+            fields = parse_fields(body)
+            self.error = f'{fields.get("C", "")} {fields.get("M", "")}'
+            if fields.get("S") in ("FATAL", "PANIC"):
+                log.warning("%r: server sent FATAL %s", listener, self.error)
 
     def lost(self, reason: str) -> None:
         """The connect itself failed."""
@@ -303,10 +275,5 @@ class _ListenerConnection(asyncio.Protocol):
             self.listener.connection_lost(self, f"server closed the connection: {exc or ''}")
 
     def close(self, reason: str) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        transport = self.transport
-        if transport is not None and not transport.is_closing():
-            transport.write(build.TERMINATE)
-            transport.close()
+        if not self.closed:
+            self._shut()

@@ -14,15 +14,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from pgtarn.auth.scram import MECHANISM_PLUS, ScramServer, certificate_hash, make_verifier
-from pgtarn.errors import PgtarnError, TlsFailed
+from pgtarn.configfile import parse_config
+from pgtarn.errors import PgtarnError, ProtocolViolation, TlsFailed
 from pgtarn.net.tls import TlsTransport
 from pgtarn.proto import build
-from pgtarn.proto.framing import split_messages
+from pgtarn.proto.framing import MessageScanner, split_messages
 from pgtarn.proto.messages import parse_sasl_initial_response, parse_startup
 from pgtarn.proto.server_login import LoggedIn, ServerAuth, ServerLogin
-from pgtarn.server.login import LoginDriver
+from pgtarn.runtime import Runtime
+from pgtarn.server.login import LoginDriver, OwnConnection
 
-from .fakes import WELCOME, FakeTransport
+from .fakes import INI, WELCOME, FakeTransport
 
 
 class Owner(asyncio.Protocol):
@@ -218,3 +220,64 @@ def test_bad_answers_to_the_ssl_request_are_reported_as_failed(answer: bytes) ->
     owner.driver.start(transport, client_context(), "prefer")  # type: ignore[arg-type]
     owner.data_received(answer)
     assert len(owner.errors) == 1 and owner.switched == []
+
+
+class Replies(OwnConnection):
+    """An OwnConnection that keeps what it is told."""
+
+    def __init__(self) -> None:
+        runtime = Runtime(parse_config(INI.format(mode="session", prepared=0)), {})
+        super().__init__(runtime, ServerLogin(ServerAuth("u", "pw"), "db"), "localhost",
+                         MessageScanner(frozenset(b"CZ")))
+        self.told: list[object] = []
+
+    def _on_logged_in(self) -> None:
+        self.told.append("logged in")
+
+    def _message(self, msg_type: int, body: bytes) -> None:
+        if body == b"bad":
+            raise ProtocolViolation("bad body")
+        self.told.append((msg_type, body))
+
+    def _malformed(self, error: PgtarnError) -> None:
+        self.told.append(error.message)
+
+    def _login_failed(self, error: PgtarnError) -> None:
+        self.told.append(error)
+
+    def _tls_failed(self, exc: Exception) -> None:
+        self.told.append(exc)
+
+
+def test_an_own_connection_logs_in_then_hands_each_reply_leftover_first_to_message() -> None:
+    conn = Replies()
+    transport = FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    assert parse_startup(transport.take()[4:]).params == {"user": "u", "database": "db"}
+    assert not conn.ready
+    conn.data_received(WELCOME + build.command_complete("SELECT 1"))
+    assert conn.ready and conn.login is None
+    assert conn.told == ["logged in", (ord("C"), b"SELECT 1\x00")]
+    conn.data_received(build.ready_for_query(b"I") + build.message(b"C", b"bad"))
+    assert conn.told[2:] == [(ord("Z"), b"I"), "bad body"]
+    conn.data_received(b"Z\x00\x00\x00\x00")  # a length below 4: the scanner refuses it
+    assert conn.told[4:] == ["invalid message length 0 for message type 'Z'"]
+
+
+def test_an_own_connection_closed_before_connecting_closes_its_transport_at_once() -> None:
+    conn = Replies()
+    conn._shut()
+    assert conn.closed
+    transport = FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    assert transport.closing and transport.take() == b""
+
+
+def test_an_own_connection_shut_says_terminate_unless_told_not_to() -> None:
+    for terminate, written in ((True, build.TERMINATE), (False, b"")):
+        conn = Replies()
+        transport = FakeTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        transport.take()
+        conn._shut(terminate)
+        assert conn.closed and transport.closing and transport.take() == written
