@@ -155,7 +155,7 @@ class ClientLink(ClientListening):
             return None
         # _link_ends's common cases, inlined: the hot path
         if self.pool_mode == "transaction" and status == b"I":
-            if not self.pinned:
+            if not self.pinned and not self.open_batch:
                 self._unlink(server)
             return None
         return self._link_ends(server, status)
@@ -184,7 +184,7 @@ class ClientLink(ClientListening):
         if mode == "session":
             return None
         if status == b"I":
-            if not self.pinned:
+            if not self.pinned and not self.open_batch:
                 self._unlink(server)
             return None
         if mode == "statement":

@@ -43,6 +43,8 @@ TRANSACTION_REFUSED: Final = build.error_response(
     hint="use pool_mode=transaction or session for this database or user",
 )
 _TRANSACTION_WORDS: Final = (b"begin", b"start")
+#: The messages after which a ReadyForQuery comes: Query, Sync (and Terminate: no more).
+_BATCH_ENDS: Final = frozenset(b"QSX")
 
 
 class ClientRelay(ClientLink):
@@ -94,6 +96,7 @@ class ClientRelay(ClientLink):
                     self._relay_prepared(data)
                     return
             held = scanner.held
+            self.open_batch = _goes_on(data, events, held)
             if held and data[len(data) - held] in STATEMENT_MESSAGES_OR_QUERY:
                 # The chunk ends inside a Parse/Bind/..., or a Query that may name SQL-level
                 # statements: keep that start for the framer.
@@ -107,12 +110,15 @@ class ClientRelay(ClientLink):
         if self.session is not None:
             held_before = scanner.held  # (the last chunk ended inside a message)
             events = scanner.feed(data)
+            self.open_batch = _goes_on(data, events, scanner.held)
             if held_before or scanner.held:
                 self._relay_whole_texts(data, events)
             else:
                 self._relay_events(data, events)
             return
-        self._relay_events(data, scanner.feed(data))
+        events = scanner.feed(data)
+        self.open_batch = _goes_on(data, events, scanner.held)
+        self._relay_events(data, events)
 
     def _relay_whole_texts(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
         """_relay_events for a client whose texts are read, when a message is cut across
@@ -229,6 +235,9 @@ class ClientRelay(ClientLink):
         # encoded for the server (in their place among them).
         parts, syncs = framer.feed(data, self.expected)
         self.expected += syncs
+        last = parts[-1] if parts else SYNC_MARK
+        self.open_batch = framer.held > 0 or not (
+            last is SYNC_MARK or (isinstance(last, tuple) and last[0] == 0x51))
         if self.answers:  # a Query of the chunk is answered here (LISTEN)
             self._answer_now()
         if parts:
@@ -294,6 +303,15 @@ class ClientRelay(ClientLink):
             server.write(self._encode(server, item))
         else:
             self._hold(item, size)
+
+
+def _goes_on(data: bytes, events: list[tuple[int, bytes, int]], held: int) -> bool:
+    """Whether a chunk (its watched messages: Query, Sync, Terminate, ...) ends with messages
+    after its last Sync or Query, or inside one: the batch goes on in the next chunk."""
+    if held or not events:
+        return bool(data)
+    msg_type, _body, end = events[-1]
+    return end != len(data) or msg_type not in _BATCH_ENDS
 
 
 def _events_after(events: list[tuple[int, bytes, int]],

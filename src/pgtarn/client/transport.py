@@ -81,6 +81,7 @@ class ClientTransport(asyncio.Protocol):
         "login",
         "named_effects",
         "notify_queue",
+        "open_batch",
         "params",
         "peer_pid",
         "pending",
@@ -154,6 +155,10 @@ class ClientTransport(asyncio.Protocol):
         #: prepared statements, counted at each Bind.
         self.session: SessionTracker | None = None
         self.pinned = False
+        #: The client sent messages after its last Sync or Query (an extended batch goes on):
+        #: the ReadyForQuery before them must not end the link, or another client would get
+        #: a server in the middle of this one's batch (its Bind, its portal).
+        self.open_batch = False
         #: A client with session settings: the server it last left them on (preferred).
         self.last_server: ServerConnection | None = None
         #: read_write_split (transaction and statement mode): where its transactions go.
