@@ -67,19 +67,34 @@ def test_asyncpg_client_encoding_and_server_settings(pgtarn_factory):  # type: i
     assert asyncio.run(scenario()) == ("UTC", "America/New_York", "UTF8")
 
 
-def test_unsupported_startup_parameter(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_other_startup_parameters_are_session_settings(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """A startup parameter pgtarn does not track (pgJDBC's extra_float_digits, asyncpg's
+    server_settings) is a session setting, carried from server to server as SET is; where the
+    session is not tracked (session mode), it is refused with PgBouncer's words."""
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
-    proc = pgtarn_factory(databases={"app": base, "session_app": f"{base} pool_mode=session"})
-    raw = RawClient(proc.host, proc.port)
-    try:
-        raw.startup(user="app", database="app", extra_float_digits="2")
-        msg_type, body = raw.read_message()
-        assert msg_type == "E"
-        fields = error_fields(body)
-        assert fields["C"] == "08P01"
-        assert fields["M"] == "unsupported startup parameter: extra_float_digits"
-    finally:
-        raw.close()
+    proc = pgtarn_factory(databases={"app": base, "session_app": f"{base} pool_mode=session"},
+                          settings={"default_pool_size": 1})
+
+    async def scenario() -> list[str]:
+        a = await aconnect(proc, server_settings={"extra_float_digits": "2"})
+        b = await aconnect(proc)  # shares the only server between a's transactions
+        seen = []
+        for _ in range(3):
+            seen.append(await a.fetchval("show extra_float_digits"))
+            seen.append(await b.fetchval("show extra_float_digits"))
+        await a.close()
+        await b.close()
+        return seen
+
+    assert asyncio.run(scenario()) == ["2", "1"] * 3
+
+    async def session_mode() -> None:
+        conn = await aconnect(proc, dbname="session_app",
+                              server_settings={"extra_float_digits": "2"})
+        await conn.close()
+
+    with pytest.raises(Exception, match="unsupported startup parameter: extra_float_digits"):
+        asyncio.run(session_mode())
     with pytest.raises(psycopg.OperationalError, match="unsupported startup parameter"):
         connect(proc, options="-c work_mem=8MB", dbname="session_app")
 

@@ -501,10 +501,11 @@ def cancel_by_key(runtime: Runtime, key: tuple[int, int]) -> bool:
 
 
 def _refuse_options(login: ClientLogin) -> NoReturn:
-    """options set something that is not a tracked parameter, and this client's session is
-    not tracked: PgBouncer's refusal."""
+    """The startup packet (options, or a parameter of its own) set something that is not a
+    tracked parameter, and this client's session is not tracked: PgBouncer's refusal."""
     name = next(iter(login.startup_settings))
-    raise PgtarnError(f"unsupported startup parameter in options: {name}", sqlstate="08P01")
+    where = "" if name in login.direct_settings else " in options"
+    raise PgtarnError(f"unsupported startup parameter{where}: {name}", sqlstate="08P01")
 
 
 async def _admit(client: ClientConnection, limits: WorkerLimits, login: ClientLogin,

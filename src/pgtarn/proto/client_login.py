@@ -226,7 +226,8 @@ class ClientLogin:
     """One client's login (see the module docstring)."""
 
     __slots__ = ("_auth", "_binding", "_direct", "_reader", "_scanner", "_unread",
-                 "negotiate", "startup", "startup_params", "startup_settings", "state", "tls")
+                 "direct_settings", "negotiate", "startup", "startup_params",
+                 "startup_settings", "state", "tls")
 
     def __init__(self) -> None:
         self.state = LoginState.STARTUP
@@ -244,6 +245,8 @@ class ClientLogin:
         self.startup_params: dict[str, str] = {}
         #: Settings from options that are not tracked parameters (check_startup).
         self.startup_settings: dict[str, str] = {}
+        #: Which of startup_settings came as startup parameters of their own, not in options.
+        self.direct_settings: set[str] = set()
         #: A StartupMessage of protocol 3.x, x > 0: (newest minor spoken, the protocol options
         #: not understood) for NegotiateProtocolVersion.
         self.negotiate: tuple[int, list[str]] | None = None
@@ -369,13 +372,15 @@ class ClientLogin:
         return [Send(b"N"), *self.receive_data(rest)] if rest else [Send(b"N")]
 
     def check_startup(self, tracked: Sequence[str], ignored: Iterable[str]) -> Failed | None:
-        """After StartupReceived: refuse a StartupMessage without a user or with a parameter
-        that is neither tracked nor ignored; keep the tracked ones (startup_params).
+        """After StartupReceived: refuse a StartupMessage without a user; keep the tracked
+        parameters (startup_params) and the others as session settings (startup_settings,
+        for the caller to apply as a session setting or refuse, as PgBouncer refuses them).
 
         options (`-c name=value` pairs) is read as PgBouncer reads it: a tracked name is a
         tracked parameter (one given outside options wins, as in PostgreSQL); a name in
-        ignored, or any name when options itself is ignored, is dropped; any other is kept in
-        startup_settings, for the caller to apply as a session setting or refuse."""
+        ignored, or any name when options itself is ignored, is dropped. A parameter of its
+        own that is neither tracked nor ignored (pgJDBC's extra_float_digits) is a setting as
+        if options had it (noted in direct_settings)."""
         self._expect(LoginState.DECIDING)
         assert self.startup is not None
         if not self.startup.user:
@@ -398,8 +403,11 @@ class ClientLogin:
             if tracked_name is not None:
                 self.startup_params[tracked_name] = value
             elif name != "options" and name.lower() not in ignored_names:
-                return self._fail(
-                    PgtarnError(f"unsupported startup parameter: {name}", sqlstate="08P01"))
+                if name == "replication" or name.startswith("_pq_."):  # not settings
+                    return self._fail(PgtarnError(f"unsupported startup parameter: {name}",
+                                                  sqlstate="08P01"))
+                self.startup_settings[name.lower()] = value  # over options, as in PostgreSQL
+                self.direct_settings.add(name.lower())
         return None
 
     def await_secret(self) -> list[Event]:

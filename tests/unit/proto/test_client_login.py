@@ -206,6 +206,18 @@ def test_startup_parameters_tracked_ignored_or_refused() -> None:
     assert fields(failure.response)["M"] == "unsupported startup parameter: replication"
 
 
+def test_other_startup_parameters_are_session_settings_as_in_options() -> None:
+    # pgJDBC sends extra_float_digits: a setting the caller applies (tracked session) or
+    # refuses with PgBouncer's words
+    login = ClientLogin()
+    login.receive_data(startup(user="u", extra_float_digits="3", DateStyle="ISO",
+                               options="-c extra_float_digits=2 -c geqo=off"))
+    assert login.check_startup(TRACKED, ()) is None
+    assert login.startup_params == {"DateStyle": "ISO"}
+    assert login.startup_settings == {"extra_float_digits": "3", "geqo": "off"}
+    assert login.direct_settings == {"extra_float_digits"}
+
+
 def test_newer_minor_version_is_negotiated_in_the_welcome() -> None:
     body = struct.pack("!HH", 3, 2) + b"user\x00u\x00_pq_.fancy\x00on\x00\x00"
     login = ClientLogin()
