@@ -43,6 +43,7 @@ TRANSACTION_REFUSED: Final = build.error_response(
     hint="use pool_mode=transaction or session for this database or user",
 )
 _TRANSACTION_WORDS: Final = (b"begin", b"start")
+FLUSH: Final = build.message(b"H")
 #: The messages after which a ReadyForQuery comes: Query, Sync (and Terminate: no more).
 _BATCH_ENDS: Final = frozenset(b"QSX")
 
@@ -96,7 +97,7 @@ class ClientRelay(ClientLink):
                     self._relay_prepared(data)
                     return
             held = scanner.held
-            self.open_batch = _goes_on(data, events, held)
+            self.open_batch = _goes_on(data, events, held, self.open_batch)
             if held and data[len(data) - held] in STATEMENT_MESSAGES_OR_QUERY:
                 # The chunk ends inside a Parse/Bind/..., or a Query that may name SQL-level
                 # statements: keep that start for the framer.
@@ -110,14 +111,14 @@ class ClientRelay(ClientLink):
         if self.session is not None:
             held_before = scanner.held  # (the last chunk ended inside a message)
             events = scanner.feed(data)
-            self.open_batch = _goes_on(data, events, scanner.held)
+            self.open_batch = _goes_on(data, events, scanner.held, self.open_batch)
             if held_before or scanner.held:
                 self._relay_whole_texts(data, events)
             else:
                 self._relay_events(data, events)
             return
         events = scanner.feed(data)
-        self.open_batch = _goes_on(data, events, scanner.held)
+        self.open_batch = _goes_on(data, events, scanner.held, self.open_batch)
         self._relay_events(data, events)
 
     def _relay_whole_texts(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
@@ -235,9 +236,10 @@ class ClientRelay(ClientLink):
         # encoded for the server (in their place among them).
         parts, syncs = framer.feed(data, self.expected)
         self.expected += syncs
-        last = parts[-1] if parts else SYNC_MARK
-        self.open_batch = framer.held > 0 or not (
-            last is SYNC_MARK or (isinstance(last, tuple) and last[0] == 0x51))
+        self.open_batch = framer.held > 0 or _parts_go_on(parts, self.open_batch)
+        unbound = self.unnamed_unbound = _unnamed_unbound(parts, self.unnamed_unbound)
+        if unbound:
+            self.open_batch = True
         if self.answers:  # a Query of the chunk is answered here (LISTEN)
             self._answer_now()
         if parts:
@@ -305,13 +307,57 @@ class ClientRelay(ClientLink):
             self._hold(item, size)
 
 
-def _goes_on(data: bytes, events: list[tuple[int, bytes, int]], held: int) -> bool:
-    """Whether a chunk (its watched messages: Query, Sync, Terminate, ...) ends with messages
-    after its last Sync or Query, or inside one: the batch goes on in the next chunk."""
-    if held or not events:
-        return bool(data)
+def _goes_on(data: bytes, events: list[tuple[int, bytes, int]], held: int,
+             was_open: bool) -> bool:
+    """Whether the client's extended batch goes on after this chunk (its watched messages:
+    Query, Sync, Terminate, ...): messages after its last Sync or Query, or one cut short.
+    Flush asks for the replies so far and changes nothing: a chunk of Flushes leaves it as
+    it was (was_open)."""
+    if held:
+        return True
+    if not events:
+        return was_open if _only_flushes(data) else bool(data)
     msg_type, _body, end = events[-1]
-    return end != len(data) or msg_type not in _BATCH_ENDS
+    if end != len(data) and not _only_flushes(data[end:]):
+        return True
+    return msg_type not in _BATCH_ENDS
+
+
+def _parts_go_on(parts: list[Part], was_open: bool) -> bool:
+    """_goes_on for the framer's parts: after the last Sync mark (or Query), anything but
+    raw Flushes means the batch goes on."""
+    after = parts
+    for at in range(len(parts) - 1, -1, -1):
+        part = parts[at]
+        if part is SYNC_MARK or (isinstance(part, tuple) and part[0] == 0x51):
+            after = parts[at + 1 :]
+            break
+    else:
+        if all(isinstance(part, bytes) and _only_flushes(part) for part in parts):
+            return was_open
+        return True
+    return not all(isinstance(part, bytes) and _only_flushes(part) for part in after)
+
+
+def _only_flushes(raw: bytes) -> bool:
+    """Whether raw bytes are whole Flush messages only (or nothing)."""
+    count = len(raw) // 5
+    return len(raw) == 5 * count and raw == FLUSH * count
+
+
+def _unnamed_unbound(parts: list[Part], unbound: bool) -> bool:
+    """Whether the client's unnamed statement is parsed and not bound yet after parts
+    (unbound: it was before them): it lives on this server only (pg8000 parses, describes
+    and binds in three batches), so the client keeps the server until a batch binds it."""
+    for part in parts:
+        if isinstance(part, tuple):
+            msg_type, body = part
+            if msg_type == 0x50:  # Parse: name, NUL, ...
+                unbound = unbound or body[:1] == b"\x00"
+            elif msg_type == 0x42 and body[body.find(b"\x00") + 1 : body.find(b"\x00") + 2] \
+                    == b"\x00":  # fmt: skip
+                unbound = False  # Bind of the unnamed statement
+    return unbound
 
 
 def _events_after(events: list[tuple[int, bytes, int]],

@@ -104,6 +104,7 @@ class ClientTransport(asyncio.Protocol):
         "subscribed",
         "tls",
         "transport",
+        "unnamed_unbound",
         "user",
         "wait_notified",
         "waiting",
@@ -159,6 +160,8 @@ class ClientTransport(asyncio.Protocol):
         #: the ReadyForQuery before them must not end the link, or another client would get
         #: a server in the middle of this one's batch (its Bind, its portal).
         self.open_batch = False
+        #: It parsed the unnamed statement and bound no portal to it yet (relay.py).
+        self.unnamed_unbound = False
         #: A client with session settings: the server it last left them on (preferred).
         self.last_server: ServerConnection | None = None
         #: read_write_split (transaction and statement mode): where its transactions go.
