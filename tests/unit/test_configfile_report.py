@@ -35,7 +35,7 @@ def test_every_error_is_collected_with_its_line() -> None:
     report = parse_config_report(SEVERAL_ERRORS, "/etc/pgtarn/p.ini")
     located = [error.split(": ", 1)[0] for error in report.errors]
     assert located == [f"/etc/pgtarn/p.ini:{n}" for n in (3, 4, 7, 9, 13, 15, 16)]
-    assert "pool_size" in report.errors[0] and "hots" in report.errors[1]
+    assert "lots" in report.errors[0] and "hots" in report.errors[1]
     assert "pool_mode" in report.errors[2] and "nonsense" in report.errors[3]
     assert "listen_port" in report.errors[4] and "default_pool_size" in report.errors[5]
 
@@ -49,7 +49,7 @@ def test_what_could_be_read_is_kept() -> None:
 
 
 def test_raising_mode_still_stops_at_the_first_error() -> None:
-    with pytest.raises(ConfigError, match=r"^p\.ini:3: bad: pool_size"):
+    with pytest.raises(ConfigError, match=r"^p\.ini:3: bad: invalid integer .lots."):
         parse_config(SEVERAL_ERRORS, "p.ini")
 
 
