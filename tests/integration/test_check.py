@@ -37,7 +37,7 @@ server_tls_ca_file = {pki.ca}
 """)
     result = check(ini)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1].endswith("ok")
+    assert f"{ini}: ok" in result.stdout.strip().splitlines()[-1]
     assert not (tmp_path / "pgbouncer.pid").exists()
 
 

@@ -17,10 +17,10 @@ def test_a_good_configuration_passes(tmp_path: Path, capsys) -> None:  # type: i
     (tmp_path / "userlist.txt").write_text('"app" "secret"\n')
     ini = write_ini(tmp_path, "[databases]\napp = host=127.0.0.1\n[pgbouncer]\n"
                     f"listen_port = 7432\nauth_file = {tmp_path / 'userlist.txt'}\n")
-    assert check_config(ini).errors == ()
+    assert check_config(ini).errors == []
     assert run_check([ini]) == 0
     out = capsys.readouterr().out
-    assert out.strip().endswith("ok")
+    assert out.strip().splitlines()[-1] == f"pgtarn check: {ini}: ok"
 
 
 def test_files_that_startup_reads_are_checked(tmp_path: Path) -> None:
@@ -46,7 +46,7 @@ def test_userlist_warnings_name_their_line(tmp_path: Path) -> None:
     (tmp_path / "userlist.txt").write_text('"app" "secret"\nnot a line\n')
     ini = write_ini(tmp_path, f"[pgbouncer]\nauth_file = {tmp_path / 'userlist.txt'}\n")
     result = check_config(ini)
-    assert result.errors == ()
+    assert result.errors == []
     assert any(w.startswith(f"{tmp_path / 'userlist.txt'}:2: ") for w in result.warnings)
 
 
