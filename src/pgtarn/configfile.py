@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from .config import (
     DEPRECATED,
@@ -26,8 +26,9 @@ from .config import (
     parse_int,
     parse_time,
 )
-from .errors import ConfigError
+from .errors import ConfigError, Problems
 
+_T = TypeVar("_T")
 MAX_INCLUDE_DEPTH = 10  # as PgBouncer: at most 10 nested %include levels
 
 
@@ -343,25 +344,33 @@ def _resolve_include(target: str, including: str) -> str:
     return beside if os.path.exists(beside) or not os.path.exists(target) else target
 
 
-def _lines(text: str, path: str, stack: tuple[str, ...]) -> Iterator[tuple[str, int, str]]:
-    """(file, line number, stripped line) for every line, with %include expanded."""
+def _lines(text: str, path: str, stack: tuple[str, ...],
+           problems: Problems) -> Iterator[tuple[str, int, str]]:
+    """(file, line number, stripped line) for every line, with %include expanded; a bad
+    %include goes to `problems` and, when they are collected, is skipped."""
     for lineno, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if line.startswith("%include") and (len(line) == 8 or line[8].isspace()):
-            loc = f"{path}:{lineno}"
-            target = line[8:].strip()
-            if not target:
-                raise ConfigError(f"{loc}: %include: missing file name")
-            if len(stack) > MAX_INCLUDE_DEPTH:
-                raise ConfigError(f"{loc}: %include: nesting deeper than {MAX_INCLUDE_DEPTH}")
-            resolved = _resolve_include(target, path)
-            real = os.path.realpath(resolved)
-            if real in stack:
-                raise ConfigError(f"{loc}: %include: include loop via {target!r}")
-            sub = _read_file(resolved, f"{loc}: %include: ")
-            yield from _lines(sub, resolved, (*stack, real))
+            try:
+                resolved, sub = _include(line[8:].strip(), f"{path}:{lineno}", path, stack)
+            except ConfigError as e:
+                problems.add(e)
+                continue
+            yield from _lines(sub, resolved, (*stack, os.path.realpath(resolved)), problems)
         else:
             yield path, lineno, line
+
+
+def _include(target: str, loc: str, path: str, stack: tuple[str, ...]) -> tuple[str, str]:
+    """The path and text of the file an `%include target` line at `loc` names."""
+    if not target:
+        raise ConfigError(f"{loc}: %include: missing file name")
+    if len(stack) > MAX_INCLUDE_DEPTH:
+        raise ConfigError(f"{loc}: %include: nesting deeper than {MAX_INCLUDE_DEPTH}")
+    resolved = _resolve_include(target, path)
+    if os.path.realpath(resolved) in stack:
+        raise ConfigError(f"{loc}: %include: include loop via {target!r}")
+    return resolved, _read_file(resolved, f"{loc}: %include: ")
 
 
 def _split_key(line: str, loc: str) -> tuple[str, str]:
@@ -395,64 +404,124 @@ def load_config(path: str) -> Config:
 
 
 def parse_config(text: str, path: str = "<string>") -> Config:
-    """Parse ini text; `%include` names are relative to dirname(path)."""
-    values: dict[str, Any] = {}
-    origins: dict[str, str] = {}
-    databases: dict[str, DatabaseEntry] = {}
-    users: dict[str, UserEntry] = {}
-    peers: dict[int, PeerEntry] = {}
-    warnings: list[str] = []
-    section: str | None = None
-    seen_main = False
-    for fname, lineno, line in _lines(text, path, (os.path.realpath(path),)):
-        if not line or line[0] in ";#":
-            continue
-        loc = f"{fname}:{lineno}"
+    """Parse ini text; `%include` names are relative to dirname(path). The first error
+    raises ConfigError."""
+    return _Reader(path, Problems()).read(text).config
+
+
+@dataclass(frozen=True)
+class ConfigReport:
+    """A configuration read to its end: what could be read (a setting or entry in error
+    left out), every error in order, and the file:line where each setting was set."""
+
+    config: Config
+    errors: tuple[str, ...]
+    origins: Mapping[str, str]
+
+
+def read_config_report(path: str) -> ConfigReport:
+    """Read a pgbouncer.ini collecting every error instead of stopping at the first."""
+    try:
+        text = _read_file(path, "")
+    except ConfigError as e:
+        return ConfigReport(Config(path=path), (str(e),), MappingProxyType({}))
+    return parse_config_report(text, path)
+
+
+def parse_config_report(text: str, path: str = "<string>") -> ConfigReport:
+    """parse_config, collecting every error instead of raising the first."""
+    return _Reader(path, Problems(collect=True)).read(text)
+
+
+_SKIPPED = "?"  # the section of lines under a bad header, when errors are collected
+
+
+class _Reader:
+    """One reading of an ini text: the lines in order into settings and entries; each
+    error goes to `problems` (raised there, or collected and the line left out)."""
+
+    def __init__(self, path: str, problems: Problems) -> None:
+        self.path, self.problems = path, problems
+        self.values: dict[str, Any] = {}
+        self.origins: dict[str, str] = {}
+        self.databases: dict[str, DatabaseEntry] = {}
+        self.users: dict[str, UserEntry] = {}
+        self.peers: dict[int, PeerEntry] = {}
+        self.warnings: list[str] = []
+        self.section: str | None = None
+        self.seen_main = False
+
+    def read(self, text: str) -> ConfigReport:
+        stack = (os.path.realpath(self.path),)
+        for fname, lineno, line in _lines(text, self.path, stack, self.problems):
+            if not line or line[0] in ";#":
+                continue
+            try:
+                self._line(f"{fname}:{lineno}", line)
+            except ConfigError as e:
+                self.problems.add(e)
+        if not self.seen_main:
+            self.warnings.append(f"{self.path}: no [pgbouncer] section; using defaults")
+        config = replace(
+            Config(path=self.path, databases=MappingProxyType(self.databases),
+                   users=MappingProxyType(self.users), peers=MappingProxyType(self.peers)),
+            **self.values,
+        )
+        self.warnings.extend(_cross_check(config, self.origins))
+        return ConfigReport(replace(config, warnings=tuple(self.warnings)),
+                            tuple(self.problems.errors), MappingProxyType(self.origins))
+
+    def _line(self, loc: str, line: str) -> None:
         if line[0] == "[":
+            self.section = _SKIPPED  # until the header is known good
             m = _SECTION_RE.fullmatch(line)
             if m is None:
                 raise ConfigError(f"{loc}: syntax error in section header {line!r}")
             section = _SECTIONS.get(m.group(1).strip().lower())
             if section is None:
                 raise ConfigError(f"{loc}: [{m.group(1)}]: unknown section")
-            seen_main = seen_main or section == "pgbouncer"
-            continue
+            self.section = section
+            self.seen_main = self.seen_main or section == "pgbouncer"
+            return
         key, value = _split_key(line, loc)
-        if section is None:
+        if self.section is None:
             raise ConfigError(f"{loc}: {key}: setting outside of any section")
         try:
-            if section == "databases":
-                if key == "pgbouncer":
-                    raise ValueError("database name 'pgbouncer' is reserved for the admin console")
-                databases[key] = _database_entry(key, value, loc)
-            elif section == "users":
-                users[key] = _user_entry(key, value, loc)
-            elif section == "peers":
-                peer = _peer_entry(key, value, loc)
-                peers[peer.peer_id] = peer
-            elif section == "pgbouncer":
-                name = key.lower()
-                if name in DEPRECATED:
-                    warnings.append(f"{loc}: {key}: deprecated, use {DEPRECATED[name]}")
-                    name = DEPRECATED[name]
-                setting = SETTINGS.get(name)
-                if setting is None:
-                    warnings.append(f"{loc}: {key}: unknown setting, ignored")
-                    continue
-                key = name
-                values[name] = setting.parse(value)
-                origins[name] = loc
+            self._entry(self.section, key, value, loc)
         except ValueError as e:
-            raise ConfigError(f"{loc}: {key}: {e}") from None
-    if not seen_main:
-        warnings.append(f"{path}: no [pgbouncer] section; using defaults")
-    config = replace(
-        Config(path=path, databases=MappingProxyType(databases), users=MappingProxyType(users),
-               peers=MappingProxyType(peers)),
-        **values,
-    )
-    warnings.extend(_cross_check(config, origins))
-    return replace(config, warnings=tuple(warnings))
+            raise ConfigError(f"{loc}: {e}") from None
+
+    def _entry(self, section: str, key: str, value: str, loc: str) -> None:
+        """One `key = value` of a section; ValueError says what is wrong, key first."""
+        if section == "databases":
+            if key == "pgbouncer":
+                raise ValueError(f"{key}: database name 'pgbouncer' is reserved for the admin "
+                                 "console")
+            self.databases[key] = _keyed(key, _database_entry, key, value, loc)
+        elif section == "users":
+            self.users[key] = _keyed(key, _user_entry, key, value, loc)
+        elif section == "peers":
+            peer = _keyed(key, _peer_entry, key, value, loc)
+            self.peers[peer.peer_id] = peer
+        elif section == "pgbouncer":
+            name = key.lower()
+            if name in DEPRECATED:
+                self.warnings.append(f"{loc}: {key}: deprecated, use {DEPRECATED[name]}")
+                name = DEPRECATED[name]
+            setting = SETTINGS.get(name)
+            if setting is None:
+                self.warnings.append(f"{loc}: {key}: unknown setting, ignored")
+                return
+            self.values[name] = _keyed(name, setting.parse, value)
+            self.origins[name] = loc
+
+
+def _keyed(key: str, parse: Callable[..., _T], *args: str) -> _T:
+    """parse(*args), its ValueError prefixed with the key it is about."""
+    try:
+        return parse(*args)
+    except ValueError as e:
+        raise ValueError(f"{key}: {e}") from None
 
 
 def _cross_check(cfg: Config, origins: Mapping[str, str]) -> list[str]:

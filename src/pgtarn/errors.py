@@ -1,4 +1,4 @@
-"""Error types that carry the SQLSTATE a client is sent."""
+"""Error types: those that carry the SQLSTATE a client is sent, and the configuration's."""
 
 from __future__ import annotations
 
@@ -38,3 +38,17 @@ class AuthFailed(PgtarnError):
 
 class ConfigError(Exception):
     """The configuration is invalid; the message names file, line and key."""
+
+
+class Problems:
+    """Where a configuration reader sends what it finds wrong: raised at once (startup,
+    RELOAD: the first error stops them), or all kept, in order (`pgtarn check`)."""
+
+    def __init__(self, collect: bool = False) -> None:
+        self.collect = collect
+        self.errors: list[str] = []
+
+    def add(self, error: ConfigError) -> None:
+        if not self.collect:
+            raise error
+        self.errors.append(str(error))

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from pgtarn.errors import ConfigError
+from pgtarn.errors import ConfigError, Problems
 
 __all__ = ["AddressRange", "HbaRule", "HbaRules", "IdentEntry", "IdentMaps", "NamePattern",
            "load_hba", "load_ident", "parse_hba", "parse_ident"]
@@ -356,18 +356,25 @@ def _parse_rule(fields: _LineFields, read_file: Callable[[str], str]) -> HbaRule
                    unsupported)
 
 
-def parse_hba(text: str, path: str, read_file: Callable[[str], str]) -> HbaRules:
+def parse_hba(text: str, path: str, read_file: Callable[[str], str],
+              problems: Problems | None = None) -> HbaRules:
     """Parse pg_hba.conf text; `read_file` reads @files (relative to `path`'s directory).
 
-    Raises ConfigError naming file:line for anything pgtarn cannot honour as written.
+    Raises ConfigError naming file:line for anything pgtarn cannot honour as written;
+    with collecting `problems`, every such line goes there instead and is left out.
     """
+    problems = problems or Problems()
     rules: list[HbaRule] = []
     warnings: list[str] = []
     for line, logical in _logical_lines(text):
-        fields = _split_fields(logical, path, line)
-        if not fields:
+        try:
+            fields = _split_fields(logical, path, line)
+            rule = _parse_rule(_LineFields(fields, path, line), read_file) if fields else None
+        except ConfigError as exc:
+            problems.add(exc)
             continue
-        rule = _parse_rule(_LineFields(fields, path, line), read_file)
+        if rule is None:
+            continue
         rules.append(rule)
         if rule.unsupported_method is not None:
             warnings.append(f'{path}:{line}: authentication method "{rule.unsupported_method}" '
@@ -418,34 +425,47 @@ class IdentMaps:
                    for entry in self.maps.get(map_name, ()))
 
 
-def parse_ident(text: str, path: str) -> IdentMaps:
-    """Parse pg_ident.conf text; ConfigError naming file:line for a bad line."""
+def parse_ident(text: str, path: str, problems: Problems | None = None) -> IdentMaps:
+    """Parse pg_ident.conf text; ConfigError naming file:line for a bad line (with
+    collecting `problems`, every bad line goes there instead and is left out)."""
+    problems = problems or Problems()
     maps: dict[str, list[IdentEntry]] = {}
     for line, logical in _logical_lines(text):
-        split = _split_fields(logical, path, line)
-        if not split:
+        try:
+            entry = _ident_entry(_split_fields(logical, path, line), path, line)
+        except ConfigError as exc:
+            problems.add(exc)
             continue
-        fields = _LineFields(split, path, line)
-        map_token = fields.take_one("map name")
-        if not map_token.quoted and map_token.text in _INCLUDE_DIRECTIVES:
-            raise fields.error(f'"{map_token.text}" directives are not supported')
-        system = fields.take_one("system user").text
-        database = fields.take_one("database user")
-        if fields.rest():
-            raise fields.error("extra fields after the database user")
-        system_regex = _compile(system[1:], path, line) if system.startswith("/") else None
-        database_regex = None
-        if database.text.startswith("/"):
-            database_regex = _compile(database.text[1:], path, line)
-        elif not database.quoted and database.text.startswith("+"):
-            raise fields.error(f'group "{database.text}" is not supported: '
-                               "pgtarn cannot know role membership")
-        elif "\\1" in database.text and system_regex is not None and system_regex.groups == 0:
-            raise fields.error(f'"{database.text}" uses \\1 but "{system}" has no group')
-        any_user = not database.quoted and database.text == "all"
-        entry = IdentEntry(line, system, system_regex, database.text, any_user, database_regex)
-        maps.setdefault(map_token.text, []).append(entry)
+        if entry is not None:
+            maps.setdefault(entry[0], []).append(entry[1])
     return IdentMaps(maps)
+
+
+def _ident_entry(split: list[list[_Token]], path: str,
+                 line: int) -> tuple[str, IdentEntry] | None:
+    """(map name, entry) of one pg_ident.conf line; None for an empty one."""
+    if not split:
+        return None
+    fields = _LineFields(split, path, line)
+    map_token = fields.take_one("map name")
+    if not map_token.quoted and map_token.text in _INCLUDE_DIRECTIVES:
+        raise fields.error(f'"{map_token.text}" directives are not supported')
+    system = fields.take_one("system user").text
+    database = fields.take_one("database user")
+    if fields.rest():
+        raise fields.error("extra fields after the database user")
+    system_regex = _compile(system[1:], path, line) if system.startswith("/") else None
+    database_regex = None
+    if database.text.startswith("/"):
+        database_regex = _compile(database.text[1:], path, line)
+    elif not database.quoted and database.text.startswith("+"):
+        raise fields.error(f'group "{database.text}" is not supported: '
+                           "pgtarn cannot know role membership")
+    elif "\\1" in database.text and system_regex is not None and system_regex.groups == 0:
+        raise fields.error(f'"{database.text}" uses \\1 but "{system}" has no group')
+    any_user = not database.quoted and database.text == "all"
+    entry = IdentEntry(line, system, system_regex, database.text, any_user, database_regex)
+    return map_token.text, entry
 
 
 def _read_text(path: str) -> str:
@@ -460,11 +480,11 @@ def _load(path: str) -> str:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def load_hba(path: str) -> HbaRules:
+def load_hba(path: str, problems: Problems | None = None) -> HbaRules:
     """Read and parse the pg_hba.conf at `path` (auth_hba_file), with its @files."""
-    return parse_hba(_load(path), path, _read_text)
+    return parse_hba(_load(path), path, _read_text, problems)
 
 
-def load_ident(path: str) -> IdentMaps:
+def load_ident(path: str, problems: Problems | None = None) -> IdentMaps:
     """Read and parse the pg_ident.conf at `path` (auth_ident_file)."""
-    return parse_ident(_load(path), path)
+    return parse_ident(_load(path), path, problems)

@@ -8,7 +8,8 @@ import logging
 from pgtarn.auth.md5 import is_md5_secret
 from pgtarn.auth.scram import parse_verifier
 
-__all__ = ["SecretKind", "load_userlist", "parse_userlist", "secret_kind", "userlist_line"]
+__all__ = ["SecretKind", "load_userlist", "parse_userlist", "read_userlist_file", "secret_kind",
+           "userlist_line"]
 
 log = logging.getLogger("pgtarn.auth")
 
@@ -85,8 +86,9 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-def parse_userlist(text: str) -> tuple[dict[str, str], list[str]]:
-    """Parse auth_file contents into {user: secret} plus warnings naming bad lines.
+def parse_userlist(text: str, path: str = "") -> tuple[dict[str, str], list[str]]:
+    """Parse auth_file contents into {user: secret} plus warnings naming bad lines
+    (`line N: ...`, or `path:N: ...` when the file's path is given).
 
     Each line is `"user" "secret"` with further fields ignored; blank lines and
     lines starting with ';' or '#' are comments; a later entry for the same user
@@ -95,19 +97,20 @@ def parse_userlist(text: str) -> tuple[dict[str, str], list[str]]:
     entries: dict[str, str] = {}
     warnings: list[str] = []
     for lineno, line in enumerate(text.split("\n"), start=1):
+        where = f"{path}:{lineno}" if path else f"line {lineno}"
         stripped = line.strip(_BLANK)
         if not stripped or stripped[0] in ";#":
             continue
         if not _is_utf8(line):
-            warnings.append(f"line {lineno}: not valid UTF-8, skipped")
+            warnings.append(f"{where}: not valid UTF-8, skipped")
             continue
         parsed = _parse_line(line)
         if isinstance(parsed, str):
-            warnings.append(f"line {lineno}: {parsed}, skipped")
+            warnings.append(f"{where}: {parsed}, skipped")
             continue
         user, secret = parsed
         if user in entries:
-            warnings.append(f'line {lineno}: user "{user}" listed again, the later entry wins')
+            warnings.append(f'{where}: user "{user}" listed again, the later entry wins')
         entries[user] = secret
     return entries, warnings
 
@@ -121,14 +124,23 @@ def _quote(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
+def _read(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "surrogateescape")
+
+
+def read_userlist_file(path: str) -> tuple[dict[str, str], list[str]]:
+    """The entries and warnings (each naming path:line) of the auth_file at `path`;
+    OSError if it cannot be read."""
+    return parse_userlist(_read(path), path)
+
+
 def load_userlist(path: str) -> dict[str, str]:
     """Read and parse the auth_file at `path`; OSError if it cannot be read.
 
     Parse warnings are logged on the "pgtarn.auth" logger, prefixed by the path.
     """
-    with open(path, "rb") as f:
-        data = f.read()
-    entries, warnings = parse_userlist(data.decode("utf-8", "surrogateescape"))
+    entries, warnings = parse_userlist(_read(path))
     for warning in warnings:
         log.warning("%s: %s", path, warning)
     return entries

@@ -17,7 +17,7 @@ from pgtarn.auth.hba import (
     parse_hba,
     parse_ident,
 )
-from pgtarn.errors import ConfigError
+from pgtarn.errors import ConfigError, Problems
 
 HBA_PATH = "/etc/pgtarn/pg_hba.conf"
 IDENT_PATH = "/etc/pgtarn/pg_ident.conf"
@@ -531,3 +531,19 @@ def test_random_ident_text_parses_or_raises_config_error(text: str) -> None:
         return
     for name in maps.maps:
         maps.allows(name, "ab", "b")
+
+
+def test_collecting_reports_every_bad_line() -> None:
+    problems = Problems(collect=True)
+    rules = parse_hba("host all all 10.0.0.0/8 md5\nhost all all nowhere md5\n"
+                      "local all all trust\nlocal all all sometimes\n", HBA_PATH,
+                      lambda path: "", problems)
+    assert [rule.line for rule in rules.rules] == [1, 3]
+    assert [error.split(": ", 1)[0] for error in problems.errors] == [
+        f"{HBA_PATH}:2", f"{HBA_PATH}:4"]
+    ident_problems = Problems(collect=True)
+    maps = parse_ident("m alice bob\nm onlytwo\nm /( bob\nm carol dave\n", IDENT_PATH,
+                       ident_problems)
+    assert len(maps.maps["m"]) == 2
+    assert [error.split(": ", 1)[0] for error in ident_problems.errors] == [
+        f"{IDENT_PATH}:2", f"{IDENT_PATH}:3"]
