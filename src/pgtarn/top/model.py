@@ -251,9 +251,14 @@ def busiest_clients(rows: list[Row], limit: int = BUSIEST_LIMIT) -> list[Row]:
     return busy[:limit]
 
 
+def database_names(sample: Sample | None) -> list[str]:
+    """The databases of the pools, those `d` cycles through."""
+    return [] if sample is None else sorted({str(r["database"]) for r in sample.pools})
+
+
 def build_view(before: Sample | None, after: Sample, controls: Controls) -> View:
     """The frame for `after` (rates against `before`), as the controls filter and sort it."""
-    databases = sorted({str(r["database"]) for r in after.pools})
+    databases = database_names(after)
     pools = [pool_line(r) for r in after.pools if controls.matches(str(r["database"]))]
     rates = [r for r in database_rates(before, after) if controls.matches(r.database)]
     clients = [r for r in after.clients if controls.matches(str(r.get("database", "")))]
