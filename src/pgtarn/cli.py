@@ -1,4 +1,4 @@
-"""Command line: PgBouncer's flags (-q -v -V -d), the `demo` and `check` subcommands, workers."""
+"""Command line: PgBouncer's flags (-q -v -V -d), the subcommands (demo, check, top), workers."""
 
 from __future__ import annotations
 
@@ -36,6 +36,14 @@ def load_check() -> Callable[[list[str]], int]:
     return run_check
 
 
+def load_top() -> Callable[[list[str]], int]:
+    """`pgtarn top`'s entry, imported only for it: rich and psycopg (its `top` extra) would
+    otherwise cost every pooler several MB of RSS, or fail where they are not installed."""
+    from .top import run_top  # lazy, for the RSS above (see the docstring)
+
+    return run_top
+
+
 def load_supervisor() -> Callable[..., Any]:
     """The Supervisor of workers = N, imported only then: the control channel and process
     code (with json and subprocess) cost about 0.4 MB of RSS that one process does not need."""
@@ -49,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pgtarn",
         description="PostgreSQL connection pooler that reads pgbouncer.ini. "
         "`pgtarn demo` starts a throwaway PostgreSQL with pgtarn in front of it; "
-        "`pgtarn check CONFIG` checks a configuration without starting.",
+        "`pgtarn check CONFIG` checks a configuration without starting; "
+        "`pgtarn top [CONNINFO]` shows a running pooler live.",
     )
     parser.add_argument("config", nargs="?", help="pgbouncer.ini-format configuration file")
     parser.add_argument("-q", "--quiet", action="store_true", help="no logging to stderr")
@@ -95,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         return load_demo()(args_list[1:])
     if args_list and args_list[0] == "check":
         return load_check()(args_list[1:])
+    if args_list and args_list[0] == "top":
+        return load_top()(args_list[1:])
     args = build_parser().parse_args(args_list)
     if args.version:
         print(VERSION_LINE)

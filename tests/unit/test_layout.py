@@ -69,12 +69,13 @@ def test_no_function_level_import_of_the_package(path: Path) -> None:
 
 
 def test_start_imports_no_dependency_that_only_some_configurations_use() -> None:
-    """pglast (a text to parse), prometheus_client (metrics_port) and the demo are loaded on
+    """pglast (a text to parse), prometheus_client (metrics_port), the demo and top are loaded on
     first use (the load_* functions): a pooler that needs none of them does not hold them."""
     code = ("import sys, pgtarn.cli; "
             "print(' '.join(m for m in ('pglast', 'prometheus_client', 'pgtarn.demo', "
             "'pgtarn.session.parsing', 'pgtarn.metrics', 'pgtarn.supervisor', "
-            "'pgtarn.workers.link', 'json') if m in sys.modules))")
+            "'pgtarn.workers.link', 'json', 'pgtarn.top', 'rich', 'psycopg') "
+            "if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
