@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import array
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -189,9 +189,7 @@ def short_dir() -> Iterator[Path]:
     """A directory short enough for a unix socket's path."""
     path = Path(tempfile.mkdtemp(prefix="pgtarn-sd-", dir="/tmp"))
     yield path
-    for child in path.iterdir():
-        child.unlink()
-    path.rmdir()
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -212,7 +210,7 @@ def test_socket_activation_serves_the_passed_sockets(
     env = dict(os.environ, TEST_FDS=",".join(str(fd) for fd in fds))
     proc = pgtarn.start([sys.executable, "-c", LISTEN_WRAPPER], pass_fds=fds, env=env)
     try:
-        fields, pid = notifications.until("READY")
+        _fields, pid = notifications.until("READY")
         assert pid == proc.pid, pgtarn.log_text()
         tcp_port = tcp.getsockname()[1]
         # only pgtarn holds them now: a connection is served by it, not left in a queue here
