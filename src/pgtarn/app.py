@@ -12,10 +12,10 @@ import resource
 import signal
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, cast
 
-from . import __version__
+from . import __version__, systemd
 from .admin import commands, fanout
 from .admin.tables import database_totals
 from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
@@ -277,6 +277,7 @@ class App:
         runtime.spawn(self._stats_loop())
         if self.worker is None:
             log.info("pgtarn %s started, pid %d", __version__, os.getpid())
+            systemd.ready()
         else:
             log.info("pgtarn %s worker %d started, pid %d", __version__, self.worker.index,
                      os.getpid())
@@ -287,6 +288,8 @@ class App:
         return 0
 
     async def _listen(self, config: Config) -> None:
+        if activated := systemd.listen_sockets():  # systemd's sockets, in place of our own
+            return await self._serve(activated)
         loop = asyncio.get_running_loop()
         runtime = self.runtime
 
@@ -323,18 +326,9 @@ class App:
         """--reboot: serve the listening sockets of the pgtarn running on our port, which
         then drains and sends us its idle clients (False: none runs there)."""
         runtime = self.runtime
-        loop = asyncio.get_running_loop()
-
-        async def serve(sock: socket.socket) -> None:
-            if sock.family == socket.AF_UNIX:
-                server = await loop.create_unix_server(lambda: ClientConnection(runtime),
-                                                       sock=sock)
-            else:
-                server = await loop.create_server(lambda: ClientConnection(runtime), sock=sock)
-            self.servers.append(server)
-
         take_over = load_takeover()[0]
-        taken = await take_over(runtime, takeover_address(config.listen_port), serve)
+        taken = await take_over(runtime, takeover_address(config.listen_port),
+                                lambda sock: self._serve([sock]))
         if taken is None:
             log.warning("--reboot: no pgtarn serves port %d; starting anew", config.listen_port)
             return False
@@ -364,22 +358,19 @@ class App:
         """A new pgtarn serves our sockets: its pidfile is not ours to remove."""
         self.keep_pidfile = True
 
+    async def _serve(self, sockets: Iterable[socket.socket]) -> None:
+        """Serve listening sockets made elsewhere (supervisor, old pgtarn, systemd)."""
+        loop, runtime = asyncio.get_running_loop(), self.runtime
+        for sock in sockets:
+            serve = loop.create_unix_server if sock.family == socket.AF_UNIX else \
+                loop.create_server
+            self.servers.append(await serve(lambda: ClientConnection(runtime), sock=sock))
+
     async def _join_workers(self, worker: WorkerSetup) -> None:
         """A worker serves the supervisor's listening sockets and talks to it."""
-        loop = asyncio.get_running_loop()
         runtime = self.runtime
-
-        def factory() -> ClientConnection:
-            return ClientConnection(runtime)
-
         fds = [*worker.listen_fds, *([worker.unix_fd] if worker.unix_fd is not None else [])]
-        for fd in fds:
-            sock = socket.socket(fileno=fd)
-            if sock.family == socket.AF_UNIX:
-                server = await loop.create_unix_server(factory, sock=sock)
-            else:
-                server = await loop.create_server(factory, sock=sock)
-            self.servers.append(server)
+        await self._serve(socket.socket(fileno=fd) for fd in fds)
         link_class = load_worker_link()
         self.link = link_class(worker.index, worker.count,
                                socket.socket(fileno=worker.control_fd),
@@ -459,14 +450,15 @@ class App:
 
     def reload(self) -> ReloadReport:
         """SIGHUP, RELOAD: re-read the config file, then apply it as :meth:`apply` does."""
-        try:
-            config = load_config(self.config_path)
-        except (ConfigError, OSError) as exc:
-            log.error("reload failed, keeping the old configuration: %s", exc)
-            return ReloadReport(error=str(exc))
-        for warning in config.warnings:
-            log.warning("config: %s", warning)
-        return self.apply(config, "reload")
+        with systemd.reloading():
+            try:
+                config = load_config(self.config_path)
+            except (ConfigError, OSError) as exc:
+                log.error("reload failed, keeping the old configuration: %s", exc)
+                return ReloadReport(error=str(exc))
+            for warning in config.warnings:
+                log.warning("config: %s", warning)
+            return self.apply(config, "reload")
 
     def apply(self, config: Config, source: str = "reload") -> ReloadReport:
         """Put config in force, for RELOAD and the admin console's SET alike: auth_file,
@@ -540,6 +532,7 @@ class App:
             mode = "now"
         self.stopping = mode
         log.info("shutdown requested (%s)", mode)
+        systemd.stopping()
         for server in self.servers:
             server.close()
         self.runtime.accepting = False

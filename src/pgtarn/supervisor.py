@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import __version__, rolling
+from . import __version__, rolling, systemd
 from .config import Config
 from .configfile import load_config
 from .errors import ConfigError
@@ -107,16 +107,19 @@ class Supervisor:
         addrs = [a.strip() for a in config.listen_addr if a.strip()]
         hosts = None if "*" in addrs else addrs
         spread = rolling.spread(taken[0], count, config.listen_backlog) if taken else None
+        # systemd's sockets (socket activation) in place of our own, each shared by all workers
+        activated = systemd.listen_sockets() if spread is None else []
         tcp = spread[0] if spread is not None else \
+            [list(activated) for _ in range(count)] if activated else \
             tcp_listeners(hosts, config.listen_port, config.listen_backlog,
                             count) if addrs else [[] for _ in range(count)]
         self.workers = [Worker(index, socks) for index, socks in enumerate(tcp)]
-        if tcp and tcp[0]:
+        if tcp and tcp[0] and not activated:  # systemd.py logged its own
             for sock in tcp[0]:
                 log.info("listening on %s (%d workers)", sock.getsockname()[:2], count)
         if spread is not None and spread[1] is not None and taken is not None:
             self.unix, self.unix_path = spread[1], taken[1]
-        elif config.unix_socket_dir:
+        elif config.unix_socket_dir and not activated:
             path = os.path.join(config.unix_socket_dir, f".s.PGSQL.{config.listen_port}")
             self.unix = unix_listener(path, config.listen_backlog, config.unix_socket_mode)
             self.unix_path = path
@@ -133,6 +136,7 @@ class Supervisor:
         try:
             for worker in self.workers:
                 await self._start(worker)
+            systemd.ready()  # the sockets listen: connections wait in them for the workers
             if isinstance(self.takeover, rolling.NewSide):
                 await self.takeover.serving()
             rolling.open_listener(self, config.listen_port)
@@ -156,7 +160,7 @@ class Supervisor:
             # its own session: a Ctrl-C at a terminal reaches the supervisor alone, which passes
             # it on once (a worker that got it twice would stop at once)
             worker.process = await asyncio.create_subprocess_exec(
-                *argv, pass_fds=fds, start_new_session=True)
+                *argv, pass_fds=fds, start_new_session=True, env=systemd.child_environment())
         except OSError as exc:
             log.error("worker %d could not start: %s", worker.index, exc)
             ours.close()
@@ -221,6 +225,10 @@ class Supervisor:
                     worker.process.send_signal(signum)
 
     def _reload(self) -> None:
+        with systemd.reloading():
+            self._reload_config()
+
+    def _reload_config(self) -> None:
         try:
             config = load_config(self.config_path)
         except (ConfigError, OSError) as exc:
@@ -237,6 +245,7 @@ class Supervisor:
         the supervisor exits when they all have."""
         if self.stopping is None:
             log.info("%s: stopping the workers", signum.name)
+            systemd.stopping()
         self.stopping = signum
         for worker in self.workers:
             if worker.process is not None:
