@@ -1,4 +1,4 @@
-"""Command line: PgBouncer's flags (-q -v -V -d), the `demo` subcommand, and workers."""
+"""Command line: PgBouncer's flags (-q -v -V -d), `demo` and `container`, and workers."""
 
 from __future__ import annotations
 
@@ -26,6 +26,14 @@ def load_demo() -> Callable[[list[str]], int]:
     from .demo import run_demo  # lazy, for the RSS above (see the docstring)
 
     return run_demo
+
+
+def load_container() -> Callable[[list[str]], int]:
+    """`pgtarn container`'s entry (the image's ENTRYPOINT), imported only for it: URL parsing
+    and the config generation would otherwise sit in every pooler's memory (RSS)."""
+    from .container import main as container_main  # lazy, for the RSS above (see docstring)
+
+    return container_main
 
 
 def load_supervisor() -> Callable[..., Any]:
@@ -84,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     if args_list and args_list[0] == "demo":
         return load_demo()(args_list[1:])
+    if args_list and args_list[0] == "container":
+        return load_container()(args_list[1:])
     args = build_parser().parse_args(args_list)
     if args.version:
         print(VERSION_LINE)
