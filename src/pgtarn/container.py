@@ -55,6 +55,7 @@ _NOT_SETTINGS = frozenset({"path", "conffile", "databases", "users", "peers", "w
 _SETTINGS = frozenset(f.name for f in dataclasses.fields(Config)) - _NOT_SETTINGS
 _NO_PASSWORD_NEEDED = frozenset({"trust", "any", "cert"})
 _USERLIST_SECRETS = ("plain", "md5", "scram")
+_INFO_FLAGS = frozenset({"-V", "--version", "-h", "--help"})
 _SSLREQUEST = struct.pack("!ii", 8, 80877103)
 
 
@@ -259,6 +260,9 @@ def main(argv: list[str], env: Mapping[str, str] | None = None,
     environ = os.environ if env is None else env
     if argv[:1] == ["health"]:
         return _health_main(environ)
+    if _INFO_FLAGS & set(argv):  # --version, --help: no configuration needed
+        execv(sys.executable, [sys.executable, "-m", "pgtarn", *argv])
+        return 0
     ini = chosen_ini(environ)
     if ini is None:
         run_dir = environ.get("PGTARN_RUN_DIR", DEFAULT_RUN_DIR)

@@ -137,9 +137,10 @@ def test_md5_stores_the_md5_hash() -> None:
 
 
 def test_userlist_secret_scram_stores_a_verifier() -> None:
-    env = {"DB_HOST": "db", "DB_USER": "app", "DB_PASSWORD": "pw", "USERLIST_SECRET": "scram"}
+    env = {"DB_HOST": "db", "DB_USER": "app", "DB_PASSWORD": "plain-secret",
+           "USERLIST_SECRET": "scram"}
     _, entries = _parsed(env)
-    assert "pw" not in entries["app"]
+    assert "plain-secret" not in entries["app"]
     assert parse_verifier(entries["app"]) is not None
 
 
@@ -221,6 +222,12 @@ def test_main_reports_a_bad_environment(capsys: pytest.CaptureFixture[str]) -> N
     code, calls = _run_main({"DB_HOST": "db", "DB_USER": "app"}, [])
     assert code == 2 and calls == []
     assert "DB_PASSWORD" in capsys.readouterr().err
+
+
+def test_main_passes_version_on_without_any_configuration() -> None:
+    code, calls = _run_main({}, ["--version"])
+    assert code == 0
+    assert calls[0][1:] == ["-m", "pgtarn", "--version"]
 
 
 @pytest.fixture
