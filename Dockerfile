@@ -20,8 +20,13 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY src ./src
-RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
-    && pip install --no-cache-dir --no-index --find-links /wheels pgtarn \
+# mypyc type-checks the compiled modules, so it must see their imports (pglast...): the
+# dependencies go in first (pure pgtarn brings them), then the wheel is built without build
+# isolation, in this environment. The build fails unless the result is compiled.
+RUN pip install --no-cache-dir "setuptools>=68" wheel "mypy>=1.10" \
+    && PGTARN_PURE=1 pip install --no-cache-dir . \
+    && pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels . \
+    && pip install --no-cache-dir --force-reinstall --no-deps /wheels/pgtarn-*.whl \
     && cd / && python -m pgtarn --version | tee /dev/stderr | grep -q compiled
 
 # --- runtime: slim Python, the wheels, no compiler, a user of its own ---------------------
