@@ -1,4 +1,4 @@
-"""Command line: PgBouncer's flags (-q -v -V -d), the subcommands (demo, check, top), workers."""
+"""Command line: PgBouncer's flags (-q -v -V -d), subcommands (demo, check, top, container)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,14 @@ def load_top() -> Callable[[list[str]], int]:
     from .top import run_top  # lazy, for the RSS above (see the docstring)
 
     return run_top
+
+
+def load_container() -> Callable[[list[str]], int]:
+    """`pgtarn container`'s entry (the image's ENTRYPOINT), imported only for it: URL parsing
+    and the config generation would otherwise sit in every pooler's memory (RSS)."""
+    from .container import main as container_main  # lazy, for the RSS above (see docstring)
+
+    return container_main
 
 
 def load_supervisor() -> Callable[..., Any]:
@@ -106,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         return load_check()(args_list[1:])
     if args_list and args_list[0] == "top":
         return load_top()(args_list[1:])
+    if args_list and args_list[0] == "container":
+        return load_container()(args_list[1:])
     args = build_parser().parse_args(args_list)
     if args.version:
         print(VERSION_LINE)
