@@ -86,7 +86,7 @@ def extensions() -> list[Any]:
         return []
     try:
         return list(mypycify([f"src/{path}" for path in COMPILED], opt_level="3"))
-    except Exception as exc:  # mypyc refused the code: the pure build still works
+    except (Exception, SystemExit) as exc:  # mypyc refused the code (its type check exits)
         print(f"pgtarn: mypyc failed ({exc}); installing pure Python", file=sys.stderr)
         return []
 
