@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support.cluster import PrimaryCluster, StandbyCluster
+from tests.support.cluster import PrimaryCluster, StandbyCluster, primary_and_standby
 
 from .drivers import connect
 from .pgstat import wait_for
@@ -32,20 +32,11 @@ PORT = "select current_setting('port')::int"
 
 @pytest.fixture
 def pair() -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
-    primary = PrimaryCluster()
-    primary.start()
-    standby = StandbyCluster(primary)
-    try:
-        primary.create_role("app", "app_pass")
-        primary.psql("CREATE DATABASE app OWNER app;")
-        subprocess.run(["pgbench", "-i", "-s", "1", "-q", primary.dsn("app", "app_pass",
-                                                                      dbname="app")],
+    with primary_and_standby() as (primary, standby):
+        subprocess.run(["pgbench", "-i", "-s", "1", "-q",
+                        primary.dsn("app", "app_pass", dbname="app")],
                        check=True, capture_output=True, timeout=120)
-        standby.start()
         yield primary, standby
-    finally:
-        standby.cleanup()
-        primary.cleanup()
 
 
 def _pgbench(proc: Any, mode: str, seconds: int) -> subprocess.Popen[str]:

@@ -15,7 +15,7 @@ from pgtarn.configfile import parse_config
 from pgtarn.pool.hosts import PRIMARY, REPLICA, HostSet
 from pgtarn.runtime import Runtime
 from pgtarn.server.health import APPLICATION_NAME, HealthChecker, start_health
-from tests.support.cluster import PrimaryCluster, StandbyCluster
+from tests.support.cluster import PrimaryCluster, StandbyCluster, primary_and_standby
 
 pytestmark = pytest.mark.integration
 
@@ -32,41 +32,20 @@ log_disconnections = 0
 """
 
 
-def _pair() -> tuple[PrimaryCluster, StandbyCluster]:
-    primary = PrimaryCluster()
-    primary.start()
-    standby = StandbyCluster(primary)
-    try:
-        primary.create_role("app", "app_pass")
-        primary.psql("CREATE DATABASE app OWNER app;")
-        primary.psql("CREATE TABLE marks (n int); GRANT ALL ON marks TO app;", dbname="app")
-        standby.start()
-    except BaseException:
-        standby.cleanup()
-        primary.cleanup()
-        raise
-    return primary, standby
+_SETUP = ("CREATE TABLE marks (n int); GRANT ALL ON marks TO app;", "app")
 
 
 @pytest.fixture(scope="module")
 def pair() -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
-    primary, standby = _pair()
-    try:
-        yield primary, standby
-    finally:
-        standby.cleanup()
-        primary.cleanup()
+    with primary_and_standby(_SETUP) as clusters:
+        yield clusters
 
 
 @pytest.fixture
 def doomed_pair() -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
     """A pair of its own, for the tests that promote the standby."""
-    primary, standby = _pair()
-    try:
-        yield primary, standby
-    finally:
-        standby.cleanup()
-        primary.cleanup()
+    with primary_and_standby(_SETUP) as clusters:
+        yield clusters
 
 
 class Checking:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from tests.support.cluster import PrimaryCluster, StandbyCluster
+from tests.support.cluster import PrimaryCluster, StandbyCluster, primary_and_standby
 
 from .drivers import connect
 
@@ -17,17 +17,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def pair() -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
-    primary = PrimaryCluster()
-    primary.start()
-    standby = StandbyCluster(primary)
-    try:
-        primary.create_role("app", "app_pass")
-        primary.psql("CREATE DATABASE app OWNER app;")
-        standby.start()
-        yield primary, standby
-    finally:
-        standby.cleanup()
-        primary.cleanup()
+    with primary_and_standby() as clusters:
+        yield clusters
 
 
 def _entry(primary: PrimaryCluster, standby: StandbyCluster, attrs: str,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from pgtarn.demo.cluster import SUPERUSER, ClusterError, ThrowawayCluster
@@ -179,3 +181,23 @@ class StandbyCluster(TempCluster):
         """pg_ctl promote: the standby becomes a primary (and may be copied by standbys:
         local replication connections are trusted already, copied from its primary)."""
         self._run_pg([self._bin("pg_ctl"), "promote", "-w", "-D", self.data_dir])
+
+
+@contextlib.contextmanager
+def primary_and_standby(*setup_sql: tuple[str, str]) -> Iterator[tuple[PrimaryCluster,
+                                                                       StandbyCluster]]:
+    """A primary with role app (password app_pass) owning database app, setup_sql run on it
+    as (sql, dbname) pairs, then a streaming standby of it; both removed at the end."""
+    primary = PrimaryCluster()
+    primary.start()
+    standby = StandbyCluster(primary)
+    try:
+        primary.create_role("app", "app_pass")
+        primary.psql("CREATE DATABASE app OWNER app;")
+        for sql, dbname in setup_sql:
+            primary.psql(sql, dbname=dbname)
+        standby.start()
+        yield primary, standby
+    finally:
+        standby.cleanup()
+        primary.cleanup()
