@@ -8,7 +8,7 @@ over the run. With `perf` installed, pgtarn is also sampled and its samples sort
 a compiled build names its functions (CPyDef_<module>___<Class>___<method>), so the pgtarn parts are
 exact there, while a pure-Python build shows only the interpreter as a whole.
 
-    python3 bench/cpu.py [--clients 10,100] [--duration 10] [--no-perf]
+    python3 bench/cpu.py [--clients 10,100] [--duration 10] [--no-perf] [--top N]
 """
 
 from __future__ import annotations
@@ -51,9 +51,16 @@ PARTS = [
 ]
 
 
-def cpu_ticks(pid: int) -> tuple[int, int]:
+def cpu_ticks(pid: int) -> tuple[int, int, int]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]), int(fields[12])  # utime, stime
+    return int(fields[11]), int(fields[12]), int(fields[7])  # utime, stime, minor faults
+
+
+def context_switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of the process so far."""
+    fields = dict(line.split(":\t", 1) for line in
+                  Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
 
 
 def pgbench(db: Database, pooler: Pooler, clients: int, duration: int) -> subprocess.Popen[str]:
@@ -82,41 +89,55 @@ def part_of(dso: str, symbol: str) -> str:
     return "other: " + dso
 
 
-def perf_parts(data: str) -> dict[str, float]:
+def perf_parts(data: str, top: int) -> dict[str, float]:
     out = subprocess.run(
         ["perf", "report", "-i", data, "--no-children", "--sort", "dso,symbol", "--stdio",
          "--percent-limit", "0"], capture_output=True, text=True, check=False).stdout
     shares: dict[str, float] = defaultdict(float)
+    symbols: list[tuple[float, str, str]] = []
     for line in out.splitlines():
         m = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(.*)$", line)
         if m:
             shares[part_of(m.group(2), m.group(3))] += float(m.group(1))
+            symbols.append((float(m.group(1)), m.group(2), m.group(3).strip()))
+    if top:
+        print(f"\npgtarn's {top} busiest functions (% of samples):\n")
+        for share, dso, symbol in sorted(symbols, reverse=True)[:top]:
+            print(f"  {share:5.2f}%  {dso[:28]:28}  {symbol[:90]}")
     return shares
 
 
+Measurement = tuple[float, float, float, tuple[float, ...], dict[str, float]]
+
+
 def measure(db: Database, pooler: Pooler, clients: int, duration: int,
-            perf: bool) -> tuple[float, float, float, dict[str, float]]:  # fmt: skip
-    """One run: (tps, user us/tx, system us/tx, perf shares of pgtarn's samples)."""
+            perf: bool, top: int = 0, keep: str = "") -> Measurement:  # fmt: skip
+    """One run: (tps, user us/tx, system us/tx, (voluntary, involuntary) context switches and
+    minor page faults per tx, perf shares of pgtarn's samples)."""
     pooler.start()
     try:
         bench = pgbench(db, pooler, clients, duration)
         time.sleep(1.0)  # past the connections
         before = cpu_ticks(pooler.pid)
+        switches_before = context_switches(pooler.pid)
         started = time.monotonic()
         shares: dict[str, float] = {}
         if perf:
-            data = tempfile.mktemp(prefix="perf-", suffix=".data")
-            subprocess.run(["perf", "record", "-F", "999", "-q", "-o", data, "-p",
+            data = keep or tempfile.mktemp(prefix="perf-", suffix=".data")
+            graph = ["--call-graph", "dwarf,16384", "-F", "499"] if keep else ["-F", "999"]
+            subprocess.run(["perf", "record", *graph, "-q", "-o", data, "-p",
                             str(pooler.pid), "--", "sleep", str(duration - 3)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         else:
             time.sleep(duration - 3)
         after = cpu_ticks(pooler.pid)
+        switches_after = context_switches(pooler.pid)
         elapsed = time.monotonic() - started
         output, _ = bench.communicate()
         if perf:
-            shares = perf_parts(data)
-            Path(data).unlink(missing_ok=True)
+            shares = perf_parts(data, top)
+            if not keep:
+                Path(data).unlink(missing_ok=True)
     finally:
         pooler.stop()
     m = re.search(r"tps = ([\d.]+)", output)
@@ -126,7 +147,9 @@ def measure(db: Database, pooler: Pooler, clients: int, duration: int,
     tx = tps * elapsed
     user = (after[0] - before[0]) / TICKS / tx * 1e6
     system = (after[1] - before[1]) / TICKS / tx * 1e6
-    return tps, user, system, shares
+    switches = (*((a - b) / tx for a, b in zip(switches_after, switches_before, strict=True)),
+                (after[2] - before[2]) / tx)
+    return tps, user, system, switches, shares
 
 
 def main() -> int:
@@ -134,6 +157,10 @@ def main() -> int:
     p.add_argument("--clients", type=int_list, default=[10, 100], metavar="LIST")
     p.add_argument("--duration", type=int, default=10, metavar="S")
     p.add_argument("--no-perf", action="store_true", help="skip the perf sampling of pgtarn")
+    p.add_argument("--top", type=int, default=0, metavar="N",
+                   help="also list pgtarn's N busiest functions from perf")
+    p.add_argument("--perf-data", default="", metavar="PATH",
+                   help="record pgtarn with call graphs (for perf report) and keep it at PATH")
     add_postgres_options(p)
     args = p.parse_args()
     args.memory_clients = [2]
@@ -157,13 +184,16 @@ def main() -> int:
             rows = {}
             for name, pooler in poolers.items():
                 rows[name] = measure(db, pooler, clients, args.duration,
-                                     perf and name == "pgtarn")
+                                     perf and name == "pgtarn", args.top,
+                                     args.perf_data and f"{args.perf_data}.{clients}")
             print(f"\n## pgbench -S, {clients} clients, {args.duration} s\n")
-            print("| pooler | TPS | user us/tx | system us/tx | total us/tx |")
-            print("|---|---|---|---|---|")
-            for name, (tps, user, system, _) in rows.items():
-                print(f"| {name} | {tps:,.0f} | {user:.1f} | {system:.1f} | {user + system:.1f} |")
-            tps, user, system, shares = rows["pgtarn"]
+            print("| pooler | TPS | user us/tx | system us/tx | total us/tx "
+                  "| context switches/tx: voluntary, involuntary | page faults/tx |")
+            print("|---|---|---|---|---|---|---|")
+            for name, (tps, user, system, (vol, invol, faults), _) in rows.items():
+                print(f"| {name} | {tps:,.0f} | {user:.1f} | {system:.1f} | {user + system:.1f} "
+                      f"| {vol:.2f}, {invol:.2f} | {faults:.3f} |")
+            tps, user, system, _, shares = rows["pgtarn"]
             if shares:
                 total = sum(shares.values())
                 print(f"\npgtarn's CPU by part ({total:.0f}% of samples attributed), "
