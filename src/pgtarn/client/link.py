@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from time import monotonic
+import time
 from typing import Final
 
 from ..errors import PgtarnError
 from ..pool.pool import Pool
-from ..pool.stats import BUCKETS
+from ..pool.stats import bucket_of
 from ..proto import build
 from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
@@ -18,6 +17,9 @@ from ..states import READY_STATE
 from .listening import READY, ClientListening
 from .tracking import load_readonly
 from .transport import PendingParts
+
+#: A static in the compiled build (a module global costs a dictionary lookup per call).
+monotonic: Final = time.monotonic
 
 #: At most this many reported forms of startup values are kept (Runtime.reported_forms).
 REPORTED_FORMS: Final = 256
@@ -128,14 +130,14 @@ class ClientLink(ClientListening):
             assert stats is not None
             now = monotonic()
             elapsed = now - start
-            bucket = bisect_left(BUCKETS, elapsed)
+            bucket = bucket_of(elapsed)
             stats.query_buckets[bucket] += 1
             stats.query_sum += elapsed
             if status == b"I":
                 began = self.xact_start
                 if began:
                     elapsed = now - began
-                    bucket = bisect_left(BUCKETS, elapsed)
+                    bucket = bucket_of(elapsed)
                     self.xact_start = 0.0
                 stats.xact_buckets[bucket] += 1
                 stats.xact_sum += elapsed
@@ -246,13 +248,12 @@ class ClientLink(ClientListening):
         route = self.route
         if route is not None:
             route.ended()
-        config = self.runtime.config
         session = self.session
         if session is not None and session.state.settings:
             # the same server next time, if it is idle then, needs no SET
             self.last_server = server
         server.reset_and_release(
-            config.server_reset_query if config.server_reset_query_always else None,
+            server.pool.reset_query_always,
             None if session is None else session.state.settings,
         )
 

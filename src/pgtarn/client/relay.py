@@ -8,7 +8,7 @@ use of them.
 
 from __future__ import annotations
 
-from time import monotonic
+import time
 from typing import Final
 
 from ..proto import build
@@ -23,6 +23,8 @@ from .listening import LOCAL_STARTS
 from .transport import PendingParts
 
 # In READY only these client messages matter: Query, Sync, Terminate.
+#: A static in the compiled build (a module global costs a dictionary lookup per call).
+monotonic: Final = time.monotonic
 RELAY_TYPES: Final = frozenset(b"QSX")
 STATEMENT_RELAY_TYPES: Final = frozenset(b"QSXP")
 # Transaction or statement mode with prepared statements, before a client's first Parse/Bind/

@@ -23,6 +23,7 @@ from ..proto.client_login import ClientLogin
 from ..proto.framing import MessageScanner
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
+from ..server.transport import LinkedClient
 from ..session.effects import Parsed
 from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
@@ -47,7 +48,7 @@ NO_PENDING: list[bytes | PendingParts] = []
 _WATCH_NOTHING: frozenset[int] = frozenset()
 
 
-class ClientTransport(asyncio.Protocol):
+class ClientTransport(LinkedClient[ServerConnection]):
     """An application connection's fields and its asyncio glue (the base of ClientConnection).
 
     Thousands of these may sit idle: no per-instance dict. The fields of every part of the
@@ -99,7 +100,6 @@ class ClientTransport(asyncio.Protocol):
         "session",
         "state",
         "statement_mode",
-        "statements",
         "stats",
         "subscribed",
         "tls",

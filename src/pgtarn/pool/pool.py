@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
 from .channels import ChannelBoard
-from .stats import BUCKETS, PoolStats
+from .stats import PoolStats, bucket_of
 
 if TYPE_CHECKING:  # a pool holds its Split; split.py builds on this module
     from .split import Split
@@ -151,6 +150,8 @@ class Pool(Generic[S]):
         #: server_lifetime: servers older than this are closed when released or idle
         #: (0: each server serves one client, then closes).
         self.lifetime = 3600.0
+        #: server_reset_query if server_reset_query_always, else None (read at each unlink).
+        self.reset_query_always: str | None = None
         #: server_idle_timeout: idle servers unused this long are closed (0: never).
         self.idle_timeout = 600.0
         #: query_wait_timeout: clients waiting this long for a server are closed (0: never).
@@ -170,7 +171,7 @@ class Pool(Generic[S]):
         self.stats = PoolStats()
         #: Logged-in clients (READY), whether they wait for a server or not.
         self.clients: set[Waiter[S]] = set()
-        self.idle: deque[S] = deque()
+        self.idle: list[S] = []  # not a deque: compiled, a list's append and pop are C
         self.active: set[S] = set()
         self.login: set[S] = set()
         self.tested: set[S] = set()
@@ -276,11 +277,9 @@ class Pool(Generic[S]):
 
     def cancel_wait(self, waiter: Waiter[S]) -> None:
         """Take a waiter out of the queue (it left or timed out)."""
-        try:
+        with contextlib.suppress(ValueError):  # not waiting
             self.waiting.remove(waiter)
-        except ValueError:
-            return
-        self.wait_since.pop(id(waiter), None)
+            self.wait_since.pop(id(waiter), None)
 
     def max_wait(self, now: float) -> float:
         """Age in seconds of the oldest waiting client (for a server, or for the first one)."""
@@ -459,7 +458,7 @@ class Pool(Generic[S]):
                 stats.wait_buckets[0] += 1
             else:
                 waited = self.clock() - since
-                stats.wait_buckets[bisect_left(BUCKETS, waited)] += 1
+                stats.wait_buckets[bucket_of(waited)] += 1
                 stats.wait_sum += waited
             waiter.server_assigned(server)
         elif self.server_count >= self.pool_size:

@@ -179,6 +179,8 @@ class Registry(Generic[S]):
         pool.retry_cap = max(0.05, min(1.0, config.server_login_retry))
         pool.wait_notify = float(config.query_wait_notify)
         pool.lifetime = _first(db.server_lifetime, config.server_lifetime)
+        pool.reset_query_always = (config.server_reset_query
+                                   if config.server_reset_query_always else None)
         pool.idle_timeout = config.server_idle_timeout
         pool.wait_timeout = _first(db.query_wait_timeout, config.query_wait_timeout)
         # made from `*` (autodb_idle_timeout frees it), not a NAME_ro alias of an entry
@@ -252,7 +254,7 @@ class Registry(Generic[S]):
             return True
         for other in pools:
             if other is not pool and other.idle and not other.waiting:
-                server = other.idle.popleft()
+                server = other.idle.pop(0)
                 reason = "evicted for another pool at a connection limit"
                 if self.gate is None:
                     server.close(reason)
@@ -340,7 +342,7 @@ class Registry(Generic[S]):
                 if pool.board is not None:
                     pool.board.restart("connection string changed")
             while len(pool.idle) and pool.server_count > pool.pool_size:
-                pool.idle.popleft().close("pool_size lowered by reload")
+                pool.idle.pop(0).close("pool_size lowered by reload")
 
 
     def _resplit(self, pool: Pool[S], db: DatabaseEntry) -> None:

@@ -6,7 +6,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Final, Protocol, Self, TypeVar
+from typing import Any, Final, Generic, Self, TypeVar
+
+from mypy_extensions import mypyc_attr
 
 from ..config import DatabaseEntry
 from ..net.sockets import Target
@@ -25,32 +27,46 @@ RELAY_TYPES: Final = frozenset(b"ZSE")
 Server = TypeVar("Server", contravariant=True)
 
 
-class LinkedClient(Protocol[Server]):
-    """What a server needs of the client it is lent to (Server: the server's own type)."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class LinkedClient(asyncio.Protocol, Generic[Server]):
+    """What a server needs of the client it is lent to (Server: the server's own type).
 
-    @property
-    def statements(self) -> ClientStatements | None: ...
+    A base class of the client, not a typing.Protocol: in the compiled build a server's call
+    to its client is then a C call through the class's method table, not a Python call.
+    """
 
-    def write(self, data: bytes) -> None: ...
+    __slots__ = ("statements",)
+
+    statements: ClientStatements | None
+
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
 
     def ready_for_query(self, server: Server, status: bytes) -> bytes | None:
         """At each ReadyForQuery: None to forward it, or bytes to send in its place; the
         client may end the link here."""
+        raise NotImplementedError
 
-    def server_lost(self, server: Server) -> None: ...
+    def server_lost(self, server: Server) -> None:
+        raise NotImplementedError
 
     def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
         """The server reported a new value; hidden: in the reply to pgtarn's own SET (the
         client did not see it)."""
+        raise NotImplementedError
 
-    def error_relayed(self) -> None: ...
+    def error_relayed(self) -> None:
+        raise NotImplementedError
 
     def query_timed_out(self) -> bool:
         """pgtarn cancelled the query under way for query_timeout."""
+        raise NotImplementedError
 
-    def pause_reading(self) -> None: ...
+    def pause_reading(self) -> None:
+        raise NotImplementedError
 
-    def resume_reading(self) -> None: ...
+    def resume_reading(self) -> None:
+        raise NotImplementedError
 
 
 class ServerTransport(asyncio.Protocol):

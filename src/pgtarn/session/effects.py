@@ -85,7 +85,7 @@ def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
 
 #: First looks by body with zeros for digits (a plain dict, emptied when full:
 #: functools.lru_cache would wrap a bytes argument in a tuple on every call).
-_LOOKS: dict[bytes, bool] = {}
+_LOOKS: Final[dict[bytes, bool]] = {}
 _LOOKS_MAX: Final = 4096
 _ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
 

@@ -138,7 +138,7 @@ class SharedLimits:
             return
         if pool.idle and not pool.waiting:
             self.leaving[key] += 1
-            pool.idle.popleft().close("given back for another worker's clients", wait=True)
+            pool.idle.pop(0).close("given back for another worker's clients", wait=True)
         elif not message.get("idle_only"):
             self.owed[key] += 1  # the next server released to the pool closes
 

@@ -194,3 +194,16 @@ def test_the_ro_alias_pool_is_not_an_auto_database() -> None:
     app_ro = config.find_database("app_ro")
     assert app_ro is not None
     assert not Registry[FakeServer](config).get_pool(app_ro, "u").auto
+
+
+def test_the_reset_query_of_every_transaction_follows_the_config_and_reloads() -> None:
+    """server_reset_query_always: the pool holds the query the client runs at each unlink
+    (read there on the hot path), and a RELOAD changes it."""
+    ini = INI + "server_reset_query = DISCARD ALL\nserver_reset_query_always = {always}\n"
+    registry: Registry[object] = Registry(parse_config(ini.format(always=1)))
+    pool = registry.get_pool(registry.config.databases["plain"], "bob")
+    assert pool.reset_query_always == "DISCARD ALL"
+    registry.apply(parse_config(ini.format(always=0)))
+    assert pool.reset_query_always is None
+    registry.apply(parse_config(ini.format(always=1)))
+    assert pool.reset_query_always == "DISCARD ALL"

@@ -10,6 +10,7 @@ from pgtarn.proto import build
 from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection
 from pgtarn.server.login import server_login_for
+from pgtarn.server.transport import LinkedClient
 
 INI = """
 [databases]
@@ -71,12 +72,11 @@ class FakeTransport:
         return self.protocol
 
 
-class FakeClient:
+class FakeClient(LinkedClient[ServerConnection]):
     """A linked client that keeps what it is sent and forwards every ReadyForQuery."""
 
-    statements = None
-
     def __init__(self) -> None:
+        self.statements = None
         self.received = bytearray()
         self.statuses: list[bytes] = []
         self.lost = False
