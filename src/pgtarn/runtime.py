@@ -28,6 +28,8 @@ log = logging.getLogger("pgtarn")
 CONFIG_ERROR = "bouncer config error"
 #: At most this many secrets found by auth_query are kept for server logins.
 FOUND_SECRETS = 10_000
+#: At most this many distinct sets of client parameters are shared (Runtime.shared_params).
+SHARED_PARAMS = 1024
 
 
 @dataclass
@@ -149,9 +151,26 @@ class Runtime:
         #: (parameter, value a client started with) -> the form a server reported it in, for
         #: the parameters proto/parameters.py has no rule for (TimeZone's spelling).
         self.reported_forms: dict[tuple[str, str], str] = {}
+        #: Clients whose tracked parameters are the same share one dict (see shared_params).
+        self.params_forms: dict[frozenset[tuple[str, str]], dict[str, str]] = {}
         #: auth_hba_file and auth_ident_file, parsed (None: not set).
         self.hba: HbaRules | None = None
         self.ident: IdentMaps | None = None
+
+    def shared_params(self, params: dict[str, str]) -> dict[str, str]:
+        """The one dict of a client's tracked parameters for every client with the same values.
+
+        A client's dict is replaced on a change, never written (ClientLink.parameter_changed),
+        so sharing it is safe. It saves the dict per client, and a server that holds one
+        client's values is known to hold the next one's without comparing (server.link).
+        """
+        key = frozenset(params.items())
+        shared = self.params_forms.get(key)
+        if shared is None:
+            if len(self.params_forms) >= SHARED_PARAMS:  # many distinct sets: start again
+                self.params_forms.clear()
+            shared = self.params_forms[key] = params
+        return shared
 
     def secret_lookup(self, db: DatabaseEntry) -> SecretSource | None:
         """The auth_query lookup for logins to db (None: no auth_user for it)."""

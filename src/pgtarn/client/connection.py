@@ -396,7 +396,8 @@ class ClientConnection(ClientRelay):
         welcome = login.welcome(server_params, tracked, reported, self.runtime.config.peer_id,
                                 None if coordinator is None else coordinator.index)
         self.login = None
-        self.params = welcome.params  # (a dict of its own)
+        # shared with the clients that have the same values: replaced, never written
+        self.params = self.runtime.shared_params(welcome.params)
         self.cancel_key = welcome.cancel_key
         message = self.runtime.config.login_notify_message
         if message:  # login_notify_message: a NOTICE just before the first ReadyForQuery

@@ -104,15 +104,16 @@ class ClientLink(ClientListening):
         what the client was told only when PostgreSQL spells that value its own way: the
         client is told now, as PostgreSQL would have told it."""
         params = self.params
-        if name in params:
-            if hidden and params[name] != value:
+        if name in params and params[name] != value:
+            if hidden:
                 self.write(build.parameter_status(name, value))
                 if not has_rule(name):  # the next welcome says it
                     forms = self.runtime.reported_forms
                     if len(forms) >= REPORTED_FORMS:
                         forms.clear()
                     forms[(name, params[name])] = value
-            params[name] = value
+            # a new dict, not a write: servers remember the dict they hold (server.link)
+            self.params = {**params, name: value}
 
     def timed_out(self, error: PgtarnError) -> None:
         """The janitor ends this client (a timeout): error, unless a reply is half sent."""

@@ -141,7 +141,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.pending = NO_PENDING
         self.pending_size = 0
         #: Tracked parameters (client_encoding, TimeZone, ...) as this client set them.
-        self.params = NO_PARAMS  # its own dict from the welcome on (never written before)
+        self.params = NO_PARAMS  # from the welcome on: its values' shared dict (never written)
         self.cancel_key = (0, 0)
         self.db: DatabaseEntry | None = None
         self.statement_mode = False

@@ -113,6 +113,7 @@ class ServerConnection(ServerRelay):
             return
         self.login = None
         self.params = result.params
+        self.params_met = None
         self.backend_key = result.backend_key
         config = self.runtime.config
         if self.pool.pool_mode != "session" and config.max_prepared_statements > 0:
@@ -295,8 +296,10 @@ class ServerConnection(ServerRelay):
         replies are swallowed, so no round trip is added). settings None: not tracked."""
         self.client = client
         same_settings = settings is None or settings is self.settings
-        if same_settings and params.items() <= self.params.items():
+        if same_settings and (params is self.params_met or params.items() <= self.params.items()):
+            self.params_met = params
             return
+        self.params_met = params  # true once the SETs below have run
         statements = []
         for name, value in params.items():
             if self.params.get(name) != value:

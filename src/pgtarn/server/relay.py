@@ -243,7 +243,9 @@ class ServerRelay(ServerTransport):
 
     def _parameter_status(self, body: bytes, hidden: bool = False) -> None:
         name, value = parse_parameter_status(body)
-        self.params[name] = value
+        if self.params.get(name) != value:
+            self.params[name] = value
+            self.params_met = None  # the clients' values may differ from this one now
         client = self.client
         if client is not None:
             client.parameter_changed(name, value, hidden)

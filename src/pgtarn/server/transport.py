@@ -96,6 +96,7 @@ class ServerTransport(asyncio.Protocol):
         "login",
         "on_clean",
         "params",
+        "params_met",
         "peer",
         "pool",
         "replication",
@@ -123,6 +124,10 @@ class ServerTransport(asyncio.Protocol):
         self.scanner = MessageScanner(RELAY_TYPES, runtime.config.max_packet_size)
         self.client: LinkedClient[Self] | None = None
         self.params: dict[str, str] = {}
+        #: The client parameters (a client's dict) that params was last found to hold, so that
+        #: the next link of that client compares nothing. A client's dict is replaced when a
+        #: value changes, never written (ClientLink.parameter_changed); None: compare again.
+        self.params_met: dict[str, str] | None = None
         self.backend_key: tuple[int, int] = (0, 0)
         self.status = b"I"
         #: The session settings its last client left, as the SQL that set them (a client's

@@ -104,3 +104,34 @@ def test_a_parameter_the_server_reports_changed_is_the_clients_new_value() -> No
                          + build.ready_for_query(b"I"))
     assert client.params["TimeZone"] == "Asia/Tokyo"
     assert types(transport.take()) == "CSZ"  # the ParameterStatus reaches the client too
+
+
+def test_a_parameter_the_client_set_on_one_server_is_set_on_another_at_its_next_link() -> None:
+    """Servers remember the client's parameter dict they were found to hold, and clients with
+    the same values share one: the client's SET on another server gives it a new dict (the
+    other client keeps its values), so the first server compares again and SETs."""
+    pool = Pool(pool_size=2)
+    a, _a_side = pool.client(TimeZone="UTC")
+    b, _b_side = pool.client(TimeZone="UTC")
+    assert a.params is b.params
+    a.data_received(build.query("select 1"))
+    pool.log_in_servers()
+    b.data_received(build.query("select 1"))
+    pool.log_in_servers()
+    first, second = pool.servers
+    assert (first.client, second.client) == (a, b)
+    first.data_received(result())
+    second.data_received(result())  # both idle; the second is lent next
+    a.data_received(build.query("set timezone to 'Asia/Tokyo'"))
+    assert second.client is a
+    second.data_received(build.command_complete("SET")
+                         + build.parameter_status("TimeZone", "Asia/Tokyo")
+                         + build.ready_for_query(b"I"))
+    assert a.params["TimeZone"] == "Asia/Tokyo" and b.params["TimeZone"] == "UTC"
+    b.data_received(build.query("select 1"))  # takes the second server
+    assert second.client is b
+    sent(first)
+    a.data_received(build.query("select 1"))
+    assert first.client is a
+    assert sent(first) == (build.query('SET "TimeZone" TO \'Asia/Tokyo\'')
+                           + build.query("select 1"))

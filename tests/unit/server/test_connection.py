@@ -95,3 +95,25 @@ def test_link_sets_the_clients_differing_parameters_and_swallows_the_replies() -
     reply = build.command_complete("SELECT 1") + build.ready_for_query(b"T")
     server.data_received(reply)
     assert client.received == reply and client.statuses == [b"T"]
+
+
+def test_a_server_compares_a_clients_parameters_again_only_when_either_side_changed() -> None:
+    """A server remembers the client's parameter dict it was found to hold, so the next link
+    of that client compares nothing; a client's dict with a new value (set on another server)
+    is SET, and so is the client's value after this server reported a value of its own."""
+    server, transport = logged_in_server()
+    client = FakeClient()
+    params = {"DateStyle": "ISO"}
+    swallowed = build.command_complete("SET") + build.ready_for_query(b"I")
+    server.link(client, params)  # type: ignore[arg-type]
+    server.data_received(swallowed)
+    transport.take()
+    server.link(client, params)  # type: ignore[arg-type]
+    assert transport.take() == b""
+    changed = {"DateStyle": "German"}  # the client's dict after its SET on another server
+    server.link(client, changed)  # type: ignore[arg-type]
+    assert split_messages(transport.take()) == [(ord("Q"), b'SET "DateStyle" TO \'German\'\x00')]
+    # PostgreSQL spells it its own way: the server's value is no longer the client's
+    server.data_received(build.parameter_status("DateStyle", "German, DMY") + swallowed)
+    server.link(client, changed)  # type: ignore[arg-type]
+    assert split_messages(transport.take()) == [(ord("Q"), b'SET "DateStyle" TO \'German\'\x00')]
