@@ -22,9 +22,9 @@ from .link import ClientLink
 from .listening import LOCAL_STARTS
 from .transport import PendingParts
 
-# In READY only these client messages matter: Query, Sync, Terminate.
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
 monotonic: Final = time.monotonic
+# In READY only these client messages matter: Query, Sync, Terminate.
 RELAY_TYPES: Final = frozenset(b"QSX")
 STATEMENT_RELAY_TYPES: Final = frozenset(b"QSXP")
 # Transaction or statement mode with prepared statements, before a client's first Parse/Bind/
