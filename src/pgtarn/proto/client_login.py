@@ -20,6 +20,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Final
 
 from ..errors import PgtarnError, ProtocolViolation
 from . import build
@@ -44,93 +45,133 @@ _RFQ_IDLE = build.ready_for_query(b"I")
 
 
 # --- events ----------------------------------------------------------------------------------
+# Dataclasses for their equality and repr, with an __init__ of their own: the compiled build
+# makes it a C constructor, where a generated dataclass __init__ stays interpreted (a frozen
+# one took 4,800 instructions; a login makes eight events). The fields are Final: mypy
+# refuses a write after __init__, as frozen=True refused it at run time.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Send:
     """Bytes for the client."""
 
-    data: bytes
+    data: Final[bytes]
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class TlsRequested:
     """The client asks for TLS: an SSLRequest, or (direct) a TLS handshake right away, as
     PostgreSQL 17's sslnegotiation=direct. Answer with accept_tls or refuse_tls."""
 
-    direct: bool
+    direct: Final[bool]
+
+    def __init__(self, direct: bool) -> None:
+        self.direct = direct
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class StartTls:
     """accept_tls's answer: send reply ('S' to an SSLRequest, nothing before a direct
     handshake), then wrap the connection in TLS (received: bytes already read that belong to
     the handshake), then call tls_started."""
 
-    reply: bytes
-    received: bytes
+    reply: Final[bytes]
+    received: Final[bytes]
+
+    def __init__(self, reply: bytes, received: bytes) -> None:
+        self.reply = reply
+        self.received = received
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class CancelRequested:
     """A CancelRequest for the BackendKeyData key (pid, secret); the connection ends with it."""
 
-    key: tuple[int, int]
+    key: Final[tuple[int, int]]
+
+    def __init__(self, key: tuple[int, int]) -> None:
+        self.key = key
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Startup:
     """What a StartupMessage asks for, before any check of it."""
 
-    user: str  # "" when missing (check_startup refuses that)
-    database: str  # as asked, or the user name
-    params: Mapping[str, str]  # every other parameter, but the protocol options (_pq_.*)
+    user: Final[str]  # "" when missing (check_startup refuses that)
+    database: Final[str]  # as asked, or the user name
+    params: Final[Mapping[str, str]]  # every other parameter, but the protocol options (_pq_.*)
+
+    def __init__(self, user: str, database: str, params: Mapping[str, str]) -> None:
+        self.user = user
+        self.database = database
+        self.params = params
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class StartupReceived:
     """A StartupMessage: the caller decides who may log in (check_startup, then begin_auth, or
     await_secret while it looks the secret up)."""
 
-    startup: Startup
+    startup: Final[Startup]
+
+    def __init__(self, startup: Startup) -> None:
+        self.startup = startup
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Authenticated:
     """The password exchange succeeded (its AuthenticationOk was sent); welcome comes next.
 
     scram_keys: (ClientKey, ServerKey) when it was SCRAM against a stored verifier, so that
     servers can log in with the client's own keys."""
 
-    scram_keys: tuple[bytes, bytes] | None
+    scram_keys: Final[tuple[bytes, bytes] | None]
+
+    def __init__(self, scram_keys: tuple[bytes, bytes] | None) -> None:
+        self.scram_keys = scram_keys
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Failed:
     """The login ends with error; response is its ErrorResponse, to send before closing."""
 
-    error: PgtarnError
-    response: bytes
+    error: Final[PgtarnError]
+    response: Final[bytes]
+
+    def __init__(self, error: PgtarnError, response: bytes) -> None:
+        self.error = error
+        self.response = response
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Close:
     """End the connection without a word; reason (for the log) is "" for a Terminate."""
 
-    reason: str
+    reason: Final[str]
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 Event = Send | TlsRequested | CancelRequested | StartupReceived | Authenticated | Failed | Close
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Welcome:
     """The end of a login: the bytes to send, the tracked parameters the client starts with,
     and the BackendKeyData key it was given."""
 
-    data: bytes
-    params: dict[str, str]
-    cancel_key: tuple[int, int]
+    data: Final[bytes]
+    params: Final[dict[str, str]]
+    cancel_key: Final[tuple[int, int]]
+
+    def __init__(self, data: bytes, params: dict[str, str], cancel_key: tuple[int, int]) -> None:
+        self.data = data
+        self.params = params
+        self.cancel_key = cancel_key
 
 
 def failed(error: PgtarnError) -> Failed:

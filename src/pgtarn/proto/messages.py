@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from struct import Struct
 from sys import intern
+from typing import Final
 
 from ..errors import ProtocolViolation
 
@@ -33,13 +34,22 @@ def read_cstr(body: bytes, pos: int) -> tuple[str, int]:
         raise ProtocolViolation("invalid UTF-8 in message") from exc
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class StartupPacket:
-    """The first packet of a connection: a protocol version or a special request code."""
+    """The first packet of a connection: a protocol version or a special request code.
 
-    code: int
-    params: dict[str, str]
-    cancel_key: tuple[int, int] | None = None
+    Its own __init__ and Final fields in place of frozen=True: compiled, that is a C
+    constructor (proto/client_login.py's events say why)."""
+
+    code: Final[int]
+    params: Final[dict[str, str]]
+    cancel_key: Final[tuple[int, int] | None]
+
+    def __init__(self, code: int, params: dict[str, str],
+                 cancel_key: tuple[int, int] | None = None) -> None:
+        self.code = code
+        self.params = params
+        self.cancel_key = cancel_key
 
     @property
     def major(self) -> int:

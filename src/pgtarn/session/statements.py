@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..proto.build import message
 
@@ -121,12 +121,19 @@ def _key(stmt: Statement) -> bytes:
     return stmt.parse[5 + len(stmt.name) + 1 :]
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class ClientStatements:
-    """A client's statement names -> the shared statements."""
+    """A client's statement names -> the shared statements.
+
+    An __init__ of its own, not the generated one: compiled, it is a C constructor (one per
+    client login)."""
 
     cache: StatementCache
-    names: dict[bytes, Statement] = field(default_factory=dict)
+    names: dict[bytes, Statement]
+
+    def __init__(self, cache: StatementCache) -> None:
+        self.cache = cache
+        self.names = {}
 
     def define(self, name: bytes, parse_tail: bytes) -> tuple[Statement, Statement | None]:
         """Name a statement; returns it and what the name meant before (None: nothing)."""
