@@ -11,7 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtarn.auth.scram import ScramClient, certificate_hash
+from pgtarn.auth.endpoint import certificate_hash
+from pgtarn.auth.scram import ScramClient
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
 

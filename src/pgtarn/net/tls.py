@@ -16,7 +16,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from ..auth.scram import certificate_hash
+from ..auth.endpoint import certificate_hash
 from ..config import Config
 from ..errors import ConfigError
 

@@ -14,7 +14,7 @@ drivers take it for a process id). The rest is random, except:
 
 from __future__ import annotations
 
-import secrets
+import os
 
 #: The highest peer_id: 14 bits, in bytes 1 and 2.
 MAX_PEER_ID = 16383
@@ -34,7 +34,7 @@ def make_key(peer_id: int, worker: int | None) -> Key:
         raise ValueError(f"peer_id {peer_id} out of range 0..{MAX_PEER_ID}")
     if worker is not None and not 0 <= worker <= 0xFF:
         raise ValueError(f"worker {worker} out of range 0..255")
-    raw = secrets.token_bytes(8)
+    raw = os.urandom(8)  # what secrets.token_bytes reads, without its wrappers
     pid = int.from_bytes(raw[:4], "big") & 0x7FFFFFFF
     secret = int.from_bytes(raw[4:], "big")
     if peer_id:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime
 import hashlib
 import hmac
 from typing import Any
@@ -17,8 +16,10 @@ from pgtarn.auth.scram import (
     ScramClient,
     ScramServer,
     ScramVerifier,
-    certificate_hash,
+    _key_pads,
+    _keyed_hmac,
     choose_mechanism,
+    forget_salted_passwords,
     make_verifier,
     parse_sasl_mechanisms,
     parse_verifier,
@@ -107,6 +108,21 @@ def test_rfc7677_passthrough_client_reproduces_vector() -> None:
     client.client_first()
     assert client.handle_server_first(RFC_SERVER_FIRST) == RFC_CLIENT_FINAL
     client.handle_server_final(RFC_SERVER_FINAL)
+
+
+@given(key=st.binary(max_size=200), msg=st.binary(max_size=300))
+def test_keyed_hmac_is_hmac_sha256(key: bytes, msg: bytes) -> None:
+    # keys up to and past SHA-256's 64-byte block; each pad state is copied, never consumed
+    assert _keyed_hmac(key, msg) == hmac.digest(key, msg, "sha256")
+    assert _keyed_hmac(key, msg + b"x") == hmac.digest(key, msg + b"x", "sha256")
+
+
+def test_reload_forgets_key_pads() -> None:
+    key = bytes(range(32))
+    _keyed_hmac(key, b"m")
+    assert _key_pads.cache_info().currsize > 0
+    forget_salted_passwords()
+    assert _key_pads.cache_info().currsize == 0
 
 
 def test_server_accepts_any_username() -> None:
@@ -404,41 +420,6 @@ def test_choose_mechanism(offered: list[str], can_bind: bool, require: bool,
     with pytest.raises(AuthFailed, match="channel binding is required") as info:
         choose_mechanism(offered, can_bind, require)
     assert info.value.sqlstate == "08006"
-
-
-def _certificate(key: object, digest: object) -> bytes:
-    from cryptography import x509
-    from cryptography.x509.oid import NameOID
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key())  # type: ignore[attr-defined]
-            .serial_number(1).not_valid_before(now).not_valid_after(now)
-            .sign(key, digest))  # type: ignore[arg-type]
-    from cryptography.hazmat.primitives import serialization
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
-def test_certificate_hash_follows_the_signature_algorithm() -> None:
-    pytest.importorskip("cryptography")
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-    ec_key = ec.generate_private_key(ec.SECP256R1())
-    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
-    for key, digest, expected in (
-        (ec_key, hashes.SHA256(), "sha256"), (ec_key, hashes.SHA384(), "sha384"),
-        (rsa_key, hashes.SHA512(), "sha512"), (rsa_key, hashes.SHA256(), "sha256"),
-    ):
-        der = _certificate(key, digest)
-        assert certificate_hash(der) == hashlib.new(expected, der).digest(), (digest, expected)
-    # sha1WithRSAEncryption (OpenSSL 3 no longer signs with it): RFC 5929 makes it SHA-256
-    der = _certificate(rsa_key, hashes.SHA512())
-    cut = der.rindex(bytes.fromhex("2a864886f70d01010d"))
-    sha1 = der[:cut] + bytes.fromhex("2a864886f70d010105") + der[cut + 9:]
-    assert certificate_hash(sha1) == hashlib.sha256(sha1).digest()
-    assert certificate_hash(_certificate(ed25519.Ed25519PrivateKey.generate(), None)) is None
-    for broken in (b"", b"\x30", b"\x30\x82\xff\xff", b"\x04\x00", b"\x30\x03\x30\x01\x00"):
-        assert certificate_hash(broken) is None
 
 
 _CLIENT_FINAL_DAMAGE = [

@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from pgtarn.auth.scram import MECHANISM_PLUS, ScramServer, certificate_hash, make_verifier
+from pgtarn.auth.endpoint import certificate_hash
+from pgtarn.auth.scram import MECHANISM_PLUS, ScramServer, make_verifier
 from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError, ProtocolViolation, TlsFailed
 from pgtarn.net.tls import TlsTransport
