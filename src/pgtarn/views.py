@@ -58,11 +58,14 @@ class ClientView(Protocol):
     user: str
     database: str
     addr: str
-    local_addr: str
     connect_time: float
     peer_pid: int
     params: dict[str, str]
     replication: str  # "physical", "logical", or "" (not a replication connection)
+
+    @property
+    def local_addr(self) -> str:
+        """The address it connected to, "host:port" ("" over a unix socket)."""
 
     @property
     def state(self) -> ClientState: ...

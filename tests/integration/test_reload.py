@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
+import subprocess
 from pathlib import Path
 
 import asyncpg
@@ -208,3 +210,36 @@ def test_invalid_config_keeps_the_old_one(pgtarn_factory):  # type: ignore[no-un
         reload(proc, good.replace("default_pool_size = 1", "default_pool_size = 3"))
         assert len(concurrent_pids(proc)) == 3
         assert kept.execute("select 4").fetchone() == (4,)
+
+
+def pooler_keepalive(proc, conn) -> bool:  # type: ignore[no-untyped-def]
+    """Whether pgtarn's end of conn's TCP connection has SO_KEEPALIVE: ss shows its timer,
+    once no sent data waits for an ACK (whose retransmission timer ss would show instead)."""
+    with socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM) as sock:
+        client_port = sock.getsockname()[1]
+    command = ["ss", "-tnoH", "state", "established",
+               f"( sport = :{proc.port} and dport = :{client_port} )"]
+    out = ""
+
+    def settled() -> bool:
+        nonlocal out
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        assert out.strip(), f"no socket of pgtarn's towards port {client_port}"
+        return "timer:(on" not in out
+
+    assert wait_for(settled), out
+    return "timer:(keepalive" in out
+
+
+def test_tcp_keepalive_of_clients_follows_reload(pgtarn_factory):  # type: ignore[no-untyped-def]
+    # set on the listening sockets, which accepted sockets inherit (none set per client)
+    proc = pgtarn_factory(settings={"tcp_keepalive": 1})
+    with connect(proc) as first:
+        assert pooler_keepalive(proc, first)
+        reload(proc, edit_ini(proc, "tcp_keepalive = 1", "tcp_keepalive = 0"))
+        with connect(proc) as second:
+            assert not pooler_keepalive(proc, second)
+            assert pooler_keepalive(proc, first)  # a connection keeps what it had
+        reload(proc, edit_ini(proc, "tcp_keepalive = 0", "tcp_keepalive = 1"))
+        with connect(proc) as third:
+            assert pooler_keepalive(proc, third)

@@ -13,7 +13,7 @@ from typing import Any, cast
 from ..admin.console import AdminSession
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
-from ..net.sockets import address, tune
+from ..net.sockets import address
 from ..net.tls import TlsTransport
 from ..pool.pool import Pool, Waiter
 from ..pool.split import ClientRoute
@@ -56,6 +56,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
     """
 
     __slots__ = (
+        "_local_addr",
         "addr",
         "admin",
         "admin_role",
@@ -77,7 +78,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         "last_server",
         "listen_wait",
         "listening",
-        "local_addr",
         "local_statements",
         "login",
         "named_effects",
@@ -201,7 +201,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: Why pgtarn closed the connection (for the log line), "" while it did not.
         self.close_reason = ""
         self.connect_time = time.time()
-        self.local_addr = ""
+        self._local_addr = ""
         self.peer_pid = 0
         #: The admin console: "admin" or "stats" once chosen at login, and the session.
         self.admin_role: str | None = None
@@ -229,12 +229,20 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        if tune(transport, self.runtime.config.tcp_keepalive):
-            self.addr = address(transport.get_extra_info("peername"))
-            # the listener's address, the same for its clients: one copy (interned)
-            self.local_addr = intern(address(transport.get_extra_info("sockname")))
-        else:
-            self.addr = "unix"
+        # SO_KEEPALIVE came with the socket from its listener (keepalive_listeners)
+        peer = transport.get_extra_info("peername")
+        self.addr = address(peer) if isinstance(peer, tuple) else "unix"
+
+    @property
+    def local_addr(self) -> str:
+        """The address the client connected to ("host:port"; "" over a unix socket): read
+        from the socket when SHOW CLIENTS first asks, not at every login (a system call)."""
+        if not self._local_addr and self.addr != "unix" and self.transport is not None:
+            sockname = self.transport.get_extra_info("sockname")
+            if isinstance(sockname, tuple):
+                # the listener's address, the same for its clients: one copy (interned)
+                self._local_addr = intern(address(sockname))
+        return self._local_addr
 
     def close(self, error: PgtarnError | None = None, response: bytes | None = None) -> None:
         """Send error (if any; response: its ErrorResponse when already built) and close; the

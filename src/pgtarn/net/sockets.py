@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import cast
 
 from ..config import Config, DatabaseEntry
@@ -28,6 +28,18 @@ def tune(transport: asyncio.BaseTransport, keepalive: bool) -> bool:
     if keepalive:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     return True
+
+
+def keepalive_listeners(servers: Iterable[asyncio.AbstractServer], keepalive: bool) -> None:
+    """SO_KEEPALIVE (tcp_keepalive) on the listening TCP sockets, at start and at RELOAD.
+
+    Linux copies a listening socket's options to each socket it accepts: a client's
+    connection has SO_KEEPALIVE from the start, with no system call (nor the socket objects
+    the event loop makes to set one) at each login. New clients follow a RELOAD."""
+    for server in servers:
+        for sock in cast(asyncio.Server, server).sockets:  # uvloop's servers have them too
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(keepalive))
 
 
 def address(addr: object) -> str:

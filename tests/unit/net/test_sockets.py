@@ -74,6 +74,37 @@ def test_event_loops_set_nodelay_themselves(loop_factory: Callable[[], Any]) -> 
         assert all(runner.run(_accepted_nodelay()))
 
 
+async def _accepted_keepalive(keepalive: bool) -> int:
+    """SO_KEEPALIVE of a socket accepted by a listener that keepalive_listeners set."""
+    loop = asyncio.get_running_loop()
+    accepted: asyncio.Future[asyncio.BaseTransport] = loop.create_future()
+
+    class Accept(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            accepted.set_result(transport)
+
+    server = await loop.create_server(Accept, "127.0.0.1", 0)
+    sockets.keepalive_listeners([server], not keepalive)
+    sockets.keepalive_listeners([server], keepalive)  # as a RELOAD would
+    port = server.sockets[0].getsockname()[1]
+    connected, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
+    ours = await accepted
+    try:
+        value: int = ours.get_extra_info("socket").getsockopt(socket.SOL_SOCKET,
+                                                              socket.SO_KEEPALIVE)
+        return value
+    finally:
+        connected.close()
+        ours.close()
+        server.close()
+
+
+@pytest.mark.parametrize("keepalive", [True, False])
+def test_accepted_sockets_keep_the_listeners_keepalive(keepalive: bool) -> None:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(_accepted_keepalive(keepalive)) == int(keepalive)
+
+
 def test_address() -> None:
     assert sockets.address(("10.0.0.1", 6432)) == "10.0.0.1:6432"
     assert sockets.address("/tmp/.s.PGSQL.5432") == "/tmp/.s.PGSQL.5432"

@@ -1,0 +1,37 @@
+"""Unit tests for a client's transport: what connection_made reads of the socket."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from .test_connection import FakeTransport, connect, make_runtime
+
+
+class CountingTransport(FakeTransport):
+    """Counts what is asked of the socket, by name."""
+
+    def __init__(self, family: socket.AddressFamily = socket.AF_INET) -> None:
+        super().__init__(family)
+        self.asked: list[str] = []
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        self.asked.append(name)
+        return super().get_extra_info(name, default)
+
+
+def test_local_addr_is_read_when_asked_not_at_connection() -> None:
+    client, _ = connect(make_runtime())
+    transport = CountingTransport()
+    client.connection_made(transport)  # type: ignore[arg-type]
+    assert "sockname" not in transport.asked  # a system call a login does not need
+    assert client.addr == "127.0.0.1:40000"
+    assert client.local_addr == "127.0.0.1:6432"
+    assert client.local_addr == "127.0.0.1:6432"
+    assert transport.asked.count("sockname") == 1  # then kept
+
+
+def test_local_addr_of_a_unix_socket_client_is_empty() -> None:
+    client, _ = connect(make_runtime(), socket.AF_UNIX)
+    assert client.addr == "unix"
+    assert client.local_addr == ""
