@@ -13,7 +13,8 @@ from typing import Final
 
 from ..proto import build
 from ..proto.framing import MessageScanner
-from ..session.effects import may_change_state
+from ..proto.messages import nul_at
+from ..session.effects import CHANGES_STATE, NAMES_STATEMENTS, first_look, may_change_state
 from ..session.framer import SYNC_MARK, ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
@@ -88,11 +89,13 @@ class ClientRelay(ClientLink):
         if self.statements is not None:  # statement tracking is on, not yet needed
             at_boundary = scanner.at_boundary
             events = scanner.feed(data)
-            for msg_type, _body, _end in events:
+            for msg_type, body, _end in events:
                 if msg_type in STATEMENT_MESSAGES or (
                         msg_type == 0x51 and (
-                            may_name_statements(data, 5) if len(events) == 1 and data[0] == 0x51
-                            else has_statement_words(data))):
+                            has_statement_words(data) if len(events) != 1 or data[0] != 0x51
+                            # with its text read, the first look _relay_events takes too
+                            else first_look(body) & NAMES_STATEMENTS != 0 if body
+                            else may_name_statements(data, 5))):
                     # Nothing of this chunk has gone yet: from here on, the framer.
                     assert at_boundary
                     self._start_statements()
@@ -215,21 +218,19 @@ class ClientRelay(ClientLink):
                     self.query_start = 0.0  # answered here, as in _relay
                     self.idle_since = monotonic()
                 return
-        if (data[0] == 0x51 and framer.idle and len(data) > 5
-                and int.from_bytes(data[1:5], "big") + 1 == len(data)
-                and not may_name_statements(data, 5)):
+        body = data[5:] if (data[0] == 0x51 and framer.idle and len(data) > 5
+                            and int.from_bytes(data[1:5], "big") + 1 == len(data)) else b""
+        if body and not (look := first_look(body)) & NAMES_STATEMENTS:
             # The common case: one whole simple Query, passed on as it is.
             session = self.session
-            if session is not None:
-                body = data[5:]
-                if session.parse_all or may_change_state(body):
-                    refusal = self._session_text(0x51, body, self.expected)
-                    if refusal is not None:
-                        if not refusal:  # answered here (LISTEN)
-                            self.expected += 1
-                            self._answer_now()
-                            return
-                        data = refusal
+            if session is not None and (session.parse_all or look & CHANGES_STATE):
+                refusal = self._session_text(0x51, body, self.expected)
+                if refusal is not None:
+                    if not refusal:  # answered here (LISTEN)
+                        self.expected += 1
+                        self._answer_now()
+                        return
+                    data = refusal
             self.expected += 1
             self._send_item((None, data), len(data))
             return
@@ -356,9 +357,10 @@ def _unnamed_unbound(parts: list[Part], unbound: bool) -> bool:
             msg_type, body = part
             if msg_type == 0x50:  # Parse: name, NUL, ...
                 unbound = unbound or body[:1] == b"\x00"
-            elif msg_type == 0x42 and body[body.find(b"\x00") + 1 : body.find(b"\x00") + 2] \
-                    == b"\x00":  # fmt: skip
-                unbound = False  # Bind of the unnamed statement
+            elif msg_type == 0x42:  # Bind: portal, NUL, statement, NUL, ...
+                statement = nul_at(body, 0) + 1
+                if 0 < statement < len(body) and body[statement] == 0:
+                    unbound = False  # Bind of the unnamed statement
     return unbound
 
 

@@ -17,9 +17,28 @@ GSSENC_REQUEST = 80877104
 CANCEL_REQUEST = 80877102
 
 
+#: nul_at looks at this many bytes one by one before it calls bytes.find.
+_SHORT: Final = 32
+
+
+def nul_at(body: bytes, pos: int) -> int:
+    """Where the first NUL at or after pos is; -1 if there is none.
+
+    The names a message starts with (portals, statements) are short: compiled, a loop over
+    their bytes takes about 12 ns where bytes.find, a method call that parses its arguments,
+    takes 80. Longer strings (query texts) are left to find."""
+    stop = min(len(body), pos + _SHORT)
+    end = pos
+    while end < stop:
+        if body[end] == 0:
+            return end
+        end += 1
+    return body.find(b"\x00", end)
+
+
 def read_cstring(body: bytes, pos: int) -> tuple[bytes, int]:
     """The bytes of a NUL-terminated string at pos and the position after it."""
-    end = body.find(b"\x00", pos)
+    end = nul_at(body, pos)
     if end < 0:
         raise ProtocolViolation("missing string terminator")
     return body[pos:end], end + 1

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from .sqlnames import may_name_statements
+
 Effect = tuple[Any, ...]
 
 # Effect kinds (the first item of an Effect).
@@ -62,30 +64,62 @@ _CONTROLS: Final = (b"begin", b"start", b"commit", b"end", b"rollback", b"abort"
              b"release", b"prepare")
 
 
+#: first_look's answers: bits of an int.
+CHANGES_STATE: Final = 1  # may change session state (a named statement: or its transaction)
+NAMES_STATEMENTS: Final = 2  # a Query's text may name prepared statements (sqlnames)
+
+
 def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
     """A cheap first look at the text of a Query's (or a Parse's) body: False when it cannot
-    change session state (nor, for a named statement, control its transaction).
+    change session state (nor, for a named statement, control its transaction)."""
+    return first_look(body, msg_type) & CHANGES_STATE != 0
 
-    Digits never decide it, so the answer is cached per body with its digits made zeros: a
-    query sent again, with other numbers or not, costs one translate and one dict lookup.
+
+def first_look(body: bytes, msg_type: int = 0x51) -> int:
+    """What a Query's (0x51) or a Parse's (0x50) body may do: CHANGES_STATE (may_change_state)
+    and, for a Query, NAMES_STATEMENTS (sqlnames.may_name_statements).
+
+    Digits never decide either, so the answer is cached per body with its digits made zeros:
+    a query sent again, with other numbers or not, costs one translate and one dict lookup.
+    The last body looked at is remembered by identity: the relay asks both questions of the
+    same body object, and the second answer is free.
     """
+    last = _LAST
+    if body is last.body and msg_type == last.msg_type:
+        return last.look
     key = body.translate(_ZEROS)
-    seen = _LOOKS.get(key)
-    if seen is None:
-        if len(_LOOKS) >= _LOOKS_MAX:  # texts that differ every time: start again
-            _LOOKS.clear()
+    looks = _PARSE_LOOKS if msg_type == 0x50 else _LOOKS
+    look = looks.get(key)
+    if look is None:
+        if len(looks) >= _LOOKS_MAX:  # texts that differ every time: start again
+            looks.clear()
         if msg_type == 0x50:  # Parse: the statement's name comes first
             name_end = key.find(b"\x00")
-            seen = _look(key[name_end + 1 :], name_end > 0)
+            look = CHANGES_STATE if _look(key[name_end + 1 :], name_end > 0) else 0
         else:
-            seen = _look(key, False)
-        _LOOKS[key] = seen
-    return seen
+            look = ((CHANGES_STATE if _look(key, False) else 0)
+                    | (NAMES_STATEMENTS if may_name_statements(key) else 0))
+        looks[key] = look
+    last.body, last.msg_type, last.look = body, msg_type, look
+    return look
 
 
-#: First looks by body with zeros for digits (a plain dict, emptied when full:
-#: functools.lru_cache would wrap a bytes argument in a tuple on every call).
-_LOOKS: Final[dict[bytes, bool]] = {}
+class _LastLook:
+    """first_look's last body (held, so that its identity is not reused) and answer."""
+
+    __slots__ = ("body", "look", "msg_type")
+
+    def __init__(self) -> None:
+        self.body = b""
+        self.msg_type = 0
+        self.look = 0
+
+
+_LAST: Final = _LastLook()
+#: First looks by body with zeros for digits, Queries' and Parses' apart (plain dicts,
+#: emptied when full: functools.lru_cache would wrap a bytes argument in a tuple per call).
+_LOOKS: Final[dict[bytes, int]] = {}
+_PARSE_LOOKS: Final[dict[bytes, int]] = {}
 _LOOKS_MAX: Final = 4096
 _ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
 

@@ -6,8 +6,7 @@ from collections.abc import Callable
 
 from ..proto.build import message
 from ..proto.framing import MessageScanner
-from .effects import Parsed, may_change_state
-from .sqlnames import may_name_statements
+from .effects import NAMES_STATEMENTS, Parsed, first_look, may_change_state
 from .tracking import SessionTracker
 
 #: A Sync or Query passed: one ReadyForQuery to come (an item of a ClientFramer part list).
@@ -97,7 +96,8 @@ class ClientFramer:
                         rewritten = True
                         append((0x51, refusal[5:]))
                     continue
-            if msg_type == 0x53 or (msg_type == 0x51 and not may_name_statements(body)):
+            if msg_type == 0x53 or (
+                    msg_type == 0x51 and not first_look(body) & NAMES_STATEMENTS):
                 # Sync, or a Query naming no statement: passed on as it is
                 if begin >= 0:
                     append(data[start:end])  # with the raw bytes before it

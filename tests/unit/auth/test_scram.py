@@ -110,6 +110,7 @@ def test_rfc7677_passthrough_client_reproduces_vector() -> None:
     client.handle_server_final(RFC_SERVER_FINAL)
 
 
+@FUZZ
 @given(key=st.binary(max_size=200), msg=st.binary(max_size=300))
 def test_keyed_hmac_is_hmac_sha256(key: bytes, msg: bytes) -> None:
     # keys up to and past SHA-256's 64-byte block; each pad state is copied, never consumed

@@ -66,3 +66,8 @@ def test_the_unnamed_statement_is_held_from_its_parse_to_its_bind() -> None:
     assert _unnamed_unbound([bind_named], True)  # another statement's Bind
     assert not _unnamed_unbound([parse_named, bind_named], False)
     assert not _unnamed_unbound([parse_unnamed, bind_unnamed], False)
+    portal_unnamed = (0x42, b"c1\x00\x00\x00\x00\x00\x00\x00\x00")  # a named portal
+    portal_named = (0x42, b"c1\x00s1\x00\x00\x00\x00\x00\x00\x00")
+    assert not _unnamed_unbound([portal_unnamed], True)
+    assert _unnamed_unbound([portal_named], True)
+    assert _unnamed_unbound([(0x42, b"c1")], True)  # no NUL: not a Bind of it

@@ -6,7 +6,7 @@ import contextlib
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgtarn.errors import ProtocolViolation
@@ -14,10 +14,12 @@ from pgtarn.proto import build
 from pgtarn.proto.messages import (
     CANCEL_REQUEST,
     SSL_REQUEST,
+    nul_at,
     parse_fields,
     parse_parameter_status,
     parse_sasl_initial_response,
     parse_startup,
+    read_cstring,
 )
 
 
@@ -74,3 +76,19 @@ def test_parse_data_row() -> None:
                    b"\x00\x01\x00\x00\x00\x01ab", body[:-1]):
         with pytest.raises(ProtocolViolation):
             parse_data_row(broken)
+
+
+@settings(deadline=None, database=None)
+@given(st.binary(max_size=80), st.integers(min_value=0, max_value=90))
+def test_nul_at_is_find(body: bytes, pos: int) -> None:
+    # short names byte by byte, then find: the same answer, near the 32 bytes and past them
+    assert nul_at(body, pos) == body.find(b"\x00", pos)
+    assert nul_at(b"x" * 31 + body, pos) == (b"x" * 31 + body).find(b"\x00", pos)
+
+
+def test_read_cstring() -> None:
+    assert read_cstring(b"p1\x00s1\x00rest", 0) == (b"p1", 3)
+    assert read_cstring(b"p1\x00s1\x00rest", 3) == (b"s1", 6)
+    assert read_cstring(b"a" * 100 + b"\x00", 0) == (b"a" * 100, 101)
+    with pytest.raises(ProtocolViolation, match="missing string terminator"):
+        read_cstring(b"p1", 0)

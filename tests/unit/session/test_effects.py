@@ -10,6 +10,7 @@ from pglast import parse_sql
 
 from pgtarn.session.effects import (
     BEGIN,
+    CHANGES_STATE,
     CLOSE,
     COMMIT,
     DISCARD_ALL,
@@ -21,6 +22,7 @@ from pgtarn.session.effects import (
     LOCAL,
     LOCK,
     LOCK_UNCOUNTED,
+    NAMES_STATEMENTS,
     RELEASE,
     RESET,
     RESET_ALL,
@@ -39,11 +41,13 @@ from pgtarn.session.effects import (
     UNSUBSCRIBE,
     UNTRACKED,
     as_subscriptions,
+    first_look,
     may_change_state,
     parse_text,
     query_text,
 )
 from pgtarn.session.parsing import effects_of
+from pgtarn.session.sqlnames import may_name_statements
 
 FUZZ = settings(max_examples=300, deadline=None, database=None)
 
@@ -159,6 +163,28 @@ def test_first_look_at_a_parse_skips_the_statement_name() -> None:
     assert may_change_state(parse_body(b"", "select pg_advisory_lock($1)", int8_parameter), 0x50)
     # the same bytes read as a Query start with the name
     assert may_change_state(parse_body(b"set", "SELECT 1"))
+
+
+def test_first_look_keeps_queries_and_parses_apart() -> None:
+    body = parse_body(b"set", "SELECT 1")
+    assert not may_change_state(body, 0x50)
+    assert may_change_state(body)  # the same bytes as a Query: its text starts with "set"
+    assert not may_change_state(bytes(bytearray(body)), 0x50)  # a copy: from the cache
+    assert may_change_state(bytes(bytearray(body)))
+
+
+_NAMING_WORDS = ["SELECT", "prepare", "EXECUTE", "deallocate", "Discard", "p1", "1", "42",
+                 ";", " ", "(", "/*", "--", "\n", "all", "x"]
+
+
+@settings(deadline=None, database=None)
+@given(st.lists(st.sampled_from(_NAMING_WORDS), max_size=8))
+def test_first_look_says_what_may_name_statements_says(words: list[str]) -> None:
+    body = " ".join(words).encode() + b"\x00"
+    names = may_name_statements(body)
+    assert bool(first_look(body) & NAMES_STATEMENTS) == names
+    assert bool(first_look(bytes(bytearray(body))) & NAMES_STATEMENTS) == names  # cached
+    assert bool(first_look(body) & CHANGES_STATE) == may_change_state(body)
 
 
 # A property: whatever has effects (other than transaction control, which is parsed only while
