@@ -137,6 +137,16 @@ class ServerRelay(ServerTransport):
                 elif action == AS_PARSE_COMPLETE:
                     out += PARSE_COMPLETE
                 continue
+            if msg_type == 0x5A and start == 0 and not out and end == len(data) \
+                    and piece is None:  # fmt: skip
+                # Every message before it goes as it came (a BindComplete, the rows): the
+                # chunk is sent in one slice, not copied into out and out copied again.
+                client = self.client  # the link may end here
+                code = statements.ready(body, None if client is None else client.statements)
+                reply = data[:msg_start] + self._after_ready(code, data[msg_start:], body)
+                if client is not None and reply:
+                    client.write(reply)
+                return
             out += data[start:msg_start]
             start = end
             message = piece if piece is not None else data[msg_start:end]
