@@ -45,8 +45,11 @@ def test_tune_sets_keepalive_on_tcp_only() -> None:
     assert unix.options == []
 
 
-async def _accepted_nodelay() -> tuple[int, int]:
-    """TCP_NODELAY of both ends of a connection the running loop made (accepted, connected)."""
+async def _sockopts(level: int, name: int,
+                    configure: Callable[[asyncio.AbstractServer], None] = lambda server: None
+                    ) -> tuple[int, int]:
+    """An option of both ends of a connection the running loop made (accepted, connected),
+    its listener first given to configure."""
     loop = asyncio.get_running_loop()
     accepted: asyncio.Future[asyncio.BaseTransport] = loop.create_future()
 
@@ -55,11 +58,12 @@ async def _accepted_nodelay() -> tuple[int, int]:
             accepted.set_result(transport)
 
     server = await loop.create_server(Accept, "127.0.0.1", 0)
+    configure(server)
     port = server.sockets[0].getsockname()[1]
     connected, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
     ours = await accepted
     try:
-        return tuple(t.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        return tuple(t.get_extra_info("socket").getsockopt(level, name)
                      for t in (ours, connected))  # type: ignore[return-value]
     finally:
         connected.close()
@@ -71,38 +75,23 @@ async def _accepted_nodelay() -> tuple[int, int]:
 def test_event_loops_set_nodelay_themselves(loop_factory: Callable[[], Any]) -> None:
     """tune leaves TCP_NODELAY to the event loop: both loops pgtarn runs on set it."""
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        assert all(runner.run(_accepted_nodelay()))
+        assert all(runner.run(_sockopts(socket.IPPROTO_TCP, socket.TCP_NODELAY)))
 
 
-async def _accepted_keepalive(keepalive: bool) -> int:
-    """SO_KEEPALIVE of a socket accepted by a listener that keepalive_listeners set."""
-    loop = asyncio.get_running_loop()
-    accepted: asyncio.Future[asyncio.BaseTransport] = loop.create_future()
+def _keepalive_listener(keepalive: bool) -> Callable[[asyncio.AbstractServer], None]:
+    def configure(server: asyncio.AbstractServer) -> None:
+        sockets.keepalive_listeners([server], not keepalive)
+        sockets.keepalive_listeners([server], keepalive)  # as a RELOAD would
 
-    class Accept(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            accepted.set_result(transport)
-
-    server = await loop.create_server(Accept, "127.0.0.1", 0)
-    sockets.keepalive_listeners([server], not keepalive)
-    sockets.keepalive_listeners([server], keepalive)  # as a RELOAD would
-    port = server.sockets[0].getsockname()[1]
-    connected, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
-    ours = await accepted
-    try:
-        value: int = ours.get_extra_info("socket").getsockopt(socket.SOL_SOCKET,
-                                                              socket.SO_KEEPALIVE)
-        return value
-    finally:
-        connected.close()
-        ours.close()
-        server.close()
+    return configure
 
 
 @pytest.mark.parametrize("keepalive", [True, False])
 def test_accepted_sockets_keep_the_listeners_keepalive(keepalive: bool) -> None:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        assert runner.run(_accepted_keepalive(keepalive)) == int(keepalive)
+        accepted, _connected = runner.run(_sockopts(socket.SOL_SOCKET, socket.SO_KEEPALIVE,
+                                                    _keepalive_listener(keepalive)))
+        assert accepted == int(keepalive)
 
 
 def test_address() -> None:
