@@ -16,7 +16,7 @@ from .auth.hba import HbaRules, IdentMaps
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError
 from .net.peers import PeerCancels
-from .net.sockets import HostChooser
+from .net.sockets import HostChooser, TcpOption, tcp_options
 from .pool.registry import Registry, SharedGate
 from .pool.stats import PoolStats, Totals
 from .session.prepared import StatementCache
@@ -98,6 +98,8 @@ class Runtime:
 
     def __init__(self, config: Config, userlist: dict[str, str]) -> None:
         self.config = config
+        #: tcp_options(config), for each new connection (App.apply renews it with config).
+        self.tcp_options: tuple[TcpOption, ...] = tcp_options(config)
         self.userlist = userlist
         self.registry: Registry[ServerView] = Registry(config)
         #: Every client connection, from accept to close (max_client_conn counts these).

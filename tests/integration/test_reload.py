@@ -4,6 +4,7 @@ an invalid file keeps the old configuration."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import subprocess
@@ -243,3 +244,31 @@ def test_tcp_keepalive_of_clients_follows_reload(pgtarn_factory):  # type: ignor
         reload(proc, edit_ini(proc, "tcp_keepalive = 0", "tcp_keepalive = 1"))
         with connect(proc) as third:
             assert pooler_keepalive(proc, third)
+
+
+def _keepalive_seconds(out: str) -> float:
+    """The time left on the first keepalive timer ss shows, in seconds."""
+    match = re.search(r"timer:\(keepalive,(?:(\d+)min)?(?:([\d.]+)sec)?(?:(\d+)ms)?", out)
+    assert match, out
+    minutes, seconds, millis = match.groups()
+    return int(minutes or 0) * 60 + float(seconds or 0) + int(millis or 0) / 1000
+
+
+def test_tcp_keepidle_of_clients_and_servers(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    # the system's idle time is 7200 s: tcp_keepidle sets pgtarn's side of both connections
+    proc = pgtarn_factory(settings={"tcp_keepalive": 1, "tcp_keepidle": 77})
+    with connect(proc, autocommit=True) as conn:
+        conn.execute("select 1")
+        assert pooler_keepalive(proc, conn)
+        with socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM) as sock:
+            client_port = sock.getsockname()[1]
+        out = subprocess.run(["ss", "-tnoH", "state", "established",
+                              f"( sport = :{proc.port} and dport = :{client_port} )"],
+                             capture_output=True, text=True, check=True).stdout
+        assert 0 < _keepalive_seconds(out) <= 77
+        servers = subprocess.run(["ss", "-tnoH", "state", "established",
+                                  f"( dport = :{pg_cluster.port} )"],
+                                 capture_output=True, text=True, check=True).stdout
+        # pgtarn's servers, among the suite's other connections to the cluster
+        assert any(0 < _keepalive_seconds(line) <= 77 for line in servers.splitlines()
+                   if "keepalive" in line), servers

@@ -13,7 +13,7 @@ from typing import Any, cast
 from ..admin.console import AdminSession
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
-from ..net.sockets import address
+from ..net.sockets import address, tune
 from ..net.tls import TlsTransport
 from ..pool.pool import Pool, Waiter
 from ..pool.split import ClientRoute
@@ -231,7 +231,13 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.transport = cast(asyncio.Transport, transport)
         # SO_KEEPALIVE came with the socket from its listener (keepalive_listeners)
         peer = transport.get_extra_info("peername")
-        self.addr = address(peer) if isinstance(peer, tuple) else "unix"
+        if isinstance(peer, tuple):
+            self.addr = address(peer)
+            options = self.runtime.tcp_options
+            if options:  # tcp_keepidle and the like: set on the connection, as PgBouncer
+                tune(transport, False, options)
+        else:
+            self.addr = "unix"
 
     @property
     def local_addr(self) -> str:

@@ -16,8 +16,33 @@ from ..proto import build
 log = logging.getLogger("pgtarn.server")
 
 
-def tune(transport: asyncio.BaseTransport, keepalive: bool) -> bool:
-    """SO_KEEPALIVE (when asked) on a TCP socket; False for a unix socket.
+#: A socket option: (level, name, value).
+TcpOption = tuple[int, int, int]
+
+
+def tcp_options(config: Config) -> tuple[TcpOption, ...]:
+    """What tcp_keepidle, tcp_keepintvl and tcp_keepcnt (with tcp_keepalive on),
+    tcp_user_timeout and tcp_socket_buffer ask of each TCP connection, client or server, as
+    PgBouncer sets them; 0 (the default of each) leaves the system's value: no option."""
+    options: list[TcpOption] = []
+    if config.tcp_keepalive:
+        for name, value in ((socket.TCP_KEEPIDLE, config.tcp_keepidle),
+                            (socket.TCP_KEEPINTVL, config.tcp_keepintvl),
+                            (socket.TCP_KEEPCNT, config.tcp_keepcnt)):
+            if value > 0:
+                options.append((socket.IPPROTO_TCP, name, value))
+    if config.tcp_user_timeout > 0:
+        options.append((socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, config.tcp_user_timeout))
+    if config.tcp_socket_buffer > 0:
+        options += [(socket.SOL_SOCKET, socket.SO_SNDBUF, config.tcp_socket_buffer),
+                    (socket.SOL_SOCKET, socket.SO_RCVBUF, config.tcp_socket_buffer)]
+    return tuple(options)
+
+
+def tune(transport: asyncio.BaseTransport, keepalive: bool,
+         options: tuple[TcpOption, ...] = ()) -> bool:
+    """SO_KEEPALIVE (when asked) and options (tcp_options) on a TCP socket; False for a unix
+    socket.
 
     TCP_NODELAY is on already: asyncio and uvloop set it on every TCP transport they make
     (setting it again cost two system calls per connection, uvloop's transport socket making
@@ -27,6 +52,8 @@ def tune(transport: asyncio.BaseTransport, keepalive: bool) -> bool:
         return False
     if keepalive:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for level, name, value in options:
+        sock.setsockopt(level, name, value)
     return True
 
 

@@ -93,7 +93,7 @@ class ServerConnection(ServerRelay):
             transport.close()
             return
         self.transport = cast(asyncio.Transport, transport)
-        tune(transport, self.runtime.config.tcp_keepalive)
+        tune(transport, self.runtime.config.tcp_keepalive, self.runtime.tcp_options)
         self.peer = address(transport.get_extra_info("peername"))
         local = transport.get_extra_info("sockname")
         self.local_addr = address(local) if isinstance(local, tuple) else "unix"

@@ -45,6 +45,36 @@ def test_tune_sets_keepalive_on_tcp_only() -> None:
     assert unix.options == []
 
 
+def _config(**settings: Any) -> Config:
+    return dataclasses.replace(Config(), **settings)
+
+
+def test_tcp_options_of_the_network_settings() -> None:
+    assert sockets.tcp_options(Config()) == ()  # every one at 0: the system's values
+    tcp, sol = socket.IPPROTO_TCP, socket.SOL_SOCKET
+    assert sockets.tcp_options(_config(tcp_keepidle=77, tcp_keepintvl=5, tcp_keepcnt=3)) == (
+        (tcp, socket.TCP_KEEPIDLE, 77), (tcp, socket.TCP_KEEPINTVL, 5),
+        (tcp, socket.TCP_KEEPCNT, 3))
+    # without keepalive the keepalive timings mean nothing, as in PgBouncer
+    assert sockets.tcp_options(_config(tcp_keepalive=False, tcp_keepidle=77)) == ()
+    assert sockets.tcp_options(_config(tcp_user_timeout=2500, tcp_socket_buffer=65536)) == (
+        (tcp, socket.TCP_USER_TIMEOUT, 2500), (sol, socket.SO_SNDBUF, 65536),
+        (sol, socket.SO_RCVBUF, 65536))
+
+
+def test_tune_sets_the_tcp_options() -> None:
+    transport = FakeTransport()
+    tcp = FakeSocket(socket.AF_INET)
+    transport.extra["socket"] = tcp
+    options = sockets.tcp_options(_config(tcp_keepidle=77, tcp_user_timeout=2500))
+    assert sockets.tune(transport, True, options)  # type: ignore[arg-type]
+    assert tcp.options == [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), *options]
+    unix = FakeSocket(socket.AF_UNIX)
+    transport.extra["socket"] = unix
+    assert not sockets.tune(transport, True, options)  # type: ignore[arg-type]
+    assert unix.options == []
+
+
 async def _sockopts(level: int, name: int,
                     configure: Callable[[asyncio.AbstractServer], None] = lambda server: None
                     ) -> tuple[int, int]:
