@@ -504,7 +504,8 @@ BY_SHOW_CONFIG: dict[str, str] = {
     "syslog": "1",
     "syslog_ident": "walk",
     "syslog_facility": "local0",
-    # socket tuning, not observable from a client
+    # socket tuning, not observable from a client (test_reload.py reads tcp_keepalive and
+    # tcp_keepidle on pgtarn's side of real connections with ss)
     "sbuf_loopcnt": "10",
     "tcp_defer_accept": "0",
     "tcp_keepalive": "0",
