@@ -90,12 +90,8 @@ class ClientRelay(ClientLink):
             at_boundary = scanner.at_boundary
             events = scanner.feed(data)
             for msg_type, body, _end in events:
-                if msg_type in STATEMENT_MESSAGES or (
-                        msg_type == 0x51 and (
-                            has_statement_words(data) if len(events) != 1 or data[0] != 0x51
-                            # with its text read, the first look _relay_events takes too
-                            else first_look(body) & NAMES_STATEMENTS != 0 if body
-                            else may_name_statements(data, 5))):
+                if msg_type in STATEMENT_MESSAGES or (msg_type == 0x51 and _names_statements(
+                        data, body, len(events) == 1 and data[0] == 0x51)):
                     # Nothing of this chunk has gone yet: from here on, the framer.
                     assert at_boundary
                     self._start_statements()
@@ -346,6 +342,16 @@ def _only_flushes(raw: bytes) -> bool:
     """Whether raw bytes are whole Flush messages only (or nothing)."""
     count = len(raw) // 5
     return len(raw) == 5 * count and raw == FLUSH * count
+
+
+def _names_statements(data: bytes, body: bytes, alone: bool) -> bool:
+    """Whether a Query in data may name prepared statements. alone: data is that Query, and
+    body its text when the scanner reads texts (b"" when not)."""
+    if not alone:
+        return has_statement_words(data)
+    if body:  # the first look, which _relay_events takes of the same body too
+        return first_look(body) & NAMES_STATEMENTS != 0
+    return may_name_statements(data, 5)
 
 
 def _unnamed_unbound(parts: list[Part], unbound: bool) -> bool:

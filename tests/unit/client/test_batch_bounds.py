@@ -3,7 +3,13 @@ may end the link, for the plain relay and the framer's parts."""
 
 from __future__ import annotations
 
-from pgtarn.client.relay import _goes_on, _only_flushes, _parts_go_on, _unnamed_unbound
+from pgtarn.client.relay import (
+    _goes_on,
+    _names_statements,
+    _only_flushes,
+    _parts_go_on,
+    _unnamed_unbound,
+)
 from pgtarn.proto import build
 from pgtarn.proto.framing import MessageScanner
 from pgtarn.session.framer import SYNC_MARK
@@ -71,3 +77,14 @@ def test_the_unnamed_statement_is_held_from_its_parse_to_its_bind() -> None:
     assert not _unnamed_unbound([portal_unnamed], True)
     assert _unnamed_unbound([portal_named], True)
     assert _unnamed_unbound([(0x42, b"c1")], True)  # no NUL: not a Bind of it
+
+
+def test_names_statements_of_a_query() -> None:
+    execute, plain = build.query("EXECUTE p1 (5)"), build.query("SELECT 1;")
+    for data in (execute, plain):  # alone: from its text, or from the chunk without one
+        expected = data is execute
+        assert _names_statements(data, data[5:], alone=True) == expected
+        assert _names_statements(data, b"", alone=True) == expected
+    # with other messages around it: any of the words anywhere in the chunk
+    assert _names_statements(plain + build.query("prepare p2 as select 2"), plain[5:], False)
+    assert not _names_statements(plain + build.SYNC, plain[5:], alone=False)
