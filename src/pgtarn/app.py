@@ -307,14 +307,6 @@ class App:
             hosts: list[str] | None = None
         else:
             hosts = addrs
-        if addrs:
-            server = await loop.create_server(
-                factory, host=hosts, port=config.listen_port, backlog=config.listen_backlog,
-                reuse_address=True,
-            )
-            self.servers.append(server)
-            for sock in server.sockets:
-                log.info("listening on %s", sock.getsockname()[:2])
         if config.unix_socket_dir:
             path = os.path.join(config.unix_socket_dir, f".s.PGSQL.{config.listen_port}")
             if os.path.exists(path):
@@ -327,6 +319,15 @@ class App:
             self.unix_path = path
             self.servers.append(unix)
             log.info("listening on unix:%s", path)
+        if addrs:  # last: once its port accepts, every listener is ready (the unix one too)
+            server = await loop.create_server(
+                factory, host=hosts, port=config.listen_port, backlog=config.listen_backlog,
+                reuse_address=True,
+            )
+            keepalive_listeners([server], config.tcp_keepalive)  # before the loop accepts
+            self.servers.append(server)
+            for sock in server.sockets:
+                log.info("listening on %s", sock.getsockname()[:2])
 
     async def _take_over(self, config: Config) -> bool:
         """--reboot: serve the listening sockets of the pgtarn running on our port, which

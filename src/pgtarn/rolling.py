@@ -310,7 +310,9 @@ def spread(socks: list[socket.socket], count: int, backlog: int
     for (_family, address), group in groups.items():
         if len(group) < count and all(_reuseport(s) for s in group):
             with contextlib.suppress(OSError):
-                extra = tcp_listeners([address[0]], address[1], backlog, count - len(group))
+                keepalive = bool(group[0].getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE))
+                extra = tcp_listeners([address[0]], address[1], backlog, count - len(group),
+                                      keepalive)  # as the sockets taken over
                 group += [s for socks_of in extra for s in socks_of]
         for i in range(max(count, len(group))):
             made[i % count].append(group[i % len(group)])

@@ -19,10 +19,11 @@ from typing import Any
 from ..errors import ConfigError
 
 
-def tcp_listeners(hosts: list[str] | None, port: int, backlog: int,
-                  copies: int) -> list[list[socket.socket]]:
+def tcp_listeners(hosts: list[str] | None, port: int, backlog: int, copies: int,
+                  keepalive: bool = False) -> list[list[socket.socket]]:
     """For each of copies workers, its listening sockets on every address of hosts (None:
-    every address of the machine, as listen_addr = *)."""
+    every address of the machine, as listen_addr = *). keepalive (tcp_keepalive): set before
+    they listen, so that every connection they accept has it (accepted sockets inherit it)."""
     addresses: list[tuple[socket.AddressFamily, Any]] = []
     for host in hosts if hosts is not None else [None]:
         try:
@@ -44,6 +45,7 @@ def tcp_listeners(hosts: list[str] | None, port: int, backlog: int,
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(keepalive))
                 sock.bind(sockaddr)
                 sock.listen(backlog)
                 sock.setblocking(False)
