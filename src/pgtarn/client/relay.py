@@ -86,6 +86,16 @@ class ClientRelay(ClientLink):
                 self.query_start = 0.0
                 self.idle_since = monotonic()
         scanner = self.scanner
+        if _whole_query(data, scanner):  # the common case: one whole simple Query
+            body = data[5:]
+            look = first_look(body)
+            if self.statements is not None and look & NAMES_STATEMENTS:
+                self._start_statements()
+                self._relay_prepared(data)
+                return
+            self.open_batch = False  # (a Query ends a batch)
+            self._relay_query(data, body, look)
+            return
         if self.statements is not None:  # statement tracking is on, not yet needed
             at_boundary = scanner.at_boundary
             events = scanner.feed(data)
@@ -121,6 +131,22 @@ class ClientRelay(ClientLink):
         events = scanner.feed(data)
         self.open_batch = _goes_on(data, events, scanner.held, self.open_batch)
         self._relay_events(data, events)
+
+    def _relay_query(self, data: bytes, body: bytes, look: int) -> None:
+        """_relay_events for a chunk that is one whole Query (body: its text; look: its
+        first_look)."""
+        session = self.session
+        if session is not None and (session.parse_all or look & CHANGES_STATE):
+            refusal = self._session_text(0x51, body, self.expected)
+            if refusal is not None:  # a refusal PostgreSQL raises, or answered here (LISTEN)
+                self.expected += 1
+                if refusal:
+                    self._to_server(refusal)
+                else:
+                    self._answer_now()
+                return
+        self.expected += 1
+        self._to_server(data)
 
     def _relay_whole_texts(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
         """_relay_events for a client whose texts are read, when a message is cut across
@@ -342,6 +368,15 @@ def _only_flushes(raw: bytes) -> bool:
     """Whether raw bytes are whole Flush messages only (or nothing)."""
     count = len(raw) // 5
     return len(raw) == 5 * count and raw == FLUSH * count
+
+
+def _whole_query(data: bytes, scanner: MessageScanner) -> bool:
+    """Whether data is one whole Query, sent at a message boundary and within the packet
+    size: scanning it would find just that, and leave the scanner as it was."""
+    n = len(data)
+    # (by hand, as in MessageScanner.feed: compiled, byte reads and shifts cost least)
+    return (n > 5 and data[0] == 0x51 and scanner.at_boundary and n <= scanner.max_size
+            and (data[1] << 24 | data[2] << 16 | data[3] << 8 | data[4]) == n - 1)
 
 
 def _names_statements(data: bytes, body: bytes, alone: bool) -> bool:
