@@ -46,6 +46,16 @@ class ServerRelay(ServerTransport):
             self.scanner = MessageScanner(RELAY_TYPES)  # at a boundary again
 
     def _relay(self: Self, data: bytes) -> None:
+        if not self.swallow and self.scanner.ends_at_ready(data):
+            # The common case: a whole reply ending with ReadyForQuery, nothing before it
+            # looked at.
+            body = data[-1:]
+            self.status = body
+            client = self.client
+            if client is not None:
+                replacement = client.ready_for_query(self, body)
+                client.write(data if replacement is None else data[:-RFQ_LEN] + replacement)
+            return
         events = self.scanner.feed(data)
         start = 0
         for msg_type, body, end in events:
@@ -77,6 +87,21 @@ class ServerRelay(ServerTransport):
         if start < len(data) and not self.swallow and self.client is not None:
             self.client.write(data[start:] if start else data)
 
+    def _relay_ready_reply(self: Self, data: bytes, body: bytes, statements: ServerStatements
+                           ) -> None:  # fmt: skip
+        """_relay_prepared's common case: a whole reply ending with ReadyForQuery (body: its
+        status), nothing before it to rewrite."""
+        self.status = body
+        client = self.client
+        code = statements.ready(body, None if client is None else client.statements)
+        if code == READY_FORWARD and client is not None and not statements.expected:
+            replacement = client.ready_for_query(self, body)
+            client.write(data if replacement is None else data[:-RFQ_LEN] + replacement)
+            return
+        reply = data[:-RFQ_LEN] + self._after_ready(code, data[-RFQ_LEN:], body)
+        if reply and client is not None:
+            client.write(reply)
+
     def _relay_prepared(self: Self, data: bytes) -> None:
         """_relay, plus the bookkeeping of prepared statements: ParseComplete, BindComplete and
         CloseComplete answered or dropped, errors held back for a retry or replaced, batches
@@ -88,21 +113,14 @@ class ServerRelay(ServerTransport):
         scanner = self.scanner
         statements = self.statements
         assert statements is not None
+        if not self.swallow and scanner.ends_at_ready(data):
+            self._relay_ready_reply(data, data[-1:], statements)
+            return
         events = scanner.feed(data)
         if (len(events) == 1 and not self.swallow and not scanner.held and not scanner.released
                 and events[0][0] == 0x5A and events[0][2] == len(data) >= RFQ_LEN):
-            # The common case: a whole reply ending with ReadyForQuery, nothing to rewrite.
-            body = events[0][1]
-            self.status = body
-            client = self.client
-            code = statements.ready(body, None if client is None else client.statements)
-            if code == READY_FORWARD and client is not None and not statements.expected:
-                replacement = client.ready_for_query(self, body)
-                client.write(data if replacement is None else data[:-RFQ_LEN] + replacement)
-                return
-            reply = data[:-RFQ_LEN] + self._after_ready(code, data[-RFQ_LEN:], body)
-            if reply and client is not None:
-                client.write(reply)
+            # the same, after the rest of a message begun in an earlier chunk
+            self._relay_ready_reply(data, events[0][1], statements)
             return
         out = bytearray(scanner.released if not self.swallow else b"")
         start = 0

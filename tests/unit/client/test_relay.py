@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pgtarn.client.relay import RELAY_TYPES, _whole_query
 from pgtarn.proto import build
-from pgtarn.proto.framing import MessageScanner
 from pgtarn.states import ClientState
 
 from .pair import Pool, result, sent, types
@@ -149,19 +147,6 @@ def test_a_prepared_commit_ends_the_transaction_in_the_session_model() -> None:
     assert client.session is not None
     assert client.session.state.settings == {}  # as before the transaction
     assert client.server is None  # and the server went back to the pool
-
-
-def test_whole_query_is_one_whole_query_at_a_message_boundary() -> None:
-    query = build.query("select 1")
-    scanner = MessageScanner(RELAY_TYPES, max_size=1000)
-    assert _whole_query(query, scanner)
-    assert not _whole_query(query[:-1], scanner)  # cut short
-    assert not _whole_query(query + build.SYNC, scanner)  # more after it
-    assert not _whole_query(build.SYNC, scanner)
-    assert not _whole_query(build.message(b"Q", b""), scanner)  # a header alone
-    assert not _whole_query(build.query("x" * 1000), scanner)  # past the packet size
-    scanner.feed(build.query("select 2")[:7])  # a message begun
-    assert not _whole_query(query, scanner)
 
 
 def test_bytes_shaped_like_a_query_inside_a_longer_one_are_part_of_it() -> None:

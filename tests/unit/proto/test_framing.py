@@ -140,3 +140,67 @@ def test_a_stop_type_ends_the_feed_so_what_follows_it_is_never_read() -> None:
     assert resumed.feed(build.TERMINATE[:3]) == []
     events = resumed.feed(build.TERMINATE[3:] + b"d\xff\xff\xff\xff")
     assert [chr(t) for t, _, _ in events] == ["X"]
+
+
+def _fed_alone(scanner: MessageScanner, data: bytes, msg_type: int, body: bytes) -> bool:
+    """What one_whole and ends_at_ready stand for: feed returns just that message, at the
+    end of data, and leaves the scanner at a boundary."""
+    try:
+        events = scanner.feed(data)
+    except ProtocolViolation:
+        return False
+    return (events == [(msg_type, body, len(data))] and scanner.at_boundary
+            and scanner.held == 0 and scanner.released == b"")
+
+
+@settings(max_examples=400, deadline=None)
+@given(msgs=messages, watch=st.sets(message_types), begun=st.integers(0, 7),
+       max_size=st.sampled_from([2**31 - 1, 64]), status=st.sampled_from([b"", b"I", b"T"]))
+def test_one_whole_and_ends_at_ready_answer_as_feed_would(msgs, watch, begun, max_size, status):  # type: ignore[no-untyped-def]
+    if status:  # most replies end so
+        msgs = [*msgs, (0x5A, status)]
+    data = b"".join(build.message(bytes([t]), body) for t, body in msgs)
+    before = build.message(b"D", b"x" * 8)[:begun]  # a message cut short, or nothing
+
+    def scanner() -> MessageScanner:
+        fresh = MessageScanner(frozenset(watch), max_size)
+        fresh.feed(before)
+        return fresh
+
+    first, body = msgs[0]
+    whole = scanner().one_whole(data, first)
+    ready = scanner().ends_at_ready(data)
+    fed_whole = len(msgs) == 1 and _fed_alone(scanner(), data, first, body)
+    fed_ready = _fed_alone(scanner(), data, 0x5A, data[-1:])
+    assert whole <= fed_whole and ready <= fed_ready  # never where feed would differ
+    if not before:  # and, at a boundary, wherever feed agrees
+        assert whole == fed_whole and ready == fed_ready
+
+
+def test_ends_at_ready_is_a_usual_reply_after_nothing_watched() -> None:
+    reply = (build.message(b"T", b"row description") + build.message(b"D", b"a row")
+             + build.command_complete("SELECT 1") + build.ready_for_query(b"I"))
+    scanner = MessageScanner(frozenset(b"ZSE"))
+    assert scanner.ends_at_ready(reply)
+    assert scanner.ends_at_ready(build.ready_for_query(b"T"))
+    assert not scanner.ends_at_ready(reply[:-1])  # cut short
+    assert not scanner.ends_at_ready(reply + build.message(b"N", b""))  # more after it
+    assert not scanner.ends_at_ready(build.parameter_status("a", "b") + reply)  # watched
+    assert not scanner.ends_at_ready(reply[3:])  # not at a message's start
+    assert not MessageScanner(frozenset(b"SE")).ends_at_ready(reply)  # ReadyForQuery unwatched
+    assert not MessageScanner(frozenset(b"ZSE"), max_size=8).ends_at_ready(reply)  # too long
+    scanner.feed(reply[:3])  # a message begun
+    assert not scanner.ends_at_ready(reply)
+
+
+def test_one_whole_is_one_whole_message_at_a_boundary() -> None:
+    query = build.query("select 1")
+    scanner = MessageScanner(frozenset(b"QSX"), max_size=1000)
+    assert scanner.one_whole(query, 0x51)
+    assert not scanner.one_whole(query, 0x50)  # another type
+    assert not scanner.one_whole(query[:-1], 0x51)  # cut short
+    assert not scanner.one_whole(query + build.SYNC, 0x51)  # more after it
+    assert not scanner.one_whole(build.query("x" * 1000), 0x51)  # past the packet size
+    assert not MessageScanner(frozenset(b"SX")).one_whole(query, 0x51)  # not watched
+    scanner.feed(build.query("select 2")[:7])  # a message begun
+    assert not scanner.one_whole(query, 0x51)
