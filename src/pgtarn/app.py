@@ -521,10 +521,9 @@ class App:
                 pool.close_idle("server TLS settings changed")
         if "max_prepared_statements" in report.changed and config.max_prepared_statements:
             # servers keep at most the new number: the oldest are closed at their next Parse
-            for pool in self.runtime.registry:
-                for server in pool.servers():
-                    if server.statements is not None:
-                        server.statements.capacity = config.max_prepared_statements
+            for view in self.runtime.servers():
+                if view.statements is not None:
+                    view.statements.capacity = config.max_prepared_statements
         self._open_forced_pools()
         log.info("configuration %s; changed: %s", "reloaded" if source == "reload" else
                  f"changed by {source}", ", ".join(report.changed) or "nothing")

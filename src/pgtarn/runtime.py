@@ -10,13 +10,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .auth.hba import HbaRules, IdentMaps
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError
 from .net.peers import PeerCancels
 from .net.sockets import HostChooser, TcpOption, tcp_options
+from .pool.pool import PooledServer
 from .pool.registry import Registry, SharedGate
 from .pool.stats import PoolStats, Totals
 from .session.prepared import StatementCache
@@ -101,7 +102,7 @@ class Runtime:
         #: tcp_options(config), for each new connection (App.apply renews it with config).
         self.tcp_options: tuple[TcpOption, ...] = tcp_options(config)
         self.userlist = userlist
-        self.registry: Registry[ServerView] = Registry(config)
+        self.registry: Registry[PooledServer] = Registry(config)
         #: Every client connection, from accept to close (max_client_conn counts these).
         self.clients: set[ClientView] = set()
         #: Clients still logging in (SHOW LISTS' login_clients), and admin console sessions.
@@ -158,6 +159,11 @@ class Runtime:
         #: auth_hba_file and auth_ident_file, parsed (None: not set).
         self.hba: HbaRules | None = None
         self.ident: IdentMaps | None = None
+
+    def servers(self) -> list[ServerView]:
+        """Every pool's servers, as the layers below see them: the registry knows a server
+        only as the pool's base class of one (PooledServer)."""
+        return [cast(ServerView, s) for pool in self.registry for s in pool.servers()]
 
     def shared_params(self, params: dict[str, str]) -> dict[str, str]:
         """The one dict of a client's tracked parameters for every client with the same values.

@@ -12,14 +12,19 @@ from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from .errors import PgtarnError
-from .pool.pool import Pool, PooledServer
+from .pool.pool import Pool
 from .session.prepared import ClientStatements, ServerStatements
 from .states import ClientState
 
 
-class ServerView(PooledServer, Protocol):
+class ServerView(Protocol):
     """A connection to PostgreSQL, as SHOW SERVERS, the janitor and KILL see it."""
 
+    # what the pool sees of it too (PooledServer)
+    connstr: str
+    created_at: float
+    last_used: float
+    close_needed: bool
     id: int
     peer: str
     local_addr: str
@@ -46,6 +51,10 @@ class ServerView(PooledServer, Protocol):
 
     @property
     def transport(self) -> asyncio.Transport | None: ...
+
+    def close(self, reason: str, wait: bool = False) -> None: ...
+
+    def start_check(self) -> None: ...
 
     def send_cancel(self, client: ClientView) -> None:
         """Cancel what this server runs for client, if it still runs client's work."""

@@ -13,10 +13,11 @@ from pgtarn import __version__, metrics
 from pgtarn.buildinfo import BUILD
 from pgtarn.config import Config, DatabaseEntry
 from pgtarn.metrics import families, merge_families, render, serve_metrics
+from pgtarn.pool.pool import PooledServer
 from pgtarn.runtime import Runtime
 
 
-class FakeServer:
+class FakeServer(PooledServer):
     """Just what the SHOW tables read of a server connection."""
 
     _ids = iter(range(1, 1_000_000))
@@ -32,7 +33,7 @@ class FakeServer:
         self.closed: str | None = None
         self.replication = ""
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, wait: bool = False) -> None:
         self.closed = reason
 
     def start_check(self) -> None:

@@ -109,7 +109,7 @@ def _suspend_reading(runtime: Runtime, suspend: bool) -> None:
     """SUSPEND: stop reading every client (but admin sessions) and server; RESUME: read again."""
     runtime.suspended = suspend
     transports = [c.transport for c in runtime.clients if c.state is not ClientState.ADMIN]
-    transports += [s.transport for p in runtime.registry for s in p.servers()]
+    transports += [s.transport for s in runtime.servers()]
     for transport in transports:
         if transport is not None and not transport.is_closing():
             if suspend:

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from ..buildinfo import VERSION_LINE
 from ..net.tls import describe
-from ..pool.pool import Pool
+from ..pool.pool import Pool, PooledServer
 from ..pool.stats import Totals, sum_totals
 from ..runtime import Runtime
 from ..states import ClientState
@@ -121,12 +121,18 @@ def server_state(server: ServerView, now: float) -> str:
         return "tested"
     if server in pool.login:
         return "new"
-    if pool.check_delay is not None and now - server.last_used > pool.check_delay:
+    if _unchecked_too_long(pool, server.last_used, now):
         return "used"
     return "idle"
 
 
-def _pools(runtime: Runtime) -> list[Pool[ServerView]]:
+def _unchecked_too_long(pool: Pool[Any], last_used: float, now: float) -> bool:
+    """Whether an idle server shows as "used": unused longer than server_check_delay, it is
+    checked before its next client."""
+    return pool.check_delay is not None and now - last_used > pool.check_delay
+
+
+def _pools(runtime: Runtime) -> list[Pool[PooledServer]]:
     """Every pool; a split database's home pool before its replicas' (same database, user)."""
     return sorted(runtime.registry, key=lambda p: (p.database, p.user, p.host_index))
 
@@ -149,7 +155,7 @@ def show_pools(runtime: Runtime) -> Table:
     ]
     by_pool: dict[tuple[str, str], list[Value]] = {}
     for pool in _pools(runtime):
-        used = sum(1 for s in pool.idle if server_state(s, now) == "used")
+        used = sum(1 for s in pool.idle if _unchecked_too_long(pool, s.last_used, now))
         maxwait, maxwait_us = _seconds_us(pool.max_wait(now))
         db = runtime.registry.databases.get(pool.database)
         row: list[Value] = [
@@ -209,7 +215,7 @@ def show_clients(runtime: Runtime) -> Table:
 
 def all_servers(runtime: Runtime) -> list[ServerView]:
     """The pools' servers and the replication clients' own ones."""
-    servers = [s for p in runtime.registry for s in p.servers()]
+    servers = runtime.servers()
     servers.extend(c.server for c in runtime.clients if c.replication and c.server is not None)
     return sorted(servers, key=lambda s: s.id)
 

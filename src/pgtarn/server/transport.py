@@ -12,7 +12,7 @@ from mypy_extensions import mypyc_attr
 
 from ..config import DatabaseEntry
 from ..net.sockets import Target
-from ..pool.pool import Pool
+from ..pool.pool import Pool, PooledServer
 from ..proto.framing import MessageScanner
 from ..runtime import Runtime
 from ..session.prepared import ClientStatements, ServerStatements
@@ -69,29 +69,26 @@ class LinkedClient(asyncio.Protocol, Generic[Server]):
         raise NotImplementedError
 
 
-class ServerTransport(asyncio.Protocol):
+class ServerTransport(PooledServer, asyncio.Protocol):
     """A connection to PostgreSQL: its fields and its asyncio glue (the base of
     ServerConnection, see connection.py).
 
     The fields of every part of the connection (login, relay, link) are declared here, in
-    one __slots__. The linked client is a LinkedClient of the connection's own type (Self):
-    the methods that hand ``self`` to it are annotated ``self: Self`` for that.
+    one __slots__, but for the four the pool reads (in its base, PooledServer). The linked
+    client is a LinkedClient of the connection's own type (Self): the methods that hand
+    ``self`` to it are annotated ``self: Self`` for that.
     """
 
     __slots__ = (
         "backend_key",
         "client",
-        "close_needed",
         "closed",
         "connect_time",
-        "connstr",
-        "created_at",
         "db",
         "fatal",
         "hosts_tried",
         "id",
         "internal_error",
-        "last_used",
         "local_addr",
         "login",
         "on_clean",

@@ -26,6 +26,7 @@ from pgtarn.admin.tables import (
 )
 from pgtarn.config import Config, DatabaseEntry
 from pgtarn.pool.hosts import HostSet
+from pgtarn.pool.pool import PooledServer
 from pgtarn.runtime import Runtime
 
 SPLIT = DatabaseEntry(name="app", host="a", hosts=("a", "b", "c"), port=5432,
@@ -40,7 +41,7 @@ class Clock:
         return self.now
 
 
-class FakeServer:
+class FakeServer(PooledServer):
     """What SHOW SERVERS reads of a server connection."""
 
     _ids = iter(range(1, 1_000_000))

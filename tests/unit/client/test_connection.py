@@ -6,13 +6,13 @@ import asyncio
 import os
 import socket
 import struct
-from dataclasses import dataclass, field
 from typing import Any
 
 from pgtarn.auth.md5 import md5_response, md5_secret
 from pgtarn.client.connection import ClientConnection
 from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
+from pgtarn.pool.pool import PooledServer
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_fields
@@ -91,17 +91,16 @@ class FakeTransport:
         return messages
 
 
-@dataclass(eq=False)
-class FakeServer:
+class FakeServer(PooledServer):
     """What a pool needs of a server connection, logging in for ever."""
 
-    connstr: str
-    created_at: float = 0.0
-    last_used: float = 0.0
-    close_needed: bool = False
-    closed: list[str] = field(default_factory=list)
+    def __init__(self, connstr: str) -> None:
+        self.connstr = connstr
+        self.created_at = self.last_used = 0.0
+        self.close_needed = False
+        self.closed: list[str] = []
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, wait: bool = False) -> None:
         self.closed.append(reason)
 
     def start_check(self) -> None:

@@ -6,11 +6,11 @@ import pytest
 
 from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
-from pgtarn.pool.pool import Pool
+from pgtarn.pool.pool import Pool, PooledServer
 from pgtarn.pool.registry import Registry
 
 
-class FakeServer:
+class FakeServer(PooledServer):
     def __init__(self, pool: Pool[FakeServer], now: float) -> None:
         self.pool = pool
         self.connstr = pool.connstr
@@ -20,7 +20,7 @@ class FakeServer:
         self.closed: str | None = None
         self.checks = 0
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, wait: bool = False) -> None:
         self.closed = reason
         self.pool.server_closed(self)
 

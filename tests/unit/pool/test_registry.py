@@ -5,7 +5,7 @@ from __future__ import annotations
 from pgtarn.config import DatabaseEntry
 from pgtarn.configfile import parse_config
 from pgtarn.pool.channels import ChannelBoard
-from pgtarn.pool.pool import ClientTimeouts, Pool
+from pgtarn.pool.pool import ClientTimeouts, Pool, PooledServer
 from pgtarn.pool.registry import Registry
 
 from .fakes import FakeLink, FakeSubscriber
@@ -64,13 +64,16 @@ default_pool_size = 5
 """
 
 
-class FakeServer:
+class FakeServer(PooledServer):
     """A pool's server as the registry counts and evicts it."""
 
     def __init__(self) -> None:
         self.closed = ""
+        self.connstr = ""
+        self.created_at = self.last_used = 0.0
+        self.close_needed = False
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, wait: bool = False) -> None:
         self.closed = reason
 
 

@@ -11,7 +11,7 @@ from pgtarn.config import DatabaseEntry
 from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.hosts import HostSet
-from pgtarn.pool.pool import Pool
+from pgtarn.pool.pool import Pool, PooledServer
 from pgtarn.pool.registry import Registry
 from pgtarn.pool.split import ClientRoute, Split
 from pgtarn.session.effects import Kind
@@ -26,7 +26,7 @@ default_pool_size = 2
 """
 
 
-class FakeServer:
+class FakeServer(PooledServer):
     def __init__(self, pool: Pool[Any], db: DatabaseEntry) -> None:
         self.pool = pool
         self.db = db

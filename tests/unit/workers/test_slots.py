@@ -7,7 +7,7 @@ from typing import Any
 from pgtarn.config import DatabaseEntry
 from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
-from pgtarn.pool.pool import Pool
+from pgtarn.pool.pool import Pool, PooledServer
 from pgtarn.pool.registry import Registry
 from pgtarn.workers.slots import SharedLimits
 
@@ -15,7 +15,7 @@ INI = "[databases]\napp = host=127.0.0.1 dbname=app max_db_connections=5\n" \
       "[pgbouncer]\ndefault_pool_size = 3\n"
 
 
-class Server:
+class Server(PooledServer):
     def __init__(self, pool: Pool[Server]) -> None:
         self.pool = pool
         self.connstr = pool.connstr
