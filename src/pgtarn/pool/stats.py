@@ -23,16 +23,13 @@ BUCKETS: Final[tuple[float, ...]] = (
 
 def bucket_of(seconds: float) -> int:
     """The index of the bucket that counts seconds: bisect_left over BUCKETS, written out so
-    that the compiled build runs it in C (the hot path calls it at every ReadyForQuery)."""
-    low = 0
-    high = len(BUCKETS)
-    while low < high:
-        middle = (low + high) >> 1
-        if BUCKETS[middle] < seconds:
-            low = middle + 1
-        else:
-            high = middle
-    return low
+    that the compiled build runs it in C (the hot path calls it at every ReadyForQuery). It
+    scans from the fastest bucket, where most queries and transactions end: one to three
+    steps, where a binary search takes five."""
+    for index in range(len(BUCKETS)):
+        if not BUCKETS[index] < seconds:
+            return index
+    return len(BUCKETS)
 
 
 class Histogram:
