@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from struct import Struct
 
+from mypy_extensions import i64
+
 from ..errors import ProtocolViolation
 
 _HEADER = Struct("!cI")
@@ -81,11 +83,14 @@ class MessageScanner:
     def one_whole(self, data: bytes, msg_type: int) -> bool:
         """Whether data is one whole message of msg_type (a watched type), begun at a message
         boundary: feed would return it alone."""
-        n = len(data)
+        n: i64 = len(data)
         if n < 5 or data[0] != msg_type or self._skip or self._buf:
             return False
-        # (by hand, as in feed: compiled, byte reads and shifts cost least)
-        length = data[1] << 24 | data[2] << 16 | data[3] << 8 | data[4]
+        high: i64 = data[1]  # (as in feed)
+        upper: i64 = data[2]
+        lower: i64 = data[3]
+        low: i64 = data[4]
+        length = high << 24 | upper << 16 | lower << 8 | low
         if length != n - 1 or length > self.max_size or not self._watch[msg_type]:
             return False
         self.held = 0
@@ -96,7 +101,7 @@ class MessageScanner:
         """Whether data is whole messages none of which is watched, then a ReadyForQuery (a
         watched type), begun at a message boundary: feed would return that ReadyForQuery
         alone, as the last six bytes of data (a server's usual reply)."""
-        n = len(data)
+        n: i64 = len(data)
         last = n - 6  # where the ReadyForQuery starts
         if last < 0 or data[last] != 0x5A or self._skip or self._buf:
             return False
@@ -105,13 +110,16 @@ class MessageScanner:
         watch = self._watch
         if not watch[0x5A]:
             return False
-        max_size = self.max_size
-        pos = 0
+        max_size: i64 = self.max_size
+        pos: i64 = 0
         while pos < last:
             if last - pos < 5:
                 return False
-            length = (data[pos + 1] << 24 | data[pos + 2] << 16 | data[pos + 3] << 8
-                      | data[pos + 4])
+            high: i64 = data[pos + 1]  # (as in feed)
+            upper: i64 = data[pos + 2]
+            lower: i64 = data[pos + 3]
+            low: i64 = data[pos + 4]
+            length = high << 24 | upper << 16 | lower << 8 | low
             if length < 4 or length > max_size or watch[data[pos]]:
                 return False
             pos += 1 + length
@@ -131,8 +139,8 @@ class MessageScanner:
     def feed(self, data: bytes) -> list[Event]:
         """Scan one received chunk; return the watched messages completed in it."""
         events: list[Event] = []
-        n = len(data)
-        pos = 0
+        n: i64 = len(data)
+        pos: i64 = 0
         self.held = 0
         self.released = b""
         if self._skip:
@@ -153,16 +161,21 @@ class MessageScanner:
         watch = self._watch
         bodies = self._bodies
         stop = self._stop
-        max_size = self.max_size
+        max_size: i64 = self.max_size
         while pos < n:
             if n - pos < 5:
                 self._buf = bytearray(data[pos:])
                 self.held = n - pos
                 break
             msg_type = data[pos]
-            # (by hand: compiled, four byte reads and shifts cost less than a call to unpack)
-            length = (data[pos + 1] << 24 | data[pos + 2] << 16 | data[pos + 3] << 8
-                      | data[pos + 4])
+            # By hand: compiled, four byte reads and shifts cost less than a call to unpack.
+            # The bytes are annotated i64, not converted: the shifts are then C arithmetic,
+            # and pure Python makes no call.
+            high: i64 = data[pos + 1]
+            upper: i64 = data[pos + 2]
+            lower: i64 = data[pos + 3]
+            low: i64 = data[pos + 4]
+            length = high << 24 | upper << 16 | lower << 8 | low
             if length < 4 or length > max_size:
                 # Keep the bad header: every later feed fails on it again (via _resume) and
                 # nothing more is buffered, whatever the caller does after the error.
