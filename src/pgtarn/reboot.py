@@ -30,6 +30,7 @@ from typing import Protocol, cast
 
 from .client.connection import ClientConnection
 from .pool.pool import Pool
+from .proto.cancelkey import packed
 from .runtime import Runtime
 from .server.connection import ServerConnection
 from .states import READY_STATE
@@ -114,8 +115,9 @@ class Handover:
             self._sweep()
         elif kind == "cancel":
             key = message.get("key")
-            if isinstance(key, list) and len(key) == 2:
-                target = self.runtime.cancel_keys.get((key[0], key[1]))
+            if (isinstance(key, list) and len(key) == 2
+                    and all(isinstance(part, int) for part in key)):
+                target = self.runtime.cancel_keys.get(packed((key[0], key[1])))
                 if target is not None and target.server is not None:
                     target.server.send_cancel(target)
         elif "id" in message:
@@ -202,7 +204,8 @@ def idle_reason(client: ClientConnection) -> str:
     if (server is not None or client.waiting or client.pending or client.expected
             or not client.scanner.at_boundary or client.held_batch or client.withheld
             or client.listening or client.answers or client.notify_queue
-            or client.subscribed or client.local_statements or client.named_effects
+            or client.subscribed or client.local_statements
+            or (client.framer is not None and client.framer.named_effects)
             or client.discard_scanner is not None or client.write_paused):
         return "busy"
     transport = client.transport
@@ -370,7 +373,7 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
     db = runtime.config.find_database(state.database)
     if db is None:
         raise HandoverError(f"no database {state.database} here")
-    key = state.cancel_key
+    key = packed(state.cancel_key)
     if key in runtime.cancel_keys:
         raise HandoverError("its cancel key is in use here")
     pool = cast(Pool[ServerConnection], runtime.registry.get_pool(db, state.user))
@@ -383,7 +386,7 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
     client.pool_mode = pool.pool_mode
     client.statement_mode = pool.pool_mode == "statement"
     client.params = dict(state.params)
-    client.cancel_key = key
+    client.cancel_key = state.cancel_key
     client.connect_time = state.connect_time or time()
     client.created_at = monotonic() - state.age
     client._start_relay()
@@ -399,8 +402,8 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
     if statements is not None:
         for handed in state.statements:
             if handed.sql:
-                statements.names[handed.name] = runtime.statement_cache.sql_statement(
-                    handed.definition)
+                statements.name(handed.name, runtime.statement_cache.sql_statement(
+                    handed.definition))
             else:
                 statements.define(handed.name, handed.definition)
         if state.framer:

@@ -66,11 +66,14 @@ class ClientView(Protocol):
     id: int
     user: str
     database: str
-    addr: str
     connect_time: float
     peer_pid: int
     params: dict[str, str]
     replication: str  # "physical", "logical", or "" (not a replication connection)
+
+    @property
+    def addr(self) -> str:
+        """The address it connected from, "host:port" ("unix" over a unix socket)."""
 
     @property
     def local_addr(self) -> str:

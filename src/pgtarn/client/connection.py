@@ -34,7 +34,7 @@ from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certif
 from ..pool.pool import Pool
 from ..pool.split import ClientRoute
 from ..proto import build
-from ..proto.cancelkey import as_issued, peer_of, worker_of
+from ..proto.cancelkey import as_issued, packed, peer_of, worker_of
 from ..proto.client_login import (
     Authenticated,
     CancelRequested,
@@ -88,7 +88,7 @@ class ClientConnection(ClientRelay):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self.runtime.clients.add(self)
+        self.runtime.clients[self] = None
         self.runtime.logins.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -97,9 +97,9 @@ class ClientConnection(ClientRelay):
         previous = self.state
         self.state = ClientState.CLOSED
         runtime = self.runtime
-        runtime.clients.discard(self)
+        runtime.clients.pop(self, None)
         runtime.logins.discard(self)
-        runtime.cancel_keys.pop(self.cancel_key, None)
+        runtime.cancel_keys.pop(packed(self.cancel_key), None)
         if runtime.limits is not None:
             runtime.limits.left(self)
         if self.admin is not None:
@@ -431,7 +431,7 @@ class ClientConnection(ClientRelay):
         startup_settings = login.startup_settings
         welcome = self._welcome(login, pool.welcome, self.tracked_names(),
                                 self.runtime.reported_forms)
-        self.runtime.cancel_keys[self.cancel_key] = self
+        self.runtime.cancel_keys[packed(self.cancel_key)] = self
         self.state = ClientState.READY
         pool.client_joined(self)
         self.idle_since = monotonic()
@@ -457,7 +457,7 @@ class ClientConnection(ClientRelay):
             server.release_from(self, False, None)
             return
         welcome = self._welcome(login, server.params, self.tracked_names())
-        self.runtime.cancel_keys[self.cancel_key] = self
+        self.runtime.cancel_keys[packed(self.cancel_key)] = self
         self.state = ClientState.REPLICATION
         server.client = self
         pool.client_joined(self)
@@ -495,7 +495,7 @@ def cancel_by_key(runtime: Runtime, key: tuple[int, int]) -> bool:
     """Cancel the query of this process's client with key, if it has one running (a
     CancelRequest to its server's backend); whether the key is one of this process's."""
     # with peering on, a peer's forward comes with a lower TTL than the key handed out
-    target = runtime.cancel_keys.get(as_issued(key) if runtime.config.peer_id else key)
+    target = runtime.cancel_keys.get(packed(as_issued(key) if runtime.config.peer_id else key))
     if target is None:
         return False
     if target.server is not None:

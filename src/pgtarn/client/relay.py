@@ -179,7 +179,7 @@ class ClientRelay(ClientLink):
         """
         self.framer = ClientFramer(self.runtime.config.max_packet_size)
         if self.session is not None:
-            self.framer.watch(self.session, self._session_text, self.named_effects)
+            self.framer.watch(self.session, self._session_text)
         outstanding = self.expected
         server = self.server
         if server is not None:

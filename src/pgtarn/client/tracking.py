@@ -75,7 +75,6 @@ class ClientTracking(ClientTransport):
         if self.pool_mode == "session" or not config.track_session_state:
             return
         self.session = SessionTracker(SessionState(_ignored(tuple(self.params))))
-        self.named_effects = {}
         self.answers = NO_ANSWERS  # LISTEN and UNLISTEN are answered here (listening.py)
 
     def _owe_answer(self, entry: list[Any]) -> None:
@@ -110,20 +109,23 @@ class ClientTracking(ClientTransport):
         """
         session = self.session
         assert session is not None
+        # Bind, Close and Parse come through the framer only, which keeps the named effects
+        framer = self.framer
         if msg_type == 0x43:  # Close: of a statement ('S') that may have changed state
-            if body[:1] == b"S":
-                self.named_effects.pop(body[1 : body.find(b"\x00", 1)], None)
+            if body[:1] == b"S" and framer is not None:
+                framer.named_effects.pop(body[1 : body.find(b"\x00", 1)], None)
             return None
         if msg_type == 0x42:  # Bind of a named statement that changes state: runs again
             portal_end = body.find(b"\x00")
             name = body[portal_end + 1 : body.find(b"\x00", portal_end + 1)]
-            parsed = self.named_effects.get(name)
+            parsed = framer.named_effects.get(name) if framer is not None else None
             if parsed is not None:
                 session.add(parsed, replies_ahead, self._status_now())
             return None
         if msg_type == 0x50:
             name, sql = parse_text(body)
-            self.named_effects.pop(name, None)  # a name parsed again is a new statement
+            if framer is not None:  # a name parsed again is a new statement
+                framer.named_effects.pop(name, None)
             if not (session.parse_all or may_change_state(body, msg_type)):
                 return None
         else:
@@ -132,12 +134,12 @@ class ClientTracking(ClientTransport):
         if not parsed.effects and not session.parse_all:
             return None
         if name and parsed.effects:
-            if self.framer is None:  # its Binds are not followed: it cannot be
+            if framer is None:  # its Binds are not followed: it cannot be
                 parsed = Parsed(
                     [*parsed.effects,
                      (UNTRACKED, "a named prepared statement that changes session state")],
                     parsed.statements)
-            elif len(self.named_effects) >= self.runtime.config.max_prepared_statements:
+            elif len(framer.named_effects) >= self.runtime.config.max_prepared_statements:
                 # bounded as a server's statements are: past it, no longer followed
                 parsed = Parsed(
                     [*parsed.effects,
@@ -145,7 +147,7 @@ class ClientTracking(ClientTransport):
                                  " max_prepared_statements")],
                     parsed.statements)
             else:
-                self.named_effects[name] = parsed
+                framer.named_effects[name] = parsed
                 return None  # counted at its Bind
         if msg_type == 0x51 and self.answers is not None and not session.state.channels:
             # (a client that LISTENed on its server, pinned, goes on doing so there)

@@ -29,7 +29,7 @@ from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
 from ..states import ClientState
-from ..views import SecretSource
+from ..views import ClientView, SecretSource
 from .access import os_user_name, peer_credentials
 
 log = logging.getLogger("pgtarn.client")
@@ -57,7 +57,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     __slots__ = (
         "_local_addr",
-        "addr",
         "admin",
         "admin_role",
         "answers",
@@ -80,11 +79,12 @@ class ClientTransport(LinkedClient[ServerConnection]):
         "listening",
         "local_statements",
         "login",
-        "named_effects",
         "notify_queue",
         "open_batch",
         "params",
+        "peer_host",
         "peer_pid",
+        "peer_port",
         "pending",
         "pending_size",
         "pinned",
@@ -114,13 +114,40 @@ class ClientTransport(LinkedClient[ServerConnection]):
     )
 
     def __init__(self, runtime: Runtime) -> None:
+        # The flags first: compiled, the fields are laid out in the order first assigned here,
+        # and these one-byte fields side by side take 16 bytes where, spread among the
+        # pointers, they took 48 (a few thousand idle clients).
+        #: Waiting for a server from the pool; told it waits long (the notice, once).
+        self.waiting = False
+        self.wait_notified = False
+        #: The pool is in statement mode.
+        self.statement_mode = False
+        #: Its session state keeps its server (see session).
+        self.pinned = False
+        #: The client sent messages after its last Sync or Query (an extended batch goes on):
+        #: the ReadyForQuery before them must not end the link, or another client would get
+        #: a server in the middle of this one's batch (its Bind, its portal).
+        self.open_batch = False
+        #: It parsed the unnamed statement and bound no portal to it yet (relay.py).
+        self.unnamed_unbound = False
+        #: Some of its channels are not confirmed by the listener connection yet; some of
+        #: the LISTEN fields below may need a look at a ReadyForQuery (one check on the hot
+        #: path).
+        self.listen_wait = False
+        self.listening = False
+        #: The client's socket buffer is full (pause_writing): notifications wait.
+        self.write_paused = False
         self.runtime = runtime
         self.id = next(runtime.ids)
         self.state = ClientState.STARTUP
         self.transport: asyncio.Transport | None = None
         #: The TLS layer once the client asked for TLS (it is then self.transport too).
         self.tls: TlsTransport | None = None
-        self.addr = ""
+        #: Where it connected from: the host (interned: many clients come from a few
+        #: hosts) and the port; "unix" and 0 over a unix socket. The addr property joins
+        #: them when asked (a log line, SHOW CLIENTS), not a string kept per client.
+        self.peer_host = ""
+        self.peer_port = 0
         self.user = ""
         self.database = ""
         #: The login's state machine, until the welcome.
@@ -134,8 +161,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: A replication connection: "physical" or "logical" ("": none, the usual).
         self.replication = ""
         self.server: ServerConnection | None = None
-        self.waiting = False
-        self.wait_notified = False
         self.expected = 0
         #: Bytes waiting for a server; in prepared-statement mode (parts, chunk).
         self.pending = NO_PENDING
@@ -144,7 +169,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.params = NO_PARAMS  # from the welcome on: its values' shared dict (never written)
         self.cancel_key = (0, 0)
         self.db: DatabaseEntry | None = None
-        self.statement_mode = False
         #: Statement mode: set while skipping a refused extended batch up to its Sync.
         self.discard_scanner: MessageScanner | None = None
         #: Transaction mode: this client's named prepared statements, and the framer that
@@ -152,21 +176,13 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.statements: ClientStatements | None = None
         self.framer: ClientFramer | None = None
         #: Transaction and statement mode: this client's session state (None: not tracked,
-        #: see tracking.py); whether that state keeps its server; the effects of its named
-        #: prepared statements, counted at each Bind.
+        #: see tracking.py; whether it keeps its server is `pinned`). (The effects of its
+        #: named prepared statements, counted at each Bind, are its framer's.)
         self.session: SessionTracker | None = None
-        self.pinned = False
-        #: The client sent messages after its last Sync or Query (an extended batch goes on):
-        #: the ReadyForQuery before them must not end the link, or another client would get
-        #: a server in the middle of this one's batch (its Bind, its portal).
-        self.open_batch = False
-        #: It parsed the unnamed statement and bound no portal to it yet (relay.py).
-        self.unnamed_unbound = False
         #: A client with session settings: the server it last left them on (preferred).
         self.last_server: ServerConnection | None = None
         #: read_write_split (transaction and statement mode): where its transactions go.
         self.route: ClientRoute[ServerConnection] | None = None
-        self.named_effects: dict[bytes, Parsed] = {}
         #: LISTEN/UNLISTEN answered by pgtarn (listening.py; None: they run on the server):
         #: [ReadyForQuery owed before its reply, its subscriptions, its replies (None: a
         #: CommandComplete per subscription), whether a ReadyForQuery ends it], oldest
@@ -174,20 +190,16 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: protocol), by name.
         self.answers: list[list[Any]] | None = None
         self.local_statements: dict[bytes, Parsed] | None = None
-        #: The channels the pool's board has for this client; whether some of them are not
-        #: confirmed by the listener connection yet; the ReadyForQuery withheld until they
-        #: are (b"": none); notifications waiting to go out (None: none yet).
+        #: The channels the pool's board has for this client (whether some of them are not
+        #: confirmed by the listener connection yet is `listen_wait`); the ReadyForQuery
+        #: withheld until they are (b"": none); notifications waiting to go out (None: none
+        #: yet).
         self.subscribed = NO_CHANNELS
-        self.listen_wait = False
-        #: Some of the above may need a look at a ReadyForQuery (one check on the hot path).
-        self.listening = False
         self.withheld = b""
         #: The start of an extended-protocol batch pgtarn may answer (LISTEN), not whole yet:
         #: the relay puts it before the next chunk (listening.py, _local_batches).
         self.held_batch = b""
         self.notify_queue: list[bytes] | None = None
-        #: The client's socket buffer is full (pause_writing): notifications wait.
-        self.write_paused = False
         #: The pool's counters once logged in; when this client's query and transaction
         #: began (monotonic, 0: none under way); wall clock of the connect, for display.
         self.stats: PoolStats | None = None
@@ -232,18 +244,24 @@ class ClientTransport(LinkedClient[ServerConnection]):
         # SO_KEEPALIVE came with the socket from its listener (keepalive_listeners)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
-            self.addr = address(peer)
+            self.peer_host = intern(str(peer[0]))
+            self.peer_port = int(peer[1])
             options = self.runtime.tcp_options
             if options:  # tcp_keepidle and the like: set on the connection, as PgBouncer
                 tune(transport, False, options)
         else:
-            self.addr = "unix"
+            self.peer_host = "unix"
+
+    @property
+    def addr(self) -> str:
+        """"host:port" it connected from; "unix" over a unix socket ("" before it did)."""
+        return f"{self.peer_host}:{self.peer_port}" if self.peer_port else self.peer_host
 
     @property
     def local_addr(self) -> str:
         """The address the client connected to ("host:port"; "" over a unix socket): read
         from the socket when SHOW CLIENTS first asks, not at every login (a system call)."""
-        if not self._local_addr and self.addr != "unix" and self.transport is not None:
+        if not self._local_addr and self.peer_port and self.transport is not None:
             sockname = self.transport.get_extra_info("sockname")
             if isinstance(sockname, tuple):
                 # the listener's address, the same for its clients: one copy (interned)
@@ -291,7 +309,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         pool's containers, so SHOW counts it no more and no server is handed to it; the rest
         of the cleanup waits for connection_lost."""
         runtime = self.runtime
-        runtime.clients.discard(self)
+        runtime.clients.pop(cast("ClientView", self), None)  # (the assembled one is)
         runtime.logins.discard(self)
         runtime.admin_clients.discard(self)
         if self.pool is not None:

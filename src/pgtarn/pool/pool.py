@@ -182,8 +182,8 @@ class Pool(Generic[S]):
         self.prepared_counters = PreparedCounters()
         #: Traffic of this pool's clients and servers (statistics).
         self.stats = PoolStats()
-        #: Logged-in clients (READY), whether they wait for a server or not.
-        self.clients: set[Waiter[S]] = set()
+        #: Logged-in clients (READY), waiting or not: a dict as a set (see Runtime.clients).
+        self.clients: dict[Waiter[S], None] = {}
         self.idle: list[S] = []  # not a deque: compiled, a list's append and pop are C
         self.active: set[S] = set()
         self.login: set[S] = set()
@@ -247,11 +247,11 @@ class Pool(Generic[S]):
 
     def client_joined(self, client: Waiter[S]) -> None:
         """A client finished logging in to this pool."""
-        self.clients.add(client)
+        self.clients[client] = None
 
     def client_left(self, client: Waiter[S]) -> None:
         """A client is gone: out of every container of this pool (and of its replicas')."""
-        self.clients.discard(client)
+        self.clients.pop(client, None)
         if self.waiting:
             self.cancel_wait(client)
         self.cancel_welcome(client)

@@ -36,8 +36,8 @@ class ClientFramer:
     which is not passed on, and nothing after it is read.
     """
 
-    __slots__ = ("_named", "_scanner", "_session", "_texts", "max_size", "plain", "terminated",
-                 "whole")
+    __slots__ = ("_scanner", "_session", "_texts", "max_size", "named_effects", "plain",
+                 "terminated", "whole")
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
@@ -50,17 +50,17 @@ class ClientFramer:
         #: Session-state tracking (watch): told of texts that may change state.
         self._session: SessionTracker | None = None
         self._texts: TextHook | None = None
-        self._named: dict[bytes, Parsed] = {}
+        #: The client's named statements that change session state (its texts hook keeps
+        #: them): here, as only a client with a framer has Binds to count them at, and the
+        #: many idle clients without one then hold no dict.
+        self.named_effects: dict[bytes, Parsed] = {}
 
-    def watch(self, session: SessionTracker, texts: TextHook, named: dict[bytes, Parsed]
-              ) -> None:
+    def watch(self, session: SessionTracker, texts: TextHook) -> None:
         """Hand texts (Query, Parse) that may change session state to texts, with how many
-        ReadyForQuery come before their batch's; every Parse, Bind and Close too while named
-        (the statements that change state) is not empty. texts may return a Query to send in
-        place of one."""
+        ReadyForQuery come before their batch's; every Parse, Bind and Close too while
+        named_effects is not empty. texts may return a Query to send in place of one."""
         self._session = session
         self._texts = texts
-        self._named = named
 
     def feed(self, data: bytes, outstanding: int = 0) -> tuple[list[Part], int]:
         """Parts to send for a chunk, and how many ReadyForQuery they will bring (outstanding:
@@ -82,7 +82,7 @@ class ClientFramer:
         for msg_type, body, end in events:
             begin = end - 5 - len(body)
             if session is not None and msg_type != 0x53 and (
-                    (self._named and msg_type in _NAMING) or (msg_type in _TEXTS and (
+                    (self.named_effects and msg_type in _NAMING) or (msg_type in _TEXTS and (
                         session.parse_all or may_change_state(body, msg_type)))):
                 assert self._texts is not None
                 refusal = self._texts(msg_type, body, outstanding + syncs)

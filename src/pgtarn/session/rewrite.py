@@ -321,7 +321,7 @@ class StatementRewriter:
             if use.kind == sqlnames.PREPARE:
                 self.counters.client_parses += 1
                 stmt = client.cache.sql_statement(text[use.end : use.statement_end])
-                client.names[use.name] = stmt
+                client.name(use.name, stmt)
                 self._evict(out)
                 self.prepared[stmt.name] = stmt
                 self.counters.server_parses += 1

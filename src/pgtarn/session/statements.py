@@ -121,6 +121,11 @@ def _key(stmt: Statement) -> bytes:
     return stmt.parse[5 + len(stmt.name) + 1 :]
 
 
+#: The names of a client that has named no statement (shared, never written: name() gives a
+#: client a dict of its own at its first): most pooled clients name none.
+_NO_NAMES: dict[bytes, Statement] = {}
+
+
 @dataclass(init=False, slots=True)
 class ClientStatements:
     """A client's statement names -> the shared statements.
@@ -133,13 +138,20 @@ class ClientStatements:
 
     def __init__(self, cache: StatementCache) -> None:
         self.cache = cache
-        self.names = {}
+        self.names = _NO_NAMES
+
+    def name(self, name: bytes, stmt: Statement) -> None:
+        """Let name mean stmt (the caller keeps the cache's counts)."""
+        names = self.names
+        if names is _NO_NAMES:
+            self.names = names = {}
+        names[name] = stmt
 
     def define(self, name: bytes, parse_tail: bytes) -> tuple[Statement, Statement | None]:
         """Name a statement; returns it and what the name meant before (None: nothing)."""
         stmt = self.cache.intern(parse_tail)
         old = self.names.get(name)
-        self.names[name] = stmt
+        self.name(name, stmt)
         if old is not None:
             self.cache.release(old)
         return stmt, old
@@ -154,7 +166,7 @@ class ClientStatements:
         if previous is None:
             self.names.pop(name, None)
         else:
-            self.names[name] = previous
+            self.name(name, previous)
             self.cache.retain(previous)
 
     def forget(self, name: bytes, stmt: Statement | None = None) -> None:
@@ -167,7 +179,7 @@ class ClientStatements:
     def clear(self) -> None:
         for stmt in self.names.values():
             self.cache.release(stmt)
-        self.names.clear()
+        self.names = _NO_NAMES
 
 
 @dataclass(slots=True)

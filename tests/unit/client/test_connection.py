@@ -14,6 +14,7 @@ from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.pool import PooledServer
 from pgtarn.proto import build
+from pgtarn.proto.cancelkey import packed
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_fields
 from pgtarn.runtime import Runtime
@@ -159,7 +160,7 @@ def test_trust_login_into_the_admin_console() -> None:
     assert messages[-2][1] == struct.pack("!II", *client.cancel_key)
     assert client.state is ClientState.ADMIN and client.login is None
     assert client in runtime.admin_clients and client not in runtime.logins
-    assert client.cancel_key not in runtime.cancel_keys  # nothing there to cancel
+    assert packed(client.cancel_key) not in runtime.cancel_keys  # nothing there to cancel
     assert client.params == {"application_name": "psql"}
     client.data_received(build.query("SHOW VERSION;"))
     assert [kind for kind, _ in transport.taken()] == ["T", "D", "C", "Z"]
@@ -209,7 +210,7 @@ def test_trust_login_into_a_pool_waits_for_its_first_server() -> None:
     assert [kind for kind, _ in messages] == ["S", "S", "K", "Z"]
     assert messages[1][1] == b"TimeZone\x00Europe/Paris\x00"
     assert client.state is ClientState.READY and client.login is None
-    assert runtime.cancel_keys[client.cancel_key] is client
+    assert runtime.cancel_keys[packed(client.cancel_key)] is client
     assert client.params == {"TimeZone": "Europe/Paris"}
     assert client in pool.clients and pool.stats.client_logins == 1
 

@@ -55,8 +55,9 @@ def test_named_statements_that_change_state_are_bounded_by_max_prepared_statemen
         if n == 0:
             (server,) = pool.servers
         server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
-    assert len(client.named_effects) == 2 and not client.pinned
+    assert client.framer is not None
+    assert len(client.framer.named_effects) == 2 and not client.pinned
     client.data_received(build.parse("s2", "SET work_mem = '3MB'") + build.SYNC)
     server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
-    assert len(client.named_effects) == 2
+    assert len(client.framer.named_effects) == 2
     assert client.pin_reasons() == ["untracked"]

@@ -85,7 +85,7 @@ class ListenHook:
 def watched_framer() -> tuple[ClientFramer, ListenHook]:
     framer = ClientFramer(10000)
     hook = ListenHook()
-    framer.watch(SessionTracker(SessionState()), hook, {})
+    framer.watch(SessionTracker(SessionState()), hook)
     return framer, hook
 
 

@@ -182,6 +182,22 @@ def test_statement_prepared_once_per_server_and_shared_by_clients() -> None:
         (0x32, b""), (0x44, b"select 1"), (0x43, b"SELECT 1"), (0x5A, b"I")]
 
 
+def test_a_name_is_its_clients_alone_from_the_first_to_after_a_clear() -> None:
+    """Clients that named nothing share one empty dict (memory): the first name, the name an
+    undone Close restores and a name after clear() must each go into a dict of that client's
+    own, never into the shared one (a SQL PREPARE's: test_prepared_sql.py)."""
+    cache = StatementCache()
+    a, b, c = ClientStatements(cache), ClientStatements(cache), ClientStatements(cache)
+    stmt, _old = a.define(b"s1", b"select 1\x00\x00\x00")
+    assert a.names == {b"s1": stmt} and b.names == {} and c.names == {}
+    b.undefine(b"s2", None, stmt)  # a Close of s2 that did not happen: s2 is back
+    assert b.names == {b"s2": stmt} and c.names == {} and a.names == {b"s1": stmt}
+    a.clear()
+    assert a.names == {} and b.names == {b"s2": stmt} and c.names == {}
+    a.name(b"s3", stmt)
+    assert a.names == {b"s3": stmt} and c.names == {}
+
+
 def test_bind_on_a_server_without_the_statement_prepares_it_silently() -> None:
     cache = StatementCache()
     client = ClientStatements(cache)

@@ -87,6 +87,17 @@ def test_execute_on_a_server_that_never_saw_the_prepare() -> None:
     assert servers[1].counters.server_parses == 1 and servers[1].counters.binds == 1
 
 
+def test_a_prepare_names_the_statement_for_its_client_alone() -> None:
+    """The first name of a client goes into a dict of its own, not the empty one clients
+    that named nothing share."""
+    client, servers, pgs = setup()
+    other = ClientStatements(client.cache)
+    pooled(client, servers[0], pgs[0], [query("PREPARE q AS SELECT 1")])
+    assert list(client.names) == [b"q"] and other.names == {}
+    got = pooled(other, servers[0], pgs[0], [query("EXECUTE q")])
+    assert kinds(got) == [0x45, 0x5A]
+
+
 def test_deallocate_then_execute_names_the_client_s_statement() -> None:
     client, servers, pgs = setup()
     pooled(client, servers[0], pgs[0], [query("PREPARE q AS SELECT 1")])
