@@ -390,24 +390,25 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
     client.connect_time = state.connect_time or time()
     client.created_at = monotonic() - state.age
     client._start_relay()
-    session, statements = client.session, client.statements
-    if session is None and (state.settings or state.startup_settings):
+    if not client.tracked and (state.settings or state.startup_settings):
         raise HandoverError("session state is not tracked here")
-    if statements is None and state.statements:
+    if not client.follows_statements and state.statements:
         raise HandoverError("prepared statements are not followed here")
-    if session is not None:
+    if client.tracked and (state.settings or state.startup_settings or state.restore):
+        session = client._session_made()
         session.state.startup = state.startup_settings or session.state.startup
         session.state.settings = state.settings or session.state.settings
         session.state.restore = state.restore
-    if statements is not None:
+    if state.statements:
+        statements = client._statements_made()
         for handed in state.statements:
             if handed.sql:
                 statements.name(handed.name, runtime.statement_cache.sql_statement(
                     handed.definition))
             else:
                 statements.define(handed.name, handed.definition)
-        if state.framer:
-            client._start_statements()
+    if state.framer and client.follows_statements:
+        client._start_statements()
     client.state = READY_STATE
     try:
         await asyncio.get_running_loop().connect_accepted_socket(lambda: client, sock)

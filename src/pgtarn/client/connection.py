@@ -139,7 +139,10 @@ class ClientConnection(ClientRelay):
                 if self.route is not None and self.server is None and self._route_start(data):
                     return
                 if self.framer is None:
-                    self._relay(data)
+                    try:
+                        self._relay(data)
+                    finally:  # a lent scanner goes back, or becomes the client's own
+                        self.scanner = self.scanner.kept()
                 else:
                     self._relay_prepared(data)
             elif self.state is ClientState.ADMIN:

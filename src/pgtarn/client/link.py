@@ -65,8 +65,8 @@ class ClientLink(ClientListening):
         """Make server ours; it SETs the tracked parameters that differ on it."""
         self.server = server
         session = self.session
-        if session is None:
-            server.link(self, self.params, None)
+        if session is None:  # not tracked, or tracked with the state every client starts with
+            server.link(self, self.params, NO_SETTINGS if self.tracked else None)
         else:
             state = session.state
             if state.restore:  # a RESET removed startup settings (options): set them again
@@ -223,10 +223,10 @@ class ClientLink(ClientListening):
                 or self.pinned or self.withheld or self.held_batch or self.pending:  # fmt: skip
             return False
         route.begin = data[5:-1].decode("utf-8", "replace")
-        session = self.session
-        if session is not None:  # the session's state learns it as if PostgreSQL ran it
+        if self.tracked:  # the session's state learns it as if PostgreSQL ran it
             self._session_text(0x51, data[5:], 0)
-            if session.pending:
+            session = self.session
+            if session is not None and session.pending:
                 self._session_ready(b"T")
         self.query_start = 0.0
         self.idle_since = monotonic()
@@ -255,7 +255,8 @@ class ClientLink(ClientListening):
             self.last_server = server
         server.reset_and_release(
             server.pool.reset_query_always,
-            None if session is None else session.state.settings,
+            session.state.settings if session is not None
+            else NO_SETTINGS if self.tracked else None,
         )
 
     def _send_pending(self) -> None:
@@ -303,8 +304,9 @@ class ClientLink(ClientListening):
             else None
         )
         session = self.session
-        if session is None:
-            server.release_from(self, self.expected > 0, reset)
+        if session is None:  # (tracked: the settings every client starts with)
+            server.release_from(self, self.expected > 0, reset,
+                                NO_SETTINGS if self.tracked else None)
             return
         state = session.state
         if self.pinned:

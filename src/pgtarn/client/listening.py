@@ -118,8 +118,7 @@ class ClientListening(ClientTracking):
                 synced: bool) -> bytes:
         """The reply to one batch answered here: replies (None: a CommandComplete for each
         effect of parsed), then ReadyForQuery (synced); in a failed block, its error."""
-        session = self.session
-        assert session is not None
+        session = self._session_made()  # (a reply owed here came with the session's change)
         if status == b"E":
             session.error()
             replies = ABORTED
@@ -157,8 +156,8 @@ class ClientListening(ClientTracking):
         rest in held_batch, up to LOCAL_BATCH_MAX bytes; a longer one is no driver's LISTEN
         and goes on."""
         session = self.session
-        if session is None or session.state.channels:  # LISTENs run on its server: pinned
-            return data
+        if not self.tracked or (session is not None and session.state.channels):
+            return data  # not tracked; or its LISTENs run on its server: pinned
         while data and data[0] in LOCAL_STARTS:
             batch = self._local_batch(data)
             if batch is None:
@@ -170,7 +169,7 @@ class ClientListening(ClientTracking):
                 self.held_batch = data
                 return b""
             if parsed is not None:
-                session.add(parsed, self.expected, self._status_now())
+                self._session_made().add(parsed, self.expected, self._status_now())
             self._owe_answer([self.expected, parsed, replies, synced])
             self.listening = True
             if synced:

@@ -12,7 +12,7 @@ import time
 from typing import Final
 
 from ..proto import build
-from ..proto.framing import MessageScanner
+from ..proto.framing import MessageScanner, shared_scanner
 from ..proto.messages import nul_at
 from ..session.effects import CHANGES_STATE, NAMES_STATEMENTS, first_look, may_change_state
 from ..session.framer import SYNC_MARK, ClientFramer, Part
@@ -62,14 +62,15 @@ class ClientRelay(ClientLink):
         watch = STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES
         if self.pool_mode != "session" and config.max_prepared_statements > 0:
             # The framer starts with the client's first Parse/Bind/Describe/Close.
-            self.statements = ClientStatements(self.runtime.statement_cache)
+            self.follows_statements = True
             watch = WATCH_STATEMENTS_TYPES
         self._start_tracking()
         bodies = NO_BODIES
-        if self.session is not None:  # the texts of Query and Parse are looked at
+        if self.tracked:  # the texts of Query and Parse are looked at
             watch = WITH_PARSE[watch]
             bodies = TEXT_TYPES
-        self.scanner = MessageScanner(watch, config.max_packet_size, bodies=bodies)
+        # lent: the client keeps one of its own only while a message is cut (connection.py)
+        self.scanner = shared_scanner(watch, config.max_packet_size, bodies)
 
     def _relay(self, data: bytes) -> None:
         if self.held_batch:  # the start of a batch that may be answered here (a LISTEN)
@@ -89,14 +90,14 @@ class ClientRelay(ClientLink):
         if scanner.one_whole(data, 0x51):  # the common case: one whole simple Query
             body = data[5:]
             look = first_look(body)
-            if self.statements is not None and look & NAMES_STATEMENTS:
+            if self.follows_statements and look & NAMES_STATEMENTS:
                 self._start_statements()
                 self._relay_prepared(data)
                 return
             self.open_batch = False  # (a Query ends a batch)
             self._relay_query(data, body, look)
             return
-        if self.statements is not None:  # statement tracking is on, not yet needed
+        if self.follows_statements:  # statement tracking is on, not yet needed
             at_boundary = scanner.at_boundary
             events = scanner.feed(data)
             for msg_type, body, _end in events:
@@ -119,7 +120,7 @@ class ClientRelay(ClientLink):
                 return
             self._relay_events(data, events)
             return
-        if self.session is not None:
+        if self.tracked:
             held_before = scanner.held  # (the last chunk ended inside a message)
             events = scanner.feed(data)
             self.open_batch = _goes_on(data, events, scanner.held, self.open_batch)
@@ -135,8 +136,8 @@ class ClientRelay(ClientLink):
     def _relay_query(self, data: bytes, body: bytes, look: int) -> None:
         """_relay_events for a chunk that is one whole Query (body: its text; look: its
         first_look)."""
-        session = self.session
-        if session is not None and (session.parse_all or look & CHANGES_STATE):
+        if self.tracked and (look & CHANGES_STATE or (
+                (session := self.session) is not None and session.parse_all)):
             refusal = self._session_text(0x51, body, self.expected)
             if refusal is not None:  # a refusal PostgreSQL raises, or answered here (LISTEN)
                 self.expected += 1
@@ -171,15 +172,25 @@ class ClientRelay(ClientLink):
         if data:
             self._relay_events(data, events)
 
+    def _statements_made(self) -> ClientStatements:
+        """The client's statement names, made at their first use: most clients of a pool
+        that follows them never name one."""
+        statements = self.statements
+        if statements is None:
+            assert self.follows_statements
+            statements = self.statements = ClientStatements(self.runtime.statement_cache)
+        return statements
+
     def _start_statements(self) -> None:
         """The client uses the extended protocol: track its statements from now on.
 
         Replies still owed for what went before are ReadyForQuery only (no statement
         messages were sent), so they become sync markers ahead of anything tracked.
         """
+        self._statements_made()
         self.framer = ClientFramer(self.runtime.config.max_packet_size)
-        if self.session is not None:
-            self.framer.watch(self.session, self._session_text)
+        if self.tracked:  # (the framer asks the session at each text: made now)
+            self.framer.watch(self._session_made(), self._session_text)
         outstanding = self.expected
         server = self.server
         if server is not None:
@@ -192,7 +203,7 @@ class ClientRelay(ClientLink):
             self.pending = [(parts, None)]
 
     def _relay_events(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
-        session = self.session
+        tracked = self.tracked
         for msg_type, body, end in events:
             if msg_type == 0x58:  # Terminate: forward what came before it, then leave
                 if end > 5:
@@ -202,8 +213,9 @@ class ClientRelay(ClientLink):
                 if self.transport is not None:
                     self.transport.close()
                 return
-            if session is not None and body and (
-                    session.parse_all or may_change_state(body, msg_type)):
+            # (the session is read at each message: a text before may have made it)
+            if tracked and body and (may_change_state(body, msg_type) or (
+                    (session := self.session) is not None and session.parse_all)):
                 refusal = self._session_text(msg_type, body, self.expected)
                 if refusal is not None:  # the Query goes as a refusal PostgreSQL raises,
                     if end > len(body) + 5:  # or is answered here (LISTEN)
@@ -244,8 +256,8 @@ class ClientRelay(ClientLink):
                             and int.from_bytes(data[1:5], "big") + 1 == len(data)) else b""
         if body and not (look := first_look(body)) & NAMES_STATEMENTS:
             # The common case: one whole simple Query, passed on as it is.
-            session = self.session
-            if session is not None and (session.parse_all or look & CHANGES_STATE):
+            if self.tracked and (look & CHANGES_STATE or (
+                    (session := self.session) is not None and session.parse_all)):
                 refusal = self._session_text(0x51, body, self.expected)
                 if refusal is not None:
                     if not refusal:  # answered here (LISTEN)

@@ -74,8 +74,18 @@ class ClientTracking(ClientTransport):
         config = self.runtime.config
         if self.pool_mode == "session" or not config.track_session_state:
             return
-        self.session = SessionTracker(SessionState(_ignored(tuple(self.params))))
+        self.tracked = True  # the state itself is made when first needed (_session_made)
         self.answers = NO_ANSWERS  # LISTEN and UNLISTEN are answered here (listening.py)
+
+    def _session_made(self) -> SessionTracker:
+        """The session state of a tracked client, made now if it had none: until a text that
+        changes it, a client's state is the one every client starts with (no settings, no
+        pins, nothing pending), and thousands of idle clients then hold no objects for it."""
+        session = self.session
+        if session is None:
+            assert self.tracked
+            session = self.session = SessionTracker(SessionState(_ignored(tuple(self.params))))
+        return session
 
     def _owe_answer(self, entry: list[Any]) -> None:
         """A LISTEN/UNLISTEN reply pgtarn owes (listening.py), after those owed before it."""
@@ -91,9 +101,7 @@ class ClientTracking(ClientTransport):
         client's session starts with them, set on each server it gets (tracking is on).
         set_config takes the value as PostgreSQL takes it from options (a list such as
         search_path's is not one quoted name)."""
-        session = self.session
-        assert session is not None
-        session.state.start_with({
+        self._session_made().state.start_with({
             name: f"SELECT pg_catalog.set_config({build.quote_literal(name)}, "
                   f"{build.quote_literal(value)}, false)"
             for name, value in settings.items()})
@@ -107,8 +115,8 @@ class ClientTracking(ClientTransport):
         ANSWERED for a Query of LISTEN/UNLISTEN only, which pgtarn answers (listening.py):
         its reply is due once replies_ahead ReadyForQuery have gone to the client.
         """
-        session = self.session
-        assert session is not None
+        session = self.session  # None: the state every client starts with (made when changed)
+        parse_all = session is not None and session.parse_all
         # Bind, Close and Parse come through the framer only, which keeps the named effects
         framer = self.framer
         if msg_type == 0x43:  # Close: of a statement ('S') that may have changed state
@@ -120,18 +128,18 @@ class ClientTracking(ClientTransport):
             name = body[portal_end + 1 : body.find(b"\x00", portal_end + 1)]
             parsed = framer.named_effects.get(name) if framer is not None else None
             if parsed is not None:
-                session.add(parsed, replies_ahead, self._status_now())
+                self._session_made().add(parsed, replies_ahead, self._status_now())
             return None
         if msg_type == 0x50:
             name, sql = parse_text(body)
             if framer is not None:  # a name parsed again is a new statement
                 framer.named_effects.pop(name, None)
-            if not (session.parse_all or may_change_state(body, msg_type)):
+            if not (parse_all or may_change_state(body, msg_type)):
                 return None
         else:
             name, sql = b"", query_text(body)
         parsed = effects_of(sql)
-        if not parsed.effects and not session.parse_all:
+        if not parsed.effects and not parse_all:
             return None
         if name and parsed.effects:
             if framer is None:  # its Binds are not followed: it cannot be
@@ -149,11 +157,12 @@ class ClientTracking(ClientTransport):
             else:
                 framer.named_effects[name] = parsed
                 return None  # counted at its Bind
-        if msg_type == 0x51 and self.answers is not None and not session.state.channels:
+        if msg_type == 0x51 and self.answers is not None and (
+                session is None or not session.state.channels):
             # (a client that LISTENed on its server, pinned, goes on doing so there)
             subscriptions = as_subscriptions(parsed)
             if subscriptions is not None:
-                session.add(subscriptions, replies_ahead, self._status_now())
+                self._session_made().add(subscriptions, replies_ahead, self._status_now())
                 self._owe_answer([replies_ahead, subscriptions, None, True])
                 self.listening = True
                 return ANSWERED
@@ -161,7 +170,7 @@ class ClientTracking(ClientTransport):
             refused = pin_reason(parsed)
             if refused:  # answered in its place in the stream: a block fails as with any error
                 return raise_error("0A000", _refusal_message(refused))
-        session.add(parsed, replies_ahead, self._status_now())
+        self._session_made().add(parsed, replies_ahead, self._status_now())
         return None
 
     def _status_now(self) -> bytes:

@@ -20,7 +20,7 @@ from ..pool.split import ClientRoute
 from ..pool.stats import PoolStats
 from ..proto import build
 from ..proto.client_login import ClientLogin
-from ..proto.framing import MessageScanner
+from ..proto.framing import MessageScanner, shared_scanner
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
 from ..server.transport import LinkedClient
@@ -69,6 +69,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         "db",
         "discard_scanner",
         "expected",
+        "follows_statements",
         "framer",
         "held_batch",
         "id",
@@ -103,6 +104,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         "stats",
         "subscribed",
         "tls",
+        "tracked",
         "transport",
         "unnamed_unbound",
         "user",
@@ -137,6 +139,10 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.listening = False
         #: The client's socket buffer is full (pause_writing): notifications wait.
         self.write_paused = False
+        #: Its session state is tracked (transaction and statement mode, see session); its
+        #: prepared statements are followed (see statements).
+        self.tracked = False
+        self.follows_statements = False
         self.runtime = runtime
         self.id = next(runtime.ids)
         self.state = ClientState.STARTUP
@@ -152,8 +158,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.database = ""
         #: The login's state machine, until the welcome.
         self.login: ClientLogin | None = ClientLogin()
-        #: The relay's, made at the welcome (relay.py, _start_relay).
-        self.scanner = MessageScanner(_WATCH_NOTHING)
+        #: The relay's, lent at the welcome (relay.py, _start_relay; see MessageScanner.kept).
+        self.scanner = shared_scanner(_WATCH_NOTHING, 2**31 - 1)
         #: auth_query: where this client's secret came from (None: auth_file).
         self.secret_lookup: SecretSource | None = None
         self.pool: Pool[ServerConnection] | None = None
@@ -172,12 +178,15 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: Statement mode: set while skipping a refused extended batch up to its Sync.
         self.discard_scanner: MessageScanner | None = None
         #: Transaction mode: this client's named prepared statements, and the framer that
-        #: finds its Parse/Bind/Describe/Close (None: passed through untouched).
+        #: finds its Parse/Bind/Describe/Close (None: passed through untouched), both made
+        #: at its first Parse/Bind/Describe/Close or SQL PREPARE (relay.py).
         self.statements: ClientStatements | None = None
         self.framer: ClientFramer | None = None
-        #: Transaction and statement mode: this client's session state (None: not tracked,
-        #: see tracking.py; whether it keeps its server is `pinned`). (The effects of its
-        #: named prepared statements, counted at each Bind, are its framer's.)
+        #: Transaction and statement mode: this client's session state (tracking.py), made
+        #: when first needed (_session_made): None while tracked but not yet changed, as
+        #: most clients' state never is, or when not tracked. Whether it keeps its server is
+        #: `pinned`. (The effects of its named prepared statements, counted at each Bind,
+        #: are its framer's.)
         self.session: SessionTracker | None = None
         #: A client with session settings: the server it last left them on (preferred).
         self.last_server: ServerConnection | None = None

@@ -22,6 +22,26 @@ Event = tuple[int, bytes, int]
 _TABLES: dict[frozenset[int], bytes] = {}
 
 
+_NO_TYPES: frozenset[int] = frozenset()
+#: Shared scanners (shared_scanner), by what they watch; few combinations occur.
+_SHARED: dict[tuple[frozenset[int], int, frozenset[int] | None], MessageScanner] = {}
+
+
+def shared_scanner(watch: frozenset[int], max_size: int, bodies: frozenset[int] | None = None
+                   ) -> MessageScanner:
+    """The scanner lent to every owner with these arguments (see MessageScanner.kept)."""
+    key = (watch, max_size, bodies)
+    scanner = _SHARED.get(key)
+    if scanner is None:
+        scanner = _SHARED[key] = MessageScanner(watch, max_size, bodies)
+        scanner.home = scanner
+    return scanner
+
+
+def _types(table: bytes) -> frozenset[int]:
+    return frozenset(code for code in range(256) if table[code])
+
+
 def _table(types: frozenset[int]) -> bytes:
     table = _TABLES.get(types)
     if table is None:
@@ -38,19 +58,17 @@ class MessageScanner:
     the chunk it fed (or slices of it, using the offsets in the events).
     """
 
-    __slots__ = ("_bodies", "_buf", "_skip", "_stop", "_watch", "bodies", "error_at", "held",
-                 "max_size", "released", "stop", "watch")
+    __slots__ = ("_bodies", "_buf", "_skip", "_stop", "_watch", "error_at", "held", "home",
+                 "max_size", "released")
 
     def __init__(self, watch: frozenset[int], max_size: int = 2**31 - 1,
                  bodies: frozenset[int] | None = None, stop: frozenset[int] = frozenset()
                  ) -> None:
-        self.watch = watch
-        self.bodies = watch if bodies is None else bodies
+        # The sets are kept as their shared tables only (thousands of idle scanners).
+        self._watch = _table(watch)
+        self._bodies = _table(watch if bodies is None else bodies)
         #: Watched types after which a feed stops scanning (a Terminate: what follows it is
         #: never read, so a bad length there must not fail the feed). Feed nothing more then.
-        self.stop = stop
-        self._watch = _table(watch)
-        self._bodies = _table(self.bodies)
         self._stop = _table(stop)
         self.max_size = max_size
         self._skip = 0
@@ -65,6 +83,43 @@ class MessageScanner:
         #: it is whole messages, or the rest of one begun earlier), or -1 when that header
         #: began in an earlier chunk.
         self.error_at = -1
+        #: A scanner shared by many owners (shared_scanner): itself; one that took a shared
+        #: one's state (kept): that shared one; None: its owner's alone.
+        self.home: MessageScanner | None = None
+
+    def kept(self) -> MessageScanner:
+        """The scanner to keep after a chunk, for one lent from a shared scanner: the shared
+        one while at a message boundary (its state is then a new scanner's, the same for
+        every owner), or one of its own while a message is cut across chunks, the state
+        moved there and the shared one left new. A scanner of its owner alone: itself.
+
+        Thousands of idle connections then hold no scanner each. An owner must call this
+        after every feed on a lent scanner, whatever the feed raised, before any other
+        owner feeds it."""
+        home = self.home
+        if home is None:
+            return self
+        if not self._skip and not self._buf:  # at a boundary: nothing of its own to keep
+            return home
+        if home is not self:
+            return self
+        own = MessageScanner(_NO_TYPES)
+        own._watch, own._bodies, own._stop = self._watch, self._bodies, self._stop
+        own.max_size = self.max_size
+        own._skip, own._buf, own.held = self._skip, self._buf, self.held
+        own.released, own.error_at, own.home = self.released, self.error_at, self
+        self._skip, self._buf, self.held, self.released, self.error_at = 0, _NO_BYTES, 0, b"", -1
+        return own
+
+    @property
+    def watch(self) -> frozenset[int]:
+        """The message types reported."""
+        return _types(self._watch)
+
+    @property
+    def bodies(self) -> frozenset[int]:
+        """The reported types whose bodies come with them."""
+        return _types(self._bodies)
 
     @property
     def at_boundary(self) -> bool:

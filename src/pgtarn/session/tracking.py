@@ -13,6 +13,8 @@ SessionTracker ties the effects to the ReadyForQuery that ends their batch.
 
 from __future__ import annotations
 
+from typing import Final
+
 from .effects import (
     BEGIN,
     CLOSE,
@@ -46,8 +48,9 @@ from .effects import (
     Parsed,
 )
 
-#: The settings of a session that changed none (shared: compared by identity).
-NO_SETTINGS: dict[str, str] = {}
+#: The settings of a session that changed none (shared: compared by identity). Final: a
+#: static in the compiled build, not a module dictionary lookup at each link and release.
+NO_SETTINGS: Final[dict[str, str]] = {}
 _EMPTY: frozenset[str] = frozenset()
 #: Shared empty containers, never written (each is replaced by a list or dict of its own
 #: at its first item): thousands of idle clients then hold none of their own.

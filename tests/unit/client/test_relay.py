@@ -5,7 +5,7 @@ from __future__ import annotations
 from pgtarn.proto import build
 from pgtarn.states import ClientState
 
-from .pair import Pool, result, sent, types
+from .pair import SERVER_WELCOME, Pool, result, sent, types
 
 
 def test_a_pipelined_pair_of_queries_keeps_the_server_until_the_second_reply() -> None:
@@ -162,3 +162,42 @@ def test_bytes_shaped_like_a_query_inside_a_longer_one_are_part_of_it() -> None:
     assert client.expected == 1
     server.data_received(result())
     assert client.server is None and transport.take() == result()
+
+
+def test_statement_names_are_made_at_the_first_statement_message_not_at_login() -> None:
+    """A pool that follows prepared statements gives a client its names (and framer) at its
+    first Parse, not at login: most clients never name one, and idle ones then hold none."""
+    pool = Pool(prepared=10)
+    client, transport = pool.client()
+    client.data_received(build.query("SELECT 1"))
+    (server,) = pool.servers
+    server.data_received(result())
+    assert client.follows_statements and client.statements is None and client.framer is None
+    client.data_received(build.parse("s", "SELECT 1") + build.SYNC)
+    server.data_received(build.message(b"1") + build.ready_for_query(b"I"))
+    assert client.statements is not None and list(client.statements.names) == [b"s"]
+    assert types(transport.take()) == "TDCZ1Z"
+
+
+def test_a_query_cut_across_chunks_is_followed_while_other_clients_go_on() -> None:
+    """Clients share one scanner while at a message boundary; one whose Query is cut gets its
+    own until the Query is whole, and a client sending between the two halves is scanned as
+    if nobody else were there."""
+    pool = Pool(pool_size=2)
+    first, first_side = pool.client()
+    second, second_side = pool.client()
+    assert first.scanner is second.scanner  # lent: neither holds one of its own
+    query, other = build.query("SELECT 1"), build.query("SELECT 2")
+    first.data_received(query[:7])  # (it waits for a server until whole)
+    assert first.scanner is not second.scanner
+    second.data_received(other)
+    first.data_received(query[7:])
+    one, two = pool.servers
+    assert sent(one) == other
+    two.data_received(SERVER_WELCOME)  # the server launched for the first client
+    assert sent(two).endswith(query)
+    for server in (one, two):
+        server.data_received(result())
+    assert types(first_side.take()) == types(second_side.take()) == "TDCZ"
+    assert first.server is None and second.server is None  # both back in the pool
+    assert first.scanner is second.scanner

@@ -61,3 +61,42 @@ def test_named_statements_that_change_state_are_bounded_by_max_prepared_statemen
     server.data_received(PARSE_COMPLETE + build.ready_for_query(b"I"))
     assert len(client.framer.named_effects) == 2
     assert client.pin_reasons() == ["untracked"]
+
+
+def test_a_client_that_changed_nothing_holds_no_state_yet_gets_a_clean_server() -> None:
+    """A tracked client's state is made at its first change (most clients never make one:
+    memory); until then it is the state every client starts with, so the server another
+    client left a setting on is RESET before it runs this one's query."""
+    pool = Pool()
+    first, _first_side = pool.client()
+    second, second_side = pool.client()
+    assert first.tracked and first.session is None and second.session is None
+    first.data_received(build.query("SET search_path = a"))
+    (server,) = pool.servers
+    assert first.session is not None
+    server.data_received(build.command_complete("SET") + build.ready_for_query(b"I"))
+    assert first.tracked_settings() == ["search_path"]  # applied at its ReadyForQuery
+    sent(server)
+    second.data_received(build.query("SELECT 1"))
+    assert second.session is None  # a SELECT changes nothing: still none of its own
+    assert b'RESET "search_path"' in sent(server)
+    server.data_received(build.command_complete("RESET") + build.ready_for_query(b"I") + result())
+    assert types(second_side.take()) == "TDCZ"  # the RESET's reply swallowed
+    first.data_received(build.query("SELECT 2"))  # first's setting goes back with it
+    assert b"search_path" in sent(server)
+
+
+def test_a_state_made_by_a_text_is_followed_by_the_next_text_of_the_same_chunk() -> None:
+    """The first text that changes state makes the client's state; a ROLLBACK right after it
+    in the same chunk must be read too (transaction control is parsed only while changes
+    are pending), or the model would keep a setting PostgreSQL rolled back."""
+    pool = Pool()
+    client, transport = pool.client()
+    client.data_received(build.query("BEGIN; SET search_path = a")
+                         + build.query("ROLLBACK"))
+    (server,) = pool.servers
+    server.data_received(build.command_complete("BEGIN") + build.command_complete("SET")
+                         + build.ready_for_query(b"T")
+                         + build.command_complete("ROLLBACK") + build.ready_for_query(b"I"))
+    assert types(transport.take()) == "CCZCZ"
+    assert client.tracked_settings() == []  # rolled back, as on PostgreSQL

@@ -8,7 +8,15 @@ from hypothesis import strategies as st
 
 from pgtarn.config import MAX_PEER_ID
 from pgtarn.proto import cancelkey
-from pgtarn.proto.cancelkey import as_issued, forwarded, make_key, peer_of, ttl_of, worker_of
+from pgtarn.proto.cancelkey import (
+    as_issued,
+    forwarded,
+    make_key,
+    packed,
+    peer_of,
+    ttl_of,
+    worker_of,
+)
 
 peer_ids = st.integers(1, MAX_PEER_ID)
 workers = st.none() | st.integers(0, 255)
@@ -81,3 +89,10 @@ def test_highest_peer_id() -> None:
     key = make_key(MAX_PEER_ID, None)
     assert peer_of(key) == MAX_PEER_ID
     assert _bytes(key)[1:3] == bytes([0xFF, 0x3F])
+
+
+def test_a_packed_key_is_one_int_that_tells_keys_apart() -> None:
+    """The runtime's index of its clients: distinct keys, distinct ints (pid in the high bits)."""
+    assert packed((1, 2)) == (1 << 32) | 2
+    keys = [(pid, secret) for pid in (0, 1, 0x7FFFFFFF) for secret in (0, 1, 0xFFFFFFFF)]
+    assert len({packed(key) for key in keys}) == len(keys)

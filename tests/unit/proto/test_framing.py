@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pgtarn.errors import ProtocolViolation
 from pgtarn.proto import build
-from pgtarn.proto.framing import MessageScanner, StartupReader, split_messages
+from pgtarn.proto.framing import MessageScanner, StartupReader, shared_scanner, split_messages
 
 message_types = st.sampled_from(list(b"ZSEDTCQPBX1dc"))
 messages = st.lists(
@@ -204,3 +204,45 @@ def test_one_whole_is_one_whole_message_at_a_boundary() -> None:
     assert not MessageScanner(frozenset(b"SX")).one_whole(query, 0x51)  # not watched
     scanner.feed(build.query("select 2")[:7])  # a message begun
     assert not scanner.one_whole(query, 0x51)
+
+
+def test_a_scanner_says_which_types_it_watches_and_with_bodies() -> None:
+    """Kept as the shared tables only, the sets read back as given (bodies: watch's default)."""
+    both = MessageScanner(frozenset({0x51, 0x58}), bodies=frozenset({0x51}))
+    assert both.watch == {0x51, 0x58} and both.bodies == {0x51}
+    alone = MessageScanner(frozenset({0x00, 0xFF}))
+    assert alone.watch == alone.bodies == {0x00, 0xFF}
+
+
+def test_a_lent_scanner_is_kept_only_while_a_message_is_cut() -> None:
+    """A shared scanner lent to many owners: a cut message's state moves to a scanner of
+    the owner's own and the shared one is left new; once whole again, the owner gives its
+    own up. Another owner's feed in between sees none of it."""
+    watch = frozenset({0x51})
+    shared = shared_scanner(watch, 1000)
+    assert shared_scanner(watch, 1000) is shared and shared.kept() is shared
+    query = build.query("SELECT 1")
+    assert shared.feed(query[:7]) == [] and shared.held == 7
+    own = shared.kept()
+    assert own is not shared and own.held == 7 and not own.at_boundary
+    assert shared.at_boundary and shared.held == 0
+    # another owner's whole Query, on the shared scanner meanwhile
+    assert shared.feed(query) == [(0x51, b"SELECT 1\x00", len(query))]
+    assert shared.kept() is shared
+    assert own.feed(query[7:]) == [(0x51, b"SELECT 1\x00", len(query) - 7)]
+    assert own.kept() is shared
+    # a scanner of one owner alone is always kept as it is
+    alone = MessageScanner(watch)
+    alone.feed(query[:3])
+    assert alone.kept() is alone
+
+
+def test_a_bad_length_on_a_lent_scanner_stays_with_its_owner() -> None:
+    shared = shared_scanner(frozenset({0x51}), 100)
+    with pytest.raises(ProtocolViolation):
+        shared.feed(b"Q\x00\x01\x00\x00")
+    own = shared.kept()
+    assert own is not shared and shared.at_boundary
+    with pytest.raises(ProtocolViolation):
+        own.feed(build.query("SELECT 1"))  # every later feed of its owner fails
+    assert shared.feed(build.query("SELECT 1"))  # the others' do not
