@@ -203,6 +203,7 @@ def idle_reason(client: ClientConnection) -> str:
         return "transaction"
     if (server is not None or client.waiting or client.pending or client.expected
             or not client.scanner.at_boundary or client.held_batch or client.withheld
+            or (client.framer is not None and not client.framer.idle)
             or client.listening or client.answers or client.notify_queue
             or client.subscribed or client.local_statements
             or (client.framer is not None and client.framer.named_effects)

@@ -98,15 +98,20 @@ class ClientRelay(ClientLink):
             self._relay_query(data, body, look)
             return
         if self.follows_statements:  # statement tracking is on, not yet needed
-            at_boundary = scanner.at_boundary
+            # (the chunk may start with the end of a message whose start has gone already)
+            cut = scanner.to_boundary(data)
             events = scanner.feed(data)
             for msg_type, body, _end in events:
                 if msg_type in STATEMENT_MESSAGES or (msg_type == 0x51 and _names_statements(
                         data, body, len(events) == 1 and data[0] == 0x51)):
-                    # Nothing of this chunk has gone yet: from here on, the framer.
-                    assert at_boundary
+                    # From the first message boundary on, the framer; nothing after it has
+                    # gone yet. (A message found after the cut one: cut is not -1.)
+                    if cut > 0:
+                        self._relay_events(data[:cut], [e for e in events if e[2] <= cut])
+                        if self.state is not READY_STATE:
+                            return
                     self._start_statements()
-                    self._relay_prepared(data)
+                    self._relay_prepared(data[max(cut, 0):])
                     return
             held = scanner.held
             self.open_batch = _goes_on(data, events, held, self.open_batch)
@@ -188,6 +193,10 @@ class ClientRelay(ClientLink):
         messages were sent), so they become sync markers ahead of anything tracked.
         """
         self._statements_made()
+        # The framer reads the bytes from here on: the relay's scanner, lent, goes back new
+        # (what it held of a message is the framer's now; kept() leaves the shared one new).
+        scanner = self.scanner.kept()
+        self.scanner = scanner.home if scanner.home is not None else scanner
         self.framer = ClientFramer(self.runtime.config.max_packet_size)
         if self.tracked:  # (the framer asks the session at each text: made now)
             self.framer.watch(self._session_made(), self._session_text)

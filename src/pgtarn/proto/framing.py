@@ -111,6 +111,24 @@ class MessageScanner:
         self._skip, self._buf, self.held, self.released, self.error_at = 0, _NO_BYTES, 0, b"", -1
         return own
 
+    def to_boundary(self, data: bytes) -> int:
+        """How many bytes at the start of data end the message begun in an earlier chunk,
+        before feeding data: 0 when none was begun, -1 when data does not end it (or its
+        length is bad, which feed reports)."""
+        if self._skip:
+            return self._skip if self._skip <= len(data) else -1
+        buf = self._buf
+        if not buf:
+            return 0
+        head = bytes(buf[:5]) + data[: max(0, 5 - len(buf))]
+        if len(head) < 5:
+            return -1
+        length: int = _UINT32.unpack_from(head, 1)[0]
+        if length < 4 or length > self.max_size:
+            return -1
+        rest = 1 + length - len(buf)
+        return rest if rest <= len(data) else -1
+
     @property
     def watch(self) -> frozenset[int]:
         """The message types reported."""

@@ -201,3 +201,22 @@ def test_a_query_cut_across_chunks_is_followed_while_other_clients_go_on() -> No
     assert types(first_side.take()) == types(second_side.take()) == "TDCZ"
     assert first.server is None and second.server is None  # both back in the pool
     assert first.scanner is second.scanner
+
+
+def test_a_parse_after_the_end_of_a_cut_sync_starts_the_framer_at_the_boundary() -> None:
+    """A pool that follows prepared statements, before the client's first Parse: a chunk
+    that ends a Sync begun in the chunk before and then brings a Parse. The end of the Sync
+    goes on as it is (its start has gone), the framer takes over at the Parse."""
+    pool = Pool(prepared=5)
+    client, transport = pool.client()
+    client.data_received(build.SYNC[:3])
+    client.data_received(build.SYNC[3:] + build.parse("s1", "SELECT 1") + build.SYNC)
+    (server,) = pool.servers
+    out = sent(server)
+    assert out.startswith(build.SYNC) and types(out[len(build.SYNC):]) == "PS"
+    assert b"s1" not in out  # the framer named it for the server
+    server.data_received(build.ready_for_query(b"I") + build.message(b"1")
+                         + build.ready_for_query(b"I"))
+    assert types(transport.take()) == "Z1Z"
+    assert client.server is None and client.framer is not None
+    assert client.statements is not None and list(client.statements.names) == [b"s1"]

@@ -246,3 +246,25 @@ def test_a_bad_length_on_a_lent_scanner_stays_with_its_owner() -> None:
     with pytest.raises(ProtocolViolation):
         own.feed(build.query("SELECT 1"))  # every later feed of its owner fails
     assert shared.feed(build.query("SELECT 1"))  # the others' do not
+
+
+def test_to_boundary_says_where_the_message_begun_before_ends() -> None:
+    query = build.query("SELECT 1")  # watched
+    flush = build.message(b"H")  # not watched: skipped by length
+    scanner = MessageScanner(frozenset({0x51}))
+    assert scanner.to_boundary(query) == 0
+    for watched, message in ((True, query), (False, build.message(b"E", b"\x00" * 9))):
+        for cut in range(1, len(message)):
+            scanner = MessageScanner(frozenset({0x51}))
+            scanner.feed(message[:cut])
+            rest = message[cut:] + flush
+            assert scanner.to_boundary(rest) == len(message) - cut, (watched, cut)
+            assert scanner.to_boundary(message[cut:-1] if cut < len(message) - 1 else b"") == -1
+            # and feed agrees: the message ends there (a watched one is reported there)
+            events = scanner.feed(rest)
+            assert scanner.at_boundary
+            if watched:
+                assert events == [(0x51, query[5:], len(message) - cut)]
+    bad = MessageScanner(frozenset({0x51}), max_size=100)
+    bad.feed(b"Q\x00")
+    assert bad.to_boundary(b"\x01\x00\x00") == -1  # a bad length: feed raises on it
