@@ -159,7 +159,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: The login's state machine, until the welcome.
         self.login: ClientLogin | None = ClientLogin()
         #: The relay's, lent at the welcome (relay.py, _start_relay; see MessageScanner.kept).
-        self.scanner = shared_scanner(_WATCH_NOTHING, 2**31 - 1)
+        self.scanner = shared_scanner(_WATCH_NOTHING)
         #: auth_query: where this client's secret came from (None: auth_file).
         self.secret_lookup: SecretSource | None = None
         self.pool: Pool[ServerConnection] | None = None

@@ -27,8 +27,8 @@ _NO_TYPES: frozenset[int] = frozenset()
 _SHARED: dict[tuple[frozenset[int], int, frozenset[int] | None], MessageScanner] = {}
 
 
-def shared_scanner(watch: frozenset[int], max_size: int, bodies: frozenset[int] | None = None
-                   ) -> MessageScanner:
+def shared_scanner(watch: frozenset[int], max_size: int = 2**31 - 1,
+                   bodies: frozenset[int] | None = None) -> MessageScanner:
     """The scanner lent to every owner with these arguments (see MessageScanner.kept)."""
     key = (watch, max_size, bodies)
     scanner = _SHARED.get(key)
