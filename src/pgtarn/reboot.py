@@ -25,7 +25,7 @@ import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
-from time import monotonic, time
+from time import monotonic
 from typing import Protocol, cast
 
 from .client.connection import ClientConnection
@@ -202,10 +202,9 @@ def idle_reason(client: ClientConnection) -> str:
     if server is not None and server.status != b"I":
         return "transaction"
     if (server is not None or client.waiting or client.pending or client.expected
-            or not client.scanner.at_boundary or client.held_batch or client.withheld
+            or not client.scanner.at_boundary
             or (client.framer is not None and not client.framer.idle)
-            or client.listening or client.answers or client.notify_queue
-            or client.subscribed or client.local_statements
+            or client.listening or (client.listen is not None and client.listen.holds_anything())
             or (client.framer is not None and client.framer.named_effects)
             or client.discard_scanner is not None or client.write_paused):
         return "busy"
@@ -383,12 +382,10 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
     client = ClientConnection(runtime)
     client.login = None
     client.user, client.database, client.db = state.user, state.database, db
-    client.pool, client.stats = pool, pool.stats
-    client.pool_mode = pool.pool_mode
-    client.statement_mode = pool.pool_mode == "statement"
+    client.pool = pool
+    client.set_pool_mode(pool.pool_mode)
     client.params = dict(state.params)
     client.cancel_key = state.cancel_key
-    client.connect_time = state.connect_time or time()
     client.created_at = monotonic() - state.age
     client._start_relay()
     if not client.tracked and (state.settings or state.startup_settings):

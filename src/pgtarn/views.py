@@ -66,10 +66,16 @@ class ClientView(Protocol):
     id: int
     user: str
     database: str
-    connect_time: float
-    peer_pid: int
     params: dict[str, str]
     replication: str  # "physical", "logical", or "" (not a replication connection)
+
+    @property
+    def connect_time(self) -> float:
+        """Wall clock of the connect (display)."""
+
+    @property
+    def peer_pid(self) -> int:
+        """The process id of a unix-socket peer (0 over TCP)."""
 
     @property
     def addr(self) -> str:

@@ -131,9 +131,9 @@ class ClientConnection(ClientRelay):
     def data_received(self, data: bytes) -> None:
         try:
             if self.state is READY_STATE:
-                stats = self.stats
-                assert stats is not None
-                stats.received += len(data)
+                pool = self.pool
+                assert pool is not None
+                pool.stats.received += len(data)
                 if not self.query_start:
                     self.query_start = self.last_request = monotonic()
                 if self.route is not None and self.server is None and self._route_start(data):
@@ -150,8 +150,8 @@ class ClientConnection(ClientRelay):
                 self.admin.feed(data)
             elif self.state is ClientState.REPLICATION:  # its own server: as it is
                 server = self.server
-                assert server is not None and self.stats is not None
-                self.stats.received += len(data)
+                assert server is not None and self.pool is not None
+                self.pool.stats.received += len(data)
                 server.write(data)
             elif self.login is not None and self.state is not ClientState.CLOSED:
                 self._act(self.login, self.login.receive_data(data))
@@ -176,8 +176,10 @@ class ClientConnection(ClientRelay):
                                         last.data if isinstance(last, Send) else b"")
                 case Failed(error, response):
                     if isinstance(error, AuthFailed):
-                        if self.secret_lookup is not None:  # maybe changed: ask again next time
-                            self.secret_lookup.forget(self.user)
+                        if self.looked_up and self.db is not None:  # maybe changed: ask
+                            lookup = self.runtime.secret_lookup(self.db)  # again next time
+                            if lookup is not None:
+                                lookup.forget(self.user)
                         if self.runtime.config.log_connections:  # PgBouncer's log words
                             log.info("%r: login failed: db=%s user=%s", self, self.database,
                                      self.user)
@@ -207,13 +209,14 @@ class ClientConnection(ClientRelay):
         tls = TlsTransport(raw, context, self, server_side=True, received=start.received,
                            on_ready=lambda: self._tls_ready(direct), on_failed=self._tls_failed,
                            binding=binding)
-        self.transport = self.tls = tls
+        self.transport = tls
         login.tls_started(binding)
         tls.start()
 
     def _tls_ready(self, direct: bool) -> None:
-        assert self.tls is not None
-        if direct and self.tls.ssl_object.selected_alpn_protocol() != ALPN:
+        tls = self.tls
+        assert tls is not None
+        if direct and tls.ssl_object.selected_alpn_protocol() != ALPN:
             # as PostgreSQL 17: direct TLS only with ALPN, so it cannot be mistaken for
             # another protocol's TLS
             self.close(PgtarnError(
@@ -261,10 +264,9 @@ class ClientConnection(ClientRelay):
                      describe(self.tls) or "no")
 
         if admin:
-            self.admin_role = self._admin_role(user)
             if local_admin:
                 # As PgBouncer: the OS user running the pooler, over the unix socket.
-                self.admin_role = "admin"
+                self.local_admin = True
                 self._begin_auth(login, "any", None)
                 return
         else:
@@ -290,7 +292,7 @@ class ClientConnection(ClientRelay):
             if lookup is not None:
                 # auth_query: the challenge (its salt) waits for the secret
                 self.state = ClientState.AUTH
-                self.secret_lookup = lookup
+                self.looked_up = True
                 self.runtime.spawn(self._look_up(lookup, auth_type, user))
                 self._act(login, login.await_secret())
                 return
@@ -335,9 +337,11 @@ class ClientConnection(ClientRelay):
     def tracked_names(self) -> tuple[str, ...]:
         return TRACKED_DEFAULT + tuple(self.runtime.config.track_extra_parameters)
 
-    def _admin_role(self, user: str) -> str | None:
+    def admin_role(self) -> str | None:
+        """The admin console role its login gets: "admin", "stats" or None (refused)."""
         config = self.runtime.config
-        if user in config.admin_users:
+        user = self.user
+        if self.local_admin or user in config.admin_users:
             return "admin"
         if user in config.stats_users:
             return "stats"
@@ -360,18 +364,16 @@ class ClientConnection(ClientRelay):
         # the registry holds servers as views; this pool's are ServerConnections
         pool = cast(Pool[ServerConnection], registry.get_pool(self.db, self.user))
         self.pool = pool
-        self.stats = pool.stats
         pool.stats.client_logins += 1
-        self.pool_mode = pool.pool_mode
-        self.statement_mode = pool.pool_mode == "statement"
-        if pool.split is not None and self.pool_mode != "session":
+        self.set_pool_mode(pool.pool_mode)
+        if pool.split is not None and not self.session_mode:
             self.route = ClientRoute(pool.split, self.db.reads_only)
         if scram_keys is not None and self.db.user is None:
             pool.scram_keys = scram_keys
         disabled = self.database in self.runtime.registry.disabled
         # options settings that nothing would carry from server to server
         refused_options = bool(login.startup_settings) and (
-            self.pool_mode == "session" or not self.runtime.config.track_session_state)
+            self.session_mode or not self.runtime.config.track_session_state)
         if disabled or self.replication or refused_options or pool.welcome is None:
             self._send_auth_ok(auth_ok)  # no welcome now
             auth_ok = b""
@@ -411,19 +413,20 @@ class ClientConnection(ClientRelay):
 
     def _admin_ready(self, login: ClientLogin) -> None:
         """Logged in to the admin console: welcome, then commands."""
-        if self.admin_role is None:
+        role = self.admin_role()
+        if role is None:
             # After authentication, so that the refusal says nothing about the password.
             raise PgtarnError("not allowed: not in admin_users or stats_users",
                               sqlstate="28000")
         if login.startup_settings:
             _refuse_options(login)
         welcome = self._welcome(login, PARAMETERS, TRACKED)
-        self.admin = AdminSession(self, self.runtime, self.admin_role == "admin")
+        self.admin = AdminSession(self, self.runtime, role == "admin")
         self.state = ClientState.ADMIN
         self.runtime.logins.discard(self)
         self.runtime.admin_clients.add(self)
         if self.runtime.config.log_connections:
-            log.info("%r: admin console login (%s)", self, self.admin_role)
+            log.info("%r: admin console login (%s)", self, role)
         self.write(welcome)
 
     def welcome_ready(self, auth_ok: bytes = b"") -> None:
@@ -449,8 +452,8 @@ class ClientConnection(ClientRelay):
         transport = self.transport
         if transport is not None and (auth_ok or welcome):
             transport.write(auth_ok + welcome)
-            if welcome and self.stats is not None:
-                self.stats.sent += len(welcome)
+            if welcome and self.pool is not None:
+                self.pool.stats.sent += len(welcome)
 
     def replication_ready(self, server: ReplicationServer, leftover: bytes) -> None:
         """This replication client's own server logged in: welcome with its parameters,

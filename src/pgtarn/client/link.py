@@ -16,7 +16,7 @@ from ..session.tracking import CLOSE_AFTER, NO_SETTINGS
 from ..states import READY_STATE
 from .listening import READY, ClientListening
 from .tracking import load_readonly
-from .transport import PendingParts
+from .transport import NO_PENDING, PendingParts
 
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
 monotonic: Final = time.monotonic
@@ -55,7 +55,7 @@ class ClientLink(ClientListening):
                 data = pending[0]
             else:
                 data = b"".join([self._encode(server, item) for item in pending])
-            self.pending.clear()
+            self.pending = NO_PENDING  # (_hold makes a new list anyway: an idle client keeps none)
             if self.pending_size > PENDING_PAUSE and self.transport is not None:
                 self.transport.resume_reading()
             self.pending_size = 0
@@ -127,8 +127,9 @@ class ClientLink(ClientListening):
         start = self.query_start
         if start:
             # statistics, inlined (see PoolStats): the query ends, and maybe its transaction
-            stats = self.stats
-            assert stats is not None
+            pool = self.pool
+            assert pool is not None
+            stats = pool.stats
             now = monotonic()
             elapsed = now - start
             bucket = bucket_of(elapsed)
@@ -157,7 +158,7 @@ class ClientLink(ClientListening):
         if self.expected:
             return None
         # _link_ends's common cases, inlined: the hot path
-        if self.pool_mode == "transaction" and status == b"I":
+        if not self.session_mode and status == b"I":  # (statement mode: the same)
             if not self.pinned and not self.open_batch:
                 self._unlink(server)
             return None
@@ -168,8 +169,9 @@ class ClientLink(ClientListening):
         ReadyForQuery, then the link may end, then notifications (or the ReadyForQuery is
         withheld for the listener connection)."""
         out = READY[status]
-        if self.answers:
-            for entry in self.answers:
+        listen = self.listen
+        if listen is not None and listen.answers:
+            for entry in listen.answers:
                 entry[0] -= 1
             out += self._answers_due(status)
             if self.state is not READY_STATE:
@@ -177,20 +179,21 @@ class ClientLink(ClientListening):
         if not self.expected and self._link_ends(server, status) == b"":
             return b""
         out = self._after_reply(out, status)
-        self.listening = bool(self.answers or self.notify_queue or self.listen_wait)
+        listen = self.listen
+        self.listening = self.listen_wait or (
+            listen is not None and bool(listen.answers or listen.notify_queue))
         return out
 
     def _link_ends(self, server: ServerConnection, status: bytes) -> bytes | None:
         """Nothing more is owed: end the link if the mode says so (None: ReadyForQuery goes
         as it is; b"": the client was closed)."""
-        mode = self.pool_mode
-        if mode == "session":
+        if self.session_mode:
             return None
         if status == b"I":
             if not self.pinned and not self.open_batch:
                 self._unlink(server)
             return None
-        if mode == "statement":
+        if self.statement_mode:
             # A transaction opened some other way (a function, a multi-statement query):
             # roll it back and end the client, as PgBouncer does.
             self._unlink(server)
@@ -220,7 +223,9 @@ class ClientLink(ClientListening):
             return False
         kind = route.kind = load_readonly()[0](data, self._statement_text)
         if kind != Kind.BEGIN or route.begin or route.reads_only or self.statement_mode \
-                or self.pinned or self.withheld or self.held_batch or self.pending:  # fmt: skip
+                or self.pinned or self.pending \
+                or (self.listen is not None and (self.listen.withheld
+                                                 or self.listen.held_batch)):  # fmt: skip
             return False
         route.begin = data[5:-1].decode("utf-8", "replace")
         if self.tracked:  # the session's state learns it as if PostgreSQL ran it
@@ -266,7 +271,7 @@ class ClientLink(ClientListening):
         if server is not None:  # a pinned client: its own server
             pending = self.pending
             data = b"".join([self._encode(server, item) for item in pending])
-            pending.clear()
+            self.pending = NO_PENDING
             if self.pending_size > PENDING_PAUSE and self.transport is not None:
                 self.transport.resume_reading()
             self.pending_size = 0
@@ -300,7 +305,7 @@ class ClientLink(ClientListening):
         config = self.runtime.config
         reset = (
             config.server_reset_query
-            if self.pool_mode == "session" or config.server_reset_query_always
+            if self.session_mode or config.server_reset_query_always
             else None
         )
         session = self.session
@@ -323,8 +328,9 @@ class ClientLink(ClientListening):
     def _server_now(self) -> ServerConnection | None:
         """The linked server, or an idle one linked now; None (and queued) otherwise."""
         server = self.server
-        if self.withheld:  # a ReadyForQuery waits for the listener connection: so does this
-            return None
+        listen = self.listen
+        if listen is not None and listen.withheld:  # a ReadyForQuery waits for the listener
+            return None  # connection: so does this
         if server is None and not self.waiting:
             self.waiting = True
             pool = self.pool if self.route is None else self._routed_pool()

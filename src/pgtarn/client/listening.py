@@ -82,8 +82,11 @@ class ClientListening(ClientTracking):
 
     def _answer_now(self) -> None:
         """The relay counted a Query answered here: reply now if nothing is owed before it."""
-        answers = self.answers
-        if not answers or answers[0][0] > 0 or self.withheld:
+        listen = self.listen
+        if listen is None:
+            return
+        answers = listen.answers
+        if not answers or answers[0][0] > 0 or listen.withheld:
             return
         server = self.server
         status = server.status if server is not None else b"I"
@@ -94,7 +97,8 @@ class ClientListening(ClientTracking):
     def _reply_here(self, replies: bytes) -> None:
         """A reply pgtarn makes itself while the client owes nothing (a refusal), with its
         ReadyForQuery: now, or after a withheld ReadyForQuery."""
-        if not self.withheld:
+        listen = self.listen
+        if listen is None or not listen.withheld:
             self.write(replies + READY[b"I"])
             return
         self._owe_answer([0, None, replies, True])
@@ -103,8 +107,7 @@ class ClientListening(ClientTracking):
 
     def _answers_due(self, status: bytes) -> bytes:
         """The replies due now that a ReadyForQuery with status went to the client."""
-        answers = self.answers
-        assert answers is not None
+        answers = self._listen_made().answers
         out = b""
         while answers and answers[0][0] <= 0:
             _remaining, parsed, replies, synced = answers.pop(0)
@@ -140,9 +143,12 @@ class ClientListening(ClientTracking):
         if not out.endswith(READY[status]):
             return out  # a batch that goes on (Flush), or nothing
         if self.listen_wait and not self.expected:
-            self.withheld = out[-RFQ_LEN:]  # what the client sends now waits (_server_now)
+            # what the client sends now waits (_server_now)
+            self._listen_made().withheld = out[-RFQ_LEN:]
             return out[:-RFQ_LEN]
-        if self.notify_queue and status == b"I" and not self._delivery_held():
+        listen = self.listen
+        if listen is not None and listen.notify_queue and status == b"I" \
+                and not self._delivery_held():
             out += self._take_notifications()
         return out
 
@@ -166,7 +172,7 @@ class ClientListening(ClientTracking):
             if not used:  # all pgtarn's to answer so far, but not whole
                 if len(data) > LOCAL_BATCH_MAX:
                     break
-                self.held_batch = data
+                self._listen_made().held_batch = data
                 return b""
             if parsed is not None:
                 self._session_made().add(parsed, self.expected, self._status_now())
@@ -176,15 +182,17 @@ class ClientListening(ClientTracking):
                 self.expected += 1
             self._answer_now()
             data = data[used:]
-        if self.local_statements and data:
-            self.local_statements.pop(b"", None)  # a Query or Parse would replace it
+        listen = self.listen
+        if listen is not None and listen.local_statements and data:
+            listen.local_statements.pop(b"", None)  # a Query or Parse would replace it
         return data
 
     def _local_batch(self, data: bytes) -> tuple[int, Parsed | None, bytes, bool] | None:
         """The length of the batch at data's start, its effects, its replies and whether it
         ends with a Sync (else a Flush), if pgtarn answers it; None if not; a length of 0
         when what data holds of it is pgtarn's to answer but the batch goes on past it."""
-        statements = self.local_statements
+        listen = self.listen
+        statements = None if listen is None else listen.local_statements
         if data[0] == 0x50:
             if not _looks_like_listen(data):
                 return None
@@ -236,7 +244,7 @@ class ClientListening(ClientTracking):
                 (known if body[:1] == b"S" else portals).pop(name, None)
                 replies += CLOSE_COMPLETE
             elif msg_type in (0x53, 0x48):  # Sync, or Flush (replies now, no ReadyForQuery)
-                self.local_statements = known
+                self._listen_made().local_statements = known
                 return (end, Parsed(effects, executed) if executed else None, replies,
                         msg_type == 0x53)
             else:
@@ -263,11 +271,16 @@ class ClientListening(ClientTracking):
     def _subscribe(self, channels: frozenset[str]) -> None:
         """The board gets this client's committed channels."""
         pool = self.pool
-        if pool is None or pool.board is None or channels == self.subscribed:
-            self.subscribed = channels
+        listen = self.listen
+        if listen is None:
+            if not channels:  # none before, none now (and no state made for it)
+                return
+            listen = self._listen_made()
+        if pool is None or pool.board is None or channels == listen.subscribed:
+            listen.subscribed = channels
             return
-        confirmed = pool.board.update(self, self.subscribed, channels, monotonic())
-        self.subscribed = channels
+        confirmed = pool.board.update(self, listen.subscribed, channels, monotonic())
+        listen.subscribed = channels
         self.listen_wait = not confirmed
         self.listening = True
 
@@ -277,19 +290,19 @@ class ClientListening(ClientTracking):
         self.listen_wait = False
         notice = build.error_response("01000", warning, "WARNING", notice=True) if warning \
             else b""
-        withheld = self.withheld
-        if not withheld:
+        listen = self.listen
+        if listen is None or not listen.withheld:
             if notice:
                 self._push(notice)
             return
         if self.state is not ClientState.READY:
             return
-        self.withheld = b""
-        out = notice + withheld
-        if self.answers and self.answers[0][0] <= 0:  # LISTENs sent meanwhile
+        out = notice + listen.withheld
+        listen.withheld = b""
+        if listen.answers and listen.answers[0][0] <= 0:  # LISTENs sent meanwhile
             out += self._answers_due(b"I")
         self.write(self._after_reply(out, b"I"))
-        if not self.withheld:
+        if not listen.withheld:
             self._send_pending()
 
     def _stop_listening(self) -> None:
@@ -298,11 +311,14 @@ class ClientListening(ClientTracking):
         if pool is None or pool.board is None:
             return
         board = pool.board
-        if self.subscribed:
-            board.update(self, self.subscribed, NO_CHANNELS, monotonic())
-            self.subscribed = NO_CHANNELS
         board.waiters.pop(self, None)
-        queue = self.notify_queue
+        listen = self.listen
+        if listen is None:
+            return
+        if listen.subscribed:
+            board.update(self, listen.subscribed, NO_CHANNELS, monotonic())
+            listen.subscribed = NO_CHANNELS
+        queue = listen.notify_queue
         if queue:
             board.queued -= len(queue)
             board.dropped += sum(1 for message in queue if message[0] == NOTIFICATION)
@@ -329,14 +345,12 @@ class ClientListening(ClientTracking):
         pool = self.pool
         assert pool is not None and pool.board is not None
         board = pool.board
-        queue = self.notify_queue
+        queue = self._listen_made().notify_queue
         if not queue and self._idle_unlinked():
             self.write(message)
             if message[0] == NOTIFICATION:
                 board.delivered += 1
             return
-        if queue is None:
-            queue = self.notify_queue = []
         limit = self.runtime.config.listen_queue_size
         if len(queue) >= limit:
             board.queued -= len(queue)
@@ -371,8 +385,9 @@ class ClientListening(ClientTracking):
 
     def _take_notifications(self) -> bytes:
         """What waited in the queue, counted as delivered."""
-        queue = self.notify_queue
-        assert queue is not None and self.pool is not None and self.pool.board is not None
+        listen = self.listen
+        assert listen is not None and self.pool is not None and self.pool.board is not None
+        queue = listen.notify_queue
         board = self.pool.board
         board.queued -= len(queue)
         board.delivered += sum(1 for message in queue if message[0] == NOTIFICATION)
@@ -382,7 +397,8 @@ class ClientListening(ClientTracking):
 
     def release_notifications(self) -> None:
         """Delivery may go on (RESUME, the socket drained): send what waited, if idle."""
-        if self.notify_queue and self._idle_unlinked():
+        listen = self.listen
+        if listen is not None and listen.notify_queue and self._idle_unlinked():
             self.write(self._take_notifications())
 
     def pause_writing(self) -> None:
@@ -392,8 +408,7 @@ class ClientListening(ClientTracking):
     def resume_writing(self) -> None:
         self.write_paused = False
         super().resume_writing()
-        if self.notify_queue:
-            self.release_notifications()
+        self.release_notifications()
 
     # --- closing --------------------------------------------------------------------------------
 

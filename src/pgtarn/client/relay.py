@@ -60,7 +60,7 @@ class ClientRelay(ClientLink):
         """Logged in to a pool: watch what this pool mode needs to notice."""
         config = self.runtime.config
         watch = STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES
-        if self.pool_mode != "session" and config.max_prepared_statements > 0:
+        if not self.session_mode and config.max_prepared_statements > 0:
             # The framer starts with the client's first Parse/Bind/Describe/Close.
             self.follows_statements = True
             watch = WATCH_STATEMENTS_TYPES
@@ -73,10 +73,12 @@ class ClientRelay(ClientLink):
         self.scanner = shared_scanner(watch, config.max_packet_size, bodies)
 
     def _relay(self, data: bytes) -> None:
-        if self.held_batch:  # the start of a batch that may be answered here (a LISTEN)
-            data, self.held_batch = self.held_batch + data, b""
-        if (data[0] == 0x50 or (self.local_statements and data[0] in LOCAL_STARTS)) \
-                and self.answers is not None and self.scanner.at_boundary:
+        listen = self.listen
+        if listen is not None and listen.held_batch:  # the start of a batch that may be
+            data, listen.held_batch = listen.held_batch + data, b""  # answered here (LISTEN)
+        if (data[0] == 0x50 or (listen is not None and listen.local_statements
+                                and data[0] in LOCAL_STARTS)) \
+                and self.tracked and self.scanner.at_boundary:
             data = self._local_batches(data)  # a LISTEN through the extended protocol
             if not data:
                 return
@@ -247,10 +249,12 @@ class ClientRelay(ClientLink):
         per server."""
         framer = self.framer
         assert framer is not None and self.statements is not None
-        if self.held_batch:  # the start of a batch that may be answered here (a LISTEN)
-            data, self.held_batch = self.held_batch + data, b""
-        if (data[0] == 0x50 or (self.local_statements and data[0] in LOCAL_STARTS)) \
-                and self.answers is not None and framer.idle:
+        listen = self.listen
+        if listen is not None and listen.held_batch:  # the start of a batch that may be
+            data, listen.held_batch = listen.held_batch + data, b""  # answered here (LISTEN)
+        if (data[0] == 0x50 or (listen is not None and listen.local_statements
+                                and data[0] in LOCAL_STARTS)) \
+                and self.tracked and framer.idle:
             data = self._local_batches(data)  # a LISTEN through the extended protocol
             if not data:
                 return
@@ -286,7 +290,8 @@ class ClientRelay(ClientLink):
         unbound = self.unnamed_unbound = _unnamed_unbound(parts, self.unnamed_unbound)
         if unbound:
             self.open_batch = True
-        if self.answers:  # a Query of the chunk is answered here (LISTEN)
+        listen = self.listen
+        if listen is not None and listen.answers:  # a Query of the chunk is answered here
             self._answer_now()
         if parts:
             self._send_item((parts, data if framer.whole and framer.plain else None),

@@ -57,9 +57,6 @@ def effects_of(sql: str) -> Parsed:
     return load_pglast()(sql)
 
 
-#: The answers of a tracked client that owes none (shared, never written: _owe_answer).
-NO_ANSWERS: list[list[Any]] = []
-
 #: What _session_text returns for a Query pgtarn answers itself (listening.py): send nothing.
 ANSWERED = b""
 
@@ -72,10 +69,11 @@ class ClientTracking(ClientTransport):
     def _start_tracking(self) -> None:
         """Logged in to a transaction or statement mode pool with track_session_state."""
         config = self.runtime.config
-        if self.pool_mode == "session" or not config.track_session_state:
+        if self.session_mode or not config.track_session_state:
             return
-        self.tracked = True  # the state itself is made when first needed (_session_made)
-        self.answers = NO_ANSWERS  # LISTEN and UNLISTEN are answered here (listening.py)
+        # the state itself is made when first needed (_session_made); LISTEN and UNLISTEN
+        # are answered here (listening.py)
+        self.tracked = True
 
     def _session_made(self) -> SessionTracker:
         """The session state of a tracked client, made now if it had none: until a text that
@@ -89,12 +87,7 @@ class ClientTracking(ClientTransport):
 
     def _owe_answer(self, entry: list[Any]) -> None:
         """A LISTEN/UNLISTEN reply pgtarn owes (listening.py), after those owed before it."""
-        answers = self.answers
-        assert answers is not None
-        if answers:
-            answers.append(entry)
-        else:  # (never into the shared empty list)
-            self.answers = [entry]
+        self._listen_made().answers.append(entry)
 
     def _start_with_settings(self, settings: dict[str, str]) -> None:
         """Settings from the StartupMessage's options that are not tracked parameters: the
@@ -157,7 +150,7 @@ class ClientTracking(ClientTransport):
             else:
                 framer.named_effects[name] = parsed
                 return None  # counted at its Bind
-        if msg_type == 0x51 and self.answers is not None and (
+        if msg_type == 0x51 and self.tracked and (
                 session is None or not session.state.channels):
             # (a client that LISTENed on its server, pinned, goes on doing so there)
             subscriptions = as_subscriptions(parsed)

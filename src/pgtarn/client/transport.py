@@ -29,7 +29,7 @@ from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
 from ..states import ClientState
-from ..views import ClientView, SecretSource
+from ..views import ClientView
 from .access import os_user_name, peer_credentials
 
 log = logging.getLogger("pgtarn.client")
@@ -48,6 +48,38 @@ NO_PENDING: list[bytes | PendingParts] = []
 _WATCH_NOTHING: frozenset[int] = frozenset()
 
 
+class ClientListen:
+    """A tracked client's LISTEN state (listening.py): made at its first LISTEN, reply owed
+    or notification, as most clients never listen and thousands of idle ones then hold none
+    of these fields."""
+
+    __slots__ = ("answers", "held_batch", "local_statements", "notify_queue", "subscribed",
+                 "withheld")
+
+    def __init__(self) -> None:
+        #: LISTEN/UNLISTEN batches answered by pgtarn: [ReadyForQuery owed before its reply,
+        #: its subscriptions, its replies (None: a CommandComplete per subscription), whether
+        #: a ReadyForQuery ends it], oldest first.
+        self.answers: list[list[Any]] = []
+        #: Its statements of LISTEN/UNLISTEN that pgtarn answers (extended protocol), by name.
+        self.local_statements: dict[bytes, Parsed] | None = None
+        #: The channels the pool's board has for this client (whether some of them are not
+        #: confirmed by the listener connection yet is the client's `listen_wait`).
+        self.subscribed = NO_CHANNELS
+        #: The ReadyForQuery withheld until they are (b"": none).
+        self.withheld = b""
+        #: The start of an extended-protocol batch pgtarn may answer (LISTEN), not whole yet:
+        #: the relay puts it before the next chunk (listening.py, _local_batches).
+        self.held_batch = b""
+        #: Notifications waiting to go out.
+        self.notify_queue: list[bytes] = []
+
+    def holds_anything(self) -> bool:
+        """Something owed, held, queued or subscribed (a takeover waits for none)."""
+        return bool(self.answers or self.local_statements or self.subscribed or self.withheld
+                    or self.held_batch or self.notify_queue)
+
+
 class ClientTransport(LinkedClient[ServerConnection]):
     """An application connection's fields and its asyncio glue (the base of ClientConnection).
 
@@ -56,14 +88,10 @@ class ClientTransport(LinkedClient[ServerConnection]):
     """
 
     __slots__ = (
-        "_local_addr",
         "admin",
-        "admin_role",
-        "answers",
         "cancel_key",
         "cancelled_at",
         "close_reason",
-        "connect_time",
         "created_at",
         "database",
         "db",
@@ -71,46 +99,40 @@ class ClientTransport(LinkedClient[ServerConnection]):
         "expected",
         "follows_statements",
         "framer",
-        "held_batch",
         "id",
         "idle_since",
         "last_request",
         "last_server",
+        "listen",
         "listen_wait",
         "listening",
-        "local_statements",
+        "local_admin",
         "login",
-        "notify_queue",
+        "looked_up",
         "open_batch",
         "params",
         "peer_host",
-        "peer_pid",
         "peer_port",
         "pending",
         "pending_size",
         "pinned",
         "pool",
-        "pool_mode",
         "query_start",
         "replication",
         "route",
         "runtime",
         "scanner",
-        "secret_lookup",
         "server",
         "session",
+        "session_mode",
         "state",
         "statement_mode",
-        "stats",
-        "subscribed",
-        "tls",
         "tracked",
         "transport",
         "unnamed_unbound",
         "user",
         "wait_notified",
         "waiting",
-        "withheld",
         "write_paused",
         "xact_start",
     )
@@ -122,7 +144,9 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: Waiting for a server from the pool; told it waits long (the notice, once).
         self.waiting = False
         self.wait_notified = False
-        #: The pool is in statement mode.
+        #: Its pool's mode, fixed at its login (a RELOAD changes the pool's for later clients):
+        #: session until then, transaction when neither flag is set (see pool_mode).
+        self.session_mode = True
         self.statement_mode = False
         #: Its session state keeps its server (see session).
         self.pinned = False
@@ -143,12 +167,15 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: prepared statements are followed (see statements).
         self.tracked = False
         self.follows_statements = False
+        #: The admin console's own OS user over the unix socket (it logs in as admin); the
+        #: secret came from auth_query (forgotten when the password fails, asked again next
+        #: time).
+        self.local_admin = False
+        self.looked_up = False
         self.runtime = runtime
         self.id = next(runtime.ids)
         self.state = ClientState.STARTUP
         self.transport: asyncio.Transport | None = None
-        #: The TLS layer once the client asked for TLS (it is then self.transport too).
-        self.tls: TlsTransport | None = None
         #: Where it connected from: the host (interned: many clients come from a few
         #: hosts) and the port; "unix" and 0 over a unix socket. The addr property joins
         #: them when asked (a log line, SHOW CLIENTS), not a string kept per client.
@@ -160,10 +187,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.login: ClientLogin | None = ClientLogin()
         #: The relay's, lent at the welcome (relay.py, _start_relay; see MessageScanner.kept).
         self.scanner = shared_scanner(_WATCH_NOTHING)
-        #: auth_query: where this client's secret came from (None: auth_file).
-        self.secret_lookup: SecretSource | None = None
         self.pool: Pool[ServerConnection] | None = None
-        self.pool_mode = "session"
         #: A replication connection: "physical" or "logical" ("": none, the usual).
         self.replication = ""
         self.server: ServerConnection | None = None
@@ -192,40 +216,20 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.last_server: ServerConnection | None = None
         #: read_write_split (transaction and statement mode): where its transactions go.
         self.route: ClientRoute[ServerConnection] | None = None
-        #: LISTEN/UNLISTEN answered by pgtarn (listening.py; None: they run on the server):
-        #: [ReadyForQuery owed before its reply, its subscriptions, its replies (None: a
-        #: CommandComplete per subscription), whether a ReadyForQuery ends it], oldest
-        #: first; the client's statements of LISTEN/UNLISTEN that pgtarn answers (extended
-        #: protocol), by name.
-        self.answers: list[list[Any]] | None = None
-        self.local_statements: dict[bytes, Parsed] | None = None
-        #: The channels the pool's board has for this client (whether some of them are not
-        #: confirmed by the listener connection yet is `listen_wait`); the ReadyForQuery
-        #: withheld until they are (b"": none); notifications waiting to go out (None: none
-        #: yet).
-        self.subscribed = NO_CHANNELS
-        self.withheld = b""
-        #: The start of an extended-protocol batch pgtarn may answer (LISTEN), not whole yet:
-        #: the relay puts it before the next chunk (listening.py, _local_batches).
-        self.held_batch = b""
-        self.notify_queue: list[bytes] | None = None
-        #: The pool's counters once logged in; when this client's query and transaction
-        #: began (monotonic, 0: none under way); wall clock of the connect, for display.
-        self.stats: PoolStats | None = None
+        #: Its LISTEN state (listening.py), made when first needed (_listen_made).
+        self.listen: ClientListen | None = None
+        #: When this client's query and transaction began (monotonic, 0: none under way).
         self.query_start = 0.0
         self.xact_start = 0.0
         self.last_request = 0.0
-        #: Monotonic: connected (client_login_timeout), last query ended (client_idle_timeout,
-        #: idle_transaction_timeout), query_timeout's cancel sent (0: none).
+        #: Monotonic: connected (client_login_timeout; connect_time derives from it), last
+        #: query ended (client_idle_timeout, idle_transaction_timeout), query_timeout's cancel
+        #: sent (0: none).
         self.created_at = self.idle_since = monotonic()
         self.cancelled_at = 0.0
         #: Why pgtarn closed the connection (for the log line), "" while it did not.
         self.close_reason = ""
-        self.connect_time = time.time()
-        self._local_addr = ""
-        self.peer_pid = 0
-        #: The admin console: "admin" or "stats" once chosen at login, and the session.
-        self.admin_role: str | None = None
+        #: The admin console's session (admin or stats, AdminSession.full).
         self.admin: AdminSession | None = None
 
     def __repr__(self) -> str:
@@ -235,10 +239,63 @@ class ClientTransport(LinkedClient[ServerConnection]):
     def _peer_uid(self) -> int | None:
         """The OS user id of a unix-socket peer; None over TCP."""
         credentials = peer_credentials(self.transport)
-        if credentials is None:
-            return None
-        self.peer_pid = credentials[0]
-        return credentials[1]
+        return None if credentials is None else credentials[1]
+
+    # Derived when asked (SHOW CLIENTS, a log line, a handover), not kept per client: a few
+    # thousand idle clients each hold a field less for each.
+
+    def _listen_made(self) -> ClientListen:
+        """Its LISTEN state, made now if it had none."""
+        listen = self.listen
+        if listen is None:
+            listen = self.listen = ClientListen()
+        return listen
+
+    @property
+    def subscribed(self) -> frozenset[str]:
+        """The channels the pool's board has for it."""
+        listen = self.listen
+        return NO_CHANNELS if listen is None else listen.subscribed
+
+    @property
+    def withheld(self) -> bytes:
+        """A ReadyForQuery withheld for the listener connection (b"": none)."""
+        listen = self.listen
+        return b"" if listen is None else listen.withheld
+
+    @property
+    def tls(self) -> TlsTransport | None:
+        """The TLS layer once the client asked for TLS (it is then the transport)."""
+        transport = self.transport
+        return transport if isinstance(transport, TlsTransport) else None
+
+    @property
+    def stats(self) -> PoolStats | None:
+        """Its pool's counters once logged in."""
+        pool = self.pool
+        return None if pool is None else pool.stats
+
+    @property
+    def pool_mode(self) -> str:
+        """Its pool's mode as it logged in ("session" before it did)."""
+        if self.session_mode:
+            return "session"
+        return "statement" if self.statement_mode else "transaction"
+
+    def set_pool_mode(self, mode: str) -> None:
+        self.session_mode = mode == "session"
+        self.statement_mode = mode == "statement"
+
+    @property
+    def connect_time(self) -> float:
+        """Wall clock of the connect, for display: from the monotonic created_at."""
+        return time.time() - (monotonic() - self.created_at)
+
+    @property
+    def peer_pid(self) -> int:
+        """The process id of a unix-socket peer (SHOW CLIENTS); 0 over TCP or once closed."""
+        credentials = peer_credentials(self.transport)
+        return 0 if credentials is None else credentials[0]
 
     def _peer_os_user(self) -> str | None:
         uid = self._peer_uid()
@@ -268,14 +325,13 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     @property
     def local_addr(self) -> str:
-        """The address the client connected to ("host:port"; "" over a unix socket): read
-        from the socket when SHOW CLIENTS first asks, not at every login (a system call)."""
-        if not self._local_addr and self.peer_port and self.transport is not None:
+        """The address the client connected to ("host:port"; "" over a unix socket or once
+        closed): read from the socket when SHOW CLIENTS asks, not at every login."""
+        if self.peer_port and self.transport is not None:
             sockname = self.transport.get_extra_info("sockname")
             if isinstance(sockname, tuple):
-                # the listener's address, the same for its clients: one copy (interned)
-                self._local_addr = intern(address(sockname))
-        return self._local_addr
+                return address(sockname)
+        return ""
 
     def close(self, error: PgtarnError | None = None, response: bytes | None = None) -> None:
         """Send error (if any; response: its ErrorResponse when already built) and close; the
@@ -329,9 +385,9 @@ class ClientTransport(LinkedClient[ServerConnection]):
         transport = self.transport
         if transport is not None:
             transport.write(data)
-            stats = self.stats
-            if stats is not None:
-                stats.sent += len(data)
+            pool = self.pool
+            if pool is not None:
+                pool.stats.sent += len(data)
 
     # --- flow control: a slow reader stops its peer from reading ------------------------------
 

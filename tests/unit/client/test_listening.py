@@ -62,6 +62,20 @@ def begin(client: ClientConnection, server: ServerConnection) -> None:
     run(client, server, "BEGIN", build.command_complete("BEGIN") + build.ready_for_query(b"T"))
 
 
+def test_a_client_holds_no_listen_state_until_it_listens() -> None:
+    setup = Listening()
+    client, transport, server = setup.client()
+    run(client, server, "select 1", result())
+    assert transport.take() == result()
+    run(client, server, "SET search_path = a", build.command_complete("SET")
+        + build.ready_for_query(b"I"))
+    assert client.tracked and client.listen is None and client.subscribed == frozenset()
+    client.data_received(build.query("LISTEN a"))
+    assert client.listen is not None and client.listen.holds_anything()
+    setup.board.confirmed("a", True)
+    assert client.subscribed == {"a"}
+
+
 def test_a_listen_is_answered_here_and_its_ready_for_query_waits_for_the_listener() -> None:
     setup = Listening()
     client, transport, server = setup.client()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pgtarn.client.transport import NO_PENDING
 from pgtarn.proto import build
 from pgtarn.states import ClientState
 
@@ -46,6 +47,21 @@ def test_bytes_wait_for_a_server_and_go_out_whole_when_it_comes() -> None:
     first.data_received(build.query("commit"))
     server.data_received(build.command_complete("COMMIT") + build.ready_for_query(b"I"))
     assert sent(server) == build.query("commit") + build.query("select 2")
+
+
+def test_a_client_that_waited_keeps_no_list_of_its_own_once_its_bytes_went_out() -> None:
+    """Idle clients that once waited for a server would each keep an empty list."""
+    pool = Pool(pool_size=1)
+    first, _t1 = pool.client()
+    second, _t2 = pool.client()
+    first.data_received(build.query("begin"))
+    (server,) = pool.servers
+    server.data_received(build.command_complete("BEGIN") + build.ready_for_query(b"T"))
+    second.data_received(build.query("select 2"))
+    assert second.pending == [build.query("select 2")]
+    first.data_received(build.query("commit"))
+    server.data_received(build.command_complete("COMMIT") + build.ready_for_query(b"I"))
+    assert second.server is server and second.pending is NO_PENDING
 
 
 def test_terminate_ends_the_client_and_releases_nothing_mid_transaction() -> None:
