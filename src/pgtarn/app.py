@@ -577,7 +577,7 @@ class App:
     def _cleanup(self) -> None:
         if self.metrics_server is not None:
             self.metrics_server.close()
-        for client in list(self.runtime.clients):
+        for client in list(self.runtime.clients.values()):
             client.close(SHUTDOWN_ERROR)
         for pool in self.runtime.registry:
             for server in list(pool.idle) + list(pool.active) + list(pool.tested):

@@ -106,7 +106,7 @@ class Janitor:
         login_timeout = config.client_login_timeout
         fast_close = config.server_fast_close
         if fast_close or any(pool.client_timeouts.any for pool in self.runtime.registry):
-            clients = tuple(self.runtime.clients)
+            clients = tuple(self.runtime.clients.values())
         elif login_timeout > 0:
             # nothing to check on a logged-in client: the logins only (a visit of thousands
             # of idle clients ten times a second was most of a connect storm's CPU)

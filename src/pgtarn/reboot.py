@@ -29,8 +29,8 @@ from time import monotonic
 from typing import Protocol, cast
 
 from .client.connection import ClientConnection
+from .client.transport import NO_KEY
 from .pool.pool import Pool
-from .proto.cancelkey import packed
 from .runtime import Runtime
 from .server.connection import ServerConnection
 from .states import READY_STATE
@@ -100,7 +100,8 @@ class Handover:
             channel.reply(message, {"unix_path": self.app.unix_path, "pid": os.getpid()},
                           [sock.fileno() for sock in socks])
         elif kind == "serving":
-            reasons = [idle_reason(cast(ClientConnection, c)) for c in self.runtime.clients]
+            reasons = [idle_reason(cast(ClientConnection, c))
+                       for c in self.runtime.clients.values()]
             moving = ("", "transaction", "busy")
             log.info("takeover: the new process serves; no new connections here; of %d "
                      "clients %d are idle and go to it now, %d are in a transaction and %d "
@@ -117,7 +118,7 @@ class Handover:
             key = message.get("key")
             if (isinstance(key, list) and len(key) == 2
                     and all(isinstance(part, int) for part in key)):
-                target = self.runtime.cancel_keys.get(packed((key[0], key[1])))
+                target = self.runtime.client_by_key((key[0], key[1]))
                 if target is not None and target.server is not None:
                     target.server.send_cancel(target)
         elif "id" in message:
@@ -128,7 +129,7 @@ class Handover:
         self.sweeping = None
         if self.channel.closed:
             return
-        for view in list(self.runtime.clients):
+        for view in list(self.runtime.clients.values()):
             client = cast(ClientConnection, view)
             if client in self.sending or client in self.kept or idle_reason(client):
                 continue
@@ -373,8 +374,7 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
     db = runtime.config.find_database(state.database)
     if db is None:
         raise HandoverError(f"no database {state.database} here")
-    key = packed(state.cancel_key)
-    if key in runtime.cancel_keys:
+    if state.cancel_key == NO_KEY or state.cancel_key[1] in runtime.clients:
         raise HandoverError("its cancel key is in use here")
     pool = cast(Pool[ServerConnection], runtime.registry.get_pool(db, state.user))
     if pool.pool_mode == "session":
@@ -415,7 +415,6 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
             client.statements.clear()
         raise
     runtime.logins.discard(client)
-    runtime.cancel_keys[key] = client
     pool.client_joined(client)
     client.idle_since = monotonic()
 

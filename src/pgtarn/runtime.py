@@ -20,6 +20,7 @@ from .net.sockets import HostChooser, TcpOption, tcp_options
 from .pool.pool import PooledServer
 from .pool.registry import Registry, SharedGate
 from .pool.stats import PoolStats, Totals
+from .proto.cancelkey import Key, make_key
 from .session.prepared import StatementCache
 from .views import ClientView, SecretSource, ServerView
 
@@ -103,16 +104,15 @@ class Runtime:
         self.tcp_options: tuple[TcpOption, ...] = tcp_options(config)
         self.userlist = userlist
         self.registry: Registry[PooledServer] = Registry(config)
-        #: Every client connection, from accept to close (max_client_conn counts these). A
-        #: dict used as a set (values None), as Pool.clients: with thousands of clients a
-        #: set's table takes 32 to 105 bytes per client, a dict's 18 to 37.
-        self.clients: dict[ClientView, None] = {}
+        #: Every client connection, from accept to close (max_client_conn counts these), by
+        #: the secret of the BackendKeyData key it gets at accept (new_key): the one index of
+        #: clients, which CancelRequest routing looks keys up in too (client_by_key). One
+        #: dict entry and one small int per client, where a set of clients and a dict of
+        #: keys took two entries and a larger int (thousands of idle clients).
+        self.clients: dict[int, ClientView] = {}
         #: Clients still logging in (SHOW LISTS' login_clients), and admin console sessions.
         self.logins: set[ClientView] = set()
         self.admin_clients: set[ClientView] = set()
-        #: BackendKeyData we gave each client (packed: proto/cancelkey.py) -> that client,
-        #: for CancelRequest routing.
-        self.cancel_keys: dict[int, ClientView] = {}
         #: CancelRequests sent on to the other pgtarn of [peers] (SHOW PEER_POOLS).
         self.peers = PeerCancels()
         self.ids: Iterator[int] = itertools.count(1)
@@ -182,6 +182,43 @@ class Runtime:
                 self.params_forms.clear()
             shared = self.params_forms[key] = params
         return shared
+
+    # --- clients by key -------------------------------------------------------------------------
+
+    def new_key(self) -> Key:
+        """A BackendKeyData key for a new client (proto/cancelkey.py: peer_id, this worker),
+        its secret used by no client here."""
+        coordinator = self.coordinator
+        worker = None if coordinator is None else coordinator.index
+        while True:
+            key = make_key(self.config.peer_id, worker)
+            if key[1] not in self.clients:
+                return key
+
+    def add_client(self, client: ClientView) -> bool:
+        """client (accepted, with its key) is one of this process's clients; False if its
+        key's secret is another client's (a key that came with a handed-over client)."""
+        secret = client.cancel_key[1]
+        if secret in self.clients:
+            return self.clients[secret] is client
+        self.clients[secret] = client
+        return True
+
+    def remove_client(self, client: ClientView) -> bool:
+        """client is no longer one of this process's clients; False if it was not."""
+        secret = client.cancel_key[1]
+        if self.clients.get(secret) is not client:
+            return False
+        del self.clients[secret]
+        return True
+
+    def has_client(self, client: ClientView) -> bool:
+        return self.clients.get(client.cancel_key[1]) is client
+
+    def client_by_key(self, key: Key) -> ClientView | None:
+        """The client this process gave key to (a CancelRequest's), if it is still here."""
+        client = self.clients.get(key[1])
+        return client if client is not None and client.cancel_key == key else None
 
     def secret_lookup(self, db: DatabaseEntry) -> SecretSource | None:
         """The auth_query lookup for logins to db (None: no auth_user for it)."""

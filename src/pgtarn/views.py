@@ -67,6 +67,7 @@ class ClientView(Protocol):
     user: str
     database: str
     params: dict[str, str]
+    cancel_key: tuple[int, int]
     replication: str  # "physical", "logical", or "" (not a replication connection)
 
     @property

@@ -108,7 +108,7 @@ def resume(runtime: Runtime, arg: str | None) -> Outcome:
 def _suspend_reading(runtime: Runtime, suspend: bool) -> None:
     """SUSPEND: stop reading every client (but admin sessions) and server; RESUME: read again."""
     runtime.suspended = suspend
-    transports = [c.transport for c in runtime.clients if c.state is not ClientState.ADMIN]
+    transports = [c.transport for c in runtime.clients.values() if c.state is not ClientState.ADMIN]
     transports += [s.transport for s in runtime.servers()]
     for transport in transports:
         if transport is not None and not transport.is_closing():
@@ -142,7 +142,7 @@ def kill(runtime: Runtime, arg: str | None) -> Outcome:
     if registry.paused or runtime.suspended:
         raise _error("already suspended/paused")
     registry.pause(database, close_servers=True)
-    for client in list(runtime.clients):
+    for client in list(runtime.clients.values()):
         pool = client.pool
         if pool is not None and (database is None or pool.database == database):
             client.close(KILLED)
@@ -160,7 +160,7 @@ def kill_client(runtime: Runtime, arg: str | None) -> Outcome:
     if arg is None or not (arg.isascii() and arg.isdigit()):
         raise _error("invalid client pointer supplied")
     wanted = int(arg)
-    for client in list(runtime.clients):
+    for client in list(runtime.clients.values()):
         if client.id == wanted:
             log.info("KILL_CLIENT %d: %r", wanted, client)
             client.close(KILLED)

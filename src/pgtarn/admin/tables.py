@@ -216,7 +216,8 @@ def show_clients(runtime: Runtime) -> Table:
 def all_servers(runtime: Runtime) -> list[ServerView]:
     """The pools' servers and the replication clients' own ones."""
     servers = runtime.servers()
-    servers.extend(c.server for c in runtime.clients if c.replication and c.server is not None)
+    servers.extend(c.server for c in runtime.clients.values()
+                   if c.replication and c.server is not None)
     return sorted(servers, key=lambda s: s.id)
 
 

@@ -34,7 +34,7 @@ from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certif
 from ..pool.pool import Pool
 from ..pool.split import ClientRoute
 from ..proto import build
-from ..proto.cancelkey import as_issued, packed, peer_of, worker_of
+from ..proto.cancelkey import as_issued, peer_of, worker_of
 from ..proto.client_login import (
     Authenticated,
     CancelRequested,
@@ -55,6 +55,7 @@ from ..states import READY_STATE, ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, peer_address
 from .relay import ClientRelay
+from .transport import NO_KEY
 
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
 monotonic: Final = time.monotonic
@@ -88,18 +89,24 @@ class ClientConnection(ClientRelay):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self.runtime.clients[self] = None
-        self.runtime.logins.add(self)
+        runtime = self.runtime
+        if self.cancel_key == NO_KEY:  # (a handed-over client comes with its own: adopt)
+            self.cancel_key = runtime.new_key()
+        if not runtime.add_client(self):  # its own key is another's here, since adopt asked
+            log.warning("%r: its cancel key is in use here: it gets a new one, and a "
+                        "CancelRequest with the old one does not reach it", self)
+            self.cancel_key = runtime.new_key()
+            runtime.add_client(self)
+        runtime.logins.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.state is ClientState.CLOSED and self not in self.runtime.clients:
+        runtime = self.runtime
+        if self.state is ClientState.CLOSED and not runtime.has_client(self):
             return
         previous = self.state
         self.state = ClientState.CLOSED
-        runtime = self.runtime
-        runtime.clients.pop(self, None)
+        runtime.remove_client(self)
         runtime.logins.discard(self)
-        runtime.cancel_keys.pop(packed(self.cancel_key), None)
         if runtime.limits is not None:
             runtime.limits.left(self)
         if self.admin is not None:
@@ -306,7 +313,7 @@ class ClientConnection(ClientRelay):
         max_user = config.max_user_client_connections_for(user)
         if not max_db and not max_user:
             return
-        clients = self.runtime.clients
+        clients = self.runtime.clients.values()
         if max_db and user not in config.admin_users and max_db < sum(
                 1 for c in clients if c.database == db.name):
             raise PgtarnError("client connections exceeded (max_db_client_connections)",
@@ -397,13 +404,10 @@ class ClientConnection(ClientRelay):
                  tracked: Iterable[str],
                  reported: Mapping[tuple[str, str], str] | None = None) -> bytes:
         """The welcome's bytes; this client's tracked parameters and cancel key are set."""
-        coordinator = self.runtime.coordinator  # workers: the key names this one
-        welcome = login.welcome(server_params, tracked, reported, self.runtime.config.peer_id,
-                                None if coordinator is None else coordinator.index)
+        welcome = login.welcome(server_params, tracked, self.cancel_key, reported)
         self.login = None
         # shared with the clients that have the same values: replaced, never written
         self.params = self.runtime.shared_params(welcome.params)
-        self.cancel_key = welcome.cancel_key
         message = self.runtime.config.login_notify_message
         if message:  # login_notify_message: a NOTICE just before the first ReadyForQuery
             data = welcome.data
@@ -437,7 +441,6 @@ class ClientConnection(ClientRelay):
         startup_settings = login.startup_settings
         welcome = self._welcome(login, pool.welcome, self.tracked_names(),
                                 self.runtime.reported_forms)
-        self.runtime.cancel_keys[packed(self.cancel_key)] = self
         self.state = ClientState.READY
         pool.client_joined(self)
         self.idle_since = monotonic()
@@ -463,7 +466,6 @@ class ClientConnection(ClientRelay):
             server.release_from(self, False, None)
             return
         welcome = self._welcome(login, server.params, self.tracked_names())
-        self.runtime.cancel_keys[packed(self.cancel_key)] = self
         self.state = ClientState.REPLICATION
         server.client = self
         pool.client_joined(self)
@@ -501,7 +503,7 @@ def cancel_by_key(runtime: Runtime, key: tuple[int, int]) -> bool:
     """Cancel the query of this process's client with key, if it has one running (a
     CancelRequest to its server's backend); whether the key is one of this process's."""
     # with peering on, a peer's forward comes with a lower TTL than the key handed out
-    target = runtime.cancel_keys.get(packed(as_issued(key) if runtime.config.peer_id else key))
+    target = runtime.client_by_key(as_issued(key) if runtime.config.peer_id else key)
     if target is None:
         return False
     if target.server is not None:
@@ -533,7 +535,7 @@ async def _admit(client: ClientConnection, limits: WorkerLimits, login: ClientLo
     max_db = config.max_db_client_connections_for(db) \
         if db is not None and user not in config.admin_users else 0
     max_user = 0 if admin else config.max_user_client_connections_for(user)
-    clients = client.runtime.clients
+    clients = client.runtime.clients.values()
     local_db = 1 + sum(1 for c in clients if c.database == database) if max_db else 0
     local_user = 1 + sum(1 for c in clients if c.user == user and c.database
                          not in ADMIN_DATABASES) if max_user else 0

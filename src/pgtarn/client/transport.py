@@ -8,7 +8,7 @@ import os
 import time
 from sys import intern
 from time import monotonic
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from ..admin.console import AdminSession
 from ..config import DatabaseEntry
@@ -44,6 +44,8 @@ NO_PARAMS: dict[str, str] = {}
 #: Shared by every client holding no bytes for a server; never written (_hold makes a
 #: client's own list at its first item).
 NO_PENDING: list[bytes | PendingParts] = []
+#: The cancel key of a client that has none yet.
+NO_KEY: Final[tuple[int, int]] = (0, 0)
 #: The scanner a client holds until its welcome (it watches nothing, its bytes go to the login).
 _WATCH_NOTHING: frozenset[int] = frozenset()
 
@@ -197,7 +199,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.pending_size = 0
         #: Tracked parameters (client_encoding, TimeZone, ...) as this client set them.
         self.params = NO_PARAMS  # from the welcome on: its values' shared dict (never written)
-        self.cancel_key = (0, 0)
+        #: The BackendKeyData key it gets at accept (Runtime.new_key; NO_KEY: none yet).
+        self.cancel_key = NO_KEY
         self.db: DatabaseEntry | None = None
         #: Statement mode: set while skipping a refused extended batch up to its Sync.
         self.discard_scanner: MessageScanner | None = None
@@ -374,7 +377,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         pool's containers, so SHOW counts it no more and no server is handed to it; the rest
         of the cleanup waits for connection_lost."""
         runtime = self.runtime
-        runtime.clients.pop(cast("ClientView", self), None)  # (the assembled one is)
+        runtime.remove_client(cast("ClientView", self))  # (the assembled one is)
         runtime.logins.discard(self)
         runtime.admin_clients.discard(self)
         if self.pool is not None:

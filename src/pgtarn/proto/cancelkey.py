@@ -45,12 +45,6 @@ def make_key(peer_id: int, worker: int | None) -> Key:
     return pid, secret
 
 
-def packed(key: Key) -> int:
-    """The key as one int, the pid in the high 32 bits: how the running pooler indexes its
-    clients (one small object per client, where a tuple key took a tuple and two ints)."""
-    return key[0] << 32 | key[1]
-
-
 def peer_of(key: Key) -> int:
     """The peer_id a key names (meaningful only when the key was made with peering on)."""
     pid = key[0]

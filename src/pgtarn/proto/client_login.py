@@ -24,7 +24,7 @@ from typing import Final
 
 from ..errors import PgtarnError, ProtocolViolation
 from . import build
-from .cancelkey import make_key
+from .cancelkey import Key
 from .client_side import ClientAuth
 from .framing import MessageScanner, StartupReader
 from .messages import CANCEL_REQUEST, GSSENC_REQUEST, SSL_REQUEST, parse_startup
@@ -181,16 +181,16 @@ def failed(error: PgtarnError) -> Failed:
 
 def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, str],
                   tracked: Iterable[str], negotiate: tuple[int, list[str]] | None,
-                  reported: Mapping[tuple[str, str], str] | None = None,
-                  peer_id: int = 0, worker: int | None = None) -> Welcome:
+                  cancel_key: Key,
+                  reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
     """[NegotiateProtocolVersion], ParameterStatus for each parameter, BackendKeyData and
     ReadyForQuery: the welcome of every login, to a pool or to the admin console.
 
     server_params: what the server side reports (a pool's first server, or the console's
     own); a tracked parameter the client set in its StartupMessage replaces its value, in the
     form PostgreSQL reports it: reported[(name, value)] when a server reported it already,
-    else by proto/parameters.py's rules. The BackendKeyData key says peer_id and worker
-    (proto/cancelkey.py).
+    else by proto/parameters.py's rules. BackendKeyData carries cancel_key (the one the
+    client got at accept, proto/cancelkey.py).
     """
     welcome = dict(server_params)
     params: dict[str, str] = {}
@@ -205,7 +205,6 @@ def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, 
             params[name] = value
             welcome[name] = value
     statuses = _parameter_statuses(tuple(welcome.items()))
-    cancel_key = make_key(peer_id, worker)
     tail = build.backend_key_data(*cancel_key) + _RFQ_IDLE
     if negotiate is not None:
         return Welcome(build.negotiate_protocol_version(*negotiate) + statuses + tail, params,
@@ -489,13 +488,13 @@ class ClientLogin:
         return events
 
     def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str],
-                reported: Mapping[tuple[str, str], str] | None = None,
-                peer_id: int = 0, worker: int | None = None) -> Welcome:
+                cancel_key: Key,
+                reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
         """After Authenticated: the welcome (build_welcome) with this client's parameters."""
         self._expect(LoginState.AUTHENTICATED)
         self.state = LoginState.DONE
         return build_welcome(server_params, self.startup_params, tracked, self.negotiate,
-                             reported, peer_id, worker)
+                             cancel_key, reported)
 
     def _expect(self, state: LoginState) -> None:
         if self.state is not state:

@@ -9,12 +9,11 @@ import struct
 from typing import Any
 
 from pgtarn.auth.md5 import md5_response, md5_secret
-from pgtarn.client.connection import ClientConnection
+from pgtarn.client.connection import ClientConnection, cancel_by_key
 from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.pool import PooledServer
 from pgtarn.proto import build
-from pgtarn.proto.cancelkey import packed
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_fields
 from pgtarn.runtime import Runtime
@@ -160,7 +159,9 @@ def test_trust_login_into_the_admin_console() -> None:
     assert messages[-2][1] == struct.pack("!II", *client.cancel_key)
     assert client.state is ClientState.ADMIN and client.login is None
     assert client in runtime.admin_clients and client not in runtime.logins
-    assert packed(client.cancel_key) not in runtime.cancel_keys  # nothing there to cancel
+    assert runtime.client_by_key(client.cancel_key) is client
+    assert cancel_by_key(runtime, client.cancel_key)  # one of ours: nothing to cancel
+    assert client.server is None
     assert client.params == {"application_name": "psql"}
     client.data_received(build.query("SHOW VERSION;"))
     assert [kind for kind, _ in transport.taken()] == ["T", "D", "C", "Z"]
@@ -211,7 +212,7 @@ def test_trust_login_into_a_pool_waits_for_its_first_server() -> None:
     assert [kind for kind, _ in messages] == ["S", "S", "K", "Z"]
     assert messages[1][1] == b"TimeZone\x00Europe/Paris\x00"
     assert client.state is ClientState.READY and client.login is None
-    assert runtime.cancel_keys[packed(client.cancel_key)] is client
+    assert runtime.client_by_key(client.cancel_key) is client
     assert client.params == {"TimeZone": "Europe/Paris"}
     assert client in pool.clients and pool.stats.client_logins == 1
 
@@ -240,7 +241,7 @@ def test_md5_login_into_a_pool_and_a_wrong_password() -> None:
             assert error_fields(messages) == {
                 "S": "FATAL", "V": "FATAL", "C": "28P01",
                 "M": "password authentication failed"}
-            assert transport.closing and client not in runtime.clients
+            assert transport.closing and client not in runtime.clients.values()
 
 
 def test_unknown_database() -> None:
@@ -261,7 +262,7 @@ def test_a_bad_first_packet() -> None:
     fields = error_fields(transport.taken())
     assert fields["C"] == "0A000"
     assert fields["M"] == "unsupported frontend protocol 2.0: server supports 3.0 to 3.0"
-    assert transport.closing and client not in runtime.clients
+    assert transport.closing and client not in runtime.clients.values()
     assert client.close_reason == fields["M"]
 
 
@@ -304,7 +305,7 @@ def test_cancel_request_with_an_unknown_key_just_closes() -> None:
     client, transport = connect(runtime)
     client.data_received(build.cancel_request(1, 2))
     assert transport.out == b"" and transport.closing
-    assert client.state is ClientState.CLOSED and client not in runtime.clients
+    assert client.state is ClientState.CLOSED and client not in runtime.clients.values()
     client.connection_lost(None)
     assert client not in runtime.logins  # SHOW LISTS' login_clients does not grow
 
@@ -395,7 +396,7 @@ def test_a_closing_client_leaves_every_container_at_once() -> None:
     assert client in pool.clients and client in pool.waiting
     client.close(PgtarnError("query_wait_timeout", sqlstate="08P01"))
     assert client not in pool.clients and client not in pool.waiting
-    assert client not in runtime.clients and client not in runtime.logins
+    assert client not in runtime.clients.values() and client not in runtime.logins
     assert (pool.client_count, pool.waiting_client_count) == (0, 0)
     assert transport.closing
     client.connection_lost(None)  # the rest of the cleanup, and nothing twice

@@ -12,7 +12,6 @@ from pgtarn.proto.cancelkey import (
     as_issued,
     forwarded,
     make_key,
-    packed,
     peer_of,
     ttl_of,
     worker_of,
@@ -90,9 +89,3 @@ def test_highest_peer_id() -> None:
     assert peer_of(key) == MAX_PEER_ID
     assert _bytes(key)[1:3] == bytes([0xFF, 0x3F])
 
-
-def test_a_packed_key_is_one_int_that_tells_keys_apart() -> None:
-    """The runtime's index of its clients: distinct keys, distinct ints (pid in the high bits)."""
-    assert packed((1, 2)) == (1 << 32) | 2
-    keys = [(pid, secret) for pid in (0, 1, 0x7FFFFFFF) for secret in (0, 1, 0xFFFFFFFF)]
-    assert len({packed(key) for key in keys}) == len(keys)

@@ -33,6 +33,7 @@ GSSENC = struct.pack("!II", 8, GSSENC_REQUEST)
 TRACKED = ("client_encoding", "DateStyle", "TimeZone", "standard_conforming_strings",
            "application_name")
 ITERATIONS = 2  # fast SCRAM for plaintext secrets
+KEY = (1234, 5678)
 
 
 def startup(**params: str) -> bytes:
@@ -225,7 +226,7 @@ def test_newer_minor_version_is_negotiated_in_the_welcome() -> None:
     assert events == [StartupReceived(Startup("u", "u", {}))]
     assert login.check_startup(TRACKED, ()) is None
     login.begin_auth("any", None)
-    welcome = login.welcome({"server_version": "16"}, TRACKED)
+    welcome = login.welcome({"server_version": "16"}, TRACKED, KEY)
     first_type, first_body = split_messages(welcome.data)[0]
     assert first_type == ord("v")
     assert first_body == struct.pack("!II", 0, 1) + b"_pq_.fancy\x00"
@@ -408,7 +409,7 @@ def test_answers_out_of_turn_are_the_callers_mistake() -> None:
         login.begin_auth("trust", "x")
     login = started()
     with pytest.raises(RuntimeError):
-        login.welcome({}, TRACKED)
+        login.welcome({}, TRACKED, KEY)
 
 
 # --- the welcome ----------------------------------------------------------------------------
@@ -418,7 +419,7 @@ def test_welcome_parses_back() -> None:
     login = started(user="u", TimeZone="Europe/Paris", application_name="app")
     login.begin_auth("trust", "x")
     server = {"server_version": "16.1", "TimeZone": "UTC", "client_encoding": "UTF8"}
-    welcome = login.welcome(server, TRACKED)
+    welcome = login.welcome(server, TRACKED, KEY)
     messages = split_messages(welcome.data)
     assert [chr(t) for t, _ in messages] == ["S", "S", "S", "S", "K", "Z"]
     statuses = [body.split(b"\x00")[:2] for t, body in messages if t == ord("S")]
@@ -433,14 +434,15 @@ def test_welcome_parses_back() -> None:
 
 def test_welcome_of_the_admin_console() -> None:
     console = {"server_version": "x/pgtarn", "client_encoding": "UTF8"}
-    plain = build_welcome(console, {}, ("application_name",), None)
+    plain = build_welcome(console, {}, ("application_name",), None, KEY)
     assert [t for t, _ in split_messages(plain.data)] == [ord("S"), ord("S"), ord("K"), ord("Z")]
     assert plain.params == {}
-    named = build_welcome(console, {"application_name": "psql"}, ("application_name",), None)
+    named = build_welcome(console, {"application_name": "psql"}, ("application_name",), None,
+                          (5, 6))
     assert split_messages(named.data)[2] == (ord("S"), b"application_name\x00psql\x00")
     assert named.params == {"application_name": "psql"}
-    assert named.cancel_key != plain.cancel_key
-    assert 0 <= named.cancel_key[0] < 2**31 and 0 <= named.cancel_key[1] < 2**32
+    assert split_messages(named.data)[3] == (ord("K"), struct.pack("!II", 5, 6))
+    assert named.cancel_key == (5, 6) and plain.cancel_key == KEY
 
 
 @pytest.mark.parametrize(("value", "mode"), [
@@ -464,11 +466,11 @@ def test_the_welcome_reports_startup_values_as_postgresql_does() -> None:
     server = {"client_encoding": "UTF8", "DateStyle": "ISO, MDY", "TimeZone": "UTC"}
     tracked = ("client_encoding", "DateStyle", "TimeZone")
     given = {"client_encoding": "latin1", "DateStyle": "german", "TimeZone": "europe/paris"}
-    welcome = build_welcome(server, given, tracked, None)
+    welcome = build_welcome(server, given, tracked, None, KEY)
     assert welcome.params == {"client_encoding": "LATIN1", "DateStyle": "German, DMY",
                               "TimeZone": "europe/paris"}
     learned = {("TimeZone", "europe/paris"): "Europe/Paris"}
-    welcome = build_welcome(server, given, tracked, None, learned)
+    welcome = build_welcome(server, given, tracked, None, KEY, learned)
     assert welcome.params["TimeZone"] == "Europe/Paris"
     assert build.parameter_status("TimeZone", "Europe/Paris") in welcome.data
 
