@@ -69,7 +69,7 @@ class Janitor:
             for pool in registry:
                 if not pool.auto:
                     continue
-                if pool.clients or pool.welcome_waiters:
+                if pool.logged_in or pool.welcome_waiters:
                     # idle time counts from the last client leaving, not from the last
                     # acquire: a session client can hold its server for hours
                     pool.last_used = now
@@ -85,7 +85,7 @@ class Janitor:
         seen: set[tuple[str, str]] = set()
         for pool in self.runtime.registry:
             key = (pool.database, pool.user)
-            if (pool.clients or pool.welcome_waiters or pool.server_count or pool.min_pool_size
+            if (pool.logged_in or pool.welcome_waiters or pool.server_count or pool.min_pool_size
                     or (pool.board is not None and pool.board.open_links)):
                 continue
             seen.add(key)

@@ -416,5 +416,6 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
         raise
     runtime.logins.discard(client)
     pool.client_joined(client)
+    client.joined = True
     client.idle_since = monotonic()
 

@@ -68,6 +68,7 @@ class ClientView(Protocol):
     database: str
     params: dict[str, str]
     cancel_key: tuple[int, int]
+    joined: bool  # logged in to its pool (counted in Pool.logged_in)
     replication: str  # "physical", "logical", or "" (not a replication connection)
 
     @property

@@ -99,9 +99,9 @@ def client_state(client: ClientView) -> str | None:
 def logged_in_clients(runtime: Runtime) -> list[ClientView]:
     """Clients past login: those in the pools' containers and the admin sessions."""
     clients: list[ClientView] = list(runtime.admin_clients)
+    clients.extend(c for c in runtime.clients.values() if c.joined)
     for pool in runtime.registry:
         # the pools hold them as waiters; they are client connections all the same
-        clients.extend(cast(ClientView, c) for c in pool.clients)
         clients.extend(cast(ClientView, c) for c in pool.welcome_waiters)
     return sorted(clients, key=lambda c: c.id)
 

@@ -115,7 +115,8 @@ class ClientConnection(ClientRelay):
         if self.statements is not None:
             self.statements.clear()  # the shared cache keeps only what live clients name
         if self.pool is not None:
-            self.pool.client_left(self)
+            self.pool.client_left(self, self.joined)
+            self.joined = False
             self.waiting = False
             self._stop_listening()
         self._drop_server()
@@ -443,6 +444,7 @@ class ClientConnection(ClientRelay):
                                 self.runtime.reported_forms)
         self.state = ClientState.READY
         pool.client_joined(self)
+        self.joined = True
         self.idle_since = monotonic()
         self._start_relay()
         if startup_settings:  # refused at _authenticated unless the session is tracked
@@ -469,6 +471,7 @@ class ClientConnection(ClientRelay):
         self.state = ClientState.REPLICATION
         server.client = self
         pool.client_joined(self)
+        self.joined = True
         self.write(welcome + leftover)
 
     def _cancel_request(self, key: tuple[int, int]) -> None:

@@ -103,6 +103,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         "framer",
         "id",
         "idle_since",
+        "joined",
         "last_request",
         "last_server",
         "listen",
@@ -169,6 +170,10 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: prepared statements are followed (see statements).
         self.tracked = False
         self.follows_statements = False
+        #: Logged in to its pool: counted in the pool's logged_in (client_joined) until it
+        #: leaves. (A count, where a pool's container of its clients took a dict entry per
+        #: client: the runtime's index, Runtime.clients, holds every client already.)
+        self.joined = False
         #: The admin console's own OS user over the unix socket (it logs in as admin); the
         #: secret came from auth_query (forgotten when the password fails, asked again next
         #: time).
@@ -382,7 +387,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         runtime.admin_clients.discard(self)
         if self.pool is not None:
             # the assembled ClientConnection is the pool's Waiter (this base alone is not)
-            self.pool.client_left(cast("Waiter[ServerConnection]", self))
+            self.pool.client_left(cast("Waiter[ServerConnection]", self), self.joined)
+            self.joined = False
 
     def write(self, data: bytes) -> None:
         transport = self.transport

@@ -160,8 +160,7 @@ class Pool(Generic[S]):
         self.retry_cap = 1.0
         #: Waiting clients are told after this many seconds (query_wait_notify; 0: never).
         self.wait_notify = 0.0
-        #: server_lifetime: servers older than this are closed when released or idle
-        #: (0: each server serves one client, then closes).
+        #: server_lifetime: older servers close when released or idle (0: after one client).
         self.lifetime = 3600.0
         #: server_reset_query if server_reset_query_always, else None (read at each unlink).
         self.reset_query_always: str | None = None
@@ -170,8 +169,7 @@ class Pool(Generic[S]):
         #: query_wait_timeout: clients waiting this long for a server are closed (0: never).
         self.wait_timeout = 120.0
         self.client_timeouts = ClientTimeouts()
-        #: Made from the "*" entry; freed by autodb_idle_timeout once unused. When a client
-        #: last asked for a server.
+        #: Made from the "*" entry; freed by autodb_idle_timeout once unused since last_used.
         self.auto = False
         self.last_used = 0.0
         self.launch: Callable[[Pool[S]], S] | None = launch
@@ -182,8 +180,8 @@ class Pool(Generic[S]):
         self.prepared_counters = PreparedCounters()
         #: Traffic of this pool's clients and servers (statistics).
         self.stats = PoolStats()
-        #: Logged-in clients (READY), waiting or not: a dict as a set (see Runtime.clients).
-        self.clients: dict[Waiter[S], None] = {}
+        #: Logged-in clients (READY), waiting or not: counted (each knows it joined).
+        self.logged_in = 0
         self.idle: list[S] = []  # not a deque: compiled, a list's append and pop are C
         self.active: set[S] = set()
         self.login: set[S] = set()
@@ -233,12 +231,12 @@ class Pool(Generic[S]):
     @property
     def active_client_count(self) -> int:
         """SHOW POOLS' cl_active: logged in and not waiting for a server."""
-        return len(self.clients) - len(self.waiting)
+        return self.logged_in - len(self.waiting)
 
     @property
     def client_count(self) -> int:
         """Clients past the password: logged in, or waiting for the first server's welcome."""
-        return len(self.clients) + len(self.welcome_waiters)
+        return self.logged_in + len(self.welcome_waiters)
 
     @property
     def waiting_client_count(self) -> int:
@@ -246,12 +244,14 @@ class Pool(Generic[S]):
         return len(self.waiting) + len(self.welcome_waiters)
 
     def client_joined(self, client: Waiter[S]) -> None:
-        """A client finished logging in to this pool."""
-        self.clients[client] = None
+        """A client finished logging in to this pool (once)."""
+        self.logged_in += 1
 
-    def client_left(self, client: Waiter[S]) -> None:
-        """A client is gone: out of every container of this pool (and of its replicas')."""
-        self.clients.pop(client, None)
+    def client_left(self, client: Waiter[S], joined: bool) -> None:
+        """A client is gone: out of this pool's containers (and its replicas'), uncounted if
+        it had joined."""
+        if joined:
+            self.logged_in -= 1
         if self.waiting:
             self.cancel_wait(client)
         self.cancel_welcome(client)

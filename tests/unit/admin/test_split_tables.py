@@ -207,7 +207,7 @@ def test_show_pools_folds_a_replica_pools_servers_and_waiters_into_the_home_row(
     home.split.replicas[1] = replica_pool
     reader, writer, idle_client = Waiter(), Waiter(), Waiter()
     for client in (reader, writer, idle_client):
-        home.clients[client] = None  # type: ignore[index]
+        home.client_joined(client)
     home.waiting.append(writer)  # type: ignore[arg-type]
     replica_pool.waiting.append(reader)  # type: ignore[arg-type]
     replica_pool.wait_since[id(reader)] = replica_pool.clock() - 2.0

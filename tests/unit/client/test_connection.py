@@ -214,7 +214,7 @@ def test_trust_login_into_a_pool_waits_for_its_first_server() -> None:
     assert client.state is ClientState.READY and client.login is None
     assert runtime.client_by_key(client.cancel_key) is client
     assert client.params == {"TimeZone": "Europe/Paris"}
-    assert client in pool.clients and pool.stats.client_logins == 1
+    assert client.joined and pool.logged_in == 1 and pool.stats.client_logins == 1
 
 
 def test_bytes_before_the_welcome_are_refused() -> None:
@@ -393,11 +393,11 @@ def test_a_closing_client_leaves_every_container_at_once() -> None:
     (server,) = pool.login
     pool.server_ready(server, {"server_version": "16.2"})
     client.data_received(build.query("SELECT 1"))  # the one server is logging in: it waits
-    assert client in pool.clients and client in pool.waiting
+    assert client.joined and pool.logged_in == 1 and client in pool.waiting
     client.close(PgtarnError("query_wait_timeout", sqlstate="08P01"))
-    assert client not in pool.clients and client not in pool.waiting
+    assert not client.joined and pool.logged_in == 0 and client not in pool.waiting
     assert client not in runtime.clients.values() and client not in runtime.logins
     assert (pool.client_count, pool.waiting_client_count) == (0, 0)
     assert transport.closing
     client.connection_lost(None)  # the rest of the cleanup, and nothing twice
-    assert client not in pool.clients
+    assert not client.joined and pool.logged_in == 0

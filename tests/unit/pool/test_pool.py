@@ -630,7 +630,7 @@ def test_query_wait_timeout_closes_only_the_clients_that_waited_that_long() -> N
     assert young.error is None
 
 
-def test_client_counts_are_the_sizes_of_the_containers() -> None:
+def test_client_counts_follow_the_clients_and_the_containers() -> None:
     pool, _clock, _launched = make_pool(pool_size=1)
     early, first, second = FakeClient("early"), FakeClient("first"), FakeClient("second")
     pool.wait_welcome(early)  # logged in before any server: waits for the welcome
@@ -643,7 +643,9 @@ def test_client_counts_are_the_sizes_of_the_containers() -> None:
     assert pool.acquire(first) is server  # takes the one server
     assert pool.acquire(second) is None  # waits for it
     assert (pool.client_count, pool.active_client_count, pool.waiting_client_count) == (3, 2, 1)
-    pool.client_left(second)
+    pool.client_left(second, True)
+    assert (pool.client_count, pool.active_client_count, pool.waiting_client_count) == (2, 2, 0)
+    pool.client_left(FakeClient("never joined"), False)  # (a login that failed)
     assert (pool.client_count, pool.active_client_count, pool.waiting_client_count) == (2, 2, 0)
 
 
