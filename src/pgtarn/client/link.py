@@ -335,7 +335,8 @@ class ClientLink(ClientListening):
             self.waiting = True
             pool = self.pool if self.route is None else self._routed_pool()
             assert pool is not None
-            server = pool.acquire(self, self.last_server)
+            extras = self.extras  # (last_server, inlined: the hot path)
+            server = pool.acquire(self, None if extras is None else extras.last_server)
             if server is not None:  # the common case: an idle server, no queue
                 self.waiting = False
                 self._link(server)

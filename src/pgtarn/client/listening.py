@@ -31,8 +31,8 @@ from ..proto import build
 from ..server.connection import ServerConnection
 from ..session.effects import SUBSCRIBE, Parsed, as_subscriptions, parse_text
 from ..states import ClientState
+from .extras import NO_CHANNELS
 from .tracking import ClientTracking, effects_of
-from .transport import NO_CHANNELS
 
 log = logging.getLogger("pgtarn.client")
 

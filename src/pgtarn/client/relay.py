@@ -308,8 +308,10 @@ class ClientRelay(ClientLink):
         Only when nothing else is in flight, so the error cannot overtake earlier replies;
         anything that still opens a transaction is caught at ReadyForQuery.
         """
-        if self.discard_scanner is not None:
-            syncs = self.discard_scanner.feed(data)
+        extras = self.extras
+        discard = None if extras is None else extras.discard_scanner
+        if discard is not None:
+            syncs = discard.feed(data)
             if not syncs:
                 return b""
             self.discard_scanner = None

@@ -8,7 +8,7 @@ import os
 import time
 from sys import intern
 from time import monotonic
-from typing import Any, Final, cast
+from typing import Final, cast
 
 from ..admin.console import AdminSession
 from ..config import DatabaseEntry
@@ -24,21 +24,19 @@ from ..proto.framing import MessageScanner, shared_scanner
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
 from ..server.transport import LinkedClient
-from ..session.effects import Parsed
 from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
 from ..states import ClientState
 from ..views import ClientView
 from .access import os_user_name, peer_credentials
+from .extras import NO_CHANNELS, ClientExtras, ClientListen
 
 log = logging.getLogger("pgtarn.client")
 
 #: What a prepared-statement client sent: (parts, the chunk when the parts are all of it);
 #: parts None: one whole Query.
 PendingParts = tuple[list[Part] | None, bytes | None]
-#: Shared by every client that listens to nothing (an empty frozenset is not a singleton).
-NO_CHANNELS: frozenset[str] = frozenset()
 #: A client's tracked parameters before its welcome (shared, never written).
 NO_PARAMS: dict[str, str] = {}
 #: Shared by every client holding no bytes for a server; never written (_hold makes a
@@ -50,38 +48,6 @@ NO_KEY: Final[tuple[int, int]] = (0, 0)
 _WATCH_NOTHING: frozenset[int] = frozenset()
 
 
-class ClientListen:
-    """A tracked client's LISTEN state (listening.py): made at its first LISTEN, reply owed
-    or notification, as most clients never listen and thousands of idle ones then hold none
-    of these fields."""
-
-    __slots__ = ("answers", "held_batch", "local_statements", "notify_queue", "subscribed",
-                 "withheld")
-
-    def __init__(self) -> None:
-        #: LISTEN/UNLISTEN batches answered by pgtarn: [ReadyForQuery owed before its reply,
-        #: its subscriptions, its replies (None: a CommandComplete per subscription), whether
-        #: a ReadyForQuery ends it], oldest first.
-        self.answers: list[list[Any]] = []
-        #: Its statements of LISTEN/UNLISTEN that pgtarn answers (extended protocol), by name.
-        self.local_statements: dict[bytes, Parsed] | None = None
-        #: The channels the pool's board has for this client (whether some of them are not
-        #: confirmed by the listener connection yet is the client's `listen_wait`).
-        self.subscribed = NO_CHANNELS
-        #: The ReadyForQuery withheld until they are (b"": none).
-        self.withheld = b""
-        #: The start of an extended-protocol batch pgtarn may answer (LISTEN), not whole yet:
-        #: the relay puts it before the next chunk (listening.py, _local_batches).
-        self.held_batch = b""
-        #: Notifications waiting to go out.
-        self.notify_queue: list[bytes] = []
-
-    def holds_anything(self) -> bool:
-        """Something owed, held, queued or subscribed (a takeover waits for none)."""
-        return bool(self.answers or self.local_statements or self.subscribed or self.withheld
-                    or self.held_batch or self.notify_queue)
-
-
 class ClientTransport(LinkedClient[ServerConnection]):
     """An application connection's fields and its asyncio glue (the base of ClientConnection).
 
@@ -90,22 +56,18 @@ class ClientTransport(LinkedClient[ServerConnection]):
     """
 
     __slots__ = (
-        "admin",
         "cancel_key",
-        "cancelled_at",
-        "close_reason",
         "created_at",
         "database",
         "db",
-        "discard_scanner",
         "expected",
+        "extras",
         "follows_statements",
         "framer",
         "id",
         "idle_since",
         "joined",
         "last_request",
-        "last_server",
         "listen",
         "listen_wait",
         "listening",
@@ -121,7 +83,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         "pinned",
         "pool",
         "query_start",
-        "replication",
         "route",
         "runtime",
         "scanner",
@@ -195,8 +156,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: The relay's, lent at the welcome (relay.py, _start_relay; see MessageScanner.kept).
         self.scanner = shared_scanner(_WATCH_NOTHING)
         self.pool: Pool[ServerConnection] | None = None
-        #: A replication connection: "physical" or "logical" ("": none, the usual).
-        self.replication = ""
         self.server: ServerConnection | None = None
         self.expected = 0
         #: Bytes waiting for a server; in prepared-statement mode (parts, chunk).
@@ -207,8 +166,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: The BackendKeyData key it gets at accept (Runtime.new_key; NO_KEY: none yet).
         self.cancel_key = NO_KEY
         self.db: DatabaseEntry | None = None
-        #: Statement mode: set while skipping a refused extended batch up to its Sync.
-        self.discard_scanner: MessageScanner | None = None
         #: Transaction mode: this client's named prepared statements, and the framer that
         #: finds its Parse/Bind/Describe/Close (None: passed through untouched), both made
         #: at its first Parse/Bind/Describe/Close or SQL PREPARE (relay.py).
@@ -220,8 +177,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: `pinned`. (The effects of its named prepared statements, counted at each Bind,
         #: are its framer's.)
         self.session: SessionTracker | None = None
-        #: A client with session settings: the server it last left them on (preferred).
-        self.last_server: ServerConnection | None = None
         #: read_write_split (transaction and statement mode): where its transactions go.
         self.route: ClientRoute[ServerConnection] | None = None
         #: Its LISTEN state (listening.py), made when first needed (_listen_made).
@@ -231,14 +186,10 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.xact_start = 0.0
         self.last_request = 0.0
         #: Monotonic: connected (client_login_timeout; connect_time derives from it), last
-        #: query ended (client_idle_timeout, idle_transaction_timeout), query_timeout's cancel
-        #: sent (0: none).
+        #: query ended (client_idle_timeout, idle_transaction_timeout).
         self.created_at = self.idle_since = monotonic()
-        self.cancelled_at = 0.0
-        #: Why pgtarn closed the connection (for the log line), "" while it did not.
-        self.close_reason = ""
-        #: The admin console's session (admin or stats, AdminSession.full).
-        self.admin: AdminSession | None = None
+        #: What few clients use (extras.py): made at first use (_extras_made).
+        self.extras: ClientExtras | None = None
 
     def __repr__(self) -> str:
         return f"C-{self.id}({self.user or '?'}@{self.addr}/{self.database or '?'})"
@@ -251,6 +202,75 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     # Derived when asked (SHOW CLIENTS, a log line, a handover), not kept per client: a few
     # thousand idle clients each hold a field less for each.
+
+    def _extras_made(self) -> ClientExtras:
+        """Its ClientExtras, made now if it had none."""
+        extras = self.extras
+        if extras is None:
+            extras = self.extras = ClientExtras()
+        return extras
+
+    # The fields of ClientExtras, read as the client's own (the defaults while it has none).
+
+    @property
+    def admin(self) -> AdminSession | None:
+        """The admin console's session, once logged in to it."""
+        extras = self.extras
+        return None if extras is None else extras.admin
+
+    @admin.setter
+    def admin(self, session: AdminSession | None) -> None:
+        self._extras_made().admin = session
+
+    @property
+    def replication(self) -> str:
+        """A replication connection: "physical" or "logical" ("": none, the usual)."""
+        extras = self.extras
+        return "" if extras is None else extras.replication
+
+    @replication.setter
+    def replication(self, kind: str) -> None:
+        self._extras_made().replication = kind
+
+    @property
+    def discard_scanner(self) -> MessageScanner | None:
+        """Statement mode: set while skipping a refused extended batch up to its Sync."""
+        extras = self.extras
+        return None if extras is None else extras.discard_scanner
+
+    @discard_scanner.setter
+    def discard_scanner(self, scanner: MessageScanner | None) -> None:
+        self._extras_made().discard_scanner = scanner
+
+    @property
+    def cancelled_at(self) -> float:
+        """Monotonic: query_timeout's cancel sent (0: none)."""
+        extras = self.extras
+        return 0.0 if extras is None else extras.cancelled_at
+
+    @cancelled_at.setter
+    def cancelled_at(self, when: float) -> None:
+        self._extras_made().cancelled_at = when
+
+    @property
+    def close_reason(self) -> str:
+        """Why pgtarn closed the connection (for the log line), "" while it did not."""
+        extras = self.extras
+        return "" if extras is None else extras.close_reason
+
+    @close_reason.setter
+    def close_reason(self, reason: str) -> None:
+        self._extras_made().close_reason = reason
+
+    @property
+    def last_server(self) -> ServerConnection | None:
+        """A client with session settings: the server it last left them on (preferred)."""
+        extras = self.extras
+        return None if extras is None else extras.last_server
+
+    @last_server.setter
+    def last_server(self, server: ServerConnection | None) -> None:
+        self._extras_made().last_server = server
 
     def _listen_made(self) -> ClientListen:
         """Its LISTEN state, made now if it had none."""

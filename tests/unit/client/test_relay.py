@@ -236,3 +236,27 @@ def test_a_parse_after_the_end_of_a_cut_sync_starts_the_framer_at_the_boundary()
     assert types(transport.take()) == "Z1Z"
     assert client.server is None and client.framer is not None
     assert client.statements is not None and list(client.statements.names) == [b"s1"]
+
+
+def test_an_idle_client_after_its_transactions_holds_none_of_the_occasional_state() -> None:
+    """Thousands of idle clients: the parts few clients need are made only when needed."""
+    pool = Pool()
+    client, transport = pool.client()
+    for _ in range(2):
+        client.data_received(build.query("select 1"))
+        (server,) = pool.servers
+        server.data_received(result())
+    assert transport.take() == result() * 2 and client.server is None
+    assert client.extras is None and client.listen is None and client.session is None
+    assert client.statements is None and client.framer is None
+    assert client.pending is NO_PENDING and client.last_server is None
+
+
+def test_a_client_with_settings_prefers_the_server_it_left_them_on() -> None:
+    pool = Pool(pool_size=2)
+    client, _transport = pool.client()
+    client.data_received(build.query("SET search_path = a"))
+    (server,) = pool.servers
+    server.data_received(build.command_complete("SET") + build.ready_for_query(b"I"))
+    assert client.server is None and client.extras is not None
+    assert client.last_server is server
