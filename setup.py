@@ -39,6 +39,7 @@ COMPILED = [
     "pgtarn/session/sqlnames.py",
     "pgtarn/session/tracking.py",
     "pgtarn/server/transport.py",
+    "pgtarn/client/extras.py",
     "pgtarn/server/relay.py",
     "pgtarn/server/connection.py",
     "pgtarn/server/replication.py",  # subclasses ServerConnection: compiled with it

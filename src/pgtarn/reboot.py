@@ -374,7 +374,7 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
     db = runtime.config.find_database(state.database)
     if db is None:
         raise HandoverError(f"no database {state.database} here")
-    if state.cancel_key == NO_KEY or state.cancel_key[1] in runtime.clients:
+    if state.cancel_key == NO_KEY or runtime.key_taken(state.cancel_key):
         raise HandoverError("its cancel key is in use here")
     pool = cast(Pool[ServerConnection], runtime.registry.get_pool(db, state.user))
     if pool.pool_mode == "session":

@@ -20,7 +20,7 @@ from .net.sockets import HostChooser, TcpOption, tcp_options
 from .pool.pool import PooledServer
 from .pool.registry import Registry, SharedGate
 from .pool.stats import PoolStats, Totals
-from .proto.cancelkey import Key, make_key
+from .proto.cancelkey import Key, index_of, make_key
 from .session.prepared import StatementCache
 from .views import ClientView, SecretSource, ServerView
 
@@ -105,10 +105,11 @@ class Runtime:
         self.userlist = userlist
         self.registry: Registry[PooledServer] = Registry(config)
         #: Every client connection, from accept to close (max_client_conn counts these), by
-        #: the secret of the BackendKeyData key it gets at accept (new_key): the one index of
-        #: clients, which CancelRequest routing looks keys up in too (client_by_key). One
-        #: dict entry and one small int per client, where a set of clients and a dict of
-        #: keys took two entries and a larger int (thousands of idle clients).
+        #: the BackendKeyData key it gets at accept (new_key), folded (cancelkey.index_of):
+        #: the one index of clients, which CancelRequest routing looks keys up in too
+        #: (client_by_key). One dict entry and one small int per client, where a set of
+        #: clients and a dict of keys took two entries and a larger int (thousands of idle
+        #: clients).
         self.clients: dict[int, ClientView] = {}
         #: Clients still logging in (SHOW LISTS' login_clients), and admin console sessions.
         self.logins: set[ClientView] = set()
@@ -187,38 +188,61 @@ class Runtime:
 
     def new_key(self) -> Key:
         """A BackendKeyData key for a new client (proto/cancelkey.py: peer_id, this worker),
-        its secret used by no client here."""
+        whose index no client here has."""
         coordinator = self.coordinator
         worker = None if coordinator is None else coordinator.index
         while True:
             key = make_key(self.config.peer_id, worker)
-            if key[1] not in self.clients:
+            if index_of(key) not in self.clients:
                 return key
 
     def add_client(self, client: ClientView) -> bool:
         """client (accepted, with its key) is one of this process's clients; False if its
-        key's secret is another client's (a key that came with a handed-over client)."""
-        secret = client.cancel_key[1]
-        if secret in self.clients:
-            return self.clients[secret] is client
-        self.clients[secret] = client
+        key's index is another client's (a key that came with a handed-over client)."""
+        index = index_of(client.cancel_key)
+        if index in self.clients:
+            return self.clients[index] is client
+        self.clients[index] = client
         return True
 
     def remove_client(self, client: ClientView) -> bool:
         """client is no longer one of this process's clients; False if it was not."""
-        secret = client.cancel_key[1]
-        if self.clients.get(secret) is not client:
+        index = index_of(client.cancel_key)
+        if self.clients.get(index) is not client:
             return False
-        del self.clients[secret]
+        del self.clients[index]
         return True
 
     def has_client(self, client: ClientView) -> bool:
-        return self.clients.get(client.cancel_key[1]) is client
+        return self.clients.get(index_of(client.cancel_key)) is client
+
+    def key_taken(self, key: Key) -> bool:
+        """Some client here has key's index (a handed-over client's key cannot be kept)."""
+        return index_of(key) in self.clients
 
     def client_by_key(self, key: Key) -> ClientView | None:
         """The client this process gave key to (a CancelRequest's), if it is still here."""
-        client = self.clients.get(key[1])
+        client = self.clients.get(index_of(key))
         return client if client is not None and client.cancel_key == key else None
+
+    def forget_secret(self, db: DatabaseEntry, user: str) -> None:
+        """A password failed for a secret auth_query found: ask again next time. Only a
+        lookup that exists forgets (none is made for it, and a configuration changed since
+        raises nothing here)."""
+        config = self.config
+        auth_user = db.auth_user or config.auth_user
+        target_name = db.auth_dbname or config.auth_dbname
+        target = config.find_database(target_name) if target_name else db
+        if not auth_user or target is None:
+            return
+        lookup = self.lookups.get(self._lookup_key(db, target, auth_user))
+        if lookup is not None:
+            lookup.forget(user)
+
+    def _lookup_key(self, db: DatabaseEntry, target: DatabaseEntry,
+                    auth_user: str) -> tuple[object, ...]:
+        query = db.auth_query or self.config.auth_query
+        return (target.name, target.host, target.port, target.dbname, auth_user, query)
 
     def secret_lookup(self, db: DatabaseEntry) -> SecretSource | None:
         """The auth_query lookup for logins to db (None: no auth_user for it)."""
@@ -232,10 +256,10 @@ class Runtime:
             # the detail is for the log; the client gets PgBouncer's words
             log.error('auth_dbname "%s" is not a database of [databases]', target_name)
             raise PgtarnError(CONFIG_ERROR, sqlstate="08006")
-        query = db.auth_query or config.auth_query
-        key = (target.name, target.host, target.port, target.dbname, auth_user, query)
+        key = self._lookup_key(db, target, auth_user)
         lookup = self.lookups.get(key)
         if lookup is None:
+            query = db.auth_query or config.auth_query
             lookup = self.lookups[key] = self.make_lookup(self, target, auth_user, query)
         return lookup
 

@@ -6,6 +6,7 @@ import pytest
 
 from pgtarn import runtime as runtime_module
 from pgtarn.configfile import parse_config
+from pgtarn.errors import PgtarnError
 from pgtarn.runtime import SHARED_PARAMS, Runtime
 
 INI = """
@@ -39,26 +40,65 @@ class Keyed:
         self.cancel_key = key
 
 
-def test_a_new_key_has_a_secret_no_client_here_has(monkeypatch: pytest.MonkeyPatch) -> None:
+#: Two keys that fold into one index (cancelkey.index_of): the pid's top bits differ by the
+#: secret's low bit.
+KEY = (5, 76)
+SAME_INDEX = ((1 << 28) | 5, 77)
+
+
+def test_a_new_key_has_an_index_no_client_here_has(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = Runtime(parse_config(INI), {})
-    first = Keyed((10, 77))
-    assert runtime.add_client(first)  # type: ignore[arg-type]
-    made = iter([(11, 77), (12, 78)])  # the first one's secret is taken
+    assert runtime.add_client(Keyed(KEY))  # type: ignore[arg-type]
+    made = iter([SAME_INDEX, (12, 78)])  # the first one's index is taken
     monkeypatch.setattr(runtime_module, "make_key", lambda peer_id, worker: next(made))
     assert runtime.new_key() == (12, 78)
 
 
 def test_a_client_is_found_by_its_whole_key_only() -> None:
     runtime = Runtime(parse_config(INI), {})
-    client = Keyed((10, 77))
+    client = Keyed(KEY)
     assert runtime.add_client(client)  # type: ignore[arg-type]
-    assert runtime.client_by_key((10, 77)) is client
-    assert runtime.client_by_key((11, 77)) is None  # the secret alone is not enough
-    assert runtime.client_by_key((10, 78)) is None
-    other = Keyed((11, 77))
-    assert not runtime.add_client(other)  # type: ignore[arg-type]  # its secret is taken
-    assert runtime.client_by_key((10, 77)) is client
+    assert runtime.client_by_key(KEY) is client
+    assert runtime.client_by_key(SAME_INDEX) is None  # the same index is not enough
+    assert runtime.client_by_key((6, 76)) is None and runtime.client_by_key((5, 77)) is None
+    same_secret = Keyed((6, 76))
+    assert runtime.add_client(same_secret)  # type: ignore[arg-type]  # (a secret is not a key)
+    assert runtime.client_by_key((6, 76)) is same_secret
+    other = Keyed(SAME_INDEX)
+    assert runtime.key_taken(SAME_INDEX)
+    assert not runtime.add_client(other)  # type: ignore[arg-type]  # its index is taken
+    assert runtime.client_by_key(KEY) is client
     assert not runtime.remove_client(other)  # type: ignore[arg-type]  # not the one there
     assert runtime.has_client(client)  # type: ignore[arg-type]
     assert runtime.remove_client(client)  # type: ignore[arg-type]
-    assert not runtime.has_client(client) and runtime.clients == {}  # type: ignore[arg-type]
+    assert not runtime.has_client(client)  # type: ignore[arg-type]
+    assert list(runtime.clients.values()) == [same_secret]
+
+
+class Lookup:
+    """An auth_query lookup that records what it was told to forget."""
+
+    def __init__(self) -> None:
+        self.forgotten: list[str] = []
+
+    def forget(self, user: str) -> None:
+        self.forgotten.append(user)
+
+
+def test_a_failed_password_forgets_a_looked_up_secret_and_never_raises() -> None:
+    with_auth_db = INI + "auth_user = auth\nauth_dbname = authdb\n"
+    runtime = Runtime(parse_config(with_auth_db + "[databases]\nauthdb = host=127.0.0.1\n"),
+                      {})
+    made: list[Lookup] = []
+    runtime.make_lookup = lambda *_args: made.append(Lookup()) or made[-1]  # type: ignore
+    db = runtime.config.find_database("app")
+    assert db is not None
+    lookup = runtime.secret_lookup(db)
+    runtime.forget_secret(db, "alice")
+    assert made == [lookup] and made[0].forgotten == ["alice"]
+    runtime.lookups.clear()
+    runtime.config = parse_config(with_auth_db)  # a RELOAD took authdb away
+    runtime.forget_secret(db, "alice")
+    assert runtime.lookups == {} and len(made) == 1
+    with pytest.raises(PgtarnError):  # what asking for the lookup again would do
+        runtime.secret_lookup(db)

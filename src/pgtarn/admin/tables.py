@@ -97,7 +97,8 @@ def client_state(client: ClientView) -> str | None:
 
 
 def logged_in_clients(runtime: Runtime) -> list[ClientView]:
-    """Clients past login: those in the pools' containers and the admin sessions."""
+    """Clients past login: those that joined a pool, those waiting for a pool's welcome,
+    and the admin sessions."""
     clients: list[ClientView] = list(runtime.admin_clients)
     clients.extend(c for c in runtime.clients.values() if c.joined)
     for pool in runtime.registry:

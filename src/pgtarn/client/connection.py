@@ -184,10 +184,8 @@ class ClientConnection(ClientRelay):
                                         last.data if isinstance(last, Send) else b"")
                 case Failed(error, response):
                     if isinstance(error, AuthFailed):
-                        if self.looked_up and self.db is not None:  # maybe changed: ask
-                            lookup = self.runtime.secret_lookup(self.db)  # again next time
-                            if lookup is not None:
-                                lookup.forget(self.user)
+                        if self.looked_up and self.db is not None:  # maybe changed
+                            self.runtime.forget_secret(self.db, self.user)
                         if self.runtime.config.log_connections:  # PgBouncer's log words
                             log.info("%r: login failed: db=%s user=%s", self, self.database,
                                      self.user)
@@ -254,8 +252,9 @@ class ClientConnection(ClientRelay):
             )
         ignored: tuple[str, ...] = (*config.ignore_startup_parameters, "replication")
         if "replication" in startup.params:
-            self.replication = replication_mode(startup.params["replication"])
-            if self.replication:
+            kind = replication_mode(startup.params["replication"])
+            if kind:
+                self.replication = kind  # (only then: it lives in the client's extras)
                 if admin:
                     raise PgtarnError("replication connections to the admin console are not "
                                       "supported", sqlstate="08P01")

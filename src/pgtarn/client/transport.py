@@ -120,8 +120,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.open_batch = False
         #: It parsed the unnamed statement and bound no portal to it yet (relay.py).
         self.unnamed_unbound = False
-        #: Some of its channels are not confirmed by the listener connection yet; some of
-        #: the LISTEN fields below may need a look at a ReadyForQuery (one check on the hot
+        #: Some of its channels are not confirmed by the listener connection yet; its
+        #: LISTEN state (listen) may need a look at a ReadyForQuery (one check on the hot
         #: path).
         self.listen_wait = False
         self.listening = False

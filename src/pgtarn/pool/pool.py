@@ -3,10 +3,11 @@
 Theory of operation. A server is always in exactly one container: ``login`` while it
 connects and authenticates, ``idle`` while nobody uses it, ``active`` while it is linked to a
 client, ``tested`` while it runs a reset, rollback or health check before going back to
-``idle``. Clients are in containers too: every logged-in client is in ``clients``; those that
-asked for a server and got none are also in ``waiting``, first come first served; those that
-logged in before any server did wait in ``welcome_waiters``. The counts that SHOW POOLS
-reports are the sizes of these containers, so they cannot drift.
+``idle``. Clients that asked for a server and got none are in ``waiting``, first come first
+served; those that logged in before any server did wait in ``welcome_waiters``. Logged-in
+clients are counted (``logged_in``; each client knows whether it joined, so it leaves the
+count once): the runtime's index holds every client already. The counts that SHOW POOLS
+reports are that count and the sizes of these containers.
 
 Servers are opened on demand, up to ``pool_size``; ``reserve_pool_size`` more once the
 oldest client waited ``reserve_pool_timeout``; ``min_pool_size`` ahead of demand. When a

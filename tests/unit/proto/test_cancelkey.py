@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,6 +13,7 @@ from pgtarn.proto import cancelkey
 from pgtarn.proto.cancelkey import (
     as_issued,
     forwarded,
+    index_of,
     make_key,
     peer_of,
     ttl_of,
@@ -89,3 +92,15 @@ def test_highest_peer_id() -> None:
     assert peer_of(key) == MAX_PEER_ID
     assert _bytes(key)[1:3] == bytes([0xFF, 0x3F])
 
+
+
+def test_a_key_folds_into_an_index_of_sixty_bits() -> None:
+    """The runtime's index of its clients: a two-digit int, and distinct for keys that differ
+    anywhere but in the folded bits (the pid's top 3 against the secret's low 3)."""
+    keys = [make_key(peer, worker) for peer in (0, 5) for worker in (None, 3) for _ in range(50)]
+    keys += [(0x7FFFFFFF, 0xFFFFFFFF), (0, 0), (1, 0), (0, 1)]
+    indices = {index_of(key) for key in keys}
+    assert len(indices) == len(set(keys))
+    assert all(0 <= index < 2**60 for index in indices)
+    assert max(sys.getsizeof(index) for index in indices) <= 32  # (a 63-bit int takes 36)
+    assert index_of((5, 76)) == index_of(((1 << 28) | 5, 77))  # the one way two keys meet
