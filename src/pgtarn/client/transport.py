@@ -200,9 +200,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         credentials = peer_credentials(self.transport)
         return None if credentials is None else credentials[1]
 
-    # Derived when asked (SHOW CLIENTS, a log line, a handover), not kept per client: a few
-    # thousand idle clients each hold a field less for each.
-
     def _extras_made(self) -> ClientExtras:
         """Its ClientExtras, made now if it had none."""
         extras = self.extras
@@ -290,6 +287,9 @@ class ClientTransport(LinkedClient[ServerConnection]):
         """A ReadyForQuery withheld for the listener connection (b"": none)."""
         listen = self.listen
         return b"" if listen is None else listen.withheld
+
+    # Derived when asked (SHOW CLIENTS, a log line, a handover), not kept per client: a few
+    # thousand idle clients each hold a field less for each.
 
     @property
     def tls(self) -> TlsTransport | None:
