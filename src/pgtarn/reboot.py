@@ -415,7 +415,6 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
             client.statements.clear()
         raise
     runtime.logins.discard(client)
-    pool.client_joined(client)
-    client.joined = True
+    client.join_pool(pool)
     client.idle_since = monotonic()
 

@@ -115,8 +115,7 @@ class ClientConnection(ClientRelay):
         if self.statements is not None:
             self.statements.clear()  # the shared cache keeps only what live clients name
         if self.pool is not None:
-            self.pool.client_left(self, self.joined)
-            self.joined = False
+            self._leave_pool()
             self.waiting = False
             self._stop_listening()
         self._drop_server()
@@ -403,7 +402,8 @@ class ClientConnection(ClientRelay):
     def _welcome(self, login: ClientLogin, server_params: Mapping[str, str],
                  tracked: Iterable[str],
                  reported: Mapping[tuple[str, str], str] | None = None) -> bytes:
-        """The welcome's bytes; this client's tracked parameters and cancel key are set."""
+        """The welcome's bytes (its BackendKeyData: the key the client got at accept); this
+        client's tracked parameters are set."""
         welcome = login.welcome(server_params, tracked, self.cancel_key, reported)
         self.login = None
         # shared with the clients that have the same values: replaced, never written
@@ -442,8 +442,7 @@ class ClientConnection(ClientRelay):
         welcome = self._welcome(login, pool.welcome, self.tracked_names(),
                                 self.runtime.reported_forms)
         self.state = ClientState.READY
-        pool.client_joined(self)
-        self.joined = True
+        self.join_pool(pool)
         self.idle_since = monotonic()
         self._start_relay()
         if startup_settings:  # refused at _authenticated unless the session is tracked
@@ -469,8 +468,7 @@ class ClientConnection(ClientRelay):
         welcome = self._welcome(login, server.params, self.tracked_names())
         self.state = ClientState.REPLICATION
         server.client = self
-        pool.client_joined(self)
-        self.joined = True
+        self.join_pool(pool)
         self.write(welcome + leftover)
 
     def _cancel_request(self, key: tuple[int, int]) -> None:

@@ -191,7 +191,7 @@ class ClientTracking(ClientTransport):
         if not reasons:
             return True
         begun = [reason for reason in reasons if reason not in was]
-        stats = self.stats
+        stats = None if self.pool is None else self.pool.stats
         if begun and stats is not None:
             for reason in begun:
                 if stats.note_pin(reason) and self.runtime.config.log_pooler_errors:

@@ -17,7 +17,6 @@ from ..net.sockets import address, tune
 from ..net.tls import TlsTransport
 from ..pool.pool import Pool, Waiter
 from ..pool.split import ClientRoute
-from ..pool.stats import PoolStats
 from ..proto import build
 from ..proto.client_login import ClientLogin
 from ..proto.framing import MessageScanner, shared_scanner
@@ -298,12 +297,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         return transport if isinstance(transport, TlsTransport) else None
 
     @property
-    def stats(self) -> PoolStats | None:
-        """Its pool's counters once logged in."""
-        pool = self.pool
-        return None if pool is None else pool.stats
-
-    @property
     def pool_mode(self) -> str:
         """Its pool's mode as it logged in ("session" before it did)."""
         if self.session_mode:
@@ -405,9 +398,19 @@ class ClientTransport(LinkedClient[ServerConnection]):
         runtime.remove_client(cast("ClientView", self))  # (the assembled one is)
         runtime.logins.discard(self)
         runtime.admin_clients.discard(self)
-        if self.pool is not None:
-            # the assembled ClientConnection is the pool's Waiter (this base alone is not)
-            self.pool.client_left(cast("Waiter[ServerConnection]", self), self.joined)
+        self._leave_pool()
+
+    def join_pool(self, pool: Pool[ServerConnection]) -> None:
+        """Logged in to pool: counted in it (logged_in) until it leaves."""
+        # the assembled ClientConnection is the pool's Waiter (this base alone is not)
+        pool.client_joined(cast("Waiter[ServerConnection]", self))
+        self.joined = True
+
+    def _leave_pool(self) -> None:
+        """Out of its pool's containers, and its count if it joined (once)."""
+        pool = self.pool
+        if pool is not None:
+            pool.client_left(cast("Waiter[ServerConnection]", self), self.joined)
             self.joined = False
 
     def write(self, data: bytes) -> None:
