@@ -18,6 +18,7 @@ from pgtarn.errors import AuthFailed, PgtarnError, ProtocolViolation
 from pgtarn.proto import build
 from pgtarn.proto.client_side import ClientAuth
 from pgtarn.proto.framing import split_messages
+from pgtarn.proto.messages import parse_password
 
 FUZZ = settings(max_examples=150, deadline=None, database=None)
 ITERATIONS = 3  # fast SCRAM verifiers
@@ -378,11 +379,21 @@ def test_md5_answers_pass_only_when_they_are_the_right_hash(
         assert auth.feed(answer) == build.AUTH_OK
     except AuthFailed as error:
         assert error.sqlstate == "28P01" and not auth.done
-        assert secret is None or answer.rstrip(b"\x00") != right.rstrip(b"\x00")
+        # the message is one string: its one terminating NUL goes, any other NUL is part of
+        # the answer (PostgreSQL refuses those too)
+        assert secret is None or parse_password(answer) != parse_password(right)
         assert_failed_for_good(auth, right)
         return
     assert secret is not None and auth.done
-    assert answer.rstrip(b"\x00") == right.rstrip(b"\x00")
+    assert parse_password(answer) == parse_password(right)
+
+
+def test_an_md5_answer_with_a_nul_more_is_refused() -> None:
+    """Found by the property above: b"md5...\\0\\0\\0" is not the right answer."""
+    auth = ClientAuth("md5", USER, secret_for("plain", "0"))
+    _code, salt = request(auth.start())
+    with pytest.raises(AuthFailed):
+        auth.feed(md5_response("0", USER, salt) + b"\x00\x00\x00")
 
 
 @FUZZ
