@@ -161,17 +161,15 @@ Event = Send | TlsRequested | CancelRequested | StartupReceived | Authenticated 
 
 @dataclass(init=False, slots=True)
 class Welcome:
-    """The end of a login: the bytes to send, the tracked parameters the client starts with,
-    and the BackendKeyData key it was given."""
+    """The end of a login: the bytes to send, and the tracked parameters the client starts
+    with."""
 
     data: Final[bytes]
     params: Final[dict[str, str]]
-    cancel_key: Final[tuple[int, int]]
 
-    def __init__(self, data: bytes, params: dict[str, str], cancel_key: tuple[int, int]) -> None:
+    def __init__(self, data: bytes, params: dict[str, str]) -> None:
         self.data = data
         self.params = params
-        self.cancel_key = cancel_key
 
 
 def failed(error: PgtarnError) -> Failed:
@@ -207,9 +205,8 @@ def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, 
     statuses = _parameter_statuses(tuple(welcome.items()))
     tail = build.backend_key_data(*cancel_key) + _RFQ_IDLE
     if negotiate is not None:
-        return Welcome(build.negotiate_protocol_version(*negotiate) + statuses + tail, params,
-                       cancel_key)
-    return Welcome(statuses + tail, params, cancel_key)
+        return Welcome(build.negotiate_protocol_version(*negotiate) + statuses + tail, params)
+    return Welcome(statuses + tail, params)
 
 
 # A pool's clients mostly get the same parameters (its first server's, with the same few

@@ -425,7 +425,7 @@ def test_welcome_parses_back() -> None:
     statuses = [body.split(b"\x00")[:2] for t, body in messages if t == ord("S")]
     assert statuses == [[b"server_version", b"16.1"], [b"TimeZone", b"Europe/Paris"],
                         [b"client_encoding", b"UTF8"], [b"application_name", b"app"]]
-    assert messages[4][1] == struct.pack("!II", *welcome.cancel_key)
+    assert messages[4][1] == struct.pack("!II", *KEY)
     assert messages[5][1] == b"I"
     assert welcome.params == {"client_encoding": "UTF8", "TimeZone": "Europe/Paris",
                               "application_name": "app"}
@@ -442,7 +442,7 @@ def test_welcome_of_the_admin_console() -> None:
     assert split_messages(named.data)[2] == (ord("S"), b"application_name\x00psql\x00")
     assert named.params == {"application_name": "psql"}
     assert split_messages(named.data)[3] == (ord("K"), struct.pack("!II", 5, 6))
-    assert named.cancel_key == (5, 6) and plain.cancel_key == KEY
+    assert split_messages(plain.data)[2] == (ord("K"), struct.pack("!II", *KEY))
 
 
 @pytest.mark.parametrize(("value", "mode"), [
