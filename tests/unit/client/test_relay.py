@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pgtarn.client.connection import ClientConnection
 from pgtarn.client.transport import NO_PENDING
 from pgtarn.proto import build
+from pgtarn.server.connection import ServerConnection
 from pgtarn.states import ClientState
 
 from .pair import SERVER_WELCOME, Pool, result, sent, types
@@ -34,13 +36,20 @@ def test_an_extended_batch_is_one_ready_for_query_at_its_sync() -> None:
     assert client.server is None
 
 
-def test_bytes_wait_for_a_server_and_go_out_whole_when_it_comes() -> None:
+def one_server_in_a_transaction() -> tuple[Pool, ClientConnection, ClientConnection,
+                                           ServerConnection]:
+    """A pool of one server, which the first of two clients holds in a transaction."""
     pool = Pool(pool_size=1)
     first, _t1 = pool.client()
     second, _t2 = pool.client()
     first.data_received(build.query("begin"))
     (server,) = pool.servers
     server.data_received(build.command_complete("BEGIN") + build.ready_for_query(b"T"))
+    return pool, first, second, server
+
+
+def test_bytes_wait_for_a_server_and_go_out_whole_when_it_comes() -> None:
+    _pool, first, second, server = one_server_in_a_transaction()
     sent(server)
     second.data_received(build.query("select 2")[:6])
     second.data_received(build.query("select 2")[6:])
@@ -51,12 +60,7 @@ def test_bytes_wait_for_a_server_and_go_out_whole_when_it_comes() -> None:
 
 def test_a_client_that_waited_keeps_no_list_of_its_own_once_its_bytes_went_out() -> None:
     """Idle clients that once waited for a server would each keep an empty list."""
-    pool = Pool(pool_size=1)
-    first, _t1 = pool.client()
-    second, _t2 = pool.client()
-    first.data_received(build.query("begin"))
-    (server,) = pool.servers
-    server.data_received(build.command_complete("BEGIN") + build.ready_for_query(b"T"))
+    _pool, first, second, server = one_server_in_a_transaction()
     second.data_received(build.query("select 2"))
     assert second.pending == [build.query("select 2")]
     first.data_received(build.query("commit"))
