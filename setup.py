@@ -29,6 +29,7 @@ COMPILED = [
     "pgtarn/proto/client_login.py",
     "pgtarn/proto/client_side.py",
     "pgtarn/auth/scram.py",
+    "pgtarn/pool/idle.py",
     "pgtarn/pool/pool.py",
     "pgtarn/pool/stats.py",
     "pgtarn/session/effects.py",

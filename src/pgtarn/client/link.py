@@ -7,7 +7,7 @@ from typing import Final
 
 from ..errors import PgtarnError
 from ..pool.pool import Pool
-from ..pool.stats import bucket_of
+from ..pool.stats import add_one, bucket_of
 from ..proto import build
 from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
@@ -125,6 +125,7 @@ class ClientLink(ClientListening):
         Returns None to forward the ReadyForQuery as is, or bytes to send in its place.
         """
         start = self.query_start
+        now = 0.0  # (read once: the server's release below takes it too)
         if start:
             # statistics, inlined (see PoolStats): the query ends, and maybe its transaction
             pool = self.pool
@@ -133,7 +134,7 @@ class ClientLink(ClientListening):
             now = monotonic()
             elapsed = now - start
             bucket = bucket_of(elapsed)
-            stats.query_buckets[bucket] += 1
+            add_one(stats.query_buckets, bucket)
             stats.query_sum += elapsed
             if status == b"I":
                 began = self.xact_start
@@ -141,7 +142,7 @@ class ClientLink(ClientListening):
                     elapsed = now - began
                     bucket = bucket_of(elapsed)
                     self.xact_start = 0.0
-                stats.xact_buckets[bucket] += 1
+                add_one(stats.xact_buckets, bucket)
                 stats.xact_sum += elapsed
             elif not self.xact_start:
                 self.xact_start = start
@@ -160,7 +161,7 @@ class ClientLink(ClientListening):
         # _link_ends's common cases, inlined: the hot path
         if not self.session_mode and status == b"I":  # (statement mode: the same)
             if not self.pinned and not self.open_batch:
-                self._unlink(server)
+                self._unlink(server, now)
             return None
         return self._link_ends(server, status)
 
@@ -249,7 +250,8 @@ class ClientLink(ClientListening):
         end = parse.find(b"\x00", start)
         return parse[start:end] if end >= 0 else None
 
-    def _unlink(self, server: ServerConnection) -> None:
+    def _unlink(self, server: ServerConnection, now: float = 0.0) -> None:
+        """The link ends: the server goes back (now: the clock's reading, if taken)."""
         self.server = None
         route = self.route
         if route is not None:
@@ -262,6 +264,7 @@ class ClientLink(ClientListening):
             server.pool.reset_query_always,
             session.state.settings if session is not None
             else NO_SETTINGS if self.tracked else None,
+            now,
         )
 
     def _send_pending(self) -> None:
@@ -336,7 +339,9 @@ class ClientLink(ClientListening):
             pool = self.pool if self.route is None else self._routed_pool()
             assert pool is not None
             extras = self.extras  # (last_server, inlined: the hot path)
-            server = pool.acquire(self, None if extras is None else extras.last_server)
+            # (query_start: when this callback began, if it brought the query; or earlier)
+            server = pool.acquire(self, None if extras is None else extras.last_server,
+                                  self.query_start)
             if server is not None:  # the common case: an idle server, no queue
                 self.waiting = False
                 self._link(server)

@@ -38,7 +38,8 @@ from mypy_extensions import mypyc_attr
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
 from .channels import ChannelBoard
-from .stats import PoolStats, bucket_of
+from .idle import IdleServers
+from .stats import PoolStats, add_one, bucket_of
 
 if TYPE_CHECKING:  # a pool holds its Split; split.py builds on this module
     from .split import Split
@@ -183,7 +184,7 @@ class Pool(Generic[S]):
         self.stats = PoolStats()
         #: Logged-in clients (READY), waiting or not: counted (each knows it joined).
         self.logged_in = 0
-        self.idle: list[S] = []  # not a deque: compiled, a list's append and pop are C
+        self.idle: IdleServers[S] = IdleServers()
         self.active: set[S] = set()
         self.login: set[S] = set()
         self.tested: set[S] = set()
@@ -259,12 +260,12 @@ class Pool(Generic[S]):
         if self.split is not None:
             self.split.client_left(client)
 
-    def acquire(self, waiter: Waiter[S], prefer: S | None = None) -> S | None:
+    def acquire(self, waiter: Waiter[S], prefer: S | None = None, now: float = 0.0) -> S | None:
         """An idle server for waiter now (prefer if it is idle), or None after queueing it
-        (served FIFO)."""
-        now = self.last_used = self.clock()
+        (served FIFO). now: the caller's reading of the clock, if it has one."""
+        now = self.last_used = now or self.clock()
         if not self.waiting and not self.paused:
-            if prefer is not None and self.idle and self.idle[-1] is not prefer \
+            if prefer is not None and self.idle and self.idle.top() is not prefer \
                     and prefer in self.idle:  # fmt: skip
                 self.idle.remove(prefer)  # (a scan of at most the pool's size)
                 self.idle.append(prefer)
@@ -275,7 +276,7 @@ class Pool(Generic[S]):
                     server.start_check()
                     continue
                 self.active.add(server)
-                self.stats.wait_buckets[0] += 1  # assigned without waiting
+                add_one(self.stats.wait_buckets, 0)  # assigned without waiting
                 return server
         if self.refusal is not None:
             waiter.server_unavailable(self.refusal)
@@ -441,19 +442,19 @@ class Pool(Generic[S]):
         if not retry and self.server_count == 0:
             self._fail_waiters(error, now)
 
-    def release(self, server: S) -> None:
-        """A linked server is clean again: hand it to the first waiter or make it idle."""
+    def release(self, server: S, now: float = 0.0) -> None:
+        """A linked server is clean again: to the first waiter, or idle (now: as acquire)."""
         self.active.discard(server)
         self.tested.discard(server)
         if self.gate is None or not self.gate.gives_back(self, server):  # (after it served)
-            self._to_idle(server)
+            self._to_idle(server, now)
 
     def begin_reset(self, server: S) -> None:
         """A server left its client and runs a reset or rollback before reuse."""
         self.active.discard(server)
         self.tested.add(server)
 
-    def _to_idle(self, server: S) -> None:
+    def _to_idle(self, server: S, now: float = 0.0) -> None:
         if server.connstr != self.connstr:
             server.close("connection string changed")
         elif server.close_needed:
@@ -469,10 +470,10 @@ class Pool(Generic[S]):
             self.active.add(server)
             stats = self.stats
             if since is None:
-                stats.wait_buckets[0] += 1
+                add_one(stats.wait_buckets, 0)
             else:
-                waited = self.clock() - since
-                stats.wait_buckets[bucket_of(waited)] += 1
+                waited = (now or self.clock()) - since
+                add_one(stats.wait_buckets, bucket_of(waited))
                 stats.wait_sum += waited
             waiter.server_assigned(server)
         elif self.server_count >= self.pool_size:

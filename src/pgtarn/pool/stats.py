@@ -9,7 +9,6 @@ SHOW STATS, Prometheus) is computed from these counters when someone asks.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Final
@@ -59,11 +58,17 @@ def new_buckets() -> list[int]:
     return [0] * (len(BUCKETS) + 1)
 
 
+def add_one(counts: list[int], index: int) -> None:
+    """counts[index] += 1, written out: compiled, ``+=`` on a list item is the generic number
+    protocol, where this is an add of two C integers."""
+    counts[index] = counts[index] + 1
+
+
 class PoolStats:
     """What the clients and servers of one pool did since it was made.
 
-    The hot path adds to the flat attributes directly (``xact_buckets[bisect_left(BUCKETS,
-    seconds)] += 1; xact_sum += seconds``): a count is the sum of its buckets, so one
+    The hot path adds to the flat attributes directly (``add_one(xact_buckets,
+    bucket_of(seconds)); xact_sum += seconds``): a count is the sum of its buckets, so one
     observation is one list increment and one float addition.
     """
 
@@ -125,16 +130,16 @@ class PoolStats:
         return Histogram(list(self.wait_buckets), self.wait_sum)
 
     def query_done(self, seconds: float) -> None:
-        self.query_buckets[bisect_left(BUCKETS, seconds)] += 1
+        add_one(self.query_buckets, bucket_of(seconds))
         self.query_sum += seconds
 
     def xact_done(self, seconds: float) -> None:
-        self.xact_buckets[bisect_left(BUCKETS, seconds)] += 1
+        add_one(self.xact_buckets, bucket_of(seconds))
         self.xact_sum += seconds
 
     def assigned(self, waited: float) -> None:
         """A server was linked to a client that waited this long for it (0: no wait)."""
-        self.wait_buckets[bisect_left(BUCKETS, waited)] += 1
+        add_one(self.wait_buckets, bucket_of(waited))
         self.wait_sum += waited
 
 

@@ -342,17 +342,18 @@ class ServerConnection(ServerRelay):
         self.write(b"".join(build.query(sql) for sql in sql_statements))
 
     def reset_and_release(self, reset_query: str | None,
-                          settings: dict[str, str] | None = None) -> None:
+                          settings: dict[str, str] | None = None, now: float = 0.0) -> None:
         """Unlinked from its client: roll back / reset as needed, then go back to the pool.
-        settings: the session settings the client leaves (None: unchanged)."""
+        settings: the session settings the client leaves (None: unchanged); now: the
+        caller's reading of the clock, if it has one."""
         self.client = None
-        self.last_used = monotonic()
+        self.last_used = now = now or monotonic()
         if self.closed:
             return
         if settings is not None:
             self.settings = settings
         if self.status == b"I" and not reset_query:  # the common case: nothing to do
-            self.pool.release(self)
+            self.pool.release(self, now)
             return
         statements = []
         if self.status != b"I":
