@@ -32,6 +32,7 @@ COMPILED = [
     "pgtarn/pool/idle.py",
     "pgtarn/pool/pool.py",
     "pgtarn/pool/stats.py",
+    "pgtarn/pool/waiting.py",
     "pgtarn/session/effects.py",
     "pgtarn/session/framer.py",
     "pgtarn/session/prepared.py",

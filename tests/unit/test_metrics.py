@@ -13,7 +13,7 @@ from pgtarn import __version__, metrics
 from pgtarn.buildinfo import BUILD
 from pgtarn.config import Config, DatabaseEntry
 from pgtarn.metrics import families, merge_families, render, serve_metrics
-from pgtarn.pool.pool import PooledServer
+from pgtarn.pool.pool import PooledServer, Waiter
 from pgtarn.runtime import Runtime
 
 
@@ -40,7 +40,7 @@ class FakeServer(PooledServer):
         pass
 
 
-class FakeWaiter:
+class FakeWaiter(Waiter[FakeServer]):
     pass
 
 
@@ -103,8 +103,7 @@ def test_pool_gauges(samples: dict[tuple[str, frozenset[tuple[str, str]]], float
 def test_maxwait_seconds_and_microseconds() -> None:
     runtime, pool = make_runtime()
     waiter = FakeWaiter()
-    pool.waiting.append(waiter)
-    pool.wait_since[id(waiter)] = time.monotonic() - 2.5
+    pool.waiting.append(waiter, time.monotonic() - 2.5)
     got = value(parse(render(runtime).decode()), "pgtarn_pools_client_maxwait_seconds",
                 database="db1", user="u")
     assert 2.5 <= got < 3.5

@@ -15,7 +15,7 @@ from ..config import DatabaseEntry
 from ..errors import PgtarnError
 from ..net.sockets import address, tune
 from ..net.tls import TlsTransport
-from ..pool.pool import Pool, Waiter
+from ..pool.pool import Pool
 from ..pool.split import ClientRoute
 from ..proto import build
 from ..proto.client_login import ClientLogin
@@ -40,7 +40,7 @@ PendingParts = tuple[list[Part] | None, bytes | None]
 NO_PARAMS: dict[str, str] = {}
 #: Shared by every client holding no bytes for a server; never written (_hold makes a
 #: client's own list at its first item).
-NO_PENDING: list[bytes | PendingParts] = []
+NO_PENDING: Final[list[bytes | PendingParts]] = []
 #: The cancel key of a client that has none yet.
 NO_KEY: Final[tuple[int, int]] = (0, 0)
 #: The scanner a client holds until its welcome (it watches nothing, its bytes go to the login).
@@ -402,15 +402,14 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     def join_pool(self, pool: Pool[ServerConnection]) -> None:
         """Logged in to pool: counted in it (logged_in) until it leaves."""
-        # the assembled ClientConnection is the pool's Waiter (this base alone is not)
-        pool.client_joined(cast("Waiter[ServerConnection]", self))
+        pool.client_joined(self)
         self.joined = True
 
     def _leave_pool(self) -> None:
         """Out of its pool's containers, and its count if it joined (once)."""
         pool = self.pool
         if pool is not None:
-            pool.client_left(cast("Waiter[ServerConnection]", self), self.joined)
+            pool.client_left(self, self.joined)
             self.joined = False
 
     def write(self, data: bytes) -> None:

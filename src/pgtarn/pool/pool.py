@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -40,6 +39,7 @@ from ..session.prepared import PreparedCounters
 from .channels import ChannelBoard
 from .idle import IdleServers
 from .stats import PoolStats, add_one, bucket_of
+from .waiting import WaitQueue
 
 if TYPE_CHECKING:  # a pool holds its Split; split.py builds on this module
     from .split import Split
@@ -102,13 +102,27 @@ class Unavailable(Protocol):
     def server_unavailable(self, error: PgtarnError) -> None: ...
 
 
-class Waiter(Unavailable, Protocol[S]):  # type: ignore[misc]
-    """What the pool needs of a client that waits for a server."""
+#: A waiter's server type (a waiter of some servers takes any of them: contravariant).
+Lent = TypeVar("Lent", bound=PooledServer, contravariant=True)
 
-    def server_assigned(self, server: S) -> None: ...
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Waiter(Generic[Lent]):
+    """What the pool needs of a client that waits for a server: a base of every client
+    connection. A base class, not a typing.Protocol, as PooledServer: compiled, handing a
+    server to the first waiter (once per transaction under load) is then a C call."""
+
+    __slots__ = ()
+
+    def server_assigned(self, server: Lent) -> None:
+        raise NotImplementedError
+
+    def server_unavailable(self, error: PgtarnError) -> None:
+        raise NotImplementedError
 
     def waiting_too_long(self) -> None:
         """Queued longer than query_wait_notify: tell the client (once)."""
+        raise NotImplementedError
 
 
 class WelcomeWaiter(Unavailable, Protocol):
@@ -188,10 +202,10 @@ class Pool(Generic[S]):
         self.active: set[S] = set()
         self.login: set[S] = set()
         self.tested: set[S] = set()
-        self.waiting: deque[Waiter[S]] = deque()
+        self.waiting: WaitQueue[Waiter[S]] = WaitQueue()
         #: Clients that logged in before any server did, waiting for the welcome parameters.
         self.welcome_waiters: list[WelcomeWaiter] = []
-        #: id(waiter) -> when it began to wait, for waiting and welcome_waiters alike.
+        #: id(welcome waiter) -> when it began to wait (waiting keeps its own times).
         self.wait_since: dict[int, float] = {}
         #: ParameterStatus values of the first server that logged in, sent to new clients.
         self.welcome: dict[str, str] | None = None
@@ -281,8 +295,7 @@ class Pool(Generic[S]):
         if self.refusal is not None:
             waiter.server_unavailable(self.refusal)
             return None
-        self.waiting.append(waiter)
-        self.wait_since[id(waiter)] = now
+        self.waiting.append(waiter, now)
         # Grow only when the servers coming (logging in, being reset) are too few and there
         # is room; the reserve pool is the janitor's call.
         if (len(self.waiting) > len(self.login) + len(self.tested)
@@ -294,14 +307,12 @@ class Pool(Generic[S]):
         """Take a waiter out of the queue (it left or timed out)."""
         with contextlib.suppress(ValueError):  # not waiting
             self.waiting.remove(waiter)
-            self.wait_since.pop(id(waiter), None)
 
     def max_wait(self, now: float) -> float:
         """Age in seconds of the oldest waiting client (for a server, or for the first one)."""
-        oldest = now
-        for queue in (self.waiting, self.welcome_waiters):
-            if queue:
-                oldest = min(oldest, self.wait_since.get(id(queue[0]), now))
+        oldest = min(now, self.waiting.first_since()) if self.waiting else now
+        if self.welcome_waiters:
+            oldest = min(oldest, self.wait_since.get(id(self.welcome_waiters[0]), now))
         return now - oldest
 
     def wait_welcome(self, waiter: WelcomeWaiter) -> None:
@@ -372,8 +383,8 @@ class Pool(Generic[S]):
                 else self.connect_timeout  # fmt: skip
             self._fail_waiters(self.failure, now - wait)
         if self.waiting and self.wait_notify > 0:
-            for waiter in self.waiting:  # oldest first: stop at the first that is young
-                if now - self.wait_since.get(id(waiter), now) < self.wait_notify:
+            for waiter, since in self.waiting.items():  # oldest first: stop at a young one
+                if now - since < self.wait_notify:
                     break
                 waiter.waiting_too_long()
         if self.waiting:
@@ -400,11 +411,10 @@ class Pool(Generic[S]):
         def young(waiter: Unavailable) -> bool:
             return wait_since.get(id(waiter), 0.0) > since
 
-        failed: list[Unavailable] = [w for w in self.waiting if not young(w)]
+        failed: list[Unavailable] = [*self.waiting.take_waiting_since(since)]
         failed += [w for w in self.welcome_waiters if not young(w)]
         if not failed:
             return
-        self.waiting = deque(w for w in self.waiting if young(w))
         self.welcome_waiters = [w for w in self.welcome_waiters if young(w)]
         for waiter in failed:
             self.wait_since.pop(id(waiter), None)
@@ -465,16 +475,13 @@ class Pool(Generic[S]):
             server.close("pool paused")
         elif self.waiting and not self.paused:
             # lend it to the first waiting client (the hot path under load)
-            waiter = self.waiting.popleft()
-            since = self.wait_since.pop(id(waiter), None)
+            waiting = self.waiting
+            waited = (now or self.clock()) - waiting.first_since()
+            waiter = waiting.popleft()
             self.active.add(server)
             stats = self.stats
-            if since is None:
-                add_one(stats.wait_buckets, 0)
-            else:
-                waited = (now or self.clock()) - since
-                add_one(stats.wait_buckets, bucket_of(waited))
-                stats.wait_sum += waited
+            add_one(stats.wait_buckets, bucket_of(waited))
+            stats.wait_sum += waited
             waiter.server_assigned(server)
         elif self.server_count >= self.pool_size:
             # a reserve server nobody waits for, or the pool shrank by a reload
@@ -566,9 +573,8 @@ def take_waiters(pool: Pool[S], other: Pool[S]) -> None:
     its readers go to the primary), keeping how long they waited."""
     now = pool.clock()
     while other.waiting:
-        waiter = other.waiting.popleft()
-        pool.waiting.append(waiter)
-        pool.wait_since[id(waiter)] = other.wait_since.pop(id(waiter), now)
+        since = other.waiting.first_since()
+        pool.waiting.append(other.waiting.popleft(), since)
     if not pool.paused:
         while pool.waiting and pool.idle:
             pool._to_idle(pool.idle.pop())  # to the first waiter

@@ -6,13 +6,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Final, Generic, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 from mypy_extensions import mypyc_attr
 
 from ..config import DatabaseEntry
 from ..net.sockets import Target
-from ..pool.pool import Pool, PooledServer
+from ..pool.pool import Pool, PooledServer, Waiter
 from ..proto.framing import MessageScanner
 from ..runtime import Runtime
 from ..session.prepared import ClientStatements, ServerStatements
@@ -24,12 +24,13 @@ log = logging.getLogger("pgtarn.server")
 # While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
 RELAY_TYPES: Final = frozenset(b"ZSE")
 
-Server = TypeVar("Server", contravariant=True)
+Server = TypeVar("Server", bound=PooledServer, contravariant=True)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class LinkedClient(asyncio.Protocol, Generic[Server]):
-    """What a server needs of the client it is lent to (Server: the server's own type).
+class LinkedClient(asyncio.Protocol, Waiter[Server]):
+    """What a server needs of the client it is lent to (Server: the server's own type), and
+    what a pool needs of a client that waits (Waiter).
 
     A base class of the client, not a typing.Protocol: in the compiled build a server's call
     to its client is then a C call through the class's method table, not a Python call.

@@ -27,6 +27,7 @@ from pgtarn.admin.tables import (
 from pgtarn.config import Config, DatabaseEntry
 from pgtarn.pool.hosts import HostSet
 from pgtarn.pool.pool import PooledServer
+from pgtarn.pool.pool import Waiter as PoolWaiter
 from pgtarn.runtime import Runtime
 
 SPLIT = DatabaseEntry(name="app", host="a", hosts=("a", "b", "c"), port=5432,
@@ -70,7 +71,7 @@ class FakeServer(PooledServer):
         pass
 
 
-class Waiter:
+class Waiter(PoolWaiter[FakeServer]):
     pass
 
 
@@ -208,9 +209,8 @@ def test_show_pools_folds_a_replica_pools_servers_and_waiters_into_the_home_row(
     reader, writer, idle_client = Waiter(), Waiter(), Waiter()
     for client in (reader, writer, idle_client):
         home.client_joined(client)
-    home.waiting.append(writer)  # type: ignore[arg-type]
-    replica_pool.waiting.append(reader)  # type: ignore[arg-type]
-    replica_pool.wait_since[id(reader)] = replica_pool.clock() - 2.0
+    home.waiting.append(writer, home.clock())  # type: ignore[arg-type]
+    replica_pool.waiting.append(reader, replica_pool.clock() - 2.0)  # type: ignore[arg-type]
     home.idle.append(FakeServer(home, ("a", 5432)))
     replica_pool.idle.append(FakeServer(replica_pool, ("b", 5433)))
     replica_pool.login.add(FakeServer(replica_pool, ("b", 5433)))

@@ -6,7 +6,7 @@ import pytest
 
 from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
-from pgtarn.pool.pool import Pool, PooledServer
+from pgtarn.pool.pool import Pool, PooledServer, Waiter
 from pgtarn.pool.registry import Registry
 
 
@@ -29,7 +29,7 @@ class FakeServer(PooledServer):
         self.last_used = self.pool.clock()  # as the real server: the check's start
 
 
-class FakeClient:
+class FakeClient(Waiter[FakeServer]):
     def __init__(self, name: str = "") -> None:
         self.name = name
         self.server: FakeServer | None = None
@@ -138,8 +138,7 @@ def test_a_new_client_queues_behind_waiting_ones_even_if_a_server_is_idle() -> N
     pool, _clock, _launched = make_pool(pool_size=1)
     first, second = FakeClient(), FakeClient()
     pool.acquire(first)
-    pool.waiting.append(second)  # someone already waits
-    pool.wait_since[id(second)] = 0.0
+    pool.waiting.append(second, 0.0)  # someone already waits
     pool.idle.append(FakeServer(pool, 0.0))
     assert pool.acquire(FakeClient()) is None
 
@@ -184,7 +183,9 @@ def test_failing_pool_keeps_waiters_retries_with_backoff_then_fails_them() -> No
         assert len(pool.login) == 1  # one attempt at a time while failing
         pool.server_login_failed(launched[-1], REFUSED, retry=True)
     assert delays == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.0], abs=0.011)  # capped
-    clock.now = pool.wait_since[id(c)] + 10.0
+    since = pool.waiting.since(c)
+    assert since is not None
+    clock.now = since + 10.0
     pool.tick(clock.now)
     assert c.error is REFUSED and not pool.waiting
 

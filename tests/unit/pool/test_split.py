@@ -12,6 +12,7 @@ from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.hosts import HostSet
 from pgtarn.pool.pool import Pool, PooledServer
+from pgtarn.pool.pool import Waiter as PoolWaiter
 from pgtarn.pool.registry import Registry
 from pgtarn.pool.split import ClientRoute, Split
 from pgtarn.session.effects import Kind
@@ -42,7 +43,7 @@ class FakeServer(PooledServer):
         pass
 
 
-class Waiter:
+class Waiter(PoolWaiter[FakeServer]):
     def __init__(self) -> None:
         self.servers: list[FakeServer] = []
 

@@ -7,7 +7,7 @@ from typing import Any
 from pgtarn.config import DatabaseEntry
 from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
-from pgtarn.pool.pool import Pool, PooledServer
+from pgtarn.pool.pool import Pool, PooledServer, Waiter
 from pgtarn.pool.registry import Registry
 from pgtarn.workers.slots import SharedLimits
 
@@ -32,7 +32,7 @@ class Server(PooledServer):
         raise AssertionError("no checks here")
 
 
-class Client:
+class Client(Waiter[Server]):
     def __init__(self) -> None:
         self.server: Server | None = None
 
