@@ -34,6 +34,7 @@ COMPILED = [
     "pgtarn/pool/stats.py",
     "pgtarn/pool/waiting.py",
     "pgtarn/session/effects.py",
+    "pgtarn/session/fifo.py",
     "pgtarn/session/framer.py",
     "pgtarn/session/prepared.py",
     "pgtarn/session/rewrite.py",

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from struct import Struct
+from typing import Final
 
-_I = Struct("!I")
-_HDR = Struct("!cI")
-_II = Struct("!II")
-_H = Struct("!h")
+# (Final: compiled, a module constant is then read from C, not looked up in a dict)
+_I: Final = Struct("!I")
+_HDR: Final = Struct("!cI")
+_II: Final = Struct("!II")
+_H: Final = Struct("!h")
 
 PROTOCOL_3_0 = 196608
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from ..proto.build import message
 from ..proto.framing import MessageScanner
@@ -10,18 +11,18 @@ from .effects import NAMES_STATEMENTS, Parsed, first_look, may_change_state
 from .tracking import SessionTracker
 
 #: A Sync or Query passed: one ReadyForQuery to come (an item of a ClientFramer part list).
-SYNC_MARK = 0
+SYNC_MARK: Final = 0
 #: Parse, Bind, Describe, Close, Query, Sync and Terminate are seen whole; every other
 #: message is skipped by length and passed on as it arrives.
-_WATCHED = frozenset(b"PBDCQSX")
-_TERMINATE = frozenset(b"X")
+_WATCHED: Final = frozenset(b"PBDCQSX")
+_TERMINATE: Final = frozenset(b"X")
 Part = bytes | tuple[int, bytes] | int
 #: The session-state hook: (message type, body, ReadyForQuery owed before its batch's) ->
 #: a Query to send in its place, b"" to drop it (answered by pgtarn), or None.
 TextHook = Callable[[int, bytes, int], bytes | None]
-_TEXTS = frozenset(b"QP")
+_TEXTS: Final = frozenset(b"QP")
 #: Messages that use or end a statement's name (Parse may name it anew).
-_NAMING = frozenset(b"PBC")
+_NAMING: Final = frozenset(b"PBC")
 
 
 class ClientFramer:
@@ -76,7 +77,6 @@ class ClientFramer:
         if released:  # the header of a passed-on message, held back by the last feed
             parts.append(released)
         start = 0  # raw bytes from start up to a message are passed on as one slice
-        append = parts.append
         rewritten = False
         session = self._session
         for msg_type, body, end in events:
@@ -88,28 +88,28 @@ class ClientFramer:
                 refusal = self._texts(msg_type, body, outstanding + syncs)
                 if refusal is not None:
                     if begin > start:
-                        append(data[start:begin])
+                        parts.append(data[start:begin])
                     start = end
                     whole = False
                     syncs += 1  # its ReadyForQuery comes from the server or from pgtarn
                     if refusal:  # a Query PostgreSQL answers with the refusal
                         rewritten = True
-                        append((0x51, refusal[5:]))
+                        parts.append((0x51, refusal[5:]))
                     continue
             if msg_type == 0x53 or (
                     msg_type == 0x51 and not first_look(body) & NAMES_STATEMENTS):
                 # Sync, or a Query naming no statement: passed on as it is
                 if begin >= 0:
-                    append(data[start:end])  # with the raw bytes before it
+                    parts.append(data[start:end])  # with the raw bytes before it
                 else:  # begun in an earlier chunk, held until now (start is 0)
                     whole = False
-                    append(message(bytes((msg_type,)), body))
-                append(SYNC_MARK)
+                    parts.append(message(bytes((msg_type,)), body))
+                parts.append(SYNC_MARK)
                 syncs += 1
                 start = end
                 continue
             if begin > start:
-                append(data[start:begin])
+                parts.append(data[start:begin])
             elif begin < 0:
                 whole = False
             start = end
@@ -119,7 +119,7 @@ class ClientFramer:
                 self.plain = not rewritten
                 return parts, syncs
             rewritten = True
-            append((msg_type, body))  # Parse, Bind, Describe, Close, a Query naming statements
+            parts.append((msg_type, body))  # Parse, Bind, Describe, Close, a Query naming them
             if msg_type == 0x51:
                 syncs += 1
         tail = len(data) - scanner.held

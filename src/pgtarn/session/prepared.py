@@ -132,9 +132,14 @@ class ServerStatements(StatementRewriter):
         client: the statements of the client linked now (a retry is for that client only).
         """
         expected = self.expected
-        if not self.failed and expected and expected[0] is SYNC_ENTRY:  # the common case
-            expected.popleft()
-            return READY_FORWARD
+        if not self.failed:  # the common cases, inlined
+            if expected and expected[0] is SYNC_ENTRY:  # a simple query's, counted
+                expected.popleft()
+                return READY_FORWARD
+            if not expected and self._retry is None:  # nothing owed: _ready's outcome
+                self.stale_candidates = ()
+                self._failed_prelude = None
+                return READY_FORWARD
         failed = self.failed
         self.failed = False
         sync = self._ready()

@@ -3,14 +3,14 @@ ServerStatements (prepared.py tells how the two halves work together)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Final
 
 from ..proto.build import message, quote_literal
 from ..proto.messages import read_cstring
 from . import sqlnames
+from .fifo import Fifo
 from .framer import Part
 from .statements import FORGETS_ALL, ClientStatements, PreparedCounters, Statement, forgets_all
 
@@ -42,23 +42,36 @@ AS_PARSE_COMPLETE: Final = 2
 SYNC: Final = message(b"S")
 
 
-@dataclass(slots=True)
 class Entry:
-    """One reply a server owes about statements, and what to do when it comes (or not)."""
+    """One reply a server owes about statements, and what to do when it comes (or not).
 
-    kind: int
-    action: int = FORWARD
-    stmt: Statement | None = None
-    client: ClientStatements | None = None
-    client_name: bytes = b""
-    previous: Statement | None = None
-    #: The client's parts from this Bind or Query to its Sync, to send again after a stale
-    #: plan (only when nothing of the batch ran before it); owner is that client.
-    batch: list[Part] | None = None
-    at: int = 0
-    owner: ClientStatements | None = None
-    #: The statements a simple query EXECUTEs (renewed if their plan went stale).
-    executes: tuple[Statement, ...] = ()
+    (Not a dataclass: compiled, a dataclass's __init__ is the one the dataclasses module
+    writes at import, run by the interpreter.)"""
+
+    __slots__ = ("action", "at", "batch", "client", "client_name", "executes", "kind",
+                 "owner", "previous", "stmt")
+
+    def __init__(self, kind: int, action: int = FORWARD, stmt: Statement | None = None,
+                 client: ClientStatements | None = None, client_name: bytes = b"",
+                 previous: Statement | None = None, batch: list[Part] | None = None,
+                 at: int = 0, owner: ClientStatements | None = None,
+                 executes: tuple[Statement, ...] = ()) -> None:  # fmt: skip
+        self.kind = kind
+        self.action = action
+        self.stmt = stmt
+        self.client = client
+        self.client_name = client_name
+        self.previous = previous
+        #: The client's parts from this Bind or Query to its Sync, to send again after a
+        #: stale plan (only when nothing of the batch ran before it); owner is that client.
+        self.batch = batch
+        self.at = at
+        self.owner = owner
+        #: The statements a simple query EXECUTEs (renewed if their plan went stale).
+        self.executes = executes
+
+    def __repr__(self) -> str:
+        return f"Entry(kind={self.kind}, action={self.action}, stmt={self.stmt!r})"
 
 
 # Entries with nothing to undo are shared (never changed once made).
@@ -78,7 +91,7 @@ class StatementRewriter:
     def __init__(self, capacity: int, counters: PreparedCounters | None = None) -> None:
         self.capacity = capacity
         self.prepared: OrderedDict[bytes, Statement] = OrderedDict()
-        self.expected: deque[Entry] = deque()
+        self.expected: Fifo[Entry] = Fifo()
         self.counters = counters if counters is not None else PreparedCounters()
         #: Since the last Sync or Query only Parse/Describe/Close went (nothing ran yet).
         self.fresh = True

@@ -56,19 +56,6 @@ def test_take_waiting_since_takes_the_old_in_order_and_keeps_the_young() -> None
     assert queue.take_waiting_since(float("inf")) == [clients[0], clients[2]] and not queue
 
 
-def test_popped_slots_hold_no_client_and_an_emptied_queue_keeps_its_storage() -> None:
-    a, b = Client("a"), Client("b")
-    queue: WaitQueue[Client] = WaitQueue()
-    queue.append(a, 0.0)
-    queue.append(b, 0.0)
-    waiters = queue.waiters
-    queue.popleft()
-    assert waiters == [None, b]
-    queue.popleft()
-    queue.append(a, 1.0)
-    assert queue.waiters is waiters and waiters == [a, None] and queue.first_since() == 1.0
-
-
 def test_a_queue_that_never_empties_stays_as_small_as_its_longest_length() -> None:
     """Under steady load the queue is never empty: the taken front is cut off, or the
     storage would grow by one slot per transaction."""
@@ -77,8 +64,9 @@ def test_a_queue_that_never_empties_stays_as_small_as_its_longest_length() -> No
     for client in clients:
         queue.append(client, 0.0)
     for turn in range(10_000):
+        assert queue.first_since() == (0.0 if turn < 50 else float(turn - 50))
         client = queue.popleft()
         assert client is clients[turn % 50]
         queue.append(client, float(turn))
-    assert len(queue) == 50 and len(queue.waiters) <= 2 * 50 + 32
-    assert len(queue.times) == len(queue.waiters)
+    assert len(queue) == 50 and len(queue.waiters.slots) <= 2 * 50 + 32
+    assert len(queue.times.slots) == len(queue.waiters.slots)
