@@ -1,7 +1,7 @@
 """Build pgtarn: the hot-path modules compiled with mypyc when it can, else pure Python.
 
 The modules of COMPILED are what a transaction runs through (framing, relay, link, pool,
-statement tracking). mypyc turns their type-annotated Python into a C extension that runs the
+statement tracking) and what a login does (SCRAM, the access decision, the runtime's keys). mypyc turns their type-annotated Python into a C extension that runs the
 same code two to three times faster. Pure Python stays the fallback with the same behaviour:
 
 - PGTARN_PURE=1 in the environment, or mypyc missing: nothing is compiled;
@@ -28,6 +28,8 @@ COMPILED = [
     "pgtarn/proto/build.py",
     "pgtarn/proto/client_login.py",
     "pgtarn/proto/client_side.py",
+    "pgtarn/proto/cancelkey.py",
+    "pgtarn/proto/parameters.py",
     "pgtarn/auth/scram.py",
     "pgtarn/pool/idle.py",
     "pgtarn/pool/pool.py",
@@ -43,6 +45,8 @@ COMPILED = [
     "pgtarn/session/tracking.py",
     "pgtarn/server/transport.py",
     "pgtarn/client/extras.py",
+    "pgtarn/client/access.py",
+    "pgtarn/runtime.py",
     "pgtarn/server/relay.py",
     "pgtarn/server/connection.py",
     "pgtarn/server/replication.py",  # subclasses ServerConnection: compiled with it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import gc
 import itertools
 import logging
@@ -297,10 +298,8 @@ class App:
         if activated := systemd.listen_sockets():  # systemd's sockets, in place of our own
             return await self._serve(activated)
         loop = asyncio.get_running_loop()
-        runtime = self.runtime
-
-        def factory() -> ClientConnection:
-            return ClientConnection(runtime)
+        # a C callable: uvloop calls it at each accept, and a closure is a Python frame there
+        factory = functools.partial(ClientConnection, self.runtime)
 
         addrs = [a.strip() for a in config.listen_addr if a.strip()]
         if "*" in addrs:
@@ -367,11 +366,12 @@ class App:
 
     async def _serve(self, sockets: Iterable[socket.socket]) -> None:
         """Serve listening sockets made elsewhere (supervisor, old pgtarn, systemd)."""
-        loop, runtime = asyncio.get_running_loop(), self.runtime
+        loop = asyncio.get_running_loop()
+        factory = functools.partial(ClientConnection, self.runtime)  # (as _listen's)
         for sock in sockets:
             serve = loop.create_unix_server if sock.family == socket.AF_UNIX else \
                 loop.create_server
-            self.servers.append(await serve(lambda: ClientConnection(runtime), sock=sock))
+            self.servers.append(await serve(factory, sock=sock))
 
     async def _join_workers(self, worker: WorkerSetup) -> None:
         """A worker serves the supervisor's listening sockets and talks to it."""

@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from mypy_extensions import mypyc_attr
+
 from .auth.hba import HbaRules, IdentMaps
 from .config import Config, DatabaseEntry
 from .errors import PgtarnError
@@ -71,7 +73,8 @@ class Coordinator(Protocol):
 
     def to_worker(self, index: int, message: dict[str, Any]) -> None: ...
 
-    async def gather(self, message: dict[str, Any], timeout: float = ...
+    # (5.0: workers/link.py's GATHER_TIMEOUT; compiled, a default of ... is refused as a float)
+    async def gather(self, message: dict[str, Any], timeout: float = 5.0
                      ) -> list[dict[str, Any]]: ...
 
 
@@ -91,6 +94,9 @@ class WorkerLimits(SharedGate, Protocol):
 LookupFactory = Callable[["Runtime", DatabaseEntry, str, str], SecretSource]
 
 
+# Compiled, so that the connections' calls at each login (new_key, add_client, shared_params,
+# ...) are C calls; the tests' doubles subclass it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Runtime:
     """Everything a client or server connection needs from the running pooler.
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from pgtarn import runtime as runtime_module
 from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.runtime import SHARED_PARAMS, Runtime
@@ -49,8 +50,9 @@ SAME_INDEX = ((1 << 28) | 5, 77)
 def test_a_new_key_has_an_index_no_client_here_has(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = Runtime(parse_config(INI), {})
     assert runtime.add_client(Keyed(KEY))  # type: ignore[arg-type]
-    made = iter([SAME_INDEX, (12, 78)])  # the first one's index is taken
-    monkeypatch.setattr(runtime_module, "make_key", lambda peer_id, worker: next(made))
+    # make_key's random bytes: first SAME_INDEX's (taken), then (12, 78)'s
+    made = iter([b"".join(n.to_bytes(4, "big") for n in key) for key in (SAME_INDEX, (12, 78))])
+    monkeypatch.setattr(os, "urandom", lambda size: next(made))
     assert runtime.new_key() == (12, 78)
 
 

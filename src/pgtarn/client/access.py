@@ -15,6 +15,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Final
 
 from ..auth.hba import HbaRule, HbaRules, IdentMaps, IPAddress
 from ..config import Config
@@ -30,16 +31,28 @@ _HBA_METHODS = {"trust": "trust", "password": "plain", "md5": "md5",
                 "scram-sha-256": "scram-sha-256", "cert": "any", "peer": "any"}
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class Connection:
-    """What is known about a client's connection before it authenticates."""
+    """What is known about a client's connection before it authenticates.
 
-    local: bool  # unix socket
-    tls: bool
-    address: IPAddress | None
-    certificate: bool  # a client certificate was presented and verified
-    certificate_name: str | None  # its CN, if it has one
-    os_user: Callable[[], str | None]  # unix sockets: the peer's OS user name (asked lazily)
+    Its own __init__ and Final fields in place of frozen=True: compiled, that is a C
+    constructor, where a dataclass's generated one stays interpreted (one per login)."""
+
+    local: Final[bool]  # unix socket
+    tls: Final[bool]
+    address: Final[IPAddress | None]
+    certificate: Final[bool]  # a client certificate was presented and verified
+    certificate_name: Final[str | None]  # its CN, if it has one
+    os_user: Final[Callable[[], str | None]]  # unix sockets: the peer's OS user (asked lazily)
+
+    def __init__(self, local: bool, tls: bool, address: IPAddress | None, certificate: bool,
+                 certificate_name: str | None, os_user: Callable[[], str | None]) -> None:
+        self.local = local
+        self.tls = tls
+        self.address = address
+        self.certificate = certificate
+        self.certificate_name = certificate_name
+        self.os_user = os_user
 
 
 def peer_address(addr: str) -> IPAddress | None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
+from pgtarn.config import Config
 from pgtarn.configfile import parse_config
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
@@ -27,6 +29,20 @@ log_pooler_errors = 0
 WELCOME = (build.authentication(0) + build.parameter_status("server_version", "15.0")
            + build.parameter_status("TimeZone", "UTC") + build.backend_key_data(7, 8)
            + build.ready_for_query(b"I"))
+
+
+class CountingRuntime(Runtime):
+    """A runtime whose spawned tasks never run: a connection it is asked to open is only
+    counted (the test plays the socket)."""
+
+    def __init__(self, config: Config, userlist: dict[str, str]) -> None:
+        super().__init__(config, userlist)
+        self.connects = 0
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        coro.close()  # no socket: connection_made is the test's
+        self.connects += 1
+        return None
 
 
 class FakeTransport:

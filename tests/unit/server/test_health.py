@@ -4,8 +4,6 @@ answers read into the HostSet, failures banning, timeouts, wakes."""
 from __future__ import annotations
 
 import math
-from collections.abc import Coroutine
-from typing import Any
 
 import pytest
 
@@ -13,10 +11,9 @@ from pgtarn.configfile import parse_config
 from pgtarn.pool.hosts import PRIMARY, REPLICA, SAMPLE_GAP, HostSet
 from pgtarn.proto import build
 from pgtarn.proto.messages import parse_startup
-from pgtarn.runtime import Runtime
 from pgtarn.server.health import APPLICATION_NAME, CHECK_QUERY, HealthChecker, parse_check_row
 
-from .fakes import INI, WELCOME, FakeTransport
+from .fakes import INI, WELCOME, CountingRuntime, FakeTransport
 
 PERIOD = 1.0
 
@@ -40,9 +37,7 @@ class Setup:
     """A checker of two hosts whose connects only count (the test plays the sockets)."""
 
     def __init__(self) -> None:
-        self.runtime = Runtime(parse_config(INI.format(mode="transaction", prepared=0)), {})
-        self.connects = 0
-        self.runtime.spawn = self._spawn  # type: ignore[method-assign]
+        self.runtime = CountingRuntime(parse_config(INI.format(mode="transaction", prepared=0)), {})
         db = self.runtime.config.databases["app"]
         self.clock = Clock()
         self.hosts = HostSet("app", [("10.0.0.1", 5432), ("10.0.0.2", 5433)], period=PERIOD,
@@ -51,10 +46,9 @@ class Setup:
         self.checker = HealthChecker(self.runtime, self.hosts, pool, db)
         self.checker.attach()
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        coro.close()  # no socket: connection_made is the test's
-        self.connects += 1
-        return None
+    @property
+    def connects(self) -> int:
+        return self.runtime.connects
 
     def step(self) -> float:
         return self.checker.step(self.clock.now)

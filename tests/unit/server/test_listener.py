@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Coroutine
-from typing import Any
 
 import pytest
 
@@ -16,11 +14,10 @@ from pgtarn.pool.pool import FIRST_RETRY_DELAY
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_startup
-from pgtarn.runtime import Runtime
 from pgtarn.server.listener import APPLICATION_NAME, Listener, _ListenerConnection
 
 from ..pool.fakes import FakeSubscriber
-from .fakes import INI, WELCOME, FakeTransport
+from .fakes import INI, WELCOME, CountingRuntime, FakeTransport
 
 HOSTILE = 'a"; drop table x; --'
 
@@ -44,20 +41,17 @@ class Setup:
     counts (the test plays the socket)."""
 
     def __init__(self, extra: str = "") -> None:
-        self.runtime = Runtime(parse_config(INI.format(mode="transaction", prepared=0)
+        self.runtime = CountingRuntime(parse_config(INI.format(mode="transaction", prepared=0)
                                             + extra), {})
-        self.connects = 0
-        self.runtime.spawn = self._spawn  # type: ignore[method-assign]
         registry = self.runtime.registry
         registry.open_listener = lambda pool, db, board: Listener(self.runtime, pool, db, board)
         self.pool = registry.get_pool(self.runtime.config.databases["app"], "u")
         assert self.pool.board is not None
         self.board: ChannelBoard = self.pool.board
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        coro.close()  # open_connection is not run: connection_made is the test's
-        self.connects += 1
-        return None
+    @property
+    def connects(self) -> int:
+        return self.runtime.connects
 
     def listen(self, client: FakeSubscriber, *channels: str) -> bool:
         """client now listens to channels (instead of what it listened to)."""
