@@ -1,8 +1,9 @@
 """Build pgtarn: the hot-path modules compiled with mypyc when it can, else pure Python.
 
 The modules of COMPILED are what a transaction runs through (framing, relay, link, pool,
-statement tracking) and what a login does (SCRAM, the access decision, the runtime's keys). mypyc turns their type-annotated Python into a C extension that runs the
-same code two to three times faster. Pure Python stays the fallback with the same behaviour:
+statement tracking) and what a login does (SCRAM, the access decision, the runtime's keys).
+mypyc turns their type-annotated Python into a C extension that runs the same code two to
+three times faster. Pure Python stays the fallback with the same behaviour:
 
 - PGTARN_PURE=1 in the environment, or mypyc missing: nothing is compiled;
 - an editable install (pip install -e) is never compiled, since an extension module next to

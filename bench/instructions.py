@@ -144,10 +144,10 @@ def main() -> int:
           f"(callgrind; runs of {first} and {second} transactions per client)\n")
     print("| pooler | instructions/tx | vs PgBouncer | by part |")
     print("|---|---|---|---|")
-    for name, (per_tx, by_part) in rows.items():
+    for name, (per_tx, per_part) in rows.items():
         ratio = f"{per_tx / base:.2f}" if base else "-"
         shown = ", ".join(f"{part} {count:,.0f}" for part, count in
-                          sorted(by_part.items(), key=lambda kv: -kv[1]) if count >= 50)
+                          sorted(per_part.items(), key=lambda kv: -kv[1]) if count >= 50)
         print(f"| {name} | {per_tx:,.0f} | {ratio} | {shown} |")
     return 0
 
