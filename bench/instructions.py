@@ -26,6 +26,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import run
 from run import (
     Database,
     Pooler,
@@ -106,6 +107,7 @@ def main() -> int:
         return 2
     args.memory_clients = [2]
     prepare_process()
+    run.READY_TIMEOUT = 120.0  # under callgrind pgtarn starts in seconds, more on a busy machine
     account = postgres_account()
     workdir = make_workdir("instructions", account)
     db = Database(argparse.Namespace(**{**vars(args), "clients": [args.clients]}))
