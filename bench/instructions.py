@@ -6,7 +6,8 @@ twice with the same clients, once for N1 and once for N2 transactions per client
 difference of the two totals, over the transactions added, is its user-space work per
 transaction: start, logins and shutdown cancel out. System calls run in the kernel and are not
 counted (bench/cpu.py reports them as system time). A breakdown by shared object says where
-the instructions went: the interpreter, uvloop, libc, pgtarn's compiled code.
+the instructions went: the interpreter, uvloop, libc, pgtarn's compiled code, and in a Python
+process the hand-offs of the GIL around uvloop's callbacks, counted apart.
 
 Under callgrind a pooler runs 20 to 50 times slower, so the clients wait on it and the
 batching of messages per read is not what it is at full speed; the count is a measure of work
@@ -53,7 +54,17 @@ OBJECTS = [
 ]
 
 
-def object_part(name: str) -> str:
+#: In a Python process: the functions that hand the GIL over (uvloop runs libuv without the
+#: GIL and takes it back for each callback), a part of their own whatever object holds them.
+GIL_PART = "GIL hand-offs"
+GIL_FUNCTIONS = re.compile(r"take_gil|drop_gil|PyGILState_(Ensure|Release)|PyEval_(Save|Restore)"
+                           r"Thread|pthread_(mutex_lock|mutex_unlock|cond_signal|getspecific)")
+
+
+def part_of(function: str, name: str, python: bool) -> str:
+    """The part of a pooler that a function of the shared object called name is."""
+    if python and GIL_FUNCTIONS.search(function):
+        return GIL_PART
     for part, pattern in OBJECTS:
         if re.search(pattern, name):
             return part
@@ -61,14 +72,17 @@ def object_part(name: str) -> str:
 
 
 def instructions_by_object(profile: Path) -> Counter[str]:
-    """Instructions of a callgrind profile by part (OBJECTS), from callgrind_annotate."""
-    out = subprocess.run(["callgrind_annotate", "--threshold=100", str(profile)],
+    """Instructions of a callgrind profile by part (OBJECTS, GIL_PART), from
+    callgrind_annotate."""
+    out = subprocess.run(["callgrind_annotate", "--auto=no", "--threshold=100", str(profile)],
                          capture_output=True, text=True, check=False).stdout
+    rows = [(int(m.group(1).replace(",", "")), m.group(2), Path(m.group(3)).name)
+            for m in (re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(.*?)\s*\[([^\]]+)\]\s*$", line)
+                      for line in out.splitlines()) if m]
+    python = any("libpython" in name for _, _, name in rows)
     parts: Counter[str] = Counter()
-    for line in out.splitlines():
-        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(.*?)\s*\[([^\]]+)\]\s*$", line)
-        if m:
-            parts[object_part(Path(m.group(3)).name)] += int(m.group(1).replace(",", ""))
+    for count, function, name in rows:
+        parts[part_of(function, name, python)] += count
     return parts
 
 
