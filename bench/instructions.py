@@ -71,7 +71,7 @@ def part_of(function: str, name: str, python: bool) -> str:
     return "other"
 
 
-def instructions_by_object(profile: Path) -> Counter[str]:
+def instructions_by_part(profile: Path) -> Counter[str]:
     """Instructions of a callgrind profile by part (OBJECTS, GIL_PART), from
     callgrind_annotate."""
     out = subprocess.run(["callgrind_annotate", "--auto=no", "--threshold=100", str(profile)],
@@ -105,7 +105,7 @@ def counted_run(db: Database, pooler: Pooler, clients: int, transactions: int,
     found = COLLECTED.findall(pooler.log_path.read_text(errors="replace"))
     if not found:
         raise RuntimeError(f"no callgrind total in {pooler.log_path}:\n{pooler.tail()}")
-    return int(found[-1]), instructions_by_object(profile)
+    return int(found[-1]), instructions_by_part(profile)
 
 
 def main() -> int:
@@ -115,6 +115,8 @@ def main() -> int:
                    help="transactions per client of the two runs (200,1200)")
     add_postgres_options(p)
     args = p.parse_args()
+    if len(args.transactions) != 2 or not 0 < args.transactions[0] < args.transactions[1]:
+        p.error("--transactions takes two counts, the first one smaller: N1,N2")
     first, second = args.transactions
     if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
