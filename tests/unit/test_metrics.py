@@ -54,10 +54,10 @@ def make_runtime() -> tuple[Runtime, Any]:
     pool.active.add(FakeServer(pool, now, client=object()))
     pool.tested.add(FakeServer(pool, now))
     pool.login.add(FakeServer(pool, now))
-    pool.stats.query_done(0.002)
-    pool.stats.xact_done(0.003)
-    pool.stats.assigned(0.0)
-    pool.stats.assigned(0.5)
+    pool.stats.query.observe(0.002)
+    pool.stats.xact.observe(0.003)
+    pool.stats.wait.observe(0.0)
+    pool.stats.wait.observe(0.5)
     pool.stats.received += 100
     pool.stats.sent += 250
     pool.stats.client_logins += 2

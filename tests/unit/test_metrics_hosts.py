@@ -71,9 +71,9 @@ def test_a_replica_pool_is_counted_under_its_home_pools_labels_once() -> None:
     runtime, home = split_runtime()
     replica_pool = home.split.make(1)
     home.split.replicas[1] = replica_pool
-    home.stats.assigned(0.0)
-    replica_pool.stats.assigned(0.0)
-    replica_pool.stats.assigned(0.2)
+    home.stats.wait.observe(0.0)
+    replica_pool.stats.wait.observe(0.0)
+    replica_pool.stats.wait.observe(0.2)
     replica_pool.stats.note_pin("advisory lock")
 
     samples, seen = scrape(runtime)

@@ -172,7 +172,7 @@ class AdminSession:
             self.client.write(data)
 
     def _simple_query(self, query: str) -> None:
-        self.runtime.admin_stats.query_done(0.0)
+        self.runtime.admin_stats.query.observe(0.0)
         if not query.strip().strip(";").strip():
             self._write(build.message(b"I") + RFQ)
             return
@@ -256,7 +256,7 @@ class AdminSession:
             if portal not in self.portals:
                 raise AdminError("portal does not exist")
             query, described = self.portals[portal]
-            self.runtime.admin_stats.query_done(0.0)
+            self.runtime.admin_stats.query.observe(0.0)
             self._finish(described if described is not None else self.run(query),
                          describe=False, then=b"")
         elif msg_type == 0x43:  # Close

@@ -7,7 +7,6 @@ from typing import Final
 
 from ..errors import PgtarnError
 from ..pool.pool import Pool
-from ..pool.stats import add_one, bucket_of
 from ..proto import build
 from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
@@ -127,23 +126,19 @@ class ClientLink(ClientListening):
         start = self.query_start
         now = 0.0  # (read once: the server's release below takes it too)
         if start:
-            # statistics, inlined (see PoolStats): the query ends, and maybe its transaction
+            # statistics: the query ends, and maybe its transaction
             pool = self.pool
             assert pool is not None
             stats = pool.stats
             now = monotonic()
             elapsed = now - start
-            bucket = bucket_of(elapsed)
-            add_one(stats.query_buckets, bucket)
-            stats.query_sum += elapsed
+            stats.query.observe(elapsed)
             if status == b"I":
                 began = self.xact_start
                 if began:
                     elapsed = now - began
-                    bucket = bucket_of(elapsed)
                     self.xact_start = 0.0
-                add_one(stats.xact_buckets, bucket)
-                stats.xact_sum += elapsed
+                stats.xact.observe(elapsed)
             elif not self.xact_start:
                 self.xact_start = start
             # a pipelined query begins where the one before it ended

@@ -38,7 +38,7 @@ from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
 from .channels import ChannelBoard
 from .idle import IdleServers
-from .stats import PoolStats, add_one, bucket_of
+from .stats import PoolStats
 from .waiting import WaitQueue
 
 if TYPE_CHECKING:  # a pool holds its Split; split.py builds on this module
@@ -290,7 +290,7 @@ class Pool(Generic[S]):
                     server.start_check()
                     continue
                 self.active.add(server)
-                add_one(self.stats.wait_buckets, 0)  # assigned without waiting
+                self.stats.wait.observe(0.0)  # assigned without waiting
                 return server
         if self.refusal is not None:
             waiter.server_unavailable(self.refusal)
@@ -455,7 +455,8 @@ class Pool(Generic[S]):
     def release(self, server: S, now: float = 0.0) -> None:
         """A linked server is clean again: to the first waiter, or idle (now: as acquire)."""
         self.active.discard(server)
-        self.tested.discard(server)
+        if self.tested:  # (rarely not empty: a set's discard hashes even when it is)
+            self.tested.discard(server)
         if self.gate is None or not self.gate.gives_back(self, server):  # (after it served)
             self._to_idle(server, now)
 
@@ -479,9 +480,7 @@ class Pool(Generic[S]):
             waited = (now or self.clock()) - waiting.first_since()
             waiter = waiting.popleft()
             self.active.add(server)
-            stats = self.stats
-            add_one(stats.wait_buckets, bucket_of(waited))
-            stats.wait_sum += waited
+            self.stats.wait.observe(waited)
             waiter.server_assigned(server)
         elif self.server_count >= self.pool_size:
             # a reserve server nobody waits for, or the pool shrank by a reload

@@ -14,43 +14,92 @@ from dataclasses import dataclass, fields
 from typing import Final
 
 #: Upper bounds (seconds) of the histogram buckets for transaction, query and wait times
-#: (bucket_of has them written out: change both).
+#: (Timings.observe has them written out: change both).
 BUCKETS: Final[tuple[float, ...]] = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
 
 
-def bucket_of(seconds: float) -> int:
-    """The index of the bucket that counts seconds: bisect_left over BUCKETS (the hot path
-    calls it at every ReadyForQuery), written out as a tree of comparisons with the bounds
-    as literals: compiled, each step is one comparison of two C doubles, where reading
-    BUCKETS makes a float object of each bound. test_stats checks it against bisect_left."""
-    if seconds <= 0.005:
-        if seconds <= 0.0005:
-            if seconds <= 0.0001:
-                return 0
-            return 1 if seconds <= 0.00025 else 2
-        if seconds <= 0.001:
-            return 3
-        return 4 if seconds <= 0.0025 else 5
-    if seconds <= 0.5:
-        if seconds <= 0.05:
-            if seconds <= 0.01:
-                return 6
-            return 7 if seconds <= 0.025 else 8
-        if seconds <= 0.1:
-            return 9
-        return 10 if seconds <= 0.25 else 11
-    if seconds <= 5.0:
-        if seconds <= 1.0:
-            return 12
-        return 13 if seconds <= 2.5 else 14
-    if seconds <= 10.0:
-        return 15
-    if seconds <= 30.0:
-        return 16
-    return 17 if seconds <= 60.0 else 18
+class Timings:
+    """Durations counted into the BUCKETS (the last count is +Inf) and their sum: one per
+    query, transaction or server assignment of a pool.
+
+    The counts are fields, not a list: compiled, adding one to a field is an add of two C
+    integers, where a list item past 256 is an int object made anew at each count (about
+    200 instructions per observation; a transaction makes three). observe is bisect_left
+    over BUCKETS written out as a tree of comparisons with the bounds as literals (change
+    both together); test_stats checks it against bisect_left.
+    """
+
+    __slots__ = ("b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8", "b9", "b10", "b11",
+                 "b12", "b13", "b14", "b15", "b16", "b17", "b18", "total")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.b0 = self.b1 = self.b2 = self.b3 = self.b4 = self.b5 = self.b6 = self.b7 = 0
+        self.b8 = self.b9 = self.b10 = self.b11 = self.b12 = self.b13 = self.b14 = 0
+        self.b15 = self.b16 = self.b17 = self.b18 = 0
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one duration (a clock step back counts as the fastest)."""
+        self.total += seconds
+        if seconds <= 0.005:
+            if seconds <= 0.0005:
+                if seconds <= 0.0001:
+                    self.b0 += 1
+                elif seconds <= 0.00025:
+                    self.b1 += 1
+                else:
+                    self.b2 += 1
+            elif seconds <= 0.001:
+                self.b3 += 1
+            elif seconds <= 0.0025:
+                self.b4 += 1
+            else:
+                self.b5 += 1
+        elif seconds <= 0.5:
+            if seconds <= 0.05:
+                if seconds <= 0.01:
+                    self.b6 += 1
+                elif seconds <= 0.025:
+                    self.b7 += 1
+                else:
+                    self.b8 += 1
+            elif seconds <= 0.1:
+                self.b9 += 1
+            elif seconds <= 0.25:
+                self.b10 += 1
+            else:
+                self.b11 += 1
+        elif seconds <= 5.0:
+            if seconds <= 1.0:
+                self.b12 += 1
+            elif seconds <= 2.5:
+                self.b13 += 1
+            else:
+                self.b14 += 1
+        elif seconds <= 10.0:
+            self.b15 += 1
+        elif seconds <= 30.0:
+            self.b16 += 1
+        elif seconds <= 60.0:
+            self.b17 += 1
+        else:
+            self.b18 += 1
+
+    def counts(self) -> list[int]:
+        """The counts per bucket, in the order of BUCKETS, +Inf last."""
+        return [self.b0, self.b1, self.b2, self.b3, self.b4, self.b5, self.b6, self.b7,
+                self.b8, self.b9, self.b10, self.b11, self.b12, self.b13, self.b14,
+                self.b15, self.b16, self.b17, self.b18]  # fmt: skip
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts())
+
+    def histogram(self) -> Histogram:
+        return Histogram(self.counts(), self.total)
 
 
 class Histogram:
@@ -76,48 +125,23 @@ class Histogram:
         return out
 
 
-def new_buckets() -> list[int]:
-    return [0] * (len(BUCKETS) + 1)
-
-
-def add_one(counts: list[int], index: int) -> None:
-    """counts[index] += 1, written out: compiled, ``+=`` on a list item is the generic number
-    protocol, where this is an add of two C integers."""
-    counts[index] = counts[index] + 1
-
-
 class PoolStats:
     """What the clients and servers of one pool did since it was made.
 
-    The hot path adds to the flat attributes directly (``add_one(xact_buckets,
-    bucket_of(seconds)); xact_sum += seconds``): a count is the sum of its buckets, so one
-    observation is one list increment and one float addition.
+    The hot path adds to the fields directly: bytes, and one Timings observation per query,
+    transaction and server assignment (a count is the sum of its buckets).
     """
 
-    __slots__ = (
-        "client_logins",
-        "pins",
-        "query_buckets",
-        "query_sum",
-        "received",
-        "sent",
-        "wait_buckets",
-        "wait_sum",
-        "xact_buckets",
-        "xact_sum",
-    )
+    __slots__ = ("client_logins", "pins", "query", "received", "sent", "wait", "xact")
 
     def __init__(self) -> None:
         self.received = 0  # bytes from clients
         self.sent = 0  # bytes to clients
         self.client_logins = 0
-        self.xact_buckets = new_buckets()
-        self.xact_sum = 0.0
-        self.query_buckets = new_buckets()
-        self.query_sum = 0.0
+        self.xact = Timings()
+        self.query = Timings()
         #: One observation per server assignment (0 when the client did not wait).
-        self.wait_buckets = new_buckets()
-        self.wait_sum = 0.0
+        self.wait = Timings()
         #: Clients pinned to their server by session state, counted per reason as pins begin.
         self.pins: dict[str, int] = {}
 
@@ -129,40 +153,39 @@ class PoolStats:
 
     @property
     def xact_count(self) -> int:
-        return sum(self.xact_buckets)
+        return self.xact.count
 
     @property
     def query_count(self) -> int:
-        return sum(self.query_buckets)
+        return self.query.count
 
     @property
     def server_assignments(self) -> int:
-        return sum(self.wait_buckets)
+        return self.wait.count
+
+    @property
+    def xact_sum(self) -> float:
+        return self.xact.total
+
+    @property
+    def query_sum(self) -> float:
+        return self.query.total
+
+    @property
+    def wait_sum(self) -> float:
+        return self.wait.total
 
     @property
     def xact_times(self) -> Histogram:
-        return Histogram(list(self.xact_buckets), self.xact_sum)
+        return self.xact.histogram()
 
     @property
     def query_times(self) -> Histogram:
-        return Histogram(list(self.query_buckets), self.query_sum)
+        return self.query.histogram()
 
     @property
     def wait_times(self) -> Histogram:
-        return Histogram(list(self.wait_buckets), self.wait_sum)
-
-    def query_done(self, seconds: float) -> None:
-        add_one(self.query_buckets, bucket_of(seconds))
-        self.query_sum += seconds
-
-    def xact_done(self, seconds: float) -> None:
-        add_one(self.xact_buckets, bucket_of(seconds))
-        self.xact_sum += seconds
-
-    def assigned(self, waited: float) -> None:
-        """A server was linked to a client that waited this long for it (0: no wait)."""
-        add_one(self.wait_buckets, bucket_of(waited))
-        self.wait_sum += waited
+        return self.wait.histogram()
 
 
 @dataclass

@@ -81,36 +81,44 @@ def first_look(body: bytes, msg_type: int = 0x51) -> int:
 
     Digits never decide either, so the answer is cached per body with its digits made zeros:
     a query sent again, with other numbers or not, costs one translate and one dict lookup.
-    The last body looked at is remembered by identity: the relay asks both questions of the
-    same body object, and the second answer is free.
+    The last body looked at is remembered: by identity, since the relay asks both questions
+    of the same body object, and the second answer is free; and by that key, since a busy
+    pool sees the same query again and again, and comparing two keys costs less than hashing
+    one.
     """
     last = _LAST
     if body is last.body and msg_type == last.msg_type:
         return last.look
     key = body.translate(_ZEROS)
-    looks = _PARSE_LOOKS if msg_type == 0x50 else _LOOKS
-    look = looks.get(key)
-    if look is None:
-        if len(looks) >= _LOOKS_MAX:  # texts that differ every time: start again
-            looks.clear()
-        if msg_type == 0x50:  # Parse: the statement's name comes first
-            name_end = key.find(b"\x00")
-            look = CHANGES_STATE if _look(key[name_end + 1 :], name_end > 0) else 0
+    if key == last.key and msg_type == last.msg_type:
+        look = last.look
+    else:
+        looks = _PARSE_LOOKS if msg_type == 0x50 else _LOOKS
+        cached = looks.get(key)
+        if cached is None:
+            if len(looks) >= _LOOKS_MAX:  # texts that differ every time: start again
+                looks.clear()
+            if msg_type == 0x50:  # Parse: the statement's name comes first
+                name_end = key.find(b"\x00")
+                look = CHANGES_STATE if _look(key[name_end + 1 :], name_end > 0) else 0
+            else:
+                look = ((CHANGES_STATE if _look(key, False) else 0)
+                        | (NAMES_STATEMENTS if may_name_statements(key) else 0))
+            looks[key] = look
         else:
-            look = ((CHANGES_STATE if _look(key, False) else 0)
-                    | (NAMES_STATEMENTS if may_name_statements(key) else 0))
-        looks[key] = look
-    last.body, last.msg_type, last.look = body, msg_type, look
+            look = cached
+    last.body, last.key, last.msg_type, last.look = body, key, msg_type, look
     return look
 
 
 class _LastLook:
-    """first_look's last body (held, so that its identity is not reused) and answer."""
+    """first_look's last body (held, so that its identity is not reused), its key and answer."""
 
-    __slots__ = ("body", "look", "msg_type")
+    __slots__ = ("body", "key", "look", "msg_type")
 
     def __init__(self) -> None:
         self.body = b""
+        self.key = b""
         self.msg_type = 0
         self.look = 0
 

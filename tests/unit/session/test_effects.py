@@ -153,6 +153,18 @@ def test_first_look_does_not_depend_on_digits() -> None:
     assert may_change_state(query("SELECT pg_advisory_lock(98765)"))
 
 
+def test_first_look_at_the_same_query_again_with_other_numbers() -> None:
+    # the second of each pair is answered from the last key, not the cache
+    assert may_change_state(query("SELECT pg_advisory_lock(1)"))
+    assert may_change_state(query("SELECT pg_advisory_lock(2)"))
+    assert not may_change_state(query("SELECT abs(2)"))
+    assert not may_change_state(query("SELECT abs(3)"))
+    assert may_change_state(parse_body(b"", "SET a = 1"), 0x50)
+    assert may_change_state(parse_body(b"", "SET a = 2"), 0x50)
+    # the same key as a Query is another question: its text starts with the NUL
+    assert not may_change_state(parse_body(b"", "SET a = 3"))
+
+
 def test_first_look_at_a_parse_skips_the_statement_name() -> None:
     # the name is not SQL: a name that looks like a statement does not count
     assert not may_change_state(parse_body(b"set_config", "SELECT $1"), 0x50)
