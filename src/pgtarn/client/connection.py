@@ -51,6 +51,7 @@ from ..proto.client_login import (
 from ..runtime import Runtime, WorkerLimits
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, open_replication
+from ..server.transport import write_of
 from ..states import READY_STATE, ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, peer_address
@@ -215,6 +216,7 @@ class ClientConnection(ClientRelay):
                            on_ready=lambda: self._tls_ready(direct), on_failed=self._tls_failed,
                            binding=binding)
         self.transport = tls
+        self.transport_write = write_of(tls)
         login.tls_started(binding)
         tls.start()
 

@@ -22,7 +22,7 @@ from ..proto.client_login import ClientLogin
 from ..proto.framing import MessageScanner, shared_scanner
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
-from ..server.transport import LinkedClient
+from ..server.transport import LinkedClient, TransportWrite, no_transport, write_of
 from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
@@ -54,51 +54,15 @@ class ClientTransport(LinkedClient[ServerConnection]):
     connection (relay, link, login) are declared here, in one __slots__.
     """
 
-    __slots__ = (
-        "cancel_key",
-        "created_at",
-        "database",
-        "db",
-        "expected",
-        "extras",
-        "follows_statements",
-        "framer",
-        "id",
-        "idle_since",
-        "joined",
-        "last_request",
-        "listen",
-        "listen_wait",
-        "listening",
-        "local_admin",
-        "login",
-        "looked_up",
-        "open_batch",
-        "params",
-        "peer_host",
-        "peer_port",
-        "pending",
-        "pending_size",
-        "pinned",
-        "pool",
-        "query_start",
-        "route",
-        "runtime",
-        "scanner",
-        "server",
-        "session",
-        "session_mode",
-        "state",
-        "statement_mode",
-        "tracked",
-        "transport",
-        "unnamed_unbound",
-        "user",
-        "wait_notified",
-        "waiting",
-        "write_paused",
-        "xact_start",
-    )
+    __slots__ = ("cancel_key", "created_at", "database", "db", "expected", "extras",
+                 "follows_statements", "framer", "id", "idle_since", "joined",
+                 "last_request", "listen", "listen_wait", "listening", "local_admin",
+                 "login", "looked_up", "open_batch", "params", "peer_host", "peer_port",
+                 "pending", "pending_size", "pinned", "pool", "query_start", "route",
+                 "runtime", "scanner", "server", "session", "session_mode", "state",
+                 "statement_mode", "tracked", "transport", "transport_write",
+                 "unnamed_unbound", "user", "wait_notified", "waiting", "write_paused",
+                 "xact_start")  # fmt: skip
 
     def __init__(self, runtime: Runtime) -> None:
         # The flags first: compiled, the fields are laid out in the order first assigned here,
@@ -143,6 +107,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.id = next(runtime.ids)
         self.state = ClientState.STARTUP
         self.transport: asyncio.Transport | None = None
+        self.transport_write: TransportWrite = no_transport  # (write_of the transport)
         #: Where it connected from: the host (interned: many clients come from a few
         #: hosts) and the port; "unix" and 0 over a unix socket. The addr property joins
         #: them when asked (a log line, SHOW CLIENTS), not a string kept per client.
@@ -328,6 +293,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self.transport_write = write_of(self.transport)
         # SO_KEEPALIVE came with the socket from its listener (keepalive_listeners)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
@@ -415,7 +381,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
     def write(self, data: bytes) -> None:
         transport = self.transport
         if transport is not None:
-            transport.write(data)
+            self.transport_write(transport, data)
             pool = self.pool
             if pool is not None:
                 pool.stats.sent += len(data)

@@ -41,7 +41,7 @@ from ..session.prepared import FORGETS_ALL, ServerStatements
 from ..session.tracking import NO_SETTINGS
 from .login import LoginDriver, server_login_for
 from .relay import PREPARED_RELAY_TYPES, ServerRelay
-from .transport import LinkedClient, log
+from .transport import LinkedClient, log, write_of
 
 #: workers = N: a server closed to give its slot to another worker waits this long at most
 #: for PostgreSQL to close the connection.
@@ -93,6 +93,7 @@ class ServerConnection(ServerRelay):
             transport.close()
             return
         self.transport = cast(asyncio.Transport, transport)
+        self.transport_write = write_of(self.transport)
         tune(transport, self.runtime.config.tcp_keepalive, self.runtime.tcp_options)
         self.peer = address(transport.get_extra_info("peername"))
         local = transport.get_extra_info("sockname")
@@ -105,6 +106,7 @@ class ServerConnection(ServerRelay):
 
     def _switch_transport(self, transport: asyncio.Transport) -> None:
         self.transport = transport
+        self.transport_write = write_of(transport)
 
     def _logged_in(self, result: LoggedIn) -> None:
         attrs = self.db.target_session_attrs

@@ -1,0 +1,32 @@
+"""server/transport.py: a server connection writes through the transport it has now."""
+
+from __future__ import annotations
+
+from pgtarn.proto import build
+from pgtarn.server.transport import write_of
+
+from .fakes import FakeTransport, logged_in_server
+
+
+class OtherTransport(FakeTransport):
+    """A transport of another class (as a TLS transport is to a TCP one)."""
+
+    def write(self, data: bytes) -> None:
+        self.written += b"<" + data + b">"
+
+
+def test_write_of_is_the_write_of_the_transports_class() -> None:
+    plain, other = FakeTransport(), OtherTransport()
+    write_of(plain)(plain, b"a")  # type: ignore[arg-type]
+    write_of(other)(other, b"b")  # type: ignore[arg-type]
+    assert (plain.take(), other.take()) == (b"a", b"<b>")
+
+
+def test_writes_go_to_the_transport_switched_to() -> None:
+    server, plain = logged_in_server()
+    server.write(build.SYNC)
+    assert plain.take() == build.SYNC
+    tls = OtherTransport()
+    server._switch_transport(tls)  # type: ignore[arg-type]
+    server.write(build.SYNC)
+    assert plain.take() == b"" and tls.take() == b"<" + build.SYNC + b">"
