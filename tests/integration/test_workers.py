@@ -87,12 +87,18 @@ def test_without_its_supervisor_a_worker_drains_its_clients_then_exits(pgtarn_fa
     proc = pgtarn_factory(settings={"workers": 2})
     pids = _workers(proc)
     clients = [connect(proc, autocommit=True) for _ in range(8)]
+    # The premise: each worker holds clients. The kernel spreads them (SO_REUSEPORT) and
+    # may put all 8 on one worker; the other would then exit at once, as it should.
+    while not all(tcp_clients(pid, proc.port) for pid in pids) and len(clients) < 64:
+        clients.append(connect(proc, autocommit=True))
+    held = [tcp_clients(pid, proc.port) for pid in pids]
+    assert all(held), held
     proc.proc.kill()  # the supervisor, without a chance to stop its workers
     proc.proc.wait(timeout=5)
     time.sleep(0.5)
     # the workers still serve the clients they have...
     alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and not _zombie(pid)]
-    assert alive == pids
+    assert alive == pids, (alive, pids, held)
     for c in clients:
         assert c.execute("select 4").fetchone() == (4,)
     # ...take no new ones...
