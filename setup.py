@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 COMPILED = [
@@ -44,6 +44,7 @@ COMPILED = [
     "pgtarn/session/statements.py",
     "pgtarn/session/sqlnames.py",
     "pgtarn/session/tracking.py",
+    "pgtarn/net/sending.py",
     "pgtarn/server/transport.py",
     "pgtarn/client/extras.py",
     "pgtarn/client/access.py",
@@ -58,6 +59,10 @@ COMPILED = [
     "pgtarn/client/relay.py",
     "pgtarn/client/connection.py",
 ]
+
+#: The socket send that skips the transport's buffering (net/sending.py): plain C, built with
+#: the compiled modules and dropped with them when compiling fails.
+SEND_HELPER = Extension("pgtarn.net._send", ["src/pgtarn/net/_send.c"])
 
 EDITABLE_COMMANDS = {"editable_wheel", "develop"}
 
@@ -94,7 +99,7 @@ def extensions() -> list[Any]:
         print("pgtarn: mypyc is not installed; installing pure Python", file=sys.stderr)
         return []
     try:
-        return list(mypycify([f"src/{path}" for path in COMPILED], opt_level="3"))
+        return [*mypycify([f"src/{path}" for path in COMPILED], opt_level="3"), SEND_HELPER]
     except (Exception, SystemExit) as exc:  # mypyc refused the code (its type check exits)
         print(f"pgtarn: mypyc failed ({exc}); installing pure Python", file=sys.stderr)
         return []

@@ -30,6 +30,7 @@ from typing import Final, NoReturn, assert_never, cast
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
 from ..config import DatabaseEntry
 from ..errors import AuthFailed, PgtarnError
+from ..net.sending import SEND_NEVER, write_of
 from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
 from ..pool.split import ClientRoute
@@ -51,7 +52,6 @@ from ..proto.client_login import (
 from ..runtime import Runtime, WorkerLimits
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, open_replication
-from ..server.transport import write_of
 from ..states import READY_STATE, ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, peer_address
@@ -101,6 +101,7 @@ class ClientConnection(ClientRelay):
         runtime.logins.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.send_state = SEND_NEVER  # its socket closes once this returns
         runtime = self.runtime
         if self.state is ClientState.CLOSED and not runtime.has_client(self):
             return
@@ -217,6 +218,7 @@ class ClientConnection(ClientRelay):
                            binding=binding)
         self.transport = tls
         self.transport_write = write_of(tls)
+        self.send_state = SEND_NEVER
         login.tls_started(binding)
         tls.start()
 
@@ -478,6 +480,7 @@ class ClientConnection(ClientRelay):
         route_cancel(self.runtime, key)
         self.leave_containers()  # all of it: connection_lost returns early for it, CLOSED
         self.state = ClientState.CLOSED
+        self.send_state = SEND_NEVER
         if self.transport is not None:
             self.transport.close()
 

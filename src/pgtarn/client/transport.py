@@ -13,6 +13,7 @@ from typing import Final, cast
 from ..admin.console import AdminSession
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
+from ..net.sending import SEND_NEVER, TransportWrite, no_transport, send, send_state_of, write_of
 from ..net.sockets import address, tune
 from ..net.tls import TlsTransport
 from ..pool.pool import Pool
@@ -22,7 +23,7 @@ from ..proto.client_login import ClientLogin
 from ..proto.framing import MessageScanner, shared_scanner
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
-from ..server.transport import LinkedClient, TransportWrite, no_transport, write_of
+from ..server.transport import LinkedClient
 from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
@@ -59,7 +60,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
                  "last_request", "listen", "listen_wait", "listening", "local_admin",
                  "login", "looked_up", "open_batch", "params", "peer_host", "peer_port",
                  "pending", "pending_size", "pinned", "pool", "query_start", "route",
-                 "runtime", "scanner", "server", "session", "session_mode", "state",
+                 "runtime", "scanner", "send_state", "server", "session", "session_mode", "state",
                  "statement_mode", "tracked", "transport", "transport_write",
                  "unnamed_unbound", "user", "wait_notified", "waiting", "write_paused",
                  "xact_start")  # fmt: skip
@@ -108,6 +109,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.state = ClientState.STARTUP
         self.transport: asyncio.Transport | None = None
         self.transport_write: TransportWrite = no_transport  # (write_of the transport)
+        #: How write sends: straight to the socket, or through the transport (net/sending.py).
+        self.send_state = SEND_NEVER
         #: Where it connected from: the host (interned: many clients come from a few
         #: hosts) and the port; "unix" and 0 over a unix socket. The addr property joins
         #: them when asked (a log line, SHOW CLIENTS), not a string kept per client.
@@ -294,6 +297,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.transport_write = write_of(self.transport)
+        self.send_state = send_state_of(transport)
         # SO_KEEPALIVE came with the socket from its listener (keepalive_listeners)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
@@ -326,6 +330,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
+        self.send_state = SEND_NEVER  # (what is written from here on goes through the transport)
         if error is not None:
             self.close_reason = error.message
             if response is None:
@@ -347,6 +352,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
+        self.send_state = SEND_NEVER
         self.close_reason = error.message
         transport.write(build.error_response(error.sqlstate, error.message, error.severity))
         transport.close()
@@ -381,7 +387,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
     def write(self, data: bytes) -> None:
         transport = self.transport
         if transport is not None:
-            self.transport_write(transport, data)
+            self.send_state = send(self.send_state, transport, self.transport_write, data)
             pool = self.pool
             if pool is not None:
                 pool.stats.sent += len(data)

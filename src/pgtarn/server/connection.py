@@ -24,6 +24,7 @@ from typing import Final, Self, cast
 
 from ..config import DatabaseEntry
 from ..errors import PgtarnError, ProtocolViolation, TlsFailed
+from ..net.sending import SEND_NEVER, send_state_of, write_of
 from ..net.sockets import (
     address,
     open_connection,
@@ -41,7 +42,7 @@ from ..session.prepared import FORGETS_ALL, ServerStatements
 from ..session.tracking import NO_SETTINGS
 from .login import LoginDriver, server_login_for
 from .relay import PREPARED_RELAY_TYPES, ServerRelay
-from .transport import LinkedClient, log, write_of
+from .transport import LinkedClient, log
 
 #: workers = N: a server closed to give its slot to another worker waits this long at most
 #: for PostgreSQL to close the connection.
@@ -94,6 +95,7 @@ class ServerConnection(ServerRelay):
             return
         self.transport = cast(asyncio.Transport, transport)
         self.transport_write = write_of(self.transport)
+        self.send_state = send_state_of(transport)
         tune(transport, self.runtime.config.tcp_keepalive, self.runtime.tcp_options)
         self.peer = address(transport.get_extra_info("peername"))
         local = transport.get_extra_info("sockname")
@@ -107,6 +109,7 @@ class ServerConnection(ServerRelay):
     def _switch_transport(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         self.transport_write = write_of(transport)
+        self.send_state = SEND_NEVER  # (TLS)
 
     def _logged_in(self, result: LoggedIn) -> None:
         attrs = self.db.target_session_attrs
@@ -177,6 +180,7 @@ class ServerConnection(ServerRelay):
             return True
         transport = self.transport
         self.transport = None
+        self.send_state = SEND_NEVER
         if transport is not None:
             self.stale_links += 1
             transport.write(build.TERMINATE)
@@ -238,6 +242,7 @@ class ServerConnection(ServerRelay):
             return
         was_closed = self.closed
         self.closed = True
+        self.send_state = SEND_NEVER  # its socket closes once this returns
         if self.login is not None:
             self.login = None
             self._login_failed(PgtarnError(
@@ -258,6 +263,7 @@ class ServerConnection(ServerRelay):
         if self.closed:
             return
         self.closed = True
+        self.send_state = SEND_NEVER  # (what is written from here on goes through the transport)
         if self.runtime.config.log_disconnections:
             log.info("%r: closing because: %s", self, reason)
         if self.login is not None:

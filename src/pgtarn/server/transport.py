@@ -6,11 +6,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Final, Self, TypeVar, cast
+from typing import Any, Final, Self, TypeVar
 
 from mypy_extensions import mypyc_attr
 
 from ..config import DatabaseEntry
+from ..net.sending import SEND_NEVER, TransportWrite, no_transport, send
 from ..net.sockets import Target
 from ..pool.pool import Pool, PooledServer, Waiter
 from ..proto.framing import MessageScanner
@@ -25,25 +26,6 @@ log = logging.getLogger("pgtarn.server")
 RELAY_TYPES: Final = frozenset(b"ZSE")
 
 Server = TypeVar("Server", bound=PooledServer, contravariant=True)
-
-#: A transport's write, as its class has it: called with the transport and the bytes.
-TransportWrite = Callable[[asyncio.Transport, bytes], object]
-
-
-def write_of(transport: asyncio.Transport) -> TransportWrite:
-    """The write function of transport's class, kept by a connection for its transport.
-
-    Compiled, ``transport.write(data)`` looks the method up by name at every call, about 150
-    instructions of the 1,000 of a write; the function kept is called directly.
-    """
-    return cast(TransportWrite, type(transport).write)
-
-
-def no_transport(transport: asyncio.Transport, data: bytes) -> None:
-    """The write of a connection that has had no transport yet (never called: writes check
-    the transport first)."""
-    raise AssertionError("no transport")
-
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class LinkedClient(asyncio.Protocol, Waiter[Server]):
@@ -118,6 +100,7 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         "replication",
         "runtime",
         "scanner",
+        "send_state",
         "settings",
         "stale_links",
         "statements",
@@ -139,6 +122,8 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         self.login: LoginDriver | None = None
         self.transport: asyncio.Transport | None = None
         self.transport_write: TransportWrite = no_transport  # (write_of the transport)
+        #: How write sends: straight to the socket, or through the transport (net/sending.py).
+        self.send_state = SEND_NEVER
         self.scanner = MessageScanner(RELAY_TYPES, runtime.config.max_packet_size)
         self.client: LinkedClient[Self] | None = None
         self.params: dict[str, str] = {}
@@ -185,7 +170,7 @@ class ServerTransport(PooledServer, asyncio.Protocol):
     def write(self, data: bytes) -> None:
         transport = self.transport
         assert transport is not None
-        self.transport_write(transport, data)
+        self.send_state = send(self.send_state, transport, self.transport_write, data)
 
     # --- flow control: a slow PostgreSQL stops the linked client from sending more ------------
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pgtarn.net.sending import write_of
 from pgtarn.proto import build
-from pgtarn.server.transport import write_of
 
 from .fakes import FakeTransport, logged_in_server
 

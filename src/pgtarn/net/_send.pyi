@@ -1,0 +1,3 @@
+"""The compiled build's socket send (net/_send.c), for mypy."""
+
+def send_some(fd: int, data: bytes, /) -> int: ...

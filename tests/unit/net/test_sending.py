@@ -1,0 +1,182 @@
+"""net/sending.py: writes go straight to the socket while the transport holds nothing, and
+through the transport, in order, once it does."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Iterator
+
+import pytest
+import uvloop
+
+from pgtarn.net.sending import (
+    SEND_NEVER,
+    SEND_SOME,
+    backlog,
+    send,
+    send_state_of,
+)
+
+
+class Recorder:
+    """A transport's write and buffer, recorded: what it was given, and how much it holds."""
+
+    def __init__(self) -> None:
+        self.written = b""
+        self.buffered = 0
+
+    def write(self, data: bytes) -> None:
+        self.written += bytes(data)
+        self.buffered += len(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+
+def recorder_write(transport: asyncio.Transport, data: bytes) -> None:
+    transport.write(data)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A non-blocking socket (the connection's) and its peer."""
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    peer.setblocking(False)
+    yield ours, peer
+    ours.close()
+    peer.close()
+
+
+def received(peer: socket.socket) -> bytes:
+    got = b""
+    while True:
+        try:
+            chunk = peer.recv(1 << 20)
+        except BlockingIOError:
+            return got
+        if not chunk:
+            return got
+        got += chunk
+
+
+def sent_with(state: int, recorder: Recorder, data: bytes) -> int:
+    return send(state, recorder, recorder_write, data)  # type: ignore[arg-type]
+
+
+def test_what_the_socket_takes_skips_the_transport(pair: tuple[socket.socket, ...]) -> None:
+    ours, peer = pair
+    recorder = Recorder()
+    state = sent_with(ours.fileno(), recorder, b"Z\x00\x00\x00\x05I")
+    assert state == ours.fileno()
+    assert received(peer) == b"Z\x00\x00\x00\x05I" and recorder.written == b""
+
+
+def test_the_rest_goes_to_the_transport_after_what_the_socket_took(
+    pair: tuple[socket.socket, ...],
+) -> None:
+    ours, peer = pair
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    data = bytes(range(256)) * 4096  # 1 MiB: more than the socket's buffer
+    recorder = Recorder()
+    state = sent_with(ours.fileno(), recorder, data)
+    assert state == backlog(ours.fileno())
+    first = received(peer)
+    assert first and recorder.written  # some went each way, nothing twice, in order
+    assert first + recorder.written == data
+
+
+def test_while_the_transport_holds_bytes_writes_go_through_it(
+    pair: tuple[socket.socket, ...],
+) -> None:
+    ours, peer = pair
+    recorder = Recorder()
+    recorder.buffered = 5  # the transport has not sent all it was given yet
+    state = sent_with(backlog(ours.fileno()), recorder, b"later")
+    assert state == backlog(ours.fileno())
+    assert recorder.written == b"later" and received(peer) == b""
+
+
+def test_once_the_transport_has_sent_all_the_socket_takes_writes_again(
+    pair: tuple[socket.socket, ...],
+) -> None:
+    ours, peer = pair
+    recorder = Recorder()
+    state = sent_with(backlog(ours.fileno()), recorder, b"now")
+    assert state == ours.fileno()
+    assert received(peer) == b"now" and recorder.written == b""
+
+
+def test_a_failed_socket_leaves_all_the_bytes_to_the_transport(
+    pair: tuple[socket.socket, ...],
+) -> None:
+    ours, peer = pair
+    peer.close()  # the peer is gone: send fails with EPIPE, which the transport reports
+    recorder = Recorder()
+    state = sent_with(ours.fileno(), recorder, b"X\x00\x00\x00\x04")
+    assert recorder.written == b"X\x00\x00\x00\x04"
+    assert state == backlog(ours.fileno())
+
+
+def test_send_never_writes_through_the_transport(pair: tuple[socket.socket, ...]) -> None:
+    _, peer = pair
+    recorder = Recorder()
+    assert sent_with(SEND_NEVER, recorder, b"abc") == SEND_NEVER
+    assert recorder.written == b"abc" and received(peer) == b""
+
+
+def test_backlog_states_are_below_send_never() -> None:
+    assert {backlog(fd) for fd in (0, 1, 7, 1023)} == {-2, -3, -9, -1025}
+
+
+def test_send_some_reports_how_much_was_taken(pair: tuple[socket.socket, ...]) -> None:
+    ours, peer = pair
+    assert SEND_SOME(ours.fileno(), b"") == 0
+    assert SEND_SOME(ours.fileno(), bytearray(b"ab")) == 2  # any bytes-like object
+    assert received(peer) == b"ab"
+
+
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "uvloop": uvloop.new_event_loop,
+    "asyncio": asyncio.new_event_loop,
+}
+
+
+@pytest.mark.parametrize("loop_kind", sorted(LOOPS))
+def test_a_plain_socket_transport_is_sent_on_directly(loop_kind: str) -> None:
+    """The event loops' own socket transports get the socket's fd; sending on it reaches
+    the peer."""
+    ours, peer = socket.socketpair()
+
+    async def main() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, ours)
+        try:
+            state = send_state_of(transport)
+            return state, SEND_SOME(state, b"hello") if state >= 0 else 0
+        finally:
+            transport.close()
+
+    loop = LOOPS[loop_kind]()
+    try:
+        state, sent = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert state >= 0 and sent == 5
+    assert peer.recv(5) == b"hello"
+    peer.close()
+
+
+def test_other_transports_write_through_themselves() -> None:
+    """TLS, or any transport not known as a plain socket's, is never sent on directly."""
+
+    class RawSocket:
+        def fileno(self) -> int:
+            return 5
+
+    class TlsLike(asyncio.Transport):
+        def get_extra_info(self, name: str, default: object = None) -> object:
+            return RawSocket() if name == "socket" else default
+
+    assert send_state_of(TlsLike()) == SEND_NEVER
