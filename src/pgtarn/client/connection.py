@@ -30,7 +30,7 @@ from typing import Final, NoReturn, assert_never, cast
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
 from ..config import DatabaseEntry
 from ..errors import AuthFailed, PgtarnError
-from ..net.sending import SEND_NEVER, write_of
+from ..net.sending import SEND_NEVER
 from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
 from ..pool.split import ClientRoute
@@ -217,7 +217,6 @@ class ClientConnection(ClientRelay):
                            on_ready=lambda: self._tls_ready(direct), on_failed=self._tls_failed,
                            binding=binding)
         self.transport = tls
-        self.transport_write = write_of(tls)
         self.send_state = SEND_NEVER
         login.tls_started(binding)
         tls.start()

@@ -13,7 +13,7 @@ from typing import Final, cast
 from ..admin.console import AdminSession
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
-from ..net.sending import SEND_NEVER, TransportWrite, no_transport, send, send_state_of, write_of
+from ..net.sending import SEND_NEVER, send, send_state_of
 from ..net.sockets import address, tune
 from ..net.tls import TlsTransport
 from ..pool.pool import Pool
@@ -61,7 +61,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
                  "login", "looked_up", "open_batch", "params", "peer_host", "peer_port",
                  "pending", "pending_size", "pinned", "pool", "query_start", "route",
                  "runtime", "scanner", "send_state", "server", "session", "session_mode", "state",
-                 "statement_mode", "tracked", "transport", "transport_write",
+                 "statement_mode", "tracked", "transport",
                  "unnamed_unbound", "user", "wait_notified", "waiting", "write_paused",
                  "xact_start")  # fmt: skip
 
@@ -108,7 +108,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.id = next(runtime.ids)
         self.state = ClientState.STARTUP
         self.transport: asyncio.Transport | None = None
-        self.transport_write: TransportWrite = no_transport  # (write_of the transport)
         #: How write sends: straight to the socket, or through the transport (net/sending.py).
         self.send_state = SEND_NEVER
         #: Where it connected from: the host (interned: many clients come from a few
@@ -296,7 +295,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.transport_write = write_of(self.transport)
         self.send_state = send_state_of(transport)
         # SO_KEEPALIVE came with the socket from its listener (keepalive_listeners)
         peer = transport.get_extra_info("peername")
@@ -387,7 +385,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
     def write(self, data: bytes) -> None:
         transport = self.transport
         if transport is not None:
-            self.send_state = send(self.send_state, transport, self.transport_write, data)
+            self.send_state = send(self.send_state, transport, data)
             pool = self.pool
             if pool is not None:
                 pool.stats.sent += len(data)

@@ -25,10 +25,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from typing import Final, cast
+from typing import Final
 
-#: A transport's write, as its class has it: called with the transport and the bytes.
-TransportWrite = Callable[[asyncio.Transport, bytes], object]
 #: send_some(fd, data): the bytes of data the socket took (0: none, full or failed).
 SendSome = Callable[[int, bytes], int]
 
@@ -72,31 +70,16 @@ def send_state_of(transport: asyncio.BaseTransport) -> int:
     return SEND_NEVER if sock is None else int(sock.fileno())
 
 
-def send(state: int, transport: asyncio.Transport, write: TransportWrite, data: bytes) -> int:
-    """Send data on the socket of state, or through the transport (write is its class's
-    write); the send state for the next one."""
+def send(state: int, transport: asyncio.Transport, data: bytes) -> int:
+    """Send data on the socket of state, or through the transport; the send state for the
+    next one."""
     if state >= 0:
         sent = SEND_SOME(state, data)
         if sent == len(data):
             return state
-        write(transport, data[sent:] if sent else data)
+        transport.write(data[sent:] if sent else data)
         return backlog(state)
     if state != SEND_NEVER and not transport.get_write_buffer_size():
-        return send(-2 - state, transport, write, data)  # all sent: the socket's again
-    write(transport, data)
+        return send(-2 - state, transport, data)  # all sent: the socket's again
+    transport.write(data)
     return state
-
-
-def write_of(transport: asyncio.Transport) -> TransportWrite:
-    """The write function of transport's class, kept by a connection for its transport.
-
-    Compiled, ``transport.write(data)`` looks the method up by name at every call, about 150
-    instructions of the 1,000 of a write; the function kept is called directly.
-    """
-    return cast(TransportWrite, type(transport).write)
-
-
-def no_transport(transport: asyncio.Transport, data: bytes) -> None:
-    """The write of a connection that has had no transport yet (never called: writes check
-    the transport first)."""
-    raise AssertionError("no transport")

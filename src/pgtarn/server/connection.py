@@ -24,7 +24,7 @@ from typing import Final, Self, cast
 
 from ..config import DatabaseEntry
 from ..errors import PgtarnError, ProtocolViolation, TlsFailed
-from ..net.sending import SEND_NEVER, send_state_of, write_of
+from ..net.sending import SEND_NEVER, send_state_of
 from ..net.sockets import (
     address,
     open_connection,
@@ -94,7 +94,6 @@ class ServerConnection(ServerRelay):
             transport.close()
             return
         self.transport = cast(asyncio.Transport, transport)
-        self.transport_write = write_of(self.transport)
         self.send_state = send_state_of(transport)
         tune(transport, self.runtime.config.tcp_keepalive, self.runtime.tcp_options)
         self.peer = address(transport.get_extra_info("peername"))
@@ -108,7 +107,6 @@ class ServerConnection(ServerRelay):
 
     def _switch_transport(self, transport: asyncio.Transport) -> None:
         self.transport = transport
-        self.transport_write = write_of(transport)
         self.send_state = SEND_NEVER  # (TLS)
 
     def _logged_in(self, result: LoggedIn) -> None:

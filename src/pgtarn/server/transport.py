@@ -11,7 +11,7 @@ from typing import Any, Final, Self, TypeVar
 from mypy_extensions import mypyc_attr
 
 from ..config import DatabaseEntry
-from ..net.sending import SEND_NEVER, TransportWrite, no_transport, send
+from ..net.sending import SEND_NEVER, send
 from ..net.sockets import Target
 from ..pool.pool import Pool, PooledServer, Waiter
 from ..proto.framing import MessageScanner
@@ -109,7 +109,6 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         "swallow_syncs",
         "target",
         "transport",
-        "transport_write",
     )
 
     def __init__(self, runtime: Runtime, pool: Pool[Any], db: DatabaseEntry) -> None:
@@ -121,7 +120,6 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         #: The login in progress; None once logged in, or given up on.
         self.login: LoginDriver | None = None
         self.transport: asyncio.Transport | None = None
-        self.transport_write: TransportWrite = no_transport  # (write_of the transport)
         #: How write sends: straight to the socket, or through the transport (net/sending.py).
         self.send_state = SEND_NEVER
         self.scanner = MessageScanner(RELAY_TYPES, runtime.config.max_packet_size)
@@ -170,7 +168,7 @@ class ServerTransport(PooledServer, asyncio.Protocol):
     def write(self, data: bytes) -> None:
         transport = self.transport
         assert transport is not None
-        self.send_state = send(self.send_state, transport, self.transport_write, data)
+        self.send_state = send(self.send_state, transport, data)
 
     # --- flow control: a slow PostgreSQL stops the linked client from sending more ------------
 

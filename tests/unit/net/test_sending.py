@@ -34,10 +34,6 @@ class Recorder:
         return self.buffered
 
 
-def recorder_write(transport: asyncio.Transport, data: bytes) -> None:
-    transport.write(data)
-
-
 @pytest.fixture
 def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     """A non-blocking socket (the connection's) and its peer."""
@@ -62,7 +58,7 @@ def received(peer: socket.socket) -> bytes:
 
 
 def sent_with(state: int, recorder: Recorder, data: bytes) -> int:
-    return send(state, recorder, recorder_write, data)  # type: ignore[arg-type]
+    return send(state, recorder, data)  # type: ignore[arg-type]
 
 
 def test_what_the_socket_takes_skips_the_transport(pair: tuple[socket.socket, ...]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pgtarn.net.sending import write_of
 from pgtarn.proto import build
 
 from .fakes import FakeTransport, logged_in_server
@@ -13,13 +12,6 @@ class OtherTransport(FakeTransport):
 
     def write(self, data: bytes) -> None:
         self.written += b"<" + data + b">"
-
-
-def test_write_of_is_the_write_of_the_transports_class() -> None:
-    plain, other = FakeTransport(), OtherTransport()
-    write_of(plain)(plain, b"a")  # type: ignore[arg-type]
-    write_of(other)(other, b"b")  # type: ignore[arg-type]
-    assert (plain.take(), other.take()) == (b"a", b"<b>")
 
 
 def test_writes_go_to_the_transport_switched_to() -> None:
