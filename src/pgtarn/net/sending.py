@@ -1,10 +1,9 @@
-"""Writes of a connection: straight to its socket when its transport holds nothing unsent.
+"""A server connection's writes: straight to its socket when its transport holds nothing unsent.
 
 In uvloop a transport's write costs about 900 instructions before the system call (a buffer
-list appended to and cleared, flow-control checks); two of them are a tenth of pgtarn's work
-per transaction. The compiled build has a helper, ``net/_send.c``, that makes the send(2)
-itself for about 100; the pure build does the same with os.write. A connection keeps a *send
-state* for its transport, one int:
+list appended to and cleared, flow-control checks). The compiled build has a helper,
+``net/_send.c``, that makes the send(2) itself for about 100; the pure build does the same
+with os.write. A server connection keeps a *send state* for its transport, one int:
 
 - ``fd >= 0``: a plain socket whose transport holds nothing unsent: send on it directly;
 - ``SEND_NEVER``: write through the transport always (TLS, a transport of an unknown kind, or
@@ -18,6 +17,10 @@ connection_lost (given bytes the socket refused, it meets the same error). Befor
 connection_lost the transport's socket is open; a connection sets SEND_NEVER there and
 wherever it closes its transport, since a closed transport drops what it is given and its
 socket's number may serve a new connection after.
+
+Clients keep the transport's write (write_of): uvloop gives a transport's socket only through
+get_extra_info("socket"), whose socket object (72 bytes) the transport then keeps for its
+life, and a few thousand idle clients would each hold one (ARCHITECTURE.md, Memory).
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
+#: A transport's write, as its class has it: called with the transport and the bytes.
+TransportWrite = Callable[[asyncio.Transport, bytes], object]
 #: send_some(fd, data): the bytes of data the socket took (0: none, full or failed).
 SendSome = Callable[[int, bytes], int]
 
@@ -83,3 +88,18 @@ def send(state: int, transport: asyncio.Transport, data: bytes) -> int:
         return send(-2 - state, transport, data)  # all sent: the socket's again
     transport.write(data)
     return state
+
+
+def write_of(transport: asyncio.Transport) -> TransportWrite:
+    """The write function of transport's class, kept by a client for its transport.
+
+    Compiled, ``transport.write(data)`` looks the method up by name at every call, about 150
+    instructions of the 1,000 of a write; the function kept is called directly.
+    """
+    return cast(TransportWrite, type(transport).write)
+
+
+def no_transport(transport: asyncio.Transport, data: bytes) -> None:
+    """The write of a client that has had no transport yet (never called: writes check the
+    transport first)."""
+    raise AssertionError("no transport")
