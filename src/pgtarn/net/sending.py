@@ -62,7 +62,8 @@ SEND_SOME: Final[SendSome] = send_some_written if _helper is None else _helper
 
 
 def backlog(fd: int) -> int:
-    """The send state of socket fd while its transport holds unsent bytes (below SEND_NEVER)."""
+    """The send state of socket fd while its transport holds unsent bytes (below SEND_NEVER);
+    and, given such a state, its fd (the mapping is its own inverse)."""
     return -2 - fd
 
 
@@ -85,7 +86,7 @@ def send(state: int, transport: asyncio.Transport, data: bytes) -> int:
         transport.write(data[sent:] if sent else data)
         return backlog(state)
     if state != SEND_NEVER and not transport.get_write_buffer_size():
-        return send(-2 - state, transport, data)  # all sent: the socket's again
+        return send(backlog(state), transport, data)  # all sent: the socket's again
     transport.write(data)
     return state
 
