@@ -44,6 +44,7 @@ COMPILED = [
     "pgtarn/session/statements.py",
     "pgtarn/session/sqlnames.py",
     "pgtarn/session/tracking.py",
+    "pgtarn/net/transport.py",
     "pgtarn/net/sending.py",
     "pgtarn/server/transport.py",
     "pgtarn/client/extras.py",
@@ -60,9 +61,9 @@ COMPILED = [
     "pgtarn/client/connection.py",
 ]
 
-#: The socket send that skips the transport's buffering (net/sending.py): plain C, built with
-#: the compiled modules and dropped with them when compiling fails.
-SEND_HELPER = Extension("pgtarn.net._send", ["src/pgtarn/net/_send.c"])
+#: The socket receive and sends of pgtarn's own transport (net/transport.py, net/sending.py):
+#: plain C, built with the compiled modules and dropped with them when compiling fails.
+IO_HELPER = Extension("pgtarn.net._io", ["src/pgtarn/net/_io.c"])
 
 EDITABLE_COMMANDS = {"editable_wheel", "develop"}
 
@@ -99,7 +100,7 @@ def extensions() -> list[Any]:
         print("pgtarn: mypyc is not installed; installing pure Python", file=sys.stderr)
         return []
     try:
-        return [*mypycify([f"src/{path}" for path in COMPILED], opt_level="3"), SEND_HELPER]
+        return [*mypycify([f"src/{path}" for path in COMPILED], opt_level="3"), IO_HELPER]
     except (Exception, SystemExit) as exc:  # mypyc refused the code (its type check exits)
         print(f"pgtarn: mypyc failed ({exc}); installing pure Python", file=sys.stderr)
         return []

@@ -28,6 +28,7 @@ from .configfile import load_config
 from .errors import ConfigError, PgtarnError
 from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging
+from .net.accept import SocketServer
 from .net.sockets import keepalive_listeners, tcp_options
 from .net.tls import client_context, own_certificate_hash, server_context
 from .pool.pool import Pool
@@ -40,6 +41,7 @@ from .server.connection import ServerConnection
 from .server.health import start_health
 from .server.launch import launch_server
 from .server.listener import Listener
+from .workers.sockets import tcp_listeners, unix_listener
 
 log = logging.getLogger("pgtarn")
 
@@ -221,7 +223,7 @@ class App:
         self.link: Coordinator | None = None
         self.verbose = verbose
         self.quiet = quiet
-        self.servers: list[asyncio.AbstractServer] = []
+        self.servers: list[SocketServer] = []
         self.metrics_server: asyncio.AbstractServer | None = None
         self.unix_path: str | None = None
         self.stopping: str | None = None
@@ -297,35 +299,20 @@ class App:
     async def _listen(self, config: Config) -> None:
         if activated := systemd.listen_sockets():  # systemd's sockets, in place of our own
             return await self._serve(activated)
-        loop = asyncio.get_running_loop()
-        # a C callable: uvloop calls it at each accept, and a closure is a Python frame there
-        factory = functools.partial(ClientConnection, self.runtime)
-
         addrs = [a.strip() for a in config.listen_addr if a.strip()]
-        if "*" in addrs:
-            hosts: list[str] | None = None
-        else:
-            hosts = addrs
+        hosts = None if "*" in addrs else addrs
         if config.unix_socket_dir:
             path = os.path.join(config.unix_socket_dir, f".s.PGSQL.{config.listen_port}")
-            if os.path.exists(path):
-                with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
-                    probe.connect(path)
-                    raise ConfigError(f"{path}: another process is listening there")
-                os.unlink(path)
-            unix = await loop.create_unix_server(factory, path, backlog=config.listen_backlog)
-            os.chmod(path, config.unix_socket_mode)
+            unix = unix_listener(path, config.listen_backlog, config.unix_socket_mode)
             self.unix_path = path
-            self.servers.append(unix)
+            await self._serve([unix])
             log.info("listening on unix:%s", path)
         if addrs:  # last: once its port accepts, every listener is ready (the unix one too)
-            server = await loop.create_server(
-                factory, host=hosts, port=config.listen_port, backlog=config.listen_backlog,
-                reuse_address=True,
-            )
-            keepalive_listeners([server], config.tcp_keepalive)  # before the loop accepts
-            self.servers.append(server)
-            for sock in server.sockets:
+            # SO_KEEPALIVE before they listen: a connection has it from its accept on
+            socks = tcp_listeners(hosts, config.listen_port, config.listen_backlog, 1,
+                                  config.tcp_keepalive, reuse_port=False)[0]
+            await self._serve(socks)
+            for sock in socks:
                 log.info("listening on %s", sock.getsockname()[:2])
 
     async def _take_over(self, config: Config) -> bool:
@@ -365,13 +352,11 @@ class App:
         self.keep_pidfile = True
 
     async def _serve(self, sockets: Iterable[socket.socket]) -> None:
-        """Serve listening sockets made elsewhere (supervisor, old pgtarn, systemd)."""
-        loop = asyncio.get_running_loop()
-        factory = functools.partial(ClientConnection, self.runtime)  # (as _listen's)
-        for sock in sockets:
-            serve = loop.create_unix_server if sock.family == socket.AF_UNIX else \
-                loop.create_server
-            self.servers.append(await serve(factory, sock=sock))
+        """Serve listening sockets (our own, the supervisor's, an old pgtarn's, systemd's):
+        each connection a ClientConnection on a SocketTransport (net/accept.py)."""
+        # a C callable: called at each accept, and a closure is a Python frame there
+        factory = functools.partial(ClientConnection, self.runtime)
+        self.servers.append(SocketServer(asyncio.get_running_loop(), list(sockets), factory))
 
     async def _join_workers(self, worker: WorkerSetup) -> None:
         """A worker serves the supervisor's listening sockets and talks to it."""

@@ -30,6 +30,8 @@ from typing import Protocol, cast
 
 from .client.connection import ClientConnection
 from .client.transport import NO_KEY
+from .net.accept import SocketServer
+from .net.accept import adopt as adopt_socket
 from .pool.pool import Pool
 from .runtime import Runtime
 from .server.connection import ServerConnection
@@ -57,7 +59,7 @@ class Rebootable(Protocol):
     """What the old process's App offers to a takeover."""
 
     runtime: Runtime
-    servers: list[asyncio.AbstractServer]
+    servers: list[SocketServer]
     unix_path: str | None
 
     def shutdown(self, mode: str, signalled: bool = False) -> None: ...
@@ -93,8 +95,7 @@ class Handover:
     def _message(self, channel: Channel, message: Message, fds: list[int]) -> None:
         kind = message.get("kind")
         if kind == "takeover":
-            socks = [sock for server in self.app.servers
-                     for sock in cast(asyncio.Server, server).sockets]
+            socks = [sock for server in self.app.servers for sock in server.sockets]
             log.info("takeover: pid %s asks for the listening sockets; sending %d",
                      message.get("pid"), len(socks))
             channel.reply(message, {"unix_path": self.app.unix_path, "pid": os.getpid()},
@@ -409,7 +410,7 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
         client._start_statements()
     client.state = READY_STATE
     try:
-        await asyncio.get_running_loop().connect_accepted_socket(lambda: client, sock)
+        adopt_socket(asyncio.get_running_loop(), sock, client)
     except BaseException:
         if client.statements is not None:
             client.statements.clear()

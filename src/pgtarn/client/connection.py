@@ -30,7 +30,7 @@ from typing import Final, NoReturn, assert_never, cast
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
 from ..config import DatabaseEntry
 from ..errors import AuthFailed, PgtarnError
-from ..net.sending import write_of
+from ..net.sending import SEND_NEVER
 from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
 from ..pool.pool import Pool
 from ..pool.split import ClientRoute
@@ -101,6 +101,7 @@ class ClientConnection(ClientRelay):
         runtime.logins.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.send_state = SEND_NEVER  # its socket closes once this returns
         runtime = self.runtime
         if self.state is ClientState.CLOSED and not runtime.has_client(self):
             return
@@ -216,7 +217,7 @@ class ClientConnection(ClientRelay):
                            on_ready=lambda: self._tls_ready(direct), on_failed=self._tls_failed,
                            binding=binding)
         self.transport = tls
-        self.transport_write = write_of(tls)
+        self.send_state = SEND_NEVER
         login.tls_started(binding)
         tls.start()
 
@@ -478,6 +479,7 @@ class ClientConnection(ClientRelay):
         route_cancel(self.runtime, key)
         self.leave_containers()  # all of it: connection_lost returns early for it, CLOSED
         self.state = ClientState.CLOSED
+        self.send_state = SEND_NEVER
         if self.transport is not None:
             self.transport.close()
 

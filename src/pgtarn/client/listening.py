@@ -26,6 +26,7 @@ from time import monotonic
 from typing import Any, Final
 
 from ..errors import PgtarnError
+from ..net.sending import SEND_NEVER
 from ..pool.channels import LOST_MESSAGE
 from ..proto import build
 from ..server.connection import ServerConnection
@@ -417,6 +418,7 @@ class ClientListening(ClientTracking):
         in the middle of a message would corrupt the stream, so then just close."""
         if server is not None and not server.scanner.at_boundary:
             self.close_reason = error.message
+            self.send_state = SEND_NEVER
             if self.transport is not None:
                 self.transport.abort()  # half a message sent: nothing more is worth flushing
             self.leave_containers()

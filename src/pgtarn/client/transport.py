@@ -13,7 +13,7 @@ from typing import Final, cast
 from ..admin.console import AdminSession
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
-from ..net.sending import TransportWrite, no_transport, write_of
+from ..net.sending import SEND_NEVER, send, send_state_of
 from ..net.sockets import address, tune
 from ..net.tls import TlsTransport
 from ..pool.pool import Pool
@@ -60,8 +60,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
                  "last_request", "listen", "listen_wait", "listening", "local_admin",
                  "login", "looked_up", "open_batch", "params", "peer_host", "peer_port",
                  "pending", "pending_size", "pinned", "pool", "query_start", "route",
-                 "runtime", "scanner", "server", "session", "session_mode", "state",
-                 "statement_mode", "tracked", "transport", "transport_write",
+                 "runtime", "scanner", "send_state", "server", "session", "session_mode", "state",
+                 "statement_mode", "tracked", "transport",
                  "unnamed_unbound", "user", "wait_notified", "waiting", "write_paused",
                  "xact_start")  # fmt: skip
 
@@ -108,7 +108,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.id = next(runtime.ids)
         self.state = ClientState.STARTUP
         self.transport: asyncio.Transport | None = None
-        self.transport_write: TransportWrite = no_transport  # (write_of the transport)
+        #: How write sends: straight to the socket, or through the transport (net/sending.py).
+        self.send_state = SEND_NEVER
         #: Where it connected from: the host (interned: many clients come from a few
         #: hosts) and the port; "unix" and 0 over a unix socket. The addr property joins
         #: them when asked (a log line, SHOW CLIENTS), not a string kept per client.
@@ -294,7 +295,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.transport_write = write_of(self.transport)
+        self.send_state = send_state_of(transport)
         # SO_KEEPALIVE came with the socket from its listener (keepalive_listeners)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
@@ -327,6 +328,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
+        self.send_state = SEND_NEVER  # (what is written from here on goes through the transport)
         if error is not None:
             self.close_reason = error.message
             if response is None:
@@ -348,6 +350,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
+        self.send_state = SEND_NEVER
         self.close_reason = error.message
         transport.write(build.error_response(error.sqlstate, error.message, error.severity))
         transport.close()
@@ -382,7 +385,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
     def write(self, data: bytes) -> None:
         transport = self.transport
         if transport is not None:
-            self.transport_write(transport, data)
+            self.send_state = send(self.send_state, transport, data)
             pool = self.pool
             if pool is not None:
                 pool.stats.sent += len(data)

@@ -11,6 +11,8 @@ from typing import cast
 
 from ..config import Config, DatabaseEntry
 from ..proto import build
+from .accept import SocketServer
+from .transport import connect_transport
 
 # Its lines are about connections to PostgreSQL: logged as the server connections' are.
 log = logging.getLogger("pgtarn.server")
@@ -57,14 +59,14 @@ def tune(transport: asyncio.BaseTransport, keepalive: bool,
     return True
 
 
-def keepalive_listeners(servers: Iterable[asyncio.AbstractServer], keepalive: bool) -> None:
+def keepalive_listeners(servers: Iterable[SocketServer], keepalive: bool) -> None:
     """SO_KEEPALIVE (tcp_keepalive) on the listening TCP sockets, at start and at RELOAD.
 
     Linux copies a listening socket's options to each socket it accepts: a client's
     connection has SO_KEEPALIVE from the start, with no system call (nor the socket objects
     the event loop makes to set one) at each login. New clients follow a RELOAD."""
     for server in servers:
-        for sock in cast(asyncio.Server, server).sockets:  # uvloop's servers have them too
+        for sock in server.sockets:
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(keepalive))
 
@@ -173,14 +175,11 @@ async def open_connection(
 
 async def connect_to(target: Target, factory: Callable[[], asyncio.Protocol],
                      timeout: float) -> None:
-    """Connect a protocol to one host and port (TCP, or a unix socket directory)."""
-    loop = asyncio.get_running_loop()
+    """Connect a protocol to one host and port (TCP, or a unix socket directory), on a
+    transport of pgtarn's own (net/transport.py)."""
     host, port = target
-    if host.startswith("/"):
-        coro = loop.create_unix_connection(factory, os.path.join(host, f".s.PGSQL.{port}"))
-    else:
-        coro = loop.create_connection(factory, host, port)
-    await asyncio.wait_for(coro, timeout or None)
+    path = os.path.join(host, f".s.PGSQL.{port}") if host.startswith("/") else None
+    await asyncio.wait_for(connect_transport(factory, host, port, path), timeout or None)
 
 
 class _CancelOnce(asyncio.Protocol):

@@ -20,10 +20,12 @@ from ..errors import ConfigError
 
 
 def tcp_listeners(hosts: list[str] | None, port: int, backlog: int, copies: int,
-                  keepalive: bool = False) -> list[list[socket.socket]]:
+                  keepalive: bool = False, reuse_port: bool = True) -> list[list[socket.socket]]:
     """For each of copies workers, its listening sockets on every address of hosts (None:
     every address of the machine, as listen_addr = *). keepalive (tcp_keepalive): set before
-    they listen, so that every connection they accept has it (accepted sockets inherit it)."""
+    they listen, so that every connection they accept has it (accepted sockets inherit it).
+    reuse_port: SO_REUSEPORT, for workers (a single process goes without: a second pgtarn on
+    its port must fail to start, not share the port)."""
     addresses: list[tuple[socket.AddressFamily, Any]] = []
     for host in hosts if hosts is not None else [None]:
         try:
@@ -42,11 +44,16 @@ def tcp_listeners(hosts: list[str] | None, port: int, backlog: int, copies: int,
                 sock = socket.socket(family, socket.SOCK_STREAM)
                 made[worker].append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if reuse_port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(keepalive))
-                sock.bind(sockaddr)
+                try:
+                    sock.bind(sockaddr)
+                except OSError as exc:
+                    raise OSError(exc.errno, f"could not listen on {sockaddr[0]} port "
+                                             f"{sockaddr[1]}: {exc.strerror}") from None
                 sock.listen(backlog)
                 sock.setblocking(False)
     except OSError:

@@ -27,3 +27,17 @@ def test_tcp_listeners_listen_with_tcp_keepalive(keepalive: bool) -> None:
         for socks in made:
             for sock in socks:
                 sock.close()
+
+
+def test_a_single_process_listens_alone_and_a_taken_port_is_named() -> None:
+    """Without reuse_port (one pgtarn, no workers) a second listener on the port fails, and
+    says where."""
+    first = tcp_listeners(["127.0.0.1"], 0, 16, 1, reuse_port=False)[0][0]
+    try:
+        assert not first.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT)
+        port = first.getsockname()[1]
+        with pytest.raises(OSError, match=f"could not listen on 127.0.0.1 port {port}: "
+                                          "Address already in use"):
+            tcp_listeners(["127.0.0.1"], port, 16, 1, reuse_port=False)
+    finally:
+        first.close()

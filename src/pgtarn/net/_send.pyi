@@ -1,3 +1,0 @@
-"""The compiled build's socket send (net/_send.c), for mypy."""
-
-def send_some(fd: int, data: bytes, /) -> int: ...

@@ -1,0 +1,101 @@
+"""Listening sockets whose connections each get a SocketTransport (in place of asyncio's servers).
+
+A connection accepted here is the client's socket, non-blocking, with TCP_NODELAY on TCP (as
+asyncio and uvloop set it), handed to a new protocol on a SocketTransport (net/transport.py).
+The listening sockets are made by the caller (its own, systemd's, the supervisor's, a pgtarn
+handing over); close() stops accepting and closes them.
+
+When the process is out of file descriptors (or the kernel of memory for one more socket),
+accept(2) fails until a connection closes: the socket stays in the queue, and accepting
+pauses for a second rather than spinning on a listening socket that stays readable (as
+asyncio does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from collections.abc import Callable
+from typing import Final
+
+from .transport import SocketTransport
+
+log = logging.getLogger("pgtarn.net")
+
+#: Connections accepted per wake-up at most, so that a burst cannot starve the others.
+ACCEPT_BATCH: Final = 128
+#: Seconds to pause accepting when the process is out of file descriptors.
+ACCEPT_RETRY_DELAY: Final = 1.0
+#: accept(2) errors that pause accepting (resources), and those of one lost connection.
+_OUT_OF_RESOURCES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def adopt(loop: asyncio.AbstractEventLoop, sock: socket.socket,
+          protocol: asyncio.Protocol) -> SocketTransport:
+    """Start a SocketTransport for protocol on a connected socket, which it owns from now on
+    (the socket object is detached)."""
+    sock.setblocking(False)
+    family = sock.family
+    if family != socket.AF_UNIX:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    transport = SocketTransport(loop, sock.detach(), family, protocol)
+    transport.start()
+    return transport
+
+
+class SocketServer:
+    """Listening sockets, accepting into protocols from protocol_factory."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sockets: list[socket.socket],
+                 protocol_factory: Callable[[], asyncio.Protocol]) -> None:
+        self.loop = loop
+        self.sockets = sockets
+        self.protocol_factory = protocol_factory
+        self.serving = False
+        self._resume: asyncio.TimerHandle | None = None
+        for sock in sockets:
+            sock.setblocking(False)
+        self._start()
+
+    def _start(self) -> None:
+        self._resume = None
+        self.serving = True
+        for sock in self.sockets:
+            self.loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _stop(self) -> None:
+        self.serving = False
+        for sock in self.sockets:
+            self.loop.remove_reader(sock.fileno())
+
+    def _accept(self, listener: socket.socket) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return  # none left (or another worker took it: a shared unix socket)
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_RESOURCES:
+                    continue  # that one connection is gone (ECONNABORTED and the like)
+                log.error("could not accept a connection (%s): accepting again in %g s",
+                          exc.strerror, ACCEPT_RETRY_DELAY)
+                self._stop()
+                self._resume = self.loop.call_later(ACCEPT_RETRY_DELAY, self._start)
+                return
+            try:
+                adopt(self.loop, sock, self.protocol_factory())
+            except OSError as exc:  # gone before it could be set up
+                log.debug("accepted connection lost at once: %s", exc)
+                sock.close()
+
+    def close(self) -> None:
+        """Stop accepting and close the listening sockets (connections made stay open)."""
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
+        if self.serving:
+            self._stop()
+        for sock in self.sockets:
+            sock.close()

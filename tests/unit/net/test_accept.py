@@ -1,0 +1,132 @@
+"""net/accept.py: listening sockets accept into SocketTransports; out of file descriptors,
+accepting pauses and comes back; close stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import uvloop
+
+from pgtarn.net.accept import ACCEPT_RETRY_DELAY, SocketServer, adopt
+from pgtarn.net.transport import SocketTransport
+
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "uvloop": uvloop.new_event_loop,
+    "asyncio": asyncio.new_event_loop,
+}
+
+
+class Echo(asyncio.Protocol):
+    """Sends back what it gets; records its transport."""
+
+    made: list[Echo] = []
+
+    def __init__(self) -> None:
+        self.transport: Any = None
+        self.nodelay = 0
+        self.lost = False
+        Echo.made.append(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock.family != socket.AF_UNIX:
+            self.nodelay = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+
+
+@pytest.fixture(params=sorted(LOOPS))
+def loop(request: pytest.FixtureRequest) -> Iterator[asyncio.AbstractEventLoop]:
+    Echo.made = []
+    loop = LOOPS[request.param]()
+    yield loop
+    loop.close()
+
+
+def listening() -> socket.socket:
+    sock = socket.create_server(("127.0.0.1", 0))
+    sock.setblocking(False)
+    return sock
+
+
+async def round_trip(port: int, data: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    got = await reader.readexactly(len(data))
+    writer.close()
+    return got
+
+
+def test_connections_get_socket_transports(loop: asyncio.AbstractEventLoop) -> None:
+    listener = listening()
+    port = listener.getsockname()[1]
+    server = SocketServer(loop, [listener], Echo)
+
+    async def clients() -> list[bytes]:
+        return await asyncio.gather(*(round_trip(port, f"client {i}".encode())
+                                      for i in range(20)))
+
+    got = loop.run_until_complete(clients())
+    assert got == [f"client {i}".encode() for i in range(20)]
+    assert len(Echo.made) == 20
+    for echo in Echo.made:
+        assert isinstance(echo.transport, SocketTransport) and echo.nodelay
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert all(echo.lost for echo in Echo.made)  # the clients closed: so did the transports
+    server.close()
+    assert listener.fileno() == -1  # closed
+    with pytest.raises(OSError):
+        loop.run_until_complete(round_trip(port, b"refused"))
+
+
+def test_out_of_descriptors_pauses_accepting_then_resumes(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    class Exhausted(socket.socket):
+        """A listening socket whose first accept fails as with no descriptor left."""
+
+        failures = 1
+
+        def accept(self) -> tuple[socket.socket, Any]:
+            if Exhausted.failures:
+                Exhausted.failures -= 1
+                raise OSError(errno.EMFILE, "Too many open files")
+            return super().accept()
+
+    plain = listening()
+    listener = Exhausted(plain.family, plain.type, 0, plain.detach())
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    server = SocketServer(loop, [listener], Echo)
+    started = time.monotonic()
+    got = loop.run_until_complete(round_trip(port, b"waited"))
+    assert got == b"waited" and Exhausted.failures == 0
+    assert time.monotonic() - started >= ACCEPT_RETRY_DELAY * 0.9  # it paused, then came back
+    assert server.serving
+    server.close()
+
+
+def test_adopt_takes_a_connected_socket(loop: asyncio.AbstractEventLoop) -> None:
+    ours, peer = socket.socketpair()
+    echo = Echo()
+    transport = adopt(loop, ours, echo)
+    assert ours.fileno() == -1  # detached: the transport owns the descriptor
+    assert echo.transport is transport and transport.get_extra_info("socket") is not None
+    peer.sendall(b"adopted")
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert peer.recv(100) == b"adopted"
+    transport.close()
+    loop.run_until_complete(asyncio.sleep(0.01))
+    assert echo.lost
+    peer.close()
