@@ -1,4 +1,4 @@
-/* pgtarn.net._io: receive and send on a non-blocking socket, keeping the GIL.
+/* pgtarn.net._io: accept, receive and send on non-blocking sockets, keeping the GIL.
  *
  * uvloop hands a read to Python through two callbacks that each take the GIL back (one to
  * allocate the buffer, one to deliver the bytes), and a transport's write() costs about 900
@@ -13,10 +13,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 /* The largest read: uvloop's (and asyncio's) read size. Static, since the GIL is held. */
 #define READ_SIZE 65536
@@ -139,6 +143,67 @@ recv_some(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBytes_FromStringAndSize(read_buffer, got);
 }
 
+/* The peer address accept(2) gave, as Python's socket module has it: (host, port) for IPv4,
+ * (host, port, flowinfo, scope_id) for IPv6, "" for a unix socket's (unnamed) peer. */
+static PyObject *
+address_of(const struct sockaddr_storage *address)
+{
+    char host[INET6_ADDRSTRLEN];
+    if (address->ss_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)address;
+        if (inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host) == NULL) {
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        return Py_BuildValue("(si)", host, (int)ntohs(v4->sin_port));
+    }
+    if (address->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)address;
+        if (inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host) == NULL) {
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        return Py_BuildValue("(siII)", host, (int)ntohs(v6->sin6_port),
+                             (unsigned int)ntohl(v6->sin6_flowinfo),
+                             (unsigned int)v6->sin6_scope_id);
+    }
+    return PyUnicode_FromString("");
+}
+
+/* accept_some(fd): (the fd of a connection accepted on listening socket fd, non-blocking
+ * and close-on-exec; its peer's address), None when none waits; OSError when it failed. */
+static PyObject *
+accept_some(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    int fd;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "accept_some(fd) takes one argument");
+        return NULL;
+    }
+    if (fd_of(args[0], &fd) < 0) {
+        return NULL;
+    }
+    struct sockaddr_storage address;
+    socklen_t length;
+    int accepted;
+    do {
+        length = sizeof address;
+        accepted = accept4(fd, (struct sockaddr *)&address, &length,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
+    } while (accepted < 0 && errno == EINTR);
+    if (accepted < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            Py_RETURN_NONE;
+        }
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    PyObject *peer = address_of(&address);
+    if (peer == NULL) {
+        close(accepted);
+        return NULL;
+    }
+    return Py_BuildValue("(iN)", accepted, peer);
+}
+
 static PyMethodDef io_methods[] = {
     {"send_some", (PyCFunction)(void (*)(void))send_some, METH_FASTCALL,
      "send_some(fd, data) -> int: the bytes of data a non-blocking socket took now (0 when "
@@ -149,12 +214,15 @@ static PyMethodDef io_methods[] = {
     {"recv_some", (PyCFunction)(void (*)(void))recv_some, METH_FASTCALL,
      "recv_some(fd) -> bytes | None: what a non-blocking socket holds now (b\"\" at its end, "
      "None when nothing); OSError when it failed."},
+    {"accept_some", (PyCFunction)(void (*)(void))accept_some, METH_FASTCALL,
+     "accept_some(fd) -> (int, address) | None: a connection accepted on a listening socket "
+     "(non-blocking, close-on-exec) and its peer's address; None when none waits."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef io_module = {
     PyModuleDef_HEAD_INIT, "_io",
-    "Receive and send on a non-blocking socket, keeping the GIL.", -1, io_methods,
+    "Accept, receive and send on non-blocking sockets, keeping the GIL.", -1, io_methods,
 };
 
 PyMODINIT_FUNC

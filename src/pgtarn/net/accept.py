@@ -2,6 +2,10 @@
 
 A connection accepted here is the client's socket, non-blocking, with TCP_NODELAY on TCP (as
 asyncio and uvloop set it), handed to a new protocol on a SocketTransport (net/transport.py).
+It is accepted with accept4(2) in the compiled build (net/_io.c: no socket object, and the
+peer's address kept by the transport until the protocol asks for it once), and TCP_NODELAY is
+set on the listening sockets, which Linux copies to each connection they accept: a login
+makes no system call for either.
 The listening sockets are made by the caller (its own, systemd's, the supervisor's, a pgtarn
 handing over); close() stops accepting and closes them.
 
@@ -20,7 +24,7 @@ import socket
 from collections.abc import Callable
 from typing import Final
 
-from .transport import SocketTransport
+from .transport import ACCEPT_SOME, SocketTransport
 
 log = logging.getLogger("pgtarn.net")
 
@@ -57,6 +61,8 @@ class SocketServer:
         self._resume: asyncio.TimerHandle | None = None
         for sock in sockets:
             sock.setblocking(False)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # (inherited)
         self._start()
 
     def _start(self) -> None:
@@ -71,11 +77,11 @@ class SocketServer:
             self.loop.remove_reader(sock.fileno())
 
     def _accept(self, listener: socket.socket) -> None:
+        listening = listener.fileno()
+        family = listener.family
         for _ in range(ACCEPT_BATCH):
             try:
-                sock, _ = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return  # none left (or another worker took it: a shared unix socket)
+                accepted = ACCEPT_SOME(listening)
             except OSError as exc:
                 if exc.errno not in _OUT_OF_RESOURCES:
                     continue  # that one connection is gone (ECONNABORTED and the like)
@@ -84,11 +90,15 @@ class SocketServer:
                 self._stop()
                 self._resume = self.loop.call_later(ACCEPT_RETRY_DELAY, self._start)
                 return
+            if accepted is None:
+                return  # none left (or another worker took it: a shared unix socket)
+            fd, peer = accepted
+            transport = SocketTransport(self.loop, fd, family, self.protocol_factory(), peer)
             try:
-                adopt(self.loop, sock, self.protocol_factory())
-            except OSError as exc:  # gone before it could be set up
-                log.debug("accepted connection lost at once: %s", exc)
-                sock.close()
+                transport.start()
+            except Exception:  # its socket could not be watched, or its protocol failed
+                log.exception("accepted connection dropped")
+                transport.abort()
 
     def close(self) -> None:
         """Stop accepting and close the listening sockets (connections made stay open)."""

@@ -45,6 +45,10 @@ RecvSome = Callable[[int], bytes | None]
 #: send_part(fd, data): the bytes the socket took now, 0 when it is full; OSError on failure.
 SendPart = Callable[[int, bytes | bytearray | memoryview], int]
 
+#: accept_some(fd): a connection accepted on listening socket fd (its fd, non-blocking, and
+#: its peer's address), None when none waits; OSError on failure.
+AcceptSome = Callable[[int], tuple[int, Any] | None]
+
 #: The largest read (as uvloop's and asyncio's transports).
 READ_SIZE: Final = 65536
 #: asyncio's default write-buffer limits.
@@ -68,32 +72,53 @@ def send_written(fd: int, data: bytes | bytearray | memoryview) -> int:
         return 0
 
 
+def accept_accepted(fd: int) -> tuple[int, Any] | None:
+    """accept_some of the pure build."""
+    listener = socket.socket(fileno=fd)
+    try:
+        accepted, peer = cast(Any, listener)._accept()  # (fd and address: no socket object)
+    except BlockingIOError:
+        return None
+    finally:
+        listener.detach()
+    os.set_blocking(accepted, False)
+    return accepted, peer
+
+
 _recv: RecvSome | None
 _send: SendPart | None
+_accept: AcceptSome | None
 try:
+    from ._io import accept_some as _accept
     from ._io import recv_some as _recv
     from ._io import send_part as _send
 except ImportError:  # the pure build, or the helper not built
-    _recv = _send = None
+    _recv = _send = _accept = None
 
 #: net/_io.c's when it is built, else the pure build's.
 RECV_SOME: Final[RecvSome] = recv_read if _recv is None else _recv
 SEND_PART: Final[SendPart] = send_written if _send is None else _send
+ACCEPT_SOME: Final[AcceptSome] = accept_accepted if _accept is None else _accept
 
 
 class SocketTransport:
     """An open non-blocking socket (its fd, owned from now on) and the protocol it feeds."""
 
     __slots__ = ("_buffer", "_buffered", "_closing", "_data_received", "_lost",
-                 "_paused_writing", "_protocol", "_reading", "_writing", "family", "fd", "loop")
+                 "_paused_writing", "_peer", "_protocol", "_reading", "_writing", "family", "fd",
+                 "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, family: int,
-                 protocol: asyncio.Protocol) -> None:
+                 protocol: asyncio.Protocol, peer: Any = None) -> None:
         self.loop = loop
         self.fd = fd
         #: AF_INET, AF_INET6 or AF_UNIX.
         self.family = family
         self._protocol = protocol
+        #: The peer address accept(2) gave, until asked once (a client asks at its
+        #: connection_made and keeps what it needs: a getpeername less per login, and no
+        #: address kept per connection); then the socket is asked.
+        self._peer = peer
         #: Its protocol's data_received, kept: looked up by name at each read it cost about
         #: 150 instructions more.
         self._data_received = protocol.data_received
@@ -249,6 +274,9 @@ class SocketTransport:
         nothing is kept per connection. None once closed."""
         if name not in ("peername", "sockname", "socket") or self._lost:
             return default
+        if name == "peername" and self._peer is not None:
+            peer, self._peer = self._peer, None
+            return peer
         sock = TransportSocket(self.fd, self.family)
         if name == "socket":
             return sock

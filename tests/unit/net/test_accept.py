@@ -4,7 +4,9 @@ accepting pauses and comes back; close stops it."""
 from __future__ import annotations
 
 import asyncio
-import errno
+import contextlib
+import os
+import resource
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -30,11 +32,13 @@ class Echo(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: Any = None
         self.nodelay = 0
+        self.peer: Any = None
         self.lost = False
         Echo.made.append(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+        self.peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("socket")
         if sock.family != socket.AF_UNIX:
             self.nodelay = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
@@ -82,6 +86,7 @@ def test_connections_get_socket_transports(loop: asyncio.AbstractEventLoop) -> N
     assert len(Echo.made) == 20
     for echo in Echo.made:
         assert isinstance(echo.transport, SocketTransport) and echo.nodelay
+        assert echo.peer[0] == "127.0.0.1" and echo.peer[1] > 0  # (as accept(2) gave it)
     loop.run_until_complete(asyncio.sleep(0.05))
     assert all(echo.lost for echo in Echo.made)  # the clients closed: so did the transports
     server.close()
@@ -93,28 +98,49 @@ def test_connections_get_socket_transports(loop: asyncio.AbstractEventLoop) -> N
 def test_out_of_descriptors_pauses_accepting_then_resumes(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    class Exhausted(socket.socket):
-        """A listening socket whose first accept fails as with no descriptor left."""
-
-        failures = 1
-
-        def accept(self) -> tuple[socket.socket, Any]:
-            if Exhausted.failures:
-                Exhausted.failures -= 1
-                raise OSError(errno.EMFILE, "Too many open files")
-            return super().accept()
-
-    plain = listening()
-    listener = Exhausted(plain.family, plain.type, 0, plain.detach())
-    listener.setblocking(False)
+    """accept(2) failing with EMFILE (every descriptor taken) pauses accepting for
+    ACCEPT_RETRY_DELAY instead of spinning; the connection waits in the queue and is served
+    once descriptors are free again."""
+    listener = listening()
     port = listener.getsockname()[1]
-    server = SocketServer(loop, [listener], Echo)
-    started = time.monotonic()
-    got = loop.run_until_complete(round_trip(port, b"waited"))
-    assert got == b"waited" and Exhausted.failures == 0
-    assert time.monotonic() - started >= ACCEPT_RETRY_DELAY * 0.9  # it paused, then came back
-    assert server.serving
-    server.close()
+    client = socket.create_connection(("127.0.0.1", port))  # queued: not accepted yet
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    servers: list[SocketServer] = []
+
+    async def exhausted_then_freed() -> tuple[bool, int, float]:
+        """Within one run of the loop (uvloop makes descriptors at each run's start)."""
+        fillers: list[int] = []
+        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, hard))
+        try:
+            with contextlib.suppress(OSError):
+                while True:  # every descriptor below the limit taken
+                    fillers.append(os.open(os.devnull, os.O_RDONLY))
+            server = SocketServer(asyncio.get_running_loop(), [listener], Echo)
+            servers.append(server)
+            await asyncio.sleep(0.05)
+            paused, accepted = server.serving, len(Echo.made)
+        finally:
+            for fd in fillers:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        started = time.monotonic()
+        while not (server.serving and Echo.made):
+            await asyncio.sleep(0.005)
+        return paused or accepted > 0, accepted, time.monotonic() - started
+
+    server_ran_on, accepted, waited = loop.run_until_complete(exhausted_then_freed())
+    assert not server_ran_on and accepted == 0  # paused, nothing accepted while exhausted
+    assert waited <= ACCEPT_RETRY_DELAY + 1  # then back, and the queued connection served
+    client.settimeout(5)
+    client.sendall(b"waited")
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert client.recv(100) == b"waited"
+    client.close()
+    for echo in Echo.made:
+        echo.transport.close()
+    loop.run_until_complete(asyncio.sleep(0.01))
+    servers[0].close()
 
 
 def test_adopt_takes_a_connected_socket(loop: asyncio.AbstractEventLoop) -> None:

@@ -17,10 +17,12 @@ import uvloop
 
 from pgtarn.net.sending import send_state_of
 from pgtarn.net.transport import (
+    ACCEPT_SOME,
     HIGH_WATER,
     RECV_SOME,
     SEND_PART,
     SocketTransport,
+    accept_accepted,
     connect_transport,
     recv_read,
     send_written,
@@ -361,3 +363,19 @@ def test_a_reset_behind_unread_bytes_still_ends_the_connection(
     assert protocol.received == b"FATAL: terminating connection"
     assert isinstance(protocol.lost[0], ConnectionResetError)
     assert transport.is_closing()
+
+
+def test_the_pure_accept_does_what_the_compiled_one_does() -> None:
+    for accept in (accept_accepted, ACCEPT_SOME):
+        listener = socket.create_server(("127.0.0.1", 0))
+        listener.setblocking(False)
+        assert accept(listener.fileno()) is None  # none waiting
+        client = socket.create_connection(listener.getsockname())
+        accepted = accept(listener.fileno())
+        assert accepted is not None
+        fd, peer = accepted
+        assert peer == client.getsockname()
+        assert not os.get_blocking(fd)
+        os.close(fd)
+        client.close()
+        listener.close()
