@@ -115,27 +115,37 @@ class Channel:
     # --- in -------------------------------------------------------------------------------
 
     def _readable(self) -> None:
+        # Until the socket holds nothing: when the other process exits with bytes of ours
+        # unread, right behind its last message, epoll reports an error, and uvloop calls
+        # this reader once more and stops watching the socket; the reset behind the message
+        # must be read in that same call (the channel is far from the hot path).
+        while not self.closed and self._read_once():
+            pass
+
+    def _read_once(self) -> bool:
+        """One read and its messages; False when the socket held nothing or the channel
+        closed."""
         try:
             data, fds, _flags, _addr = socket.recv_fds(
                 self.sock, READ_SIZE, MAX_FDS_PER_READ, _RECV_FLAGS)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except ConnectionResetError:  # the other process exited with bytes unread: its end
             self.close("")
-            return
+            return False
         except OSError as exc:
             self.close(f"read failed: {exc}")
-            return
+            return False
         if not data:
             for fd in fds:
                 os.close(fd)
             self.close("")
-            return
+            return False
         try:
             messages = self.reader.feed(data, fds)
         except WireError as exc:
             self.close(str(exc))
-            return
+            return False
         for message, message_fds in messages:
             answered = message.get("re")
             if answered is not None:
@@ -150,7 +160,8 @@ class Channel:
             except Exception:  # one bad message must not end the channel
                 log.exception("%s: handling %s failed", self.name, message.get("kind"))
             if self.closed:
-                return
+                return False
+        return True
 
     # --- end ------------------------------------------------------------------------------
 
