@@ -400,38 +400,27 @@ class TransportSocket:
     def fileno(self) -> int:
         return self.fd
 
-    def _socket(self) -> socket.socket:
-        """A socket object on the fd, to be detached (never closed) after one call."""
-        return socket.socket(self.family, socket.SOCK_STREAM, 0, self.fd)
+    def _on_socket(self, call: Callable[[socket.socket], Any]) -> Any:
+        """call on a socket object made on the fd, detached (never closed) after it."""
+        sock = socket.socket(self.family, socket.SOCK_STREAM, 0, self.fd)
+        try:
+            return call(sock)
+        finally:
+            sock.detach()
 
     def getpeername(self) -> Any:
-        sock = self._socket()
-        try:
-            return sock.getpeername()
-        finally:
-            sock.detach()
+        return self._on_socket(socket.socket.getpeername)
 
     def getsockname(self) -> Any:
-        sock = self._socket()
-        try:
-            return sock.getsockname()
-        finally:
-            sock.detach()
+        return self._on_socket(socket.socket.getsockname)
 
     def getsockopt(self, level: int, option: int, size: int = 0) -> Any:
-        sock = self._socket()
-        try:
-            return sock.getsockopt(level, option, size) if size else \
-                sock.getsockopt(level, option)
-        finally:
-            sock.detach()
+        if size:
+            return self._on_socket(lambda sock: sock.getsockopt(level, option, size))
+        return self._on_socket(lambda sock: sock.getsockopt(level, option))
 
     def setsockopt(self, level: int, option: int, value: int | bytes) -> None:
-        sock = self._socket()
-        try:
-            sock.setsockopt(level, option, value)
-        finally:
-            sock.detach()
+        self._on_socket(lambda sock: sock.setsockopt(level, option, value))
 
 
 async def open_socket(loop: asyncio.AbstractEventLoop, family: int, address: Any) -> int:
