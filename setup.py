@@ -64,6 +64,8 @@ COMPILED = [
 #: The socket receive and sends of pgtarn's own transport (net/transport.py, net/sending.py):
 #: plain C, built with the compiled modules and dropped with them when compiling fails.
 IO_HELPER = Extension("pgtarn.net._io", ["src/pgtarn/net/_io.c"])
+#: A query's shape for the relay's first look at it (session/effects.py): plain C, likewise.
+SHAPE_HELPER = Extension("pgtarn.session._shape", ["src/pgtarn/session/_shape.c"])
 
 EDITABLE_COMMANDS = {"editable_wheel", "develop"}
 
@@ -100,7 +102,8 @@ def extensions() -> list[Any]:
         print("pgtarn: mypyc is not installed; installing pure Python", file=sys.stderr)
         return []
     try:
-        return [*mypycify([f"src/{path}" for path in COMPILED], opt_level="3"), IO_HELPER]
+        compiled = mypycify([f"src/{path}" for path in COMPILED], opt_level="3")
+        return [*compiled, IO_HELPER, SHAPE_HELPER]
     except (Exception, SystemExit) as exc:  # mypyc refused the code (its type check exits)
         print(f"pgtarn: mypyc failed ({exc}); installing pure Python", file=sys.stderr)
         return []

@@ -11,6 +11,7 @@ first text that needs it (client/tracking.py, load_pglast), not at start.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from .sqlnames import may_name_statements
@@ -79,18 +80,18 @@ def first_look(body: bytes, msg_type: int = 0x51) -> int:
     """What a Query's (0x51) or a Parse's (0x50) body may do: CHANGES_STATE (may_change_state)
     and, for a Query, NAMES_STATEMENTS (sqlnames.may_name_statements).
 
-    Digits never decide either, so the answer is cached per body with its digits made zeros:
-    a query sent again, with other numbers or not, costs one translate and one dict lookup.
+    Digits never decide either, so the answer is cached per body's shape, its digits made
+    zeros: a query sent again, with other numbers or not, costs its shape and one dict lookup.
     The last body looked at is remembered: by identity, since the relay asks both questions
-    of the same body object, and the second answer is free; and by that key, since a busy
-    pool sees the same query again and again, and comparing two keys costs less than hashing
-    one.
+    of the same body object, and the second answer is free; and by its shape, since a busy
+    pool sees the same query again and again, and a body of the last shape costs neither a
+    new shape nor a lookup (SHAPE_OF returns the last shape itself).
     """
     last = _LAST
     if body is last.body and msg_type == last.msg_type:
         return last.look
-    key = body.translate(_ZEROS)
-    if key == last.key and msg_type == last.msg_type:
+    key = SHAPE_OF(body, last.key)
+    if key is last.key and msg_type == last.msg_type:
         look = last.look
     else:
         looks = _PARSE_LOOKS if msg_type == 0x50 else _LOOKS
@@ -130,6 +131,24 @@ _LOOKS: Final[dict[bytes, int]] = {}
 _PARSE_LOOKS: Final[dict[bytes, int]] = {}
 _LOOKS_MAX: Final = 4096
 _ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
+
+
+def shape_of(text: bytes, last: bytes) -> bytes:
+    """text with every digit made a zero; last itself when that is last (the pure build's
+    session/_shape.c)."""
+    shape = text.translate(_ZEROS)
+    return last if shape == last else shape
+
+
+_shape_helper: Callable[[bytes, bytes], bytes] | None
+try:
+    from ._shape import shape_of as _shape_helper
+except ImportError:  # the pure build, or the helper not built
+    _shape_helper = None
+
+#: shape_of of session/_shape.c when it is built, else the pure build's.
+SHAPE_OF: Final[Callable[[bytes, bytes], bytes]] = (
+    shape_of if _shape_helper is None else _shape_helper)
 
 
 def _look(text: bytes, named: bool) -> bool:

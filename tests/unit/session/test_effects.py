@@ -32,6 +32,7 @@ from pgtarn.session.effects import (
     SAVEPOINT,
     SEED,
     SET,
+    SHAPE_OF,
     SUBSCRIBE,
     TEMP,
     TRANSACTION_CONTROL,
@@ -45,6 +46,7 @@ from pgtarn.session.effects import (
     may_change_state,
     parse_text,
     query_text,
+    shape_of,
 )
 from pgtarn.session.parsing import effects_of
 from pgtarn.session.sqlnames import may_name_statements
@@ -163,6 +165,32 @@ def test_first_look_at_the_same_query_again_with_other_numbers() -> None:
     assert may_change_state(parse_body(b"", "SET a = 2"), 0x50)
     # the same key as a Query is another question: its text starts with the NUL
     assert not may_change_state(parse_body(b"", "SET a = 3"))
+
+
+def test_a_shape_has_zeros_for_digits_and_is_the_last_one_when_equal() -> None:
+    every_byte = bytes(range(256))
+    for make in (shape_of, SHAPE_OF):  # the pure build's and the compiled one (or the same)
+        shape = make(every_byte, b"")
+        assert shape == every_byte.translate(bytes.maketrans(b"123456789", b"0" * 9))
+        assert shape[ord("0"):ord(":")] == b"0" * 10
+        assert make(every_byte, shape) is shape
+        assert make(b"", b"") == b""
+        for size in range(70):  # every length around the 16- and 32-byte steps
+            text = bytes(b"a1b2c3d4e5f6g7h8i9j0"[index % 20] for index in range(size))
+            expected = text.translate(bytes.maketrans(b"123456789", b"0" * 9))
+            assert make(text, b"x" * size) == expected
+            assert make(text, expected) is expected
+            if size:  # the same length, one byte other: a new shape
+                other = expected[:-1] + b"~"
+                assert make(text, other) == expected
+                assert make(text, other) is not other
+
+
+@settings(deadline=None, database=None)
+@given(st.binary(max_size=200), st.binary(max_size=200))
+def test_the_compiled_shape_is_the_pure_one(text: bytes, last: bytes) -> None:
+    assert SHAPE_OF(text, last) == shape_of(text, last)
+    assert SHAPE_OF(text, shape_of(text, b"")) == shape_of(text, last)
 
 
 def test_first_look_at_a_parse_skips_the_statement_name() -> None:
