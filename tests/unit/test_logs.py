@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 
 import pytest
@@ -25,10 +26,31 @@ def _record(created: float) -> logging.LogRecord:
 
 
 def test_text_formatter_formats_as_the_standard_one() -> None:
-    fmt = TEXT_FORMAT.format(pid=42)
-    ours, standard = TextFormatter(fmt), logging.Formatter(fmt, DATE_FORMAT)
+    ours, standard = TextFormatter(42), logging.Formatter(TEXT_FORMAT.format(pid=42), DATE_FORMAT)
     for created in _TIMES:
         assert ours.format(_record(created)) == standard.format(_record(created))
+        mine, theirs = _record(created), _record(created)
+        mine.levelno, mine.levelname = theirs.levelno, theirs.levelname = logging.INFO, "INFO"
+        mine.msg = theirs.msg = "plain, with %% and {braces}"
+        mine.args = theirs.args = ()
+        assert ours.format(mine) == standard.format(theirs)
+        assert mine.message == theirs.message  # as the standard one leaves it on the record
+
+
+def test_text_formatter_with_an_exception_and_a_stack() -> None:
+    ours, standard = TextFormatter(7), logging.Formatter(TEXT_FORMAT.format(pid=7), DATE_FORMAT)
+    try:
+        raise ValueError("broken")
+    except ValueError:
+        info = sys.exc_info()
+    for created in _TIMES:
+        mine, theirs = _record(created), _record(created)
+        mine.exc_info = theirs.exc_info = info
+        assert ours.format(mine) == standard.format(theirs)
+        assert "ValueError: broken" in ours.format(mine)
+        mine, theirs = _record(created), _record(created)
+        mine.stack_info = theirs.stack_info = "Stack (most recent call last):\n  here"
+        assert ours.format(mine) == standard.format(theirs)
 
 
 @pytest.mark.parametrize("created", _TIMES)
