@@ -1,13 +1,16 @@
-/* pgtarn.net._io: accept, receive and send on non-blocking sockets, keeping the GIL.
+/* pgtarn.net._io: accept, receive and send on non-blocking sockets, and watch them, keeping
+ * the GIL.
  *
  * uvloop hands a read to Python through two callbacks that each take the GIL back (one to
  * allocate the buffer, one to deliver the bytes), and a transport's write() costs about 900
- * instructions before the system call. A socket of pgtarn's own (net/transport.py) is
- * watched with the loop's add_reader, one callback per read, and reads and writes with
- * these functions: each is the system call and the bytes object, about 100 instructions.
+ * instructions before the system call. The sockets of pgtarn's own transports
+ * (net/transport.py) are in one epoll set of the loop's, which the loop watches: one
+ * callback asks it which sockets are readable (watch_ready), and each is read and written
+ * with these functions: each is the system call and the bytes object, about 100
+ * instructions.
  *
- * The GIL is kept across the system call: the socket is non-blocking, the call copies to or
- * from the kernel's buffer and returns, and releasing the GIL would cost more than the call.
+ * The GIL is kept across the system calls: the sockets are non-blocking, epoll_wait is asked
+ * not to wait, each call returns at once, and releasing the GIL would cost more than the call.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -17,6 +20,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -204,6 +208,80 @@ accept_some(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(iN)", accepted, peer);
 }
 
+/* The sockets of a loop's transports in one epoll set (net/transport.py's SocketWatch).
+ *
+ * Each socket is registered with its transport as the event's data, a borrowed reference:
+ * the watch holds the transport (by fd) for as long as its socket is registered and takes
+ * the socket out (EPOLL_CTL_DEL, which drops its pending events) before letting it go. So
+ * whatever epoll_wait returns is alive, and watch_ready hands it out with a reference of its
+ * own: no lookup by fd, and no tuple or int made per event (epoll's event bits are small
+ * ints, which Python keeps made). */
+
+#define WATCH_BATCH 256
+static struct epoll_event ready_events[WATCH_BATCH];
+
+static PyObject *
+watch_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    int epfd, fd;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "watch_set(epfd, epoll, op, fd, events, transport) takes 6 arguments");
+        return NULL;
+    }
+    if (fd_of(args[0], &epfd) < 0 || fd_of(args[3], &fd) < 0) {
+        return NULL;
+    }
+    long op = PyLong_AsLong(args[2]);
+    long events = PyLong_AsLong(args[4]);
+    if ((op == -1 || events == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    struct epoll_event event;
+    event.events = (uint32_t)events;
+    event.data.ptr = args[5];
+    if (epoll_ctl(epfd, (int)op, fd, &event) < 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+watch_ready(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    int epfd, count;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "watch_ready(epfd, epoll, transports) takes 3 arguments");
+        return NULL;
+    }
+    if (fd_of(args[0], &epfd) < 0) {
+        return NULL;
+    }
+    do {
+        count = epoll_wait(epfd, ready_events, WATCH_BATCH, 0);
+    } while (count < 0 && errno == EINTR);
+    if (count < 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    PyObject *ready = PyList_New(2 * (Py_ssize_t)count);
+    if (ready == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < count; i++) {
+        PyObject *transport = (PyObject *)ready_events[i].data.ptr;
+        PyObject *events = PyLong_FromUnsignedLong(ready_events[i].events);
+        if (events == NULL) {
+            Py_DECREF(ready);
+            return NULL;
+        }
+        Py_INCREF(transport);
+        PyList_SET_ITEM(ready, 2 * i, transport);
+        PyList_SET_ITEM(ready, 2 * i + 1, events);
+    }
+    return ready;
+}
+
 static PyMethodDef io_methods[] = {
     {"send_some", (PyCFunction)(void (*)(void))send_some, METH_FASTCALL,
      "send_some(fd, data) -> int: the bytes of data a non-blocking socket took now (0 when "
@@ -217,6 +295,12 @@ static PyMethodDef io_methods[] = {
     {"accept_some", (PyCFunction)(void (*)(void))accept_some, METH_FASTCALL,
      "accept_some(fd) -> (int, address) | None: a connection accepted on a listening socket "
      "(non-blocking, close-on-exec) and its peer's address; None when none waits."},
+    {"watch_set", (PyCFunction)(void (*)(void))watch_set, METH_FASTCALL,
+     "watch_set(epfd, epoll, op, fd, events, transport): epoll_ctl(2) on the set epfd, with "
+     "transport as the data; epoll and the others are the pure build's."},
+    {"watch_ready", (PyCFunction)(void (*)(void))watch_ready, METH_FASTCALL,
+     "watch_ready(epfd, epoll, transports) -> [transport, events, ...]: the set's ready "
+     "sockets now, without waiting; epoll and transports are the pure build's."},
     {NULL, NULL, 0, NULL},
 };
 

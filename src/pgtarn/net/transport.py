@@ -1,11 +1,15 @@
-"""A transport of pgtarn's own on a plain TCP or unix socket: one loop callback per read.
+"""A transport of pgtarn's own on a plain TCP or unix socket, its reads watched in bulk.
 
 uvloop's transports take the GIL back twice per read (libuv asks Python for a buffer, then
 hands it the bytes) and keep a socket object, a buffer list and a weak reference per
-connection. A SocketTransport asks the loop to watch its socket (``add_reader``) and reads it
-itself when told it is readable: one callback, one recv(2) and one bytes object per read
-(net/_io.c in the compiled build). It sends what it is given at once and buffers only what
-the socket does not take, watching for writability (``add_writer``) until that is sent.
+connection; a reader added with ``add_reader`` still takes it back once per read, through a
+Handle. The sockets of a loop's SocketTransports are instead in one epoll set of the loop's
+(``SocketWatch``), and the loop watches only that set: when it is readable, one callback
+asks it which sockets are, and each transport reads its own, one recv(2) and one bytes
+object per read (net/_io.c in the compiled build). A busy loop iteration finds several
+sockets readable, and pays for one callback. A transport sends what it is given at once and
+buffers only what the socket does not take, watching for writability (``add_writer``)
+until that is sent.
 
 It behaves as an asyncio transport for the protocol above it, as far as pgtarn uses one:
 
@@ -20,14 +24,14 @@ It behaves as an asyncio transport for the protocol above it, as far as pgtarn u
 Its ``fd`` is the socket's: a connection sends on it directly while the transport holds
 nothing unsent (net/sending.py). TLS wraps it as it wraps any transport (net/tls.py).
 
-A socket that fails (its peer reset it, say) needs a second watch. When epoll reports an
-error, libuv stops watching the socket and uvloop calls the reader once more, then closes
-its watch: if the socket still held bytes from the peer, that one read returns them and
-the error behind them would never be seen, the connection waiting forever (a PostgreSQL
-backend that sends FATAL and exits with our next query unread resets its socket just so).
-So each transport's socket is also in an epoll set of the loop's that reports nothing but
-errors and hang-ups (``ErrorWatch``); when it does, the transport reads what is left and
-ends. It costs two epoll_ctl calls per connection, none per read.
+A socket that fails (its peer reset it, say) is reported by the set as well, reading or
+not: the transport then reads what is left and ends. (On uvloop's own watch it could be
+lost: when epoll reports an error, libuv stops watching the socket and uvloop calls the
+reader once more, then closes its watch; if the socket still held bytes from the peer, that
+one read returned them and the error behind them was never seen, the connection waiting
+forever. A PostgreSQL backend that sends FATAL and exits with our next query unread resets
+its socket just so.) A connection costs two epoll_ctl calls, to add and remove its socket,
+and one more for each pause and resume of its reading.
 """
 
 from __future__ import annotations
@@ -48,6 +52,20 @@ SendPart = Callable[[int, bytes | bytearray | memoryview], int]
 #: accept_some(fd): a connection accepted on listening socket fd (its fd, non-blocking, and
 #: its peer's address), None when none waits; OSError on failure.
 AcceptSome = Callable[[int], tuple[int, Any] | None]
+
+#: watch_set(epfd, epoll, op, fd, events, transport): add (WATCH_ADD), change (WATCH_MODIFY)
+#: or remove (WATCH_REMOVE) fd's socket in the epoll set epfd (the select.epoll epoll), for
+#: transport. The compiled build's calls epoll_ctl(2) on epfd with transport as the data; the
+#: pure build's calls epoll's methods.
+WatchSet = Callable[[int, "select.epoll", int, int, int, object], None]
+#: watch_ready(epfd, epoll, transports): the set's ready sockets now, as a flat list of
+#: [transport, events, ...]. The compiled build's reads epfd and finds each transport in its
+#: event's data; the pure build's polls epoll and finds them in transports, by fd.
+WatchReady = Callable[[int, "select.epoll", "dict[int, SocketTransport]"], list[Any]]
+#: epoll_ctl(2)'s operations (Linux's values).
+WATCH_ADD: Final = 1
+WATCH_REMOVE: Final = 2
+WATCH_MODIFY: Final = 3
 
 #: The largest read (as uvloop's and asyncio's transports).
 READ_SIZE: Final = 65536
@@ -72,6 +90,27 @@ def send_written(fd: int, data: bytes | bytearray | memoryview) -> int:
         return 0
 
 
+def watch_polled(epfd: int, epoll: select.epoll, op: int, fd: int, events: int,
+                 transport: object) -> None:
+    """watch_set of the pure build."""
+    if op == WATCH_ADD:
+        epoll.register(fd, events)
+    elif op == WATCH_MODIFY:
+        epoll.modify(fd, events)
+    else:
+        epoll.unregister(fd)
+
+
+def ready_polled(epfd: int, epoll: select.epoll,
+                 transports: dict[int, SocketTransport]) -> list[Any]:
+    """watch_ready of the pure build."""
+    ready: list[Any] = []
+    for fd, events in epoll.poll(0):
+        ready.append(transports[fd])
+        ready.append(events)
+    return ready
+
+
 def accept_accepted(fd: int) -> tuple[int, Any] | None:
     """accept_some of the pure build."""
     listener = socket.socket(fileno=fd)
@@ -88,17 +127,23 @@ def accept_accepted(fd: int) -> tuple[int, Any] | None:
 _recv: RecvSome | None
 _send: SendPart | None
 _accept: AcceptSome | None
+_watch_set: WatchSet | None
+_watch_ready: WatchReady | None
 try:
     from ._io import accept_some as _accept
     from ._io import recv_some as _recv
     from ._io import send_part as _send
+    from ._io import watch_ready as _watch_ready
+    from ._io import watch_set as _watch_set
 except ImportError:  # the pure build, or the helper not built
-    _recv = _send = _accept = None
+    _recv = _send = _accept = _watch_set = _watch_ready = None
 
 #: net/_io.c's when it is built, else the pure build's.
 RECV_SOME: Final[RecvSome] = recv_read if _recv is None else _recv
 SEND_PART: Final[SendPart] = send_written if _send is None else _send
 ACCEPT_SOME: Final[AcceptSome] = accept_accepted if _accept is None else _accept
+WATCH_SET: Final[WatchSet] = watch_polled if _watch_set is None else _watch_set
+WATCH_READY: Final[WatchReady] = ready_polled if _watch_ready is None else _watch_ready
 
 
 class SocketTransport:
@@ -136,8 +181,8 @@ class SocketTransport:
     def start(self) -> None:
         """Begin reading and hand the transport to its protocol (which may pause reading or
         close it there: nothing is read before the loop runs again)."""
-        error_watch(self.loop).add(self)
-        self.resume_reading()
+        self._reading = True
+        socket_watch(self.loop).add(self)
         self._protocol.connection_made(cast(asyncio.BaseTransport, self))
 
     # --- the loop's callbacks ---------------------------------------------------------------
@@ -153,9 +198,11 @@ class SocketTransport:
         if len(data):
             self._data_received(data)
         else:  # the end of the stream
-            self.pause_reading()
+            self._reading = False
             if not self._protocol.eof_received():
-                self.close()
+                self.close()  # (which takes the socket out of the watch)
+            elif not self._lost:  # kept half-open: watched no more for what it will not send
+                socket_watch(self.loop).read(self, False)
 
     def _write_ready(self) -> None:
         buffer = self._buffer
@@ -220,9 +267,10 @@ class SocketTransport:
         if self._closing:
             return
         self._closing = True
-        self.pause_reading()
         if self._buffer is None:
-            self._lose(None)
+            self._lose(None)  # (which takes the socket out of the watch)
+        else:
+            self.pause_reading()
 
     def abort(self) -> None:
         """Close now, dropping what is buffered."""
@@ -237,12 +285,13 @@ class SocketTransport:
     def pause_reading(self) -> None:
         if self._reading:
             self._reading = False
-            self.loop.remove_reader(self.fd)
+            if not self._lost:
+                socket_watch(self.loop).read(self, False)
 
     def resume_reading(self) -> None:
         if not self._reading and not self._closing:
             self._reading = True
-            self.loop.add_reader(self.fd, self._read_ready)
+            socket_watch(self.loop).read(self, True)
 
     def is_reading(self) -> bool:
         return self._reading
@@ -288,7 +337,7 @@ class SocketTransport:
     # --- the end ----------------------------------------------------------------------------
 
     def broken(self) -> None:
-        """The socket failed or hung up (ErrorWatch): hand the protocol what it still holds,
+        """The socket failed or hung up (SocketWatch): hand the protocol what it still holds,
         then end with the error (or as at the end of the stream)."""
         while not self._lost:
             try:
@@ -320,8 +369,8 @@ class SocketTransport:
         if self._lost:
             return
         self._lost = True
-        error_watch(self.loop).remove(self.fd)
-        self.pause_reading()
+        self._reading = False
+        socket_watch(self.loop).remove(self)
         if self._writing:
             self._writing = False
             self.loop.remove_writer(self.fd)
@@ -334,32 +383,66 @@ class SocketTransport:
             os.close(self.fd)  # (after connection_lost: its number may serve a new socket)
 
 
-class ErrorWatch:
-    """The sockets of a loop's transports in an epoll set that reports only their errors and
-    hang-ups (registered with no events), itself read by the loop: see the module's
-    docstring."""
+#: What a socket being read is watched for; a socket not being read is watched for nothing,
+#: and epoll reports its errors and hang-ups all the same.
+READABLE: Final = select.EPOLLIN
+#: Errors and hang-ups, reported whatever a socket is watched for.
+BROKEN: Final = select.EPOLLERR | select.EPOLLHUP
 
-    __slots__ = ("epoll", "loop", "transports")
+
+class SocketWatch:
+    """The sockets of a loop's transports in one epoll set (level-triggered), itself watched
+    by the loop: see the module's docstring."""
+
+    __slots__ = ("epfd", "epoll", "loop", "transports")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.epoll = select.epoll()
+        self.epfd = self.epoll.fileno()
+        #: The transports whose sockets are in the set, by fd: each is held here while its
+        #: socket is registered (the compiled build's events point at it), and its socket
+        #: leaves the set (at _lose) before it is closed, so that its number can serve no
+        #: other socket while it is here.
         self.transports: dict[int, SocketTransport] = {}
-        loop.add_reader(self.epoll.fileno(), self._ready)
+        loop.add_reader(self.epfd, self._ready)
 
     def add(self, transport: SocketTransport) -> None:
-        self.epoll.register(transport.fd, 0)
-        self.transports[transport.fd] = transport
+        """Watch transport's socket, for reading if it reads."""
+        fd = transport.fd
+        WATCH_SET(self.epfd, self.epoll, WATCH_ADD, fd,
+                  READABLE if transport.is_reading() else 0, transport)
+        self.transports[fd] = transport  # (before the loop runs again: no event comes sooner)
 
-    def remove(self, fd: int) -> None:
-        if self.transports.pop(fd, None) is not None:
-            self.epoll.unregister(fd)
+    def read(self, transport: SocketTransport, reading: bool) -> None:
+        """Watch transport's socket for reading, or for nothing but errors."""
+        WATCH_SET(self.epfd, self.epoll, WATCH_MODIFY, transport.fd,
+                  READABLE if reading else 0, transport)
+
+    def remove(self, transport: SocketTransport) -> None:
+        fd = transport.fd
+        if self.transports.get(fd) is transport:
+            WATCH_SET(self.epfd, self.epoll, WATCH_REMOVE, fd, 0, transport)
+            del self.transports[fd]  # (after: its events may point at it until then)
 
     def _ready(self) -> None:
-        for fd, _ in self.epoll.poll(0):
-            transport = self.transports.get(fd)
-            if transport is not None:
-                transport.broken()
+        # A protocol's exception goes to the loop's handler, as a callback's would, and the
+        # other sockets are still read. A transport that an earlier one closed has left the
+        # set, but may be in this batch: lost, it reads no more and broken() does nothing.
+        ready = WATCH_READY(self.epfd, self.epoll, self.transports)
+        for index in range(0, len(ready), 2):
+            transport = cast(SocketTransport, ready[index])
+            events = cast(int, ready[index + 1])
+            try:
+                if events & BROKEN:
+                    transport.broken()
+                elif transport._reading:
+                    transport._read_ready()
+            except Exception as exc:
+                self.loop.call_exception_handler({
+                    "message": "a protocol failed on what its socket brought",
+                    "exception": exc, "transport": transport,
+                    "protocol": transport.get_protocol()})
 
     def close(self) -> None:
         if not self.loop.is_closed():
@@ -367,18 +450,18 @@ class ErrorWatch:
         self.epoll.close()
 
 
-#: Each loop's ErrorWatch (one loop in pgtarn; tests make many).
-_watches: dict[asyncio.AbstractEventLoop, ErrorWatch] = {}
+#: Each loop's SocketWatch (one loop in pgtarn; tests make many).
+_watches: dict[asyncio.AbstractEventLoop, SocketWatch] = {}
 
 
-def error_watch(loop: asyncio.AbstractEventLoop) -> ErrorWatch:
-    """The ErrorWatch of loop, made at its first transport (and the watches of closed loops
+def socket_watch(loop: asyncio.AbstractEventLoop) -> SocketWatch:
+    """The SocketWatch of loop, made at its first transport (and the watches of closed loops
     dropped then)."""
     watch = _watches.get(loop)
     if watch is None:
         for other in [other for other in _watches if other.is_closed()]:
             _watches.pop(other).close()
-        watch = _watches[loop] = ErrorWatch(loop)
+        watch = _watches[loop] = SocketWatch(loop)
     return watch
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import select
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Iterator
@@ -21,11 +22,19 @@ from pgtarn.net.transport import (
     HIGH_WATER,
     RECV_SOME,
     SEND_PART,
+    WATCH_ADD,
+    WATCH_MODIFY,
+    WATCH_READY,
+    WATCH_REMOVE,
+    WATCH_SET,
     SocketTransport,
     accept_accepted,
     connect_transport,
+    ready_polled,
     recv_read,
     send_written,
+    socket_watch,
+    watch_polled,
 )
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
@@ -379,3 +388,104 @@ def test_the_pure_accept_does_what_the_compiled_one_does() -> None:
         os.close(fd)
         client.close()
         listener.close()
+
+
+def test_the_pure_watch_does_what_the_compiled_one_does() -> None:
+    for watch_set, watch_ready in ((watch_polled, ready_polled), (WATCH_SET, WATCH_READY)):
+        epoll = select.epoll()
+        epfd = epoll.fileno()
+        ours, peer = socket.socketpair()
+        fd = ours.fileno()
+        # (not started: the watch only holds it and hands the same object back)
+        transport = SocketTransport(cast(Any, None), fd, socket.AF_UNIX, Recorder())
+        transports = {fd: transport}
+        watch_set(epfd, epoll, WATCH_ADD, fd, select.EPOLLIN, transport)
+        assert watch_ready(epfd, epoll, transports) == []  # nothing to read
+        peer.sendall(b"x")
+        ready = watch_ready(epfd, epoll, transports)
+        assert ready == [transport, select.EPOLLIN] and ready[0] is transport
+        watch_set(epfd, epoll, WATCH_MODIFY, fd, 0, transport)
+        assert watch_ready(epfd, epoll, transports) == []  # watched for nothing...
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()
+        ready = watch_ready(epfd, epoll, transports)  # ...but its errors
+        assert ready[0] is transport and ready[1] & (select.EPOLLERR | select.EPOLLHUP)
+        watch_set(epfd, epoll, WATCH_REMOVE, fd, 0, transport)
+        assert watch_ready(epfd, epoll, transports) == []
+        with pytest.raises(FileNotFoundError):
+            watch_set(epfd, epoll, WATCH_MODIFY, fd, 0, transport)  # not in the set
+        ours.close()
+        epoll.close()
+
+
+def test_sockets_ready_together_are_read_in_one_callback(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Several sockets readable at once: one wake-up of the watch reads them all; a protocol
+    that fails goes to the loop's exception handler, and the others are still served."""
+    class Fails(Recorder):
+        def data_received(self, data: bytes) -> None:
+            raise RuntimeError("this protocol fails")
+
+    failures: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: failures.append(context))
+    pairs = [started(loop, Fails() if index == 2 else None) for index in range(5)]
+    wakes = 0
+    watch = socket_watch(loop)
+    ready = type(watch)._ready
+
+    def counted(self: Any) -> None:
+        nonlocal wakes
+        wakes += 1
+        ready(self)
+
+    loop.remove_reader(watch.epfd)
+    loop.add_reader(watch.epfd, counted, watch)
+    for index, (_, _, peer) in enumerate(pairs):
+        peer.sendall(b"%d" % index)
+    loop.run_until_complete(asyncio.sleep(0.02))
+    assert [protocol.received for index, (_, protocol, _) in enumerate(pairs)
+            if index != 2] == [b"0", b"1", b"3", b"4"]
+    assert wakes == 1
+    assert len(failures) == 1 and isinstance(failures[0]["exception"], RuntimeError)
+    assert failures[0]["transport"] is pairs[2][0]
+    for transport, protocol, peer in pairs:
+        transport.close()
+        run_until(loop, lambda protocol=protocol: protocol.lost != [])  # type: ignore[misc]
+        peer.close()
+
+
+def test_a_transport_closed_by_another_in_the_same_wake_up_reads_nothing_more(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    class Closes(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.other: tuple[SocketTransport, Recorder] | None = None
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.other is not None and not self.other[0].is_closing():
+                self.other[0].abort()
+                self.other[1].events.append("aborted")
+
+    class Notes(Recorder):
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self.events.append("data")
+
+    first, closer, first_peer = started(loop, Closes())
+    second, noted, second_peer = started(loop, Notes())
+    third, closer_too, third_peer = started(loop, Closes())
+    closer.other = closer_too.other = second, noted
+    for peer in (first_peer, second_peer, third_peer):
+        peer.sendall(b"x")
+    run_until(loop, lambda: noted.lost != [])
+    # read before its abort, or never: never after
+    assert noted.events in (["made", "aborted", "lost"], ["made", "data", "aborted", "lost"])
+    assert noted.lost == [None]
+    for transport, peer in ((first, first_peer), (third, third_peer)):
+        transport.close()
+        peer.close()
+    second_peer.close()
+    loop.run_until_complete(asyncio.sleep(0.01))
