@@ -189,6 +189,15 @@ class PgtarnCollector:
             "pgtarn_config_max_client_connections", "max_client_conn setting",
             value=float(runtime.config.max_client_conn),
         )
+        cache = runtime.statement_cache
+        yield CounterMetricFamily(
+            "pgtarn_prepared_statement_renewals",
+            "Shared prepared statements given a new server-side name to be prepared afresh"
+            " (schema changes, stale plans, RENEW_STATEMENTS)", value=float(cache.renewals))
+        yield CounterMetricFamily(
+            "pgtarn_prepared_statement_generations",
+            "Schema changes seen (DDL through pgtarn, RENEW_STATEMENTS): each starts a new"
+            " generation of shared prepared statements", value=float(cache.generation))
 
     def _pools(self, table: Table) -> Iterator[Metric]:
         databases = [_label(v) for v in table.column("database")]

@@ -175,6 +175,17 @@ def reconnect(runtime: Runtime, arg: str | None) -> Outcome:
     return _result("RECONNECT")
 
 
+def renew_statements(runtime: Runtime, arg: str | None) -> Outcome:
+    """pgtarn's own: the schema changed where pgtarn could not see it (a migration on a
+    direct connection): every shared prepared statement is prepared afresh before its next
+    use, as after DDL sent through pgtarn. The statements are shared by all databases, so
+    naming one (checked) renews them all."""
+    _database(runtime, arg, "renew statements of")
+    runtime.statement_cache.schema_changed()
+    log.info("RENEW_STATEMENTS: generation %d", runtime.statement_cache.generation)
+    return _result("RENEW_STATEMENTS")
+
+
 def wait_close(runtime: Runtime, arg: str | None) -> Outcome:
     database = _database(runtime, arg, "wait in")
     registry = runtime.registry
@@ -261,6 +272,7 @@ COMMANDS: dict[str, Callable[[Runtime, str | None], Outcome]] = {
     "kill": kill,
     "kill_client": kill_client,
     "reconnect": reconnect,
+    "renew_statements": renew_statements,
     "wait_close": wait_close,
     "disable": disable,
     "enable": enable,

@@ -66,7 +66,8 @@ HELP = (
     "\n\tSHOW HOSTS"
     "\n\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS"
     "\n\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>"
-    "\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL [<db>]\n\tKILL_CLIENT <client_id>"
+    "\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tRENEW_STATEMENTS [<db>]"
+    "\n\tKILL [<db>]\n\tKILL_CLIENT <client_id>"
     "\n\tSUSPEND\n\tSHUTDOWN\n\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS\n\tWAIT_CLOSE [<db>]"
 )
 

@@ -537,11 +537,13 @@ def show_prepared_statements(runtime: Runtime) -> Table:
                 on_servers[name] = on_servers.get(name, 0) + 1
     rows: list[list[Value]] = [
         [stmt.name.decode(), stmt.query, stmt.parameter_count, stmt.clients,
-         on_servers.get(stmt.name, 0)]
+         on_servers.get(stmt.name, 0), stmt.generation, stmt.renewals,
+         1 if stmt.described else 0]
         for stmt in runtime.statement_cache.statements()
     ]
     rows.sort(key=lambda r: str(r[0]))
-    return Table(_columns("ssiii", "name query parameters clients servers"), rows)
+    return Table(_columns("ssiiiiii", "name query parameters clients servers generation"
+                          " renewals described"), rows)
 
 
 LISTENERS_COLUMNS = _columns("sssi", "database user channel clients")

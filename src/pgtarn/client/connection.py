@@ -107,6 +107,7 @@ class ClientConnection(ClientRelay):
             return
         previous = self.state
         self.state = ClientState.CLOSED
+        self.schema_change_ended()  # its server rolls back whatever DDL was under way
         runtime.remove_client(self)
         runtime.logins.discard(self)
         if runtime.limits is not None:

@@ -55,7 +55,7 @@ class ClientExtras:
     these): made at the first write of one of them (_extras_made)."""
 
     __slots__ = ("admin", "cancelled_at", "close_reason", "discard_scanner", "last_server",
-                 "replication")
+                 "replication", "schema_pending")
 
     def __init__(self) -> None:
         #: The admin console's session (admin or stats, AdminSession.admin).
@@ -70,3 +70,6 @@ class ClientExtras:
         self.close_reason = ""
         #: A client with session settings: the server it last left them on (preferred).
         self.last_server: ServerConnection | None = None
+        #: It sent DDL whose transaction has not ended yet: statements prepared meanwhile
+        #: (by anyone) may be stale once it commits or rolls back.
+        self.schema_pending = False

@@ -151,6 +151,9 @@ class ClientLink(ClientListening):
             return b""  # closed: its state may not be kept (pin_session_state = 0)
         if self.listening:
             return self._ready_listening(server, status)
+        extras = self.extras
+        if extras is not None and extras.schema_pending and status == b"I":
+            self.schema_change_ended()
         if self.expected:
             return None
         # _link_ends's common cases, inlined: the hot path

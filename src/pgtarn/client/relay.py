@@ -14,7 +14,13 @@ from typing import Final
 from ..proto import build
 from ..proto.framing import MessageScanner, shared_scanner
 from ..proto.messages import nul_at
-from ..session.effects import CHANGES_STATE, NAMES_STATEMENTS, first_look, may_change_state
+from ..session.effects import (
+    CHANGES_STATE,
+    NAMES_STATEMENTS,
+    SCHEMA_CHANGE,
+    first_look,
+    may_change_state,
+)
 from ..session.framer import SYNC_MARK, ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
@@ -92,6 +98,8 @@ class ClientRelay(ClientLink):
         if scanner.one_whole(data, 0x51):  # the common case: one whole simple Query
             body = data[5:]
             look = first_look(body)
+            if look & SCHEMA_CHANGE:
+                self.schema_change_sent()
             if self.follows_statements and look & NAMES_STATEMENTS:
                 self._start_statements()
                 self._relay_prepared(data)
@@ -225,6 +233,8 @@ class ClientRelay(ClientLink):
                     self.transport.close()
                 return
             # (the session is read at each message: a text before may have made it)
+            if tracked and body and first_look(body, msg_type) & SCHEMA_CHANGE:
+                self.schema_change_sent()
             if tracked and body and (may_change_state(body, msg_type) or (
                     (session := self.session) is not None and session.parse_all)):
                 refusal = self._session_text(msg_type, body, self.expected)
@@ -269,6 +279,8 @@ class ClientRelay(ClientLink):
                             and int.from_bytes(data[1:5], "big") + 1 == len(data)) else b""
         if body and not (look := first_look(body)) & NAMES_STATEMENTS:
             # The common case: one whole simple Query, passed on as it is.
+            if look & SCHEMA_CHANGE:
+                self.schema_change_sent()
             if self.tracked and (look & CHANGES_STATE or (
                     (session := self.session) is not None and session.parse_all)):
                 refusal = self._session_text(0x51, body, self.expected)
@@ -286,6 +298,9 @@ class ClientRelay(ClientLink):
         # encoded for the server (in their place among them).
         parts, syncs = framer.feed(data, self.expected)
         self.expected += syncs
+        if framer.schema_change:
+            framer.schema_change = False
+            self.schema_change_sent()
         self.open_batch = framer.held > 0 or _parts_go_on(parts, self.open_batch)
         unbound = self.unnamed_unbound = _unnamed_unbound(parts, self.unnamed_unbound)
         if unbound:

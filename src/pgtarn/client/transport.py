@@ -175,6 +175,21 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     # The fields of ClientExtras, read as the client's own (the defaults while it has none).
 
+    def schema_change_sent(self) -> None:
+        """The client sent a text that may change the schema (DDL): every shared prepared
+        statement is prepared afresh (session.statements.StatementCache.schema_changed), now
+        and again once its transaction ends."""
+        self.runtime.statement_cache.schema_changed()
+        self._extras_made().schema_pending = True
+
+    def schema_change_ended(self) -> None:
+        """The transaction of the client's DDL ended (ReadyForQuery with status I, or the
+        client left): statements prepared while it ran saw the schema before it."""
+        extras = self.extras
+        if extras is not None and extras.schema_pending:
+            extras.schema_pending = False
+            self.runtime.statement_cache.schema_changed()
+
     @property
     def admin(self) -> AdminSession | None:
         """The admin console's session, once logged in to it."""

@@ -11,6 +11,7 @@ first text that needs it (client/tracking.py, load_pglast), not at start.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -68,6 +69,16 @@ _CONTROLS: Final = (b"begin", b"start", b"commit", b"end", b"rollback", b"abort"
 #: first_look's answers: bits of an int.
 CHANGES_STATE: Final = 1  # may change session state (a named statement: or its transaction)
 NAMES_STATEMENTS: Final = 2  # a Query's text may name prepared statements (sqlnames)
+SCHEMA_CHANGE: Final = 4  # may change the schema (DDL): shared statements go stale
+
+#: A statement of a text that changes the schema: CREATE (but a temporary object's, seen by
+#: its own session only, which PostgreSQL re-plans by itself), ALTER, DROP, COMMENT, ... at
+#: the start of one of its statements, or inside a DO block.
+_SCHEMA: Final = re.compile(
+    rb"(?:^|;)(?:\s|--[^\n]*|/\*.*?\*/)*(?:"
+    rb"create\s+(?!(?:(?:local|global)\s+)?temp(?:orary)?\b)|alter\s|drop\s|comment\s|"
+    rb"import\s+foreign\s|security\s+label\s|"
+    rb"do\b.*?\b(?:create|alter|drop)\s)", re.DOTALL)
 
 
 def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
@@ -77,8 +88,8 @@ def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
 
 
 def first_look(body: bytes, msg_type: int = 0x51) -> int:
-    """What a Query's (0x51) or a Parse's (0x50) body may do: CHANGES_STATE (may_change_state)
-    and, for a Query, NAMES_STATEMENTS (sqlnames.may_name_statements).
+    """What a Query's (0x51) or a Parse's (0x50) body may do: CHANGES_STATE (may_change_state),
+    SCHEMA_CHANGE (DDL) and, for a Query, NAMES_STATEMENTS (sqlnames.may_name_statements).
 
     Digits never decide either, so the answer is cached per body's shape, its digits made
     zeros: a query sent again, with other numbers or not, costs its shape and one dict lookup.
@@ -101,10 +112,15 @@ def first_look(body: bytes, msg_type: int = 0x51) -> int:
                 looks.clear()
             if msg_type == 0x50:  # Parse: the statement's name comes first
                 name_end = key.find(b"\x00")
-                look = CHANGES_STATE if _look(key[name_end + 1 :], name_end > 0) else 0
+                text = key[name_end + 1 :]
+                look = CHANGES_STATE if _look(text, name_end > 0) else 0
             else:
+                text = key
                 look = ((CHANGES_STATE if _look(key, False) else 0)
                         | (NAMES_STATEMENTS if may_name_statements(key) else 0))
+            if _SCHEMA.match(text[: text.find(b"\x00")].lower()) is not None or (
+                    b";" in text and _SCHEMA.search(text[: text.find(b"\x00")].lower())):
+                look |= SCHEMA_CHANGE
             looks[key] = look
         else:
             look = cached

@@ -7,7 +7,7 @@ from typing import Final
 
 from ..proto.build import message
 from ..proto.framing import MessageScanner
-from .effects import NAMES_STATEMENTS, Parsed, first_look, may_change_state
+from .effects import NAMES_STATEMENTS, SCHEMA_CHANGE, Parsed, first_look, may_change_state
 from .tracking import SessionTracker
 
 #: A Sync or Query passed: one ReadyForQuery to come (an item of a ClientFramer part list).
@@ -38,7 +38,7 @@ class ClientFramer:
     """
 
     __slots__ = ("_scanner", "_session", "_texts", "max_size", "named_effects", "plain",
-                 "terminated", "whole")
+                 "schema_change", "terminated", "whole")
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
@@ -48,6 +48,8 @@ class ClientFramer:
         #: After feed: no part is a whole message to rewrite (only raw bytes and marks).
         self.plain = True
         self.terminated = False
+        #: A Query or Parse fed may change the schema (DDL): the reader clears it.
+        self.schema_change = False
         #: Session-state tracking (watch): told of texts that may change state.
         self._session: SessionTracker | None = None
         self._texts: TextHook | None = None
@@ -81,6 +83,8 @@ class ClientFramer:
         session = self._session
         for msg_type, body, end in events:
             begin = end - 5 - len(body)
+            if msg_type in _TEXTS and first_look(body, msg_type) & SCHEMA_CHANGE:
+                self.schema_change = True
             if session is not None and msg_type != 0x53 and (
                     (self.named_effects and msg_type in _NAMING) or (msg_type in _TEXTS and (
                         session.parse_all or may_change_state(body, msg_type)))):

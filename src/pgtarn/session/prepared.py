@@ -41,7 +41,6 @@ from .rewrite import (
     KIND_SYNC,
     NOOP_CLOSE,
     PARSE_COMPLETE,
-    RESULT_TYPE_CHANGED,
     SYNC,
     SYNC_ENTRY,
     UNDO_DEALLOCATED,
@@ -50,7 +49,9 @@ from .rewrite import (
     Entry,
     StatementRewriter,
     batch_end,
+    means_stale,
     raise_error,
+    reads_description,
 )
 from .statements import (
     FORGETS_ALL,
@@ -96,8 +97,13 @@ class ServerStatements(StatementRewriter):
         """An ErrorResponse: ERROR_FORWARD, ERROR_HIDE (held back in ``withheld``: the batch
         will be sent again) or ERROR_REPLACE (send ``replacement`` instead).
 
-        A Bind or EXECUTE that failed because the statement's result type changed renews
-        that statement, so that the next attempt prepares it again.
+        A Bind or EXECUTE that failed because the statement was prepared against an older
+        schema (rewrite.STALE_ERRORS) renews that statement, so that the next attempt
+        prepares it again; one a client described keeps its name (the client's driver must
+        see the error and prepare it again, as on a direct connection), and any error of a
+        statement lets the next Parse of its text prepare it afresh. The batch is sent again,
+        the client none the wiser, only when nothing of it ran and the client reads the new
+        description in it (rewrite.reads_description).
         """
         self.failed = True
         self.last_error = body
@@ -107,16 +113,25 @@ class ServerStatements(StatementRewriter):
         head = expected[0]
         stale = head.executes or ((head.stmt,) if head.kind == KIND_BIND and head.stmt else
                                   self.stale_candidates)
-        if stale and b"C0A000\x00" in body and RESULT_TYPE_CHANGED in body:
+        if stale and means_stale(body):
+            described = False
             for stmt in stale:
-                # The old name stays in this server's LRU (its key), so that it is closed
-                # when evicted; the renewed name is prepared afresh on next use.
-                cache.renew(stmt)
-            if (head.batch is not None and head.owner is not None and self._retry is None
-                    and batch_end(head.batch, head.at) >= 0):
+                if stmt.described:
+                    described = True
+                    cache.detach(stmt)
+                else:
+                    # The old name stays in this server's LRU (its key), so that it is
+                    # closed when evicted; the renewed name is prepared afresh on next use.
+                    cache.renew(stmt)
+            if (not described and head.batch is not None and head.owner is not None
+                    and self._retry is None and batch_end(head.batch, head.at) >= 0
+                    and reads_description(head.batch, head.at)):
                 self._retry = (head.owner, head.batch, head.at)
                 self.withheld = body
                 return ERROR_HIDE
+        elif stale:
+            for stmt in stale:
+                cache.detach(stmt)
         failed = self._failed_prelude
         if failed is not None and b"C26000\x00" in body and b'"' + failed[0] + b'"' in body:
             # "prepared statement pgtarn_s7 does not exist": the client gets the real cause.

@@ -33,6 +33,12 @@ UNDO_PRELUDE: Final = 5  # pgtarn's own PREPARE ahead of a client's EXECUTE
 
 #: The error PostgreSQL gives when a prepared statement's result type changed (ALTER TABLE).
 RESULT_TYPE_CHANGED: Final = b"cached plan must not change result type"
+#: Errors that mean a statement was prepared against a schema that changed since (SQLSTATE
+#: field and a part of the message): its result type changed, a type it names was dropped,
+#: a column it writes changed type.
+STALE_ERRORS: Final = ((b"C0A000\x00", RESULT_TYPE_CHANGED),
+                       (b"CXX000\x00", b"cache lookup failed for type"),
+                       (b"C42804\x00", b"but expression is of type"))
 
 FORWARD: Final = 0
 DROP: Final = 1
@@ -293,6 +299,7 @@ class StatementRewriter:
             if stmt is None:
                 out += message(b"D", body)
             else:
+                stmt.described = True  # its driver may cache what it is told now
                 self._ensure(stmt, out)
                 out += message(b"D", b"S" + stmt.name + b"\x00")
                 # A stale plan fails a Describe too: it has no reply entry, so a Bind after
@@ -444,6 +451,33 @@ def batch_end(parts: list[Part], index: int) -> int:
         if isinstance(part, int) or (isinstance(part, tuple) and part[0] in (0x53, 0x51)):
             return j
     return -1
+
+
+def means_stale(body: bytes) -> bool:
+    """Whether an ErrorResponse's body says its statement was prepared against an older
+    schema (STALE_ERRORS)."""
+    return any(code in body and text in body for code, text in STALE_ERRORS)
+
+
+def reads_description(parts: list[Part], index: int) -> bool:
+    """Whether the client reads a description of what parts[index] (a Bind, or a Query)
+    returns before its batch ends: a Query brings its RowDescription, and a Describe of the
+    statement or portal does (libpq's PQsendQueryPrepared sends one). A client that binds
+    without one decodes rows with what it was told before, so a statement prepared afresh
+    under it must not be run in its place."""
+    part = parts[index]
+    if isinstance(part, tuple) and part[0] == 0x51:
+        return True
+    for j in range(index + 1, len(parts)):
+        part = parts[j]
+        if isinstance(part, int):
+            return False
+        if isinstance(part, tuple):
+            if part[0] == 0x44:
+                return True
+            if part[0] in (0x53, 0x51, 0x42):
+                return False
+    return False
 
 
 def raise_error(sqlstate: str, text: str) -> bytes:

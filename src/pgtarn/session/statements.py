@@ -34,6 +34,13 @@ class Statement:
     sql: bool = False  # defined by SQL PREPARE: one client's, never shared
     #: Its text holds DISCARD ALL or DEALLOCATE ALL: running it may drop every statement.
     forgets: bool = False
+    #: A client asked for its description (Describe of the statement): clients may have
+    #: cached its parameter and result types, so it is never prepared afresh under them.
+    described: bool = False
+    #: The cache's generation when it was made (schema changes and renewals count up).
+    generation: int = 0
+    #: How many times it was given a new server-side name to be prepared afresh.
+    renewals: int = 0
 
     @property
     def query(self) -> str:
@@ -55,18 +62,30 @@ class Statement:
 
 
 class StatementCache:
-    """query text + parameter types -> Statement, shared by all clients of the pooler."""
+    """query text + parameter types -> Statement, shared by all clients of the pooler.
+
+    A schema change (DDL seen going to a server, or an admin RENEW) starts a new generation:
+    a Parse after it gets a statement of its own, prepared afresh on every server, and the
+    statements clients name from before are renamed so that every server prepares them
+    afresh too, except those a client described (its driver may have cached their types:
+    they stay as PostgreSQL prepared them, and fail as they would on a direct connection).
+    """
 
     def __init__(self) -> None:
         self._by_key: dict[bytes, Statement] = {}
+        #: Every statement some client name refers to, by identity (old generations too).
+        self._live: dict[int, Statement] = {}
         self._ids = itertools.count(1)
+        self.generation = 0
+        #: Statements given a new server-side name (schema changes, stale plans): a counter.
+        self.renewals = 0
 
     def __len__(self) -> int:
-        return len(self._by_key)
+        return len(self._live)
 
     def statements(self) -> list[Statement]:
-        """The shared statements clients name now."""
-        return list(self._by_key.values())
+        """The shared statements clients name now (those of earlier generations too)."""
+        return list(self._live.values())
 
     def intern(self, parse_tail: bytes) -> Statement:
         """The statement for a Parse body after its name (query, types); counted once more."""
@@ -75,8 +94,10 @@ class StatementCache:
             name = b"pgtarn_%d" % next(self._ids)
             query = parse_tail[: parse_tail.find(b"\x00")]
             stmt = Statement(name, message(b"P", name + b"\x00" + parse_tail),
-                             forgets=FORGETS_ALL.search(query) is not None)
+                             forgets=FORGETS_ALL.search(query) is not None,
+                             generation=self.generation)
             self._by_key[parse_tail] = stmt
+            self._live[id(stmt)] = stmt
         stmt.clients += 1
         return stmt
 
@@ -89,6 +110,27 @@ class StatementCache:
             key = _key(stmt)
             if self._by_key.get(key) is stmt:
                 del self._by_key[key]
+            self._live.pop(id(stmt), None)
+
+    def schema_changed(self) -> None:
+        """DDL went to a server (or an admin asked): every statement prepared before now is
+        prepared afresh before its next use, but for those a client described, whose names
+        keep their servers' statements (what a backend of a direct connection does); every
+        Parse from now on gets a statement of the new generation."""
+        self.generation += 1
+        self._by_key.clear()
+        for stmt in self._live.values():
+            if not stmt.described:
+                self._rename(stmt)
+
+    def detach(self, stmt: Statement) -> None:
+        """A statement failed in a way that may mean it is stale: the next Parse of its text,
+        by any client, gets a statement prepared afresh (the drivers' own recovery)."""
+        if stmt.sql:
+            return
+        key = _key(stmt)
+        if self._by_key.get(key) is stmt:
+            del self._by_key[key]
 
     def sql_statement(self, definition: bytes) -> Statement:
         """A new statement for SQL PREPARE; definition is what follows its name
@@ -100,6 +142,13 @@ class StatementCache:
     def renew(self, stmt: Statement) -> None:
         """The statement's plan went stale on some server: give it a new server-side name, so
         every server prepares it afresh on next use (the old ones age out of their LRU)."""
+        self.detach(stmt)
+        self._rename(stmt)
+
+    def _rename(self, stmt: Statement) -> None:
+        self.renewals += 1
+        stmt.renewals += 1
+        stmt.generation = self.generation
         if stmt.sql:
             definition = stmt.parse[5 + len(b"PREPARE ") + len(stmt.name) : -1]
             stmt.name = b"pgtarn_s%d" % next(self._ids)
@@ -114,7 +163,9 @@ class StatementCache:
         if stmt.sql:
             return
         stmt.clients += 1
-        self._by_key.setdefault(_key(stmt), stmt)
+        self._live[id(stmt)] = stmt
+        if stmt.generation == self.generation:
+            self._by_key.setdefault(_key(stmt), stmt)
 
 
 def _key(stmt: Statement) -> bytes:

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pglast import parse_sql
 
+from pgtarn.session import effects as effects_module
 from pgtarn.session.effects import (
     BEGIN,
     CHANGES_STATE,
@@ -599,3 +600,23 @@ def test_a_text_of_listen_and_unlisten_only_is_answered_by_pgtarn(
 ])
 def test_a_text_with_anything_else_runs_on_the_server(sql: str) -> None:
     assert as_subscriptions(effects_of(sql)) is None
+
+
+@pytest.mark.parametrize(("text", "changes"), [
+    ("ALTER TABLE t ALTER COLUMN c TYPE bigint", True),
+    ("create table t (a int)", True),
+    ("  /* migration 7 */ DROP TYPE mood", True),
+    ("-- note\ncomment on table t is 'x'", True),
+    ("select 1; drop table t", True),
+    ("DO $$BEGIN ALTER TABLE t ADD b int; END$$", True),
+    ("create temp table scratch (a int)", False),
+    ("CREATE LOCAL TEMPORARY TABLE scratch (a int)", False),
+    ("select created_at, dropped from t", False),
+    ("insert into t values (1)", False),
+    ("DO $$BEGIN PERFORM 1; END$$", False),
+])
+def test_first_look_sees_schema_changes(text: str, changes: bool) -> None:
+    body = text.encode() + b"\x00"
+    assert bool(effects_module.first_look(body) & effects_module.SCHEMA_CHANGE) is changes
+    parse = b"\x00" + body + b"\x00\x00"  # the unnamed statement's Parse
+    assert bool(effects_module.first_look(parse, 0x50) & effects_module.SCHEMA_CHANGE) is changes

@@ -87,6 +87,10 @@ class FakePostgres:
                 return [self.error("0A000", "cached plan must not change result type")]
             self.portal = self.statements[name]
             return [(0x32, b"")]
+        if msg_type == 0x44 and body[:1] == b"P":  # the unnamed portal's row description
+            if self.portal is None:
+                return [self.error("34000", "portal missing")]
+            return [(0x54, self.portal)]
         if msg_type == 0x44:
             name, _ = _cstr(body, 1)
             if name not in self.statements:
@@ -371,16 +375,71 @@ def _stale_everywhere() -> tuple[ClientStatements, list[ServerStatements], list[
     return client, servers, pgs
 
 
-def test_a_stale_plan_first_in_its_batch_is_prepared_afresh_and_retried() -> None:
+DESCRIBE_PORTAL: Msg = (0x44, b"P\x00")
+
+
+def test_a_stale_plan_first_in_a_batch_that_describes_it_is_prepared_afresh_and_retried(
+        ) -> None:
     client, servers, pgs = _stale_everywhere()
     old = client.names[b"s"].name
-    got = pooled(client, servers[0], pgs[0], [bind("s"), EXECUTE, SYNC])
-    assert [t for t, _ in got] == [0x32, 0x44, 0x43, 0x5A]  # no error reached the client
+    got = pooled(client, servers[0], pgs[0], [bind("s"), DESCRIBE_PORTAL, EXECUTE, SYNC])
+    # no error reached the client, which reads the new row description
+    assert [t for t, _ in got] == [0x32, 0x54, 0x44, 0x43, 0x5A]
     assert client.names[b"s"].name != old
     assert servers[0].counters.server_parses == 2
     assert old in servers[0].prepared  # the stale copy is closed when the LRU evicts it
-    got = pooled(client, servers[1], pgs[1], [bind("s"), EXECUTE, SYNC])
+    got = pooled(client, servers[1], pgs[1], [bind("s"), DESCRIBE_PORTAL, EXECUTE, SYNC])
+    assert [t for t, _ in got] == [0x32, 0x54, 0x44, 0x43, 0x5A]
+
+
+def test_a_stale_plan_bound_without_a_description_passes_the_error_on_then_works() -> None:
+    """The client decodes rows with the description it cached: rows of the statement
+    prepared afresh must not reach it in their place; PostgreSQL's error does."""
+    client, servers, pgs = _stale_everywhere()
+    old = client.names[b"s"].name
+    got = pooled(client, servers[0], pgs[0], [bind("s"), EXECUTE, SYNC])
+    assert got[0] == (0x45, b"C0A000\x00Mcached plan must not change result type\x00\x00")
+    assert [t for t, _ in got] == [0x45, 0x5A]
+    assert client.names[b"s"].name != old  # never described: prepared afresh from now on
+    for server, pg in zip(servers, pgs, strict=True):
+        got = pooled(client, server, pg, [bind("s"), EXECUTE, SYNC])
+        assert [t for t, _ in got] == [0x32, 0x44, 0x43, 0x5A]
+
+
+def test_a_stale_described_statement_keeps_its_name_and_a_new_parse_is_fresh() -> None:
+    """A driver that described the statement (asyncpg) gets PostgreSQL's error on every
+    server that has it, as on its own backend; its next Parse of the text is fresh."""
+    cache = StatementCache()
+    client = ClientStatements(cache)
+    server, pg = ServerStatements(10), FakePostgres()
+    pooled(client, server, pg, [parse("s", "select * from t"), describe("s"), SYNC])
+    stmt = client.names[b"s"]
+    pg.stale.add(stmt.name)
+    got = pooled(client, server, pg, [bind("s"), EXECUTE, SYNC])
+    assert [t for t, _ in got] == [0x45, 0x5A]
+    assert client.names[b"s"] is stmt and stmt.name in pg.statements  # not renamed
+    got = pooled(client, server, pg, [parse("s2", "select * from t"), describe("s2"), SYNC])
+    assert [t for t, _ in got] == [0x31, 0x74, 0x54, 0x5A]
+    assert client.names[b"s2"] is not stmt and client.names[b"s2"].name not in pg.stale
+
+
+def test_a_schema_change_renews_what_nobody_described_and_new_parses_are_fresh() -> None:
+    cache = StatementCache()
+    a, b = ClientStatements(cache), ClientStatements(cache)
+    server, pg = ServerStatements(10), FakePostgres()
+    pooled(a, server, pg, [parse("s", "select 1"), bind("s"), EXECUTE, SYNC])
+    pooled(b, server, pg, [parse("d", "select 2"), describe("d"), SYNC])
+    plain, described = a.names[b"s"], b.names[b"d"]
+    old_plain, old_described = plain.name, described.name
+    cache.schema_changed()
+    assert plain.name != old_plain and described.name == old_described
+    assert cache.generation == 1 and cache.renewals == 1
+    got = pooled(a, server, pg, [bind("s"), EXECUTE, SYNC])  # prepared afresh, silently
     assert [t for t, _ in got] == [0x32, 0x44, 0x43, 0x5A]
+    assert pg.statements[plain.name] == b"select 1"
+    pooled(b, server, pg, [parse("e", "select 2"), SYNC])  # a new Parse: a new statement
+    assert b.names[b"e"] is not described and b.names[b"e"].generation == 1
+    assert len(cache) == 3
 
 
 def test_a_stale_plan_after_work_in_its_batch_fails_once_then_works() -> None:
@@ -396,13 +455,17 @@ def test_a_stale_plan_after_work_in_its_batch_fails_once_then_works() -> None:
         assert [t for t, _ in got] == [0x32, 0x44, 0x43, 0x5A]
 
 
-def test_a_stale_plan_failing_a_describe_is_passed_on_then_renewed() -> None:
+def test_a_stale_plan_failing_a_describe_is_passed_on_and_a_new_parse_is_fresh() -> None:
     client, servers, pgs = _stale_everywhere()
     old = client.names[b"s"].name
     got = pooled(client, servers[0], pgs[0], [describe("s"), bind("s"), EXECUTE, SYNC])
     # the Describe failed: no retry from the Bind (the client would get a BindComplete
-    # where it waits for a RowDescription); the error goes on, the statement is renewed
+    # where it waits for a RowDescription); the error goes on. The client asked for the
+    # description, so it may cache it: the statement keeps its name (as on its own backend),
+    # and the driver's recovery, a Parse of the text again, gets one prepared afresh
     assert [t for t, _ in got] == [0x45, 0x5A]
-    assert client.names[b"s"].name != old
-    got = pooled(client, servers[0], pgs[0], [describe("s"), bind("s"), EXECUTE, SYNC])
-    assert [t for t, _ in got] == [0x74, 0x54, 0x32, 0x44, 0x43, 0x5A]
+    assert client.names[b"s"].name == old
+    got = pooled(client, servers[0], pgs[0], [parse("s2", "select * from t"), describe("s2"),
+                                              bind("s2"), EXECUTE, SYNC])
+    assert [t for t, _ in got] == [0x31, 0x74, 0x54, 0x32, 0x44, 0x43, 0x5A]
+    assert client.names[b"s2"].name != old

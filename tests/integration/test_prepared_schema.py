@@ -1,0 +1,174 @@
+"""Shared prepared statements across schema changes: never a stale type, never a wrong value."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+import asyncpg
+import psycopg
+import pytest
+
+from .drivers import aconnect, connect
+
+UTC = datetime.UTC
+INSERT_TS = "INSERT INTO ts_t (id, ts) VALUES (%s, %s)"
+WITH_OFFSET = "2024-01-01 00:00:00+05"
+RIGHT = datetime.datetime(2023, 12, 31, 19, 0, tzinfo=UTC)
+
+
+def _admin(proc, command: str) -> None:  # type: ignore[no-untyped-def]
+    with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"),
+                         autocommit=True) as admin:
+        admin.execute(command)
+
+
+def _ts_table(pg_cluster) -> None:  # type: ignore[no-untyped-def]
+    pg_cluster.psql("DROP TABLE IF EXISTS ts_t; CREATE TABLE ts_t (id int, ts timestamp);"
+                    " ALTER TABLE ts_t OWNER TO app;", dbname="app")
+
+
+def _insert_after_migration(proc, migrate, check=None) -> datetime.datetime:  # type: ignore[no-untyped-def]
+    """A client prepares the INSERT (its timestamp sent as unknown), migrate() turns the
+    column into timestamptz, a connection opened after it inserts a value with an offset
+    (check(), if given, runs while both clients are still there)."""
+    with connect(proc, autocommit=True) as before:
+        before.execute(INSERT_TS, (1, "2020-01-01 00:00:00"), prepare=True)
+        migrate()
+        with connect(proc, autocommit=True) as after:
+            after.execute("SET TimeZone = 'UTC'")
+            after.execute(INSERT_TS, (2, WITH_OFFSET), prepare=True)
+            row = after.execute("SELECT ts FROM ts_t WHERE id = 2").fetchone()
+            assert row is not None
+            if check is not None:
+                check()
+            return row[0]  # type: ignore[no-any-return]
+
+
+def test_a_migration_through_pgtarn_makes_the_next_parse_fresh(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    _ts_table(pg_cluster)
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+
+    def migrate() -> None:
+        with connect(proc, autocommit=True) as conn:
+            conn.execute("ALTER TABLE ts_t ALTER COLUMN ts TYPE timestamptz")
+
+    assert _insert_after_migration(proc, migrate) == RIGHT
+
+
+def test_a_migration_in_a_do_block_through_pgtarn(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    _ts_table(pg_cluster)
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+
+    async def migrate_async() -> None:
+        conn = await aconnect(proc)  # asyncpg's execute: the simple query protocol
+        try:
+            await conn.execute("DO $$BEGIN ALTER TABLE ts_t ALTER COLUMN ts TYPE timestamptz;"
+                               " END$$")
+        finally:
+            await conn.close()
+
+    assert _insert_after_migration(proc, lambda: asyncio.run(migrate_async())) == RIGHT
+
+
+def test_a_migration_on_a_direct_connection_then_renew_statements(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    _ts_table(pg_cluster)
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+
+    def migrate() -> None:
+        pg_cluster.psql("ALTER TABLE ts_t ALTER COLUMN ts TYPE timestamptz", dbname="app")
+        _admin(proc, "RENEW_STATEMENTS app")
+
+    def check() -> None:
+        with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"),
+                             autocommit=True) as admin:
+            cur = admin.execute("SHOW PREPARED_STATEMENTS")
+            columns = [c.name for c in cur.description or ()]
+            rows = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+        inserts = [r for r in rows if r["query"].startswith("INSERT INTO ts_t")]
+        # the first client's, renamed, and the second client's, new: both of generation 1
+        assert sorted((r["generation"], r["renewals"]) for r in inserts) == [(1, 0), (1, 1)]
+
+    assert _insert_after_migration(proc, migrate, check) == RIGHT
+
+
+def test_enum_made_in_a_rolled_back_transaction_then_made_again(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """psycopg's own recovery: the statement failed, the schema is made again, and psycopg
+    prepares the same text under a new name: it must be parsed again, on every server."""
+    pg_cluster.psql("DROP TABLE IF EXISTS moods; DROP TYPE IF EXISTS mood;", dbname="app")
+    proc = pgtarn_factory(settings={"default_pool_size": 2})
+    insert = "INSERT INTO moods (m) VALUES (%s)"
+    with connect(proc) as conn:
+        conn.execute("CREATE TYPE mood AS ENUM ('happy', 'sad')")
+        conn.execute("CREATE TABLE moods (m mood)")
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            conn.execute(insert, ("angry",), prepare=True)
+        conn.rollback()
+        conn.execute("CREATE TYPE mood AS ENUM ('happy', 'sad')")
+        conn.execute("CREATE TABLE moods (m mood)")
+        conn.commit()
+        for _ in range(3):
+            conn.execute(insert, ("happy",), prepare=True)
+            conn.commit()
+        with connect(proc, autocommit=True) as other:  # a new connection, another server
+            other.execute(insert, ("sad",), prepare=True)
+        assert conn.execute("SELECT count(*) FROM moods").fetchone() == (4,)
+
+
+@pytest.mark.parametrize("via", ["pgtarn", "direct"])
+@pytest.mark.parametrize(("new_type", "expected"), [("real", 2.0), ("bigint", 2), ("text", "2")])
+def test_asyncpg_reads_after_a_column_type_change(pgtarn_factory, pg_cluster, new_type, expected,  # type: ignore[no-untyped-def]
+                                                  via):
+    """asyncpg binds a cached statement without describing it again: it must get
+    PostgreSQL's error (and prepare again by itself), never rows of another shape."""
+    pg_cluster.psql("DROP TABLE IF EXISTS shape_t; CREATE TABLE shape_t (a int, b int);"
+                    " INSERT INTO shape_t VALUES (1, 2); ALTER TABLE shape_t OWNER TO app;",
+                    dbname="app")
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+
+    async def main() -> list[object]:
+        conn = await aconnect(proc, statement_cache_size=100)
+        try:
+            assert [tuple(r) for r in await conn.fetch("SELECT a, b FROM shape_t")] == [(1, 2)]
+            alter = f"ALTER TABLE shape_t ALTER COLUMN b TYPE {new_type}"
+            if via == "pgtarn":
+                await conn.execute(alter)
+            else:
+                pg_cluster.psql(alter, dbname="app")
+            seen: list[object] = []
+            for _ in range(3):
+                try:
+                    seen.append((await conn.fetch("SELECT a, b FROM shape_t"))[0]["b"])
+                except asyncpg.exceptions.InvalidCachedStatementError:
+                    seen.append("error")
+            return seen
+        finally:
+            await conn.close()
+
+    seen = asyncio.run(main())
+    assert set(seen) <= {expected, "error"} and seen[-1] == expected, seen
+
+
+def test_asyncpg_new_connection_after_a_column_type_change(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    pg_cluster.psql("DROP TABLE IF EXISTS addr_t; CREATE TABLE addr_t (id int, c inet);"
+                    " ALTER TABLE addr_t OWNER TO app;", dbname="app")
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+    insert = "INSERT INTO addr_t (id, c) VALUES ($1, $2)"
+
+    async def main() -> None:
+        first = await aconnect(proc, statement_cache_size=100)  # it keeps the statement
+        try:
+            await first.execute(insert, 1, "10.0.0.1")
+            await first.execute("DELETE FROM addr_t")
+            await first.execute("ALTER TABLE addr_t ALTER COLUMN c TYPE macaddr USING NULL")
+            second = await aconnect(proc, statement_cache_size=100)
+            try:
+                await second.execute(insert, 2, "08:00:2b:01:02:03")
+                assert await second.fetchval("SELECT c::text FROM addr_t WHERE id = 2") == \
+                    "08:00:2b:01:02:03"
+            finally:
+                await second.close()
+        finally:
+            await first.close()
+
+    asyncio.run(main())
