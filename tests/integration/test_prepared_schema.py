@@ -172,3 +172,66 @@ def test_asyncpg_new_connection_after_a_column_type_change(pgtarn_factory, pg_cl
             await first.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(("new_type", "expected"), [("real", 2.0), ("bigint", 2), ("text", "2")])
+def test_asyncpg_statement_prepared_afresh_on_another_server(pgtarn_factory, pg_cluster,  # type: ignore[no-untyped-def]
+                                                             new_type, expected):
+    """X prepared its statement on the first server; a migration changes its result type
+    while Y holds that server; X's cached statement is prepared afresh on the second server,
+    whose rows X would decode with the old description: it gets PostgreSQL's error (and
+    prepares again by itself), as on the backend where it prepared the statement."""
+    pg_cluster.psql("DROP TABLE IF EXISTS other_t; CREATE TABLE other_t (a int, b int);"
+                    " INSERT INTO other_t VALUES (1, 2); ALTER TABLE other_t OWNER TO app;",
+                    dbname="app")
+    proc = pgtarn_factory(settings={"default_pool_size": 2})
+
+    async def main() -> list[object]:
+        x = await aconnect(proc, statement_cache_size=100)
+        y = await aconnect(proc)
+        try:
+            assert [tuple(r) for r in await x.fetch("SELECT * FROM other_t")] == [(1, 2)]
+            holder = y.transaction()
+            await holder.start()
+            await y.execute("SELECT 1")  # y keeps the first server
+            pg_cluster.psql(f"ALTER TABLE other_t ALTER COLUMN b TYPE {new_type}",
+                            dbname="app")
+            seen: list[object] = []
+            for _ in range(3):
+                try:
+                    seen.append((await x.fetch("SELECT * FROM other_t"))[0]["b"])
+                except asyncpg.exceptions.InvalidCachedStatementError:
+                    seen.append("error")
+            await holder.rollback()
+            return seen
+        finally:
+            await x.close()
+            await y.close()
+
+    seen = asyncio.run(main())
+    assert set(seen) <= {expected, "error"} and seen[-1] == expected, seen
+
+
+def test_asyncpg_statements_checked_on_new_servers_run_unchanged(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """Without a schema change the check passes: many clients, few servers, no error."""
+    proc = pgtarn_factory(settings={"default_pool_size": 3, "max_client_conn": 100})
+
+    async def client(n: int) -> list[object]:
+        conn = await aconnect(proc, statement_cache_size=100)
+        try:
+            out: list[object] = []
+            for i in range(10):
+                out.append(await conn.fetchval("SELECT $1::int * 10 + $2::int", n, i))
+                out.append(await conn.fetchval("SELECT name FROM items WHERE id = $1",
+                                               i % 3 + 1))
+                await conn.executemany("SELECT $1::int", [(1,), (2,)])
+            return out
+        finally:
+            await conn.close()
+
+    async def main() -> list[list[object]]:
+        return await asyncio.gather(*(client(n) for n in range(12)))
+
+    names = {1: "one", 2: "two", 3: "three"}
+    for n, values in enumerate(asyncio.run(main())):
+        assert values == [v for i in range(10) for v in (n * 10 + i, names[i % 3 + 1])]

@@ -49,16 +49,38 @@ class ClientLink(ClientListening):
             return
         self._link(server)
         if self.pending:
-            pending = self.pending
-            if len(pending) == 1 and isinstance(pending[0], bytes):
-                data = pending[0]
-            else:
-                data = b"".join([self._encode(server, item) for item in pending])
-            self.pending = NO_PENDING  # (_hold makes a new list anyway: an idle client keeps none)
+            self._flush_pending(server)
+
+    def _flush_pending(self, server: ServerConnection) -> None:
+        """Send what waited to the linked server; what a check of a statement holds back
+        (ServerStatements.deferred) waits on, with what came after it."""
+        pending = self.pending
+        if len(pending) == 1 and isinstance(pending[0], bytes):
+            data = pending[0]
+            pending = NO_PENDING
+        else:
+            out = []
+            rest: list[bytes | PendingParts] = NO_PENDING
+            for at, item in enumerate(pending):
+                out.append(self._encode(server, item))
+                statements = server.statements
+                if statements is not None and statements.deferred is not None:
+                    rest = [(statements.deferred, None), *pending[at + 1 :]]
+                    statements.deferred = None
+                    break
+            data = b"".join(out)
+            pending = rest
+        self.pending = pending  # (_hold makes a new list anyway: an idle client keeps none)
+        if not pending:
             if self.pending_size > PENDING_PAUSE and self.transport is not None:
                 self.transport.resume_reading()
             self.pending_size = 0
-            server.write(data)
+        server.write(data)
+
+    def statements_checked(self) -> None:
+        server = self.server
+        if server is not None and self.pending and not self.waiting:
+            self._flush_pending(server)
 
     def _link(self, server: ServerConnection) -> None:
         """Make server ours; it SETs the tracked parameters that differ on it."""
@@ -270,13 +292,7 @@ class ClientLink(ClientListening):
             return
         server = self.server
         if server is not None:  # a pinned client: its own server
-            pending = self.pending
-            data = b"".join([self._encode(server, item) for item in pending])
-            self.pending = NO_PENDING
-            if self.pending_size > PENDING_PAUSE and self.transport is not None:
-                self.transport.resume_reading()
-            self.pending_size = 0
-            server.write(data)
+            self._flush_pending(server)
             return
         self.waiting = True
         pool = self.pool if self.route is None else self._routed_pool()
@@ -368,5 +384,7 @@ class ClientLink(ClientListening):
             return chunk
         data = statements.send(self.statements, parts, chunk, server.status)
         server.start_hidden()  # a statement prepared ahead of a simple query
+        if statements.describing:
+            server.watch_descriptions()
         return data
 

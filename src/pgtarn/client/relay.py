@@ -369,10 +369,18 @@ class ClientRelay(ClientLink):
     def _send_item(self, item: PendingParts, size: int) -> None:
         """Prepared-statement mode: encode for the linked server, or keep until one comes."""
         server = self._server_now()
-        if server is not None:
-            server.write(self._encode(server, item))
-        else:
+        if server is None:
             self._hold(item, size)
+            return
+        statements = server.statements
+        if self.pending or (statements is not None and statements.checking):
+            self._hold(item, size)  # after what a check of a statement holds back
+            return
+        server.write(self._encode(server, item))
+        statements = server.statements
+        if statements is not None and statements.deferred is not None:
+            self._hold((statements.deferred, None), size)
+            statements.deferred = None
 
 
 def _goes_on(data: bytes, events: list[tuple[int, bytes, int]], held: int,

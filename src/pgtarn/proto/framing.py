@@ -87,6 +87,15 @@ class MessageScanner:
         #: one's state (kept): that shared one; None: its owner's alone.
         self.home: MessageScanner | None = None
 
+    def watch_types(self, watch: frozenset[int]) -> None:
+        """Report these types from the next message on (their bodies too); a scanner of its
+        owner alone."""
+        self._watch = self._bodies = _table(watch)
+
+    def watching(self, msg_type: int) -> bool:
+        """Whether messages of this type are reported."""
+        return bool(self._watch[msg_type])
+
     def kept(self) -> MessageScanner:
         """The scanner to keep after a chunk, for one lent from a shared scanner: the shared
         one while at a message boundary (its state is then a new scanner's, the same for

@@ -15,6 +15,7 @@ from ..proto.framing import MessageScanner
 from ..proto.messages import parse_fields, parse_parameter_status
 from ..session.prepared import (
     AS_PARSE_COMPLETE,
+    DESCRIPTION_TYPES,
     ERROR_HIDE,
     ERROR_REPLACE,
     FORWARD,
@@ -28,6 +29,9 @@ from .transport import RELAY_TYPES, ServerTransport, log
 
 # With prepared statements: also ParseComplete, BindComplete and CloseComplete.
 PREPARED_RELAY_TYPES: Final = frozenset(b"ZSE123")
+# While a reply to the Describe of a statement is owed (what its clients are told, or pgtarn's
+# check of it): also ParameterDescription, RowDescription and NoData.
+DESCRIBING_RELAY_TYPES: Final = PREPARED_RELAY_TYPES | DESCRIPTION_TYPES
 RFQ_LEN: Final = 6
 
 
@@ -130,9 +134,13 @@ class ServerRelay(ServerTransport):
             if msg_start < 0:  # began in held-back bytes: rebuild it
                 piece = build.message(bytes((msg_type,)), body)
                 msg_start = start = end
+            if msg_type in DESCRIPTION_TYPES:
+                statements.description(msg_type, body, self.runtime.statement_cache)
             if self.swallow:
                 if msg_type in (0x31, 0x32, 0x33):
                     statements.reply(msg_type)
+                    continue
+                if msg_type in DESCRIPTION_TYPES:
                     continue
                 if self.swallow_syncs:  # a batch the statements track: hidden, or our Sync
                     if msg_type == 0x5A:
@@ -143,6 +151,8 @@ class ServerRelay(ServerTransport):
                 if self._swallowed(msg_type, body):
                     start = end
                     self.start_hidden()
+                    if statements.resume:
+                        self._checked(statements)
                 continue
             if msg_type in (0x31, 0x32, 0x33):
                 action = statements.reply(msg_type)
@@ -197,11 +207,29 @@ class ServerRelay(ServerTransport):
         if out:
             self.client.write(bytes(out))
 
+    def _checked(self, statements: ServerStatements) -> None:
+        """pgtarn's check of a statement prepared afresh is answered: the client's parts held
+        for it go now."""
+        statements.resume = False
+        if not statements.describing and self.scanner.watching(0x54):
+            self.scanner.watch_types(PREPARED_RELAY_TYPES)
+        client = self.client
+        if client is not None:
+            client.statements_checked()
+
+    def watch_descriptions(self) -> None:
+        """Replies to a Describe of a statement are owed: read them (ServerStatements.
+        description) until they came."""
+        if not self.scanner.watching(0x54):
+            self.scanner.watch_types(DESCRIBING_RELAY_TYPES)
+
     def _after_ready(self: Self, code: int, message: bytes, body: bytes) -> bytes:
         """A ReadyForQuery of a prepared-statement server: what the client gets for it."""
         statements = self.statements
         assert statements is not None
         self.status = body
+        if not statements.describing and self.scanner.watching(0x54):
+            self.scanner.watch_types(PREPARED_RELAY_TYPES)
         if code == READY_RETRY:
             # The batch failed only because its statement's plan went stale: send it again.
             resend, statements.resend = statements.resend, b""

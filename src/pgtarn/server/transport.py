@@ -43,6 +43,11 @@ class LinkedClient(asyncio.Protocol, Waiter[Server]):
     def write(self, data: bytes) -> None:
         raise NotImplementedError
 
+    def statements_checked(self) -> None:
+        """A check pgtarn made of a statement before the client's Bind of it is answered:
+        send what waited for it."""
+        raise NotImplementedError
+
     def ready_for_query(self, server: Server, status: bytes) -> bytes | None:
         """At each ReadyForQuery: None to forward it, or bytes to send in its place; the
         client may end the link here."""

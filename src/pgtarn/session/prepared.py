@@ -30,25 +30,32 @@ from __future__ import annotations
 
 from typing import Final
 
+from ..proto.messages import parse_fields
 from .rewrite import (
     AS_PARSE_COMPLETE,
+    DESCRIPTION_TYPES,
     DROP,
     FORWARD,
     HIDDEN_ENTRY,
     KIND_BIND,
+    KIND_CHECK,
     KIND_CLOSE,
+    KIND_DESCRIBE,
     KIND_PARSE,
     KIND_SYNC,
     NOOP_CLOSE,
     PARSE_COMPLETE,
+    RESULT_TYPE_CHANGED_ERROR,
     SYNC,
     SYNC_ENTRY,
+    UNDO_CHECK,
     UNDO_DEALLOCATED,
     UNDO_DEFINED,
     UNDO_PRELUDE,
     Entry,
     StatementRewriter,
     batch_end,
+    description_digest,
     means_stale,
     raise_error,
     reads_description,
@@ -62,8 +69,9 @@ from .statements import (
 )
 
 __all__ = [
-    "AS_PARSE_COMPLETE", "DROP", "ERROR_FORWARD", "ERROR_HIDE", "ERROR_REPLACE", "FORGETS_ALL",
-    "FORWARD", "HIDDEN_ENTRY", "NOOP_CLOSE", "PARSE_COMPLETE", "READY_FORWARD", "READY_RETRY",
+    "AS_PARSE_COMPLETE", "DESCRIPTION_TYPES", "DROP", "ERROR_FORWARD", "ERROR_HIDE",
+    "ERROR_REPLACE", "FORGETS_ALL", "FORWARD", "HIDDEN_ENTRY", "NOOP_CLOSE", "PARSE_COMPLETE",
+    "READY_FORWARD", "READY_RETRY",
     "READY_UNHIDE", "SYNC", "ClientStatements", "PreparedCounters", "ServerStatements",
     "Statement", "StatementCache", "raise_error",
 ]
@@ -93,6 +101,33 @@ class ServerStatements(StatementRewriter):
             return FORWARD
         return expected.popleft().action
 
+    def description(self, msg_type: int, body: bytes, cache: StatementCache) -> None:
+        """A ParameterDescription, RowDescription or NoData (read while ``describing``): the
+        reply to a client's Describe of a statement is what its clients are told, recorded
+        once; the reply to pgtarn's check of a statement prepared afresh must match it, or
+        the statement's Binds raise PostgreSQL's error in their place on this server (as on
+        the backend where the client prepared it), and its next Parse is fresh."""
+        expected = self.expected
+        if not expected or expected[0].kind not in (KIND_DESCRIBE, KIND_CHECK):
+            return  # a portal's, or a simple query's
+        if msg_type == 0x74:
+            self._parameters = body
+            return
+        head = expected.popleft()
+        self.describing -= 1
+        parameters, self._parameters = self._parameters, b""
+        stmt = head.stmt
+        assert stmt is not None
+        told = description_digest(parameters, msg_type, body)
+        if head.kind == KIND_DESCRIBE:
+            if stmt.told is None:
+                stmt.told, stmt.told_parameters = told, parameters
+        elif told != stmt.told:
+            if len(self.refused) >= max(self.capacity, 1):
+                self.refused.clear()
+            self.refused[stmt.name] = RESULT_TYPE_CHANGED_ERROR
+            cache.detach(stmt)
+
     def error(self, body: bytes, cache: StatementCache) -> int:
         """An ErrorResponse: ERROR_FORWARD, ERROR_HIDE (held back in ``withheld``: the batch
         will be sent again) or ERROR_REPLACE (send ``replacement`` instead).
@@ -107,6 +142,13 @@ class ServerStatements(StatementRewriter):
         """
         self.failed = True
         self.last_error = body
+        raising = self.raising
+        if raising is not None:
+            self.raising = None
+            sqlstate, text = raising
+            if b"C" + sqlstate.encode() + b"\x00" in body and text.encode() in body:
+                self.replacement = _as_postgresql_words(sqlstate, text)
+                return ERROR_REPLACE
         expected = self.expected
         if not expected:
             return ERROR_FORWARD
@@ -158,10 +200,20 @@ class ServerStatements(StatementRewriter):
         failed = self.failed
         self.failed = False
         sync = self._ready()
-        if sync is None or sync.action != UNDO_PRELUDE:
+        if sync is None or sync.action not in (UNDO_PRELUDE, UNDO_CHECK):
             self._failed_prelude = None  # it was for the query that followed the prelude
         if sync is not None and sync.action != FORWARD and failed:
             self._undo(sync)
+        if sync is not None and sync.action == UNDO_CHECK:
+            self.checking = False
+            self.resume = True  # the client's parts held for the check go now
+            stmt = sync.stmt
+            if failed and stmt is not None and stmt.name not in self.refused:
+                # the statement could not be prepared as its clients know it: they get why
+                fields = parse_fields(self.last_error)
+                self.refused[stmt.name] = (fields.get("C", "XX000"),
+                                           fields.get("M", "cannot prepare the statement"))
+                self._failed_prelude = None
         retry = self._retry
         if retry is None:
             return READY_FORWARD
@@ -219,6 +271,10 @@ class ServerStatements(StatementRewriter):
             self._failed_prelude = (stmt.name, self.last_error)
 
     def _skipped(self, entry: Entry) -> None:
+        if entry.kind in (KIND_DESCRIBE, KIND_CHECK):
+            self.describing -= 1
+            self._parameters = b""
+            return
         if entry.client is not None:
             # The client's Parse or Close failed or was skipped after an error: the name
             # means what it meant before.
@@ -243,3 +299,13 @@ class ServerStatements(StatementRewriter):
         """A Sync or Query went by untouched, or pgtarn sent a Sync itself (a client left
         mid-batch): its ReadyForQuery ends what came before."""
         self._synced(SYNC_ENTRY)
+
+
+def _as_postgresql_words(sqlstate: str, text: str) -> bytes:
+    """An ErrorResponse body for an error pgtarn raised in a statement's place: for a result
+    type that changed, with the routine PostgreSQL names (asyncpg tells a stale statement
+    from other errors of SQLSTATE 0A000 by it, and prepares it again)."""
+    fields = [b"SERROR", b"VERROR", b"C" + sqlstate.encode(), b"M" + text.encode()]
+    if (sqlstate, text) == RESULT_TYPE_CHANGED_ERROR:
+        fields += [b"Fplancache.c", b"RRevalidateCachedQuery"]
+    return b"\x00".join(fields) + b"\x00\x00"

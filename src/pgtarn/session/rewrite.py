@@ -25,11 +25,21 @@ KIND_CLOSE: Final = 2  # a CloseComplete
 KIND_SYNC: Final = 3  # a ReadyForQuery (after Sync or Query)
 KIND_BIND: Final = 4  # a BindComplete
 KIND_HIDDEN: Final = 5  # marks where a batch of pgtarn's own begins
+KIND_DESCRIBE: Final = 6  # a client's Describe of a statement: what it is told, recorded
+KIND_CHECK: Final = 7  # pgtarn's Describe of a statement prepared afresh, checked
 
 # What a KIND_SYNC entry undoes when its batch failed.
 UNDO_DEFINED: Final = 3  # the client's SQL PREPARE
 UNDO_DEALLOCATED: Final = 4  # the client's SQL DEALLOCATE
 UNDO_PRELUDE: Final = 5  # pgtarn's own PREPARE ahead of a client's EXECUTE
+UNDO_CHECK: Final = 6  # pgtarn's Parse and Describe of a statement a client described
+
+#: ParameterDescription, RowDescription and NoData: replies to a Describe.
+DESCRIPTION_TYPES: Final = frozenset(b"tTn")
+#: The error a client gets for a statement whose result type changed since it was told it.
+RESULT_TYPE_CHANGED_ERROR: Final = ("0A000", "cached plan must not change result type")
+#: The name of pgtarn's statement that raises an error in place of a client's.
+RAISER_NAME: Final = b"pgtarn_raise"
 
 #: The error PostgreSQL gives when a prepared statement's result type changed (ALTER TABLE).
 RESULT_TYPE_CHANGED: Final = b"cached plan must not change result type"
@@ -118,6 +128,22 @@ class StatementRewriter:
         self.stale_candidates: tuple[Statement, ...] = ()
         #: The unnamed statement's text, when it holds DISCARD ALL or DEALLOCATE ALL.
         self.unnamed_forgets = b""
+        #: A check of a described statement prepared afresh here is under way: the client's
+        #: parts from its Bind on wait (deferred, taken by the caller of send) until its
+        #: ReadyForQuery (then resume is set).
+        self.checking = False
+        self.resume = False
+        self.deferred: list[Part] | None = None
+        #: Describe replies owed (the relay reads ParameterDescription and RowDescription
+        #: only while some are), and the ParameterDescription of the one under way.
+        self.describing = 0
+        self._parameters = b""
+        #: Statements whose Bind raises an error here in their place (SQLSTATE, message):
+        #: prepared afresh with another result type than their clients were told.
+        self.refused: dict[bytes, tuple[str, str]] = {}
+        #: The error pgtarn's raiser is to give (ServerStatements.error sends it as
+        #: PostgreSQL words it, routine included: drivers read that).
+        self.raising: tuple[str, str] | None = None
 
     @property
     def idle(self) -> bool:
@@ -161,6 +187,9 @@ class StatementRewriter:
                 if msg_type == 0x50:  # Parse
                     self._parse(client, body, out)
                 elif msg_type == 0x42:  # Bind
+                    if end is None and self._must_check(client, body, out):
+                        self.deferred = parts[index:]
+                        break
                     text = self._bind(client, body, out, parts, index, may_retry)
                     if text:
                         self._forget_all(client, text, status)
@@ -176,6 +205,29 @@ class StatementRewriter:
                     else:
                         self.fresh = self.clean = False
         return bytes(out)
+
+    def _must_check(self, client: ClientStatements, body: bytes, out: bytearray) -> bool:
+        """A Bind, first of its batch, of a statement a client described that this server
+        lacks: prepare and describe it in a batch of pgtarn's own first (True), whose
+        description must match what the client was told before the Bind may run."""
+        if not self.clean:
+            return False
+        _portal, pos = read_cstring(body, 0)
+        name, _end = read_cstring(body, pos)
+        stmt = client.names.get(name) if name else None
+        if stmt is None or stmt.told is None or stmt.name in self.refused or self._has(stmt):
+            return False
+        self.expected.append(HIDDEN_ENTRY)
+        self._evict(out)
+        out += stmt.typed_parse() + message(b"D", b"S" + stmt.name + b"\x00") + SYNC
+        self.prepared[stmt.name] = stmt
+        self.counters.server_parses += 1
+        self.expected.append(Entry(KIND_PARSE, DROP, stmt))
+        self.expected.append(Entry(KIND_CHECK, FORWARD, stmt))
+        self.describing += 1
+        self.expected.append(Entry(KIND_SYNC, UNDO_CHECK, stmt))
+        self.checking = True
+        return True
 
     def _synced(self, entry: Entry) -> None:
         self.expected.append(entry)
@@ -271,6 +323,16 @@ class StatementRewriter:
             self.expected.append(BIND_ENTRY)
             if not name:
                 forgets = self.unnamed_forgets
+        elif stmt.name in self.refused:
+            sqlstate, text = self.refused[stmt.name]
+            self.raising = (sqlstate, text)
+            out += message(b"C", b"S" + RAISER_NAME + b"\x00")
+            self.expected.append(Entry(KIND_CLOSE, DROP))
+            out += message(b"P", RAISER_NAME + b"\x00" + raise_error(sqlstate, text)[5:-1]
+                           + b"\x00\x00\x00")
+            self.expected.append(Entry(KIND_PARSE, DROP))
+            out += message(b"B", body[:pos] + RAISER_NAME + b"\x00" + b"\x00" * 6)
+            self.expected.append(BIND_ENTRY)
         else:
             if stmt.forgets:
                 forgets = stmt.parse[5 + len(stmt.name) + 1 :]
@@ -302,6 +364,9 @@ class StatementRewriter:
                 stmt.described = True  # its driver may cache what it is told now
                 self._ensure(stmt, out)
                 out += message(b"D", b"S" + stmt.name + b"\x00")
+                if stmt.told is None:  # what it is told is recorded from the replies
+                    self.expected.append(Entry(KIND_DESCRIBE, FORWARD, stmt))
+                    self.describing += 1
                 # A stale plan fails a Describe too: it has no reply entry, so a Bind after
                 # it must not be retried from, and it is the statement to renew.
                 self.fresh = False
@@ -451,6 +516,26 @@ def batch_end(parts: list[Part], index: int) -> int:
         if isinstance(part, int) or (isinstance(part, tuple) and part[0] in (0x53, 0x51)):
             return j
     return -1
+
+
+def description_digest(parameters: bytes, msg_type: int, body: bytes) -> bytes:
+    """What a Describe of a statement tells its client, for comparing: the ParameterDescription
+    and the RowDescription's names and types (not the table OID and column number, which a
+    table made again changes without changing what the client decodes), or NoData."""
+    if msg_type != 0x54:
+        return parameters + b"|n"
+    out = bytearray(parameters)
+    out += b"|"
+    count = int.from_bytes(body[:2], "big")
+    pos = 2
+    for _ in range(count):
+        end = body.find(b"\x00", pos)
+        if end < 0 or end + 19 > len(body):  # not a RowDescription PostgreSQL would send
+            return parameters + b"|" + body
+        out += body[pos : end + 1]  # the name and its NUL
+        out += body[end + 7 : end + 17]  # type OID, length, modifier
+        pos = end + 19
+    return bytes(out)
 
 
 def means_stale(body: bytes) -> bool:

@@ -41,6 +41,20 @@ class Statement:
     generation: int = 0
     #: How many times it was given a new server-side name to be prepared afresh.
     renewals: int = 0
+    #: What the first client to describe it was told (rewrite.description_digest), and the
+    #: ParameterDescription's body: a server that prepares it afresh is checked against them.
+    told: bytes | None = None
+    told_parameters: bytes = b""
+
+    def typed_parse(self) -> bytes:
+        """Its Parse with the parameter types its clients were told, where they were: those
+        that PostgreSQL fixed when it first prepared the statement, as a direct connection's
+        backend keeps them."""
+        if self.told is None or self.sql:
+            return self.parse
+        body = self.parse[5:]
+        query_end = body.index(b"\x00", body.index(b"\x00") + 1) + 1
+        return message(b"P", body[:query_end] + self.told_parameters)
 
     @property
     def query(self) -> str:

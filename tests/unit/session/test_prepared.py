@@ -469,3 +469,70 @@ def test_a_stale_plan_failing_a_describe_is_passed_on_and_a_new_parse_is_fresh()
                                               bind("s2"), EXECUTE, SYNC])
     assert [t for t, _ in got] == [0x31, 0x74, 0x54, 0x32, 0x44, 0x43, 0x5A]
     assert client.names[b"s2"].name != old
+
+
+def _row_description(*columns: tuple[str, int]) -> bytes:
+    out = len(columns).to_bytes(2, "big")
+    for name, oid in columns:
+        out += name.encode() + b"\x00" + b"\x00\x00\x40\x01" + b"\x00\x01"
+        out += oid.to_bytes(4, "big") + b"\x00\x04" + b"\xff\xff\xff\xff" + b"\x00\x00"
+    return out
+
+
+def _described_elsewhere() -> tuple[ClientStatements, StatementCache, ServerStatements]:
+    """A client prepared and described `select * from t` (a int4, b int4) on one server;
+    a second server never had it."""
+    cache = StatementCache()
+    client = ClientStatements(cache)
+    first = ServerStatements(10)
+    first.rewrite(client, [parse("s", "select * from t"), describe("s"), SYNC])
+    for reply in (0x31,):
+        first.reply(reply)
+    first.description(0x74, b"\x00\x00", cache)
+    first.description(0x54, _row_description(("a", 23), ("b", 23)), cache)
+    assert first.ready(b"I", client) == READY_FORWARD
+    assert client.names[b"s"].told is not None
+    return client, cache, ServerStatements(10)
+
+
+def _check_on(server: ServerStatements, client: ClientStatements, cache: StatementCache,
+              columns: tuple[tuple[str, int], ...]) -> bytes:
+    """The client binds its statement on server: the check batch goes first, the client's
+    parts wait for it; the server describes the fresh statement with columns."""
+    out = server.send(client, [(0x42, bind("s")[1]), EXECUTE, SYNC])
+    assert server.checking and server.deferred is not None
+    assert [t for t, _ in split_messages(out)] == [0x50, 0x44, 0x53]  # Parse, Describe, Sync
+    assert server.take_hidden()
+    assert server.reply(0x31) == DROP
+    server.description(0x74, b"\x00\x00", cache)
+    server.description(0x54, _row_description(*columns), cache)
+    server.ready(b"I", None)
+    assert server.resume and not server.checking
+    deferred, server.deferred = server.deferred, None
+    return server.send(client, deferred)
+
+
+def test_a_described_statement_prepared_afresh_unchanged_runs() -> None:
+    client, cache, second = _described_elsewhere()
+    out = _check_on(second, client, cache, (("a", 23), ("b", 23)))
+    assert [t for t, _ in split_messages(out)] == [0x42, 0x45, 0x53]  # the client's own
+    assert client.names[b"s"].name in out
+
+
+def test_a_described_statement_prepared_afresh_with_another_result_type_is_refused() -> None:
+    client, cache, second = _described_elsewhere()
+    stmt = client.names[b"s"]
+    out = _check_on(second, client, cache, (("a", 23), ("b", 700)))  # b is real now
+    # the client's Bind goes to pgtarn's raiser, not to the statement
+    types = [t for t, _ in split_messages(out)]
+    assert types == [0x43, 0x50, 0x42, 0x45, 0x53]
+    assert stmt.name not in out and b"pgtarn_raise" in out
+    assert second.reply(0x33) == DROP and second.reply(0x31) == DROP
+    assert second.reply(0x32) == FORWARD  # the client gets its BindComplete
+    error = b"SERROR\x00C0A000\x00Mcached plan must not change result type\x00\x00"
+    assert second.error(error, cache) == ERROR_REPLACE
+    assert b"RRevalidateCachedQuery" in second.replacement
+    # the next Parse of the text is a statement of its own
+    other = ClientStatements(cache)
+    second.rewrite(other, [parse("s2", "select * from t")])
+    assert other.names[b"s2"] is not stmt
