@@ -270,6 +270,10 @@ class Config:
     #: Transaction and statement mode: notifications held for one client (its LISTENs are
     #: answered by pgtarn, one listener connection per pool); past it the client is closed.
     listen_queue_size: int = 1000
+    #: Transaction and statement mode: a channel the pool's listener connection LISTENs to
+    #: for schema changes made outside pgtarn (an event trigger's pg_notify): each
+    #: notification renews the shared prepared statements. "": off.
+    schema_change_channel: str = ""
     log_format: str = "text"
     workers: int = 1
     path: str = ""
@@ -405,7 +409,7 @@ _NO_RELOAD = frozenset({
     "disable_pqexec", "job_name", "listen_addr", "listen_backlog", "listen_port", "peer_id",
     "pidfile", "pkt_buf", "resolv_conf", "so_reuseport", "track_extra_parameters",
     "unix_socket_dir", "unix_socket_group", "unix_socket_mode", "user", "metrics_listen_addr",
-    "metrics_port", "workers",
+    "metrics_port", "workers", "schema_change_channel",
 })  # fmt: skip
 _CHOICES: dict[str, tuple[str, ...]] = {
     "pool_mode": POOL_MODES, "auth_type": AUTH_TYPES, "client_tls_sslmode": SSLMODES,
@@ -418,7 +422,8 @@ _BOUNDS: dict[str, tuple[int, int | None]] = {
     "pkt_buf": (512, None), "max_packet_size": (1, 2**32 - 1), "listen_queue_size": (1, None),
 }  # fmt: skip
 _PGTARN_ONLY = frozenset({"metrics_listen_addr", "metrics_port", "log_format", "workers",
-                          "track_session_state", "pin_session_state", "listen_queue_size"})
+                          "track_session_state", "pin_session_state", "listen_queue_size",
+                          "schema_change_channel"})
 DEPRECATED = {"service_name": "job_name"}  # old name -> current name
 
 _INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")  # C strtol, base 0

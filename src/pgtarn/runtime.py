@@ -125,6 +125,7 @@ class Runtime:
         self.ids: Iterator[int] = itertools.count(1)
         #: Prepared statements by text, shared by every client (transaction mode).
         self.statement_cache = StatementCache()
+        self.registry.schema_changed = self.statement_cache.schema_changed
         #: Which host of a [databases] entry's list a new connection tries first.
         self.hosts = HostChooser()
         self.tasks: set[asyncio.Task[Any]] = set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 
 import asyncpg
 import psycopg
@@ -235,3 +236,42 @@ def test_asyncpg_statements_checked_on_new_servers_run_unchanged(pgtarn_factory)
     names = {1: "one", 2: "two", 3: "three"}
     for n, values in enumerate(asyncio.run(main())):
         assert values == [v for i in range(10) for v in (n * 10 + i, names[i % 3 + 1])]
+
+
+EVENT_TRIGGER = """
+CREATE OR REPLACE FUNCTION pgtarn_schema_changed() RETURNS event_trigger LANGUAGE plpgsql
+    AS $$BEGIN PERFORM pg_notify('pgtarn_schema', tg_tag); END$$;
+CREATE EVENT TRIGGER pgtarn_schema_changed ON ddl_command_end
+    EXECUTE FUNCTION pgtarn_schema_changed();
+"""
+
+
+def _generation(proc) -> int:  # type: ignore[no-untyped-def]
+    with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"),
+                         autocommit=True) as admin:
+        cur = admin.execute("SHOW PREPARED_STATEMENTS")
+        columns = [c.name for c in cur.description or ()]
+        generations = [dict(zip(columns, row, strict=True))["generation"]
+                       for row in cur.fetchall()]
+    return max(generations, default=-1)
+
+
+def test_a_migration_outside_pgtarn_heard_through_an_event_trigger(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    _ts_table(pg_cluster)
+    pg_cluster.psql(EVENT_TRIGGER, dbname="app")
+    try:
+        proc = pgtarn_factory(settings={"default_pool_size": 1,
+                                        "schema_change_channel": "pgtarn_schema"})
+
+        def migrate() -> None:
+            before = _generation(proc)
+            pg_cluster.psql("ALTER TABLE ts_t ALTER COLUMN ts TYPE timestamptz", dbname="app")
+            deadline = time.monotonic() + 20
+            while _generation(proc) <= before:  # the notification comes asynchronously
+                assert time.monotonic() < deadline, "no schema change heard"
+                time.sleep(0.05)
+
+        assert _insert_after_migration(proc, migrate) == RIGHT
+    finally:
+        pg_cluster.psql("DROP EVENT TRIGGER pgtarn_schema_changed;"
+                        " DROP FUNCTION pgtarn_schema_changed();", dbname="app")

@@ -70,6 +70,8 @@ class ClientRelay(ClientLink):
             # The framer starts with the client's first Parse/Bind/Describe/Close.
             self.follows_statements = True
             watch = WATCH_STATEMENTS_TYPES
+            if config.schema_change_channel and self.pool is not None:
+                self.runtime.registry.watch_schema(self.pool)  # (DDL made outside pgtarn)
         self._start_tracking()
         bodies = NO_BODIES
         if self.tracked:  # the texts of Query and Parse are looked at

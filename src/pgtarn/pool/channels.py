@@ -248,3 +248,27 @@ class ChannelBoard:
     def open_links(self) -> int:
         """Servers this board's link counts for against max_db/user_connections."""
         return 1 if self.link is not None else 0
+
+
+class SchemaWatch:
+    """pgtarn's own subscriber of a pool's board: the channel an event trigger notifies at
+    each schema change made anywhere (schema_change_channel). Each notification calls
+    changed; so does a lost link (notifications may have been missed meanwhile)."""
+
+    __slots__ = ("changed", "channel")
+
+    def __init__(self, channel: str, changed: Callable[[], None]) -> None:
+        self.channel = channel
+        self.changed = changed
+
+    def notify(self, message: bytes) -> None:
+        self.changed()
+
+    def listener_confirmed(self, warning: str) -> None:
+        pass
+
+    def listener_lost(self) -> None:
+        self.changed()
+
+    def release_notifications(self) -> None:
+        pass

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Generic, Protocol
+from typing import Any, Generic, Protocol
 
 from ..config import Config, DatabaseEntry, UserEntry
 from ..errors import PgtarnError
-from .channels import ChannelBoard, ListenerLink
+from .channels import ChannelBoard, ListenerLink, SchemaWatch
 from .hosts import HostSet
 from .pool import ClientTimeouts, Pool, S, ServerGate
 from .split import Split
@@ -37,6 +37,10 @@ class Registry(Generic[S]):
         self.config = config
         self.pools: dict[tuple[str, str], Pool[S]] = {}
         self.launch: Callable[[Pool[S], DatabaseEntry], S] | None = None
+        #: schema_change_channel: called at each schema change the pools' listener
+        #: connections hear of (the runtime renews its shared prepared statements).
+        self.schema_changed: Callable[[], None] | None = None
+        self._schema_watch: SchemaWatch | None = None
         #: Opens a pool's listener connection (given by the app, as launch).
         self.open_listener: Callable[[Pool[S], DatabaseEntry, ChannelBoard], ListenerLink] \
             | None = None
@@ -85,6 +89,19 @@ class Registry(Generic[S]):
                 self._split(pool, db)
         self.databases[db.name] = db
         return pool
+
+    def watch_schema(self, pool: Pool[Any]) -> None:
+        """schema_change_channel: the pool's listener connection LISTENs to it for pgtarn
+        (once per pool; from a client's login on, when the pool's servers log in)."""
+        channel = self.config.schema_change_channel
+        board = pool.board
+        if not channel or board is None or self.schema_changed is None:
+            return
+        watch = self._schema_watch
+        if watch is None or watch.channel != channel:
+            watch = self._schema_watch = SchemaWatch(channel, self.schema_changed)
+        if watch not in board.subscribers.get(channel, ()):
+            board.update(watch, frozenset(), frozenset((channel,)), pool.clock())
 
     # --- read_write_split ---------------------------------------------------------------------
 

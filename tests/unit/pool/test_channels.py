@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgtarn.pool.channels import ChannelBoard
+from pgtarn.pool.channels import ChannelBoard, SchemaWatch
 
 from .fakes import FakeLink, FakeSubscriber
 
@@ -264,3 +264,18 @@ def test_pause_holds_the_link_and_resume_releases_it() -> None:
     board.resume()
     assert link.held == [True, False] and not board.held
     assert client.releases == 1
+
+
+def test_a_schema_watch_keeps_the_link_and_hears_each_change_and_each_loss() -> None:
+    board, links = board_and_links()
+    changes: list[int] = []
+    watch = SchemaWatch("pgtarn_schema", lambda: changes.append(1))
+    board.update(watch, channels(), channels("pgtarn_schema"), 1.0)
+    assert len(links) == 1 and board.wanted() == {"pgtarn_schema"}
+    board.notification("pgtarn_schema", NOTIFY_A)
+    board.notification("other", NOTIFY_A)
+    assert changes == [1]
+    board.connection_lost()  # notifications may have been missed meanwhile
+    assert changes == [1, 1]
+    board.tick(1000.0, 5.0, 1.0)  # never idle: the watch still wants its channel
+    assert board.link is links[0]
