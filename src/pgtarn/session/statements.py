@@ -213,8 +213,18 @@ class ClientStatements:
         names[name] = stmt
 
     def define(self, name: bytes, parse_tail: bytes) -> tuple[Statement, Statement | None]:
-        """Name a statement; returns it and what the name meant before (None: nothing)."""
-        stmt = self.cache.intern(parse_tail)
+        """Name a statement; returns it and what the name meant before (None: nothing).
+
+        A client that prepares a text it already has under another name is recovering from
+        something its driver saw (a type it cannot find, an error): a drivers' pattern that
+        must reach a statement parsed again, so the text gets one of its own."""
+        cache = self.cache
+        stmt = cache.intern(parse_tail)
+        if stmt.clients > 1 and any(
+                other is stmt and key != name for key, other in self.names.items()):
+            cache.release(stmt)
+            cache.detach(stmt)
+            stmt = cache.intern(parse_tail)
         old = self.names.get(name)
         self.name(name, stmt)
         if old is not None:

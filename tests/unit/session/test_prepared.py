@@ -536,3 +536,20 @@ def test_a_described_statement_prepared_afresh_with_another_result_type_is_refus
     other = ClientStatements(cache)
     second.rewrite(other, [parse("s2", "select * from t")])
     assert other.names[b"s2"] is not stmt
+
+
+def test_a_text_prepared_again_under_another_name_is_parsed_again() -> None:
+    """asyncpg prepares a statement again under a new name when it cannot resolve a type
+    the first description named: that Parse must reach a statement parsed afresh."""
+    cache = StatementCache()
+    client, other = ClientStatements(cache), ClientStatements(cache)
+    server, pg = ServerStatements(10), FakePostgres()
+    pooled(client, server, pg, [parse("s1", "select 1"), SYNC])
+    pooled(other, server, pg, [parse("o", "select 1"), SYNC])
+    assert other.names[b"o"] is client.names[b"s1"]  # shared, as usual
+    got = pooled(client, server, pg, [parse("s2", "select 1"), SYNC])
+    assert [t for t, _ in got] == [0x31, 0x5A]
+    assert client.names[b"s2"] is not client.names[b"s1"]
+    assert client.names[b"s2"].name in pg.statements  # really parsed on the server
+    pooled(other, server, pg, [parse("o2", "select 1"), SYNC])  # the new one is shared now
+    assert other.names[b"o2"] is client.names[b"s2"]
