@@ -550,7 +550,8 @@ class App:
         if self.stopping == "clients":
             busy = bool(self.runtime.clients)
         else:
-            busy = any(pool.active or pool.tested for pool in self.runtime.registry)
+            busy = any(pool.active or pool.tested or pool.being_canceled
+                       for pool in self.runtime.registry)
         if not busy:
             self._finish()
         return not busy
@@ -565,7 +566,7 @@ class App:
         for client in list(self.runtime.clients.values()):
             client.close(SHUTDOWN_ERROR)
         for pool in self.runtime.registry:
-            for server in list(pool.idle) + list(pool.active) + list(pool.tested):
+            for server in [*pool.idle, *pool.active, *pool.tested, *pool.being_canceled]:
                 server.close("shutdown")
             if pool.board is not None:
                 pool.board.close("shutdown")

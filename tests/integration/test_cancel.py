@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
 
+import asyncpg
 import psycopg
 import pytest
 
-from .drivers import connect
+from .drivers import aconnect, connect
 
 pytestmark = pytest.mark.integration
 
@@ -88,3 +91,64 @@ def test_cancel_with_a_wrong_key_cancels_nothing(pgtarn_factory, pg_dsn):  # typ
         raw.close()
         running["thread"].join()
         assert running.get("rows") == [("wrong-key",)]
+
+
+# --- a cancel in flight holds its server until PostgreSQL has dealt with it ----------------
+
+
+async def _bystanders_cancelled(proc: Any, clients: int, rounds: int) -> tuple[int, int, int]:
+    """clients run short queries while one more client cancels its own short queries
+    (asyncpg's timeout= sends a CancelRequest when it passes); (57014 errors the others
+    saw, queries they ran, timeouts the cancelling client had)."""
+    stop = asyncio.Event()
+    seen = [0, 0]
+
+    async def bystander() -> None:
+        conn = await aconnect(proc)
+        try:
+            while not stop.is_set():
+                try:
+                    await conn.fetchval("select pg_sleep(0.002)")
+                except asyncpg.QueryCanceledError:
+                    seen[0] += 1
+                seen[1] += 1
+        finally:
+            await conn.close()
+
+    async def canceller() -> int:
+        conn = await aconnect(proc)
+        timeouts = 0
+        took = 0.01  # how long its last query took, waits for a server included
+        try:
+            for index in range(rounds):
+                # a timeout about when the query ends: its cancel races the query's end
+                timeout = took * (0.7 + 0.05 * (index % 8))
+                started = time.monotonic()
+                with contextlib.suppress(asyncpg.QueryCanceledError):
+                    try:
+                        await conn.fetchval("select pg_sleep(0.004)", timeout=timeout)
+                        took = time.monotonic() - started
+                    except TimeoutError:
+                        timeouts += 1
+                        took *= 1.1
+                        # asyncpg waits for its cancel here (a query with a timeout shorter
+                        # than that wait would close the connection instead)
+                        await conn.fetchval("select 1")
+        finally:
+            stop.set()
+            await conn.close()
+        return timeouts
+
+    tasks = [asyncio.create_task(bystander()) for _ in range(clients)]
+    timeouts = await canceller()
+    await asyncio.gather(*tasks)
+    return seen[0], seen[1], timeouts
+
+
+@pytest.mark.parametrize("pool_size", [1, 2])
+def test_a_cancel_in_flight_never_reaches_another_clients_query(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pool_size):
+    proc = pgtarn_factory(settings={"default_pool_size": pool_size})
+    cancelled, ran, timeouts = asyncio.run(_bystanders_cancelled(proc, 20, 150))
+    assert timeouts > 0 and ran > 0  # the race was run
+    assert cancelled == 0, f"{cancelled} of {ran} queries of other clients were cancelled"
