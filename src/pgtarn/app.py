@@ -170,14 +170,24 @@ class WorkerSetup:
     unix_fd: int | None = None
 
 
-def cancel_from_worker(runtime: Runtime, message: dict[str, object]) -> None:
-    """A CancelRequest that reached another worker with a key of this one's."""
+def cancel_from_worker(runtime: Runtime, message: dict[str, object]
+                       ) -> asyncio.Future[dict[str, object]] | None:
+    """A CancelRequest that reached another worker with a key of this one's; the answer,
+    ready when the cancel is over (the asking worker then closes the cancel connection)."""
     key = message.get("key")
     if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, int) for k in key)):
-        return
-    if not cancel_by_key(runtime, (key[0], key[1])) and not message.get("last") and \
-            runtime.forward_cancel is not None:  # fmt: skip
-        runtime.forward_cancel((key[0], key[1]))  # a client still on the old pgtarn
+        return None
+    ended: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+
+    def done() -> None:
+        if not ended.done():
+            ended.set_result({})
+
+    if not cancel_by_key(runtime, (key[0], key[1]), done):
+        done()
+        if not message.get("last") and runtime.forward_cancel is not None:
+            runtime.forward_cancel((key[0], key[1]))  # a client still on the old pgtarn
+    return ended
 
 
 def join_rolling_restart(app: App, link: Coordinator) -> None:
