@@ -170,14 +170,24 @@ class WorkerSetup:
     unix_fd: int | None = None
 
 
-def cancel_from_worker(runtime: Runtime, message: dict[str, object]) -> None:
-    """A CancelRequest that reached another worker with a key of this one's."""
+def cancel_from_worker(runtime: Runtime, message: dict[str, object]
+                       ) -> asyncio.Future[dict[str, object]] | None:
+    """A CancelRequest that reached another worker with a key of this one's; the answer,
+    ready when the cancel is over (the asking worker then closes the cancel connection)."""
     key = message.get("key")
     if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, int) for k in key)):
-        return
-    if not cancel_by_key(runtime, (key[0], key[1])) and not message.get("last") and \
-            runtime.forward_cancel is not None:  # fmt: skip
-        runtime.forward_cancel((key[0], key[1]))  # a client still on the old pgtarn
+        return None
+    ended: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+
+    def done() -> None:
+        if not ended.done():
+            ended.set_result({})
+
+    if not cancel_by_key(runtime, (key[0], key[1]), done):
+        done()
+        if not message.get("last") and runtime.forward_cancel is not None:
+            runtime.forward_cancel((key[0], key[1]))  # a client still on the old pgtarn
+    return ended
 
 
 def join_rolling_restart(app: App, link: Coordinator) -> None:
@@ -550,7 +560,8 @@ class App:
         if self.stopping == "clients":
             busy = bool(self.runtime.clients)
         else:
-            busy = any(pool.active or pool.tested for pool in self.runtime.registry)
+            busy = any(pool.active or pool.tested or pool.being_canceled
+                       for pool in self.runtime.registry)
         if not busy:
             self._finish()
         return not busy
@@ -565,7 +576,7 @@ class App:
         for client in list(self.runtime.clients.values()):
             client.close(SHUTDOWN_ERROR)
         for pool in self.runtime.registry:
-            for server in list(pool.idle) + list(pool.active) + list(pool.tested):
+            for server in [*pool.idle, *pool.active, *pool.tested, *pool.being_canceled]:
                 server.close("shutdown")
             if pool.board is not None:
                 pool.board.close("shutdown")

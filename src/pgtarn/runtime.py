@@ -73,6 +73,9 @@ class Coordinator(Protocol):
 
     def to_worker(self, index: int, message: dict[str, Any]) -> None: ...
 
+    async def ask_worker(self, index: int, message: dict[str, Any], timeout: float
+                         ) -> dict[str, Any] | None: ...
+
     # (5.0: workers/link.py's GATHER_TIMEOUT; compiled, a default of ... is refused as a float)
     async def gather(self, message: dict[str, Any], timeout: float = 5.0
                      ) -> list[dict[str, Any]]: ...

@@ -277,8 +277,9 @@ class Supervisor:
                 target = self.workers[index].channel
                 if target is not None:
                     target.send(inner)
-        elif kind == "gather":
-            task = asyncio.get_running_loop().create_task(self._gather(channel, message))
+        elif kind in ("gather", "ask_worker"):
+            asking = self._gather if kind == "gather" else self._ask_worker
+            task = asyncio.get_running_loop().create_task(asking(channel, message))
             self.workers[0].pending.add(task)
             task.add_done_callback(self.workers[0].pending.discard)
         else:
@@ -341,6 +342,22 @@ class Supervisor:
         results = await asyncio.gather(*(ask(w) for w in self.workers))
         if not asker.closed:
             asker.reply(message, {"results": [r for r in results if r is not None]})
+
+    async def _ask_worker(self, asker: Channel, message: Message) -> None:
+        """One worker's reply to a message of another (a cancel: when it is over)."""
+        inner, index = message.get("message"), message.get("worker")
+        timeout = message.get("timeout", 5.0)
+        answer: Message = {}
+        if isinstance(inner, dict) and isinstance(index, int) and \
+                0 <= index < len(self.workers) and isinstance(timeout, int | float):  # fmt: skip
+            channel = self.workers[index].channel
+            if channel is not None:
+                with contextlib.suppress(ChannelClosed, TimeoutError):
+                    reply, _fds = await channel.request(dict(inner), timeout)
+                    reply.pop("re", None)
+                    answer = {"reply": reply}
+        if not asker.closed:
+            asker.reply(message, answer)
 
     def _channel_closed(self, channel: Channel) -> None:
         """A worker's channel ends with the worker (_watch follows its exit)."""

@@ -8,7 +8,7 @@ Members are read-only properties where the connection's own field has a narrower
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from .errors import PgtarnError
@@ -56,8 +56,9 @@ class ServerView(Protocol):
 
     def start_check(self) -> None: ...
 
-    def send_cancel(self, client: ClientView) -> None:
-        """Cancel what this server runs for client, if it still runs client's work."""
+    def send_cancel(self, client: ClientView, done: Callable[[], None] | None = None) -> None:
+        """Cancel what this server runs for client, if it still runs client's work; done is
+        called when the cancel is over (and the server is not lent to anyone until then)."""
 
 
 class ClientView(Protocol):

@@ -17,7 +17,9 @@ from pgtarn.proto.cancelkey import worker_of
 from tests.support.procs import children, holder_of, tcp_clients, wait_children
 
 from .drivers import connect
+from .pgstat import wait_until
 from .rawpg import AsyncRawClient
+from .test_admin import admin, pool_row
 from .test_peers import _wait_running
 
 pytestmark = pytest.mark.integration
@@ -169,6 +171,52 @@ def test_a_cancel_that_lands_on_another_worker_reaches_the_client(pgtarn_factory
     sqlstate, took, owner, other = asyncio.run(scenario())
     assert sqlstate == "57014" and took < 20, (sqlstate, took)
     assert owner != other
+
+
+def test_a_cancel_sent_on_to_another_worker_closes_when_that_workers_cancel_ends(  # type: ignore[no-untyped-def]
+        pgtarn_factory, fault_proxy, pg_dsn):
+    """The client's cancel connection, on the other worker, stays open while the owner's
+    cancel to PostgreSQL is under way (here it cannot connect: the proxy takes no new
+    connections), and closes when that cancel gives up."""
+    proc = pgtarn_factory(
+        databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
+        settings={"workers": 2, "cancel_wait_timeout": 2})
+    pids = _workers(proc)
+
+    def in_flight() -> int:
+        with admin(proc) as console:
+            return int(pool_row(console)["sv_active_cancel"])
+
+    async def scenario() -> tuple[list[list[str | None]], bytes]:
+        client = await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass", "app")
+        try:
+            owner = holder_of(pids, proc.port, client.writer.get_extra_info("sockname")[1])
+            other = next(pid for pid in pids if pid != owner)
+            tag = f"workers-{time.monotonic_ns()}"
+            running = asyncio.create_task(client.query(f"select '{tag}' from pg_sleep(1)"))
+            await _wait_running(pg_dsn, tag)
+            sock = await asyncio.to_thread(_connection_to, proc, pids, other)
+            fault_proxy.stall_connects()
+            try:
+                sock.sendall(build.cancel_request(*client.backend_key))
+                await asyncio.to_thread(wait_until, lambda: in_flight() == 1, 10.0,
+                                        "the owner's cancel")
+                sock.setblocking(False)
+                with pytest.raises(BlockingIOError):  # still open: the cancel is under way
+                    sock.recv(1)
+                sock.setblocking(True)
+                sock.settimeout(10)
+                closed = await asyncio.to_thread(sock.recv, 1)
+            finally:
+                fault_proxy.stall_connects(False)
+                sock.close()
+            return await running, closed
+        finally:
+            await client.close()
+
+    rows, closed = asyncio.run(scenario())
+    assert closed == b""
+    assert rows[0][0] is not None and rows[0][0].startswith("workers-")  # not cancelled
 
 
 def test_keys_name_the_worker_that_owns_the_client(pgtarn_factory):  # type: ignore[no-untyped-def]

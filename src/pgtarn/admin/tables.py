@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from ..buildinfo import VERSION_LINE
 from ..net.tls import describe
+from ..pool.cancels import cancels_in_flight
 from ..pool.pool import Pool, PooledServer
 from ..pool.stats import Totals, sum_totals
 from ..runtime import Runtime
@@ -120,8 +121,8 @@ def server_state(server: ServerView, now: float) -> str:
         return "active" if server.client is not None else "idle"
     if server in pool.tested:
         return "tested"
-    if server in pool.login:
-        return "new"
+    if server in pool.login or server in pool.being_canceled:
+        return "new" if server in pool.login else "being_canceled"
     if _unchecked_too_long(pool, server.last_used, now):
         return "used"
     return "idle"
@@ -160,8 +161,9 @@ def show_pools(runtime: Runtime) -> Table:
         maxwait, maxwait_us = _seconds_us(pool.max_wait(now))
         db = runtime.registry.databases.get(pool.database)
         row: list[Value] = [
-            pool.database, pool.user, pool.active_client_count, pool.waiting_client_count, 0, 0,
-            len(pool.active), 0, 0, len(pool.idle) - used, used, len(pool.tested),
+            pool.database, pool.user, pool.active_client_count, pool.waiting_client_count,
+            pool.cancel_requests, 0, len(pool.active), cancels_in_flight(pool),
+            len(pool.being_canceled), len(pool.idle) - used, used, len(pool.tested),
             len(pool.login), maxwait, maxwait_us, pool.pool_mode,
             db.load_balance_hosts or "round-robin" if db is not None and len(db.hosts) > 1
             else None,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, NoReturn, assert_never, cast
 
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
@@ -49,7 +49,7 @@ from ..proto.client_login import (
     TlsRequested,
     replication_mode,
 )
-from ..runtime import Runtime, WorkerLimits
+from ..runtime import Coordinator, Runtime, WorkerLimits
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, open_replication
 from ..states import READY_STATE, ClientState
@@ -476,43 +476,72 @@ class ClientConnection(ClientRelay):
         self.write(welcome + leftover)
 
     def _cancel_request(self, key: tuple[int, int]) -> None:
-        """Forward a CancelRequest (route_cancel), then end this connection."""
-        route_cancel(self.runtime, key)
+        """Forward a CancelRequest (route_cancel); this connection ends when the cancel has."""
         self.leave_containers()  # all of it: connection_lost returns early for it, CLOSED
         self.state = ClientState.CLOSED
         self.send_state = SEND_NEVER
-        if self.transport is not None:
-            self.transport.close()
+        assert self.transport is not None  # (it is what the request came on)
+        route_cancel(self.runtime, key, self.transport.close)
 
 
-def route_cancel(runtime: Runtime, key: tuple[int, int]) -> None:
+def route_cancel(runtime: Runtime, key: tuple[int, int], done: Callable[[], None]) -> None:
     """A CancelRequest goes to the backend now running the query of the client with key: in
     this process, in another worker (byte 3 of the key, through the supervisor), in another
-    pgtarn of [peers] (net/peers.py), or during a rolling restart in the old process."""
+    pgtarn of [peers] (net/peers.py), or during a rolling restart in the old process. done
+    is called when it is over there (at once when dropped, or sent on to the old process).
+
+    Drivers take the close of their cancel connection as "the cancel is processed" and send
+    their next query: closed before PostgreSQL got the cancel, that query would be the one
+    cancelled. So the client's cancel connection closes at done: PostgreSQL closed the
+    cancel's own connection, or the cancel was dropped or failed (cancel_wait_timeout)."""
     peer_id = runtime.config.peer_id
     coordinator = runtime.coordinator
-    if cancel_by_key(runtime, key):
+    if cancel_by_key(runtime, key, done):
         pass  # one of ours
     elif coordinator is not None and (not peer_id or peer_of(key) == peer_id) and \
             coordinator.index != worker_of(key) < coordinator.count:  # fmt: skip
-        coordinator.to_worker(worker_of(key), {"kind": "cancel", "key": list(key)})
+        runtime.spawn(_cancel_in_worker(runtime, coordinator, key, done))
     elif peer_id and peer_of(key) != peer_id:  # another peer's
-        runtime.peers.forward(key, runtime.config, runtime.spawn)
+        runtime.peers.forward(key, runtime.config, runtime.spawn, done)
     elif runtime.forward_cancel is not None:  # a client still on the old process (--reboot)
         runtime.forward_cancel(key)
+        done()  # (no answer comes back: see README, "Cancel requests")
     elif peer_id:  # ours but unknown: dropped (and logged)
-        runtime.peers.forward(key, runtime.config, runtime.spawn)
+        runtime.peers.forward(key, runtime.config, runtime.spawn, done)
+    else:
+        done()
 
 
-def cancel_by_key(runtime: Runtime, key: tuple[int, int]) -> bool:
+async def _cancel_in_worker(runtime: Runtime, coordinator: Coordinator, key: tuple[int, int],
+                            done: Callable[[], None]) -> None:
+    """workers = N: the worker the key names cancels (cancel_from_worker) and answers when
+    its cancel is over; done then, or when no answer came in time."""
+    config = runtime.config
+    timeout = (config.cancel_wait_timeout or config.server_connect_timeout) + 1.0
+    try:
+        answer = await coordinator.ask_worker(
+            worker_of(key), {"kind": "cancel", "key": list(key)}, timeout)
+        if answer is None:
+            log.warning("cancel request for worker %d: no answer in %g s", worker_of(key),
+                        timeout)
+    finally:
+        done()
+
+
+def cancel_by_key(runtime: Runtime, key: tuple[int, int],
+                  done: Callable[[], None] | None = None) -> bool:
     """Cancel the query of this process's client with key, if it has one running (a
-    CancelRequest to its server's backend); whether the key is one of this process's."""
+    CancelRequest to its server's backend); whether the key is one of this process's. done
+    is called when the cancel is over (at once when the client holds no server)."""
     # with peering on, a peer's forward comes with a lower TTL than the key handed out
     target = runtime.client_by_key(as_issued(key) if runtime.config.peer_id else key)
     if target is None:
         return False
-    if target.server is not None:
-        target.server.send_cancel(target)
+    server = target.server
+    if server is not None:
+        server.send_cancel(target, done)
+    elif done is not None:
+        done()
     return True
 
 

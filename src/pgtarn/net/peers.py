@@ -6,7 +6,8 @@ which the balancer may give to another instance: that one sends the request on t
 instance the key names, over a new connection, with the key's TTL one less. The peer
 closes the connection once it has dealt with the request; until then (or
 cancel_wait_timeout) the forward counts as in flight, and a peer has at most its
-pool_size of them: the rest wait their turn (SHOW PEER_POOLS).
+pool_size of them: the rest wait their turn (SHOW PEER_POOLS). The client's own cancel
+connection closes when the forward is over, as one to PostgreSQL does.
 """
 
 from __future__ import annotations
@@ -106,6 +107,10 @@ class PeerPool:
                 return
 
 
+def _nothing() -> None:
+    """A forward nobody waits for."""
+
+
 class PeerCancels:
     """The peer pools of this pgtarn, by peer_id (made at a peer's first forward)."""
 
@@ -118,20 +123,24 @@ class PeerCancels:
             pool = self.pools[peer_id] = PeerPool(peer_id)
         return pool
 
-    def forward(self, key: Key, config: Config, spawn: Spawn) -> bool:
+    def forward(self, key: Key, config: Config, spawn: Spawn,
+                done: Callable[[], None] = _nothing) -> bool:
         """A CancelRequest with a key that is not one of ours: send it on to the peer the
         key names, if that is a peer of [peers] other than us and the key may travel on
-        (TTL > 0). False: dropped, as a key nobody knows."""
+        (TTL > 0). False: dropped, as a key nobody knows. done is called when the forward is
+        over (the peer closed, or it failed), at once when dropped."""
         peer_id = peer_of(key)
         peer = config.peers.get(peer_id)
         if peer is None or peer_id == config.peer_id or ttl_of(key) == 0:
             log.debug("cancel request for peer %d (TTL %d) dropped", peer_id, ttl_of(key))
+            done()
             return False
         log.debug("cancel request for peer %d (TTL %d) forwarded", peer_id, ttl_of(key))
-        spawn(self._forward(peer, forwarded(key), config))
+        spawn(self._forward(peer, forwarded(key), config, done))
         return True
 
-    async def _forward(self, peer: PeerEntry, key: Key, config: Config) -> None:
+    async def _forward(self, peer: PeerEntry, key: Key, config: Config,
+                       done: Callable[[], None]) -> None:
         target = (peer.host or config.unix_socket_dir or "/tmp", peer.port)
         timeout = config.cancel_wait_timeout or config.server_connect_timeout
         try:
@@ -140,3 +149,5 @@ class PeerCancels:
         except (TimeoutError, OSError) as exc:
             log.warning("cancel request to peer %d (%s:%s) failed: %s", peer.peer_id, *target,
                         exc or f"cancel_wait_timeout ({timeout:g} s)")
+        finally:
+            done()

@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Collection, Iterable, Mapping
+from time import monotonic
 from typing import cast
 
 from ..config import Config, DatabaseEntry
@@ -183,31 +184,52 @@ async def connect_to(target: Target, factory: Callable[[], asyncio.Protocol],
 
 
 class _CancelOnce(asyncio.Protocol):
-    """Sends one CancelRequest when connected, if it is still wanted then, and closes."""
+    """Sends one CancelRequest when connected, if it is still wanted then (else closes);
+    ``ended`` is done when the connection is gone: PostgreSQL closes it once it has signalled
+    the backend (or found nothing to signal)."""
 
     def __init__(self, request: bytes, still_wanted: Callable[[], bool]) -> None:
         self.request = request
         self.still_wanted = still_wanted
+        self.sent = False
+        self.transport: asyncio.Transport | None = None
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
         if self.still_wanted():
-            cast(asyncio.Transport, transport).write(self.request)
-        transport.close()
+            self.transport.write(self.request)
+            self.sent = True
+        else:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
 
 
 async def send_cancel_request(target: Target, pid: int, key: int, config: Config,
-                              still_wanted: Callable[[], bool]) -> None:
-    """Open a connection and send a CancelRequest, giving up after cancel_wait_timeout.
+                              still_wanted: Callable[[], bool]) -> bool:
+    """Open a connection, send a CancelRequest (if still_wanted then) and wait until
+    PostgreSQL closes the connection, all within cancel_wait_timeout; whether the cancel is
+    over: answered, or never sent. False: it was sent and not answered in time, so it may
+    still reach the backend (logged, as a cancel that cannot connect is).
 
     cancel_wait_timeout = 0 falls back to server_connect_timeout rather than waiting
-    forever: a cancel nobody can deliver must not hold a task for good.
+    forever: a cancel nobody can deliver must not hold a task (nor a server) for good.
     """
     timeout = config.cancel_wait_timeout or config.server_connect_timeout
-    request = build.cancel_request(pid, key)
+    deadline = monotonic() + timeout
+    cancel = _CancelOnce(build.cancel_request(pid, key), still_wanted)
     try:
-        await connect_to(target, lambda: _CancelOnce(request, still_wanted), timeout)
+        await connect_to(target, lambda: cancel, timeout)
+        await asyncio.wait_for(cancel.ended, max(deadline - monotonic(), 0.001))
     except (TimeoutError, OSError) as exc:
         reason = str(exc) or (
             f"cancel_wait_timeout ({timeout:g} s)" if config.cancel_wait_timeout
             else f"cancel_wait_timeout (0: server_connect_timeout, {timeout:g} s)")
         log.warning("cancel request to %s:%s failed: %s", *target, reason)
+        if cancel.transport is not None:
+            cancel.transport.abort()
+        return not cancel.sent
+    return True

@@ -3,11 +3,11 @@
 Theory of operation. A server is always in exactly one container: ``login`` while it
 connects and authenticates, ``idle`` while nobody uses it, ``active`` while it is linked to a
 client, ``tested`` while it runs a reset, rollback or health check before going back to
-``idle``. Clients that asked for a server and got none are in ``waiting``, first come first
-served; those that logged in before any server did wait in ``welcome_waiters``. Logged-in
-clients are counted (``logged_in``; each client knows whether it joined, so it leaves the
-count once): the runtime's index holds every client already. The counts that SHOW POOLS
-reports are that count and the sizes of these containers.
+``idle``, ``being_canceled`` while released with a CancelRequest for its backend in flight
+(cancels.py). Clients that asked for a server and got none are in ``waiting``, first come
+first served; those that logged in before any server did wait in ``welcome_waiters``.
+Logged-in clients are counted (``logged_in``; each client knows whether it joined, so it
+leaves the count once). SHOW POOLS reports that count and the sizes of these containers.
 
 Servers are opened on demand, up to ``pool_size``; ``reserve_pool_size`` more once the
 oldest client waited ``reserve_pool_timeout``; ``min_pool_size`` ahead of demand. When a
@@ -202,6 +202,10 @@ class Pool(Generic[S]):
         self.active: set[S] = set()
         self.login: set[S] = set()
         self.tested: set[S] = set()
+        #: Servers held for the CancelRequests in flight for them, by server (cancels.py).
+        self.being_canceled: set[S] = set()
+        self.cancels: dict[S, int] = {}
+        self.cancel_requests = 0
         self.waiting: WaitQueue[Waiter[S]] = WaitQueue()
         #: Clients that logged in before any server did, waiting for the welcome parameters.
         self.welcome_waiters: list[WelcomeWaiter] = []
@@ -236,7 +240,8 @@ class Pool(Generic[S]):
 
     @property
     def server_count(self) -> int:
-        return len(self.idle) + len(self.active) + len(self.login) + len(self.tested)
+        return (len(self.idle) + len(self.active) + len(self.login) + len(self.tested)
+                + len(self.being_canceled))
 
     def has_room(self, reserve: bool = False) -> bool:
         limit = self.pool_size + (self.reserve_pool_size if reserve else 0)
@@ -457,7 +462,9 @@ class Pool(Generic[S]):
         self.active.discard(server)
         if self.tested:  # (rarely not empty: a set's discard hashes even when it is)
             self.tested.discard(server)
-        if self.gate is None or not self.gate.gives_back(self, server):  # (after it served)
+        if self.cancels and server in self.cancels:  # (rarely not empty, as tested)
+            self.being_canceled.add(server)  # until its last cancel ends (cancels.py)
+        elif self.gate is None or not self.gate.gives_back(self, server):  # (after it served)
             self._to_idle(server, now)
 
     def begin_reset(self, server: S) -> None:
@@ -494,8 +501,9 @@ class Pool(Generic[S]):
             self.active.discard(server)
         elif server in self.login:
             self.login.discard(server)
-        elif server in self.tested:
+        elif server in self.tested or server in self.being_canceled:
             self.tested.discard(server)
+            self.being_canceled.discard(server)
         else:
             with contextlib.suppress(ValueError):
                 self.idle.remove(server)
@@ -511,12 +519,12 @@ class Pool(Generic[S]):
 
     def servers(self) -> list[S]:
         """Every server of the pool, in whatever container."""
-        return [*self.active, *self.idle, *self.tested, *self.login]
+        return [*self.active, *self.idle, *self.tested, *self.login, *self.being_canceled]
 
     @property
     def busy(self) -> bool:
-        """Some server is lent, being reset or logging in (what PAUSE waits for)."""
-        return bool(self.active or self.tested or self.login)
+        """Some server is lent, being reset or canceled, or logging in (PAUSE waits)."""
+        return bool(self.active or self.tested or self.login or self.being_canceled)
 
     # --- pause / resume -------------------------------------------------------------------------
 

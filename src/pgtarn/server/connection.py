@@ -33,6 +33,7 @@ from ..net.sockets import (
     targets,
     tune,
 )
+from ..pool.cancels import cancel_ended, cancel_started
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
@@ -49,6 +50,8 @@ from .transport import LinkedClient, log
 SERVER_EXIT_WAIT = 5.0
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
 monotonic: Final = time.monotonic
+#: PostgreSQL's SQLSTATE for a cancelled statement.
+QUERY_CANCELED: Final = "57014"
 # Login failures that may pass by themselves: the pool retries while clients wait.
 TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
 
@@ -371,11 +374,18 @@ class ServerConnection(ServerRelay):
                 if self.statements is not None:
                     self.statements.clear()
         self.pool.begin_reset(self)
+        self.internal_error = None
         self.run_internal(statements, self._after_reset)
 
     def _after_reset(self) -> None:
         if self.status != b"I":
             self.close("reset left the server in a transaction")
+            return
+        error = self.internal_error
+        if error is not None and error[0] == QUERY_CANCELED:
+            # a cancel sent for the last client's query landed on the reset: whatever that
+            # client left may still be there
+            self.close("the reset was cancelled")
             return
         self.pool.release(self)
 
@@ -383,26 +393,44 @@ class ServerConnection(ServerRelay):
         """Idle too long: run server_check_query before reuse (a dead server closes)."""
         query = self.runtime.config.server_check_query
         self.last_used = time.monotonic()  # from now on: how long the check takes
+        self.internal_error = None
         self.run_internal(["" if query == "<empty>" else query], self._after_check)
 
     def _after_check(self) -> None:
         self.last_used = time.monotonic()
         self._after_reset()
 
-    def send_cancel(self, client: object) -> None:
-        """Send a CancelRequest for this server's backend over a new connection.
+    def send_cancel(self, client: object, done: Callable[[], None] | None = None) -> None:
+        """Send a CancelRequest for this server's backend over a new connection; done (a
+        client's CancelRequest: its connection closes then) is called when the cancel ended.
 
         It is sent only if this server still runs client's work once the new connection is
-        up, so a cancel never reaches a query of the client that got the server next.
+        up. Until PostgreSQL has closed that connection (it signals the backend first), or
+        the cancel failed, the server goes to no other client, nor to client's next
+        transaction: released meanwhile, its pool holds it (pool/cancels.py).
         """
         pid, key = self.backend_key
+        pool = self.pool
+        request = done is not None
+        cancel_started(pool, self, request)
 
         def still_linked() -> bool:
             return self.client is client and not self.closed
 
-        self.runtime.spawn(
-            send_cancel_request(self.target, pid, key, self.runtime.config, still_linked)
-        )
+        async def cancel() -> None:
+            answered = False
+            try:
+                answered = await send_cancel_request(self.target, pid, key,
+                                                     self.runtime.config, still_linked)
+            finally:
+                if not answered and not self.closed:
+                    log.warning("%r: its cancel request may still arrive: it is closed "
+                                "rather than lent again", self)
+                cancel_ended(pool, self, request, answered)
+                if done is not None:
+                    done()
+
+        self.runtime.spawn(cancel())
 
 
 def _settings_change(current: dict[str, str], wanted: dict[str, str]) -> list[str]:

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .channel import Channel
+from .channel import Channel, ChannelClosed
 from .wire import Message
 
 log = logging.getLogger("pgtarn")
@@ -55,6 +55,19 @@ class WorkerLink:
 
     def to_worker(self, index: int, message: Message) -> None:
         self.send({"kind": "to_worker", "worker": index, "message": message})
+
+    async def ask_worker(self, index: int, message: Message, timeout: float
+                         ) -> Message | None:
+        """message to worker index, and its reply when its handler's answer is ready (None:
+        no answer in timeout, or no supervisor)."""
+        try:
+            reply, _fds = await self.request(
+                {"kind": "ask_worker", "worker": index, "message": message,
+                 "timeout": timeout}, timeout + 1)
+        except (ChannelClosed, TimeoutError):
+            return None
+        answer = reply.get("reply")
+        return answer if isinstance(answer, dict) else None
 
     async def gather(self, message: Message, timeout: float = GATHER_TIMEOUT
                      ) -> list[Message]:

@@ -131,42 +131,108 @@ def test_address() -> None:
     assert sockets.address(None) == "unix"
 
 
-def cancel(monkeypatch: pytest.MonkeyPatch, still_wanted: bool, fails: bool = False,
-           **settings: Any) -> tuple[FakeTransport, list[float]]:
-    """send_cancel_request with open_connection faked: the transport it got, the timeouts."""
-    transport = FakeTransport()
+class FakePostgres:
+    """A listening socket that takes CancelRequests as the postmaster does: reads one, and
+    closes once the test lets it (close_now) or never (hang)."""
+
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+        self.close_now = asyncio.Event()
+        self.port = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.received.append(await reader.read(16))
+        await self.close_now.wait()
+        writer.close()
+
+    def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+def _config(**settings: Any) -> Config:
+    return dataclasses.replace(Config(), **settings)
+
+
+def test_a_cancel_is_over_only_when_postgresql_closes_its_connection() -> None:
+    async def run() -> None:
+        pg = FakePostgres()
+        await pg.start()
+        cancel = asyncio.ensure_future(sockets.send_cancel_request(
+            ("127.0.0.1", pg.port), 11, 22, _config(cancel_wait_timeout=10.0), lambda: True))
+        while not pg.received:
+            await asyncio.sleep(0.01)
+        assert pg.received == [build.cancel_request(11, 22)]
+        for _ in range(5):  # sent, not answered yet: not over
+            await asyncio.sleep(0.01)
+            assert not cancel.done()
+        pg.close_now.set()
+        assert await cancel is True
+        pg.stop()
+
+    asyncio.run(run())
+
+
+def test_a_cancel_no_longer_wanted_once_connected_sends_nothing() -> None:
+    async def run() -> None:
+        pg = FakePostgres()
+        pg.close_now.set()
+        await pg.start()
+        assert await sockets.send_cancel_request(
+            ("127.0.0.1", pg.port), 11, 22, _config(), lambda: False) is True
+        while not pg.received:
+            await asyncio.sleep(0.01)
+        assert pg.received == [b""]  # closed with nothing sent
+        pg.stop()
+
+    asyncio.run(run())
+
+
+def test_a_cancel_sent_and_never_answered_is_not_over(caplog: pytest.LogCaptureFixture) -> None:
+    async def run() -> bool:
+        pg = FakePostgres()  # never closes
+        await pg.start()
+        try:
+            return await sockets.send_cancel_request(
+                ("127.0.0.1", pg.port), 11, 22, _config(cancel_wait_timeout=0.2), lambda: True)
+        finally:
+            pg.close_now.set()
+            pg.stop()
+
+    with caplog.at_level(logging.WARNING, logger="pgtarn.server"):
+        assert asyncio.run(run()) is False  # it may still land
+    assert "failed: cancel_wait_timeout (0.2 s)" in caplog.text
+
+
+def test_a_cancel_that_cannot_connect_was_never_sent(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # (bound, not listening: refused)
+        with caplog.at_level(logging.WARNING, logger="pgtarn.server"):
+            assert asyncio.run(sockets.send_cancel_request(
+                ("127.0.0.1", port), 11, 22, _config(), lambda: True)) is True
+    assert "cancel request to 127.0.0.1:" in caplog.text
+
+
+def test_a_cancel_that_cannot_connect_is_logged_with_its_timeout(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     timeouts: list[float] = []
 
     async def fake_connect(target: sockets.Target, factory: Callable[[], asyncio.Protocol],
                            timeout: float) -> None:
         timeouts.append(timeout)
-        if fails:
-            raise TimeoutError
-        factory().connection_made(transport)  # type: ignore[arg-type]
+        raise TimeoutError
 
     monkeypatch.setattr(sockets, "connect_to", fake_connect)
-    config = dataclasses.replace(Config(), **settings)
-    asyncio.run(sockets.send_cancel_request(("127.0.0.1", 5432), 11, 22, config,
-                                            lambda: still_wanted))
-    return transport, timeouts
-
-
-def test_a_cancel_still_wanted_is_sent_once_connected(monkeypatch: pytest.MonkeyPatch) -> None:
-    transport, timeouts = cancel(monkeypatch, True, cancel_wait_timeout=3.0)
-    assert transport.take() == build.cancel_request(11, 22) and transport.closing
-    assert timeouts == [3.0]
-
-
-def test_a_cancel_no_longer_wanted_sends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    transport, _ = cancel(monkeypatch, False)
-    assert transport.take() == b"" and transport.closing
-
-
-def test_a_cancel_that_cannot_connect_is_logged_with_its_timeout(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="pgtarn.server"):
-        _, timeouts = cancel(monkeypatch, True, fails=True, cancel_wait_timeout=0.0,
-                             server_connect_timeout=7.0)
+        assert asyncio.run(sockets.send_cancel_request(
+            ("127.0.0.1", 5432), 11, 22,
+            _config(cancel_wait_timeout=0.0, server_connect_timeout=7.0), lambda: True))
     assert timeouts == [7.0]
     assert "cancel_wait_timeout (0: server_connect_timeout, 7 s)" in caplog.text
 
