@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -532,15 +533,11 @@ def show_version(runtime: Runtime) -> Table:
 
 def show_prepared_statements(runtime: Runtime) -> Table:
     """pgtarn's own: the shared statements, how many client names and servers have each."""
-    on_servers: dict[bytes, int] = {}
-    for server in all_servers(runtime):
-        if server.statements is not None:
-            for name in server.statements.prepared:
-                on_servers[name] = on_servers.get(name, 0) + 1
+    on_servers = Counter(name for server in all_servers(runtime)
+                         if server.statements is not None for name in server.statements.prepared)
     rows: list[list[Value]] = [
         [stmt.name.decode(), stmt.query, stmt.parameter_count, stmt.clients,
-         on_servers.get(stmt.name, 0), stmt.generation, stmt.renewals,
-         1 if stmt.described else 0]
+         on_servers[stmt.name], stmt.generation, stmt.renewals, int(stmt.described)]
         for stmt in runtime.statement_cache.statements()
     ]
     rows.sort(key=lambda r: str(r[0]))
