@@ -10,7 +10,10 @@ import asyncpg
 import psycopg
 import pytest
 
+from pgtarn.proto import build
+
 from .drivers import aconnect, connect
+from .rawpg import RawClient
 
 UTC = datetime.UTC
 INSERT_TS = "INSERT INTO ts_t (id, ts) VALUES (%s, %s)"
@@ -275,3 +278,40 @@ def test_a_migration_outside_pgtarn_heard_through_an_event_trigger(pgtarn_factor
     finally:
         pg_cluster.psql("DROP EVENT TRIGGER pgtarn_schema_changed;"
                         " DROP FUNCTION pgtarn_schema_changed();", dbname="app")
+
+
+def test_asyncpg_after_a_type_dropped_and_made_again(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """A statement whose parameter names a type that no longer exists: asyncpg cannot
+    resolve it (6 attempts, then an error, on every new connection). A raw client keeps the
+    shared statement alive meanwhile (an asyncpg client that introspected a type would be
+    pinned by its set_config). After the migration through pgtarn, a new connection's Parse
+    is fresh, as on a direct connection."""
+    make = ("CREATE TYPE colour AS ENUM ('red', 'blue'); CREATE TABLE paint (c colour);"
+            " ALTER TABLE paint OWNER TO app; ALTER TYPE colour OWNER TO app;")
+    pg_cluster.psql("DROP TABLE IF EXISTS paint; DROP TYPE IF EXISTS colour; " + make,
+                    dbname="app")
+    proc = pgtarn_factory(settings={"default_pool_size": 1, "auth_type": "plain"})
+    insert = "INSERT INTO paint (c) VALUES ($1)"
+    holder = RawClient(proc.host, proc.port)
+    try:
+        holder.startup(user="app", database="app")
+        assert holder.read_message()[0] == "R"
+        holder.send(build.message(b"p", b"app_pass\x00"))
+        holder.read_until("Z")
+        holder.send(build.message(b"P", b"held\x00" + insert.encode() + b"\x00\x00\x00")
+                    + build.message(b"S"))
+        assert [t for t, _ in holder.read_until("Z")] == ["1", "Z"]
+        with connect(proc, autocommit=True) as migration:  # the migration, through pgtarn
+            migration.execute("DROP TABLE paint; DROP TYPE colour; " + make)
+
+        async def main() -> None:
+            conn = await aconnect(proc, statement_cache_size=100)
+            try:
+                await conn.execute(insert, "blue")
+                assert await conn.fetchval("SELECT c::text FROM paint") == "blue"
+            finally:
+                await conn.close()
+
+        asyncio.run(main())
+    finally:
+        holder.close()
