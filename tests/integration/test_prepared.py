@@ -11,8 +11,11 @@ import asyncpg
 import psycopg
 import pytest
 
+from pgtarn.proto import build
+
 from .drivers import aconnect, connect
 from .pgstat import make_table
+from .rawpg import RawClient, error_fields
 
 SMALL_POOL = {"default_pool_size": 2, "max_client_conn": 200}
 
@@ -404,3 +407,41 @@ def test_statement_mode_sql_prepare_execute_across_clients_1_server(pgtarn_facto
         with pytest.raises(psycopg.errors.InvalidSqlStatementName):
             a.execute("execute p1(1)", prepare=False)
         assert b.execute("execute p1(5)", prepare=False).fetchone() == (10,)
+
+
+def test_another_clients_statement_is_never_reached_by_its_server_side_name(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """pg_prepared_statements shows the server-side names of every client's statements; a
+    client that names one it did not prepare gets PostgreSQL's 26000, as on a backend of its
+    own, and the statement's own client is never touched."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1, "auth_type": "plain"})
+    query = "select %s::int + 1"
+    with connect(proc, autocommit=True, prepare_threshold=0) as owner, \
+            connect(proc, autocommit=True) as other:
+        assert owner.execute(query, (1,)).fetchone() == (2,)
+        names = [row[0] for row in other.execute(
+            "select name from pg_prepared_statements where name like 'pgtarn%'").fetchall()]
+        assert names
+        for name in names:
+            for sql in (f"EXECUTE {name}(1)", f"DEALLOCATE {name}", f"EXPLAIN EXECUTE {name}(1)"):
+                with pytest.raises(psycopg.errors.InvalidSqlStatementName,
+                                   match=f'prepared statement "{name}" does not exist'):
+                    other.execute(sql)
+            raw = RawClient(proc.host, proc.port)
+            try:
+                raw.startup(user="app", database="app")
+                assert raw.read_message()[0] == "R"
+                raw.send(build.message(b"p", b"app_pass\x00"))
+                raw.read_until("Z")
+                for batch in (build.message(b"B", b"\x00" + name.encode() + b"\x00" + b"\x00" * 6)
+                              + build.message(b"E", b"\x00\x00\x00\x00\x00"),
+                              build.message(b"D", b"S" + name.encode() + b"\x00")):
+                    raw.send(batch + build.message(b"S"))
+                    replies = raw.read_until("E")
+                    assert raw.read_until("Z")[-1] == ("Z", b"I")
+                    errors = [error_fields(body) for kind, body in replies if kind == "E"]
+                    assert [(e["C"], e["M"]) for e in errors] == [
+                        ("26000", f'prepared statement "{name}" does not exist')]
+            finally:
+                raw.close()
+        for i in range(3):  # the owner's statement is still there, unchanged
+            assert owner.execute(query, (i,)).fetchone() == (i + 1,)

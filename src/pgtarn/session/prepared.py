@@ -145,9 +145,9 @@ class ServerStatements(StatementRewriter):
         raising = self.raising
         if raising is not None:
             self.raising = None
-            sqlstate, text = raising
+            sqlstate, text, reply = raising
             if b"C" + sqlstate.encode() + b"\x00" in body and text.encode() in body:
-                self.replacement = _as_postgresql_words(sqlstate, text)
+                self.replacement = _as_postgresql_words(sqlstate, reply)
                 return ERROR_REPLACE
         expected = self.expected
         if not expected:

@@ -40,6 +40,9 @@ DESCRIPTION_TYPES: Final = frozenset(b"tTn")
 RESULT_TYPE_CHANGED_ERROR: Final = ("0A000", "cached plan must not change result type")
 #: The name of pgtarn's statement that raises an error in place of a client's.
 RAISER_NAME: Final = b"pgtarn_raise"
+#: How every server-side name pgtarn gives begins: a client naming one it did not define
+#: means another client's statement, which it must never reach.
+SERVER_PREFIX: Final = b"pgtarn_"
 
 #: The error PostgreSQL gives when a prepared statement's result type changed (ALTER TABLE).
 RESULT_TYPE_CHANGED: Final = b"cached plan must not change result type"
@@ -141,9 +144,10 @@ class StatementRewriter:
         #: Statements whose Bind raises an error here in their place (SQLSTATE, message):
         #: prepared afresh with another result type than their clients were told.
         self.refused: dict[bytes, tuple[str, str]] = {}
-        #: The error pgtarn's raiser is to give (ServerStatements.error sends it as
-        #: PostgreSQL words it, routine included: drivers read that).
-        self.raising: tuple[str, str] | None = None
+        #: The error pgtarn's raiser or a stand-in name is to give (SQLSTATE, the message
+        #: the server will give, the message the client gets): ServerStatements.error sends
+        #: it as PostgreSQL words it, routine included (drivers read that).
+        self.raising: tuple[str, str, str] | None = None
 
     @property
     def idle(self) -> bool:
@@ -285,6 +289,8 @@ class StatementRewriter:
         for use in found.uses:
             stmt = client.names.get(use.name)
             if use.kind != sqlnames.PREPARE and stmt is None:
+                if use.name.startswith(SERVER_PREFIX):  # another client's statement
+                    return _refused_parse(body, pos, end, _missing(use.name), "26000")
                 continue  # not the client's: PostgreSQL's own error names it
             if use.kind != sqlnames.EXECUTE or name:
                 word = "PREPARE" if use.kind == sqlnames.PREPARE else \
@@ -318,21 +324,17 @@ class StatementRewriter:
         name, end = read_cstring(body, pos)
         stmt = client.names.get(name) if name else None
         forgets = b""
-        if stmt is None:
+        if stmt is None and name.startswith(SERVER_PREFIX):
+            # Another client's statement, by its server-side name: never the client's.
+            self._raise("26000", _missing(name), body[:pos], out)
+        elif stmt is None:
             out += message(b"B", body)
             self.expected.append(BIND_ENTRY)
             if not name:
                 forgets = self.unnamed_forgets
         elif stmt.name in self.refused:
             sqlstate, text = self.refused[stmt.name]
-            self.raising = (sqlstate, text)
-            out += message(b"C", b"S" + RAISER_NAME + b"\x00")
-            self.expected.append(Entry(KIND_CLOSE, DROP))
-            out += message(b"P", RAISER_NAME + b"\x00" + raise_error(sqlstate, text)[5:-1]
-                           + b"\x00\x00\x00")
-            self.expected.append(Entry(KIND_PARSE, DROP))
-            out += message(b"B", body[:pos] + RAISER_NAME + b"\x00" + b"\x00" * 6)
-            self.expected.append(BIND_ENTRY)
+            self._raise(sqlstate, text, body[:pos], out)
         else:
             if stmt.forgets:
                 forgets = stmt.parse[5 + len(stmt.name) + 1 :]
@@ -347,6 +349,18 @@ class StatementRewriter:
         self.fresh = self.clean = False
         return forgets
 
+    def _raise(self, sqlstate: str, text: str, portal: bytes, out: bytearray) -> None:
+        """In place of a Bind (of portal: its name and NUL), pgtarn's raiser: the client gets
+        its BindComplete, and the error at its Execute (sent as PostgreSQL words it)."""
+        self.raising = (sqlstate, text, text)
+        out += message(b"C", b"S" + RAISER_NAME + b"\x00")
+        self.expected.append(Entry(KIND_CLOSE, DROP))
+        out += message(b"P", RAISER_NAME + b"\x00" + raise_error(sqlstate, text)[5:-1]
+                       + b"\x00\x00\x00")
+        self.expected.append(Entry(KIND_PARSE, DROP))
+        out += message(b"B", portal + RAISER_NAME + b"\x00" + b"\x00" * 6)
+        self.expected.append(BIND_ENTRY)
+
     def _describe_or_close(self, client: ClientStatements, msg_type: int, body: bytes,
                            out: bytearray) -> None:
         self.clean = False
@@ -358,7 +372,11 @@ class StatementRewriter:
                 self.expected.append(CLOSE_ENTRY)
         elif msg_type == 0x44:
             stmt = client.names.get(name)
-            if stmt is None:
+            if stmt is None and name.startswith(SERVER_PREFIX):
+                # Another client's statement: described as one that does not exist.
+                out += message(b"D", b"S" + NOOP_NAME + b"\x00")
+                self.raising = ("26000", _missing(NOOP_NAME), _missing(name))
+            elif stmt is None:
                 out += message(b"D", body)
             else:
                 stmt.described = True  # its driver may cache what it is told now
@@ -446,6 +464,9 @@ class StatementRewriter:
         """A query that raises the error for a form pgtarn cannot run safely, or None."""
         for use in found.uses:
             known = client.names.get(use.name)
+            if use.kind != sqlnames.PREPARE and known is None and \
+                    use.name.startswith(SERVER_PREFIX):  # another client's statement
+                return raise_error("26000", _missing(use.name))
             if use.kind != sqlnames.EXECUTE and found.statements > 1:
                 word = "PREPARE" if use.kind == sqlnames.PREPARE else "DEALLOCATE"
                 return raise_error(
@@ -504,9 +525,15 @@ class StatementRewriter:
     # --- server -> client -----------------------------------------------------------------------
 
 
-def _refused_parse(body: bytes, pos: int, end: int, message: str) -> bytes:
-    """A Parse body whose query raises message (SQLSTATE 0A000) when executed."""
-    return body[:pos] + raise_error("0A000", message)[5:-1] + b"\x00" + body[end:]
+def _refused_parse(body: bytes, pos: int, end: int, message: str, sqlstate: str = "0A000"
+                   ) -> bytes:  # fmt: skip
+    """A Parse body whose query raises message (SQLSTATE 0A000 unless given) when run."""
+    return body[:pos] + raise_error(sqlstate, message)[5:-1] + b"\x00" + body[end:]
+
+
+def _missing(name: bytes) -> str:
+    """PostgreSQL's message for a prepared statement name that does not exist."""
+    return 'prepared statement "' + name.decode("utf-8", "replace") + '" does not exist'
 
 
 def batch_end(parts: list[Part], index: int) -> int:
