@@ -43,6 +43,7 @@ COMPILED = [
     "pgtarn/session/rewrite.py",
     "pgtarn/session/statements.py",
     "pgtarn/session/sqlnames.py",
+    "pgtarn/session/stale.py",
     "pgtarn/session/tracking.py",
     "pgtarn/net/transport.py",
     "pgtarn/net/sending.py",

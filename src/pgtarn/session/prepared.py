@@ -55,11 +55,9 @@ from .rewrite import (
     Entry,
     StatementRewriter,
     batch_end,
-    description_digest,
-    means_stale,
     raise_error,
-    reads_description,
 )
+from .stale import description_digest, means_stale, reads_description
 from .statements import (
     FORGETS_ALL,
     ClientStatements,
@@ -133,12 +131,12 @@ class ServerStatements(StatementRewriter):
         will be sent again) or ERROR_REPLACE (send ``replacement`` instead).
 
         A Bind or EXECUTE that failed because the statement was prepared against an older
-        schema (rewrite.STALE_ERRORS) renews that statement, so that the next attempt
+        schema (stale.STALE_ERRORS) renews that statement, so that the next attempt
         prepares it again; one a client described keeps its name (the client's driver must
         see the error and prepare it again, as on a direct connection), and any error of a
         statement lets the next Parse of its text prepare it afresh. The batch is sent again,
         the client none the wiser, only when nothing of it ran and the client reads the new
-        description in it (rewrite.reads_description).
+        description in it (stale.reads_description).
         """
         self.failed = True
         self.last_error = body

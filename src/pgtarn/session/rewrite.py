@@ -44,14 +44,6 @@ RAISER_NAME: Final = b"pgtarn_raise"
 #: means another client's statement, which it must never reach.
 SERVER_PREFIX: Final = b"pgtarn_"
 
-#: The error PostgreSQL gives when a prepared statement's result type changed (ALTER TABLE).
-RESULT_TYPE_CHANGED: Final = b"cached plan must not change result type"
-#: Errors that mean a statement was prepared against a schema that changed since (SQLSTATE
-#: field and a part of the message): its result type changed, a type it names was dropped,
-#: a column it writes changed type.
-STALE_ERRORS: Final = ((b"C0A000\x00", RESULT_TYPE_CHANGED),
-                       (b"CXX000\x00", b"cache lookup failed for type"),
-                       (b"C42804\x00", b"but expression is of type"))
 
 FORWARD: Final = 0
 DROP: Final = 1
@@ -411,7 +403,7 @@ class StatementRewriter:
         if found is None or not found.uses:
             self._pass_query(body, out)
             return True
-        refusal = self._refusal(client, found)
+        refusal = _refusal(self, client, found)
         if refusal is not None:
             out += refusal
             self._synced(SYNC_ENTRY)
@@ -460,29 +452,6 @@ class StatementRewriter:
         out += message(b"Q", body)
         self._synced(SYNC_ENTRY)
 
-    def _refusal(self, client: ClientStatements, found: sqlnames.Scan) -> bytes | None:
-        """A query that raises the error for a form pgtarn cannot run safely, or None."""
-        for use in found.uses:
-            known = client.names.get(use.name)
-            if use.kind != sqlnames.PREPARE and known is None and \
-                    use.name.startswith(SERVER_PREFIX):  # another client's statement
-                return raise_error("26000", _missing(use.name))
-            if use.kind != sqlnames.EXECUTE and found.statements > 1:
-                word = "PREPARE" if use.kind == sqlnames.PREPARE else "DEALLOCATE"
-                return raise_error(
-                    "0A000", f"{word} must be sent as a query of its own in transaction"
-                    " pooling mode")
-            if use.kind == sqlnames.PREPARE and known is not None:
-                name = use.name.decode("utf-8", "replace")
-                return raise_error("42P05", f'prepared statement "{name}" already exists')
-            if (use.kind != sqlnames.PREPARE and known is not None and not self.clean
-                    and known.name not in self.prepared):
-                return raise_error(
-                    "0A000", "a prepared statement cannot be run by a simple query in the"
-                    " middle of an extended-protocol batch in transaction pooling mode;"
-                    " send Sync first")
-        return None
-
     def _prelude(self, stmt: Statement, out: bytearray) -> None:
         """Prepare stmt ahead of a simple query, in a batch of pgtarn's own (after the last
         Sync, so nothing can skip it) whose replies the client never sees."""
@@ -525,6 +494,31 @@ class StatementRewriter:
     # --- server -> client -----------------------------------------------------------------------
 
 
+def _refusal(rewriter: StatementRewriter, client: ClientStatements, found: sqlnames.Scan
+             ) -> bytes | None:  # fmt: skip
+    """A query that raises the error for a form pgtarn cannot run safely, or None."""
+    for use in found.uses:
+        known = client.names.get(use.name)
+        if use.kind != sqlnames.PREPARE and known is None and \
+                use.name.startswith(SERVER_PREFIX):  # another client's statement
+            return raise_error("26000", _missing(use.name))
+        if use.kind != sqlnames.EXECUTE and found.statements > 1:
+            word = "PREPARE" if use.kind == sqlnames.PREPARE else "DEALLOCATE"
+            return raise_error(
+                "0A000", f"{word} must be sent as a query of its own in transaction"
+                " pooling mode")
+        if use.kind == sqlnames.PREPARE and known is not None:
+            name = use.name.decode("utf-8", "replace")
+            return raise_error("42P05", f'prepared statement "{name}" already exists')
+        if (use.kind != sqlnames.PREPARE and known is not None and not rewriter.clean
+                and known.name not in rewriter.prepared):
+            return raise_error(
+                "0A000", "a prepared statement cannot be run by a simple query in the"
+                " middle of an extended-protocol batch in transaction pooling mode;"
+                " send Sync first")
+    return None
+
+
 def _refused_parse(body: bytes, pos: int, end: int, message: str, sqlstate: str = "0A000"
                    ) -> bytes:  # fmt: skip
     """A Parse body whose query raises message (SQLSTATE 0A000 unless given) when run."""
@@ -543,53 +537,6 @@ def batch_end(parts: list[Part], index: int) -> int:
         if isinstance(part, int) or (isinstance(part, tuple) and part[0] in (0x53, 0x51)):
             return j
     return -1
-
-
-def description_digest(parameters: bytes, msg_type: int, body: bytes) -> bytes:
-    """What a Describe of a statement tells its client, for comparing: the ParameterDescription
-    and the RowDescription's names and types (not the table OID and column number, which a
-    table made again changes without changing what the client decodes), or NoData."""
-    if msg_type != 0x54:
-        return parameters + b"|n"
-    out = bytearray(parameters)
-    out += b"|"
-    count = int.from_bytes(body[:2], "big")
-    pos = 2
-    for _ in range(count):
-        end = body.find(b"\x00", pos)
-        if end < 0 or end + 19 > len(body):  # not a RowDescription PostgreSQL would send
-            return parameters + b"|" + body
-        out += body[pos : end + 1]  # the name and its NUL
-        out += body[end + 7 : end + 17]  # type OID, length, modifier
-        pos = end + 19
-    return bytes(out)
-
-
-def means_stale(body: bytes) -> bool:
-    """Whether an ErrorResponse's body says its statement was prepared against an older
-    schema (STALE_ERRORS)."""
-    return any(code in body and text in body for code, text in STALE_ERRORS)
-
-
-def reads_description(parts: list[Part], index: int) -> bool:
-    """Whether the client reads a description of what parts[index] (a Bind, or a Query)
-    returns before its batch ends: a Query brings its RowDescription, and a Describe of the
-    statement or portal does (libpq's PQsendQueryPrepared sends one). A client that binds
-    without one decodes rows with what it was told before, so a statement prepared afresh
-    under it must not be run in its place."""
-    part = parts[index]
-    if isinstance(part, tuple) and part[0] == 0x51:
-        return True
-    for j in range(index + 1, len(parts)):
-        part = parts[j]
-        if isinstance(part, int):
-            return False
-        if isinstance(part, tuple):
-            if part[0] == 0x44:
-                return True
-            if part[0] in (0x53, 0x51, 0x42):
-                return False
-    return False
 
 
 def raise_error(sqlstate: str, text: str) -> bytes:

@@ -41,7 +41,7 @@ class Statement:
     generation: int = 0
     #: How many times it was given a new server-side name to be prepared afresh.
     renewals: int = 0
-    #: What the first client to describe it was told (rewrite.description_digest), and the
+    #: What the first client to describe it was told (stale.description_digest), and the
     #: ParameterDescription's body: a server that prepares it afresh is checked against them.
     told: bytes | None = None
     told_parameters: bytes = b""
