@@ -2,7 +2,9 @@
 
 A key is (pid, secret) as BackendKeyData carries them: bytes 0-3 are the pid, big-endian,
 bytes 4-7 the secret. Byte 0's top bit is clear, so that the pid is positive (libpq and
-drivers take it for a process id). The rest is random, except:
+drivers take it for a process id), and its next bit set, so that the pid is above any real
+process id (Linux's limit is 2**22): a client's pg_terminate_backend or pg_cancel_backend of
+its own backend_pid can never reach another session's backend. The rest is random, except:
 
 - with peering on (peer_id 1..16383), byte 1 is the low 8 bits of peer_id and byte 2 the
   high 6, so that any pgtarn or PgBouncer of the group can tell whose key it is; and the low
@@ -24,6 +26,7 @@ _TTL_MASK = 0x3
 _PEER_MASK = 0x00FFFF00  # bytes 1 and 2 of the pid
 _WORKER_MASK = 0x000000FF  # byte 3 of the pid
 _FOLDED_PID = 0x0FFFFFFF  # the pid's bits below its top 3, which index_of folds in
+_ABOVE_PIDS = 0x40000000  # set in every pid handed out: no process has such an id
 
 Key = tuple[int, int]
 
@@ -36,7 +39,7 @@ def make_key(peer_id: int, worker: int | None) -> Key:
     if worker is not None and not 0 <= worker <= 0xFF:
         raise ValueError(f"worker {worker} out of range 0..255")
     raw = os.urandom(8)  # what secrets.token_bytes reads, without its wrappers
-    pid = int.from_bytes(raw[:4], "big") & 0x7FFFFFFF
+    pid = int.from_bytes(raw[:4], "big") & 0x3FFFFFFF | _ABOVE_PIDS
     secret = int.from_bytes(raw[4:], "big")
     if peer_id:
         pid = (pid & ~_PEER_MASK) | (peer_id & 0xFF) << 16 | (peer_id >> 8) << 8

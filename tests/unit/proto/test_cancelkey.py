@@ -54,6 +54,14 @@ def test_no_peer_key_is_random_but_pid_positive(worker: int | None) -> None:
         assert worker_of(key) == worker
 
 
+@given(st.integers(0, MAX_PEER_ID), workers)
+def test_a_pid_is_never_a_real_process_id(peer_id: int, worker: int | None) -> None:
+    """Above Linux's highest process id (2**22, PID_MAX_LIMIT): a client's
+    pg_terminate_backend(its backend_pid) can never reach another session's backend."""
+    pid = make_key(peer_id, worker)[0]
+    assert 2**30 <= pid <= 0x7FFFFFFF
+
+
 def test_keys_differ_and_use_the_random_bits() -> None:
     keys = {make_key(0, None) for _ in range(200)}
     assert len(keys) == 200
@@ -62,7 +70,8 @@ def test_keys_differ_and_use_the_random_bits() -> None:
     assert len({peer_of(key) for key in keys}) > 100
     # with peering, the other bytes stay random
     peered = {make_key(5, None) for _ in range(200)}
-    assert len({key[0] >> 24 for key in peered}) > 50
+    assert {key[0] >> 30 for key in peered} == {1}  # byte 0: 0x40 and 6 random bits
+    assert len({key[0] >> 24 for key in peered}) > 40
     assert len({worker_of(key) for key in peered}) > 50
     assert len({key[1] >> 2 for key in peered}) == 200
 
