@@ -962,3 +962,19 @@ def test_discard_all_ends_the_listeners_channels(pgtarn_factory):  # type: ignor
         notify(notifier, gone, "lost")
         notify(notifier, after, "end")
         assert receive_until(conn, (after, "end")) == [(after, "end")]
+
+
+def test_session_mode_own_notification_names_the_clients_backend_pid(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """A client that tells its own notifications apart by pid (psycopg's docs show how)
+    sees its backend_pid, pgtarn's key, in them, as on a direct connection."""
+    proc = pgtarn_factory(settings={"pool_mode": "session"})
+    with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+        seen: list[psycopg.Notify] = []
+        conn.add_notify_handler(seen.append)
+        conn.execute("LISTEN own_pid")
+        conn.execute("NOTIFY own_pid, 'mine'")
+        other.execute("NOTIFY own_pid, 'theirs'")
+        conn.execute("SELECT 1")  # the other's notification comes with this reply
+        assert [(n.payload, n.pid) for n in seen] == [
+            ("mine", conn.info.backend_pid), ("theirs", seen[1].pid)]
+        assert seen[1].pid not in (conn.info.backend_pid, other.info.backend_pid)

@@ -175,6 +175,9 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     # The fields of ClientExtras, read as the client's own (the defaults while it has none).
 
+    def notification_pid(self) -> int:
+        return self.cancel_key[0] if self.session_mode else 0
+
     def schema_change_sent(self) -> None:
         """The client sent a text that may change the schema (DDL): every shared prepared
         statement is prepared afresh (session.statements.StatementCache.schema_changed), now

@@ -81,8 +81,9 @@ class ServerRelay(ServerTransport):
                 start = end
             elif msg_type == 0x53:
                 self._parameter_status(body)
-            elif msg_type == 0x45:
-                replacement = self._relayed_error(body)
+            elif msg_type in (0x45, 0x41):
+                replacement = self._relayed_error(body) if msg_type == 0x45 else \
+                    self._own_notification(body)
                 msg_start = end - 5 - len(body)
                 if replacement is not None and msg_start >= start and self.client is not None:
                     # (one begun in an earlier chunk went out already: it stays as it is)
@@ -296,6 +297,17 @@ class ServerRelay(ServerTransport):
         if client is not None and fields.get("C") == "57014" and client.query_timed_out():
             return build.error_response("57014", "query_timeout", severity or "ERROR")
         return None
+
+    def _own_notification(self, body: bytes) -> bytes | None:
+        """A NotificationResponse: one this server's backend sent itself carries the pid the
+        client knows as its backend's (session mode), so that a client that skips its own
+        notifications by pid still does; None: as it came."""
+        client = self.client
+        if client is None or len(body) < 4 or \
+                int.from_bytes(body[:4], "big") != self.backend_key[0]:
+            return None
+        pid = client.notification_pid()
+        return build.message(b"A", pid.to_bytes(4, "big") + body[4:]) if pid else None
 
     def _parameter_status(self, body: bytes, hidden: bool = False) -> None:
         name, value = parse_parameter_status(body)

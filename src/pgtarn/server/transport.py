@@ -23,7 +23,7 @@ from .login import LoginDriver
 log = logging.getLogger("pgtarn.server")
 
 # While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
-RELAY_TYPES: Final = frozenset(b"ZSE")
+RELAY_TYPES: Final = frozenset(b"ZSEA")
 
 Server = TypeVar("Server", bound=PooledServer, contravariant=True)
 
@@ -46,6 +46,11 @@ class LinkedClient(asyncio.Protocol, Waiter[Server]):
     def statements_checked(self) -> None:
         """A check pgtarn made of a statement before the client's Bind of it is answered:
         send what waited for it."""
+        raise NotImplementedError
+
+    def notification_pid(self) -> int:
+        """The pid a notification sent by its own server's backend is to carry: its key's
+        in session mode, where that backend is the client's own; 0: as it came."""
         raise NotImplementedError
 
     def ready_for_query(self, server: Server, status: bytes) -> bytes | None:
