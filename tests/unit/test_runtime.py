@@ -43,8 +43,8 @@ class Keyed:
 
 #: Two keys that fold into one index (cancelkey.index_of): the pid's top bits differ by the
 #: secret's low bit.
-KEY = (5, 76)
-SAME_INDEX = ((1 << 28) | 5, 77)
+KEY = ((1 << 30) | 5, 76)  # (every pid handed out has bit 30 set: cancelkey.make_key)
+SAME_INDEX = ((1 << 30) | (1 << 28) | 5, 77)
 
 
 def test_a_new_key_has_an_index_no_client_here_has(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,7 +53,7 @@ def test_a_new_key_has_an_index_no_client_here_has(monkeypatch: pytest.MonkeyPat
     # make_key's random bytes: first SAME_INDEX's (taken), then (12, 78)'s
     made = iter([b"".join(n.to_bytes(4, "big") for n in key) for key in (SAME_INDEX, (12, 78))])
     monkeypatch.setattr(os, "urandom", lambda size: next(made))
-    assert runtime.new_key() == (12, 78)
+    assert runtime.new_key() == ((1 << 30) | 12, 78)
 
 
 def test_a_client_is_found_by_its_whole_key_only() -> None:
@@ -62,7 +62,8 @@ def test_a_client_is_found_by_its_whole_key_only() -> None:
     assert runtime.add_client(client)  # type: ignore[arg-type]
     assert runtime.client_by_key(KEY) is client
     assert runtime.client_by_key(SAME_INDEX) is None  # the same index is not enough
-    assert runtime.client_by_key((6, 76)) is None and runtime.client_by_key((5, 77)) is None
+    assert runtime.client_by_key((6, 76)) is None
+    assert runtime.client_by_key((KEY[0], 77)) is None
     same_secret = Keyed((6, 76))
     assert runtime.add_client(same_secret)  # type: ignore[arg-type]  # (a secret is not a key)
     assert runtime.client_by_key((6, 76)) is same_secret
