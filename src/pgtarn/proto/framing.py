@@ -129,6 +129,15 @@ class MessageScanner:
         rest = 1 + length - len(buf)
         return rest if rest <= len(data) else -1
 
+    def rewatch(self, watch: frozenset[int]) -> None:
+        """Report these types from now on, each with its body (a scanner of its owner alone:
+        a message under way is finished as it began)."""
+        self._watch = self._bodies = _table(watch)
+
+    def watches(self, msg_type: int) -> bool:
+        """Whether msg_type is reported."""
+        return self._watch[msg_type] != 0
+
     @property
     def watch(self) -> frozenset[int]:
         """The message types reported."""

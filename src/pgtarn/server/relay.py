@@ -28,6 +28,12 @@ from .transport import RELAY_TYPES, ServerTransport, log
 
 # With prepared statements: also ParseComplete, BindComplete and CloseComplete.
 PREPARED_RELAY_TYPES: Final = frozenset(b"ZSE123")
+# While the linked client reads the rows of a batch (advisory lock calls, ServerRelay.
+# watch_rows): also DataRow and the ends of results (CommandComplete, EmptyQueryResponse,
+# PortalSuspended).
+ROW_TYPES: Final = frozenset(b"DCIs")
+ROW_RELAY_TYPES: Final = RELAY_TYPES | ROW_TYPES
+PREPARED_ROW_RELAY_TYPES: Final = PREPARED_RELAY_TYPES | ROW_TYPES
 RFQ_LEN: Final = 6
 
 
@@ -84,6 +90,8 @@ class ServerRelay(ServerTransport):
                     # (one begun in an earlier chunk went out already: it stays as it is)
                     self.client.write(data[start:msg_start] + replacement)
                     start = end
+            elif self.client is not None:  # a row or a result's end, while rows are read
+                self.client.result_relayed(msg_type, body)
         if start < len(data) and not self.swallow and self.client is not None:
             self.client.write(data[start:] if start else data)
 
@@ -190,6 +198,8 @@ class ServerRelay(ServerTransport):
                         message = replacement
             elif msg_type == 0x53:
                 self._parameter_status(body)
+            elif self.client is not None:  # a row or a result's end, while rows are read
+                self.client.result_relayed(msg_type, body)
             out += message
         if self.swallow or self.client is None:
             return
@@ -234,8 +244,19 @@ class ServerRelay(ServerTransport):
             self.statements = ServerStatements(config.max_prepared_statements,
                                                self.pool.prepared_counters)
             # Made while linked and idle, so the scanner is between messages.
-            self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
+            self.scanner = MessageScanner(
+                PREPARED_ROW_RELAY_TYPES if self.scanner.watches(0x44) else PREPARED_RELAY_TYPES,
+                config.max_packet_size)
         return self.statements
+
+    def watch_rows(self, on: bool) -> None:
+        """The linked client reads the rows of a batch (on), or no longer: report DataRow
+        and the ends of results to it (ready replies then go through feed, not the common
+        case's shortcut)."""
+        if self.statements is None:
+            self.scanner.rewatch(ROW_RELAY_TYPES if on else RELAY_TYPES)
+        else:
+            self.scanner.rewatch(PREPARED_ROW_RELAY_TYPES if on else PREPARED_RELAY_TYPES)
 
     def _swallowed(self, msg_type: int, body: bytes) -> bool:
         """A reply to pgtarn's own query, not passed on; True at its ReadyForQuery."""

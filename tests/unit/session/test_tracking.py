@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pgtarn.proto.build import data_row
 from pgtarn.session.effects import Parsed, as_subscriptions
 from pgtarn.session.parsing import effects_of
 from pgtarn.session.tracking import (
@@ -739,6 +740,24 @@ def parsed(text: str) -> Parsed:
     return effects_of(text)
 
 
+#: pg_advisory_lock's value (void) in text format.
+VOID = ""
+
+
+def returned(tracker: SessionTracker, *values: str | None, binary: bool = False) -> None:
+    """One statement's result relayed: its one row of values, then its CommandComplete."""
+    body = data_row(values)[5:]
+    if binary:  # booleans as one byte
+        body = data_row([None] * len(values))[5:7] + b"".join(
+            b"\xff\xff\xff\xff" if value is None
+            else len(code := BINARY[value]).to_bytes(4, "big") + code for value in values)
+    tracker.result(0x44, body)
+    tracker.result(0x43, b"SELECT 1\x00")
+
+
+BINARY = {"t": b"\x01", "f": b"\x00", VOID: b""}
+
+
 def test_a_batch_applies_at_its_ready_for_query() -> None:
     tracker = SessionTracker(SessionState())
     assert not tracker.parse_all
@@ -753,11 +772,12 @@ def test_a_batch_applies_at_its_ready_for_query() -> None:
 def test_parses_of_one_batch_apply_together() -> None:
     tracker = SessionTracker(SessionState())
     tracker.add(parsed("SELECT pg_advisory_lock(1)"), 0, IDLE)
-    tracker.add(parsed(A1), 0, IDLE)
+    tracker.add(parsed(A1), 0, IDLE, 1)
     assert len(tracker.pending) == 1
+    returned(tracker, VOID)
     tracker.error()
     tracker.ready(IDLE)
-    # one failed batch of two statements: the lock may be held, the setting rolled back
+    # one failed batch of two statements: the lock's row came, the setting rolled back
     assert tracker.state.locks == {"1": 1} and tracker.state.settings is NO_SETTINGS
 
 
@@ -840,9 +860,11 @@ def test_the_status_given_is_used_when_nothing_is_ahead() -> None:
 def test_a_failed_flag_does_not_outlive_its_batch() -> None:
     tracker = SessionTracker(SessionState())
     tracker.add(parsed("SELECT pg_advisory_lock(1); SELECT 1/0"), 0, IDLE)
+    returned(tracker, VOID)
     tracker.error()
     tracker.ready(IDLE)
     assert tracker.state.locks == {"1": 1}
     tracker.add(parsed("SELECT pg_advisory_unlock(1)"), 0, IDLE)
+    returned(tracker, "t")
     tracker.ready(IDLE)
     assert tracker.state.locks == {}
