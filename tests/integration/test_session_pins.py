@@ -1,7 +1,7 @@
 """Pins that end exactly when the session state ends: an advisory lock counts only when
 PostgreSQL granted it (pg_try_advisory_lock true) or released it (pg_advisory_unlock true), by
 the simple and the extended protocol, text or binary results; nothing counts from a statement
-that never ran; what cannot be read stays pinned."""
+that never ran; temporary tables end their pin when dropped; what cannot be read stays pinned."""
 
 from __future__ import annotations
 
@@ -213,3 +213,28 @@ def test_unlock_all_that_never_ran_keeps_the_pin(pgtarn_factory, pg_cluster):  #
         assert pins(proc, "pins_b") == "advisory_lock"
         b.execute("select pg_advisory_unlock_all()")
         assert pins(proc, "pins_b") == ""
+
+
+# -- temporary tables ------------------------------------------------------------------------
+
+
+def test_dropping_the_temp_tables_ends_the_pin(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """A temp table pins until it is dropped (DROP TABLE of its name); one of two dropped
+    keeps the pin; a DROP that fails, or one rolled back, keeps it too."""
+    proc = pool_of_two(pgtarn_factory)
+    with client(proc, "pins_b") as b:
+        b.execute("create temp table pins_t1 (v int)")
+        b.execute("create temp table pins_t2 (v int)")
+        assert pins(proc, "pins_b") == "temp_object"
+        b.execute("drop table pins_t1")
+        assert pins(proc, "pins_b") == "temp_object"
+        b.execute("begin")
+        b.execute("drop table pins_t2")
+        b.execute("rollback")
+        assert pins(proc, "pins_b") == "temp_object"
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            b.execute("drop table pins_t2, pins_nothing")
+        assert pins(proc, "pins_b") == "temp_object"
+        b.execute("drop table pins_t2")
+        assert pins(proc, "pins_b") == ""
+        assert_both_servers_free(proc)

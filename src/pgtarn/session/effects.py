@@ -32,7 +32,8 @@ ROLLBACK = "rollback"  # (ROLLBACK, chain)
 SAVEPOINT = "savepoint"  # (SAVEPOINT, name)
 RELEASE = "release"  # (RELEASE, name)
 ROLLBACK_TO = "rollback_to"  # (ROLLBACK_TO, name)
-TEMP = "temp"  # a temporary table, view or sequence
+TEMP = "temp"  # (TEMP, name): a temporary table, view or sequence ("": another object)
+DROP_TEMP = "drop_temp"  # (DROP_TEMP, name, in pg_temp): DROP TABLE/VIEW/SEQUENCE of a name
 HOLD = "hold"  # (HOLD, cursor name)
 CLOSE = "close"  # (CLOSE, cursor name or None for ALL)
 LISTEN = "listen"  # (LISTEN, channel)
@@ -68,7 +69,7 @@ TRANSACTION_CONTROL = frozenset((BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, RO
 # --- the first look -------------------------------------------------------------------------
 
 _STARTS: Final = (b"set", b"reset", b"discard", b"load", b"declare", b"close", b"listen",
-                  b"unlisten", b"create")
+                  b"unlisten", b"create", b"drop")
 _WORDS: Final = (b"advisory", b"set_config", b"setseed", b"temp", b"/*", b"--")
 #: Transaction control: looked for in a named statement only. A Query of it matters only
 #: while a transaction holds changes (and is parsed then); a named statement prepared

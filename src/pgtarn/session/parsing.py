@@ -12,6 +12,7 @@ from typing import Any
 from pglast import ast, parse_sql
 from pglast.enums import (
     DiscardMode,
+    ObjectType,
     OnCommitAction,
     TransactionStmtKind,
     VariableSetKind,
@@ -26,6 +27,7 @@ from .effects import (
     COMMIT,
     DISCARD_ALL,
     DISCARD_TEMP,
+    DROP_TEMP,
     FROM_CURRENT,
     HOLD,
     LISTEN,
@@ -130,10 +132,21 @@ def _statement(stmt: Any, out: list[Effect], text: str = "", index: int = -1) ->
         _statement(stmt.query, inner)
         if inner:  # runs at each EXECUTE, which names no state: cannot be followed
             out.append((UNTRACKED, "a prepared statement that changes session state"))
+    elif isinstance(stmt, ast.DropStmt):
+        if stmt.removeType in _DROPPED_RELATIONS:
+            for names in stmt.objects or ():
+                if len(names) == 1 or str(names[0].sval).startswith("pg_temp"):
+                    out.append((DROP_TEMP, str(names[-1].sval), len(names) > 1))
     else:
-        if _creates_temp(stmt):
-            out.append((TEMP,))
+        created = _temp_created(stmt)
+        if created is not None:
+            out.append((TEMP, created))
         _calls(stmt, out, index)
+
+
+#: What a temporary object's DROP may name (another kind's name is not a relation's).
+_DROPPED_RELATIONS = frozenset((ObjectType.OBJECT_TABLE, ObjectType.OBJECT_VIEW,
+                                ObjectType.OBJECT_SEQUENCE))
 
 
 def _variable_set(stmt: ast.VariableSetStmt, out: list[Effect], text: str) -> None:
@@ -211,12 +224,12 @@ def _transaction(stmt: ast.TransactionStmt, out: list[Effect]) -> None:
         out.append((ROLLBACK_TO, stmt.savepoint_name))
 
 
-def _creates_temp(stmt: ast.Node) -> bool:
-    """CREATE TEMP TABLE/VIEW/SEQUENCE, CREATE TABLE pg_temp.x, SELECT ... INTO TEMP, CREATE
-    TEMP TABLE ... AS, any object created in pg_temp (a function, a type); not ON COMMIT
-    DROP, which is gone when its transaction ends."""
-    if type(stmt).__name__.startswith(_CREATING) and _names_pg_temp(stmt):
-        return True
+def _temp_created(stmt: ast.Node) -> str | None:
+    """The name of the temporary relation a statement creates (CREATE TEMP TABLE/VIEW/
+    SEQUENCE, CREATE TABLE pg_temp.x, SELECT ... INTO TEMP, CREATE TEMP TABLE ... AS); ""
+    for another object created in pg_temp (a function, a type), which no DROP here ends;
+    None when it creates none, or one ON COMMIT DROP, which is gone when its transaction
+    ends."""
     relation: Any = None
     on_commit: Any = None
     if isinstance(stmt, (ast.CreateStmt, ast.CreateSeqStmt)):
@@ -228,9 +241,15 @@ def _creates_temp(stmt: ast.Node) -> bool:
         relation, on_commit = stmt.into.rel, stmt.into.onCommit
     elif isinstance(stmt, ast.SelectStmt) and stmt.intoClause is not None:
         relation, on_commit = stmt.intoClause.rel, stmt.intoClause.onCommit
-    if relation is None or on_commit == OnCommitAction.ONCOMMIT_DROP:
-        return False
-    return bool(relation.relpersistence == "t" or relation.schemaname == "pg_temp")
+    if relation is not None:
+        if on_commit == OnCommitAction.ONCOMMIT_DROP:
+            return None
+        if relation.relpersistence == "t" or (relation.schemaname or "").startswith("pg_temp"):
+            return str(relation.relname)
+        return None
+    if type(stmt).__name__.startswith(_CREATING) and _names_pg_temp(stmt):
+        return ""
+    return None
 
 
 _CREATING = ("Create", "Define", "CompositeType")

@@ -22,6 +22,7 @@ from .effects import (
     COMMIT,
     DISCARD_ALL,
     DISCARD_TEMP,
+    DROP_TEMP,
     FROM_CURRENT,
     HOLD,
     LISTEN,
@@ -92,8 +93,8 @@ def pin_reason(parsed: Parsed) -> str:
 
 # The transactional part of the state: (settings, local, temp, cursors, channels, roles,
 # subscriptions).
-Snapshot = tuple[dict[str, str], dict[str, str], bool, frozenset[str], frozenset[str],
-                 frozenset[str], frozenset[str]]
+Snapshot = tuple[dict[str, str], dict[str, str], frozenset[str], frozenset[str],
+                 frozenset[str], frozenset[str], frozenset[str]]
 
 
 class SessionState:
@@ -114,7 +115,8 @@ class SessionState:
         self.settings = NO_SETTINGS
         #: SET LOCAL values of the open transaction (for SET ... FROM CURRENT).
         self.local = NO_SETTINGS
-        self.temp = False
+        #: The temporary relations created, by name ("": some other temporary object).
+        self.temp = _EMPTY
         self.cursors = _EMPTY
         #: Channels LISTENed on the client's server (they pin it), and the ones pgtarn's
         #: listener connection listens to for it (they do not).
@@ -312,7 +314,7 @@ class SessionState:
             self.locks = _NO_LOCKS
             self.locks_uncounted = False
             self.untracked = ""
-            self._restore((NO_SETTINGS, NO_SETTINGS, False, _EMPTY, _EMPTY, _EMPTY, _EMPTY))
+            self._restore((NO_SETTINGS, NO_SETTINGS, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY))
             self.restore = bool(self.startup)
             return
         # transactional from here on
@@ -346,9 +348,18 @@ class SessionState:
             elif sql is not None:
                 self.untracked = "SET FROM CURRENT of a SET LOCAL value that cannot be replayed"
         elif kind == DISCARD_TEMP:
-            self.temp = False
+            self.temp = _EMPTY
         elif kind == TEMP:
-            self.temp = True
+            self.temp = self.temp | {effect[1]}
+        elif kind == DROP_TEMP:
+            # A DROP that succeeded of a name the client made temporary dropped that one,
+            # when qualified with pg_temp, or when the temporary schema is searched first
+            # (search_path does not name it, and is known: not a ParameterStatus one).
+            name = effect[1]
+            if name in self.temp and (effect[2] or (
+                    "search_path" not in self.ignored
+                    and "pg_temp" not in self.settings.get("search_path", ""))):
+                self.temp = self.temp - {name}
         elif kind == HOLD:
             self.cursors = self.cursors | {effect[1]}
         elif kind == CLOSE:

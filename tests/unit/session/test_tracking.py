@@ -868,3 +868,49 @@ def test_a_failed_flag_does_not_outlive_its_batch() -> None:
     returned(tracker, "t")
     tracker.ready(IDLE)
     assert tracker.state.locks == {}
+
+
+# --- temporary relations end with their DROP ------------------------------------------------------
+
+
+def test_the_temp_pin_ends_when_every_temporary_relation_is_dropped() -> None:
+    state = SessionState()
+    run(state, "CREATE TEMP TABLE t1 (a int)", "CREATE TEMP VIEW v AS SELECT 1")
+    run(state, "DROP TABLE t1")
+    assert state.reasons() == [TEMP_OBJECT]
+    run(state, "DROP TABLE public.v")  # another schema's: not the client's
+    assert state.reasons() == [TEMP_OBJECT]
+    run(state, "DROP VIEW IF EXISTS v CASCADE")
+    assert state.reasons() == [] and state.temp == frozenset()
+
+
+def test_a_drop_that_failed_or_rolled_back_keeps_the_pin() -> None:
+    state = SessionState()
+    run(state, "CREATE TEMP TABLE t (a int)")
+    run(state, "DROP TABLE t, nothing", failed=True)
+    run(state, "BEGIN; DROP TABLE t", after=BLOCK)
+    run(state, "ROLLBACK", before=BLOCK, after=IDLE)
+    assert state.reasons() == [TEMP_OBJECT]
+    run(state, "BEGIN; DROP TABLE t; COMMIT")
+    assert state.reasons() == []
+
+
+def test_an_unqualified_drop_counts_only_while_pg_temp_is_searched_first() -> None:
+    state = SessionState()
+    run(state, "SET search_path = public, pg_temp", "CREATE TEMP TABLE t (a int)")
+    run(state, "DROP TABLE t")  # may have been public.t
+    assert state.reasons() == [TEMP_OBJECT]
+    run(state, "DROP TABLE pg_temp.t")
+    assert state.reasons() == []
+    followed = SessionState(frozenset({"search_path"}))  # a ParameterStatus: not seen here
+    run(followed, "CREATE TEMP TABLE t (a int)", "DROP TABLE t")
+    assert followed.reasons() == [TEMP_OBJECT]
+
+
+def test_a_temporary_object_that_is_not_a_relation_ends_only_with_discard() -> None:
+    state = SessionState()
+    run(state, "CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+    run(state, "DROP FUNCTION pg_temp.f()")
+    assert state.reasons() == [TEMP_OBJECT]
+    run(state, "DISCARD TEMP")
+    assert state.reasons() == []
