@@ -41,6 +41,7 @@ COMPILED = [
     "pgtarn/session/framer.py",
     "pgtarn/session/prepared.py",
     "pgtarn/session/rewrite.py",
+    "pgtarn/session/rows.py",
     "pgtarn/session/statements.py",
     "pgtarn/session/sqlnames.py",
     "pgtarn/session/stale.py",

@@ -93,6 +93,8 @@ class ClientLink(ClientListening):
             if state.restore:  # a RESET removed startup settings (options): set them again
                 state.restore_startup()
             server.link(self, self.params, state.settings)
+            if session.watching:  # a batch sent while the client waited reads its rows
+                server.watch_rows(True)
         route = self.route
         if route is not None and route.begin:  # the BEGIN answered here, replies swallowed
             server.run_internal([route.begin], None)
@@ -330,6 +332,8 @@ class ClientLink(ClientListening):
             server.release_from(self, self.expected > 0, reset,
                                 NO_SETTINGS if self.tracked else None)
             return
+        if session.watching:  # its next client's replies take the common case again
+            server.watch_rows(False)
         state = session.state
         if self.pinned:
             # Its state must not reach the next client: DISCARD ALL clears it, unless some

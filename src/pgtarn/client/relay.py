@@ -106,8 +106,9 @@ class ClientRelay(ClientLink):
                 self._start_statements()
                 self._relay_prepared(data)
                 return
+            was_open = self.open_batch
             self.open_batch = False  # (a Query ends a batch)
-            self._relay_query(data, body, look)
+            self._relay_query(data, body, look, was_open)
             return
         if self.follows_statements:  # statement tracking is on, not yet needed
             # (the chunk may start with the end of a message whose start has gone already)
@@ -150,12 +151,13 @@ class ClientRelay(ClientLink):
         self.open_batch = _goes_on(data, events, scanner.held, self.open_batch)
         self._relay_events(data, events)
 
-    def _relay_query(self, data: bytes, body: bytes, look: int) -> None:
+    def _relay_query(self, data: bytes, body: bytes, look: int, was_open: bool) -> None:
         """_relay_events for a chunk that is one whole Query (body: its text; look: its
-        first_look)."""
+        first_look; was_open: an extended batch was open before it, whose results come
+        first)."""
         if self.tracked and (look & CHANGES_STATE or (
                 (session := self.session) is not None and session.parse_all)):
-            refusal = self._session_text(0x51, body, self.expected)
+            refusal = self._session_text(0x51, body, self.expected, -1 if was_open else 0)
             if refusal is not None:  # a refusal PostgreSQL raises, or answered here (LISTEN)
                 self.expected += 1
                 if refusal:
@@ -239,7 +241,12 @@ class ClientRelay(ClientLink):
                 self.schema_change_sent()
             if tracked and body and (may_change_state(body, msg_type) or (
                     (session := self.session) is not None and session.parse_all)):
-                refusal = self._session_text(msg_type, body, self.expected)
+                # (a Query right after another, a Sync or the chunk's start begins its
+                # batch; after other messages it ends theirs, whose results come first)
+                begin = end - len(body) - 5
+                base = 0 if msg_type != 0x51 or begin <= 0 or any(
+                    at == begin and kind in _BATCH_ENDS for kind, _text, at in events) else -1
+                refusal = self._session_text(msg_type, body, self.expected, base)
                 if refusal is not None:  # the Query goes as a refusal PostgreSQL raises,
                     if end > len(body) + 5:  # or is answered here (LISTEN)
                         self._to_server(data[: end - len(body) - 5])
@@ -285,7 +292,8 @@ class ClientRelay(ClientLink):
                 self.schema_change_sent()
             if self.tracked and (look & CHANGES_STATE or (
                     (session := self.session) is not None and session.parse_all)):
-                refusal = self._session_text(0x51, body, self.expected)
+                refusal = self._session_text(0x51, body, self.expected,
+                                             -1 if self.open_batch else 0)
                 if refusal is not None:
                     if not refusal:  # answered here (LISTEN)
                         self.expected += 1
@@ -298,7 +306,7 @@ class ClientRelay(ClientLink):
         # A DISCARD ALL or DEALLOCATE ALL (in a Query, or a prepared statement bound) makes
         # the server forget its statements, and the client its names, when the parts are
         # encoded for the server (in their place among them).
-        parts, syncs = framer.feed(data, self.expected)
+        parts, syncs = framer.feed(data, self.expected, self.open_batch)
         self.expected += syncs
         if framer.schema_change:
             framer.schema_change = False

@@ -99,10 +99,12 @@ class ClientTracking(ClientTransport):
                   f"{build.quote_literal(value)}, false)"
             for name, value in settings.items()})
 
-    def _session_text(self, msg_type: int, body: bytes, replies_ahead: int) -> bytes | None:
+    def _session_text(self, msg_type: int, body: bytes, replies_ahead: int,
+                      base: int = 0) -> bytes | None:
         """A Query (0x51) or Parse (0x50) that may change session state, or a Bind (0x42) or
         Close (0x43) of a named statement while some change it; its batch ends at the
-        ReadyForQuery replies_ahead + 1 from now.
+        ReadyForQuery replies_ahead + 1 from now. base: for a Query not seen through the
+        framer, how many results of its batch come before its own (-1: unknown).
 
         Returns the Query to send in place of a refused one (pin_session_state = 0), or
         ANSWERED for a Query of LISTEN/UNLISTEN only, which pgtarn answers (listening.py):
@@ -121,7 +123,8 @@ class ClientTracking(ClientTransport):
             name = body[portal_end + 1 : body.find(b"\x00", portal_end + 1)]
             parsed = framer.named_effects.get(name) if framer is not None else None
             if parsed is not None:
-                self._session_made().add(parsed, replies_ahead, self._status_now())
+                self._session_add(parsed, replies_ahead, framer.executes_before(False)
+                                  if framer is not None and parsed.rows else 0)
             return None
         if msg_type == 0x50:
             name, sql = parse_text(body)
@@ -134,7 +137,11 @@ class ClientTracking(ClientTransport):
         parsed = effects_of(sql)
         if not parsed.effects and not parse_all:
             return None
-        if name and parsed.effects:
+        if framer is None and msg_type == 0x50 and parsed.rows:
+            base = -1  # its Execute may come in another batch: its rows are not read
+        if (name or (msg_type == 0x50 and parsed.rows and framer is not None)) \
+                and parsed.effects:  # fmt: skip
+            # (the unnamed statement too when rows say its effects: they come at its Bind)
             if framer is None:  # its Binds are not followed: it cannot be
                 parsed = Parsed(
                     [*parsed.effects,
@@ -163,8 +170,19 @@ class ClientTracking(ClientTransport):
             refused = pin_reason(parsed)
             if refused:  # answered in its place in the stream: a block fails as with any error
                 return raise_error("0A000", _refusal_message(refused))
-        self._session_made().add(parsed, replies_ahead, self._status_now())
+        if parsed.rows and msg_type == 0x51 and framer is not None and framer.hooking:
+            base = framer.executes_before(True)
+        self._session_add(parsed, replies_ahead, base)
         return None
+
+    def _session_add(self, parsed: Parsed, replies_ahead: int, base: int) -> None:
+        """parsed is part of the batch whose ReadyForQuery is replies_ahead + 1 from now; one
+        read from its rows (base: see SessionTracker.add) has its server report them."""
+        self._session_made().add(parsed, replies_ahead, self._status_now(), base)
+        if parsed.rows:
+            server = self.server
+            if server is not None:
+                server.watch_rows(True)
 
     def _status_now(self) -> bytes:
         server = self.server
@@ -179,12 +197,21 @@ class ClientTracking(ClientTransport):
         if session is not None:
             session.error()
 
+    def result_relayed(self, msg_type: int, body: bytes) -> None:
+        """The linked server relays a DataRow or the end of a result (while rows are read)."""
+        session = self.session
+        if session is not None:
+            session.result(msg_type, body)
+
     def _session_ready(self, status: bytes) -> bool:
         """A ReadyForQuery while batches are pending; False when the client was closed."""
         session = self.session
         assert session is not None
         was = session.state.reasons() if self.pinned else []
+        watching = session.watching
         session.ready(status)
+        if watching and not session.watching and self.server is not None:
+            self.server.watch_rows(False)  # the replies' common case again
         state = session.state
         reasons = state.reasons()
         self.pinned = bool(reasons)

@@ -87,15 +87,6 @@ class MessageScanner:
         #: one's state (kept): that shared one; None: its owner's alone.
         self.home: MessageScanner | None = None
 
-    def watch_types(self, watch: frozenset[int]) -> None:
-        """Report these types from the next message on (their bodies too); a scanner of its
-        owner alone."""
-        self._watch = self._bodies = _table(watch)
-
-    def watching(self, msg_type: int) -> bool:
-        """Whether messages of this type are reported."""
-        return bool(self._watch[msg_type])
-
     def kept(self) -> MessageScanner:
         """The scanner to keep after a chunk, for one lent from a shared scanner: the shared
         one while at a message boundary (its state is then a new scanner's, the same for
@@ -137,6 +128,15 @@ class MessageScanner:
             return -1
         rest = 1 + length - len(buf)
         return rest if rest <= len(data) else -1
+
+    def rewatch(self, watch: frozenset[int]) -> None:
+        """Report these types from now on, each with its body (a scanner of its owner alone:
+        a message under way is finished as it began)."""
+        self._watch = self._bodies = _table(watch)
+
+    def watches(self, msg_type: int) -> bool:
+        """Whether msg_type is reported."""
+        return self._watch[msg_type] != 0
 
     @property
     def watch(self) -> frozenset[int]:

@@ -29,9 +29,11 @@ from .transport import RELAY_TYPES, ServerTransport, log
 
 # With prepared statements: also ParseComplete, BindComplete and CloseComplete.
 PREPARED_RELAY_TYPES: Final = frozenset(b"ZSE123")
-# While a reply to the Describe of a statement is owed (what its clients are told, or pgtarn's
-# check of it): also ParameterDescription, RowDescription and NoData.
-DESCRIBING_RELAY_TYPES: Final = PREPARED_RELAY_TYPES | DESCRIPTION_TYPES
+# While the linked client reads the rows of a batch (advisory lock calls, ServerRelay.
+# watch_rows): also DataRow and the ends of results (CommandComplete, EmptyQueryResponse,
+# PortalSuspended).
+ROW_TYPES: Final = frozenset(b"DCIs")
+PREPARED_ROW_RELAY_TYPES: Final = PREPARED_RELAY_TYPES | ROW_TYPES
 RFQ_LEN: Final = 6
 
 
@@ -89,6 +91,8 @@ class ServerRelay(ServerTransport):
                     # (one begun in an earlier chunk went out already: it stays as it is)
                     self.client.write(data[start:msg_start] + replacement)
                     start = end
+            elif self.client is not None:  # a row or a result's end, while rows are read
+                self.client.result_relayed(msg_type, body)
         if start < len(data) and not self.swallow and self.client is not None:
             self.client.write(data[start:] if start else data)
 
@@ -201,6 +205,8 @@ class ServerRelay(ServerTransport):
                         message = replacement
             elif msg_type == 0x53:
                 self._parameter_status(body)
+            elif msg_type in ROW_TYPES and self.client is not None:  # while rows are read
+                self.client.result_relayed(msg_type, body)
             out += message
         if self.swallow or self.client is None:
             return
@@ -212,8 +218,8 @@ class ServerRelay(ServerTransport):
         """pgtarn's check of a statement prepared afresh is answered: the client's parts held
         for it go now."""
         statements.resume = False
-        if not statements.describing and self.scanner.watching(0x54):
-            self.scanner.watch_types(PREPARED_RELAY_TYPES)
+        if not statements.describing and self.scanner.watches(0x54):
+            self._watch(self.scanner.watches(0x44), False)
         client = self.client
         if client is not None:
             client.statements_checked()
@@ -221,16 +227,16 @@ class ServerRelay(ServerTransport):
     def watch_descriptions(self) -> None:
         """Replies to a Describe of a statement are owed: read them (ServerStatements.
         description) until they came."""
-        if not self.scanner.watching(0x54):
-            self.scanner.watch_types(DESCRIBING_RELAY_TYPES)
+        if not self.scanner.watches(0x54):
+            self._watch(self.scanner.watches(0x44), True)
 
     def _after_ready(self: Self, code: int, message: bytes, body: bytes) -> bytes:
         """A ReadyForQuery of a prepared-statement server: what the client gets for it."""
         statements = self.statements
         assert statements is not None
         self.status = body
-        if not statements.describing and self.scanner.watching(0x54):
-            self.scanner.watch_types(PREPARED_RELAY_TYPES)
+        if not statements.describing and self.scanner.watches(0x54):
+            self._watch(self.scanner.watches(0x44), False)
         if code == READY_RETRY:
             # The batch failed only because its statement's plan went stale: send it again.
             resend, statements.resend = statements.resend, b""
@@ -263,8 +269,28 @@ class ServerRelay(ServerTransport):
             self.statements = ServerStatements(config.max_prepared_statements,
                                                self.pool.prepared_counters)
             # Made while linked and idle, so the scanner is between messages.
-            self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
+            self.scanner = MessageScanner(
+                PREPARED_ROW_RELAY_TYPES if self.scanner.watches(0x44) else PREPARED_RELAY_TYPES,
+                config.max_packet_size)
         return self.statements
+
+    def watch_rows(self, on: bool) -> None:
+        """The linked client reads the rows of a batch (on), or no longer: report DataRow
+        and the ends of results to it (ready replies then go through feed, not the common
+        case's shortcut)."""
+        statements = self.statements
+        self._watch(on, statements is not None and statements.describing > 0)
+
+    def _watch(self, rows: bool, descriptions: bool) -> None:
+        """What the scanner reports: the relay's types, and DataRow and the ends of results
+        (watch_rows), and ParameterDescription, RowDescription and NoData (a Describe of a
+        statement owed, watch_descriptions) while they are wanted."""
+        types = RELAY_TYPES if self.statements is None else PREPARED_RELAY_TYPES
+        if rows:
+            types = types | ROW_TYPES
+        if descriptions:
+            types = types | DESCRIPTION_TYPES
+        self.scanner.rewatch(types)
 
     def _swallowed(self, msg_type: int, body: bytes) -> bool:
         """A reply to pgtarn's own query, not passed on; True at its ReadyForQuery."""

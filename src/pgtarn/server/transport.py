@@ -69,6 +69,11 @@ class LinkedClient(asyncio.Protocol, Waiter[Server]):
     def error_relayed(self) -> None:
         raise NotImplementedError
 
+    def result_relayed(self, msg_type: int, body: bytes) -> None:
+        """A DataRow, CommandComplete, EmptyQueryResponse or PortalSuspended is relayed (only
+        while the client reads rows: ServerRelay.watch_rows)."""
+        raise NotImplementedError
+
     def query_timed_out(self) -> bool:
         """pgtarn cancelled the query under way for query_timeout."""
         raise NotImplementedError

@@ -33,7 +33,8 @@ ROLLBACK = "rollback"  # (ROLLBACK, chain)
 SAVEPOINT = "savepoint"  # (SAVEPOINT, name)
 RELEASE = "release"  # (RELEASE, name)
 ROLLBACK_TO = "rollback_to"  # (ROLLBACK_TO, name)
-TEMP = "temp"  # a temporary table, view or sequence
+TEMP = "temp"  # (TEMP, name): a temporary table, view or sequence ("": another object)
+DROP_TEMP = "drop_temp"  # (DROP_TEMP, name, in pg_temp): DROP TABLE/VIEW/SEQUENCE of a name
 HOLD = "hold"  # (HOLD, cursor name)
 CLOSE = "close"  # (CLOSE, cursor name or None for ALL)
 LISTEN = "listen"  # (LISTEN, channel)
@@ -46,6 +47,18 @@ LOCK = "lock"  # (LOCK, key): a session advisory lock taken
 LOCK_UNCOUNTED = "lock_uncounted"  # advisory locks taken, how many unknown
 UNLOCK = "unlock"  # (UNLOCK, key)
 UNLOCK_ALL = "unlock_all"
+#: An advisory lock function alone in a one-row SELECT, whose result says what it did: read
+#: from the statement's DataRow (SessionTracker.result) and made one of the effects above.
+#: statement: its place among the statements of the text; column: its place in the row, of
+#: columns (the last three items of each); tried: a pg_try_advisory_lock* (true when
+#: granted), else the row alone says so.
+LOCK_ROW = "lock_row"  # (LOCK_ROW, key or None, tried, statement, column, columns)
+UNLOCK_ROW = "unlock_row"  # (UNLOCK_ROW, key or None, shared, statement, column, columns)
+UNLOCK_ALL_ROW = "unlock_all_row"  # (UNLOCK_ALL_ROW, statement, column, columns)
+#: What a row said: a lock granted, an unlock that released one (key None: an expression).
+LOCK_TAKEN = "lock_taken"  # (LOCK_TAKEN, key)
+UNLOCKED = "unlocked"  # (UNLOCKED, key or None, shared)
+UNLOCKED_ALL = "unlocked_all"  # pg_advisory_unlock_all() ran
 LOAD = "load"
 SEED = "seed"
 UNTRACKED = "untracked"  # (UNTRACKED, why)
@@ -57,7 +70,7 @@ TRANSACTION_CONTROL = frozenset((BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, RO
 # --- the first look -------------------------------------------------------------------------
 
 _STARTS: Final = (b"set", b"reset", b"discard", b"load", b"declare", b"close", b"listen",
-                  b"unlisten", b"create")
+                  b"unlisten", b"create", b"drop")
 _WORDS: Final = (b"advisory", b"set_config", b"setseed", b"temp", b"/*", b"--")
 #: Transaction control: looked for in a named statement only. A Query of it matters only
 #: while a transaction holds changes (and is parsed then); a named statement prepared
@@ -194,14 +207,20 @@ class Kind:
     NOTHING: Final = 5  # a batch that runs no statement (Parse, Describe, Close only)
 
 
-class Parsed:
-    """The effects of one query text, and how many statements it holds."""
+#: Effects read from a statement's row.
+ROW_EFFECTS: Final = frozenset((LOCK_ROW, UNLOCK_ROW, UNLOCK_ALL_ROW))
 
-    __slots__ = ("effects", "statements")
+
+class Parsed:
+    """The effects of one query text, how many statements it holds, and whether some of
+    them are read from a row (ROW_EFFECTS)."""
+
+    __slots__ = ("effects", "rows", "statements")
 
     def __init__(self, effects: list[Effect], statements: int) -> None:
         self.effects = effects
         self.statements = statements
+        self.rows = any(effect[0] in ROW_EFFECTS for effect in effects)
 
 
 def query_text(body: bytes) -> str:

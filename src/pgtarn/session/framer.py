@@ -37,8 +37,8 @@ class ClientFramer:
     which is not passed on, and nothing after it is read.
     """
 
-    __slots__ = ("_scanner", "_session", "_texts", "max_size", "named_effects", "plain",
-                 "schema_change", "terminated", "whole")
+    __slots__ = ("_carried", "_scanner", "_session", "_texts", "_where", "max_size",
+                 "named_effects", "plain", "schema_change", "terminated", "whole")
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
@@ -57,6 +57,12 @@ class ClientFramer:
         #: them): here, as only a client with a framer has Binds to count them at, and the
         #: many idle clients without one then hold no dict.
         self.named_effects: dict[bytes, Parsed] = {}
+        #: While the texts hook runs: (chunk, start and end of its message, start of the
+        #: batch in the chunk or -1, whether a batch was open before the chunk); and the
+        #: Execute messages of the batch left open by the last chunk in which the hook ran
+        #: (-1: unknown). For executes_before, which rows read from a batch need.
+        self._where: tuple[bytes, int, int, int, bool] | None = None
+        self._carried = -1
 
     def watch(self, session: SessionTracker, texts: TextHook) -> None:
         """Hand texts (Query, Parse) that may change session state to texts, with how many
@@ -65,9 +71,11 @@ class ClientFramer:
         self._session = session
         self._texts = texts
 
-    def feed(self, data: bytes, outstanding: int = 0) -> tuple[list[Part], int]:
+    def feed(self, data: bytes, outstanding: int = 0, open_before: bool = False
+             ) -> tuple[list[Part], int]:  # fmt: skip
         """Parts to send for a chunk, and how many ReadyForQuery they will bring (outstanding:
-        how many were owed before it, for the session-state hook).
+        how many were owed before it, for the session-state hook; open_before: whether the
+        client's batch was open before it, for executes_before).
 
         A bad length raises ProtocolViolation, and so does every later feed."""
         scanner = self._scanner
@@ -81,6 +89,8 @@ class ClientFramer:
         start = 0  # raw bytes from start up to a message are passed on as one slice
         rewritten = False
         session = self._session
+        batch_at = -1  # where the last batch begun in this chunk starts
+        hooked = False
         for msg_type, body, end in events:
             begin = end - 5 - len(body)
             if msg_type in _TEXTS and first_look(body, msg_type) & SCHEMA_CHANGE:
@@ -89,13 +99,17 @@ class ClientFramer:
                     (self.named_effects and msg_type in _NAMING) or (msg_type in _TEXTS and (
                         session.parse_all or may_change_state(body, msg_type)))):
                 assert self._texts is not None
+                self._where = (data, begin, end, batch_at, open_before)
+                hooked = True
                 refusal = self._texts(msg_type, body, outstanding + syncs)
+                self._where = None
                 if refusal is not None:
                     if begin > start:
                         parts.append(data[start:begin])
                     start = end
                     whole = False
                     syncs += 1  # its ReadyForQuery comes from the server or from pgtarn
+                    batch_at = end
                     if refusal:  # a Query PostgreSQL answers with the refusal
                         rewritten = True
                         parts.append((0x51, refusal[5:]))
@@ -111,6 +125,7 @@ class ClientFramer:
                 parts.append(SYNC_MARK)
                 syncs += 1
                 start = end
+                batch_at = end
                 continue
             if begin > start:
                 parts.append(data[start:begin])
@@ -126,12 +141,43 @@ class ClientFramer:
             parts.append((msg_type, body))  # Parse, Bind, Describe, Close, a Query naming them
             if msg_type == 0x51:
                 syncs += 1
+                batch_at = end
         tail = len(data) - scanner.held
         if tail > start:
             parts.append(data[start:tail])
+        if hooked or self._carried >= 0:  # (only while the hook reads rows' places)
+            self._carried = _executes_left(data, batch_at, open_before, self._carried) \
+                if hooked and scanner.at_boundary else -1  # fmt: skip
         self.whole = whole and not scanner.held
         self.plain = not rewritten
         return parts, syncs
+
+    def executes_before(self, query: bool) -> int:
+        """While the texts hook runs: how many results of its message's batch come before
+        the message's own (Execute messages of the batch before it); -1 when that is unknown
+        (the batch began in a chunk the hook did not see), or, for a Bind (query False),
+        when no Execute follows it in the chunk before the batch goes on to another Bind."""
+        where = self._where
+        if where is None:
+            return -1
+        data, begin, end, batch_at, open_before = where
+        if begin < 0:
+            return -1
+        if batch_at >= 0:
+            count = _executes(data, batch_at, begin)
+        else:
+            before = self._carried if open_before else 0
+            if before < 0:
+                return -1
+            count = before + _executes(data, 0, begin)
+        if not query and not _execute_follows(data, end):
+            return -1
+        return count
+
+    @property
+    def hooking(self) -> bool:
+        """Whether the texts hook runs now (called from feed)."""
+        return self._where is not None
 
     @property
     def held(self) -> int:
@@ -142,3 +188,38 @@ class ClientFramer:
     def idle(self) -> bool:
         """Between messages: nothing held back, nothing being passed on."""
         return self._scanner.at_boundary and not self.terminated
+
+
+def _executes(data: bytes, start: int, end: int) -> int:
+    """Execute messages among the whole messages of data[start:end]."""
+    count = 0
+    pos = start
+    while pos + 5 <= end:
+        if data[pos] == 0x45:
+            count += 1
+        pos += 1 + int.from_bytes(data[pos + 1 : pos + 5], "big")
+    return count
+
+
+def _executes_left(data: bytes, batch_at: int, open_before: bool, carried: int) -> int:
+    """The Execute messages of the batch a chunk (at a message boundary) leaves open."""
+    if batch_at >= 0:
+        return _executes(data, batch_at, len(data))
+    before = carried if open_before else 0
+    return -1 if before < 0 else before + _executes(data, 0, len(data))
+
+
+def _execute_follows(data: bytes, pos: int) -> bool:
+    """Whether an Execute comes at pos or after it in data, before a Bind, Sync or Query."""
+    while pos + 5 <= len(data):
+        msg_type = data[pos]
+        if msg_type == 0x45:
+            return True
+        if msg_type in _BATCH_TURNS:
+            return False
+        pos += 1 + int.from_bytes(data[pos + 1 : pos + 5], "big")
+    return False
+
+
+#: After a Bind, the messages before which its Execute would have come.
+_BATCH_TURNS: Final = frozenset(b"BSQX")

@@ -12,6 +12,7 @@ from typing import Any
 from pglast import ast, parse_sql
 from pglast.enums import (
     DiscardMode,
+    ObjectType,
     OnCommitAction,
     TransactionStmtKind,
     VariableSetKind,
@@ -26,12 +27,14 @@ from .effects import (
     COMMIT,
     DISCARD_ALL,
     DISCARD_TEMP,
+    DROP_TEMP,
     FROM_CURRENT,
     HOLD,
     LISTEN,
     LOAD,
     LOCAL,
     LOCK,
+    LOCK_ROW,
     LOCK_UNCOUNTED,
     RELEASE,
     RESET,
@@ -46,6 +49,8 @@ from .effects import (
     UNLISTEN,
     UNLOCK,
     UNLOCK_ALL,
+    UNLOCK_ALL_ROW,
+    UNLOCK_ROW,
     UNTRACKED,
     Effect,
     Parsed,
@@ -66,7 +71,8 @@ _LOCKS = {
     "pg_advisory_lock_shared": True, "pg_try_advisory_lock_shared": True,
 }
 _UNLOCKS = {"pg_advisory_unlock": False, "pg_advisory_unlock_shared": True}
-_COUNTED = frozenset((*_LOCKS, *_UNLOCKS))
+_UNLOCK_ALL = "pg_advisory_unlock_all"
+_COUNTED = frozenset((*_LOCKS, *_UNLOCKS, _UNLOCK_ALL))
 _HOLD = 0x0020  # CURSOR_OPT_HOLD in PostgreSQL's parsenodes.h
 
 
@@ -79,11 +85,11 @@ def effects_of(sql: str) -> Parsed:
         return Parsed([], 1)
     effects: list[Effect] = []
     encoded = sql.encode()
-    for raw in statements:
+    for index, raw in enumerate(statements):
         start = raw.stmt_location or 0
         text = encoded[start : start + raw.stmt_len if raw.stmt_len else None]
         try:
-            _statement(raw.stmt, effects, text.decode("utf-8", "replace"))
+            _statement(raw.stmt, effects, text.decode("utf-8", "replace"), index)
         except Exception:  # a tree this reading does not expect: keep the client's server
             effects.append((UNTRACKED, "a statement pgtarn could not read"))
     return Parsed(effects, len(statements))
@@ -91,13 +97,15 @@ def effects_of(sql: str) -> Parsed:
 
 
 
-def _statement(stmt: Any, out: list[Effect], text: str = "") -> None:
-    """The effects of one statement; text is the statement as sent (a SET is replayed so)."""
+def _statement(stmt: Any, out: list[Effect], text: str = "", index: int = -1) -> None:
+    """The effects of one statement; text is the statement as sent (a SET is replayed so),
+    index its place in the text when its own rows reach the client (-1: they do not)."""
     if isinstance(stmt, ast.ExplainStmt):
         if not any(option.defname == "analyze" and _literal(option.arg) != "false"
                    for option in stmt.options or ()):
             return  # only planned
-        stmt = stmt.query  # EXPLAIN ANALYZE runs it
+        stmt = stmt.query  # EXPLAIN ANALYZE runs it (its rows are the plan's)
+        index = -1
     if isinstance(stmt, ast.VariableSetStmt):
         _variable_set(stmt, out, text)
     elif isinstance(stmt, ast.TransactionStmt):
@@ -124,10 +132,21 @@ def _statement(stmt: Any, out: list[Effect], text: str = "") -> None:
         _statement(stmt.query, inner)
         if inner:  # runs at each EXECUTE, which names no state: cannot be followed
             out.append((UNTRACKED, "a prepared statement that changes session state"))
+    elif isinstance(stmt, ast.DropStmt):
+        if stmt.removeType in _DROPPED_RELATIONS:
+            for names in stmt.objects or ():
+                if len(names) == 1 or str(names[0].sval).startswith("pg_temp"):
+                    out.append((DROP_TEMP, str(names[-1].sval), len(names) > 1))
     else:
-        if _creates_temp(stmt):
-            out.append((TEMP,))
-        _calls(stmt, out)
+        created = _temp_created(stmt)
+        if created is not None:
+            out.append((TEMP, created))
+        _calls(stmt, out, index)
+
+
+#: What a temporary object's DROP may name (another kind's name is not a relation's).
+_DROPPED_RELATIONS = frozenset((ObjectType.OBJECT_TABLE, ObjectType.OBJECT_VIEW,
+                                ObjectType.OBJECT_SEQUENCE))
 
 
 def _variable_set(stmt: ast.VariableSetStmt, out: list[Effect], text: str) -> None:
@@ -205,12 +224,12 @@ def _transaction(stmt: ast.TransactionStmt, out: list[Effect]) -> None:
         out.append((ROLLBACK_TO, stmt.savepoint_name))
 
 
-def _creates_temp(stmt: ast.Node) -> bool:
-    """CREATE TEMP TABLE/VIEW/SEQUENCE, CREATE TABLE pg_temp.x, SELECT ... INTO TEMP, CREATE
-    TEMP TABLE ... AS, any object created in pg_temp (a function, a type); not ON COMMIT
-    DROP, which is gone when its transaction ends."""
-    if type(stmt).__name__.startswith(_CREATING) and _names_pg_temp(stmt):
-        return True
+def _temp_created(stmt: ast.Node) -> str | None:
+    """The name of the temporary relation a statement creates (CREATE TEMP TABLE/VIEW/
+    SEQUENCE, CREATE TABLE pg_temp.x, SELECT ... INTO TEMP, CREATE TEMP TABLE ... AS); ""
+    for another object created in pg_temp (a function, a type), which no DROP here ends;
+    None when it creates none, or one ON COMMIT DROP, which is gone when its transaction
+    ends."""
     relation: Any = None
     on_commit: Any = None
     if isinstance(stmt, (ast.CreateStmt, ast.CreateSeqStmt)):
@@ -222,9 +241,15 @@ def _creates_temp(stmt: ast.Node) -> bool:
         relation, on_commit = stmt.into.rel, stmt.into.onCommit
     elif isinstance(stmt, ast.SelectStmt) and stmt.intoClause is not None:
         relation, on_commit = stmt.intoClause.rel, stmt.intoClause.onCommit
-    if relation is None or on_commit == OnCommitAction.ONCOMMIT_DROP:
-        return False
-    return bool(relation.relpersistence == "t" or relation.schemaname == "pg_temp")
+    if relation is not None:
+        if on_commit == OnCommitAction.ONCOMMIT_DROP:
+            return None
+        if relation.relpersistence == "t" or (relation.schemaname or "").startswith("pg_temp"):
+            return str(relation.relname)
+        return None
+    if type(stmt).__name__.startswith(_CREATING) and _names_pg_temp(stmt):
+        return ""
+    return None
 
 
 _CREATING = ("Create", "Define", "CompositeType")
@@ -245,34 +270,52 @@ def _names_pg_temp(stmt: Any) -> bool:
     return False
 
 
-def _calls(node: Any, out: list[Effect]) -> None:
-    """Effects of the function calls in a statement: set_config and advisory locks."""
+def _calls(node: Any, out: list[Effect], index: int = -1) -> None:
+    """Effects of the function calls in a statement: set_config and advisory locks. index:
+    the statement's place in its text when its row reaches the client (-1: it does not);
+    the lock calls that are its columns are then read from that row (ROW_EFFECTS)."""
     simple = _single_row(node)
+    columns: dict[int, int] = {}
+    if simple and index >= 0 and node.intoClause is None:
+        columns = {id(target.val): at for at, target in enumerate(node.targetList)}
+    count = len(columns)
     for call in _walk(node):
         if not isinstance(call, ast.FuncCall):
             continue
         name = call.funcname[-1].sval.lower() if call.funcname else ""
+        column = columns.get(id(call), -1)
         if name == "set_config":
             _set_config(call, out)
         elif name in _LOCKS:
             key = _lock_key(call, _LOCKS[name])
-            out.append((LOCK, key) if simple and key is not None else (LOCK_UNCOUNTED,))
+            if column >= 0:
+                out.append((LOCK_ROW, key, name.startswith("pg_try"), index, column, count))
+            else:
+                out.append((LOCK, key) if simple and key is not None else (LOCK_UNCOUNTED,))
         elif name in _UNLOCKS:
             key = _lock_key(call, _UNLOCKS[name])
-            if simple and key is not None:
+            if column >= 0:
+                out.append((UNLOCK_ROW, key, _UNLOCKS[name], index, column, count))
+            elif simple and key is not None:
                 out.append((UNLOCK, key))
-        elif name == "pg_advisory_unlock_all":
-            out.append((UNLOCK_ALL,))
+        elif name == _UNLOCK_ALL:
+            # Elsewhere it may run for no row at all (WHERE false, FROM an empty table):
+            # the locks are then kept, pinned, until one is sure to have run.
+            if column >= 0:
+                out.append((UNLOCK_ALL_ROW, index, column, count))
+            elif simple:
+                out.append((UNLOCK_ALL,))
         elif name == "setseed":
             out.append((SEED,))
 
 
 def _single_row(node: Any) -> bool:
-    """A SELECT of lock calls only (no FROM, WHERE, LIMIT, no other expression that might
-    return a set): each call in it runs once."""
+    """A SELECT of lock calls only (no FROM, WHERE, LIMIT, WITH, no other expression that
+    might return a set): each call in it runs once."""
     if not isinstance(node, ast.SelectStmt) or node.fromClause or node.whereClause \
             or node.valuesLists is not None or node.op != 0 or node.limitCount is not None \
-            or node.limitOffset is not None or node.groupClause or node.havingClause:  # fmt: skip
+            or node.limitOffset is not None or node.groupClause or node.havingClause \
+            or node.withClause is not None:  # fmt: skip
         return False
     for target in node.targetList or ():
         call = getattr(target, "val", None)

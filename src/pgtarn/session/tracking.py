@@ -8,7 +8,8 @@ rolls back). Session advisory locks and LOAD are not transactional. The settings
 the SQL that replays them, in a dict that is replaced, never changed in place, so a server
 can keep the one it was left with and compare it by identity.
 
-SessionTracker ties the effects to the ReadyForQuery that ends their batch.
+SessionTracker ties the effects to the ReadyForQuery that ends their batch, and keeps the
+rows that say what an advisory lock call did (rows.py).
 """
 
 from __future__ import annotations
@@ -21,18 +22,22 @@ from .effects import (
     COMMIT,
     DISCARD_ALL,
     DISCARD_TEMP,
+    DROP_TEMP,
     FROM_CURRENT,
     HOLD,
     LISTEN,
     LOAD,
     LOCAL,
     LOCK,
+    LOCK_ROW,
+    LOCK_TAKEN,
     LOCK_UNCOUNTED,
     RELEASE,
     RESET,
     RESET_ALL,
     ROLE,
     ROLLBACK,
+    ROW_EFFECTS,
     SAVEPOINT,
     SEED,
     SET,
@@ -42,11 +47,14 @@ from .effects import (
     UNLISTEN,
     UNLOCK,
     UNLOCK_ALL,
+    UNLOCKED,
+    UNLOCKED_ALL,
     UNSUBSCRIBE,
     UNTRACKED,
     Effect,
     Parsed,
 )
+from .rows import read
 
 #: The settings of a session that changed none (shared: compared by identity). Final: a
 #: static in the compiled build, not a module dictionary lookup at each link and release.
@@ -56,7 +64,6 @@ _EMPTY: frozenset[str] = frozenset()
 #: at its first item): thousands of idle clients then hold none of their own.
 _NO_LOCKS: dict[str, int] = {}
 _NO_SAVEPOINTS: list[tuple[str, Snapshot]] = []
-_NO_BATCHES: list[tuple[list[int], list[Parsed]]] = []
 
 # Pin reasons, as SHOW CLIENTS and the metrics name them.
 ADVISORY_LOCK = "advisory_lock"
@@ -70,7 +77,8 @@ UNTRACKED_PIN = "untracked"
 #: Reasons DISCARD ALL cannot clear: the server is closed after such a client.
 CLOSE_AFTER = frozenset((LOAD_PIN, SEED_PIN, UNTRACKED_PIN))
 #: The effects that pin, and the reason each gives (a ROLE effect pins when it sets one).
-_PIN_OF = {LOCK: ADVISORY_LOCK, LOCK_UNCOUNTED: ADVISORY_LOCK, TEMP: TEMP_OBJECT,
+_PIN_OF = {LOCK: ADVISORY_LOCK, LOCK_UNCOUNTED: ADVISORY_LOCK, LOCK_ROW: ADVISORY_LOCK,
+           LOCK_TAKEN: ADVISORY_LOCK, TEMP: TEMP_OBJECT,
            HOLD: HOLD_CURSOR, LISTEN: LISTEN_PIN, LOAD: LOAD_PIN, SEED: SEED_PIN,
            UNTRACKED: UNTRACKED_PIN, ROLE: ROLE_PIN}
 
@@ -85,8 +93,8 @@ def pin_reason(parsed: Parsed) -> str:
 
 # The transactional part of the state: (settings, local, temp, cursors, channels, roles,
 # subscriptions).
-Snapshot = tuple[dict[str, str], dict[str, str], bool, frozenset[str], frozenset[str],
-                 frozenset[str], frozenset[str]]
+Snapshot = tuple[dict[str, str], dict[str, str], frozenset[str], frozenset[str],
+                 frozenset[str], frozenset[str], frozenset[str]]
 
 
 class SessionState:
@@ -107,7 +115,8 @@ class SessionState:
         self.settings = NO_SETTINGS
         #: SET LOCAL values of the open transaction (for SET ... FROM CURRENT).
         self.local = NO_SETTINGS
-        self.temp = False
+        #: The temporary relations created, by name ("": some other temporary object).
+        self.temp = _EMPTY
         self.cursors = _EMPTY
         #: Channels LISTENed on the client's server (they pin it), and the ones pgtarn's
         #: listener connection listens to for it (they do not).
@@ -180,7 +189,9 @@ class SessionState:
     def apply(self, parsed: list[Parsed], before: bytes, after: bytes, failed: bool) -> None:
         """A batch ended: before and after are the transaction status around it (ReadyForQuery
         bytes), failed whether it ended in an error."""
-        effects = [effect for one in parsed for effect in one.effects]
+        # (texts read from rows come resolved from SessionTracker; unread, as written)
+        effects = [effect for one in parsed
+                   for effect in (read(one, -1, _NO_ROWS, -1) if one.rows else one).effects]
         if failed:
             self._failed(effects, sum(one.statements for one in parsed))
             return
@@ -202,10 +213,13 @@ class SessionState:
         if any(effect[0] in TRANSACTION_CONTROL for effect in effects):
             self._lost("an error in a batch that controls its transaction")
             return
-        if statements <= 1:
-            return  # the one statement failed: nothing of it happened
-        for effect in effects:  # which ran is unknown: count what is not transactional
-            if effect[0] in (LOCK, LOCK_UNCOUNTED, LOAD, SEED):  # (locks, never unlocks)
+        for effect in effects:
+            kind = effect[0]
+            # What a row said happened did, and a lock among other expressions may have been
+            # taken before the error (session locks outlive it). Of a batch of statements,
+            # which ran is unknown: count what is not transactional (locks, never unlocks).
+            # The one statement failed: nothing else of it happened.
+            if kind in _HAPPENED or (statements > 1 and kind in (LOCK, LOAD, SEED)):
                 self._effect(effect, False)
 
     def _lost(self, why: str) -> None:
@@ -261,19 +275,26 @@ class SessionState:
 
     def _effect(self, effect: Effect, in_block: bool) -> None:
         kind = effect[0]
-        if kind == LOCK:
+        if kind in (LOCK, LOCK_TAKEN):
             locks = self.locks if self.locks else {}  # (never into the shared empty dict)
             locks[effect[1]] = locks.get(effect[1], 0) + 1
             self.locks = locks
             return
         if kind == UNLOCK:
-            count = self.locks.get(effect[1], 0)
-            if count > 1:
-                self.locks[effect[1]] = count - 1
-            elif count:
-                del self.locks[effect[1]]
+            self._unlock(effect[1])
             return
-        if kind == UNLOCK_ALL:
+        if kind == UNLOCKED:
+            # PostgreSQL released one lock of that mode: counted under this key, or (taken
+            # under another text, $1 for this value) under another key of the same mode,
+            # since what pins is how many are held, and each one taken was counted.
+            key, shared = effect[1], effect[2]
+            if key is None or key not in self.locks:
+                key = next((held for held in self.locks
+                            if held.startswith("shared ") == shared), None)
+            if key is not None:
+                self._unlock(key)
+            return
+        if kind in (UNLOCK_ALL, UNLOCKED_ALL):
             self.locks = _NO_LOCKS
             self.locks_uncounted = False
             return
@@ -293,7 +314,7 @@ class SessionState:
             self.locks = _NO_LOCKS
             self.locks_uncounted = False
             self.untracked = ""
-            self._restore((NO_SETTINGS, NO_SETTINGS, False, _EMPTY, _EMPTY, _EMPTY, _EMPTY))
+            self._restore((NO_SETTINGS, NO_SETTINGS, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY))
             self.restore = bool(self.startup)
             return
         # transactional from here on
@@ -327,9 +348,18 @@ class SessionState:
             elif sql is not None:
                 self.untracked = "SET FROM CURRENT of a SET LOCAL value that cannot be replayed"
         elif kind == DISCARD_TEMP:
-            self.temp = False
+            self.temp = _EMPTY
         elif kind == TEMP:
-            self.temp = True
+            self.temp = self.temp | {effect[1]}
+        elif kind == DROP_TEMP:
+            # A DROP that succeeded of a name the client made temporary dropped that one,
+            # when qualified with pg_temp, or when the temporary schema is searched first
+            # (search_path does not name it, and is known: not a ParameterStatus one).
+            name = effect[1]
+            if name in self.temp and (effect[2] or (
+                    "search_path" not in self.ignored
+                    and "pg_temp" not in self.settings.get("search_path", ""))):
+                self.temp = self.temp - {name}
         elif kind == HOLD:
             self.cursors = self.cursors | {effect[1]}
         elif kind == CLOSE:
@@ -358,6 +388,18 @@ class SessionState:
                 self.roles = self.roles - {effect[1]}
 
 
+    def _unlock(self, key: str) -> None:
+        count = self.locks.get(key, 0)
+        if count > 1:
+            self.locks[key] = count - 1
+        elif count:
+            del self.locks[key]
+
+
+#: Effects that happened whatever the batch's outcome (see _failed).
+_HAPPENED: Final = frozenset((LOCK_TAKEN, UNLOCKED, UNLOCKED_ALL, LOCK_UNCOUNTED))
+
+
 def _without(values: dict[str, str], name: str) -> dict[str, str]:
     return {key: value for key, value in values.items() if key != name} or NO_SETTINGS
 
@@ -369,14 +411,57 @@ def _last(savepoints: list[tuple[str, Snapshot]], name: str) -> int:
     return -1
 
 
-class SessionTracker:
-    """Ties parsed batches to the ReadyForQuery that ends each (one per client)."""
+class Batch:
+    """The parsed texts of one batch (a Query, or the messages up to a Sync), and where the
+    rows of those read from a row (Parsed.rows) come among the batch's results."""
 
-    __slots__ = ("failed", "parse_all", "pending", "state", "status")
+    __slots__ = ("bases", "parsed", "remaining", "wanted")
+
+    def __init__(self, remaining: int, parsed: Parsed) -> None:
+        #: ReadyForQuery still to come up to this batch's.
+        self.remaining = remaining
+        self.parsed = [parsed]
+        #: Per parsed text, how many results of the batch come before its first statement's
+        #: (-1: unknown); None while no text of the batch is read from a row.
+        self.bases: list[int] | None = None
+        #: The results whose first DataRow is wanted (None: none is).
+        self.wanted: set[int] | None = None
+
+    def add(self, parsed: Parsed, base: int) -> None:
+        self.parsed.append(parsed)
+        if self.bases is not None:
+            self.bases.append(base)
+
+    def watch(self, parsed: Parsed, base: int) -> None:
+        """parsed (the last text added) is read from its rows, base results after the
+        batch's first."""
+        bases = self.bases
+        if bases is None:
+            bases = self.bases = [0] * len(self.parsed)
+        bases[-1] = base
+        if base < 0:
+            return
+        wanted = self.wanted if self.wanted is not None else set()
+        for effect in parsed.effects:
+            if effect[0] in ROW_EFFECTS:
+                wanted.add(base + effect[-3])
+        self.wanted = wanted
+
+
+_NO_BATCHES: list[Batch] = []
+_NO_ROWS: dict[int, bytes] = {}
+
+
+class SessionTracker:
+    """Ties parsed batches to the ReadyForQuery that ends each (one per client), and reads
+    the rows of the statements whose effects a row says (advisory lock calls)."""
+
+    __slots__ = ("error_at", "failed", "parse_all", "pending", "results", "rows", "state",
+                 "status", "watching")
 
     def __init__(self, state: SessionState) -> None:
         self.state = state
-        #: [ReadyForQuery still to come up to this batch's, its parsed texts], oldest first.
+        #: The batches pending, oldest first.
         self.pending = _NO_BATCHES
         #: The transaction status before the oldest pending batch.
         self.status = b"I"
@@ -385,39 +470,80 @@ class SessionTracker:
         #: Whether every text must be parsed: transaction control matters while a batch is
         #: pending or a transaction holds changes.
         self.parse_all = False
+        #: Whether a pending batch reads rows: its server then reports them (result).
+        self.watching = False
+        #: Of the batch whose replies come now: the results ended so far (CommandComplete,
+        #: EmptyQueryResponse, PortalSuspended), the first DataRow of each wanted one, and
+        #: how many results had ended at its ErrorResponse (-1: none came).
+        self.results = 0
+        self.rows = _NO_ROWS
+        self.error_at = -1
 
-    def add(self, parsed: Parsed, replies_ahead: int, status: bytes) -> None:
+    def add(self, parsed: Parsed, replies_ahead: int, status: bytes, base: int = 0) -> None:
         """parsed is part of the batch whose ReadyForQuery is replies_ahead + 1 from now;
-        status is the transaction status now (used when nothing else is pending)."""
+        status is the transaction status now (used when nothing else is pending). base: how
+        many results of its batch come before its first statement's (-1: unknown), for a
+        text read from its rows."""
         remaining = replies_ahead + 1
         pending = self.pending
-        if pending and pending[-1][0][0] == remaining:
-            pending[-1][1].append(parsed)
-            return
-        if pending:
-            pending.append(([remaining], [parsed]))
-        else:  # (never into the shared empty list)
-            if not replies_ahead:
-                self.status = status
-                self.failed = False
-            self.pending = [([remaining], [parsed])]
-        self.parse_all = True
+        if pending and pending[-1].remaining == remaining:
+            batch = pending[-1]
+            batch.add(parsed, base)
+        else:
+            batch = Batch(remaining, parsed)
+            if pending:
+                pending.append(batch)
+            else:  # (never into the shared empty list)
+                if not replies_ahead:
+                    self.status = status
+                    self.failed = False
+                    self.results, self.rows, self.error_at = 0, _NO_ROWS, -1
+                self.pending = [batch]
+            self.parse_all = True
+        if parsed.rows:
+            batch.watch(parsed, base)
+            self.watching = True
 
     def error(self) -> None:
         """An ErrorResponse is relayed to the client."""
         pending = self.pending
-        if pending and pending[0][0][0] == 1:
+        if pending and pending[0].remaining == 1:
             self.failed = True
+            if self.error_at < 0:
+                self.error_at = self.results
+
+    def result(self, msg_type: int, body: bytes) -> None:
+        """A DataRow (0x44, body: its body), or a CommandComplete, EmptyQueryResponse or
+        PortalSuspended that ends a statement's result, is relayed to the client."""
+        pending = self.pending
+        if not pending or pending[0].remaining != 1:
+            return  # the replies of a batch not followed
+        wanted = pending[0].wanted
+        if wanted is None:
+            return
+        results = self.results
+        if msg_type != 0x44:
+            self.results = results + 1
+        elif results in wanted and results not in self.rows:
+            rows = self.rows if self.rows else {}  # (never into the shared empty dict)
+            rows[results] = body
+            self.rows = rows
 
     def ready(self, status: bytes) -> None:
         """A ReadyForQuery is relayed: a batch may be complete."""
         pending = self.pending
-        for counter, _parsed in pending:
-            counter[0] -= 1
-        while pending and pending[0][0][0] <= 0:
-            _counter, parsed = pending.pop(0)
+        for batch in pending:
+            batch.remaining -= 1
+        while pending and pending[0].remaining <= 0:
+            batch = pending.pop(0)
+            parsed = batch.parsed
+            if batch.bases is not None:
+                parsed = [read(one, base, self.rows, self.error_at) if one.rows else one
+                          for one, base in zip(parsed, batch.bases, strict=True)]
             self.state.apply(parsed, self.status, status, self.failed)
-            self.failed = False
         self.status = status
         self.failed = False
+        self.results, self.rows, self.error_at = 0, _NO_ROWS, -1
+        if self.watching:
+            self.watching = any(batch.bases is not None for batch in pending)
         self.parse_all = bool(pending) or self.state.base is not None

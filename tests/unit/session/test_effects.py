@@ -16,12 +16,14 @@ from pgtarn.session.effects import (
     COMMIT,
     DISCARD_ALL,
     DISCARD_TEMP,
+    DROP_TEMP,
     FROM_CURRENT,
     HOLD,
     LISTEN,
     LOAD,
     LOCAL,
     LOCK,
+    LOCK_ROW,
     LOCK_UNCOUNTED,
     NAMES_STATEMENTS,
     RELEASE,
@@ -38,8 +40,9 @@ from pgtarn.session.effects import (
     TEMP,
     TRANSACTION_CONTROL,
     UNLISTEN,
-    UNLOCK,
     UNLOCK_ALL,
+    UNLOCK_ALL_ROW,
+    UNLOCK_ROW,
     UNSUBSCRIBE,
     UNTRACKED,
     as_subscriptions,
@@ -247,7 +250,7 @@ _STATE_TEMPLATES = [
     "SELECT pg_advisory_lock(id) FROM t", "VALUES (pg_advisory_lock({n}))",
     "EXPLAIN ANALYZE SELECT pg_advisory_lock({n})",
     "WITH x AS (SELECT set_config('a.b', 'c', false)) SELECT * FROM x",
-    "PREPARE p AS SELECT pg_advisory_lock($1)",
+    "PREPARE p AS SELECT pg_advisory_lock($1)", "DROP TABLE t{n}", "DROP VIEW IF EXISTS v",
 ]
 _PLAIN_TEMPLATES = [
     "SELECT {n}", "INSERT INTO t VALUES ({n})", "UPDATE t SET a = {n}", "DELETE FROM t",
@@ -404,29 +407,41 @@ def test_set_config(sql: str, expected: list[tuple[object, ...]]) -> None:
 
 
 @pytest.mark.parametrize(("sql", "expected"), [
-    ("SELECT pg_advisory_lock(1)", [(LOCK, "1")]),
-    ("SELECT pg_advisory_lock(-1)", [(LOCK, "-1")]),
-    ("SELECT pg_advisory_lock(1, 2)", [(LOCK, "1,2")]),
-    ("SELECT pg_catalog.pg_advisory_lock(3)", [(LOCK, "3")]),
-    ("SELECT pg_advisory_lock($1)", [(LOCK, "$1")]),
-    ("SELECT pg_try_advisory_lock(4)", [(LOCK, "4")]),
-    ("SELECT pg_advisory_lock_shared(5)", [(LOCK, "shared 5")]),
-    ("SELECT pg_try_advisory_lock_shared(5, 6)", [(LOCK, "shared 5,6")]),
-    ("SELECT pg_advisory_lock(1), pg_advisory_lock(1)", [(LOCK, "1"), (LOCK, "1")]),
-    ("SELECT pg_advisory_unlock(1)", [(UNLOCK, "1")]),
-    ("SELECT pg_advisory_unlock_shared($2)", [(UNLOCK, "shared $2")]),
+    # a lock function alone in a one-row SELECT: its statement's row says what it did
+    # (key, tried / shared, statement, column, columns)
+    ("SELECT pg_advisory_lock(1)", [(LOCK_ROW, "1", False, 0, 0, 1)]),
+    ("SELECT pg_advisory_lock(-1)", [(LOCK_ROW, "-1", False, 0, 0, 1)]),
+    ("SELECT pg_advisory_lock(1, 2)", [(LOCK_ROW, "1,2", False, 0, 0, 1)]),
+    ("SELECT pg_catalog.pg_advisory_lock(3)", [(LOCK_ROW, "3", False, 0, 0, 1)]),
+    ("SELECT pg_advisory_lock($1)", [(LOCK_ROW, "$1", False, 0, 0, 1)]),
+    ("SELECT pg_try_advisory_lock(4)", [(LOCK_ROW, "4", True, 0, 0, 1)]),
+    ("SELECT pg_advisory_lock_shared(5)", [(LOCK_ROW, "shared 5", False, 0, 0, 1)]),
+    ("SELECT pg_try_advisory_lock_shared(5, 6)", [(LOCK_ROW, "shared 5,6", True, 0, 0, 1)]),
+    ("SELECT pg_advisory_lock(1), pg_try_advisory_lock(1) AS got",
+     [(LOCK_ROW, "1", False, 0, 0, 2), (LOCK_ROW, "1", True, 0, 1, 2)]),
+    ("SELECT pg_advisory_unlock(1)", [(UNLOCK_ROW, "1", False, 0, 0, 1)]),
+    ("SELECT pg_advisory_unlock_shared($2)", [(UNLOCK_ROW, "shared $2", True, 0, 0, 1)]),
+    ("SELECT pg_advisory_unlock(id)", [(UNLOCK_ROW, None, False, 0, 0, 1)]),
+    ("SELECT pg_try_advisory_lock(1 + 1)", [(LOCK_ROW, None, True, 0, 0, 1)]),
+    ("SELECT pg_advisory_unlock_all()", [(UNLOCK_ALL_ROW, 0, 0, 1)]),
+    ("SELECT 1; SELECT pg_try_advisory_lock(7)", [(LOCK_ROW, "7", True, 1, 0, 1)]),
+    # no row of its own to read: counted as written
+    ("EXPLAIN ANALYZE SELECT pg_advisory_lock(1)", [(LOCK, "1")]),
+    ("SELECT pg_advisory_lock(1) INTO TEMP t", [(TEMP, "t"), (LOCK, "1")]),
+    ("EXPLAIN ANALYZE SELECT pg_advisory_unlock_all()", [(UNLOCK_ALL,)]),
     # how many run cannot be known: the locks are not counted, the unlocks not followed
     ("SELECT pg_advisory_lock(id) FROM t", [(LOCK_UNCOUNTED,)]),
     ("SELECT pg_advisory_lock(1) FROM t", [(LOCK_UNCOUNTED,)]),
     ("SELECT pg_advisory_lock(1) WHERE random() > 0.5", [(LOCK_UNCOUNTED,)]),
-    ("SELECT pg_advisory_lock(1 + 1)", [(LOCK_UNCOUNTED,)]),
+    ("SELECT pg_advisory_lock(1), 1 / 0", [(LOCK_UNCOUNTED,)]),
+    ("WITH x AS (SELECT 1) SELECT pg_advisory_lock(1)", [(LOCK_UNCOUNTED,)]),
     ("SELECT pg_advisory_lock(1) UNION ALL SELECT pg_advisory_lock(1)",
      [(LOCK_UNCOUNTED,), (LOCK_UNCOUNTED,)]),
     ("VALUES (pg_advisory_lock(1))", [(LOCK_UNCOUNTED,)]),
     ("SELECT pg_advisory_unlock(1) FROM t", []),
-    ("SELECT pg_advisory_unlock(id)", []),
-    ("SELECT pg_advisory_unlock_all()", [(UNLOCK_ALL,)]),
-    ("SELECT pg_advisory_unlock_all() FROM t", [(UNLOCK_ALL,)]),
+    # may run for no row: the locks stay (pinned) until one sure to run
+    ("SELECT pg_advisory_unlock_all() FROM t", []),
+    ("SELECT pg_advisory_unlock_all() WHERE false", []),
     # transaction-level locks go with their transaction
     ("SELECT pg_advisory_xact_lock(1)", []),
     ("SELECT pg_try_advisory_xact_lock_shared(1, 2)", []),
@@ -437,25 +452,36 @@ def test_advisory_locks(sql: str, expected: list[tuple[object, ...]]) -> None:
 
 
 @pytest.mark.parametrize(("sql", "expected"), [
-    ("CREATE TEMP TABLE t (a int)", [(TEMP,)]),
-    ("CREATE TEMPORARY TABLE IF NOT EXISTS t (a int)", [(TEMP,)]),
-    ("CREATE TEMP TABLE t (a int) ON COMMIT DELETE ROWS", [(TEMP,)]),
+    ("CREATE TEMP TABLE t (a int)", [(TEMP, "t")]),
+    ("CREATE TEMPORARY TABLE IF NOT EXISTS t (a int)", [(TEMP, "t")]),
+    ("CREATE TEMP TABLE t (a int) ON COMMIT DELETE ROWS", [(TEMP, "t")]),
     ("CREATE TEMP TABLE t (a int) ON COMMIT DROP", []),
-    ("CREATE TABLE pg_temp.t (a int)", [(TEMP,)]),
+    ("CREATE TABLE pg_temp.t (a int)", [(TEMP, "t")]),
     ("CREATE TABLE t (a int)", []),
     ("CREATE UNLOGGED TABLE t (a int)", []),
-    ("CREATE TEMP VIEW v AS SELECT 1", [(TEMP,)]),
-    ("CREATE VIEW pg_temp.v AS SELECT 1", [(TEMP,)]),
+    ("CREATE TEMP VIEW v AS SELECT 1", [(TEMP, "v")]),
+    ("CREATE VIEW pg_temp.v AS SELECT 1", [(TEMP, "v")]),
     ("CREATE VIEW v AS SELECT 1", []),
-    ("CREATE TEMP SEQUENCE s", [(TEMP,)]),
+    ("CREATE TEMP SEQUENCE s", [(TEMP, "s")]),
     ("CREATE SEQUENCE s", []),
-    ("CREATE TEMP TABLE t AS SELECT 1", [(TEMP,)]),
+    ("CREATE TEMP TABLE t AS SELECT 1", [(TEMP, "t")]),
     ("CREATE TEMP TABLE t ON COMMIT DROP AS SELECT 1", []),
     ("CREATE TABLE t AS SELECT 1", []),
-    ("SELECT 1 INTO TEMP t", [(TEMP,)]),
-    ("SELECT * INTO TEMPORARY TABLE t FROM x", [(TEMP,)]),
+    ("SELECT 1 INTO TEMP t", [(TEMP, "t")]),
+    ("SELECT * INTO TEMPORARY TABLE t FROM x", [(TEMP, "t")]),
     ("SELECT 1 INTO t", []),
-    ("CREATE TEMP TABLE t AS SELECT pg_advisory_lock(1)", [(TEMP,), (LOCK_UNCOUNTED,)]),
+    ('CREATE TEMP TABLE "T" (a int)', [(TEMP, "T")]),
+    # a DROP of a relation's name (in pg_temp, or unqualified): the state keeps the ones
+    # that name a temporary relation of the client's
+    ("DROP TABLE t", [(DROP_TEMP, "t", False)]),
+    ("DROP TABLE IF EXISTS pg_temp.t, u CASCADE", [(DROP_TEMP, "t", True),
+                                                   (DROP_TEMP, "u", False)]),
+    ("DROP VIEW v", [(DROP_TEMP, "v", False)]),
+    ("DROP SEQUENCE s", [(DROP_TEMP, "s", False)]),
+    ("DROP TABLE public.t", []),
+    ("DROP INDEX i", []),
+    ("DROP FUNCTION pg_temp.f()", []),
+    ("CREATE TEMP TABLE t AS SELECT pg_advisory_lock(1)", [(TEMP, "t"), (LOCK_UNCOUNTED,)]),
 ])
 def test_temporary_objects(sql: str, expected: list[tuple[object, ...]]) -> None:
     assert effects(sql) == expected
@@ -549,14 +575,15 @@ def test_plain_statements_have_no_effects(sql: str) -> None:
 
 
 def test_a_temporary_function_is_a_temporary_object() -> None:
+    # ("": no DROP of a name ends it)
     assert effects("CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS 'SELECT 1'") == [
-        (TEMP,)]
+        (TEMP, "")]
 
 
 @pytest.mark.parametrize("sql", ["EXPLAIN ANALYZE CREATE TEMP TABLE t AS SELECT 1",
                                  "EXPLAIN (ANALYZE) SELECT 1 INTO TEMP t"])
 def test_explain_analyze_creating_a_temporary_table(sql: str) -> None:
-    assert (TEMP,) in effects(sql)
+    assert (TEMP, "t") in effects(sql)
 
 
 def test_setseed_is_like_set_seed() -> None:

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pgtarn.proto.build import data_row
 from pgtarn.session.effects import Parsed, as_subscriptions
 from pgtarn.session.parsing import effects_of
 from pgtarn.session.tracking import (
@@ -739,6 +740,24 @@ def parsed(text: str) -> Parsed:
     return effects_of(text)
 
 
+#: pg_advisory_lock's value (void) in text format.
+VOID = ""
+
+
+def returned(tracker: SessionTracker, *values: str | None, binary: bool = False) -> None:
+    """One statement's result relayed: its one row of values, then its CommandComplete."""
+    body = data_row(values)[5:]
+    if binary:  # booleans as one byte
+        body = data_row([None] * len(values))[5:7] + b"".join(
+            b"\xff\xff\xff\xff" if value is None
+            else len(code := BINARY[value]).to_bytes(4, "big") + code for value in values)
+    tracker.result(0x44, body)
+    tracker.result(0x43, b"SELECT 1\x00")
+
+
+BINARY = {"t": b"\x01", "f": b"\x00", VOID: b""}
+
+
 def test_a_batch_applies_at_its_ready_for_query() -> None:
     tracker = SessionTracker(SessionState())
     assert not tracker.parse_all
@@ -753,11 +772,12 @@ def test_a_batch_applies_at_its_ready_for_query() -> None:
 def test_parses_of_one_batch_apply_together() -> None:
     tracker = SessionTracker(SessionState())
     tracker.add(parsed("SELECT pg_advisory_lock(1)"), 0, IDLE)
-    tracker.add(parsed(A1), 0, IDLE)
+    tracker.add(parsed(A1), 0, IDLE, 1)
     assert len(tracker.pending) == 1
+    returned(tracker, VOID)
     tracker.error()
     tracker.ready(IDLE)
-    # one failed batch of two statements: the lock may be held, the setting rolled back
+    # one failed batch of two statements: the lock's row came, the setting rolled back
     assert tracker.state.locks == {"1": 1} and tracker.state.settings is NO_SETTINGS
 
 
@@ -840,9 +860,57 @@ def test_the_status_given_is_used_when_nothing_is_ahead() -> None:
 def test_a_failed_flag_does_not_outlive_its_batch() -> None:
     tracker = SessionTracker(SessionState())
     tracker.add(parsed("SELECT pg_advisory_lock(1); SELECT 1/0"), 0, IDLE)
+    returned(tracker, VOID)
     tracker.error()
     tracker.ready(IDLE)
     assert tracker.state.locks == {"1": 1}
     tracker.add(parsed("SELECT pg_advisory_unlock(1)"), 0, IDLE)
+    returned(tracker, "t")
     tracker.ready(IDLE)
     assert tracker.state.locks == {}
+
+
+# --- temporary relations end with their DROP ------------------------------------------------------
+
+
+def test_the_temp_pin_ends_when_every_temporary_relation_is_dropped() -> None:
+    state = SessionState()
+    run(state, "CREATE TEMP TABLE t1 (a int)", "CREATE TEMP VIEW v AS SELECT 1")
+    run(state, "DROP TABLE t1")
+    assert state.reasons() == [TEMP_OBJECT]
+    run(state, "DROP TABLE public.v")  # another schema's: not the client's
+    assert state.reasons() == [TEMP_OBJECT]
+    run(state, "DROP VIEW IF EXISTS v CASCADE")
+    assert state.reasons() == [] and state.temp == frozenset()
+
+
+def test_a_drop_that_failed_or_rolled_back_keeps_the_pin() -> None:
+    state = SessionState()
+    run(state, "CREATE TEMP TABLE t (a int)")
+    run(state, "DROP TABLE t, nothing", failed=True)
+    run(state, "BEGIN; DROP TABLE t", after=BLOCK)
+    run(state, "ROLLBACK", before=BLOCK, after=IDLE)
+    assert state.reasons() == [TEMP_OBJECT]
+    run(state, "BEGIN; DROP TABLE t; COMMIT")
+    assert state.reasons() == []
+
+
+def test_an_unqualified_drop_counts_only_while_pg_temp_is_searched_first() -> None:
+    state = SessionState()
+    run(state, "SET search_path = public, pg_temp", "CREATE TEMP TABLE t (a int)")
+    run(state, "DROP TABLE t")  # may have been public.t
+    assert state.reasons() == [TEMP_OBJECT]
+    run(state, "DROP TABLE pg_temp.t")
+    assert state.reasons() == []
+    followed = SessionState(frozenset({"search_path"}))  # a ParameterStatus: not seen here
+    run(followed, "CREATE TEMP TABLE t (a int)", "DROP TABLE t")
+    assert followed.reasons() == [TEMP_OBJECT]
+
+
+def test_a_temporary_object_that_is_not_a_relation_ends_only_with_discard() -> None:
+    state = SessionState()
+    run(state, "CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+    run(state, "DROP FUNCTION pg_temp.f()")
+    assert state.reasons() == [TEMP_OBJECT]
+    run(state, "DISCARD TEMP")
+    assert state.reasons() == []
