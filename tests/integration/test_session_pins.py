@@ -238,3 +238,34 @@ def test_dropping_the_temp_tables_ends_the_pin(pgtarn_factory):  # type: ignore[
         b.execute("drop table pins_t2")
         assert pins(proc, "pins_b") == ""
         assert_both_servers_free(proc)
+
+
+@pytest.mark.parametrize("cache", [0, 100])
+def test_asyncpg_type_introspection_does_not_pin(pgtarn_factory, pg_cluster, cache):  # type: ignore[no-untyped-def]
+    """asyncpg looks a custom type up with jit off, then sets jit back with
+    set_config('jit', $1, false): the value comes with the Bind, so it is a setting the
+    client keeps (replayed on its next servers), not a pin for good."""
+    pg_cluster.psql("DROP TYPE IF EXISTS mood_pin; CREATE TYPE mood_pin AS ENUM ('ok', 'meh');"
+                    " ALTER DATABASE app SET jit = on;", dbname="app")
+    proc = pgtarn_factory(settings={"default_pool_size": 1, "query_wait_timeout": 10})
+
+    async def main() -> tuple[list[str], str, str]:
+        first = await aconnect(proc, statement_cache_size=cache,
+                               server_settings={"application_name": "first"})
+        second = await aconnect(proc, statement_cache_size=cache)
+        try:
+            assert await first.fetchval("SELECT 'meh'::mood_pin") == "meh"
+            reasons = pins(proc, "first")
+            # the only server is free for the other client at once
+            assert await asyncio.wait_for(second.fetchval("SELECT 1"), 5) == 1
+            return reasons, await first.fetchval("SHOW jit"), await second.fetchval("SHOW jit")
+        finally:
+            await first.close()
+            await second.close()
+
+    try:
+        reasons, jit_first, jit_second = asyncio.run(main())
+    finally:
+        pg_cluster.psql("ALTER DATABASE app RESET jit", dbname="app")
+    assert reasons == ""
+    assert jit_first == "on" and jit_second == "on"

@@ -23,6 +23,7 @@ from ..session.effects import (
     may_change_state,
     parse_text,
     query_text,
+    with_parameters,
 )
 from ..session.rewrite import raise_error
 from ..session.tracking import SessionState, SessionTracker, pin_reason
@@ -123,6 +124,8 @@ class ClientTracking(ClientTransport):
             name = body[portal_end + 1 : body.find(b"\x00", portal_end + 1)]
             parsed = framer.named_effects.get(name) if framer is not None else None
             if parsed is not None:
+                if parsed.parameters:  # set_config's value is a parameter: this Bind's
+                    parsed = with_parameters(parsed, body)
                 self._session_add(parsed, replies_ahead, framer.executes_before(False)
                                   if framer is not None and parsed.rows else 0)
             return None
@@ -139,9 +142,10 @@ class ClientTracking(ClientTransport):
             return None
         if framer is None and msg_type == 0x50 and parsed.rows:
             base = -1  # its Execute may come in another batch: its rows are not read
-        if (name or (msg_type == 0x50 and parsed.rows and framer is not None)) \
-                and parsed.effects:  # fmt: skip
-            # (the unnamed statement too when rows say its effects: they come at its Bind)
+        if (name or (msg_type == 0x50 and (parsed.rows or parsed.parameters)
+                     and framer is not None)) and parsed.effects:  # fmt: skip
+            # (the unnamed statement too when rows or parameters say its effects: they come
+            # at its Bind)
             if framer is None:  # its Binds are not followed: it cannot be
                 parsed = Parsed(
                     [*parsed.effects,
@@ -178,6 +182,8 @@ class ClientTracking(ClientTransport):
     def _session_add(self, parsed: Parsed, replies_ahead: int, base: int) -> None:
         """parsed is part of the batch whose ReadyForQuery is replies_ahead + 1 from now; one
         read from its rows (base: see SessionTracker.add) has its server report them."""
+        if parsed.parameters:  # no Bind gives them here: not followed
+            parsed = with_parameters(parsed, None)
         self._session_made().add(parsed, replies_ahead, self._status_now(), base)
         if parsed.rows:
             server = self.server

@@ -15,12 +15,16 @@ import re
 from collections.abc import Callable
 from typing import Any, Final
 
+from ..proto.build import quote_literal
 from .sqlnames import may_name_statements
 
 Effect = tuple[Any, ...]
 
 # Effect kinds (the first item of an Effect).
 SET = "set"  # (SET, name, sql): a session value, replayed by running sql
+#: (SET_PARAM, name, parameter number, local): set_config whose value is a parameter of the
+#: statement: a SET (or LOCAL) once its Bind gives the value (with_parameters).
+SET_PARAM = "set_param"
 LOCAL = "local"  # (LOCAL, name, sql): SET LOCAL (only for a later SET ... FROM CURRENT)
 FROM_CURRENT = "from_current"  # (FROM_CURRENT, name)
 RESET = "reset"  # (RESET, name)
@@ -215,12 +219,68 @@ class Parsed:
     """The effects of one query text, how many statements it holds, and whether some of
     them are read from a row (ROW_EFFECTS)."""
 
-    __slots__ = ("effects", "rows", "statements")
+    __slots__ = ("effects", "parameters", "rows", "statements")
 
     def __init__(self, effects: list[Effect], statements: int) -> None:
         self.effects = effects
         self.statements = statements
         self.rows = any(effect[0] in ROW_EFFECTS for effect in effects)
+        #: Some effect takes its value from a parameter (SET_PARAM): known at each Bind.
+        self.parameters = any(effect[0] == SET_PARAM for effect in effects)
+
+
+def with_parameters(parsed: Parsed, bind: bytes | None) -> Parsed:
+    """parsed's effects with the values a Bind's body gives its parameters (SET_PARAM made
+    a SET or LOCAL, as set_config with those literals would be); without a Bind, or a value
+    that cannot be read (NULL, not UTF-8, a parameter missing), the state is not followed
+    (UNTRACKED), as before."""
+    if not parsed.parameters:
+        return parsed
+    values = _bind_values(bind) if bind is not None else None
+    out: list[Effect] = []
+    for effect in parsed.effects:
+        if effect[0] != SET_PARAM:
+            out.append(effect)
+            continue
+        _kind, name, number, local = effect
+        value = values[number - 1] if values is not None and 0 < number <= len(values) else None
+        if value is None:
+            out.append((UNTRACKED, "set_config with arguments that are not literals"))
+            continue
+        sql = f"SELECT set_config({quote_literal(name)}, {quote_literal(value)}, false)"
+        out.append((LOCAL if local else SET, name, sql))
+    return Parsed(out, parsed.statements)
+
+
+def _bind_values(body: bytes) -> list[str | None] | None:
+    """A Bind's parameter values as text (None: NULL, or not UTF-8); None if malformed. A
+    text parameter's binary form is its text, and set_config takes text."""
+    try:
+        pos = body.index(b"\x00")
+        pos = body.index(b"\x00", pos + 1) + 1
+        formats = int.from_bytes(body[pos : pos + 2], "big")
+        pos += 2 + 2 * formats
+        count = int.from_bytes(body[pos : pos + 2], "big")
+        pos += 2
+        values: list[str | None] = []
+        for _ in range(count):
+            size = int.from_bytes(body[pos : pos + 4], "big", signed=True)
+            pos += 4
+            if size < 0:
+                values.append(None)
+                continue
+            if pos + size > len(body):
+                return None
+            raw = body[pos : pos + size]
+            pos += size
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            values.append(None if text is None or "\x00" in text else text)
+        return values
+    except ValueError:
+        return None
 
 
 def query_text(body: bytes) -> str:

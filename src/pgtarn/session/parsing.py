@@ -45,6 +45,7 @@ from .effects import (
     SAVEPOINT,
     SEED,
     SET,
+    SET_PARAM,
     TEMP,
     UNLISTEN,
     UNLOCK,
@@ -338,6 +339,18 @@ def _lock_key(call: ast.FuncCall, shared: bool) -> str | None:
 def _set_config(call: ast.FuncCall, out: list[Effect]) -> None:
     args = call.args or ()
     values = [_literal(arg) for arg in args]
+    if len(values) == 3 and values[1] is None and values[0] is not None \
+            and values[2] is not None and isinstance(param := _unwrapped(args[1]), ast.ParamRef):
+        # asyncpg's set_config('jit', $1, false) after a type introspection: read at Bind
+        setting = str(values[0]).lower()
+        if setting in _TRANSACTION_ONLY:
+            return
+        if setting in _ROLE_SETTINGS or setting == "seed":
+            out.append((UNTRACKED, "set_config with arguments that are not literals"))
+            return
+        out.append((SET_PARAM, setting, param.number,
+                    str(values[2]).lower() in ("true", "t", "on", "1", "yes", "y")))
+        return
     if len(values) != 3 or any(v is None for v in values):
         out.append((UNTRACKED, "set_config with arguments that are not literals"))
         return
@@ -356,6 +369,13 @@ def _set_config(call: ast.FuncCall, out: list[Effect]) -> None:
         return
     sql = f"SELECT set_config({quote_literal(name)}, {quote_literal(value)}, false)"
     out.append((LOCAL if is_local else SET, name, sql))
+
+
+def _unwrapped(arg: Any) -> Any:
+    """An argument without its casts ($1::text is $1)."""
+    while isinstance(arg, ast.TypeCast):
+        arg = arg.arg
+    return arg
 
 
 def _literal(arg: Any) -> str | bool | None:

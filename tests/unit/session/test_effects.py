@@ -647,3 +647,24 @@ def test_first_look_sees_schema_changes(text: str, changes: bool) -> None:
     assert bool(effects_module.first_look(body) & effects_module.SCHEMA_CHANGE) is changes
     parse = b"\x00" + body + b"\x00\x00"  # the unnamed statement's Parse
     assert bool(effects_module.first_look(parse, 0x50) & effects_module.SCHEMA_CHANGE) is changes
+
+
+def _bind(*values: bytes | None) -> bytes:
+    body = b"\x00stmt\x00" + b"\x00\x01\x00\x01" + len(values).to_bytes(2, "big")
+    for value in values:
+        body += b"\xff\xff\xff\xff" if value is None else len(value).to_bytes(4, "big") + value
+    return body + b"\x00\x00"
+
+
+def test_set_config_with_a_parameter_is_a_setting_once_bound() -> None:
+    parsed = effects_of("SELECT set_config('jit', $1, false)")
+    assert parsed.parameters and parsed.effects == [(effects_module.SET_PARAM, "jit", 1, False)]
+    bound = effects_module.with_parameters(parsed, _bind(b"on"))
+    assert bound.effects == [(SET, "jit", "SELECT set_config('jit', 'on', false)")]
+    local = effects_module.with_parameters(
+        effects_of("SELECT set_config('work_mem', $2::text, true)"), _bind(b"x", b"64kB"))
+    assert local.effects == [(LOCAL, "work_mem", "SELECT set_config('work_mem', '64kB', false)")]
+    for unreadable in (None, _bind(None), _bind(b"\xff"), b"\x00"):
+        assert effects_module.with_parameters(parsed, unreadable).effects[0][0] == UNTRACKED
+    role = effects_of("SELECT set_config('role', $1, false)")
+    assert role.effects[0][0] == UNTRACKED
