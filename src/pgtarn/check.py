@@ -108,7 +108,10 @@ class _Checker:
 def check_config(path: str) -> CheckResult:
     """Everything startup would refuse in the configuration at `path`, and its warnings."""
     report = read_config_report(path)
-    result = CheckResult(list(report.errors), list(report.config.warnings))
+    # a key that is no setting is a mistake (a misspelling): startup only warns, as PgBouncer
+    unknown = set(report.unknown)
+    result = CheckResult([*report.errors, *report.unknown],
+                         [w for w in report.config.warnings if w not in unknown])
     if not os.path.isfile(path):
         return result  # nothing was read: the defaults are not worth checking
     checker = _Checker(report.config, report.origins, result)

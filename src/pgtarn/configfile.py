@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -417,6 +418,9 @@ class ConfigReport:
     config: Config
     errors: tuple[str, ...]
     origins: Mapping[str, str]
+    #: [pgbouncer] keys that are no setting (also among the config's warnings): startup
+    #: ignores them, as PgBouncer does; `pgtarn check` calls them errors.
+    unknown: tuple[str, ...] = ()
 
 
 def read_config_report(path: str) -> ConfigReport:
@@ -448,6 +452,7 @@ class _Reader:
         self.users: dict[str, UserEntry] = {}
         self.peers: dict[int, PeerEntry] = {}
         self.warnings: list[str] = []
+        self.unknown: list[str] = []
         self.section: str | None = None
         self.seen_main = False
 
@@ -469,7 +474,8 @@ class _Reader:
         )
         self.warnings.extend(_cross_check(config, self.origins))
         return ConfigReport(replace(config, warnings=tuple(self.warnings)),
-                            tuple(self.problems.errors), MappingProxyType(self.origins))
+                            tuple(self.problems.errors), MappingProxyType(self.origins),
+                            tuple(self.unknown))
 
     def _line(self, loc: str, line: str) -> None:
         if line[0] == "[":
@@ -510,10 +516,18 @@ class _Reader:
                 name = DEPRECATED[name]
             setting = SETTINGS.get(name)
             if setting is None:
-                self.warnings.append(f"{loc}: {key}: unknown setting, ignored")
+                message = f"{loc}: {key}: unknown setting, ignored{_did_you_mean(name)}"
+                self.warnings.append(message)
+                self.unknown.append(message)
                 return
             self.values[name] = _keyed(name, setting.parse, value)
             self.origins[name] = loc
+
+
+def _did_you_mean(name: str) -> str:
+    """A setting whose name is close to a misspelt one, as a hint ("" when none is)."""
+    close = difflib.get_close_matches(name, [*SETTINGS, *DEPRECATED], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _keyed(key: str, parse: Callable[..., _T], *args: str) -> _T:

@@ -56,5 +56,17 @@ def test_a_bad_file_fails_and_lists_everything(tmp_path: Path, capsys) -> None: 
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{ini}:2: listen_port")
     assert out[1].startswith(f"{ini}:3: pool_mode")
-    assert out[2].startswith(f"{ini}:4: warning: nope")
-    assert "2 errors" in out[-1]
+    assert out[2].startswith(f"{ini}:4: nope: unknown setting")  # startup ignores it
+    assert "3 errors" in out[-1]
+
+
+def test_a_misspelt_setting_is_an_error_with_a_suggestion(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    ini = write_ini(tmp_path, "[databases]\napp = host=127.0.0.1\n[pgbouncer]\n"
+                    "pool_mod = transaction\nno_such_thing_at_all = 1\n")
+    result = check_config(ini)
+    assert result.errors == [
+        f"{ini}:4: pool_mod: unknown setting, ignored (did you mean pool_mode?)",
+        f"{ini}:5: no_such_thing_at_all: unknown setting, ignored"]
+    assert not any("unknown setting" in w for w in result.warnings)
+    assert run_check([ini]) == 1
+    assert "did you mean pool_mode?" in capsys.readouterr().out

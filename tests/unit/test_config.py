@@ -743,3 +743,9 @@ def test_ro_alias_follows_the_reloaded_config() -> None:
     assert before.find_database("app_ro") != ro
     off = parse_config(SPLIT.format(fallback="").replace("read_write_split=explicit", ""))
     assert off.find_database("app_ro") is None
+
+
+def test_a_misspelt_setting_warns_at_startup_with_a_suggestion() -> None:
+    c = parse_config("[pgbouncer]\nmax_client_con = 10\n", "pgbouncer.ini")
+    assert "pgbouncer.ini:2: max_client_con: unknown setting, ignored" \
+        " (did you mean max_client_conn?)" in c.warnings
