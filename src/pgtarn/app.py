@@ -34,6 +34,7 @@ from .net.tls import client_context, own_certificate_hash, server_context
 from .pool.pool import Pool
 from .pool.registry import Registry
 from .pool.stats import Totals, averages, sum_totals
+from .privileges import drop_privileges
 from .proto.client_side import forget_derived_secrets
 from .runtime import Coordinator, ReloadReport, Runtime, WorkerLimits
 from .server.authquery import SecretLookup
@@ -221,9 +222,11 @@ class App:
     """One pgtarn process: the whole pooler, or one worker of workers = N."""
 
     def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False,
-                 worker: WorkerSetup | None = None, reboot: bool = False) -> None:
+                 worker: WorkerSetup | None = None, reboot: bool = False, user: str = "") -> None:
         self.config_path = config_path
         self.worker = worker
+        #: -u: the user to become once the sockets are bound (in place of `user =`).
+        self.user = user
         #: --reboot: take over from the pgtarn on our port; the takeover socket, and the
         #: rolling restart under way (reboot.py), on either side of it.
         self.reboot = reboot
@@ -279,6 +282,7 @@ class App:
         if config.pidfile and self.worker is None:
             with open(config.pidfile, "w") as f:
                 f.write(f"{os.getpid()}\n")
+        drop_privileges(self.user or config.user)  # (a worker: once it has its sockets)
         for signum, handler in (
             (signal.SIGHUP, self.reload),
             (signal.SIGTERM, lambda: self.shutdown("clients", signalled=True)),

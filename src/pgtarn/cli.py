@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-R", "--reboot", action="store_true",
                         help="take over from the pgtarn running on the same port: its "
                         "listening sockets and idle clients (rolling restart)")
-    parser.add_argument("-u", "--user", help="accepted for PgBouncer compatibility; ignored")
+    parser.add_argument("-u", "--user", default="",
+                        help="become this user once the sockets are bound (as `user =`)")
     # given by the supervisor to its workers (workers = N), not by people
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--listen-fds", default="", help=argparse.SUPPRESS)
@@ -141,10 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     app: Any
     if worker is None and config.workers > 1:
         app = load_supervisor()(args.config, verbose=args.verbose, quiet=quiet,
-                                reboot=args.reboot)
+                                reboot=args.reboot, user=args.user)
     else:
         app = App(args.config, verbose=args.verbose, quiet=quiet, worker=worker,
-                  reboot=args.reboot)
+                  reboot=args.reboot, user=args.user)
     try:
         return runner(app.run())  # type: ignore[operator, no-any-return]
     except (ConfigError, OSError) as exc:

@@ -538,6 +538,34 @@ def _keyed(key: str, parse: Callable[..., _T], *args: str) -> _T:
         raise ValueError(f"{key}: {e}") from None
 
 
+#: PgBouncer settings pgtarn reads but does not act on, and why: set to anything but their
+#: default, each is a warning at startup and in `pgtarn check`, never silence.
+NOT_APPLIED: Mapping[str, str] = MappingProxyType({
+    "application_name_add_host": "not applied: application_name goes to servers as the "
+                                 "client set it",
+    "auth_ldap_options": "not applied: auth_type ldap is not supported",
+    "client_tls13_ciphers": "not applied: TLS 1.3 ciphers are OpenSSL's defaults",
+    "server_tls13_ciphers": "not applied: TLS 1.3 ciphers are OpenSSL's defaults",
+    "client_tls_dheparams": "not applied: OpenSSL's built-in groups are used",
+    "disable_pqexec": "not applied: simple queries with several statements are passed on",
+    "dns_max_ttl": "not applied: host names are resolved by the system at each connection",
+    "dns_nxdomain_ttl": "not applied: host names are resolved by the system at each "
+                        "connection",
+    "dns_zone_check_period": "not applied: host names are resolved by the system at each "
+                             "connection",
+    "resolv_conf": "not applied: host names are resolved by the system's resolver",
+    "job_name": "not applied: a Windows service name in PgBouncer",
+    "pkt_buf": "not applied: pgtarn has no fixed packet buffer",
+    "sbuf_loopcnt": "not applied: pgtarn reads each socket until it is empty",
+    "server_round_robin": "not applied: idle servers are reused most recently used first",
+    "so_reuseport": "not applied: for several processes on one port use workers = N",
+    "suspend_timeout": "not applied: SUSPEND waits for nothing",
+    "tcp_defer_accept": "not applied: connections are accepted at once",
+    "unix_socket_group": "not applied: the socket keeps pgtarn's group (unix_socket_mode "
+                         "applies)",
+})
+
+
 def _cross_check(cfg: Config, origins: Mapping[str, str]) -> list[str]:
     """Soft checks PgBouncer does not enforce but that are very likely mistakes."""
     out: list[str] = []
@@ -561,4 +589,7 @@ def _cross_check(cfg: Config, origins: Mapping[str, str]) -> list[str]:
         warn("peer_id", "[peers] is set but peer_id is 0: cancels are not forwarded")
     if not cfg.listen_addr and not cfg.unix_socket_dir:
         warn("listen_addr", "neither listen_addr nor unix_socket_dir is set; nothing to listen on")
+    for name, why in NOT_APPLIED.items():
+        if name in origins and getattr(cfg, name) != SETTINGS[name].default:
+            warn(name, why)
     return out

@@ -23,6 +23,7 @@ from .config import Config
 from .configfile import load_config
 from .errors import ConfigError
 from .logs import setup_logging
+from .privileges import drop_privileges
 from .workers import admin
 from .workers.channel import Channel, ChannelClosed
 from .workers.ledger import Ledger, Outgoing, grants, on_message
@@ -55,7 +56,7 @@ class Worker:
 
 def worker_argv(config_path: str, index: int, count: int, control_fd: int,
                 listen_fds: list[int], unix_fd: int | None, verbose: int,
-                quiet: bool, reboot: bool = False) -> list[str]:
+                quiet: bool, reboot: bool = False, user: str = "") -> list[str]:
     """The command line of one worker."""
     argv = [sys.executable, "-m", "pgtarn", "--worker", f"{index}/{count}/{control_fd}"]
     if listen_fds:
@@ -68,6 +69,8 @@ def worker_argv(config_path: str, index: int, count: int, control_fd: int,
         argv.append("-q")
     if reboot:  # it forwards unknown cancel keys, for the old pgtarn's clients
         argv.append("--reboot")
+    if user:
+        argv += ["-u", user]
     return [*argv, config_path]
 
 
@@ -75,8 +78,10 @@ class Supervisor:
     """The process of a pgtarn with workers > 1 (see the module docstring)."""
 
     def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False,
-                 reboot: bool = False) -> None:
+                 reboot: bool = False, user: str = "") -> None:
         self.config_path = config_path
+        #: -u: the user to become once the sockets are bound (in place of `user =`).
+        self.user = user
         self.verbose = verbose
         self.quiet = quiet
         self.workers: list[Worker] = []
@@ -136,6 +141,9 @@ class Supervisor:
         try:
             for worker in self.workers:
                 await self._start(worker)
+            # the workers give up root themselves once they have their sockets; a worker
+            # started again later starts as that user
+            drop_privileges(self.user or config.user)
             systemd.ready()  # the sockets listen: connections wait in them for the workers
             if isinstance(self.takeover, rolling.NewSide):
                 await self.takeover.serving()
@@ -155,7 +163,8 @@ class Supervisor:
         unix_fd = self.unix.fileno() if self.unix is not None else None
         fds = [theirs.fileno(), *listen_fds, *([unix_fd] if unix_fd is not None else [])]
         argv = worker_argv(self.config_path, worker.index, len(self.workers), theirs.fileno(),
-                           listen_fds, unix_fd, self.verbose, self.quiet, self.reboot)
+                           listen_fds, unix_fd, self.verbose, self.quiet, self.reboot,
+                           self.user)
         try:
             # its own session: a Ctrl-C at a terminal reaches the supervisor alone, which passes
             # it on once (a worker that got it twice would stop at once)
@@ -165,6 +174,7 @@ class Supervisor:
             log.error("worker %d could not start: %s", worker.index, exc)
             ours.close()
             theirs.close()
+            worker.started = time.monotonic()  # (so that the restarts back off)
             self._schedule_restart(worker)
             return
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import signal
 import socket
@@ -175,3 +176,23 @@ def test_demo_prints_a_working_psql_command(started_as: str) -> None:
     workdir = re.search(r"Files .* are in (\S+?)\.?$", "".join(lines) + rest, re.M)
     assert workdir is not None, rest
     assert not Path(workdir.group(1)).exists()
+
+
+def _uid_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        line = next(row for row in status if row.startswith("Uid:"))
+    return int(line.split()[2])  # the effective uid
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can become another user")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_user_setting_gives_up_root_once_listening(pgtarn_factory, workers) -> None:  # type: ignore[no-untyped-def]
+    target = pwd.getpwnam("postgres")
+    proc = pgtarn_factory(settings={"user": "postgres", "workers": workers})
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    pids = [proc.proc.pid] + [int(p) for p in subprocess.run(
+        ["pgrep", "-P", str(proc.proc.pid)], capture_output=True, text=True).stdout.split()]
+    assert len(pids) == workers + (1 if workers > 1 else 0)
+    assert {_uid_of(pid) for pid in pids} == {target.pw_uid}
+    assert "running as postgres" in proc.log_text()

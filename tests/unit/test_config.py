@@ -151,7 +151,9 @@ def test_realistic_pgbouncer_section(realistic: Config) -> None:
     assert c.query_wait_timeout == 0.0
     assert c.client_tls_sslmode == "require"
     assert c.logfile == "/var/log/pgbouncer/pgbouncer.log"
-    assert c.warnings == ()
+    # the one PgBouncer setting of it that pgtarn reads and does not act on says so
+    assert [w.split(": ", 1)[1] for w in c.warnings] == [
+        "server_round_robin: not applied: idle servers are reused most recently used first"]
 
 
 def test_realistic_databases(realistic: Config) -> None:
@@ -749,3 +751,12 @@ def test_a_misspelt_setting_warns_at_startup_with_a_suggestion() -> None:
     c = parse_config("[pgbouncer]\nmax_client_con = 10\n", "pgbouncer.ini")
     assert "pgbouncer.ini:2: max_client_con: unknown setting, ignored" \
         " (did you mean max_client_conn?)" in c.warnings
+
+
+def test_a_setting_pgtarn_does_not_act_on_is_a_warning_when_changed() -> None:
+    c = parse_config("[pgbouncer]\nso_reuseport = 1\npkt_buf = 4096\ndisable_pqexec = 1\n",
+                     "pgbouncer.ini")
+    assert "pgbouncer.ini:2: so_reuseport: not applied: for several processes on one port" \
+        " use workers = N" in c.warnings
+    assert any(w.startswith("pgbouncer.ini:4: disable_pqexec: not applied") for w in c.warnings)
+    assert not any("pkt_buf" in w for w in c.warnings)  # its default: nothing to say
