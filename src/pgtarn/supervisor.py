@@ -230,9 +230,25 @@ class Supervisor:
         if signum == signal.SIGHUP:
             self._reload()
         for worker in self.workers:
-            if worker.process is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    worker.process.send_signal(signum)
+            self._signal(worker, signum)
+
+    def _signal(self, worker: Worker, signum: signal.Signals, tries: int = 100) -> None:
+        """Send a worker a signal. One that has not yet given up root (user =, the
+        supervisor has) refuses it for a moment: sent again every 0.1 s, for 10 s at most."""
+        process = worker.process
+        if process is None:
+            return
+        try:
+            process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            if tries > 0:
+                asyncio.get_running_loop().call_later(0.1, self._signal, worker, signum,
+                                                      tries - 1)
+            else:
+                log.error("worker %d refuses %s: it runs as another user", worker.index,
+                          signum.name)
 
     def _reload(self) -> None:
         with systemd.reloading():
@@ -258,9 +274,7 @@ class Supervisor:
             systemd.stopping()
         self.stopping = signum
         for worker in self.workers:
-            if worker.process is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    worker.process.send_signal(signum)
+            self._signal(worker, signum)
         if all(w.process is None for w in self.workers):
             self._finish()
 
