@@ -419,7 +419,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _BOUNDS: dict[str, tuple[int, int | None]] = {
     "listen_port": (1, 65535), "metrics_port": (0, 65535), "peer_id": (0, MAX_PEER_ID),
     "unix_socket_mode": (0, 0o7777), "scram_iterations": (1, None), "workers": (1, None),
-    "pkt_buf": (512, None), "max_packet_size": (1, 2**32 - 1), "listen_queue_size": (1, None),
+    "pkt_buf": (1, None), "max_packet_size": (1, 2**32 - 1), "listen_queue_size": (1, None),
 }  # fmt: skip
 _PGTARN_ONLY = frozenset({"metrics_listen_addr", "metrics_port", "log_format", "workers",
                           "track_session_state", "pin_session_state", "listen_queue_size",

@@ -760,3 +760,10 @@ def test_a_setting_pgtarn_does_not_act_on_is_a_warning_when_changed() -> None:
         " use workers = N" in c.warnings
     assert any(w.startswith("pgbouncer.ini:4: disable_pqexec: not applied") for w in c.warnings)
     assert not any("pkt_buf" in w for w in c.warnings)  # its default: nothing to say
+
+
+def test_a_small_pkt_buf_is_accepted_as_pgbouncer_accepts_it() -> None:
+    """PgBouncer's own tests shrink pkt_buf to 75 bytes; pgtarn has no such buffer."""
+    c = parse_config("[pgbouncer]\npkt_buf = 75\n", "pgbouncer.ini")
+    assert c.pkt_buf == 75
+    assert any(w.startswith("pgbouncer.ini:2: pkt_buf: not applied") for w in c.warnings)
