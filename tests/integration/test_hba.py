@@ -184,3 +184,17 @@ def test_reload_reads_certificates_again_and_keeps_tls_clients(pgtarn_factory, p
         assert after != before and after == ssl.PEM_cert_to_DER_cert(
             Path(pki.wrong_host.cert).read_text())
         assert kept.execute("select 1").fetchone() == (1,)  # the TLS session goes on
+
+
+def test_cert_on_a_host_line_refuses_a_connection_without_tls(pgtarn_factory, pki, tmp_path):  # type: ignore[no-untyped-def]
+    """PgBouncer reads cert on a host line; pgtarn too: with TLS and the certificate the
+    client logs in, without TLS it has no certificate and is refused."""
+    files = tmp_path / "hba"
+    files.mkdir()
+    (files / "pg_hba.conf").write_text("host all all 127.0.0.1/32 cert\n")
+    proc = pgtarn_factory(settings=tls_settings(
+        pki, "prefer", client_tls_ca_file=pki.ca, auth_type="hba",
+        auth_hba_file=files / "pg_hba.conf"))
+    assert logs_in(proc, "app", None, "app", sslmode="require", **certificate(pki, "app"))
+    assert "requires a valid client certificate" in refusal(
+        proc, "app", None, "app", sslmode="disable")

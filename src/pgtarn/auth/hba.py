@@ -100,8 +100,11 @@ def _split_fields(line: str, path: str, lineno: int) -> list[list[_Token]]:
         if in_quote:
             raise _error(path, lineno, "unterminated quoted string")
         items.append(_Token("".join(chars), quoted, path, lineno))
-        if i < end and line[i] == ",":
-            i += 1
+        ahead = i
+        while ahead < end and line[ahead] in _BLANK:
+            ahead += 1
+        if ahead < end and line[ahead] == ",":  # "a , b" is one list too, as PgBouncer reads it
+            i = ahead + 1
             continue
         fields.append(items)
         items = []
@@ -324,8 +327,10 @@ def _parse_rule(fields: _LineFields, read_file: Callable[[str], str]) -> HbaRule
         raise fields.error(f'invalid authentication method "{written}"')
     if method == "peer" and conn_type != "local":
         raise fields.error("peer authentication is only supported on local sockets")
-    if method == "cert" and conn_type != "hostssl":
-        raise fields.error("cert authentication is only supported on hostssl connections")
+    if method == "cert" and conn_type == "local":
+        # (PgBouncer also takes cert on a host line, PostgreSQL on hostssl only: a connection
+        # without TLS that a host line matches has no certificate, and is refused)
+        raise fields.error("cert authentication is only supported on host and hostssl lines")
     if method in ("gss", "sspi") and conn_type == "local":
         raise fields.error(f"{method} authentication is not supported on local sockets")
     if conn_type == "hostgssenc" and method not in ("gss", "trust", "reject"):

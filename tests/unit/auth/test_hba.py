@@ -310,8 +310,7 @@ def test_unknown_client_address_matches_only_all() -> None:
         ("local all all magic", 1, 'invalid authentication method "magic"'),
         ("local all all md5,trust", 1, "multiple values in the authentication method field"),
         ("host all all all peer", 1, "peer authentication is only supported on local sockets"),
-        ("host all all all cert", 1, "cert authentication is only supported on hostssl"),
-        ("local all all cert", 1, "cert authentication is only supported on hostssl"),
+        ("local all all cert", 1, "cert authentication is only supported on host and hostssl"),
         ("local all all gss", 1, "gss authentication is not supported on local sockets"),
         ("hostgssenc all all all md5", 1, "GSSAPI encryption only supports gss"),
         ("local all all peer map", 1, 'option "map" is not in name=value format'),
@@ -547,3 +546,20 @@ def test_collecting_reports_every_bad_line() -> None:
     assert len(maps.maps["m"]) == 2
     assert [error.split(": ", 1)[0] for error in ident_problems.errors] == [
         f"{IDENT_PATH}:2", f"{IDENT_PATH}:3"]
+
+
+def test_a_list_may_have_blanks_around_its_commas_as_pgbouncer_reads_it() -> None:
+    rules = hba("host one,two  ann , bob ,cid  10.0.0.0/8  md5\n"
+                'host all "a , b" 10.0.0.0/8 trust\n')
+    for user in ("ann", "bob", "cid"):
+        assert line_of(rules, database="two", user=user) == 1
+    assert line_of(rules, database="three", user="ann") is None
+    assert line_of(rules, user="a , b") == 2  # quoted: one name with its blanks
+    assert line_of(rules, user="a") is None
+
+
+def test_cert_on_a_host_line_is_read_and_needs_tls_to_pass() -> None:
+    """PgBouncer takes cert on a host line (PostgreSQL only on hostssl); a connection
+    without TLS has no certificate, so the rule refuses it at login (client/access.py)."""
+    rules = hba("host all all 10.0.0.0/8 cert\n")
+    assert line_of(rules, tls=False) == 1 and line_of(rules, tls=True) == 1
