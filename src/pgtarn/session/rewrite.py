@@ -183,10 +183,10 @@ class StatementRewriter:
                 if msg_type == 0x50:  # Parse
                     self._parse(client, body, out)
                 elif msg_type == 0x42:  # Bind
-                    if end is None and self._must_check(client, body, out):
+                    text = self._bind(client, body, out, parts, index, may_retry, end is None)
+                    if self.checking:  # its statement is checked first: the rest waits
                         self.deferred = parts[index:]
                         break
-                    text = self._bind(client, body, out, parts, index, may_retry)
                     if text:
                         self._forget_all(client, text, status)
                 elif msg_type in (0x44, 0x43):  # Describe, Close
@@ -202,17 +202,10 @@ class StatementRewriter:
                         self.fresh = self.clean = False
         return bytes(out)
 
-    def _must_check(self, client: ClientStatements, body: bytes, out: bytearray) -> bool:
+    def _check(self, stmt: Statement, out: bytearray) -> None:
         """A Bind, first of its batch, of a statement a client described that this server
-        lacks: prepare and describe it in a batch of pgtarn's own first (True), whose
+        lacks: prepare and describe it in a batch of pgtarn's own first (``checking``), whose
         description must match what the client was told before the Bind may run."""
-        if not self.clean:
-            return False
-        _portal, pos = read_cstring(body, 0)
-        name, _end = read_cstring(body, pos)
-        stmt = client.names.get(name) if name else None
-        if stmt is None or stmt.told is None or stmt.name in self.refused or self._has(stmt):
-            return False
         self.expected.append(HIDDEN_ENTRY)
         self._evict(out)
         out += stmt.typed_parse() + message(b"D", b"S" + stmt.name + b"\x00") + SYNC
@@ -223,7 +216,6 @@ class StatementRewriter:
         self.describing += 1
         self.expected.append(Entry(KIND_SYNC, UNDO_CHECK, stmt))
         self.checking = True
-        return True
 
     def _synced(self, entry: Entry) -> None:
         self.expected.append(entry)
@@ -309,9 +301,10 @@ class StatementRewriter:
         return body[:pos] + sqlnames.rename(query, renames) + b"\x00" + body[end:]
 
     def _bind(self, client: ClientStatements, body: bytes, out: bytearray, parts: list[Part],
-              index: int, may_retry: bool) -> bytes:
+              index: int, may_retry: bool, may_check: bool = False) -> bytes:
         """Returns the text of the statement bound when it may hold DISCARD ALL or DEALLOCATE
-        ALL, else b""."""
+        ALL, else b"". may_check: a check of its statement may go first (``checking`` set
+        then, and the Bind not written)."""
         _portal, pos = read_cstring(body, 0)
         name, end = read_cstring(body, pos)
         stmt = client.names.get(name) if name else None
@@ -324,9 +317,13 @@ class StatementRewriter:
             self.expected.append(BIND_ENTRY)
             if not name:
                 forgets = self.unnamed_forgets
-        elif stmt.name in self.refused:
+        elif self.refused and stmt.name in self.refused:
             sqlstate, text = self.refused[stmt.name]
             self._raise(sqlstate, text, body[:pos], out)
+        elif stmt.told is not None and may_check and self.clean and \
+                stmt.name not in self.prepared:  # fmt: skip
+            self._check(stmt, out)
+            return b""
         else:
             if stmt.forgets:
                 forgets = stmt.parse[5 + len(stmt.name) + 1 :]
