@@ -38,6 +38,7 @@ from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
 from .channels import ChannelBoard
 from .idle import IdleServers
+from .lifetimes import expire_idle
 from .stats import PoolStats
 from .waiting import WaitQueue
 
@@ -372,7 +373,7 @@ class Pool(Generic[S]):
             for server in [s for s in self.tested if now - s.last_used > self.connect_timeout]:
                 server.close("server_connect_timeout: reset or check not answered")
         if self.idle:
-            _expire_idle(self, now)
+            expire_idle(self, now)
         if self.wait_timeout > 0 and self.max_wait(now) > self.wait_timeout:
             message = WAIT_TIMEOUT.format(self.wait_timeout)
             if self.failure is not None:  # why no server came: the last attempt's error
@@ -546,33 +547,6 @@ class Pool(Generic[S]):
             self._grow(self.clock())
         if self.board is not None:
             self.board.resume()  # notifications held while paused
-
-
-def _expire_idle(pool: Pool[S], now: float) -> None:
-    """The janitor closes a pool's idle servers past server_lifetime, or unused for
-    server_idle_timeout."""
-    for server in list(pool.idle):
-        # 0 means "use each server once": closed when released (_to_idle), never while
-        # it waits for its first client (min_pool_size would reopen it at once)
-        if 0 < pool.lifetime < now - server.created_at:
-            reason = "server_lifetime"
-        elif (0 < pool.idle_timeout < now - server.last_used
-                and pool.server_count > pool.min_pool_size):
-            reason = "server_idle_timeout"
-        else:
-            continue
-        pool.idle.remove(server)  # out of reach of acquire before it is gone
-        server.close(reason)
-
-
-def reconnect(pool: Pool[S]) -> None:
-    """RECONNECT: close a pool's idle servers now and the others when they are released; the
-    listener connection reconnects at once."""
-    for server in pool.servers():
-        server.close_needed = True
-    pool.close_idle("reconnect requested")
-    if pool.board is not None:
-        pool.board.restart("reconnect requested")
 
 
 def take_waiters(pool: Pool[S], other: Pool[S]) -> None:
