@@ -194,6 +194,7 @@ class Registry(Generic[S]):
         pool.check_delay = config.server_check_delay if config.server_check_query else None
         pool.connect_timeout = config.server_connect_timeout or 15.0
         pool.retry_cap = max(0.05, min(1.0, config.server_login_retry))
+        pool.login_retry = max(pool.retry_cap, config.server_login_retry)
         pool.wait_notify = float(config.query_wait_notify)
         pool.lifetime = _first(db.server_lifetime, config.server_lifetime)
         pool.reset_query_always = (config.server_reset_query
@@ -335,6 +336,8 @@ class Registry(Generic[S]):
     def apply(self, config: Config) -> None:
         """Take a reloaded config: sizes and modes now, changed connection strings on release."""
         self.config = config
+        for pool in self:  # a failing pool tries again at once: its credentials may be fixed
+            pool.retry_at = 0.0
         for pool in self.replica_pools:
             db = config.find_database(pool.database)
             if db is None or pool.split is None:
