@@ -200,13 +200,15 @@ class Registry(Generic[S]):
         pool.reset_query_always = (config.server_reset_query
                                    if config.server_reset_query_always else None)
         pool.idle_timeout = config.server_idle_timeout
-        pool.wait_timeout = _first(db.query_wait_timeout, config.query_wait_timeout)
         # made from `*` (autodb_idle_timeout frees it), not a NAME_ro alias of an entry
         pool.auto = db.name not in config.databases and not db.reads_only
         user = config.users.get(pool.user) or UserEntry(pool.user)
+        # the user's entry over the database's over the global setting, as PgBouncer
+        pool.wait_timeout = _first(user.query_wait_timeout,
+                                   _first(db.query_wait_timeout, config.query_wait_timeout))
         pool.client_timeouts = ClientTimeouts(
             query=_first(user.query_timeout, config.query_timeout),
-            transaction=config.transaction_timeout,
+            transaction=_first(user.transaction_timeout, config.transaction_timeout),
             idle_transaction=_first(user.idle_transaction_timeout,
                                     config.idle_transaction_timeout),
             idle=_first(user.client_idle_timeout, config.client_idle_timeout),
