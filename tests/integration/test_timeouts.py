@@ -27,6 +27,18 @@ UNCANCELLABLE = (
 )
 
 
+#: A query only a timeout ends; its backend outlives its closed server (see end_long_sleep).
+LONG_SLEEP = "select pg_sleep(60) -- ended by a timeout"
+
+
+def end_long_sleep(cluster: Any) -> None:
+    """PostgreSQL notices that pgtarn closed a server only when it next writes to it: end
+    LONG_SLEEP's backend now, so that it does not outlive the test (later tests count the
+    backends of app)."""
+    cluster.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                 f"WHERE query = '{LONG_SLEEP}'")
+
+
 def raw_login(proc: Any, user: str = "app", password: str = "app_pass",
               dbname: str = "app") -> RawClient:
     """A logged-in raw client (up to its first ReadyForQuery)."""
@@ -211,10 +223,11 @@ def test_transaction_timeout_ends_a_long_transaction(pgtarn_factory, pg_cluster)
     raw = raw_login(proc)
     assert query(raw, "begin") == b"T"
     assert query(raw, f"insert into {table} values (1)") == b"T"
-    raw.send(build.query("select pg_sleep(60)"))  # no query_timeout: only the age ends it
+    raw.send(build.query(LONG_SLEEP))  # no query_timeout: only the age ends it
     fields = final_error(raw)
     assert (fields["S"], fields["C"]) == ("FATAL", "25P04")
     assert "transaction_timeout" in fields["M"]
+    end_long_sleep(pg_cluster)
     assert rows(pg_cluster, table) == []
     with connect(proc, autocommit=True) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
@@ -308,10 +321,11 @@ def test_transaction_timeout_per_user_applies_on_reload(pgtarn_factory, pg_clust
     assert query(other, "begin") == b"T"
     assert query(raw, "begin") == b"T"
     assert query(raw, f"insert into {table} values (1)") == b"T"
-    raw.send(build.query("select pg_sleep(60)"))  # no query_timeout: only the age ends it
+    raw.send(build.query(LONG_SLEEP))  # no query_timeout: only the age ends it
     fields = final_error(raw)
     assert (fields["S"], fields["C"]) == ("FATAL", "25P04")
     assert "transaction_timeout" in fields["M"]
+    end_long_sleep(pg_cluster)
     assert rows(pg_cluster, table) == []
     assert query(other, "select 1") == b"T"  # its transaction, as old, is still open
     assert query(other, "commit") == b"I"
