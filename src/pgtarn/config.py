@@ -131,6 +131,8 @@ class UserEntry:
     max_user_connections: int | None = None
     max_user_client_connections: int | None = None
     query_timeout: float | None = None
+    query_wait_timeout: float | None = None
+    transaction_timeout: float | None = None
     idle_transaction_timeout: float | None = None
     client_idle_timeout: float | None = None
     line: str = ""

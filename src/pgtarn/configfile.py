@@ -113,8 +113,8 @@ _DB_KEYS = frozenset({
 })  # fmt: skip
 _USER_KEYS = frozenset({
     "pool_mode", "pool_size", "reserve_pool", "reserve_pool_size", "max_user_connections",
-    "max_user_client_connections", "query_timeout", "idle_transaction_timeout",
-    "client_idle_timeout",
+    "max_user_client_connections", "query_timeout", "query_wait_timeout",
+    "transaction_timeout", "idle_transaction_timeout", "client_idle_timeout",
 })  # fmt: skip
 
 
@@ -288,6 +288,8 @@ def _user_entry(name: str, text: str, loc: str) -> UserEntry:
         max_user_connections=p.get_int("max_user_connections"),
         max_user_client_connections=p.get_int("max_user_client_connections"),
         query_timeout=p.get_time("query_timeout"),
+        query_wait_timeout=p.get_time("query_wait_timeout"),
+        transaction_timeout=p.get_time("transaction_timeout"),
         idle_transaction_timeout=p.get_time("idle_transaction_timeout"),
         client_idle_timeout=p.get_time("client_idle_timeout"),
         line=loc,

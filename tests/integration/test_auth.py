@@ -5,12 +5,19 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+from collections.abc import Iterator
+from pathlib import Path
 
 import asyncpg
 import psycopg
 import pytest
 
+from tests.support import userlist_line
+
+from .conftest import ROLE_PASSWORDS
+from .drivers import aconnect
 from .rawpg import RawClient, error_fields
+from .test_admin import admin, pool_row
 
 
 def query_user(dsn: str) -> str:
@@ -262,3 +269,90 @@ def test_login_refusals_in_pgbouncers_words(pgtarn_factory, pg_cluster, pg_roles
                           settings={"auth_user": "app"}, userlist={"app": pg_roles["app"]})
     assert login_error(proc, "scram_user", pg_roles["scram_user"])[1] == "bouncer config error"
     assert 'auth_dbname "missing" is not a database' in proc.log_text()
+
+
+#: A role whose password a test changes in PostgreSQL behind pgtarn's back.
+PW_ROLE = "pw_change"
+
+
+@pytest.fixture
+def pw_role(pg_cluster) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    pg_cluster.create_role(PW_ROLE, "old_pw")
+    try:
+        yield PW_ROLE
+    finally:
+        pg_cluster.psql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        f"WHERE usename = '{PW_ROLE}'")
+        pg_cluster.psql(f'DROP ROLE IF EXISTS "{PW_ROLE}"')
+
+
+def test_server_password_changed_in_postgresql_reaches_waiting_clients(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_cluster, pw_role):
+    """PgBouncer's test_change_server_password_reconnect: the role's password changes in
+    PostgreSQL while its only server is held in a transaction; RECONNECT makes that server
+    useless to others, and a larger pool_size makes pgtarn open a new one for the clients
+    waiting. Its login fails: each waiting client gets PostgreSQL's 28P01 and message at
+    once (not after query_wait_timeout, nor retried forever), and so does a client that
+    comes later. Once the auth_file holds the new password and is reloaded, clients are
+    served again."""
+    userlist = {**ROLE_PASSWORDS, pw_role: "old_pw"}
+    proc = pgtarn_factory(settings={"default_pool_size": 1, "query_wait_timeout": 120},
+                          userlist=userlist)
+
+    async def scenario() -> list[object]:
+        first = await aconnect(proc, user=pw_role, password="old_pw")
+        assert await first.fetchval("select 1") == 1
+        await first.close()
+        pg_cluster.psql(f"ALTER ROLE {pw_role} PASSWORD 'new_pw'")
+        holder = await aconnect(proc, user=pw_role, password="old_pw")
+        await holder.execute("BEGIN")
+        assert await holder.fetchval("select 1") == 1  # its server is still logged in
+        waiters = [await psycopg.AsyncConnection.connect(proc.dsn(pw_role, "old_pw"),
+                                                         autocommit=True) for _ in range(3)]
+        queries = [asyncio.ensure_future(w.execute("select 2")) for w in waiters]
+        try:
+            with admin(proc) as console:
+                for _ in range(200):  # (the loop must run for the queries to be sent)
+                    if pool_row(console, "app", pw_role)["cl_waiting"] == 3:
+                        break
+                    await asyncio.sleep(0.05)
+                assert pool_row(console, "app", pw_role)["cl_waiting"] == 3
+                console.execute("RECONNECT")
+                console.execute("SET default_pool_size = 2")
+            # bounded far below query_wait_timeout: a hang fails here
+            done, _pending = await asyncio.wait(queries, timeout=30)
+            return [q.exception() or q.result() if q in done else TimeoutError("still waiting")
+                    for q in queries]
+        finally:
+            for query in queries:
+                query.cancel()
+            await asyncio.gather(*queries, return_exceptions=True)
+            await holder.execute("COMMIT")
+            await holder.close()
+            for waiter in waiters:
+                await waiter.close()
+
+    results = asyncio.run(scenario())
+    for result in results:
+        assert isinstance(result, psycopg.Error), results
+        assert result.diag.severity == "FATAL"
+        assert (result.sqlstate, result.diag.message_primary) == (
+            "28P01", f'password authentication failed for user "{pw_role}"')
+    log = proc.log_text()
+    assert log.count(f'closing because: password authentication failed for user "{pw_role}"') \
+        >= 3, log
+
+    # a client that comes later is refused too (by a new attempt, or the cached error)
+    with pytest.raises(psycopg.OperationalError) as info, \
+            psycopg.connect(proc.dsn(pw_role, "old_pw"), autocommit=True) as late:
+        late.execute("select 3")
+    assert info.value.sqlstate == "28P01"
+    assert f'password authentication failed for user "{pw_role}"' in str(info.value)
+
+    # the auth_file learns the new password: clients (with it) are served again
+    path = Path(proc.ini_path).parent / "userlist.txt"
+    path.write_text("".join(userlist_line(u, p) for u, p in
+                            {**userlist, pw_role: "new_pw"}.items()), encoding="utf-8")
+    with admin(proc) as console:
+        console.execute("RELOAD")
+    assert query_user(proc.dsn(pw_role, "new_pw")) == pw_role

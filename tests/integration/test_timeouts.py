@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -14,7 +15,8 @@ from pgtarn.proto.server_login import ServerAuth
 from .drivers import connect
 from .pgstat import backend_pids, make_table, rows, superuser_connect, wait_until
 from .rawpg import RawClient, error_fields
-from .test_admin import admin, show
+from .test_admin import admin, pool_row, show
+from .test_reload import reload
 
 pytestmark = pytest.mark.integration
 
@@ -23,6 +25,18 @@ UNCANCELLABLE = (
     "DO $$ BEGIN LOOP BEGIN PERFORM pg_sleep(10); "
     "EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$"
 )
+
+
+#: A query only a timeout ends; its backend outlives its closed server (see end_long_sleep).
+LONG_SLEEP = "select pg_sleep(60) -- ended by a timeout"
+
+
+def end_long_sleep(cluster: Any) -> None:
+    """PostgreSQL notices that pgtarn closed a server only when it next writes to it: end
+    LONG_SLEEP's backend now, so that it does not outlive the test (later tests count the
+    backends of app)."""
+    cluster.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                 f"WHERE query = '{LONG_SLEEP}'")
 
 
 def raw_login(proc: Any, user: str = "app", password: str = "app_pass",
@@ -209,10 +223,11 @@ def test_transaction_timeout_ends_a_long_transaction(pgtarn_factory, pg_cluster)
     raw = raw_login(proc)
     assert query(raw, "begin") == b"T"
     assert query(raw, f"insert into {table} values (1)") == b"T"
-    raw.send(build.query("select pg_sleep(60)"))  # no query_timeout: only the age ends it
+    raw.send(build.query(LONG_SLEEP))  # no query_timeout: only the age ends it
     fields = final_error(raw)
     assert (fields["S"], fields["C"]) == ("FATAL", "25P04")
     assert "transaction_timeout" in fields["M"]
+    end_long_sleep(pg_cluster)
     assert rows(pg_cluster, table) == []
     with connect(proc, autocommit=True) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
@@ -268,6 +283,53 @@ def test_query_wait_timeout_per_database(pgtarn_factory, pg_cluster):  # type: i
         holder.commit()
     with connect(proc, autocommit=True) as later:
         assert later.execute("select 3").fetchone() == (3,)
+
+
+def test_query_wait_timeout_per_user(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """[users] query_wait_timeout (PgBouncer 1.25) over the global one: app's client waiting
+    for its pool's one server is closed after 1 s, while scram_user's (the global 0) waits
+    as long and on, and is served once its pool's server comes free."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1, "query_wait_timeout": 0},
+                          users={"app": "query_wait_timeout=1"})
+    with connect(proc) as holder, connect(proc, "scram_user", "scram_pass") as other_holder:
+        holder.execute("select 1")  # transactions hold each pool's only server
+        other_holder.execute("select 1")
+        other_waiter = raw_login(proc, "scram_user", "scram_pass")
+        other_waiter.send(build.query("select 2"))
+        with connect(proc, autocommit=True) as waiter:
+            with pytest.raises(psycopg.OperationalError) as info:
+                waiter.execute("select 2")
+            assert (info.value.sqlstate, info.value.diag.severity) == ("08P01", "FATAL")
+            assert "query_wait_timeout" in str(info.value)
+        with admin(proc) as console:
+            assert pool_row(console, "app", "scram_user")["cl_waiting"] == 1
+        other_holder.commit()
+        assert other_waiter.read_until("Z")[-1] == ("Z", b"I")
+        other_waiter.close()
+        holder.commit()
+
+
+def test_transaction_timeout_per_user_applies_on_reload(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    """[users] transaction_timeout (PgBouncer 1.25), added by a RELOAD: app's transaction is
+    ended after 1 s, scram_user's (the global 0) as old goes on."""
+    table = make_table(pg_cluster, "user_tx_timeout_")
+    proc = pgtarn_factory()
+    text = Path(proc.ini_path).read_text(encoding="utf-8")
+    reload(proc, text + "\n[users]\napp = transaction_timeout=1\n")
+    raw = raw_login(proc)
+    other = raw_login(proc, "scram_user", "scram_pass")
+    assert query(other, "begin") == b"T"
+    assert query(raw, "begin") == b"T"
+    assert query(raw, f"insert into {table} values (1)") == b"T"
+    raw.send(build.query(LONG_SLEEP))  # no query_timeout: only the age ends it
+    fields = final_error(raw)
+    assert (fields["S"], fields["C"]) == ("FATAL", "25P04")
+    assert "transaction_timeout" in fields["M"]
+    end_long_sleep(pg_cluster)
+    assert rows(pg_cluster, table) == []
+    assert query(other, "select 1") == b"T"  # its transaction, as old, is still open
+    assert query(other, "commit") == b"I"
+    other.close()
 
 
 @pytest.mark.parametrize("limits", [

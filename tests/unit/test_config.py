@@ -215,6 +215,25 @@ def test_names_are_case_sensitive() -> None:
     assert "Bob" in c.users and "bob" not in c.users
 
 
+def test_users_take_query_wait_timeout_and_transaction_timeout() -> None:
+    """PgBouncer 1.25's [users] keys: every one of them is read (an unknown one would fail
+    the start or a RELOAD)."""
+    c = parse_config("[users]\nu = query_wait_timeout=1.5 transaction_timeout=0\n"
+                     "all = pool_mode=session pool_size=2 reserve_pool_size=1 "
+                     "max_user_connections=3 max_user_client_connections=4 query_timeout=5 "
+                     "query_wait_timeout=6 idle_transaction_timeout=7 transaction_timeout=8 "
+                     "client_idle_timeout=9\n")
+    u = c.users["u"]
+    assert (u.query_wait_timeout, u.transaction_timeout) == (1.5, 0.0)
+    assert u.query_timeout is None and u.pool_size is None
+    every = c.users["all"]
+    assert (every.pool_mode, every.pool_size, every.reserve_pool_size,
+            every.max_user_connections, every.max_user_client_connections) == (
+        "session", 2, 1, 3, 4)
+    assert (every.query_timeout, every.query_wait_timeout, every.idle_transaction_timeout,
+            every.transaction_timeout, every.client_idle_timeout) == (5, 6, 7, 8, 9)
+
+
 def test_duplicate_key_later_wins() -> None:
     c = parse_config("[pgbouncer]\nlisten_port = 1111\nlisten_port = 2222\n")
     assert c.listen_port == 2222
@@ -358,6 +377,8 @@ def test_missing_config_file(tmp_path: Path) -> None:
         ("[databases]\npgbouncer = host=x\n", "pgbouncer.ini:2: pgbouncer: database name"),
         ("[users]\nu = max_user_connections=x\n", "pgbouncer.ini:2: u: invalid integer 'x'"),
         ("[users]\nu = host=x\n", "pgbouncer.ini:2: u: unknown user parameter 'host'"),
+        ("[users]\nu = query_wait_timeout=-1\n", "pgbouncer.ini:2: u: invalid time '-1'"),
+        ("[users]\nu = transaction_timeout=1h\n", "pgbouncer.ini:2: u: invalid time '1h'"),
         ("listen_port = 1\n", "pgbouncer.ini:1: listen_port: setting outside of any section"),
         ("[pgbouncer]\njust some words\n", "pgbouncer.ini:2: syntax error"),
         ("[pgbouncer\n", "pgbouncer.ini:1: syntax error in section header"),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ..config import SETTINGS
 from ..errors import ConfigError, PgtarnError
-from ..pool.pool import reconnect as reconnect_pool
+from ..pool.lifetimes import reconnect as reconnect_pool
 from ..runtime import Runtime
 from ..states import ClientState
 from .result import AdminError, Outcome, Result, notice

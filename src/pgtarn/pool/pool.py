@@ -13,7 +13,11 @@ Servers are opened on demand, up to ``pool_size``; ``reserve_pool_size`` more on
 oldest client waited ``reserve_pool_timeout``; ``min_pool_size`` ahead of demand. When a
 server cannot be opened the pool is *failing*: it keeps its waiters and retries, one attempt
 at a time with a doubling delay, so that clients are served as soon as PostgreSQL is back;
-the janitor gives up on clients that waited longer than ``connect_timeout``.
+the janitor gives up on clients that waited longer than ``connect_timeout``. A login error
+that will not pass by itself (a wrong password, no such database) goes to the waiting
+clients at once, unless a server of the pool will come back to serve them; retries then
+back off up to ``login_retry`` (server_login_retry), and clients that arrive meanwhile with
+no server to serve them get the cached error instead of waiting.
 
 Lifetimes. A released server older than ``lifetime`` (server_lifetime) is closed instead of
 going idle; the janitor closes idle servers older than that, or unused for ``idle_timeout``
@@ -37,14 +41,15 @@ from mypy_extensions import mypyc_attr
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
 from .channels import ChannelBoard
+from .failing import give_up, login_failed, refused_from_cache
 from .idle import IdleServers
+from .lifetimes import expire_idle
 from .stats import PoolStats
 from .waiting import WaitQueue
 
 if TYPE_CHECKING:  # a pool holds its Split; split.py builds on this module
     from .split import Split
 
-FIRST_RETRY_DELAY = 0.05
 #: query_wait_timeout: closes the client as PgBouncer does (class 08: the connection is gone).
 WAIT_TIMEOUT = "query_wait_timeout: no server connection became free in {:g} s"
 
@@ -174,6 +179,8 @@ class Pool(Generic[S]):
         self.connect_timeout = 15.0
         #: Longest delay between two attempts to open a server while failing.
         self.retry_cap = 1.0
+        #: The same after a login error that will not pass by itself (server_login_retry).
+        self.login_retry = 15.0
         #: Waiting clients are told after this many seconds (query_wait_notify; 0: never).
         self.wait_notify = 0.0
         #: server_lifetime: older servers close when released or idle (0: after one client).
@@ -226,6 +233,8 @@ class Pool(Generic[S]):
         self.failure: PgtarnError | None = None
         self.failures = 0
         self.retry_at = 0.0
+        #: The last failure will not pass by itself (a wrong password, no such database).
+        self.refused = False
         #: The channels its clients LISTEN to, and its listener connection (transaction and
         #: statement mode; given by the registry).
         self.board: ChannelBoard | None = None
@@ -300,6 +309,8 @@ class Pool(Generic[S]):
         if self.refusal is not None:
             waiter.server_unavailable(self.refusal)
             return None
+        if self.failure is not None and refused_from_cache(self, waiter, now):
+            return None
         self.waiting.append(waiter, now)
         # Grow only when the servers coming (logging in, being reset) are too few and there
         # is room; the reserve pool is the janitor's call.
@@ -323,6 +334,8 @@ class Pool(Generic[S]):
     def wait_welcome(self, waiter: WelcomeWaiter) -> None:
         """Queue a client for the first server's ParameterStatus values; open a server."""
         now = self.clock()
+        if self.failure is not None and refused_from_cache(self, waiter, now):
+            return
         self.welcome_waiters.append(waiter)
         self.wait_since[id(waiter)] = now
         if not self.login and self._may_launch(now) and self.has_room():
@@ -372,21 +385,15 @@ class Pool(Generic[S]):
             for server in [s for s in self.tested if now - s.last_used > self.connect_timeout]:
                 server.close("server_connect_timeout: reset or check not answered")
         if self.idle:
-            _expire_idle(self, now)
+            expire_idle(self, now)
         if self.wait_timeout > 0 and self.max_wait(now) > self.wait_timeout:
             message = WAIT_TIMEOUT.format(self.wait_timeout)
             if self.failure is not None:  # why no server came: the last attempt's error
                 message += f" (last error: {self.failure.message})"
-            self._fail_waiters(PgtarnError(message, sqlstate="08P01", severity="FATAL"),
+            self.fail_waiters(PgtarnError(message, sqlstate="08P01", severity="FATAL"),
                                now - self.wait_timeout)
-        if self.failure is not None and not self.paused \
-                and not (self.idle or self.active or self.tested):
-            # Nothing established will come free for them: give up after connect_timeout.
-            # (With servers running, waiting clients are served as those are released.)
-            # (a split's home pool waits query_wait_timeout for a primary to appear)
-            wait = self.wait_timeout if self.split and self.host_index < 0 \
-                else self.connect_timeout  # fmt: skip
-            self._fail_waiters(self.failure, now - wait)
+        if self.failure is not None and not self.paused:
+            give_up(self, now)  # on the waiters no established server will serve
         if self.waiting and self.wait_notify > 0:
             for waiter, since in self.waiting.items():  # oldest first: stop at a young one
                 if now - since < self.wait_notify:
@@ -407,9 +414,9 @@ class Pool(Generic[S]):
     def refuse_waiting(self, error: PgtarnError) -> None:
         """Clients waiting now, and those that would wait from now on, get error."""
         self.refusal = error
-        self._fail_waiters(error, float("inf"))
+        self.fail_waiters(error, float("inf"))
 
-    def _fail_waiters(self, error: PgtarnError, since: float) -> None:
+    def fail_waiters(self, error: PgtarnError, since: float) -> None:
         """Give error to every waiting client that began to wait at or before since."""
         wait_since = self.wait_since
 
@@ -432,6 +439,7 @@ class Pool(Generic[S]):
         self.login.discard(server)
         self.failure = None
         self.failures = 0
+        self.refused = False
         if self.welcome is None:
             self.welcome = dict(params)
         waiters, self.welcome_waiters = self.welcome_waiters, []
@@ -441,21 +449,8 @@ class Pool(Generic[S]):
         self._to_idle(server)
 
     def server_login_failed(self, server: S, error: PgtarnError, retry: bool) -> None:
-        """A server could not connect or log in.
-
-        retry: the cause may pass (refused, timed out, PostgreSQL starting or shutting down);
-        clients keep waiting while the pool retries. Otherwise (wrong password, no such
-        database) waiting clients get the error at once when no server is left to serve them.
-        """
-        now = self.clock()
-        self.login.discard(server)
-        self.failure = error
-        self.failures += 1
-        self.retry_at = now + min(self.retry_cap, FIRST_RETRY_DELAY * 2 ** (self.failures - 1))
-        if self.split is not None:
-            self.split.login_failed(self.host_index, error.message)
-        if not retry and self.server_count == 0:
-            self._fail_waiters(error, now)
+        """A server could not connect or log in; retry: the cause may pass (failing.py)."""
+        login_failed(self, server, error, retry)
 
     def release(self, server: S, now: float = 0.0) -> None:
         """A linked server is clean again: to the first waiter, or idle (now: as acquire)."""
@@ -546,33 +541,6 @@ class Pool(Generic[S]):
             self._grow(self.clock())
         if self.board is not None:
             self.board.resume()  # notifications held while paused
-
-
-def _expire_idle(pool: Pool[S], now: float) -> None:
-    """The janitor closes a pool's idle servers past server_lifetime, or unused for
-    server_idle_timeout."""
-    for server in list(pool.idle):
-        # 0 means "use each server once": closed when released (_to_idle), never while
-        # it waits for its first client (min_pool_size would reopen it at once)
-        if 0 < pool.lifetime < now - server.created_at:
-            reason = "server_lifetime"
-        elif (0 < pool.idle_timeout < now - server.last_used
-                and pool.server_count > pool.min_pool_size):
-            reason = "server_idle_timeout"
-        else:
-            continue
-        pool.idle.remove(server)  # out of reach of acquire before it is gone
-        server.close(reason)
-
-
-def reconnect(pool: Pool[S]) -> None:
-    """RECONNECT: close a pool's idle servers now and the others when they are released; the
-    listener connection reconnects at once."""
-    for server in pool.servers():
-        server.close_needed = True
-    pool.close_idle("reconnect requested")
-    if pool.board is not None:
-        pool.board.restart("reconnect requested")
 
 
 def take_waiters(pool: Pool[S], other: Pool[S]) -> None:

@@ -194,18 +194,21 @@ class Registry(Generic[S]):
         pool.check_delay = config.server_check_delay if config.server_check_query else None
         pool.connect_timeout = config.server_connect_timeout or 15.0
         pool.retry_cap = max(0.05, min(1.0, config.server_login_retry))
+        pool.login_retry = max(pool.retry_cap, config.server_login_retry)
         pool.wait_notify = float(config.query_wait_notify)
         pool.lifetime = _first(db.server_lifetime, config.server_lifetime)
         pool.reset_query_always = (config.server_reset_query
                                    if config.server_reset_query_always else None)
         pool.idle_timeout = config.server_idle_timeout
-        pool.wait_timeout = _first(db.query_wait_timeout, config.query_wait_timeout)
         # made from `*` (autodb_idle_timeout frees it), not a NAME_ro alias of an entry
         pool.auto = db.name not in config.databases and not db.reads_only
         user = config.users.get(pool.user) or UserEntry(pool.user)
+        # the user's entry over the database's over the global setting, as PgBouncer
+        pool.wait_timeout = _first(user.query_wait_timeout,
+                                   _first(db.query_wait_timeout, config.query_wait_timeout))
         pool.client_timeouts = ClientTimeouts(
             query=_first(user.query_timeout, config.query_timeout),
-            transaction=config.transaction_timeout,
+            transaction=_first(user.transaction_timeout, config.transaction_timeout),
             idle_transaction=_first(user.idle_transaction_timeout,
                                     config.idle_transaction_timeout),
             idle=_first(user.client_idle_timeout, config.client_idle_timeout),
@@ -335,6 +338,8 @@ class Registry(Generic[S]):
     def apply(self, config: Config) -> None:
         """Take a reloaded config: sizes and modes now, changed connection strings on release."""
         self.config = config
+        for pool in self:  # a failing pool tries again at once: its credentials may be fixed
+            pool.retry_at = 0.0
         for pool in self.replica_pools:
             db = config.find_database(pool.database)
             if db is None or pool.split is None:

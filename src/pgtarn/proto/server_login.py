@@ -36,6 +36,9 @@ AUTH_SASL_FINAL = 12
 LOGIN_MAX = 1 << 20
 
 _ALL_TYPES = frozenset(range(256))
+#: What server_error puts before the message of PostgreSQL's ErrorResponse during a login.
+LOGIN_CONTEXT = "server login failed"
+LOGIN_FAILED = f"{LOGIN_CONTEXT}: "
 
 
 def server_error(body: bytes, context: str) -> PgtarnError:
@@ -99,7 +102,7 @@ class ServerAuth:
             self.done = True
             return b""
         if msg_type == 0x45:  # 'E' ErrorResponse
-            raise server_error(body, "server login failed")
+            raise server_error(body, LOGIN_CONTEXT)
         if msg_type in (0x4E, 0x76):  # NoticeResponse, NegotiateProtocolVersion
             return b""
         raise ProtocolViolation(f"unexpected message {chr(msg_type)!r} during server login")

@@ -37,7 +37,7 @@ from ..pool.cancels import cancel_ended, cancel_started
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
-from ..proto.server_login import LoggedIn, ServerLogin
+from ..proto.server_login import LOGIN_FAILED, LoggedIn, ServerLogin
 from ..runtime import Runtime
 from ..session.prepared import FORGETS_ALL, ServerStatements
 from ..session.tracking import NO_SETTINGS
@@ -235,6 +235,10 @@ class ServerConnection(ServerRelay):
                                 severity=error.severity)
         if self.runtime.config.log_pooler_errors:
             log.warning("%r: %s", self, error.message)
+        if type(error) is PgtarnError and error.message.startswith(LOGIN_FAILED):
+            # PostgreSQL refused: its clients get its own words, as PostgreSQL gives them
+            error = PgtarnError(error.message.removeprefix(LOGIN_FAILED),
+                                sqlstate=error.sqlstate, severity=error.severity)
         self.pool.server_login_failed(self, error, retry=is_transient(error))
 
     def connection_lost(self: Self, exc: Exception | None) -> None:

@@ -23,7 +23,8 @@ from ..config import DatabaseEntry
 from ..errors import PgtarnError
 from ..net.sockets import open_connection
 from ..pool.channels import ChannelBoard
-from ..pool.pool import FIRST_RETRY_DELAY, Pool
+from ..pool.failing import retry_delay
+from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_fields
@@ -147,8 +148,7 @@ class Listener:
         runtime.spawn(connect())
 
     def _delay(self) -> float:
-        delay: float = FIRST_RETRY_DELAY * 2.0 ** max(0, self.failures - 1)
-        return min(self.pool.retry_cap, delay)
+        return retry_delay(self.failures, self.pool.retry_cap)
 
     def _failed(self, error: PgtarnError) -> None:
         """A connection attempt failed: try again after the backoff delay."""

@@ -18,14 +18,11 @@ from typing import Protocol
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
 from ..pool.pool import Pool
-from ..proto.server_login import LoggedIn
+from ..proto.server_login import LOGIN_FAILED, LoggedIn
 from ..runtime import Runtime
 from .connection import ServerConnection
 from .login import server_login_for
 from .transport import LinkedClient, log
-
-#: The context server_login.server_error puts before PostgreSQL's own message.
-_LOGIN_CONTEXT = "server login failed: "
 
 
 class ReplicationClient(Protocol):
@@ -75,7 +72,7 @@ class ReplicationServer(ServerConnection):
             log.warning("%r: %s", self, error.message)
         owner, self.owner = self.owner, None
         if owner is not None:
-            message = error.message.removeprefix(_LOGIN_CONTEXT)
+            message = error.message.removeprefix(LOGIN_FAILED)
             owner.close(PgtarnError(message, sqlstate=error.sqlstate, severity=error.severity))
 
     def data_received(self, data: bytes) -> None:

@@ -45,6 +45,27 @@ def test_timeouts_per_database_and_per_user_over_the_global_ones() -> None:
     assert short.retry_cap == 0.3  # server_login_retry below 1 s caps the backoff
 
 
+def test_query_wait_timeout_and_transaction_timeout_per_user() -> None:
+    """[users]: the user's query_wait_timeout over the database's over the global one (as
+    PgBouncer); the user's transaction_timeout over the global one, 0 turning it off; a
+    reload applies changed values to the pools there are."""
+    text = INI.replace("[users]\n", "[users]\ncarol = query_wait_timeout=1 transaction_timeout=0\n")
+    config = parse_config(text)
+    registry: Registry[object] = Registry(config)
+    short_carol = registry.get_pool(config.databases["short"], "carol")
+    plain_carol = registry.get_pool(config.databases["plain"], "carol")
+    short_bob = registry.get_pool(config.databases["short"], "bob")
+    assert (short_carol.wait_timeout, plain_carol.wait_timeout) == (1.0, 1.0)
+    assert short_bob.wait_timeout == 2.0
+    assert short_carol.client_timeouts == ClientTimeouts(
+        query=7.0, transaction=0.0, idle_transaction=8.0, idle=9.0)
+    assert short_bob.client_timeouts.transaction == 10.0
+    registry.apply(parse_config(text.replace("query_wait_timeout=1 transaction_timeout=0",
+                                             "query_wait_timeout=0 transaction_timeout=3")))
+    assert (short_carol.wait_timeout, short_carol.client_timeouts.transaction) == (0.0, 3.0)
+    assert short_bob.client_timeouts.transaction == 10.0
+
+
 def test_server_login_retry_above_a_second_still_retries_within_a_second() -> None:
     config = parse_config(
         "[databases]\napp = host=127.0.0.1\n[pgbouncer]\nserver_login_retry = 15\n")

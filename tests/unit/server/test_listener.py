@@ -10,7 +10,7 @@ import pytest
 
 from pgtarn.configfile import parse_config
 from pgtarn.pool.channels import ChannelBoard
-from pgtarn.pool.pool import FIRST_RETRY_DELAY
+from pgtarn.pool.failing import FIRST_RETRY_DELAY
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_startup
