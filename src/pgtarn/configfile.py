@@ -560,7 +560,6 @@ NOT_APPLIED: Mapping[str, str] = MappingProxyType({
     "pkt_buf": "not applied: pgtarn has no fixed packet buffer",
     "sbuf_loopcnt": "not applied: pgtarn reads each socket until it is empty",
     "server_round_robin": "not applied: idle servers are reused most recently used first",
-    "so_reuseport": "not applied: for several processes on one port use workers = N",
     "suspend_timeout": "not applied: SUSPEND waits for nothing",
     "tcp_defer_accept": "not applied: connections are accepted at once",
     "unix_socket_group": "not applied: the socket keeps pgtarn's group (unix_socket_mode "

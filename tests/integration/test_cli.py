@@ -209,3 +209,21 @@ def test_a_stop_right_after_start_reaches_workers_still_root(pgtarn_factory) -> 
     proc = pgtarn_factory(settings={"user": "postgres", "workers": 2})
     assert proc.stop(timeout=20) == 0  # (no Traceback in the logs: the fixture checks)
     assert "refuses" not in proc.log_text()
+
+
+def test_so_reuseport_lets_two_pgtarns_share_a_port(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    """PgBouncer's recipe for several processes: each binds the port with SO_REUSEPORT."""
+    first = pgtarn_factory(settings={"so_reuseport": 1})
+    second = pgtarn_factory(settings={"so_reuseport": 1, "listen_port": first.port})
+    deadline = time.monotonic() + 20  # (the port answered already: the first one listens)
+    while f"listening on ('127.0.0.1', {first.port})" not in second.log_text():
+        assert time.monotonic() < deadline, second.log_text()
+        time.sleep(0.05)
+    for _ in range(30):  # the kernel spreads new connections over both
+        with connect(first, autocommit=True) as conn:
+            assert conn.execute("select 1").fetchone() == (1,)
+    served = "closing because: client close request"
+    assert served in first.log_text() and served in second.log_text()
+    assert first.stop() == 0
+    with connect(second, autocommit=True) as conn:  # the other one serves the port alone
+        assert conn.execute("select 1").fetchone() == (1,)

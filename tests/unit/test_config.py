@@ -775,10 +775,10 @@ def test_a_misspelt_setting_warns_at_startup_with_a_suggestion() -> None:
 
 
 def test_a_setting_pgtarn_does_not_act_on_is_a_warning_when_changed() -> None:
-    c = parse_config("[pgbouncer]\nso_reuseport = 1\npkt_buf = 4096\ndisable_pqexec = 1\n",
+    c = parse_config("[pgbouncer]\nsbuf_loopcnt = 9\npkt_buf = 4096\ndisable_pqexec = 1\n",
                      "pgbouncer.ini")
-    assert "pgbouncer.ini:2: so_reuseport: not applied: for several processes on one port" \
-        " use workers = N" in c.warnings
+    assert "pgbouncer.ini:2: sbuf_loopcnt: not applied: pgtarn reads each socket until it is" \
+        " empty" in c.warnings
     assert any(w.startswith("pgbouncer.ini:4: disable_pqexec: not applied") for w in c.warnings)
     assert not any("pkt_buf" in w for w in c.warnings)  # its default: nothing to say
 
