@@ -322,10 +322,10 @@ class App:
             await self._serve([unix])
             log.info("listening on unix:%s", path)
         if addrs:  # last: once its port accepts, every listener is ready (the unix one too)
-            # SO_KEEPALIVE before they listen: a connection has it from its accept on
-            # (so_reuseport: another pgtarn or PgBouncer may share the port, as PgBouncer)
+            # SO_KEEPALIVE, buffers, SO_REUSEPORT before they listen (accepts inherit them)
             socks = tcp_listeners(hosts, config.listen_port, config.listen_backlog, 1,
-                                  config.tcp_keepalive, reuse_port=config.so_reuseport)[0]
+                                  config.tcp_keepalive, reuse_port=config.so_reuseport,
+                                  buffer=config.tcp_socket_buffer)[0]
             await self._serve(socks)
             for sock in socks:
                 log.info("listening on %s", sock.getsockname()[:2])

@@ -117,7 +117,8 @@ class Supervisor:
         tcp = spread[0] if spread is not None else \
             [list(activated) for _ in range(count)] if activated else \
             tcp_listeners(hosts, config.listen_port, config.listen_backlog, count,
-                          config.tcp_keepalive) if addrs else [[] for _ in range(count)]
+                          config.tcp_keepalive, buffer=config.tcp_socket_buffer) \
+            if addrs else [[] for _ in range(count)]
         self.workers = [Worker(index, socks) for index, socks in enumerate(tcp)]
         if tcp and tcp[0] and not activated:  # systemd.py logged its own
             for sock in tcp[0]:

@@ -227,3 +227,21 @@ def test_so_reuseport_lets_two_pgtarns_share_a_port(pgtarn_factory) -> None:  # 
     assert first.stop() == 0
     with connect(second, autocommit=True) as conn:  # the other one serves the port alone
         assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_small_socket_buffers_carry_large_copies_both_ways(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    """tcp_socket_buffer = 4096 on the listening sockets (accepted ones inherit it) and on
+    server connections before they connect: megabytes still flow each way."""
+    proc = pgtarn_factory(settings={"tcp_socket_buffer": 4096})
+    rows = 200_000
+    with connect(proc, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE big (n int, pad text)")
+        with conn.cursor().copy("COPY big FROM STDIN") as copy:
+            for n in range(rows):
+                copy.write_row((n, "x" * 40))
+        received = 0
+        with conn.cursor().copy("COPY big TO STDOUT") as copy:
+            for block in copy:
+                received += len(block)
+        assert received > rows * 40
+        assert conn.execute("SELECT count(*) FROM big").fetchone() == (rows,)

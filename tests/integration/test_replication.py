@@ -266,3 +266,19 @@ def test_pgtarn_hba_needs_the_replication_keyword_for_physical(
         psycopg.connect(**params, replication="true")
     assert ('no pg_hba.conf entry for replication connection from host "127.0.0.1", '
             'user "repl_user", no encryption') in str(caught.value)
+
+
+def test_pg_basebackup_with_small_socket_buffers(repl_cluster: ReplicationCluster,
+                                                 pgtarn_factory: PgtarnFactory,
+                                                 tmp_path: Path) -> None:
+    """tcp_socket_buffer = 4096 (PgBouncer's tests use it): the buffers of a server
+    connection are set before it connects, so a base backup streams to its end."""
+    base = f"host={repl_cluster.host} port={repl_cluster.port}"
+    proc = pgtarn_factory(databases={"app": f"{base} dbname=app", "*": base},
+                          settings={"tcp_socket_buffer": 4096, "admin_users": "repl_user"},
+                          userlist=REPL_ROLES)
+    target = tmp_path / "base"
+    result = _tool(repl_cluster, "pg_basebackup", "-d", _conninfo((proc.host, proc.port)),
+                   "-D", str(target), "-X", "stream", "-c", "fast", "--no-sync")
+    assert result.returncode == 0, result.stderr
+    assert (target / "global" / "pg_control").exists()

@@ -145,7 +145,7 @@ def role_fits(attrs: str, params: Mapping[str, str]) -> bool:
 async def open_connection(
     db: DatabaseEntry, factory: Callable[[], asyncio.Protocol], timeout: float,
     socket_dir: str = "/tmp", chooser: HostChooser | None = None,
-    skip: Collection[int] = (),
+    skip: Collection[int] = (), buffer: int = 0,
 ) -> Target:
     """Connect a protocol to one of a database entry's hosts (TCP or a unix socket
     directory), trying them in the chooser's order (but those in skip); returns the one
@@ -158,7 +158,7 @@ async def open_connection(
     error: BaseException | None = None
     for index in order:
         try:
-            await connect_to(hosts[index], factory, timeout)
+            await connect_to(hosts[index], factory, timeout, buffer)
         except (OSError, TimeoutError) as exc:
             error = exc
             if len(order) > 1:
@@ -175,12 +175,13 @@ async def open_connection(
 
 
 async def connect_to(target: Target, factory: Callable[[], asyncio.Protocol],
-                     timeout: float) -> None:
+                     timeout: float, buffer: int = 0) -> None:
     """Connect a protocol to one host and port (TCP, or a unix socket directory), on a
-    transport of pgtarn's own (net/transport.py)."""
+    transport of pgtarn's own (net/transport.py); buffer: tcp_socket_buffer."""
     host, port = target
     path = os.path.join(host, f".s.PGSQL.{port}") if host.startswith("/") else None
-    await asyncio.wait_for(connect_transport(factory, host, port, path), timeout or None)
+    await asyncio.wait_for(connect_transport(factory, host, port, path, buffer),
+                           timeout or None)
 
 
 class _CancelOnce(asyncio.Protocol):

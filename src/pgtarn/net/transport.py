@@ -506,14 +506,20 @@ class TransportSocket:
         self._on_socket(lambda sock: sock.setsockopt(level, option, value))
 
 
-async def open_socket(loop: asyncio.AbstractEventLoop, family: int, address: Any) -> int:
+async def open_socket(loop: asyncio.AbstractEventLoop, family: int, address: Any,
+                      buffer: int = 0) -> int:
     """A non-blocking socket connected to address (TCP_NODELAY on TCP): its fd, the caller's
-    from now on."""
+    from now on. buffer: SO_SNDBUF and SO_RCVBUF (tcp_socket_buffer; 0: the system's), set
+    before the connection is made, since the window it offers is agreed on then: smaller
+    buffers set later stall a connection that sends a lot (a base backup)."""
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setblocking(False)
         if family != socket.AF_UNIX:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if buffer > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
         await loop.sock_connect(sock, address)
     except BaseException:
         sock.close()
@@ -522,7 +528,8 @@ async def open_socket(loop: asyncio.AbstractEventLoop, family: int, address: Any
 
 
 async def connect_transport(protocol_factory: Callable[[], asyncio.Protocol], host: str,
-                            port: int, path: str | None = None) -> SocketTransport:
+                            port: int, path: str | None = None, buffer: int = 0
+                            ) -> SocketTransport:  # fmt: skip
     """Connect to host and port (each address it resolves to, in turn), or to a unix socket
     at path, and start a SocketTransport with a protocol from protocol_factory on it."""
     loop = asyncio.get_running_loop()
@@ -534,7 +541,7 @@ async def connect_transport(protocol_factory: Callable[[], asyncio.Protocol], ho
         found: tuple[int, int] | None = None
         for info in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM):
             try:
-                found = info[0], await open_socket(loop, info[0], info[4])
+                found = info[0], await open_socket(loop, info[0], info[4], buffer)
                 break
             except OSError as exc:
                 errors.append(exc)

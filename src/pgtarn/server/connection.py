@@ -84,9 +84,10 @@ class ServerConnection(ServerRelay):
 
         async def connect() -> None:
             try:
+                config = runtime.config
                 self.target = await open_connection(
-                    db, lambda: self, runtime.config.server_connect_timeout,
-                    runtime.config.unix_socket_dir, runtime.hosts, self.hosts_tried)
+                    db, lambda: self, config.server_connect_timeout, config.unix_socket_dir,
+                    runtime.hosts, self.hosts_tried, config.tcp_socket_buffer)
             except (TimeoutError, OSError) as exc:
                 self.connection_failed(exc if str(exc) else ProtocolViolation("timeout"))
 

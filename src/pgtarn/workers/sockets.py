@@ -20,12 +20,15 @@ from ..errors import ConfigError
 
 
 def tcp_listeners(hosts: list[str] | None, port: int, backlog: int, copies: int,
-                  keepalive: bool = False, reuse_port: bool = True) -> list[list[socket.socket]]:
+                  keepalive: bool = False, reuse_port: bool = True, buffer: int = 0
+                  ) -> list[list[socket.socket]]:  # fmt: skip
     """For each of copies workers, its listening sockets on every address of hosts (None:
     every address of the machine, as listen_addr = *). keepalive (tcp_keepalive): set before
     they listen, so that every connection they accept has it (accepted sockets inherit it).
     reuse_port: SO_REUSEPORT, for workers (a single process goes without: a second pgtarn on
-    its port must fail to start, not share the port)."""
+    its port must fail to start, not share the port). buffer (tcp_socket_buffer, 0: the
+    system's): SO_SNDBUF and SO_RCVBUF, inherited by the connections accepted, whose window
+    is agreed on before pgtarn could set them."""
     addresses: list[tuple[socket.AddressFamily, Any]] = []
     for host in hosts if hosts is not None else [None]:
         try:
@@ -49,6 +52,9 @@ def tcp_listeners(hosts: list[str] | None, port: int, backlog: int, copies: int,
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(keepalive))
+                if buffer > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
                 try:
                     sock.bind(sockaddr)
                 except OSError as exc:
