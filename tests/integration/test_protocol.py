@@ -7,6 +7,7 @@ import threading
 import uuid
 
 import psycopg
+import pytest
 
 from pgtarn.proto import build
 
@@ -138,3 +139,15 @@ def test_extended_batch_with_flush_then_sync(pgtarn_factory):  # type: ignore[no
         raw.send(build.TERMINATE)
     finally:
         raw.close()
+
+
+@pytest.mark.skipif(psycopg.pq.version() < 180000, reason="libpq 18 asks for protocol 3.2")
+@pytest.mark.parametrize("auth_type", ["scram-sha-256", "trust"])
+def test_libpq_18_asking_for_protocol_3_2_gets_3_0(pgtarn_factory, auth_type):  # type: ignore[no-untyped-def]
+    """NegotiateProtocolVersion right after the StartupMessage, as PostgreSQL: libpq 18
+    (max_protocol_version=3.2) then speaks 3.0, and its cancel still works."""
+    proc = pgtarn_factory(settings={"auth_type": auth_type})
+    with connect(proc, autocommit=True, max_protocol_version="3.2") as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+        assert conn.info.pgconn.protocol_version == 3
+        conn.cancel_safe()

@@ -337,8 +337,10 @@ class ClientLogin:
                 events.append(CancelRequested(packet.cancel_key))
                 return
             if packet.minor != 0:
+                # At once, as PostgreSQL does: libpq 18, asking for 3.2, takes it only before
+                # the authentication request (3.0 is spoken, its options not understood).
                 unknown = [name for name in packet.params if name.startswith("_pq_.")]
-                self.negotiate = (0, unknown)
+                events.append(Send(build.negotiate_protocol_version(0, unknown)))
             params = {k: v for k, v in packet.params.items() if not k.startswith("_pq_.")}
             user = params.pop("user", "")
             database = params.pop("database", "") or user
