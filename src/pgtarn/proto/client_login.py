@@ -178,11 +178,11 @@ def failed(error: PgtarnError) -> Failed:
 
 
 def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, str],
-                  tracked: Iterable[str], negotiate: tuple[int, list[str]] | None,
-                  cancel_key: Key,
+                  tracked: Iterable[str], cancel_key: Key,
                   reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
-    """[NegotiateProtocolVersion], ParameterStatus for each parameter, BackendKeyData and
-    ReadyForQuery: the welcome of every login, to a pool or to the admin console.
+    """ParameterStatus for each parameter, BackendKeyData and ReadyForQuery: the welcome of
+    every login, to a pool or to the admin console (NegotiateProtocolVersion came earlier,
+    right after the StartupMessage).
 
     server_params: what the server side reports (a pool's first server, or the console's
     own); a tracked parameter the client set in its StartupMessage replaces its value, in the
@@ -203,10 +203,7 @@ def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, 
             params[name] = value
             welcome[name] = value
     statuses = _parameter_statuses(tuple(welcome.items()))
-    tail = build.backend_key_data(*cancel_key) + _RFQ_IDLE
-    if negotiate is not None:
-        return Welcome(build.negotiate_protocol_version(*negotiate) + statuses + tail, params)
-    return Welcome(statuses + tail, params)
+    return Welcome(statuses + build.backend_key_data(*cancel_key) + _RFQ_IDLE, params)
 
 
 # A pool's clients mostly get the same parameters (its first server's, with the same few
@@ -263,7 +260,7 @@ class ClientLogin:
     """One client's login (see the module docstring)."""
 
     __slots__ = ("_auth", "_binding", "_direct", "_reader", "_scanner", "_unread",
-                 "direct_settings", "negotiate", "startup", "startup_params",
+                 "direct_settings", "startup", "startup_params",
                  "startup_settings", "state", "tls")
 
     def __init__(self) -> None:
@@ -284,9 +281,6 @@ class ClientLogin:
         self.startup_settings: dict[str, str] = {}
         #: Which of startup_settings came as startup parameters of their own, not in options.
         self.direct_settings: set[str] = set()
-        #: A StartupMessage of protocol 3.x, x > 0: (newest minor spoken, the protocol options
-        #: not understood) for NegotiateProtocolVersion.
-        self.negotiate: tuple[int, list[str]] | None = None
 
     # --- bytes in ------------------------------------------------------------------------------
 
@@ -492,8 +486,7 @@ class ClientLogin:
         """After Authenticated: the welcome (build_welcome) with this client's parameters."""
         self._expect(LoginState.AUTHENTICATED)
         self.state = LoginState.DONE
-        return build_welcome(server_params, self.startup_params, tracked, self.negotiate,
-                             cancel_key, reported)
+        return build_welcome(server_params, self.startup_params, tracked, cancel_key, reported)
 
     def _expect(self, state: LoginState) -> None:
         if self.state is not state:

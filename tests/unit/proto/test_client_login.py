@@ -435,10 +435,10 @@ def test_welcome_parses_back() -> None:
 
 def test_welcome_of_the_admin_console() -> None:
     console = {"server_version": "x/pgtarn", "client_encoding": "UTF8"}
-    plain = build_welcome(console, {}, ("application_name",), None, KEY)
+    plain = build_welcome(console, {}, ("application_name",), KEY)
     assert [t for t, _ in split_messages(plain.data)] == [ord("S"), ord("S"), ord("K"), ord("Z")]
     assert plain.params == {}
-    named = build_welcome(console, {"application_name": "psql"}, ("application_name",), None,
+    named = build_welcome(console, {"application_name": "psql"}, ("application_name",),
                           (5, 6))
     assert split_messages(named.data)[2] == (ord("S"), b"application_name\x00psql\x00")
     assert named.params == {"application_name": "psql"}
@@ -467,11 +467,11 @@ def test_the_welcome_reports_startup_values_as_postgresql_does() -> None:
     server = {"client_encoding": "UTF8", "DateStyle": "ISO, MDY", "TimeZone": "UTC"}
     tracked = ("client_encoding", "DateStyle", "TimeZone")
     given = {"client_encoding": "latin1", "DateStyle": "german", "TimeZone": "europe/paris"}
-    welcome = build_welcome(server, given, tracked, None, KEY)
+    welcome = build_welcome(server, given, tracked, KEY)
     assert welcome.params == {"client_encoding": "LATIN1", "DateStyle": "German, DMY",
                               "TimeZone": "europe/paris"}
     learned = {("TimeZone", "europe/paris"): "Europe/Paris"}
-    welcome = build_welcome(server, given, tracked, None, KEY, learned)
+    welcome = build_welcome(server, given, tracked, KEY, learned)
     assert welcome.params["TimeZone"] == "Europe/Paris"
     assert build.parameter_status("TimeZone", "Europe/Paris") in welcome.data
 
