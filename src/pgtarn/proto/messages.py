@@ -136,29 +136,44 @@ def parse_fields(body: bytes) -> dict[str, str]:
 
 def parse_data_row(body: bytes) -> list[bytes | None]:
     """The column values of a DataRow (None for NULL)."""
-    if len(body) < 2:
-        raise ProtocolViolation("malformed DataRow")
-    try:
-        count = int.from_bytes(body[:2], "big")
-        values: list[bytes | None] = []
-        pos = 2
-        for _ in range(count):
-            if pos + 4 > len(body):
-                raise ProtocolViolation("malformed DataRow")
-            length = int.from_bytes(body[pos : pos + 4], "big", signed=True)
-            pos += 4
-            if length < 0:
-                values.append(None)
-                continue
-            if pos + length > len(body):
-                raise ProtocolViolation("DataRow value runs past the message")
-            values.append(body[pos : pos + length])
-            pos += length
-    except IndexError:
-        raise ProtocolViolation("malformed DataRow") from None
+    values, pos = _counted_values(body, 0, "DataRow")
     if pos != len(body):
         raise ProtocolViolation("malformed DataRow")
     return values
+
+
+def parse_bind_parameters(body: bytes) -> list[bytes | None]:
+    """The parameter values of a Bind (None for NULL), in the form its format codes say."""
+    portal_end = body.find(b"\x00")
+    name_end = body.find(b"\x00", portal_end + 1) if portal_end >= 0 else -1
+    pos = name_end + 1
+    if name_end < 0 or pos + 2 > len(body):
+        raise ProtocolViolation("malformed Bind")
+    pos += 2 + 2 * int.from_bytes(body[pos : pos + 2], "big")  # the format codes
+    return _counted_values(body, pos, "Bind")[0]
+
+
+def _counted_values(body: bytes, pos: int, what: str) -> tuple[list[bytes | None], int]:
+    """A count (Int16) and that many length-prefixed values (-1: NULL) from pos, as DataRow
+    and Bind carry them; and where they end."""
+    if pos + 2 > len(body):
+        raise ProtocolViolation(f"malformed {what}")
+    count = int.from_bytes(body[pos : pos + 2], "big")
+    values: list[bytes | None] = []
+    pos += 2
+    for _ in range(count):
+        if pos + 4 > len(body):
+            raise ProtocolViolation(f"malformed {what}")
+        length = int.from_bytes(body[pos : pos + 4], "big", signed=True)
+        pos += 4
+        if length < 0:
+            values.append(None)
+            continue
+        if pos + length > len(body):
+            raise ProtocolViolation(f"{what} value runs past the message")
+        values.append(body[pos : pos + length])
+        pos += length
+    return values, pos
 
 
 def parse_parameter_status(body: bytes) -> tuple[str, str]:

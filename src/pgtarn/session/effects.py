@@ -15,7 +15,9 @@ import re
 from collections.abc import Callable
 from typing import Any, Final
 
+from ..errors import ProtocolViolation
 from ..proto.build import quote_literal
+from ..proto.messages import parse_bind_parameters
 from .sqlnames import may_name_statements
 
 Effect = tuple[Any, ...]
@@ -256,31 +258,17 @@ def _bind_values(body: bytes) -> list[str | None] | None:
     """A Bind's parameter values as text (None: NULL, or not UTF-8); None if malformed. A
     text parameter's binary form is its text, and set_config takes text."""
     try:
-        pos = body.index(b"\x00")
-        pos = body.index(b"\x00", pos + 1) + 1
-        formats = int.from_bytes(body[pos : pos + 2], "big")
-        pos += 2 + 2 * formats
-        count = int.from_bytes(body[pos : pos + 2], "big")
-        pos += 2
-        values: list[str | None] = []
-        for _ in range(count):
-            size = int.from_bytes(body[pos : pos + 4], "big", signed=True)
-            pos += 4
-            if size < 0:
-                values.append(None)
-                continue
-            if pos + size > len(body):
-                return None
-            raw = body[pos : pos + size]
-            pos += size
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-            values.append(None if text is None or "\x00" in text else text)
-        return values
-    except ValueError:
+        raw_values = parse_bind_parameters(body)
+    except ProtocolViolation:
         return None
+    values: list[str | None] = []
+    for raw in raw_values:
+        try:
+            text = None if raw is None else raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        values.append(None if text is None or "\x00" in text else text)
+    return values
 
 
 def query_text(body: bytes) -> str:

@@ -15,6 +15,7 @@ from pgtarn.proto.messages import (
     CANCEL_REQUEST,
     SSL_REQUEST,
     nul_at,
+    parse_bind_parameters,
     parse_fields,
     parse_parameter_status,
     parse_sasl_initial_response,
@@ -76,6 +77,19 @@ def test_parse_data_row() -> None:
                    b"\x00\x01\x00\x00\x00\x01ab", body[:-1]):
         with pytest.raises(ProtocolViolation):
             parse_data_row(broken)
+
+
+def test_parse_bind_parameters() -> None:
+    # portal, statement, two format codes, three values (one NULL), one result format
+    body = (b"p\x00s\x00" + b"\x00\x02\x00\x00\x00\x01" + b"\x00\x03"
+            + b"\x00\x00\x00\x02on" + b"\xff\xff\xff\xff" + b"\x00\x00\x00\x00"
+            + b"\x00\x01\x00\x00")
+    assert parse_bind_parameters(body) == [b"on", None, b""]
+    assert parse_bind_parameters(b"\x00\x00\x00\x00\x00\x00") == []
+    for broken in (b"", b"p\x00", b"p\x00s\x00\x00", b"\x00\x00\x00\x05\x00\x01",
+                   b"\x00\x00\x00\x00\x00\x01\x00\x00\x00\x09ab"):
+        with pytest.raises(ProtocolViolation):
+            parse_bind_parameters(broken)
 
 
 @settings(deadline=None, database=None)
