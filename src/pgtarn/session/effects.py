@@ -137,8 +137,7 @@ def first_look(body: bytes, msg_type: int = 0x51) -> int:
                 text = key
                 look = ((CHANGES_STATE if _look(key, False) else 0)
                         | (NAMES_STATEMENTS if may_name_statements(key) else 0))
-            if _SCHEMA.match(text[: text.find(b"\x00")].lower()) is not None or (
-                    b";" in text and _SCHEMA.search(text[: text.find(b"\x00")].lower())):
+            if _SCHEMA.search(text[: text.find(b"\x00")].lower()) is not None:
                 look |= SCHEMA_CHANGE
             looks[key] = look
         else:

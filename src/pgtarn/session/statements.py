@@ -88,7 +88,7 @@ class StatementCache:
     def __init__(self) -> None:
         self._by_key: dict[bytes, Statement] = {}
         #: Every statement some client name refers to, by identity (old generations too).
-        self._live: dict[int, Statement] = {}
+        self._live: set[Statement] = set()
         self._ids = itertools.count(1)
         self.generation = 0
         #: Statements given a new server-side name (schema changes, stale plans): a counter.
@@ -99,7 +99,7 @@ class StatementCache:
 
     def statements(self) -> list[Statement]:
         """The shared statements clients name now (those of earlier generations too)."""
-        return list(self._live.values())
+        return list(self._live)
 
     def intern(self, parse_tail: bytes) -> Statement:
         """The statement for a Parse body after its name (query, types); counted once more."""
@@ -111,7 +111,7 @@ class StatementCache:
                              forgets=FORGETS_ALL.search(query) is not None,
                              generation=self.generation)
             self._by_key[parse_tail] = stmt
-            self._live[id(stmt)] = stmt
+            self._live.add(stmt)
         stmt.clients += 1
         return stmt
 
@@ -124,7 +124,7 @@ class StatementCache:
             key = _key(stmt)
             if self._by_key.get(key) is stmt:
                 del self._by_key[key]
-            self._live.pop(id(stmt), None)
+            self._live.discard(stmt)
 
     def schema_changed(self) -> None:
         """DDL went to a server (or an admin asked): every statement prepared before now is
@@ -133,7 +133,7 @@ class StatementCache:
         Parse from now on gets a statement of the new generation."""
         self.generation += 1
         self._by_key.clear()
-        for stmt in self._live.values():
+        for stmt in self._live:
             if not stmt.described:
                 self._rename(stmt)
 
@@ -177,7 +177,7 @@ class StatementCache:
         if stmt.sql:
             return
         stmt.clients += 1
-        self._live[id(stmt)] = stmt
+        self._live.add(stmt)
         if stmt.generation == self.generation:
             self._by_key.setdefault(_key(stmt), stmt)
 
