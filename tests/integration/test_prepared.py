@@ -16,6 +16,7 @@ from pgtarn.proto import build
 from .drivers import aconnect, connect
 from .pgstat import make_table
 from .rawpg import RawClient, error_fields
+from .test_timeouts import raw_login
 
 SMALL_POOL = {"default_pool_size": 2, "max_client_conn": 200}
 
@@ -254,7 +255,7 @@ def test_statements_tracked_from_a_parse_split_across_packets(pgtarn_factory):  
 
     from pgtarn.proto import build
 
-    from .rawpg import AsyncRawClient, RawClient
+    from .rawpg import AsyncRawClient
 
     proc = pgtarn_factory(settings={"default_pool_size": 2, "auth_type": "md5"})
 
@@ -413,7 +414,7 @@ def test_another_clients_statement_is_never_reached_by_its_server_side_name(pgta
     """pg_prepared_statements shows the server-side names of every client's statements; a
     client that names one it did not prepare gets PostgreSQL's 26000, as on a backend of its
     own, and the statement's own client is never touched."""
-    proc = pgtarn_factory(settings={"default_pool_size": 1, "auth_type": "plain"})
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
     query = "select %s::int + 1"
     with connect(proc, autocommit=True, prepare_threshold=0) as owner, \
             connect(proc, autocommit=True) as other:
@@ -426,12 +427,8 @@ def test_another_clients_statement_is_never_reached_by_its_server_side_name(pgta
                 with pytest.raises(psycopg.errors.InvalidSqlStatementName,
                                    match=f'prepared statement "{name}" does not exist'):
                     other.execute(sql)
-            raw = RawClient(proc.host, proc.port)
+            raw = raw_login(proc)
             try:
-                raw.startup(user="app", database="app")
-                assert raw.read_message()[0] == "R"
-                raw.send(build.message(b"p", b"app_pass\x00"))
-                raw.read_until("Z")
                 for batch in (build.message(b"B", b"\x00" + name.encode() + b"\x00" + b"\x00" * 6)
                               + build.message(b"E", b"\x00\x00\x00\x00\x00"),
                               build.message(b"D", b"S" + name.encode() + b"\x00")):

@@ -13,7 +13,7 @@ import pytest
 from pgtarn.proto import build
 
 from .drivers import aconnect, connect
-from .rawpg import RawClient
+from .test_timeouts import raw_login
 
 UTC = datetime.UTC
 INSERT_TS = "INSERT INTO ts_t (id, ts) VALUES (%s, %s)"
@@ -119,6 +119,18 @@ def test_enum_made_in_a_rolled_back_transaction_then_made_again(pgtarn_factory, 
         assert conn.execute("SELECT count(*) FROM moods").fetchone() == (4,)
 
 
+async def _b_three_times(conn: asyncpg.Connection, query: str) -> list[object]:
+    """Column b of query's first row, three times through asyncpg's statement cache; "error"
+    for PostgreSQL's stale-statement error (asyncpg prepares again after it)."""
+    seen: list[object] = []
+    for _ in range(3):
+        try:
+            seen.append((await conn.fetch(query))[0]["b"])
+        except asyncpg.exceptions.InvalidCachedStatementError:
+            seen.append("error")
+    return seen
+
+
 @pytest.mark.parametrize("via", ["pgtarn", "direct"])
 @pytest.mark.parametrize(("new_type", "expected"), [("real", 2.0), ("bigint", 2), ("text", "2")])
 def test_asyncpg_reads_after_a_column_type_change(pgtarn_factory, pg_cluster, new_type, expected,  # type: ignore[no-untyped-def]
@@ -139,13 +151,7 @@ def test_asyncpg_reads_after_a_column_type_change(pgtarn_factory, pg_cluster, ne
                 await conn.execute(alter)
             else:
                 pg_cluster.psql(alter, dbname="app")
-            seen: list[object] = []
-            for _ in range(3):
-                try:
-                    seen.append((await conn.fetch("SELECT a, b FROM shape_t"))[0]["b"])
-                except asyncpg.exceptions.InvalidCachedStatementError:
-                    seen.append("error")
-            return seen
+            return await _b_three_times(conn, "SELECT a, b FROM shape_t")
         finally:
             await conn.close()
 
@@ -200,12 +206,7 @@ def test_asyncpg_statement_prepared_afresh_on_another_server(pgtarn_factory, pg_
             await y.execute("SELECT 1")  # y keeps the first server
             pg_cluster.psql(f"ALTER TABLE other_t ALTER COLUMN b TYPE {new_type}",
                             dbname="app")
-            seen: list[object] = []
-            for _ in range(3):
-                try:
-                    seen.append((await x.fetch("SELECT * FROM other_t"))[0]["b"])
-                except asyncpg.exceptions.InvalidCachedStatementError:
-                    seen.append("error")
+            seen = await _b_three_times(x, "SELECT * FROM other_t")
             await holder.rollback()
             return seen
         finally:
@@ -290,14 +291,10 @@ def test_asyncpg_after_a_type_dropped_and_made_again(pgtarn_factory, pg_cluster)
             " ALTER TABLE paint OWNER TO app; ALTER TYPE colour OWNER TO app;")
     pg_cluster.psql("DROP TABLE IF EXISTS paint; DROP TYPE IF EXISTS colour; " + make,
                     dbname="app")
-    proc = pgtarn_factory(settings={"default_pool_size": 1, "auth_type": "plain"})
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
     insert = "INSERT INTO paint (c) VALUES ($1)"
-    holder = RawClient(proc.host, proc.port)
+    holder = raw_login(proc)
     try:
-        holder.startup(user="app", database="app")
-        assert holder.read_message()[0] == "R"
-        holder.send(build.message(b"p", b"app_pass\x00"))
-        holder.read_until("Z")
         holder.send(build.message(b"P", b"held\x00" + insert.encode() + b"\x00\x00\x00")
                     + build.message(b"S"))
         assert [t for t, _ in holder.read_until("Z")] == ["1", "Z"]

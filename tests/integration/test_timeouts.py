@@ -217,18 +217,24 @@ def test_idle_transaction_timeout_rolls_back(pgtarn_factory, pg_cluster):  # typ
     assert rows(pg_cluster, table) == [2]  # the abandoned insert was rolled back
 
 
-def test_transaction_timeout_ends_a_long_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    table = make_table(pg_cluster, "tx_timeout_")
-    proc = pgtarn_factory(settings={"transaction_timeout": 1})
-    raw = raw_login(proc)
-    assert query(raw, "begin") == b"T"
-    assert query(raw, f"insert into {table} values (1)") == b"T"
+def _ended_by_transaction_timeout(raw: RawClient, pg_cluster: Any, table: str) -> None:
+    """raw, in a transaction that inserted into table, sleeps past transaction_timeout: it is
+    closed with FATAL 25P04 and its insert is rolled back."""
     raw.send(build.query(LONG_SLEEP))  # no query_timeout: only the age ends it
     fields = final_error(raw)
     assert (fields["S"], fields["C"]) == ("FATAL", "25P04")
     assert "transaction_timeout" in fields["M"]
     end_long_sleep(pg_cluster)
     assert rows(pg_cluster, table) == []
+
+
+def test_transaction_timeout_ends_a_long_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    table = make_table(pg_cluster, "tx_timeout_")
+    proc = pgtarn_factory(settings={"transaction_timeout": 1})
+    raw = raw_login(proc)
+    assert query(raw, "begin") == b"T"
+    assert query(raw, f"insert into {table} values (1)") == b"T"
+    _ended_by_transaction_timeout(raw, pg_cluster, table)
     with connect(proc, autocommit=True) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
 
@@ -321,12 +327,7 @@ def test_transaction_timeout_per_user_applies_on_reload(pgtarn_factory, pg_clust
     assert query(other, "begin") == b"T"
     assert query(raw, "begin") == b"T"
     assert query(raw, f"insert into {table} values (1)") == b"T"
-    raw.send(build.query(LONG_SLEEP))  # no query_timeout: only the age ends it
-    fields = final_error(raw)
-    assert (fields["S"], fields["C"]) == ("FATAL", "25P04")
-    assert "transaction_timeout" in fields["M"]
-    end_long_sleep(pg_cluster)
-    assert rows(pg_cluster, table) == []
+    _ended_by_transaction_timeout(raw, pg_cluster, table)
     assert query(other, "select 1") == b"T"  # its transaction, as old, is still open
     assert query(other, "commit") == b"I"
     other.close()
