@@ -318,11 +318,11 @@ def test_django_orm(proc: Any, tmp_path: Path) -> None:
 
 
 def _node_pg() -> Path:
-    """matrix/ with node-postgres installed (npm install, the first time)."""
+    """matrix/ with node-postgres installed from the lock file (npm ci, the first time)."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("node and npm are needed (.ci/run installs them)")
     if not (MATRIX_DIR / "node_modules" / "pg").is_dir():
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"],
                        cwd=MATRIX_DIR, check=True, capture_output=True, timeout=300)
     return MATRIX_DIR
 
