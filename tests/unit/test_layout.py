@@ -1,4 +1,9 @@
-"""The package's shape rules: module and class sizes, module docstrings, no hidden imports."""
+"""The package's shape rules: module and class sizes, module docstrings, no hidden imports.
+
+Sizes are a signal, not a wall: a module past MAX_MODULE_LINES or a class past
+MAX_CLASS_LINES is reported as a LayoutWarning unless its docstring has a paragraph
+starting with "Long:" that says why its seams are where they are.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import ast
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,6 +20,21 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "pgtarn"
 MODULES = sorted(SRC.rglob("*.py"))
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
+
+
+class LayoutWarning(UserWarning):
+    """A module or class past its size signal with no "Long:" reason in its docstring."""
+
+
+def _says_why_long(doc: str | None) -> bool:
+    return any(line.strip().startswith("Long:") for line in (doc or "").splitlines())
+
+
+def _report(message: str) -> None:
+    # The suite turns warnings into errors; this one is meant to be seen, not to fail.
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", LayoutWarning)
+        warnings.warn(message, LayoutWarning, stacklevel=2)
 
 
 def _tree(path: Path) -> ast.Module:
@@ -31,7 +52,8 @@ def test_the_package_is_found() -> None:
 @pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_module_size(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_MODULE_LINES, f"{_name(path)}: {lines} lines"
+    if lines > MAX_MODULE_LINES and not _says_why_long(ast.get_docstring(_tree(path))):
+        _report(f"{_name(path)}: {lines} lines and no 'Long:' reason in its docstring")
 
 
 @pytest.mark.parametrize("path", MODULES, ids=_name)
@@ -40,7 +62,8 @@ def test_class_size(path: Path) -> None:
         if isinstance(node, ast.ClassDef):
             assert node.end_lineno is not None
             size = node.end_lineno - node.lineno + 1
-            assert size <= MAX_CLASS_LINES, f"{_name(path)}: class {node.name}: {size} lines"
+            if size > MAX_CLASS_LINES and not _says_why_long(ast.get_docstring(node)):
+                _report(f"{_name(path)}: class {node.name}: {size} lines and no 'Long:' reason")
 
 
 @pytest.mark.parametrize("path", MODULES, ids=_name)
@@ -80,3 +103,10 @@ def test_start_imports_no_dependency_that_only_some_configurations_use() -> None
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == ""
+
+
+def test_a_long_module_without_a_reason_is_reported_and_one_with_a_reason_is_not() -> None:
+    assert _says_why_long("One job.\n\nLong: the scanner's states are one table.")
+    assert not _says_why_long("One job.\n\nIt is long.")
+    with pytest.warns(LayoutWarning, match="no 'Long:' reason"):
+        _report("x.py: 700 lines and no 'Long:' reason in its docstring")
