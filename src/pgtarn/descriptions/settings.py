@@ -60,8 +60,7 @@ DOCS: dict[str, SettingDoc] = {
         "each its own `unix_socket_dir` and pidfile, and peer them for cancels. `workers` does "
         "this within one pgtarn already.")),
     "job_name": SettingDoc(PROCESS, (
-        "The name PgBouncer registers as a Windows service (`service_name` is its older "
-        "spelling, read as this one with a warning).")),
+        "The name PgBouncer registers as a Windows service.")),
     "conffile": SettingDoc(PROCESS, (
         "The configuration file's name as SHOW CONFIG shows it. RELOAD and SIGHUP always read "
         "the file pgtarn was started with."),
@@ -189,10 +188,10 @@ DOCS: dict[str, SettingDoc] = {
     "auth_type": SettingDoc(AUTH, (
         "How clients prove who they are. `md5` (switching to SCRAM when the stored secret is "
         "a SCRAM verifier), `scram-sha-256` and `plain` check a password against `auth_file` "
-        "or `auth_query`; `trust` asks for none but the user must be known; `any` takes any "
-        "user name; `cert` takes the user named by a client certificate; `hba` decides per "
-        "connection from `auth_hba_file`. `pam` and `ldap` are read, and logins under them "
-        "are refused (28000, not supported).")),
+        "or `auth_query`; `trust` asks for none but the user must be known; `any` asks for "
+        "nothing and takes any user name; `cert` takes the user named by a client "
+        "certificate; `hba` decides per connection from `auth_hba_file`. `pam` and `ldap` "
+        "are read, and logins under them are refused (28000, not supported).")),
     "auth_file": SettingDoc(AUTH, (
         "The file of users and their secrets (`\"user\" \"secret\"` per line): plaintext "
         "passwords, md5 hashes or SCRAM verifiers. A SCRAM verifier that is PostgreSQL's own "

@@ -67,6 +67,8 @@ def default_of(setting: Setting) -> str:
 def _origin(setting: Setting, differs: str) -> str:
     if setting.pgtarn_only:
         return "pgtarn's own"
+    if _not_applied(setting.name):
+        return "PgBouncer's; pgtarn reads it and does not act on it"
     if differs:
         return f"PgBouncer's, with a difference: {differs}"
     return "PgBouncer's, same meaning"

@@ -28,6 +28,8 @@ def test_pgtarn_settings_state_no_difference_from_pgbouncer() -> None:
 
 def test_settings_pgtarn_reads_without_acting_on_are_settings() -> None:
     assert sorted(set(configfile.NOT_APPLIED) - set(SETTINGS)) == []
+    # their page says what PgBouncer does with them and why pgtarn does not: no "differs"
+    assert [n for n in configfile.NOT_APPLIED if DOCS[n].differs] == []
 
 
 # The parser's key sets are private to configfile: read here, never changed.
