@@ -67,7 +67,7 @@ def exposed(family: Family) -> str:
 def merge_rule(name: str) -> str:
     """How the workers' samples of a family are combined (metrics.merge_families)."""
     if name.startswith(PER_WORKER):
-        return "per worker (`worker` label)"
+        return "only with `workers` above 1: one sample per worker (`worker` label)"
     if name in LEAST:
         return "least"
     if name in GREATEST:
