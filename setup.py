@@ -64,10 +64,11 @@ COMPILED = [
 ]
 
 #: The socket receive and sends of pgtarn's own transport (net/transport.py, net/sending.py):
-#: plain C, built with the compiled modules and dropped with them when compiling fails.
-IO_HELPER = Extension("pgtarn.net._io", ["src/pgtarn/net/_io.c"])
+#: plain C, chosen in native/__init__.py, built with the compiled modules and dropped with
+#: them when compiling fails.
+IO_HELPER = Extension("pgtarn.native._io", ["src/pgtarn/native/_io.c"])
 #: A query's shape for the relay's first look at it (session/effects.py): plain C, likewise.
-SHAPE_HELPER = Extension("pgtarn.session._shape", ["src/pgtarn/session/_shape.c"])
+SHAPE_HELPER = Extension("pgtarn.native._shape", ["src/pgtarn/native/_shape.c"])
 
 EDITABLE_COMMANDS = {"editable_wheel", "develop"}
 

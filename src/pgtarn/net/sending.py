@@ -2,7 +2,7 @@
 
 A connection's transport is a SocketTransport (net/transport.py), whose write sends at once
 what the socket takes; calling it still costs a method lookup and its checks. A connection
-instead keeps a *send state* for its transport, one int, and sends with ``net/_io.c``'s
+instead keeps a *send state* for its transport, one int, and sends with ``native/_io.c``'s
 send_some in the compiled build (os.write in the pure one):
 
 - ``fd >= 0``: a plain socket whose transport holds nothing unsent: send on it directly;
@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable
 from typing import Final
 
+from .. import native
 from .transport import SocketTransport
 
 #: send_some(fd, data): the bytes of data the socket took (0: none, full or failed).
@@ -43,14 +44,9 @@ def send_some_written(fd: int, data: bytes) -> int:
         return 0
 
 
-_helper: SendSome | None
-try:
-    from ._io import send_some as _helper
-except ImportError:  # the pure build, or the helper not built
-    _helper = None
-
-#: send_some of net/_io.c when it is built, else the pure build's.
-SEND_SOME: Final[SendSome] = send_some_written if _helper is None else _helper
+#: send_some of native/_io.c when it is built, else the pure build's.
+SEND_SOME: Final[SendSome] = (
+    send_some_written if native.send_some is None else native.send_some)
 
 
 def backlog(fd: int) -> int:

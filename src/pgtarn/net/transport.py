@@ -6,7 +6,7 @@ connection; a reader added with ``add_reader`` still takes it back once per read
 Handle. The sockets of a loop's SocketTransports are instead in one epoll set of the loop's
 (``SocketWatch``), and the loop watches only that set: when it is readable, one callback
 asks it which sockets are, and each transport reads its own, one recv(2) and one bytes
-object per read (net/_io.c in the compiled build). A busy loop iteration finds several
+object per read (native/_io.c in the compiled build). A busy loop iteration finds several
 sockets readable, and pays for one callback. A transport sends what it is given at once and
 buffers only what the socket does not take, watching for writability (``add_writer``)
 until that is sent.
@@ -43,6 +43,8 @@ import select
 import socket
 from collections.abc import Callable
 from typing import Any, Final, cast
+
+from .. import native
 
 #: recv_some(fd): the bytes a socket holds now, b"" at its end, None when it holds none.
 RecvSome = Callable[[int], bytes | None]
@@ -124,26 +126,14 @@ def accept_accepted(fd: int) -> tuple[int, Any] | None:
     return accepted, peer
 
 
-_recv: RecvSome | None
-_send: SendPart | None
-_accept: AcceptSome | None
-_watch_set: WatchSet | None
-_watch_ready: WatchReady | None
-try:
-    from ._io import accept_some as _accept
-    from ._io import recv_some as _recv
-    from ._io import send_part as _send
-    from ._io import watch_ready as _watch_ready
-    from ._io import watch_set as _watch_set
-except ImportError:  # the pure build, or the helper not built
-    _recv = _send = _accept = _watch_set = _watch_ready = None
-
-#: net/_io.c's when it is built, else the pure build's.
-RECV_SOME: Final[RecvSome] = recv_read if _recv is None else _recv
-SEND_PART: Final[SendPart] = send_written if _send is None else _send
-ACCEPT_SOME: Final[AcceptSome] = accept_accepted if _accept is None else _accept
-WATCH_SET: Final[WatchSet] = watch_polled if _watch_set is None else _watch_set
-WATCH_READY: Final[WatchReady] = ready_polled if _watch_ready is None else _watch_ready
+#: native/_io.c's when it is built, else the pure build's.
+RECV_SOME: Final[RecvSome] = recv_read if native.recv_some is None else native.recv_some
+SEND_PART: Final[SendPart] = send_written if native.send_part is None else native.send_part
+ACCEPT_SOME: Final[AcceptSome] = (
+    accept_accepted if native.accept_some is None else native.accept_some)
+WATCH_SET: Final[WatchSet] = watch_polled if native.watch_set is None else native.watch_set
+WATCH_READY: Final[WatchReady] = (
+    ready_polled if native.watch_ready is None else native.watch_ready)
 
 
 class SocketTransport:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Final
 
+from .. import native
 from ..errors import ProtocolViolation
 from ..proto.build import quote_literal
 from ..proto.messages import parse_bind_parameters
@@ -169,20 +170,14 @@ _ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
 
 def shape_of(text: bytes, last: bytes) -> bytes:
     """text with every digit made a zero; last itself when that is last (the pure build's
-    session/_shape.c)."""
+    native/_shape.c)."""
     shape = text.translate(_ZEROS)
     return last if shape == last else shape
 
 
-_shape_helper: Callable[[bytes, bytes], bytes] | None
-try:
-    from ._shape import shape_of as _shape_helper
-except ImportError:  # the pure build, or the helper not built
-    _shape_helper = None
-
-#: shape_of of session/_shape.c when it is built, else the pure build's.
+#: shape_of of native/_shape.c when it is built, else the pure build's.
 SHAPE_OF: Final[Callable[[bytes, bytes], bytes]] = (
-    shape_of if _shape_helper is None else _shape_helper)
+    shape_of if native.shape_of is None else native.shape_of)
 
 
 def _look(text: bytes, named: bool) -> bool:

@@ -1,4 +1,4 @@
-"""The compiled build's socket accept, receive and sends (net/_io.c), for mypy."""
+"""The compiled build's socket accept, receive and sends (native/_io.c), for mypy."""
 
 from typing import Any
 

@@ -1,0 +1,42 @@
+"""The one place that chooses this build's native C helpers, or None for each in the pure build.
+
+Two kinds of code are native in the compiled build:
+
+- the modules listed in setup.py's COMPILED, which mypyc compiles from their Python source
+  (the same source runs as it is in the pure build);
+- two small C modules here: ``_io.c`` (recv(2), send(2), accept4(2) and the epoll calls of
+  net/transport.py's sockets) and ``_shape.c`` (a query's shape for session/effects.py's first
+  look). Their pure counterparts live beside their callers and behave the same.
+
+A caller takes a helper from here when it is not None, else its own pure function. Both C
+modules are built with the compiled modules and dropped with them when compiling fails.
+
+pgtarn runs on Linux: its transports use epoll, native or pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+send_some: Callable[[int, bytes], int] | None
+send_part: Callable[[int, bytes | bytearray | memoryview], int] | None
+recv_some: Callable[[int], bytes | None] | None
+accept_some: Callable[[int], tuple[int, Any] | None] | None
+watch_set: Callable[[int, Any, int, int, int, object], None] | None
+watch_ready: Callable[[int, Any, Any], list[Any]] | None
+shape_of: Callable[[bytes, bytes], bytes] | None
+
+try:
+    from ._io import accept_some, recv_some, send_part, send_some, watch_ready, watch_set
+except ImportError:  # the pure build, or the helper not built
+    accept_some = recv_some = send_part = send_some = watch_ready = watch_set = None
+
+try:
+    from ._shape import shape_of
+except ImportError:  # the pure build, or the helper not built
+    shape_of = None
+
+#: The C helpers this build loaded, by name.
+LOADED: Final = tuple(name for name, helper in (("_io", recv_some), ("_shape", shape_of))
+                      if helper is not None)

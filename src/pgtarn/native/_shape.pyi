@@ -1,0 +1,3 @@
+"""The compiled build's query shapes (native/_shape.c), for mypy."""
+
+def shape_of(text: bytes, last: bytes, /) -> bytes: ...

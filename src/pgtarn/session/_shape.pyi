@@ -1,3 +1,0 @@
-"""The compiled build's query shapes (session/_shape.c), for mypy."""
-
-def shape_of(text: bytes, last: bytes, /) -> bytes: ...
