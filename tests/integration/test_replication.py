@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support import PostgresNotFound, TempCluster
+from tests.support import PgtarnProcess, PostgresNotFound, TempCluster
 from tests.support.conninfo import make_dsn
 
 from .conftest import PgtarnFactory
@@ -208,16 +208,47 @@ def test_subscription_through_pgtarn(repl_cluster: ReplicationCluster,
         repl_cluster.psql("DELETE FROM events;\n", dbname="sub")
 
 
+def _start(cluster: ReplicationCluster, factory: PgtarnFactory,
+           **settings: object) -> PgtarnProcess:
+    """pgtarn in front of the replication cluster, database app, with these settings."""
+    base = f"host={cluster.host} port={cluster.port}"
+    return factory(databases={"app": f"{base} dbname=app", "*": base},
+                   settings={"admin_users": "repl_user", **settings}, userlist=REPL_ROLES)
+
+
+def _logfile(proc: PgtarnProcess) -> str:
+    assert proc.logfile is not None
+    return Path(proc.logfile).read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("mode", ["database", "true"])
-def test_unprivileged_role_gets_postgresql_refusal(repl_pgtarn: tuple[str, int],
-                                                   mode: str) -> None:
-    host, port = repl_pgtarn
+def test_unprivileged_role_gets_login_failed(repl_cluster: ReplicationCluster,
+                                             pgtarn_factory: PgtarnFactory, mode: str) -> None:
+    """PostgreSQL refuses a role without REPLICATION: as PgBouncer, the client is told
+    "login failed" and both sides close with that reason; PostgreSQL's words are in the
+    client's DETAIL and in the log."""
+    proc = _start(repl_cluster, pgtarn_factory)
+    refusal = "must be superuser or replication role to start walsender"
     with pytest.raises(psycopg.OperationalError) as caught:
-        psycopg.connect(host=host, port=port, user="plain_user", dbname="app",
+        psycopg.connect(host=proc.host, port=proc.port, user="plain_user", dbname="app",
                         password=REPL_ROLES["plain_user"], replication=mode)
     message = str(caught.value)
-    assert "must be superuser or replication role to start walsender" in message
+    assert re.search(r"FATAL:  login failed\n", message), message
+    assert f"DETAIL:  {refusal}" in message
     assert re.search(r"server login failed", message) is None
+
+    closing = re.compile(r"closing because: login failed \(age=")
+    log = _logfile(proc)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(closing.findall(log)) < 2:
+        time.sleep(0.05)  # (the client's line may come as its connection is gone)
+        log = _logfile(proc)
+    assert len(closing.findall(log)) == 2, log  # the server's and the client's
+    assert refusal in log
+    # the pool is not made to fail: a normal login right after works
+    with psycopg.connect(host=proc.host, port=proc.port, user="plain_user", dbname="app",
+                         password=REPL_ROLES["plain_user"]) as normal:
+        assert normal.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_replication_server_is_its_own(repl_cluster: ReplicationCluster,

@@ -6,23 +6,29 @@ startup parameters (``replication`` among them). The pair lives and dies togethe
 server is never lent to anyone else, nor counted in the pool's servers. Once logged in,
 every byte goes through untouched both ways (the walsender's CopyBoth stream has no
 ReadyForQuery to act on). A login PostgreSQL refuses (a role without REPLICATION, no
-pg_hba.conf entry) reaches the client with PostgreSQL's SQLSTATE and message.
+pg_hba.conf entry) fails with PgBouncer's "login failed", PostgreSQL's SQLSTATE, and its
+message as the DETAIL.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from time import monotonic
 from typing import Protocol
 
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
 from ..pool.pool import Pool
+from ..proto import build
 from ..proto.server_login import LOGIN_FAILED, LoggedIn
 from ..runtime import Runtime
 from .connection import ServerConnection
 from .login import server_login_for
 from .transport import LinkedClient, log
+
+#: PgBouncer's words for a replication login PostgreSQL refused (client and log).
+REFUSED = "login failed"
 
 
 class ReplicationClient(Protocol):
@@ -66,8 +72,21 @@ class ReplicationServer(ServerConnection):
             return
         owner.replication_ready(self, result.leftover)
 
+    def _login_refused(self, error: PgtarnError) -> None:
+        """PostgreSQL refused the login (a role without REPLICATION, no pg_hba.conf entry):
+        as PgBouncer, "login failed" for both sides, PostgreSQL's words in the log and the
+        client's DETAIL; the pool's other logins are not failed for it."""
+        self.login = None
+        log.warning("%r: %s", self, error.message)
+        self.close(f"{REFUSED} (age={monotonic() - self.created_at:.0f}s)")
+        owner, self.owner = self.owner, None
+        if owner is not None:
+            detail = error.message.removeprefix(LOGIN_FAILED)
+            owner.close(PgtarnError(REFUSED, sqlstate=error.sqlstate, severity="FATAL"),
+                        build.error_response(error.sqlstate, REFUSED, "FATAL", detail))
+
     def _login_failed(self, error: PgtarnError) -> None:
-        """PostgreSQL refused (or never answered): its client gets PostgreSQL's own words."""
+        """No login (no connection, server_connect_timeout, lost): its client gets why."""
         if self.runtime.config.log_pooler_errors:
             log.warning("%r: %s", self, error.message)
         owner, self.owner = self.owner, None
