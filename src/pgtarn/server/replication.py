@@ -83,17 +83,18 @@ class ReplicationServer(ServerConnection):
         owner.replication_ready(self, result.leftover)
 
     def _login_refused(self, error: PgtarnError) -> None:
-        """PostgreSQL refused the login (a role without REPLICATION, no pg_hba.conf entry):
-        as PgBouncer, "login failed" for both sides, PostgreSQL's words in the log and the
-        client's DETAIL; the pool's other logins are not failed for it."""
+        """The login failed (PostgreSQL refused it: a role without REPLICATION, no
+        pg_hba.conf entry; or pgtarn had no usable password): as PgBouncer, "login failed"
+        for both sides, the cause in the log and the client's DETAIL; the pool's other
+        logins are not failed for it."""
         self.login = None
-        log.warning("%r: %s", self, error.message)
+        cause = error.message.removeprefix(LOGIN_FAILED)
+        log.warning("%r: %s%s", self, LOGIN_FAILED, cause)
         self.close(f"{REFUSED} (age={monotonic() - self.created_at:.0f}s)")
         owner, self.owner = self.owner, None
         if owner is not None:
-            detail = error.message.removeprefix(LOGIN_FAILED)
             owner.close(PgtarnError(REFUSED, sqlstate=error.sqlstate, severity="FATAL"),
-                        build.error_response(error.sqlstate, REFUSED, "FATAL", detail))
+                        build.error_response(error.sqlstate, REFUSED, "FATAL", cause))
         self._gone()
 
     def _login_failed(self, error: PgtarnError) -> None:
