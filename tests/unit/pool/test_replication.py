@@ -9,21 +9,18 @@ from pgtarn.pool.replication import ReplicationServers, replication_of
 from .test_pool import FakeClient, FakeServer, make_pool, ready
 
 
-class ReplicationClient:
-    """A replication client: keeps the server opened for it, or its error."""
+class ReplicationClient(FakeClient):
+    """A replication client (a Waiter, as every client connection): keeps the server opened
+    for it, or its error."""
 
     def __init__(self, pool: Pool[FakeServer]) -> None:
+        super().__init__("replication")
         self.pool = pool
-        self.server: FakeServer | None = None
-        self.error: PgtarnError | None = None
 
     def open_server(self) -> FakeServer:
         server = FakeServer(self.pool, self.pool.clock())
         self.server = server
         return server
-
-    def server_unavailable(self, error: PgtarnError) -> None:
-        self.error = error
 
 
 def _request(replication: ReplicationServers[FakeServer]) -> ReplicationClient:
@@ -135,7 +132,7 @@ def test_a_client_that_leaves_stops_waiting() -> None:
     replication = replication_of(pool)
     first = _request(replication)
     gone = _request(replication)
-    pool.client_left(gone, joined=False)  # type: ignore[arg-type]
+    pool.client_left(gone, joined=False)
     assert first.server is not None
     replication.gone(first.server)
     assert gone.server is None and not replication.waiting
