@@ -239,11 +239,13 @@ def client_state(client: ClientConnection) -> HandedClient:
             else:  # the Parse "<server name>\0<query>\0<types>"
                 definition = stmt.parse[5 + len(stmt.name) + 1:]
             statements.append(HandedStatement(name, definition, stmt.sql))
+    pool = client.pool
     return HandedClient(
         user=client.user, database=client.database, cancel_key=client.cancel_key,
         params=dict(client.params), connect_time=client.connect_time,
         age=monotonic() - client.created_at, settings=settings, startup_settings=startup,
-        restore=restore, framer=client.framer is not None, statements=statements)
+        restore=restore, framer=client.framer is not None, statements=statements,
+        scram_keys=pool.scram_keys if pool is not None else None)
 
 
 # --- the new process --------------------------------------------------------------------------
@@ -380,6 +382,9 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
     pool = cast(Pool[ServerConnection], runtime.registry.get_pool(db, state.user))
     if pool.pool_mode == "session":
         raise HandoverError("session mode here")
+    if state.scram_keys is not None and pool.scram_keys is None and db.user is None:
+        # SCRAM passthrough: its next server logs in with the keys of the client's login
+        pool.scram_keys = state.scram_keys
     client = ClientConnection(runtime)
     client.login = None
     client.user, client.database, client.db = state.user, state.database, db

@@ -3,6 +3,9 @@ one, under pgbench, with no connection refused; a client keeps its session throu
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import re
 import shutil
 import subprocess
@@ -196,4 +199,36 @@ def test_tls_and_pinned_clients_finish_on_the_old_process(pgtarn_factory, pki, t
     finally:
         for conn in (secure, pinned, plain):
             conn.close()
+        _stopped(new)
+
+
+def _scram_keys(verifier: str, password: str) -> list[bytes]:
+    """The ClientKey and ServerKey a SCRAM login with password against verifier yields."""
+    iterations, salt = verifier.split("$")[1].split(":")
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(salt),
+                                 int(iterations))
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    return [client_key, base64.b64decode(verifier.split("$")[2].split(":")[1])]
+
+
+def test_scram_passthrough_keys_go_with_the_clients(pgtarn_factory, pg_cluster, pg_roles,  # type: ignore[no-untyped-def]
+                                                    tmp_path):
+    """Only a SCRAM verifier stored: the new process logs in to PostgreSQL for a handed-over
+    client with the keys of that client's login, which never show in the log."""
+    verifier = pg_cluster.scram_verifier("app")
+    proc = pgtarn_factory(userlist={"app": verifier}, settings={"verbose": 2})
+    client = connect(proc, autocommit=True)
+    assert client.execute("select current_user").fetchone() == ("app",)
+    new = _reboot(proc, tmp_path / "new")
+    try:
+        proc.proc.wait(timeout=30)  # the old one exits: its server connections are gone
+        _wait_for(lambda: "is done; 1 clients came from it" in proc.log_text(), 10)
+        # the new process opens a server for the client: SCRAM with the handed-over keys
+        assert client.execute("select current_user").fetchone() == ("app",)
+        log = proc.log_text()
+        for key in _scram_keys(verifier, pg_roles["app"]):
+            for shown in (key.hex(), base64.b64encode(key).decode(), repr(key)):
+                assert shown not in log
+    finally:
+        client.close()
         _stopped(new)

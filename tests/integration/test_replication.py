@@ -7,14 +7,16 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
-from tests.support import PostgresNotFound, TempCluster
+from tests.support import PgtarnProcess, PostgresNotFound, TempCluster
 from tests.support.conninfo import make_dsn
 
 from .conftest import PgtarnFactory
@@ -73,7 +75,7 @@ def repl_pgtarn(repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory,
     base = f"host={repl_cluster.host} port={repl_cluster.port}"
     mode = getattr(request, "param", "transaction")
     proc = pgtarn_factory(databases={"app": f"{base} dbname=app", "*": base},
-                          settings={"pool_mode": mode, "default_pool_size": 1,
+                          settings={"pool_mode": mode, "default_pool_size": 3,
                                     "admin_users": "repl_user"},
                           userlist=REPL_ROLES)
     return proc.host, proc.port
@@ -208,22 +210,79 @@ def test_subscription_through_pgtarn(repl_cluster: ReplicationCluster,
         repl_cluster.psql("DELETE FROM events;\n", dbname="sub")
 
 
+def _start(cluster: ReplicationCluster, factory: PgtarnFactory,
+           **settings: object) -> PgtarnProcess:
+    """pgtarn in front of the replication cluster, database app, with these settings."""
+    base = f"host={cluster.host} port={cluster.port}"
+    return factory(databases={"app": f"{base} dbname=app", "*": base},
+                   settings={"admin_users": "repl_user", **settings}, userlist=REPL_ROLES)
+
+
+def _logfile(proc: PgtarnProcess) -> str:
+    assert proc.logfile is not None
+    return Path(proc.logfile).read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("mode", ["database", "true"])
-def test_unprivileged_role_gets_postgresql_refusal(repl_pgtarn: tuple[str, int],
-                                                   mode: str) -> None:
-    host, port = repl_pgtarn
+def test_unprivileged_role_gets_login_failed(repl_cluster: ReplicationCluster,
+                                             pgtarn_factory: PgtarnFactory, mode: str) -> None:
+    """PostgreSQL refuses a role without REPLICATION: as PgBouncer, the client is told
+    "login failed" and both sides close with that reason; PostgreSQL's words are in the
+    client's DETAIL and in the log."""
+    proc = _start(repl_cluster, pgtarn_factory)
+    refusal = "must be superuser or replication role to start walsender"
     with pytest.raises(psycopg.OperationalError) as caught:
-        psycopg.connect(host=host, port=port, user="plain_user", dbname="app",
+        psycopg.connect(host=proc.host, port=proc.port, user="plain_user", dbname="app",
                         password=REPL_ROLES["plain_user"], replication=mode)
     message = str(caught.value)
-    assert "must be superuser or replication role to start walsender" in message
+    assert re.search(r"FATAL:  login failed\n", message), message
+    assert f"DETAIL:  {refusal}" in message
     assert re.search(r"server login failed", message) is None
+
+    closing = re.compile(r"closing because: login failed \(age=")
+    log = _logfile(proc)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(closing.findall(log)) < 2:
+        time.sleep(0.05)  # (the client's line may come as its connection is gone)
+        log = _logfile(proc)
+    assert len(closing.findall(log)) == 2, log  # the server's and the client's
+    assert refusal in log
+    # the pool is not made to fail: a normal login right after works
+    with psycopg.connect(host=proc.host, port=proc.port, user="plain_user", dbname="app",
+                         password=REPL_ROLES["plain_user"]) as normal:
+        assert normal.execute("SELECT 1").fetchone() == (1,)
+
+
+def _walsenders(cluster: TempCluster) -> int:
+    return int(_lsn(cluster, "SELECT count(*) FROM pg_stat_activity "
+                             "WHERE backend_type = 'walsender'"))
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _pool(host: str, port: int) -> dict[str, object]:
+    """SHOW POOLS' row of app/repl_user."""
+    with psycopg.connect(host=host, port=port, user="repl_user", dbname="pgbouncer",
+                         password=REPL_ROLES["repl_user"], autocommit=True) as admin:
+        cursor = admin.execute("SHOW POOLS")
+        assert cursor.description is not None
+        names = [column.name for column in cursor.description]
+        for row in cursor.fetchall():
+            pool = dict(zip(names, row, strict=True))
+            if pool["database"] == "app" and pool["user"] == "repl_user":
+                return pool
+    return {}
 
 
 def test_replication_server_is_its_own(repl_cluster: ReplicationCluster,
                                        repl_pgtarn: tuple[str, int]) -> None:
-    """A replication client's server is not the pool's: pool_size 1 is not taken by it, and
-    it ends with its client."""
+    """A replication client's server is never lent to another client, and it ends with its
+    client."""
     host, port = repl_pgtarn
     with psycopg.connect(host=host, port=port, user="repl_user", dbname="app",
                          password=REPL_ROLES["repl_user"], autocommit=True,
@@ -233,17 +292,95 @@ def test_replication_server_is_its_own(repl_cluster: ReplicationCluster,
         with psycopg.connect(host=host, port=port, user="repl_user", dbname="app",
                              password=REPL_ROLES["repl_user"], autocommit=True) as normal:
             assert normal.execute("SELECT 1").fetchone() == (1,)
-        backends = _lsn(repl_cluster, "SELECT count(*) FROM pg_stat_activity "
-                                      "WHERE backend_type = 'walsender'")
-        assert backends == "1"
+        assert _walsenders(repl_cluster) == 1
         assert _show(host, port, "CLIENTS") == [("logical", "active")]
         assert _show(host, port, "SERVERS") == [("logical", "active")]
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and backends != "0":
-        time.sleep(0.1)
-        backends = _lsn(repl_cluster, "SELECT count(*) FROM pg_stat_activity "
-                                      "WHERE backend_type = 'walsender'")
-    assert backends == "0"
+    _wait_until(lambda: _walsenders(repl_cluster) == 0, "the walsender to end")
+
+
+def test_replication_clients_queue_within_pool_size(repl_cluster: ReplicationCluster,
+                                                    pgtarn_factory: PgtarnFactory) -> None:
+    """As PgBouncer: a replication server counts in pool_size; the next replication client
+    waits (SHOW POOLS' cl_waiting) until a server of the pool is gone."""
+    proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1)
+    params = {"host": proc.host, "port": proc.port, "user": "repl_user", "dbname": "app",
+              "password": REPL_ROLES["repl_user"], "autocommit": True,
+              "replication": "database", "connect_timeout": 30}
+    first = psycopg.connect(**params)
+    second: list[psycopg.Connection[Any]] = []
+    errors: list[BaseException] = []
+
+    def connect_second() -> None:
+        try:
+            second.append(psycopg.connect(**params))
+        except BaseException as exc:  # (reported by the test's thread)
+            errors.append(exc)
+
+    waiter = threading.Thread(target=connect_second)
+    waiter.start()
+    try:
+        _wait_until(lambda: _pool(proc.host, proc.port).get("cl_waiting") == 1 or errors
+                    or second != [], "the second replication client to queue")
+        assert second == [] and errors == []
+        assert _walsenders(repl_cluster) == 1
+        first.close()  # its server goes: the waiting client gets one
+        waiter.join(timeout=30)
+        assert errors == [] and len(second) == 1
+        system = second[0].execute("IDENTIFY_SYSTEM").fetchone()
+        assert system is not None and system[3] == "app"
+        assert _walsenders(repl_cluster) == 1
+    finally:
+        first.close()
+        waiter.join(timeout=30)
+        for conn in second:
+            conn.close()
+
+
+def test_a_lost_walsender_frees_its_place(repl_cluster: ReplicationCluster,
+                                          pgtarn_factory: PgtarnFactory) -> None:
+    """A walsender PostgreSQL ends mid-stream: its client is told, and its place in the pool
+    goes to the next replication client; one that waits query_wait_timeout gets the error."""
+    proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1, query_wait_timeout=1)
+    params = {"host": proc.host, "port": proc.port, "user": "repl_user", "dbname": "app",
+              "password": REPL_ROLES["repl_user"], "autocommit": True,
+              "replication": "database"}
+    first = psycopg.connect(**params)
+    try:
+        with pytest.raises(psycopg.OperationalError) as caught:
+            psycopg.connect(**params)  # the pool is full for longer than query_wait_timeout
+        assert "query_wait_timeout" in str(caught.value)
+        repl_cluster.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE backend_type = 'walsender';\n")
+        with pytest.raises(psycopg.OperationalError):
+            first.execute("IDENTIFY_SYSTEM")
+        with psycopg.connect(**params) as second:
+            system = second.execute("IDENTIFY_SYSTEM").fetchone()
+            assert system is not None and system[3] == "app"
+    finally:
+        first.close()
+
+
+def test_replication_client_evicts_an_idle_server(repl_cluster: ReplicationCluster,
+                                                  pgtarn_factory: PgtarnFactory) -> None:
+    """The pool is full of idle servers: the oldest is closed ("evicted") to make room for a
+    replication server, as PgBouncer does."""
+    proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1)
+    params = {"host": proc.host, "port": proc.port, "user": "repl_user", "dbname": "app",
+              "password": REPL_ROLES["repl_user"], "autocommit": True}
+    with psycopg.connect(**params) as normal:
+        assert normal.execute("SELECT 1").fetchone() == (1,)
+    assert _pool(proc.host, proc.port)["sv_idle"] == 1
+    with psycopg.connect(**params, replication="database") as walsender:
+        system = walsender.execute("IDENTIFY_SYSTEM").fetchone()
+        assert system is not None and system[3] == "app"
+        assert "closing because: evicted" in _logfile(proc)
+        assert _pool(proc.host, proc.port)["sv_idle"] == 0
+        with psycopg.connect(host=repl_cluster.host, port=repl_cluster.port, user="repl_user",
+                             dbname="app", password=REPL_ROLES["repl_user"]) as direct:
+            backends = direct.execute(
+                "SELECT backend_type FROM pg_stat_activity WHERE usename = 'repl_user' "
+                "AND pid <> pg_backend_pid() ORDER BY 1").fetchall()
+        assert backends == [("walsender",)]
 
 
 def test_pgtarn_hba_needs_the_replication_keyword_for_physical(

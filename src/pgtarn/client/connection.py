@@ -51,7 +51,7 @@ from ..proto.client_login import (
 )
 from ..runtime import Coordinator, Runtime, WorkerLimits
 from ..server.connection import ServerConnection
-from ..server.replication import ReplicationServer, open_replication
+from ..server.replication import ReplicationServer, request_replication
 from ..states import READY_STATE, ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, peer_address
@@ -392,8 +392,8 @@ class ClientConnection(ClientRelay):
         if self.replication:
             self.state = ClientState.WELCOME
             assert login.startup is not None
-            self.server = open_replication(self.runtime, pool, self.db, self,
-                                           login.startup.params, self.replication)
+            request_replication(self.runtime, pool, self.db, self, login.startup.params,
+                                self.replication)  # when the pool has room (self.server)
             return
         if refused_options:
             _refuse_options(login)  # PgBouncer's refusal

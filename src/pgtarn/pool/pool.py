@@ -47,7 +47,8 @@ from .lifetimes import expire_idle
 from .stats import PoolStats
 from .waiting import WaitQueue
 
-if TYPE_CHECKING:  # a pool holds its Split; split.py builds on this module
+if TYPE_CHECKING:  # a pool holds its Split and replication servers; they build on this module
+    from .replication import ReplicationServers
     from .split import Split
 
 #: query_wait_timeout: closes the client as PgBouncer does (class 08: the connection is gone).
@@ -241,6 +242,8 @@ class Pool(Generic[S]):
         #: read_write_split: this (database, user)'s pools; a replica's pool: its host's index.
         self.split: Split[S] | None = None
         self.host_index = -1
+        #: Its replication clients' own servers and those waiting for room (replication.py).
+        self.replication: ReplicationServers[S] | None = None
 
     def __repr__(self) -> str:
         return f"<Pool {self.database}/{self.user}>"
@@ -250,7 +253,7 @@ class Pool(Generic[S]):
     @property
     def server_count(self) -> int:
         return (len(self.idle) + len(self.active) + len(self.login) + len(self.tested)
-                + len(self.being_canceled))
+                + len(self.being_canceled) + len(self.replication or ()))
 
     def has_room(self, reserve: bool = False) -> bool:
         limit = self.pool_size + (self.reserve_pool_size if reserve else 0)
@@ -271,7 +274,8 @@ class Pool(Generic[S]):
     @property
     def waiting_client_count(self) -> int:
         """SHOW POOLS' cl_waiting: waiting for a server, or for the first one's welcome."""
-        return len(self.waiting) + len(self.welcome_waiters)
+        return (len(self.waiting) + len(self.welcome_waiters)
+                + (len(self.replication.waiting) if self.replication is not None else 0))
 
     def client_joined(self, client: Waiter[S]) -> None:
         """A client finished logging in to this pool (once)."""
@@ -287,6 +291,8 @@ class Pool(Generic[S]):
         self.cancel_welcome(client)
         if self.split is not None:
             self.split.client_left(client)
+        if self.replication is not None:
+            self.replication.cancel(client)
 
     def acquire(self, waiter: Waiter[S], prefer: S | None = None, now: float = 0.0) -> S | None:
         """An idle server for waiter now (prefer if it is idle), or None after queueing it

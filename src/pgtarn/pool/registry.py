@@ -297,6 +297,8 @@ class Registry(Generic[S]):
         """The janitor's visit to every pool."""
         for pool in list(self.pools.values()):
             pool.tick(now)
+            if pool.replication is not None:
+                pool.replication.tick(now)
         if self.gate is not None:
             self.gate.tick()
 

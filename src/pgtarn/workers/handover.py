@@ -14,6 +14,8 @@ from typing import Any
 
 #: The format of the message; a new process refuses one it does not know.
 VERSION = 1
+#: SCRAM-SHA-256's ClientKey and ServerKey are SHA-256 sized.
+SCRAM_KEY_LEN = 32
 
 
 class HandoverError(ValueError):
@@ -52,6 +54,9 @@ class HandedClient:
     #: Whether its extended-protocol messages were followed (it used Parse/Bind).
     framer: bool = False
     statements: list[HandedStatement] = field(default_factory=list)
+    #: SCRAM passthrough: the (ClientKey, ServerKey) its pool logs in to PostgreSQL with,
+    #: from a client's SCRAM login. Secrets: never logged, nor put in an error.
+    scram_keys: tuple[bytes, bytes] | None = None
 
 
 def encode_client(client: HandedClient) -> dict[str, Any]:
@@ -70,6 +75,7 @@ def encode_client(client: HandedClient) -> dict[str, Any]:
         "framer": client.framer,
         "statements": [[s.name.decode("latin-1"), s.definition.decode("latin-1"), s.sql]
                        for s in client.statements],
+        "scram_keys": None if client.scram_keys is None else [k.hex() for k in client.scram_keys],
     }
 
 
@@ -103,7 +109,24 @@ def decode_client(message: dict[str, Any]) -> HandedClient:
         restore=_typed(message, "restore", bool),
         framer=_typed(message, "framer", bool),
         statements=statements,
+        scram_keys=_scram_keys(message.get("scram_keys")),
     )
+
+
+def _scram_keys(value: object) -> tuple[bytes, bytes] | None:
+    """The SCRAM keys of a message (absent from an older pgtarn's: None); the error never
+    shows them."""
+    if value is None:
+        return None
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(k, str) for k in value):
+        try:
+            keys = bytes.fromhex(value[0]), bytes.fromhex(value[1])
+        except ValueError:
+            pass
+        else:
+            if all(len(key) == SCRAM_KEY_LEN for key in keys):
+                return keys
+    raise HandoverError("scram_keys are not two SHA-256 keys")
 
 
 def _is_int(value: object) -> bool:
