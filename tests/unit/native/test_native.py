@@ -10,7 +10,7 @@ from pgtarn.session import effects
 
 def test_the_compiled_build_loads_every_helper_and_the_pure_build_none() -> None:
     expected = ("_io", "_shape") if BUILD == "compiled" else ()
-    assert native.LOADED == expected
+    assert expected == native.LOADED
 
 
 def test_callers_take_the_helper_when_there_is_one() -> None:
