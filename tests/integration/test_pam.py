@@ -191,3 +191,16 @@ def test_checks_wait_in_a_bounded_queue(pgtarn_factory, pam, tmp_path):  # type:
     finally:
         first.close()
     assert "PAM queue is full" in proc.log_text()
+
+
+def test_hba_pam_rule(pgtarn_factory, pam, tmp_path):  # type: ignore[no-untyped-def]
+    hba = tmp_path / "pg_hba.conf"
+    hba.write_text(f"host all {pam.user} 127.0.0.1/32 pam\n"
+                   "host all all 127.0.0.1/32 scram-sha-256\n")
+    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba,
+                                    "auth_pam_service": pam.service})
+    with connect(proc, pam.user, pam.password) as conn:
+        assert conn.execute("select current_user").fetchone() == (pam.user,)
+    assert "PAM authentication failed" in str(refusal(proc, pam.user, "wrong"))
+    with connect(proc, "app", "app_pass") as conn:  # the next rule: SCRAM, auth_file
+        assert conn.execute("select current_user").fetchone() == ("app",)
