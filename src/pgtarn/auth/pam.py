@@ -13,7 +13,10 @@ import threading
 from dataclasses import dataclass
 from typing import TypeAlias
 
-__all__ = ["PamResult", "PamUnavailable", "authenticate"]
+__all__ = ["SERVICE_DIRS", "PamResult", "PamUnavailable", "authenticate", "unavailable"]
+
+#: Where Linux-PAM looks for a service's file (the second: distributions' defaults).
+SERVICE_DIRS = ("/etc/pam.d", "/usr/lib/pam.d")
 
 # Linux-PAM's constants (security/_pam_types.h)
 _PAM_SUCCESS = 0
@@ -147,6 +150,15 @@ def _load() -> _Library:
         if _library is None:
             _library = _Library()
         return _library
+
+
+def unavailable() -> str | None:
+    """Why libpam cannot be used here (None: it can), for `pgtarn check`."""
+    try:
+        _load()
+    except PamUnavailable as exc:
+        return str(exc)
+    return None
 
 
 def authenticate(service: str, user: str, password: str, rhost: str) -> PamResult:

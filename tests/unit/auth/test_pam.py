@@ -58,3 +58,4 @@ def test_without_libpam_the_error_says_so(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(pam.ctypes.util, "find_library", lambda name: None)
     with pytest.raises(pam.PamUnavailable, match="libpam is not installed"):
         pam.authenticate("pgbouncer", "alice", "s3cret", "127.0.0.1")
+    assert pam.unavailable() == "libpam is not installed"
