@@ -69,7 +69,7 @@ def raise_fd_limit(config: Config) -> None:
 
 
 def read_userlist(config: Config) -> dict[str, str]:
-    if not config.auth_file:
+    if not config.auth_file or config.auth_type == "pam":  # as PgBouncer: PAM alone decides
         return {}
     return load_userlist(config.auth_file)
 

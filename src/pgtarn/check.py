@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .auth.hba import load_hba, load_ident
+from .auth.pam import SERVICE_DIRS, unavailable
 from .auth.userlist import read_userlist_file
 from .config import Config
 from .configfile import read_config_report
@@ -43,6 +44,7 @@ class _Checker:
 
     def __init__(self, config: Config, origins: Mapping[str, str], result: CheckResult):
         self.config, self.origins, self.result = config, origins, result
+        self.pam_rules = False  # the HBA file has a pam rule
 
     def where(self, setting: str) -> str:
         """file:line where `setting` was set; the configuration file for a default."""
@@ -82,10 +84,26 @@ class _Checker:
                                                        self.config.auth_hba_file):
             rules = load_hba(self.config.auth_hba_file, problems)
             self.result.warnings.extend(rules.warnings)
+            self.pam_rules = any(rule.method == "pam" for rule in rules.rules)
         if self.config.auth_ident_file and self.readable("auth_ident_file",
                                                          self.config.auth_ident_file):
             load_ident(self.config.auth_ident_file, problems)
         self.result.errors.extend(problems.errors)
+
+    def pam(self) -> None:
+        """With auth_type = pam or an HBA pam rule: libpam loads, and the service has a
+        file (without one, Linux-PAM quietly uses its "other" service)."""
+        config = self.config
+        if config.auth_type != "pam" and not (config.auth_type == "hba" and self.pam_rules):
+            return
+        reason = unavailable()
+        if reason is not None:
+            self.error("auth_type", f"PAM is not available: {reason}")
+        service = config.auth_pam_service
+        if not any(os.path.isfile(os.path.join(d, service)) for d in SERVICE_DIRS):
+            self.result.warnings.append(
+                f"{self.where('auth_pam_service')}: auth_pam_service: no PAM service file "
+                f'"{service}" in {" or ".join(SERVICE_DIRS)}: PAM uses its "other" service')
 
     def tls(self) -> None:
         builds: dict[str, Callable[[Config], object]] = {
@@ -117,6 +135,7 @@ def check_config(path: str) -> CheckResult:
     checker = _Checker(report.config, report.origins, result)
     checker.userlist()
     checker.hba()
+    checker.pam()
     checker.tls()
     return result
 

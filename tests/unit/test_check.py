@@ -70,3 +70,19 @@ def test_a_misspelt_setting_is_an_error_with_a_suggestion(tmp_path: Path, capsys
     assert not any("unknown setting" in w for w in result.warnings)
     assert run_check([ini]) == 1
     assert "did you mean pool_mode?" in capsys.readouterr().out
+
+
+def test_pam_needs_a_service_file(tmp_path: Path) -> None:
+    ini = write_ini(tmp_path, "[pgbouncer]\nauth_type = pam\n"
+                    "auth_pam_service = pgtarn-no-such-service\n")
+    result = check_config(ini)
+    assert [w for w in result.warnings if "auth_pam_service" in w] == [
+        f'{ini}:3: auth_pam_service: no PAM service file "pgtarn-no-such-service" in '
+        '/etc/pam.d or /usr/lib/pam.d: PAM uses its "other" service']
+    (tmp_path / "hba.conf").write_text("host all all 127.0.0.1/32 md5\n")
+    ini = write_ini(tmp_path, "[pgbouncer]\nauth_type = hba\n"
+                    f"auth_hba_file = {tmp_path / 'hba.conf'}\n"
+                    "auth_pam_service = pgtarn-no-such-service\n")
+    assert not [w for w in check_config(ini).warnings if "auth_pam_service" in w]  # no pam rule
+    (tmp_path / "hba.conf").write_text("host all all 127.0.0.1/32 pam\n")
+    assert [w for w in check_config(ini).warnings if "auth_pam_service" in w]

@@ -21,9 +21,10 @@ _MAX_INCLUDE_DEPTH = 10  # as PostgreSQL: stops @file loops
 # hostgssenc never matches and hostnogssenc matches every TCP connection: pgtarn has no GSSAPI
 # encryption, so no client can ever be using it.
 _CONN_TYPES = frozenset({"local", "host", "hostssl", "hostnossl", "hostgssenc", "hostnogssenc"})
-_METHODS = frozenset({"trust", "reject", "md5", "password", "scram-sha-256", "cert", "peer"})
+_METHODS = frozenset({"trust", "reject", "md5", "password", "scram-sha-256", "cert", "peer",
+                      "pam"})
 # Accepted so that a PostgreSQL file loads, but such rules reject: failing closed is safe.
-_UNSUPPORTED_METHODS = frozenset({"ldap", "pam", "gss", "sspi", "radius", "ident", "bsd"})
+_UNSUPPORTED_METHODS = frozenset({"ldap", "gss", "sspi", "radius", "ident", "bsd"})
 _MAP_METHODS = frozenset({"ident", "peer", "gss", "sspi", "cert"})
 _OPTIONS = frozenset({
     "map", "clientcert", "clientname", "include_realm", "compat_realm", "upn_username",
@@ -356,6 +357,11 @@ def _parse_rule(fields: _LineFields, read_file: Callable[[str], str]) -> HbaRule
     if method == "cert":
         clientcert = "verify-full"  # a cert login always verifies the certificate fully
     unsupported = method if method in _UNSUPPORTED_METHODS else None
+    if method == "pam" and ("pamservice" in options or options.get("pam_use_hostname", "0")
+                            != "0"):
+        # pgtarn asks one service (auth_pam_service), and PAM_RHOST is always the address
+        unsupported = "pam with " + ("pamservice" if "pamservice" in options
+                                     else "pam_use_hostname")
     return HbaRule(fields.line, conn_type, databases, users, address,
                    "reject" if unsupported else method, options.get("map"), clientcert,
                    unsupported)

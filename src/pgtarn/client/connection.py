@@ -39,6 +39,7 @@ from ..proto.cancelkey import as_issued, peer_of, worker_of
 from ..proto.client_login import (
     Authenticated,
     CancelRequested,
+    CheckPassword,
     ClientLogin,
     Close,
     Event,
@@ -55,6 +56,7 @@ from ..server.replication import ReplicationServer, request_replication
 from ..states import READY_STATE, ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, peer_address
+from .pam_login import check_password
 from .relay import ClientRelay
 from .transport import NO_KEY
 
@@ -137,7 +139,6 @@ class ClientConnection(ClientRelay):
                      monotonic() - self.created_at)
         self.runtime.on_client_gone()
 
-
     def data_received(self, data: bytes) -> None:
         try:
             if self.state is READY_STATE:
@@ -196,6 +197,8 @@ class ClientConnection(ClientRelay):
                     self._tls_requested(login, direct)
                 case CancelRequested(key):
                     self._cancel_request(key)
+                case CheckPassword(password):  # PAM, on a thread: _act again when it answers
+                    check_password(self, login, password, self._act)
                 case Close(reason):
                     if reason:
                         self.close_reason = reason  # logged when the connection is lost

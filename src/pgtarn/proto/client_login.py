@@ -11,6 +11,7 @@ await_secret).
     STARTUP --SSLRequest/direct TLS--> TLS_ASKED --accept_tls (StartTls) / refuse_tls--> STARTUP
     STARTUP --StartupMessage--> DECIDING --await_secret--> AUTH (no exchange yet)
     DECIDING or AUTH --begin_auth--> AUTH --Authenticated--> AUTHENTICATED --welcome--> DONE
+    AUTH --CheckPassword--> CHECKING --password_checked--> AUTHENTICATED (or DONE: Failed)
     any --CancelRequested / Failed / Close--> DONE
 """
 
@@ -134,6 +135,20 @@ class Authenticated:
         self.scram_keys = scram_keys
 
 
+@dataclass(init=False, slots=True, repr=False)
+class CheckPassword:
+    """The client sent its cleartext password for a check made elsewhere (PAM): make it,
+    then answer with password_checked."""
+
+    password: Final[str]
+
+    def __init__(self, password: str) -> None:
+        self.password = password
+
+    def __repr__(self) -> str:
+        return "CheckPassword(password=<hidden>)"  # a repr may end up in a log
+
+
 @dataclass(init=False, slots=True)
 class Failed:
     """The login ends with error; response is its ErrorResponse, to send before closing."""
@@ -156,7 +171,8 @@ class Close:
         self.reason = reason
 
 
-Event = Send | TlsRequested | CancelRequested | StartupReceived | Authenticated | Failed | Close
+Event = (Send | TlsRequested | CancelRequested | StartupReceived | CheckPassword | Authenticated
+         | Failed | Close)
 
 
 @dataclass(init=False, slots=True)
@@ -252,6 +268,7 @@ class LoginState(enum.Enum):
     TLS_ASKED = "tls asked"  # TlsRequested: waiting for accept_tls or refuse_tls
     DECIDING = "deciding"  # StartupReceived: waiting for begin_auth or await_secret
     AUTH = "auth"  # the password exchange (or waiting for the secret: no exchange yet)
+    CHECKING = "checking"  # CheckPassword: waiting for password_checked
     AUTHENTICATED = "authenticated"  # waiting for welcome
     DONE = "done"  # welcomed, refused, cancelled or closed: bytes are ignored
 
@@ -295,6 +312,8 @@ class ClientLogin:
                 self._messages(events, data)
             elif state in (LoginState.TLS_ASKED, LoginState.DECIDING):
                 self._unread += data  # read once the caller has answered
+            elif state is LoginState.CHECKING:  # only a Terminate is in order
+                self._messages(events, data)
             elif state is LoginState.AUTHENTICATED:
                 raise ProtocolViolation("message received before ReadyForQuery")
         except PgtarnError as error:
@@ -353,19 +372,31 @@ class ClientLogin:
     def _messages(self, events: list[Event], data: bytes) -> None:
         """Messages of the password exchange: PasswordMessage, or Terminate."""
         auth = self._auth
+        check = False
         for msg_type, body, _end in self._scanner.feed(data):
             if msg_type == 0x58:  # Terminate
                 self.state = LoginState.DONE
                 events.append(Close(""))
                 return
+            if self.state is LoginState.CHECKING:  # the client waits for the verdict
+                raise ProtocolViolation("message received during authentication")
             if auth is None:  # the secret is still being looked up: nothing was asked yet
                 raise ProtocolViolation("message received before an authentication request")
             if msg_type != 0x70:
                 raise ProtocolViolation(f"expected a password message, got {chr(msg_type)!r}")
-            events.append(Send(auth.feed(body)))
+            reply = auth.feed(body)
+            if auth.password is not None:  # checked elsewhere: password_checked answers
+                self.state = LoginState.CHECKING
+                check = True
+                continue
+            events.append(Send(reply))
             if auth.done:  # what the client sent behind it is not read
                 self._authenticated(events, auth)
                 return
+        if check and auth is not None and auth.password is not None:
+            # once every message of the chunk is read: one that breaks the rules ends the
+            # login before any check is made
+            events.append(CheckPassword(auth.password))
 
     def _authenticated(self, events: list[Event], auth: ClientAuth) -> None:
         self.state = LoginState.AUTHENTICATED
@@ -478,6 +509,18 @@ class ClientLogin:
         rest, self._unread = self._unread, b""
         if rest:
             events += self.receive_data(rest)
+        return events
+
+    def password_checked(self, error: PgtarnError | None) -> list[Event]:
+        """After CheckPassword: the check's verdict (None: the password is right; else the
+        error the login ends with)."""
+        self._expect(LoginState.CHECKING)
+        auth = self._auth
+        assert auth is not None
+        if error is not None:
+            return [self._fail(error)]
+        events: list[Event] = [Send(auth.checked())]
+        self._authenticated(events, auth)
         return events
 
     def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str],

@@ -27,6 +27,9 @@ from . import build
 from .messages import parse_password, parse_sasl_initial_response
 
 PASSWORD_AUTH_TYPES = ("md5", "scram-sha-256", "plain")
+#: Auth types whose cleartext password something outside the exchange checks (PAM, on a
+#: thread): the exchange hands the password over (`password`) and waits for the verdict.
+CHECKED_ELSEWHERE = frozenset({"pam"})
 
 
 def _failed() -> AuthFailed:
@@ -62,6 +65,8 @@ class ClientAuth:
         self._iterations = scram_iterations
         self._known = secret is not None
         self._client_first_seen = False
+        #: The cleartext password to be checked elsewhere (CHECKED_ELSEWHERE), once received.
+        self.password: str | None = None
         #: Set by the first error: the exchange is over, later messages are refused (a caller
         #: that kept reading could otherwise let a client try password after password).
         self.failed = False
@@ -74,6 +79,8 @@ class ClientAuth:
             self.method = "trust"
         elif auth_type == "plain":
             self.method = "plain"
+        elif auth_type in CHECKED_ELSEWHERE:
+            self.method = "elsewhere"
         elif auth_type == "md5":
             self.method = "scram" if verifier is not None else "md5"
         elif auth_type == "scram-sha-256":
@@ -89,7 +96,7 @@ class ClientAuth:
         if self.method == "trust":
             self.done = True
             return build.AUTH_OK
-        if self.method == "plain":
+        if self.method in ("plain", "elsewhere"):
             return build.authentication(3)
         if self.method == "md5":
             self._md5_salt = secrets.token_bytes(4)
@@ -110,7 +117,7 @@ class ClientAuth:
 
     def feed(self, body: bytes) -> bytes:
         """Handle one PasswordMessage body; return the next message to send."""
-        if self.done:
+        if self.done or self.password is not None:
             raise ProtocolViolation("unexpected password message after authentication")
         if self.failed:
             raise ProtocolViolation("unexpected password message after a failed authentication")
@@ -123,6 +130,9 @@ class ClientAuth:
     def _feed(self, body: bytes) -> bytes:
         if self.method == "plain":
             return self._check_plain(parse_password(body))
+        if self.method == "elsewhere":
+            self.password = _cleartext(parse_password(body))
+            return b""
         if self.method == "md5":
             response = parse_password(body)
             if not self._known or self.secret is None:
@@ -155,6 +165,14 @@ class ClientAuth:
         self.done = True
         return build.authentication(12, final) + build.AUTH_OK
 
+    def checked(self) -> bytes:
+        """The password checked elsewhere was right: AuthenticationOk."""
+        if self.password is None or self.done or self.failed:
+            raise RuntimeError("no password waits for a check")
+        self.password = None  # not kept past its check
+        self.done = True
+        return build.AUTH_OK
+
     def _check_plain(self, password_bytes: bytes) -> bytes:
         try:
             password = password_bytes.decode()
@@ -177,6 +195,19 @@ class ClientAuth:
             raise _failed()
         self.done = True
         return build.AUTH_OK
+
+
+def _cleartext(password: bytes) -> str:
+    """A password to check elsewhere; an empty one is refused, as PostgreSQL refuses it,
+    since some PAM stacks let an account without a password in with one."""
+    if not password:
+        raise AuthFailed("empty password returned by client", severity="FATAL")
+    if b"\x00" in password:  # C strings: PAM would see only its first part
+        raise ProtocolViolation("invalid password packet size")
+    try:
+        return password.decode()
+    except UnicodeDecodeError:
+        raise _failed() from None
 
 
 @lru_cache(maxsize=4)

@@ -330,7 +330,7 @@ def test_errors_name_file_and_line(text: str, line: int, fragment: str) -> None:
     assert fragment in message
 
 
-@pytest.mark.parametrize("method", ["ldap", "pam", "gss", "sspi", "radius", "ident", "bsd"])
+@pytest.mark.parametrize("method", ["ldap", "gss", "sspi", "radius", "ident", "bsd"])
 def test_unsupported_methods_reject_with_a_warning(method: str) -> None:
     rules = hba(f"local all postgres peer\n\nhost all all all {method} ldapserver=x\n"
                 "host all all all trust")
@@ -340,6 +340,24 @@ def test_unsupported_methods_reject_with_a_warning(method: str) -> None:
     assert rules.warnings == (
         f'{HBA_PATH}:3: authentication method "{method}" is not supported; this rule rejects '
         "the connections it matches",
+    )
+
+
+def test_pam_is_a_method() -> None:
+    rules = hba("host all all all pam pam_use_hostname=0\nlocal all all pam")
+    assert [(r.method, r.unsupported_method) for r in rules.rules] == [("pam", None)] * 2
+    assert rules.warnings == ()
+
+
+@pytest.mark.parametrize("option", ["pamservice=other", "pam_use_hostname=1"])
+def test_pam_with_options_pgtarn_cannot_honour_rejects_with_a_warning(option: str) -> None:
+    # one service (auth_pam_service) for all; PAM_RHOST is always the address
+    rules = hba(f"host all all all pam {option}")
+    assert rules.rules[0].method == "reject"
+    name = option.split("=")[0]
+    assert rules.warnings == (
+        f'{HBA_PATH}:1: authentication method "pam with {name}" is not supported; this rule '
+        "rejects the connections it matches",
     )
 
 
@@ -380,7 +398,7 @@ def test_regex_database_and_user() -> None:
 
 
 def test_methods_are_kept() -> None:
-    methods = ["trust", "reject", "md5", "password", "scram-sha-256"]
+    methods = ["trust", "reject", "md5", "password", "scram-sha-256", "pam"]
     rules = hba("\n".join(f"host all all all {m}" for m in methods) + "\nlocal all all peer")
     assert [r.method for r in rules.rules] == [*methods, "peer"]
 

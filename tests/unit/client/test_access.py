@@ -19,6 +19,7 @@ hostssl  all  cacerts  0.0.0.0/0 md5 clientcert=verify-ca
 hostssl  all  all    0.0.0.0/0   cert map=m
 host     all  all    ::1/128     password
 host     all  all    10.0.0.0/8  reject
+host     all  pamuser 0.0.0.0/0  pam
 """, "pg_hba.conf", lambda path: "")
 IDENT = parse_ident("m  alice  app\nm  /^(.*)-cert$  \\1\n", "pg_ident.conf")
 
@@ -71,6 +72,7 @@ def test_hba_rules_in_order() -> None:
     assert "clientcert=verify-full" in refused(HBA_CONFIG, conn(tls=True, cert="x"), "certs")
     assert method(HBA_CONFIG, conn(address="::1")) == "plain"
     assert "rejects connection" in refused(HBA_CONFIG, conn(address="10.1.2.3"))
+    assert method(HBA_CONFIG, conn(), "pamuser") == "pam"
     assert refused(HBA_CONFIG, conn()) == (
         'no pg_hba.conf entry for host "127.0.0.1", user "app", database "db", no encryption')
 
