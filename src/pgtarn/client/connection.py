@@ -133,8 +133,7 @@ class ClientConnection(ClientRelay):
                 reason = "client closed the connection"
             else:
                 reason = f"client connection error: {exc}"
-            log.info("%r: closing because: %s (age=%ds)", self, reason,
-                     monotonic() - self.created_at)
+            self.log_closing(reason)  # (unless close() has written it)
         self.runtime.on_client_gone()
 
 
