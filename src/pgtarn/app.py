@@ -11,21 +11,20 @@ import itertools
 import logging
 import os
 import resource
-import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, cast
 
 from . import __version__, systemd
-from .admin import commands, fanout
+from .admin import fanout
 from .admin.tables import database_totals
 from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
 from .auth.userlist import load_userlist
 from .client.connection import ClientConnection, cancel_by_key
 from .config import SETTINGS, Config
 from .configfile import load_config
-from .errors import ConfigError, PgtarnError
+from .errors import ConfigError
 from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging
 from .net.accept import SocketServer
@@ -42,12 +41,10 @@ from .server.connection import ServerConnection
 from .server.health import start_health
 from .server.launch import launch_server
 from .server.listener import Listener
+from .shutdown import Stopping
 from .workers.sockets import tcp_listeners, unix_listener
 
 log = logging.getLogger("pgtarn")
-
-SHUTDOWN_ERROR = PgtarnError("pgtarn is shutting down", sqlstate="57P01", severity="FATAL")
-
 
 def raise_fd_limit(config: Config) -> None:
     """Lift the soft RLIMIT_NOFILE towards what max_client_conn and the pools may need.
@@ -208,18 +205,9 @@ def join_rolling_restart(app: App, link: Coordinator) -> None:
             {"kind": "reboot_cancel", "key": list(key)})
 
 
-def signalled(name: str, doing: str, command: Callable[[], object]) -> None:
-    """Run an admin command for a signal; log what it did, or why it was ignored."""
-    try:
-        command()
-    except PgtarnError as exc:
-        log.info("%s ignored: %s", name, exc.message)
-        return
-    log.info("%s: %s", name, doing)
-
-
-class App:
-    """One pgtarn process: the whole pooler, or one worker of workers = N."""
+class App(Stopping):
+    """One pgtarn process: the whole pooler, or one worker of workers = N (its signals and
+    shutdown: shutdown.py's Stopping)."""
 
     def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False,
                  worker: WorkerSetup | None = None, reboot: bool = False, user: str = "") -> None:
@@ -233,6 +221,7 @@ class App:
         self.takeover_listener: socket.socket | None = None
         self.takeover: Any = None
         self.keep_pidfile = False
+        self.handed = False
         self.link: Coordinator | None = None
         self.verbose = verbose
         self.quiet = quiet
@@ -283,15 +272,7 @@ class App:
             with open(config.pidfile, "w") as f:
                 f.write(f"{os.getpid()}\n")
         drop_privileges(self.user or config.user)  # (a worker: once it has its sockets)
-        for signum, handler in (
-            (signal.SIGHUP, self.reload),
-            (signal.SIGTERM, lambda: self.shutdown("clients", signalled=True)),
-            (signal.SIGINT, lambda: self.shutdown("servers", signalled=True)),
-            (signal.SIGQUIT, lambda: self.shutdown("now", signalled=True)),
-            (signal.SIGUSR1, self.pause),
-            (signal.SIGUSR2, self.resume),
-        ):
-            loop.add_signal_handler(signum, handler)
+        self.watch_signals(loop, self.reload)
         self._open_forced_pools()
         runtime.spawn(self._janitor())
         runtime.spawn(self._stats_loop())
@@ -363,8 +344,8 @@ class App:
             listener.close()
 
     def handed_over(self) -> None:
-        """A new pgtarn serves our sockets: its pidfile is not ours to remove."""
-        self.keep_pidfile = True
+        """A new pgtarn serves our sockets: its pidfile and unix socket are not ours."""
+        self.keep_pidfile = self.handed = True
 
     async def _serve(self, sockets: Iterable[socket.socket]) -> None:
         """Serve listening sockets (our own, the supervisor's, an old pgtarn's, systemd's):
@@ -439,14 +420,6 @@ class App:
                     overall.bytes_sent, overall.xact_time, overall.query_time,
                     overall.wait_time,
                 )
-
-    def pause(self) -> None:
-        """SIGUSR1: as the admin console's PAUSE (servers closed as they are released)."""
-        signalled("SIGUSR1", "pausing", lambda: commands.start_pause(self.runtime, None))
-
-    def resume(self) -> None:
-        """SIGUSR2: as RESUME (after PAUSE or SUSPEND)."""
-        signalled("SIGUSR2", "resuming", lambda: commands.resume(self.runtime, None))
 
     def _open_forced_pools(self) -> None:
         """Databases with a forced user have their pool from the start, for min_pool_size."""
@@ -529,64 +502,10 @@ class App:
                  f"changed by {source}", ", ".join(report.changed) or "nothing")
         return report
 
-    def shutdown(self, mode: str, signalled: bool = False) -> None:
-        """clients: exit when clients left; servers: when servers are released; now: at once.
-
-        As PgBouncer: a SIGINT or SIGTERM while a shutdown is under way exits at once; so does
-        the admin console's SHUTDOWN (or SHUTDOWN WAIT_FOR_CLIENTS) then.
-        """
-        if self.stopping is not None and (signalled or mode != "servers"):
-            mode = "now"
-        self.stopping = mode
-        log.info("shutdown requested (%s)", mode)
-        systemd.stopping()
-        for server in self.servers:
-            server.close()
-        self.runtime.accepting = False
-        self.runtime.on_client_gone = self._on_client_gone
-        if mode == "servers":
-            # as PAUSE: transactions under way finish; as PgBouncer, clients waiting for a
-            # server, and those that ask for one from now on, are disconnected
-            self.runtime.registry.pause()
-            self.runtime.registry.refuse_waiting(SHUTDOWN_ERROR)
-        if mode == "now":
-            self._finish()
-            return
-        self.runtime.spawn(self._wait_done())
-
-    async def _wait_done(self) -> None:
-        while not self._check_done():
-            await asyncio.sleep(0.05)
-
-    def _on_client_gone(self) -> None:
-        self._check_done()
-
-    def _check_done(self) -> bool:
-        if self.stopping == "clients":
-            busy = bool(self.runtime.clients)
-        else:
-            busy = any(pool.active or pool.tested or pool.being_canceled
-                       for pool in self.runtime.registry)
-        if not busy:
-            self._finish()
-        return not busy
-
-    def _finish(self) -> None:
-        if self.done is not None and not self.done.done():
-            self.done.set_result(None)
-
     def _cleanup(self) -> None:
         if self.metrics_server is not None:
             self.metrics_server.close()
-        for client in list(self.runtime.clients.values()):
-            client.close(SHUTDOWN_ERROR)
-        for pool in self.runtime.registry:
-            for server in [*pool.idle, *pool.active, *pool.tested, *pool.being_canceled]:
-                server.close("shutdown")
-            if pool.board is not None:
-                pool.board.close("shutdown")
-        self.runtime.registry.close_checks()
-        self.runtime.close_lookups(shutdown=True)
+        self.close_connections()
         if self.unix_path:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)

@@ -239,6 +239,7 @@ def shutdown(runtime: Runtime, arg: str | None) -> Outcome:
     mode = modes.get(arg.lower() if arg is not None else None)
     if mode is None or runtime.control is None:
         raise _error(f"invalid command 'SHUTDOWN {arg}', use SHOW HELP;")
+    log.info("SHUTDOWN %scommand issued", f"{arg.upper()} " if arg is not None else "")
     runtime.control.shutdown(mode)
     return None if mode == "now" else _result("SHUTDOWN")
 
