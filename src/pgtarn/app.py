@@ -29,7 +29,7 @@ from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging
 from .net.accept import SocketServer
 from .net.sockets import keepalive_listeners, tcp_options
-from .net.tls import client_context, own_certificate_hash, server_context
+from .net.tls import TLS_FILES, TlsSetup, tls_changes, tls_setup
 from .pool.pool import Pool
 from .pool.registry import Registry
 from .pool.stats import Totals, averages, sum_totals
@@ -63,6 +63,15 @@ def raise_fd_limit(config: Config) -> None:
     if soft != resource.RLIM_INFINITY and soft < needed:
         log.warning("file descriptor limit %d is below the %d that max_client_conn %d and "
                     "the pools may need", soft, needed, config.max_client_conn)
+
+
+def tls_setup_logged(config: Config) -> TlsSetup:
+    """config's TLS contexts; a failure logged with PgBouncer's words, then raised."""
+    try:
+        return tls_setup(config)
+    except ConfigError as exc:
+        log.error("TLS setup failed: %s", exc)
+        raise
 
 
 def read_userlist(config: Config) -> dict[str, str]:
@@ -238,8 +247,9 @@ class App(Stopping):
             log.warning("config: %s", warning)
         raise_fd_limit(config)
         runtime = Runtime(config, read_userlist(config))
-        runtime.client_tls, runtime.server_tls = client_context(config), server_context(config)
-        runtime.client_tls_binding = own_certificate_hash(config)
+        tls = tls_setup_logged(config)
+        runtime.client_tls, runtime.server_tls = tls.client, tls.server
+        runtime.client_tls_binding = tls.binding
         runtime.hba, runtime.ident = read_hba(config)
         self.runtime = runtime
         runtime.control = self
@@ -440,22 +450,38 @@ class App(Stopping):
                 log.warning("config: %s", warning)
             return self.apply(config, "reload")
 
+    def _tls_setup(self, old: Config, config: Config, source: str,
+                   report: ReloadReport) -> TlsSetup | None:
+        """config's TLS contexts; None: keep the running ones. As PgBouncer, a SET of a TLS
+        file that leaves its pair unloadable (the key set before its certificate) is taken,
+        with a warning, and the contexts change once the files load; anything else that
+        fails refuses the change (ConfigError)."""
+        try:
+            return tls_setup_logged(config)
+        except ConfigError:
+            if source != "SET" or not tls_changes(old, config) <= TLS_FILES:
+                raise
+        log.warning("SET: TLS settings could not be applied, still using the old TLS "
+                    "configuration")
+        report.warnings.append("TLS settings could not be applied, still using old "
+                               "configuration")
+        return None
+
     def apply(self, config: Config, source: str = "reload") -> ReloadReport:
         """Put config in force, for RELOAD and the admin console's SET alike: auth_file,
         TLS contexts, hba and logging are made from it anew (the old ones stay when one
         fails); settings that change only at restart keep their old values."""
+        old = self.runtime.config
+        report = ReloadReport()
         try:
             userlist = read_userlist(config)
             # certificates, keys and CA files are read again, whether or not a setting changed
-            client_tls, server_tls = client_context(config), server_context(config)
-            client_tls_binding = own_certificate_hash(config)
+            tls = self._tls_setup(old, config, source, report)
             hba, ident = read_hba(config)
             setup_logging(config, self.verbose, self.quiet)
         except (ConfigError, OSError) as exc:
             log.error("%s failed, keeping the old configuration: %s", source, exc)
             return ReloadReport(error=str(exc))
-        old = self.runtime.config
-        report = ReloadReport()
         for name, setting in SETTINGS.items():
             if getattr(old, name) == getattr(config, name):
                 continue
@@ -476,22 +502,24 @@ class App(Stopping):
                 report.changed.append(f"[peers] {peer_id}")
         self.runtime.config, self.runtime.tcp_options = config, tcp_options(config)
         self.runtime.userlist = userlist
-        self.runtime.client_tls, self.runtime.server_tls = client_tls, server_tls
-        self.runtime.client_tls_binding = client_tls_binding
+        if tls is not None:
+            self.runtime.client_tls, self.runtime.server_tls = tls.client, tls.server
+            self.runtime.client_tls_binding = tls.binding
         self.runtime.hba, self.runtime.ident = hba, ident
         self.runtime.close_lookups()
         forget_derived_secrets()
         raise_fd_limit(config)
         keepalive_listeners(self.servers, config.tcp_keepalive)
         self.runtime.registry.apply(config)
-        if any(name.startswith("server_tls") or name == "server_channel_binding"
-               for name in report.changed):
+        if tls is not None and any(name.startswith("server_tls")
+                                   or name == "server_channel_binding"
+                                   for name in report.changed):
             # as PgBouncer: servers made under the old TLS settings are replaced, idle ones
-            # now, the others when released
+            # now (with its words), the others when released
             for pool in self.runtime.registry:
                 for server in pool.servers():
                     server.close_needed = True
-                pool.close_idle("server TLS settings changed")
+                pool.close_idle("database configuration changed")
         if "max_prepared_statements" in report.changed and config.max_prepared_statements:
             # servers keep at most the new number: the oldest are closed at their next Parse
             for view in self.runtime.servers():

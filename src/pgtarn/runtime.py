@@ -43,6 +43,8 @@ class ReloadReport:
     changed: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     error: str | None = None
+    #: What the admin console is told besides (a SET whose TLS files cannot be loaded yet).
+    warnings: list[str] = field(default_factory=list)
 
 
 class Control(Protocol):

@@ -263,7 +263,7 @@ def set_setting(runtime: Runtime, key: str, value: str) -> Result:
     if report.error is not None:
         raise _error(f"SET failed: {report.error}")
     log.info("SET %s", name)  # the value may be a secret-bearing query: not logged
-    return _result(f"SET {name}={value}")
+    return _result(f"SET {name}={value}", [notice(text) for text in report.warnings])
 
 
 COMMANDS: dict[str, Callable[[Runtime, str | None], Outcome]] = {

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..auth.endpoint import certificate_hash
@@ -164,6 +165,32 @@ def server_context(config: Config) -> ssl.SSLContext | None:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+#: The TLS file settings: an admin SET of one may leave a pair that cannot be loaded yet
+#: (the key set before its certificate), which the running contexts then outlive.
+TLS_FILES = frozenset({"client_tls_key_file", "client_tls_cert_file", "client_tls_ca_file",
+                       "server_tls_key_file", "server_tls_cert_file", "server_tls_ca_file"})
+
+
+@dataclass(frozen=True)
+class TlsSetup:
+    """The TLS contexts made from the settings, and the channel binding of our certificate."""
+
+    client: ssl.SSLContext | None
+    server: ssl.SSLContext | None
+    binding: bytes | None
+
+
+def tls_setup(config: Config) -> TlsSetup:
+    """Every TLS context of config, its files read now (ConfigError: one cannot be made)."""
+    return TlsSetup(client_context(config), server_context(config), own_certificate_hash(config))
+
+
+def tls_changes(old: Config, new: Config) -> set[str]:
+    """The TLS settings (client_tls*, server_tls*) that differ between old and new."""
+    return {f.name for f in fields(new) if f.name.startswith(("client_tls", "server_tls"))
+            and getattr(old, f.name) != getattr(new, f.name)}
 
 
 class _RawSide(asyncio.Protocol):
