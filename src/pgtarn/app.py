@@ -29,7 +29,7 @@ from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging
 from .net.accept import SocketServer
 from .net.sockets import keepalive_listeners, tcp_options
-from .net.tls import TLS_FILES, TlsSetup, tls_changes, tls_setup
+from .net.tls import TLS_MODES, TlsSetup, tls_changes, tls_setup
 from .pool.pool import Pool
 from .pool.registry import Registry
 from .pool.stats import Totals, averages, sum_totals
@@ -453,13 +453,13 @@ class App(Stopping):
     def _tls_setup(self, old: Config, config: Config, source: str,
                    report: ReloadReport) -> TlsSetup | None:
         """config's TLS contexts; None: keep the running ones. As PgBouncer, a SET of a TLS
-        file that leaves its pair unloadable (the key set before its certificate) is taken,
-        with a warning, and the contexts change once the files load; anything else that
-        fails refuses the change (ConfigError)."""
+        setting that cannot be loaded (a key set before its certificate) is taken, with a
+        warning, and the contexts change once the settings load; a RELOAD or a SET of an
+        sslmode that fails refuses the change (ConfigError)."""
         try:
             return tls_setup_logged(config)
         except ConfigError:
-            if source != "SET" or not tls_changes(old, config) <= TLS_FILES:
+            if source != "SET" or tls_changes(old, config) & TLS_MODES:
                 raise
         log.warning("SET: TLS settings could not be applied, still using the old TLS "
                     "configuration")

@@ -461,3 +461,28 @@ def test_a_reload_with_a_missing_tls_file_logs_tls_setup_failed(pgtarn_factory, 
     assert "No such file or directory" in log
     with connect(proc, sslmode="require") as conn:  # the old configuration is kept
         assert tls_in_use(conn)
+
+
+def test_client_tls13_ciphers_choose_the_suite(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    def suites_in_use(proc: Any) -> set[str]:
+        with admin(proc, sslmode="require") as console:
+            return {r["tls"] for r in show(console, "CLIENTS") if r["database"] == "app"}
+
+    chacha, aes = "TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_256_GCM_SHA384"
+    proc = pgtarn_factory(settings=tls_settings(
+        pki, "require", client_tls_protocols="tlsv1.3", client_tls13_ciphers=chacha))
+    with connect(proc, sslmode="require"):
+        assert suites_in_use(proc) == {f"TLSv1.3/{chacha}"}
+    assert f"tls=TLSv1.3/{chacha}" in proc.log_text()  # the login line, as PgBouncer's
+    with admin(proc) as console:
+        notices = console_notices(console)
+        console.execute(f"SET client_tls13_ciphers = '{aes}'")
+        with connect(proc, sslmode="require"):
+            assert suites_in_use(proc) == {f"TLSv1.3/{aes}"}
+        # as PgBouncer: taken with a NOTICE, the suites in force stay
+        console.execute("SET client_tls13_ciphers = 'unknown'")
+        assert notices == ["TLS settings could not be applied, still using old configuration"]
+        with connect(proc, sslmode="require"):
+            assert suites_in_use(proc) == {f"TLSv1.3/{aes}"}
+    assert "TLS setup failed: client_tls13_ciphers: failed to set the TLSv1.3 cipher " \
+           "suites: unknown" in proc.log_text()
