@@ -107,6 +107,7 @@ class Stopping:
         systemd.stopping()
         self._close_listeners()
         self.runtime.accepting = False
+        self.runtime.console_only = not self.handed
         self.runtime.on_client_gone = self._on_client_gone
         if mode == "servers":
             # as PAUSE: transactions under way finish; as PgBouncer, clients waiting for a

@@ -279,7 +279,7 @@ class ClientConnection(ClientRelay):
                 self._begin_auth(login, "any", None)
                 return
         else:
-            if not self.runtime.accepting:  # a shutdown keeps the unix socket for the console
+            if self.runtime.console_only:  # a shutdown keeps the unix socket for the console
                 raise PgtarnError("pooler is shutting down", sqlstate="57P03")
             db = config.find_database(database)
             if db is None:
