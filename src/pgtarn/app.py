@@ -11,26 +11,25 @@ import itertools
 import logging
 import os
 import resource
-import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, cast
 
 from . import __version__, systemd
-from .admin import commands, fanout
+from .admin import fanout
 from .admin.tables import database_totals
 from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
 from .auth.userlist import load_userlist
 from .client.connection import ClientConnection, cancel_by_key
 from .config import SETTINGS, Config
 from .configfile import load_config
-from .errors import ConfigError, PgtarnError
+from .errors import ConfigError
 from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging
 from .net.accept import SocketServer
 from .net.sockets import keepalive_listeners, tcp_options
-from .net.tls import client_context, own_certificate_hash, server_context
+from .net.tls import TLS_MODES, TlsSetup, tls_changes, tls_setup
 from .pool.pool import Pool
 from .pool.registry import Registry
 from .pool.stats import Totals, averages, sum_totals
@@ -42,12 +41,10 @@ from .server.connection import ServerConnection
 from .server.health import start_health
 from .server.launch import launch_server
 from .server.listener import Listener
+from .shutdown import Stopping
 from .workers.sockets import tcp_listeners, unix_listener
 
 log = logging.getLogger("pgtarn")
-
-SHUTDOWN_ERROR = PgtarnError("pgtarn is shutting down", sqlstate="57P01", severity="FATAL")
-
 
 def raise_fd_limit(config: Config) -> None:
     """Lift the soft RLIMIT_NOFILE towards what max_client_conn and the pools may need.
@@ -66,6 +63,15 @@ def raise_fd_limit(config: Config) -> None:
     if soft != resource.RLIM_INFINITY and soft < needed:
         log.warning("file descriptor limit %d is below the %d that max_client_conn %d and "
                     "the pools may need", soft, needed, config.max_client_conn)
+
+
+def tls_setup_logged(config: Config) -> TlsSetup:
+    """config's TLS contexts; a failure logged with PgBouncer's words, then raised."""
+    try:
+        return tls_setup(config)
+    except ConfigError as exc:
+        log.error("TLS setup failed: %s", exc)
+        raise
 
 
 def read_userlist(config: Config) -> dict[str, str]:
@@ -208,18 +214,9 @@ def join_rolling_restart(app: App, link: Coordinator) -> None:
             {"kind": "reboot_cancel", "key": list(key)})
 
 
-def signalled(name: str, doing: str, command: Callable[[], object]) -> None:
-    """Run an admin command for a signal; log what it did, or why it was ignored."""
-    try:
-        command()
-    except PgtarnError as exc:
-        log.info("%s ignored: %s", name, exc.message)
-        return
-    log.info("%s: %s", name, doing)
-
-
-class App:
-    """One pgtarn process: the whole pooler, or one worker of workers = N."""
+class App(Stopping):
+    """One pgtarn process: the whole pooler, or one worker of workers = N (its signals and
+    shutdown: shutdown.py's Stopping)."""
 
     def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False,
                  worker: WorkerSetup | None = None, reboot: bool = False, user: str = "") -> None:
@@ -233,6 +230,7 @@ class App:
         self.takeover_listener: socket.socket | None = None
         self.takeover: Any = None
         self.keep_pidfile = False
+        self.handed = False
         self.link: Coordinator | None = None
         self.verbose = verbose
         self.quiet = quiet
@@ -249,8 +247,9 @@ class App:
             log.warning("config: %s", warning)
         raise_fd_limit(config)
         runtime = Runtime(config, read_userlist(config))
-        runtime.client_tls, runtime.server_tls = client_context(config), server_context(config)
-        runtime.client_tls_binding = own_certificate_hash(config)
+        tls = tls_setup_logged(config)
+        runtime.client_tls, runtime.server_tls = tls.client, tls.server
+        runtime.client_tls_binding = tls.binding
         runtime.hba, runtime.ident = read_hba(config)
         self.runtime = runtime
         runtime.control = self
@@ -283,15 +282,7 @@ class App:
             with open(config.pidfile, "w") as f:
                 f.write(f"{os.getpid()}\n")
         drop_privileges(self.user or config.user)  # (a worker: once it has its sockets)
-        for signum, handler in (
-            (signal.SIGHUP, self.reload),
-            (signal.SIGTERM, lambda: self.shutdown("clients", signalled=True)),
-            (signal.SIGINT, lambda: self.shutdown("servers", signalled=True)),
-            (signal.SIGQUIT, lambda: self.shutdown("now", signalled=True)),
-            (signal.SIGUSR1, self.pause),
-            (signal.SIGUSR2, self.resume),
-        ):
-            loop.add_signal_handler(signum, handler)
+        self.watch_signals(loop, self.reload)
         self._open_forced_pools()
         runtime.spawn(self._janitor())
         runtime.spawn(self._stats_loop())
@@ -363,8 +354,8 @@ class App:
             listener.close()
 
     def handed_over(self) -> None:
-        """A new pgtarn serves our sockets: its pidfile is not ours to remove."""
-        self.keep_pidfile = True
+        """A new pgtarn serves our sockets: its pidfile and unix socket are not ours."""
+        self.keep_pidfile = self.handed = True
 
     async def _serve(self, sockets: Iterable[socket.socket]) -> None:
         """Serve listening sockets (our own, the supervisor's, an old pgtarn's, systemd's):
@@ -440,14 +431,6 @@ class App:
                     overall.wait_time,
                 )
 
-    def pause(self) -> None:
-        """SIGUSR1: as the admin console's PAUSE (servers closed as they are released)."""
-        signalled("SIGUSR1", "pausing", lambda: commands.start_pause(self.runtime, None))
-
-    def resume(self) -> None:
-        """SIGUSR2: as RESUME (after PAUSE or SUSPEND)."""
-        signalled("SIGUSR2", "resuming", lambda: commands.resume(self.runtime, None))
-
     def _open_forced_pools(self) -> None:
         """Databases with a forced user have their pool from the start, for min_pool_size."""
         config = self.runtime.config
@@ -467,22 +450,38 @@ class App:
                 log.warning("config: %s", warning)
             return self.apply(config, "reload")
 
+    def _tls_setup(self, old: Config, config: Config, source: str,
+                   report: ReloadReport) -> TlsSetup | None:
+        """config's TLS contexts; None: keep the running ones. As PgBouncer, a SET of a TLS
+        setting that cannot be loaded (a key set before its certificate) is taken, with a
+        warning, and the contexts change once the settings load; a RELOAD or a SET of an
+        sslmode that fails refuses the change (ConfigError)."""
+        try:
+            return tls_setup_logged(config)
+        except ConfigError:
+            if source != "SET" or tls_changes(old, config) & TLS_MODES:
+                raise
+        log.warning("SET: TLS settings could not be applied, still using the old TLS "
+                    "configuration")
+        report.warnings.append("TLS settings could not be applied, still using old "
+                               "configuration")
+        return None
+
     def apply(self, config: Config, source: str = "reload") -> ReloadReport:
         """Put config in force, for RELOAD and the admin console's SET alike: auth_file,
         TLS contexts, hba and logging are made from it anew (the old ones stay when one
         fails); settings that change only at restart keep their old values."""
+        old = self.runtime.config
+        report = ReloadReport()
         try:
             userlist = read_userlist(config)
             # certificates, keys and CA files are read again, whether or not a setting changed
-            client_tls, server_tls = client_context(config), server_context(config)
-            client_tls_binding = own_certificate_hash(config)
+            tls = self._tls_setup(old, config, source, report)
             hba, ident = read_hba(config)
             setup_logging(config, self.verbose, self.quiet)
         except (ConfigError, OSError) as exc:
             log.error("%s failed, keeping the old configuration: %s", source, exc)
             return ReloadReport(error=str(exc))
-        old = self.runtime.config
-        report = ReloadReport()
         for name, setting in SETTINGS.items():
             if getattr(old, name) == getattr(config, name):
                 continue
@@ -503,22 +502,24 @@ class App:
                 report.changed.append(f"[peers] {peer_id}")
         self.runtime.config, self.runtime.tcp_options = config, tcp_options(config)
         self.runtime.userlist = userlist
-        self.runtime.client_tls, self.runtime.server_tls = client_tls, server_tls
-        self.runtime.client_tls_binding = client_tls_binding
+        if tls is not None:
+            self.runtime.client_tls, self.runtime.server_tls = tls.client, tls.server
+            self.runtime.client_tls_binding = tls.binding
         self.runtime.hba, self.runtime.ident = hba, ident
         self.runtime.close_lookups()
         forget_derived_secrets()
         raise_fd_limit(config)
         keepalive_listeners(self.servers, config.tcp_keepalive)
         self.runtime.registry.apply(config)
-        if any(name.startswith("server_tls") or name == "server_channel_binding"
-               for name in report.changed):
+        if tls is not None and any(name.startswith("server_tls")
+                                   or name == "server_channel_binding"
+                                   for name in report.changed):
             # as PgBouncer: servers made under the old TLS settings are replaced, idle ones
-            # now, the others when released
+            # now (with its words), the others when released
             for pool in self.runtime.registry:
                 for server in pool.servers():
                     server.close_needed = True
-                pool.close_idle("server TLS settings changed")
+                pool.close_idle("database configuration changed")
         if "max_prepared_statements" in report.changed and config.max_prepared_statements:
             # servers keep at most the new number: the oldest are closed at their next Parse
             for view in self.runtime.servers():
@@ -529,64 +530,10 @@ class App:
                  f"changed by {source}", ", ".join(report.changed) or "nothing")
         return report
 
-    def shutdown(self, mode: str, signalled: bool = False) -> None:
-        """clients: exit when clients left; servers: when servers are released; now: at once.
-
-        As PgBouncer: a SIGINT or SIGTERM while a shutdown is under way exits at once; so does
-        the admin console's SHUTDOWN (or SHUTDOWN WAIT_FOR_CLIENTS) then.
-        """
-        if self.stopping is not None and (signalled or mode != "servers"):
-            mode = "now"
-        self.stopping = mode
-        log.info("shutdown requested (%s)", mode)
-        systemd.stopping()
-        for server in self.servers:
-            server.close()
-        self.runtime.accepting = False
-        self.runtime.on_client_gone = self._on_client_gone
-        if mode == "servers":
-            # as PAUSE: transactions under way finish; as PgBouncer, clients waiting for a
-            # server, and those that ask for one from now on, are disconnected
-            self.runtime.registry.pause()
-            self.runtime.registry.refuse_waiting(SHUTDOWN_ERROR)
-        if mode == "now":
-            self._finish()
-            return
-        self.runtime.spawn(self._wait_done())
-
-    async def _wait_done(self) -> None:
-        while not self._check_done():
-            await asyncio.sleep(0.05)
-
-    def _on_client_gone(self) -> None:
-        self._check_done()
-
-    def _check_done(self) -> bool:
-        if self.stopping == "clients":
-            busy = bool(self.runtime.clients)
-        else:
-            busy = any(pool.active or pool.tested or pool.being_canceled
-                       for pool in self.runtime.registry)
-        if not busy:
-            self._finish()
-        return not busy
-
-    def _finish(self) -> None:
-        if self.done is not None and not self.done.done():
-            self.done.set_result(None)
-
     def _cleanup(self) -> None:
         if self.metrics_server is not None:
             self.metrics_server.close()
-        for client in list(self.runtime.clients.values()):
-            client.close(SHUTDOWN_ERROR)
-        for pool in self.runtime.registry:
-            for server in [*pool.idle, *pool.active, *pool.tested, *pool.being_canceled]:
-                server.close("shutdown")
-            if pool.board is not None:
-                pool.board.close("shutdown")
-        self.runtime.registry.close_checks()
-        self.runtime.close_lookups(shutdown=True)
+        self.close_connections()
         if self.unix_path:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)

@@ -43,6 +43,8 @@ class ReloadReport:
     changed: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     error: str | None = None
+    #: What the admin console is told besides (a SET whose TLS files cannot be loaded yet).
+    warnings: list[str] = field(default_factory=list)
 
 
 class Control(Protocol):
@@ -133,6 +135,9 @@ class Runtime:
         self.hosts = HostChooser()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.accepting = True
+        #: A shutdown is under way (not the drain after a --reboot handover, whose clients
+        #: are still served): the unix socket takes admin console logins only.
+        self.console_only = False
         #: In a worker of workers = N, its link to the supervisor; None in a single process.
         self.coordinator: Coordinator | None = None
         #: In a worker of workers = N, the limits it shares with the others; None alone.

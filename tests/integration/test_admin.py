@@ -22,7 +22,7 @@ from pgtarn.proto.server_login import ServerAuth
 from .drivers import connect
 from .pgstat import wait_for, wait_until
 
-TEXT, INT4, NUMERIC = 25, 23, 1700
+TEXT, INT4, INT8, NUMERIC = 25, 23, 20, 1700
 
 
 def _words(text: str) -> list[str]:
@@ -79,6 +79,9 @@ EXPECTED_COLUMNS: dict[str, list[str]] = {
     "SOCKETS": [*SOCKET_COLUMNS, *_words(
         "recv_pos pkt_pos pkt_remain send_pos send_remain pkt_avail send_avail")],
     "PEERS": ["peer_id", "host", "port", "pool_size"],
+    "MEM": ["name", "size", "used", "free", "memtotal"],
+    "DNS_HOSTS": ["hostname", "ttl", "addrs"],
+    "DNS_ZONES": ["zonename", "serial", "count"],
 }
 EXPECTED_COLUMNS["ACTIVE_SOCKETS"] = EXPECTED_COLUMNS["SOCKETS"]
 #: Columns PgBouncer sends as int4 (the others of these tables are text).
@@ -98,6 +101,10 @@ INT_COLUMNS["SERVERS"] = INT_COLUMNS["CLIENTS"]
 INT_COLUMNS["SOCKETS"] = INT_COLUMNS["ACTIVE_SOCKETS"] = INT_COLUMNS["CLIENTS"] | set(
     EXPECTED_COLUMNS["SOCKETS"][-7:])
 INT_COLUMNS["PEERS"] = {"peer_id", "port", "pool_size"}
+INT_COLUMNS["MEM"] = {"size", "used", "free", "memtotal"}
+INT_COLUMNS["DNS_ZONES"] = {"count"}
+#: Columns PgBouncer sends as int8.
+INT8_COLUMNS = {("DNS_HOSTS", "ttl"), ("DNS_ZONES", "serial")}
 
 
 def admin(proc: Any, user: str = "app", password: str | None = "app_pass",
@@ -186,6 +193,8 @@ def test_every_show_has_pgbouncers_columns_and_types(pgtarn_factory) -> None:  #
                 if what.startswith("STATS") or what == "TOTALS" or (what, name) == (
                         "SERVERS", "lag"):
                     expected = TEXT if name in ("database", "name") else NUMERIC
+                elif (what, name) in INT8_COLUMNS:
+                    expected = INT8
                 else:
                     expected = INT4 if name in INT_COLUMNS.get(what, set()) else TEXT
                 assert oid == expected, (what, name, oid)
@@ -259,8 +268,10 @@ def test_show_tables_describe_a_known_state(pgtarn_factory, pg_cluster) -> None:
             assert stats["total_xact_time"] >= stats["total_query_time"] > 0
             assert stats["total_received"] > 0 and stats["total_sent"] > 0
             assert stats["total_client_login_count"] == 3
+            console = {r["database"]: r for r in show(a, "STATS")}["pgbouncer"]
             totals = dict(a.execute("SHOW TOTALS").fetchall())
-            assert totals["total_xact_count"] == 3
+            # the app's 3 and, as PgBouncer counts, each console command (SHOW TOTALS too)
+            assert totals["total_xact_count"] == 3 + console["total_xact_count"] + 1
     finally:
         for h in holders:
             h.close()
@@ -731,3 +742,40 @@ def test_reload_with_a_logfile_that_cannot_be_opened_keeps_everything(pgtarn_fac
     with connect(proc, autocommit=True) as c:
         c.execute("select 1")
     assert Path(proc.logfile).read_text().count("login attempt") == before + 1
+
+
+def test_console_logins_and_commands_are_counted(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    """As PgBouncer: SHOW STATS' "pgbouncer" row counts console logins, and each command as
+    a query and a transaction (SHOW TOTALS adds them to the pools')."""
+    proc = pgtarn_factory()
+    for _ in range(2):
+        with admin(proc) as a:
+            a.execute("SHOW VERSION")
+    with connect(proc, autocommit=True) as c:
+        c.execute("select 1")
+    with admin(proc) as a:
+        row = {r["database"]: r for r in show(a, "STATS")}["pgbouncer"]
+        assert row["total_client_login_count"] == 3
+        assert row["total_query_count"] == row["total_xact_count"] == 3  # 2 SHOW VERSION, this
+        totals = dict(a.execute("SHOW TOTALS").fetchall())
+        assert totals["total_client_login_count"] == 4  # and the app's client
+        assert totals["total_xact_count"] == 5  # and the app's select, and this SHOW
+
+
+def test_show_mem_counts_what_pgtarn_holds(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    with connect(proc, autocommit=True) as c1, connect(proc, autocommit=True) as c2:
+        c1.execute("select 1")
+        c2.execute("select 2")
+        with admin(proc) as a:
+            servers = len(show(a, "SERVERS"))
+            mem = {r["name"]: r for r in show(a, "MEM")}
+            assert mem["clients"]["used"] == 3  # the two and this console session
+            assert mem["servers"]["used"] == servers >= 1
+            assert mem["pools"]["used"] == 1
+            for row in mem.values():
+                assert row["free"] == 0  # nothing is kept for reuse
+                assert row["memtotal"] >= row["size"] * row["used"]
+                assert (row["size"] > 0) == (row["used"] > 0), row
+            # no DNS cache: the system's resolver is asked each time
+            assert show(a, "DNS_HOSTS") == [] and show(a, "DNS_ZONES") == []

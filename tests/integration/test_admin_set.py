@@ -101,10 +101,11 @@ def check_server_tls_certificate(w: Walk) -> None:
     w.set("server_tls_key_file", w.pki.clients["app"].key)
     w.set("server_tls_cert_file", w.pki.clients["app"].cert)
     w.set("server_tls_sslmode", "prefer")
-    # the files are read at SET, as at RELOAD: another user's key does not go with it
-    with pytest.raises(psycopg.errors.ProtocolViolation, match="SET failed"):
-        w.console.execute(f"SET server_tls_key_file = '{w.pki.clients['scram_user'].key}'")
-    assert w.shown("server_tls_key_file") == w.pki.clients["app"].key
+    # the files are read at SET, as at RELOAD: another user's key does not go with it; as
+    # PgBouncer, the SET is taken (its certificate may be SET next) and the TLS in force stays
+    before = w.log_count("TLS setup failed")
+    w.set("server_tls_key_file", w.pki.clients["scram_user"].key)
+    assert w.log_count("TLS setup failed") > before
     with connect(w.proc, autocommit=True) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
 

@@ -1,8 +1,10 @@
 """Shutting down by signal: SIGINT lets transactions finish, SIGTERM lets clients finish,
-a second SIGINT or SIGTERM, or a SIGQUIT, exits at once."""
+a second SIGINT or SIGTERM, or a SIGQUIT, exits at once; meanwhile the unix socket takes
+admin console logins only."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -55,6 +57,18 @@ def exit_code(proc) -> int:  # type: ignore[no-untyped-def]
     return proc.proc.wait(DEADLINE)  # type: ignore[no-any-return]
 
 
+def over_unix(proc, dbname: str) -> psycopg.Connection:  # type: ignore[no-untyped-def,type-arg]
+    """A login through pgtarn's unix socket (as app, an admin user)."""
+    return psycopg.connect(host=proc.socket_dir, port=proc.port, user="app",
+                           password="app_pass", dbname=dbname, autocommit=True,
+                           connect_timeout=3)
+
+
+def closed_without_error(exc: psycopg.OperationalError) -> bool:
+    """The connection was closed under the client: no ErrorResponse came first."""
+    return exc.sqlstate is None and "server closed the connection unexpectedly" in str(exc)
+
+
 def test_sigint_lets_a_transaction_under_way_finish(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
@@ -101,8 +115,8 @@ def test_sigint_gives_waiting_clients_no_server(pgtarn_factory, pg_cluster):  # 
         assert not thread.is_alive()
     assert len(errors) == 1, errors
     assert isinstance(errors[0], psycopg.OperationalError), repr(errors[0])
-    message = str(errors[0]).lower()
-    assert "shutting down" in message or "closed" in message, message
+    assert "server shutting down" in str(errors[0]), errors[0]  # PgBouncer's words
+    assert "closing because: server shutting down" in proc.log_text()
     assert rows(pg_cluster, table) == [1]  # B's INSERT never ran
 
 
@@ -132,8 +146,11 @@ def test_second_sigterm_exits_at_once(pgtarn_factory):  # type: ignore[no-untype
         assert proc.proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert exit_code(proc) == 0
-        with pytest.raises(psycopg.OperationalError):
+        # as PgBouncer, which exits: the connection is closed, with no error sent first
+        with pytest.raises(psycopg.OperationalError) as closed:
             a.execute("SELECT 1")
+        assert closed_without_error(closed.value), closed.value
+    assert "got SIGTERM while shutting down, fast exit" in proc.log_text()
 
 
 def test_sigquit_exits_at_once_mid_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
@@ -194,7 +211,7 @@ def test_sigusr2_does_not_undo_a_sigint_shutdown(pgtarn_factory, pg_cluster):  #
         proc.send_signal(signal.SIGINT)
         assert wait_for(lambda: shutdown_logged(proc, "servers")), proc.log_text()
         proc.send_signal(signal.SIGUSR2)  # RESUME: refused while shutting down
-        assert wait_for(lambda: "SIGUSR2 ignored: pooler is shutting down" in proc.log_text())
+        assert wait_for(lambda: "got SIGUSR2 while shutting down, ignoring" in proc.log_text())
         assert refused_at_connect(proc)  # still not listening
         errors: list[BaseException] = []
         thread = threading.Thread(target=failing_query, args=(b, f"INSERT INTO {table} VALUES (2)",
@@ -235,3 +252,46 @@ def test_shutdown_wait_for_servers_disconnects_paused_clients(pgtarn_factory, pg
     assert len(errors) == 1 and isinstance(errors[0], psycopg.OperationalError), errors
     assert "shutting down" in str(errors[0]), errors[0]
     assert rows(pg_cluster, table) == [1, 3]
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SHUTDOWN WAIT_FOR_CLIENTS"])
+def test_while_clients_are_waited_for_the_unix_socket_takes_admin_logins_only(
+        pgtarn_factory, stop):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory()
+    path = os.path.join(proc.socket_dir, f".s.PGSQL.{proc.port}")
+    with connect(proc, autocommit=True) as a:
+        assert a.execute("SELECT 1").fetchone() == (1,)
+        if stop == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            with admin(proc) as console:
+                assert console.execute(stop).statusmessage == "SHUTDOWN"
+        assert wait_for(lambda: shutdown_logged(proc, "clients")), proc.log_text()
+        assert refused_at_connect(proc)  # TCP: closed
+        with over_unix(proc, "pgbouncer") as console:  # as PgBouncer: the console still works
+            assert console.execute("SHOW VERSION").fetchone() is not None
+        with pytest.raises(psycopg.OperationalError, match="pooler is shutting down"):
+            over_unix(proc, "app")
+        assert proc.proc.poll() is None  # A is still connected
+        assert a.execute("SELECT 2").fetchone() == (2,)
+    assert exit_code(proc) == 0
+    assert not os.path.exists(path)  # gone with the process
+
+
+def test_while_servers_are_waited_for_the_unix_socket_takes_admin_logins_only(
+        pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    table = make_table(pg_cluster, "shut_")
+    proc = pgtarn_factory()
+    with connect(proc) as a, admin(proc) as console:
+        a.execute(f"INSERT INTO {table} VALUES (1)")  # A's transaction holds a server
+        assert console.execute("SHUTDOWN WAIT_FOR_SERVERS").statusmessage == "SHUTDOWN"
+        assert "SHUTDOWN WAIT_FOR_SERVERS command issued" in proc.log_text()
+        assert refused_at_connect(proc)
+        with over_unix(proc, "pgbouncer") as unix_console:
+            assert unix_console.execute("SHOW VERSION").fetchone() is not None
+        with pytest.raises(psycopg.OperationalError, match="pooler is shutting down"):
+            over_unix(proc, "app")
+        assert proc.proc.poll() is None  # A's transaction is waited for
+        a.commit()
+        assert exit_code(proc) == 0  # the console's connection does not keep it
+    assert rows(pg_cluster, table) == [1]

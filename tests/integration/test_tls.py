@@ -410,3 +410,79 @@ def test_reload_with_new_server_tls_settings_replaces_servers(pgtarn_factory, pg
         reload(proc, edit_ini(proc, "server_tls_sslmode = disable",
                               "server_tls_sslmode = require"))
         assert backend_ssl(conn)  # its next transaction gets a server made under the new ones
+    # the idle one was closed with PgBouncer's words for it
+    assert "closing because: database configuration changed" in proc.log_text()
+
+
+def console_notices(console: psycopg.Connection[Any]) -> list[str]:
+    notices: list[str] = []
+    console.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    return notices
+
+
+def test_a_set_tls_key_waits_for_its_certificate(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    """As PgBouncer: SET of a key before its certificate is taken with a NOTICE; the running
+    TLS serves until the pair loads, then the new one does."""
+    proc = pgtarn_factory(settings=tls_settings(pki, "require"))
+    verify_full = {"sslmode": "verify-full", "sslrootcert": pki.ca}
+    with admin(proc) as console:
+        notices = console_notices(console)
+        cur = console.execute(f"SET client_tls_key_file = '{pki.wrong_host.key}'")
+        assert (cur.statusmessage or "").startswith("SET client_tls_key_file=")
+        assert notices == ["TLS settings could not be applied, still using old configuration"]
+        config = {r["key"]: r["value"] for r in show(console, "CONFIG")}
+        assert config["client_tls_key_file"] == pki.wrong_host.key
+        with connect(proc, **verify_full) as conn:  # still the certificate for 127.0.0.1
+            assert tls_in_use(conn)
+        console.execute(f"SET client_tls_cert_file = '{pki.wrong_host.cert}'")
+        assert len(notices) == 1  # the pair loads
+        assert "does not match host name" in str(refused(proc, **verify_full))  # the other host
+        with connect(proc, sslmode="verify-ca", sslrootcert=pki.ca) as conn:
+            assert tls_in_use(conn)
+    assert "ERROR TLS setup failed: client_tls_cert_file: cannot load" in proc.log_text()
+
+
+def test_a_set_of_other_tls_settings_that_cannot_be_loaded_is_refused(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "require"))
+    with admin(proc) as console:
+        # verify-full needs a CA file: nothing the next SET of a file would complete
+        with pytest.raises(psycopg.errors.ProtocolViolation, match="SET failed"):
+            console.execute("SET client_tls_sslmode = 'verify-full'")
+        assert {r["key"]: r["value"] for r in show(console, "CONFIG")}[
+            "client_tls_sslmode"] == "require"
+
+
+def test_a_reload_with_a_missing_tls_file_logs_tls_setup_failed(pgtarn_factory, pki, tmp_path):  # type: ignore[no-untyped-def]
+    proc = pgtarn_factory(settings=tls_settings(pki, "require"))
+    missing = str(tmp_path / "missing.crt")
+    reload(proc, edit_ini(proc, pki.server.cert, missing), marker="reload failed")
+    log = proc.log_text()
+    assert "ERROR TLS setup failed: client_tls_cert_file: cannot load" in log
+    assert "No such file or directory" in log
+    with connect(proc, sslmode="require") as conn:  # the old configuration is kept
+        assert tls_in_use(conn)
+
+
+def test_client_tls13_ciphers_choose_the_suite(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+    def suites_in_use(proc: Any) -> set[str]:
+        with admin(proc, sslmode="require") as console:
+            return {r["tls"] for r in show(console, "CLIENTS") if r["database"] == "app"}
+
+    chacha, aes = "TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_256_GCM_SHA384"
+    proc = pgtarn_factory(settings=tls_settings(
+        pki, "require", client_tls_protocols="tlsv1.3", client_tls13_ciphers=chacha))
+    with connect(proc, sslmode="require"):
+        assert suites_in_use(proc) == {f"TLSv1.3/{chacha}"}
+    assert f"tls=TLSv1.3/{chacha}" in proc.log_text()  # the login line, as PgBouncer's
+    with admin(proc) as console:
+        notices = console_notices(console)
+        console.execute(f"SET client_tls13_ciphers = '{aes}'")
+        with connect(proc, sslmode="require"):
+            assert suites_in_use(proc) == {f"TLSv1.3/{aes}"}
+        # as PgBouncer: taken with a NOTICE, the suites in force stay
+        console.execute("SET client_tls13_ciphers = 'unknown'")
+        assert notices == ["TLS settings could not be applied, still using old configuration"]
+        with connect(proc, sslmode="require"):
+            assert suites_in_use(proc) == {f"TLSv1.3/{aes}"}
+    assert "TLS setup failed: client_tls13_ciphers: failed to set the TLSv1.3 cipher " \
+           "suites: unknown" in proc.log_text()

@@ -239,6 +239,7 @@ def shutdown(runtime: Runtime, arg: str | None) -> Outcome:
     mode = modes.get(arg.lower() if arg is not None else None)
     if mode is None or runtime.control is None:
         raise _error(f"invalid command 'SHUTDOWN {arg}', use SHOW HELP;")
+    log.info("SHUTDOWN %scommand issued", f"{arg.upper()} " if arg is not None else "")
     runtime.control.shutdown(mode)
     return None if mode == "now" else _result("SHUTDOWN")
 
@@ -262,7 +263,7 @@ def set_setting(runtime: Runtime, key: str, value: str) -> Result:
     if report.error is not None:
         raise _error(f"SET failed: {report.error}")
     log.info("SET %s", name)  # the value may be a secret-bearing query: not logged
-    return _result(f"SET {name}={value}")
+    return _result(f"SET {name}={value}", [notice(text) for text in report.warnings])
 
 
 COMMANDS: dict[str, Callable[[Runtime, str | None], Outcome]] = {

@@ -22,7 +22,8 @@ from ..runtime import Runtime
 from . import commands, fanout
 from .merge import MERGED
 from .result import AdminError, Outcome, Result, notice
-from .tables import SHOW_TABLES, Table
+from .show import SHOW_TABLES
+from .tables import Table
 
 log = logging.getLogger("pgtarn.admin")
 
@@ -63,7 +64,7 @@ FAKE_PARAMETERS = {
 HELP = (
     "\n\tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION"
     "\n\tSHOW LISTS|STATE|PREPARED_STATEMENTS|LISTENERS|SOCKETS|ACTIVE_SOCKETS|PEERS|PEER_POOLS"
-    "\n\tSHOW HOSTS"
+    "\n\tSHOW HOSTS|MEM|DNS_HOSTS|DNS_ZONES"
     "\n\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS"
     "\n\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>"
     "\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tRENEW_STATEMENTS [<db>]"
@@ -108,6 +109,8 @@ class AdminSession:
         self.statements: dict[bytes, str] = {}
         self.portals: dict[bytes, tuple[str, Result | None]] = {}
         self.skipping = False
+        # counted as PgBouncer counts its console: a login, a transaction per command
+        runtime.admin_stats.client_logins += 1
 
     # --- messages in ---------------------------------------------------------------------------
 
@@ -172,8 +175,14 @@ class AdminSession:
         if transport is not None and not transport.is_closing():
             self.client.write(data)
 
+    def _counted(self) -> None:
+        """A command: one query and one transaction of the "pgbouncer" database."""
+        stats = self.runtime.admin_stats
+        stats.query.observe(0.0)
+        stats.xact.observe(0.0)
+
     def _simple_query(self, query: str) -> None:
-        self.runtime.admin_stats.query.observe(0.0)
+        self._counted()
         if not query.strip().strip(";").strip():
             self._write(build.message(b"I") + RFQ)
             return
@@ -257,7 +266,7 @@ class AdminSession:
             if portal not in self.portals:
                 raise AdminError("portal does not exist")
             query, described = self.portals[portal]
-            self.runtime.admin_stats.query.observe(0.0)
+            self._counted()
             self._finish(described if described is not None else self.run(query),
                          describe=False, then=b"")
         elif msg_type == 0x43:  # Close

@@ -16,7 +16,8 @@ from ..runtime import Coordinator, Runtime
 from . import commands
 from .merge import MERGED, merge
 from .result import AdminError, Outcome, Result, notice
-from .tables import SHOW_TABLES, Table
+from .show import SHOW_TABLES
+from .tables import Table
 
 SHOW_KIND = "admin_show"
 COMMAND_KIND = "admin_command"

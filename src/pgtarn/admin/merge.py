@@ -14,7 +14,9 @@ table has its rule, written beside it in MERGED:
   worst any worker sees, NULL only when NULL in every worker); role, state, reason and lsn
   taken from the first worker that has the row; rows in first-seen order (by database, each
   host list in its order);
-- tables that are the same in every worker (CONFIG, VERSION, PEERS, HELP) are not gathered.
+- SHOW MEM: one row per kind, counts and bytes added;
+- tables that are the same in every worker (CONFIG, VERSION, PEERS, HELP, DNS_HOSTS,
+  DNS_ZONES) are not gathered.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ LIST_ADDED = frozenset({"free_clients", "used_clients", "login_clients", "free_s
                         "used_servers", "dns_queries", "dns_pending"})
 PREPARED = Keyed(("name",), added=frozenset({"clients", "servers"}))
 LISTENERS = Keyed(("database", "user", "channel"), added=frozenset({"clients"}))
+#: SHOW MEM: counts and bytes added (size, an average, is the first worker's).
+MEM = Keyed(("name",), added=frozenset({"used", "free", "memtotal"}), sort=False)
 HOSTS = Keyed(("database", "host", "port"), added=frozenset({"routed"}),
               greatest=frozenset({"banned_for", "lag_bytes", "lag_seconds", "last_check"}),
               sort=False)
@@ -225,6 +229,7 @@ MERGED: dict[str, Callable[[Sequence[Worked]], Table]] = {
     "prepared_statements": _by(PREPARED),
     "listeners": _by(LISTENERS),
     "hosts": _by(HOSTS),
+    "mem": _by(MEM),
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -574,26 +574,3 @@ def show_hosts(runtime: Runtime) -> Table:
     them (admin/split.py), and the transactions routed to each."""
     return Table(HOSTS_COLUMNS, host_rows(runtime.registry))
 
-
-SHOW_TABLES: dict[str, Callable[[Runtime], Table]] = {
-    "pools": show_pools,
-    "clients": show_clients,
-    "servers": show_servers,
-    "stats": show_stats,
-    "stats_totals": show_stats_totals,
-    "stats_averages": show_stats_averages,
-    "totals": show_totals,
-    "databases": show_databases,
-    "users": show_users,
-    "lists": show_lists,
-    "state": show_state,
-    "config": show_config,
-    "version": show_version,
-    "prepared_statements": show_prepared_statements,
-    "listeners": show_listeners,
-    "sockets": show_sockets,
-    "active_sockets": show_active_sockets,
-    "peers": show_peers,
-    "peer_pools": show_peer_pools,
-    "hosts": show_hosts,
-}

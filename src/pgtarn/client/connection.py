@@ -135,8 +135,7 @@ class ClientConnection(ClientRelay):
                 reason = "client closed the connection"
             else:
                 reason = f"client connection error: {exc}"
-            log.info("%r: closing because: %s (age=%ds)", self, reason,
-                     monotonic() - self.created_at)
+            self.log_closing(reason)  # (unless close() has written it)
         self.runtime.on_client_gone()
 
     def data_received(self, data: bytes) -> None:
@@ -283,6 +282,8 @@ class ClientConnection(ClientRelay):
                 self._begin_auth(login, "any", None)
                 return
         else:
+            if self.runtime.console_only:  # a shutdown keeps the unix socket for the console
+                raise PgtarnError("pooler is shutting down", sqlstate="57P03")
             db = config.find_database(database)
             if db is None:
                 raise PgtarnError(f"no such database: {database}", sqlstate="3D000")

@@ -54,8 +54,8 @@ class ClientExtras:
     """What few clients use (ClientTransport's properties of the same names read and write
     these): made at the first write of one of them (_extras_made)."""
 
-    __slots__ = ("admin", "cancelled_at", "close_reason", "discard_scanner", "last_server",
-                 "replication", "schema_pending")
+    __slots__ = ("admin", "cancelled_at", "close_logged", "close_reason", "discard_scanner",
+                 "last_server", "replication", "schema_pending")
 
     def __init__(self) -> None:
         #: The admin console's session (admin or stats, AdminSession.admin).
@@ -68,6 +68,8 @@ class ClientExtras:
         self.cancelled_at = 0.0
         #: Why pgtarn closed the connection (for the log line), "" while it did not.
         self.close_reason = ""
+        #: Its "closing because" line is written (once: at close, or when the peer left).
+        self.close_logged = False
         #: A client with session settings: the server it last left them on (preferred).
         self.last_server: ServerConnection | None = None
         #: It sent DDL whose transaction has not ended yet: statements prepared meanwhile

@@ -340,20 +340,33 @@ class ClientTransport(LinkedClient[ServerConnection]):
                 return address(sockname)
         return ""
 
-    def close(self, error: PgtarnError | None = None, response: bytes | None = None) -> None:
+    def log_closing(self, reason: str) -> None:
+        """The "closing because" line (log_disconnections), once per client."""
+        extras = self._extras_made()
+        if not extras.close_logged:
+            extras.close_logged = True
+            if self.runtime.config.log_disconnections:
+                log.info("%r: closing because: %s (age=%ds)", self, reason,
+                         monotonic() - self.created_at)
+
+    def close(self, error: PgtarnError | None = None, response: bytes | None = None,
+              reason: str = "") -> None:
         """Send error (if any; response: its ErrorResponse when already built) and close; the
-        server side is cleaned in connection_lost."""
+        server side is cleaned in connection_lost. reason: why, when no error is sent."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         self.send_state = SEND_NEVER  # (what is written from here on goes through the transport)
+        if error is not None or reason:
+            self.close_reason = error.message if error is not None else reason
+        if self.close_reason:  # logged first: a log reader never sees the error before it
+            self.log_closing(self.close_reason)
         if error is not None:
-            self.close_reason = error.message
+            if self.runtime.config.log_pooler_errors:
+                log.warning("%r: pooler error: %s", self, error.message)
             if response is None:
                 response = build.error_response(error.sqlstate, error.message, error.severity)
             transport.write(response)
-            if self.runtime.config.log_pooler_errors:
-                log.warning("%r: pooler error: %s", self, error.message)
         if transport.get_write_buffer_size():
             # It does not read (or not fast enough): close() would wait for the buffer to
             # drain, maybe for ever, and with it the cleanup that frees its server.
@@ -370,6 +383,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
             return
         self.send_state = SEND_NEVER
         self.close_reason = error.message
+        self.log_closing(error.message)
         transport.write(build.error_response(error.sqlstate, error.message, error.severity))
         transport.close()
         asyncio.get_running_loop().call_later(grace, transport.abort)

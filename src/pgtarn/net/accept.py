@@ -100,6 +100,16 @@ class SocketServer:
                 log.exception("accepted connection dropped")
                 transport.abort()
 
+    def close_tcp(self) -> None:
+        """Stop accepting on the TCP listening sockets and close them; a unix socket goes on
+        (a shutdown keeps it for the admin console)."""
+        closing = [sock for sock in self.sockets if sock.family != socket.AF_UNIX]
+        self.sockets = [sock for sock in self.sockets if sock.family == socket.AF_UNIX]
+        for sock in closing:
+            if self.serving:
+                self.loop.remove_reader(sock.fileno())
+            sock.close()
+
     def close(self) -> None:
         """Stop accepting and close the listening sockets (connections made stay open)."""
         if self._resume is not None:

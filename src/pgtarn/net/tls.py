@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..auth.endpoint import certificate_hash
@@ -70,7 +71,16 @@ def _protocol_range(setting: str, value: str) -> tuple[ssl.TLSVersion, ssl.TLSVe
     return versions[0], versions[-1]
 
 
-def _apply_common(context: ssl.SSLContext, prefix: str, protocols: str, ciphers: str) -> None:
+def load_tls13() -> Callable[[ssl.SSLContext, str, str], None]:
+    """net/tls13.py's set_tls13_ciphers, imported only when client_tls13_ciphers or
+    server_tls13_ciphers is set: ctypes costs about 0.4 MB of RSS."""
+    from .tls13 import set_tls13_ciphers  # lazy, for the RSS above (see the docstring)
+
+    return set_tls13_ciphers
+
+
+def _apply_common(context: ssl.SSLContext, prefix: str, protocols: str, ciphers: str,
+                  ciphers13: str) -> None:
     low, high = _protocol_range(f"{prefix}_tls_protocols", protocols)
     try:
         context.minimum_version = low
@@ -78,6 +88,8 @@ def _apply_common(context: ssl.SSLContext, prefix: str, protocols: str, ciphers:
         context.set_ciphers(CIPHER_KEYWORDS.get(ciphers.lower(), ciphers))
     except (ValueError, ssl.SSLError) as exc:
         raise ConfigError(f"{prefix}_tls_ciphers / {prefix}_tls_protocols: {exc}") from None
+    if ciphers13 and high >= ssl.TLSVersion.TLSv1_3:  # (empty: OpenSSL's, as PgBouncer)
+        load_tls13()(context, f"{prefix}_tls13_ciphers", ciphers13)
     # Renegotiation would let a peer make a write wait for a read; TLS 1.3 has none anyway.
     context.options |= ssl.OP_NO_RENEGOTIATION
     context.set_alpn_protocols([ALPN])
@@ -106,7 +118,8 @@ def client_context(config: Config) -> ssl.SSLContext | None:
         raise ConfigError(
             f"client_tls_sslmode = {mode} needs client_tls_key_file and client_tls_cert_file")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    _apply_common(context, "client", config.client_tls_protocols, config.client_tls_ciphers)
+    _apply_common(context, "client", config.client_tls_protocols, config.client_tls_ciphers,
+                  config.client_tls13_ciphers)
     _load_chain(context, "client_tls_cert_file", config.client_tls_cert_file,
                 config.client_tls_key_file)
     if config.client_tls_ecdhcurve.lower() not in ("auto", "none", ""):
@@ -149,7 +162,8 @@ def server_context(config: Config) -> ssl.SSLContext | None:
     if mode == "disable":
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    _apply_common(context, "server", config.server_tls_protocols, config.server_tls_ciphers)
+    _apply_common(context, "server", config.server_tls_protocols, config.server_tls_ciphers,
+                  config.server_tls13_ciphers)
     if config.server_tls_cert_file or config.server_tls_key_file:
         _load_chain(context, "server_tls_cert_file", config.server_tls_cert_file,
                     config.server_tls_key_file)
@@ -164,6 +178,33 @@ def server_context(config: Config) -> ssl.SSLContext | None:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+#: The TLS settings that say what is demanded of a peer: the others (files, protocols,
+#: ciphers) may be SET to what cannot be loaded yet, as PgBouncer (the key before its
+#: certificate), and the running contexts outlive them; these may not (the access checks
+#: read them).
+TLS_MODES = frozenset({"client_tls_sslmode", "server_tls_sslmode"})
+
+
+@dataclass(frozen=True)
+class TlsSetup:
+    """The TLS contexts made from the settings, and the channel binding of our certificate."""
+
+    client: ssl.SSLContext | None
+    server: ssl.SSLContext | None
+    binding: bytes | None
+
+
+def tls_setup(config: Config) -> TlsSetup:
+    """Every TLS context of config, its files read now (ConfigError: one cannot be made)."""
+    return TlsSetup(client_context(config), server_context(config), own_certificate_hash(config))
+
+
+def tls_changes(old: Config, new: Config) -> set[str]:
+    """The TLS settings (client_tls*, server_tls*) that differ between old and new."""
+    return {f.name for f in fields(new) if f.name.startswith(("client_tls", "server_tls"))
+            and getattr(old, f.name) != getattr(new, f.name)}
 
 
 class _RawSide(asyncio.Protocol):

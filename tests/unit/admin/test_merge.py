@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pgtarn.admin.merge import MERGED, WORKER_COLUMN, merge
+from pgtarn.admin.show import SHOW_TABLES
 from pgtarn.admin.tables import (
     POOLS_COLUMNS,
-    SHOW_TABLES,
     STATS_AVERAGES_COLUMNS,
     STATS_COLUMNS,
     Table,
@@ -128,3 +128,11 @@ def test_every_gathered_table_merges_with_its_own_columns(what: str) -> None:
 
 def test_settings_tables_are_not_gathered() -> None:
     assert not {"config", "version", "peers"} & set(MERGED)
+
+
+def test_show_mem_adds_the_workers_counts_and_bytes() -> None:
+    columns = SHOW_TABLES["mem"](Runtime(Config.default(), {})).columns
+    w0 = Table(columns, [["clients", 400, 2, 0, 800], ["servers", 300, 1, 0, 300]])
+    w1 = Table(columns, [["clients", 400, 3, 0, 1200], ["servers", 300, 0, 0, 0]])
+    assert merge("mem", [(1, w1), (0, w0)]).rows == [
+        ["clients", 400, 5, 0, 2000], ["servers", 300, 1, 0, 300]]

@@ -10,12 +10,12 @@ import pytest
 
 from pgtarn.admin.console import HELP
 from pgtarn.admin.merge import merge
+from pgtarn.admin.show import SHOW_TABLES
 from pgtarn.admin.split import lsn_text
 from pgtarn.admin.tables import (
     INT4,
     INT8,
     NUMERIC,
-    SHOW_TABLES,
     SOCKET_COLUMNS,
     TEXT,
     Table,

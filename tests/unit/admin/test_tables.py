@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from pgtarn.admin.tables import INT4, SHOW_TABLES, TEXT, show_listeners
+from pgtarn.admin.show import SHOW_TABLES
+from pgtarn.admin.tables import INT4, TEXT, show_listeners
 from pgtarn.config import Config, DatabaseEntry
 from pgtarn.runtime import Runtime
 

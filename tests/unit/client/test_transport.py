@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
+
+import pytest
+
+from pgtarn.client.connection import ClientConnection
+from pgtarn.errors import PgtarnError
 
 from .test_connection import FakeTransport, connect, make_runtime
 
@@ -51,3 +57,57 @@ def test_a_client_gets_the_tcp_options_and_no_keepalive_call() -> None:
     unix = CountingTransport(socket.AF_UNIX)
     client.connection_made(unix)  # type: ignore[arg-type]
     assert unix.options == []
+
+
+class LogWatchingTransport(FakeTransport):
+    """Keeps, at each write, the "closing because" lines logged so far."""
+
+    def __init__(self, caplog: pytest.LogCaptureFixture) -> None:
+        super().__init__()
+        self.caplog = caplog
+        self.seen_at_write: list[list[str]] = []
+
+    def write(self, data: bytes) -> None:
+        self.seen_at_write.append(closing_lines(self.caplog))
+        super().write(data)
+
+
+def closing_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "closing because" in r.getMessage()]
+
+
+def test_the_closing_line_is_logged_before_the_client_gets_the_error(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pgtarn")
+    client = ClientConnection(make_runtime())
+    transport = LogWatchingTransport(caplog)
+    client.connection_made(transport)  # type: ignore[arg-type]
+    client.close(PgtarnError("no such database: nodb", sqlstate="3D000"))
+    # a log reader that sees the error in the client must find the line already written
+    assert len(transport.seen_at_write) == 1
+    assert transport.seen_at_write[0] == [f"{client!r}: closing because: no such database: "
+                                          "nodb (age=0s)"]
+    client.connection_lost(None)
+    assert len(closing_lines(caplog)) == 1  # and not a second time when the socket is gone
+
+
+def test_a_close_without_an_error_logs_its_reason_once(caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    caplog.set_level(logging.INFO, logger="pgtarn")
+    client, transport = connect(make_runtime())
+    client.close(reason="server shutting down")
+    assert transport.out == b""  # nothing sent: the connection just closes
+    assert transport.closing
+    client.connection_lost(None)
+    assert [line.split(": ", 1)[1] for line in closing_lines(caplog)] == [
+        "closing because: server shutting down (age=0s)"]
+
+
+def test_a_client_that_leaves_gets_its_closing_line_when_the_socket_is_gone(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pgtarn")
+    client, _ = connect(make_runtime())
+    client.close_reason = "TLS failed: handshake"  # (the transport fails on its own)
+    client.connection_lost(None)
+    assert [line.split(": ", 1)[1] for line in closing_lines(caplog)] == [
+        "closing because: TLS failed: handshake (age=0s)"]

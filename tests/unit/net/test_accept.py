@@ -156,3 +156,29 @@ def test_adopt_takes_a_connected_socket(loop: asyncio.AbstractEventLoop) -> None
     loop.run_until_complete(asyncio.sleep(0.01))
     assert echo.lost
     peer.close()
+
+
+def test_close_tcp_keeps_the_unix_socket_accepting(loop: asyncio.AbstractEventLoop,
+                                                   tmp_path: Any) -> None:
+    tcp = listening()
+    port = tcp.getsockname()[1]
+    path = str(tmp_path / "s")
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(path)
+    unix.listen()
+    server = SocketServer(loop, [tcp, unix], Echo)
+    server.close_tcp()  # a shutdown that waits: the console still logs in over the unix socket
+    assert tcp.fileno() == -1 and server.sockets == [unix]
+    with pytest.raises(OSError):
+        loop.run_until_complete(round_trip(port, b"refused"))
+
+    async def over_unix() -> bytes:
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(b"unix")
+        got = await reader.readexactly(4)
+        writer.close()
+        return got
+
+    assert loop.run_until_complete(over_unix()) == b"unix"
+    server.close()
+    assert unix.fileno() == -1
