@@ -31,9 +31,6 @@ ADMIN_ONLY_SHOWS = frozenset({"prepared_statements"})
 MISSING_SHOWS = {
     "fds": "file descriptors for PgBouncer's online restart; pgtarn's `--reboot` hands its "
            "sockets over another way",
-    "mem": "PgBouncer's memory allocator caches; pgtarn has none",
-    "dns_hosts": "PgBouncer's DNS cache; pgtarn resolves host names at each connection",
-    "dns_zones": "PgBouncer's DNS zone checks; pgtarn has none",
 }
 
 SHOWS: dict[str, ShowDoc] = {
@@ -53,6 +50,13 @@ SHOWS: dict[str, ShowDoc] = {
     "users": ShowDoc("A row per user known: from `[users]`, `auth_file`, the pools and the "
                      "clients logged in."),
     "lists": ShowDoc("Counts of pgtarn's objects, one row each."),
+    "mem": ShowDoc("What pgtarn holds, a row per kind of object (clients, servers, pools, "
+                   "prepared statements, ...): how many and their shallow sizes. Python frees "
+                   "an object with its last reference, so nothing is kept free for reuse."),
+    "dns_hosts": ShowDoc("PgBouncer's DNS cache. pgtarn asks the system's resolver at each "
+                         "server connection and keeps no cache: no rows."),
+    "dns_zones": ShowDoc("PgBouncer's DNS zones checked for changes. pgtarn keeps no DNS "
+                         "cache: no rows."),
     "state": ShowDoc("Whether pgtarn is active, paused or suspended."),
     "config": ShowDoc("A row per `[pgbouncer]` setting: its value in force, its default and "
                       "whether RELOAD or SET may change it."),
@@ -210,6 +214,16 @@ COLUMNS: dict[str, dict[str, str]] = {
                       "PgBouncer's free lists and DNS caches are always 0).",
               "items": "How many there are."},
     "state": {"key": "`active`, `paused` or `suspended`.", "value": "`yes` or `no`."},
+    "mem": {"name": "The kind of object.",
+            "size": "Their average shallow size in bytes (`sys.getsizeof`).",
+            "used": "How many there are.",
+            "free": "Always 0: nothing is kept for reuse.",
+            "memtotal": "The sum of their shallow sizes in bytes: a lower bound, since what "
+                        "an object refers to is not counted."},
+    "dns_hosts": {"hostname": "A host name.", "ttl": "Seconds left.",
+                  "addrs": "Its addresses."},
+    "dns_zones": {"zonename": "A zone.", "serial": "Its SOA serial.",
+                  "count": "Host names in it."},
     "config": {"key": "The setting.", "value": "Its value in force.",
                "default": "Its default.",
                "changeable": "`yes` when RELOAD and SET may change it, `no`: restart only."},

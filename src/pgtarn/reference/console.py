@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..admin.commands import COMMANDS
 from ..admin.console import FAKE_PARAMETERS
 from ..admin.merge import MERGED, concatenate
-from ..admin.tables import INT4, INT8, NUMERIC, SHOW_TABLES, TEXT
+from ..admin.show import SHOW_TABLES
+from ..admin.tables import INT4, INT8, NUMERIC, TEXT
 from ..config import Config
 from ..descriptions import console as described
 from ..runtime import Runtime

@@ -7,7 +7,7 @@ import pytest
 from pgtarn.admin.commands import COMMANDS
 from pgtarn.admin.console import AdminSession
 from pgtarn.admin.result import AdminError
-from pgtarn.admin.tables import SHOW_TABLES
+from pgtarn.admin.show import SHOW_TABLES
 from pgtarn.config import Config
 from pgtarn.descriptions import console as described
 from pgtarn.runtime import Runtime
