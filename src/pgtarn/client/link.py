@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Final
 
@@ -16,6 +17,8 @@ from ..states import READY_STATE
 from .listening import READY, ClientListening
 from .tracking import load_readonly
 from .transport import NO_PENDING, PendingParts
+
+log = logging.getLogger("pgtarn.client")
 
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
 monotonic: Final = time.monotonic
@@ -387,6 +390,11 @@ class ClientLink(ClientListening):
             statements.sync_sent()
             return chunk
         data = statements.send(self.statements, parts, chunk, server.status)
+        if statements.already_prepared:  # refused with 42P05: PgBouncer's log line
+            for name in statements.already_prepared:
+                log.error("%r: prepared statement '%s' was already prepared", self,
+                          name.decode("utf-8", "replace"))
+            statements.already_prepared.clear()
         server.start_hidden()  # a statement prepared ahead of a simple query
         if statements.describing:
             server.watch_descriptions()

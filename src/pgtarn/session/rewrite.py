@@ -140,6 +140,9 @@ class StatementRewriter:
         #: the server will give, the message the client gets): ServerStatements.error sends
         #: it as PostgreSQL words it, routine included (drivers read that).
         self.raising: tuple[str, str, str] | None = None
+        #: Names the client prepared again while they were in use (refused with 42P05),
+        #: for the caller to log; it empties the list.
+        self.already_prepared: list[bytes] = []
 
     @property
     def idle(self) -> bool:
@@ -234,6 +237,9 @@ class StatementRewriter:
         self.clean = False
         name, pos = read_cstring(body, 0)
         read_cstring(body, pos)  # the query too must end, before the statement is named
+        if name and name in client.names and not self._reuse_unsure(client, name):
+            self._refuse_reuse(name, body[pos:], out)
+            return
         forgets = b""
         if sqlnames.may_name_statements(body, pos):  # DISCARD / DEALLOCATE ALL pass it too
             if not name and FORGETS_ALL.search(body, pos, body.find(b"\x00", pos)):
@@ -252,6 +258,34 @@ class StatementRewriter:
                 Entry(KIND_CLOSE, AS_PARSE_COMPLETE, stmt, client, name, previous))
         else:
             self._prepare(stmt, out, Entry(KIND_PARSE, FORWARD, stmt, client, name, previous))
+
+    def _refuse_reuse(self, name: bytes, parse_tail: bytes, out: bytearray) -> None:
+        """A Parse of a name the client has: PostgreSQL's 42P05, raised by the server itself
+        on the raiser's name (prepared twice, the second time with the client's query, so
+        that a syntax error in it comes first, as on a direct connection); the name keeps
+        its statement."""
+        self.raising = ("42P05", _exists(RAISER_NAME), _exists(name))
+        self.already_prepared.append(name)
+        out += message(b"C", b"S" + RAISER_NAME + b"\x00")
+        self.expected.append(Entry(KIND_CLOSE, DROP))
+        out += message(b"P", RAISER_NAME + b"\x00\x00\x00\x00")
+        self.expected.append(Entry(KIND_PARSE, DROP))
+        out += message(b"P", RAISER_NAME + b"\x00" + parse_tail)
+        self.expected.append(Entry(KIND_PARSE, DROP))
+
+    def _reuse_unsure(self, client: ClientStatements, name: bytes) -> bool:
+        """Whether the name was defined by a message whose outcome is still owed, in a batch
+        before this one: whether this Parse is refused depends on that outcome, unknown
+        yet, so the Parse defines the name (had the first succeeded, PostgreSQL would have
+        refused it). In the same batch the refusal is right either way: a failure there
+        makes the server skip this Parse too."""
+        synced = False
+        for entry in reversed(list(self.expected)):
+            if entry.client is client and entry.client_name == name:
+                return synced or entry.kind == KIND_SYNC
+            if entry.kind == KIND_SYNC:
+                synced = True
+        return False
 
     def _sql_in_parse(self, client: ClientStatements, name: bytes, body: bytes, pos: int,
                       clean: bool, out: bytearray) -> bytes:
@@ -520,6 +554,11 @@ def _refused_parse(body: bytes, pos: int, end: int, message: str, sqlstate: str 
                    ) -> bytes:  # fmt: skip
     """A Parse body whose query raises message (SQLSTATE 0A000 unless given) when run."""
     return body[:pos] + raise_error(sqlstate, message)[5:-1] + b"\x00" + body[end:]
+
+
+def _exists(name: bytes) -> str:
+    """PostgreSQL's message for a prepared statement name already in use."""
+    return 'prepared statement "' + name.decode("utf-8", "replace") + '" already exists'
 
 
 def _missing(name: bytes) -> str:
