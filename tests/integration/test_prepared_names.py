@@ -142,3 +142,48 @@ def test_name_reuse_in_a_pipeline(pgtarn_factory, pg_dsn):  # type: ignore[no-un
         ("COMMAND_OK", ""), ("error", "42P05"), ("error", "42601"), ("COMMAND_OK", ""),
         ("error", "42601"), ("PIPELINE_ABORTED", ""), ("rows", "1"), ("rows", "3"),
         ("COMMAND_OK", "")]
+
+
+
+def _forgets_all(first: psycopg.Connection[Any], second: psycopg.Connection[Any],
+                 command: str) -> list[Any]:
+    """PgBouncer's DEALLOCATE ALL / DISCARD ALL scenario, with libpq's own calls too: what
+    each step gives."""
+    out: list[Any] = []
+    for conn in (first, first, second):
+        out.append(conn.execute("SELECT 1", prepare=True).fetchone())
+    out.append(_outcome(first.pgconn.prepare(b"mine", b"SELECT 3")))
+    out.append(_outcome(second.pgconn.prepare(b"theirs", b"SELECT 4")))
+    first.execute(command)
+    out.append(second.execute("SELECT 1", prepare=True).fetchone())
+    out.append(_outcome(second.pgconn.exec_prepared(b"theirs", None)))
+    # the name is gone: PostgreSQL's 26000, and the connection goes on
+    out.append(_outcome(first.pgconn.exec_prepared(b"mine", None)))
+    out.append(_outcome(first.pgconn.describe_prepared(b"mine")))
+    out.append(_outcome(first.pgconn.prepare(b"mine", b"SELECT 5")))
+    out.append(_outcome(first.pgconn.exec_prepared(b"mine", None)))
+    # psycopg prepares its statement again or binds the name it had (by its version): the
+    # same as on a direct connection either way
+    try:
+        out.append(first.execute("SELECT 1", prepare=True).fetchone())
+    except psycopg.Error as error:
+        out.append(error.diag.sqlstate)
+    out.append(first.execute("SELECT 2", prepare=True).fetchone())
+    second.execute("DEALLOCATE theirs")
+    return out
+
+
+@pytest.mark.parametrize("command", ["DEALLOCATE ALL", "DISCARD ALL"])
+def test_forgetting_every_statement_forgets_the_clients_names_only(pgtarn_factory, pg_dsn, command):  # type: ignore[no-untyped-def]
+    """A client's DEALLOCATE ALL / DISCARD ALL forgets its names, as on a direct connection
+    (26000 for a name it still uses, the connection kept; PgBouncer closes it), and not
+    another client's statements on the same server."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+    with psycopg.connect(pg_dsn, autocommit=True) as a, \
+            psycopg.connect(pg_dsn, autocommit=True) as b:
+        expected = _forgets_all(a, b, command)
+    assert expected[5:11] == [(1,), ("rows", "4"), ("error", "26000"), ("error", "26000"),
+                              ("COMMAND_OK", ""), ("rows", "5")]
+    with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
+        assert _forgets_all(a, b, command) == expected
+        assert not a.closed and a.execute("SELECT 6").fetchone() == (6,)
