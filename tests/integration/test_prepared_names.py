@@ -187,3 +187,55 @@ def test_forgetting_every_statement_forgets_the_clients_names_only(pgtarn_factor
     with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
         assert _forgets_all(a, b, command) == expected
         assert not a.closed and a.execute("SELECT 6").fetchone() == (6,)
+
+
+def test_max_prepared_statements_set_to_0_at_run_time(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """Clients logged in before keep their statements (PgBouncer would send their names to
+    servers that never had them): on a server made since, at most 200 (PgBouncer's default),
+    the oldest closed first. Clients logged in after it get no statement handling."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1, "max_prepared_statements": 5})
+    with connect(proc, autocommit=True) as before, \
+            psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"),
+                            autocommit=True) as console:
+        for n in range(3):
+            assert before.execute(f"select {n}", prepare=True).fetchone() == (n,)
+        console.execute("SET max_prepared_statements = 0")
+        console.execute("RECONNECT app")  # the next server is made under the new value
+        wait_until(lambda: before.execute("select 0", prepare=True).fetchone() == (0,))
+        for n in range(205):
+            assert before.execute(f"select {n}", prepare=True).fetchone() == (n,)
+        names = before.execute("select name from pg_prepared_statements").fetchall()
+        assert len(names) == 200 and all(n.startswith("pgtarn_") for n, in names)
+        with connect(proc, autocommit=True) as after:
+            assert after.execute("select 7", prepare=True).fetchone() == (7,)
+            names = after.execute("select name from pg_prepared_statements").fetchall()
+            assert ("_pg3_0",) in names  # its own name, on the server it shares
+            after.execute("deallocate all")
+
+
+def test_a_statement_a_server_lost_unseen_is_prepared_again(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """With max_prepared_statements set to 0 at run time, a client logged in after it runs
+    DEALLOCATE ALL as it is on the server it shares with a client from before: that
+    client's statement fails once with PostgreSQL's 26000, then is prepared again."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+
+    async def main() -> list[Any]:
+        before = await aconnect(proc)
+        try:
+            stmt = await before.prepare("select $1::int + 1", name="mine")
+            out: list[Any] = [await stmt.fetchval(1)]
+            with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"),
+                                 autocommit=True) as console:
+                console.execute("SET max_prepared_statements = 0")
+            with connect(proc, autocommit=True) as after:
+                after.execute("DEALLOCATE ALL")
+            for n in range(3):
+                try:
+                    out.append(await stmt.fetchval(n))
+                except asyncpg.PostgresError as error:
+                    out.append(error.sqlstate)
+            return out
+        finally:
+            await before.close()
+
+    assert asyncio.run(main()) == [2, "26000", 2, 3]

@@ -46,6 +46,7 @@ from .rewrite import (
     NOOP_CLOSE,
     PARSE_COMPLETE,
     RESULT_TYPE_CHANGED_ERROR,
+    SERVER_PREFIX,
     SYNC,
     SYNC_ENTRY,
     UNDO_CHECK,
@@ -172,6 +173,8 @@ class ServerStatements(StatementRewriter):
         elif stale:
             for stmt in stale:
                 cache.detach(stmt)
+        if b"RFetchPreparedStatement\x00" in body:  # PostgreSQL's, not pgtarn's raiser's
+            self._lost(body)
         failed = self._failed_prelude
         if failed is not None and b"C26000\x00" in body and b'"' + failed[0] + b'"' in body:
             # "prepared statement pgtarn_s7 does not exist": the client gets the real cause.
@@ -179,6 +182,15 @@ class ServerStatements(StatementRewriter):
             self.replacement = failed[1]
             return ERROR_REPLACE
         return ERROR_FORWARD
+
+    def _lost(self, body: bytes) -> None:
+        """A 26000 naming a statement pgtarn took this server to have: dropped behind its
+        back (a DEALLOCATE ALL it did not see, from a client whose statements it does not
+        follow): prepared again at its next use, rather than failing at each."""
+        text = parse_fields(body).get("M", "")
+        name = text[text.find('"') + 1 : text.rfind('"')].encode()
+        if name.startswith(SERVER_PREFIX):
+            self.prepared.pop(name, None)
 
     def ready(self, status: bytes, client: ClientStatements | None) -> int:
         """A ReadyForQuery: READY_FORWARD, READY_RETRY (swallow it and send ``resend``: the
