@@ -23,6 +23,13 @@ log = logging.getLogger("pgtarn.client")
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
 monotonic: Final = time.monotonic
 
+#: Statement mode ends a client that opens a transaction block: PgBouncer's words and
+#: SQLSTATE (08P01: drivers see the connection lost, which it is), with a hint of ours.
+TRANSACTION_REFUSED: Final = "transaction blocks not allowed in statement pooling mode"
+TRANSACTION_REFUSED_RESPONSE: Final = build.error_response(
+    "08P01", TRANSACTION_REFUSED, "FATAL",
+    hint="use pool_mode=transaction or session for this database or user")
+
 #: At most this many reported forms of startup values are kept (Runtime.reported_forms).
 REPORTED_FORMS: Final = 256
 #: Bytes held for a server that is not there yet past which the client is not read.
@@ -223,10 +230,7 @@ class ClientLink(ClientListening):
             # A transaction opened some other way (a function, a multi-statement query):
             # roll it back and end the client, as PgBouncer does.
             self._unlink(server)
-            self.close(PgtarnError(
-                "transaction blocks not allowed in statement pooling mode", sqlstate="0A000",
-                severity="FATAL",
-            ))
+            self.close(PgtarnError(TRANSACTION_REFUSED), TRANSACTION_REFUSED_RESPONSE)
             return b""
         return None
 

@@ -237,8 +237,8 @@ class StatementRewriter:
         self.clean = False
         name, pos = read_cstring(body, 0)
         read_cstring(body, pos)  # the query too must end, before the statement is named
-        if name and name in client.names and not self._reuse_unsure(client, name):
-            self._refuse_reuse(name, body[pos:], out)
+        if name and name in client.names and not _reuse_unsure(self, client, name):
+            _refuse_reuse(self, name, body[pos:], out)
             return
         forgets = b""
         if sqlnames.may_name_statements(body, pos):  # DISCARD / DEALLOCATE ALL pass it too
@@ -258,34 +258,6 @@ class StatementRewriter:
                 Entry(KIND_CLOSE, AS_PARSE_COMPLETE, stmt, client, name, previous))
         else:
             self._prepare(stmt, out, Entry(KIND_PARSE, FORWARD, stmt, client, name, previous))
-
-    def _refuse_reuse(self, name: bytes, parse_tail: bytes, out: bytearray) -> None:
-        """A Parse of a name the client has: PostgreSQL's 42P05, raised by the server itself
-        on the raiser's name (prepared twice, the second time with the client's query, so
-        that a syntax error in it comes first, as on a direct connection); the name keeps
-        its statement."""
-        self.raising = ("42P05", _exists(RAISER_NAME), _exists(name))
-        self.already_prepared.append(name)
-        out += message(b"C", b"S" + RAISER_NAME + b"\x00")
-        self.expected.append(Entry(KIND_CLOSE, DROP))
-        out += message(b"P", RAISER_NAME + b"\x00\x00\x00\x00")
-        self.expected.append(Entry(KIND_PARSE, DROP))
-        out += message(b"P", RAISER_NAME + b"\x00" + parse_tail)
-        self.expected.append(Entry(KIND_PARSE, DROP))
-
-    def _reuse_unsure(self, client: ClientStatements, name: bytes) -> bool:
-        """Whether the name was defined by a message whose outcome is still owed, in a batch
-        before this one: whether this Parse is refused depends on that outcome, unknown
-        yet, so the Parse defines the name (had the first succeeded, PostgreSQL would have
-        refused it). In the same batch the refusal is right either way: a failure there
-        makes the server skip this Parse too."""
-        synced = False
-        for entry in reversed(list(self.expected)):
-            if entry.client is client and entry.client_name == name:
-                return synced or entry.kind == KIND_SYNC
-            if entry.kind == KIND_SYNC:
-                synced = True
-        return False
 
     def _sql_in_parse(self, client: ClientStatements, name: bytes, body: bytes, pos: int,
                       clean: bool, out: bytearray) -> bytes:
@@ -523,6 +495,38 @@ class StatementRewriter:
             self.expected.append(Entry(KIND_CLOSE, DROP, stmt))
 
     # --- server -> client -----------------------------------------------------------------------
+
+
+def _refuse_reuse(rewriter: StatementRewriter, name: bytes, parse_tail: bytes,
+                  out: bytearray) -> None:
+    """A Parse of a name the client has: PostgreSQL's 42P05, raised by the server itself on
+    the raiser's name (prepared twice, the second time with the client's query, so that a
+    syntax error in it comes first, as on a direct connection); the name keeps its
+    statement."""
+    rewriter.raising = ("42P05", _exists(RAISER_NAME), _exists(name))
+    rewriter.already_prepared.append(name)
+    expected = rewriter.expected
+    out += message(b"C", b"S" + RAISER_NAME + b"\x00")
+    expected.append(Entry(KIND_CLOSE, DROP))
+    out += message(b"P", RAISER_NAME + b"\x00\x00\x00\x00")
+    expected.append(Entry(KIND_PARSE, DROP))
+    out += message(b"P", RAISER_NAME + b"\x00" + parse_tail)
+    expected.append(Entry(KIND_PARSE, DROP))
+
+
+def _reuse_unsure(rewriter: StatementRewriter, client: ClientStatements, name: bytes) -> bool:
+    """Whether the name was defined by a message whose outcome is still owed, in a batch
+    before this one: whether this Parse is refused depends on that outcome, unknown yet, so
+    the Parse defines the name (had the first succeeded, PostgreSQL would have refused it).
+    In the same batch the refusal is right either way: a failure there makes the server
+    skip this Parse too."""
+    synced = False
+    for entry in reversed(list(rewriter.expected)):
+        if entry.client is client and entry.client_name == name:
+            return synced or entry.kind == KIND_SYNC
+        if entry.kind == KIND_SYNC:
+            synced = True
+    return False
 
 
 def _refusal(rewriter: StatementRewriter, client: ClientStatements, found: sqlnames.Scan
