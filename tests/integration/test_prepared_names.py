@@ -239,3 +239,28 @@ def test_a_statement_a_server_lost_unseen_is_prepared_again(pgtarn_factory):  # 
             await before.close()
 
     assert asyncio.run(main()) == [2, "26000", 2, 3]
+
+
+def test_a_refused_parse_leaves_the_names_session_effects(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+    """Session state follows the statement a name keeps: a refused Parse of `SET` under a
+    name in use changes nothing, and the name's own `SET` still counts."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1})
+
+    def scenario(a: psycopg.Connection[Any], b: psycopg.Connection[Any]) -> list[Any]:
+        out: list[Any] = [_outcome(a.pgconn.prepare(b"s", b"SELECT 1")),
+                          _outcome(a.pgconn.prepare(b"s", b"SET work_mem = '1MB'")),
+                          _outcome(a.pgconn.exec_prepared(b"s", None)),
+                          _outcome(a.pgconn.prepare(b"t", b"SET work_mem = '2MB'")),
+                          _outcome(a.pgconn.prepare(b"t", b"SELECT 2")),
+                          _outcome(a.pgconn.exec_prepared(b"t", None))]
+        for conn in (b, a, b, a):  # one server: pgtarn sets each client's state on it
+            out.append(conn.execute("show work_mem").fetchone())
+        a.execute("deallocate all")
+        return out
+
+    with psycopg.connect(pg_dsn, autocommit=True) as a, \
+            psycopg.connect(pg_dsn, autocommit=True) as b:
+        expected = scenario(a, b)
+    assert expected[-4:] == [("4MB",), ("2MB",), ("4MB",), ("2MB",)]
+    with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
+        assert scenario(a, b) == expected

@@ -398,6 +398,7 @@ class ClientLink(ClientListening):
             for name in statements.already_prepared:
                 log.error("%r: prepared statement '%s' was already prepared", self,
                           name.decode("utf-8", "replace"))
+                self.name_kept(name)
             statements.already_prepared.clear()
         server.start_hidden()  # a statement prepared ahead of a simple query
         if statements.describing:
