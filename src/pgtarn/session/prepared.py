@@ -45,6 +45,7 @@ from .rewrite import (
     KIND_SYNC,
     NOOP_CLOSE,
     PARSE_COMPLETE,
+    REFUSED_REUSE,
     RESULT_TYPE_CHANGED_ERROR,
     SERVER_PREFIX,
     SYNC,
@@ -56,6 +57,7 @@ from .rewrite import (
     Entry,
     StatementRewriter,
     batch_end,
+    exists,
     raise_error,
 )
 from .stale import description_digest, means_stale, reads_description
@@ -141,6 +143,11 @@ class ServerStatements(StatementRewriter):
         """
         self.failed = True
         self.last_error = body
+        expected = self.expected
+        if expected and expected[0].action == REFUSED_REUSE and b"C42P05\x00" in body:
+            self.raising = None  # (any error ends its batch: a raise after it never comes)
+            self.replacement = _as_postgresql_words("42P05", exists(expected[0].client_name))
+            return ERROR_REPLACE
         raising = self.raising
         if raising is not None:
             self.raising = None
@@ -148,7 +155,6 @@ class ServerStatements(StatementRewriter):
             if b"C" + sqlstate.encode() + b"\x00" in body and text.encode() in body:
                 self.replacement = _as_postgresql_words(sqlstate, reply)
                 return ERROR_REPLACE
-        expected = self.expected
         if not expected:
             return ERROR_FORWARD
         head = expected[0]

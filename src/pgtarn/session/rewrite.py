@@ -48,6 +48,9 @@ SERVER_PREFIX: Final = b"pgtarn_"
 FORWARD: Final = 0
 DROP: Final = 1
 AS_PARSE_COMPLETE: Final = 2
+#: The raiser's Parse that fails with 42P05 in place of a client's Parse of a name in use
+#: (the entry's client_name): its error is given the client's name (never completes).
+REFUSED_REUSE: Final = 3
 
 
 SYNC: Final = message(b"S")
@@ -502,8 +505,7 @@ def _refuse_reuse(rewriter: StatementRewriter, name: bytes, parse_tail: bytes,
     """A Parse of a name the client has: PostgreSQL's 42P05, raised by the server itself on
     the raiser's name (prepared twice, the second time with the client's query, so that a
     syntax error in it comes first, as on a direct connection); the name keeps its
-    statement."""
-    rewriter.raising = ("42P05", _exists(RAISER_NAME), _exists(name))
+    statement. The failing Parse's entry says whose name to put in the error."""
     rewriter.already_prepared.append(name)
     expected = rewriter.expected
     out += message(b"C", b"S" + RAISER_NAME + b"\x00")
@@ -511,7 +513,7 @@ def _refuse_reuse(rewriter: StatementRewriter, name: bytes, parse_tail: bytes,
     out += message(b"P", RAISER_NAME + b"\x00\x00\x00\x00")
     expected.append(Entry(KIND_PARSE, DROP))
     out += message(b"P", RAISER_NAME + b"\x00" + parse_tail)
-    expected.append(Entry(KIND_PARSE, DROP))
+    expected.append(Entry(KIND_PARSE, REFUSED_REUSE, None, None, name))
 
 
 def _reuse_unsure(rewriter: StatementRewriter, client: ClientStatements, name: bytes) -> bool:
@@ -560,7 +562,7 @@ def _refused_parse(body: bytes, pos: int, end: int, message: str, sqlstate: str 
     return body[:pos] + raise_error(sqlstate, message)[5:-1] + b"\x00" + body[end:]
 
 
-def _exists(name: bytes) -> str:
+def exists(name: bytes) -> str:
     """PostgreSQL's message for a prepared statement name already in use."""
     return 'prepared statement "' + name.decode("utf-8", "replace") + '" already exists'
 

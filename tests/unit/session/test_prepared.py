@@ -246,13 +246,14 @@ def test_a_name_in_use_is_refused_and_keeps_its_statement() -> None:
         [parse("", "select 3"), parse("", "select 4"), bind(""), EXECUTE, SYNC],
         [parse("t", "bad"), SYNC, parse("t", "select 5"), SYNC, bind("t"), EXECUTE, SYNC],
         [parse("u", "select 6"), parse("u", "select 6"), SYNC],
+        [parse("s", "select 7"), parse("u", "select 8"), SYNC],  # the first names the error
     ]
     for batch in steps:
         assert pooled(client, server, pg, batch) == direct(own, batch)
         assert server.idle
     assert {name: stmt.query for name, stmt in client.names.items()} == {
         b"s": "select 1", b"t": "select 5", b"u": "select 6"}
-    assert server.already_prepared == [b"s", b"s", b"u"]  # for the caller to log
+    assert server.already_prepared == [b"s", b"s", b"u", b"s", b"u"]  # for the caller to log
 
 
 def test_eviction_closes_the_least_recently_used() -> None:
