@@ -208,7 +208,7 @@ def idle_reason(client: ClientConnection) -> str:
             or (client.framer is not None and not client.framer.idle)
             or client.listening or (client.listen is not None and client.listen.holds_anything())
             or (client.framer is not None and client.framer.named_effects)
-            or client.discard_scanner is not None or client.write_paused):
+            or client.write_paused):
         return "busy"
     transport = client.transport
     if transport is None or transport.is_closing() or transport.get_write_buffer_size():

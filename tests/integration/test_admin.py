@@ -714,15 +714,14 @@ def test_admin_logins_have_a_reserve_past_max_client_conn(pgtarn_factory) -> Non
             assert pool_row(a)["cl_active"] == 1
 
 
-def test_a_refused_begin_in_statement_mode_leaves_no_query_running(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_begin_in_statement_mode_ends_the_client(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"pool_mode": "statement"})
     with connect(proc, autocommit=True) as c, admin(proc) as a:
         c.execute("set application_name = 'stmt'")
-        with pytest.raises(psycopg.errors.FeatureNotSupported):
+        assert [r["application_name"] for r in show(a, "CLIENTS")].count("stmt") == 1
+        with pytest.raises(psycopg.OperationalError, match="statement pooling mode"):
             c.execute("begin")
-        time.sleep(1.2)
-        row = next(r for r in show(a, "CLIENTS") if r["application_name"] == "stmt")
-        assert (row["state"], row["wait"]) == ("idle", 0)
+        assert wait_for(lambda: all(r["application_name"] != "stmt" for r in show(a, "CLIENTS")))
 
 
 def test_reload_with_a_logfile_that_cannot_be_opened_keeps_everything(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]

@@ -210,6 +210,34 @@ def test_options_with_other_settings_in_transaction_mode(pgtarn_factory):  # typ
         assert show(a, "work_mem") == "8MB" and show(a, "search_path") == "a, public"
 
 
+def test_options_with_other_settings_in_statement_mode(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """PgBouncer refuses `-c enable_seqscan=false` in statement mode; pgtarn keeps it as the
+    client's session setting: each statement, on whichever server, runs with it, and no
+    other client ever does (simple and extended protocol, psycopg and asyncpg)."""
+    proc = pgtarn_factory(settings={"pool_mode": "statement", "default_pool_size": 2})
+
+    async def shown(conn: asyncpg.Connection) -> list[str]:
+        return [await conn.fetchval("show enable_seqscan") for _ in range(6)]
+
+    async def main() -> tuple[list[str], list[str]]:
+        a = await aconnect(proc, server_settings={"options": "-c enable_seqscan=false"})
+        b = await aconnect(proc)
+        try:
+            both = await asyncio.gather(shown(a), shown(b))
+            return both[0], both[1]
+        finally:
+            await a.close()
+            await b.close()
+
+    with connect(proc, autocommit=True, options="-c enable_seqscan=false") as a, \
+            connect(proc, autocommit=True) as b:
+        for prepare in (False, True, None):
+            for _ in range(3):
+                assert a.execute("show enable_seqscan", prepare=prepare).fetchone() == ("off",)
+                assert b.execute("show enable_seqscan", prepare=prepare).fetchone() == ("on",)
+    assert asyncio.run(main()) == (["off"] * 6, ["on"] * 6)
+
+
 def test_options_refused_as_pgbouncer_refuses_them(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(databases={"app": base, "session_app": f"{base} pool_mode=session"})

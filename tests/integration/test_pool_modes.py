@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
 
 from .drivers import aconnect, connect
+from .pgstat import wait_until
 
 
 def backend_pid(conn: psycopg.Connection) -> int:  # type: ignore[type-arg]
@@ -95,22 +97,33 @@ def test_session_mode_keeps_the_server_and_resets_it(pgtarn_factory):  # type: i
             conn.execute("select v from tmp_session")
 
 
+#: What statement mode answers a transaction block with, closing the client (PgBouncer's words).
+REFUSED = "transaction blocks not allowed in statement pooling mode"
+
+
+def refused_begin(conn: psycopg.Connection[Any], sql: str, **kw: Any) -> None:
+    """sql opens a transaction block: the client is closed with PgBouncer's words."""
+    with pytest.raises(psycopg.OperationalError, match=REFUSED) as info:
+        conn.execute(sql, **kw)
+    assert info.value.sqlstate == "08P01"
+    assert conn.closed
+
+
 def test_statement_mode_refuses_transactions(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     table = make_table(pg_cluster)
     proc = pgtarn_factory(settings={"pool_mode": "statement", "default_pool_size": 1})
     with connect(proc, autocommit=True) as conn:
         conn.execute(f"insert into {table} values (1)")
         assert conn.execute(f"select count(*) from {table}").fetchone() == (1,)
-        with pytest.raises(psycopg.errors.FeatureNotSupported) as info:
-            conn.execute("begin")
-        assert "statement pooling" in str(info.value)
-        # the pooler rolled back: nothing is left open, and the client keeps working
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        assert conn.execute("select 1").fetchone() == (1,)
+        refused_begin(conn, "begin")
     with connect(proc) as conn:  # psycopg's implicit BEGIN
-        with pytest.raises(psycopg.errors.FeatureNotSupported):
-            conn.execute(f"insert into {table} values (2)")
+        refused_begin(conn, f"insert into {table} values (2)")
+    with connect(proc, autocommit=True) as conn:  # START TRANSACTION as a Parse
+        refused_begin(conn, "/* x */ start transaction", prepare=True)
     assert pg_cluster.psql(f"select count(*) from {table}", dbname="app").strip() == "1"
+    wait_until(lambda: "closing because: " + REFUSED in proc.log_text())
+    with connect(proc, autocommit=True) as conn:  # the pool's server is there, unharmed
+        assert conn.execute("select 1").fetchone() == (1,)
 
 
 def test_pool_mode_per_database_and_per_user(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
@@ -124,11 +137,9 @@ def test_pool_mode_per_database_and_per_user(pgtarn_factory, pg_cluster):  # typ
         conn.execute("begin")
         conn.execute("commit")
     with connect(proc, dbname="app_stmt", autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.FeatureNotSupported):
-            conn.execute("begin")
+        refused_begin(conn, "begin")
     with connect(proc, user="scram_user", password="scram_pass", autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.FeatureNotSupported):
-            conn.execute("begin")
+        refused_begin(conn, "begin")
 
 
 def test_pool_size_limits_servers(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]

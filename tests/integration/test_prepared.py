@@ -16,6 +16,7 @@ from pgtarn.proto import build
 from .drivers import aconnect, connect
 from .pgstat import make_table
 from .rawpg import RawClient, error_fields
+from .test_pool_modes import refused_begin
 from .test_timeouts import raw_login
 
 SMALL_POOL = {"default_pool_size": 2, "max_client_conn": 200}
@@ -374,26 +375,18 @@ def test_statement_mode_asyncpg_named_statements_10_clients_2_servers(pgtarn_fac
 def test_statement_mode_refuses_begin_with_prepared_statements_on(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     table = make_table(pg_cluster, "stmtprep_")
     proc = pgtarn_factory(settings={**STATEMENT_MODE, "default_pool_size": 1})
+    for sql, prepare in (("begin", None), ("begin", True), ("select 1; begin", False)):
+        # a BEGIN (as a Query, or a Parse), or a transaction opened some other way, ends
+        # the client, as PgBouncer does
+        with connect(proc, autocommit=True, prepare_threshold=0) as conn:
+            # the client's statements go through the framer from here on
+            assert conn.execute("select %s::int", (5,)).fetchone() == (5,)
+            refused_begin(conn, sql, prepare=prepare)
     with connect(proc, autocommit=True, prepare_threshold=0) as conn:
-        # the client's statements go through the framer from here on
-        assert conn.execute("select %s::int", (5,)).fetchone() == (5,)
-        with pytest.raises(psycopg.errors.FeatureNotSupported) as info:
-            conn.execute("begin")
-        assert "statement pooling" in str(info.value)
-        with pytest.raises(psycopg.errors.FeatureNotSupported):  # BEGIN as a Parse
-            conn.execute("begin", prepare=True)
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         conn.execute(f"insert into {table} values (%s)", (1,))
         assert conn.execute("select %s::int + 1", (1,)).fetchone() == (2,)
     with connect(proc, prepare_threshold=0) as conn:  # psycopg's implicit BEGIN
-        with pytest.raises(psycopg.errors.FeatureNotSupported):
-            conn.execute(f"insert into {table} values (%s)", (2,))
-    with connect(proc, autocommit=True, prepare_threshold=0) as conn:
-        assert conn.execute("select %s::int", (7,)).fetchone() == (7,)
-        # a transaction opened some other way ends the client, as PgBouncer does
-        with pytest.raises(psycopg.Error) as closed:
-            conn.execute("select 1; begin", prepare=False)  # a simple Query
-        assert "statement pooling" in str(closed.value)
+        refused_begin(conn, f"insert into {table} values (%s)", params=(2,))
     assert pg_cluster.psql(f"select count(*) from {table}", dbname="app").strip() == "1"
 
 

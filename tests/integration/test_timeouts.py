@@ -188,22 +188,6 @@ def test_client_idle_timeout_per_user(pgtarn_factory):  # type: ignore[no-untype
     other.close()
 
 
-def test_client_idle_timeout_counts_statements_answered_by_pgtarn(pgtarn_factory):  # type: ignore[no-untyped-def]
-    # statement mode answers BEGIN itself; a client doing so is still not idle
-    proc = pgtarn_factory(settings={"pool_mode": "statement", "client_idle_timeout": 1.0})
-    raw = raw_login(proc)
-    end = time.monotonic() + 2.5
-    while time.monotonic() < end:
-        raw.send(build.query("begin"))
-        refused = raw.read_until("Z")
-        assert refused[-1][0] == "E" and error_fields(refused[-1][1])["C"] == "0A000"
-        assert raw.read_message() == ("Z", b"I")
-        time.sleep(0.3)
-    assert query(raw, "select 1") == b"I"
-    fields = final_error(raw)  # and idle at last: timed out
-    assert (fields["S"], fields["C"]) == ("FATAL", "57P05")
-
-
 def test_idle_transaction_timeout_rolls_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     table = make_table(pg_cluster, "idle_tx_")
     proc = pgtarn_factory(settings={"idle_transaction_timeout": 0.5, "default_pool_size": 1})

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..admin.console import AdminSession
-from ..proto.framing import MessageScanner
 from ..server.connection import ServerConnection
 from ..session.effects import Parsed
 
@@ -54,16 +53,14 @@ class ClientExtras:
     """What few clients use (ClientTransport's properties of the same names read and write
     these): made at the first write of one of them (_extras_made)."""
 
-    __slots__ = ("admin", "cancelled_at", "close_logged", "close_reason", "discard_scanner",
-                 "last_server", "replication", "schema_pending")
+    __slots__ = ("admin", "cancelled_at", "close_logged", "close_reason", "last_server",
+                 "replication", "schema_pending")
 
     def __init__(self) -> None:
         #: The admin console's session (admin or stats, AdminSession.admin).
         self.admin: AdminSession | None = None
         #: A replication connection: "physical" or "logical" ("": none, the usual).
         self.replication = ""
-        #: Statement mode: set while skipping a refused extended batch up to its Sync.
-        self.discard_scanner: MessageScanner | None = None
         #: Monotonic: query_timeout's cancel sent (0: none).
         self.cancelled_at = 0.0
         #: Why pgtarn closed the connection (for the log line), "" while it did not.

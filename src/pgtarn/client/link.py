@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Final
 
@@ -17,8 +18,17 @@ from .listening import READY, ClientListening
 from .tracking import load_readonly
 from .transport import NO_PENDING, PendingParts
 
+log = logging.getLogger("pgtarn.client")
+
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
 monotonic: Final = time.monotonic
+
+#: Statement mode ends a client that opens a transaction block: PgBouncer's words and
+#: SQLSTATE (08P01: drivers see the connection lost, which it is), with a hint of ours.
+TRANSACTION_REFUSED: Final = "transaction blocks not allowed in statement pooling mode"
+TRANSACTION_REFUSED_RESPONSE: Final = build.error_response(
+    "08P01", TRANSACTION_REFUSED, "FATAL",
+    hint="use pool_mode=transaction or session for this database or user")
 
 #: At most this many reported forms of startup values are kept (Runtime.reported_forms).
 REPORTED_FORMS: Final = 256
@@ -220,10 +230,7 @@ class ClientLink(ClientListening):
             # A transaction opened some other way (a function, a multi-statement query):
             # roll it back and end the client, as PgBouncer does.
             self._unlink(server)
-            self.close(PgtarnError(
-                "transaction blocks not allowed in statement pooling mode", sqlstate="0A000",
-                severity="FATAL",
-            ))
+            self.close(PgtarnError(TRANSACTION_REFUSED), TRANSACTION_REFUSED_RESPONSE)
             return b""
         return None
 
@@ -387,6 +394,12 @@ class ClientLink(ClientListening):
             statements.sync_sent()
             return chunk
         data = statements.send(self.statements, parts, chunk, server.status)
+        if statements.already_prepared:  # refused with 42P05: PgBouncer's log line
+            for name in statements.already_prepared:
+                log.error("%r: prepared statement '%s' was already prepared", self,
+                          name.decode("utf-8", "replace"))
+                self.name_kept(name)
+            statements.already_prepared.clear()
         server.start_hidden()  # a statement prepared ahead of a simple query
         if statements.describing:
             server.watch_descriptions()

@@ -8,11 +8,11 @@ use of them.
 
 from __future__ import annotations
 
-import time
 from typing import Final
 
+from ..errors import PgtarnError
 from ..proto import build
-from ..proto.framing import MessageScanner, shared_scanner
+from ..proto.framing import shared_scanner
 from ..proto.messages import nul_at
 from ..session.effects import (
     CHANGES_STATE,
@@ -25,12 +25,10 @@ from ..session.framer import SYNC_MARK, ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
 from ..states import READY_STATE, ClientState
-from .link import ClientLink
+from .link import TRANSACTION_REFUSED, TRANSACTION_REFUSED_RESPONSE, ClientLink
 from .listening import LOCAL_STARTS
 from .transport import PendingParts
 
-#: A static in the compiled build (a module global costs a dictionary lookup per call).
-monotonic: Final = time.monotonic
 # In READY only these client messages matter: Query, Sync, Terminate.
 RELAY_TYPES: Final = frozenset(b"QSX")
 STATEMENT_RELAY_TYPES: Final = frozenset(b"QSXP")
@@ -46,11 +44,6 @@ PARSE_TYPE: Final = frozenset(b"P")
 WITH_PARSE = {watch: watch | PARSE_TYPE
               for watch in (RELAY_TYPES, STATEMENT_RELAY_TYPES, WATCH_STATEMENTS_TYPES)}
 NO_BODIES: frozenset[int] = frozenset()
-TRANSACTION_REFUSED: Final = build.error_response(
-    "0A000",
-    "transaction blocks not allowed in statement pooling mode",
-    hint="use pool_mode=transaction or session for this database or user",
-)
 _TRANSACTION_WORDS: Final = (b"begin", b"start")
 FLUSH: Final = build.message(b"H")
 #: The messages after which a ReadyForQuery comes: Query, Sync (and Terminate: no more).
@@ -92,10 +85,8 @@ class ClientRelay(ClientLink):
                 return
         if self.statement_mode:
             data = self._refuse_transaction_blocks(data)
-            if not data and not self.expected and self.server is None:
-                # answered here: no query under way, and the client was not idle
-                self.query_start = 0.0
-                self.idle_since = monotonic()
+            if not data:
+                return
         scanner = self.scanner
         if scanner.one_whole(data, 0x51):  # the common case: one whole simple Query
             body = data[5:]
@@ -280,9 +271,6 @@ class ClientRelay(ClientLink):
         if self.statement_mode:
             data = self._refuse_transaction_blocks(data)
             if not data:
-                if not self.expected and self.server is None:
-                    self.query_start = 0.0  # answered here, as in _relay
-                    self.idle_since = monotonic()
                 return
         body = data[5:] if (data[0] == 0x51 and framer.idle and len(data) > 5
                             and int.from_bytes(data[1:5], "big") + 1 == len(data)) else b""
@@ -328,21 +316,17 @@ class ClientRelay(ClientLink):
                 self.transport.close()
 
     def _refuse_transaction_blocks(self, data: bytes) -> bytes:
-        """Statement mode: answer BEGIN / START TRANSACTION here, before any server sees it.
+        """Statement mode: a BEGIN / START TRANSACTION ends the client, as in PgBouncer, before
+        any server sees it (b"" then).
 
-        Only when nothing else is in flight, so the error cannot overtake earlier replies;
-        anything that still opens a transaction is caught at ReadyForQuery.
+        Only when nothing else is in flight (nor a reply answered here, withheld), so the
+        error cannot overtake earlier replies; anything that still opens a transaction is
+        caught at ReadyForQuery (_link_ends).
         """
-        extras = self.extras
-        discard = None if extras is None else extras.discard_scanner
-        if discard is not None:
-            syncs = discard.feed(data)
-            if not syncs:
-                return b""
-            self.discard_scanner = None
-            self._reply_here(TRANSACTION_REFUSED)
-            data = data[syncs[0][2] :]
         if self.expected or self.server is not None or not data:
+            return data
+        listen = self.listen
+        if listen is not None and (listen.withheld or listen.answers):
             return data
         framer = self.framer
         if not (self.scanner.at_boundary if framer is None else framer.idle):
@@ -359,15 +343,8 @@ class ClientRelay(ClientLink):
             text = data[name_end + 1 : name_end + 65]
         if not _opens_transaction(text):
             return data
-        end = 1 + int.from_bytes(data[1:5], "big")
-        if end > len(data):
-            return data
-        if msg_type == 0x51:
-            self._reply_here(TRANSACTION_REFUSED)
-            return data[end:]
-        # extended protocol: the error ends the batch; skip to its Sync
-        self.discard_scanner = MessageScanner(frozenset(b"S"), self.runtime.config.max_packet_size)
-        return self._refuse_transaction_blocks(data[end:])
+        self.close(PgtarnError(TRANSACTION_REFUSED), TRANSACTION_REFUSED_RESPONSE)
+        return b""
 
     def _to_server(self, data: bytes) -> None:
         server = self._server_now()

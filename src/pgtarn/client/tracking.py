@@ -197,6 +197,18 @@ class ClientTracking(ClientTransport):
         route = self.route  # a BEGIN answered here (read_write_split): in a transaction
         return b"T" if route is not None and route.begin else b"I"
 
+    def name_kept(self, name: bytes) -> None:
+        """A Parse of a name the client has was refused (42P05) as it went to a server: the
+        name's session effects are its statement's again, not the refused text's (the framer
+        took them when it read the Parse, which may come before the name's own Parse went)."""
+        framer, statements = self.framer, self.statements
+        if not self.tracked or framer is None or statements is None:
+            return
+        framer.named_effects.pop(name, None)
+        stmt = statements.names.get(name)
+        if stmt is not None and not stmt.sql:
+            self._session_text(0x50, name + b"\x00" + stmt.parse[6 + len(stmt.name) :], 0)
+
     def error_relayed(self) -> None:
         """The linked server relays an ErrorResponse: the batch under way failed."""
         session = self.session

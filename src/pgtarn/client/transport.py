@@ -20,7 +20,7 @@ from ..pool.pool import Pool
 from ..pool.split import ClientRoute
 from ..proto import build
 from ..proto.client_login import ClientLogin
-from ..proto.framing import MessageScanner, shared_scanner
+from ..proto.framing import shared_scanner
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
 from ..server.transport import LinkedClient
@@ -212,16 +212,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
     @replication.setter
     def replication(self, kind: str) -> None:
         self._extras_made().replication = kind
-
-    @property
-    def discard_scanner(self) -> MessageScanner | None:
-        """Statement mode: set while skipping a refused extended batch up to its Sync."""
-        extras = self.extras
-        return None if extras is None else extras.discard_scanner
-
-    @discard_scanner.setter
-    def discard_scanner(self, scanner: MessageScanner | None) -> None:
-        self._extras_made().discard_scanner = scanner
 
     @property
     def cancelled_at(self) -> float:
@@ -417,7 +407,10 @@ class ClientTransport(LinkedClient[ServerConnection]):
     def write(self, data: bytes) -> None:
         transport = self.transport
         if transport is not None:
-            self.send_state = send(self.send_state, transport, data)
+            state = self.send_state
+            if state == SEND_NEVER and transport.is_closing():
+                return  # closed (close: its error is the last the client reads)
+            self.send_state = send(state, transport, data)
             pool = self.pool
             if pool is not None:
                 pool.stats.sent += len(data)

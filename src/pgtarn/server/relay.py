@@ -35,6 +35,9 @@ PREPARED_RELAY_TYPES: Final = frozenset(b"ZSE123")
 ROW_TYPES: Final = frozenset(b"DCIs")
 PREPARED_ROW_RELAY_TYPES: Final = PREPARED_RELAY_TYPES | ROW_TYPES
 RFQ_LEN: Final = 6
+#: How many statements a server keeps for clients that still follow them after
+#: max_prepared_statements was set to 0 (they logged in before): PgBouncer's default.
+CAPACITY_AFTER_OFF: Final = 200
 
 
 class ServerRelay(ServerTransport):
@@ -266,8 +269,9 @@ class ServerRelay(ServerTransport):
         """This server's statement bookkeeping (made on first use)."""
         if self.statements is None:
             config = self.runtime.config
-            self.statements = ServerStatements(config.max_prepared_statements,
-                                               self.pool.prepared_counters)
+            self.statements = ServerStatements(
+                config.max_prepared_statements or CAPACITY_AFTER_OFF,
+                self.pool.prepared_counters)
             # Made while linked and idle, so the scanner is between messages.
             self.scanner = MessageScanner(
                 PREPARED_ROW_RELAY_TYPES if self.scanner.watches(0x44) else PREPARED_RELAY_TYPES,

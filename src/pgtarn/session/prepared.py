@@ -45,7 +45,9 @@ from .rewrite import (
     KIND_SYNC,
     NOOP_CLOSE,
     PARSE_COMPLETE,
+    REFUSED_REUSE,
     RESULT_TYPE_CHANGED_ERROR,
+    SERVER_PREFIX,
     SYNC,
     SYNC_ENTRY,
     UNDO_CHECK,
@@ -55,6 +57,7 @@ from .rewrite import (
     Entry,
     StatementRewriter,
     batch_end,
+    exists,
     raise_error,
 )
 from .stale import description_digest, means_stale, reads_description
@@ -140,6 +143,11 @@ class ServerStatements(StatementRewriter):
         """
         self.failed = True
         self.last_error = body
+        expected = self.expected
+        if expected and expected[0].action == REFUSED_REUSE and b"C42P05\x00" in body:
+            self.raising = None  # (any error ends its batch: a raise after it never comes)
+            self.replacement = _as_postgresql_words("42P05", exists(expected[0].client_name))
+            return ERROR_REPLACE
         raising = self.raising
         if raising is not None:
             self.raising = None
@@ -147,7 +155,6 @@ class ServerStatements(StatementRewriter):
             if b"C" + sqlstate.encode() + b"\x00" in body and text.encode() in body:
                 self.replacement = _as_postgresql_words(sqlstate, reply)
                 return ERROR_REPLACE
-        expected = self.expected
         if not expected:
             return ERROR_FORWARD
         head = expected[0]
@@ -172,6 +179,8 @@ class ServerStatements(StatementRewriter):
         elif stale:
             for stmt in stale:
                 cache.detach(stmt)
+        if b"RFetchPreparedStatement\x00" in body:  # PostgreSQL's, not pgtarn's raiser's
+            self._lost(body)
         failed = self._failed_prelude
         if failed is not None and b"C26000\x00" in body and b'"' + failed[0] + b'"' in body:
             # "prepared statement pgtarn_s7 does not exist": the client gets the real cause.
@@ -179,6 +188,15 @@ class ServerStatements(StatementRewriter):
             self.replacement = failed[1]
             return ERROR_REPLACE
         return ERROR_FORWARD
+
+    def _lost(self, body: bytes) -> None:
+        """A 26000 naming a statement pgtarn took this server to have: dropped behind its
+        back (a DEALLOCATE ALL it did not see, from a client whose statements it does not
+        follow): prepared again at its next use, rather than failing at each."""
+        text = parse_fields(body).get("M", "")
+        name = text[text.find('"') + 1 : text.rfind('"')].encode()
+        if name.startswith(SERVER_PREFIX):
+            self.prepared.pop(name, None)
 
     def ready(self, status: bytes, client: ClientStatements | None) -> int:
         """A ReadyForQuery: READY_FORWARD, READY_RETRY (swallow it and send ``resend``: the

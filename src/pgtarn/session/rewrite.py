@@ -48,6 +48,9 @@ SERVER_PREFIX: Final = b"pgtarn_"
 FORWARD: Final = 0
 DROP: Final = 1
 AS_PARSE_COMPLETE: Final = 2
+#: The raiser's Parse that fails with 42P05 in place of a client's Parse of a name in use
+#: (the entry's client_name): its error is given the client's name (never completes).
+REFUSED_REUSE: Final = 3
 
 
 SYNC: Final = message(b"S")
@@ -140,6 +143,9 @@ class StatementRewriter:
         #: the server will give, the message the client gets): ServerStatements.error sends
         #: it as PostgreSQL words it, routine included (drivers read that).
         self.raising: tuple[str, str, str] | None = None
+        #: Names the client prepared again while they were in use (refused with 42P05),
+        #: for the caller to log; it empties the list.
+        self.already_prepared: list[bytes] = []
 
     @property
     def idle(self) -> bool:
@@ -234,6 +240,9 @@ class StatementRewriter:
         self.clean = False
         name, pos = read_cstring(body, 0)
         read_cstring(body, pos)  # the query too must end, before the statement is named
+        if name and name in client.names and not _reuse_unsure(self, client, name):
+            _refuse_reuse(self, name, body[pos:], out)
+            return
         forgets = b""
         if sqlnames.may_name_statements(body, pos):  # DISCARD / DEALLOCATE ALL pass it too
             if not name and FORGETS_ALL.search(body, pos, body.find(b"\x00", pos)):
@@ -491,6 +500,37 @@ class StatementRewriter:
     # --- server -> client -----------------------------------------------------------------------
 
 
+def _refuse_reuse(rewriter: StatementRewriter, name: bytes, parse_tail: bytes,
+                  out: bytearray) -> None:
+    """A Parse of a name the client has: PostgreSQL's 42P05, raised by the server itself on
+    the raiser's name (prepared twice, the second time with the client's query, so that a
+    syntax error in it comes first, as on a direct connection); the name keeps its
+    statement. The failing Parse's entry says whose name to put in the error."""
+    rewriter.already_prepared.append(name)
+    expected = rewriter.expected
+    out += message(b"C", b"S" + RAISER_NAME + b"\x00")
+    expected.append(Entry(KIND_CLOSE, DROP))
+    out += message(b"P", RAISER_NAME + b"\x00\x00\x00\x00")
+    expected.append(Entry(KIND_PARSE, DROP))
+    out += message(b"P", RAISER_NAME + b"\x00" + parse_tail)
+    expected.append(Entry(KIND_PARSE, REFUSED_REUSE, None, None, name))
+
+
+def _reuse_unsure(rewriter: StatementRewriter, client: ClientStatements, name: bytes) -> bool:
+    """Whether the name was defined by a message whose outcome is still owed, in a batch
+    before this one: whether this Parse is refused depends on that outcome, unknown yet, so
+    the Parse defines the name (had the first succeeded, PostgreSQL would have refused it).
+    In the same batch the refusal is right either way: a failure there makes the server
+    skip this Parse too."""
+    synced = False
+    for entry in reversed(list(rewriter.expected)):
+        if entry.client is client and entry.client_name == name:
+            return synced or entry.kind == KIND_SYNC
+        if entry.kind == KIND_SYNC:
+            synced = True
+    return False
+
+
 def _refusal(rewriter: StatementRewriter, client: ClientStatements, found: sqlnames.Scan
              ) -> bytes | None:  # fmt: skip
     """A query that raises the error for a form pgtarn cannot run safely, or None."""
@@ -520,6 +560,11 @@ def _refused_parse(body: bytes, pos: int, end: int, message: str, sqlstate: str 
                    ) -> bytes:  # fmt: skip
     """A Parse body whose query raises message (SQLSTATE 0A000 unless given) when run."""
     return body[:pos] + raise_error(sqlstate, message)[5:-1] + b"\x00" + body[end:]
+
+
+def exists(name: bytes) -> str:
+    """PostgreSQL's message for a prepared statement name already in use."""
+    return 'prepared statement "' + name.decode("utf-8", "replace") + '" already exists'
 
 
 def _missing(name: bytes) -> str:

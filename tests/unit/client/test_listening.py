@@ -383,9 +383,19 @@ def test_a_pinned_clients_listen_waits_for_the_listener_too() -> None:
 
 
 def test_statement_mode_refuses_a_begin_after_the_withheld_ready_for_query() -> None:
+    """The BEGIN waits behind the LISTEN's withheld ReadyForQuery, goes to a server, and
+    its transaction status ends the client: the replies come in order, the error last."""
     setup = Listening(mode="statement")
-    client, transport, _server = setup.client()
+    client, transport, server = setup.client()
     client.data_received(build.query("LISTEN a"))
     client.data_received(build.query("BEGIN"))
+    assert types(transport.take()) == "C"
     setup.board.confirmed("a", True)
-    assert types(transport.take()) == "CZEZ"
+    assert types(transport.take()) == "Z"
+    assert sent(server) == build.query("BEGIN")
+    server.data_received(build.command_complete("BEGIN") + build.ready_for_query(b"T"))
+    replies = transport.take()
+    assert types(replies) == "E"
+    assert parse_fields(list(split_messages(replies))[-1][1])["M"] == (
+        "transaction blocks not allowed in statement pooling mode")
+    assert transport.closing

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pgtarn.client.connection import ClientConnection
 from pgtarn.client.transport import NO_PENDING
 from pgtarn.proto import build
+from pgtarn.proto.framing import split_messages
+from pgtarn.proto.messages import parse_fields
 from pgtarn.server.connection import ServerConnection
 from pgtarn.states import ClientState
 
@@ -79,12 +81,20 @@ def test_terminate_ends_the_client_and_releases_nothing_mid_transaction() -> Non
     assert list(server.pool.idle) == [server]  # it was released at its idle ReadyForQuery
 
 
-def test_statement_mode_refuses_begin_without_a_server() -> None:
-    pool = Pool(mode="statement")
-    client, transport = pool.client()
-    client.data_received(build.query("BEGIN"))
-    assert types(transport.take()) == "EZ"
-    assert not pool.servers or pool.servers[0].client is None
+def test_statement_mode_ends_a_client_at_begin_without_a_server() -> None:
+    """BEGIN / START TRANSACTION, as a Query or a Parse (comments before it): the client is
+    closed with PgBouncer's words; no server sees it."""
+    for data in (build.query("BEGIN"), build.query("/* x */ start transaction read only"),
+                 build.parse("", "-- y\nbegin") + build.SYNC):
+        pool = Pool(mode="statement")
+        client, transport = pool.client()
+        client.data_received(data)
+        replies = transport.take()
+        assert types(replies) == "E" and transport.closing
+        fields = parse_fields(next(iter(split_messages(replies)))[1])
+        assert (fields["S"], fields["C"], fields["M"]) == (
+            "FATAL", "08P01", "transaction blocks not allowed in statement pooling mode")
+        assert not pool.servers or pool.servers[0].client is None
 
 
 PARSE_COMPLETE = build.message(b"1")

@@ -52,7 +52,8 @@ def _cstr(body: bytes, pos: int) -> tuple[bytes, int]:
 
 
 class FakePostgres:
-    """Statements, one unnamed portal, errors that skip to Sync; redefinition allowed."""
+    """Statements, one unnamed portal, errors that skip to Sync; a named statement cannot be
+    defined again (42P05), the unnamed one can."""
 
     def __init__(self) -> None:
         self.statements: dict[bytes, bytes] = {}
@@ -76,6 +77,10 @@ class FakePostgres:
             query, _ = _cstr(body, pos)
             if b"bad" in query:
                 return [self.error("42601", "syntax error")]
+            if name and name in self.statements:  # with the fields pgtarn's words have
+                self.skipping = True
+                return [(0x45, b'SERROR\x00VERROR\x00C42P05\x00Mprepared statement "'
+                         + name + b'" already exists\x00\x00')]
             self.statements[name] = query
             return [(0x31, b"")]
         if msg_type == 0x42:
@@ -225,6 +230,32 @@ def test_failed_parse_leaves_no_name_behind() -> None:
     assert [t for t, _ in got] == [0x31, 0x32, 0x44, 0x43, 0x5A]
 
 
+def test_a_name_in_use_is_refused_and_keeps_its_statement() -> None:
+    """42P05 as on a direct connection, the name still meaning its statement; a syntax error
+    comes first; the unnamed statement is replaced; a Parse of a name whose Parse failed in
+    an earlier batch of the same write defines it."""
+    cache = StatementCache()
+    client = ClientStatements(cache)
+    server, pg = ServerStatements(10), FakePostgres()
+    own = FakePostgres()
+    steps = [
+        [parse("s", "select 1"), SYNC],
+        [parse("s", "select 2"), bind("s"), EXECUTE, SYNC],
+        [parse("s", "bad"), SYNC],
+        [bind("s"), EXECUTE, SYNC],
+        [parse("", "select 3"), parse("", "select 4"), bind(""), EXECUTE, SYNC],
+        [parse("t", "bad"), SYNC, parse("t", "select 5"), SYNC, bind("t"), EXECUTE, SYNC],
+        [parse("u", "select 6"), parse("u", "select 6"), SYNC],
+        [parse("s", "select 7"), parse("u", "select 8"), SYNC],  # the first names the error
+    ]
+    for batch in steps:
+        assert pooled(client, server, pg, batch) == direct(own, batch)
+        assert server.idle
+    assert {name: stmt.query for name, stmt in client.names.items()} == {
+        b"s": "select 1", b"t": "select 5", b"u": "select 6"}
+    assert server.already_prepared == [b"s", b"s", b"u", b"s", b"u"]  # for the caller to log
+
+
 def test_eviction_closes_the_least_recently_used() -> None:
     cache = StatementCache()
     client = ClientStatements(cache)
@@ -327,8 +358,10 @@ def test_pooled_clients_see_what_a_direct_connection_would(
         got = pooled(clients[client_no], servers[server_no], pgs[server_no], batch)
         assert got == expected
         assert servers[server_no].idle
-        assert len(pgs[server_no].statements.keys() - {b""}) <= capacity
-        assert set(servers[server_no].prepared) == pgs[server_no].statements.keys() - {b""}
+        # (the unnamed statement, and pgtarn's raiser that refused a name in use, aside)
+        kept = pgs[server_no].statements.keys() - {b"", b"pgtarn_raise"}
+        assert len(kept) <= capacity
+        assert set(servers[server_no].prepared) == kept
         # the client's names mean exactly what they would on its own connection
         mine = {name: stmt.parse[5:].split(b"\x00")[1]
                 for name, stmt in clients[client_no].names.items()}
@@ -350,10 +383,12 @@ def test_seeded_many_clients_many_servers() -> None:
         name = rng.choice(["p", "q", "r"])
         query = f"select {rng.randrange(5)}"
         pgs[s].statements.pop(b"", None)
+        # a name in use is closed first: a Parse cannot define it again
+        again = name.encode() in clients[c].names
         got = pooled(clients[c], servers[s], pgs[s],
-                     [parse(name, query), bind(name), EXECUTE, SYNC])
-        assert got == [(0x31, b""), (0x32, b""), (0x44, query.encode()), (0x43, b"SELECT 1"),
-                       (0x5A, b"I")]
+                     [close(name)] * again + [parse(name, query), bind(name), EXECUTE, SYNC])
+        assert got == [(0x33, b"")] * again + [
+            (0x31, b""), (0x32, b""), (0x44, query.encode()), (0x43, b"SELECT 1"), (0x5A, b"I")]
         if rng.random() < 0.3:
             got = pooled(clients[c], servers[s], pgs[s], [close(name), SYNC])
             assert got == [(0x33, b""), (0x5A, b"I")]
