@@ -268,7 +268,7 @@ def test_login_refusals_in_pgbouncers_words(pgtarn_factory, pg_cluster, pg_roles
     proc = pgtarn_factory(databases={"app": f"{base} dbname=app auth_dbname=missing"},
                           settings={"auth_user": "app"}, userlist={"app": pg_roles["app"]})
     assert login_error(proc, "scram_user", pg_roles["scram_user"])[1] == "bouncer config error"
-    assert 'auth_dbname "missing" is not a database' in proc.log_text()
+    assert 'authentication database "missing" is not configured' in proc.log_text()
 
 
 #: A role whose password a test changes in PostgreSQL behind pgtarn's back.

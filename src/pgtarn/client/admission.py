@@ -4,6 +4,9 @@ max_client_conn, the startup parameters, the database, the client limits
 (max_db_client_connections, max_user_client_connections), the access rules and auth_type
 (access.py), and the secret: from auth_file or, for a user it does not name, from auth_query.
 With workers = N the client limits are first asked of the supervisor (_admit).
+
+auth_query's "no such role" refuses the login at once ("no such user"), as PgBouncer does;
+the admin console's users are looked up through the global auth_dbname.
 """
 
 from __future__ import annotations
@@ -110,8 +113,8 @@ class ClientAdmission(ClientRelay):
             log.info("%r: login refused: %s", self, refusal.message)
             raise
         secret = self.runtime.userlist.get(user)
-        if secret is None and self.db is not None and auth_type in LOOKED_UP:
-            lookup = self.runtime.secret_lookup(self.db)
+        if secret is None and auth_type in LOOKED_UP:
+            lookup = self.runtime.secret_lookup(self.db)  # (None: the admin console)
             if lookup is not None:
                 # auth_query: the challenge (its salt) waits for the secret
                 self.state = ClientState.AUTH
@@ -146,7 +149,11 @@ class ClientAdmission(ClientRelay):
             login = self.login
             if self.state is ClientState.AUTH and login is not None and login.awaiting_secret:
                 # still there, still waiting
-                if secret is not None and self.db is not None:
+                if secret is None:  # PgBouncer's answer: its mock login skips auth_query
+                    lookup.forget(user)  # (a role made next is found at its next login)
+                    self.login_failed()
+                    raise PgtarnError("no such user", sqlstate="28000")
+                if secret and self.db is not None:
                     self.runtime.found_secret(self.db, user, secret)
                 self._begin_auth(login, auth_type, secret)
         except PgtarnError as error:

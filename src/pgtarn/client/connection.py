@@ -164,8 +164,8 @@ class ClientConnection(ClientAdmission):
                                         last.data if isinstance(last, Send) else b"")
                 case Failed(error, response):
                     if isinstance(error, AuthFailed):
-                        if self.looked_up and self.db is not None:  # maybe changed
-                            self.runtime.forget_secret(self.db, self.user)
+                        if self.looked_up:  # maybe changed
+                            self.runtime.forget_secret(self.user)
                         self.login_failed()
                     self.close(error, response)
                 case TlsRequested(direct):
