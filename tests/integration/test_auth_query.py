@@ -94,7 +94,7 @@ def test_hostile_user_names_are_only_ever_parameters(proc, role, name):  # type:
     assert logs_in(proc, made, "quote_pass")
 
 
-def test_search_path_of_the_role_or_the_client_never_reaches_the_query(  # type: ignore[no-untyped-def]
+def test_search_path_of_the_client_never_reaches_the_query(  # type: ignore[no-untyped-def]
         pgtarn_factory, auth_role, pg_cluster):
     # what CVE-2025-12819 did: a function in another schema shadows now() in the query
     pg_cluster.psql(
@@ -104,19 +104,18 @@ def test_search_path_of_the_role_or_the_client_never_reaches_the_query(  # type:
         "CREATE OR REPLACE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql AS $$\n"
         "BEGIN INSERT INTO public.evil_ran VALUES (current_user); RETURN pg_catalog.now(); END\n"
         "$$;\n"
-        "GRANT USAGE ON SCHEMA evil TO PUBLIC;\n"
-        f"ALTER ROLE {AUTH_USER} SET search_path = evil, pg_catalog;\n", dbname="app")
+        "GRANT USAGE ON SCHEMA evil TO PUBLIC;\n", dbname="app")
     try:
-        proc = pgtarn_factory(
-            settings={"auth_user": auth_role, "ignore_startup_parameters": "options"},
-            userlist={AUTH_USER: AUTH_PASSWORD})
-        assert logs_in(proc, "scram_user", "scram_pass",
-                       options="-c search_path=evil,pg_catalog")
+        for settings in ({"ignore_startup_parameters": "options"},
+                         {"track_extra_parameters": "search_path"}):
+            proc = pgtarn_factory(settings={"auth_user": auth_role, **settings},
+                                  userlist={AUTH_USER: AUTH_PASSWORD})
+            assert logs_in(proc, "scram_user", "scram_pass",
+                           options="-c search_path=evil,pg_catalog")
         ran = pg_cluster.psql("SELECT count(*) FROM public.evil_ran", dbname="app").strip()
         assert ran == "0"
     finally:
-        pg_cluster.psql(f"ALTER ROLE {AUTH_USER} RESET search_path;\n"
-                        "DROP SCHEMA evil CASCADE;\nDROP TABLE public.evil_ran;\n", dbname="app")
+        pg_cluster.psql("DROP SCHEMA evil CASCADE;\nDROP TABLE public.evil_ran;\n", dbname="app")
 
 
 def test_a_changed_password_is_looked_up_again(proc, role, pg_cluster):  # type: ignore[no-untyped-def]
@@ -337,3 +336,22 @@ def test_a_failing_auth_query_is_a_configuration_error(pgtarn_factory, auth_role
         userlist={AUTH_USER: AUTH_PASSWORD})
     assert login_error(proc, "scram_user", "scram_pass") == ("08006", "bouncer config error")
     assert "auth_query must return two columns" in proc.log_text()
+
+
+def test_the_lookup_runs_with_the_roles_own_search_path(pgtarn_factory, pg_cluster, auth_role):  # type: ignore[no-untyped-def]
+    """The lookup connection takes auth_user's and the database's own settings, as a
+    connection of that role would (PgBouncer's): a query may call a function of public
+    unqualified. (The client's settings never reach it: see the test above.)"""
+    pg_cluster.psql(
+        "CREATE OR REPLACE FUNCTION public.aq_secret(p_user text, OUT usename name,\n"
+        "  OUT passwd text) RETURNS SETOF record LANGUAGE sql AS $$\n"
+        "  SELECT rolname, rolpassword::text FROM pg_catalog.pg_authid\n"
+        "  WHERE rolname = p_user $$;\n", dbname="app")
+    try:
+        proc = pgtarn_factory(
+            settings={"auth_user": auth_role, "auth_query": "SELECT * FROM aq_secret($1)",
+                      "track_extra_parameters": "search_path"},
+            userlist={AUTH_USER: AUTH_PASSWORD})
+        assert logs_in(proc, "scram_user", "scram_pass", options="-c search_path=pg_catalog")
+    finally:
+        pg_cluster.psql("DROP FUNCTION public.aq_secret(text)", dbname="app")

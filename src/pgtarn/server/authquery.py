@@ -2,8 +2,9 @@
 
 Each target (database, auth_user, query) has one connection, opened on first use and kept;
 lookups take turns on it. The user name is a bound parameter ($1), never part of the SQL text,
-and the connection carries none of the client's startup parameters: its search_path is fixed
-to pg_catalog and pg_temp, so nothing a client sends can change what the query runs.
+and the connection carries none of the client's startup parameters (PgBouncer's fix of
+CVE-2025-12819), so nothing a client sends can change what the query runs; it has the
+settings of auth_user and of its database, as any connection of that role has.
 
 The answer tells "no such user" (no row: None) from a role without a password (a NULL
 secret: "", which only auth_type = trust lets in). A query that fails is the configuration's
@@ -37,7 +38,7 @@ AUTH_CACHE_SECONDS = 30.0
 MISS_CACHE_SECONDS = 5.0
 CACHE_SIZE = 10_000
 #: The lookup connection's own startup parameters; nothing comes from clients.
-STARTUP = {"search_path": "pg_catalog, pg_temp", "application_name": "pgtarn auth_query"}
+STARTUP = {"application_name": "pgtarn auth_query"}
 #: The secret of a role the query returns with a NULL password.
 NO_PASSWORD = ""
 _ALL_TYPES = frozenset(range(256))
