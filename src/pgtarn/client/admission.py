@@ -7,6 +7,10 @@ With workers = N the client limits are first asked of the supervisor (_admit).
 
 auth_query's "no such role" refuses the login at once ("no such user"), as PgBouncer does;
 the admin console's users are looked up through the global auth_dbname.
+
+An unknown database is told only after the password exchange (ClientConnection, when the
+client authenticated): a client learns which databases exist only once it has proven who it
+is. No lookup is made for it, so a user auth_file does not name fails as a wrong password.
 """
 
 from __future__ import annotations
@@ -85,21 +89,18 @@ class ClientAdmission(ClientRelay):
             return
         user = self.user = startup.user
         self.database = database
+        self.admin_login = admin
         if config.log_connections:
             log.info("%r: login attempt: db=%s user=%s tls=%s", self, database, user,
                      describe(self.tls) or "no")
-
-        if admin:
-            if local_admin:
-                # As PgBouncer: the OS user running the pooler, over the unix socket.
-                self.local_admin = True
-                self._begin_auth(login, "any", None)
-                return
-        else:
-            db = config.find_database(database)
-            if db is None:
-                raise PgtarnError(f"no such database: {database}", sqlstate="3D000")
-            self.db = db
+        if local_admin:
+            # As PgBouncer: the OS user running the pooler, over the unix socket.
+            self.local_admin = True
+            self._begin_auth(login, "any", None)
+            return
+        db = self.db = None if admin else config.find_database(database)
+        known = admin or db is not None  # (an unknown database: told after the password)
+        if db is not None:
             self._check_client_limits(db, user)
         connection = Connection(
             local=self.addr == "unix", tls=self.tls is not None,
@@ -113,8 +114,8 @@ class ClientAdmission(ClientRelay):
             log.info("%r: login refused: %s", self, refusal.message)
             raise
         secret = self.runtime.userlist.get(user)
-        if secret is None and auth_type in LOOKED_UP:
-            lookup = self.runtime.secret_lookup(self.db)  # (None: the admin console)
+        if secret is None and known and auth_type in LOOKED_UP:
+            lookup = self.runtime.secret_lookup(db)  # (None: the admin console)
             if lookup is not None:
                 # auth_query: the challenge (its salt) waits for the secret
                 self.state = ClientState.AUTH

@@ -229,6 +229,9 @@ class ClientConnection(ClientAdmission):
         goes out with the welcome in one write (one system call fewer per login) when the
         pool knows its parameters already, else first and alone."""
         if self.db is None:
+            if not self.admin_login:  # as PgBouncer: told only to who authenticated
+                self.login_failed()
+                raise PgtarnError(f"no such database: {self.database}", sqlstate="3D000")
             self.write(auth_ok)
             self._admin_ready(login)
             return
