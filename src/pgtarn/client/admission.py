@@ -1,12 +1,12 @@
 """ClientAdmission: at a client's StartupMessage, whether it may log in and against which secret.
 
-max_client_conn, the startup parameters, the database, the client limits
-(max_db_client_connections, max_user_client_connections), the access rules and auth_type
-(access.py), and the secret: from auth_file or, for a user it does not name, from auth_query.
-With workers = N the client limits are first asked of the supervisor (_admit).
-
-auth_query's "no such role" refuses the login at once ("no such user"), as PgBouncer does;
-the admin console's users are looked up through the global auth_dbname.
+The order is PgBouncer's: max_client_conn; the startup parameters; the database; the client
+limits (max_db_client_connections, max_user_client_connections: the admin console is a
+database with the global limit, and its sessions count for their user, admin_users get past
+both there only); the access rules and auth_type (access.py); the secret, from auth_file or,
+for a user it does not name, from auth_query. auth_query's "no such role" refuses the login
+at once ("no such user"), as PgBouncer does; the admin console's users are looked up through
+the global auth_dbname.
 
 An unknown database is told only after the password exchange (ClientConnection, when the
 client authenticated): a client learns which databases exist only once it has proven who it
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from ..config import DatabaseEntry
+from ..config import ADMIN_DATABASES, DatabaseEntry
 from ..errors import PgtarnError
 from ..net.tls import certificate_name, describe, has_certificate
 from ..proto.client_login import ClientLogin, Event, Startup, replication_mode
@@ -58,7 +58,8 @@ class ClientAdmission(ClientRelay):
         raise NotImplementedError
 
     def _startup_received(self, login: ClientLogin, startup: Startup) -> None:
-        """Who may log in, and how: max_client_conn, the database, access rules, the secret."""
+        """Who may log in, and how: max_client_conn, the database, the client limits, the
+        access rules, the secret."""
         limits = self.runtime.limits
         if limits is not None and not limits.admitted(self):
             # workers = N: the client limits count every worker's clients (a round trip)
@@ -100,7 +101,7 @@ class ClientAdmission(ClientRelay):
             return
         db = self.db = None if admin else config.find_database(database)
         known = admin or db is not None  # (an unknown database: told after the password)
-        if db is not None:
+        if known:
             self._check_client_limits(db, user)
         connection = Connection(
             local=self.addr == "unix", tls=self.tls is not None,
@@ -125,24 +126,31 @@ class ClientAdmission(ClientRelay):
                 return
         self._begin_auth(login, auth_type, secret)
 
-    def _check_client_limits(self, db: DatabaseEntry, user: str) -> None:
-        """max_db_client_connections and max_user_client_connections, as PgBouncer: this
-        client counts, admin_users are let past the database's limit."""
+    def _check_client_limits(self, db: DatabaseEntry | None, user: str) -> None:
+        """max_db_client_connections and max_user_client_connections of db (None: the admin
+        console), as PgBouncer: this client counts; admin_users are let past both on the
+        admin console."""
         config = self.runtime.config
-        max_db = config.max_db_client_connections_for(db)
+        if db is None:
+            if user in config.admin_users:
+                return
+            max_db = config.max_db_client_connections
+        else:
+            max_db = config.max_db_client_connections_for(db)
         max_user = config.max_user_client_connections_for(user)
         if not max_db and not max_user:
             return
         clients = self.runtime.clients.values()
-        if max_db and user not in config.admin_users and max_db < sum(
-                1 for c in clients if c.database == db.name):
-            raise PgtarnError("client connections exceeded (max_db_client_connections)",
-                              sqlstate="53300")
-        if max_user and max_user < sum(
-                1 for c in clients if c.user == user
-                and not config.is_admin_database(c.database)):
-            raise PgtarnError("client connections exceeded (max_user_client_connections)",
-                              sqlstate="53300")
+        if max_db:
+            if db is None:
+                count = sum(1 for c in clients if config.is_admin_database(c.database))
+            else:
+                name = db.name
+                count = sum(1 for c in clients if c.database == name)
+            if count > max_db:
+                raise PgtarnError(REFUSALS["max_db_client_connections"], sqlstate="53300")
+        if max_user and max_user < sum(1 for c in clients if c.user == user):
+            raise PgtarnError(REFUSALS["max_user_client_connections"], sqlstate="53300")
 
     async def _look_up(self, lookup: SecretSource, auth_type: str, user: str) -> None:
         try:
@@ -188,14 +196,20 @@ async def _admit(client: ClientAdmission, limits: WorkerLimits, login: ClientLog
     db = None if admin else config.find_database(database)
     if db is not None:
         database = db.name
-    max_db = config.max_db_client_connections_for(db) \
-        if db is not None and user not in config.admin_users else 0
-    max_user = 0 if admin else config.max_user_client_connections_for(user)
+    # as _check_client_limits: an unknown database and the operator are not limited
+    exempt = local_admin or (admin and user in config.admin_users) or (not admin and db is None)
+    max_db = 0 if exempt else (config.max_db_client_connections if db is None
+                               else config.max_db_client_connections_for(db))
+    max_user = 0 if exempt else config.max_user_client_connections_for(user)
     clients = client.runtime.clients.values()
-    local_db = 1 + sum(1 for c in clients if c.database == database) if max_db else 0
-    local_user = 1 + sum(1 for c in clients if c.user == user
-                         and not config.is_admin_database(c.database)) if max_user else 0
-    refused = await limits.admit(client, database, user, admin,
+    if admin:  # the console's two names are one database
+        database = ADMIN_DATABASES[0]
+        local_db = 1 + sum(1 for c in clients if config.is_admin_database(c.database)) \
+            if max_db else 0
+    else:
+        local_db = 1 + sum(1 for c in clients if c.database == database) if max_db else 0
+    local_user = 1 + sum(1 for c in clients if c.user == user) if max_user else 0
+    refused = await limits.admit(client, database, user, False,
                                  [max_clients, max_db, max_user, len(clients), local_db,
                                   local_user])
     if client.state is ClientState.CLOSED:
