@@ -60,6 +60,7 @@ COMPILED = [
     "pgtarn/client/listening.py",
     "pgtarn/client/link.py",
     "pgtarn/client/relay.py",
+    "pgtarn/client/admission.py",
     "pgtarn/client/connection.py",
 ]
 

@@ -28,6 +28,10 @@ TARGET_SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", 
 READ_WRITE_SPLIT = ("off", "explicit", "auto")
 #: A client asking for NAME + this suffix gets NAME's entry for read-only work, when NAME splits.
 READ_ONLY_SUFFIX = "_ro"
+#: The admin console's database names (unless a [databases] entry takes "pgtarn").
+ADMIN_DATABASES = ("pgbouncer", "pgtarn")
+#: PgBouncer's refusal of the admin console as the database auth_query looks users up in.
+RESERVED_AUTH_DBNAME = 'cannot use the reserved "{}" database as an auth_dbname'
 
 _LINUX = sys.platform.startswith("linux")
 _AUTH_QUERY = (
@@ -304,6 +308,10 @@ class Config:
             f"warnings={len(self.warnings)})"
         )
 
+    def is_admin_database(self, name: str) -> bool:
+        """Whether a client asking for database name gets the admin console."""
+        return name in ADMIN_DATABASES and name not in self.databases
+
     def find_database(self, name: str) -> DatabaseEntry | None:
         """The entry for `name`, else NAME's read-only alias (`name` is NAME_ro, NAME splits
         reads from writes), else one made from the `*` fallback, else None.
@@ -505,6 +513,8 @@ class Setting:
         """Typed value from the ini text; ValueError with a short reason if invalid."""
         kind = self.kind
         if kind == "str":
+            if self.name == "auth_dbname" and text == ADMIN_DATABASES[0]:
+                raise ValueError(RESERVED_AUTH_DBNAME.format(text))
             return text
         if kind == "list":
             return _parse_list(text)

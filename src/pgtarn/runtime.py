@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast
 from mypy_extensions import mypyc_attr
 
 from .auth.hba import HbaRules, IdentMaps
-from .config import Config, DatabaseEntry
+from .config import ADMIN_DATABASES, RESERVED_AUTH_DBNAME, Config, DatabaseEntry
 from .errors import PgtarnError
 from .net.peers import PeerCancels
 from .net.sockets import HostChooser, TcpOption, tcp_options
@@ -240,42 +240,52 @@ class Runtime:
         client = self.clients.get(index_of(key))
         return client if client is not None and client.cancel_key == key else None
 
-    def forget_secret(self, db: DatabaseEntry, user: str) -> None:
-        """A password failed for a secret auth_query found: ask again next time. Only a
-        lookup that exists forgets (none is made for it, and a configuration changed since
-        raises nothing here)."""
-        config = self.config
-        auth_user = db.auth_user or config.auth_user
-        target_name = db.auth_dbname or config.auth_dbname
-        target = config.find_database(target_name) if target_name else db
-        if not auth_user or target is None:
-            return
-        lookup = self.lookups.get(self._lookup_key(db, target, auth_user))
-        if lookup is not None:
+    def forget_secret(self, user: str) -> None:
+        """A password failed for a secret auth_query found: ask again next time. Every
+        lookup forgets it (a few; the one that found it may have been replaced since)."""
+        for lookup in self.lookups.values():
             lookup.forget(user)
 
-    def _lookup_key(self, db: DatabaseEntry, target: DatabaseEntry,
-                    auth_user: str) -> tuple[object, ...]:
-        query = db.auth_query or self.config.auth_query
-        return (target.name, target.host, target.port, target.dbname, auth_user, query)
-
-    def secret_lookup(self, db: DatabaseEntry) -> SecretSource | None:
-        """The auth_query lookup for logins to db (None: no auth_user for it)."""
+    def _auth_target(self, db: DatabaseEntry | None) -> tuple[DatabaseEntry, str] | None:
+        """Where auth_query looks up the users of db (None: the admin console), as
+        PgBouncer: (the database, auth_user); None when it has no auth_user. Refused when
+        that database is not configured, disabled, or the admin console."""
         config = self.config
-        auth_user = db.auth_user or config.auth_user
-        if not auth_user or self.make_lookup is None:
+        auth_user = (db.auth_user if db is not None else None) or config.auth_user
+        if not auth_user:
             return None
-        target_name = db.auth_dbname or config.auth_dbname
-        target = config.find_database(target_name) if target_name else db
-        if target is None:
+        target_name = (db.auth_dbname if db is not None else None) or config.auth_dbname
+        if not target_name:  # the client's own database
+            if db is not None:
+                return db, auth_user
+            target_name = ADMIN_DATABASES[0]  # which is no database of PostgreSQL's
+        if config.is_admin_database(target_name):
             # the detail is for the log; the client gets PgBouncer's words
-            log.error('auth_dbname "%s" is not a database of [databases]', target_name)
+            log.error(RESERVED_AUTH_DBNAME.format(target_name))
             raise PgtarnError(CONFIG_ERROR, sqlstate="08006")
-        key = self._lookup_key(db, target, auth_user)
+        target = config.find_database(target_name)
+        if target is None:
+            log.error('authentication database "%s" is not configured', target_name)
+            raise PgtarnError(CONFIG_ERROR, sqlstate="08006")
+        if target.name in self.registry.disabled:
+            raise PgtarnError(f'authentication database "{target_name}" is disabled',
+                              sqlstate="08P01")
+        return target, auth_user
+
+    def secret_lookup(self, db: DatabaseEntry | None) -> SecretSource | None:
+        """The auth_query lookup for logins to db (None: the admin console); None when it
+        has no auth_user. A PgtarnError refuses the login (_auth_target)."""
+        if self.make_lookup is None:
+            return None
+        target = self._auth_target(db)
+        if target is None:
+            return None
+        database, auth_user = target
+        query = (db.auth_query if db is not None else None) or self.config.auth_query
+        key = (database.name, database.host, database.port, database.dbname, auth_user, query)
         lookup = self.lookups.get(key)
         if lookup is None:
-            query = db.auth_query or config.auth_query
-            lookup = self.lookups[key] = self.make_lookup(self, target, auth_user, query)
+            lookup = self.lookups[key] = self.make_lookup(self, database, auth_user, query)
         return lookup
 
     def found_secret(self, db: DatabaseEntry, user: str, secret: str) -> None:

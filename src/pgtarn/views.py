@@ -148,7 +148,9 @@ class ClientView(Protocol):
 class SecretSource(Protocol):
     """auth_query: where secrets of users missing from auth_file are looked up."""
 
-    def secret(self, user: str) -> Awaitable[str | None]: ...
+    def secret(self, user: str) -> Awaitable[str | None]:
+        """The user's secret: None when there is no such user, "" when it has none."""
+        ...
 
     def forget(self, user: str) -> None:
         """A login failed with the cached secret: look it up again next time."""

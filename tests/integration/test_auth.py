@@ -161,6 +161,24 @@ def test_unknown_database(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore
     assert login_error(proc, "app", pg_roles["app"], dbname="nosuchdb")[0] == "3D000"
 
 
+@pytest.mark.parametrize("auth_type", ["md5", "scram-sha-256"])
+def test_an_unknown_database_is_told_after_the_password_exchange(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_cluster, pg_roles, auth_type):
+    """As PgBouncer: which databases exist is told to authenticated clients only. A user
+    auth_file does not name is not looked up for it (nothing to look up in), so it fails as
+    a wrong password."""
+    base = f"host={pg_cluster.host} port={pg_cluster.port}"
+    proc = pgtarn_factory(databases={"app": f"{base} dbname=app"},
+                          settings={"auth_type": auth_type, "auth_user": "app"})
+    words = "SASL" if auth_type == "scram-sha-256" else "password"
+    failed = ("28P01", f"{words} authentication failed")
+    assert login_error(proc, "app", "wrong", dbname="nosuchdb") == failed
+    assert login_error(proc, "nobody", "wrong", dbname="nosuchdb") == failed
+    assert login_error(proc, "app", pg_roles["app"], dbname="nosuchdb") == (
+        "3D000", "no such database: nosuchdb")
+    assert "login failed: db=nosuchdb user=app" in proc.log_text()
+
+
 def test_ssl_request_is_answered_n_then_login_works(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory()
     raw = RawClient(proc.host, proc.port)
@@ -268,7 +286,7 @@ def test_login_refusals_in_pgbouncers_words(pgtarn_factory, pg_cluster, pg_roles
     proc = pgtarn_factory(databases={"app": f"{base} dbname=app auth_dbname=missing"},
                           settings={"auth_user": "app"}, userlist={"app": pg_roles["app"]})
     assert login_error(proc, "scram_user", pg_roles["scram_user"])[1] == "bouncer config error"
-    assert 'auth_dbname "missing" is not a database' in proc.log_text()
+    assert 'authentication database "missing" is not configured' in proc.log_text()
 
 
 #: A role whose password a test changes in PostgreSQL behind pgtarn's back.

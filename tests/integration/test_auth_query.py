@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -15,6 +16,7 @@ from tests.support import TempCluster
 
 from .drivers import connect
 from .pgstat import wait_until
+from .test_admin import admin, show
 from .test_auth import login_error
 from .test_reload import reload
 from .test_timeouts import query, raw_login
@@ -74,10 +76,6 @@ def test_scram_and_md5_secrets_found_by_the_default_query(  # type: ignore[no-un
     if auth_type != "scram-sha-256":  # an md5 hash cannot answer a SCRAM challenge
         assert logs_in(proc, "md5_user", "md5_pass")
     assert login_error(proc, "scram_user", "wrong")[0] == "28P01"
-    unknown = login_error(proc, "nobody_at_all", "wrong")
-    # as a wrong password, in PgBouncer's words (which name nobody)
-    words = "SASL" if auth_type == "scram-sha-256" else "password"
-    assert unknown == ("28P01", f"{words} authentication failed")
 
 
 def test_expired_and_nologin_roles_are_refused(proc, role):  # type: ignore[no-untyped-def]
@@ -85,18 +83,18 @@ def test_expired_and_nologin_roles_are_refused(proc, role):  # type: ignore[no-u
     expired = role("old_pass", "VALID UNTIL '2000-01-01'")
     nologin = role("no_pass", "NOLOGIN")
     assert logs_in(proc, fine, "fine_pass")
-    assert login_error(proc, expired, "old_pass")[0] == "28P01"
-    assert login_error(proc, nologin, "no_pass")[0] == "28P01"
+    assert login_error(proc, expired, "old_pass")[0] == "28P01"  # its secret is NULL
+    assert login_error(proc, nologin, "no_pass") == ("28000", "no such user")  # no row
 
 
 @pytest.mark.parametrize("name", ["x' OR '1'='1", "a\\'; SELECT pg_sleep(30); --", "o'brien"])
 def test_hostile_user_names_are_only_ever_parameters(proc, role, name):  # type: ignore[no-untyped-def]
-    assert login_error(proc, name, "anything")[0] == "28P01"  # no such role: refused, no error
+    assert login_error(proc, name, "anything")[1] == "no such user"  # refused, no error
     made = role("quote_pass", name=name)  # and a role really named so logs in
     assert logs_in(proc, made, "quote_pass")
 
 
-def test_search_path_of_the_role_or_the_client_never_reaches_the_query(  # type: ignore[no-untyped-def]
+def test_search_path_of_the_client_never_reaches_the_query(  # type: ignore[no-untyped-def]
         pgtarn_factory, auth_role, pg_cluster):
     # what CVE-2025-12819 did: a function in another schema shadows now() in the query
     pg_cluster.psql(
@@ -106,19 +104,18 @@ def test_search_path_of_the_role_or_the_client_never_reaches_the_query(  # type:
         "CREATE OR REPLACE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql AS $$\n"
         "BEGIN INSERT INTO public.evil_ran VALUES (current_user); RETURN pg_catalog.now(); END\n"
         "$$;\n"
-        "GRANT USAGE ON SCHEMA evil TO PUBLIC;\n"
-        f"ALTER ROLE {AUTH_USER} SET search_path = evil, pg_catalog;\n", dbname="app")
+        "GRANT USAGE ON SCHEMA evil TO PUBLIC;\n", dbname="app")
     try:
-        proc = pgtarn_factory(
-            settings={"auth_user": auth_role, "ignore_startup_parameters": "options"},
-            userlist={AUTH_USER: AUTH_PASSWORD})
-        assert logs_in(proc, "scram_user", "scram_pass",
-                       options="-c search_path=evil,pg_catalog")
+        for settings in ({"ignore_startup_parameters": "options"},
+                         {"track_extra_parameters": "search_path"}):
+            proc = pgtarn_factory(settings={"auth_user": auth_role, **settings},
+                                  userlist={AUTH_USER: AUTH_PASSWORD})
+            assert logs_in(proc, "scram_user", "scram_pass",
+                           options="-c search_path=evil,pg_catalog")
         ran = pg_cluster.psql("SELECT count(*) FROM public.evil_ran", dbname="app").strip()
         assert ran == "0"
     finally:
-        pg_cluster.psql(f"ALTER ROLE {AUTH_USER} RESET search_path;\n"
-                        "DROP SCHEMA evil CASCADE;\nDROP TABLE public.evil_ran;\n", dbname="app")
+        pg_cluster.psql("DROP SCHEMA evil CASCADE;\nDROP TABLE public.evil_ran;\n", dbname="app")
 
 
 def test_a_changed_password_is_looked_up_again(proc, role, pg_cluster):  # type: ignore[no-untyped-def]
@@ -217,3 +214,144 @@ def test_a_reload_lets_a_lookup_under_way_finish(pgtarn_factory, pg_cluster, aut
     reload(proc)
     waiter.join(30)
     assert outcome == [True]
+
+
+def test_trust_admits_a_role_without_a_password_and_refuses_an_unknown_one(  # type: ignore[no-untyped-def]
+        pgtarn_factory, auth_role):
+    """auth_type = trust, as PgBouncer: a role auth_query returns is let in even when its
+    password is NULL (nothing to check under trust); one it does not return is "no such
+    user"."""
+    proc = pgtarn_factory(
+        settings={"auth_type": "trust", "auth_user": auth_role,
+                  # every role it finds, without its password (trust_user: trust in pg_hba)
+                  "auth_query": "SELECT rolname, NULL::text FROM pg_roles WHERE rolname = $1"},
+        userlist={AUTH_USER: AUTH_PASSWORD})
+    assert logs_in(proc, "trust_user", None)
+    assert login_error(proc, "nobody_at_all", None) == ("28000", "no such user")
+
+
+@pytest.mark.parametrize("auth_type", ["md5", "scram-sha-256", "plain"])
+def test_a_role_found_without_a_password_fails_every_password(  # type: ignore[no-untyped-def]
+        pgtarn_factory, auth_role, auth_type):
+    # the default query returns NULL for a role past its VALID UNTIL
+    proc = pgtarn_factory(
+        settings={"auth_type": auth_type, "auth_user": auth_role,
+                  "auth_query": "SELECT rolname, NULL::text FROM pg_roles WHERE rolname = $1"},
+        userlist={AUTH_USER: AUTH_PASSWORD})
+    words = "SASL" if auth_type == "scram-sha-256" else "password"
+    for password in ("trust_pass", "", "md5"):
+        assert login_error(proc, "trust_user", password) == (
+            "28P01", f"{words} authentication failed")
+
+
+def test_an_unknown_role_is_no_such_user_for_a_password_method(  # type: ignore[no-untyped-def]
+        proc, pg_cluster, auth_role):
+    """PgBouncer's answer when auth_query finds no role: "no such user", before any
+    password is asked for (README, Compatibility)."""
+    assert login_error(proc, "nobody_at_all", "anything") == ("28000", "no such user")
+    assert "login failed: db=app user=nobody_at_all" in proc.log_text()
+
+
+def test_auth_dbname_disabled_or_not_configured_refuses_the_login(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_cluster, auth_role):
+    base = f"host={pg_cluster.host} port={pg_cluster.port}"
+    proc = pgtarn_factory(
+        databases={"app": f"{base} dbname=app auth_dbname=lookups",
+                   "lookups": f"{base} dbname=postgres",
+                   "lost": f"{base} dbname=app auth_dbname=nowhere"},
+        settings={"auth_user": auth_role}, userlist={AUTH_USER: AUTH_PASSWORD, "app": "app_pass"})
+    assert logs_in(proc, "scram_user", "scram_pass")
+    with admin(proc) as console:
+        console.execute("DISABLE lookups")
+        assert login_error(proc, "scram_user", "scram_pass") == (
+            "08P01", 'authentication database "lookups" is disabled')
+        console.execute("ENABLE lookups")
+    assert logs_in(proc, "scram_user", "scram_pass")
+    assert login_error(proc, "scram_user", "scram_pass", dbname="lost") == (
+        "08006", "bouncer config error")
+    assert 'authentication database "nowhere" is not configured' in proc.log_text()
+
+
+def test_the_admin_console_is_no_auth_dbname(pgtarn_factory, pg_cluster, auth_role):  # type: ignore[no-untyped-def]
+    """auth_dbname = pgbouncer is refused in the configuration (PgBouncer's words); a
+    database entry that names it refuses its logins as a configuration error."""
+    base = f"host={pg_cluster.host} port={pg_cluster.port}"
+    proc = pgtarn_factory(
+        databases={"app": f"{base} dbname=app", "odd": f"{base} dbname=app auth_dbname=pgbouncer"},
+        settings={"auth_user": auth_role}, userlist={AUTH_USER: AUTH_PASSWORD, "app": "app_pass"})
+    reserved = 'cannot use the reserved "pgbouncer" database as an auth_dbname'
+    assert login_error(proc, "scram_user", "scram_pass", dbname="odd") == (
+        "08006", "bouncer config error")
+    assert reserved in proc.log_text()
+    with admin(proc) as console:
+        with pytest.raises(psycopg.Error, match="reserved"):
+            console.execute("SET auth_dbname = 'pgbouncer'")
+        text = Path(proc.ini_path).read_text(encoding="utf-8")
+        Path(proc.ini_path).write_text(text.replace("[pgbouncer]\n",
+                                                    "[pgbouncer]\nauth_dbname = pgbouncer\n"))
+        with pytest.raises(psycopg.Error, match="RELOAD failed"):
+            console.execute("RELOAD")
+        failed = [line for line in proc.log_text().splitlines()
+                  if "reload failed, keeping the old configuration" in line]
+        assert failed and failed[-1].endswith(f"auth_dbname: {reserved}")
+        config = {r["key"]: r["value"] for r in show(console, "CONFIG")}
+        assert config["auth_dbname"] == ""
+
+
+def test_admin_console_logins_are_looked_up_through_the_global_auth_dbname(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_cluster, auth_role):
+    """A user of stats_users that auth_file does not name logs in to the admin console with
+    the secret auth_query finds in auth_dbname; without an auth_dbname there is nowhere to
+    look (the console is no database of PostgreSQL's): a configuration error."""
+    base = f"host={pg_cluster.host} port={pg_cluster.port}"
+    databases = {"app": f"{base} dbname=app", "lookups": f"{base} dbname=postgres"}
+    settings: dict[str, object] = {"auth_user": auth_role, "stats_users": "md5_user",
+                                   "auth_type": "md5"}
+    proc = pgtarn_factory(databases=databases, settings={**settings, "auth_dbname": "lookups"},
+                          userlist={AUTH_USER: AUTH_PASSWORD, "app": "app_pass"})
+    with admin(proc, "md5_user", "md5_pass") as console:
+        assert show(console, "VERSION")
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        admin(proc, "md5_user", "wrong").close()
+    proc = pgtarn_factory(databases=databases, settings=settings,
+                          userlist={AUTH_USER: AUTH_PASSWORD, "app": "app_pass"})
+    with pytest.raises(psycopg.OperationalError, match="bouncer config error"):
+        admin(proc, "md5_user", "md5_pass").close()
+    assert 'cannot use the reserved "pgbouncer" database as an auth_dbname' in proc.log_text()
+
+
+def test_a_failing_auth_query_is_a_configuration_error(pgtarn_factory, auth_role):  # type: ignore[no-untyped-def]
+    """As PgBouncer: the client is told "bouncer config error", the log has PostgreSQL's
+    error; another login asks again (the connection stays usable)."""
+    proc = pgtarn_factory(
+        settings={"auth_user": auth_role,
+                  "auth_query": "SELECT usename, passwd FROM no_such_table WHERE usename = $1"},
+        userlist={AUTH_USER: AUTH_PASSWORD})
+    for _ in range(2):
+        assert login_error(proc, "scram_user", "scram_pass") == ("08006", "bouncer config error")
+    assert 'relation "no_such_table" does not exist' in proc.log_text()
+    proc = pgtarn_factory(
+        settings={"auth_user": auth_role,
+                  "auth_query": "SELECT passwd FROM pg_shadow WHERE usename = $1"},
+        userlist={AUTH_USER: AUTH_PASSWORD})
+    assert login_error(proc, "scram_user", "scram_pass") == ("08006", "bouncer config error")
+    assert "auth_query must return two columns" in proc.log_text()
+
+
+def test_the_lookup_runs_with_the_roles_own_search_path(pgtarn_factory, pg_cluster, auth_role):  # type: ignore[no-untyped-def]
+    """The lookup connection takes auth_user's and the database's own settings, as a
+    connection of that role would (PgBouncer's): a query may call a function of public
+    unqualified. (The client's settings never reach it: see the test above.)"""
+    pg_cluster.psql(
+        "CREATE OR REPLACE FUNCTION public.aq_secret(p_user text, OUT usename name,\n"
+        "  OUT passwd text) RETURNS SETOF record LANGUAGE sql AS $$\n"
+        "  SELECT rolname, rolpassword::text FROM pg_catalog.pg_authid\n"
+        "  WHERE rolname = p_user $$;\n", dbname="app")
+    try:
+        proc = pgtarn_factory(
+            settings={"auth_user": auth_role, "auth_query": "SELECT * FROM aq_secret($1)",
+                      "track_extra_parameters": "search_path"},
+            userlist={AUTH_USER: AUTH_PASSWORD})
+        assert logs_in(proc, "scram_user", "scram_pass", options="-c search_path=pg_catalog")
+    finally:
+        pg_cluster.psql("DROP FUNCTION public.aq_secret(text)", dbname="app")

@@ -49,17 +49,18 @@ def test_client_limits_per_database_and_user(pgtarn_factory, pg_cluster) -> None
     held = [connect(proc, *scram), connect(proc, *scram)]
     assert login_error(proc, *scram) == (
         "53300", "client connections exceeded (max_db_client_connections)")
-    held.append(connect(proc))  # app is in admin_users: let past the database's limit
+    # admin_users get past the limit of the admin console only, as in PgBouncer
+    assert login_error(proc, "app", "app_pass")[1] == (
+        "client connections exceeded (max_db_client_connections)")
     with admin(proc) as console:
         rows = {r["name"]: r for r in show(console, "DATABASES")}
         assert (rows["app"]["max_client_connections"],
-                rows["app"]["current_client_connections"]) == (2, 3)
+                rows["app"]["current_client_connections"]) == (2, 2)
         assert rows["other"]["max_client_connections"] == 3
         users = {r["name"]: r for r in show(console, "USERS")}
         assert users["md5_user"]["max_user_client_connections"] == 1
         assert (users["scram_user"]["max_user_client_connections"],
                 users["scram_user"]["current_client_connections"]) == (4, 2)
-    held.pop().close()  # the admin user's client counted too
     held.pop(0).close()
     with admin(proc) as console:
         wait_until(lambda: _client_count(console, "app") == 1, what="the clients gone")
@@ -78,6 +79,33 @@ def test_client_limits_per_database_and_user(pgtarn_factory, pg_cluster) -> None
     assert "client connections exceeded" in proc.log_text()
     for c in held + others:
         c.close()
+
+
+def test_admin_console_counts_against_the_client_limits(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+    """As PgBouncer: the admin console is a database with the global
+    max_db_client_connections, its sessions count for their user too; only admin_users get
+    past either limit there."""
+    proc = pgtarn_factory(settings={"max_db_client_connections": 2,
+                                    "stats_users": "scram_user,md5_user"})
+    with admin(proc, "scram_user", "scram_pass"), admin(proc, "scram_user", "scram_pass"):
+        with pytest.raises(psycopg.OperationalError,
+                           match=r"client connections exceeded \(max_db_client_connections\)"):
+            admin(proc, "md5_user", "md5_pass").close()
+        with admin(proc) as console:  # app is in admin_users
+            rows = {r["name"]: r for r in show(console, "DATABASES")}
+            assert (rows["pgbouncer"]["max_client_connections"],
+                    rows["pgbouncer"]["current_client_connections"]) == (2, 3)
+    proc = pgtarn_factory(settings={"max_user_client_connections": 1,
+                                    "stats_users": "scram_user"})
+    with connect(proc, "scram_user", "scram_pass"):
+        with pytest.raises(psycopg.OperationalError,
+                           match=r"\(max_user_client_connections\)"):
+            admin(proc, "scram_user", "scram_pass").close()
+    with admin(proc, "scram_user", "scram_pass"):
+        assert login_error(proc, "scram_user", "scram_pass")[1] == (
+            "client connections exceeded (max_user_client_connections)")
+        with admin(proc) as one, admin(proc) as two:  # admin_users: past the limit
+            assert show(one, "VERSION") and show(two, "VERSION")
 
 
 def test_show_sockets_and_show_peers(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
@@ -138,7 +166,7 @@ def test_login_notify_message_is_a_notice_at_login(pgtarn_factory) -> None:  # t
 def test_auth_user_with_trust_and_no_auth_file_entry(pgtarn_factory, auth_role) -> None:  # type: ignore[no-untyped-def]
     """auth_type = trust: a user auth_file does not name is looked up with auth_query; one
     PostgreSQL knows logs in without a password (its md5 secret logs in to the server), one
-    it does not know is refused."""
+    it does not know is "no such user"."""
     proc = pgtarn_factory(settings={"auth_type": "trust", "auth_user": auth_role,
                                     "max_user_client_connections": 1, "stats_users": auth_role},
                           userlist={AUTH_USER: AUTH_PASSWORD})
@@ -152,8 +180,8 @@ def test_auth_user_with_trust_and_no_auth_file_entry(pgtarn_factory, auth_role) 
         assert (users["md5_user"]["max_user_client_connections"],
                 users["md5_user"]["current_client_connections"]) == (1, 1)
     sqlstate, message = login_error(proc, "nobody_here", None)
-    # PgBouncer's wording for a trust login that auth_query finds no user for
-    assert (sqlstate, message) == ("28000", '"trust" authentication failed')
+    # PgBouncer's wording for a login that auth_query finds no user for
+    assert (sqlstate, message) == ("28000", "no such user")
 
 
 def test_log_phrases_and_pool_idle_timeout(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]

@@ -215,3 +215,40 @@ def test_a_killed_workers_slots_come_back(pgtarn_factory, pg_cluster):  # type: 
     wait_until(lambda: len(backend_pids(admin)) <= 2, 10, "the pool within its size")
     admin.close()
     assert "exited unexpectedly" in proc.log_text()
+
+
+def test_the_admin_console_counts_every_workers_sessions(pgtarn_factory):  # type: ignore[no-untyped-def]
+    """The admin console is a database with the global max_db_client_connections, counted
+    across the workers as any other (admin_users get past it)."""
+    proc = pgtarn_factory(settings={"workers": 2, "max_db_client_connections": 2,
+                                    "stats_users": "scram_user"})
+    pids = _workers(proc)
+    console = ("scram_user", "scram_pass", "pgbouncer")
+
+    async def on_first_worker() -> asyncpg.Connection:
+        for _ in range(100):
+            before = tcp_clients(pids[0], proc.port)
+            client = await aconnect(proc, *console)
+            if tcp_clients(pids[0], proc.port) > before:
+                return client
+            await client.close()
+        raise AssertionError(f"no session landed on worker {pids[0]}")
+
+    async def scenario() -> list[str]:
+        held = [await on_first_worker(), await on_first_worker()]
+        refusals: list[str] = []
+        for _ in range(8):  # about half of them land on the other worker
+            try:
+                extra = await aconnect(proc, *console)
+            except asyncpg.PostgresError as exc:
+                refusals.append(f"{exc.sqlstate} {exc}")
+                continue
+            await extra.close()
+        admin = await aconnect(proc, *APP[:2], "pgbouncer")  # app is in admin_users
+        await admin.close()
+        for c in held:
+            await c.close()
+        return refusals
+
+    refusals = asyncio.run(scenario())
+    assert refusals == ["53300 client connections exceeded (max_db_client_connections)"] * 8

@@ -541,6 +541,26 @@ def test_settings_rows_cover_every_setting(realistic: Config) -> None:
     assert by_key["unix_socket_mode"][1:3] == ("0700", "0777")
 
 
+def test_the_admin_console_is_refused_as_auth_dbname() -> None:
+    """PgBouncer's words, at startup, RELOAD and SET; an entry's auth_dbname is refused at
+    login instead (runtime.py), as PgBouncer does."""
+    reserved = 'auth_dbname: cannot use the reserved "pgbouncer" database as an auth_dbname'
+    with pytest.raises(ConfigError, match=reserved):
+        parse_config("[pgbouncer]\nauth_dbname = pgbouncer\n")
+    with pytest.raises(ConfigError, match=reserved):
+        Config.default().with_setting("auth_dbname", "pgbouncer")
+    assert Config.default().with_setting("auth_dbname", "authdb").auth_dbname == "authdb"
+    entry = parse_config("[databases]\nx = host=h auth_dbname=pgbouncer\n").databases["x"]
+    assert entry.auth_dbname == "pgbouncer"
+
+
+def test_which_databases_are_the_admin_console() -> None:
+    assert Config.default().is_admin_database("pgbouncer")
+    assert Config.default().is_admin_database("pgtarn")
+    assert not Config.default().is_admin_database("app")
+    assert not parse_config("[databases]\npgtarn = host=h\n").is_admin_database("pgtarn")
+
+
 def test_with_setting() -> None:
     c = Config.default().with_setting("Default_Pool_Size", "7")
     assert c.default_pool_size == 7

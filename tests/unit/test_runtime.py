@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from pgtarn.config import DatabaseEntry
 from pgtarn.configfile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.runtime import SHARED_PARAMS, Runtime
@@ -88,20 +89,70 @@ class Lookup:
         self.forgotten.append(user)
 
 
+def _lookups(ini: str) -> tuple[Runtime, list[tuple[str, str, str]]]:
+    """A Runtime on ini whose lookups record (target database, auth_user, query)."""
+    runtime = Runtime(parse_config(ini), {})
+    made: list[tuple[str, str, str]] = []
+
+    def make(_runtime: Runtime, target: DatabaseEntry, auth_user: str, query: str) -> Lookup:
+        made.append((target.name, auth_user, query))
+        return Lookup()
+
+    runtime.make_lookup = make  # type: ignore[assignment]
+    return runtime, made
+
+
 def test_a_failed_password_forgets_a_looked_up_secret_and_never_raises() -> None:
     with_auth_db = INI + "auth_user = auth\nauth_dbname = authdb\n"
-    runtime = Runtime(parse_config(with_auth_db + "[databases]\nauthdb = host=127.0.0.1\n"),
-                      {})
-    made: list[Lookup] = []
-    runtime.make_lookup = lambda *_args: made.append(Lookup()) or made[-1]  # type: ignore
+    runtime, made = _lookups(with_auth_db + "[databases]\nauthdb = host=127.0.0.1\n")
     db = runtime.config.find_database("app")
     assert db is not None
     lookup = runtime.secret_lookup(db)
-    runtime.forget_secret(db, "alice")
-    assert made == [lookup] and made[0].forgotten == ["alice"]
+    assert isinstance(lookup, Lookup)
+    runtime.forget_secret("alice")
+    assert len(made) == 1 and lookup.forgotten == ["alice"]
     runtime.lookups.clear()
     runtime.config = parse_config(with_auth_db)  # a RELOAD took authdb away
-    runtime.forget_secret(db, "alice")
+    runtime.forget_secret("alice")
     assert runtime.lookups == {} and len(made) == 1
-    with pytest.raises(PgtarnError):  # what asking for the lookup again would do
+    with pytest.raises(PgtarnError, match="bouncer config error"):  # the next login's lookup
         runtime.secret_lookup(db)
+
+
+def test_where_auth_query_looks_users_up() -> None:
+    """As PgBouncer: the entry's auth_dbname, else the global one, else the client's own
+    database; the admin console has only the global one."""
+    ini = (INI + "auth_user = auth\n[databases]\nlookups = host=127.0.0.1 dbname=postgres\n"
+           "own = host=127.0.0.1 auth_dbname=lookups auth_user=own_auth\n")
+    runtime, made = _lookups(ini)
+    app, own = runtime.config.find_database("app"), runtime.config.find_database("own")
+    assert app is not None and own is not None
+    assert runtime.secret_lookup(app) is not None and runtime.secret_lookup(own) is not None
+    assert [(name, user) for name, user, _query in made] == [
+        ("app", "auth"), ("lookups", "own_auth")]
+    with pytest.raises(PgtarnError, match="bouncer config error"):
+        runtime.secret_lookup(None)  # the console: no auth_dbname, nowhere to look
+    runtime.config = parse_config(ini + "[pgbouncer]\nauth_dbname = lookups\n")
+    assert runtime.secret_lookup(None) is not None
+    assert made[-1][:2] == ("lookups", "auth")
+    assert runtime.secret_lookup(None) is runtime.secret_lookup(app)  # the same target
+    runtime.registry.disabled.add("lookups")
+    with pytest.raises(PgtarnError, match='authentication database "lookups" is disabled'):
+        runtime.secret_lookup(app)
+    runtime.config = parse_config(INI)  # no auth_user: no lookup
+    assert runtime.secret_lookup(app) is None
+
+
+@pytest.mark.parametrize(("entry", "logged"), [
+    ("auth_dbname=pgbouncer", 'cannot use the reserved "pgbouncer" database as an auth_dbname'),
+    ("auth_dbname=pgtarn", 'cannot use the reserved "pgtarn" database as an auth_dbname'),
+    ("auth_dbname=elsewhere", 'authentication database "elsewhere" is not configured'),
+])
+def test_an_auth_dbname_that_is_no_database_is_a_config_error(
+        entry: str, logged: str, caplog: pytest.LogCaptureFixture) -> None:
+    runtime, made = _lookups(INI + f"auth_user = auth\n[databases]\nodd = host=x {entry}\n")
+    odd = runtime.config.find_database("odd")
+    assert odd is not None
+    with pytest.raises(PgtarnError, match="bouncer config error"):
+        runtime.secret_lookup(odd)
+    assert logged in caplog.text and made == []

@@ -433,7 +433,7 @@ def show_databases(runtime: Runtime) -> Table:
     entries.update((name, db) for name, db in config.databases.items() if name != "*")
     rows: list[list[Value]] = [[
         ADMIN_DB, None, config.listen_port, ADMIN_DB, ADMIN_DB, 2, 0, 0, 0, "statement", None,
-        0, 0, 0, client_counts.get(ADMIN_DB, 0), 0, 0,
+        0, 0, config.max_db_client_connections, client_counts.get(ADMIN_DB, 0), 0, 0,
     ]]  # fmt: skip
     for name, db in sorted(entries.items()):
         lifetime = db.server_lifetime if db.server_lifetime is not None else config.server_lifetime

@@ -11,12 +11,13 @@ that server are SET in front of the client's own bytes, and their replies are sw
 no round trip is added.
 
 The login is a sans-IO state machine (proto/client_login.py): bytes in, events out. This
-file acts on its events and makes the decisions that need the running pooler: who may log in
-(max_client_conn, the database, access.py's rules), the auth_query lookup, the TLS wrap, the
-pool or the admin console.
+file acts on its events: the TLS wrap, then, once the client authenticated, the pool or the
+admin console. Who may log in and against which secret (the limits, the database, access
+rules, auth_query) is admission.py's.
 
 The class is assembled from ClientTransport (transport.py: fields and asyncio glue),
-ClientLink (link.py) and ClientRelay (relay.py), one job per file; this file adds the login.
+ClientLink (link.py), ClientRelay (relay.py) and ClientAdmission (admission.py), one job per
+file; this file adds the rest of the login.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final, NoReturn, assert_never, cast
 
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
-from ..config import DatabaseEntry
 from ..errors import AuthFailed, PgtarnError
 from ..net.sending import SEND_NEVER
-from ..net.tls import ALPN, TlsTransport, certificate_name, describe, has_certificate
+from ..net.tls import ALPN, TlsTransport
 from ..pool.pool import Pool
 from ..pool.split import ClientRoute
 from ..proto import build
@@ -45,47 +45,25 @@ from ..proto.client_login import (
     Event,
     Failed,
     Send,
-    Startup,
     StartupReceived,
     TlsRequested,
-    replication_mode,
 )
-from ..runtime import Coordinator, Runtime, WorkerLimits
+from ..runtime import Coordinator, Runtime
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, request_replication
 from ..states import READY_STATE, ClientState
-from ..views import SecretSource
-from .access import Connection, auth_method, peer_address
+from .admission import ClientAdmission
 from .pam_login import check_password
-from .relay import ClientRelay
 from .transport import NO_KEY
 
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
 monotonic: Final = time.monotonic
 log = logging.getLogger("pgtarn.client")
 
-TRACKED_DEFAULT = (
-    "client_encoding",
-    "DateStyle",
-    "TimeZone",
-    "standard_conforming_strings",
-    "application_name",
-)
-#: Methods that need the user's secret, which auth_query may find when auth_file has none.
-LOOKED_UP = frozenset({"md5", "scram-sha-256", "plain", "trust", "any"})
-ADMIN_DATABASES = ("pgbouncer", "pgtarn")
-#: Admin console logins allowed past max_client_conn, so an operator can get in when full.
-ADMIN_RESERVE = 10
 READY_FOR_QUERY_LEN = 6
-#: What a client refused by a limit counted across workers is told (PgBouncer's words).
-REFUSALS = {
-    "max_client_conn": "no more connections allowed (max_client_conn)",
-    "max_db_client_connections": "client connections exceeded (max_db_client_connections)",
-    "max_user_client_connections": "client connections exceeded (max_user_client_connections)",
-}
 
 
-class ClientConnection(ClientRelay):
+class ClientConnection(ClientAdmission):
     """One application connection (see the module docstring)."""
 
     __slots__ = ()
@@ -186,11 +164,9 @@ class ClientConnection(ClientRelay):
                                         last.data if isinstance(last, Send) else b"")
                 case Failed(error, response):
                     if isinstance(error, AuthFailed):
-                        if self.looked_up and self.db is not None:  # maybe changed
-                            self.runtime.forget_secret(self.db, self.user)
-                        if self.runtime.config.log_connections:  # PgBouncer's log words
-                            log.info("%r: login failed: db=%s user=%s", self, self.database,
-                                     self.user)
+                        if self.looked_up:  # maybe changed
+                            self.runtime.forget_secret(self.user)
+                        self.login_failed()
                     self.close(error, response)
                 case TlsRequested(direct):
                     self._tls_requested(login, direct)
@@ -239,118 +215,6 @@ class ClientConnection(ClientRelay):
         if self.runtime.config.log_connections:
             log.info("%r: TLS failed: %s", self, exc)
 
-    def _startup_received(self, login: ClientLogin, startup: Startup) -> None:
-        """Who may log in, and how: max_client_conn, the database, access rules, the secret."""
-        limits = self.runtime.limits
-        if limits is not None and not limits.admitted(self):
-            # workers = N: the client limits count every worker's clients (a round trip)
-            self.runtime.spawn(_admit(self, limits, login, startup))
-            return
-        config = self.runtime.config
-        database = startup.database
-        admin = database in ADMIN_DATABASES and database not in config.databases
-        limit = config.max_client_conn + (ADMIN_RESERVE if admin else 0)
-        local_admin = admin and startup.user == "pgbouncer" and self._same_os_user()
-        if len(self.runtime.clients) > limit and not local_admin:
-            raise PgtarnError(
-                "no more connections allowed (max_client_conn)", sqlstate="53300"
-            )
-        ignored: tuple[str, ...] = (*config.ignore_startup_parameters, "replication")
-        if "replication" in startup.params:
-            kind = replication_mode(startup.params["replication"])
-            if kind:
-                self.replication = kind  # (only then: it lives in the client's extras)
-                if admin:
-                    raise PgtarnError("replication connections to the admin console are not "
-                                      "supported", sqlstate="08P01")
-                # its own server takes every parameter (replication_params)
-                ignored = tuple(startup.params)
-        refused = login.check_startup(self.tracked_names(), ignored)
-        if refused is not None:
-            self._act(login, [refused])
-            return
-        user = self.user = startup.user
-        self.database = database
-        if config.log_connections:
-            log.info("%r: login attempt: db=%s user=%s tls=%s", self, database, user,
-                     describe(self.tls) or "no")
-
-        if admin:
-            if local_admin:
-                # As PgBouncer: the OS user running the pooler, over the unix socket.
-                self.local_admin = True
-                self._begin_auth(login, "any", None)
-                return
-        else:
-            if self.runtime.console_only:  # a shutdown keeps the unix socket for the console
-                raise PgtarnError("pooler is shutting down", sqlstate="57P03")
-            db = config.find_database(database)
-            if db is None:
-                raise PgtarnError(f"no such database: {database}", sqlstate="3D000")
-            self.db = db
-            self._check_client_limits(db, user)
-        connection = Connection(
-            local=self.addr == "unix", tls=self.tls is not None,
-            address=peer_address(self.addr), certificate=has_certificate(self.tls),
-            certificate_name=certificate_name(self.tls),
-            os_user=self._peer_os_user)
-        try:
-            auth_type = auth_method(config, self.runtime.hba, self.runtime.ident, connection,
-                                    database, user, self.replication == "physical")
-        except PgtarnError as refusal:
-            log.info("%r: login refused: %s", self, refusal.message)
-            raise
-        secret = self.runtime.userlist.get(user)
-        if secret is None and self.db is not None and auth_type in LOOKED_UP:
-            lookup = self.runtime.secret_lookup(self.db)
-            if lookup is not None:
-                # auth_query: the challenge (its salt) waits for the secret
-                self.state = ClientState.AUTH
-                self.looked_up = True
-                self.runtime.spawn(self._look_up(lookup, auth_type, user))
-                self._act(login, login.await_secret())
-                return
-        self._begin_auth(login, auth_type, secret)
-
-    def _check_client_limits(self, db: DatabaseEntry, user: str) -> None:
-        """max_db_client_connections and max_user_client_connections, as PgBouncer: this
-        client counts, admin_users are let past the database's limit."""
-        config = self.runtime.config
-        max_db = config.max_db_client_connections_for(db)
-        max_user = config.max_user_client_connections_for(user)
-        if not max_db and not max_user:
-            return
-        clients = self.runtime.clients.values()
-        if max_db and user not in config.admin_users and max_db < sum(
-                1 for c in clients if c.database == db.name):
-            raise PgtarnError("client connections exceeded (max_db_client_connections)",
-                              sqlstate="53300")
-        if max_user and max_user < sum(
-                1 for c in clients if c.user == user and c.database not in ADMIN_DATABASES):
-            raise PgtarnError("client connections exceeded (max_user_client_connections)",
-                              sqlstate="53300")
-
-    async def _look_up(self, lookup: SecretSource, auth_type: str, user: str) -> None:
-        try:
-            secret = await lookup.secret(user)
-            login = self.login
-            if self.state is ClientState.AUTH and login is not None and login.awaiting_secret:
-                # still there, still waiting
-                if secret is not None and self.db is not None:
-                    self.runtime.found_secret(self.db, user, secret)
-                self._begin_auth(login, auth_type, secret)
-        except PgtarnError as error:
-            self.close(error)
-
-    def _begin_auth(self, login: ClientLogin, auth_type: str, secret: str | None) -> None:
-        """Send the first authentication message (a challenge, or AuthenticationOk)."""
-        self.state = ClientState.AUTH
-        self._act(login, login.begin_auth(auth_type, secret,
-                                          self.runtime.config.scram_iterations))
-
-    def tracked_names(self) -> tuple[str, ...]:
-        return TRACKED_DEFAULT + tuple(self.runtime.config.track_extra_parameters)
-
     def admin_role(self) -> str | None:
         """The admin console role its login gets: "admin", "stats" or None (refused)."""
         config = self.runtime.config
@@ -367,6 +231,9 @@ class ClientConnection(ClientRelay):
         goes out with the welcome in one write (one system call fewer per login) when the
         pool knows its parameters already, else first and alone."""
         if self.db is None:
+            if not self.admin_login:  # as PgBouncer: told only to who authenticated
+                self.login_failed()
+                raise PgtarnError(f"no such database: {self.database}", sqlstate="3D000")
             self.write(auth_ok)
             self._admin_ready(login)
             return
@@ -555,38 +422,3 @@ def _refuse_options(login: ClientLogin) -> NoReturn:
     name = next(iter(login.startup_settings))
     where = "" if name in login.direct_settings else " in options"
     raise PgtarnError(f"unsupported startup parameter{where}: {name}", sqlstate="08P01")
-
-
-async def _admit(client: ClientConnection, limits: WorkerLimits, login: ClientLogin,
-                 startup: Startup) -> None:
-    """workers = N: the supervisor says whether the client limits let one more client in
-    (this worker's clients, counted here, and the other workers'); then the login goes on."""
-    config = client.runtime.config
-    database, user = startup.database, startup.user
-    admin = database in ADMIN_DATABASES and database not in config.databases
-    local_admin = admin and user == "pgbouncer" and client._same_os_user()
-    max_clients = 0 if local_admin else config.max_client_conn + (
-        ADMIN_RESERVE if admin else 0)
-    db = None if admin else config.find_database(database)
-    if db is not None:
-        database = db.name
-    max_db = config.max_db_client_connections_for(db) \
-        if db is not None and user not in config.admin_users else 0
-    max_user = 0 if admin else config.max_user_client_connections_for(user)
-    clients = client.runtime.clients.values()
-    local_db = 1 + sum(1 for c in clients if c.database == database) if max_db else 0
-    local_user = 1 + sum(1 for c in clients if c.user == user and c.database
-                         not in ADMIN_DATABASES) if max_user else 0
-    refused = await limits.admit(client, database, user, admin,
-                                 [max_clients, max_db, max_user, len(clients), local_db,
-                                  local_user])
-    if client.state is ClientState.CLOSED:
-        limits.left(client)
-        return
-    try:
-        if refused is not None:
-            raise PgtarnError(REFUSALS.get(refused, f"no more connections allowed "
-                                                    f"({refused})"), sqlstate="53300")
-        client._startup_received(login, startup)
-    except PgtarnError as error:
-        client.close(error)

@@ -55,8 +55,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
     connection (relay, link, login) are declared here, in one __slots__.
     """
 
-    __slots__ = ("cancel_key", "created_at", "database", "db", "expected", "extras",
-                 "follows_statements", "framer", "id", "idle_since", "joined",
+    __slots__ = ("admin_login", "cancel_key", "created_at", "database", "db", "expected",
+                 "extras", "follows_statements", "framer", "id", "idle_since", "joined",
                  "last_request", "listen", "listen_wait", "listening", "local_admin",
                  "login", "looked_up", "open_batch", "params", "peer_host", "peer_port",
                  "pending", "pending_size", "pinned", "pool", "query_start", "route",
@@ -104,6 +104,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: time).
         self.local_admin = False
         self.looked_up = False
+        #: It asked for the admin console (db stays None; for another database it is set).
+        self.admin_login = False
         self.runtime = runtime
         self.id = next(runtime.ids)
         self.state = ClientState.STARTUP

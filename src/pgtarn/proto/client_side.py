@@ -3,7 +3,9 @@
 Which challenge a client gets follows PgBouncer: ``md5`` switches to SCRAM when the stored
 secret is a SCRAM verifier; ``plain`` asks for the cleartext password and checks it against
 any kind of secret. An unknown user gets the same challenge as a known one and fails the same
-way, so the error never tells which of user name or password was wrong.
+way, so the error never tells which of user name or password was wrong. An empty secret (a
+role auth_query found without a password, or "" in auth_file) matches no password, as in
+PgBouncer and PostgreSQL; only ``trust`` lets its user in.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def _sasl_failed() -> AuthFailed:
 
 
 class ClientAuth:
-    """One client's authentication, given the auth_type and the user's secret (None: unknown)."""
+    """One client's authentication, given the auth_type and the user's secret (None: unknown;
+    "": known, without a password)."""
 
     def __init__(
         self, auth_type: str, user: str, secret: str | None, scram_iterations: int = 4096,
@@ -63,7 +66,7 @@ class ClientAuth:
         self._scram: ScramServer | None = None
         self._md5_salt = b""
         self._iterations = scram_iterations
-        self._known = secret is not None
+        self._known = bool(secret)  # (an empty secret fails as an unknown user's)
         self._client_first_seen = False
         #: The cleartext password to be checked elsewhere (CHECKED_ELSEWHERE), once received.
         self.password: str | None = None
@@ -107,11 +110,11 @@ class ClientAuth:
     def _scram_secret(self) -> ScramVerifier | str:
         if self._verifier is not None:
             return self._verifier
-        if self.secret is not None and not is_md5_secret(self.secret):
+        if self.secret and not is_md5_secret(self.secret):
             return _plain_verifier(self.user, self.secret, self._iterations)
-        # Unknown user or an md5 secret (which cannot do SCRAM): run the exchange against a
-        # made-up verifier so the failure looks like any wrong password (the same one for
-        # the same name, as a stored verifier would be, and as cheap).
+        # Unknown user, no password or an md5 secret (which cannot do SCRAM): run the exchange
+        # against a made-up verifier so the failure looks like any wrong password (the same
+        # one for the same name, as a stored verifier would be, and as cheap).
         self._known = False
         return _mock_verifier(self.user, self._iterations)
 
@@ -179,7 +182,7 @@ class ClientAuth:
         except UnicodeDecodeError:
             raise _failed() from None
         secret = self.secret
-        if secret is None:
+        if not secret:
             raise _failed()
         verifier = self._verifier
         if verifier is not None:

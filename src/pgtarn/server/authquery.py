@@ -2,8 +2,13 @@
 
 Each target (database, auth_user, query) has one connection, opened on first use and kept;
 lookups take turns on it. The user name is a bound parameter ($1), never part of the SQL text,
-and the connection carries none of the client's startup parameters: its search_path is fixed
-to pg_catalog and pg_temp, so nothing a client sends can change what the query runs.
+and the connection carries none of the client's startup parameters (PgBouncer's fix of
+CVE-2025-12819), so nothing a client sends can change what the query runs; it has the
+settings of auth_user and of its database, as any connection of that role has.
+
+The answer tells "no such user" (no row: None) from a role without a password (a NULL
+secret: "", which only auth_type = trust lets in). A query that fails is the configuration's
+fault: the client is told PgBouncer's "bouncer config error", the log says why.
 
 Found secrets are reused for AUTH_CACHE_SECONDS, then looked up again; a login that fails
 with a cached secret drops it at once, so a changed password takes effect on the next try.
@@ -17,13 +22,13 @@ import time
 from collections import OrderedDict
 
 from ..config import DatabaseEntry
-from ..errors import PgtarnError, ProtocolViolation
+from ..errors import PgtarnError
 from ..net.sockets import open_connection
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_data_row
 from ..proto.server_login import LOGIN_MAX, ServerAuth, ServerLogin, server_error
-from ..runtime import Runtime
+from ..runtime import CONFIG_ERROR, Runtime
 from .login import OwnConnection
 
 log = logging.getLogger("pgtarn.authquery")
@@ -33,13 +38,19 @@ AUTH_CACHE_SECONDS = 30.0
 MISS_CACHE_SECONDS = 5.0
 CACHE_SIZE = 10_000
 #: The lookup connection's own startup parameters; nothing comes from clients.
-STARTUP = {"search_path": "pg_catalog, pg_temp", "application_name": "pgtarn auth_query"}
+STARTUP = {"application_name": "pgtarn auth_query"}
+#: The secret of a role the query returns with a NULL password.
+NO_PASSWORD = ""
 _ALL_TYPES = frozenset(range(256))
 _MAX_MESSAGE = 1024 * 1024
 
 
 def _lookup_failed(reason: str) -> PgtarnError:
     return PgtarnError(f"could not look up the user: {reason}", sqlstate="08006")
+
+
+def _config_error() -> PgtarnError:
+    return PgtarnError(CONFIG_ERROR, sqlstate="08006")
 
 
 class SecretLookup:
@@ -59,7 +70,7 @@ class SecretLookup:
         self.retiring = False
 
     async def secret(self, user: str) -> str | None:
-        """The secret PostgreSQL has for user (None: no such user, or no password)."""
+        """The secret PostgreSQL has for user (None: no such user; NO_PASSWORD: none)."""
         if self.closed:
             raise _lookup_failed("pgtarn is shutting down")
         cached = self.cache.get(user)
@@ -168,8 +179,10 @@ class _LookupConnection(OwnConnection):
         super().__init__(runtime, ServerLogin(auth, lookup.db.dbname, STARTUP, LOGIN_MAX),
                          lookup.db.host, MessageScanner(_ALL_TYPES, _MAX_MESSAGE))
         self.lookup = lookup
+        #: The answer under way: the first row's secret (None: no row yet), and what went
+        #: wrong (logged at its ReadyForQuery).
         self.secret: str | None = None
-        self.error: PgtarnError | None = None
+        self.error = ""
 
     async def connect(self) -> None:
         config = self.lookup.runtime.config
@@ -200,17 +213,18 @@ class _LookupConnection(OwnConnection):
         if msg_type == 0x44:  # DataRow: the first row's second column is the secret
             row = parse_data_row(body)
             if len(row) < 2:
-                raise ProtocolViolation("auth_query must return two columns: name, secret")
-            if self.secret is None and row[1] is not None:
-                self.secret = row[1].decode("utf-8", "replace")
+                self.error = self.error or "auth_query must return two columns: name, secret"
+            elif self.secret is None:
+                value = row[1]
+                self.secret = NO_PASSWORD if value is None else value.decode("utf-8", "replace")
         elif msg_type == 0x45:
-            self.error = server_error(body, "auth_query failed")
+            self.error = server_error(body, "error in auth_query").message
         elif msg_type == 0x5A:
             secret, error = self.secret, self.error
-            self.secret, self.error = None, None
-            if error is not None:
-                log.warning("auth_query: %s", error.message)
-                self.lookup.failed(_lookup_failed(error.message))
+            self.secret, self.error = None, ""
+            if error:
+                log.error("%s (%s as %s)", error, self.lookup.db.name, self.lookup.auth_user)
+                self.lookup.failed(_config_error())
             else:
                 self.lookup.answered(secret)
 

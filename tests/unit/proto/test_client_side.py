@@ -86,6 +86,24 @@ def test_plaintext_password_that_looks_like_md5_prefix() -> None:
     assert auth.done
 
 
+def test_an_empty_secret_matches_no_password_and_trust_lets_it_in() -> None:
+    """A role auth_query found with a NULL password ("" in auth_file likewise): as in
+    PgBouncer, no password matches it, not even an empty one; trust admits its user."""
+    for password in ("", "md5", "u"):
+        auth = ClientAuth("md5", "u", "")
+        salt = split_messages(auth.start())[0][1][4:8]
+        with pytest.raises(AuthFailed):
+            auth.feed(md5_response(password, "u", salt) + b"\x00")
+        auth = ClientAuth("plain", "u", "")
+        auth.start()
+        with pytest.raises(AuthFailed):
+            auth.feed(password.encode() + b"\x00")
+        with pytest.raises(AuthFailed, match="SASL authentication failed"):
+            scram_login(ClientAuth("scram-sha-256", "u", ""), password)
+    auth = ClientAuth("trust", "u", "")
+    assert auth.start() == build.AUTH_OK and auth.done
+
+
 def test_trust_and_any() -> None:
     auth = ClientAuth("trust", "u", "x")
     assert auth.start() == build.AUTH_OK and auth.done
