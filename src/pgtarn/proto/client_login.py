@@ -11,6 +11,7 @@ await_secret).
     STARTUP --SSLRequest/direct TLS--> TLS_ASKED --accept_tls (StartTls) / refuse_tls--> STARTUP
     STARTUP --StartupMessage--> DECIDING --await_secret--> AUTH (no exchange yet)
     DECIDING or AUTH --begin_auth--> AUTH --Authenticated--> AUTHENTICATED --welcome--> DONE
+    AUTH --CheckPassword (ldap)--> AUTH --password_checked--> AUTHENTICATED (or DONE)
     any --CancelRequested / Failed / Close--> DONE
 """
 
@@ -134,6 +135,23 @@ class Authenticated:
         self.scram_keys = scram_keys
 
 
+@dataclass(init=False, slots=True, repr=False)
+class CheckPassword:
+    """The client sent the cleartext password of a method pgtarn cannot check by itself
+    (method: ldap): the caller checks it and answers with password_checked. Nothing else is
+    read meanwhile but a Terminate."""
+
+    method: Final[str]
+    password: Final[str]
+
+    def __init__(self, method: str, password: str) -> None:
+        self.method = method
+        self.password = password
+
+    def __repr__(self) -> str:
+        return f"CheckPassword({self.method!r})"  # never the password
+
+
 @dataclass(init=False, slots=True)
 class Failed:
     """The login ends with error; response is its ErrorResponse, to send before closing."""
@@ -156,7 +174,8 @@ class Close:
         self.reason = reason
 
 
-Event = Send | TlsRequested | CancelRequested | StartupReceived | Authenticated | Failed | Close
+Event = (Send | TlsRequested | CancelRequested | StartupReceived | Authenticated | CheckPassword
+         | Failed | Close)
 
 
 @dataclass(init=False, slots=True)
@@ -362,9 +381,16 @@ class ClientLogin:
                 raise ProtocolViolation("message received before an authentication request")
             if msg_type != 0x70:
                 raise ProtocolViolation(f"expected a password message, got {chr(msg_type)!r}")
-            events.append(Send(auth.feed(body)))
+            reply = auth.feed(body)
+            if reply:
+                events.append(Send(reply))
             if auth.done:  # what the client sent behind it is not read
                 self._authenticated(events, auth)
+                return
+            password = auth.to_check
+            if password is not None:  # the caller checks it; what came behind it is not read
+                auth.to_check = None
+                events.append(CheckPassword(auth.auth_type, password))
                 return
 
     def _authenticated(self, events: list[Event], auth: ClientAuth) -> None:
@@ -478,6 +504,18 @@ class ClientLogin:
         rest, self._unread = self._unread, b""
         if rest:
             events += self.receive_data(rest)
+        return events
+
+    def password_checked(self, error: PgtarnError | None) -> list[Event]:
+        """After CheckPassword: the caller's verdict, None when the password is right (then
+        AuthenticationOk and Authenticated), else the error the login fails with."""
+        auth = self._auth
+        if self.state is not LoginState.AUTH or auth is None or not auth.checking:
+            raise RuntimeError(f"password_checked in state {self.state.value}")
+        if error is not None:
+            return [self._fail(error)]
+        events: list[Event] = [Send(auth.password_accepted())]
+        self._authenticated(events, auth)
         return events
 
     def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str],

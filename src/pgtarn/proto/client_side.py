@@ -2,8 +2,9 @@
 
 Which challenge a client gets follows PgBouncer: ``md5`` switches to SCRAM when the stored
 secret is a SCRAM verifier; ``plain`` asks for the cleartext password and checks it against
-any kind of secret. An unknown user gets the same challenge as a known one and fails the same
-way, so the error never tells which of user name or password was wrong.
+any kind of secret; ``ldap`` asks for it too, for the caller to check (to_check). An unknown
+user gets the same challenge as a known one and fails the same way, so the error never tells
+which of user name or password was wrong.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from . import build
 from .messages import parse_password, parse_sasl_initial_response
 
 PASSWORD_AUTH_TYPES = ("md5", "scram-sha-256", "plain")
+#: Methods whose cleartext password something outside the exchange checks (an LDAP server).
+EXTERNAL_AUTH_TYPES = ("ldap",)
 
 
 def _failed() -> AuthFailed:
@@ -49,6 +52,7 @@ class ClientAuth:
     ) -> None:
         """channel_binding: on TLS, the hash of pgtarn's certificate (SCRAM-SHA-256-PLUS)."""
         self.user = user
+        self.auth_type = auth_type
         self._channel_binding = channel_binding
         self.secret = secret
         self.done = False
@@ -65,6 +69,10 @@ class ClientAuth:
         #: Set by the first error: the exchange is over, later messages are refused (a caller
         #: that kept reading could otherwise let a client try password after password).
         self.failed = False
+        #: An external method's cleartext password, for the caller to take and check; and
+        #: whether that check is under way (one password per login, as any other).
+        self.to_check: str | None = None
+        self.checking = False
         verifier = parse_verifier(secret) if secret else None
         if auth_type in ("trust", "any"):
             if auth_type == "trust" and secret is None:  # PgBouncer's words
@@ -74,6 +82,8 @@ class ClientAuth:
             self.method = "trust"
         elif auth_type == "plain":
             self.method = "plain"
+        elif auth_type in EXTERNAL_AUTH_TYPES:
+            self.method = "external"
         elif auth_type == "md5":
             self.method = "scram" if verifier is not None else "md5"
         elif auth_type == "scram-sha-256":
@@ -89,7 +99,7 @@ class ClientAuth:
         if self.method == "trust":
             self.done = True
             return build.AUTH_OK
-        if self.method == "plain":
+        if self.method in ("plain", "external"):
             return build.authentication(3)
         if self.method == "md5":
             self._md5_salt = secrets.token_bytes(4)
@@ -123,6 +133,8 @@ class ClientAuth:
     def _feed(self, body: bytes) -> bytes:
         if self.method == "plain":
             return self._check_plain(parse_password(body))
+        if self.method == "external":
+            return self._take_password(parse_password(body))
         if self.method == "md5":
             response = parse_password(body)
             if not self._known or self.secret is None:
@@ -154,6 +166,27 @@ class ClientAuth:
         self.channel_bound = self._scram.channel_bound
         self.done = True
         return build.authentication(12, final) + build.AUTH_OK
+
+    def _take_password(self, password_bytes: bytes) -> bytes:
+        """An external method: keep the password for the caller (nothing to send yet)."""
+        if self.checking:
+            raise ProtocolViolation("unexpected password message while the password is checked")
+        if not password_bytes:  # an empty password would make an LDAP bind anonymous
+            raise AuthFailed("empty password returned by client", severity="FATAL")
+        try:
+            self.to_check = password_bytes.decode()
+        except UnicodeDecodeError:
+            raise AuthFailed("password is not valid UTF-8", severity="FATAL") from None
+        self.checking = True
+        return b""
+
+    def password_accepted(self) -> bytes:
+        """The caller's check of to_check succeeded: AuthenticationOk."""
+        if not self.checking:
+            raise RuntimeError("no password is being checked")
+        self.checking = False
+        self.done = True
+        return build.AUTH_OK
 
     def _check_plain(self, password_bytes: bytes) -> bytes:
         try:
