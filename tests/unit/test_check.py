@@ -70,3 +70,11 @@ def test_a_misspelt_setting_is_an_error_with_a_suggestion(tmp_path: Path, capsys
     assert not any("unknown setting" in w for w in result.warnings)
     assert run_check([ini]) == 1
     assert "did you mean pool_mode?" in capsys.readouterr().out
+
+
+def test_auth_ldap_options_are_checked_at_their_line(tmp_path: Path) -> None:
+    ini = write_ini(tmp_path, "[pgbouncer]\nauth_type = ldap\n"
+                    "auth_ldap_options = ldapserver=h ldapprefix=x ldapbasedn=y\n")
+    assert check_config(ini).errors == [
+        f"{ini}:3: auth_ldap_options: cannot mix options for simple bind and search+bind "
+        "modes"]
