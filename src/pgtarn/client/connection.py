@@ -12,8 +12,8 @@ no round trip is added.
 
 The login is a sans-IO state machine (proto/client_login.py): bytes in, events out. This
 file acts on its events and makes the decisions that need the running pooler: who may log in
-(max_client_conn, the database, access.py's rules), the auth_query lookup, the TLS wrap, the
-pool or the admin console.
+(max_client_conn, the database, access.py's rules), the auth_query lookup, an LDAP check
+(passcheck.py), the TLS wrap, the pool or the admin console.
 
 The class is assembled from ClientTransport (transport.py: fields and asyncio glue),
 ClientLink (link.py) and ClientRelay (relay.py), one job per file; this file adds the login.
@@ -39,6 +39,7 @@ from ..proto.cancelkey import as_issued, peer_of, worker_of
 from ..proto.client_login import (
     Authenticated,
     CancelRequested,
+    CheckPassword,
     ClientLogin,
     Close,
     Event,
@@ -55,6 +56,7 @@ from ..server.replication import ReplicationServer, open_replication
 from ..states import READY_STATE, ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, peer_address
+from .passcheck import check_password
 from .relay import ClientRelay
 from .transport import NO_KEY
 
@@ -137,7 +139,6 @@ class ClientConnection(ClientRelay):
                      monotonic() - self.created_at)
         self.runtime.on_client_gone()
 
-
     def data_received(self, data: bytes) -> None:
         try:
             if self.state is READY_STATE:
@@ -196,6 +197,8 @@ class ClientConnection(ClientRelay):
                     self._tls_requested(login, direct)
                 case CancelRequested(key):
                     self._cancel_request(key)
+                case CheckPassword():  # an LDAP server checks it (passcheck.py)
+                    check_password(self, login, event, self._act)
                 case Close(reason):
                     if reason:
                         self.close_reason = reason  # logged when the connection is lost
