@@ -29,6 +29,7 @@ from .errors import ConfigError, PgtarnError
 from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging
 from .net.accept import SocketServer
+from .net.ldapcheck import check_ldap_config
 from .net.sockets import keepalive_listeners, tcp_options
 from .net.tls import client_context, own_certificate_hash, server_context
 from .pool.pool import Pool
@@ -75,9 +76,10 @@ def read_userlist(config: Config) -> dict[str, str]:
 
 
 def read_hba(config: Config) -> tuple[HbaRules | None, IdentMaps | None]:
-    """auth_hba_file and auth_ident_file, parsed; their warnings logged."""
+    """auth_hba_file and auth_ident_file, parsed (and LDAP's options); their warnings logged."""
     hba = load_hba(config.auth_hba_file) if config.auth_hba_file else None
     ident = load_ident(config.auth_ident_file) if config.auth_ident_file else None
+    check_ldap_config(config, hba)
     for warning in hba.warnings if hba is not None else ():
         log.warning("auth_hba_file: %s", warning)
     return hba, ident

@@ -545,7 +545,6 @@ def _keyed(key: str, parse: Callable[..., _T], *args: str) -> _T:
 NOT_APPLIED: Mapping[str, str] = MappingProxyType({
     "application_name_add_host": "not applied: application_name goes to servers as the "
                                  "client set it",
-    "auth_ldap_options": "not applied: auth_type ldap is not supported",
     "client_tls13_ciphers": "not applied: TLS 1.3 ciphers are OpenSSL's defaults",
     "server_tls13_ciphers": "not applied: TLS 1.3 ciphers are OpenSSL's defaults",
     "client_tls_dheparams": "not applied: OpenSSL's built-in groups are used",

@@ -12,8 +12,8 @@ no round trip is added.
 
 The login is a sans-IO state machine (proto/client_login.py): bytes in, events out. This
 file acts on its events and makes the decisions that need the running pooler: who may log in
-(max_client_conn, the database, access.py's rules), the auth_query lookup, the TLS wrap, the
-pool or the admin console.
+(max_client_conn, the database, access.py's rules), the auth_query lookup, a PAM or
+LDAP check (passcheck.py), the TLS wrap, the pool or the admin console.
 
 The class is assembled from ClientTransport (transport.py: fields and asyncio glue),
 ClientLink (link.py) and ClientRelay (relay.py), one job per file; this file adds the login.
@@ -56,7 +56,7 @@ from ..server.replication import ReplicationServer, request_replication
 from ..states import READY_STATE, ClientState
 from ..views import SecretSource
 from .access import Connection, auth_method, peer_address
-from .pam_login import check_password
+from .passcheck import check_password
 from .relay import ClientRelay
 from .transport import NO_KEY
 
@@ -197,8 +197,8 @@ class ClientConnection(ClientRelay):
                     self._tls_requested(login, direct)
                 case CancelRequested(key):
                     self._cancel_request(key)
-                case CheckPassword(password):  # PAM, on a thread: _act again when it answers
-                    check_password(self, login, password, self._act)
+                case CheckPassword():  # PAM or an LDAP server (passcheck.py)
+                    check_password(self, login, event, self._act)
                 case Close(reason):
                     if reason:
                         self.close_reason = reason  # logged when the connection is lost

@@ -32,7 +32,7 @@ def password(text: bytes) -> bytes:
 
 def test_the_password_goes_out_to_be_checked_and_then_the_login_goes_on() -> None:
     login = asked()
-    assert login.receive_data(password(b"s3cret")) == [CheckPassword("s3cret")]
+    assert login.receive_data(password(b"s3cret")) == [CheckPassword("pam", "s3cret")]
     assert login.state is LoginState.CHECKING
     assert login.password_checked(None) == [Send(build.AUTH_OK), Authenticated(None)]
     assert login.state is LoginState.AUTHENTICATED
@@ -48,7 +48,7 @@ def test_a_refusal_ends_the_login_with_its_error() -> None:
 
 
 def test_the_password_is_never_in_a_repr() -> None:
-    assert "s3cret" not in repr(CheckPassword("s3cret"))
+    assert "s3cret" not in repr(CheckPassword("pam", "s3cret"))
 
 
 def test_an_empty_password_is_refused_without_a_check() -> None:

@@ -1,0 +1,107 @@
+"""A bounded pool of threads for password checks that block (an LDAP bind): the loop never waits.
+
+Each check runs in one of `threads` threads; at most `waiting` more wait for one, and a check
+asked for beyond that is refused at once (PoolFull), so that clients that send passwords
+faster than the LDAP server answers cannot pile up work without end. A client has one
+password per login, so it holds one check at most. Its caller waits for the result a
+bounded time; a check that has not started by then is dropped, one under way ends on its
+own (its network timeouts bound it) and its result is thrown away. The threads are daemon
+threads: a check under way never holds up pgtarn's exit (concurrent.futures' pool would
+wait for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+__all__ = ["AuthPool", "PoolFull"]
+
+T = TypeVar("T")
+_Job = tuple[Future[Any], Callable[[], Any]]
+
+
+class PoolFull(Exception):
+    """Every thread is busy and the waiting line is full."""
+
+
+class AuthPool:
+    """Threads that run blocking checks; see the module docstring."""
+
+    def __init__(self, threads: int, waiting: int) -> None:
+        self.threads = threads
+        self.limit = threads + waiting
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # pending is counted down in the threads too
+        self._pending = 0
+        self._closed = False
+        for n in range(threads):
+            threading.Thread(target=self._work, name=f"pgtarn-auth-{n}", daemon=True).start()
+
+    @property
+    def pending(self) -> int:
+        """Checks running or waiting for a thread."""
+        return self._pending
+
+    async def run(self, check: Callable[[], T], timeout: float,
+                  wanted: Callable[[], bool] = lambda: True) -> T | None:
+        """check() in a thread; None when it did not end within timeout seconds, or when
+        wanted() (asked as it starts) says nobody waits for it any more. PoolFull when
+        there is no room for it. An exception of check() is raised here."""
+        with self._lock:
+            if self._closed or self._pending >= self.limit:
+                raise PoolFull
+            self._pending += 1
+        future: Future[T | None] = Future()
+        self._jobs.put((future, lambda: check() if wanted() else None))
+        waited = asyncio.wrap_future(future)
+        try:
+            done, _ = await asyncio.wait((waited,), timeout=timeout)
+        finally:
+            # not started (nor cancelled already by close): it never will be
+            if not future.done() and future.cancel():
+                self._done()
+        if not done or waited.cancelled():  # (cancelled: closed meanwhile)
+            return None
+        result: T | None = waited.result()
+        return result
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, call = job
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled while it waited (and counted down then)
+            # counted down before the caller can see the result, so that it sees the room
+            try:
+                result = call()
+            except BaseException as exc:  # handed to the caller, as an executor would
+                self._done()
+                future.set_exception(exc)
+            else:
+                self._done()
+                future.set_result(result)
+
+    def _done(self) -> None:
+        with self._lock:
+            self._pending -= 1
+
+    def close(self) -> None:
+        """No more checks: those waiting are dropped, those under way end on their own."""
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None and not job[0].done() and job[0].cancel():
+                self._done()
+        for _ in range(self.threads):
+            self._jobs.put(None)
