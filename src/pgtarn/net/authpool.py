@@ -1,13 +1,13 @@
-"""A bounded pool of threads for password checks that block (an LDAP bind): the loop never waits.
+"""Threads for password checks that block (PAM, an LDAP bind), bounded: the loop never waits.
 
-Each check runs in one of `threads` threads; at most `waiting` more wait for one, and a check
-asked for beyond that is refused at once (PoolFull), so that clients that send passwords
-faster than the LDAP server answers cannot pile up work without end. A client has one
-password per login, so it holds one check at most. Its caller waits for the result a
-bounded time; a check that has not started by then is dropped, one under way ends on its
-own (its network timeouts bound it) and its result is thrown away. The threads are daemon
-threads: a check under way never holds up pgtarn's exit (concurrent.futures' pool would
-wait for it).
+Each check runs in one of `threads` threads, started as checks come; at most `waiting` more
+wait for one, and a check asked for beyond that is refused at once (PoolFull), so that
+clients that send passwords faster than PAM or the LDAP server answers cannot pile up work
+without end. A client has one password per login, so it holds one check at most. Its caller
+may wait for the result a bounded time; a check that has not started by then is dropped, one
+under way ends on its own (its own timeouts bound it) and its result is thrown away. The
+threads are daemon threads: a check under way never holds up pgtarn's exit
+(concurrent.futures' pool would wait for it).
 """
 
 from __future__ import annotations
@@ -32,30 +32,38 @@ class PoolFull(Exception):
 class AuthPool:
     """Threads that run blocking checks; see the module docstring."""
 
-    def __init__(self, threads: int, waiting: int) -> None:
-        self.threads = threads
-        self.limit = threads + waiting
+    def __init__(self, threads: int, waiting: int, name: str = "auth") -> None:
+        self.threads = max(1, threads)
+        self.waiting = max(0, waiting)
+        self.limit = self.threads + self.waiting
+        self.name = name
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()  # pending is counted down in the threads too
         self._pending = 0
         self._closed = False
-        for n in range(threads):
-            threading.Thread(target=self._work, name=f"pgtarn-auth-{n}", daemon=True).start()
+        self._started: list[threading.Thread] = []  # only the event loop's thread adds
 
     @property
     def pending(self) -> int:
         """Checks running or waiting for a thread."""
         return self._pending
 
-    async def run(self, check: Callable[[], T], timeout: float,
+    async def run(self, check: Callable[[], T], timeout: float | None,
                   wanted: Callable[[], bool] = lambda: True) -> T | None:
-        """check() in a thread; None when it did not end within timeout seconds, or when
-        wanted() (asked as it starts) says nobody waits for it any more. PoolFull when
-        there is no room for it. An exception of check() is raised here."""
+        """check() in a thread; None when it did not end within timeout seconds (None: no
+        limit but the check's own), or when wanted() (asked as it starts) says nobody waits
+        for it any more. PoolFull when there is no room for it. An exception of check() is
+        raised here."""
         with self._lock:
             if self._closed or self._pending >= self.limit:
                 raise PoolFull
             self._pending += 1
+            pending = self._pending
+        if len(self._started) < min(self.threads, pending):
+            thread = threading.Thread(target=self._work, daemon=True,
+                                      name=f"pgtarn-{self.name}-{len(self._started)}")
+            self._started.append(thread)
+            thread.start()
         future: Future[T | None] = Future()
         self._jobs.put((future, lambda: check() if wanted() else None))
         waited = asyncio.wrap_future(future)
@@ -93,7 +101,8 @@ class AuthPool:
             self._pending -= 1
 
     def close(self) -> None:
-        """No more checks: those waiting are dropped, those under way end on their own."""
+        """No more checks: those waiting are dropped, those under way end on their own, and
+        then their threads."""
         with self._lock:
             self._closed = True
         while True:
@@ -103,5 +112,5 @@ class AuthPool:
                 break
             if job is not None and not job[0].done() and job[0].cancel():
                 self._done()
-        for _ in range(self.threads):
+        for _ in self._started:
             self._jobs.put(None)

@@ -1,4 +1,5 @@
-"""The auth threads: results, the bound on checks under way and waiting, timeouts, dropping."""
+"""The auth threads: results, the bound on checks under way and waiting, timeouts, dropping,
+threads started as needed."""
 
 from __future__ import annotations
 
@@ -24,6 +25,26 @@ def test_a_check_runs_in_another_thread() -> None:
     assert pool.pending == 0
 
 
+def test_an_exception_of_the_check_reaches_the_caller_on_the_loop() -> None:
+    pool = AuthPool(threads=2, waiting=0)
+
+    def fail() -> int:
+        raise ValueError("no")
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        with pytest.raises(ValueError, match="no"):
+            await pool.run(fail, timeout=None)
+        assert threading.get_ident() == loop_thread  # the caller goes on in its own thread
+        assert await pool.run(threading.get_ident, timeout=None) != loop_thread
+
+    try:
+        asyncio.run(main())
+    finally:
+        pool.close()
+    assert pool.pending == 0
+
+
 def test_past_threads_and_waiting_a_check_is_refused_at_once() -> None:
     pool = AuthPool(threads=1, waiting=1)
     release = threading.Event()
@@ -42,7 +63,9 @@ def test_past_threads_and_waiting_a_check_is_refused_at_once() -> None:
         with pytest.raises(PoolFull):
             await pool.run(lambda: blocked(3), timeout=30)
         release.set()
-        return [await first, await second]
+        results = [await first, await second]
+        assert await pool.run(lambda: 4, timeout=None) == 4  # room again
+        return results
 
     try:
         assert asyncio.run(main()) == [1, 2]
@@ -112,3 +135,22 @@ def test_close_drops_what_waits_and_refuses_more() -> None:
     assert asyncio.run(main()) == ("first", None)
     assert ran == [] and pool.pending == 0
     assert all(t.daemon for t in threading.enumerate() if t.name.startswith("pgtarn-auth"))
+
+
+def test_threads_start_only_as_needed_and_close_ends_them() -> None:
+    pool = AuthPool(threads=4, waiting=0, name="lazy")
+
+    def ours() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("pgtarn-lazy-")]
+
+    async def main() -> None:
+        assert ours() == []  # none before the first check
+        assert await pool.run(lambda: 1, timeout=None) == 1
+        assert await pool.run(lambda: 2, timeout=None) == 2  # one at a time: one thread
+
+    asyncio.run(main())
+    threads = ours()
+    assert len(threads) == 1 and threads[0].daemon
+    pool.close()
+    threads[0].join(timeout=30)
+    assert not threads[0].is_alive()
