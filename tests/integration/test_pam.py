@@ -119,7 +119,7 @@ def test_wrong_password_and_unknown_user_are_refused_alike(pgtarn_factory, pam):
     for user, password in ((pam.user, pam.password + "x"),
                            (f"nobody_{secrets.token_hex(4)}", pam.password)):
         fields = final_error(send_password(proc, user, password))
-        assert (fields["C"], fields["M"]) == ("28P01", "PAM authentication failed")
+        assert (fields["C"], fields["M"]) == ("28000", "PAM authentication failed")
     log = proc.log_text()
     assert "pam_authenticate() failed" in log
     assert pam.password not in log

@@ -28,6 +28,12 @@ log = logging.getLogger("pgtarn.client")
 
 #: What a client whose password PAM refused is told (PgBouncer's words).
 PAM_FAILED = "PAM authentication failed"
+
+
+def _pam_failed() -> AuthFailed:
+    """PgBouncer's words; PostgreSQL's SQLSTATE for a failed PAM login (28000: 28P01 is for
+    the password methods only)."""
+    return AuthFailed(PAM_FAILED, sqlstate="28000", severity="FATAL")
 QUEUE_FULL = "too many logins wait for PAM (auth_pam_queue_size)"
 
 Act = Callable[[ClientLogin, list[Event]], None]
@@ -91,10 +97,10 @@ def _verdict(client: ClientTransport, outcome: PamResult | Exception) -> PgtarnE
         return PgtarnError(CONFIG_ERROR, sqlstate="08006")
     if isinstance(outcome, Exception):
         log.error("%r: PAM check failed: %r", client, outcome)
-        return AuthFailed(PAM_FAILED, severity="FATAL")
+        return _pam_failed()
     for message in outcome.messages:
         log.warning("%r: PAM error: %s", client, message)
     if outcome.ok:
         return None
     log.warning("%r: %s", client, outcome.reason)
-    return AuthFailed(PAM_FAILED, severity="FATAL")
+    return _pam_failed()

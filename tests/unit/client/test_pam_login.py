@@ -24,7 +24,7 @@ def test_verdicts() -> None:
     refused = pam_login._verdict(  # type: ignore[arg-type]
         client, PamResult(False, "pam_authenticate() failed: Authentication failure"))
     assert refused is not None
-    assert (refused.sqlstate, refused.message) == ("28P01", "PAM authentication failed")
+    assert (refused.sqlstate, refused.message) == ("28000", "PAM authentication failed")
     missing = pam_login._verdict(client, PamUnavailable("libpam is not installed"))  # type: ignore[arg-type]
     assert missing is not None
     assert (missing.sqlstate, missing.message) == ("08006", "bouncer config error")
