@@ -236,3 +236,17 @@ def test_bad_ldap_options_are_refused(pgtarn_factory, slapd):  # type: ignore[no
         with pytest.raises(psycopg.Error, match='requires argument "ldapbasedn"'):
             console.execute("SET auth_ldap_options = 'ldapserver=127.0.0.1'")
     assert current_user(proc, "app", "app_pass") == "app"  # the options in force stay
+
+
+def test_ldap_with_auth_user_is_a_config_error(pgtarn_factory, slapd, tmp_path):  # type: ignore[no-untyped-def]
+    """As PgBouncer: an LDAP login to a database with an auth_user is "bouncer config
+    error", under auth_type = ldap and through an HBA ldap rule alike."""
+    proc = pgtarn_factory(settings={"auth_type": "ldap", "auth_ldap_options": simple_bind(slapd),
+                                    "auth_user": "app"})
+    assert "bouncer config error" in str(refused(proc, "app", "app_pass"))
+    assert "LDAP can't be used together with database authentication" in proc.log_text()
+    hba = tmp_path / "pg_hba.conf"
+    hba.write_text(f"host all all 127.0.0.1/32 ldap {simple_bind(slapd)}\n")
+    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba,
+                                    "auth_user": "app"})
+    assert "bouncer config error" in str(refused(proc, "scram_user", "scram_pass"))

@@ -19,7 +19,7 @@ from ..errors import AuthFailed, PgtarnError
 from ..net.authpool import AuthPool, PoolFull
 from ..net.ldapcheck import check_ldap_password
 from ..proto.client_login import CheckPassword, ClientLogin, Event
-from ..runtime import Runtime
+from ..runtime import CONFIG_ERROR, Runtime
 from ..states import ClientState
 from .access import peer_address
 from .pam_login import check_password as check_pam
@@ -95,6 +95,10 @@ def check_password(client: ClientTransport, login: ClientLogin, event: CheckPass
     try:
         if event.method != "ldap":
             raise PgtarnError(f"auth_type {event.method} is not supported", sqlstate="28000")
+        db, config = client.db, client.runtime.config
+        if db is not None and (db.auth_user or config.auth_user):  # as PgBouncer
+            log.error("%r: LDAP can't be used together with database authentication", client)
+            raise PgtarnError(CONFIG_ERROR, sqlstate="08006")
         options = ldap_options_for(client)
     except PgtarnError as error:
         go_on(login, login.password_checked(error))
