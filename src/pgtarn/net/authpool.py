@@ -73,7 +73,7 @@ class AuthPool:
             # not started (nor cancelled already by close): it never will be
             if not future.done() and future.cancel():
                 self._done()
-        if not done or waited.cancelled():  # (cancelled: closed meanwhile)
+        if not done:
             return None
         result: T | None = waited.result()
         return result
@@ -101,16 +101,9 @@ class AuthPool:
             self._pending -= 1
 
     def close(self) -> None:
-        """No more checks: those waiting are dropped, those under way end on their own, and
-        then their threads."""
+        """No more checks (a RELOAD changed the sizes: a new pool takes the new ones); those
+        given already still run, then the threads end."""
         with self._lock:
             self._closed = True
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None and not job[0].done() and job[0].cancel():
-                self._done()
-        for _ in self._started:
+        for _ in self._started:  # behind the checks waiting: a queue is first in, first out
             self._jobs.put(None)
