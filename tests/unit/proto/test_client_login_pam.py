@@ -93,5 +93,5 @@ def test_a_second_password_is_refused() -> None:
 def test_an_error_other_than_a_wrong_password_is_passed_on() -> None:
     login = asked()
     login.receive_data(password(b"s3cret"))
-    error = PgtarnError("too many logins wait for PAM (auth_pam_queue_size)", sqlstate="53300")
+    error = PgtarnError("too many PAM authentication requests in progress", sqlstate="53300")
     assert fields(only_failure(login.password_checked(error)).response)["C"] == "53300"
