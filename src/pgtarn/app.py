@@ -20,8 +20,7 @@ from typing import Any, cast
 from . import __version__, systemd
 from .admin import commands, fanout
 from .admin.tables import database_totals
-from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
-from .auth.userlist import load_userlist
+from .authfiles import read_hba, read_userlist
 from .client.connection import ClientConnection, cancel_by_key
 from .config import SETTINGS, Config
 from .configfile import load_config
@@ -29,7 +28,6 @@ from .errors import ConfigError, PgtarnError
 from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging
 from .net.accept import SocketServer
-from .net.ldapcheck import check_ldap_config
 from .net.sockets import keepalive_listeners, tcp_options
 from .net.tls import client_context, own_certificate_hash, server_context
 from .pool.pool import Pool
@@ -67,22 +65,6 @@ def raise_fd_limit(config: Config) -> None:
     if soft != resource.RLIM_INFINITY and soft < needed:
         log.warning("file descriptor limit %d is below the %d that max_client_conn %d and "
                     "the pools may need", soft, needed, config.max_client_conn)
-
-
-def read_userlist(config: Config) -> dict[str, str]:
-    if not config.auth_file or config.auth_type == "pam":  # as PgBouncer: PAM alone decides
-        return {}
-    return load_userlist(config.auth_file)
-
-
-def read_hba(config: Config) -> tuple[HbaRules | None, IdentMaps | None]:
-    """auth_hba_file and auth_ident_file, parsed (and LDAP's options); their warnings logged."""
-    hba = load_hba(config.auth_hba_file) if config.auth_hba_file else None
-    ident = load_ident(config.auth_ident_file) if config.auth_ident_file else None
-    check_ldap_config(config, hba)
-    for warning in hba.warnings if hba is not None else ():
-        log.warning("auth_hba_file: %s", warning)
-    return hba, ident
 
 
 MetricsServer = Callable[[Runtime, str, int],
