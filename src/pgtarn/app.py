@@ -19,8 +19,7 @@ from typing import Any, cast
 from . import __version__, systemd
 from .admin import fanout
 from .admin.tables import database_totals
-from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
-from .auth.userlist import load_userlist
+from .authfiles import read_hba, read_userlist
 from .client.connection import ClientConnection, cancel_by_key
 from .config import SETTINGS, Config
 from .configfile import load_config
@@ -72,21 +71,6 @@ def tls_setup_logged(config: Config) -> TlsSetup:
     except ConfigError as exc:
         log.error("TLS setup failed: %s", exc)
         raise
-
-
-def read_userlist(config: Config) -> dict[str, str]:
-    if not config.auth_file or config.auth_type == "pam":  # as PgBouncer: PAM alone decides
-        return {}
-    return load_userlist(config.auth_file)
-
-
-def read_hba(config: Config) -> tuple[HbaRules | None, IdentMaps | None]:
-    """auth_hba_file and auth_ident_file, parsed; their warnings logged."""
-    hba = load_hba(config.auth_hba_file) if config.auth_hba_file else None
-    ident = load_ident(config.auth_ident_file) if config.auth_ident_file else None
-    for warning in hba.warnings if hba is not None else ():
-        log.warning("auth_hba_file: %s", warning)
-    return hba, ident
 
 
 MetricsServer = Callable[[Runtime, str, int],

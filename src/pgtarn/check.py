@@ -19,6 +19,7 @@ from .auth.userlist import read_userlist_file
 from .config import Config
 from .configfile import read_config_report
 from .errors import ConfigError, Problems
+from .net.ldapcheck import check_ldap_config
 from .net.tls import client_context, own_certificate_hash, server_context
 
 #: The files each side's TLS context is made from (startup reads them unless its sslmode
@@ -80,11 +81,16 @@ class _Checker:
 
     def hba(self) -> None:
         problems = Problems(collect=True)
+        rules = None
         if self.config.auth_hba_file and self.readable("auth_hba_file",
                                                        self.config.auth_hba_file):
             rules = load_hba(self.config.auth_hba_file, problems)
             self.result.warnings.extend(rules.warnings)
             self.pam_rules = any(rule.method == "pam" for rule in rules.rules)
+        try:
+            check_ldap_config(self.config, rules)
+        except ConfigError as exc:
+            self.located(exc)
         if self.config.auth_ident_file and self.readable("auth_ident_file",
                                                          self.config.auth_ident_file):
             load_ident(self.config.auth_ident_file, problems)

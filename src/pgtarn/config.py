@@ -198,11 +198,13 @@ class Config:
     auth_ident_file: str = ""
     auth_ldap_options: str = ""
     #: pgtarn's own: the PAM service (/etc/pam.d/NAME) of auth_type pam and HBA pam rules;
-    #: PgBouncer's is always "pgbouncer". Checks run on auth_pam_threads threads, and at
-    #: most auth_pam_queue_size more logins wait for one: past that a login is refused.
+    #: PgBouncer's is always "pgbouncer".
     auth_pam_service: str = "pgbouncer"
-    auth_pam_threads: int = 4
-    auth_pam_queue_size: int = 20
+    #: pgtarn's own: PAM and LDAP checks run on auth_threads threads (net/authpool.py), and
+    #: at most auth_queue_size more wait for one: past that a login is refused. PgBouncer
+    #: has one thread per method and a queue of 20.
+    auth_threads: int = 4
+    auth_queue_size: int = 20
     auth_user: str = ""
     auth_query: str = _AUTH_QUERY
     auth_dbname: str = ""
@@ -435,13 +437,13 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _BOUNDS: dict[str, tuple[int, int | None]] = {
     "listen_port": (1, 65535), "metrics_port": (0, 65535), "peer_id": (0, MAX_PEER_ID),
     "unix_socket_mode": (0, 0o7777), "scram_iterations": (1, None), "workers": (1, None),
+    "auth_threads": (1, 256), "auth_queue_size": (0, 100_000),
     "pkt_buf": (1, None), "max_packet_size": (1, 2**32 - 1), "listen_queue_size": (1, None),
-    "auth_pam_threads": (1, None),
 }  # fmt: skip
 _PGTARN_ONLY = frozenset({"metrics_listen_addr", "metrics_port", "log_format", "workers",
+                          "auth_threads", "auth_queue_size", "auth_pam_service",
                           "track_session_state", "pin_session_state", "listen_queue_size",
-                          "schema_change_channel", "auth_pam_service", "auth_pam_threads",
-                          "auth_pam_queue_size"})
+                          "schema_change_channel"})
 DEPRECATED = {"service_name": "job_name"}  # old name -> current name
 
 _INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")  # C strtol, base 0
@@ -449,6 +451,8 @@ _DEC_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(r"\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _BOOL_WORDS = {"on": True, "yes": True, "true": True, "off": False, "no": False, "false": False}
 _SEP_RE = re.compile(r"[\s,]+")
+#: ldapbindpasswd's value in auth_ldap_options (PgBouncer's syntax: auth/ldap.py), a secret.
+_BIND_PASSWORD = re.compile(r'(ldapbindpasswd"?=)("(?:[^"]|"")*"?|[^\s,]*)')
 
 
 def parse_int(text: str, c_style: bool = True) -> int:
@@ -543,7 +547,9 @@ class Setting:
         return value
 
     def format(self, value: object) -> str:
-        """The value as SHOW CONFIG shows it."""
+        """The value as SHOW CONFIG shows it (ldapbindpasswd's value masked)."""
+        if self.name == "auth_ldap_options" and isinstance(value, str):
+            return _BIND_PASSWORD.sub(r"\1********", value)
         if isinstance(value, bool):
             return "1" if value else "0"
         if self.kind == "mode" and isinstance(value, int):

@@ -545,7 +545,6 @@ def _keyed(key: str, parse: Callable[..., _T], *args: str) -> _T:
 NOT_APPLIED: Mapping[str, str] = MappingProxyType({
     "application_name_add_host": "not applied: application_name goes to servers as the "
                                  "client set it",
-    "auth_ldap_options": "not applied: auth_type ldap is not supported",
     "client_tls_dheparams": "not applied: OpenSSL's built-in groups are used",
     "disable_pqexec": "not applied: simple queries with several statements are passed on",
     "dns_max_ttl": "not applied: host names are resolved by the system at each connection",

@@ -17,6 +17,7 @@ from mypy_extensions import mypyc_attr
 from .auth.hba import HbaRules, IdentMaps
 from .config import ADMIN_DATABASES, RESERVED_AUTH_DBNAME, Config, DatabaseEntry
 from .errors import PgtarnError
+from .net.authpool import AuthPool
 from .net.peers import PeerCancels
 from .net.sockets import HostChooser, TcpOption, tcp_options
 from .pool.pool import PooledServer
@@ -178,6 +179,8 @@ class Runtime:
         #: auth_hba_file and auth_ident_file, parsed (None: not set).
         self.hba: HbaRules | None = None
         self.ident: IdentMaps | None = None
+        #: The threads that run LDAP binds, made at the first (client/passcheck.py).
+        self.auth_pool: AuthPool | None = None
 
     def servers(self) -> list[ServerView]:
         """Every pool's servers, as the layers below see them: the registry knows a server

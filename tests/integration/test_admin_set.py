@@ -478,6 +478,10 @@ BY_SHOW_CONFIG: dict[str, str] = {
     "auth_query": "SELECT usename, passwd FROM pg_shadow WHERE usename=$1",
     "auth_dbname": "app",
     "auth_ldap_options": "host=ldap.invalid",
+    # the PAM and LDAP check threads (test_pam.py and test_ldap.py log in through them)
+    "auth_threads": "2",
+    "auth_queue_size": "7",
+    "auth_pam_service": "pgtarn-test",
     "auth_ident_file": "/dev/null",  # an empty map file
     "scram_iterations": "8192",  # used when a plaintext auth_file password is hashed
     # waits and retries that take seconds to minutes to show

@@ -14,7 +14,7 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from pgtarn.proto import build
 from .drivers import connect
 from .pgstat import wait_until
 from .rawpg import RawClient
+from .test_ldap import simple_bind, slapd  # noqa: F401  (slapd: a fixture)
 from .test_timeouts import final_error
 
 pytestmark = pytest.mark.integration
@@ -119,7 +120,7 @@ def test_wrong_password_and_unknown_user_are_refused_alike(pgtarn_factory, pam):
     for user, password in ((pam.user, pam.password + "x"),
                            (f"nobody_{secrets.token_hex(4)}", pam.password)):
         fields = final_error(send_password(proc, user, password))
-        assert (fields["C"], fields["M"]) == ("28P01", "PAM authentication failed")
+        assert (fields["C"], fields["M"]) == ("28000", "PAM authentication failed")
     log = proc.log_text()
     assert "pam_authenticate() failed" in log
     assert pam.password not in log
@@ -159,28 +160,32 @@ def send_password(proc: Any, user: str, password: str) -> RawClient:
     return raw
 
 
-def test_checks_wait_in_a_bounded_queue(pgtarn_factory, pam, tmp_path):  # type: ignore[no-untyped-def]
-    """One thread, a queue of one: a check that hangs in PAM holds the thread, the next
-    waits, the one after is refused at once; when PAM answers, both waiting ones log in."""
+def hold_service(pam: PamSetup, tmp_path: Path) -> tuple[str, Callable[[], int]]:
+    """A PAM service whose checks wait until tmp_path/release exists, and a count of the
+    checks that have started."""
     hold = tmp_path / "hold.sh"
     hold.write_text(f"#!/bin/sh\ntouch {tmp_path}/started.$$\n"
                     f"while [ ! -e {tmp_path}/release ]; do sleep 0.05; done\n")
     hold.chmod(0o755)
-    service = pam.write_service(f"{pam.service}-hold",
+    service = pam.write_service(f"{pam.service}-hold-{tmp_path.name}",
                                 f"auth required pam_exec.so quiet {hold}\n" + UNIX_STACK)
+    return service, lambda: len(list(tmp_path.glob("started.*")))
+
+
+def test_checks_wait_in_a_bounded_queue(pgtarn_factory, pam, tmp_path):  # type: ignore[no-untyped-def]
+    """One thread, a queue of one: a check that hangs in PAM holds the thread, the next
+    waits, the one after is refused at once; when PAM answers, both waiting ones log in."""
+    service, started = hold_service(pam, tmp_path)
     proc = pgtarn_factory(settings={"auth_type": "pam", "auth_pam_service": service,
-                                    "auth_pam_threads": 1, "auth_pam_queue_size": 1})
-
-    def started() -> int:
-        return len(list(tmp_path.glob("started.*")))
-
+                                    "auth_threads": 1, "auth_queue_size": 1})
     first = send_password(proc, pam.user, pam.password)
     try:
         wait_until(lambda: started() == 1, what="the first check to be in PAM")
         second = send_password(proc, pam.user, pam.password)  # the thread is busy: it waits
         try:
             fields = final_error(send_password(proc, pam.user, pam.password))  # refused
-            assert fields["C"] == "53300" and "auth_pam_queue_size" in fields["M"]
+            assert (fields["C"], fields["M"]) == (
+                "53300", "too many PAM authentication requests in progress")
             assert started() == 1  # the second is still waiting for the thread
             (tmp_path / "release").touch()
             for raw in (first, second):
@@ -190,7 +195,8 @@ def test_checks_wait_in_a_bounded_queue(pgtarn_factory, pam, tmp_path):  # type:
             second.close()
     finally:
         first.close()
-    assert "PAM queue is full" in proc.log_text()
+    assert ("PAM authentication refused: no room for its check (auth_threads = 1, "
+            "auth_queue_size = 1, all taken)") in proc.log_text()
 
 
 def test_hba_pam_rule(pgtarn_factory, pam, tmp_path):  # type: ignore[no-untyped-def]
@@ -204,3 +210,29 @@ def test_hba_pam_rule(pgtarn_factory, pam, tmp_path):  # type: ignore[no-untyped
     assert "PAM authentication failed" in str(refusal(proc, pam.user, "wrong"))
     with connect(proc, "app", "app_pass") as conn:  # the next rule: SCRAM, auth_file
         assert conn.execute("select current_user").fetchone() == ("app",)
+
+
+def test_pam_and_ldap_checks_share_the_auth_threads(pgtarn_factory, pam, slapd, tmp_path):  # type: ignore[no-untyped-def]  # noqa: F811
+    """One thread, no queue, for both methods: while PAM holds the thread an LDAP login is
+    refused at once; once PAM has answered, LDAP gets the thread."""
+    service, started = hold_service(pam, tmp_path)
+    hba = tmp_path / "pg_hba.conf"
+    hba.write_text(f"host all {pam.user} 127.0.0.1/32 pam\n"
+                   f"host all all 127.0.0.1/32 ldap {simple_bind(slapd)}\n")
+    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba,
+                                    "auth_pam_service": service, "auth_threads": 1,
+                                    "auth_queue_size": 0})
+    first = send_password(proc, pam.user, pam.password)
+    try:
+        wait_until(lambda: started() == 1, what="the PAM check to be in PAM")
+        fields = final_error(send_password(proc, "app", "app_pass"))  # LDAP: no room
+        assert (fields["C"], fields["M"]) == (
+            "53300", "too many LDAP authentication requests in progress")
+        (tmp_path / "release").touch()
+        assert first.read_until("Z")[-1][0] == "Z"  # PAM's login went on
+    finally:
+        first.close()
+    with connect(proc, "app", "app_pass") as conn:  # the thread is free: LDAP's turn
+        assert conn.execute("select current_user").fetchone() == ("app",)
+    assert ("LDAP authentication refused: no room for its check (auth_threads = 1, "
+            "auth_queue_size = 0, all taken)") in proc.log_text()

@@ -86,3 +86,11 @@ def test_pam_needs_a_service_file(tmp_path: Path) -> None:
     assert not [w for w in check_config(ini).warnings if "auth_pam_service" in w]  # no pam rule
     (tmp_path / "hba.conf").write_text("host all all 127.0.0.1/32 pam\n")
     assert [w for w in check_config(ini).warnings if "auth_pam_service" in w]
+
+
+def test_auth_ldap_options_are_checked_at_their_line(tmp_path: Path) -> None:
+    ini = write_ini(tmp_path, "[pgbouncer]\nauth_type = ldap\n"
+                    "auth_ldap_options = ldapserver=h ldapprefix=x ldapbasedn=y\n")
+    assert check_config(ini).errors == [
+        f"{ini}:3: auth_ldap_options: cannot mix options for simple bind and search+bind "
+        "modes"]

@@ -92,12 +92,13 @@ def test_no_function_level_import_of_the_package(path: Path) -> None:
 
 
 def test_start_imports_no_dependency_that_only_some_configurations_use() -> None:
-    """pglast (a text to parse), prometheus_client (metrics_port), the demo and top are loaded on
-    first use (the load_* functions): a pooler that needs none of them does not hold them."""
+    """pglast (a text to parse), prometheus_client (metrics_port), ldap3 (an LDAP check), the
+    demo and top are loaded on first use (the load_* functions): a pooler that needs none of
+    them does not hold them."""
     code = ("import sys, pgtarn.cli; "
             "print(' '.join(m for m in ('pglast', 'prometheus_client', 'pgtarn.demo', "
             "'pgtarn.session.parsing', 'pgtarn.metrics', 'pgtarn.supervisor', "
-            "'pgtarn.workers.link', 'json', 'pgtarn.top', 'rich', 'psycopg') "
+            "'pgtarn.workers.link', 'json', 'pgtarn.top', 'rich', 'psycopg', 'ldap3') "
             "if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

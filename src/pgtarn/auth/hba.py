@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 from pgtarn.errors import ConfigError, Problems
 
+from .ldap import LDAP_OPTIONS, LdapOptions, ldap_options
+
 __all__ = ["AddressRange", "HbaRule", "HbaRules", "IdentEntry", "IdentMaps", "NamePattern",
            "load_hba", "load_ident", "parse_hba", "parse_ident"]
 
@@ -22,9 +24,9 @@ _MAX_INCLUDE_DEPTH = 10  # as PostgreSQL: stops @file loops
 # encryption, so no client can ever be using it.
 _CONN_TYPES = frozenset({"local", "host", "hostssl", "hostnossl", "hostgssenc", "hostnogssenc"})
 _METHODS = frozenset({"trust", "reject", "md5", "password", "scram-sha-256", "cert", "peer",
-                      "pam"})
+                      "pam", "ldap"})
 # Accepted so that a PostgreSQL file loads, but such rules reject: failing closed is safe.
-_UNSUPPORTED_METHODS = frozenset({"ldap", "gss", "sspi", "radius", "ident", "bsd"})
+_UNSUPPORTED_METHODS = frozenset({"gss", "sspi", "radius", "ident", "bsd"})
 _MAP_METHODS = frozenset({"ident", "peer", "gss", "sspi", "cert"})
 _OPTIONS = frozenset({
     "map", "clientcert", "clientname", "include_realm", "compat_realm", "upn_username",
@@ -171,6 +173,7 @@ class HbaRule:
     map_name: str | None = None
     clientcert: str | None = None  # "verify-ca" or "verify-full"
     unsupported_method: str | None = None
+    ldap: LdapOptions | None = None  # an ldap rule's options
 
     def matches(self, *, local: bool, tls: bool, database: str, user: str,
                 address: IPAddress | None, replication: bool = False) -> bool:
@@ -337,13 +340,25 @@ def _parse_rule(fields: _LineFields, read_file: Callable[[str], str]) -> HbaRule
     if conn_type == "hostgssenc" and method not in ("gss", "trust", "reject"):
         raise fields.error("GSSAPI encryption only supports gss, trust, or reject authentication")
     options: dict[str, str] = {}
+    ldap_pairs: list[tuple[str, str]] = []  # in order: a later one overrides an ldapurl's
     for token in fields.rest():
         name, equals, value = token.text.partition("=")
         if not equals:
             raise fields.error(f'authentication option "{token.text}" is not in name=value format')
         if name not in _OPTIONS:
             raise fields.error(f'unrecognized authentication option name "{name}"')
+        if name in LDAP_OPTIONS:
+            if method != "ldap":
+                raise fields.error(
+                    f'option "{name}" is not valid for authentication method "{written}"')
+            ldap_pairs.append((name, value))
         options[name] = value
+    ldap = None
+    if method == "ldap":
+        try:
+            ldap = ldap_options(ldap_pairs)
+        except ValueError as exc:
+            raise fields.error(str(exc)) from None
     if "map" in options and method not in _MAP_METHODS:
         raise fields.error(f'option "map" is not valid for authentication method "{written}"')
     clientcert = options.get("clientcert")
@@ -364,7 +379,7 @@ def _parse_rule(fields: _LineFields, read_file: Callable[[str], str]) -> HbaRule
                                      else "pam_use_hostname")
     return HbaRule(fields.line, conn_type, databases, users, address,
                    "reject" if unsupported else method, options.get("map"), clientcert,
-                   unsupported)
+                   unsupported, ldap)
 
 
 def parse_hba(text: str, path: str, read_file: Callable[[str], str],

@@ -1,7 +1,7 @@
 """One PAM check through the system's libpam (ctypes): pam_authenticate, then pam_acct_mgmt.
 
 The call blocks (PAM modules read files, ask servers, sleep after a failure): it is made on
-a thread of its own (client/blocking.py), never on the event loop. The password goes to
+an auth thread (net/authpool.py), never on the event loop. The password goes to
 PAM only, through the conversation function; nothing here logs it.
 """
 

@@ -28,7 +28,8 @@ TLS_REQUIRED = frozenset({"require", "verify-ca", "verify-full"})
 
 #: pg_hba.conf methods -> ClientAuth's auth types ("any": the identity was the proof).
 _HBA_METHODS = {"trust": "trust", "password": "plain", "md5": "md5",
-                "scram-sha-256": "scram-sha-256", "cert": "any", "peer": "any", "pam": "pam"}
+                "scram-sha-256": "scram-sha-256", "cert": "any", "peer": "any", "pam": "pam",
+                "ldap": "ldap"}
 
 
 @dataclass(init=False)

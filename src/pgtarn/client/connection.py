@@ -11,9 +11,9 @@ that server are SET in front of the client's own bytes, and their replies are sw
 no round trip is added.
 
 The login is a sans-IO state machine (proto/client_login.py): bytes in, events out. This
-file acts on its events: the TLS wrap, then, once the client authenticated, the pool or the
-admin console. Who may log in and against which secret (the limits, the database, access
-rules, auth_query) is admission.py's.
+file acts on its events: the TLS wrap, a PAM or LDAP check (passcheck.py), then, once the
+client authenticated, the pool or the admin console. Who may log in and against which secret
+(the limits, the database, access rules, auth_query) is admission.py's.
 
 The class is assembled from ClientTransport (transport.py: fields and asyncio glue),
 ClientLink (link.py), ClientRelay (relay.py) and ClientAdmission (admission.py), one job per
@@ -53,7 +53,7 @@ from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, request_replication
 from ..states import READY_STATE, ClientState
 from .admission import ClientAdmission
-from .pam_login import check_password
+from .passcheck import check_password
 from .transport import NO_KEY
 
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
@@ -172,8 +172,8 @@ class ClientConnection(ClientAdmission):
                     self._tls_requested(login, direct)
                 case CancelRequested(key):
                     self._cancel_request(key)
-                case CheckPassword(password):  # PAM, on a thread: _act again when it answers
-                    check_password(self, login, password, self._act)
+                case CheckPassword():  # PAM or an LDAP server (passcheck.py)
+                    check_password(self, login, event, self._act)
                 case Close(reason):
                     if reason:
                         self.close_reason = reason  # logged when the connection is lost

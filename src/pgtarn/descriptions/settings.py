@@ -190,8 +190,13 @@ DOCS: dict[str, SettingDoc] = {
         "a SCRAM verifier), `scram-sha-256` and `plain` check a password against `auth_file` "
         "or `auth_query`; `trust` asks for none but the user must be known; `any` asks for "
         "nothing and takes any user name; `cert` takes the user named by a client "
-        "certificate; `hba` decides per connection from `auth_hba_file`. `pam` and `ldap` "
-        "are read, and logins under them are refused (28000, not supported).")),
+        "certificate; `hba` decides per connection from `auth_hba_file`. `pam` and `ldap` ask "
+        "for the cleartext password and have the system's PAM (`auth_pam_service`) or an LDAP "
+        "server (`auth_ldap_options`) check it, on `auth_threads` threads; the password they "
+        "accept is the one the pool's servers log in with."),
+        "PgBouncer checks `pam` and `ldap` passwords on one thread per method, and stops "
+        "reading from every client while its queue of 20 is full; pgtarn refuses a login past "
+        "`auth_queue_size` waiting checks (FATAL 53300)."),
     "auth_file": SettingDoc(AUTH, (
         "The file of users and their secrets (`\"user\" \"secret\"` per line): plaintext "
         "passwords, md5 hashes or SCRAM verifiers. A SCRAM verifier that is PostgreSQL's own "
@@ -215,7 +220,27 @@ DOCS: dict[str, SettingDoc] = {
         "The `[databases]` entry whose server `auth_query` runs in; empty: the database the "
         "client asked for.")),
     "auth_ldap_options": SettingDoc(AUTH, (
-        "In PgBouncer, the LDAP server and search options used when `auth_type` is `ldap`.")),
+        "The LDAP options of `auth_type = ldap` (an HBA `ldap` rule has its own on its line): "
+        "PostgreSQL's option names as `name=value` pairs, separated by spaces or a comma, "
+        "quoted when needed. Simple bind (`ldapprefix`, `ldapsuffix`) or search+bind "
+        "(`ldapbasedn`, with `ldapbinddn`, `ldapbindpasswd`, `ldapsearchattribute` or "
+        "`ldapsearchfilter`), the server in `ldapserver`, `ldapport`, `ldapscheme` and "
+        "`ldaptls`, or all in one `ldapurl`. SHOW CONFIG masks `ldapbindpasswd`."),
+        "PgBouncer finds a wrong option at the next LDAP login; pgtarn refuses it when the "
+        "configuration loads (startup, RELOAD, SET). `ldapserver` must be set: no server is "
+        "looked up in DNS SRV records."),
+    "auth_pam_service": SettingDoc(AUTH, (
+        "The PAM service `auth_type = pam` and HBA `pam` rules ask, whose stack is the file "
+        "`/etc/pam.d/<name>`. The default is the name PgBouncer always asks.")),
+    "auth_threads": SettingDoc(AUTH, (
+        "How many threads check the passwords of `pam` and `ldap` logins (PAM's "
+        "conversation, an LDAP bind), so that the event loop never waits for one; they start "
+        "as checks come, and each worker has its own.")),
+    "auth_queue_size": SettingDoc(AUTH, (
+        "How many `pam` and `ldap` checks may wait for a free `auth_threads` thread; a login "
+        "past that is refused at once with FATAL 53300 and a log line. An LDAP login waits at "
+        "most 30 s for its check, its wait included; a PAM check has no limit but its "
+        "modules' own and `client_login_timeout`.")),
     "scram_iterations": SettingDoc(AUTH, (
         "The iteration count of the SCRAM-SHA-256 verifier pgtarn derives when a client logs "
         "in with SCRAM against a plaintext password: more is slower to guess and slower to log "

@@ -137,16 +137,20 @@ class Authenticated:
 
 @dataclass(init=False, slots=True, repr=False)
 class CheckPassword:
-    """The client sent its cleartext password for a check made elsewhere (PAM): make it,
-    then answer with password_checked."""
+    """The client sent the cleartext password of a method checked outside the login (method:
+    pam or ldap): the caller checks it and answers with password_checked. Nothing else is
+    read meanwhile but a Terminate."""
 
+    method: Final[str]
     password: Final[str]
 
-    def __init__(self, password: str) -> None:
+    def __init__(self, method: str, password: str) -> None:
+        self.method = method
         self.password = password
 
     def __repr__(self) -> str:
-        return "CheckPassword(password=<hidden>)"  # a repr may end up in a log
+        # a repr may end up in a log: never the password
+        return f"CheckPassword({self.method!r}, password=<hidden>)"
 
 
 @dataclass(init=False, slots=True)
@@ -396,7 +400,7 @@ class ClientLogin:
         if check and auth is not None and auth.password is not None:
             # once every message of the chunk is read: one that breaks the rules ends the
             # login before any check is made
-            events.append(CheckPassword(auth.password))
+            events.append(CheckPassword(auth.auth_type, auth.password))
 
     def _authenticated(self, events: list[Event], auth: ClientAuth) -> None:
         self.state = LoginState.AUTHENTICATED

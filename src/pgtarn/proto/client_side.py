@@ -2,7 +2,8 @@
 
 Which challenge a client gets follows PgBouncer: ``md5`` switches to SCRAM when the stored
 secret is a SCRAM verifier; ``plain`` asks for the cleartext password and checks it against
-any kind of secret. An unknown user gets the same challenge as a known one and fails the same
+any kind of secret; ``pam`` and ``ldap`` ask for it too, for the caller to check
+(``password``). An unknown user gets the same challenge as a known one and fails the same
 way, so the error never tells which of user name or password was wrong. An empty secret (a
 role auth_query found without a password, or "" in auth_file) matches no password, as in
 PgBouncer and PostgreSQL; only ``trust`` lets its user in.
@@ -29,9 +30,9 @@ from . import build
 from .messages import parse_password, parse_sasl_initial_response
 
 PASSWORD_AUTH_TYPES = ("md5", "scram-sha-256", "plain")
-#: Auth types whose cleartext password something outside the exchange checks (PAM, on a
-#: thread): the exchange hands the password over (`password`) and waits for the verdict.
-CHECKED_ELSEWHERE = frozenset({"pam"})
+#: Auth types whose cleartext password something outside the exchange checks (PAM, an LDAP
+#: server): the exchange hands the password over (`password`) and waits for the verdict.
+CHECKED_ELSEWHERE = frozenset({"pam", "ldap"})
 
 
 def _failed() -> AuthFailed:
@@ -55,6 +56,7 @@ class ClientAuth:
     ) -> None:
         """channel_binding: on TLS, the hash of pgtarn's certificate (SCRAM-SHA-256-PLUS)."""
         self.user = user
+        self.auth_type = auth_type
         self._channel_binding = channel_binding
         self.secret = secret
         self.done = False

@@ -330,9 +330,9 @@ def test_errors_name_file_and_line(text: str, line: int, fragment: str) -> None:
     assert fragment in message
 
 
-@pytest.mark.parametrize("method", ["ldap", "gss", "sspi", "radius", "ident", "bsd"])
+@pytest.mark.parametrize("method", ["gss", "sspi", "radius", "ident", "bsd"])
 def test_unsupported_methods_reject_with_a_warning(method: str) -> None:
-    rules = hba(f"local all postgres peer\n\nhost all all all {method} ldapserver=x\n"
+    rules = hba(f"local all postgres peer\n\nhost all all all {method} krb_realm=x\n"
                 "host all all all trust")
     rule = rules.rules[1]
     assert (rule.method, rule.unsupported_method) == ("reject", method)
