@@ -137,7 +137,7 @@ class Janitor:
         if started and server is not None:  # a query runs
             if query and now - started > query:
                 if client.cancelled_at < started:
-                    log.info("%r: query_timeout (%g s): cancelling the query", client, query)
+                    log.info("%r query_timeout (%g s): cancelling the query", client, query)
                     client.cancel_query(now)
                 elif now - client.cancelled_at > query:
                     client.timed_out(_fatal(

@@ -16,8 +16,8 @@ from .test_timeouts import final_error, raw_login
 
 pytestmark = pytest.mark.integration
 
-# "S-7(app/app@127.0.0.1:5432): closing because: server connection lost" -> "S-7"
-LOST_SERVER = re.compile(r"\b(S-\d+)\(\S*\): closing because: server connection lost")
+# "S-7: app/app@127.0.0.1:5432 closing because: server connection lost" -> "S-7"
+LOST_SERVER = re.compile(r"\b(S-\d+): \S* closing because: server connection lost")
 
 
 def _via_proxy(fault_proxy, extra: str = "") -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -135,7 +135,11 @@ def test_first_client_waits_through_a_short_outage(pgtarn_factory, fault_proxy):
     # no server has logged in yet: the client waits in login while the pool retries
     with connect(proc, autocommit=True) as c:
         assert c.execute("select 1").fetchone() == (1,)
-    assert "could not connect to server" in proc.log_text()
+    text = proc.log_text()
+    assert "could not connect to server" in text
+    # each refused attempt, in PgBouncer's words, naming the server and where it went
+    assert re.search(rf"S-\d+: app/app@{fault_proxy.host}:{fault_proxy.port} closing because: "
+                     r"connect failed \(", text), text
 
 
 def test_unreachable_server_times_out_after_server_connect_timeout(  # type: ignore[no-untyped-def]

@@ -94,7 +94,7 @@ class ClientConnection(ClientRelay):
         if self.cancel_key == NO_KEY:  # (a handed-over client comes with its own: adopt)
             self.cancel_key = runtime.new_key()
         if not runtime.add_client(self):  # its own key is another's here, since adopt asked
-            log.warning("%r: its cancel key is in use here: it gets a new one, and a "
+            log.warning("%r its cancel key is in use here: it gets a new one, and a "
                         "CancelRequest with the old one does not reach it", self)
             self.cancel_key = runtime.new_key()
             runtime.add_client(self)
@@ -133,7 +133,7 @@ class ClientConnection(ClientRelay):
                 reason = "client closed the connection"
             else:
                 reason = f"client connection error: {exc}"
-            log.info("%r: closing because: %s (age=%ds)", self, reason,
+            log.info("%r closing because: %s (age=%ds)", self, reason,
                      monotonic() - self.created_at)
         self.runtime.on_client_gone()
 
@@ -189,7 +189,7 @@ class ClientConnection(ClientRelay):
                         if self.looked_up and self.db is not None:  # maybe changed
                             self.runtime.forget_secret(self.db, self.user)
                         if self.runtime.config.log_connections:  # PgBouncer's log words
-                            log.info("%r: login failed: db=%s user=%s", self, self.database,
+                            log.info("%r login failed: db=%s user=%s", self, self.database,
                                      self.user)
                     self.close(error, response)
                 case TlsRequested(direct):
@@ -235,7 +235,7 @@ class ClientConnection(ClientRelay):
     def _tls_failed(self, exc: Exception) -> None:
         self.close_reason = f"TLS failed: {exc}"
         if self.runtime.config.log_connections:
-            log.info("%r: TLS failed: %s", self, exc)
+            log.info("%r TLS failed: %s", self, exc)
 
     def _startup_received(self, login: ClientLogin, startup: Startup) -> None:
         """Who may log in, and how: max_client_conn, the database, access rules, the secret."""
@@ -270,7 +270,7 @@ class ClientConnection(ClientRelay):
         user = self.user = startup.user
         self.database = database
         if config.log_connections:
-            log.info("%r: login attempt: db=%s user=%s tls=%s", self, database, user,
+            log.info("%r login attempt: db=%s user=%s tls=%s", self, database, user,
                      describe(self.tls) or "no")
 
         if admin:
@@ -294,7 +294,7 @@ class ClientConnection(ClientRelay):
             auth_type = auth_method(config, self.runtime.hba, self.runtime.ident, connection,
                                     database, user, self.replication == "physical")
         except PgtarnError as refusal:
-            log.info("%r: login refused: %s", self, refusal.message)
+            log.info("%r login refused: %s", self, refusal.message)
             raise
         secret = self.runtime.userlist.get(user)
         if secret is None and self.db is not None and auth_type in LOOKED_UP:
@@ -434,7 +434,7 @@ class ClientConnection(ClientRelay):
         self.runtime.logins.discard(self)
         self.runtime.admin_clients.add(self)
         if self.runtime.config.log_connections:
-            log.info("%r: admin console login (%s)", self, role)
+            log.info("%r admin console login (%s)", self, role)
         self.write(welcome)
 
     def welcome_ready(self, auth_ok: bytes = b"") -> None:

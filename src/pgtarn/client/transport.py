@@ -158,7 +158,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.extras: ClientExtras | None = None
 
     def __repr__(self) -> str:
-        return f"C-{self.id}({self.user or '?'}@{self.addr}/{self.database or '?'})"
+        # PgBouncer's layout, which log readers parse: "C-id: database/user@host:port"
+        return f"C-{self.id}: {self.database or '(nodb)'}/{self.user or '(nouser)'}@{self.addr}"
 
 
     def _peer_uid(self) -> int | None:
@@ -353,7 +354,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
                 response = build.error_response(error.sqlstate, error.message, error.severity)
             transport.write(response)
             if self.runtime.config.log_pooler_errors:
-                log.warning("%r: pooler error: %s", self, error.message)
+                log.warning("%r pooler error: %s", self, error.message)
         if transport.get_write_buffer_size():
             # It does not read (or not fast enough): close() would wait for the buffer to
             # drain, maybe for ever, and with it the cleanup that frees its server.

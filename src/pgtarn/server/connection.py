@@ -27,6 +27,7 @@ from ..errors import PgtarnError, ProtocolViolation, TlsFailed
 from ..net.sending import SEND_NEVER, send_state_of
 from ..net.sockets import (
     address,
+    connect_failure,
     open_connection,
     role_fits,
     send_cancel_request,
@@ -87,9 +88,10 @@ class ServerConnection(ServerRelay):
                 config = runtime.config
                 self.target = await open_connection(
                     db, lambda: self, config.server_connect_timeout, config.unix_socket_dir,
-                    runtime.hosts, self.hosts_tried, config.tcp_socket_buffer)
+                    runtime.hosts, self.hosts_tried, config.tcp_socket_buffer,
+                    self._host_failed)
             except (TimeoutError, OSError) as exc:
-                self.connection_failed(exc if str(exc) else ProtocolViolation("timeout"))
+                self.connection_failed(exc)
 
         runtime.spawn(connect())
 
@@ -150,7 +152,7 @@ class ServerConnection(ServerRelay):
 
     def _ready(self) -> None:
         if self.runtime.config.log_connections:
-            log.info("%r: new connection to server (from %s)", self, self.local_addr)
+            log.info("%r new connection to server (from %s)", self, self.local_addr)
         self.pool.server_ready(self, self.params)
 
     def _login_refused(self, error: PgtarnError) -> None:
@@ -164,7 +166,7 @@ class ServerConnection(ServerRelay):
         self.closed = True
         error = TlsFailed(f"could not connect to server: TLS: {exc}", severity="FATAL")
         if self.runtime.config.log_disconnections:
-            log.info("%r: closing because: %s", self, error.message)
+            log.info("%r closing because: %s", self, error.message)
         if self.login is not None:
             self.login = None
             self._login_failed(error)
@@ -195,7 +197,7 @@ class ServerConnection(ServerRelay):
                 message = "no primary: no server of the host list takes writes"
             self._login_failed(PgtarnError(message, sqlstate="08006", severity="FATAL"))
             return False
-        log.info("%r: %s:%s does not fit target_session_attrs=%s, trying the next host",
+        log.info("%r %s:%s does not fit target_session_attrs=%s, trying the next host",
                  self, *hosts[index], attrs)
         self.login = LoginDriver(
             server_login_for(self.runtime, self.pool, self.db), self, self.db.host,
@@ -204,14 +206,25 @@ class ServerConnection(ServerRelay):
         self.start_connecting()
         return False
 
+    def _host_failed(self, target: tuple[str, int], exc: BaseException, more: bool) -> None:
+        """A host could not be reached: log lines name it from now on. When another host
+        of the list is tried next (more), at once, this one is logged as PgBouncer logs the
+        server connection it closes for it."""
+        self.peer = "{}:{}".format(*target)
+        if more and self.runtime.config.log_disconnections:
+            log.info("%r closing because: %s; trying the next host", self,
+                     connect_failure(exc))
+
     def connection_failed(self, exc: BaseException) -> None:
         """The TCP/unix connect itself failed."""
         if self.closed:
             return
         self.closed = True
-        error = PgtarnError(
-            f"could not connect to server: {exc}", sqlstate="08006", severity="FATAL"
-        )
+        reason = connect_failure(exc)
+        if self.runtime.config.log_disconnections:
+            log.info("%r closing because: %s", self, reason)
+        error = PgtarnError(f"could not connect to server: {reason}", sqlstate="08006",
+                            severity="FATAL")
         self.login = None
         self._login_failed(error)
 
@@ -235,7 +248,7 @@ class ServerConnection(ServerRelay):
             error = PgtarnError(f"no primary: {error.message}", sqlstate=error.sqlstate,
                                 severity=error.severity)
         if self.runtime.config.log_pooler_errors:
-            log.warning("%r: %s", self, error.message)
+            log.warning("%r %s", self, error.message)
         if type(error) is PgtarnError and error.message.startswith(LOGIN_FAILED):
             # PostgreSQL refused: its clients get its own words, as PostgreSQL gives them
             error = PgtarnError(error.message.removeprefix(LOGIN_FAILED),
@@ -260,7 +273,7 @@ class ServerConnection(ServerRelay):
             self.client = None
             client.server_lost(self)
         if not was_closed and self.runtime.config.log_disconnections:
-            log.info("%r: closing because: server connection lost", self)
+            log.info("%r closing because: server connection lost", self)
         self.pool.server_closed(self)
 
     def close(self, reason: str, wait: bool = False) -> None:
@@ -271,7 +284,7 @@ class ServerConnection(ServerRelay):
         self.closed = True
         self.send_state = SEND_NEVER  # (what is written from here on goes through the transport)
         if self.runtime.config.log_disconnections:
-            log.info("%r: closing because: %s", self, reason)
+            log.info("%r closing because: %s", self, reason)
         if self.login is not None:
             self.login = None
             self._login_failed(PgtarnError(
@@ -296,7 +309,7 @@ class ServerConnection(ServerRelay):
             else:
                 self._relay_prepared(data)
         except PgtarnError as error:
-            log.warning("%r: %s", self, error.message)
+            log.warning("%r %s", self, error.message)
             self._relay_whole_messages_before(data)
             self.close(error.message)
 
@@ -429,7 +442,7 @@ class ServerConnection(ServerRelay):
                                                      self.runtime.config, still_linked)
             finally:
                 if not answered and not self.closed:
-                    log.warning("%r: its cancel request may still arrive: it is closed "
+                    log.warning("%r its cancel request may still arrive: it is closed "
                                 "rather than lent again", self)
                 cancel_ended(pool, self, request, answered)
                 if done is not None:

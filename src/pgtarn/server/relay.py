@@ -305,7 +305,7 @@ class ServerRelay(ServerTransport):
             self._parameter_status(body, hidden=True)
         elif msg_type == 0x45:
             fields = parse_fields(body)
-            log.warning("%r: internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
+            log.warning("%r internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
             self.internal_error = (fields.get("C", ""), fields.get("M", ""))
         return False
 

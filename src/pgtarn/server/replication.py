@@ -59,7 +59,7 @@ class ReplicationServer(ServerConnection):
         self.params = result.params
         self.backend_key = result.backend_key
         if self.runtime.config.log_connections:
-            log.info("%r: new replication server connection", self)
+            log.info("%r new replication server connection", self)
         owner, self.owner = self.owner, None
         if owner is None:
             self.close("replication client left")
@@ -69,7 +69,7 @@ class ReplicationServer(ServerConnection):
     def _login_failed(self, error: PgtarnError) -> None:
         """PostgreSQL refused (or never answered): its client gets PostgreSQL's own words."""
         if self.runtime.config.log_pooler_errors:
-            log.warning("%r: %s", self, error.message)
+            log.warning("%r %s", self, error.message)
         owner, self.owner = self.owner, None
         if owner is not None:
             message = error.message.removeprefix(LOGIN_FAILED)

@@ -27,6 +27,7 @@ RELAY_TYPES: Final = frozenset(b"ZSEA")
 
 Server = TypeVar("Server", bound=PooledServer, contravariant=True)
 
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class LinkedClient(asyncio.Protocol, Waiter[Server]):
     """What a server needs of the client it is lent to (Server: the server's own type), and
@@ -178,7 +179,8 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         self.replication = ""
 
     def __repr__(self) -> str:
-        return f"S-{self.id}({self.pool.database}/{self.pool.user}@{self.peer})"
+        # PgBouncer's layout, which log readers parse: "S-id: database/user@host:port"
+        return f"S-{self.id}: {self.pool.database}/{self.pool.user}@{self.peer}"
 
     def write(self, data: bytes) -> None:
         transport = self.transport
