@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Final, Self, cast
 
 from ..config import DatabaseEntry
-from ..errors import PgtarnError, ProtocolViolation, TlsFailed
+from ..errors import LoginRefused, PgtarnError, ProtocolViolation, TlsFailed
 from ..net.sending import SEND_NEVER, send_state_of
 from ..net.sockets import (
     address,
@@ -38,7 +38,7 @@ from ..pool.cancels import cancel_ended, cancel_started
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
-from ..proto.server_login import LOGIN_FAILED, LoggedIn, ServerLogin
+from ..proto.server_login import LoggedIn, ServerLogin
 from ..runtime import Runtime
 from ..session.prepared import FORGETS_ALL, ServerStatements
 from ..session.tracking import NO_SETTINGS
@@ -156,7 +156,12 @@ class ServerConnection(ServerRelay):
         self.pool.server_ready(self, self.params)
 
     def _login_refused(self, error: PgtarnError) -> None:
+        """The login failed: PostgreSQL refused it (LoginRefused), or pgtarn could not go on
+        (no usable password, a server breaking the protocol). PostgreSQL's message is the
+        close reason and its clients' error as it is, as with PgBouncer."""
         self.login = None
+        if isinstance(error, LoginRefused):
+            log.warning("%r server login failed: %s %s", self, error.severity, error.message)
         self.close(error.message)
         self._login_failed(error)
 
@@ -243,16 +248,13 @@ class ServerConnection(ServerRelay):
     def _login_failed(self, error: PgtarnError) -> None:
         split = self.pool.split
         if split is not None and self.pool.host_index < 0 and split.hosts.primary is None \
-                and type(error) is PgtarnError and error.message[:10] != "no primary":  # fmt: skip
+                and type(error) in (PgtarnError, LoginRefused) \
+                and error.message[:10] != "no primary":  # fmt: skip
             # a home pool's server while the checks know no primary: say so first
-            error = PgtarnError(f"no primary: {error.message}", sqlstate=error.sqlstate,
+            error = type(error)(f"no primary: {error.message}", sqlstate=error.sqlstate,
                                 severity=error.severity)
-        if self.runtime.config.log_pooler_errors:
-            log.warning("%r %s", self, error.message)
-        if type(error) is PgtarnError and error.message.startswith(LOGIN_FAILED):
-            # PostgreSQL refused: its clients get its own words, as PostgreSQL gives them
-            error = PgtarnError(error.message.removeprefix(LOGIN_FAILED),
-                                sqlstate=error.sqlstate, severity=error.severity)
+        if self.runtime.config.log_pooler_errors and not isinstance(error, LoginRefused):
+            log.warning("%r %s", self, error.message)  # (a refusal was logged as it came)
         self.pool.server_login_failed(self, error, retry=is_transient(error))
 
     def connection_lost(self: Self, exc: Exception | None) -> None:

@@ -18,7 +18,7 @@ from typing import Protocol
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
 from ..pool.pool import Pool
-from ..proto.server_login import LOGIN_FAILED, LoggedIn
+from ..proto.server_login import LoggedIn
 from ..runtime import Runtime
 from .connection import ServerConnection
 from .login import server_login_for
@@ -72,8 +72,7 @@ class ReplicationServer(ServerConnection):
             log.warning("%r %s", self, error.message)
         owner, self.owner = self.owner, None
         if owner is not None:
-            message = error.message.removeprefix(LOGIN_FAILED)
-            owner.close(PgtarnError(message, sqlstate=error.sqlstate, severity=error.severity))
+            owner.close(error)
 
     def data_received(self, data: bytes) -> None:
         if self.login is not None:
