@@ -58,9 +58,14 @@ TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
 
 
 def is_transient(error: PgtarnError) -> bool:
-    """A login failure that may pass; a server breaking the protocol will not, so waiting
-    clients get its error at once instead of after server_connect_timeout."""
-    if isinstance(error, (ProtocolViolation, TlsFailed)):
+    """A login failure that may pass: clients keep waiting while the pool retries, as with
+    PgBouncer, which gives waiting clients only PostgreSQL's refusals (and its own
+    authentication failures) at once. A connect or TLS failure (a certificate not accepted
+    today may be replaced) is such a failure; a server breaking the protocol is not, so
+    waiting clients get its error at once instead of after query_wait_timeout."""
+    if isinstance(error, TlsFailed):
+        return True
+    if isinstance(error, ProtocolViolation):
         return False
     return error.sqlstate.startswith("08") or error.sqlstate in TRANSIENT_SQLSTATES
 

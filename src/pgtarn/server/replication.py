@@ -52,7 +52,7 @@ class ReplicationServer(ServerConnection):
     def login_timed_out(self) -> None:
         """server_connect_timeout passed: a login still under way is given up on."""
         if self.login is not None and not self.closed:
-            self.close("server_connect_timeout")
+            self.close("connect timeout (server_connect_timeout)")
 
     def _logged_in(self, result: LoggedIn) -> None:
         self.login = None
