@@ -1,7 +1,7 @@
 """The parts of a client's state that few clients have, each made at its first use.
 
 Thousands of clients may sit idle, and a field costs each of them 8 bytes: what only a
-listener, an admin session, a replication connection, statement mode or query_timeout needs
+listener, an admin session, a replication connection or statement mode needs
 lives in these, and an idle client that needs none of it holds none of them.
 """
 
@@ -54,8 +54,8 @@ class ClientExtras:
     """What few clients use (ClientTransport's properties of the same names read and write
     these): made at the first write of one of them (_extras_made)."""
 
-    __slots__ = ("admin", "cancelled_at", "close_reason", "discard_scanner", "last_server",
-                 "replication", "schema_pending")
+    __slots__ = ("admin", "close_reason", "discard_scanner", "last_server", "replication",
+                 "schema_pending")
 
     def __init__(self) -> None:
         #: The admin console's session (admin or stats, AdminSession.admin).
@@ -64,8 +64,6 @@ class ClientExtras:
         self.replication = ""
         #: Statement mode: set while skipping a refused extended batch up to its Sync.
         self.discard_scanner: MessageScanner | None = None
-        #: Monotonic: query_timeout's cancel sent (0: none).
-        self.cancelled_at = 0.0
         #: Why pgtarn closed the connection (for the log line), "" while it did not.
         self.close_reason = ""
         #: A client with session settings: the server it last left them on (preferred).

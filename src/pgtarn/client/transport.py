@@ -225,16 +225,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self._extras_made().discard_scanner = scanner
 
     @property
-    def cancelled_at(self) -> float:
-        """Monotonic: query_timeout's cancel sent (0: none)."""
-        extras = self.extras
-        return 0.0 if extras is None else extras.cancelled_at
-
-    @cancelled_at.setter
-    def cancelled_at(self, when: float) -> None:
-        self._extras_made().cancelled_at = when
-
-    @property
     def close_reason(self) -> str:
         """Why pgtarn closed the connection (for the log line), "" while it did not."""
         extras = self.extras

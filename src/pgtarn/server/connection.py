@@ -425,6 +425,19 @@ class ServerConnection(ServerRelay):
         self.last_used = time.monotonic()
         self._after_reset()
 
+    def abandon(self, reason: str) -> None:
+        """Its client was closed mid-query by a timeout (query_timeout, transaction_timeout):
+        close it for reason, and send a CancelRequest for its backend, which would otherwise
+        run the query on unattended (PostgreSQL notices a closed connection only when it next
+        writes to it)."""
+        if self.closed:
+            return
+        self.client = None  # closed with a reason of its own: not to be told of this close
+        pid, key = self.backend_key
+        self.close(reason)
+        config = self.runtime.config
+        self.runtime.spawn(send_cancel_request(self.target, pid, key, config, lambda: True))
+
     def send_cancel(self, client: object, done: Callable[[], None] | None = None) -> None:
         """Send a CancelRequest for this server's backend over a new connection; done (a
         client's CancelRequest: its connection closes then) is called when the cancel ended.

@@ -75,10 +75,6 @@ class LinkedClient(asyncio.Protocol, Waiter[Server]):
         while the client reads rows: ServerRelay.watch_rows)."""
         raise NotImplementedError
 
-    def query_timed_out(self) -> bool:
-        """pgtarn cancelled the query under way for query_timeout."""
-        raise NotImplementedError
-
     def pause_reading(self) -> None:
         raise NotImplementedError
 
