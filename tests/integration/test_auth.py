@@ -371,11 +371,16 @@ def test_server_password_changed_in_postgresql_reaches_waiting_clients(  # type:
             "28P01", f'password authentication failed for user "{pw_role}"')
     # the server and its three clients closed for PostgreSQL's reason, in its words; the
     # WARNING (logged once per failed login) says "server login failed: FATAL" before them
-    log = proc.log_text()
     refusal = f'password authentication failed for user "{pw_role}"'
-    closed = set(re.findall(rf"\b([CS]-\d+): \S+ closing because: {refusal}", log))
-    assert len([name for name in closed if name[0] == "C"]) == 3, log
-    assert len([name for name in closed if name[0] == "S"]) == 1, log
+
+    def closed() -> set[str]:
+        return set(re.findall(rf"\b([CS]-\d+): \S+ closing because: {refusal}",
+                              proc.log_text()))
+
+    wait_until(lambda: len([name for name in closed() if name[0] == "C"]) == 3,
+               what="the three clients' closes logged")
+    log = proc.log_text()
+    assert len([name for name in closed() if name[0] == "S"]) == 1, log
     assert f"server login failed: FATAL {refusal}" in log
     assert "closing because: server login failed" not in log
 

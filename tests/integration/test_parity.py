@@ -193,13 +193,15 @@ def test_log_lines_name_connections_in_pgbouncers_layout(pgtarn_factory, pg_clus
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as conn:
         conn.execute("select 1")
+    closed = (r" C-\d+: app/app@127\.0\.0\.1:\d+ closing because: client close request "
+              r"\(age=\d+s\)")
+    wait_until(lambda: re.search(closed, proc.log_text()) is not None,
+               what="the client's close logged")
     text = proc.log_text()
     assert re.search(r" S-\d+: app/app@127\.0\.0\.1:(\d+) new connection to server \(from ",
                      text), text
     assert re.search(r" C-\d+: app/app@127\.0\.0\.1:\d+ login attempt: db=app user=app ",
                      text), text
-    assert re.search(r" C-\d+: app/app@127\.0\.0\.1:\d+ closing because: client close "
-                     r"request \(age=\d+s\)", text), text
 
 
 def test_server_fast_close_ends_sessions_at_their_transactions_end(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
