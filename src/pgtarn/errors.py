@@ -30,6 +30,11 @@ class TlsFailed(PgtarnError):
     sqlstate = "08006"
 
 
+class LoginRefused(PgtarnError):
+    """PostgreSQL refused pgtarn's login with an ErrorResponse: its SQLSTATE and its own
+    message, which the clients waiting for that server are given as they are."""
+
+
 class AuthFailed(PgtarnError):
     """Authentication of a client failed."""
 

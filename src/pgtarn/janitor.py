@@ -5,17 +5,20 @@ No connection has a timer of its own: every JANITOR_INTERVAL the janitor visits 
 clients. A timeout fires at most one interval late and never early, whatever the wall clock
 does, because every instant compared here comes from ``time.monotonic()``.
 
-What a client gets mirrors PostgreSQL's own timeouts where it has one:
+What a client gets: PgBouncer's words and SQLSTATE for PgBouncer's own timeouts (a client
+of PgBouncer's matches them), PostgreSQL's where PostgreSQL has the same timeout:
 
 | setting | the client gets |
 |---|---|
-| query_timeout | the query is cancelled (PostgreSQL's ERROR 57014); still running a
-  query_timeout later: FATAL 57014 and its server is closed |
-| transaction_timeout | FATAL 25P04 (as PostgreSQL 17's transaction_timeout) |
-| idle_transaction_timeout | FATAL 25P03; the transaction is rolled back |
+| query_timeout | FATAL 08P01 "query timeout (query_timeout = N s)"; its server is closed, a
+  CancelRequest sent for the query; still waiting for a server: "query_timeout: ..." (the
+  pool's tick, pool/waits.py) |
+| transaction_timeout | FATAL 08P01 "transaction timeout (...)"; mid-query, as query_timeout;
+  otherwise its server rolls back and is reused |
+| idle_transaction_timeout | FATAL 08P01 "idle transaction timeout (...)"; rolled back |
 | client_idle_timeout | FATAL 57P05 (as idle_session_timeout) |
 | client_login_timeout | FATAL 08P01, before or during authentication |
-| query_wait_timeout | FATAL 08P01 (in the pool's tick) |
+| query_wait_timeout | FATAL 08P01 (the pool's tick) |
 """
 
 from __future__ import annotations
@@ -27,15 +30,29 @@ from .errors import PgtarnError
 from .pool.pool import Pool
 from .runtime import Runtime
 from .states import LOGGING_IN, ClientState
-from .views import ClientView
+from .views import ClientView, ServerView
 
 log = logging.getLogger("pgtarn.janitor")
 
 JANITOR_INTERVAL = 0.1
 
 
+#: PgBouncer's words first (its clients and log readers match them), then the setting.
+QUERY_TIMEOUT = "query timeout (query_timeout = {:g} s)"
+TRANSACTION_TIMEOUT = "transaction timeout (transaction_timeout = {:g} s)"
+IDLE_TRANSACTION_TIMEOUT = "idle transaction timeout (idle_transaction_timeout = {:g} s)"
+
+
 def _fatal(sqlstate: str, text: str, seconds: float) -> PgtarnError:
     return PgtarnError(text.format(seconds), sqlstate=sqlstate, severity="FATAL")
+
+
+def _end_mid_query(client: ClientView, server: ServerView, text: str, seconds: float) -> None:
+    """A timeout ends client while its query runs: the client, then its server (cancelled
+    and closed with the same reason, as PgBouncer closes both)."""
+    error = _fatal("08P01", text, seconds)
+    client.timed_out(error)
+    server.abandon(error.message)
 
 
 def _fast_close(client: ClientView) -> bool:
@@ -136,30 +153,16 @@ class Janitor:
         started = client.query_start
         if started and server is not None:  # a query runs
             if query and now - started > query:
-                if client.cancelled_at < started:
-                    log.info("%r: query_timeout (%g s): cancelling the query", client, query)
-                    client.cancel_query(now)
-                elif now - client.cancelled_at > query:
-                    client.timed_out(_fatal(
-                        "57014", "query_timeout: query still running {:g} s after its cancel",
-                        query))
-                    return
-            began = client.xact_start or started
-            if transaction and now - began > transaction:
-                client.timed_out(_fatal(
-                    "25P04", "transaction_timeout: transaction longer than {:g} s",
-                    transaction))
+                _end_mid_query(client, server, QUERY_TIMEOUT, query)
+            elif transaction and now - (client.xact_start or started) > transaction:
+                _end_mid_query(client, server, TRANSACTION_TIMEOUT, transaction)
         elif started:
-            return  # waiting for a server: query_wait_timeout's business
+            return  # waiting for a server: its pool's business (pool/waits.py)
         elif server is not None and server.status != b"I":  # idle in transaction
             if idle_transaction and now - client.idle_since > idle_transaction:
-                client.timed_out(_fatal(
-                    "25P03", "idle_transaction_timeout: idle in transaction for {:g} s",
-                    idle_transaction))
+                client.timed_out(_fatal("08P01", IDLE_TRANSACTION_TIMEOUT, idle_transaction))
             elif transaction and client.xact_start and now - client.xact_start > transaction:
-                client.timed_out(_fatal(
-                    "25P04", "transaction_timeout: transaction longer than {:g} s",
-                    transaction))
+                client.timed_out(_fatal("08P01", TRANSACTION_TIMEOUT, transaction))
         elif idle and now - client.idle_since > idle:
             client.timed_out(_fatal(
                 "57P05", "client_idle_timeout: idle for longer than {:g} s", idle))

@@ -1,8 +1,9 @@
 """Where log lines go (logfile, stderr, syslog) and how they look (text or JSON).
 
-Every line about a connection names it with its repr: ``C-12(user@addr/database)`` for a
-client, ``S-7(database/user@addr)`` for a server. Nothing logs passwords, SCRAM secrets or
-query parameters: connections log names and reasons, never message bodies.
+Every line about a connection begins with its repr, in PgBouncer's layout: ``C-12:
+database/user@addr`` for a client, ``S-7: database/user@addr`` for a server, then the message
+after a space. Nothing logs passwords, SCRAM secrets or query parameters: connections log
+names and reasons, never message bodies.
 """
 
 from __future__ import annotations

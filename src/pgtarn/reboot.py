@@ -168,7 +168,7 @@ class Handover:
         transport = client.transport
         if reply.get("error") or transport is None or transport.is_closing():
             self.kept.add(client)
-            log.info("%r: stays on this process: %s", client, reply.get("error", "closed"))
+            log.info("%r stays on this process: %s", client, reply.get("error", "closed"))
             if transport is not None and not transport.is_closing():
                 transport.resume_reading()
             return

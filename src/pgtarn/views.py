@@ -56,6 +56,9 @@ class ServerView(Protocol):
 
     def start_check(self) -> None: ...
 
+    def abandon(self, reason: str) -> None:
+        """Its client was closed mid-query: close, with a CancelRequest for its backend."""
+
     def send_cancel(self, client: ClientView, done: Callable[[], None] | None = None) -> None:
         """Cancel what this server runs for client, if it still runs client's work; done is
         called when the cancel is over (and the server is not lent to anyone until then)."""
@@ -125,17 +128,11 @@ class ClientView(Protocol):
     @property
     def last_request(self) -> float: ...
 
-    @property
-    def cancelled_at(self) -> float: ...
-
     def pin_reasons(self) -> list[str]:
         """Why its session state keeps its server (empty: it does not)."""
 
     def tracked_settings(self) -> list[str]:
         """The names of the session settings it changed (never their values)."""
-
-    def cancel_query(self, now: float) -> None:
-        """query_timeout: send a CancelRequest for the query running now."""
 
     def timed_out(self, error: PgtarnError) -> None:
         """A timeout ends the client with error."""

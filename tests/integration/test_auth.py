@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +13,12 @@ import asyncpg
 import psycopg
 import pytest
 
+from pgtarn.auth.md5 import md5_secret
 from tests.support import userlist_line
 
 from .conftest import ROLE_PASSWORDS
 from .drivers import aconnect
+from .pgstat import wait_until
 from .rawpg import RawClient, error_fields
 from .test_admin import admin, pool_row
 
@@ -103,8 +106,6 @@ def test_scram_passthrough_with_only_a_verifier_stored(pgtarn_factory, pg_cluste
 
 
 def test_md5_secret_in_auth_file(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
-    from pgtarn.auth.md5 import md5_secret
-
     secret = md5_secret(pg_roles["md5_user"], "md5_user")
     proc = pgtarn_factory(settings={"auth_type": "md5"}, userlist={"md5_user": secret})
     # client md5 against the stored hash, then server md5 login with the same hash
@@ -177,6 +178,36 @@ def test_an_unknown_database_is_told_after_the_password_exchange(  # type: ignor
     assert login_error(proc, "app", pg_roles["app"], dbname="nosuchdb") == (
         "3D000", "no such database: nosuchdb")
     assert "login failed: db=nosuchdb user=app" in proc.log_text()
+
+
+def test_postgresqls_login_refusal_is_the_close_reason_in_its_own_words(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_cluster, pg_roles):
+    """As PgBouncer: PostgreSQL's message is what the client gets and the close reason of
+    the server and the client, word for word; the WARNING says "server login failed: FATAL"
+    before it."""
+    base = f"host={pg_cluster.host} port={pg_cluster.port}"
+    proc = pgtarn_factory(databases={"gone": f"{base} dbname=no_such_db_here"})
+    refusal = 'database "no_such_db_here" does not exist'
+    assert login_error(proc, "app", pg_roles["app"], dbname="gone") == ("3D000", refusal)
+    client_closed = rf"C-\d+: gone/app@127\.0\.0\.1:\d+ closing because: {refusal}"
+    wait_until(lambda: re.search(client_closed, proc.log_text()) is not None,
+               what="the client's close logged")
+    text = proc.log_text()
+    assert re.search(rf"WARNING S-\d+: gone/app@127\.0\.0\.1:\d+ server login failed: "
+                     rf"FATAL {refusal}", text), text
+    assert re.search(rf"S-\d+: gone/app@127\.0\.0\.1:\d+ closing because: {refusal}", text)
+    assert "closing because: server login failed" not in text
+
+
+def test_a_secret_that_cannot_answer_the_servers_method_is_a_wrong_password_type(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_roles):
+    """PostgreSQL asks scram_user for SCRAM; auth_file holds an md5 hash, which cannot
+    answer it: PgBouncer's words, "server login failed: wrong password type", then why."""
+    secret = md5_secret(pg_roles["scram_user"], "scram_user")
+    proc = pgtarn_factory(settings={"auth_type": "md5"}, userlist={"scram_user": secret})
+    sqlstate, message = login_error(proc, "scram_user", pg_roles["scram_user"])
+    assert sqlstate == "28P01"
+    assert message.startswith("server login failed: wrong password type: no usable password")
 
 
 def test_ssl_request_is_answered_n_then_login_works(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
@@ -356,9 +387,20 @@ def test_server_password_changed_in_postgresql_reaches_waiting_clients(  # type:
         assert result.diag.severity == "FATAL"
         assert (result.sqlstate, result.diag.message_primary) == (
             "28P01", f'password authentication failed for user "{pw_role}"')
+    # the server and its three clients closed for PostgreSQL's reason, in its words; the
+    # WARNING (logged once per failed login) says "server login failed: FATAL" before them
+    refusal = f'password authentication failed for user "{pw_role}"'
+
+    def closed() -> set[str]:
+        return set(re.findall(rf"\b([CS]-\d+): \S+ closing because: {refusal}",
+                              proc.log_text()))
+
+    wait_until(lambda: len([name for name in closed() if name[0] == "C"]) == 3,
+               what="the three clients' closes logged")
     log = proc.log_text()
-    assert log.count(f'closing because: password authentication failed for user "{pw_role}"') \
-        >= 3, log
+    assert len([name for name in closed() if name[0] == "S"]) == 1, log
+    assert f"server login failed: FATAL {refusal}" in log
+    assert "closing because: server login failed" not in log
 
     # a client that comes later is refused too (by a new attempt, or the cached error)
     with pytest.raises(psycopg.OperationalError) as info, \

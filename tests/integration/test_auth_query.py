@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,11 +158,29 @@ def test_a_lookup_that_cannot_log_in_fails_clearly_and_others_are_served(  # typ
     proc = pgtarn_factory(settings={"auth_user": auth_role},
                           userlist={AUTH_USER: "not the password", "app": "app_pass"})
     sqlstate, message = login_error(proc, "scram_user", "scram_pass")
-    assert sqlstate == "08006" and "could not look up the user" in message
+    # PostgreSQL's refusal of auth_user, passed on as it is (as PgBouncer does)
+    assert (sqlstate, message) == ("28P01",
+                                   f'password authentication failed for user "{AUTH_USER}"')
+    assert ("server login failed: FATAL password authentication failed for user "
+            f'"{AUTH_USER}"') in proc.log_text()
     raw = raw_login(proc)  # users of auth_file are not looked up
     assert query(raw, "select 1") == b"I"
     raw.send(build.TERMINATE)
     raw.close()
+
+
+def test_a_lookup_in_a_database_postgresql_does_not_have_gets_its_refusal(  # type: ignore[no-untyped-def]
+        proc):
+    """The "*" entry makes any database name one of pgtarn's: the lookup's login to it is
+    refused by PostgreSQL, and the client gets that refusal as it is (not "could not look
+    up the user"), as with PgBouncer."""
+    refusal = 'database "no_such_db_aq" does not exist'
+    assert login_error(proc, "scram_user", "scram_pass", dbname="no_such_db_aq") == (
+        "3D000", refusal)
+    client_closed = rf"C-\d+: no_such_db_aq/scram_user@\S+ closing because: {refusal}"
+    wait_until(lambda: re.search(client_closed, proc.log_text()) is not None,
+               what="the client's close logged")
+    assert f"server login failed: FATAL {refusal}" in proc.log_text()
 
 
 def test_auth_query_over_tls_with_channel_binding(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]

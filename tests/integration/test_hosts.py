@@ -3,6 +3,7 @@ be reached skipped, cancels sent to the host a server is on."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from typing import Any
@@ -48,6 +49,27 @@ def test_hosts_that_cannot_be_reached_are_skipped(pgtarn_factory, pg_cluster: Te
     for _ in range(6):  # server_lifetime 0: a new server each time, each through the list
         with connect(proc, autocommit=True) as conn:
             assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_hosts_skipped_are_logged_in_pgbouncers_words(pgtarn_factory, pg_cluster: TempCluster):  # type: ignore[no-untyped-def]
+    """Each host given up on is logged with PgBouncer's phrase for it ("server DNS lookup
+    failed", "connect failed"), naming that host, once per server that tried it; the same
+    server goes on to the next host (no error for the client)."""
+    port, refused = pg_cluster.port, _refused_port()
+    proc = pgtarn_factory(
+        databases=_entry(f"no-such-host.invalid,127.0.0.1,{pg_cluster.host}",
+                         f"{port},{refused},{port}", "disable"),
+        settings={"default_pool_size": 1})
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    text = proc.log_text()
+    dns = re.findall(r"S-\d+: app/app@no-such-host\.invalid:\d+ closing because: server DNS "
+                     r"lookup failed \(.*\); trying the next host", text)
+    refusals = re.findall(rf"S-\d+: app/app@127\.0\.0\.1:{refused} closing because: connect "
+                          r"failed \(.*\); trying the next host", text)
+    # (log_text() holds the logfile and stderr, which both carry every line)
+    assert len(set(dns)) == 1 and len(set(refusals)) == 1, text
+    assert re.search(rf"S-\d+: app/app@127\.0\.0\.1:{port} new connection to server", text)
 
 
 def test_round_robin_spreads_servers_over_the_hosts(pgtarn_factory, pg_cluster: TempCluster):  # type: ignore[no-untyped-def]

@@ -3,6 +3,7 @@ server_fast_close, pool_idle_timeout, auth_user with trust, SHOW SOCKETS/PEERS, 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -139,7 +140,9 @@ def test_connect_query_runs_once_on_each_new_server(pgtarn_factory, pg_cluster) 
     assert 'relation "no_such_table" does not exist' in str(info.value)
     lines = proc.log_text().splitlines()
     failed = next(x for x in lines if "S-" in x and "closing because: connect_query failed" in x)
-    server = failed.split()[3].split("(")[0] + "("
+    match = re.search(r" (S-\d+: )", failed)
+    assert match is not None, failed
+    server = match.group(1)  # "S-7: "
     assert [x for x in lines if server in x and "new connection to server" in x] == []
     assert any("new connection to server" in x for x in lines)  # the good one
 
@@ -209,6 +212,24 @@ def test_log_phrases_and_pool_idle_timeout(pgtarn_factory) -> None:  # type: ign
                    "app/scram_user: cleaning up idle pool (pool_idle_timeout)",
                    "postgres/scram_user: cleaning up idle pool (pool_idle_timeout)"):
         assert phrase in text, phrase
+
+
+def test_log_lines_name_connections_in_pgbouncers_layout(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Log readers parse PgBouncer's "C-id: database/user@host:port message" and
+    "S-id: database/user@host:port message" (its load-balancing tests look for
+    "127.0.0.1:<port> new connection to server")."""
+    proc = pgtarn_factory()
+    with connect(proc, autocommit=True) as conn:
+        conn.execute("select 1")
+    closed = (r" C-\d+: app/app@127\.0\.0\.1:\d+ closing because: client close request "
+              r"\(age=\d+s\)")
+    wait_until(lambda: re.search(closed, proc.log_text()) is not None,
+               what="the client's close logged")
+    text = proc.log_text()
+    assert re.search(r" S-\d+: app/app@127\.0\.0\.1:(\d+) new connection to server \(from ",
+                     text), text
+    assert re.search(r" C-\d+: app/app@127\.0\.0\.1:\d+ login attempt: db=app user=app ",
+                     text), text
 
 
 def test_server_fast_close_ends_sessions_at_their_transactions_end(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]

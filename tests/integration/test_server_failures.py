@@ -12,12 +12,13 @@ from pgtarn.proto import build
 
 from .drivers import connect
 from .pgstat import backend_pids, superuser_connect, wait_until
+from .test_auth import login_error
 from .test_timeouts import final_error, raw_login
 
 pytestmark = pytest.mark.integration
 
-# "S-7(app/app@127.0.0.1:5432): closing because: server connection lost" -> "S-7"
-LOST_SERVER = re.compile(r"\b(S-\d+)\(\S*\): closing because: server connection lost")
+# "S-7: app/app@127.0.0.1:5432 closing because: server connection lost" -> "S-7"
+LOST_SERVER = re.compile(r"\b(S-\d+): \S* closing because: server connection lost")
 
 
 def _via_proxy(fault_proxy, extra: str = "") -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -104,21 +105,24 @@ def test_idle_server_is_checked_after_server_check_delay(pgtarn_factory, fault_p
     assert fault_proxy.accepted == 1
 
 
-def test_postgres_down_waiters_get_an_error_after_server_connect_timeout(  # type: ignore[no-untyped-def]
+def test_postgres_down_waiters_wait_for_query_wait_timeout_told_the_last_error(  # type: ignore[no-untyped-def]
         pgtarn_factory, fault_proxy):
+    """As PgBouncer: a refused connect does not end the waiting clients (the pool retries;
+    server_connect_timeout is only each attempt's limit): they end at query_wait_timeout,
+    told why no server came."""
     proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
-                          settings={"server_connect_timeout": 1, "server_login_retry": 15})
+                          settings={"server_connect_timeout": 0.5, "query_wait_timeout": 2,
+                                    "server_login_retry": 15})
     with connect(proc, autocommit=True) as c:
         assert c.execute("select 1").fetchone() == (1,)
     fault_proxy.down()  # refuses connections, cuts the idle server
     with connect(proc, autocommit=True) as c:  # logs in: the pool knows the server params
-        start = time.monotonic()
         with pytest.raises(psycopg.OperationalError) as info:
             c.execute("select 1")
-        waited = time.monotonic() - start
-    assert info.value.sqlstate == "08006"
-    assert "could not connect to server" in str(info.value)
-    print(f"error after {waited:.2f}s")
+    assert (info.value.sqlstate, info.value.diag.severity) == ("08P01", "FATAL")
+    assert str(info.value).startswith(
+        "query_wait_timeout: no server connection became free in 2 s (last error: could not "
+        "connect to server: connect failed ("), str(info.value)
     # PostgreSQL back: the next client is served, no lockout for server_login_retry
     fault_proxy.up()
     with connect(proc, autocommit=True) as c:
@@ -135,13 +139,20 @@ def test_first_client_waits_through_a_short_outage(pgtarn_factory, fault_proxy):
     # no server has logged in yet: the client waits in login while the pool retries
     with connect(proc, autocommit=True) as c:
         assert c.execute("select 1").fetchone() == (1,)
-    assert "could not connect to server" in proc.log_text()
+    text = proc.log_text()
+    assert "could not connect to server" in text
+    # each refused attempt, in PgBouncer's words, naming the server and where it went
+    assert re.search(rf"S-\d+: app/app@{fault_proxy.host}:{fault_proxy.port} closing because: "
+                     r"connect failed \(", text), text
 
 
-def test_unreachable_server_times_out_after_server_connect_timeout(  # type: ignore[no-untyped-def]
+def test_unanswered_logins_end_at_server_connect_timeout_and_are_retried(  # type: ignore[no-untyped-def]
         pgtarn_factory, fault_proxy):
+    """A login never answered is given up on after server_connect_timeout ("closing
+    because: connect timeout", PgBouncer's words) and tried again; the waiting client ends
+    at query_timeout (which covers a wait for a server too, as with PgBouncer)."""
     proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
-                          settings={"server_connect_timeout": 1})
+                          settings={"server_connect_timeout": 0.5, "query_timeout": 2})
     with connect(proc, autocommit=True) as c:
         assert c.execute("select 1").fetchone() == (1,)
     fault_proxy.cut()
@@ -149,10 +160,34 @@ def test_unreachable_server_times_out_after_server_connect_timeout(  # type: ign
     with connect(proc, autocommit=True) as c:
         with pytest.raises(psycopg.OperationalError) as info:
             c.execute("select 1")
-    assert info.value.sqlstate == "08006"
+    assert (info.value.sqlstate, info.value.diag.severity) == ("08P01", "FATAL")
+    assert str(info.value).startswith(
+        "query_timeout: no server connection in 2 s (last error: could not log in to server: "
+        "connect timeout (server_connect_timeout = 0.5 s))"), str(info.value)
+    gave_up = re.findall(r"\b(S-\d+): \S+ closing because: connect timeout "
+                         r"\(server_connect_timeout = 0\.5 s\)", proc.log_text())
+    assert len(set(gave_up)) >= 2  # given up on, tried again, given up on
     fault_proxy.blackhole(False)
     with connect(proc, autocommit=True) as c:
         assert c.execute("select 2").fetchone() == (2,)
+
+
+def test_a_login_waiting_for_the_first_server_ends_at_query_timeout(  # type: ignore[no-untyped-def]
+        pgtarn_factory, fault_proxy):
+    """PgBouncer's test_server_connect_timeout_establish: no server has logged in yet, each
+    login attempt goes unanswered past server_connect_timeout (2 s); the client, waiting in
+    its login for the first server, ends at query_timeout (3 s), in PgBouncer's word."""
+    proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
+                          settings={"server_connect_timeout": 2, "query_timeout": 3})
+    fault_proxy.blackhole()  # connects are accepted but never answered
+    try:
+        sqlstate, message = login_error(proc, "app", "app_pass")
+    finally:
+        fault_proxy.blackhole(False)
+    assert sqlstate == "08P01"
+    assert message.startswith("query_timeout: no server connection in 3 s (last error: could "
+                              "not log in to server: connect timeout"), message
+    assert "closing because: connect timeout (server_connect_timeout = 2 s)" in proc.log_text()
 
 
 def test_pool_refills_to_min_pool_size_after_an_outage(pgtarn_factory, fault_proxy, pg_cluster):  # type: ignore[no-untyped-def]

@@ -1,7 +1,13 @@
-"""Each timeout and lifetime firing, and the error (SQLSTATE and severity) its client sees."""
+"""Each timeout and lifetime firing, and the error (SQLSTATE and severity) its client sees.
+
+query_timeout, transaction_timeout and idle_transaction_timeout are PgBouncer's: the client
+is closed with PgBouncer's words and SQLSTATE (FATAL 08P01 "query timeout", "transaction
+timeout", "idle transaction timeout"), and the log line says the same.
+"""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -27,16 +33,24 @@ UNCANCELLABLE = (
 )
 
 
-#: A query only a timeout ends; its backend outlives its closed server (see end_long_sleep).
+#: A query only a timeout ends (pgtarn's CancelRequest stops it: see still_running).
 LONG_SLEEP = "select pg_sleep(60) -- ended by a timeout"
 
 
-def end_long_sleep(cluster: Any) -> None:
-    """PostgreSQL notices that pgtarn closed a server only when it next writes to it: end
-    LONG_SLEEP's backend now, so that it does not outlive the test (later tests count the
-    backends of app)."""
-    cluster.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                 f"WHERE query = '{LONG_SLEEP}'")
+def still_running(cluster: Any, sql: str = LONG_SLEEP) -> bool:
+    """Whether a backend still runs sql: a server closed mid-query goes with a CancelRequest
+    for it, since PostgreSQL notices a closed connection only when it next writes to it."""
+    return cluster.psql("SELECT count(*) FROM pg_stat_activity "
+                        f"WHERE query = '{sql}'").strip() != "0"
+
+
+def closed_in_log(proc: Any, name: str, reason: str) -> None:
+    """Wait until the log says that a client and a server of app/app were closed for
+    reason (the client's close is logged once its socket is gone)."""
+    for kind in ("C", "S"):
+        line = re.compile(rf"{kind}-\d+: app/{name}@\S+ closing because: {re.escape(reason)}")
+        wait_until(lambda pattern=line: pattern.search(proc.log_text()) is not None,
+                   what=f"{kind} closed for {reason}")
 
 
 def raw_login(proc: Any, user: str = "app", password: str = "app_pass",
@@ -194,21 +208,24 @@ def test_idle_transaction_timeout_rolls_back(pgtarn_factory, pg_cluster):  # typ
     raw = raw_login(proc)
     assert query(raw, f"begin; insert into {table} values (1)") == b"T"
     fields = final_error(raw)
-    assert (fields["S"], fields["C"]) == ("FATAL", "25P03")
-    assert "idle_transaction_timeout" in fields["M"]
+    assert (fields["S"], fields["C"], fields["M"]) == (
+        "FATAL", "08P01", "idle transaction timeout (idle_transaction_timeout = 0.5 s)")
+    line = r"C-\d+: app/app@\S+ closing because: idle transaction timeout \("
+    wait_until(lambda: re.search(line, proc.log_text()) is not None, what="the close logged")
     with connect(proc, autocommit=True) as conn:  # the pool's one server is usable again
         conn.execute(f"insert into {table} values (2)")
     assert rows(pg_cluster, table) == [2]  # the abandoned insert was rolled back
 
 
 def _ended_by_transaction_timeout(raw: RawClient, pg_cluster: Any, table: str) -> None:
-    """raw, in a transaction that inserted into table, sleeps past transaction_timeout: it is
-    closed with FATAL 25P04 and its insert is rolled back."""
+    """raw, in a transaction that inserted into table, sleeps past transaction_timeout (1 s):
+    it is closed with FATAL 08P01 "transaction timeout", its query cancelled and its insert
+    rolled back."""
     raw.send(build.query(LONG_SLEEP))  # no query_timeout: only the age ends it
     fields = final_error(raw)
-    assert (fields["S"], fields["C"]) == ("FATAL", "25P04")
-    assert "transaction_timeout" in fields["M"]
-    end_long_sleep(pg_cluster)
+    assert (fields["S"], fields["C"], fields["M"]) == (
+        "FATAL", "08P01", "transaction timeout (transaction_timeout = 1 s)")
+    wait_until(lambda: not still_running(pg_cluster), what="the query cancelled")
     assert rows(pg_cluster, table) == []
 
 
@@ -223,24 +240,23 @@ def test_transaction_timeout_ends_a_long_transaction(pgtarn_factory, pg_cluster)
         assert conn.execute("select 1").fetchone() == (1,)
 
 
-def test_query_timeout_cancels_the_query_and_keeps_the_connection(pgtarn_factory):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("prepare", [False, True], ids=["unnamed", "prepared"])
+def test_query_timeout_closes_the_client_and_its_server_and_cancels_the_query(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_cluster, prepare):
+    """As PgBouncer: FATAL 08P01 "query timeout", the client and its server closed, both
+    logged "closing because: query timeout"; the query is cancelled besides, so that it does
+    not run on in PostgreSQL. Another user's query as long is not touched."""
     proc = pgtarn_factory(users={"app": "query_timeout=0.5"})
-    with connect(proc, autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.QueryCanceled) as info:
-            conn.execute("select pg_sleep(60)")
-        assert info.value.sqlstate == "57014"
-        # PgBouncer's word, not PostgreSQL's "canceling statement due to user request"
-        assert info.value.diag.message_primary == "query_timeout"
-        assert conn.execute("select 1").fetchone() == (1,)
-        # a cancel of the client's own is PostgreSQL's, as it was
-        with pytest.raises(psycopg.errors.QueryCanceled) as info:
-            conn.execute("select pg_cancel_backend(pg_backend_pid()), pg_sleep(0.2)")
-        assert info.value.diag.message_primary == "canceling statement due to user request"
-        # the extended protocol, with pgtarn's prepared statements, too
-        with pytest.raises(psycopg.errors.QueryCanceled) as info, conn.pipeline():
-            conn.execute("select pg_sleep(60)", prepare=True)
-        assert info.value.diag.message_primary == "query_timeout"
-    assert "query_timeout (0.5 s): cancelling the query" in proc.log_text()
+    with connect(proc, autocommit=True) as conn, \
+            connect(proc, "scram_user", "scram_pass", autocommit=True) as other:
+        with pytest.raises(psycopg.OperationalError) as info:
+            conn.execute(LONG_SLEEP, prepare=prepare)
+        assert (info.value.sqlstate, info.value.diag.severity) == ("08P01", "FATAL")
+        assert info.value.diag.message_primary == "query timeout (query_timeout = 0.5 s)"
+        assert conn.closed
+        wait_until(lambda: not still_running(pg_cluster), what="the query cancelled")
+        assert other.execute("select 1 from pg_sleep(1)").fetchone() == (1,)
+    closed_in_log(proc, "app", "query timeout (query_timeout = 0.5 s)")
 
 
 def test_query_timeout_closes_a_server_whose_query_ignores_the_cancel(  # type: ignore[no-untyped-def]
@@ -251,8 +267,8 @@ def test_query_timeout_closes_a_server_whose_query_ignores_the_cancel(  # type: 
         pid = pid_of(victim)
         with pytest.raises(psycopg.OperationalError) as info:
             victim.execute(UNCANCELLABLE)
-        assert info.value.sqlstate == "57014"
-        assert "still running" in str(info.value)
+        assert info.value.sqlstate == "08P01"
+        assert "query timeout" in str(info.value)
         assert pid_of(bystander) != pid  # that server is gone from the pool
         assert pid not in server_pids(proc)
         # PostgreSQL itself notices the closed connection only when it next writes (or with
@@ -333,13 +349,15 @@ def test_cancel_wait_timeout_when_the_cancel_cannot_connect(  # type: ignore[no-
         try:
             with pytest.raises(psycopg.OperationalError) as info:
                 conn.execute("select pg_sleep(60)")
+            # closed at query_timeout; the cancel sent for its query cannot connect: given
+            # up after cancel_wait_timeout (or server_connect_timeout), not waited on for ever
+            assert info.value.sqlstate == "08P01"
+            wait_until(lambda: "failed: cancel_wait_timeout" in proc.log_text(),
+                       what="the cancel given up")
         finally:
             fault_proxy.stall_connects(False)
-        # the cancel never got through, so the query ran on until its server was closed
-        assert info.value.sqlstate == "57014"
         assert pid not in server_pids(proc)
         su.execute("select pg_terminate_backend(%s)", (pid,))
-    assert "failed: cancel_wait_timeout" in proc.log_text()
 
 
 def test_autodb_idle_timeout_forgets_an_unused_automatic_database(pgtarn_factory):  # type: ignore[no-untyped-def]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import ssl
 import subprocess
+import threading
 from typing import Any
 
 import psycopg
@@ -19,6 +21,7 @@ from pgtarn.proto.server_login import ServerAuth
 from .certs import Pki
 from .drivers import connect
 from .faultproxy import FaultProxy
+from .pgstat import wait_until
 from .rawpg import RawClient
 from .test_admin import admin, show
 from .test_auth import login_error
@@ -264,20 +267,55 @@ def test_server_tls_off_meets_postgresql_hostssl_rules(pgtarn_factory, pg_tls_cl
     assert "no encryption" in str(info.value) or "rejects connection" in str(info.value)
 
 
-def test_require_against_a_plaintext_postgresql_fails_at_once(pgtarn_factory):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(settings={"server_tls_sslmode": "require",
-                                    "server_connect_timeout": 300})
+#: A TLS failure towards PostgreSQL is retried while clients wait, as PgBouncer does: they
+#: end at query_wait_timeout, told the last error (short here, not to wait 120 s).
+TLS_WAIT = {"query_wait_timeout": 1}
+
+
+def tls_wait_error(proc: Any) -> str:
+    """The message that ends a client's login while the pool's TLS logins fail."""
     sqlstate, message = login_error(proc, "app", "app_pass")
-    # not retried until server_connect_timeout: the server's answer will not change
-    assert sqlstate == "08006" and "server does not support TLS" in message
+    assert sqlstate == "08P01", message
+    assert message.startswith("query_wait_timeout: no server connection became free in 1 s "
+                              "(last error: "), message
+    return message
+
+
+def test_require_against_a_plaintext_postgresql_is_retried_while_clients_wait(  # type: ignore[no-untyped-def]
+        pgtarn_factory):
+    proc = pgtarn_factory(settings={"server_tls_sslmode": "require", **TLS_WAIT})
+    assert "server does not support TLS" in tls_wait_error(proc)
 
 
 def test_verify_ca_refuses_a_certificate_of_another_ca(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(databases=tls_database(pg_tls_cluster),
                           settings={"server_tls_sslmode": "verify-ca",
+                                    "server_tls_ca_file": pki.other_ca, **TLS_WAIT})
+    assert "certificate verify failed" in tls_wait_error(proc)
+    assert re.search(r"S-\d+: \S+ closing because: could not connect to server: TLS: .*"
+                     "certificate verify failed", proc.log_text())
+
+
+def test_a_waiting_client_is_served_once_the_servers_certificate_is_accepted(  # type: ignore[no-untyped-def]
+        pgtarn_factory, pg_tls_cluster, pki):
+    """The client waits through the failing TLS logins (PgBouncer's test_server_ssl_verify)
+    and is served by the first one after SET server_tls_ca_file names the right CA."""
+    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster),
+                          settings={"server_tls_sslmode": "verify-ca",
                                     "server_tls_ca_file": pki.other_ca})
-    sqlstate, message = login_error(proc, "app", "app_pass")
-    assert sqlstate == "08006" and "certificate verify failed" in message
+    logged_in: list[RawClient] = []
+    waiter = threading.Thread(target=lambda: logged_in.append(raw_login(proc)))
+    waiter.start()  # its login waits for the first server's welcome
+    try:
+        wait_until(lambda: "certificate verify failed" in proc.log_text(),
+                   what="a TLS login refused")
+        assert waiter.is_alive()  # still waiting, not refused
+        with admin(proc) as console:
+            console.execute(f"SET server_tls_ca_file = '{pki.ca}'")
+    finally:
+        waiter.join(30)
+    assert query(logged_in[0], "select 1") == b"I"
+    logged_in[0].close()
 
 
 def test_verify_full_checks_the_host_name(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
@@ -286,14 +324,14 @@ def test_verify_full_checks_the_host_name(pgtarn_factory, pg_tls_cluster, pki): 
         for mode, works in (("verify-ca", True), ("verify-full", False)):
             proc = pgtarn_factory(
                 databases=tls_database(pg_tls_cluster, proxy.host, proxy.port),
-                settings={"server_tls_sslmode": mode, "server_tls_ca_file": pki.ca})
+                settings={"server_tls_sslmode": mode, "server_tls_ca_file": pki.ca,
+                          **TLS_WAIT})
             if works:
                 raw = raw_login(proc)
                 assert query(raw, "select 1") == b"I"
                 raw.close()
                 continue
-            sqlstate, message = login_error(proc, "app", "app_pass")
-            assert sqlstate == "08006" and "IP address mismatch" in message
+            assert "IP address mismatch" in tls_wait_error(proc)
 
 
 def test_server_certificate_login_without_a_password(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
@@ -378,13 +416,12 @@ def test_server_channel_binding_require_refuses_an_unbound_server(  # type: igno
         pgtarn_factory, pg_tls_cluster, server_tls):
     proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
                           settings={"server_tls_sslmode": server_tls,
-                                    "server_channel_binding": "require"})
+                                    "server_channel_binding": "require", **TLS_WAIT})
     if server_tls == "require":  # TLS, so PostgreSQL offers -PLUS: fine
         with connect(proc) as conn:
             assert conn.execute("select 1").fetchone() == (1,)
         return
-    sqlstate, message = login_error(proc, "app", "app_pass")
-    assert sqlstate == "08006" and "channel binding is required" in message
+    assert "channel binding is required" in tls_wait_error(proc)
 
 
 def test_client_tls_protocols_and_ciphers(pgtarn_factory, pki):  # type: ignore[no-untyped-def]

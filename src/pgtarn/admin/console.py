@@ -313,7 +313,7 @@ class AdminSession:
         if handler is None:
             raise AdminError(f"invalid command '{query}', use SHOW HELP;")
         if self.runtime.config.log_pooler_errors or self.runtime.config.verbose:
-            log.info("%r: admin command: %s", self.client, word.upper())
+            log.info("%r admin command: %s", self.client, word.upper())
         coordinator = self.runtime.coordinator
         if coordinator is not None:
             return fanout.command(self.runtime, coordinator, word, arg)

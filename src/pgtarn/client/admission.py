@@ -92,7 +92,7 @@ class ClientAdmission(ClientRelay):
         self.database = database
         self.admin_login = admin
         if config.log_connections:
-            log.info("%r: login attempt: db=%s user=%s tls=%s", self, database, user,
+            log.info("%r login attempt: db=%s user=%s tls=%s", self, database, user,
                      describe(self.tls) or "no")
         if local_admin:
             # As PgBouncer: the OS user running the pooler, over the unix socket.
@@ -115,7 +115,7 @@ class ClientAdmission(ClientRelay):
             auth_type = auth_method(config, self.runtime.hba, self.runtime.ident, connection,
                                     database, user, self.replication == "physical")
         except PgtarnError as refusal:
-            log.info("%r: login refused: %s", self, refusal.message)
+            log.info("%r login refused: %s", self, refusal.message)
             raise
         secret = self.runtime.userlist.get(user)
         if secret is None and known and auth_type in LOOKED_UP:
@@ -180,7 +180,7 @@ class ClientAdmission(ClientRelay):
     def login_failed(self) -> None:
         """The log line of a refused login (log_connections), in PgBouncer's words."""
         if self.runtime.config.log_connections:
-            log.info("%r: login failed: db=%s user=%s", self, self.database, self.user)
+            log.info("%r login failed: db=%s user=%s", self, self.database, self.user)
 
     def tracked_names(self) -> tuple[str, ...]:
         return TRACKED_DEFAULT + tuple(self.runtime.config.track_extra_parameters)

@@ -74,7 +74,7 @@ class ClientConnection(ClientAdmission):
         if self.cancel_key == NO_KEY:  # (a handed-over client comes with its own: adopt)
             self.cancel_key = runtime.new_key()
         if not runtime.add_client(self):  # its own key is another's here, since adopt asked
-            log.warning("%r: its cancel key is in use here: it gets a new one, and a "
+            log.warning("%r its cancel key is in use here: it gets a new one, and a "
                         "CancelRequest with the old one does not reach it", self)
             self.cancel_key = runtime.new_key()
             runtime.add_client(self)
@@ -213,7 +213,7 @@ class ClientConnection(ClientAdmission):
     def _tls_failed(self, exc: Exception) -> None:
         self.close_reason = f"TLS failed: {exc}"
         if self.runtime.config.log_connections:
-            log.info("%r: TLS failed: %s", self, exc)
+            log.info("%r TLS failed: %s", self, exc)
 
     def admin_role(self) -> str | None:
         """The admin console role its login gets: "admin", "stats" or None (refused)."""
@@ -305,7 +305,7 @@ class ClientConnection(ClientAdmission):
         self.runtime.logins.discard(self)
         self.runtime.admin_clients.add(self)
         if self.runtime.config.log_connections:
-            log.info("%r: admin console login (%s)", self, role)
+            log.info("%r admin console login (%s)", self, role)
         self.write(welcome)
 
     def welcome_ready(self, auth_ok: bytes = b"") -> None:

@@ -1,7 +1,7 @@
 """The parts of a client's state that few clients have, each made at its first use.
 
 Thousands of clients may sit idle, and a field costs each of them 8 bytes: what only a
-listener, an admin session, a replication connection, statement mode or query_timeout needs
+listener, an admin session, a replication connection or statement mode needs
 lives in these, and an idle client that needs none of it holds none of them.
 """
 
@@ -53,16 +53,14 @@ class ClientExtras:
     """What few clients use (ClientTransport's properties of the same names read and write
     these): made at the first write of one of them (_extras_made)."""
 
-    __slots__ = ("admin", "cancelled_at", "close_logged", "close_reason", "last_server",
-                 "replication", "schema_pending")
+    __slots__ = ("admin", "close_logged", "close_reason", "last_server", "replication",
+                 "schema_pending")
 
     def __init__(self) -> None:
         #: The admin console's session (admin or stats, AdminSession.admin).
         self.admin: AdminSession | None = None
         #: A replication connection: "physical" or "logical" ("": none, the usual).
         self.replication = ""
-        #: Monotonic: query_timeout's cancel sent (0: none).
-        self.cancelled_at = 0.0
         #: Why pgtarn closed the connection (for the log line), "" while it did not.
         self.close_reason = ""
         #: Its "closing because" line is written (once: at close, or when the peer left).

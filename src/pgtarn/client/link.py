@@ -119,18 +119,6 @@ class ClientLink(ClientListening):
         self.waiting = False
         self.close(error)
 
-    def cancel_query(self, now: float) -> None:
-        """query_timeout: cancel the query under way (once; the janitor ends it if it goes on)."""
-        self.cancelled_at = now
-        server = self.server
-        if server is not None:
-            server.send_cancel(self)
-
-    def query_timed_out(self) -> bool:
-        """The query under way was cancelled for query_timeout (cancel_query)."""
-        cancelled = self.cancelled_at
-        return cancelled != 0.0 and cancelled >= self.query_start
-
     def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
         """The linked server reported a new value (ParameterStatus): keep the client's own.
         One reported in the reply to pgtarn's SET of the client's value (hidden) differs from
@@ -396,7 +384,7 @@ class ClientLink(ClientListening):
         data = statements.send(self.statements, parts, chunk, server.status)
         if statements.already_prepared:  # refused with 42P05: PgBouncer's log line
             for name in statements.already_prepared:
-                log.error("%r: prepared statement '%s' was already prepared", self,
+                log.error("%r prepared statement '%s' was already prepared", self,
                           name.decode("utf-8", "replace"))
                 self.name_kept(name)
             statements.already_prepared.clear()

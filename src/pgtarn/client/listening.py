@@ -357,7 +357,7 @@ class ClientListening(ClientTracking):
             board.queued -= len(queue)
             board.dropped += 1 + sum(1 for held in queue if held[0] == NOTIFICATION)
             queue.clear()
-            log.warning("%r: more than listen_queue_size (%d) notifications waiting: closed",
+            log.warning("%r more than listen_queue_size (%d) notifications waiting: closed",
                         self, limit)
             error = PgtarnError(
                 f"notification queue full: more than listen_queue_size ({limit})"

@@ -75,7 +75,7 @@ def _check_for(client: ClientTransport, event: CheckPassword
     # as PgBouncer: PAM chosen by auth_type, LDAP chosen either way, refuse an auth_user
     if db is not None and (db.auth_user or config.auth_user) and (
             method == "ldap" or config.auth_type == "pam"):
-        log.error("%r: %s can't be used together with database authentication", client, name)
+        log.error("%r %s can't be used together with database authentication", client, name)
         raise PgtarnError(CONFIG_ERROR, sqlstate="08006")
     if method == "pam":
         address = peer_address(client.addr)
@@ -103,11 +103,11 @@ def ldap_options_for(client: ClientTransport) -> LdapOptions:
             database=client.database, user=client.user, address=peer_address(client.addr),
             replication=client.replication == "physical")
         if rule is None or rule.ldap is None:
-            log.warning("%r: LDAP authentication: its pg_hba.conf rule changed", client)
+            log.warning("%r LDAP authentication: its pg_hba.conf rule changed", client)
             raise _failed("ldap")
         return rule.ldap
     if config.auth_type != "ldap":
-        log.warning("%r: LDAP authentication: auth_type changed", client)
+        log.warning("%r LDAP authentication: auth_type changed", client)
         raise _failed("ldap")
     try:
         return _configured(config.auth_ldap_options)
@@ -138,7 +138,7 @@ async def _run(client: ClientTransport, login: ClientLogin, event: CheckPassword
     try:
         outcome = await pool.run(check, timeout, lambda: client.state is not ClientState.CLOSED)
     except PoolFull:
-        log.warning("%r: %s authentication refused: no room for its check (auth_threads = "
+        log.warning("%r %s authentication refused: no room for its check (auth_threads = "
                     "%d, auth_queue_size = %d, all taken)", client, _NAMES[method],
                     pool.threads, pool.waiting)
         outcome = PgtarnError(f"too many {_NAMES[method]} authentication requests in "
@@ -163,21 +163,21 @@ def _verdict(client: ClientTransport, method: str, outcome: Result) -> PgtarnErr
     if isinstance(outcome, PgtarnError):  # refused before any check (no room for it)
         return outcome
     if isinstance(outcome, PamUnavailable):
-        log.error("%r: PAM is not available: %s", client, outcome)
+        log.error("%r PAM is not available: %s", client, outcome)
         return PgtarnError(CONFIG_ERROR, sqlstate="08006")
     if isinstance(outcome, BaseException):
-        log.error("%r: %s check failed: %s: %s", client, name, type(outcome).__name__,
+        log.error("%r %s check failed: %s: %s", client, name, type(outcome).__name__,
                   outcome)
         return _failed(method)
     if outcome is None:  # (PAM has no time limit: only an LDAP check gets here)
-        log.warning("%r: %s authentication: no answer within %g s", client, name,
+        log.warning("%r %s authentication: no answer within %g s", client, name,
                     LDAP_CHECK_TIMEOUT)
         return _failed(method)
     if isinstance(outcome, PamResult):
         for message in outcome.messages:
-            log.warning("%r: PAM error: %s", client, message)
+            log.warning("%r PAM error: %s", client, message)
     if outcome.ok:
         return None
-    log.warning("%r: %s", client, outcome.reason if isinstance(outcome, PamResult)
+    log.warning("%r %s", client, outcome.reason if isinstance(outcome, PamResult)
                 else outcome.detail)
     return _failed(method)

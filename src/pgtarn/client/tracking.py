@@ -240,7 +240,7 @@ class ClientTracking(ClientTransport):
         if begun and stats is not None:
             for reason in begun:
                 if stats.note_pin(reason) and self.runtime.config.log_pooler_errors:
-                    log.warning("%r: pinned to its server: %s (%s)", self, reason,
+                    log.warning("%r pinned to its server: %s (%s)", self, reason,
                                 state.untracked or "session state that cannot move")
         if self.runtime.config.pin_session_state or status != b"I":
             return True

@@ -160,7 +160,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.extras: ClientExtras | None = None
 
     def __repr__(self) -> str:
-        return f"C-{self.id}({self.user or '?'}@{self.addr}/{self.database or '?'})"
+        # PgBouncer's layout, which log readers parse: "C-id: database/user@host:port"
+        return f"C-{self.id}: {self.database or '(nodb)'}/{self.user or '(nouser)'}@{self.addr}"
 
 
     def _peer_uid(self) -> int | None:
@@ -214,16 +215,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
     @replication.setter
     def replication(self, kind: str) -> None:
         self._extras_made().replication = kind
-
-    @property
-    def cancelled_at(self) -> float:
-        """Monotonic: query_timeout's cancel sent (0: none)."""
-        extras = self.extras
-        return 0.0 if extras is None else extras.cancelled_at
-
-    @cancelled_at.setter
-    def cancelled_at(self, when: float) -> None:
-        self._extras_made().cancelled_at = when
 
     @property
     def close_reason(self) -> str:
@@ -338,7 +329,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         if not extras.close_logged:
             extras.close_logged = True
             if self.runtime.config.log_disconnections:
-                log.info("%r: closing because: %s (age=%ds)", self, reason,
+                log.info("%r closing because: %s (age=%ds)", self, reason,
                          monotonic() - self.created_at)
 
     def close(self, error: PgtarnError | None = None, response: bytes | None = None,
@@ -355,7 +346,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
             self.log_closing(self.close_reason)
         if error is not None:
             if self.runtime.config.log_pooler_errors:
-                log.warning("%r: pooler error: %s", self, error.message)
+                log.warning("%r pooler error: %s", self, error.message)
             if response is None:
                 response = build.error_response(error.sqlstate, error.message, error.severity)
             transport.write(response)

@@ -142,26 +142,39 @@ def role_fits(attrs: str, params: Mapping[str, str]) -> bool:
     return True
 
 
+def connect_failure(exc: BaseException) -> str:
+    """PgBouncer's words for a connect to PostgreSQL that failed, the system's reason after
+    them: "server DNS lookup failed (...)" for a host name that does not resolve, else
+    "connect failed (...)" (refused, unreachable, timed out)."""
+    phrase = "server DNS lookup failed" if isinstance(exc, socket.gaierror) else "connect failed"
+    return f"{phrase} ({exc or 'timeout'})"
+
+
 async def open_connection(
     db: DatabaseEntry, factory: Callable[[], asyncio.Protocol], timeout: float,
     socket_dir: str = "/tmp", chooser: HostChooser | None = None,
     skip: Collection[int] = (), buffer: int = 0,
+    host_failed: Callable[[Target, BaseException, bool], None] | None = None,
 ) -> Target:
     """Connect a protocol to one of a database entry's hosts (TCP or a unix socket
     directory), trying them in the chooser's order (but those in skip); returns the one
-    connected, or raises the last host's error."""
+    connected, or raises the last host's error. host_failed(target, error, more) is told of
+    each host that failed, more: another one is tried next (without it, the failures are
+    logged here)."""
     hosts = targets(db, socket_dir)
     order = chooser.order(db) if chooser is not None else list(range(len(hosts)))
     order = [index for index in order if index not in skip]
     if not order:
         raise OSError("no host of the list is left to try")
     error: BaseException | None = None
-    for index in order:
+    for at, index in enumerate(order):
         try:
             await connect_to(hosts[index], factory, timeout, buffer)
         except (OSError, TimeoutError) as exc:
             error = exc
-            if len(order) > 1:
+            if host_failed is not None:
+                host_failed(hosts[index], exc, at + 1 < len(order))
+            elif len(order) > 1:
                 log.warning("could not connect to %s:%s for %s: %s", *hosts[index], db.name,
                             exc or "timeout")
             continue

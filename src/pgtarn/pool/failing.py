@@ -41,8 +41,9 @@ def login_failed(pool: Pool[Any], server: PooledServer, error: PgtarnError,
                  retry: bool) -> None:
     """A server of pool could not connect or log in.
 
-    retry: the cause may pass (refused, timed out, PostgreSQL starting or shutting down);
-    clients keep waiting while the pool retries, at most retry_cap apart. Otherwise (wrong
+    retry: the cause may pass (refused, timed out, TLS, PostgreSQL starting or shutting
+    down); clients keep waiting while the pool retries, at most retry_cap apart, until
+    their timeouts (waits.py). Otherwise (wrong
     password, no such database) waiting clients get the error at once unless a server will
     come back to serve them, and retries back off up to login_retry: the same error once a
     second would only fill PostgreSQL's log.
@@ -60,15 +61,13 @@ def login_failed(pool: Pool[Any], server: PooledServer, error: PgtarnError,
 
 
 def give_up(pool: Pool[Any], now: float) -> None:
-    """The janitor, while pool fails (not paused): with no established server to come free
-    for them, its clients get the error once they waited connect_timeout (while servers run,
-    they are served as those are released)."""
+    """The janitor, while pool fails (not paused) and has no query_wait_timeout (waits.py):
+    with no established server to come free for them, its clients get the error once they
+    waited connect_timeout (while servers run, they are served as those are released)."""
     failure = pool.failure
     if failure is None or serves_waiters(pool, now):
         return
-    # a split's home pool waits query_wait_timeout for a primary to appear
-    wait = pool.wait_timeout if pool.split and pool.host_index < 0 else pool.connect_timeout
-    pool.fail_waiters(failure, now - wait)
+    pool.fail_waiters(failure, now - pool.connect_timeout)
 
 
 def refused_from_cache(pool: Pool[Any], waiter: Unavailable, now: float) -> bool:

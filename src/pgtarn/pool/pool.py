@@ -13,7 +13,7 @@ Servers are opened on demand, up to ``pool_size``; ``reserve_pool_size`` more on
 oldest client waited ``reserve_pool_timeout``; ``min_pool_size`` ahead of demand. When a
 server cannot be opened the pool is *failing*: it keeps its waiters and retries, one attempt
 at a time with a doubling delay, so that clients are served as soon as PostgreSQL is back;
-the janitor gives up on clients that waited longer than ``connect_timeout``. A login error
+they wait until query_timeout or query_wait_timeout (waits.py). A login error
 that will not pass by itself (a wrong password, no such database) goes to the waiting
 clients at once, unless a server of the pool will come back to serve them; retries then
 back off up to ``login_retry`` (server_login_retry), and clients that arrive meanwhile with
@@ -22,7 +22,7 @@ no server to serve them get the cached error instead of waiting.
 Lifetimes. A released server older than ``lifetime`` (server_lifetime) is closed instead of
 going idle; the janitor closes idle servers older than that, or unused for ``idle_timeout``
 (server_idle_timeout, never below min_pool_size), and gives up on clients that waited
-``wait_timeout`` (query_wait_timeout) for a server.
+``wait_timeout`` (query_wait_timeout), or their pool's query_timeout, for a server.
 
 The pool never touches sockets: it talks to servers and waiting clients through the small
 protocols below, and opens new servers through a ``launch`` callback given by the app.
@@ -41,18 +41,16 @@ from mypy_extensions import mypyc_attr
 from ..errors import PgtarnError
 from ..session.prepared import PreparedCounters
 from .channels import ChannelBoard
-from .failing import give_up, login_failed, refused_from_cache
+from .failing import login_failed, refused_from_cache
 from .idle import IdleServers
 from .lifetimes import expire_idle
 from .stats import PoolStats
 from .waiting import WaitQueue
+from .waits import expire_waiters
 
 if TYPE_CHECKING:  # a pool holds its Split and replication servers; they build on this module
     from .replication import ReplicationServers
     from .split import Split
-
-#: query_wait_timeout: closes the client as PgBouncer does (class 08: the connection is gone).
-WAIT_TIMEOUT = "query_wait_timeout: no server connection became free in {:g} s"
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -142,7 +140,7 @@ class WelcomeWaiter(Unavailable, Protocol):
 class ClientTimeouts:
     """The client timeouts of a pool's clients, in seconds (0: off), read by the janitor."""
 
-    query: float = 0.0  # query_timeout: cancel the query
+    query: float = 0.0  # query_timeout: waiting for a server, or running
     transaction: float = 0.0  # transaction_timeout
     idle_transaction: float = 0.0  # idle_transaction_timeout
     idle: float = 0.0  # client_idle_timeout
@@ -176,7 +174,8 @@ class Pool(Generic[S]):
         self.reserve_pool_timeout = reserve_pool_timeout
         #: Idle servers unused for longer than this are checked before reuse (None: never).
         self.check_delay: float | None = None
-        #: Clients of a failing pool get its error after waiting this long.
+        #: server_connect_timeout: a login taking longer is given up on (and with
+        #: query_wait_timeout = 0, a failing pool's clients after waiting as long: waits.py).
         self.connect_timeout = 15.0
         #: Longest delay between two attempts to open a server while failing.
         self.retry_cap = 1.0
@@ -384,7 +383,8 @@ class Pool(Generic[S]):
     def tick(self, now: float) -> None:
         """The janitor's periodic visit: login timeouts, lifetimes, waits, retries, reserve."""
         for server in [s for s in self.login if now - s.created_at > self.connect_timeout]:
-            server.close("server_connect_timeout")
+            # PgBouncer's words first: log readers match "closing because: connect timeout"
+            server.close(f"connect timeout (server_connect_timeout = {self.connect_timeout:g} s)")
         if self.tested:
             # a reset or health check is a short round trip: unanswered for as long as a
             # login may take, the server is gone or stuck (a waiting client gets another)
@@ -392,14 +392,8 @@ class Pool(Generic[S]):
                 server.close("server_connect_timeout: reset or check not answered")
         if self.idle:
             expire_idle(self, now)
-        if self.wait_timeout > 0 and self.max_wait(now) > self.wait_timeout:
-            message = WAIT_TIMEOUT.format(self.wait_timeout)
-            if self.failure is not None:  # why no server came: the last attempt's error
-                message += f" (last error: {self.failure.message})"
-            self.fail_waiters(PgtarnError(message, sqlstate="08P01", severity="FATAL"),
-                               now - self.wait_timeout)
-        if self.failure is not None and not self.paused:
-            give_up(self, now)  # on the waiters no established server will serve
+        if self.waiting or self.welcome_waiters:
+            expire_waiters(self, now)  # query_timeout, query_wait_timeout, failing
         if self.waiting and self.wait_notify > 0:
             for waiter, since in self.waiting.items():  # oldest first: stop at a young one
                 if now - since < self.wait_notify:

@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from ..auth.md5 import is_md5_secret, md5_response
 from ..auth.scram import MECHANISM_PLUS, ScramClient, choose_mechanism, parse_sasl_mechanisms
-from ..errors import PgtarnError, ProtocolViolation, TlsFailed
+from ..errors import LoginRefused, PgtarnError, ProtocolViolation, TlsFailed
 from . import build
 from .framing import MessageScanner
 from .messages import (
@@ -36,9 +36,8 @@ AUTH_SASL_FINAL = 12
 LOGIN_MAX = 1 << 20
 
 _ALL_TYPES = frozenset(range(256))
-#: What server_error puts before the message of PostgreSQL's ErrorResponse during a login.
-LOGIN_CONTEXT = "server login failed"
-LOGIN_FAILED = f"{LOGIN_CONTEXT}: "
+#: PgBouncer's words before a login failure of pgtarn's own making (not PostgreSQL's).
+LOGIN_FAILED = "server login failed: "
 
 
 def server_error(body: bytes, context: str) -> PgtarnError:
@@ -49,6 +48,17 @@ def server_error(body: bytes, context: str) -> PgtarnError:
     if not sqlstate:  # PostgreSQL always sends one: this server is broken
         return ProtocolViolation(f"{context}: {text}", severity="FATAL")
     return PgtarnError(f"{context}: {text}", sqlstate=sqlstate, severity="FATAL")
+
+
+def login_refused(body: bytes) -> PgtarnError:
+    """The ErrorResponse that ended a login: LoginRefused with PostgreSQL's SQLSTATE and
+    message, word for word (as PgBouncer, it is the close reason and what clients get)."""
+    fields = parse_fields(body)
+    text = fields.get("M") or "server error without message"
+    sqlstate = fields.get("C")
+    if not sqlstate:  # PostgreSQL always sends one: this server is broken
+        return ProtocolViolation(f"{LOGIN_FAILED}{text}", severity="FATAL")
+    return LoginRefused(text, sqlstate=sqlstate, severity="FATAL")
 
 
 class ServerAuth:
@@ -102,7 +112,7 @@ class ServerAuth:
             self.done = True
             return b""
         if msg_type == 0x45:  # 'E' ErrorResponse
-            raise server_error(body, LOGIN_CONTEXT)
+            raise login_refused(body)
         if msg_type in (0x4E, 0x76):  # NoticeResponse, NegotiateProtocolVersion
             return b""
         raise ProtocolViolation(f"unexpected message {chr(msg_type)!r} during server login")
@@ -173,9 +183,9 @@ class ServerAuth:
 
     def _no_password(self, method: str) -> PgtarnError:
         return PgtarnError(
-            f"no usable password for user {self.user!r} to log in to the server with {method}"
-            " (set password= in [databases] or a plaintext or SCRAM secret in auth_file"
-            " and log in with SCRAM first)",
+            f"{LOGIN_FAILED}wrong password type: no usable password for user {self.user!r}"
+            f" to log in to the server with {method} (set password= in [databases] or a"
+            " plaintext or SCRAM secret in auth_file and log in with SCRAM first)",
             sqlstate="28P01",
             severity="FATAL",
         )

@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict
 
 from ..config import DatabaseEntry
-from ..errors import PgtarnError
+from ..errors import LoginRefused, PgtarnError, ProtocolViolation
 from ..net.sockets import open_connection
 from ..proto import build
 from ..proto.framing import MessageScanner
@@ -207,7 +207,18 @@ class _LookupConnection(OwnConnection):
         failures."""
         self._fail(error if error.sqlstate.startswith("08") else _lookup_failed(error.message))
 
-    _login_failed = _malformed = _failed
+    _malformed = _failed
+
+    def _login_failed(self, error: PgtarnError) -> None:
+        """PostgreSQL refused auth_user's login: the clients get its words (as PgBouncer:
+        "no such database" is as true of them)."""
+        if isinstance(error, LoginRefused):
+            log.warning("auth_query connection to %s as %s: server login failed: %s %s",
+                        self.lookup.db.name, self.lookup.auth_user, error.severity,
+                        error.message)
+            self._fail(error)
+            return
+        self._failed(error)
 
     def _message(self, msg_type: int, body: bytes) -> None:
         if msg_type == 0x44:  # DataRow: the first row's second column is the secret

@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping
 from typing import Final, Self, cast
 
 from ..config import DatabaseEntry
-from ..errors import PgtarnError, ProtocolViolation, TlsFailed
+from ..errors import LoginRefused, PgtarnError, ProtocolViolation, TlsFailed
 from ..net.sending import SEND_NEVER, send_state_of
 from ..net.sockets import (
     address,
+    connect_failure,
     open_connection,
     role_fits,
     send_cancel_request,
@@ -37,7 +38,7 @@ from ..pool.cancels import cancel_ended, cancel_started
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
-from ..proto.server_login import LOGIN_FAILED, LoggedIn, ServerLogin
+from ..proto.server_login import LoggedIn, ServerLogin
 from ..runtime import Runtime
 from ..session.prepared import FORGETS_ALL, ServerStatements
 from ..session.tracking import NO_SETTINGS
@@ -57,9 +58,14 @@ TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "53000"})
 
 
 def is_transient(error: PgtarnError) -> bool:
-    """A login failure that may pass; a server breaking the protocol will not, so waiting
-    clients get its error at once instead of after server_connect_timeout."""
-    if isinstance(error, (ProtocolViolation, TlsFailed)):
+    """A login failure that may pass: clients keep waiting while the pool retries, as with
+    PgBouncer, which gives waiting clients only PostgreSQL's refusals (and its own
+    authentication failures) at once. A connect or TLS failure (a certificate not accepted
+    today may be replaced) is such a failure; a server breaking the protocol is not, so
+    waiting clients get its error at once instead of after query_wait_timeout."""
+    if isinstance(error, TlsFailed):
+        return True
+    if isinstance(error, ProtocolViolation):
         return False
     return error.sqlstate.startswith("08") or error.sqlstate in TRANSIENT_SQLSTATES
 
@@ -87,9 +93,10 @@ class ServerConnection(ServerRelay):
                 config = runtime.config
                 self.target = await open_connection(
                     db, lambda: self, config.server_connect_timeout, config.unix_socket_dir,
-                    runtime.hosts, self.hosts_tried, config.tcp_socket_buffer)
+                    runtime.hosts, self.hosts_tried, config.tcp_socket_buffer,
+                    self._host_failed)
             except (TimeoutError, OSError) as exc:
-                self.connection_failed(exc if str(exc) else ProtocolViolation("timeout"))
+                self.connection_failed(exc)
 
         runtime.spawn(connect())
 
@@ -150,11 +157,16 @@ class ServerConnection(ServerRelay):
 
     def _ready(self) -> None:
         if self.runtime.config.log_connections:
-            log.info("%r: new connection to server (from %s)", self, self.local_addr)
+            log.info("%r new connection to server (from %s)", self, self.local_addr)
         self.pool.server_ready(self, self.params)
 
     def _login_refused(self, error: PgtarnError) -> None:
+        """The login failed: PostgreSQL refused it (LoginRefused), or pgtarn could not go on
+        (no usable password, a server breaking the protocol). PostgreSQL's message is the
+        close reason and its clients' error as it is, as with PgBouncer."""
         self.login = None
+        if isinstance(error, LoginRefused):
+            log.warning("%r server login failed: %s %s", self, error.severity, error.message)
         self.close(error.message)
         self._login_failed(error)
 
@@ -164,7 +176,7 @@ class ServerConnection(ServerRelay):
         self.closed = True
         error = TlsFailed(f"could not connect to server: TLS: {exc}", severity="FATAL")
         if self.runtime.config.log_disconnections:
-            log.info("%r: closing because: %s", self, error.message)
+            log.info("%r closing because: %s", self, error.message)
         if self.login is not None:
             self.login = None
             self._login_failed(error)
@@ -195,7 +207,7 @@ class ServerConnection(ServerRelay):
                 message = "no primary: no server of the host list takes writes"
             self._login_failed(PgtarnError(message, sqlstate="08006", severity="FATAL"))
             return False
-        log.info("%r: %s:%s does not fit target_session_attrs=%s, trying the next host",
+        log.info("%r %s:%s does not fit target_session_attrs=%s, trying the next host",
                  self, *hosts[index], attrs)
         self.login = LoginDriver(
             server_login_for(self.runtime, self.pool, self.db), self, self.db.host,
@@ -204,14 +216,25 @@ class ServerConnection(ServerRelay):
         self.start_connecting()
         return False
 
+    def _host_failed(self, target: tuple[str, int], exc: BaseException, more: bool) -> None:
+        """A host could not be reached: log lines name it from now on. When another host
+        of the list is tried next (more), at once, this one is logged as PgBouncer logs the
+        server connection it closes for it."""
+        self.peer = "{}:{}".format(*target)
+        if more and self.runtime.config.log_disconnections:
+            log.info("%r closing because: %s; trying the next host", self,
+                     connect_failure(exc))
+
     def connection_failed(self, exc: BaseException) -> None:
         """The TCP/unix connect itself failed."""
         if self.closed:
             return
         self.closed = True
-        error = PgtarnError(
-            f"could not connect to server: {exc}", sqlstate="08006", severity="FATAL"
-        )
+        reason = connect_failure(exc)
+        if self.runtime.config.log_disconnections:
+            log.info("%r closing because: %s", self, reason)
+        error = PgtarnError(f"could not connect to server: {reason}", sqlstate="08006",
+                            severity="FATAL")
         self.login = None
         self._login_failed(error)
 
@@ -230,16 +253,13 @@ class ServerConnection(ServerRelay):
     def _login_failed(self, error: PgtarnError) -> None:
         split = self.pool.split
         if split is not None and self.pool.host_index < 0 and split.hosts.primary is None \
-                and type(error) is PgtarnError and error.message[:10] != "no primary":  # fmt: skip
+                and type(error) in (PgtarnError, LoginRefused) \
+                and error.message[:10] != "no primary":  # fmt: skip
             # a home pool's server while the checks know no primary: say so first
-            error = PgtarnError(f"no primary: {error.message}", sqlstate=error.sqlstate,
+            error = type(error)(f"no primary: {error.message}", sqlstate=error.sqlstate,
                                 severity=error.severity)
-        if self.runtime.config.log_pooler_errors:
-            log.warning("%r: %s", self, error.message)
-        if type(error) is PgtarnError and error.message.startswith(LOGIN_FAILED):
-            # PostgreSQL refused: its clients get its own words, as PostgreSQL gives them
-            error = PgtarnError(error.message.removeprefix(LOGIN_FAILED),
-                                sqlstate=error.sqlstate, severity=error.severity)
+        if self.runtime.config.log_pooler_errors and not isinstance(error, LoginRefused):
+            log.warning("%r %s", self, error.message)  # (a refusal was logged as it came)
         self.pool.server_login_failed(self, error, retry=is_transient(error))
 
     def connection_lost(self: Self, exc: Exception | None) -> None:
@@ -260,7 +280,7 @@ class ServerConnection(ServerRelay):
             self.client = None
             client.server_lost(self)
         if not was_closed and self.runtime.config.log_disconnections:
-            log.info("%r: closing because: server connection lost", self)
+            log.info("%r closing because: server connection lost", self)
         self.pool.server_closed(self)
 
     def close(self, reason: str, wait: bool = False) -> None:
@@ -271,7 +291,7 @@ class ServerConnection(ServerRelay):
         self.closed = True
         self.send_state = SEND_NEVER  # (what is written from here on goes through the transport)
         if self.runtime.config.log_disconnections:
-            log.info("%r: closing because: %s", self, reason)
+            log.info("%r closing because: %s", self, reason)
         if self.login is not None:
             self.login = None
             self._login_failed(PgtarnError(
@@ -296,7 +316,7 @@ class ServerConnection(ServerRelay):
             else:
                 self._relay_prepared(data)
         except PgtarnError as error:
-            log.warning("%r: %s", self, error.message)
+            log.warning("%r %s", self, error.message)
             self._relay_whole_messages_before(data)
             self.close(error.message)
 
@@ -405,6 +425,19 @@ class ServerConnection(ServerRelay):
         self.last_used = time.monotonic()
         self._after_reset()
 
+    def abandon(self, reason: str) -> None:
+        """Its client was closed mid-query by a timeout (query_timeout, transaction_timeout):
+        close it for reason, and send a CancelRequest for its backend, which would otherwise
+        run the query on unattended (PostgreSQL notices a closed connection only when it next
+        writes to it)."""
+        if self.closed:
+            return
+        self.client = None  # closed with a reason of its own: not to be told of this close
+        pid, key = self.backend_key
+        self.close(reason)
+        config = self.runtime.config
+        self.runtime.spawn(send_cancel_request(self.target, pid, key, config, lambda: True))
+
     def send_cancel(self, client: object, done: Callable[[], None] | None = None) -> None:
         """Send a CancelRequest for this server's backend over a new connection; done (a
         client's CancelRequest: its connection closes then) is called when the cancel ended.
@@ -429,7 +462,7 @@ class ServerConnection(ServerRelay):
                                                      self.runtime.config, still_linked)
             finally:
                 if not answered and not self.closed:
-                    log.warning("%r: its cancel request may still arrive: it is closed "
+                    log.warning("%r its cancel request may still arrive: it is closed "
                                 "rather than lent again", self)
                 cancel_ended(pool, self, request, answered)
                 if done is not None:

@@ -303,8 +303,7 @@ class _CheckConnection(OwnConnection):
     def _login_failed(self, error: PgtarnError) -> None:
         self.login = None
         self.close()
-        self.checker.lost(self, "login failed: "
-                          + error.message.removeprefix("server login failed: "))
+        self.checker.lost(self, f"login failed: {error.message}")
 
     def _tls_failed(self, exc: Exception) -> None:
         self.login = None

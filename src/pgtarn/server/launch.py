@@ -20,7 +20,7 @@ def launch_server(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEn
                       "does (see SHOW HOSTS)")
         return server
     if pool.server_count >= pool.pool_size:  # past pool_size: only the reserve opens more
-        log.info("%r: taking connection from reserve_pool", server)
+        log.info("%r taking connection from reserve_pool", server)
     server.start_connecting()
     return server
 

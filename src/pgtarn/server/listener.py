@@ -63,7 +63,7 @@ class Listener:
         self.closed = False
 
     def __repr__(self) -> str:
-        return f"L-{self.id}({self.pool.database}/{self.pool.user})"
+        return f"L-{self.id}: {self.pool.database}/{self.pool.user}"
 
     # --- the board's commands -----------------------------------------------------------------
 
@@ -109,7 +109,7 @@ class Listener:
     def restart(self, reason: str) -> None:
         conn = self.conn
         if conn is not None:
-            log.info("%r: closing because: %s (reconnecting)", self, reason)
+            log.info("%r closing because: %s (reconnecting)", self, reason)
             if conn.ready:
                 self._lost(conn)
             self.conn = None
@@ -156,7 +156,7 @@ class Listener:
         self.failures += 1
         self.retry_at = time.monotonic() + self._delay()
         if self.runtime.config.log_pooler_errors:
-            log.warning("%r: %s", self, error.message)
+            log.warning("%r %s", self, error.message)
 
     def _lost(self, conn: _ListenerConnection) -> None:
         """conn (logged in) is gone: the channels must be LISTENed to again."""
@@ -166,7 +166,7 @@ class Listener:
         self.on_server = set()
         self.in_flight.clear()
         self.board.connection_lost()
-        log.warning("%r: closing because: listener connection lost; clients listening are "
+        log.warning("%r closing because: listener connection lost; clients listening are "
                     "warned",
                     self)
 
@@ -178,7 +178,7 @@ class Listener:
         self.failures = 0
         self.connected_at = time.monotonic()
         if self.runtime.config.log_connections:
-            log.info("%r: new connection to server (listener)", self)
+            log.info("%r new connection to server (listener)", self)
         self.board.connected()
         self.sync()
         if self.board.held:
@@ -204,7 +204,7 @@ class Listener:
             return
         channel, listening = self.in_flight.popleft()
         if error:
-            log.warning("%r: %s %s failed: %s", self, "LISTEN" if listening else "UNLISTEN",
+            log.warning("%r %s %s failed: %s", self, "LISTEN" if listening else "UNLISTEN",
                         build.quote_ident(channel), error)
             if listening:
                 self.on_server.discard(channel)
@@ -260,7 +260,7 @@ class _ListenerConnection(OwnConnection):
             fields = parse_fields(body)
             self.error = f'{fields.get("C", "")} {fields.get("M", "")}'
             if fields.get("S") in ("FATAL", "PANIC"):
-                log.warning("%r: server sent FATAL %s", listener, self.error)
+                log.warning("%r server sent FATAL %s", listener, self.error)
 
     def lost(self, reason: str) -> None:
         """The connect itself failed."""

@@ -86,9 +86,10 @@ class ServerRelay(ServerTransport):
                 start = end
             elif msg_type == 0x53:
                 self._parameter_status(body)
-            elif msg_type in (0x45, 0x41):
-                replacement = self._relayed_error(body) if msg_type == 0x45 else \
-                    self._own_notification(body)
+            elif msg_type == 0x45:
+                self._relayed_error(body)
+            elif msg_type == 0x41:
+                replacement = self._own_notification(body)
                 msg_start = end - 5 - len(body)
                 if replacement is not None and msg_start >= start and self.client is not None:
                     # (one begun in an earlier chunk went out already: it stays as it is)
@@ -203,9 +204,7 @@ class ServerRelay(ServerTransport):
                     if self.client is not None:
                         self.client.error_relayed()
                 else:
-                    replacement = self._relayed_error(body)
-                    if replacement is not None:
-                        message = replacement
+                    self._relayed_error(body)
             elif msg_type == 0x53:
                 self._parameter_status(body)
             elif msg_type in ROW_TYPES and self.client is not None:  # while rows are read
@@ -309,24 +308,19 @@ class ServerRelay(ServerTransport):
             self._parameter_status(body, hidden=True)
         elif msg_type == 0x45:
             fields = parse_fields(body)
-            log.warning("%r: internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
+            log.warning("%r internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
             self.internal_error = (fields.get("C", ""), fields.get("M", ""))
         return False
 
-    def _relayed_error(self, body: bytes) -> bytes | None:
+    def _relayed_error(self, body: bytes) -> None:
         """An ErrorResponse passed to the client: its batch failed; remember a FATAL, the
-        server's last word. Returns the message to send in its place, if any: the error of a
-        query pgtarn cancelled for query_timeout says so, in PgBouncer's word."""
+        server's last word."""
         client = self.client
         if client is not None:
             client.error_relayed()
         fields = parse_fields(body)
-        severity = fields.get("S")
-        if severity in ("FATAL", "PANIC"):
+        if fields.get("S") in ("FATAL", "PANIC"):
             self.fatal = f'{fields.get("C", "")} {fields.get("M", "")}'
-        if client is not None and fields.get("C") == "57014" and client.query_timed_out():
-            return build.error_response("57014", "query_timeout", severity or "ERROR")
-        return None
 
     def _own_notification(self, body: bytes) -> bytes | None:
         """A NotificationResponse: one this server's backend sent itself carries the pid the

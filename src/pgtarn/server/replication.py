@@ -68,14 +68,14 @@ class ReplicationServer(ServerConnection):
     def login_timed_out(self) -> None:
         """server_connect_timeout passed: a login still under way is given up on."""
         if self.login is not None and not self.closed:
-            self.close("server_connect_timeout")
+            self.close("connect timeout (server_connect_timeout)")
 
     def _logged_in(self, result: LoggedIn) -> None:
         self.login = None
         self.params = result.params
         self.backend_key = result.backend_key
         if self.runtime.config.log_connections:
-            log.info("%r: new replication server connection", self)
+            log.info("%r new replication server connection", self)
         owner, self.owner = self.owner, None
         if owner is None:
             self.close("replication client left")
@@ -89,7 +89,7 @@ class ReplicationServer(ServerConnection):
         logins are not failed for it."""
         self.login = None
         cause = error.message.removeprefix(LOGIN_FAILED)
-        log.warning("%r: %s%s", self, LOGIN_FAILED, cause)
+        log.warning("%r %s%s", self, LOGIN_FAILED, cause)
         self.close(f"{REFUSED} (age={monotonic() - self.created_at:.0f}s)")
         owner, self.owner = self.owner, None
         if owner is not None:
@@ -100,11 +100,10 @@ class ReplicationServer(ServerConnection):
     def _login_failed(self, error: PgtarnError) -> None:
         """No login (no connection, server_connect_timeout, lost): its client gets why."""
         if self.runtime.config.log_pooler_errors:
-            log.warning("%r: %s", self, error.message)
+            log.warning("%r %s", self, error.message)
         owner, self.owner = self.owner, None
         if owner is not None:
-            message = error.message.removeprefix(LOGIN_FAILED)
-            owner.close(PgtarnError(message, sqlstate=error.sqlstate, severity=error.severity))
+            owner.close(error)
         self._gone()
 
     def connection_lost(self: Self, exc: Exception | None) -> None:
@@ -120,7 +119,7 @@ class ReplicationServer(ServerConnection):
         if client is not None:
             client.server_lost(self)
             if not was_closed and self.runtime.config.log_disconnections:
-                log.info("%r: closing because: server connection lost", self)
+                log.info("%r closing because: server connection lost", self)
         self._gone()
 
     def _gone(self) -> None:

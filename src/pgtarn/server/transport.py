@@ -27,6 +27,7 @@ RELAY_TYPES: Final = frozenset(b"ZSEA")
 
 Server = TypeVar("Server", bound=PooledServer, contravariant=True)
 
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class LinkedClient(asyncio.Protocol, Waiter[Server]):
     """What a server needs of the client it is lent to (Server: the server's own type), and
@@ -72,10 +73,6 @@ class LinkedClient(asyncio.Protocol, Waiter[Server]):
     def result_relayed(self, msg_type: int, body: bytes) -> None:
         """A DataRow, CommandComplete, EmptyQueryResponse or PortalSuspended is relayed (only
         while the client reads rows: ServerRelay.watch_rows)."""
-        raise NotImplementedError
-
-    def query_timed_out(self) -> bool:
-        """pgtarn cancelled the query under way for query_timeout."""
         raise NotImplementedError
 
     def pause_reading(self) -> None:
@@ -178,7 +175,8 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         self.replication = ""
 
     def __repr__(self) -> str:
-        return f"S-{self.id}({self.pool.database}/{self.pool.user}@{self.peer})"
+        # PgBouncer's layout, which log readers parse: "S-id: database/user@host:port"
+        return f"S-{self.id}: {self.pool.database}/{self.pool.user}@{self.peer}"
 
     def write(self, data: bytes) -> None:
         transport = self.transport

@@ -167,6 +167,7 @@ def test_reserve_pool_opens_after_reserve_pool_timeout_and_closes_when_unneeded(
 def test_failing_pool_keeps_waiters_retries_with_backoff_then_fails_them() -> None:
     pool, clock, launched = make_pool(pool_size=3)
     pool.connect_timeout = 10.0
+    pool.wait_timeout = 0.0  # (with one, they wait for it: test_waits.py)
     c = FakeClient()
     pool.acquire(c)
     assert len(launched) == 1
@@ -224,7 +225,7 @@ def test_login_taking_longer_than_connect_timeout_is_closed() -> None:
     pool.acquire(FakeClient())
     clock.now += 2.5
     pool.tick(clock.now)
-    assert launched[0].closed == "server_connect_timeout"
+    assert launched[0].closed == "connect timeout (server_connect_timeout = 2 s)"
 
 
 def test_server_idle_past_check_delay_is_checked_before_reuse() -> None:

@@ -114,9 +114,6 @@ class FakeClient(LinkedClient[ServerConnection]):
     def error_relayed(self) -> None:
         self.errors += 1
 
-    def query_timed_out(self) -> bool:
-        return False
-
     def pause_reading(self) -> None:
         pass
 
