@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from ..errors import PgtarnError
-from .pool import WAIT_TIMEOUT, Pool, PooledServer
+from .pool import Pool, PooledServer
+from .waits import WAIT_TIMEOUT
 
 S = TypeVar("S", bound=PooledServer)
 

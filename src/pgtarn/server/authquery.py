@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict
 
 from ..config import DatabaseEntry
-from ..errors import LoginRefused, PgtarnError, ProtocolViolation
+from ..errors import LoginRefused, PgtarnError
 from ..net.sockets import open_connection
 from ..proto import build
 from ..proto.framing import MessageScanner

@@ -85,7 +85,7 @@ def test_the_closing_line_is_logged_before_the_client_gets_the_error(
     client.close(PgtarnError("no such database: nodb", sqlstate="3D000"))
     # a log reader that sees the error in the client must find the line already written
     assert len(transport.seen_at_write) == 1
-    assert transport.seen_at_write[0] == [f"{client!r}: closing because: no such database: "
+    assert transport.seen_at_write[0] == [f"{client!r} closing because: no such database: "
                                           "nodb (age=0s)"]
     client.connection_lost(None)
     assert len(closing_lines(caplog)) == 1  # and not a second time when the socket is gone
@@ -99,7 +99,7 @@ def test_a_close_without_an_error_logs_its_reason_once(caplog: pytest.LogCapture
     assert transport.out == b""  # nothing sent: the connection just closes
     assert transport.closing
     client.connection_lost(None)
-    assert [line.split(": ", 1)[1] for line in closing_lines(caplog)] == [
+    assert [line.split(" ", 2)[2] for line in closing_lines(caplog)] == [
         "closing because: server shutting down (age=0s)"]
 
 
@@ -109,5 +109,5 @@ def test_a_client_that_leaves_gets_its_closing_line_when_the_socket_is_gone(
     client, _ = connect(make_runtime())
     client.close_reason = "TLS failed: handshake"  # (the transport fails on its own)
     client.connection_lost(None)
-    assert [line.split(": ", 1)[1] for line in closing_lines(caplog)] == [
+    assert [line.split(" ", 2)[2] for line in closing_lines(caplog)] == [
         "closing because: TLS failed: handshake (age=0s)"]
