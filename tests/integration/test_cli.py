@@ -41,6 +41,32 @@ def test_version_and_help(pgtarn_factory) -> None:  # type: ignore[no-untyped-de
     assert run_cli().returncode == 2
 
 
+def test_version_on_a_terminal_names_pgtarn_first() -> None:
+    """A person reads pgtarn's own line first; piped (scripts, PgBouncer's test of --version
+    against SHOW VERSION) the first line stays PgBouncer's, and both carry the other line."""
+    primary, secondary = os.openpty()
+    with subprocess.Popen([sys.executable, "-m", "pgtarn", "--version"], stdout=secondary,
+                          stderr=subprocess.DEVNULL) as proc:
+        os.close(secondary)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # EIO: pgtarn has exited and closed its end
+                break
+            if not chunk:
+                break
+            shown += chunk
+        assert proc.wait(timeout=30) == 0
+    os.close(primary)
+    on_terminal = shown.decode().splitlines()
+    piped = run_cli("--version").stdout.splitlines()
+    assert on_terminal[0].startswith(f"pgtarn {__version__} (")
+    assert on_terminal[0].endswith(", compatible with PgBouncer 1.25.2")
+    assert piped[0].startswith("PgBouncer 1.25.2 (pgtarn ")
+    assert sorted(on_terminal) == sorted(piped)
+
+
 def test_invalid_config_stops_startup_naming_file_line_and_key(tmp_path: Path) -> None:
     ini = tmp_path / "bad.ini"
     ini.write_text("[pgbouncer]\nlisten_port = 6432\npool_mode = sometimes\n")
