@@ -168,7 +168,7 @@ def _ignore_sigint() -> None:
 
 
 @pytest.mark.parametrize("started_as", ["foreground", "background job"])
-def test_demo_prints_a_working_psql_command(started_as: str) -> None:
+def test_demo_prints_working_psql_and_admin_console_commands(started_as: str) -> None:
     # a shell's background job starts with SIGINT ignored, and the demo inherits that
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pgtarn", "demo", "--port", str(port)],
@@ -177,7 +177,7 @@ def test_demo_prints_a_working_psql_command(started_as: str) -> None:
                             else None)
     assert proc.stdout is not None
     lines = []
-    command = None
+    commands = []
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -185,14 +185,21 @@ def test_demo_prints_a_working_psql_command(started_as: str) -> None:
             if not line:
                 break
             lines.append(line)
-            match = re.search(r'psql "(.+)"', line)
+            match = re.search(r'^\s+psql "(.+)"$', line)
             if match:
-                command = match.group(1)
+                commands.append(match.group(1))
+            if line.startswith("Press Ctrl-C"):
                 break
-        assert command is not None, "".join(lines)
+        assert len(commands) == 2, "".join(lines)
+        command, console = commands  # as printed: the database, then the admin console
         out = subprocess.run(["psql", command, "-XAtc", "select current_user, 40 + 2"],
                              capture_output=True, text=True, timeout=30)
         assert out.stdout.strip() == "demo|42", out.stderr
+        out = subprocess.run(["psql", console, "-XAtc", "SHOW POOLS"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert [row.split("|")[:2] for row in out.stdout.splitlines()
+                if row.startswith("demo|")] == [["demo", "demo"]], out.stdout
     finally:
         proc.send_signal(signal.SIGINT)
         rest = proc.stdout.read()  # not communicate(): it would skip readline's buffer
