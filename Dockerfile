@@ -7,7 +7,7 @@
 # Configuration: a pgbouncer.ini mounted at /etc/pgtarn/pgbouncer.ini (or named by
 # PGTARN_CONFIG) is run as it is; otherwise `pgtarn container` writes pgbouncer.ini and
 # userlist.txt into /run/pgtarn from DATABASE_URL or DB_HOST/DB_PORT/DB_USER/DB_PASSWORD/DB_NAME
-# and POOL_MODE, DEFAULT_POOL_SIZE, MAX_CLIENT_CONN, AUTH_TYPE... (README: "Container image").
+# and POOL_MODE, DEFAULT_POOL_SIZE, MAX_CLIENT_CONN, AUTH_TYPE... (docs/deployment.md, "Container image").
 # Arguments after the image name go to pgtarn (e.g. -v).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm

@@ -10,6 +10,9 @@ three times faster. Pure Python stays the fallback with the same behaviour:
   its source would shadow every later edit of that source;
 - compiling fails (no C compiler, no Python headers): a warning, and the package installs as
   pure Python; none of the compiled modules is kept, since they only load together.
+
+Compiling takes minutes: one line says so as it starts, and how to skip it, on the terminal
+as well as in the build's output (which pip shows only with -v).
 """
 
 from __future__ import annotations
@@ -73,6 +76,10 @@ SHAPE_HELPER = Extension("pgtarn.native._shape", ["src/pgtarn/native/_shape.c"])
 
 EDITABLE_COMMANDS = {"editable_wheel", "develop"}
 
+#: Said once as the C compiler starts, which takes minutes with no other sign of life.
+COMPILING = ("pgtarn: compiling the hot path with mypyc, which takes a few minutes "
+             "(PGTARN_PURE=1 skips it: pure Python, same behaviour)")
+
 
 def wanted() -> bool:
     if os.environ.get("PGTARN_PURE", "") not in ("", "0"):
@@ -84,17 +91,31 @@ class OptionalBuildExt(build_ext):
     """build_ext that leaves a pure-Python package behind when compiling fails."""
 
     def run(self) -> None:
+        if self.extensions:
+            announce(COMPILING)
         try:
             super().run()
         except Exception as exc:  # compiler or headers missing: the pure build is complete
             self._fall_back(exc)
 
     def _fall_back(self, exc: Exception) -> None:
-        print(f"pgtarn: compiling with mypyc failed ({exc}); installing pure Python",
-              file=sys.stderr)
+        announce(f"pgtarn: compiling with mypyc failed ({exc}); installing pure Python")
         for ext in self.extensions:
             Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
         self.extensions = []
+
+
+def announce(line: str) -> None:
+    """Print `line` where the person installing sees it: pip keeps a build's output to itself
+    (shown with -v or on failure), so it also goes to the controlling terminal, if any."""
+    print(line, file=sys.stderr, flush=True)
+    if sys.stderr.isatty():
+        return
+    try:
+        with open("/dev/tty", "w", encoding="utf-8") as tty:
+            tty.write(f"\n{line}\n")
+    except OSError:  # no controlling terminal (CI, a container build): stderr is enough
+        pass
 
 
 def extensions() -> list[Any]:

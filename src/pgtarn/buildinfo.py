@@ -21,5 +21,13 @@ def build_kind() -> str:
 
 
 BUILD = build_kind()
-#: SHOW VERSION's row and --version's first line (scripts compare the two).
+#: SHOW VERSION's row, and --version's first line when piped (scripts compare the two).
 VERSION_LINE = f"PgBouncer {COMPATIBLE_VERSION} (pgtarn {__version__}, {BUILD})"
+#: --version's first line on a terminal, for a person.
+HUMAN_VERSION = f"pgtarn {__version__} ({BUILD}), compatible with PgBouncer {COMPATIBLE_VERSION}"
+
+
+def version_lines(terminal: bool) -> list[str]:
+    """What --version prints: a person at a terminal reads pgtarn's line first, while a
+    script (stdout piped) finds PgBouncer's line first, the one SHOW VERSION answers."""
+    return [HUMAN_VERSION, VERSION_LINE] if terminal else [VERSION_LINE, HUMAN_VERSION]

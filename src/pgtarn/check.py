@@ -156,15 +156,19 @@ def _count(items: list[str], noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
-def run_check(argv: list[str]) -> int:
-    """`pgtarn check CONFIG`: every problem on stdout; 1 when there is an error, else 0."""
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgtarn check",
         description="Check a pgbouncer.ini as startup would (settings, databases, users, "
         "auth_file, HBA and ident files, TLS files) without starting anything. Prints every "
         "problem as file:line: message; exits 1 when there is an error.")
     parser.add_argument("config", help="pgbouncer.ini-format configuration file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run_check(argv: list[str]) -> int:
+    """`pgtarn check CONFIG`: every problem on stdout; 1 when there is an error, else 0."""
+    args = build_parser().parse_args(argv)
     result = check_config(args.config)
     for error in result.errors:
         print(error)

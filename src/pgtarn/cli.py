@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .app import App, WorkerSetup
-from .buildinfo import VERSION_LINE
+from .buildinfo import version_lines
 from .configfile import load_config
 from .errors import ConfigError
 
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         return load_container()(args_list[1:])
     args = build_parser().parse_args(args_list)
     if args.version:
-        print(VERSION_LINE)
+        print("\n".join(version_lines(sys.stdout.isatty())))
         return 0
     if not args.config:
         build_parser().print_usage(sys.stderr)

@@ -120,8 +120,11 @@ def test_navigation_leads_from_the_home_page_to_every_page(browser: WebDriver,
     links = browser.find_elements(By.CSS_SELECTOR, "nav.md-nav--primary a.md-nav__link[href]")
     titles = {link.get_attribute("textContent").strip(): link.get_attribute("href")
               for link in links}
-    for title in ("Getting started", "Pool modes", "Migrating from PgBouncer", "Settings",
-                  "Admin console", "Metrics", "Architecture"):
+    for title in ("Getting started", "Installing", "Pool modes", "Session state",
+                  "Replicas and failover", "Authentication and TLS",
+                  "Workers, peers and rolling restart", "Migrating from PgBouncer",
+                  "From PgCat, PgDog or Odyssey", "Settings", "Admin console", "Metrics",
+                  "Benchmarks", "Architecture"):
         assert title in titles, f"no {title!r} in the navigation: {sorted(titles)}"
     settings = next(link for link in links
                     if link.get_attribute("textContent").strip() == "Settings")

@@ -266,7 +266,7 @@ def test_a_role_found_without_a_password_fails_every_password(  # type: ignore[n
 def test_an_unknown_role_is_no_such_user_for_a_password_method(  # type: ignore[no-untyped-def]
         proc, pg_cluster, auth_role):
     """PgBouncer's answer when auth_query finds no role: "no such user", before any
-    password is asked for (README, Compatibility)."""
+    password is asked for (docs/migrating.md, Messages)."""
     assert login_error(proc, "nobody_at_all", "anything") == ("28000", "no such user")
     assert "login failed: db=app user=nobody_at_all" in proc.log_text()
 

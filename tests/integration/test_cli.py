@@ -41,6 +41,32 @@ def test_version_and_help(pgtarn_factory) -> None:  # type: ignore[no-untyped-de
     assert run_cli().returncode == 2
 
 
+def test_version_on_a_terminal_names_pgtarn_first() -> None:
+    """A person reads pgtarn's own line first; piped (scripts, PgBouncer's test of --version
+    against SHOW VERSION) the first line stays PgBouncer's, and both carry the other line."""
+    primary, secondary = os.openpty()
+    with subprocess.Popen([sys.executable, "-m", "pgtarn", "--version"], stdout=secondary,
+                          stderr=subprocess.DEVNULL) as proc:
+        os.close(secondary)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # EIO: pgtarn has exited and closed its end
+                break
+            if not chunk:
+                break
+            shown += chunk
+        assert proc.wait(timeout=30) == 0
+    os.close(primary)
+    on_terminal = shown.decode().splitlines()
+    piped = run_cli("--version").stdout.splitlines()
+    assert on_terminal[0].startswith(f"pgtarn {__version__} (")
+    assert on_terminal[0].endswith(", compatible with PgBouncer 1.25.2")
+    assert piped[0].startswith("PgBouncer 1.25.2 (pgtarn ")
+    assert sorted(on_terminal) == sorted(piped)
+
+
 def test_invalid_config_stops_startup_naming_file_line_and_key(tmp_path: Path) -> None:
     ini = tmp_path / "bad.ini"
     ini.write_text("[pgbouncer]\nlisten_port = 6432\npool_mode = sometimes\n")
@@ -142,7 +168,7 @@ def _ignore_sigint() -> None:
 
 
 @pytest.mark.parametrize("started_as", ["foreground", "background job"])
-def test_demo_prints_a_working_psql_command(started_as: str) -> None:
+def test_demo_prints_working_psql_and_admin_console_commands(started_as: str) -> None:
     # a shell's background job starts with SIGINT ignored, and the demo inherits that
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pgtarn", "demo", "--port", str(port)],
@@ -151,7 +177,7 @@ def test_demo_prints_a_working_psql_command(started_as: str) -> None:
                             else None)
     assert proc.stdout is not None
     lines = []
-    command = None
+    commands = []
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -159,14 +185,21 @@ def test_demo_prints_a_working_psql_command(started_as: str) -> None:
             if not line:
                 break
             lines.append(line)
-            match = re.search(r'psql "(.+)"', line)
+            match = re.search(r'^\s+psql "(.+)"$', line)
             if match:
-                command = match.group(1)
+                commands.append(match.group(1))
+            if line.startswith("Press Ctrl-C"):
                 break
-        assert command is not None, "".join(lines)
+        assert len(commands) == 2, "".join(lines)
+        command, console = commands  # as printed: the database, then the admin console
         out = subprocess.run(["psql", command, "-XAtc", "select current_user, 40 + 2"],
                              capture_output=True, text=True, timeout=30)
         assert out.stdout.strip() == "demo|42", out.stderr
+        out = subprocess.run(["psql", console, "-XAtc", "SHOW POOLS"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert [row.split("|")[:2] for row in out.stdout.splitlines()
+                if row.startswith("demo|")] == [["demo", "demo"]], out.stdout
     finally:
         proc.send_signal(signal.SIGINT)
         rest = proc.stdout.read()  # not communicate(): it would skip readline's buffer

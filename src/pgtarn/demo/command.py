@@ -13,7 +13,7 @@ from .child import PgtarnChild, PgtarnStartError
 from .cluster import ClusterError, ThrowawayCluster
 from .ports import LOOPBACK, free_port, port_is_free
 
-__all__ = ["run_demo"]
+__all__ = ["build_parser", "run_demo"]
 
 DEMO_PORT = 6432
 
@@ -48,8 +48,7 @@ def _pick_demo_port(requested: int | None) -> int:
     return DEMO_PORT if port_is_free(DEMO_PORT) else free_port()
 
 
-def run_demo(argv: list[str] | None = None) -> int:
-    """`pgtarn demo`: a throwaway PostgreSQL with pgtarn in front of it, until Ctrl-C."""
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgtarn demo",
         description="Start a throwaway PostgreSQL cluster and pgtarn in front of it, "
@@ -62,8 +61,13 @@ def run_demo(argv: list[str] | None = None) -> int:
         default=None,
         help=f"port for pgtarn to listen on (default {DEMO_PORT}, or a free one if that is taken)",
     )
+    return parser
+
+
+def run_demo(argv: list[str] | None = None) -> int:
+    """`pgtarn demo`: a throwaway PostgreSQL with pgtarn in front of it, until Ctrl-C."""
     try:
-        args = parser.parse_args(argv)
+        args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
 
@@ -104,6 +108,10 @@ def run_demo(argv: list[str] | None = None) -> int:
         say("pgtarn is running (transaction pooling, SCRAM passthrough). Connect with:")
         say()
         say(f'    psql "{conn}"')
+        say()
+        say("The admin console (SHOW POOLS; SHOW STATS; SHOW HELP lists the rest):")
+        say()
+        say(f'    psql "{conn.replace("dbname=demo", "dbname=pgbouncer")}"')
         say()
         say("or load it a little:")
         say()

@@ -65,21 +65,31 @@ DOCS: dict[str, SettingDoc] = {
         "its own."), _SQLSTATE),
     "idle_transaction_timeout": SettingDoc(TIMEOUTS, (
         "Seconds a client may stay idle inside a transaction before it is closed with FATAL "
-        "25P03 and its transaction rolled back. 0: off. A `[users]` line may set its own."),
-        _SQLSTATE),
+        "08P01 \"idle transaction timeout (idle_transaction_timeout = N s)\"; its transaction "
+        "is rolled back and its server reused. 0: off. A `[users]` line may set its own.")),
     "transaction_timeout": SettingDoc(TIMEOUTS, (
         "Seconds a transaction may stay open, running or idle, before its client is closed "
-        "with FATAL 25P04. 0: off. A `[users]` line may set its own."), _SQLSTATE),
+        "with FATAL 08P01 \"transaction timeout (transaction_timeout = N s)\". A query "
+        "running then is cancelled and its server closed; an idle transaction is rolled back "
+        "and its server reused. 0: off. A `[users]` line may set its own."),
+        "PgBouncer closes the server of an idle transaction too, and sends no cancel."),
     "query_timeout": SettingDoc(TIMEOUTS, (
         "Seconds a query may run, counted from when the client sent it (waiting for a server "
-        "included), before it is cancelled: the client gets ERROR 57014 \"query_timeout\" and "
-        "keeps its connection. A query still running one more period later has its server "
-        "closed. 0: off. A `[users]` line may set its own."),
-        "PgBouncer closes the client's connection."),
+        "included), before its client is closed with FATAL 08P01 \"query timeout "
+        "(query_timeout = N s)\"; its server is closed and a CancelRequest sent for the "
+        "query, so that it does not run on in PostgreSQL. A client still waiting for a server "
+        "then gets \"query_timeout: no server connection in N s\". 0: off. A `[users]` line "
+        "may set its own."),
+        "PgBouncer sends no CancelRequest, and takes the global value for a client still "
+        "waiting for a server."),
     "query_wait_timeout": SettingDoc(TIMEOUTS, (
-        "Seconds a client may wait for a server (also while its pool is paused) before it is "
-        "closed with FATAL 08P01. 0: it waits for ever. A `[databases]` or `[users]` line may "
-        "set its own.")),
+        "Seconds a client may wait for a server (also while its pool is paused, or while "
+        "PostgreSQL cannot be reached) before it is closed with FATAL 08P01, with the last "
+        "login error if there was one. 0: no limit, except that while the pool's logins fail "
+        "a client waits `server_connect_timeout` at most. A `[databases]` or `[users]` line "
+        "may set its own."),
+        "With 0, PgBouncer lets clients wait for ever for a PostgreSQL that cannot be "
+        "reached."),
     "suspend_timeout": SettingDoc(TIMEOUTS, (
         "In PgBouncer, how long SUSPEND and an online restart wait for the sockets' buffers to "
         "empty before dropping a connection.")),
@@ -106,7 +116,10 @@ DOCS: dict[str, SettingDoc] = {
         "The ciphers offered for TLS 1.2 and older: one of PgBouncer's keywords (`default`, "
         "`secure`, `fast`, `normal`, `all`, ...) or an OpenSSL cipher list.")),
     "client_tls13_ciphers": SettingDoc(CLIENT_TLS, (
-        "In PgBouncer, the cipher suites offered to clients for TLS 1.3.")),
+        "The TLS 1.3 cipher suites offered to clients, OpenSSL's names separated by `:`; "
+        "empty: OpenSSL's defaults. Python's `ssl` module cannot set them, so pgtarn sets them "
+        "on the context's OpenSSL object through `ctypes` (CPython only; elsewhere a value is "
+        "a clear error).")),
     "client_tls_ecdhcurve": SettingDoc(CLIENT_TLS, (
         "The elliptic curve for ECDH key exchange with clients: `auto` (OpenSSL's choice) or a "
         "curve name.")),
@@ -133,7 +146,8 @@ DOCS: dict[str, SettingDoc] = {
         "The ciphers used towards PostgreSQL for TLS 1.2 and older, as "
         "`client_tls_ciphers`.")),
     "server_tls13_ciphers": SettingDoc(SERVER_TLS, (
-        "In PgBouncer, the cipher suites used towards PostgreSQL for TLS 1.3.")),
+        "The TLS 1.3 cipher suites used towards PostgreSQL, OpenSSL's names separated by "
+        "`:`; empty: OpenSSL's defaults. Set as `client_tls13_ciphers` is.")),
     # --- network and DNS -----------------------------------------------------------------------
     "listen_backlog": SettingDoc(NETWORK, (
         "The length of the kernel's queue of connections not yet accepted, for each listening "

@@ -61,7 +61,10 @@ SHOWS: dict[str, ShowDoc] = {
     "config": ShowDoc("A row per `[pgbouncer]` setting: its value in force, its default and "
                       "whether RELOAD or SET may change it."),
     "version": ShowDoc("PgBouncer's version line, with pgtarn's version and build in "
-                       "parentheses, for the tools that parse it."),
+                       "parentheses, for the tools that parse it: `PgBouncer 1.25.2 (pgtarn "
+                       "x.y.z, compiled)`. `pgtarn --version` prints the same line first "
+                       "when its output is piped, and pgtarn's own line first on a "
+                       "terminal."),
     "prepared_statements": ShowDoc("A row per shared prepared statement (transaction and "
                                    "statement mode).", pgtarn_only=True),
     "listeners": ShowDoc("A row per channel that the clients of a pool listen to through its "

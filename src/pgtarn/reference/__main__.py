@@ -1,4 +1,5 @@
-"""`python -m pgtarn.reference [--check] [DIR]`: write the reference pages (or check them)."""
+"""`python -m pgtarn.reference [--check] [DIR] [--man PATH]`: write the reference pages and
+the man page (or check that they are up to date)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from . import man
 from .pages import PAGES, stale, write
 
 
@@ -14,17 +16,26 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Generate docs/reference/ from the code.")
     parser.add_argument("directory", nargs="?", default="docs/reference", type=Path,
                         help="where the pages go (default: docs/reference)")
+    parser.add_argument("--man", default="contrib/pgtarn.1", type=Path, metavar="PATH",
+                        help="where the man page pgtarn(1) goes (default: contrib/pgtarn.1)")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if a page is not up to date")
     args = parser.parse_args(argv)
+    man_page = man.render()
+    man_stale = not args.man.exists() or args.man.read_text(encoding="utf-8") != man_page
     if args.check:
-        old = stale(args.directory)
-        for name in old:
-            print(f"{args.directory / name}: out of date; run python -m pgtarn.reference")
+        old = [args.directory / name for name in stale(args.directory)]
+        old += [args.man] if man_stale else []
+        for path in old:
+            print(f"{path}: out of date; run python -m pgtarn.reference")
         return 1 if old else 0
     for name in write(args.directory):
         print(f"wrote {args.directory / name}")
-    print(f"{len(PAGES)} pages up to date")
+    if man_stale:
+        args.man.parent.mkdir(parents=True, exist_ok=True)
+        args.man.write_text(man_page, encoding="utf-8")
+        print(f"wrote {args.man}")
+    print(f"{len(PAGES)} pages and the man page up to date")
     return 0
 
 

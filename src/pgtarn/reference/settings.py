@@ -67,14 +67,14 @@ def default_of(setting: Setting) -> str:
 def _origin(setting: Setting, differs: str) -> str:
     if setting.pgtarn_only:
         return "pgtarn's own"
-    if _not_applied(setting.name):
+    if not_applied(setting.name):
         return "PgBouncer's; pgtarn reads it and does not act on it"
     if differs:
         return f"PgBouncer's, with a difference: {differs}"
     return "PgBouncer's, same meaning"
 
 
-def _not_applied(name: str) -> str:
+def not_applied(name: str) -> str:
     """Why a setting is read and not acted on (configfile.NOT_APPLIED), or ""."""
     why = configfile.NOT_APPLIED.get(name)
     if why is None:
@@ -93,7 +93,7 @@ def _setting(name: str) -> list[str]:
         lines.append("- **Also read as**: " + ", ".join(code(o) for o in old)
                      + " (deprecated, with a warning)")
     lines += ["", doc.text]
-    why = _not_applied(name)
+    why = not_applied(name)
     if why:
         lines += ["", f"**Read, not applied by pgtarn**: {why}."]
     return [*lines, ""]
@@ -115,7 +115,7 @@ def _summary(groups: Mapping[str, list[str]]) -> list[str]:
             setting = SETTINGS[name]
             origin = ("pgtarn" if setting.pgtarn_only
                       else "PgBouncer, differs" if DOCS[name].differs else "PgBouncer")
-            if _not_applied(name):
+            if not_applied(name):
                 origin += ", not applied"
             default = default_of(setting) if len(setting.format(setting.default)) <= 40 \
                 else "(long, see below)"

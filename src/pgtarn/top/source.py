@@ -12,7 +12,6 @@ from psycopg.rows import dict_row
 
 from .model import Row, Sample, buckets_from_metrics
 
-DEFAULT_CONNINFO = "host=/tmp port=6432 dbname=pgbouncer user=pgbouncer"
 METRICS_TIMEOUT = 2.0
 
 

@@ -56,9 +56,14 @@ def test_metrics_page_lists_each_family_with_its_exposed_name_and_labels() -> No
 
 def test_check_flags_a_stale_page_and_writing_fixes_it(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--check", str(tmp_path)]) == 1
+    args = [str(tmp_path), "--man", str(tmp_path / "man" / "pgtarn.1")]
+    assert main(["--check", *args]) == 1
     assert "out of date" in capsys.readouterr().out
-    assert main([str(tmp_path)]) == 0
-    assert main(["--check", str(tmp_path)]) == 0
+    assert main(args) == 0
+    assert main(["--check", *args]) == 0
     (tmp_path / "metrics.md").write_text("edited by hand\n", encoding="utf-8")
-    assert main(["--check", str(tmp_path)]) == 1
+    assert main(["--check", *args]) == 1
+    assert main(args) == 0
+    (tmp_path / "man" / "pgtarn.1").write_text("edited by hand\n", encoding="utf-8")
+    assert main(["--check", *args]) == 1
+    assert "pgtarn.1: out of date" in capsys.readouterr().out
