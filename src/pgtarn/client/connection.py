@@ -376,7 +376,7 @@ def route_cancel(runtime: Runtime, key: tuple[int, int], done: Callable[[], None
         runtime.peers.forward(key, runtime.config, runtime.spawn, done)
     elif runtime.forward_cancel is not None:  # a client still on the old process (--reboot)
         runtime.forward_cancel(key)
-        done()  # (no answer comes back: see README, "Cancel requests")
+        done()  # (no answer comes back: see docs/clients.md, "Cancel requests")
     elif peer_id:  # ours but unknown: dropped (and logged)
         runtime.peers.forward(key, runtime.config, runtime.spawn, done)
     else:
