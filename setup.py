@@ -48,6 +48,7 @@ COMPILED = [
     "pgtarn/session/tracking.py",
     "pgtarn/net/transport.py",
     "pgtarn/net/sending.py",
+    "pgtarn/server/linked.py",
     "pgtarn/server/transport.py",
     "pgtarn/client/extras.py",
     "pgtarn/client/access.py",

@@ -23,7 +23,7 @@ from ..proto.client_login import ClientLogin
 from ..proto.framing import shared_scanner
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
-from ..server.transport import LinkedClient
+from ..server.linked import LinkedClient
 from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
