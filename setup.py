@@ -61,7 +61,7 @@ COMPILED = [
     "pgtarn/client/listening.py",
     "pgtarn/client/link.py",
     "pgtarn/client/relay.py",
-    "pgtarn/client/admission.py",
+    "pgtarn/client/login.py",
     "pgtarn/client/connection.py",
 ]
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import time
+from collections.abc import Callable
 from sys import intern
 from time import monotonic
 from typing import Final, cast
@@ -19,7 +21,6 @@ from ..net.tls import TlsTransport
 from ..pool.pool import Pool
 from ..pool.split import ClientRoute
 from ..proto import build
-from ..proto.client_login import ClientLogin
 from ..proto.framing import shared_scanner
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
@@ -51,14 +52,16 @@ _WATCH_NOTHING: frozenset[int] = frozenset()
 class ClientTransport(LinkedClient[ServerConnection]):
     """An application connection's fields and its asyncio glue (the base of ClientConnection).
 
-    Thousands of these may sit idle: no per-instance dict. The fields of every part of the
-    connection (relay, link, login) are declared here, in one __slots__.
+    Thousands of these may sit idle: no per-instance dict. The fields of the relay chain
+    (tracking, link, relay) are declared here, in one __slots__; the parts the connection
+    owns (its login, its LISTEN state, its extras) are objects of their own, held in one
+    field each and made when needed.
     """
 
-    __slots__ = ("admin_login", "cancel_key", "created_at", "database", "db", "expected",
+    __slots__ = ("cancel_key", "created_at", "database", "db", "expected",
                  "extras", "follows_statements", "framer", "id", "idle_since", "joined",
-                 "last_request", "listen", "listen_wait", "listening", "local_admin",
-                 "login", "looked_up", "open_batch", "params", "peer_host", "peer_port",
+                 "last_request", "listen", "listen_wait", "listening",
+                 "open_batch", "params", "peer_host", "peer_port",
                  "pending", "pending_size", "pinned", "pool", "query_start", "route",
                  "runtime", "scanner", "send_state", "server", "session", "session_mode", "state",
                  "statement_mode", "tracked", "transport",
@@ -99,13 +102,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: leaves. (A count, where a pool's container of its clients took a dict entry per
         #: client: the runtime's index, Runtime.clients, holds every client already.)
         self.joined = False
-        #: The admin console's own OS user over the unix socket (it logs in as admin); the
-        #: secret came from auth_query (forgotten when the password fails, asked again next
-        #: time).
-        self.local_admin = False
-        self.looked_up = False
-        #: It asked for the admin console (db stays None; for another database it is set).
-        self.admin_login = False
         self.runtime = runtime
         self.id = next(runtime.ids)
         self.state = ClientState.STARTUP
@@ -119,8 +115,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.peer_port = 0
         self.user = ""
         self.database = ""
-        #: The login's state machine, until the welcome.
-        self.login: ClientLogin | None = ClientLogin()
         #: The relay's, lent at the welcome (relay.py, _start_relay; see MessageScanner.kept).
         self.scanner = shared_scanner(_WATCH_NOTHING)
         self.pool: Pool[ServerConnection] | None = None
@@ -286,11 +280,11 @@ class ClientTransport(LinkedClient[ServerConnection]):
         credentials = peer_credentials(self.transport)
         return 0 if credentials is None else credentials[0]
 
-    def _peer_os_user(self) -> str | None:
+    def peer_os_user(self) -> str | None:
         uid = self._peer_uid()
         return os_user_name(uid) if uid is not None else None
 
-    def _same_os_user(self) -> bool:
+    def same_os_user(self) -> bool:
         """A unix-socket peer running as the same OS user as this process."""
         return self._peer_uid() == os.getuid()
 
@@ -307,6 +301,19 @@ class ClientTransport(LinkedClient[ServerConnection]):
                 tune(transport, False, options)
         else:
             self.peer_host = "unix"
+
+    def wrap_tls(self, context: ssl.SSLContext, received: bytes, binding: bytes | None,
+                 on_ready: Callable[[], None],
+                 on_failed: Callable[[Exception], None]) -> TlsTransport:
+        """The client asked for TLS: a TlsTransport over its transport is its transport from
+        now on (received: bytes of the handshake read already)."""
+        raw = self.transport
+        assert raw is not None
+        tls = TlsTransport(raw, context, self, server_side=True, received=received,
+                           on_ready=on_ready, on_failed=on_failed, binding=binding)
+        self.transport = tls
+        self.send_state = SEND_NEVER  # (writes go through the TLS layer now)
+        return tls
 
     @property
     def addr(self) -> str:
