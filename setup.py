@@ -51,6 +51,7 @@ COMPILED = [
     "pgtarn/server/linked.py",
     "pgtarn/server/transport.py",
     "pgtarn/client/extras.py",
+    "pgtarn/client/parsers.py",
     "pgtarn/client/access.py",
     "pgtarn/runtime.py",
     "pgtarn/server/relay.py",

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..config import DatabaseEntry
 from ..errors import PgtarnError
 from ..net.tls import TlsTransport
+from ..pool.pool import Pool
 from ..runtime import Runtime
+from ..server.connection import ServerConnection
+from ..session.tracking import SessionTracker
 from ..states import ClientState
 
 
@@ -74,3 +77,50 @@ class LoginClient(Protocol):
     def cancel_request(self, key: tuple[int, int]) -> None:
         """The connection was a CancelRequest for the client with key."""
 
+
+
+class ListenClient(Protocol):
+    """What a client's LISTEN state (listening.py) needs of its connection: the stream's
+    count of ReadyForQuery owed, the session state its LISTENs change, writes and close."""
+
+    runtime: Runtime
+    state: ClientState
+    #: ReadyForQuery the client is owed (a reply answered here is one of them).
+    expected: int
+    #: Its ReadyForQuery need a look from the LISTEN state (replies owed, notifications).
+    listening: bool
+    #: Its session state is tracked (only then are LISTENs answered here).
+    tracked: bool
+    #: Its socket buffer is full: notifications wait.
+    write_paused: bool
+
+    @property
+    def server(self) -> ServerConnection | None: ...
+
+    @property
+    def pool(self) -> Pool[ServerConnection] | None: ...
+
+    @property
+    def session(self) -> SessionTracker | None: ...
+
+    @property
+    def pending(self) -> Sequence[object]:
+        """What the client sent that waits for a server."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close_flushing(self, error: PgtarnError, grace: float) -> None: ...
+
+    def _close_after(self, server: ServerConnection | None, error: PgtarnError) -> None:
+        """Close with error, or just close when server's reply went out only in part."""
+
+    def _session_made(self) -> SessionTracker: ...
+
+    def _session_ready(self, status: bytes) -> bool:
+        """A ReadyForQuery with status ends a batch of the session (False: it closed)."""
+
+    def _status_now(self) -> bytes:
+        """The transaction status the client's next statement runs in."""
+
+    def _send_pending(self) -> None:
+        """What waited behind a withheld ReadyForQuery goes to a server now."""

@@ -31,7 +31,8 @@ from ..session.tracking import SessionTracker
 from ..states import ClientState
 from ..views import ClientView
 from .access import os_user_name, peer_credentials
-from .extras import NO_CHANNELS, ClientExtras, ClientListen
+from .extras import ClientExtras
+from .listening import NO_CHANNELS, ClientListen
 
 log = logging.getLogger("pgtarn.client")
 
@@ -60,7 +61,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
 
     __slots__ = ("cancel_key", "created_at", "database", "db", "expected",
                  "extras", "follows_statements", "framer", "id", "idle_since", "joined",
-                 "last_request", "listen", "listen_wait", "listening",
+                 "last_request", "listen", "listening",
                  "open_batch", "params", "peer_host", "peer_port",
                  "pending", "pending_size", "pinned", "pool", "query_start", "route",
                  "runtime", "scanner", "send_state", "server", "session", "session_mode", "state",
@@ -87,10 +88,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.open_batch = False
         #: It parsed the unnamed statement and bound no portal to it yet (relay.py).
         self.unnamed_unbound = False
-        #: Some of its channels are not confirmed by the listener connection yet; its
-        #: LISTEN state (listen) may need a look at a ReadyForQuery (one check on the hot
-        #: path).
-        self.listen_wait = False
+        #: Its LISTEN state (listen) needs a look at a ReadyForQuery: replies owed, channels
+        #: not confirmed yet, notifications queued (one check on the hot path).
         self.listening = False
         #: The client's socket buffer is full (pause_writing): notifications wait.
         self.write_paused = False
@@ -231,23 +230,15 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self._extras_made().last_server = server
 
     def _listen_made(self) -> ClientListen:
-        """Its LISTEN state, made now if it had none."""
-        listen = self.listen
-        if listen is None:
-            listen = self.listen = ClientListen()
-        return listen
+        """Its LISTEN state, made now if it had none (by ClientLink, which has all that the
+        state asks of its connection: interfaces.ListenClient)."""
+        raise NotImplementedError
 
     @property
     def subscribed(self) -> frozenset[str]:
         """The channels the pool's board has for it."""
         listen = self.listen
         return NO_CHANNELS if listen is None else listen.subscribed
-
-    @property
-    def withheld(self) -> bytes:
-        """A ReadyForQuery withheld for the listener connection (b"": none)."""
-        listen = self.listen
-        return b"" if listen is None else listen.withheld
 
     # Derived when asked (SHOW CLIENTS, a log line, a handover), not kept per client: a few
     # thousand idle clients each hold a field less for each.
@@ -391,6 +382,13 @@ class ClientTransport(LinkedClient[ServerConnection]):
         runtime.logins.discard(self)
         runtime.admin_clients.discard(self)
         self._leave_pool()
+        self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        """Out of its pool's board, what it did not get dropped (listening.py)."""
+        listen = self.listen
+        if listen is not None:
+            listen.stop()
 
     def join_pool(self, pool: Pool[ServerConnection]) -> None:
         """Logged in to pool: counted in it (logged_in) until it leaves."""
@@ -418,6 +416,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
     # --- flow control: a slow reader stops its peer from reading ------------------------------
 
     def pause_writing(self) -> None:
+        self.write_paused = True
         server = self.server
         if server is not None:
             server.pause_reading()
@@ -425,11 +424,15 @@ class ClientTransport(LinkedClient[ServerConnection]):
             self.admin.writable(False)
 
     def resume_writing(self) -> None:
+        self.write_paused = False
         server = self.server
         if server is not None:
             server.resume_reading()
         elif self.admin is not None:
             self.admin.writable(True)
+        listen = self.listen
+        if listen is not None:
+            listen.release_notifications()
 
     def pause_reading(self) -> None:
         """The linked server's PostgreSQL reads too slowly: stop reading this client."""
