@@ -51,8 +51,10 @@ COMPILED = [
     "pgtarn/session/tracking.py",
     "pgtarn/net/transport.py",
     "pgtarn/net/sending.py",
+    "pgtarn/server/linked.py",
     "pgtarn/server/transport.py",
     "pgtarn/client/extras.py",
+    "pgtarn/client/parsers.py",
     "pgtarn/client/access.py",
     "pgtarn/runtime.py",
     "pgtarn/server/relay.py",
@@ -63,7 +65,7 @@ COMPILED = [
     "pgtarn/client/listening.py",
     "pgtarn/client/link.py",
     "pgtarn/client/relay.py",
-    "pgtarn/client/admission.py",
+    "pgtarn/client/login.py",
     "pgtarn/client/connection.py",
 ]
 

@@ -10,14 +10,15 @@ pool (link.py). Before a server is linked, the client's tracked parameters that 
 that server are SET in front of the client's own bytes, and their replies are swallowed, so
 no round trip is added.
 
-The login is a sans-IO state machine (proto/client_login.py): bytes in, events out. This
-file acts on its events: the TLS wrap, a PAM or LDAP check (passcheck.py), then, once the
-client authenticated, the pool or the admin console. Who may log in and against which secret
-(the limits, the database, access rules, auth_query) is admission.py's.
+The login is its own part (login.py, ClientLoginDriver): it drives the sans-IO machine
+(proto/client_login.py) from the first packet until the client authenticated, then hands
+over to this class (authenticated): the pool or the admin console, and the welcome, after
+which the part is dropped. The LISTEN state is another part (listening.py), made at first
+use.
 
-The class is assembled from ClientTransport (transport.py: fields and asyncio glue),
-ClientLink (link.py), ClientRelay (relay.py) and ClientAdmission (admission.py), one job per
-file; this file adds the rest of the login.
+The relay chain is assembled from ClientTransport (transport.py: fields and asyncio glue),
+ClientTracking (tracking.py), ClientLink (link.py) and ClientRelay (relay.py), one job per
+file; this file adds accept, the welcome and close.
 """
 
 from __future__ import annotations
@@ -26,34 +27,22 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final, NoReturn, assert_never, cast
+from typing import Final, NoReturn, cast
 
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
-from ..errors import AuthFailed, PgtarnError
+from ..errors import PgtarnError
 from ..net.sending import SEND_NEVER
-from ..net.tls import ALPN, TlsTransport
 from ..pool.pool import Pool
 from ..pool.split import ClientRoute
 from ..proto import build
 from ..proto.cancelkey import as_issued, peer_of, worker_of
-from ..proto.client_login import (
-    Authenticated,
-    CancelRequested,
-    CheckPassword,
-    ClientLogin,
-    Close,
-    Event,
-    Failed,
-    Send,
-    StartupReceived,
-    TlsRequested,
-)
+from ..proto.client_login import ClientLogin
 from ..runtime import Coordinator, Runtime
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, request_replication
 from ..states import READY_STATE, ClientState
-from .admission import ClientAdmission
-from .passcheck import check_password
+from .login import ClientLoginDriver, tracked_names
+from .relay import ClientRelay
 from .transport import NO_KEY
 
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
@@ -63,10 +52,15 @@ log = logging.getLogger("pgtarn.client")
 READY_FOR_QUERY_LEN = 6
 
 
-class ClientConnection(ClientAdmission):
+class ClientConnection(ClientRelay):
     """One application connection (see the module docstring)."""
 
-    __slots__ = ()
+    __slots__ = ("login",)
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__(runtime)
+        #: Its login until the welcome (None from then on, or once the client is gone).
+        self.login: ClientLoginDriver | None = ClientLoginDriver(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -82,6 +76,7 @@ class ClientConnection(ClientAdmission):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.send_state = SEND_NEVER  # its socket closes once this returns
+        self.login = None  # (a login that goes on no more; it holds the client: a cycle)
         runtime = self.runtime
         if self.state is ClientState.CLOSED and not runtime.has_client(self):
             return
@@ -142,100 +137,26 @@ class ClientConnection(ClientAdmission):
                 self.pool.stats.received += len(data)
                 server.write(data)
             elif self.login is not None and self.state is not ClientState.CLOSED:
-                self._act(self.login, self.login.receive_data(data))
+                self.login.receive(data)
         except PgtarnError as error:
             self.close(error)
 
-    # --- the login: the machine (proto/client_login.py) decides, this side acts ---------------
+    # --- the login's end: the pool or the admin console, then the welcome --------------------
 
-    def _act(self, login: ClientLogin, events: list[Event]) -> None:
-        """Do what the login machine asks, in order."""
-        for index, event in enumerate(events):
-            match event:
-                case Send(data):
-                    if index + 1 < len(events) and isinstance(events[index + 1], Authenticated):
-                        continue  # AuthenticationOk: _authenticated sends it
-                    self.write(data)
-                case StartupReceived(startup):
-                    self._startup_received(login, startup)
-                case Authenticated(scram_keys):
-                    last = events[index - 1] if index else None
-                    self._authenticated(login, scram_keys,
-                                        last.data if isinstance(last, Send) else b"")
-                case Failed(error, response):
-                    if isinstance(error, AuthFailed):
-                        if self.looked_up:  # maybe changed
-                            self.runtime.forget_secret(self.user)
-                        self.login_failed()
-                    self.close(error, response)
-                case TlsRequested(direct):
-                    self._tls_requested(login, direct)
-                case CancelRequested(key):
-                    self._cancel_request(key)
-                case CheckPassword():  # PAM or an LDAP server (passcheck.py)
-                    check_password(self, login, event, self._act)
-                case Close(reason):
-                    if reason:
-                        self.close_reason = reason  # logged when the connection is lost
-                    self.close()
-                case _:
-                    assert_never(event)
-
-    def _tls_requested(self, login: ClientLogin, direct: bool) -> None:
-        """Go on over TLS if it is offered here (not over a unix socket)."""
-        context = self.runtime.client_tls
-        raw = self.transport
-        if context is None or self.addr == "unix" or raw is None:
-            self._act(login, login.refuse_tls())
-            return
-        start = login.accept_tls()
-        if start.reply:
-            self.write(start.reply)
-        binding = self.runtime.client_tls_binding
-        tls = TlsTransport(raw, context, self, server_side=True, received=start.received,
-                           on_ready=lambda: self._tls_ready(direct), on_failed=self._tls_failed,
-                           binding=binding)
-        self.transport = tls
-        self.send_state = SEND_NEVER
-        login.tls_started(binding)
-        tls.start()
-
-    def _tls_ready(self, direct: bool) -> None:
-        tls = self.tls
-        assert tls is not None
-        if direct and tls.ssl_object.selected_alpn_protocol() != ALPN:
-            # as PostgreSQL 17: direct TLS only with ALPN, so it cannot be mistaken for
-            # another protocol's TLS
-            self.close(PgtarnError(
-                "received direct SSL connection request without ALPN protocol negotiation "
-                "extension", sqlstate="08P01"))
-
-    def _tls_failed(self, exc: Exception) -> None:
-        self.close_reason = f"TLS failed: {exc}"
-        if self.runtime.config.log_connections:
-            log.info("%r TLS failed: %s", self, exc)
-
-    def admin_role(self) -> str | None:
-        """The admin console role its login gets: "admin", "stats" or None (refused)."""
-        config = self.runtime.config
-        user = self.user
-        if self.local_admin or user in config.admin_users:
-            return "admin"
-        if user in config.stats_users:
-            return "stats"
-        return None
-
-    def _authenticated(self, login: ClientLogin, scram_keys: tuple[bytes, bytes] | None,
-                       auth_ok: bytes) -> None:
-        """auth_ok: the exchange's last message, ending in AuthenticationOk, not sent yet: it
-        goes out with the welcome in one write (one system call fewer per login) when the
-        pool knows its parameters already, else first and alone."""
+    def authenticated(self, scram_keys: tuple[bytes, bytes] | None, auth_ok: bytes) -> None:
+        """The login's password exchange succeeded (LoginClient). auth_ok: the exchange's
+        last message, ending in AuthenticationOk, not sent yet: it goes out with the welcome
+        in one write (one system call fewer per login) when the pool knows its parameters
+        already, else first and alone."""
+        driver = self.login
+        assert driver is not None
+        login = driver.machine
         if self.db is None:
-            if not self.admin_login:  # as PgBouncer: told only to who authenticated
-                self.login_failed()
+            if not driver.admin_login:  # as PgBouncer: told only to who authenticated
+                driver.login_failed()
                 raise PgtarnError(f"no such database: {self.database}", sqlstate="3D000")
             self.write(auth_ok)
-            self._admin_ready(login)
+            self._admin_ready(driver)
             return
         self.runtime.logins.discard(self)
         registry = self.runtime.registry
@@ -290,9 +211,10 @@ class ClientConnection(ClientAdmission):
             return data[:-READY_FOR_QUERY_LEN] + notice + data[-READY_FOR_QUERY_LEN:]
         return welcome.data
 
-    def _admin_ready(self, login: ClientLogin) -> None:
+    def _admin_ready(self, driver: ClientLoginDriver) -> None:
         """Logged in to the admin console: welcome, then commands."""
-        role = self.admin_role()
+        login = driver.machine
+        role = driver.admin_role()
         if role is None:
             # After authentication, so that the refusal says nothing about the password.
             raise PgtarnError("not allowed: not in admin_users or stats_users",
@@ -311,16 +233,17 @@ class ClientConnection(ClientAdmission):
     def welcome_ready(self, auth_ok: bytes = b"") -> None:
         """The pool knows the server's parameters: finish this client's login (auth_ok: the
         end of the authentication exchange, to send first, uncounted as before the pool)."""
-        pool, login = self.pool, self.login
-        assert pool is not None and pool.welcome is not None and login is not None
+        pool, driver = self.pool, self.login
+        assert pool is not None and pool.welcome is not None and driver is not None
+        login = driver.machine
         startup_settings = login.startup_settings
-        welcome = self._welcome(login, pool.welcome, self.tracked_names(),
+        welcome = self._welcome(login, pool.welcome, tracked_names(self.runtime.config),
                                 self.runtime.reported_forms)
         self.state = ClientState.READY
         self.join_pool(pool)
         self.idle_since = monotonic()
         self._start_relay()
-        if startup_settings:  # refused at _authenticated unless the session is tracked
+        if startup_settings:  # refused at authenticated unless the session is tracked
             self._start_with_settings(startup_settings)
         self._send_auth_ok(auth_ok, welcome)
 
@@ -336,17 +259,17 @@ class ClientConnection(ClientAdmission):
     def replication_ready(self, server: ReplicationServer, leftover: bytes) -> None:
         """This replication client's own server logged in: welcome with its parameters,
         then every byte passes as it is, both ways, until either side leaves."""
-        login, pool = self.login, self.pool
-        if self.state is not ClientState.WELCOME or login is None or pool is None:
+        driver, pool = self.login, self.pool
+        if self.state is not ClientState.WELCOME or driver is None or pool is None:
             server.release_from(self, False, None)
             return
-        welcome = self._welcome(login, server.params, self.tracked_names())
+        welcome = self._welcome(driver.machine, server.params, tracked_names(self.runtime.config))
         self.state = ClientState.REPLICATION
         server.client = self
         self.join_pool(pool)
         self.write(welcome + leftover)
 
-    def _cancel_request(self, key: tuple[int, int]) -> None:
+    def cancel_request(self, key: tuple[int, int]) -> None:
         """Forward a CancelRequest (route_cancel); this connection ends when the cancel has."""
         self.leave_containers()  # all of it: connection_lost returns early for it, CLOSED
         self.state = ClientState.CLOSED

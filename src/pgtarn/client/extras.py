@@ -1,52 +1,15 @@
 """The parts of a client's state that few clients have, each made at its first use.
 
-Thousands of clients may sit idle, and a field costs each of them 8 bytes: what only a
-listener, an admin session, a replication connection or statement mode needs
-lives in these, and an idle client that needs none of it holds none of them.
+Thousands of clients may sit idle, and a field costs each of them 8 bytes: what only an
+admin session, a replication connection or a client with session settings needs lives in
+ClientExtras, and an idle client that needs none of it holds none. (A LISTEN state is a
+part of its own, listening.py's ClientListen, made the same way.)
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..admin.console import AdminSession
 from ..server.connection import ServerConnection
-from ..session.effects import Parsed
-
-#: Shared by every client that listens to nothing (an empty frozenset is not a singleton).
-NO_CHANNELS: frozenset[str] = frozenset()
-
-
-class ClientListen:
-    """A tracked client's LISTEN state (listening.py): made at its first LISTEN, reply owed
-    or notification, as most clients never listen and thousands of idle ones then hold none
-    of these fields."""
-
-    __slots__ = ("answers", "held_batch", "local_statements", "notify_queue", "subscribed",
-                 "withheld")
-
-    def __init__(self) -> None:
-        #: LISTEN/UNLISTEN batches answered by pgtarn: [ReadyForQuery owed before its reply,
-        #: its subscriptions, its replies (None: a CommandComplete per subscription), whether
-        #: a ReadyForQuery ends it], oldest first.
-        self.answers: list[list[Any]] = []
-        #: Its statements of LISTEN/UNLISTEN that pgtarn answers (extended protocol), by name.
-        self.local_statements: dict[bytes, Parsed] | None = None
-        #: The channels the pool's board has for this client (whether some of them are not
-        #: confirmed by the listener connection yet is the client's `listen_wait`).
-        self.subscribed = NO_CHANNELS
-        #: The ReadyForQuery withheld until they are (b"": none).
-        self.withheld = b""
-        #: The start of an extended-protocol batch pgtarn may answer (LISTEN), not whole yet:
-        #: the relay puts it before the next chunk (listening.py, _local_batches).
-        self.held_batch = b""
-        #: Notifications waiting to go out.
-        self.notify_queue: list[bytes] = []
-
-    def holds_anything(self) -> bool:
-        """Something owed, held, queued or subscribed (a takeover waits for none)."""
-        return bool(self.answers or self.local_statements or self.subscribed or self.withheld
-                    or self.held_batch or self.notify_queue)
 
 
 class ClientExtras:

@@ -7,6 +7,7 @@ import time
 from typing import Final
 
 from ..errors import PgtarnError
+from ..net.sending import SEND_NEVER
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.parameters import has_rule
@@ -14,8 +15,9 @@ from ..server.connection import ServerConnection
 from ..session.effects import Kind
 from ..session.tracking import CLOSE_AFTER, NO_SETTINGS
 from ..states import READY_STATE
-from .listening import READY, ClientListening
-from .tracking import load_readonly
+from .listening import READY, ClientListen
+from .parsers import load_readonly
+from .tracking import ClientTracking
 from .transport import NO_PENDING, PendingParts
 
 log = logging.getLogger("pgtarn.client")
@@ -43,7 +45,7 @@ WAIT_NOTICE: Final = build.error_response(  # PgBouncer's words: alerting matche
 )
 
 
-class ClientLink(ClientListening):
+class ClientLink(ClientTracking):
     """Link and unlink: the pool lends a server, ReadyForQuery may end the loan, and a client
     that leaves hands its server back clean (or closes it mid-query)."""
 
@@ -194,16 +196,41 @@ class ClientLink(ClientListening):
         if listen is not None and listen.answers:
             for entry in listen.answers:
                 entry[0] -= 1
-            out += self._answers_due(status)
+            out += listen.answers_due(status)
             if self.state is not READY_STATE:
                 return b""
         if not self.expected and self._link_ends(server, status) == b"":
             return b""
-        out = self._after_reply(out, status)
         listen = self.listen
-        self.listening = self.listen_wait or (
-            listen is not None and bool(listen.answers or listen.notify_queue))
+        if listen is None:
+            self.listening = False
+            return out
+        out = listen.after_reply(out, status)
+        self.listening = listen.wait or bool(listen.answers or listen.notify_queue)
         return out
+
+    # --- the LISTEN state (listening.py), a part of its own --------------------------------------
+
+    def _listen_made(self) -> ClientListen:
+        listen = self.listen
+        if listen is None:
+            listen = self.listen = ClientListen(self)
+        return listen
+
+    def _session_ready(self, status: bytes) -> bool:
+        if not super()._session_ready(status):
+            return False
+        session = self.session
+        assert session is not None
+        committed = session.state.committed_subscriptions()
+        if committed is not self.subscribed:
+            listen = self.listen
+            if listen is None:
+                if not committed:  # none before, none now (and no state made for it)
+                    return True
+                listen = self._listen_made()
+            listen.subscribe(committed)
+        return True
 
     def _link_ends(self, server: ServerConnection, status: bytes) -> bytes | None:
         """Nothing more is owed: end the link if the mode says so (None: ReadyForQuery goes
@@ -309,6 +336,18 @@ class ClientLink(ClientListening):
             return
         self._close_after(server, PgtarnError(
             "server connection crashed or was terminated", sqlstate="08006", severity="FATAL"))
+
+    def _close_after(self, server: ServerConnection | None, error: PgtarnError) -> None:
+        """Close with error, unless server's reply was relayed only in part: an ErrorResponse
+        in the middle of a message would corrupt the stream, so then just close."""
+        if server is not None and not server.scanner.at_boundary:
+            self.close_reason = error.message
+            self.send_state = SEND_NEVER
+            if self.transport is not None:
+                self.transport.abort()  # half a message sent: nothing more is worth flushing
+            self.leave_containers()
+            return
+        self.close(error)
 
     def _drop_server(self) -> None:
         """The client is gone: never hand a server back mid-transaction."""

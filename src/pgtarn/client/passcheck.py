@@ -16,19 +16,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import lru_cache, partial
+from typing import Protocol
 
 from ..auth.ldap import LdapOptions, parse_ldap_options
 from ..auth.pam import PamResult, PamUnavailable, authenticate
 from ..errors import AuthFailed, PgtarnError
 from ..net.authpool import AuthPool, PoolFull
 from ..net.ldapcheck import Outcome, check_ldap_password
-from ..proto.client_login import CheckPassword, ClientLogin, Event
+from ..proto.client_login import CheckPassword
 from ..runtime import CONFIG_ERROR, Runtime
 from ..states import ClientState
 from .access import peer_address
-from .transport import ClientTransport
+from .interfaces import LoginClient
 
-__all__ = ["LDAP_CHECK_TIMEOUT", "auth_pool", "check_password", "ldap_options_for"]
+__all__ = ["LDAP_CHECK_TIMEOUT", "PasswordWait", "auth_pool", "check_password",
+           "ldap_options_for"]
 
 log = logging.getLogger("pgtarn.client")
 
@@ -39,7 +41,6 @@ LDAP_CHECK_TIMEOUT = 30.0
 #: The methods checked here, by their names in messages.
 _NAMES = {"pam": "PAM", "ldap": "LDAP"}
 
-GoOn = Callable[[ClientLogin, list[Event]], None]
 #: A check's result: PAM's or LDAP's answer, what the check raised, or None (no answer in time).
 Result = PamResult | Outcome | BaseException | None
 
@@ -51,19 +52,33 @@ def _failed(method: str) -> AuthFailed:
                       severity="FATAL")
 
 
-def check_password(client: ClientTransport, login: ClientLogin, event: CheckPassword,
-                   go_on: GoOn) -> None:
-    """Check the password of CheckPassword as its method says, then go on with the login
-    (go_on: the caller's handler of the login machine's events)."""
+class PasswordWait(Protocol):
+    """The login a check is for (login.ClientLoginDriver)."""
+
+    @property
+    def client(self) -> LoginClient: ...
+
+    def waiting(self) -> bool:
+        """Still its client's login, still authenticating: the verdict is wanted."""
+
+    def password_checked(self, error: PgtarnError | None) -> None:
+        """The verdict (None: the password is right); the login goes on or fails with it
+        (PgtarnError: its next steps refused it)."""
+
+
+def check_password(login: PasswordWait, event: CheckPassword) -> None:
+    """Check the password of CheckPassword as its method says, then hand the verdict to
+    the login."""
+    client = login.client
     try:
         check, timeout = _check_for(client, event)
     except PgtarnError as error:
-        go_on(login, login.password_checked(error))
+        login.password_checked(error)
         return
-    client.runtime.spawn(_run(client, login, event, check, timeout, go_on))
+    client.runtime.spawn(_run(login, event, check, timeout))
 
 
-def _check_for(client: ClientTransport, event: CheckPassword
+def _check_for(client: LoginClient, event: CheckPassword
                ) -> tuple[Callable[[], Result], float | None]:
     """The blocking call that checks event's password and how long the login waits for it;
     PgtarnError when the login ends without a check."""
@@ -90,7 +105,7 @@ def _configured(text: str) -> LdapOptions:
     return parse_ldap_options(text)
 
 
-def ldap_options_for(client: ClientTransport) -> LdapOptions:
+def ldap_options_for(client: LoginClient) -> LdapOptions:
     """The LDAP options of this client's login, whose method is ldap: auth_ldap_options, or
     its pg_hba.conf rule's, matched again on the same facts (after a RELOAD, the new rules
     decide, as for a login that starts then; a rule that is no longer ldap refuses)."""
@@ -130,8 +145,9 @@ def auth_pool(runtime: Runtime) -> AuthPool:
     return pool
 
 
-async def _run(client: ClientTransport, login: ClientLogin, event: CheckPassword,
-               check: Callable[[], Result], timeout: float | None, go_on: GoOn) -> None:
+async def _run(login: PasswordWait, event: CheckPassword, check: Callable[[], Result],
+               timeout: float | None) -> None:
+    client = login.client
     runtime, method = client.runtime, event.method
     pool = auth_pool(runtime)
     outcome: Result
@@ -145,18 +161,18 @@ async def _run(client: ClientTransport, login: ClientLogin, event: CheckPassword
                               "progress", sqlstate="53300")
     except Exception as exc:  # the login must end, whatever the check did
         outcome = exc
-    if client.login is not login or client.state is not ClientState.AUTH:
+    if not login.waiting():
         return  # it left, or client_login_timeout closed it, while the check ran
     error = _verdict(client, method, outcome)
     if error is None and client.db is not None:  # its pool's servers log in with it
         runtime.found_secret(client.db, client.user, event.password)
     try:
-        go_on(login, login.password_checked(error))
+        login.password_checked(error)
     except PgtarnError as failure:  # the login's next steps may refuse it
         client.close(failure)
 
 
-def _verdict(client: ClientTransport, method: str, outcome: Result) -> PgtarnError | None:
+def _verdict(client: LoginClient, method: str, outcome: Result) -> PgtarnError | None:
     """None if the check let the user in; else the error the login ends with (the reason is
     logged: the client learns no more than that PAM or the LDAP server said no)."""
     name = _NAMES[method]

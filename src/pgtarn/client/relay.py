@@ -26,7 +26,7 @@ from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
 from ..states import READY_STATE, ClientState
 from .link import TRANSACTION_REFUSED, TRANSACTION_REFUSED_RESPONSE, ClientLink
-from .listening import LOCAL_STARTS
+from .listening import LOCAL_STARTS, local_batch
 from .transport import PendingParts
 
 # In READY only these client messages matter: Query, Sync, Terminate.
@@ -72,6 +72,26 @@ class ClientRelay(ClientLink):
             bodies = TEXT_TYPES
         # lent: the client keeps one of its own only while a message is cut (connection.py)
         self.scanner = shared_scanner(watch, config.max_packet_size, bodies)
+
+    def _local_batches(self, data: bytes) -> bytes:
+        """What is left of data after the batches at its start that pgtarn answers itself
+        (a LISTEN through the extended protocol: listening.py); the LISTEN state is made
+        for a client only when one is."""
+        listen = self.listen
+        if listen is None:
+            session = self.session
+            if (session is not None and session.state.channels) \
+                    or local_batch(data, None) is None:
+                return data  # (the common case: no LISTEN at data's start)
+            listen = self._listen_made()
+        return listen.local_batches(data)
+
+    def _answer_now(self) -> None:
+        """A Query of the client's is answered here (LISTEN): its reply goes out now if
+        nothing is owed before it."""
+        listen = self.listen
+        if listen is not None:
+            listen.answer_now()
 
     def _relay(self, data: bytes) -> None:
         listen = self.listen

@@ -10,8 +10,6 @@ that cannot move pins the client to its server until it is gone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from functools import cache
 from typing import Any
 
 from ..errors import PgtarnError
@@ -27,35 +25,10 @@ from ..session.effects import (
 )
 from ..session.rewrite import raise_error
 from ..session.tracking import SessionState, SessionTracker, pin_reason
+from .parsers import effects_of
 from .transport import ClientTransport
 
 log = logging.getLogger("pgtarn.client")
-
-
-@cache
-def load_pglast() -> Callable[[str], Parsed]:
-    """session/parsing.py's effects_of, imported at the first text to parse and not at start:
-    pglast costs about 3 MB of RSS, which a pooler whose clients send no text that may change
-    session state (or that does not track it) never needs."""
-    from ..session.parsing import effects_of  # lazy, for the RSS above (see the docstring)
-
-    return effects_of
-
-
-@cache
-def load_readonly() -> tuple[Callable[[bytes, Callable[[bytes], bytes | None]], int],
-                             Callable[[dict[str, str]], bool]]:
-    """session/readonly.py's classify_chunk and reads_by_default, imported when a client of
-    a read_write_split database first starts a transaction: it holds pglast, whose RSS a
-    pooler without the split does not need (as load_pglast)."""
-    from ..session import readonly  # lazy, for the RSS (see load_pglast)
-
-    return readonly.classify_chunk, readonly.reads_by_default
-
-
-def effects_of(sql: str) -> Parsed:
-    """The effects of a query text (session/parsing.py), pglast loaded on first use."""
-    return load_pglast()(sql)
 
 
 #: What _session_text returns for a Query pgtarn answers itself (listening.py): send nothing.

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import time
+from collections.abc import Callable
 from sys import intern
 from time import monotonic
 from typing import Final, cast
@@ -19,18 +21,18 @@ from ..net.tls import TlsTransport
 from ..pool.pool import Pool
 from ..pool.split import ClientRoute
 from ..proto import build
-from ..proto.client_login import ClientLogin
 from ..proto.framing import shared_scanner
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
-from ..server.transport import LinkedClient
+from ..server.linked import LinkedClient
 from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
 from ..states import ClientState
 from ..views import ClientView
 from .access import os_user_name, peer_credentials
-from .extras import NO_CHANNELS, ClientExtras, ClientListen
+from .extras import ClientExtras
+from .listening import NO_CHANNELS, ClientListen
 
 log = logging.getLogger("pgtarn.client")
 
@@ -51,14 +53,16 @@ _WATCH_NOTHING: frozenset[int] = frozenset()
 class ClientTransport(LinkedClient[ServerConnection]):
     """An application connection's fields and its asyncio glue (the base of ClientConnection).
 
-    Thousands of these may sit idle: no per-instance dict. The fields of every part of the
-    connection (relay, link, login) are declared here, in one __slots__.
+    Thousands of these may sit idle: no per-instance dict. The fields of the relay chain
+    (tracking, link, relay) are declared here, in one __slots__; the parts the connection
+    owns (its login, its LISTEN state, its extras) are objects of their own, held in one
+    field each and made when needed.
     """
 
-    __slots__ = ("admin_login", "cancel_key", "created_at", "database", "db", "expected",
+    __slots__ = ("cancel_key", "created_at", "database", "db", "expected",
                  "extras", "follows_statements", "framer", "id", "idle_since", "joined",
-                 "last_request", "listen", "listen_wait", "listening", "local_admin",
-                 "login", "looked_up", "open_batch", "params", "peer_host", "peer_port",
+                 "last_request", "listen", "listening",
+                 "open_batch", "params", "peer_host", "peer_port",
                  "pending", "pending_size", "pinned", "pool", "query_start", "route",
                  "runtime", "scanner", "send_state", "server", "session", "session_mode", "state",
                  "statement_mode", "tracked", "transport",
@@ -84,10 +88,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.open_batch = False
         #: It parsed the unnamed statement and bound no portal to it yet (relay.py).
         self.unnamed_unbound = False
-        #: Some of its channels are not confirmed by the listener connection yet; its
-        #: LISTEN state (listen) may need a look at a ReadyForQuery (one check on the hot
-        #: path).
-        self.listen_wait = False
+        #: Its LISTEN state (listen) needs a look at a ReadyForQuery: replies owed, channels
+        #: not confirmed yet, notifications queued (one check on the hot path).
         self.listening = False
         #: The client's socket buffer is full (pause_writing): notifications wait.
         self.write_paused = False
@@ -99,13 +101,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: leaves. (A count, where a pool's container of its clients took a dict entry per
         #: client: the runtime's index, Runtime.clients, holds every client already.)
         self.joined = False
-        #: The admin console's own OS user over the unix socket (it logs in as admin); the
-        #: secret came from auth_query (forgotten when the password fails, asked again next
-        #: time).
-        self.local_admin = False
-        self.looked_up = False
-        #: It asked for the admin console (db stays None; for another database it is set).
-        self.admin_login = False
         self.runtime = runtime
         self.id = next(runtime.ids)
         self.state = ClientState.STARTUP
@@ -119,8 +114,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.peer_port = 0
         self.user = ""
         self.database = ""
-        #: The login's state machine, until the welcome.
-        self.login: ClientLogin | None = ClientLogin()
         #: The relay's, lent at the welcome (relay.py, _start_relay; see MessageScanner.kept).
         self.scanner = shared_scanner(_WATCH_NOTHING)
         self.pool: Pool[ServerConnection] | None = None
@@ -237,23 +230,15 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self._extras_made().last_server = server
 
     def _listen_made(self) -> ClientListen:
-        """Its LISTEN state, made now if it had none."""
-        listen = self.listen
-        if listen is None:
-            listen = self.listen = ClientListen()
-        return listen
+        """Its LISTEN state, made now if it had none (by ClientLink, which has all that the
+        state asks of its connection: interfaces.ListenClient)."""
+        raise NotImplementedError
 
     @property
     def subscribed(self) -> frozenset[str]:
         """The channels the pool's board has for it."""
         listen = self.listen
         return NO_CHANNELS if listen is None else listen.subscribed
-
-    @property
-    def withheld(self) -> bytes:
-        """A ReadyForQuery withheld for the listener connection (b"": none)."""
-        listen = self.listen
-        return b"" if listen is None else listen.withheld
 
     # Derived when asked (SHOW CLIENTS, a log line, a handover), not kept per client: a few
     # thousand idle clients each hold a field less for each.
@@ -286,11 +271,11 @@ class ClientTransport(LinkedClient[ServerConnection]):
         credentials = peer_credentials(self.transport)
         return 0 if credentials is None else credentials[0]
 
-    def _peer_os_user(self) -> str | None:
+    def peer_os_user(self) -> str | None:
         uid = self._peer_uid()
         return os_user_name(uid) if uid is not None else None
 
-    def _same_os_user(self) -> bool:
+    def same_os_user(self) -> bool:
         """A unix-socket peer running as the same OS user as this process."""
         return self._peer_uid() == os.getuid()
 
@@ -307,6 +292,19 @@ class ClientTransport(LinkedClient[ServerConnection]):
                 tune(transport, False, options)
         else:
             self.peer_host = "unix"
+
+    def wrap_tls(self, context: ssl.SSLContext, received: bytes, binding: bytes | None,
+                 on_ready: Callable[[], None],
+                 on_failed: Callable[[Exception], None]) -> TlsTransport:
+        """The client asked for TLS: a TlsTransport over its transport is its transport from
+        now on (received: bytes of the handshake read already)."""
+        raw = self.transport
+        assert raw is not None
+        tls = TlsTransport(raw, context, self, server_side=True, received=received,
+                           on_ready=on_ready, on_failed=on_failed, binding=binding)
+        self.transport = tls
+        self.send_state = SEND_NEVER  # (writes go through the TLS layer now)
+        return tls
 
     @property
     def addr(self) -> str:
@@ -384,6 +382,13 @@ class ClientTransport(LinkedClient[ServerConnection]):
         runtime.logins.discard(self)
         runtime.admin_clients.discard(self)
         self._leave_pool()
+        self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        """Out of its pool's board, what it did not get dropped (listening.py)."""
+        listen = self.listen
+        if listen is not None:
+            listen.stop()
 
     def join_pool(self, pool: Pool[ServerConnection]) -> None:
         """Logged in to pool: counted in it (logged_in) until it leaves."""
@@ -411,6 +416,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
     # --- flow control: a slow reader stops its peer from reading ------------------------------
 
     def pause_writing(self) -> None:
+        self.write_paused = True
         server = self.server
         if server is not None:
             server.pause_reading()
@@ -418,11 +424,15 @@ class ClientTransport(LinkedClient[ServerConnection]):
             self.admin.writable(False)
 
     def resume_writing(self) -> None:
+        self.write_paused = False
         server = self.server
         if server is not None:
             server.resume_reading()
         elif self.admin is not None:
             self.admin.writable(True)
+        listen = self.listen
+        if listen is not None:
+            listen.release_notifications()
 
     def pause_reading(self) -> None:
         """The linked server's PostgreSQL reads too slowly: stop reading this client."""

@@ -42,9 +42,10 @@ from ..proto.server_login import LoggedIn, ServerLogin
 from ..runtime import Runtime
 from ..session.prepared import FORGETS_ALL, ServerStatements
 from ..session.tracking import NO_SETTINGS
+from .linked import LinkedClient
 from .login import LoginDriver, server_login_for
 from .relay import PREPARED_RELAY_TYPES, ServerRelay
-from .transport import LinkedClient, log
+from .transport import log
 
 #: workers = N: a server closed to give its slot to another worker waits this long at most
 #: for PostgreSQL to close the connection.

@@ -28,8 +28,9 @@ from ..proto import build
 from ..proto.server_login import LOGIN_FAILED, LoggedIn
 from ..runtime import Runtime
 from .connection import ServerConnection
+from .linked import LinkedClient
 from .login import server_login_for
-from .transport import LinkedClient, log
+from .transport import log
 
 #: PgBouncer's words for a replication login PostgreSQL refused (client and log).
 REFUSED = "login failed"

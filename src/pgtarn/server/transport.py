@@ -6,80 +6,23 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Final, Self, TypeVar
-
-from mypy_extensions import mypyc_attr
+from typing import Any, Final, Self
 
 from ..config import DatabaseEntry
 from ..net.sending import SEND_NEVER, send
 from ..net.sockets import Target
-from ..pool.pool import Pool, PooledServer, Waiter
+from ..pool.pool import Pool, PooledServer
 from ..proto.framing import MessageScanner
 from ..runtime import Runtime
-from ..session.prepared import ClientStatements, ServerStatements
+from ..session.prepared import ServerStatements
 from ..session.tracking import NO_SETTINGS
+from .linked import LinkedClient
 from .login import LoginDriver
 
 log = logging.getLogger("pgtarn.server")
 
 # While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
 RELAY_TYPES: Final = frozenset(b"ZSEA")
-
-Server = TypeVar("Server", bound=PooledServer, contravariant=True)
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
-class LinkedClient(asyncio.Protocol, Waiter[Server]):
-    """What a server needs of the client it is lent to (Server: the server's own type), and
-    what a pool needs of a client that waits (Waiter).
-
-    A base class of the client, not a typing.Protocol: in the compiled build a server's call
-    to its client is then a C call through the class's method table, not a Python call.
-    """
-
-    __slots__ = ("statements",)
-
-    statements: ClientStatements | None
-
-    def write(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    def statements_checked(self) -> None:
-        """A check pgtarn made of a statement before the client's Bind of it is answered:
-        send what waited for it."""
-        raise NotImplementedError
-
-    def notification_pid(self) -> int:
-        """The pid a notification sent by its own server's backend is to carry: its key's
-        in session mode, where that backend is the client's own; 0: as it came."""
-        raise NotImplementedError
-
-    def ready_for_query(self, server: Server, status: bytes) -> bytes | None:
-        """At each ReadyForQuery: None to forward it, or bytes to send in its place; the
-        client may end the link here."""
-        raise NotImplementedError
-
-    def server_lost(self, server: Server) -> None:
-        raise NotImplementedError
-
-    def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
-        """The server reported a new value; hidden: in the reply to pgtarn's own SET (the
-        client did not see it)."""
-        raise NotImplementedError
-
-    def error_relayed(self) -> None:
-        raise NotImplementedError
-
-    def result_relayed(self, msg_type: int, body: bytes) -> None:
-        """A DataRow, CommandComplete, EmptyQueryResponse or PortalSuspended is relayed (only
-        while the client reads rows: ServerRelay.watch_rows)."""
-        raise NotImplementedError
-
-    def pause_reading(self) -> None:
-        raise NotImplementedError
-
-    def resume_reading(self) -> None:
-        raise NotImplementedError
 
 
 class ServerTransport(PooledServer, asyncio.Protocol):

@@ -6,7 +6,7 @@ server (advisory locks, temporary objects, WITH HOLD cursors, roles, LOAD, LISTE
 model in tracking.py replays them with PostgreSQL's transaction semantics. Parsing is done
 only for texts that may_change_state lets through: a cheap first look, cached per text.
 The parse itself (parsing.py, with PostgreSQL's own parser, pglast) is imported at the
-first text that needs it (client/tracking.py, load_pglast), not at start.
+first text that needs it (client/parsers.py, load_pglast), not at start.
 """
 
 from __future__ import annotations

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 from pgtarn.client.connection import ClientConnection
+from pgtarn.client.listening import ClientListen, local_batch
+from pgtarn.configfile import parse_config
+from pgtarn.errors import PgtarnError
 from pgtarn.pool.channels import ChannelBoard
+from pgtarn.pool.pool import Pool as PoolOf
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_fields
+from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection
+from pgtarn.server.login import server_login_for
+from pgtarn.session.tracking import SessionState, SessionTracker
 from pgtarn.states import ClientState
 
 from ..pool.fakes import FakeLink
-from .pair import ClientSide, Pool, result, sent, types
+from .pair import INI, ClientSide, Pool, result, sent, types
 
 LISTEN_COMPLETE = build.command_complete("LISTEN")
 UNLISTEN_COMPLETE = build.command_complete("UNLISTEN")
@@ -102,7 +110,7 @@ def test_a_channel_confirmed_already_is_answered_at_once() -> None:
     second, second_side = setup.pool.client()
     second.data_received(build.query("LISTEN a; LISTEN a"))
     assert second_side.take() == LISTEN_COMPLETE * 2 + build.ready_for_query(b"I")
-    assert setup.board.subscribers["a"] == {first, second}
+    assert setup.board.subscribers["a"] == {first.listen, second.listen}
 
 
 def test_unlisten_is_answered_at_once_and_the_last_client_ends_the_channel() -> None:
@@ -192,7 +200,7 @@ def test_a_listen_not_confirmed_in_time_is_answered_with_a_warning() -> None:
     client, transport, _server = setup.client()
     client.data_received(build.query("LISTEN a"))
     transport.take()
-    since = setup.board.waiters[client]
+    since = setup.board.waiters[client.listen]  # (its LISTEN state is the subscriber)
     setup.board.tick(since + 100, 5.0, 0.0)
     out = transport.take()
     assert types(out) == "NZ"
@@ -297,7 +305,7 @@ def test_a_client_that_leaves_leaves_its_channels_and_the_waiters() -> None:
     setup = Listening()
     client, _transport, _server = setup.client()
     client.data_received(build.query("LISTEN a"))
-    assert client in setup.board.waiters
+    assert client.listen is not None and client.listen in setup.board.waiters
     client.data_received(build.TERMINATE)
     assert client.state is ClientState.CLOSED
     assert setup.board.wanted() == set() and not setup.board.waiters
@@ -399,3 +407,143 @@ def test_statement_mode_refuses_a_begin_after_the_withheld_ready_for_query() -> 
     assert parse_fields(list(split_messages(replies))[-1][1])["M"] == (
         "transaction blocks not allowed in statement pooling mode")
     assert transport.closing
+
+
+# --- ClientListen alone, for a stand-in connection (interfaces.ListenClient) ------------------
+
+
+class Connection:
+    """What a LISTEN state needs of its connection, and a record of what it asked (its pool
+    and the server it may be linked to are real: compiled, the state checks their types)."""
+
+    def __init__(self, listen_queue_size: int = 1000) -> None:
+        config = parse_config(INI.format(mode="transaction", pool_size=1, prepared=0)
+                              + f"listen_queue_size = {listen_queue_size}\n")
+        self.runtime = Runtime(config, {"u": ""})
+        db = config.find_database("app")
+        assert db is not None
+        self.pool = cast(PoolOf, self.runtime.registry.get_pool(db, "u"))
+        self.board = self.pool.board = ChannelBoard(None)
+        self.linked = ServerConnection(self.runtime, self.pool, db,
+                                       server_login_for(self.runtime, self.pool, db))
+        self.state = ClientState.READY
+        self.expected = 0
+        self.listening = False
+        self.tracked = True
+        self.write_paused = False
+        self.server: ServerConnection | None = None
+        self.session: SessionTracker | None = None
+        self.pending: list[bytes] = []
+        self.out = bytearray()
+        self.closed: list[PgtarnError] = []
+        self.sent_pending = 0
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+    def close_flushing(self, error: PgtarnError, grace: float) -> None:
+        self.closed.append(error)
+
+    def _close_after(self, server: ServerConnection | None, error: PgtarnError) -> None:
+        self.closed.append(error)
+
+    def _session_made(self) -> SessionTracker:
+        if self.session is None:
+            self.session = SessionTracker(SessionState())
+        return self.session
+
+    def _session_ready(self, status: bytes) -> bool:
+        return True
+
+    def _status_now(self) -> bytes:
+        return b"I"
+
+    def _send_pending(self) -> None:
+        self.sent_pending += 1
+
+
+def alone(listen_queue_size: int = 1000) -> tuple[ClientListen, Connection]:
+    connection = Connection(listen_queue_size)
+    return ClientListen(connection), connection  # type: ignore[arg-type]
+
+
+def test_alone_a_notification_goes_out_at_once_to_an_idle_client() -> None:
+    listen, connection = alone()
+    listen.notify(notification("a"))
+    assert bytes(connection.out) == notification("a") and connection.board.delivered == 1
+
+
+def test_alone_notifications_wait_for_a_linked_client_and_go_when_released() -> None:
+    listen, connection = alone()
+    connection.server = connection.linked
+    listen.notify(notification("a"))
+    listen.listener_lost()
+    assert connection.out == b"" and connection.listening and connection.board.queued == 2
+    connection.server = None
+    listen.release_notifications()
+    assert bytes(connection.out).startswith(notification("a"))
+    assert connection.board.queued == 0 and connection.board.delivered == 1
+
+
+def test_alone_a_paused_pool_holds_them() -> None:
+    listen, connection = alone()
+    connection.pool.paused = True  # (as PAUSE leaves it)
+    listen.notify(notification("a"))
+    assert connection.out == b"" and listen.notify_queue == [notification("a")]
+
+
+def test_alone_past_listen_queue_size_the_client_is_closed() -> None:
+    listen, connection = alone(listen_queue_size=2)
+    connection.server = connection.linked
+    for _ in range(3):
+        listen.notify(notification("a"))
+    (error,) = connection.closed
+    assert error.sqlstate == "53400" and connection.board.dropped == 3
+    assert listen.notify_queue == [] and connection.board.queued == 0
+
+
+def test_alone_a_channel_not_confirmed_withholds_the_ready_for_query() -> None:
+    listen, connection = alone()
+    listen.subscribe(frozenset({"a"}))
+    assert listen.wait and connection.listening and listen in connection.board.waiters
+    ready = build.ready_for_query(b"I")
+    assert listen.after_reply(LISTEN_COMPLETE + ready, b"I") == LISTEN_COMPLETE
+    assert listen.withheld == ready and listen.holds_anything()
+    connection.board.confirmed("a", True)  # the board tells the state itself
+    assert not listen.wait and bytes(connection.out) == ready
+    assert connection.sent_pending == 1
+
+
+def test_alone_a_state_that_stops_leaves_the_board() -> None:
+    listen, connection = alone()
+    listen.subscribe(frozenset({"a"}))
+    connection.server = connection.linked
+    listen.notify(notification("a"))
+    listen.stop()
+    assert connection.board.wanted() == set() and not connection.board.waiters
+    assert connection.board.dropped == 1 and listen.subscribed == frozenset()
+
+
+def test_alone_a_listen_owed_after_a_ready_for_query_goes_after_it() -> None:
+    listen, connection = alone()
+    connection.expected = 2  # the LISTEN's own ReadyForQuery and one before it
+    listen.answers.append([1, None, LISTEN_COMPLETE, True])
+    listen.answer_now()
+    assert connection.out == b""  # one ReadyForQuery is owed before it
+    listen.answers[0][0] -= 1
+    assert listen.answers_due(b"I") == LISTEN_COMPLETE + build.ready_for_query(b"I")
+    assert connection.expected == 1
+
+
+def test_local_batch_reads_a_listen_statement_alone() -> None:
+    parse = build.message(b"P", b"s1\x00LISTEN a\x00\x00\x00")
+    describe = build.message(b"D", b"Ss1\x00")
+    sync = build.message(b"S")
+    batch = local_batch(parse + describe + sync, None)
+    assert batch is not None
+    used, parsed, replies, synced, known = batch
+    assert used == len(parse + describe + sync) and synced and parsed is None
+    assert types(replies) == "1tn" and known is not None and b"s1" in known
+    assert local_batch(parse + describe, None) == (0, None, b"", False, None)  # not whole
+    select = build.message(b"P", b"\x00SELECT 1\x00\x00\x00")
+    assert local_batch(select + sync, None) is None

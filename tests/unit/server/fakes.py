@@ -11,8 +11,8 @@ from pgtarn.configfile import parse_config
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection
+from pgtarn.server.linked import LinkedClient
 from pgtarn.server.login import server_login_for
-from pgtarn.server.transport import LinkedClient
 
 INI = """
 [databases]

@@ -1,0 +1,126 @@
+"""What the parts a client connection owns may ask of it: one typing.Protocol per part.
+
+A part (the login, the LISTEN state) is an object of its own file, made by the connection
+and handed the connection as one of these. The connection satisfies them without naming
+them, and a test can hand a part any object that does. Calls through a Protocol stay
+Python calls in the compiled build: the parts are off the path a transaction takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from ..config import DatabaseEntry
+from ..errors import PgtarnError
+from ..net.tls import TlsTransport
+from ..pool.pool import Pool
+from ..runtime import Runtime
+from ..server.connection import ServerConnection
+from ..session.tracking import SessionTracker
+from ..states import ClientState
+
+
+class LoginClient(Protocol):
+    """What a client's login (login.py, passcheck.py) needs of its connection."""
+
+    runtime: Runtime
+    state: ClientState
+    #: Who logs in to what, as the StartupMessage says; the database's entry (None: the
+    #: admin console, or an unknown database, told after the password).
+    user: str
+    database: str
+    db: DatabaseEntry | None
+    #: A replication connection's kind ("physical", "logical"; "": none).
+    replication: str
+    #: Why pgtarn closes the connection, for the log line.
+    close_reason: str
+
+    @property
+    def login(self) -> object:
+        """The login the connection holds now (None once it ended): compared by identity."""
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        """The client's transport (None before it connected)."""
+
+    @property
+    def addr(self) -> str:
+        """"host:port" the client connected from, or "unix"."""
+
+    @property
+    def tls(self) -> TlsTransport | None:
+        """The TLS layer once the client asked for TLS."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self, error: PgtarnError | None = None, response: bytes | None = None,
+              reason: str = "") -> None: ...
+
+    def same_os_user(self) -> bool:
+        """A unix-socket peer running as the same OS user as this process."""
+
+    def peer_os_user(self) -> str | None:
+        """A unix-socket peer's OS user name (None over TCP)."""
+
+    def wrap_tls(self, context: ssl.SSLContext, received: bytes, binding: bytes | None,
+                 on_ready: Callable[[], None],
+                 on_failed: Callable[[Exception], None]) -> TlsTransport:
+        """Put a TLS layer over the client's transport, which it then writes through."""
+
+    def authenticated(self, scram_keys: tuple[bytes, bytes] | None, auth_ok: bytes) -> None:
+        """The password exchange succeeded: on to the pool or the admin console (auth_ok:
+        the exchange's last bytes, not sent yet)."""
+
+    def cancel_request(self, key: tuple[int, int]) -> None:
+        """The connection was a CancelRequest for the client with key."""
+
+
+
+class ListenClient(Protocol):
+    """What a client's LISTEN state (listening.py) needs of its connection: the stream's
+    count of ReadyForQuery owed, the session state its LISTENs change, writes and close."""
+
+    runtime: Runtime
+    state: ClientState
+    #: ReadyForQuery the client is owed (a reply answered here is one of them).
+    expected: int
+    #: Its ReadyForQuery need a look from the LISTEN state (replies owed, notifications).
+    listening: bool
+    #: Its session state is tracked (only then are LISTENs answered here).
+    tracked: bool
+    #: Its socket buffer is full: notifications wait.
+    write_paused: bool
+
+    @property
+    def server(self) -> ServerConnection | None: ...
+
+    @property
+    def pool(self) -> Pool[ServerConnection] | None: ...
+
+    @property
+    def session(self) -> SessionTracker | None: ...
+
+    @property
+    def pending(self) -> Sequence[object]:
+        """What the client sent that waits for a server."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close_flushing(self, error: PgtarnError, grace: float) -> None: ...
+
+    def _close_after(self, server: ServerConnection | None, error: PgtarnError) -> None:
+        """Close with error, or just close when server's reply went out only in part."""
+
+    def _session_made(self) -> SessionTracker: ...
+
+    def _session_ready(self, status: bytes) -> bool:
+        """A ReadyForQuery with status ends a batch of the session (False: it closed)."""
+
+    def _status_now(self) -> bytes:
+        """The transaction status the client's next statement runs in."""
+
+    def _send_pending(self) -> None:
+        """What waited behind a withheld ReadyForQuery goes to a server now."""
