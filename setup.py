@@ -27,6 +27,7 @@ from setuptools.command.build_ext import build_ext
 
 COMPILED = [
     "pgtarn/states.py",
+    "pgtarn/proto/msgtypes.py",
     "pgtarn/proto/framing.py",
     "pgtarn/proto/messages.py",
     "pgtarn/proto/build.py",

@@ -38,6 +38,7 @@ from run import (
 from storm import RawClient, ServerError, Target, log_summary, percentiles
 
 import pgtarn
+from pgtarn.proto.msgtypes import ERROR_RESPONSE, NOTIFICATION_RESPONSE, READY_FOR_QUERY
 
 try:
     import asyncpg  # type: ignore[import-untyped]
@@ -49,9 +50,6 @@ except ImportError:
     uvloop = None
 
 CASES = ("direct", "pgtarn")
-NOTIFICATION = 0x41  # 'A' NotificationResponse
-READY = 0x5A  # 'Z' ReadyForQuery
-ERROR = 0x45  # 'E' ErrorResponse
 BURST_TIMEOUTS = 5  # a burst's NOTIFYs may take this many --timeout to commit
 WARMUP_S = 15.0  # how long every listener may take to see its first notification
 USAGE = """
@@ -148,7 +146,7 @@ class RawListener(RawClient):
         super().data_received(data)
 
     def _handle(self, kind: int, body: bytes) -> None:
-        if kind == NOTIFICATION:  # process ID, channel\0, payload\0
+        if kind == NOTIFICATION_RESPONSE:  # process ID, channel\0, payload\0
             self.sink.record(self, body[body.index(0, 4) + 1 : -1], self.now)
         else:
             super()._handle(kind, body)
@@ -209,11 +207,11 @@ class Notifier(RawClient):
     def _handle(self, kind: int, body: bytes) -> None:
         if not self.pending:
             super()._handle(kind, body)
-        elif kind == READY:
+        elif kind == READY_FOR_QUERY:
             self.pending -= 1
             if not self.pending:
                 self._finish(self.error)
-        elif kind == ERROR and self.error is None:
+        elif kind == ERROR_RESPONSE and self.error is None:
             self.error = ServerError({chr(part[0]): part[1:].decode("utf-8", "replace")
                                       for part in body.split(b"\0") if part})  # fmt: skip
 

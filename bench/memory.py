@@ -10,11 +10,9 @@ from dataclasses import dataclass, field
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.proto.framing import MessageScanner
+from pgtarn.proto.msgtypes import ALL_TYPES, ERROR_RESPONSE, READY_FOR_QUERY
 from pgtarn.proto.server_login import ServerAuth, server_error
 
-_ALL_TYPES = frozenset(range(256))
-_ERROR = 0x45  # 'E'
-_READY = 0x5A  # 'Z'
 LOGIN_TIMEOUT = 60.0
 
 
@@ -39,7 +37,7 @@ async def connect(login: Login, sql: str = "SELECT 1") -> Connection:
         state = ServerAuth(login.user, login.password)
         params = {"user": login.user, "database": login.dbname, "application_name": "bench"}
         writer.write(build.startup_message(params))
-        scanner = MessageScanner(_ALL_TYPES)
+        scanner = MessageScanner(ALL_TYPES)
         while True:
             data = await reader.read(65536)
             if not data:
@@ -51,9 +49,9 @@ async def connect(login: Login, sql: str = "SELECT 1") -> Connection:
                         writer.write(reply)
                     if state.done:
                         writer.write(build.query(sql))
-                elif msg_type == _ERROR:
+                elif msg_type == ERROR_RESPONSE:
                     raise server_error(body, "query failed")
-                elif msg_type == _READY:
+                elif msg_type == READY_FOR_QUERY:
                     return reader, writer
     except BaseException:
         writer.close()

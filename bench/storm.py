@@ -69,6 +69,7 @@ from run import (
 )
 
 import pgtarn
+from pgtarn.proto.msgtypes import AUTHENTICATION, ERROR_RESPONSE, READY_FOR_QUERY
 
 POOLERS = ("pgtarn", "pgbouncer")
 REFUSAL = "53300"  # what pgtarn sends past max_client_conn
@@ -215,11 +216,11 @@ class RawClient(asyncio.Protocol):
 
     def _handle(self, kind: int, body: bytes) -> None:
         assert self.transport is not None
-        if kind == 0x45:  # ErrorResponse
+        if kind == ERROR_RESPONSE:
             self._finish(ServerError(_error_fields(body)))
-        elif kind == 0x5A:  # ReadyForQuery
+        elif kind == READY_FOR_QUERY:
             self._finish()
-        elif kind == 0x52:  # Authentication*
+        elif kind == AUTHENTICATION:
             (code,) = struct.unpack_from("!I", body)
             if code == 10:  # SASL
                 if b"SCRAM-SHA-256\0" not in body[4:]:

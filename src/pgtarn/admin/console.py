@@ -18,6 +18,18 @@ from .. import __version__
 from ..errors import PgtarnError, ProtocolViolation
 from ..proto import build
 from ..proto.framing import MessageScanner
+from ..proto.msgtypes import (
+    ALL_TYPES,
+    BIND,
+    CLOSE,
+    DESCRIBE,
+    EXECUTE,
+    FLUSH,
+    PARSE,
+    QUERY,
+    SYNC,
+    TERMINATE,
+)
 from ..runtime import Runtime
 from . import commands, fanout
 from .merge import MERGED
@@ -39,7 +51,6 @@ PARAMETERS = {
     "is_superuser": "on",
 }
 TRACKED = ("application_name",)
-ALL_TYPES = frozenset(range(256))
 RFQ = build.ready_for_query(b"I")
 #: Bounds: the longest message, messages read ahead of a running command (reading pauses
 #: past it), named statements of one session.
@@ -139,13 +150,13 @@ class AdminSession:
     def _run_queue(self) -> None:
         while self.queue and not self.busy and not self.write_blocked:
             msg_type, body = self.queue.popleft()
-            if msg_type == 0x58:  # Terminate
+            if msg_type == TERMINATE:
                 self.client.close()
                 return
-            if self.skipping and msg_type != 0x53:
+            if self.skipping and msg_type != SYNC:
                 continue
             try:
-                if msg_type == 0x51:
+                if msg_type == QUERY:
                     self._simple_query(body.rstrip(b"\x00").decode("utf-8", "replace"))
                 else:
                     self._extended(msg_type, body)
@@ -155,7 +166,7 @@ class AdminSession:
                 return
             except AdminError as error:
                 self._write(build.error_response(error.sqlstate, error.message, "ERROR"))
-                if msg_type == 0x51:
+                if msg_type == QUERY:
                     self._write(RFQ)
                 else:
                     self.skipping = True
@@ -222,7 +233,7 @@ class AdminSession:
     # --- the extended protocol, without parameters ---------------------------------------------
 
     def _extended(self, msg_type: int, body: bytes) -> None:
-        if msg_type == 0x50:  # Parse: name, query, parameter types
+        if msg_type == PARSE:  # name, query, parameter types
             name, rest = body.split(b"\x00", 1)
             text, rest = rest.split(b"\x00", 1)
             if int.from_bytes(rest[:2], "big"):
@@ -230,8 +241,8 @@ class AdminSession:
             if name not in self.statements and len(self.statements) >= MAX_STATEMENTS:
                 raise AdminError(f"too many prepared statements (at most {MAX_STATEMENTS})")
             self.statements[name] = text.decode("utf-8", "replace")
-            self._write(build.message(b"1"))
-        elif msg_type == 0x42:  # Bind: portal, statement, formats, parameters
+            self._write(build.PARSE_COMPLETE)
+        elif msg_type == BIND:  # portal, statement, formats, parameters
             portal, rest = body.split(b"\x00", 1)
             name, rest = rest.split(b"\x00", 1)
             formats = int.from_bytes(rest[:2], "big")
@@ -241,14 +252,14 @@ class AdminSession:
                 raise AdminError(f'prepared statement "{name.decode(errors="replace")}" '
                                  "does not exist")
             self.portals[portal] = (self.statements[name], None)
-            self._write(build.message(b"2"))
-        elif msg_type == 0x44:  # Describe
+            self._write(build.BIND_COMPLETE)
+        elif msg_type == DESCRIBE:
             kind, name = body[:1], body[1:].rstrip(b"\x00")
             if kind == b"S":
                 query = self.statements.get(name)
                 if query is None:
                     raise AdminError("prepared statement does not exist")
-                self._write(build.message(b"t", b"\x00\x00"))
+                self._write(build.NO_PARAMETERS)
                 result = self._describe(query)
             else:
                 if name not in self.portals:
@@ -260,8 +271,8 @@ class AdminSession:
                                       else None)
             self._write(build.row_description(result.table.columns)
                         if result is not None and result.table is not None
-                        else build.message(b"n"))
-        elif msg_type == 0x45:  # Execute
+                        else build.NO_DATA)
+        elif msg_type == EXECUTE:
             portal = body.split(b"\x00", 1)[0]
             if portal not in self.portals:
                 raise AdminError("portal does not exist")
@@ -269,18 +280,18 @@ class AdminSession:
             self._counted()
             self._finish(described if described is not None else self.run(query),
                          describe=False, then=b"")
-        elif msg_type == 0x43:  # Close
+        elif msg_type == CLOSE:
             kind, name = body[:1], body[1:].rstrip(b"\x00")
             if kind == b"S":
                 self.statements.pop(name, None)
             else:
                 self.portals.pop(name, None)
-            self._write(build.message(b"3"))
-        elif msg_type == 0x53:  # Sync
+            self._write(build.CLOSE_COMPLETE)
+        elif msg_type == SYNC:
             self.skipping = False
             self.portals.clear()
             self._write(RFQ)
-        elif msg_type == 0x48:  # Flush
+        elif msg_type == FLUSH:
             return
         else:
             raise AdminError(f"unsupported message type for the admin console: {chr(msg_type)!r}")

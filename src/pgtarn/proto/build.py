@@ -108,6 +108,14 @@ def data_row(values: Sequence[str | None]) -> bytes:
     return message(b"D", _values(values))
 
 
+PARSE_COMPLETE: Final = message(b"1")
+BIND_COMPLETE: Final = message(b"2")
+CLOSE_COMPLETE: Final = message(b"3")
+NO_DATA: Final = message(b"n")
+#: ParameterDescription of a statement without parameters.
+NO_PARAMETERS: Final = message(b"t", b"\x00\x00")
+
+
 # --- client -> server ------------------------------------------------------------------------
 
 
@@ -140,7 +148,7 @@ def sasl_response(data: bytes) -> bytes:
     return message(b"p", data)
 
 
-SYNC = message(b"S")
+SYNC: Final = message(b"S")
 
 
 def parse(statement: str, query: str, type_oids: Sequence[int] = ()) -> bytes:
@@ -157,7 +165,9 @@ def bind(portal: str, statement: str, params: Sequence[str | None]) -> bytes:
 
 def execute(portal: str = "", max_rows: int = 0) -> bytes:
     return message(b"E", cstr(portal) + _I.pack(max_rows))
-TERMINATE = message(b"X")
+
+
+TERMINATE: Final = message(b"X")
 
 
 def quote_literal(value: str) -> str:

@@ -29,11 +29,9 @@ from .cancelkey import Key
 from .client_side import ClientAuth
 from .framing import MessageScanner, StartupReader
 from .messages import CANCEL_REQUEST, GSSENC_REQUEST, SSL_REQUEST, parse_startup
+from .msgtypes import ALL_TYPES, PASSWORD_MESSAGE, TERMINATE
 from .parameters import BAD_OPTIONS, parse_options, reported_form
 
-#: Every message type is read while logging in (only PasswordMessage and Terminate are
-#: accepted).
-_ALL_TYPES = frozenset(range(256))
 #: The longest message of the password exchange (its length field): a PasswordMessage with
 #: PgBouncer's longest password, 65,531 bytes; SCRAM messages are far shorter. Bounded, so
 #: that a client cannot make the login buffer grow without end.
@@ -291,7 +289,8 @@ class ClientLogin:
         self._binding: bytes | None = None
         self._direct = False
         self._reader = StartupReader(MAX_STARTUP_PACKET)
-        self._scanner = MessageScanner(_ALL_TYPES, MAX_LOGIN_MESSAGE)
+        # Every type is read: any but PasswordMessage and Terminate is refused.
+        self._scanner = MessageScanner(ALL_TYPES, MAX_LOGIN_MESSAGE)
         #: Bytes received behind a packet that waits for a decision.
         self._unread = b""
         self._auth: ClientAuth | None = None
@@ -378,7 +377,7 @@ class ClientLogin:
         auth = self._auth
         check = False
         for msg_type, body, _end in self._scanner.feed(data):
-            if msg_type == 0x58:  # Terminate
+            if msg_type == TERMINATE:
                 self.state = LoginState.DONE
                 events.append(Close(""))
                 return
@@ -386,7 +385,7 @@ class ClientLogin:
                 raise ProtocolViolation("message received during authentication")
             if auth is None:  # the secret is still being looked up: nothing was asked yet
                 raise ProtocolViolation("message received before an authentication request")
-            if msg_type != 0x70:
+            if msg_type != PASSWORD_MESSAGE:
                 raise ProtocolViolation(f"expected a password message, got {chr(msg_type)!r}")
             reply = auth.feed(body)
             if auth.password is not None:  # checked elsewhere: password_checked answers

@@ -7,6 +7,7 @@ from struct import Struct
 from mypy_extensions import i64
 
 from ..errors import ProtocolViolation
+from .msgtypes import READY_FOR_QUERY
 
 _HEADER = Struct("!cI")
 _UINT32 = Struct("!I")
@@ -185,12 +186,12 @@ class MessageScanner:
         alone, as the last six bytes of data (a server's usual reply)."""
         n: i64 = len(data)
         last = n - 6  # where the ReadyForQuery starts
-        if last < 0 or data[last] != 0x5A or self._skip or self._buf:
+        if last < 0 or data[last] != READY_FOR_QUERY or self._skip or self._buf:
             return False
         if data[last + 1] or data[last + 2] or data[last + 3] or data[last + 4] != 5:
             return False
         watch = self._watch
-        if not watch[0x5A]:
+        if not watch[READY_FOR_QUERY]:
             return False
         max_size: i64 = self.max_size
         pos: i64 = 0

@@ -23,6 +23,16 @@ from .messages import (
     parse_fields,
     parse_parameter_status,
 )
+from .msgtypes import (
+    ALL_TYPES,
+    AUTHENTICATION,
+    BACKEND_KEY_DATA,
+    ERROR_RESPONSE,
+    NEGOTIATE_PROTOCOL_VERSION,
+    NOTICE_RESPONSE,
+    PARAMETER_STATUS,
+    READY_FOR_QUERY,
+)
 
 AUTH_OK = 0
 AUTH_CLEARTEXT = 3
@@ -35,7 +45,6 @@ AUTH_SASL_FINAL = 12
 #: is refused at once instead of waiting (until server_connect_timeout) for that many bytes.
 LOGIN_MAX = 1 << 20
 
-_ALL_TYPES = frozenset(range(256))
 #: PgBouncer's words before a login failure of pgtarn's own making (not PostgreSQL's).
 LOGIN_FAILED = "server login failed: "
 
@@ -97,23 +106,23 @@ class ServerAuth:
 
     def feed(self, msg_type: int, body: bytes) -> bytes:
         """Handle one server message; return bytes to send (possibly empty)."""
-        if msg_type == 0x52:  # 'R' Authentication*
+        if msg_type == AUTHENTICATION:
             return self._auth(body)
-        if msg_type == 0x53:  # 'S' ParameterStatus
+        if msg_type == PARAMETER_STATUS:
             name, value = parse_parameter_status(body)
             self.params[name] = value
             return b""
-        if msg_type == 0x4B:  # 'K' BackendKeyData
+        if msg_type == BACKEND_KEY_DATA:
             self.backend_key = parse_backend_key_data(body)
             return b""
-        if msg_type == 0x5A:  # 'Z' ReadyForQuery
+        if msg_type == READY_FOR_QUERY:
             if not self._authenticated:
                 raise ProtocolViolation("server sent ReadyForQuery before AuthenticationOk")
             self.done = True
             return b""
-        if msg_type == 0x45:  # 'E' ErrorResponse
+        if msg_type == ERROR_RESPONSE:
             raise login_refused(body)
-        if msg_type in (0x4E, 0x76):  # NoticeResponse, NegotiateProtocolVersion
+        if msg_type in (NOTICE_RESPONSE, NEGOTIATE_PROTOCOL_VERSION):
             return b""
         raise ProtocolViolation(f"unexpected message {chr(msg_type)!r} during server login")
 
@@ -239,7 +248,7 @@ class ServerLogin:
         message accepted during the login."""
         self.auth = auth
         self.startup_params = {"user": auth.user, "database": database, **params}
-        self.scanner = MessageScanner(_ALL_TYPES, max_message)
+        self.scanner = MessageScanner(ALL_TYPES, max_message)
         #: server_tls_sslmode the SSLRequest was sent under (a RELOAD may change the setting
         #: before the answer comes).
         self.sslmode = ""

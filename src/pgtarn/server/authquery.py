@@ -27,6 +27,7 @@ from ..net.sockets import open_connection
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_data_row
+from ..proto.msgtypes import ALL_TYPES, DATA_ROW, ERROR_RESPONSE, READY_FOR_QUERY
 from ..proto.server_login import LOGIN_MAX, ServerAuth, ServerLogin, server_error
 from ..runtime import CONFIG_ERROR, Runtime
 from .login import OwnConnection
@@ -41,7 +42,6 @@ CACHE_SIZE = 10_000
 STARTUP = {"application_name": "pgtarn auth_query"}
 #: The secret of a role the query returns with a NULL password.
 NO_PASSWORD = ""
-_ALL_TYPES = frozenset(range(256))
 _MAX_MESSAGE = 1024 * 1024
 
 
@@ -177,7 +177,7 @@ class _LookupConnection(OwnConnection):
         auth = ServerAuth(lookup.auth_user, password,
                           channel_binding=runtime.config.server_channel_binding)
         super().__init__(runtime, ServerLogin(auth, lookup.db.dbname, STARTUP, LOGIN_MAX),
-                         lookup.db.host, MessageScanner(_ALL_TYPES, _MAX_MESSAGE))
+                         lookup.db.host, MessageScanner(ALL_TYPES, _MAX_MESSAGE))
         self.lookup = lookup
         #: The answer under way: the first row's secret (None: no row yet), and what went
         #: wrong (logged at its ReadyForQuery).
@@ -221,16 +221,16 @@ class _LookupConnection(OwnConnection):
         self._failed(error)
 
     def _message(self, msg_type: int, body: bytes) -> None:
-        if msg_type == 0x44:  # DataRow: the first row's second column is the secret
+        if msg_type == DATA_ROW:  # the first row's second column is the secret
             row = parse_data_row(body)
             if len(row) < 2:
                 self.error = self.error or "auth_query must return two columns: name, secret"
             elif self.secret is None:
                 value = row[1]
                 self.secret = NO_PASSWORD if value is None else value.decode("utf-8", "replace")
-        elif msg_type == 0x45:
+        elif msg_type == ERROR_RESPONSE:
             self.error = server_error(body, "error in auth_query").message
-        elif msg_type == 0x5A:
+        elif msg_type == READY_FOR_QUERY:
             secret, error = self.secret, self.error
             self.secret, self.error = None, ""
             if error:

@@ -38,13 +38,14 @@ from ..pool.cancels import cancel_ended, cancel_started
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
+from ..proto.msgtypes import PREPARED_RELAY_TYPES
 from ..proto.server_login import LoggedIn, ServerLogin
 from ..runtime import Runtime
 from ..session.prepared import FORGETS_ALL, ServerStatements
 from ..session.tracking import NO_SETTINGS
 from .linked import LinkedClient
 from .login import LoginDriver, server_login_for
-from .relay import PREPARED_RELAY_TYPES, ServerRelay
+from .relay import ServerRelay
 from .transport import log
 
 #: workers = N: a server closed to give its slot to another worker waits this long at most

@@ -30,6 +30,15 @@ from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_data_row, parse_fields
+from ..proto.msgtypes import (
+    ALL_TYPES,
+    COMMAND_COMPLETE,
+    DATA_ROW,
+    ERROR_RESPONSE,
+    READY_FOR_QUERY,
+    ROW_DESCRIPTION,
+    UNSOLICITED_TYPES,
+)
 from ..runtime import Runtime
 from .login import OwnConnection, server_login_for
 
@@ -53,10 +62,6 @@ CHECK_QUERY = (
     " ELSE pg_current_wal_insert_lsn() END AS l FROM pg_is_in_recovery() AS r) AS s"
 )
 _QUERY = build.query(CHECK_QUERY)
-_ALL_TYPES = frozenset(range(256))
-#: What may come between checks, or with an answer, without meaning anything to a check:
-#: NoticeResponse, ParameterStatus, NotificationResponse.
-_HARMLESS = frozenset(b"NSA")
 
 
 def parse_check_row(row: list[bytes | None]) -> tuple[bool, int, float]:
@@ -286,7 +291,7 @@ class _CheckConnection(OwnConnection):
         runtime = checker.runtime
         super().__init__(runtime,
                          server_login_for(runtime, checker.pool, probe.db, APPLICATION_NAME),
-                         probe.db.host, MessageScanner(_ALL_TYPES, runtime.config.max_packet_size))
+                         probe.db.host, MessageScanner(ALL_TYPES, runtime.config.max_packet_size))
         self.checker = checker
         self.probe = probe
         self.ready_at = 0.0
@@ -322,7 +327,7 @@ class _CheckConnection(OwnConnection):
         self.checker.lost(self, f"malformed answer: {error.message}")
 
     def _message(self, msg_type: int, body: bytes) -> None:
-        if msg_type == 0x45:  # ErrorResponse: of the check, or FATAL before a close
+        if msg_type == ERROR_RESPONSE:  # of the check, or FATAL before a close
             fields = parse_fields(body)
             message = fields.get("M") or "error without message"
             if fields.get("S") in ("FATAL", "PANIC"):
@@ -330,18 +335,18 @@ class _CheckConnection(OwnConnection):
             if self.asking:
                 self.error = self.error or message
             return
-        if msg_type in _HARMLESS:
+        if msg_type in UNSOLICITED_TYPES:  # between checks, or with an answer
             return
         if not self.asking:
             raise ProtocolViolation(f"unexpected message {chr(msg_type)!r}")
-        if msg_type == 0x44:  # DataRow: one only
+        if msg_type == DATA_ROW:  # one only
             if self.row is not None:
                 raise ProtocolViolation("more than one row")
             self.row = parse_data_row(body)
-        elif msg_type == 0x5A:  # ReadyForQuery: the check is answered
+        elif msg_type == READY_FOR_QUERY:  # the check is answered
             self.asking = False
             self.checker.answered(self, self.row, self.error)
-        elif msg_type not in (0x54, 0x43):  # RowDescription, CommandComplete: nothing to read
+        elif msg_type not in (ROW_DESCRIPTION, COMMAND_COMPLETE):  # nothing to read
             raise ProtocolViolation(f"unexpected message {chr(msg_type)!r}")
 
     def lost(self, reason: str) -> None:

@@ -28,14 +28,13 @@ from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_fields
+from ..proto.msgtypes import LISTENER_TYPES, NOTIFICATION_RESPONSE, READY_FOR_QUERY
 from ..runtime import Runtime
 from .login import OwnConnection, server_login_for
 
 log = logging.getLogger("pgtarn.listener")
 
 APPLICATION_NAME = "pgtarn listener"
-#: NotificationResponse, ReadyForQuery, ErrorResponse: all the connection acts on.
-_WATCHED = frozenset(b"AZE")
 
 
 class Listener:
@@ -222,7 +221,7 @@ class _ListenerConnection(OwnConnection):
     def __init__(self, listener: Listener, db: DatabaseEntry) -> None:
         runtime = listener.runtime
         super().__init__(runtime, server_login_for(runtime, listener.pool, db, APPLICATION_NAME),
-                         db.host, MessageScanner(_WATCHED, runtime.config.max_packet_size))
+                         db.host, MessageScanner(LISTENER_TYPES, runtime.config.max_packet_size))
         self.listener = listener
         self.error = ""
         self.created_at = time.monotonic()
@@ -249,11 +248,11 @@ class _ListenerConnection(OwnConnection):
 
     def _message(self, msg_type: int, body: bytes) -> None:
         listener = self.listener
-        if msg_type == 0x41:  # NotificationResponse: pid, channel, payload
+        if msg_type == NOTIFICATION_RESPONSE:  # pid, channel, payload
             channel_end = body.find(b"\x00", 4)
             channel = body[4:channel_end].decode("utf-8", "replace")
             listener.board.notification(channel, build.message(b"A", body))
-        elif msg_type == 0x5A:
+        elif msg_type == READY_FOR_QUERY:
             failure, self.error = self.error, ""
             listener.replied(failure)
         else:  # ErrorResponse: of the LISTEN or UNLISTEN under way

@@ -13,27 +13,34 @@ from typing import Final, Self
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_fields, parse_parameter_status
+from ..proto.msgtypes import (
+    BIND_COMPLETE,
+    CLOSE_COMPLETE,
+    DATA_ROW,
+    DESCRIPTION_TYPES,
+    ERROR_RESPONSE,
+    NOTIFICATION_RESPONSE,
+    PARAMETER_STATUS,
+    PARSE_COMPLETE,
+    PREPARED_RELAY_TYPES,
+    PREPARED_ROW_RELAY_TYPES,
+    READY_FOR_QUERY,
+    ROW_DESCRIPTION,
+    ROW_TYPES,
+    SERVER_RELAY_TYPES,
+)
 from ..session.prepared import (
     AS_PARSE_COMPLETE,
-    DESCRIPTION_TYPES,
     ERROR_HIDE,
     ERROR_REPLACE,
     FORWARD,
-    PARSE_COMPLETE,
     READY_FORWARD,
     READY_RETRY,
     READY_UNHIDE,
     ServerStatements,
 )
-from .transport import RELAY_TYPES, ServerTransport, log
+from .transport import ServerTransport, log
 
-# With prepared statements: also ParseComplete, BindComplete and CloseComplete.
-PREPARED_RELAY_TYPES: Final = frozenset(b"ZSE123")
-# While the linked client reads the rows of a batch (advisory lock calls, ServerRelay.
-# watch_rows): also DataRow and the ends of results (CommandComplete, EmptyQueryResponse,
-# PortalSuspended).
-ROW_TYPES: Final = frozenset(b"DCIs")
-PREPARED_ROW_RELAY_TYPES: Final = PREPARED_RELAY_TYPES | ROW_TYPES
 RFQ_LEN: Final = 6
 #: How many statements a server keeps for clients that still follow them after
 #: max_prepared_statements was set to 0 (they logged in before): PgBouncer's default.
@@ -52,7 +59,7 @@ class ServerRelay(ServerTransport):
         at = self.scanner.error_at
         if client is not None and self.statements is None and at >= 0:
             client.write(data[:at])
-            self.scanner = MessageScanner(RELAY_TYPES)  # at a boundary again
+            self.scanner = MessageScanner(SERVER_RELAY_TYPES)  # at a boundary again
 
     def _relay(self: Self, data: bytes) -> None:
         if not self.swallow and self.scanner.ends_at_ready(data):
@@ -72,7 +79,7 @@ class ServerRelay(ServerTransport):
                 if self._swallowed(msg_type, body):
                     start = end
                 continue
-            if msg_type == 0x5A:
+            if msg_type == READY_FOR_QUERY:
                 self.status = body
                 client = self.client
                 if client is None:
@@ -84,11 +91,11 @@ class ServerRelay(ServerTransport):
                 else:
                     client.write(data[start : end - RFQ_LEN] + replacement)
                 start = end
-            elif msg_type == 0x53:
+            elif msg_type == PARAMETER_STATUS:
                 self._parameter_status(body)
-            elif msg_type == 0x45:
+            elif msg_type == ERROR_RESPONSE:
                 self._relayed_error(body)
-            elif msg_type == 0x41:
+            elif msg_type == NOTIFICATION_RESPONSE:
                 replacement = self._own_notification(body)
                 msg_start = end - 5 - len(body)
                 if replacement is not None and msg_start >= start and self.client is not None:
@@ -131,7 +138,7 @@ class ServerRelay(ServerTransport):
             return
         events = scanner.feed(data)
         if (len(events) == 1 and not self.swallow and not scanner.held and not scanner.released
-                and events[0][0] == 0x5A and events[0][2] == len(data) >= RFQ_LEN):
+                and events[0][0] == READY_FOR_QUERY and events[0][2] == len(data) >= RFQ_LEN):
             # the same, after the rest of a message begun in an earlier chunk
             self._relay_ready_reply(data, events[0][1], statements)
             return
@@ -146,16 +153,16 @@ class ServerRelay(ServerTransport):
             if msg_type in DESCRIPTION_TYPES:
                 statements.description(msg_type, body, self.runtime.statement_cache)
             if self.swallow:
-                if msg_type in (0x31, 0x32, 0x33):
+                if msg_type in (PARSE_COMPLETE, BIND_COMPLETE, CLOSE_COMPLETE):
                     statements.reply(msg_type)
                     continue
                 if msg_type in DESCRIPTION_TYPES:
                     continue
                 if self.swallow_syncs:  # a batch the statements track: hidden, or our Sync
-                    if msg_type == 0x5A:
+                    if msg_type == READY_FOR_QUERY:
                         self.swallow_syncs -= 1
                         statements.ready(body, None)
-                    elif msg_type == 0x45:
+                    elif msg_type == ERROR_RESPONSE:
                         statements.error(body, self.runtime.statement_cache)
                 if self._swallowed(msg_type, body):
                     start = end
@@ -163,7 +170,7 @@ class ServerRelay(ServerTransport):
                     if statements.resume:
                         self._checked(statements)
                 continue
-            if msg_type in (0x31, 0x32, 0x33):
+            if msg_type in (PARSE_COMPLETE, BIND_COMPLETE, CLOSE_COMPLETE):
                 action = statements.reply(msg_type)
                 if action == FORWARD and piece is None:
                     continue
@@ -172,9 +179,9 @@ class ServerRelay(ServerTransport):
                 if action == FORWARD:
                     out += piece or b""
                 elif action == AS_PARSE_COMPLETE:
-                    out += PARSE_COMPLETE
+                    out += build.PARSE_COMPLETE
                 continue
-            if msg_type == 0x5A and start == 0 and not out and end == len(data) \
+            if msg_type == READY_FOR_QUERY and start == 0 and not out and end == len(data) \
                     and piece is None:  # fmt: skip
                 # Every message before it goes as it came (a BindComplete, the rows): the
                 # chunk is sent in one slice, not copied into out and out copied again.
@@ -187,7 +194,7 @@ class ServerRelay(ServerTransport):
             out += data[start:msg_start]
             start = end
             message = piece if piece is not None else data[msg_start:end]
-            if msg_type == 0x5A:
+            if msg_type == READY_FOR_QUERY:
                 client = self.client  # the link may end here
                 code = statements.ready(body, None if client is None else client.statements)
                 out += self._after_ready(code, message, body)
@@ -195,7 +202,7 @@ class ServerRelay(ServerTransport):
                     client.write(bytes(out))
                 out.clear()
                 continue
-            if msg_type == 0x45:
+            if msg_type == ERROR_RESPONSE:
                 action = statements.error(body, self.runtime.statement_cache)
                 if action == ERROR_HIDE:
                     continue
@@ -205,7 +212,7 @@ class ServerRelay(ServerTransport):
                         self.client.error_relayed()
                 else:
                     self._relayed_error(body)
-            elif msg_type == 0x53:
+            elif msg_type == PARAMETER_STATUS:
                 self._parameter_status(body)
             elif msg_type in ROW_TYPES and self.client is not None:  # while rows are read
                 self.client.result_relayed(msg_type, body)
@@ -220,8 +227,8 @@ class ServerRelay(ServerTransport):
         """pgtarn's check of a statement prepared afresh is answered: the client's parts held
         for it go now."""
         statements.resume = False
-        if not statements.describing and self.scanner.watches(0x54):
-            self._watch(self.scanner.watches(0x44), False)
+        if not statements.describing and self.scanner.watches(ROW_DESCRIPTION):
+            self._watch(self.scanner.watches(DATA_ROW), False)
         client = self.client
         if client is not None:
             client.statements_checked()
@@ -229,16 +236,16 @@ class ServerRelay(ServerTransport):
     def watch_descriptions(self) -> None:
         """Replies to a Describe of a statement are owed: read them (ServerStatements.
         description) until they came."""
-        if not self.scanner.watches(0x54):
-            self._watch(self.scanner.watches(0x44), True)
+        if not self.scanner.watches(ROW_DESCRIPTION):
+            self._watch(self.scanner.watches(DATA_ROW), True)
 
     def _after_ready(self: Self, code: int, message: bytes, body: bytes) -> bytes:
         """A ReadyForQuery of a prepared-statement server: what the client gets for it."""
         statements = self.statements
         assert statements is not None
         self.status = body
-        if not statements.describing and self.scanner.watches(0x54):
-            self._watch(self.scanner.watches(0x44), False)
+        if not statements.describing and self.scanner.watches(ROW_DESCRIPTION):
+            self._watch(self.scanner.watches(DATA_ROW), False)
         if code == READY_RETRY:
             # The batch failed only because its statement's plan went stale: send it again.
             resend, statements.resend = statements.resend, b""
@@ -272,9 +279,9 @@ class ServerRelay(ServerTransport):
                 config.max_prepared_statements or CAPACITY_AFTER_OFF,
                 self.pool.prepared_counters)
             # Made while linked and idle, so the scanner is between messages.
+            rows = self.scanner.watches(DATA_ROW)
             self.scanner = MessageScanner(
-                PREPARED_ROW_RELAY_TYPES if self.scanner.watches(0x44) else PREPARED_RELAY_TYPES,
-                config.max_packet_size)
+                PREPARED_ROW_RELAY_TYPES if rows else PREPARED_RELAY_TYPES, config.max_packet_size)
         return self.statements
 
     def watch_rows(self, on: bool) -> None:
@@ -288,7 +295,7 @@ class ServerRelay(ServerTransport):
         """What the scanner reports: the relay's types, and DataRow and the ends of results
         (watch_rows), and ParameterDescription, RowDescription and NoData (a Describe of a
         statement owed, watch_descriptions) while they are wanted."""
-        types = RELAY_TYPES if self.statements is None else PREPARED_RELAY_TYPES
+        types = SERVER_RELAY_TYPES if self.statements is None else PREPARED_RELAY_TYPES
         if rows:
             types = types | ROW_TYPES
         if descriptions:
@@ -297,16 +304,16 @@ class ServerRelay(ServerTransport):
 
     def _swallowed(self, msg_type: int, body: bytes) -> bool:
         """A reply to pgtarn's own query, not passed on; True at its ReadyForQuery."""
-        if msg_type == 0x5A:
+        if msg_type == READY_FOR_QUERY:
             self.status = body
             self.swallow -= 1
             if self.swallow == 0 and self.on_clean is not None:
                 on_clean, self.on_clean = self.on_clean, None
                 on_clean()
             return True
-        if msg_type == 0x53:
+        if msg_type == PARAMETER_STATUS:
             self._parameter_status(body, hidden=True)
-        elif msg_type == 0x45:
+        elif msg_type == ERROR_RESPONSE:
             fields = parse_fields(body)
             log.warning("%r internal query failed: %s %s", self, fields.get("C"), fields.get("M"))
             self.internal_error = (fields.get("C", ""), fields.get("M", ""))

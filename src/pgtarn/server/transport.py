@@ -6,13 +6,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Final, Self
+from typing import Any, Self
 
 from ..config import DatabaseEntry
 from ..net.sending import SEND_NEVER, send
 from ..net.sockets import Target
 from ..pool.pool import Pool, PooledServer
 from ..proto.framing import MessageScanner
+from ..proto.msgtypes import SERVER_RELAY_TYPES
 from ..runtime import Runtime
 from ..session.prepared import ServerStatements
 from ..session.tracking import NO_SETTINGS
@@ -21,8 +22,6 @@ from .login import LoginDriver
 
 log = logging.getLogger("pgtarn.server")
 
-# While linked, only ReadyForQuery, ParameterStatus and ErrorResponse need a look.
-RELAY_TYPES: Final = frozenset(b"ZSEA")
 
 
 class ServerTransport(PooledServer, asyncio.Protocol):
@@ -77,7 +76,7 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         #: How write sends: straight to the socket, or through the transport (net/sending.py).
         self.send_state = SEND_NEVER
-        self.scanner = MessageScanner(RELAY_TYPES, runtime.config.max_packet_size)
+        self.scanner = MessageScanner(SERVER_RELAY_TYPES, runtime.config.max_packet_size)
         self.client: LinkedClient[Self] | None = None
         self.params: dict[str, str] = {}
         #: The client parameters (a client's dict) that params was last found to hold, so that

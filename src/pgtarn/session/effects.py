@@ -19,6 +19,7 @@ from .. import native
 from ..errors import ProtocolViolation
 from ..proto.build import quote_literal
 from ..proto.messages import parse_bind_parameters
+from ..proto.msgtypes import PARSE, QUERY
 from .sqlnames import may_name_statements
 
 Effect = tuple[Any, ...]
@@ -101,15 +102,16 @@ _SCHEMA: Final = re.compile(
     rb"do\b.*?\b(?:create|alter|drop)\s)", re.DOTALL)
 
 
-def may_change_state(body: bytes, msg_type: int = 0x51) -> bool:
+def may_change_state(body: bytes, msg_type: int = QUERY) -> bool:
     """A cheap first look at the text of a Query's (or a Parse's) body: False when it cannot
     change session state (nor, for a named statement, control its transaction)."""
     return first_look(body, msg_type) & CHANGES_STATE != 0
 
 
-def first_look(body: bytes, msg_type: int = 0x51) -> int:
-    """What a Query's (0x51) or a Parse's (0x50) body may do: CHANGES_STATE (may_change_state),
-    SCHEMA_CHANGE (DDL) and, for a Query, NAMES_STATEMENTS (sqlnames.may_name_statements).
+def first_look(body: bytes, msg_type: int = QUERY) -> int:
+    """What a Query's or a Parse's body (msg_type QUERY or PARSE) may do: CHANGES_STATE
+    (may_change_state), SCHEMA_CHANGE (DDL) and, for a Query, NAMES_STATEMENTS
+    (sqlnames.may_name_statements).
 
     Digits never decide either, so the answer is cached per body's shape, its digits made
     zeros: a query sent again, with other numbers or not, costs its shape and one dict lookup.
@@ -125,12 +127,12 @@ def first_look(body: bytes, msg_type: int = 0x51) -> int:
     if key is last.key and msg_type == last.msg_type:
         look = last.look
     else:
-        looks = _PARSE_LOOKS if msg_type == 0x50 else _LOOKS
+        looks = _PARSE_LOOKS if msg_type == PARSE else _LOOKS
         cached = looks.get(key)
         if cached is None:
             if len(looks) >= _LOOKS_MAX:  # texts that differ every time: start again
                 looks.clear()
-            if msg_type == 0x50:  # Parse: the statement's name comes first
+            if msg_type == PARSE:  # the statement's name comes first
                 name_end = key.find(b"\x00")
                 text = key[name_end + 1 :]
                 look = CHANGES_STATE if _look(text, name_end > 0) else 0

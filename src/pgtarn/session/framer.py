@@ -7,22 +7,26 @@ from typing import Final
 
 from ..proto.build import message
 from ..proto.framing import MessageScanner
+from ..proto.msgtypes import (
+    BATCH_TURN_TYPES,
+    EXECUTE,
+    NAMING_TYPES,
+    QUERY,
+    STATEMENT_WATCH_TYPES,
+    SYNC,
+    TERMINATE,
+    TERMINATE_TYPES,
+    TEXT_TYPES,
+)
 from .effects import NAMES_STATEMENTS, SCHEMA_CHANGE, Parsed, first_look, may_change_state
 from .tracking import SessionTracker
 
 #: A Sync or Query passed: one ReadyForQuery to come (an item of a ClientFramer part list).
 SYNC_MARK: Final = 0
-#: Parse, Bind, Describe, Close, Query, Sync and Terminate are seen whole; every other
-#: message is skipped by length and passed on as it arrives.
-_WATCHED: Final = frozenset(b"PBDCQSX")
-_TERMINATE: Final = frozenset(b"X")
 Part = bytes | tuple[int, bytes] | int
 #: The session-state hook: (message type, body, ReadyForQuery owed before its batch's) ->
 #: a Query to send in its place, b"" to drop it (answered by pgtarn), or None.
 TextHook = Callable[[int, bytes, int], bytes | None]
-_TEXTS: Final = frozenset(b"QP")
-#: Messages that use or end a statement's name (Parse may name it anew).
-_NAMING: Final = frozenset(b"PBC")
 
 
 class ClientFramer:
@@ -42,7 +46,7 @@ class ClientFramer:
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
-        self._scanner = MessageScanner(_WATCHED, max_size, stop=_TERMINATE)
+        self._scanner = MessageScanner(STATEMENT_WATCH_TYPES, max_size, stop=TERMINATE_TYPES)
         #: After feed: the parts are exactly the chunk's bytes (nothing held or released).
         self.whole = True
         #: After feed: no part is a whole message to rewrite (only raw bytes and marks).
@@ -93,11 +97,12 @@ class ClientFramer:
         hooked = False
         for msg_type, body, end in events:
             begin = end - 5 - len(body)
-            if msg_type in _TEXTS and first_look(body, msg_type) & SCHEMA_CHANGE:
+            if msg_type in TEXT_TYPES and first_look(body, msg_type) & SCHEMA_CHANGE:
                 self.schema_change = True
-            if session is not None and msg_type != 0x53 and (
-                    (self.named_effects and msg_type in _NAMING) or (msg_type in _TEXTS and (
-                        session.parse_all or may_change_state(body, msg_type)))):
+            if session is not None and msg_type != SYNC and (
+                    (self.named_effects and msg_type in NAMING_TYPES) or (
+                        msg_type in TEXT_TYPES and (
+                            session.parse_all or may_change_state(body, msg_type)))):
                 assert self._texts is not None
                 self._where = (data, begin, end, batch_at, open_before)
                 hooked = True
@@ -112,10 +117,10 @@ class ClientFramer:
                     batch_at = end
                     if refusal:  # a Query PostgreSQL answers with the refusal
                         rewritten = True
-                        parts.append((0x51, refusal[5:]))
+                        parts.append((QUERY, refusal[5:]))
                     continue
-            if msg_type == 0x53 or (
-                    msg_type == 0x51 and not first_look(body) & NAMES_STATEMENTS):
+            if msg_type == SYNC or (
+                    msg_type == QUERY and not first_look(body) & NAMES_STATEMENTS):
                 # Sync, or a Query naming no statement: passed on as it is
                 if begin >= 0:
                     parts.append(data[start:end])  # with the raw bytes before it
@@ -132,14 +137,14 @@ class ClientFramer:
             elif begin < 0:
                 whole = False
             start = end
-            if msg_type == 0x58:  # Terminate
+            if msg_type == TERMINATE:
                 self.terminated = True
                 self.whole = False
                 self.plain = not rewritten
                 return parts, syncs
             rewritten = True
             parts.append((msg_type, body))  # Parse, Bind, Describe, Close, a Query naming them
-            if msg_type == 0x51:
+            if msg_type == QUERY:
                 syncs += 1
                 batch_at = end
         tail = len(data) - scanner.held
@@ -195,7 +200,7 @@ def _executes(data: bytes, start: int, end: int) -> int:
     count = 0
     pos = start
     while pos + 5 <= end:
-        if data[pos] == 0x45:
+        if data[pos] == EXECUTE:
             count += 1
         pos += 1 + int.from_bytes(data[pos + 1 : pos + 5], "big")
     return count
@@ -213,13 +218,10 @@ def _execute_follows(data: bytes, pos: int) -> bool:
     """Whether an Execute comes at pos or after it in data, before a Bind, Sync or Query."""
     while pos + 5 <= len(data):
         msg_type = data[pos]
-        if msg_type == 0x45:
+        if msg_type == EXECUTE:
             return True
-        if msg_type in _BATCH_TURNS:
+        if msg_type in BATCH_TURN_TYPES:
             return False
         pos += 1 + int.from_bytes(data[pos + 1 : pos + 5], "big")
     return False
 
-
-#: After a Bind, the messages before which its Execute would have come.
-_BATCH_TURNS: Final = frozenset(b"BSQX")

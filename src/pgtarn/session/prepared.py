@@ -31,9 +31,9 @@ from __future__ import annotations
 from typing import Final
 
 from ..proto.messages import parse_fields
+from ..proto.msgtypes import BIND_COMPLETE, PARAMETER_DESCRIPTION, PARSE_COMPLETE
 from .rewrite import (
     AS_PARSE_COMPLETE,
-    DESCRIPTION_TYPES,
     DROP,
     FORWARD,
     HIDDEN_ENTRY,
@@ -44,11 +44,9 @@ from .rewrite import (
     KIND_PARSE,
     KIND_SYNC,
     NOOP_CLOSE,
-    PARSE_COMPLETE,
     REFUSED_REUSE,
     RESULT_TYPE_CHANGED_ERROR,
     SERVER_PREFIX,
-    SYNC,
     SYNC_ENTRY,
     UNDO_CHECK,
     UNDO_DEALLOCATED,
@@ -70,10 +68,10 @@ from .statements import (
 )
 
 __all__ = [
-    "AS_PARSE_COMPLETE", "DESCRIPTION_TYPES", "DROP", "ERROR_FORWARD", "ERROR_HIDE",
-    "ERROR_REPLACE", "FORGETS_ALL", "FORWARD", "HIDDEN_ENTRY", "NOOP_CLOSE", "PARSE_COMPLETE",
+    "AS_PARSE_COMPLETE", "DROP", "ERROR_FORWARD", "ERROR_HIDE",
+    "ERROR_REPLACE", "FORGETS_ALL", "FORWARD", "HIDDEN_ENTRY", "NOOP_CLOSE",
     "READY_FORWARD", "READY_RETRY",
-    "READY_UNHIDE", "SYNC", "ClientStatements", "PreparedCounters", "ServerStatements",
+    "READY_UNHIDE", "ClientStatements", "PreparedCounters", "ServerStatements",
     "Statement", "StatementCache", "raise_error",
 ]
 
@@ -94,7 +92,8 @@ class ServerStatements(StatementRewriter):
 
         Returns FORWARD, DROP or AS_PARSE_COMPLETE (send a ParseComplete in its place).
         """
-        want = KIND_PARSE if msg_type == 0x31 else KIND_BIND if msg_type == 0x32 else KIND_CLOSE
+        want = (KIND_PARSE if msg_type == PARSE_COMPLETE
+                else KIND_BIND if msg_type == BIND_COMPLETE else KIND_CLOSE)
         expected = self.expected
         while expected and expected[0].kind != want and expected[0].kind != KIND_SYNC:
             self._skipped(expected.popleft())  # cannot happen with a well-behaved server
@@ -111,7 +110,7 @@ class ServerStatements(StatementRewriter):
         expected = self.expected
         if not expected or expected[0].kind not in (KIND_DESCRIBE, KIND_CHECK):
             return  # a portal's, or a simple query's
-        if msg_type == 0x74:
+        if msg_type == PARAMETER_DESCRIPTION:
             self._parameters = body
             return
         head = expected.popleft()

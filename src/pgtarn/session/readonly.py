@@ -25,6 +25,7 @@ from typing import Any, AnyStr, Final
 from pglast import ast, parse_sql
 from pglast.enums import TransactionStmtKind, VariableSetKind
 
+from ..proto.msgtypes import BIND, EXECUTE, FLUSH, PARSE, PASSING_TYPES, QUERY, SYNC
 from .effects import Kind
 
 OTHER: Final = Kind.OTHER
@@ -145,13 +146,6 @@ def _comment_end(sql: str, pos: int) -> int:
 
 # --- message chunks --------------------------------------------------------------------------
 
-_PARSE: Final = 0x50  # P
-_BIND: Final = 0x42  # B
-_SYNC: Final = 0x53  # S
-_EXECUTE: Final = 0x45  # E
-_FLUSH: Final = 0x48  # H
-#: Describe, Execute, Flush, Close: allowed in a batch, they name no new statement text.
-_PASSING: Final = frozenset(b"DEHC")
 #: Kinds a batch may have when it runs that one statement alone.
 _ALONE: Final = frozenset((BEGIN_READ_ONLY, BEGIN, SET_READ_ONLY))
 
@@ -167,7 +161,7 @@ def classify_chunk(data: bytes, statement_text: Callable[[bytes], bytes | None])
     chunks, to the same server) is READ only when it parses SELECTs and runs nothing.
     statement_text gives the text of a named statement prepared before (None: unknown).
     Anything else, malformed included, is OTHER."""
-    if data[:1] == b"Q":
+    if data and data[0] == QUERY:
         if len(data) > 5 and data[-1] == 0 and int.from_bytes(data[1:5]) == len(data) - 1:
             return classify_bytes(data[5:-1])
         return OTHER
@@ -194,11 +188,11 @@ def _batch(data: bytes, statement_text: Callable[[bytes], bytes | None]) -> int:
         after = pos + 1 + length
         if length < 4 or after > end:
             return OTHER
-        if msg_type == _SYNC:
+        if msg_type == SYNC:
             if length != 4 or after != end:
                 return OTHER
             break
-        if msg_type == _PARSE:  # name NUL text NUL parameter types
+        if msg_type == PARSE:  # name NUL text NUL parameter types
             name_end = data.find(b"\x00", pos + 5, after)
             text_end = data.find(b"\x00", name_end + 1, after) if name_end >= 0 else -1
             if text_end < 0:
@@ -207,7 +201,7 @@ def _batch(data: bytes, statement_text: Callable[[bytes], bytes | None]) -> int:
             # A Parse of several statements fails on any server: its Kind is not told apart.
             kind = parsed[name] = classify_bytes(data[name_end + 1 : text_end])
             parse_names.append(name)
-        elif msg_type == _BIND:  # portal NUL statement NUL ...
+        elif msg_type == BIND:  # portal NUL statement NUL ...
             portal_end = data.find(b"\x00", pos + 5, after)
             name_end = data.find(b"\x00", portal_end + 1, after) if portal_end >= 0 else -1
             if name_end < 0:
@@ -219,9 +213,9 @@ def _batch(data: bytes, statement_text: Callable[[bytes], bytes | None]) -> int:
                 found = OTHER if text is None else classify_bytes(text)
             kind = found
             binds.append((name, kind))
-        elif msg_type in _PASSING:
-            runs = runs or msg_type == _EXECUTE
-            flushed = msg_type == _FLUSH
+        elif msg_type in PASSING_TYPES:
+            runs = runs or msg_type == EXECUTE
+            flushed = msg_type == FLUSH
             pos = after
             continue
         else:

@@ -7,14 +7,15 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Final
 
+from ..proto import build
 from ..proto.build import message, quote_literal
 from ..proto.messages import read_cstring
+from ..proto.msgtypes import BIND, CLOSE, DESCRIBE, PARSE, QUERY, SYNC
 from . import sqlnames
 from .fifo import Fifo
 from .framer import Part
 from .statements import FORGETS_ALL, ClientStatements, PreparedCounters, Statement, forgets_all
 
-PARSE_COMPLETE: Final = message(b"1")
 #: A statement name no client or server uses: closing it is a successful no-op.
 NOOP_NAME: Final = b"pgtarn_noop"
 NOOP_CLOSE: Final = message(b"C", b"S" + NOOP_NAME + b"\x00")
@@ -34,8 +35,6 @@ UNDO_DEALLOCATED: Final = 4  # the client's SQL DEALLOCATE
 UNDO_PRELUDE: Final = 5  # pgtarn's own PREPARE ahead of a client's EXECUTE
 UNDO_CHECK: Final = 6  # pgtarn's Parse and Describe of a statement a client described
 
-#: ParameterDescription, RowDescription and NoData: replies to a Describe.
-DESCRIPTION_TYPES: Final = frozenset(b"tTn")
 #: The error a client gets for a statement whose result type changed since it was told it.
 RESULT_TYPE_CHANGED_ERROR: Final = ("0A000", "cached plan must not change result type")
 #: The name of pgtarn's statement that raises an error in place of a client's.
@@ -52,8 +51,6 @@ AS_PARSE_COMPLETE: Final = 2
 #: (the entry's client_name): its error is given the client's name (never completes).
 REFUSED_REUSE: Final = 3
 
-
-SYNC: Final = message(b"S")
 
 
 class Entry:
@@ -186,23 +183,23 @@ class StatementRewriter:
                 self.fresh = self.clean = False
             else:
                 msg_type, body = part
-                if msg_type == 0x50:  # Parse
+                if msg_type == PARSE:
                     self._parse(client, body, out)
-                elif msg_type == 0x42:  # Bind
+                elif msg_type == BIND:
                     text = self._bind(client, body, out, parts, index, may_retry, end is None)
                     if self.checking:  # its statement is checked first: the rest waits
                         self.deferred = parts[index:]
                         break
                     if text:
                         self._forget_all(client, text, status)
-                elif msg_type in (0x44, 0x43):  # Describe, Close
+                elif msg_type in (DESCRIBE, CLOSE):
                     self._describe_or_close(client, msg_type, body, out)
-                elif msg_type == 0x51:  # Query
+                elif msg_type == QUERY:
                     if self._query(client, body, out, parts, index, may_retry):
                         self._forget_all(client, body, status)
                 else:
                     out += message(bytes((msg_type,)), body)
-                    if msg_type == 0x53:  # Sync
+                    if msg_type == SYNC:
                         self._synced(SYNC_ENTRY)
                     else:
                         self.fresh = self.clean = False
@@ -214,7 +211,7 @@ class StatementRewriter:
         description must match what the client was told before the Bind may run."""
         self.expected.append(HIDDEN_ENTRY)
         self._evict(out)
-        out += stmt.typed_parse() + message(b"D", b"S" + stmt.name + b"\x00") + SYNC
+        out += stmt.typed_parse() + message(b"D", b"S" + stmt.name + b"\x00") + build.SYNC
         self.prepared[stmt.name] = stmt
         self.counters.server_parses += 1
         self.expected.append(Entry(KIND_PARSE, DROP, stmt))
@@ -366,9 +363,9 @@ class StatementRewriter:
         name, _end = read_cstring(body, 1)
         if kind != b"S" or not name:
             out += message(bytes((msg_type,)), body)
-            if msg_type == 0x43:
+            if msg_type == CLOSE:
                 self.expected.append(CLOSE_ENTRY)
-        elif msg_type == 0x44:
+        elif msg_type == DESCRIBE:
             stmt = client.names.get(name)
             if stmt is None and name.startswith(SERVER_PREFIX):
                 # Another client's statement: described as one that does not exist.
@@ -467,7 +464,7 @@ class StatementRewriter:
         self.prepared[stmt.name] = stmt
         self.counters.server_parses += 1
         if not stmt.sql:
-            out += SYNC
+            out += build.SYNC
             self.expected.append(Entry(KIND_PARSE, DROP, stmt))
         self.expected.append(Entry(KIND_SYNC, UNDO_PRELUDE, stmt))
 
@@ -576,7 +573,7 @@ def batch_end(parts: list[Part], index: int) -> int:
     """Where the batch holding parts[index] ends (its Sync or Query), or -1."""
     for j in range(index, len(parts)):
         part = parts[j]
-        if isinstance(part, int) or (isinstance(part, tuple) and part[0] in (0x53, 0x51)):
+        if isinstance(part, int) or (isinstance(part, tuple) and part[0] in (SYNC, QUERY)):
             return j
     return -1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from ..proto.msgtypes import BIND, DESCRIBE, QUERY, ROW_DESCRIPTION, SYNC
 from .framer import Part
 
 #: The error PostgreSQL gives when a prepared statement's result type changed (ALTER TABLE).
@@ -21,7 +22,7 @@ def description_digest(parameters: bytes, msg_type: int, body: bytes) -> bytes:
     """What a Describe of a statement tells its client, for comparing: the ParameterDescription
     and the RowDescription's names and types (not the table OID and column number, which a
     table made again changes without changing what the client decodes), or NoData."""
-    if msg_type != 0x54:
+    if msg_type != ROW_DESCRIPTION:
         return parameters + b"|n"
     out = bytearray(parameters)
     out += b"|"
@@ -50,15 +51,15 @@ def reads_description(parts: list[Part], index: int) -> bool:
     without one decodes rows with what it was told before, so a statement prepared afresh
     under it must not be run in its place."""
     part = parts[index]
-    if isinstance(part, tuple) and part[0] == 0x51:
+    if isinstance(part, tuple) and part[0] == QUERY:
         return True
     for j in range(index + 1, len(parts)):
         part = parts[j]
         if isinstance(part, int):
             return False
         if isinstance(part, tuple):
-            if part[0] == 0x44:
+            if part[0] == DESCRIBE:
                 return True
-            if part[0] in (0x53, 0x51, 0x42):
+            if part[0] in (SYNC, QUERY, BIND):
                 return False
     return False

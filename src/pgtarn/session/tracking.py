@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from ..proto.msgtypes import DATA_ROW
 from .effects import (
     BEGIN,
     CLOSE,
@@ -513,7 +514,7 @@ class SessionTracker:
                 self.error_at = self.results
 
     def result(self, msg_type: int, body: bytes) -> None:
-        """A DataRow (0x44, body: its body), or a CommandComplete, EmptyQueryResponse or
+        """A DataRow (body: its body), or a CommandComplete, EmptyQueryResponse or
         PortalSuspended that ends a statement's result, is relayed to the client."""
         pending = self.pending
         if not pending or pending[0].remaining != 1:
@@ -522,7 +523,7 @@ class SessionTracker:
         if wanted is None:
             return
         results = self.results
-        if msg_type != 0x44:
+        if msg_type != DATA_ROW:
             self.results = results + 1
         elif results in wanted and results not in self.rows:
             rows = self.rows if self.rows else {}  # (never into the shared empty dict)
