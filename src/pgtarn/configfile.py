@@ -546,6 +546,7 @@ NOT_APPLIED: Mapping[str, str] = MappingProxyType({
     "application_name_add_host": "not applied: application_name goes to servers as the "
                                  "client set it",
     "client_tls_dheparams": "not applied: OpenSSL's built-in groups are used",
+    "conffile": "not applied: RELOAD and SIGHUP read the file pgtarn was started with",
     "disable_pqexec": "not applied: simple queries with several statements are passed on",
     "dns_max_ttl": "not applied: host names are resolved by the system at each connection",
     "dns_nxdomain_ttl": "not applied: host names are resolved by the system at each "

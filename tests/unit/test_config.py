@@ -808,3 +808,9 @@ def test_a_small_pkt_buf_is_accepted_as_pgbouncer_accepts_it() -> None:
     c = parse_config("[pgbouncer]\npkt_buf = 75\n", "pgbouncer.ini")
     assert c.pkt_buf == 75
     assert any(w.startswith("pgbouncer.ini:2: pkt_buf: not applied") for w in c.warnings)
+
+
+def test_a_conffile_set_is_a_warning_since_reload_reads_the_started_file() -> None:
+    c = parse_config("[pgbouncer]\nconffile = /etc/other.ini\n", "pgbouncer.ini")
+    assert c.conffile == "/etc/other.ini"
+    assert any(w.startswith("pgbouncer.ini:2: conffile: not applied") for w in c.warnings)

@@ -62,11 +62,9 @@ DOCS: dict[str, SettingDoc] = {
     "job_name": SettingDoc(PROCESS, (
         "The name PgBouncer registers as a Windows service.")),
     "conffile": SettingDoc(PROCESS, (
-        "The configuration file's name as SHOW CONFIG shows it. RELOAD and SIGHUP always read "
-        "the file pgtarn was started with."),
-        "PgBouncer shows the file it was started with here, and a changed value makes its next "
-        "RELOAD read another file; pgtarn shows what was set (empty by default) and does not "
-        "switch files."),
+        "The configuration file's name as SHOW CONFIG shows it. In PgBouncer a changed value "
+        "makes the next RELOAD read another file; RELOAD and SIGHUP in pgtarn always read the "
+        "file pgtarn was started with, so a value set here is only shown.")),
     # --- pools and limits ----------------------------------------------------------------------
     "pool_mode": SettingDoc(POOLS, (
         "When a client gives its server back. `session`: when it disconnects. `transaction`: "
