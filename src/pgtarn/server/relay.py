@@ -321,10 +321,12 @@ class ServerRelay(ServerTransport):
 
     def _relayed_error(self, body: bytes) -> None:
         """An ErrorResponse passed to the client: its batch failed; remember a FATAL, the
-        server's last word."""
+        server's last word, as one its client saw (read while no client is linked, nobody saw
+        it: a client lent the server before its end is read gets pgtarn's error then)."""
         client = self.client
-        if client is not None:
-            client.error_relayed()
+        if client is None:
+            return
+        client.error_relayed()
         fields = parse_fields(body)
         if fields.get("S") in ("FATAL", "PANIC"):
             self.fatal = f'{fields.get("C", "")} {fields.get("M", "")}'

@@ -38,3 +38,16 @@ def test_a_bad_length_passes_on_the_whole_messages_before_it_then_closes() -> No
     server.data_received(whole + b"D\xff\xff\xff\xff")
     assert client.received == whole
     assert server.closed and transport.closing
+
+
+def test_a_fatal_read_while_idle_is_not_taken_for_one_a_client_saw() -> None:
+    """A backend terminated while its server is idle: the FATAL reached nobody, so a client
+    lent the server before its end is read must not be closed as if it had read it."""
+    server, _transport = logged_in_server()
+    server.data_received(build.error_response(
+        "57P01", "terminating connection due to administrator command", "FATAL"))
+    assert server.fatal == ""
+    client = FakeClient()
+    server.link(client, {})  # type: ignore[arg-type]
+    server.data_received(build.error_response("57P01", "shutting down", "FATAL"))
+    assert server.fatal == "57P01 shutting down"
