@@ -106,19 +106,34 @@ def test_hba_ldap_search_bind(pgtarn_factory, slapd, tmp_path):  # type: ignore[
     assert SEARCHER_PASSWORD not in log and "scram_pass" not in log
 
 
-def reload_hba(proc: Any, hba: Path, line: str) -> None:
-    hba.write_text(line + "\n")
+CONSOLE_RULE = "host pgbouncer scram_user 127.0.0.1/32 scram-sha-256\n"
+APP_LDAP_RULE = "host app all 127.0.0.1/32 ldap "
+
+
+def hba_pgtarn(pgtarn_factory: Any, tmp_path: Path) -> tuple[Any, Path]:
+    """pgtarn under auth_type = hba, its file letting scram_user reach the console."""
+    hba = tmp_path / "pg_hba.conf"
+    hba.write_text(CONSOLE_RULE)
+    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba,
+                                    "admin_users": "scram_user"})
+    return proc, hba
+
+
+def app_login_under(proc: Any, hba: Path, options: str) -> str:
+    """app's login once app's HBA rule is ldap with options (RELOAD): its user, or
+    "refused" (with LDAP's refusal)."""
+    hba.write_text(CONSOLE_RULE + APP_LDAP_RULE + options + "\n")
     with admin(proc, "scram_user", "scram_pass") as console:
         console.execute("RELOAD")
+    try:
+        return current_user(proc, "app", "app_pass")
+    except psycopg.OperationalError as exc:
+        assert LDAP_FAILED in str(exc)
+        return "refused"
 
 
 def test_hba_ldap_filters_urls_and_the_search_account(pgtarn_factory, slapd, tmp_path):  # type: ignore[no-untyped-def]
-    hba = tmp_path / "pg_hba.conf"
-    console_rule = "host pgbouncer scram_user 127.0.0.1/32 scram-sha-256\n"
-    hba.write_text(console_rule)
-    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba,
-                                    "admin_users": "scram_user"})
-    rule = "host app all 127.0.0.1/32 ldap "
+    proc, hba = hba_pgtarn(pgtarn_factory, tmp_path)
     cases = [
         search_bind(slapd, ldapsearchfilter='"(|(uid=$username)(mail=$username))"'),
         search_bind(slapd, ldapsearchattribute="mail"),  # the name is no mail address: refused
@@ -127,14 +142,7 @@ def test_hba_ldap_filters_urls_and_the_search_account(pgtarn_factory, slapd, tmp
         # anonymous clients may not search this directory: no search account, no user found
         f"ldapserver=127.0.0.1 ldapport={slapd.port} ldapbasedn=\"{BASE_DN}\"",
     ]
-    outcomes = []
-    for options in cases:
-        reload_hba(proc, hba, console_rule + rule + options)
-        try:
-            outcomes.append(current_user(proc, "app", "app_pass"))
-        except psycopg.OperationalError as exc:
-            assert LDAP_FAILED in str(exc)
-            outcomes.append("refused")
+    outcomes = [app_login_under(proc, hba, options) for options in cases]
     assert outcomes == ["app", "refused", "app", "refused"]
 
 
@@ -143,24 +151,14 @@ def test_ldaps_and_starttls(pgtarn_factory, slapd, pki, tmp_path, monkeypatch): 
     ldap_conf = tmp_path / "ldap.conf"
     ldap_conf.write_text(f"TLS_CACERT {pki.ca}\n")
     monkeypatch.setenv("LDAPCONF", str(ldap_conf))
-    hba = tmp_path / "pg_hba.conf"
-    console_rule = "host pgbouncer scram_user 127.0.0.1/32 scram-sha-256\n"
-    hba.write_text(console_rule)
-    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba,
-                                    "admin_users": "scram_user"})
-    rule = "host app all 127.0.0.1/32 ldap "
+    proc, hba = hba_pgtarn(pgtarn_factory, tmp_path)
     prefix = f'ldapprefix="cn=" ldapsuffix=",{PEOPLE}"'
     ldaps = f"ldapserver=127.0.0.1 ldapscheme=ldaps ldapport={slapd.ldaps_port} {prefix}"
     starttls = f"ldapserver=127.0.0.1 ldapport={slapd.port} ldaptls=1 {prefix}"
     wrong_port = f"ldapserver=127.0.0.1 ldapscheme=ldaps ldapport={slapd.port} {prefix}"
 
     def outcome(options: str) -> str:
-        reload_hba(proc, hba, console_rule + rule + options)
-        try:
-            return current_user(proc, "app", "app_pass")
-        except psycopg.OperationalError as exc:
-            assert LDAP_FAILED in str(exc)
-            return "refused"
+        return app_login_under(proc, hba, options)
 
     assert [outcome(o) for o in (ldaps, starttls, wrong_port)] == ["app", "app", "refused"]
     ldap_conf.write_text("TLS_REQCERT demand\n")  # the system's CAs: the test CA is not one

@@ -11,7 +11,7 @@ import ctypes
 import ctypes.util
 import threading
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 __all__ = ["SERVICE_DIRS", "PamResult", "PamUnavailable", "authenticate", "unavailable"]
 
@@ -61,6 +61,13 @@ class PamResult:
     messages: tuple[str, ...] = ()
 
 
+def _declared(function: Any, argtypes: list[Any], restype: Any) -> Any:
+    """A C function of a loaded library with its argument and result types set."""
+    function.argtypes = argtypes
+    function.restype = restype
+    return function
+
+
 class _Library:
     """libpam's functions, and libc's calloc and strdup: PAM frees the answers with free()."""
 
@@ -75,34 +82,17 @@ class _Library:
         except OSError as exc:
             raise PamUnavailable(f"cannot load {pam_name}: {exc}") from None
         handle_out = ctypes.POINTER(ctypes.c_void_p)
-        self.start = pam.pam_start
-        self.start.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
-                               ctypes.POINTER(_Conversation), handle_out]
-        self.start.restype = ctypes.c_int
-        self.set_item = pam.pam_set_item
-        self.set_item.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]
-        self.set_item.restype = ctypes.c_int
-        self.authenticate = pam.pam_authenticate
-        self.authenticate.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        self.authenticate.restype = ctypes.c_int
-        self.acct_mgmt = pam.pam_acct_mgmt
-        self.acct_mgmt.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        self.acct_mgmt.restype = ctypes.c_int
-        self.end = pam.pam_end
-        self.end.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        self.end.restype = ctypes.c_int
-        self.strerror = pam.pam_strerror
-        self.strerror.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        self.strerror.restype = ctypes.c_char_p
-        self.calloc = libc.calloc
-        self.calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
-        self.calloc.restype = ctypes.c_void_p
-        self.strdup = libc.strdup
-        self.strdup.argtypes = [ctypes.c_char_p]
-        self.strdup.restype = ctypes.c_void_p
-        self.free = libc.free
-        self.free.argtypes = [ctypes.c_void_p]
-        self.free.restype = None
+        handle, code, text = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+        conversation = ctypes.POINTER(_Conversation)
+        self.start = _declared(pam.pam_start, [text, text, conversation, handle_out], code)
+        self.set_item = _declared(pam.pam_set_item, [handle, code, text], code)
+        self.authenticate = _declared(pam.pam_authenticate, [handle, code], code)
+        self.acct_mgmt = _declared(pam.pam_acct_mgmt, [handle, code], code)
+        self.end = _declared(pam.pam_end, [handle, code], code)
+        self.strerror = _declared(pam.pam_strerror, [handle, code], text)
+        self.calloc = _declared(libc.calloc, [ctypes.c_size_t, ctypes.c_size_t], handle)
+        self.strdup = _declared(libc.strdup, [text], handle)
+        self.free = _declared(libc.free, [handle], None)
 
     def describe(self, handle: ctypes.c_void_p | None, code: int) -> str:
         text = self.strerror(handle, code)
