@@ -80,8 +80,10 @@ SHAPE_HELPER = Extension("pgtarn.native._shape", ["src/pgtarn/native/_shape.c"])
 EDITABLE_COMMANDS = {"editable_wheel", "develop"}
 
 #: Said once as the C compiler starts, which takes minutes with no other sign of life.
-COMPILING = ("pgtarn: compiling the hot path with mypyc, which takes a few minutes "
-             "(PGTARN_PURE=1 skips it: pure Python, same behaviour)")
+COMPILING = (
+    "pgtarn: compiling the hot path with mypyc, which takes a few minutes "
+    "(PGTARN_PURE=1 skips it: pure Python, same behaviour)"
+)
 
 
 def wanted() -> bool:

@@ -57,8 +57,9 @@ class BuildPooler(Pooler):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", type=Path, required=True,
-                        help="src directory of the other build")
+    parser.add_argument(
+        "--before", type=Path, required=True, help="src directory of the other build"
+    )
     parser.add_argument("--clients", type=int_list, default=[10, 100])
     parser.add_argument("--workloads", default="select-only")
     parser.add_argument("--runs", type=int, default=5)
@@ -92,23 +93,34 @@ def main() -> int:
                     finally:
                         pooler.stop()
                     results.append(result)
-                    log(f"[run {run}/{args.runs}] {case.label:<28} {target:<9} "
-                        f"{result.tps or 0:,.0f} tps {result.error}")
+                    log(
+                        f"[run {run}/{args.runs}] {case.label:<28} {target:<9} "
+                        f"{result.tps or 0:,.0f} tps {result.error}"
+                    )
         for case in case_list:
             print(f"\n{case.label} ({args.runs} runs, median [min-max])")
             medians: dict[str, tuple[float, float]] = {}
             for target in targets:
-                mine = [r for r in results if r.case == case.label and r.target == target
-                        and r.ok and r.tps and r.cpu_s_per_10k]
+                mine = [
+                    r
+                    for r in results
+                    if r.case == case.label
+                    and r.target == target
+                    and r.ok
+                    and r.tps
+                    and r.cpu_s_per_10k
+                ]
                 if not mine:
                     print(f"  {target:<9} no successful run")
                     continue
                 tps = [r.tps or 0.0 for r in mine]
                 cpu = [r.cpu_s_per_10k or 0.0 for r in mine]
                 medians[target] = (statistics.median(tps), statistics.median(cpu))
-                print(f"  {target:<9} {medians[target][0]:>9,.0f} tps [{min(tps):,.0f}-"
-                      f"{max(tps):,.0f}]   CPU {medians[target][1]:.3f} s/10k tx "
-                      f"[{min(cpu):.3f}-{max(cpu):.3f}]")
+                print(
+                    f"  {target:<9} {medians[target][0]:>9,.0f} tps [{min(tps):,.0f}-"
+                    f"{max(tps):,.0f}]   CPU {medians[target][1]:.3f} s/10k tx "
+                    f"[{min(cpu):.3f}-{max(cpu):.3f}]"
+                )
             for other in ("before", "pgbouncer"):
                 if "after" in medians and other in medians:
                     tps_ratio = medians["after"][0] / medians[other][0]

@@ -58,8 +58,11 @@ def cpu_ticks(pid: int) -> tuple[int, int, int]:
 
 def context_switches(pid: int) -> tuple[int, int]:
     """(voluntary, involuntary) context switches of the process so far."""
-    fields = dict(line.split(":\t", 1) for line in
-                  Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    fields = dict(
+        line.split(":\t", 1)
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if ":\t" in line
+    )
     return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
 
 
@@ -91,8 +94,22 @@ def part_of(dso: str, symbol: str) -> str:
 
 def perf_parts(data: str, top: int) -> dict[str, float]:
     out = subprocess.run(
-        ["perf", "report", "-i", data, "--no-children", "--sort", "dso,symbol", "--stdio",
-         "--percent-limit", "0"], capture_output=True, text=True, check=False).stdout
+        [
+            "perf",
+            "report",
+            "-i",
+            data,
+            "--no-children",
+            "--sort",
+            "dso,symbol",
+            "--stdio",
+            "--percent-limit",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     shares: dict[str, float] = defaultdict(float)
     symbols: list[tuple[float, str, str]] = []
     for line in out.splitlines():
@@ -125,9 +142,24 @@ def measure(db: Database, pooler: Pooler, clients: int, duration: int,
         if perf:
             data = keep or tempfile.mktemp(prefix="perf-", suffix=".data")
             graph = ["--call-graph", "dwarf,16384", "-F", "499"] if keep else ["-F", "999"]
-            subprocess.run(["perf", "record", *graph, "-q", "-o", data, "-p",
-                            str(pooler.pid), "--", "sleep", str(duration - 3)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            subprocess.run(
+                [
+                    "perf",
+                    "record",
+                    *graph,
+                    "-q",
+                    "-o",
+                    data,
+                    "-p",
+                    str(pooler.pid),
+                    "--",
+                    "sleep",
+                    str(duration - 3),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            )
         else:
             time.sleep(duration - 3)
         after = cpu_ticks(pooler.pid)
@@ -147,8 +179,10 @@ def measure(db: Database, pooler: Pooler, clients: int, duration: int,
     tx = tps * elapsed
     user = (after[0] - before[0]) / TICKS / tx * 1e6
     system = (after[1] - before[1]) / TICKS / tx * 1e6
-    switches = (*((a - b) / tx for a, b in zip(switches_after, switches_before, strict=True)),
-                (after[2] - before[2]) / tx)
+    switches = (
+        *((a - b) / tx for a, b in zip(switches_after, switches_before, strict=True)),
+        (after[2] - before[2]) / tx,
+    )
     return tps, user, system, switches, shares
 
 
@@ -157,10 +191,19 @@ def main() -> int:
     p.add_argument("--clients", type=int_list, default=[10, 100], metavar="LIST")
     p.add_argument("--duration", type=int, default=10, metavar="S")
     p.add_argument("--no-perf", action="store_true", help="skip the perf sampling of pgtarn")
-    p.add_argument("--top", type=int, default=0, metavar="N",
-                   help="also list pgtarn's N busiest functions from perf")
-    p.add_argument("--perf-data", default="", metavar="PATH",
-                   help="record pgtarn with call graphs (for perf report) and keep it at PATH")
+    p.add_argument(
+        "--top",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also list pgtarn's N busiest functions from perf",
+    )
+    p.add_argument(
+        "--perf-data",
+        default="",
+        metavar="PATH",
+        help="record pgtarn with call graphs (for perf report) and keep it at PATH",
+    )
     add_postgres_options(p)
     args = p.parse_args()
     args.memory_clients = [2]
@@ -169,35 +212,52 @@ def main() -> int:
     account = postgres_account()
     workdir = make_workdir("profile", account)
     db = Database(args)
-    poolers = {"pgtarn": Pooler("pgtarn", [sys.executable, "-m", "pgtarn"], workdir, db, None),
-               "forwarder": Pooler("forwarder", [sys.executable, str(FORWARDER)], workdir, db,
-                                   None)}
+    poolers = {
+        "pgtarn": Pooler("pgtarn", [sys.executable, "-m", "pgtarn"], workdir, db, None),
+        "forwarder": Pooler("forwarder", [sys.executable, str(FORWARDER)], workdir, db, None),
+    }
     binary = ensure_pgbouncer()
     if binary is not None:
         poolers = {"pgbouncer": Pooler("pgbouncer", [binary], workdir, db, account), **poolers}
     try:
         db.setup()
-        version = subprocess.run([sys.executable, "-m", "pgtarn", "--version"],
-                                 capture_output=True, text=True, check=False).stdout.strip()
+        version = subprocess.run(
+            [sys.executable, "-m", "pgtarn", "--version"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
         print(f"pgtarn: {version}")
         for clients in args.clients:
             rows = {}
             for name, pooler in poolers.items():
-                rows[name] = measure(db, pooler, clients, args.duration,
-                                     perf and name == "pgtarn", args.top,
-                                     args.perf_data and f"{args.perf_data}.{clients}")
+                rows[name] = measure(
+                    db,
+                    pooler,
+                    clients,
+                    args.duration,
+                    perf and name == "pgtarn",
+                    args.top,
+                    args.perf_data and f"{args.perf_data}.{clients}",
+                )
             print(f"\n## pgbench -S, {clients} clients, {args.duration} s\n")
-            print("| pooler | TPS | user us/tx | system us/tx | total us/tx "
-                  "| context switches/tx: voluntary, involuntary | page faults/tx |")
+            print(
+                "| pooler | TPS | user us/tx | system us/tx | total us/tx "
+                "| context switches/tx: voluntary, involuntary | page faults/tx |"
+            )
             print("|---|---|---|---|---|---|---|")
             for name, (tps, user, system, (vol, invol, faults), _) in rows.items():
-                print(f"| {name} | {tps:,.0f} | {user:.1f} | {system:.1f} | {user + system:.1f} "
-                      f"| {vol:.2f}, {invol:.2f} | {faults:.3f} |")
+                print(
+                    f"| {name} | {tps:,.0f} | {user:.1f} | {system:.1f} | {user + system:.1f} "
+                    f"| {vol:.2f}, {invol:.2f} | {faults:.3f} |"
+                )
             tps, user, system, _, shares = rows["pgtarn"]
             if shares:
                 total = sum(shares.values())
-                print(f"\npgtarn's CPU by part ({total:.0f}% of samples attributed), "
-                      "us per transaction:\n")
+                print(
+                    f"\npgtarn's CPU by part ({total:.0f}% of samples attributed), "
+                    "us per transaction:\n"
+                )
                 print("| part | share | us/tx |")
                 print("|---|---|---|")
                 for part, share in sorted(shares.items(), key=lambda kv: -kv[1]):

@@ -151,8 +151,26 @@ def per_connection(loop_name: str, count: int) -> float:
 
 
 def prepared_tps(db: Database, host: str, port: int, clients: int, duration: int) -> float:
-    cmd = [db.tool("pgbench"), "-n", "-S", "-M", "prepared", "-j", "2", "-T", str(duration),
-           "-c", str(clients), "-h", host, "-p", str(port), "-U", BENCH_USER, BENCH_DB]
+    cmd = [
+        db.tool("pgbench"),
+        "-n",
+        "-S",
+        "-M",
+        "prepared",
+        "-j",
+        "2",
+        "-T",
+        str(duration),
+        "-c",
+        str(clients),
+        "-h",
+        host,
+        "-p",
+        str(port),
+        "-U",
+        BENCH_USER,
+        BENCH_DB,
+    ]
     res = subprocess.run(cmd, env=clean_env(PGPASSWORD=db.password), capture_output=True,
                          text=True, timeout=duration + 120, check=False)  # fmt: skip
     numbers = parse_pgbench(res.stdout)
@@ -209,8 +227,13 @@ def main() -> int:
     p.add_argument("--duration", type=int, default=8, metavar="S")
     p.add_argument("--clients", type=int, default=100, metavar="N")
     p.add_argument("--skip-pgbench", action="store_true", help="only the memory floors")
-    p.add_argument("--python", action="append", default=[], metavar="PATH",
-                   help="interpreter(s) whose memory at start to measure (default: this one)")
+    p.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="interpreter(s) whose memory at start to measure (default: this one)",
+    )
     p.add_argument("--serve", choices=["uvloop", "asyncio"], help=argparse.SUPPRESS)
     add_postgres_options(p)
     args = p.parse_args()
@@ -243,15 +266,16 @@ def main() -> int:
         started = time.monotonic()
         tps = prepared_ceiling(args)
         direct = statistics.median(tps["direct"])
-        print(f"\n## pgbench -S -M prepared, {args.clients} clients, {args.duration} s x "
-              f"{args.rounds} rounds, interleaved ({time.monotonic() - started:.0f} s)\n")
+        print(
+            f"\n## pgbench -S -M prepared, {args.clients} clients, {args.duration} s x "
+            f"{args.rounds} rounds, interleaved ({time.monotonic() - started:.0f} s)\n"
+        )
         print("| target | TPS median | runs | ratio to direct |")
         print("|---|---|---|---|")
         for name, runs in tps.items():
             median = statistics.median(runs)
             ratio = f"{median / direct:.2f}" if direct else "-"
-            print(f"| {name} | {median:,.0f} | {', '.join(f'{r:,.0f}' for r in runs)} "
-                  f"| {ratio} |")
+            print(f"| {name} | {median:,.0f} | {', '.join(f'{r:,.0f}' for r in runs)} | {ratio} |")
     return 0
 
 

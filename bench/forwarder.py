@@ -67,8 +67,11 @@ async def serve(ini: str) -> None:
     listen = config["pgbouncer"]
     entry = dict(part.split("=", 1) for part in next(iter(config["databases"].values())).split())
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: ClientSide(entry["host"], int(entry["port"])),
-                                      listen["listen_addr"], int(listen["listen_port"]))
+    server = await loop.create_server(
+        lambda: ClientSide(entry["host"], int(entry["port"])),
+        listen["listen_addr"],
+        int(listen["listen_port"]),
+    )
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()

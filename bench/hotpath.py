@@ -50,7 +50,9 @@ PARSE = build.parse("s1", "SELECT abalance FROM pgbench_accounts WHERE aid = $1"
 EXECUTE = build.bind("", "s1", ["12345"]) + build.execute() + build.SYNC
 PARSE_COMPLETE = build.message(b"1")
 BOUND_RESULT = (
-    build.message(b"2") + build.data_row(["0"]) + build.command_complete("SELECT 1")
+    build.message(b"2")
+    + build.data_row(["0"])
+    + build.command_complete("SELECT 1")
     + build.ready_for_query(b"I")
 )
 
@@ -98,8 +100,11 @@ def setup(n_clients: int, pool_size: int) -> tuple[list[Any], list[ServerConnect
     for _ in range(n_clients):
         client = ClientConnection(runtime)
         client.connection_made(FakeTransport())  # type: ignore[arg-type]
-        client.data_received(build.startup_message(
-            {"user": "bench", "database": "bench", "application_name": "pgbench"}))
+        client.data_received(
+            build.startup_message(
+                {"user": "bench", "database": "bench", "application_name": "pgbench"}
+            )
+        )
         log_in(servers)
         clients.append(client)
     return clients, servers
@@ -131,14 +136,20 @@ def bound_result(server: ServerConnection) -> bytes:
     return PARSE_COMPLETE + BOUND_RESULT if sent[:1] == b"P" else BOUND_RESULT
 
 
-
 #: --literals: pgbench -S's query with a different aid each time (more than any cache holds).
-LITERAL_QUERIES = [build.query(f"SELECT abalance FROM pgbench_accounts WHERE aid = {aid};")
-                   for aid in range(10_007, 30_007)]
+LITERAL_QUERIES = [
+    build.query(f"SELECT abalance FROM pgbench_accounts WHERE aid = {aid};")
+    for aid in range(10_007, 30_007)
+]
 
 
-def run(n_clients: int, pool_size: int, transactions: int, prepared: bool = False,
-        literals: bool = False) -> float:
+def run(
+    n_clients: int,
+    pool_size: int,
+    transactions: int,
+    prepared: bool = False,
+    literals: bool = False,
+) -> float:
     clients, servers = setup(n_clients, pool_size)
     query = EXECUTE if prepared else QUERY
     varied = LITERAL_QUERIES if literals else [query]
@@ -169,10 +180,16 @@ def main() -> int:
     parser.add_argument("-n", "--transactions", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--prepared", action="store_true",
-                        help="a named prepared statement (Bind/Execute/Sync) per transaction")
-    parser.add_argument("--literals", action="store_true",
-                        help="a different literal in each simple query, as pgbench -S sends")
+    parser.add_argument(
+        "--prepared",
+        action="store_true",
+        help="a named prepared statement (Bind/Execute/Sync) per transaction",
+    )
+    parser.add_argument(
+        "--literals",
+        action="store_true",
+        help="a different literal in each simple query, as pgbench -S sends",
+    )
     args = parser.parse_args()
     if args.profile:
         prof = cProfile.Profile()
@@ -181,13 +198,17 @@ def main() -> int:
         prof.disable()
         pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(20)
         return 0
-    times = sorted(run(args.clients, args.pool, args.transactions, args.prepared, args.literals)
-                   for _ in range(args.repeat))
+    times = sorted(
+        run(args.clients, args.pool, args.transactions, args.prepared, args.literals)
+        for _ in range(args.repeat)
+    )
     kind = "prepared" if args.prepared else "simple query"
     if args.literals:
         kind += ", a new literal each time"
-    print(f"{args.clients} clients, pool {args.pool}, {kind}: {times[0]:.2f} us/tx best, "
-          f"{times[len(times) // 2]:.2f} median of {args.repeat}")
+    print(
+        f"{args.clients} clients, pool {args.pool}, {kind}: {times[0]:.2f} us/tx best, "
+        f"{times[len(times) // 2]:.2f} median of {args.repeat}"
+    )
     return 0
 
 

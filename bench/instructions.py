@@ -57,8 +57,10 @@ OBJECTS = [
 #: In a Python process: the functions that hand the GIL over (uvloop runs libuv without the
 #: GIL and takes it back for each callback), a part of their own whatever object holds them.
 GIL_PART = "GIL hand-offs"
-GIL_FUNCTIONS = re.compile(r"take_gil|drop_gil|PyGILState_(Ensure|Release)|PyEval_(Save|Restore)"
-                           r"Thread|pthread_(mutex_lock|mutex_unlock|cond_signal|getspecific)")
+GIL_FUNCTIONS = re.compile(
+    r"take_gil|drop_gil|PyGILState_(Ensure|Release)|PyEval_(Save|Restore)"
+    r"Thread|pthread_(mutex_lock|mutex_unlock|cond_signal|getspecific)"
+)
 
 
 def part_of(function: str, name: str, python: bool) -> str:
@@ -74,11 +76,20 @@ def part_of(function: str, name: str, python: bool) -> str:
 def instructions_by_part(profile: Path) -> Counter[str]:
     """Instructions of a callgrind profile by part (OBJECTS, GIL_PART), from
     callgrind_annotate."""
-    out = subprocess.run(["callgrind_annotate", "--auto=no", "--threshold=100", str(profile)],
-                         capture_output=True, text=True, check=False).stdout
-    rows = [(int(m.group(1).replace(",", "")), m.group(2), Path(m.group(3)).name)
-            for m in (re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(.*?)\s*\[([^\]]+)\]\s*$", line)
-                      for line in out.splitlines()) if m]
+    out = subprocess.run(
+        ["callgrind_annotate", "--auto=no", "--threshold=100", str(profile)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    rows = [
+        (int(m.group(1).replace(",", "")), m.group(2), Path(m.group(3)).name)
+        for m in (
+            re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(.*?)\s*\[([^\]]+)\]\s*$", line)
+            for line in out.splitlines()
+        )
+        if m
+    ]
     python = any("libpython" in name for _, _, name in rows)
     parts: Counter[str] = Counter()
     for count, function, name in rows:
@@ -111,8 +122,13 @@ def counted_run(db: Database, pooler: Pooler, clients: int, transactions: int,
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", type=int, default=10)
-    p.add_argument("--transactions", type=int_list, default=[200, 1200], metavar="N1,N2",
-                   help="transactions per client of the two runs (200,1200)")
+    p.add_argument(
+        "--transactions",
+        type=int_list,
+        default=[200, 1200],
+        metavar="N1,N2",
+        help="transactions per client of the two runs (200,1200)",
+    )
     add_postgres_options(p)
     args = p.parse_args()
     if len(args.transactions) != 2 or not 0 < args.transactions[0] < args.transactions[1]:
@@ -142,30 +158,39 @@ def main() -> int:
             for transactions in (first, second):
                 profile = workdir / f"{name}.{transactions}.callgrind"
                 # (not named "pgbouncer": under valgrind its process is not called that)
-                pooler = Pooler(f"{name}-callgrind",
-                                ["valgrind", "--tool=callgrind",
-                                 f"--callgrind-out-file={profile}", *command],
-                                workdir, db, owner)
+                pooler = Pooler(
+                    f"{name}-callgrind",
+                    ["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}", *command],
+                    workdir,
+                    db,
+                    owner,
+                )
                 total, by_part = counted_run(db, pooler, args.clients, transactions, profile)
                 totals.append(total)
                 parts.append(by_part)
             added = args.clients * (second - first)
-            rows[name] = ((totals[1] - totals[0]) / added,
-                          {part: (parts[1][part] - parts[0][part]) / added
-                           for part in parts[1]})
+            rows[name] = (
+                (totals[1] - totals[0]) / added,
+                {part: (parts[1][part] - parts[0][part]) / added for part in parts[1]},
+            )
             print(f"{name}: {rows[name][0]:,.0f} instructions per transaction", file=sys.stderr)
     finally:
         db.cleanup()
         remove_workdir(workdir, args.keep)
     base = rows.get("pgbouncer", (0.0, {}))[0]
-    print(f"\n## User-space instructions per transaction, pgbench -S, {args.clients} clients "
-          f"(callgrind; runs of {first} and {second} transactions per client)\n")
+    print(
+        f"\n## User-space instructions per transaction, pgbench -S, {args.clients} clients "
+        f"(callgrind; runs of {first} and {second} transactions per client)\n"
+    )
     print("| pooler | instructions/tx | vs PgBouncer | by part |")
     print("|---|---|---|---|")
     for name, (per_tx, per_part) in rows.items():
         ratio = f"{per_tx / base:.2f}" if base else "-"
-        shown = ", ".join(f"{part} {count:,.0f}" for part, count in
-                          sorted(per_part.items(), key=lambda kv: -kv[1]) if count >= 50)
+        shown = ", ".join(
+            f"{part} {count:,.0f}"
+            for part, count in sorted(per_part.items(), key=lambda kv: -kv[1])
+            if count >= 50
+        )
         print(f"| {name} | {per_tx:,.0f} | {ratio} | {shown} |")
     return 0
 

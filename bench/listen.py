@@ -321,8 +321,10 @@ class Case:
 
     async def backends(self) -> None:
         """Count the backends of database bench (kept: the most seen) and sum their PSS."""
-        rows = await asyncio.to_thread(self.db.sql, "SELECT pid, application_name FROM "
-                                       f"pg_stat_activity WHERE datname = '{BENCH_DB}'")
+        rows = await asyncio.to_thread(
+            self.db.sql,
+            f"SELECT pid, application_name FROM pg_stat_activity WHERE datname = '{BENCH_DB}'",
+        )
         pids, names = [], Counter[str]()
         for line in rows.splitlines():
             if line.strip():
@@ -362,8 +364,10 @@ class Case:
               if t in done and not t.exception()]  # fmt: skip
         res.listening = len(ok)
         if pending:
-            res.failure = (f"only {len(ok)} of {args.listeners} listeners had LISTEN answered "
-                           f"within {args.timeout:g} s ({len(pending)} waiting)")
+            res.failure = (
+                f"only {len(ok)} of {args.listeners} listeners had LISTEN answered "
+                f"within {args.timeout:g} s ({len(pending)} waiting)"
+            )
         elif errors:
             res.failure = f"{sum(errors.values())} listeners failed"
         else:
@@ -394,8 +398,10 @@ class Case:
             await notifier.send(phase.tag.decode(), seq, [channel])
             if not await self.sink.wait_for(target, self.args.timeout):
                 self.result.missing += target - phase.count
-                raise RuntimeError(f"paced NOTIFY {seq}: {target - phase.count} deliveries "
-                                   f"missing after {self.args.timeout:g} s")
+                raise RuntimeError(
+                    f"paced NOTIFY {seq}: {target - phase.count} deliveries "
+                    f"missing after {self.args.timeout:g} s"
+                )
         return phase.latencies
 
     async def burst(self, notifier: Notifier, run: int) -> Burst:
@@ -446,12 +452,16 @@ class Case:
                 paced += await self.paced(notifier, run)
                 burst = await self.burst(notifier, run)
                 res.bursts.append(burst)
-                log(f"{res.case}: run {run}/{args.runs}: {burst.notifies_per_s:,.0f} NOTIFY/s, "
+                log(
+                    f"{res.case}: run {run}/{args.runs}: {burst.notifies_per_s:,.0f} NOTIFY/s, "
                     f"{burst.deliveries_per_s:,.0f} deliveries/s, "
-                    f"{burst.delivered:,}/{burst.expected:,} delivered")
+                    f"{burst.delivered:,}/{burst.expected:,} delivered"
+                )
                 if burst.delivered < burst.expected:
-                    res.failure = (f"burst {run}: {burst.expected - burst.delivered:,} "
-                                   f"deliveries missing after {args.timeout:g} s")
+                    res.failure = (
+                        f"burst {run}: {burst.expected - burst.delivered:,} "
+                        f"deliveries missing after {args.timeout:g} s"
+                    )
                     break
             res.paced_latency_ms = ms(paced)
             res.burst_latency_ms = ms(self.burst_latencies)
@@ -527,25 +537,31 @@ def report(args: argparse.Namespace, versions: dict[str, str], results: list[Cas
            notes: list[str]) -> None:  # fmt: skip
     per = args.listeners // args.channels
     loop = "asyncio" if uvloop is None or args.no_uvloop else "uvloop"
-    print(f"\n## LISTEN/NOTIFY: {args.listeners:,} listeners on {args.channels} channels "
-          f"(~{per:,} per NOTIFY), {args.runs} run(s) of {args.paced} paced + "
-          f"{args.notifies:,} burst NOTIFYs; client {args.client} ({loop}, one process); "
-          f"pgtarn {args.pool_mode} mode, default_pool_size {args.pool_size}, SCRAM; "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"\n## LISTEN/NOTIFY: {args.listeners:,} listeners on {args.channels} channels "
+        f"(~{per:,} per NOTIFY), {args.runs} run(s) of {args.paced} paced + "
+        f"{args.notifies:,} burst NOTIFYs; client {args.client} ({loop}, one process); "
+        f"pgtarn {args.pool_mode} mode, default_pool_size {args.pool_size}, SCRAM; "
+        f"{os.cpu_count()} CPUs"
+    )
     print(", ".join(f"{k} {v}" for k, v in versions.items()) + "\n")
     print(table(results))
-    print("\nlatency: receive time - time.monotonic() in the payload, written just before the "
-          "NOTIFY; paced and burst latencies pooled over the runs. NOTIFY/s: burst NOTIFYs / "
-          "time to the last one's ReadyForQuery; deliveries/s: notifications received / time "
-          "to the last one; median (min-max) over runs. PG backends: most backends of database "
-          "bench seen in pg_stat_activity while listening. backends PSS: their proportional "
-          "set size, summed. burst CPU s: user+system during one burst (median), of pgtarn, "
-          "of those backends and of this process (listeners + notifier). lost: deliveries "
-          "that never arrived.")
+    print(
+        "\nlatency: receive time - time.monotonic() in the payload, written just before the "
+        "NOTIFY; paced and burst latencies pooled over the runs. NOTIFY/s: burst NOTIFYs / "
+        "time to the last one's ReadyForQuery; deliveries/s: notifications received / time "
+        "to the last one; median (min-max) over runs. PG backends: most backends of database "
+        "bench seen in pg_stat_activity while listening. backends PSS: their proportional "
+        "set size, summed. burst CPU s: user+system during one burst (median), of pgtarn, "
+        "of those backends and of this process (listeners + notifier). lost: deliveries "
+        "that never arrived."
+    )
     for r in results:
         if r.backends:
-            print(f"- {r.case}: backends by application_name: "
-                  + ", ".join(f"{k} {v:,}" for k, v in sorted(r.backends.items())))
+            print(
+                f"- {r.case}: backends by application_name: "
+                + ", ".join(f"{k} {v:,}" for k, v in sorted(r.backends.items()))
+            )
         for error, n in r.connect_errors.items():
             print(f"- {r.case}: {n:,} x listener error `{error}`")
         if r.stray:
@@ -556,8 +572,10 @@ def report(args: argparse.Namespace, versions: dict[str, str], results: list[Cas
             print(f"- {r.case}: FAILED: {r.failure}")
         busy = [b for b in r.bursts if b.cpu_s["client"] > 0.8 * b.wall_s]
         if busy:
-            notes.append(f"{r.case}: this process was busy >80% of {len(busy)} burst(s): the "
-                         "listeners' side may be the bottleneck")
+            notes.append(
+                f"{r.case}: this process was busy >80% of {len(busy)} burst(s): the "
+                "listeners' side may be the bottleneck"
+            )
     for note in notes:
         print(f"note: {note}")
     if args.json:
@@ -572,33 +590,72 @@ def report(args: argparse.Namespace, versions: dict[str, str], results: list[Cas
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, epilog=USAGE,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--listeners", type=int, default=1000, metavar="N",
-                   help="listening clients (1000)")
-    p.add_argument("--channels", type=int, default=10, metavar="N",
-                   help="channels; listener i listens on channel i %% N (10)")
-    p.add_argument("--notifies", type=int, default=1000, metavar="N",
-                   help="NOTIFYs per burst, round-robin over the channels (1000)")
-    p.add_argument("--paced", type=int, default=100, metavar="N",
-                   help="NOTIFYs one at a time per run, for the unloaded latency (100)")
+    p = argparse.ArgumentParser(
+        description=__doc__, epilog=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--listeners", type=int, default=1000, metavar="N", help="listening clients (1000)"
+    )
+    p.add_argument(
+        "--channels",
+        type=int,
+        default=10,
+        metavar="N",
+        help="channels; listener i listens on channel i %% N (10)",
+    )
+    p.add_argument(
+        "--notifies",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="NOTIFYs per burst, round-robin over the channels (1000)",
+    )
+    p.add_argument(
+        "--paced",
+        type=int,
+        default=100,
+        metavar="N",
+        help="NOTIFYs one at a time per run, for the unloaded latency (100)",
+    )
     p.add_argument("--runs", type=int, default=3, metavar="N", help="paced + burst runs (3)")
     p.add_argument("--only", choices=CASES, help="run one case (default: both)")
-    p.add_argument("--client", choices=("raw", "asyncpg"), default="raw",
-                   help="listeners on a minimal wire-protocol client, or asyncpg's "
-                        "add_listener (raw)")
-    p.add_argument("--pool-size", type=int, default=5, metavar="N",
-                   help="pgtarn's default_pool_size (5)")
-    p.add_argument("--pool-mode", choices=("transaction", "session"), default="transaction",
-                   help="pgtarn's pool_mode (transaction)")
-    p.add_argument("--listen-queue-size", type=int, metavar="N",
-                   help="pgtarn's listen_queue_size (default: pgtarn's)")
-    p.add_argument("--connect-batch", type=int, default=100, metavar="N",
-                   help="listeners logging in at once (100)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                   help="for all listeners to LISTEN, for each paced NOTIFY's deliveries, "
-                        f"for a burst's deliveries after its last commit; {BURST_TIMEOUTS} x S "
-                        "for a burst's NOTIFYs to commit (60)")
+    p.add_argument(
+        "--client",
+        choices=("raw", "asyncpg"),
+        default="raw",
+        help="listeners on a minimal wire-protocol client, or asyncpg's add_listener (raw)",
+    )
+    p.add_argument(
+        "--pool-size", type=int, default=5, metavar="N", help="pgtarn's default_pool_size (5)"
+    )
+    p.add_argument(
+        "--pool-mode",
+        choices=("transaction", "session"),
+        default="transaction",
+        help="pgtarn's pool_mode (transaction)",
+    )
+    p.add_argument(
+        "--listen-queue-size",
+        type=int,
+        metavar="N",
+        help="pgtarn's listen_queue_size (default: pgtarn's)",
+    )
+    p.add_argument(
+        "--connect-batch",
+        type=int,
+        default=100,
+        metavar="N",
+        help="listeners logging in at once (100)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="for all listeners to LISTEN, for each paced NOTIFY's deliveries, "
+        f"for a burst's deliveries after its last commit; {BURST_TIMEOUTS} x S "
+        "for a burst's NOTIFYs to commit (60)",
+    )
     p.add_argument("--no-uvloop", action="store_true", help="asyncio's own event loop")
     p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
     add_postgres_options(p)

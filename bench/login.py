@@ -46,8 +46,7 @@ log_connections = {log}
 log_disconnections = {log}
 """
 PASSWORD = "bench-password"
-STARTUP = build.startup_message(
-    {"user": "bench", "database": "bench", "application_name": "storm"})
+STARTUP = build.startup_message({"user": "bench", "database": "bench", "application_name": "storm"})
 SERVER_WELCOME = (
     build.AUTH_OK
     + b"".join(build.parameter_status(k, v) for k, v in (
@@ -193,8 +192,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--logins", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--log-connections", action="store_true",
-                        help="log_connections and log_disconnections on (to /dev/null)")
+    parser.add_argument(
+        "--log-connections",
+        action="store_true",
+        help="log_connections and log_disconnections on (to /dev/null)",
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--sort", default="tottime", help="--profile: pstats sort key")
     parser.add_argument("--lines", type=int, default=30, help="--profile: lines shown")
@@ -211,8 +213,10 @@ def main() -> int:
     runs = [run(args.logins, args.log_connections) for _ in range(args.repeat)]
     for phase in (*PHASES[:-1], "total"):
         times = sorted(r[phase] for r in runs)
-        print(f"{phase:>22}: {times[len(times) // 2]:6.1f} us/login median of {args.repeat} "
-              f"(best {times[0]:.1f})")
+        print(
+            f"{phase:>22}: {times[len(times) // 2]:6.1f} us/login median of {args.repeat} "
+            f"(best {times[0]:.1f})"
+        )
     return 0
 
 

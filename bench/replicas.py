@@ -40,8 +40,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def ran_on(proc: PgtarnProcess, primary: PrimaryCluster,
-           standby: StandbyCluster) -> tuple[int, int]:
+def ran_on(
+    proc: PgtarnProcess, primary: PrimaryCluster, standby: StandbyCluster
+) -> tuple[int, int]:
     """Transactions routed so far to the primary and to the standby (SHOW HOSTS); without
     split, pgtarn's transaction count, all on the primary. (pg_stat_database's counts of
     a standby come late: an idle backend flushes them some seconds after its last query.)"""
@@ -49,8 +50,20 @@ def ran_on(proc: PgtarnProcess, primary: PrimaryCluster,
     if by_port:
         return by_port.get(primary.port, 0), by_port.get(standby.port, 0)
     out = subprocess.run(
-        ["psql", "-X", "-At", "-F", "|", proc.dsn(USER, PASSWORD, dbname="pgbouncer"), "-c",
-         "SHOW STATS_TOTALS"], capture_output=True, text=True, check=True).stdout
+        [
+            "psql",
+            "-X",
+            "-At",
+            "-F",
+            "|",
+            proc.dsn(USER, PASSWORD, dbname="pgbouncer"),
+            "-c",
+            "SHOW STATS_TOTALS",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     row = next(line.split("|") for line in out.splitlines() if line.startswith(DB + "|"))
     return int(row[2]), 0
 
@@ -58,8 +71,20 @@ def ran_on(proc: PgtarnProcess, primary: PrimaryCluster,
 def routed(proc: PgtarnProcess) -> dict[int, int]:
     """port -> transactions routed, from SHOW HOSTS (empty without split)."""
     out = subprocess.run(
-        ["psql", "-X", "-At", "-F", "|", proc.dsn(USER, PASSWORD, dbname="pgbouncer"), "-c",
-         "SHOW HOSTS"], capture_output=True, text=True, check=True).stdout
+        [
+            "psql",
+            "-X",
+            "-At",
+            "-F",
+            "|",
+            proc.dsn(USER, PASSWORD, dbname="pgbouncer"),
+            "-c",
+            "SHOW HOSTS",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = [line.split("|") for line in out.splitlines() if line]
     return {int(r[2]): int(r[-1]) for r in rows}
 
@@ -83,15 +108,29 @@ default_pool_size = 20
 max_client_conn = 500
 logfile = {workdir / "pgtarn.log"}
 """)
-    return PgtarnProcess.launch(str(ini), host="127.0.0.1", port=port, workdir=str(workdir),
-                                socket_dir=str(workdir))
+    return PgtarnProcess.launch(
+        str(ini), host="127.0.0.1", port=port, workdir=str(workdir), socket_dir=str(workdir)
+    )
 
 
 def pgbench(proc: PgtarnProcess, clients: int, duration: int) -> float:
     out = subprocess.run(
-        ["pgbench", "-n", "-S", "-c", str(clients), "-j", "2", "-T", str(duration),
-         proc.dsn(USER, PASSWORD, dbname=DB)],
-        capture_output=True, text=True, check=True).stdout
+        [
+            "pgbench",
+            "-n",
+            "-S",
+            "-c",
+            str(clients),
+            "-j",
+            "2",
+            "-T",
+            str(duration),
+            proc.dsn(USER, PASSWORD, dbname=DB),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     match = re.search(r"tps = ([\d.]+)", out)
     assert match, out
     return float(match.group(1))
@@ -110,9 +149,11 @@ def main() -> None:
     try:
         primary.create_role(USER, PASSWORD)
         primary.psql(f"CREATE DATABASE {DB} OWNER {USER};")
-        subprocess.run(["pgbench", "-i", "-q", "-s", str(SCALE),
-                        primary.dsn(USER, PASSWORD, dbname=DB)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["pgbench", "-i", "-q", "-s", str(SCALE), primary.dsn(USER, PASSWORD, dbname=DB)],
+            check=True,
+            capture_output=True,
+        )
         standby.start()
         hosts = f"host={primary.host},{standby.host} port={primary.port},{standby.port}"
         entries = {
@@ -139,21 +180,27 @@ def main() -> None:
                 cpu[name].append(used / (value * args.duration) * 10_000)
                 where[name].append((after[0] - before[0], after[1] - before[1]))
                 print(f"run {run + 1} {name}: {value:,.0f} tps", flush=True)
-        print(f"\npgbench -S, {args.clients} clients, {args.runs} x {args.duration} s, "
-              f"scale {SCALE}, pool_size 20, one machine for all\n")
-        print("| pgtarn | TPS median (min-max) | vs primary alone | CPU s / 10k tx "
-              "| on primary | on replica |")
+        print(
+            f"\npgbench -S, {args.clients} clients, {args.runs} x {args.duration} s, "
+            f"scale {SCALE}, pool_size 20, one machine for all\n"
+        )
+        print(
+            "| pgtarn | TPS median (min-max) | vs primary alone | CPU s / 10k tx "
+            "| on primary | on replica |"
+        )
         print("|---|---|---|---|---|---|")
         base = statistics.median(tps["primary"])
         for name in entries:
             on_primary = sum(w[0] for w in where[name])
             on_replica = sum(w[1] for w in where[name])
             total = max(1, on_primary + on_replica)
-            print(f"| {name} | {statistics.median(tps[name]):,.0f} "
-                  f"({min(tps[name]):,.0f}-{max(tps[name]):,.0f}) "
-                  f"| {statistics.median(tps[name]) / base:.2f} "
-                  f"| {statistics.median(cpu[name]):.2f} "
-                  f"| {on_primary / total:.0%} | {on_replica / total:.0%} |")
+            print(
+                f"| {name} | {statistics.median(tps[name]):,.0f} "
+                f"({min(tps[name]):,.0f}-{max(tps[name]):,.0f}) "
+                f"| {statistics.median(tps[name]) / base:.2f} "
+                f"| {statistics.median(cpu[name]):.2f} "
+                f"| {on_primary / total:.0%} | {on_replica / total:.0%} |"
+            )
         for name in ("split", "replica-only"):
             print(f"SHOW HOSTS routed ({name}): {routed(procs[name])}")
     finally:

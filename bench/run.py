@@ -57,11 +57,14 @@ WORKLOADS = [
     # PgBouncer before 1.21 (Debian's 1.18) does not support this: compare with direct too.
     Workload("select-only -M prepared", ("-S", "-M", "prepared"), clients=(100,)),
     # -S after a SET of search_path and statement_timeout in each client's first transaction
-    Workload("set-once", ("-f", str(SET_ONCE_SCRIPT), "-D", "settings_done=0",
-                          "-s", str(SCALE))),
+    Workload("set-once", ("-f", str(SET_ONCE_SCRIPT), "-D", "settings_done=0", "-s", str(SCALE))),
     # pooler-bound: the smallest statement, many clients, a pool of PostgreSQL's cores
-    Workload("select-1", ("-f", str(SELECT_1_SCRIPT)), clients=(200,),
-             settings=(("default_pool_size", POOLER_BOUND_POOL),)),
+    Workload(
+        "select-1",
+        ("-f", str(SELECT_1_SCRIPT)),
+        clients=(200,),
+        settings=(("default_pool_size", POOLER_BOUND_POOL),),
+    ),
 ]
 
 
@@ -176,7 +179,8 @@ class Database:
     def scram_verifier(self) -> str:
         """The bench role's SCRAM verifier, for an auth_file that needs no PBKDF2 per login."""
         verifier = self.sql(
-            f"SELECT rolpassword FROM pg_authid WHERE rolname = '{BENCH_USER}'").strip()
+            f"SELECT rolpassword FROM pg_authid WHERE rolname = '{BENCH_USER}'"
+        ).strip()
         if not verifier.startswith("SCRAM-SHA-256$"):
             raise RuntimeError(f"role {BENCH_USER} has no SCRAM verifier: {verifier[:20]!r}")
         return verifier
@@ -218,10 +222,14 @@ class Database:
             f"SELECT 'database' FROM pg_database WHERE datname = '{BENCH_DB}'"
         ).split()
         if exists:  # only on an existing server: never touch what we did not create
-            raise RuntimeError(f"{' and '.join(exists)} {BENCH_USER!r} already exist(s) on "
-                               f"{self.host}:{self.port}; drop them or use another server")
-        self.sql(f"SET password_encryption = 'scram-sha-256'; "
-                 f"CREATE ROLE {BENCH_USER} LOGIN PASSWORD {quote_literal(self.password)}")
+            raise RuntimeError(
+                f"{' and '.join(exists)} {BENCH_USER!r} already exist(s) on "
+                f"{self.host}:{self.port}; drop them or use another server"
+            )
+        self.sql(
+            f"SET password_encryption = 'scram-sha-256'; "
+            f"CREATE ROLE {BENCH_USER} LOGIN PASSWORD {quote_literal(self.password)}"
+        )
         self.created.append("role")
         self.sql(f"CREATE DATABASE {BENCH_DB} OWNER {BENCH_USER}")
         self.created.append("database")
@@ -408,8 +416,24 @@ def run_case(db: Database, case: Case, target: str, pooler: Pooler | None, run: 
              duration: int) -> Result:  # fmt: skip
     result = Result(run=run, case=case.label, clients=case.clients, target=target)
     host, port = (db.host, db.port) if pooler is None else ("127.0.0.1", pooler.port)
-    cmd = [db.tool("pgbench"), "-n", *case.args, "-j", "2", "-T", str(duration),
-           "-c", str(case.clients), "-h", host, "-p", str(port), "-U", BENCH_USER, BENCH_DB]
+    cmd = [
+        db.tool("pgbench"),
+        "-n",
+        *case.args,
+        "-j",
+        "2",
+        "-T",
+        str(duration),
+        "-c",
+        str(case.clients),
+        "-h",
+        host,
+        "-p",
+        str(port),
+        "-U",
+        BENCH_USER,
+        BENCH_DB,
+    ]
     # a pgtarn with workers: the supervisor and every worker (all started before the run)
     tree = process_tree(pooler.pid) if pooler else []
     cpu_before = tree_cpu_seconds(tree)
@@ -421,8 +445,9 @@ def run_case(db: Database, case: Case, target: str, pooler: Pooler | None, run: 
         out, code = "pgbench timed out", -1
     if pooler is not None and pooler.proc is not None and pooler.proc.poll() is None:
         result.cpu_s = tree_cpu_seconds(tree) - cpu_before
-        result.peak_rss_kb = sum(proc_status_kb(pid, "VmHWM") for pid in tree
-                                 if os.path.exists(f"/proc/{pid}"))
+        result.peak_rss_kb = sum(
+            proc_status_kb(pid, "VmHWM") for pid in tree if os.path.exists(f"/proc/{pid}")
+        )
     elif pooler is not None:
         out += f"\n{pooler.name} died (exit {pooler.proc and pooler.proc.returncode})"
         code = code or -1
@@ -465,6 +490,7 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
 
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(header), sep, *(line(r) for r in rows)])
 
@@ -531,8 +557,10 @@ def int_list(text: str) -> list[int]:
 def add_postgres_options(p: argparse.ArgumentParser) -> None:
     """--keep and the --pg-* options Database reads (shared with storm.py and soak.py)."""
     p.add_argument("--keep", action="store_true", help="keep the temporary directories")
-    g = p.add_argument_group("use an existing PostgreSQL instead of a temporary cluster "
-                             "(creates and at the end drops role and database bench)")
+    g = p.add_argument_group(
+        "use an existing PostgreSQL instead of a temporary cluster "
+        "(creates and at the end drops role and database bench)"
+    )
     g.add_argument("--pg-host")
     g.add_argument("--pg-port", type=int, default=5432, help="(5432)")
     g.add_argument("--pg-user", default="postgres", help="a superuser (postgres)")
@@ -544,22 +572,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--duration", type=int, metavar="S", help="seconds per pgbench run (10)")
     p.add_argument("--runs", type=int, metavar="N", help="runs of every workload (3)")
-    p.add_argument("--clients", type=int_list, metavar="LIST",
-                   help="client counts for select-only and set-once (10,100,500)")
-    p.add_argument("--targets", type=lambda t: t.split(","), default=list(TARGETS),
-                   metavar="LIST", help="any of " + ",".join(TARGETS) + " (all)")
-    p.add_argument("--workloads", type=lambda t: [w.strip() for w in t.split(",")],
-                   default=[w.name for w in WORKLOADS], metavar="LIST",
-                   help="any of: " + ", ".join(w.name for w in WORKLOADS) + " (all)")
+    p.add_argument(
+        "--clients",
+        type=int_list,
+        metavar="LIST",
+        help="client counts for select-only and set-once (10,100,500)",
+    )
+    p.add_argument(
+        "--targets",
+        type=lambda t: t.split(","),
+        default=list(TARGETS),
+        metavar="LIST",
+        help="any of " + ",".join(TARGETS) + " (all)",
+    )
+    p.add_argument(
+        "--workloads",
+        type=lambda t: [w.strip() for w in t.split(",")],
+        default=[w.name for w in WORKLOADS],
+        metavar="LIST",
+        help="any of: " + ", ".join(w.name for w in WORKLOADS) + " (all)",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the idle-client memory run")
-    p.add_argument("--memory-clients", type=int_list, metavar="LIST",
-                   help="idle-client totals for the memory run (10,1000,5000)")
-    p.add_argument("--quick", action="store_true", help="defaults for a smoke test: "
-                   "--duration 3 --runs 1 --clients 10,100 --memory-clients 10,200")
+    p.add_argument(
+        "--memory-clients",
+        type=int_list,
+        metavar="LIST",
+        help="idle-client totals for the memory run (10,1000,5000)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="defaults for a smoke test: "
+        "--duration 3 --runs 1 --clients 10,100 --memory-clients 10,200",
+    )
     p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
-    p.add_argument("--workers", type=int_list, default=[1], metavar="LIST",
-                   help="pgtarn's workers setting: one pgtarn target per value (1); "
-                   "pgtarn-wN is pgtarn with workers = N")
+    p.add_argument(
+        "--workers",
+        type=int_list,
+        default=[1],
+        metavar="LIST",
+        help="pgtarn's workers setting: one pgtarn target per value (1); "
+        "pgtarn-wN is pgtarn with workers = N",
+    )
     add_postgres_options(p)
     args = p.parse_args(argv)
     defaults = {"duration": (10, 3), "runs": (3, 1), "clients": ([10, 100, 500], [10, 100]),
@@ -589,8 +643,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def pgtarn_build() -> str:
     """The pgtarn the runs start, as its --version says it ("0.1.0, compiled")."""
-    out = subprocess.run([sys.executable, "-m", "pgtarn", "--version"], capture_output=True,
-                         text=True, check=False).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pgtarn", "--version"], capture_output=True, text=True, check=False
+    ).stdout
     m = re.search(r"\(pgtarn ([^)]*)\)", out)
     return m.group(1) if m else pgtarn.__version__
 
@@ -648,26 +703,34 @@ def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
            case_list: list[Case], results: list[Result], memory: dict[str, MemoryResult],
            notes: list[str]) -> None:  # fmt: skip
     where = "temporary cluster, fsync off" if db.cluster else f"{db.host}:{db.port}"
-    print(f"\n## pgbench -j 2, {args.duration} s x {args.runs} run(s), targets interleaved; "
-          f"PostgreSQL {versions['postgres']} ({where}), scale {SCALE}, {os.cpu_count()} CPUs")
+    print(
+        f"\n## pgbench -j 2, {args.duration} s x {args.runs} run(s), targets interleaved; "
+        f"PostgreSQL {versions['postgres']} ({where}), scale {SCALE}, {os.cpu_count()} CPUs"
+    )
     print(", ".join(f"{k} {v}" for k, v in versions.items() if k != "postgres") + "\n")
     print(tps_table(results, case_list, args.targets))
-    print("\nTPS: pgbench's tps (without initial connection time; with -C including the "
-          "connections). conn ms: pgbench's initial connection time (with -C: average "
-          "connection time).\nCPU s/10k tx: pooler process user+system CPU during the run per "
-          "10,000 transactions. Peak RSS: pooler VmHWM, max over runs.")
+    print(
+        "\nTPS: pgbench's tps (without initial connection time; with -C including the "
+        "connections). conn ms: pgbench's initial connection time (with -C: average "
+        "connection time).\nCPU s/10k tx: pooler process user+system CPU during the run per "
+        "10,000 transactions. Peak RSS: pooler VmHWM, max over runs."
+    )
     if any(c.label.startswith("set-once") for c in case_list):
-        print("\nset-once: PgBouncer does not keep a client's search_path and "
-              "statement_timeout with the client: each SET stays on the server that ran it, "
-              "and the clients that get that server later run with it. PgBouncer is faster "
-              "here because it leaks the settings instead of setting them again on a client's "
-              "next server.")
+        print(
+            "\nset-once: PgBouncer does not keep a client's search_path and "
+            "statement_timeout with the client: each SET stays on the server that ran it, "
+            "and the clients that get that server later run with it. PgBouncer is faster "
+            "here because it leaks the settings instead of setting them again on a client's "
+            "next server."
+        )
     for r in results:
         if not r.ok:
             print(f"- error: run {r.run}, {r.case}, {r.target}: {r.error}")
     if memory:
-        print("\n## Idle clients (SCRAM login + SELECT 1 each, then idle); KB/client = "
-              "(RSS - RSS with 1 client) / clients added\n")
+        print(
+            "\n## Idle clients (SCRAM login + SELECT 1 each, then idle); KB/client = "
+            "(RSS - RSS with 1 client) / clients added\n"
+        )
         print(memory_table(memory, sorted(args.memory_clients)))
     for note in notes:
         print(f"note: {note}")
@@ -732,8 +795,9 @@ def main(argv: list[str] | None = None) -> int:
             if target == "pgtarn":
                 poolers[target] = Pooler(target, command, workdir, db, None)
             elif target.startswith("pgtarn-w"):
-                poolers[target] = Pooler(target, command, workdir, db, None,
-                                         settings={"workers": int(target[8:])})
+                poolers[target] = Pooler(
+                    target, command, workdir, db, None, settings={"workers": int(target[8:])}
+                )
         db.setup()
         versions = {"postgres": db.version, "pgtarn": pgtarn_build(),
                     "pgbench": version_of([db.tool("pgbench"), "--version"])}  # fmt: skip

@@ -196,8 +196,12 @@ def churn_round(db: Database, port: int, count: int, t: float, round_no: int,
            "application_name=soak-churn")  # fmt: skip
     ok, errors = asyncio.run(churn_connections(dsn, count, round_no))
     result.connections_ok, result.errors = ok, dict(errors)
-    proc = children.popen(pgbench_cmd(db, port, *BURST), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, env=clean_env(PGPASSWORD=db.password))
+    proc = children.popen(
+        pgbench_cmd(db, port, *BURST),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=clean_env(PGPASSWORD=db.password),
+    )
     try:
         out, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
@@ -209,7 +213,8 @@ def churn_round(db: Database, port: int, count: int, t: float, round_no: int,
     if proc.returncode or nums.get("failed"):
         problems = [ln for ln in out.splitlines() if "error" in ln.lower() or "abort" in ln]
         result.burst_error = result.burst_error or (
-            f"exit {proc.returncode}: " + (problems[0] if problems else out.strip()[-200:]))
+            f"exit {proc.returncode}: " + (problems[0] if problems else out.strip()[-200:])
+        )
     result.seconds = time.monotonic() - started
     return result
 
@@ -258,8 +263,10 @@ def soak(args: argparse.Namespace, db: Database, pooler: Pooler, children: Child
                            env=clean_env(PGPASSWORD=db.password))  # fmt: skip
     out_lines: list[str] = []
     err_lines: list[str] = []
-    readers = [threading.Thread(target=read_lines, args=(s, sink, result.progress), daemon=True)
-               for s, sink in ((bench.stdout, out_lines), (bench.stderr, err_lines))]
+    readers = [
+        threading.Thread(target=read_lines, args=(s, sink, result.progress), daemon=True)
+        for s, sink in ((bench.stdout, out_lines), (bench.stderr, err_lines))
+    ]
     stop = threading.Event()
     churn = threading.Thread(target=churner, daemon=True, args=(
         args, db, pooler.port, start, stop, children, result.churns))  # fmt: skip
@@ -352,10 +359,12 @@ def summarize(args: argparse.Namespace, r: SoakResult) -> dict[str, Any]:
 def report(args: argparse.Namespace, versions: dict[str, str], r: SoakResult) -> None:
     s = r.summary
     script = "select-only (-S)" if args.select_only else "TPC-B-like"
-    print(f"\n## Soak: pgbench {script}, {args.clients} clients, {args.duration} s through "
-          f"pgtarn (transaction mode, pool_size {args.pool_size}, SCRAM); churn every "
-          f"{args.churn_every} s: {args.churn_conns} psycopg connections with prepared "
-          f"statements + pgbench {' '.join(BURST)}; {os.cpu_count()} CPUs")
+    print(
+        f"\n## Soak: pgbench {script}, {args.clients} clients, {args.duration} s through "
+        f"pgtarn (transaction mode, pool_size {args.pool_size}, SCRAM); churn every "
+        f"{args.churn_every} s: {args.churn_conns} psycopg connections with prepared "
+        f"statements + pgbench {' '.join(BURST)}; {os.cpu_count()} CPUs"
+    )
     print(", ".join(f"{k} {v}" for k, v in versions.items()) + "\n")
     post = s.get("post_warmup_samples", 0)
     print(markdown(["measure", "value"], [
@@ -420,21 +429,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--duration", type=int, default=600, metavar="S", help="pgbench -T (600)")
     p.add_argument("--clients", type=int, default=50, metavar="N", help="pgbench -c (50)")
-    p.add_argument("--select-only", action="store_true",
-                   help="pgbench -S instead of the TPC-B-like script")
+    p.add_argument(
+        "--select-only", action="store_true", help="pgbench -S instead of the TPC-B-like script"
+    )
     p.add_argument("--pool-size", type=int, default=20, metavar="N", help="pool_size (20)")
-    p.add_argument("--interval", type=int, default=10, metavar="S",
-                   help="seconds between samples and pgbench -P reports (10)")
-    p.add_argument("--warmup", type=int, metavar="S",
-                   help="seconds of warm-up (60; a third of runs shorter than 180 s)")
-    p.add_argument("--churn-every", type=int, default=30, metavar="S",
-                   help="seconds between churn rounds (30)")
-    p.add_argument("--churn-conns", type=int, default=200, metavar="N",
-                   help="short-lived connections per churn round (200)")
-    p.add_argument("--threshold-mb", type=float, default=5.0, metavar="MB",
-                   help="RSS growth after warm-up still called flat, in MB (5)")
-    p.add_argument("--threshold-pct", type=float, default=5.0, metavar="PCT",
-                   help="... or in percent of the warm-up RSS, whichever is larger (5)")
+    p.add_argument(
+        "--interval",
+        type=int,
+        default=10,
+        metavar="S",
+        help="seconds between samples and pgbench -P reports (10)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        metavar="S",
+        help="seconds of warm-up (60; a third of runs shorter than 180 s)",
+    )
+    p.add_argument(
+        "--churn-every", type=int, default=30, metavar="S", help="seconds between churn rounds (30)"
+    )
+    p.add_argument(
+        "--churn-conns",
+        type=int,
+        default=200,
+        metavar="N",
+        help="short-lived connections per churn round (200)",
+    )
+    p.add_argument(
+        "--threshold-mb",
+        type=float,
+        default=5.0,
+        metavar="MB",
+        help="RSS growth after warm-up still called flat, in MB (5)",
+    )
+    p.add_argument(
+        "--threshold-pct",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="... or in percent of the warm-up RSS, whichever is larger (5)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
     add_postgres_options(p)
     args = p.parse_args(argv)  # fmt: skip
@@ -458,8 +493,15 @@ def main(argv: list[str] | None = None) -> int:
         verifier = db.scram_verifier()
         versions = {"postgres": db.version, "pgtarn": pgtarn.__version__,
                     "pgbench": version_of([db.tool("pgbench"), "--version"])}  # fmt: skip
-        pooler = Pooler("pgtarn", [sys.executable, "-m", "pgtarn"], workdir, db, None,
-                        settings={"default_pool_size": args.pool_size}, secret=verifier)
+        pooler = Pooler(
+            "pgtarn",
+            [sys.executable, "-m", "pgtarn"],
+            workdir,
+            db,
+            None,
+            settings={"default_pool_size": args.pool_size},
+            secret=verifier,
+        )
         pooler.start()
         soak(args, db, pooler, children, result)
         children.stop_all()

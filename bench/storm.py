@@ -343,7 +343,8 @@ async def _storm(pipe: multiprocessing.connection.Connection, clients: int, targ
     async def one() -> Outcome:
         nonlocal tried
         client: RawClient | AsyncpgClient = (
-            AsyncpgClient(target) if kind == "asyncpg" else RawClient(target, keys))
+            AsyncpgClient(target) if kind == "asyncpg" else RawClient(target, keys)
+        )
         t0 = time.monotonic()
         outcome = Outcome("ok", t0 - start)
         try:
@@ -467,8 +468,11 @@ def run_storm(args: argparse.Namespace, pooler: Pooler) -> StormResult:
     try:
         for share in shares:
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=worker, daemon=True, args=(
-                theirs, share, target, args.client, not args.no_pbkdf2_cache, args.timeout))
+            proc = ctx.Process(
+                target=worker,
+                daemon=True,
+                args=(theirs, share, target, args.client, not args.no_pbkdf2_cache, args.timeout),
+            )
             proc.start()  # fmt: skip
             theirs.close()
             pipes.append(mine)
@@ -527,8 +531,12 @@ def run_storm(args: argparse.Namespace, pooler: Pooler) -> StormResult:
     res.counts = {k: sum(o.kind == k for o in outcomes) for k in OUTCOMES}
     res.refusals = dict(Counter(o.detail for o in outcomes if o.kind == "refused"))
     res.errors = dict(Counter(o.detail for o in outcomes if o.kind in ("error", "hang")))
-    res.login_ms = {k: v * 1000 for k, v in percentiles(
-        [o.login_s for o in outcomes if o.kind == "ok" and o.login_s is not None]).items()}
+    res.login_ms = {
+        k: v * 1000
+        for k, v in percentiles(
+            [o.login_s for o in outcomes if o.kind == "ok" and o.login_s is not None]
+        ).items()
+    }
     res.refusal_ms = {k: v * 1000 for k, v in percentiles(
         [o.answered - o.started for o in outcomes
          if o.kind == "refused" and o.answered is not None]).items()}  # fmt: skip
@@ -581,20 +589,26 @@ def report(args: argparse.Namespace, versions: dict[str, str], results: list[Sto
            notes: list[str]) -> None:  # fmt: skip
     cache = "PBKDF2 cached per process" if not args.no_pbkdf2_cache else "PBKDF2 per login"
     client = "asyncpg (PBKDF2 per login)" if args.client == "asyncpg" else f"raw ({cache})"
-    print(f"\n## Connect storm: {args.clients:,} clients at once, SCRAM-SHA-256, pool_size "
-          f"{args.pool_size}, transaction mode; client {client}, {args.procs} process(es); "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"\n## Connect storm: {args.clients:,} clients at once, SCRAM-SHA-256, pool_size "
+        f"{args.pool_size}, transaction mode; client {client}, {args.procs} process(es); "
+        f"{os.cpu_count()} CPUs"
+    )
     print(", ".join(f"{k} {v}" for k, v in versions.items()) + "\n")
     print(table(results))
-    print("\nlogin ms: connect to the first ReadyForQuery, accepted clients. total s: start to "
-          "the last client's answer. pooler CPU s: user+system over the storm incl. closing. "
-          "RSS held: VmRSS with every accepted client connected. client CPU s: the client "
-          "processes' user+system until every client had tried / until all had closed.")
+    print(
+        "\nlogin ms: connect to the first ReadyForQuery, accepted clients. total s: start to "
+        "the last client's answer. pooler CPU s: user+system over the storm incl. closing. "
+        "RSS held: VmRSS with every accepted client connected. client CPU s: the client "
+        "processes' user+system until every client had tried / until all had closed."
+    )
     for r in results:
         for detail, n in r.refusals.items():
-            print(f"- {r.target}: refused {n:,} x `{detail}` (connect to refusal ms: "
-                  + "/".join(fmt(r.refusal_ms.get(k), ".0f") for k in ("p50", "p99", "max"))
-                  + " p50/p99/max)")
+            print(
+                f"- {r.target}: refused {n:,} x `{detail}` (connect to refusal ms: "
+                + "/".join(fmt(r.refusal_ms.get(k), ".0f") for k in ("p50", "p99", "max"))
+                + " p50/p99/max)"
+            )
         for detail, n in r.errors.items():
             print(f"- {r.target}: error {n:,} x `{detail}`")
         for line, n in r.log_lines.items():
@@ -637,24 +651,55 @@ def client_notes(r: StormResult, timeout: float) -> list[str]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--clients", type=int, default=5000, metavar="N",
-                   help="clients connecting at once (5000)")
-    p.add_argument("--max-client-conn", type=int, default=4000, metavar="N",
-                   help="the poolers' max_client_conn (4000)")
-    p.add_argument("--pool-size", type=int, default=20, metavar="N",
-                   help="default_pool_size (20)")
-    p.add_argument("--listen-backlog", type=int, metavar="N",
-                   help="the poolers' listen_backlog (default: theirs, 128)")
-    p.add_argument("--targets", type=lambda t: t.split(","), default=["pgtarn"],
-                   metavar="LIST", help="any of pgtarn,pgbouncer (pgtarn)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                   help="a client with no answer after S seconds counts as a hang (60)")
-    p.add_argument("--client", choices=("raw", "asyncpg"), default="raw",
-                   help="the client implementation (raw)")
-    p.add_argument("--no-pbkdf2-cache", action="store_true",
-                   help="raw client: compute PBKDF2 on every login, as drivers do")
-    p.add_argument("--procs", type=int, default=1, metavar="N",
-                   help="client processes to spread the clients over (1)")
+    p.add_argument(
+        "--clients", type=int, default=5000, metavar="N", help="clients connecting at once (5000)"
+    )
+    p.add_argument(
+        "--max-client-conn",
+        type=int,
+        default=4000,
+        metavar="N",
+        help="the poolers' max_client_conn (4000)",
+    )
+    p.add_argument("--pool-size", type=int, default=20, metavar="N", help="default_pool_size (20)")
+    p.add_argument(
+        "--listen-backlog",
+        type=int,
+        metavar="N",
+        help="the poolers' listen_backlog (default: theirs, 128)",
+    )
+    p.add_argument(
+        "--targets",
+        type=lambda t: t.split(","),
+        default=["pgtarn"],
+        metavar="LIST",
+        help="any of pgtarn,pgbouncer (pgtarn)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="a client with no answer after S seconds counts as a hang (60)",
+    )
+    p.add_argument(
+        "--client",
+        choices=("raw", "asyncpg"),
+        default="raw",
+        help="the client implementation (raw)",
+    )
+    p.add_argument(
+        "--no-pbkdf2-cache",
+        action="store_true",
+        help="raw client: compute PBKDF2 on every login, as drivers do",
+    )
+    p.add_argument(
+        "--procs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="client processes to spread the clients over (1)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
     add_postgres_options(p)
     args = p.parse_args(argv)  # fmt: skip
@@ -713,8 +758,10 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             notes += client_notes(result, args.timeout)
             c = result.counts
-            log(f"{pooler.name}: {c.get('ok', 0)} accepted, {c.get('refused', 0)} refused, "
-                f"{c.get('error', 0)} errors, {c.get('hang', 0)} hangs {result.failure}")
+            log(
+                f"{pooler.name}: {c.get('ok', 0)} accepted, {c.get('refused', 0)} refused, "
+                f"{c.get('error', 0)} errors, {c.get('hang', 0)} hangs {result.failure}"
+            )
         report(args, versions, results, notes)
         bad = any(r.failure or r.counts.get("hang") or r.counts.get("error")
                   or not r.pooler_alive or r.counts.get("ok") != min(r.clients, r.max_client_conn)

@@ -122,8 +122,10 @@ def make_certificates(directory: Path, account: pwd.struct_passwd | None) -> tup
         .sign(ca_key, hashes.SHA256())
     )  # fmt: skip
     server_key = ec.generate_private_key(ec.SECP256R1())
-    hosts: list[x509.GeneralName] = [x509.DNSName("localhost"),
-                                     x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    hosts: list[x509.GeneralName] = [
+        x509.DNSName("localhost"),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+    ]
     server_cert = (
         x509.CertificateBuilder()
         .subject_name(name("localhost")).issuer_name(ca_cert.subject)
@@ -139,8 +141,11 @@ def make_certificates(directory: Path, account: pwd.struct_passwd | None) -> tup
     ca_path.write_bytes(ca_cert.public_bytes(pem))
     cert_path.write_bytes(server_cert.public_bytes(pem))
     key_path.touch(mode=0o600)  # never readable by others, not even for a moment
-    key_path.write_bytes(server_key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    key_path.write_bytes(
+        server_key.private_bytes(
+            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     if account is not None:
         for path in (directory, ca_path, cert_path, key_path):
             os.chown(path, account.pw_uid, account.pw_gid)
@@ -357,8 +362,11 @@ def table(results: list[Measurement], targets: list[str], refusals: dict[str, st
                 fmt(median([r.box_busy_pct for r in ok if r.box_busy_pct is not None]), ".0f"),
                 f"{failed}/{len(runs_here)} failed" if failed else "",
             ])  # fmt: skip
-    keep = [i for i, name in enumerate(header)
-            if "pgbouncer" in targets or name not in ("pgtarn/PgBouncer", "per-run ratios")]
+    keep = [
+        i
+        for i, name in enumerate(header)
+        if "pgbouncer" in targets or name not in ("pgtarn/PgBouncer", "per-run ratios")
+    ]
     return markdown([header[i] for i in keep], [[row[i] for i in keep] for row in rows])
 
 
@@ -367,22 +375,28 @@ def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
            logs: dict[str, dict[str, int]], notes: list[str]) -> None:  # fmt: skip
     where = "temporary cluster, fsync off" if db.cluster else f"{db.host}:{db.port}"
     threads = min(PGBENCH_THREADS, args.clients)
-    print(f"\n## Logins/s over TLS + SCRAM: pgbench -n -C -S -c {args.clients} -j {threads} "
-          f"-T {args.seconds}, {args.runs} run(s), targets interleaved; PostgreSQL "
-          f"{versions['postgres']} ({where}); {os.cpu_count()} CPUs")
+    print(
+        f"\n## Logins/s over TLS + SCRAM: pgbench -n -C -S -c {args.clients} -j {threads} "
+        f"-T {args.seconds}, {args.runs} run(s), targets interleaved; PostgreSQL "
+        f"{versions['postgres']} ({where}); {os.cpu_count()} CPUs"
+    )
     print(", ".join(f"{k} {v}" for k, v in versions.items() if k != "postgres"))
-    print("Poolers: transaction mode, auth_type = scram-sha-256 (auth_file: the SCRAM verifier), "
-          "client_tls_sslmode = prefer, ECDSA P-256 certificate, server_tls_sslmode = disable")
+    print(
+        "Poolers: transaction mode, auth_type = scram-sha-256 (auth_file: the SCRAM verifier), "
+        "client_tls_sslmode = prefer, ECDSA P-256 certificate, server_tls_sslmode = disable"
+    )
     for name, negotiated in tls.items():
         print(f"TLS negotiated by {name}: {negotiated}")
     print()
     print(table(results, list(tls), refusals))
-    print("\nlogins/s: pgbench's tps (with -C every transaction is a new connection: TLS "
-          "handshake, SCRAM login, one SELECT, close). pgtarn/PgBouncer: ratio of the medians; "
-          "per-run ratios: pgtarn / PgBouncer within each run. vs plaintext: median / the same "
-          "pooler's plaintext median. conn ms: pgbench's average connection time. CPU s/1k "
-          "logins: user+system CPU of the pooler process / of pgbench per 1,000 logins. box CPU "
-          "busy: all CPUs of the machine, anything running on it included.")
+    print(
+        "\nlogins/s: pgbench's tps (with -C every transaction is a new connection: TLS "
+        "handshake, SCRAM login, one SELECT, close). pgtarn/PgBouncer: ratio of the medians; "
+        "per-run ratios: pgtarn / PgBouncer within each run. vs plaintext: median / the same "
+        "pooler's plaintext median. conn ms: pgbench's average connection time. CPU s/1k "
+        "logins: user+system CPU of the pooler process / of pgbench per 1,000 logins. box CPU "
+        "busy: all CPUs of the machine, anything running on it included."
+    )
     for what, line in refusals.items():
         print(f"- {what}: {line}")
     for r in results:
@@ -406,14 +420,26 @@ def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, epilog=USAGE,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--clients", type=int, default=8, metavar="N",
-                   help="concurrent pgbench clients, each reconnecting per transaction (8)")
-    p.add_argument("--runs", type=int, default=3, metavar="N",
-                   help="runs of every variant against every pooler (3)")
-    p.add_argument("--seconds", type=int, default=10, metavar="S",
-                   help="seconds per pgbench run (10)")
+    p = argparse.ArgumentParser(
+        description=__doc__, epilog=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=8,
+        metavar="N",
+        help="concurrent pgbench clients, each reconnecting per transaction (8)",
+    )
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        metavar="N",
+        help="runs of every variant against every pooler (3)",
+    )
+    p.add_argument(
+        "--seconds", type=int, default=10, metavar="S", help="seconds per pgbench run (10)"
+    )
     p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
     add_postgres_options(p)
     args = p.parse_args(argv)  # fmt: skip
@@ -457,8 +483,11 @@ def main(argv: list[str] | None = None) -> int:
             poolers["pgbouncer"] = Pooler("pgbouncer", [binary], workdir, db, account,
                                           settings=settings, secret=verifier)  # fmt: skip
             versions["PgBouncer"] = version_of([binary, "-V"])
-            tls_line = re.search(r"^tls: (.*)$", subprocess.run(
-                [binary, "-V"], capture_output=True, text=True, check=False).stdout, re.M)
+            tls_line = re.search(
+                r"^tls: (.*)$",
+                subprocess.run([binary, "-V"], capture_output=True, text=True, check=False).stdout,
+                re.M,
+            )
             if tls_line:
                 versions["PgBouncer's TLS"] = tls_line.group(1).strip()
         tls, refusals = probe(db, poolers)

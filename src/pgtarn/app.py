@@ -45,6 +45,7 @@ from .workers.sockets import tcp_listeners, unix_listener
 
 log = logging.getLogger("pgtarn")
 
+
 def raise_fd_limit(config: Config) -> None:
     """Lift the soft RLIMIT_NOFILE towards what max_client_conn and the pools may need.
 
@@ -60,8 +61,13 @@ def raise_fd_limit(config: Config) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
     if soft != resource.RLIM_INFINITY and soft < needed:
-        log.warning("file descriptor limit %d is below the %d that max_client_conn %d and "
-                    "the pools may need", soft, needed, config.max_client_conn)
+        log.warning(
+            "file descriptor limit %d is below the %d that max_client_conn %d and "
+            "the pools may need",
+            soft,
+            needed,
+            config.max_client_conn,
+        )
 
 
 def tls_setup_logged(config: Config) -> TlsSetup:
@@ -73,8 +79,7 @@ def tls_setup_logged(config: Config) -> TlsSetup:
         raise
 
 
-MetricsServer = Callable[[Runtime, str, int],
-                         Coroutine[None, None, asyncio.AbstractServer | None]]
+MetricsServer = Callable[[Runtime, str, int], Coroutine[None, None, asyncio.AbstractServer | None]]
 
 
 def load_metrics() -> MetricsServer:
@@ -161,8 +166,9 @@ class WorkerSetup:
     unix_fd: int | None = None
 
 
-def cancel_from_worker(runtime: Runtime, message: dict[str, object]
-                       ) -> asyncio.Future[dict[str, object]] | None:
+def cancel_from_worker(
+    runtime: Runtime, message: dict[str, object]
+) -> asyncio.Future[dict[str, object]] | None:
     """A CancelRequest that reached another worker with a key of this one's; the answer,
     ready when the cancel is over (the asking worker then closes the cancel connection)."""
     key = message.get("key")
@@ -195,15 +201,24 @@ def join_rolling_restart(app: App, link: Coordinator) -> None:
     link.handle("adopt", lambda message, fds: load_takeover()[2](app.runtime, message, fds))
     if app.reboot:
         app.runtime.forward_cancel = lambda key: link.send(
-            {"kind": "reboot_cancel", "key": list(key)})
+            {"kind": "reboot_cancel", "key": list(key)}
+        )
 
 
 class App(Stopping):
     """One pgtarn process: the whole pooler, or one worker of workers = N (its signals and
     shutdown: shutdown.py's Stopping)."""
 
-    def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False,
-                 worker: WorkerSetup | None = None, reboot: bool = False, user: str = "") -> None:
+    def __init__(
+        self,
+        config_path: str,
+        *,
+        verbose: int = 0,
+        quiet: bool = False,
+        worker: WorkerSetup | None = None,
+        reboot: bool = False,
+        user: str = "",
+    ) -> None:
         self.config_path = config_path
         self.worker = worker
         #: -u: the user to become once the sockets are bound (in place of `user =`).
@@ -239,11 +254,12 @@ class App(Stopping):
         runtime.control = self
         # the composition root: what the runtime makes, it makes through these
         runtime.registry.launch = lambda pool, db: launch_server(
-            runtime, cast(Pool[ServerConnection], pool), db)
-        runtime.registry.open_listener = lambda pool, db, board: Listener(
-            runtime, pool, db, board)
+            runtime, cast(Pool[ServerConnection], pool), db
+        )
+        runtime.registry.open_listener = lambda pool, db, board: Listener(runtime, pool, db, board)
         runtime.registry.start_health = lambda hosts, pool, db: start_health(
-            runtime, hosts, pool, db)
+            runtime, hosts, pool, db
+        )
         runtime.make_lookup = SecretLookup
         loop = asyncio.get_running_loop()
         self.done = loop.create_future()
@@ -257,8 +273,9 @@ class App(Stopping):
         if config.metrics_port:
             # with workers, worker 0 listens and gathers the others' samples (metrics.py)
             host = config.metrics_listen_addr or "127.0.0.1"
-            metrics = await load_metrics()(runtime, "" if host == "*" else host,
-                                          config.metrics_port)
+            metrics = await load_metrics()(
+                runtime, "" if host == "*" else host, config.metrics_port
+            )
             self.metrics_server = metrics
             if metrics is not None:
                 log.info("metrics on http://%s:%d/metrics", host, config.metrics_port)
@@ -274,8 +291,9 @@ class App(Stopping):
             log.info("pgtarn %s started, pid %d", __version__, os.getpid())
             systemd.ready()
         else:
-            log.info("pgtarn %s worker %d started, pid %d", __version__, self.worker.index,
-                     os.getpid())
+            log.info(
+                "pgtarn %s worker %d started, pid %d", __version__, self.worker.index, os.getpid()
+            )
         # startup's objects live for good: frozen, the collector's full collections skip them
         gc.collect()
         gc.freeze()
@@ -298,9 +316,15 @@ class App(Stopping):
             log.info("listening on unix:%s", path)
         if addrs:  # last: once its port accepts, every listener is ready (the unix one too)
             # SO_KEEPALIVE, buffers, SO_REUSEPORT before they listen (accepts inherit them)
-            socks = tcp_listeners(hosts, config.listen_port, config.listen_backlog, 1,
-                                  config.tcp_keepalive, reuse_port=config.so_reuseport,
-                                  buffer=config.tcp_socket_buffer)[0]
+            socks = tcp_listeners(
+                hosts,
+                config.listen_port,
+                config.listen_backlog,
+                1,
+                config.tcp_keepalive,
+                reuse_port=config.so_reuseport,
+                buffer=config.tcp_socket_buffer,
+            )[0]
             await self._serve(socks)
             for sock in socks:
                 log.info("listening on %s", sock.getsockname()[:2])
@@ -310,8 +334,9 @@ class App(Stopping):
         then drains and sends us its idle clients (False: none runs there)."""
         runtime = self.runtime
         take_over = load_takeover()[0]
-        taken = await take_over(runtime, takeover_address(config.listen_port),
-                                lambda sock: self._serve([sock]))
+        taken = await take_over(
+            runtime, takeover_address(config.listen_port), lambda sock: self._serve([sock])
+        )
         if taken is None:
             log.warning("--reboot: no pgtarn serves port %d; starting anew", config.listen_port)
             return False
@@ -322,12 +347,16 @@ class App(Stopping):
         """Listen for a new pgtarn started with --reboot."""
         self.takeover_listener = takeover_listener(port)
         if self.takeover_listener is not None:
-            asyncio.get_running_loop().add_reader(self.takeover_listener.fileno(),
-                                                  self._takeover_asked)
+            asyncio.get_running_loop().add_reader(
+                self.takeover_listener.fileno(), self._takeover_asked
+            )
 
     def _takeover_asked(self) -> None:
-        conn = accept_takeover(self.takeover_listener, self.stopping is not None or (
-            self.takeover is not None and not self.takeover.channel.closed))
+        conn = accept_takeover(
+            self.takeover_listener,
+            self.stopping is not None
+            or (self.takeover is not None and not self.takeover.channel.closed),
+        )
         if conn is not None:
             self.takeover = load_takeover()[1](self, conn, self._close_takeover)
 
@@ -354,9 +383,12 @@ class App(Stopping):
         fds = [*worker.listen_fds, *([worker.unix_fd] if worker.unix_fd is not None else [])]
         await self._serve(socket.socket(fileno=fd) for fd in fds)
         link_class = load_worker_link()
-        self.link = link_class(worker.index, worker.count,
-                               socket.socket(fileno=worker.control_fd),
-                               self._supervisor_gone)
+        self.link = link_class(
+            worker.index,
+            worker.count,
+            socket.socket(fileno=worker.control_fd),
+            self._supervisor_gone,
+        )
         runtime.coordinator = self.link
         # ids unique across workers (KILL_CLIENT <id> of SHOW CLIENTS): worker i of n has i+1,
         # i+1+n, i+1+2n...
@@ -374,8 +406,9 @@ class App(Stopping):
         """Without its supervisor a worker stops accepting and exits once its clients are
         gone (as SIGTERM), so no client is cut off but none is taken on either."""
         if self.stopping is None:
-            log.error("the supervisor is gone: no new connections; exiting when the clients "
-                      "have left")
+            log.error(
+                "the supervisor is gone: no new connections; exiting when the clients have left"
+            )
             self.shutdown("clients")
 
     async def _janitor(self) -> None:
@@ -401,17 +434,24 @@ class App(Stopping):
                 name: averages(value, before.get(name, Totals()), now - started)
                 for name, value in totals.items()
             }
-            overall = averages(sum_totals(totals.values()), sum_totals(before.values()),
-                               now - started)
+            overall = averages(
+                sum_totals(totals.values()), sum_totals(before.values()), now - started
+            )
             runtime.overall_averages = overall
             before, started = totals, now
             if runtime.config.log_stats:
                 log.info(
                     "stats: %d xacts/s, %d queries/s, %d client parses/s, %d server parses/s,"
                     " %d binds/s, in %d B/s, out %d B/s, xact %d us, query %d us, wait %d us",
-                    overall.xact_count, overall.query_count, overall.client_parse_count,
-                    overall.server_parse_count, overall.bind_count, overall.bytes_received,
-                    overall.bytes_sent, overall.xact_time, overall.query_time,
+                    overall.xact_count,
+                    overall.query_count,
+                    overall.client_parse_count,
+                    overall.server_parse_count,
+                    overall.bind_count,
+                    overall.bytes_received,
+                    overall.bytes_sent,
+                    overall.xact_time,
+                    overall.query_time,
                     overall.wait_time,
                 )
 
@@ -434,8 +474,9 @@ class App(Stopping):
                 log.warning("config: %s", warning)
             return self.apply(config, "reload")
 
-    def _tls_setup(self, old: Config, config: Config, source: str,
-                   report: ReloadReport) -> TlsSetup | None:
+    def _tls_setup(
+        self, old: Config, config: Config, source: str, report: ReloadReport
+    ) -> TlsSetup | None:
         """config's TLS contexts; None: keep the running ones. As PgBouncer, a SET of a TLS
         setting that cannot be loaded (a key set before its certificate) is taken, with a
         warning, and the contexts change once the settings load; a RELOAD or a SET of an
@@ -445,10 +486,8 @@ class App(Stopping):
         except ConfigError:
             if source != "SET" or tls_changes(old, config) & TLS_MODES:
                 raise
-        log.warning("SET: TLS settings could not be applied, still using the old TLS "
-                    "configuration")
-        report.warnings.append("TLS settings could not be applied, still using old "
-                               "configuration")
+        log.warning("SET: TLS settings could not be applied, still using the old TLS configuration")
+        report.warnings.append("TLS settings could not be applied, still using old configuration")
         return None
 
     def apply(self, config: Config, source: str = "reload") -> ReloadReport:
@@ -495,9 +534,10 @@ class App(Stopping):
         raise_fd_limit(config)
         keepalive_listeners(self.servers, config.tcp_keepalive)
         self.runtime.registry.apply(config)
-        if tls is not None and any(name.startswith("server_tls")
-                                   or name == "server_channel_binding"
-                                   for name in report.changed):
+        if tls is not None and any(
+            name.startswith("server_tls") or name == "server_channel_binding"
+            for name in report.changed
+        ):
             # as PgBouncer: servers made under the old TLS settings are replaced, idle ones
             # now (with its words), the others when released
             for pool in self.runtime.registry:
@@ -510,8 +550,11 @@ class App(Stopping):
                 if view.statements is not None:
                     view.statements.capacity = config.max_prepared_statements
         self._open_forced_pools()
-        log.info("configuration %s; changed: %s", "reloaded" if source == "reload" else
-                 f"changed by {source}", ", ".join(report.changed) or "nothing")
+        log.info(
+            "configuration %s; changed: %s",
+            "reloaded" if source == "reload" else f"changed by {source}",
+            ", ".join(report.changed) or "nothing",
+        )
         return report
 
     def _cleanup(self) -> None:

@@ -13,7 +13,7 @@ _PROBE = "pgtarn.proto.framing"
 
 
 def build_kind() -> str:
-    """"compiled" when the hot-path modules are mypyc extensions, else "pure Python"."""
+    """ "compiled" when the hot-path modules are mypyc extensions, else "pure Python"."""
     spec = find_spec(_PROBE)
     origin = spec.origin if spec is not None else None
     compiled = origin is not None and origin.endswith(tuple(EXTENSION_SUFFIXES))

@@ -82,8 +82,7 @@ class _Checker:
     def hba(self) -> None:
         problems = Problems(collect=True)
         rules = None
-        if self.config.auth_hba_file and self.readable("auth_hba_file",
-                                                       self.config.auth_hba_file):
+        if self.config.auth_hba_file and self.readable("auth_hba_file", self.config.auth_hba_file):
             rules = load_hba(self.config.auth_hba_file, problems)
             self.result.warnings.extend(rules.warnings)
             self.pam_rules = any(rule.method == "pam" for rule in rules.rules)
@@ -91,8 +90,9 @@ class _Checker:
             check_ldap_config(self.config, rules)
         except ConfigError as exc:
             self.located(exc)
-        if self.config.auth_ident_file and self.readable("auth_ident_file",
-                                                         self.config.auth_ident_file):
+        if self.config.auth_ident_file and self.readable(
+            "auth_ident_file", self.config.auth_ident_file
+        ):
             load_ident(self.config.auth_ident_file, problems)
         self.result.errors.extend(problems.errors)
 
@@ -109,11 +109,14 @@ class _Checker:
         if not any(os.path.isfile(os.path.join(d, service)) for d in SERVICE_DIRS):
             self.result.warnings.append(
                 f"{self.where('auth_pam_service')}: auth_pam_service: no PAM service file "
-                f'"{service}" in {" or ".join(SERVICE_DIRS)}: PAM uses its "other" service')
+                f'"{service}" in {" or ".join(SERVICE_DIRS)}: PAM uses its "other" service'
+            )
 
     def tls(self) -> None:
         builds: dict[str, Callable[[Config], object]] = {
-            "client": client_context, "server": server_context}
+            "client": client_context,
+            "server": server_context,
+        }
         for side, build in builds.items():
             if getattr(self.config, f"{side}_tls_sslmode") == "disable":
                 continue
@@ -134,8 +137,9 @@ def check_config(path: str) -> CheckResult:
     report = read_config_report(path)
     # a key that is no setting is a mistake (a misspelling): startup only warns, as PgBouncer
     unknown = set(report.unknown)
-    result = CheckResult([*report.errors, *report.unknown],
-                         [w for w in report.config.warnings if w not in unknown])
+    result = CheckResult(
+        [*report.errors, *report.unknown], [w for w in report.config.warnings if w not in unknown]
+    )
     if not os.path.isfile(path):
         return result  # nothing was read: the defaults are not worth checking
     checker = _Checker(report.config, report.origins, result)
@@ -161,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pgtarn check",
         description="Check a pgbouncer.ini as startup would (settings, databases, users, "
         "auth_file, HBA and ident files, TLS files) without starting anything. Prints every "
-        "problem as file:line: message; exits 1 when there is an error.")
+        "problem as file:line: message; exits 1 when there is an error.",
+    )
     parser.add_argument("config", help="pgbouncer.ini-format configuration file")
     return parser
 

@@ -72,13 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="no logging to stderr")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     parser.add_argument("-V", "--version", action="store_true", help="print version and exit")
-    parser.add_argument("-d", "--daemon", action="store_true",
-                        help="run in the background (needs pidfile and logfile)")
-    parser.add_argument("-R", "--reboot", action="store_true",
-                        help="take over from the pgtarn running on the same port: its "
-                        "listening sockets and idle clients (rolling restart)")
-    parser.add_argument("-u", "--user", default="",
-                        help="become this user once the sockets are bound (as `user =`)")
+    parser.add_argument(
+        "-d",
+        "--daemon",
+        action="store_true",
+        help="run in the background (needs pidfile and logfile)",
+    )
+    parser.add_argument(
+        "-R",
+        "--reboot",
+        action="store_true",
+        help="take over from the pgtarn running on the same port: its "
+        "listening sockets and idle clients (rolling restart)",
+    )
+    parser.add_argument(
+        "-u", "--user", default="", help="become this user once the sockets are bound (as `user =`)"
+    )
     # given by the supervisor to its workers (workers = N), not by people
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--listen-fds", default="", help=argparse.SUPPRESS)
@@ -123,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.config:
         build_parser().print_usage(sys.stderr)
-        print("pgtarn: error: a configuration file is required (or: pgtarn demo)",
-              file=sys.stderr)
+        print("pgtarn: error: a configuration file is required (or: pgtarn demo)", file=sys.stderr)
         return 2
     try:
         config = load_config(args.config)
@@ -141,11 +149,18 @@ def main(argv: list[str] | None = None) -> int:
     quiet = args.quiet or args.daemon
     app: Any
     if worker is None and config.workers > 1:
-        app = load_supervisor()(args.config, verbose=args.verbose, quiet=quiet,
-                                reboot=args.reboot, user=args.user)
+        app = load_supervisor()(
+            args.config, verbose=args.verbose, quiet=quiet, reboot=args.reboot, user=args.user
+        )
     else:
-        app = App(args.config, verbose=args.verbose, quiet=quiet, worker=worker,
-                  reboot=args.reboot, user=args.user)
+        app = App(
+            args.config,
+            verbose=args.verbose,
+            quiet=quiet,
+            worker=worker,
+            reboot=args.reboot,
+            user=args.user,
+        )
     try:
         return runner(app.run())  # type: ignore[operator, no-any-return]
     except (ConfigError, OSError) as exc:

@@ -108,15 +108,26 @@ class DatabaseEntry:
     def server_identity(self) -> str:
         """What makes a server connection of this entry: when it changes on reload, existing
         servers are closed as they are released (pool sizes and modes do not count)."""
-        return repr((self.hosts or (self.host,), self.ports or self.port, self.dbname, self.user,
-                     self.password, self.connect_query, sorted(self.startup_params.items())))
+        return repr(
+            (
+                self.hosts or (self.host,),
+                self.ports or self.port,
+                self.dbname,
+                self.user,
+                self.password,
+                self.connect_query,
+                sorted(self.startup_params.items()),
+            )
+        )
 
     def targets(self, socket_dir: str = "/tmp") -> list[tuple[str, int]]:
         """Its hosts with their ports, in the order of its list. An entry without host
         connects through the unix socket in unix_socket_dir, as PgBouncer."""
         ports = self.ports or (self.port,)
-        return [(host or socket_dir or "/tmp", ports[i] if len(ports) > 1 else ports[0])
-                for i, host in enumerate(self.hosts or (self.host,))]
+        return [
+            (host or socket_dir or "/tmp", ports[i] if len(ports) > 1 else ports[0])
+            for i, host in enumerate(self.hosts or (self.host,))
+        ]
 
     @property
     def is_unix_socket(self) -> bool:
@@ -339,7 +350,8 @@ class Config:
         aliases = {
             name + READ_ONLY_SUFFIX: replace(db, name=name + READ_ONLY_SUFFIX, reads_only=True)
             for name, db in self.databases.items()
-            if db.read_write_split != "off" and name != "*"
+            if db.read_write_split != "off"
+            and name != "*"
             and name + READ_ONLY_SUFFIX not in self.databases
         }
         return MappingProxyType(aliases)
@@ -440,10 +452,21 @@ _BOUNDS: dict[str, tuple[int, int | None]] = {
     "auth_threads": (1, 256), "auth_queue_size": (0, 100_000),
     "pkt_buf": (1, None), "max_packet_size": (1, 2**32 - 1), "listen_queue_size": (1, None),
 }  # fmt: skip
-_PGTARN_ONLY = frozenset({"metrics_listen_addr", "metrics_port", "log_format", "workers",
-                          "auth_threads", "auth_queue_size", "auth_pam_service",
-                          "track_session_state", "pin_session_state", "listen_queue_size",
-                          "schema_change_channel"})
+_PGTARN_ONLY = frozenset(
+    {
+        "metrics_listen_addr",
+        "metrics_port",
+        "log_format",
+        "workers",
+        "auth_threads",
+        "auth_queue_size",
+        "auth_pam_service",
+        "track_session_state",
+        "pin_session_state",
+        "listen_queue_size",
+        "schema_change_channel",
+    }
+)
 DEPRECATED = {"service_name": "job_name"}  # old name -> current name
 
 _INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")  # C strtol, base 0

@@ -179,8 +179,11 @@ def _quantity(key: str, text: str, units: Mapping[str, float]) -> tuple[str, flo
     unit = m.group(2)
     if unit not in units:
         valid = ", ".join(u for u in units if u)
-        hint = (" (units are case-sensitive, as in PostgreSQL)"
-                if unit.lower() in {u.lower() for u in units} else "")
+        hint = (
+            " (units are case-sensitive, as in PostgreSQL)"
+            if unit.lower() in {u.lower() for u in units}
+            else ""
+        )
         raise ValueError(f"{key}: invalid unit {unit!r}{hint}; valid units: {valid}")
     return m.group(1), value, unit
 
@@ -252,8 +255,7 @@ def _database_entry(name: str, connstr: str, loc: str) -> DatabaseEntry:
         max_replica_lag_seconds=lag_seconds,
         primary_reads=p.get_bool("primary_reads", True),
         read_your_writes=p.get_bool("read_your_writes", True),
-        health_check_period=_period("health_check_period",
-                                    p.get_str("health_check_period"), 1.0),
+        health_check_period=_period("health_check_period", p.get_str("health_check_period"), 1.0),
         startup_params=MappingProxyType(
             {pg: p.values[k] for k, pg in _DB_PARAMS.items() if k in p.values}
         ),
@@ -304,8 +306,9 @@ def _peer_entry(name: str, text: str, loc: str) -> PeerEntry:
     try:
         peer_id = parse_int(name, c_style=False)
     except ValueError:
-        raise ValueError("a peer's name is its peer_id, a number from 1 to "
-                         f"{MAX_PEER_ID}") from None
+        raise ValueError(
+            f"a peer's name is its peer_id, a number from 1 to {MAX_PEER_ID}"
+        ) from None
     if not 1 <= peer_id <= MAX_PEER_ID:
         raise ValueError(f"peer_id out of range (must be between 1 and {MAX_PEER_ID})")
     p = _Params(text, _PEER_KEYS, "peer")
@@ -313,8 +316,13 @@ def _peer_entry(name: str, text: str, loc: str) -> PeerEntry:
     pool_size = p.get_int("pool_size")
     if pool_size == 0:
         raise ValueError("pool_size: must be >= 1 (cancels in flight to the peer at once)")
-    return PeerEntry(peer_id=peer_id, host=p.get_str("host"),
-                     port=ports[0] if ports else 6432, pool_size=pool_size, line=loc)
+    return PeerEntry(
+        peer_id=peer_id,
+        host=p.get_str("host"),
+        port=ports[0] if ports else 6432,
+        pool_size=pool_size,
+        line=loc,
+    )
 
 
 _SECTIONS = {
@@ -347,8 +355,9 @@ def _resolve_include(target: str, including: str) -> str:
     return beside if os.path.exists(beside) or not os.path.exists(target) else target
 
 
-def _lines(text: str, path: str, stack: tuple[str, ...],
-           problems: Problems) -> Iterator[tuple[str, int, str]]:
+def _lines(
+    text: str, path: str, stack: tuple[str, ...], problems: Problems
+) -> Iterator[tuple[str, int, str]]:
     """(file, line number, stripped line) for every line, with %include expanded; a bad
     %include goes to `problems` and, when they are collected, is skipped."""
     for lineno, raw in enumerate(text.split("\n"), 1):
@@ -470,14 +479,21 @@ class _Reader:
         if not self.seen_main:
             self.warnings.append(f"{self.path}: no [pgbouncer] section; using defaults")
         config = replace(
-            Config(path=self.path, databases=MappingProxyType(self.databases),
-                   users=MappingProxyType(self.users), peers=MappingProxyType(self.peers)),
+            Config(
+                path=self.path,
+                databases=MappingProxyType(self.databases),
+                users=MappingProxyType(self.users),
+                peers=MappingProxyType(self.peers),
+            ),
             **self.values,
         )
         self.warnings.extend(_cross_check(config, self.origins))
-        return ConfigReport(replace(config, warnings=tuple(self.warnings)),
-                            tuple(self.problems.errors), MappingProxyType(self.origins),
-                            tuple(self.unknown))
+        return ConfigReport(
+            replace(config, warnings=tuple(self.warnings)),
+            tuple(self.problems.errors),
+            MappingProxyType(self.origins),
+            tuple(self.unknown),
+        )
 
     def _line(self, loc: str, line: str) -> None:
         if line[0] == "[":
@@ -503,8 +519,9 @@ class _Reader:
         """One `key = value` of a section; ValueError says what is wrong, key first."""
         if section == "databases":
             if key == "pgbouncer":
-                raise ValueError(f"{key}: database name 'pgbouncer' is reserved for the admin "
-                                 "console")
+                raise ValueError(
+                    f"{key}: database name 'pgbouncer' is reserved for the admin console"
+                )
             self.databases[key] = _keyed(key, _database_entry, key, value, loc)
         elif section == "users":
             self.users[key] = _keyed(key, _user_entry, key, value, loc)
@@ -542,27 +559,28 @@ def _keyed(key: str, parse: Callable[..., _T], *args: str) -> _T:
 
 #: PgBouncer settings pgtarn reads but does not act on, and why: set to anything but their
 #: default, each is a warning at startup and in `pgtarn check`, never silence.
-NOT_APPLIED: Mapping[str, str] = MappingProxyType({
-    "application_name_add_host": "not applied: application_name goes to servers as the "
-                                 "client set it",
-    "client_tls_dheparams": "not applied: OpenSSL's built-in groups are used",
-    "conffile": "not applied: RELOAD and SIGHUP read the file pgtarn was started with",
-    "disable_pqexec": "not applied: simple queries with several statements are passed on",
-    "dns_max_ttl": "not applied: host names are resolved by the system at each connection",
-    "dns_nxdomain_ttl": "not applied: host names are resolved by the system at each "
-                        "connection",
-    "dns_zone_check_period": "not applied: host names are resolved by the system at each "
-                             "connection",
-    "resolv_conf": "not applied: host names are resolved by the system's resolver",
-    "job_name": "not applied: a Windows service name in PgBouncer",
-    "pkt_buf": "not applied: pgtarn has no fixed packet buffer",
-    "sbuf_loopcnt": "not applied: pgtarn reads each socket until it is empty",
-    "server_round_robin": "not applied: idle servers are reused most recently used first",
-    "suspend_timeout": "not applied: SUSPEND waits for nothing",
-    "tcp_defer_accept": "not applied: connections are accepted at once",
-    "unix_socket_group": "not applied: the socket keeps pgtarn's group (unix_socket_mode "
-                         "applies)",
-})
+NOT_APPLIED: Mapping[str, str] = MappingProxyType(
+    {
+        "application_name_add_host": "not applied: application_name goes to servers as the "
+        "client set it",
+        "client_tls_dheparams": "not applied: OpenSSL's built-in groups are used",
+        "conffile": "not applied: RELOAD and SIGHUP read the file pgtarn was started with",
+        "disable_pqexec": "not applied: simple queries with several statements are passed on",
+        "dns_max_ttl": "not applied: host names are resolved by the system at each connection",
+        "dns_nxdomain_ttl": "not applied: host names are resolved by the system at each connection",
+        "dns_zone_check_period": "not applied: host names are resolved by the system at each "
+        "connection",
+        "resolv_conf": "not applied: host names are resolved by the system's resolver",
+        "job_name": "not applied: a Windows service name in PgBouncer",
+        "pkt_buf": "not applied: pgtarn has no fixed packet buffer",
+        "sbuf_loopcnt": "not applied: pgtarn reads each socket until it is empty",
+        "server_round_robin": "not applied: idle servers are reused most recently used first",
+        "suspend_timeout": "not applied: SUSPEND waits for nothing",
+        "tcp_defer_accept": "not applied: connections are accepted at once",
+        "unix_socket_group": "not applied: the socket keeps pgtarn's group (unix_socket_mode "
+        "applies)",
+    }
+)
 
 
 def _cross_check(cfg: Config, origins: Mapping[str, str]) -> list[str]:

@@ -62,8 +62,11 @@ def _fast_close(client: ClientView) -> bool:
     server = client.server
     if server is None or not server.close_needed or client.query_start or server.status != b"I":
         return False
-    client.timed_out(PgtarnError("database configuration changed (server_fast_close)",
-                                 sqlstate="08P01", severity="FATAL"))
+    client.timed_out(
+        PgtarnError(
+            "database configuration changed (server_fast_close)", sqlstate="08P01", severity="FATAL"
+        )
+    )
     return True
 
 
@@ -102,8 +105,13 @@ class Janitor:
         seen: set[tuple[str, str]] = set()
         for pool in self.runtime.registry:
             key = (pool.database, pool.user)
-            if (pool.logged_in or pool.welcome_waiters or pool.server_count or pool.min_pool_size
-                    or (pool.board is not None and pool.board.open_links)):
+            if (
+                pool.logged_in
+                or pool.welcome_waiters
+                or pool.server_count
+                or pool.min_pool_size
+                or (pool.board is not None and pool.board.open_links)
+            ):
                 continue
             seen.add(key)
             since = empty_since.setdefault(key, now)
@@ -139,16 +147,32 @@ class Janitor:
                     continue
                 timeouts = pool.client_timeouts
                 if timeouts.any:
-                    self._ready_client(client, now, timeouts.query, timeouts.transaction,
-                                       timeouts.idle_transaction, timeouts.idle)
+                    self._ready_client(
+                        client,
+                        now,
+                        timeouts.query,
+                        timeouts.transaction,
+                        timeouts.idle_transaction,
+                        timeouts.idle,
+                    )
             elif state in LOGGING_IN and 0 < login_timeout < now - client.created_at:
-                client.timed_out(_fatal(
-                    "08P01", "client_login_timeout: login not completed in {:g} s",
-                    login_timeout))
+                client.timed_out(
+                    _fatal(
+                        "08P01",
+                        "client_login_timeout: login not completed in {:g} s",
+                        login_timeout,
+                    )
+                )
 
     @staticmethod
-    def _ready_client(client: ClientView, now: float, query: float, transaction: float,
-                      idle_transaction: float, idle: float) -> None:
+    def _ready_client(
+        client: ClientView,
+        now: float,
+        query: float,
+        transaction: float,
+        idle_transaction: float,
+        idle: float,
+    ) -> None:
         server = client.server
         started = client.query_start
         if started and server is not None:  # a query runs
@@ -164,5 +188,6 @@ class Janitor:
             elif transaction and client.xact_start and now - client.xact_start > transaction:
                 client.timed_out(_fatal("08P01", TRANSACTION_TIMEOUT, transaction))
         elif idle and now - client.idle_since > idle:
-            client.timed_out(_fatal(
-                "57P05", "client_idle_timeout: idle for longer than {:g} s", idle))
+            client.timed_out(
+                _fatal("57P05", "client_idle_timeout: idle for longer than {:g} s", idle)
+            )

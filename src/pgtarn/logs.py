@@ -74,8 +74,10 @@ class TextFormatter(logging.Formatter):
         if record.exc_info or record.exc_text or record.stack_info:
             return super().format(record)
         record.message = message = record.getMessage()
-        return (f"{self._stamp(record.created)}.{int(record.msecs):03d}{self._pid}"
-                f"{record.levelname} {message}")
+        return (
+            f"{self._stamp(record.created)}.{int(record.msecs):03d}{self._pid}"
+            f"{record.levelname} {message}"
+        )
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return self._stamp(record.created)
@@ -137,7 +139,8 @@ def setup_logging(config: Config, verbose: int, quiet: bool) -> None:
     logging.logProcesses = False
     logging.logMultiprocessing = False
     formatter: logging.Formatter = (
-        JsonFormatter() if config.log_format == "json" else TextFormatter(pid))
+        JsonFormatter() if config.log_format == "json" else TextFormatter(pid)
+    )
     handlers: list[logging.Handler] = []
     if config.logfile:
         handlers.append(logging.FileHandler(config.logfile))
@@ -150,7 +153,8 @@ def setup_logging(config: Config, verbose: int, quiet: bool) -> None:
         syslog = _syslog_handler(config)
         if syslog is not None:
             syslog.setFormatter(
-                formatter if config.log_format == "json"
+                formatter
+                if config.log_format == "json"
                 else logging.Formatter(SYSLOG_FORMAT.format(ident=config.syslog_ident, pid=pid))
             )
             handlers.append(syslog)

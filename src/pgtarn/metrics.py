@@ -181,36 +181,42 @@ class PgtarnCollector:
         up = GaugeMetricFamily("pgtarn_up", "1 while pgtarn answers")
         up.add_metric([], 1.0)
         yield up
-        version = GaugeMetricFamily("pgtarn_version_info", "pgtarn version and build",
-                                    labels=["version", "build"])
+        version = GaugeMetricFamily(
+            "pgtarn_version_info", "pgtarn version and build", labels=["version", "build"]
+        )
         version.add_metric([__version__, BUILD], 1.0)
         yield version
         yield GaugeMetricFamily(
-            "pgtarn_config_max_client_connections", "max_client_conn setting",
+            "pgtarn_config_max_client_connections",
+            "max_client_conn setting",
             value=float(runtime.config.max_client_conn),
         )
         cache = runtime.statement_cache
         yield CounterMetricFamily(
             "pgtarn_prepared_statement_renewals",
             "Shared prepared statements given a new server-side name to be prepared afresh"
-            " (schema changes, stale plans, RENEW_STATEMENTS)", value=float(cache.renewals))
+            " (schema changes, stale plans, RENEW_STATEMENTS)",
+            value=float(cache.renewals),
+        )
         yield CounterMetricFamily(
             "pgtarn_prepared_statement_generations",
             "Schema changes seen (DDL through pgtarn, RENEW_STATEMENTS): each starts a new"
-            " generation of shared prepared statements", value=float(cache.generation))
+            " generation of shared prepared statements",
+            value=float(cache.generation),
+        )
 
     def _pools(self, table: Table) -> Iterator[Metric]:
         databases = [_label(v) for v in table.column("database")]
         users = [_label(v) for v in table.column("user")]
         for column, name, doc in POOL_GAUGES:
             gauge = GaugeMetricFamily(f"pgtarn_{name}", doc, labels=["database", "user"])
-            for database, user, value in zip(databases, users, table.column(column),
-                                             strict=True):
+            for database, user, value in zip(databases, users, table.column(column), strict=True):
                 gauge.add_metric([database, user], _number(value))
             yield gauge
         gauge = GaugeMetricFamily(
             "pgtarn_pools_client_maxwait_seconds",
-            "Age of the oldest waiting client, per pool", labels=["database", "user"],
+            "Age of the oldest waiting client, per pool",
+            labels=["database", "user"],
         )
         for database, user, seconds, micros in zip(
             databases, users, table.column("maxwait"), table.column("maxwait_us"), strict=True
@@ -235,8 +241,9 @@ class PgtarnCollector:
             yield gauge
 
     def _lists(self, table: Table) -> Iterator[Metric]:
-        gauge = GaugeMetricFamily("pgtarn_lists_items", "Items in each list (SHOW LISTS)",
-                                  labels=["list"])
+        gauge = GaugeMetricFamily(
+            "pgtarn_lists_items", "Items in each list (SHOW LISTS)", labels=["list"]
+        )
         for name, items in zip(table.column("list"), table.column("items"), strict=True):
             gauge.add_metric([_label(name)], _number(items))
         yield gauge
@@ -251,24 +258,31 @@ class PgtarnCollector:
                     one: Histogram = getattr(pool.stats, attribute)
                     hist.counts = [a + b for a, b in zip(hist.counts, one.counts, strict=True)]
                     hist.total += one.total
-                family.add_metric([database, user], _histogram_buckets(hist),
-                                  sum_value=hist.total)
+                family.add_metric([database, user], _histogram_buckets(hist), sum_value=hist.total)
             yield family
 
     def _pins(self, clients: Table) -> Iterator[Metric]:
         """Clients that keep their server for their session state (see client/tracking.py)."""
         pinned: dict[tuple[str, str], int] = {}
-        for database, user, reasons in zip(clients.column("database"), clients.column("user"),
-                                           clients.column("pinned"), strict=True):
+        for database, user, reasons in zip(
+            clients.column("database"),
+            clients.column("user"),
+            clients.column("pinned"),
+            strict=True,
+        ):
             if reasons:
                 key = (_label(database), _label(user))
                 pinned[key] = pinned.get(key, 0) + 1
-        gauge = GaugeMetricFamily("pgtarn_clients_pinned",
-                                  "Clients pinned to their server by session state, per pool",
-                                  labels=["database", "user"])
+        gauge = GaugeMetricFamily(
+            "pgtarn_clients_pinned",
+            "Clients pinned to their server by session state, per pool",
+            labels=["database", "user"],
+        )
         counter = CounterMetricFamily(
-            "pgtarn_client_pins", "Pins of a client to its server begun, per pool and reason",
-            labels=["database", "user", "reason"])
+            "pgtarn_client_pins",
+            "Pins of a client to its server begun, per pool and reason",
+            labels=["database", "user", "reason"],
+        )
         for database, user, pools in _pools_by_label(self.runtime):
             gauge.add_metric([database, user], float(pinned.get((database, user), 0)))
             pins: dict[str, int] = {}
@@ -287,24 +301,31 @@ class PgtarnCollector:
             family: CounterMetricFamily | GaugeMetricFamily = (
                 CounterMetricFamily(f"pgtarn_{name}", doc, labels=["database", "user"])
                 if is_counter
-                else GaugeMetricFamily(f"pgtarn_{name}", doc, labels=["database", "user"]))
+                else GaugeMetricFamily(f"pgtarn_{name}", doc, labels=["database", "user"])
+            )
             for pool in pools:
                 board = pool.board
                 if board is not None:
-                    family.add_metric([pool.database, pool.user],
-                                      float(getattr(board, attribute)))
+                    family.add_metric([pool.database, pool.user], float(getattr(board, attribute)))
             yield family
 
     def _hosts(self, table: Table) -> Iterator[Metric]:
         """read/write split: each host as its health checks see it, and the transactions
         routed to it (no samples without a split database)."""
-        hosts = [[_label(d), _label(h), _label(p)] for d, h, p in zip(
-            table.column("database"), table.column("host"), table.column("port"), strict=True)]
-        up = GaugeMetricFamily("pgtarn_host_up", "1 if the host's last check passed (0: banned"
-                               " or not checked yet), with its role",
-                               labels=["database", "host", "port", "role"])
-        for labels, role, state in zip(hosts, table.column("role"), table.column("state"),
-                                       strict=True):
+        hosts = [
+            [_label(d), _label(h), _label(p)]
+            for d, h, p in zip(
+                table.column("database"), table.column("host"), table.column("port"), strict=True
+            )
+        ]
+        up = GaugeMetricFamily(
+            "pgtarn_host_up",
+            "1 if the host's last check passed (0: banned or not checked yet), with its role",
+            labels=["database", "host", "port", "role"],
+        )
+        for labels, role, state in zip(
+            hosts, table.column("role"), table.column("state"), strict=True
+        ):
             up.add_metric([*labels, _label(role)], 1.0 if state == "up" else 0.0)
         yield up
         for column, name, doc in HOST_GAUGES:
@@ -313,8 +334,10 @@ class PgtarnCollector:
                 gauge.add_metric(labels, _number(value))
             yield gauge
         routed = CounterMetricFamily(
-            "pgtarn_host_transactions_routed", "Transactions routed to the host (reads and"
-            " writes)", labels=["database", "host", "port"])
+            "pgtarn_host_transactions_routed",
+            "Transactions routed to the host (reads and writes)",
+            labels=["database", "host", "port"],
+        )
         for labels, value in zip(hosts, table.column("routed"), strict=True):
             routed.add_metric(labels, _number(value))
         yield routed
@@ -331,12 +354,20 @@ def render(runtime: Runtime) -> bytes:
 
 SAMPLES_KIND = "metrics_samples"
 #: Families whose samples are settings or ages: the workers' greatest, not their sum.
-GREATEST = frozenset({
-    "pgtarn_up", "pgtarn_version_info", "pgtarn_config_max_client_connections",
-    "pgtarn_pools_client_maxwait_seconds", "pgtarn_databases_pool_size",
-    "pgtarn_databases_max_connections", "pgtarn_databases_paused",
-    "pgtarn_databases_disabled", "pgtarn_host_lag_bytes", "pgtarn_host_lag_seconds",
-})
+GREATEST = frozenset(
+    {
+        "pgtarn_up",
+        "pgtarn_version_info",
+        "pgtarn_config_max_client_connections",
+        "pgtarn_pools_client_maxwait_seconds",
+        "pgtarn_databases_pool_size",
+        "pgtarn_databases_max_connections",
+        "pgtarn_databases_paused",
+        "pgtarn_databases_disabled",
+        "pgtarn_host_lag_bytes",
+        "pgtarn_host_lag_seconds",
+    }
+)
 #: Families whose samples are the workers' least: a host is up only when every worker's health
 #: checks find it up (each worker checks the hosts itself).
 LEAST = frozenset({"pgtarn_host_up"})
@@ -349,19 +380,30 @@ Family = list[Any]  # [name, type, documentation, [[sample name, labels, value],
 def worker_metrics(runtime: Runtime) -> Iterator[Metric]:
     """This worker's own numbers: CPU time and connections."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    yield CounterMetricFamily(f"{PER_WORKER}cpu_seconds", "CPU time of the worker process"
-                              " (user and system)", value=usage.ru_utime + usage.ru_stime)
-    yield GaugeMetricFamily(f"{PER_WORKER}client_connections", "Client connections the"
-                            " worker holds", value=float(len(runtime.clients)))
-    yield GaugeMetricFamily(f"{PER_WORKER}server_connections", "Server connections the"
-                            " worker holds", value=float(len(all_servers(runtime))))
+    yield CounterMetricFamily(
+        f"{PER_WORKER}cpu_seconds",
+        "CPU time of the worker process (user and system)",
+        value=usage.ru_utime + usage.ru_stime,
+    )
+    yield GaugeMetricFamily(
+        f"{PER_WORKER}client_connections",
+        "Client connections the worker holds",
+        value=float(len(runtime.clients)),
+    )
+    yield GaugeMetricFamily(
+        f"{PER_WORKER}server_connections",
+        "Server connections the worker holds",
+        value=float(len(all_servers(runtime))),
+    )
 
 
 def families(runtime: Runtime) -> list[Family]:
     """This worker's metrics as plain data, for the control channel."""
     metrics = [*PgtarnCollector(runtime).collect(), *worker_metrics(runtime)]
-    return [[m.name, m.type, m.documentation,
-             [[s.name, dict(s.labels), s.value] for s in m.samples]] for m in metrics]
+    return [
+        [m.name, m.type, m.documentation, [[s.name, dict(s.labels), s.value] for s in m.samples]]
+        for m in metrics
+    ]
 
 
 def merge_families(replies: Iterable[tuple[int, list[Family]]]) -> list[Metric]:
@@ -385,8 +427,9 @@ def merge_families(replies: Iterable[tuple[int, list[Family]]]) -> list[Metric]:
                     into[key] = float(number)
                 elif name in LEAST:
                     into[key] = min(have, float(number))
-                elif name in GREATEST or (name == "pgtarn_lists_items"
-                                          and labels.get("list") not in LIST_ADDED):
+                elif name in GREATEST or (
+                    name == "pgtarn_lists_items" and labels.get("list") not in LIST_ADDED
+                ):
                     into[key] = max(have, float(number))
                 else:
                     into[key] = have + float(number)
@@ -413,8 +456,11 @@ async def render_all(runtime: Runtime) -> bytes:
     if coordinator is None:
         return render(runtime)
     replies = await coordinator.gather({"kind": SAMPLES_KIND}, READ_TIMEOUT)
-    found = [(int(r["worker"]), r["families"]) for r in replies
-             if isinstance(r.get("worker"), int) and isinstance(r.get("families"), list)]
+    found = [
+        (int(r["worker"]), r["families"])
+        for r in replies
+        if isinstance(r.get("worker"), int) and isinstance(r.get("families"), list)
+    ]
     if not found:
         found = [(coordinator.index, families(runtime))]
     registry = CollectorRegistry(auto_describe=False)
@@ -430,8 +476,13 @@ _REASONS = {
 }  # fmt: skip
 
 
-def _response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
-              head_only: bool = False, extra: str = "") -> bytes:
+def _response(
+    status: int,
+    body: bytes,
+    content_type: str = "text/plain; charset=utf-8",
+    head_only: bool = False,
+    extra: str = "",
+) -> bytes:
     head = (
         f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
         f"Content-Type: {content_type}\r\n"
@@ -461,8 +512,7 @@ async def _answer(runtime: Runtime, head: bytes | None) -> bytes:
         return _response(400, b"bad request\n")
     line = head.split(b"\n", 1)[0].rstrip(b"\r")
     parts = line.split(b" ")
-    if (len(parts) != 3 or not parts[2].startswith(b"HTTP/1.")
-            or not parts[1].startswith(b"/")):
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1.") or not parts[1].startswith(b"/"):
         return _response(400, b"bad request\n")
     method, target = parts[0], parts[1]
     path = target.split(b"?", 1)[0]
@@ -478,8 +528,9 @@ async def _answer(runtime: Runtime, head: bytes | None) -> bytes:
     return _response(200, body, CONTENT_TYPE, head_only=method == b"HEAD")
 
 
-async def _handle(runtime: Runtime, reader: asyncio.StreamReader,
-                  writer: asyncio.StreamWriter) -> None:
+async def _handle(
+    runtime: Runtime, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
     try:
         try:
             head = await asyncio.wait_for(_read_head(reader), READ_TIMEOUT)
@@ -498,8 +549,7 @@ async def _handle(runtime: Runtime, reader: asyncio.StreamReader,
             await writer.wait_closed()
 
 
-async def serve_metrics(runtime: Runtime, host: str, port: int
-                        ) -> asyncio.AbstractServer | None:
+async def serve_metrics(runtime: Runtime, host: str, port: int) -> asyncio.AbstractServer | None:
     """Listen for Prometheus scrapes (GET /metrics) on host:port; close the returned server.
 
     In a worker of workers = N: every worker answers the gathers of its samples; worker 0

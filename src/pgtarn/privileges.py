@@ -28,8 +28,10 @@ def drop_privileges(user: str) -> None:
     if os.geteuid() == entry.pw_uid:
         return
     if os.geteuid() != 0:
-        raise ConfigError(f"user = {user}: pgtarn runs as uid {os.geteuid()} and only root "
-                          "can become another user")
+        raise ConfigError(
+            f"user = {user}: pgtarn runs as uid {os.geteuid()} and only root "
+            "can become another user"
+        )
     os.initgroups(entry.pw_name, entry.pw_gid)
     os.setgid(entry.pw_gid)
     os.setuid(entry.pw_uid)

@@ -70,7 +70,8 @@ class Rebootable(Protocol):
 def peer_uid(sock: socket.socket) -> int:
     """The uid of the process at the other end of a unix socket."""
     _pid, uid, _gid = _UCRED.unpack(
-        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    )
     return int(uid)
 
 
@@ -80,8 +81,9 @@ def peer_uid(sock: socket.socket) -> int:
 class Handover:
     """The old process's side of one takeover (see the module docstring)."""
 
-    def __init__(self, app: Rebootable, conn: socket.socket,
-                 close_listener: Callable[[], None]) -> None:
+    def __init__(
+        self, app: Rebootable, conn: socket.socket, close_listener: Callable[[], None]
+    ) -> None:
         self.app = app
         self.runtime = app.runtime
         self.close_listener = close_listener
@@ -96,19 +98,32 @@ class Handover:
         kind = message.get("kind")
         if kind == "takeover":
             socks = [sock for server in self.app.servers for sock in server.sockets]
-            log.info("takeover: pid %s asks for the listening sockets; sending %d",
-                     message.get("pid"), len(socks))
-            channel.reply(message, {"unix_path": self.app.unix_path, "pid": os.getpid()},
-                          [sock.fileno() for sock in socks])
+            log.info(
+                "takeover: pid %s asks for the listening sockets; sending %d",
+                message.get("pid"),
+                len(socks),
+            )
+            channel.reply(
+                message,
+                {"unix_path": self.app.unix_path, "pid": os.getpid()},
+                [sock.fileno() for sock in socks],
+            )
         elif kind == "serving":
-            reasons = [idle_reason(cast(ClientConnection, c))
-                       for c in self.runtime.clients.values()]
+            reasons = [
+                idle_reason(cast(ClientConnection, c)) for c in self.runtime.clients.values()
+            ]
             moving = ("", "transaction", "busy")
-            log.info("takeover: the new process serves; no new connections here; of %d "
-                     "clients %d are idle and go to it now, %d are in a transaction and %d "
-                     "in a query or waiting for a server (they go when it ends), %d stay "
-                     "here", len(reasons), reasons.count(""), reasons.count("transaction"),
-                     reasons.count("busy"), sum(r not in moving for r in reasons))
+            log.info(
+                "takeover: the new process serves; no new connections here; of %d "
+                "clients %d are idle and go to it now, %d are in a transaction and %d "
+                "in a query or waiting for a server (they go when it ends), %d stay "
+                "here",
+                len(reasons),
+                reasons.count(""),
+                reasons.count("transaction"),
+                reasons.count("busy"),
+                sum(r not in moving for r in reasons),
+            )
             self.close_listener()
             self.app.unix_path = None  # the socket file is the new process's now
             self.app.handed_over()
@@ -117,8 +132,11 @@ class Handover:
             self._sweep()
         elif kind == "cancel":
             key = message.get("key")
-            if (isinstance(key, list) and len(key) == 2
-                    and all(isinstance(part, int) for part in key)):
+            if (
+                isinstance(key, list)
+                and len(key) == 2
+                and all(isinstance(part, int) for part in key)
+            ):
                 target = self.runtime.client_by_key((key[0], key[1]))
                 if target is not None and target.server is not None:
                     target.server.send_cancel(target)
@@ -154,7 +172,9 @@ class Handover:
         try:
             reply, _fds = await self.channel.request(
                 {"kind": "client", "client": encode_client(client_state(client))},
-                REPLY_TIMEOUT, [fd])
+                REPLY_TIMEOUT,
+                [fd],
+            )
         except ChannelClosed:  # the new process is gone, and the socket with it if it had it
             reply = {"error": "the new process is gone"}
         except TimeoutError:
@@ -184,8 +204,11 @@ class Handover:
 
     def finish(self) -> None:
         """This process exits."""
-        log.info("takeover: %d clients handed over, %d refused by the new process",
-                 self.handed, len(self.kept))
+        log.info(
+            "takeover: %d clients handed over, %d refused by the new process",
+            self.handed,
+            len(self.kept),
+        )
         self.channel.close()
 
 
@@ -203,12 +226,18 @@ def idle_reason(client: ClientConnection) -> str:
     server = client.server
     if server is not None and server.status != b"I":
         return "transaction"
-    if (server is not None or client.waiting or client.pending or client.expected
-            or not client.scanner.at_boundary
-            or (client.framer is not None and not client.framer.idle)
-            or client.listening or (client.listen is not None and client.listen.holds_anything())
-            or (client.framer is not None and client.framer.named_effects)
-            or client.write_paused):
+    if (
+        server is not None
+        or client.waiting
+        or client.pending
+        or client.expected
+        or not client.scanner.at_boundary
+        or (client.framer is not None and not client.framer.idle)
+        or client.listening
+        or (client.listen is not None and client.listen.holds_anything())
+        or (client.framer is not None and client.framer.named_effects)
+        or client.write_paused
+    ):
         return "busy"
     transport = client.transport
     if transport is None or transport.is_closing() or transport.get_write_buffer_size():
@@ -235,17 +264,25 @@ def client_state(client: ClientConnection) -> HandedClient:
     if client.statements is not None:
         for name, stmt in client.statements.names.items():
             if stmt.sql:  # the Query "PREPARE <server name><definition>"
-                definition = stmt.parse[5 + len(b"PREPARE ") + len(stmt.name):-1]
+                definition = stmt.parse[5 + len(b"PREPARE ") + len(stmt.name) : -1]
             else:  # the Parse "<server name>\0<query>\0<types>"
-                definition = stmt.parse[5 + len(stmt.name) + 1:]
+                definition = stmt.parse[5 + len(stmt.name) + 1 :]
             statements.append(HandedStatement(name, definition, stmt.sql))
     pool = client.pool
     return HandedClient(
-        user=client.user, database=client.database, cancel_key=client.cancel_key,
-        params=dict(client.params), connect_time=client.connect_time,
-        age=monotonic() - client.created_at, settings=settings, startup_settings=startup,
-        restore=restore, framer=client.framer is not None, statements=statements,
-        scram_keys=pool.scram_keys if pool is not None else None)
+        user=client.user,
+        database=client.database,
+        cancel_key=client.cancel_key,
+        params=dict(client.params),
+        connect_time=client.connect_time,
+        age=monotonic() - client.created_at,
+        settings=settings,
+        startup_settings=startup,
+        restore=restore,
+        framer=client.framer is not None,
+        statements=statements,
+        scram_keys=pool.scram_keys if pool is not None else None,
+    )
 
 
 # --- the new process --------------------------------------------------------------------------
@@ -257,8 +294,11 @@ async def ask_for_sockets(channel: Channel) -> tuple[list[socket.socket], str | 
     reply, fds = await channel.request({"kind": "takeover", "pid": os.getpid()}, REPLY_TIMEOUT)
     pid = reply.get("pid")
     path = reply.get("unix_path")
-    return ([socket.socket(fileno=fd) for fd in fds], path if isinstance(path, str) else None,
-            pid if isinstance(pid, int) else 0)
+    return (
+        [socket.socket(fileno=fd) for fd in fds],
+        path if isinstance(path, str) else None,
+        pid if isinstance(pid, int) else 0,
+    )
 
 
 class Takeover:
@@ -307,13 +347,16 @@ class Takeover:
 
     def _closed(self, channel: Channel) -> None:
         self.runtime.forward_cancel = None
-        log.info("takeover: the old process (pid %d) is done; %d clients came from it",
-                 self.old_pid, self.adopted)
+        log.info(
+            "takeover: the old process (pid %d) is done; %d clients came from it",
+            self.old_pid,
+            self.adopted,
+        )
 
 
-async def take_over(runtime: Runtime, address: str,
-                    serve: Callable[[socket.socket], Awaitable[None]]
-                    ) -> tuple[Takeover, str | None] | None:
+async def take_over(
+    runtime: Runtime, address: str, serve: Callable[[socket.socket], Awaitable[None]]
+) -> tuple[Takeover, str | None] | None:
     """Take the listening sockets of the pgtarn at address and serve them (serve: one
     socket); then it stops and sends its clients. Returns the takeover and the unix
     socket's path; None: no pgtarn listens there."""
@@ -325,8 +368,10 @@ async def take_over(runtime: Runtime, address: str,
         socks, path = await takeover.listening_sockets()
     except (ChannelClosed, TimeoutError):
         takeover.channel.close()
-        raise ConnectionError("the running pgtarn refused the takeover (it is stopping, or "
-                              "handing over to another one)") from None
+        raise ConnectionError(
+            "the running pgtarn refused the takeover (it is stopping, or "
+            "handing over to another one)"
+        ) from None
     log.info("takeover: %d listening sockets from pid %d", len(socks), takeover.old_pid)
     for listening in socks:
         await serve(listening)
@@ -407,8 +452,9 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
         statements = client._statements_made()
         for handed in state.statements:
             if handed.sql:
-                statements.name(handed.name, runtime.statement_cache.sql_statement(
-                    handed.definition))
+                statements.name(
+                    handed.name, runtime.statement_cache.sql_statement(handed.definition)
+                )
             else:
                 statements.define(handed.name, handed.definition)
     if state.framer and client.follows_statements:
@@ -423,4 +469,3 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
     runtime.logins.discard(client)
     client.join_pool(pool)
     client.idle_since = monotonic()
-

@@ -84,8 +84,10 @@ def open_listener(sup: SupervisorView, port: int) -> None:
 
 
 def _asked(sup: SupervisorView) -> None:
-    conn = accept_takeover(sup.takeover_listener, sup.stopping is not None or (
-        sup.takeover is not None and not sup.takeover.channel.closed))
+    conn = accept_takeover(
+        sup.takeover_listener,
+        sup.stopping is not None or (sup.takeover is not None and not sup.takeover.channel.closed),
+    )
     if conn is not None:
         sup.takeover = OldSide(sup, conn)
 
@@ -116,10 +118,16 @@ class OldSide:
             socks = list(dict.fromkeys(s for worker in sup.workers for s in worker.sockets))
             if sup.unix is not None:
                 socks.append(sup.unix)
-            log.info("takeover: pid %s asks for the listening sockets; sending %d",
-                     message.get("pid"), len(socks))
-            channel.reply(message, {"unix_path": sup.unix_path, "pid": os.getpid()},
-                          [sock.fileno() for sock in socks])
+            log.info(
+                "takeover: pid %s asks for the listening sockets; sending %d",
+                message.get("pid"),
+                len(socks),
+            )
+            channel.reply(
+                message,
+                {"unix_path": sup.unix_path, "pid": os.getpid()},
+                [sock.fileno() for sock in socks],
+            )
         elif kind == "serving":
             self._serving()
             channel.reply(message, {})
@@ -134,8 +142,10 @@ class OldSide:
     def _serving(self) -> None:
         sup = self.sup
         live = [w for w in sup.workers if w.channel is not None]
-        log.info("takeover: the new process serves; %d workers drain and hand over their "
-                 "idle clients", len(live))
+        log.info(
+            "takeover: the new process serves; %d workers drain and hand over their idle clients",
+            len(live),
+        )
         # as SIGTERM: no worker is restarted, and the supervisor exits when they all have
         sup.stopping = signal.SIGTERM
         sup.unix_path = None  # the socket file is the new process's now
@@ -143,8 +153,9 @@ class OldSide:
         close_listener(sup)
         for worker in live:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            relay = Channel(ours, self._from_worker, _relay_closed,
-                            name=f"worker {worker.index} handover")
+            relay = Channel(
+                ours, self._from_worker, _relay_closed, name=f"worker {worker.index} handover"
+            )
             self.relays.append(relay)
             _spawn(self.tasks, self._drain(worker.channel, theirs))
             relay.send({"kind": "serving", "id": 0})  # its Handover stops accepting
@@ -171,7 +182,8 @@ class OldSide:
     async def _relay_client(self, relay: Channel, message: Message, fd: int) -> None:
         try:
             reply, _fds = await self.channel.request(
-                {"kind": "client", "client": message.get("client")}, REPLY_TIMEOUT - 1, [fd])
+                {"kind": "client", "client": message.get("client")}, REPLY_TIMEOUT - 1, [fd]
+            )
         except ChannelClosed:
             reply = {"error": "the new process is gone"}
         except TimeoutError:
@@ -192,8 +204,11 @@ class OldSide:
 
     def finish(self) -> None:
         """The supervisor exits (its workers have)."""
-        log.info("takeover: %d clients handed over by the workers, %d refused by the new "
-                 "process", self.handed, self.refused)
+        log.info(
+            "takeover: %d clients handed over by the workers, %d refused by the new process",
+            self.handed,
+            self.refused,
+        )
         self.channel.close()
 
 
@@ -246,8 +261,9 @@ class NewSide:
         try:
             if target is None:
                 raise ChannelClosed(f"worker {index} is not running")
-            reply, _fds = await target.request({"kind": "adopt", "client": state},
-                                               REPLY_TIMEOUT - 2, [fd])
+            reply, _fds = await target.request(
+                {"kind": "adopt", "client": state}, REPLY_TIMEOUT - 2, [fd]
+            )
         except ChannelClosed as exc:
             reply = {"error": str(exc)}
         except TimeoutError:
@@ -264,12 +280,16 @@ class NewSide:
         self.channel.close()
 
     def _closed(self, channel: Channel) -> None:
-        log.info("takeover: the old process (pid %d) is done; %d clients came from it",
-                 self.old_pid, self.adopted)
+        log.info(
+            "takeover: the old process (pid %d) is done; %d clients came from it",
+            self.old_pid,
+            self.adopted,
+        )
 
 
-async def take_over(sup: SupervisorView, port: int
-                    ) -> tuple[list[socket.socket], str | None] | None:
+async def take_over(
+    sup: SupervisorView, port: int
+) -> tuple[list[socket.socket], str | None] | None:
     """--reboot: the listening sockets of the pgtarn on port, and its unix socket's path
     (None: none runs there). sup.takeover is the NewSide; it says "serving" once the
     workers are started."""
@@ -281,15 +301,18 @@ async def take_over(sup: SupervisorView, port: int
         socks, path = await side.listening_sockets()
     except (ChannelClosed, TimeoutError):
         side.channel.close()
-        raise ConnectionError("the running pgtarn refused the takeover (it is stopping, or "
-                              "handing over to another one)") from None
+        raise ConnectionError(
+            "the running pgtarn refused the takeover (it is stopping, or "
+            "handing over to another one)"
+        ) from None
     log.info("takeover: %d listening sockets from pid %d", len(socks), side.old_pid)
     sup.takeover = side
     return socks, path
 
 
-def spread(socks: list[socket.socket], count: int, backlog: int
-           ) -> tuple[list[list[socket.socket]], socket.socket | None]:
+def spread(
+    socks: list[socket.socket], count: int, backlog: int
+) -> tuple[list[list[socket.socket]], socket.socket | None]:
     """The taken-over sockets as count workers' TCP sockets, and the shared unix socket.
 
     Every socket goes on being served (a closed SO_REUSEPORT socket would drop the
@@ -311,8 +334,9 @@ def spread(socks: list[socket.socket], count: int, backlog: int
         if len(group) < count and all(_reuseport(s) for s in group):
             with contextlib.suppress(OSError):
                 keepalive = bool(group[0].getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE))
-                extra = tcp_listeners([address[0]], address[1], backlog, count - len(group),
-                                      keepalive)  # as the sockets taken over
+                extra = tcp_listeners(
+                    [address[0]], address[1], backlog, count - len(group), keepalive
+                )  # as the sockets taken over
                 group += [s for socks_of in extra for s in socks_of]
         for i in range(max(count, len(group))):
             made[i % count].append(group[i % len(group)])
@@ -321,7 +345,8 @@ def spread(socks: list[socket.socket], count: int, backlog: int
 
 def _reuseport(sock: socket.socket) -> bool:
     return sock.family != socket.AF_UNIX and bool(
-        sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT))
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT)
+    )
 
 
 def forward_cancel(sup: SupervisorView, message: Message) -> None:

@@ -65,10 +65,13 @@ class Coordinator(Protocol):
     index: int
     count: int
 
-    def handle(self, kind: str,
-               handler: Callable[[dict[str, Any], list[int]],
-                                 dict[str, Any] | Awaitable[dict[str, Any]] | None]
-               ) -> None: ...
+    def handle(
+        self,
+        kind: str,
+        handler: Callable[
+            [dict[str, Any], list[int]], dict[str, Any] | Awaitable[dict[str, Any]] | None
+        ],
+    ) -> None: ...
 
     def send(self, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None: ...
 
@@ -76,20 +79,23 @@ class Coordinator(Protocol):
 
     def to_worker(self, index: int, message: dict[str, Any]) -> None: ...
 
-    async def ask_worker(self, index: int, message: dict[str, Any], timeout: float
-                         ) -> dict[str, Any] | None: ...
+    async def ask_worker(
+        self, index: int, message: dict[str, Any], timeout: float
+    ) -> dict[str, Any] | None: ...
 
     # (5.0: workers/link.py's GATHER_TIMEOUT; compiled, a default of ... is refused as a float)
-    async def gather(self, message: dict[str, Any], timeout: float = 5.0
-                     ) -> list[dict[str, Any]]: ...
+    async def gather(
+        self, message: dict[str, Any], timeout: float = 5.0
+    ) -> list[dict[str, Any]]: ...
 
 
 class WorkerLimits(SharedGate, Protocol):
     """workers = N: the limits shared with the other workers (workers/slots.py): the pools'
     server slots, and client admission at login."""
 
-    async def admit(self, client: object, database: str, user: str, admin: bool,
-                    limits: list[int]) -> str | None: ...
+    async def admit(
+        self, client: object, database: str, user: str, admin: bool, limits: list[int]
+    ) -> str | None: ...
 
     def admitted(self, client: object) -> bool: ...
 
@@ -271,8 +277,9 @@ class Runtime:
             log.error('authentication database "%s" is not configured', target_name)
             raise PgtarnError(CONFIG_ERROR, sqlstate="08006")
         if target.name in self.registry.disabled:
-            raise PgtarnError(f'authentication database "{target_name}" is disabled',
-                              sqlstate="08P01")
+            raise PgtarnError(
+                f'authentication database "{target_name}" is disabled', sqlstate="08P01"
+            )
         return target, auth_user
 
     def secret_lookup(self, db: DatabaseEntry | None) -> SecretSource | None:

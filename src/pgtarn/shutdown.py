@@ -59,8 +59,7 @@ class Stopping:
     #: A new pgtarn took over (--reboot): the unix socket is its own now.
     handed: bool
 
-    def watch_signals(self, loop: asyncio.AbstractEventLoop,
-                      reload: Callable[[], object]) -> None:
+    def watch_signals(self, loop: asyncio.AbstractEventLoop, reload: Callable[[], object]) -> None:
         """SIGHUP reloads; SIGTERM, SIGINT, SIGQUIT stop; SIGUSR1 pauses, SIGUSR2 resumes."""
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             loop.add_signal_handler(signum, self.stop_signal, signum)
@@ -139,8 +138,9 @@ class Stopping:
         if self.stopping == "clients":
             busy = bool(self.runtime.clients)
         else:
-            busy = any(pool.active or pool.tested or pool.being_canceled
-                       for pool in self.runtime.registry)
+            busy = any(
+                pool.active or pool.tested or pool.being_canceled for pool in self.runtime.registry
+            )
         if not busy:
             self._finish()
         return not busy

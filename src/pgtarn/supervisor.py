@@ -54,9 +54,18 @@ class Worker:
     pending: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-def worker_argv(config_path: str, index: int, count: int, control_fd: int,
-                listen_fds: list[int], unix_fd: int | None, verbose: int,
-                quiet: bool, reboot: bool = False, user: str = "") -> list[str]:
+def worker_argv(
+    config_path: str,
+    index: int,
+    count: int,
+    control_fd: int,
+    listen_fds: list[int],
+    unix_fd: int | None,
+    verbose: int,
+    quiet: bool,
+    reboot: bool = False,
+    user: str = "",
+) -> list[str]:
     """The command line of one worker."""
     argv = [sys.executable, "-m", "pgtarn", "--worker", f"{index}/{count}/{control_fd}"]
     if listen_fds:
@@ -77,8 +86,15 @@ def worker_argv(config_path: str, index: int, count: int, control_fd: int,
 class Supervisor:
     """The process of a pgtarn with workers > 1 (see the module docstring)."""
 
-    def __init__(self, config_path: str, *, verbose: int = 0, quiet: bool = False,
-                 reboot: bool = False, user: str = "") -> None:
+    def __init__(
+        self,
+        config_path: str,
+        *,
+        verbose: int = 0,
+        quiet: bool = False,
+        reboot: bool = False,
+        user: str = "",
+    ) -> None:
         self.config_path = config_path
         #: -u: the user to become once the sockets are bound (in place of `user =`).
         self.user = user
@@ -114,11 +130,22 @@ class Supervisor:
         spread = rolling.spread(taken[0], count, config.listen_backlog) if taken else None
         # systemd's sockets (socket activation) in place of our own, each shared by all workers
         activated = systemd.listen_sockets() if spread is None else []
-        tcp = spread[0] if spread is not None else \
-            [list(activated) for _ in range(count)] if activated else \
-            tcp_listeners(hosts, config.listen_port, config.listen_backlog, count,
-                          config.tcp_keepalive, buffer=config.tcp_socket_buffer) \
-            if addrs else [[] for _ in range(count)]
+        tcp = (
+            spread[0]
+            if spread is not None
+            else [list(activated) for _ in range(count)]
+            if activated
+            else tcp_listeners(
+                hosts,
+                config.listen_port,
+                config.listen_backlog,
+                count,
+                config.tcp_keepalive,
+                buffer=config.tcp_socket_buffer,
+            )
+            if addrs
+            else [[] for _ in range(count)]
+        )
         self.workers = [Worker(index, socks) for index, socks in enumerate(tcp)]
         if tcp and tcp[0] and not activated:  # systemd.py logged its own
             for sock in tcp[0]:
@@ -137,8 +164,9 @@ class Supervisor:
             loop.add_signal_handler(signum, self._forward, signum)
         for signum in STOPPING:
             loop.add_signal_handler(signum, self.stop, signum)
-        log.info("pgtarn %s supervisor started, pid %d, %d workers", __version__,
-                 os.getpid(), count)
+        log.info(
+            "pgtarn %s supervisor started, pid %d, %d workers", __version__, os.getpid(), count
+        )
         try:
             for worker in self.workers:
                 await self._start(worker)
@@ -163,14 +191,24 @@ class Supervisor:
         listen_fds = [s.fileno() for s in worker.sockets]
         unix_fd = self.unix.fileno() if self.unix is not None else None
         fds = [theirs.fileno(), *listen_fds, *([unix_fd] if unix_fd is not None else [])]
-        argv = worker_argv(self.config_path, worker.index, len(self.workers), theirs.fileno(),
-                           listen_fds, unix_fd, self.verbose, self.quiet, self.reboot,
-                           self.user)
+        argv = worker_argv(
+            self.config_path,
+            worker.index,
+            len(self.workers),
+            theirs.fileno(),
+            listen_fds,
+            unix_fd,
+            self.verbose,
+            self.quiet,
+            self.reboot,
+            self.user,
+        )
         try:
             # its own session: a Ctrl-C at a terminal reaches the supervisor alone, which passes
             # it on once (a worker that got it twice would stop at once)
             worker.process = await asyncio.create_subprocess_exec(
-                *argv, pass_fds=fds, start_new_session=True, env=systemd.child_environment())
+                *argv, pass_fds=fds, start_new_session=True, env=systemd.child_environment()
+            )
         except OSError as exc:
             log.error("worker %d could not start: %s", worker.index, exc)
             ours.close()
@@ -184,8 +222,9 @@ class Supervisor:
         if self.stopping is not None:  # a stop signal came while it was being started
             with contextlib.suppress(ProcessLookupError):
                 worker.process.send_signal(self.stopping)
-        worker.channel = Channel(ours, self._message, self._channel_closed,
-                                 name=f"worker {worker.index} channel")
+        worker.channel = Channel(
+            ours, self._message, self._channel_closed, name=f"worker {worker.index} channel"
+        )
         log.info("worker %d started, pid %d", worker.index, worker.process.pid)
         task = asyncio.get_running_loop().create_task(self._watch(worker, worker.process))
         worker.pending.add(task)
@@ -203,14 +242,19 @@ class Supervisor:
             if all(w.process is None for w in self.workers):
                 self._finish()
             return
-        log.error("worker %d (pid %d) exited unexpectedly (%s); its clients lost their "
-                  "connections; restarting it", worker.index, process.pid, _exit_text(code))
+        log.error(
+            "worker %d (pid %d) exited unexpectedly (%s); its clients lost their "
+            "connections; restarting it",
+            worker.index,
+            process.pid,
+            _exit_text(code),
+        )
         self._schedule_restart(worker)
 
     def _schedule_restart(self, worker: Worker) -> None:
         lived = time.monotonic() - worker.started
         worker.restarts = 0 if lived > STABLE_AFTER else worker.restarts + 1
-        delay = min(RESTART_DELAY_MAX, 0.1 * (2 ** worker.restarts)) if worker.restarts else 0
+        delay = min(RESTART_DELAY_MAX, 0.1 * (2**worker.restarts)) if worker.restarts else 0
         task = asyncio.get_running_loop().create_task(self._restart(worker, delay))
         worker.pending.add(task)
         task.add_done_callback(worker.pending.discard)
@@ -245,11 +289,11 @@ class Supervisor:
             pass
         except PermissionError:
             if tries > 0:
-                asyncio.get_running_loop().call_later(0.1, self._signal, worker, signum,
-                                                      tries - 1)
+                asyncio.get_running_loop().call_later(0.1, self._signal, worker, signum, tries - 1)
             else:
-                log.error("worker %d refuses %s: it runs as another user", worker.index,
-                          signum.name)
+                log.error(
+                    "worker %d refuses %s: it runs as another user", worker.index, signum.name
+                )
 
     def _reload(self) -> None:
         with systemd.reloading():

@@ -44,8 +44,12 @@ def notify(*fields: str) -> bool:
             sock.settimeout(SEND_TIMEOUT)
             sock.sendto("\n".join(fields).encode(), address)
     except OSError as exc:  # systemd gone or the socket not ours: nothing to tell
-        log.warning("systemd notification %s not sent to %s: %s", ",".join(fields),
-                    os.environ.get("NOTIFY_SOCKET"), exc)
+        log.warning(
+            "systemd notification %s not sent to %s: %s",
+            ",".join(fields),
+            os.environ.get("NOTIFY_SOCKET"),
+            exc,
+        )
         return False
     return True
 
@@ -73,8 +77,11 @@ def reloading() -> Iterator[None]:
 
 def child_environment() -> dict[str, str]:
     """Our environment without what systemd meant for this process alone."""
-    return {name: value for name, value in os.environ.items()
-            if name != "NOTIFY_SOCKET" and name not in LISTEN_VARIABLES}
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name != "NOTIFY_SOCKET" and name not in LISTEN_VARIABLES
+    }
 
 
 def listen_sockets() -> list[socket.socket]:
@@ -93,13 +100,15 @@ def listen_sockets() -> list[socket.socket]:
         try:
             sock = socket.socket(fileno=fd)
         except OSError as exc:
-            log.warning("socket activation: descriptor %d (%s) is not a socket: %s", fd,
-                        label, exc)
+            log.warning("socket activation: descriptor %d (%s) is not a socket: %s", fd, label, exc)
             continue
         if sock.type != socket.SOCK_STREAM or \
                 not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):  # fmt: skip
-            log.warning("socket activation: descriptor %d (%s) is not a listening stream "
-                        "socket; ignored", fd, label)
+            log.warning(
+                "socket activation: descriptor %d (%s) is not a listening stream socket; ignored",
+                fd,
+                label,
+            )
             sock.detach()
             continue
         # systemd passes them inheritable; children get them only when handed on on purpose

@@ -137,8 +137,9 @@ class ClientView(Protocol):
     def timed_out(self, error: PgtarnError) -> None:
         """A timeout ends the client with error."""
 
-    def close(self, error: PgtarnError | None = None, response: bytes | None = None,
-              reason: str = "") -> None:
+    def close(
+        self, error: PgtarnError | None = None, response: bytes | None = None, reason: str = ""
+    ) -> None:
         """Send error (if any) and close; reason: why, for the log, when none is sent."""
 
 

@@ -32,8 +32,10 @@ WAIT = 30.0  # seconds for a page or the search index; only a bound, never a mea
 def _missing(what: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{what} is missing; .ci/run installs it")
-    pytest.skip(f"{what} is missing (Debian: apt-get install chromium chromium-driver; "
-                "pip install '.[test]')")
+    pytest.skip(
+        f"{what} is missing (Debian: apt-get install chromium chromium-driver; "
+        "pip install '.[test]')"
+    )
 
 
 try:
@@ -54,9 +56,15 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if importlib.util.find_spec("mkdocs") is None:  # tell a missing mkdocs from a failed build
         _missing("mkdocs")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
-                           "--site-dir", str(out)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return out
 
@@ -89,11 +97,19 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     # the flags Chromium needs headless as root on a machine without outside network
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-quic", "--no-first-run",
-                 "--window-size=1280,900",
-                 f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-quic",
+        "--no-first-run",
+        "--window-size=1280,900",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
@@ -111,23 +127,38 @@ def _heading(driver: WebDriver) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, "article h1").text)
 
 
-def test_navigation_leads_from_the_home_page_to_every_page(browser: WebDriver,
-                                                           base_url: str) -> None:
+def test_navigation_leads_from_the_home_page_to_every_page(
+    browser: WebDriver, base_url: str
+) -> None:
     browser.get(base_url)
-    WebDriverWait(browser, WAIT).until(ec.presence_of_element_located((By.CSS_SELECTOR,
-                                                                       "article h1")))
+    WebDriverWait(browser, WAIT).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, "article h1"))
+    )
     assert _heading(browser) == "pgtarn"
     links = browser.find_elements(By.CSS_SELECTOR, "nav.md-nav--primary a.md-nav__link[href]")
-    titles = {link.get_attribute("textContent").strip(): link.get_attribute("href")
-              for link in links}
-    for title in ("Getting started", "Installing", "Pool modes", "Session state",
-                  "Replicas and failover", "Authentication and TLS",
-                  "Workers, peers and rolling restart", "Migrating from PgBouncer",
-                  "From PgCat, PgDog or Odyssey", "Settings", "Admin console", "Metrics",
-                  "Benchmarks", "Architecture"):
+    titles = {
+        link.get_attribute("textContent").strip(): link.get_attribute("href") for link in links
+    }
+    for title in (
+        "Getting started",
+        "Installing",
+        "Pool modes",
+        "Session state",
+        "Replicas and failover",
+        "Authentication and TLS",
+        "Workers, peers and rolling restart",
+        "Migrating from PgBouncer",
+        "From PgCat, PgDog or Odyssey",
+        "Settings",
+        "Admin console",
+        "Metrics",
+        "Benchmarks",
+        "Architecture",
+    ):
         assert title in titles, f"no {title!r} in the navigation: {sorted(titles)}"
-    settings = next(link for link in links
-                    if link.get_attribute("textContent").strip() == "Settings")
+    settings = next(
+        link for link in links if link.get_attribute("textContent").strip() == "Settings"
+    )
     browser.execute_script("arguments[0].click();", settings)
     WebDriverWait(browser, WAIT).until(lambda d: _heading(d).startswith("Settings reference"))
     assert browser.current_url.endswith("/reference/settings/")
@@ -139,8 +170,9 @@ def test_navigation_leads_from_the_home_page_to_every_page(browser: WebDriver,
 
 def test_searching_a_setting_finds_its_entry(browser: WebDriver, base_url: str) -> None:
     browser.get(base_url)
-    box = WebDriverWait(browser, WAIT).until(ec.presence_of_element_located(
-        (By.CSS_SELECTOR, "input.md-search__input")))
+    box = WebDriverWait(browser, WAIT).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, "input.md-search__input"))
+    )
     browser.execute_script("arguments[0].focus();", box)
     box.send_keys("server_login_retry")
 
@@ -155,8 +187,9 @@ def test_searching_a_setting_finds_its_entry(browser: WebDriver, base_url: str) 
     href = WebDriverWait(browser, WAIT).until(hit)
     _shot(browser, "settings-search")
     browser.get(href)
-    entry = WebDriverWait(browser, WAIT).until(ec.presence_of_element_located(
-        (By.ID, "server_login_retry")))
+    entry = WebDriverWait(browser, WAIT).until(
+        ec.presence_of_element_located((By.ID, "server_login_retry"))
+    )
     assert entry.text.startswith("server_login_retry")
     body = browser.find_element(By.CSS_SELECTOR, "article").text
     assert "Default: 15" in body and "PgBouncer's, with a difference" in body

@@ -45,9 +45,13 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _write_key(key: PrivateKey, path: Path) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                       serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     path.chmod(0o600)
 
 
@@ -62,35 +66,58 @@ class _Authority:
         self.name = _name(common_name)
         self.cert = (
             x509.CertificateBuilder()
-            .subject_name(self.name).issuer_name(self.name)
+            .subject_name(self.name)
+            .issuer_name(self.name)
             .public_key(self.key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=30))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .sign(self.key, hashes.SHA256())
         )
 
-    def issue(self, directory: Path, stem: str, common_name: str, *, server: bool,
-              hosts: tuple[str, ...] = (), key: PrivateKey | None = None,
-              digest: hashes.HashAlgorithm | None = None) -> Issued:
+    def issue(
+        self,
+        directory: Path,
+        stem: str,
+        common_name: str,
+        *,
+        server: bool,
+        hosts: tuple[str, ...] = (),
+        key: PrivateKey | None = None,
+        digest: hashes.HashAlgorithm | None = None,
+    ) -> Issued:
         key = key or ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         builder = (
             x509.CertificateBuilder()
-            .subject_name(_name(common_name)).issuer_name(self.name)
+            .subject_name(_name(common_name))
+            .issuer_name(self.name)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=30))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
-                critical=False)
+            .add_extension(
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+                ),
+                critical=False,
+            )
         )
         if hosts:
             names: list[x509.GeneralName] = []
@@ -119,10 +146,12 @@ def make_pki(directory: Path, client_names: tuple[str, ...]) -> Pki:
     return Pki(
         ca=str(ca_file),
         server=ca.issue(directory, "server", "localhost", server=True, hosts=local),
-        wrong_host=ca.issue(directory, "wrong-host", "db.example", server=True,
-                            hosts=("db.example",)),
-        clients={name: ca.issue(directory, f"client-{name}", name, server=False)
-                 for name in client_names},
+        wrong_host=ca.issue(
+            directory, "wrong-host", "db.example", server=True, hosts=("db.example",)
+        ),
+        clients={
+            name: ca.issue(directory, f"client-{name}", name, server=False) for name in client_names
+        },
         stranger=other.issue(directory, "stranger", "app", server=False),
         other_ca=str(other_file),
     )
@@ -131,6 +160,12 @@ def make_pki(directory: Path, client_names: tuple[str, ...]) -> Pki:
 def make_rsa_certificate(directory: Path, stem: str, digest: hashes.HashAlgorithm) -> Issued:
     """A self-signed-CA RSA server certificate signed with digest (channel binding hashes)."""
     authority = _Authority(f"{stem} CA")
-    return authority.issue(directory, stem, "localhost", server=True, hosts=("127.0.0.1",),
-                           key=rsa.generate_private_key(public_exponent=65537, key_size=2048),
-                           digest=digest)
+    return authority.issue(
+        directory,
+        stem,
+        "localhost",
+        server=True,
+        hosts=("127.0.0.1",),
+        key=rsa.generate_private_key(public_exponent=65537, key_size=2048),
+        digest=digest,
+    )

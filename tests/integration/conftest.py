@@ -90,7 +90,11 @@ def _started_cluster(roles: Mapping[str, str | None]) -> TempCluster:
 
 
 TLS_ROLES: dict[str, str | None] = {
-    "app": "app_pass", "scram_user": "scram_pass", "tls_only": "tls_only_pass", "cert_user": None}
+    "app": "app_pass",
+    "scram_user": "scram_pass",
+    "tls_only": "tls_only_pass",
+    "cert_user": None,
+}
 """Roles of the TLS cluster: tls_only may log in over TLS only, cert_user with a certificate
 (no password at all)."""
 
@@ -112,10 +116,12 @@ def pg_tls_cluster(pki: Pki) -> Iterator[TempCluster]:
     try:
         hba = []
         for addr in ("127.0.0.1/32", "::1/128"):
-            hba += [f"hostssl all tls_only {addr} scram-sha-256",
-                    f"host all tls_only {addr} reject",
-                    f"hostssl all cert_user {addr} cert",
-                    f"host all cert_user {addr} reject"]
+            hba += [
+                f"hostssl all tls_only {addr} scram-sha-256",
+                f"host all tls_only {addr} reject",
+                f"hostssl all cert_user {addr} cert",
+                f"host all cert_user {addr} reject",
+            ]
         cluster.enable_tls(pki.server.cert, pki.server.key, pki.ca, hba_first=tuple(hba))
         yield cluster
     finally:

@@ -8,15 +8,22 @@ import asyncpg
 import psycopg
 
 
-def connect(proc: Any, user: str = "app", password: str | None = "app_pass",
-            dbname: str = "app", **kw: Any) -> psycopg.Connection[Any]:
+def connect(
+    proc: Any, user: str = "app", password: str | None = "app_pass", dbname: str = "app", **kw: Any
+) -> psycopg.Connection[Any]:
     return psycopg.connect(proc.dsn(user, password, dbname=dbname), **kw)
 
 
-async def aconnect(proc: Any, user: str = "app", password: str | None = "app_pass",
-                   dbname: str = "app", **kw: Any) -> asyncpg.Connection:
+async def aconnect(
+    proc: Any, user: str = "app", password: str | None = "app_pass", dbname: str = "app", **kw: Any
+) -> asyncpg.Connection:
     kw.setdefault("statement_cache_size", 0)
     return await asyncpg.connect(
-        host=proc.host, port=proc.port, user=user, password=password, database=dbname,
-        ssl=False, **kw,
+        host=proc.host,
+        port=proc.port,
+        user=user,
+        password=password,
+        database=dbname,
+        ssl=False,
+        **kw,
     )

@@ -122,14 +122,17 @@ class FakePostgres:
         with contextlib.suppress(asyncio.IncompleteReadError, OSError):
             await reader.read(65536)  # whatever pgtarn does next; then hang up
 
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       script: str) -> None:
-        writer.write(build.authentication(0)
-                     + build.parameter_status("server_version", "15.99")
-                     + build.parameter_status("client_encoding", "UTF8")
-                     + build.parameter_status("standard_conforming_strings", "on")
-                     + build.backend_key_data(4242, 7)
-                     + build.ready_for_query())
+    async def _session(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, script: str
+    ) -> None:
+        writer.write(
+            build.authentication(0)
+            + build.parameter_status("server_version", "15.99")
+            + build.parameter_status("client_encoding", "UTF8")
+            + build.parameter_status("standard_conforming_strings", "on")
+            + build.backend_key_data(4242, 7)
+            + build.ready_for_query()
+        )
         while True:
             msg_type, _ = await read_message(reader)
             if msg_type == ord("X"):
@@ -148,11 +151,17 @@ class FakePostgres:
             elif script == "garbage_result":
                 writer.write(head + b"D\x00\x00\x00\x01garbage")
             elif script == "error_no_sqlstate_result":
-                writer.write(build.message(b"E", b"SERROR\x00Mno code here\x00\x00")
-                             + build.ready_for_query())
+                writer.write(
+                    build.message(b"E", b"SERROR\x00Mno code here\x00\x00")
+                    + build.ready_for_query()
+                )
             else:
-                writer.write(head + build.data_row(["ok"])
-                             + build.message(b"C", b"SELECT 1\x00") + build.ready_for_query())
+                writer.write(
+                    head
+                    + build.data_row(["ok"])
+                    + build.message(b"C", b"SELECT 1\x00")
+                    + build.ready_for_query()
+                )
             await writer.drain()
 
 

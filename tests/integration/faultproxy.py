@@ -177,8 +177,7 @@ class FaultProxy:
     included; ``accepted`` counts connections accepted since start().
     """
 
-    def __init__(self, target_host: str, target_port: int,
-                 listen_host: str = LISTEN_HOST) -> None:
+    def __init__(self, target_host: str, target_port: int, listen_host: str = LISTEN_HOST) -> None:
         self.target_host = target_host
         self.target_port = target_port
         self.host = listen_host

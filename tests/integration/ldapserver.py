@@ -29,17 +29,21 @@ TWIN = "twin"
 
 
 def _entries() -> str:
-    text = (f"dn: {BASE_DN}\nobjectClass: dcObject\nobjectClass: organization\n"
-            "dc: example\no: Example\n\n"
-            f"dn: {PEOPLE}\nobjectClass: organizationalUnit\nou: people\n\n"
-            f"dn: {SEARCHER_DN}\nobjectClass: organizationalRole\n"
-            f"objectClass: simpleSecurityObject\ncn: searcher\n"
-            f"userPassword: {SEARCHER_PASSWORD}\n\n")
+    text = (
+        f"dn: {BASE_DN}\nobjectClass: dcObject\nobjectClass: organization\n"
+        "dc: example\no: Example\n\n"
+        f"dn: {PEOPLE}\nobjectClass: organizationalUnit\nou: people\n\n"
+        f"dn: {SEARCHER_DN}\nobjectClass: organizationalRole\n"
+        f"objectClass: simpleSecurityObject\ncn: searcher\n"
+        f"userPassword: {SEARCHER_PASSWORD}\n\n"
+    )
     people = [(user, user, password) for user, password in USERS.items()]
     people += [(f"{TWIN}{n}", TWIN, "twin_pass") for n in (1, 2)]
     for cn, uid, password in people:
-        text += (f"dn: cn={cn},{PEOPLE}\nobjectClass: inetOrgPerson\ncn: {cn}\nsn: {cn}\n"
-                 f"uid: {uid}\nmail: {uid}@example.net\nuserPassword: {password}\n\n")
+        text += (
+            f"dn: cn={cn},{PEOPLE}\nobjectClass: inetOrgPerson\ncn: {cn}\nsn: {cn}\n"
+            f"uid: {uid}\nmail: {uid}@example.net\nuserPassword: {password}\n\n"
+        )
     return text
 
 
@@ -53,8 +57,10 @@ class Slapd:
         self.ldaps_port = free_port()
         data = workdir / "data"
         data.mkdir(parents=True)
-        schemas = "".join(f"include {SCHEMA_DIR}/{name}.schema\n"
-                          for name in ("core", "cosine", "nis", "inetorgperson"))
+        schemas = "".join(
+            f"include {SCHEMA_DIR}/{name}.schema\n"
+            for name in ("core", "cosine", "nis", "inetorgperson")
+        )
         conf = workdir / "slapd.conf"
         conf.write_text(
             f"{schemas}pidfile {workdir}/slapd.pid\n"
@@ -62,21 +68,40 @@ class Slapd:
             f"TLSCertificateKeyFile {pki.server.key}\n"
             # clients that bound may read; anonymous ones may only bind
             "access to * by users read by anonymous auth\n"
-            f"database ldif\ndirectory {data}\nsuffix \"{BASE_DN}\"\n"
-            f"rootdn \"{ADMIN_DN}\"\nrootpw {ADMIN_PASSWORD}\n", encoding="utf-8")
+            f'database ldif\ndirectory {data}\nsuffix "{BASE_DN}"\n'
+            f'rootdn "{ADMIN_DN}"\nrootpw {ADMIN_PASSWORD}\n',
+            encoding="utf-8",
+        )
         urls = f"ldap://127.0.0.1:{self.port}/ ldaps://127.0.0.1:{self.ldaps_port}/"
         self.log = workdir / "slapd.log"
         with self.log.open("wb") as log:
             # -d 0: in the foreground, so that this object owns the process
-            self.proc = subprocess.Popen([SLAPD, "-d", "0", "-f", str(conf), "-h", urls],
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [SLAPD, "-d", "0", "-f", str(conf), "-h", urls],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
             self._wait_ready()
             entries = workdir / "entries.ldif"
             entries.write_text(_entries(), encoding="utf-8")
-            subprocess.run(["ldapadd", "-x", "-H", f"ldap://127.0.0.1:{self.port}/", "-D",
-                            ADMIN_DN, "-w", ADMIN_PASSWORD, "-f", str(entries)],
-                           check=True, capture_output=True, timeout=30)
+            subprocess.run(
+                [
+                    "ldapadd",
+                    "-x",
+                    "-H",
+                    f"ldap://127.0.0.1:{self.port}/",
+                    "-D",
+                    ADMIN_DN,
+                    "-w",
+                    ADMIN_PASSWORD,
+                    "-f",
+                    str(entries),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=30,
+            )
         except BaseException:
             self.stop()
             raise

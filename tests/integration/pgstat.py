@@ -15,12 +15,18 @@ from tests.support import SUPERUSER, TempCluster
 
 def superuser_connect(cluster: TempCluster) -> psycopg.Connection[Any]:
     """A direct superuser connection over the cluster's unix socket (trust)."""
-    return psycopg.connect(host=cluster.socket_dir, port=cluster.port, user=SUPERUSER,
-                           dbname="postgres", autocommit=True)
+    return psycopg.connect(
+        host=cluster.socket_dir,
+        port=cluster.port,
+        user=SUPERUSER,
+        dbname="postgres",
+        autocommit=True,
+    )
 
 
-def backend_pids(conn: psycopg.Connection[Any], users: tuple[str, ...] = ("app",),
-                 dbname: str | None = "app") -> set[int]:
+def backend_pids(
+    conn: psycopg.Connection[Any], users: tuple[str, ...] = ("app",), dbname: str | None = "app"
+) -> set[int]:
     """Pids of client backends of these users (and database), other than conn's own."""
     rows = conn.execute(
         "select pid from pg_stat_activity where backend_type = 'client backend'"
@@ -31,8 +37,9 @@ def backend_pids(conn: psycopg.Connection[Any], users: tuple[str, ...] = ("app",
     return {row[0] for row in rows}
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0,
-               what: str = "condition") -> None:
+def wait_until(
+    condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
+) -> None:
     """Poll condition until true; fail the test after timeout seconds."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -44,8 +51,7 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0,
 class PeakBackends:
     """Samples the number of backends in a thread; .peak is the most seen at once."""
 
-    def __init__(self, cluster: TempCluster, users: tuple[str, ...],
-                 dbname: str | None) -> None:
+    def __init__(self, cluster: TempCluster, users: tuple[str, ...], dbname: str | None) -> None:
         self.conn = superuser_connect(cluster)
         self.users = users
         self.dbname = dbname
@@ -83,8 +89,9 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
 def make_table(cluster: TempCluster, prefix: str) -> str:
     """A new table (v int) in the app database that every role may use; its name."""
     table = prefix + uuid.uuid4().hex[:12]
-    cluster.psql(f"CREATE TABLE {table} (v int); GRANT ALL ON TABLE {table} TO PUBLIC;",
-                 dbname="app")
+    cluster.psql(
+        f"CREATE TABLE {table} (v int); GRANT ALL ON TABLE {table} TO PUBLIC;", dbname="app"
+    )
     return table
 
 

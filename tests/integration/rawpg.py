@@ -28,8 +28,14 @@ class RawClient:
         return self
 
     @classmethod
-    def direct_tls(cls, host: str, port: int, context: ssl.SSLContext,
-                   server_hostname: str = "localhost", timeout: float = 10.0) -> RawClient:
+    def direct_tls(
+        cls,
+        host: str,
+        port: int,
+        context: ssl.SSLContext,
+        server_hostname: str = "localhost",
+        timeout: float = 10.0,
+    ) -> RawClient:
         """Connected with TLS from the first byte (PostgreSQL 17's direct TLS)."""
         self = cls.__new__(cls)
         sock = socket.create_connection((host, port), timeout=timeout)
@@ -98,8 +104,9 @@ class AsyncRawClient:
         self.backend_key: tuple[int, int] = (0, 0)
 
     @classmethod
-    async def connect(cls, host: str, port: int, user: str, password: str,
-                      dbname: str) -> AsyncRawClient:
+    async def connect(
+        cls, host: str, port: int, user: str, password: str, dbname: str
+    ) -> AsyncRawClient:
         reader, writer = await asyncio.open_connection(host, port)
         self = cls(reader, writer)
         login = ServerAuth(user, password)

@@ -33,7 +33,7 @@ SOCKET_COLUMNS = _words(
     "type user database replication state addr port local_addr local_port connect_time"
     " request_time wait wait_us close_needed ptr link remote_pid tls application_name"
     " prepared_statements id"
-    )
+)
 EXPECTED_COLUMNS: dict[str, list[str]] = {
     "POOLS": _words(
         "database user cl_active cl_waiting cl_active_cancel_req cl_waiting_cancel_req"
@@ -76,8 +76,10 @@ EXPECTED_COLUMNS: dict[str, list[str]] = {
     "STATE": ["key", "value"],
     "VERSION": ["version"],
     "LISTENERS": ["database", "user", "channel", "clients"],  # pgtarn's own
-    "SOCKETS": [*SOCKET_COLUMNS, *_words(
-        "recv_pos pkt_pos pkt_remain send_pos send_remain pkt_avail send_avail")],
+    "SOCKETS": [
+        *SOCKET_COLUMNS,
+        *_words("recv_pos pkt_pos pkt_remain send_pos send_remain pkt_avail send_avail"),
+    ],
     "PEERS": ["peer_id", "host", "port", "pool_size"],
     "MEM": ["name", "size", "used", "free", "memtotal"],
     "DNS_HOSTS": ["hostname", "ttl", "addrs"],
@@ -87,19 +89,42 @@ EXPECTED_COLUMNS["ACTIVE_SOCKETS"] = EXPECTED_COLUMNS["SOCKETS"]
 #: Columns PgBouncer sends as int4 (the others of these tables are text).
 INT_COLUMNS = {
     "POOLS": set(EXPECTED_COLUMNS["POOLS"][2:15]),
-    "CLIENTS": {"port", "local_port", "wait", "wait_us", "close_needed", "remote_pid",
-                "prepared_statements", "id"},
-    "DATABASES": {"port", "pool_size", "min_pool_size", "reserve_pool_size", "server_lifetime",
-                  "max_connections", "current_connections", "max_client_connections",
-                  "current_client_connections", "paused", "disabled"},
-    "USERS": {"max_user_connections", "current_connections", "max_user_client_connections",
-              "current_client_connections"},
+    "CLIENTS": {
+        "port",
+        "local_port",
+        "wait",
+        "wait_us",
+        "close_needed",
+        "remote_pid",
+        "prepared_statements",
+        "id",
+    },
+    "DATABASES": {
+        "port",
+        "pool_size",
+        "min_pool_size",
+        "reserve_pool_size",
+        "server_lifetime",
+        "max_connections",
+        "current_connections",
+        "max_client_connections",
+        "current_client_connections",
+        "paused",
+        "disabled",
+    },
+    "USERS": {
+        "max_user_connections",
+        "current_connections",
+        "max_user_client_connections",
+        "current_client_connections",
+    },
     "LISTS": {"items"},
     "LISTENERS": {"clients"},
 }
 INT_COLUMNS["SERVERS"] = INT_COLUMNS["CLIENTS"]
 INT_COLUMNS["SOCKETS"] = INT_COLUMNS["ACTIVE_SOCKETS"] = INT_COLUMNS["CLIENTS"] | set(
-    EXPECTED_COLUMNS["SOCKETS"][-7:])
+    EXPECTED_COLUMNS["SOCKETS"][-7:]
+)
 INT_COLUMNS["PEERS"] = {"peer_id", "port", "pool_size"}
 INT_COLUMNS["MEM"] = {"size", "used", "free", "memtotal"}
 INT_COLUMNS["DNS_ZONES"] = {"count"}
@@ -107,8 +132,9 @@ INT_COLUMNS["DNS_ZONES"] = {"count"}
 INT8_COLUMNS = {("DNS_HOSTS", "ttl"), ("DNS_ZONES", "serial")}
 
 
-def admin(proc: Any, user: str = "app", password: str | None = "app_pass",
-          **kw: Any) -> psycopg.Connection[Any]:
+def admin(
+    proc: Any, user: str = "app", password: str | None = "app_pass", **kw: Any
+) -> psycopg.Connection[Any]:
     return psycopg.connect(proc.dsn(user, password, dbname="pgbouncer"), autocommit=True, **kw)
 
 
@@ -140,8 +166,9 @@ def show(conn: psycopg.Connection[Any], what: str) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
-def pool_row(conn: psycopg.Connection[Any], database: str = "app",
-             user: str = "app") -> dict[str, Any]:
+def pool_row(
+    conn: psycopg.Connection[Any], database: str = "app", user: str = "app"
+) -> dict[str, Any]:
     rows = [r for r in show(conn, "POOLS") if (r["database"], r["user"]) == (database, user)]
     assert len(rows) == 1, rows
     return rows[0]
@@ -166,12 +193,12 @@ class Waiter(threading.Thread):
             self.error = exc
 
 
-def blocked_query(conn: psycopg.Connection[Any], query: str,
-                  wait: float = 0.5) -> tuple[threading.Thread, list[Any]]:
+def blocked_query(
+    conn: psycopg.Connection[Any], query: str, wait: float = 0.5
+) -> tuple[threading.Thread, list[Any]]:
     """Run query on conn in a thread; check it is still blocked after wait seconds."""
     result: list[Any] = []
-    t = threading.Thread(target=lambda: result.append(conn.execute(query).fetchone()),
-                         daemon=True)
+    t = threading.Thread(target=lambda: result.append(conn.execute(query).fetchone()), daemon=True)
     t.start()
     t.join(wait)
     assert t.is_alive() and result == []
@@ -190,8 +217,11 @@ def test_every_show_has_pgbouncers_columns_and_types(pgtarn_factory) -> None:  #
             assert cur.statusmessage == "SHOW"
             types = {d.name: d.type_code for d in cur.description}
             for name, oid in types.items():
-                if what.startswith("STATS") or what == "TOTALS" or (what, name) == (
-                        "SERVERS", "lag"):
+                if (
+                    what.startswith("STATS")
+                    or what == "TOTALS"
+                    or (what, name) == ("SERVERS", "lag")
+                ):
                     expected = TEXT if name in ("database", "name") else NUMERIC
                 elif (what, name) in INT8_COLUMNS:
                     expected = INT8
@@ -201,7 +231,10 @@ def test_every_show_has_pgbouncers_columns_and_types(pgtarn_factory) -> None:  #
         # SELECT is an alias of SHOW, as in PgBouncer; lower case works
         assert a.execute("select version").fetchone()[0].startswith("PgBouncer 1.")
         assert a.execute("show state").fetchall() == [
-            ("active", "yes"), ("paused", "no"), ("suspended", "no")]
+            ("active", "yes"),
+            ("paused", "no"),
+            ("suspended", "no"),
+        ]
 
 
 def test_show_tables_describe_a_known_state(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
@@ -218,8 +251,15 @@ def test_show_tables_describe_a_known_state(pgtarn_factory, pg_cluster) -> None:
             assert wait_for(lambda: pool_row(a)["cl_waiting"] == 1)
             time.sleep(1.3)  # > query_wait_notify
             pool = pool_row(a)
-            assert (pool["cl_active"], pool["cl_waiting"], pool["sv_active"], pool["sv_idle"],
-                    pool["sv_used"], pool["sv_tested"], pool["sv_login"]) == (2, 1, 2, 0, 0, 0, 0)
+            assert (
+                pool["cl_active"],
+                pool["cl_waiting"],
+                pool["sv_active"],
+                pool["sv_idle"],
+                pool["sv_used"],
+                pool["sv_tested"],
+                pool["sv_login"],
+            ) == (2, 1, 2, 0, 0, 0, 0)
             assert pool["maxwait"] >= 1 and 0 <= pool["maxwait_us"] < 1_000_000
             assert pool["pool_mode"] == "transaction"
             admin_pool = pool_row(a, "pgbouncer", "pgbouncer")
@@ -233,11 +273,14 @@ def test_show_tables_describe_a_known_state(pgtarn_factory, pg_cluster) -> None:
             server_ptrs = {r["ptr"] for r in servers}
             assert {r["link"] for r in clients if r["state"] == "active"} == server_ptrs
             assert {r["link"] for r in servers} == {
-                r["ptr"] for r in clients if r["state"] == "active"}
+                r["ptr"] for r in clients if r["state"] == "active"
+            }
             waiting = next(r for r in clients if r["state"] == "waiting")
             assert waiting["link"] == "" and waiting["wait"] >= 1
-            assert all(r["type"] == "C" and r["user"] == "app" and r["addr"] == "127.0.0.1"
-                       for r in clients)
+            assert all(
+                r["type"] == "C" and r["user"] == "app" and r["addr"] == "127.0.0.1"
+                for r in clients
+            )
             assert len({r["id"] for r in clients}) == 3
 
             dbs = {r["name"]: r for r in show(a, "DATABASES")}
@@ -325,9 +368,26 @@ def test_averages_and_the_log_stats_line(pgtarn_factory) -> None:  # type: ignor
 def test_psql_and_the_unix_socket_login_of_the_os_user(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     proc = pgtarn_factory()
     out = subprocess.run(
-        ["psql", "-X", "-At", "-h", proc.socket_dir, "-p", str(proc.port), "-U", "pgbouncer",
-         "-d", "pgbouncer", "-c", "SHOW VERSION", "-c", "SHOW HELP"],
-        capture_output=True, text=True, timeout=30,
+        [
+            "psql",
+            "-X",
+            "-At",
+            "-h",
+            proc.socket_dir,
+            "-p",
+            str(proc.port),
+            "-U",
+            "pgbouncer",
+            "-d",
+            "pgbouncer",
+            "-c",
+            "SHOW VERSION",
+            "-c",
+            "SHOW HELP",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("PgBouncer 1.") and "pgtarn" in out.stdout
@@ -341,15 +401,22 @@ def test_permissions(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"admin_users": "app", "stats_users": "md5_user"})
     with admin(proc, "md5_user", "md5_pass") as stats:
         assert show(stats, "POOLS") is not None
-        for command in ("PAUSE", "RELOAD", "SET default_pool_size = 3", "KILL_CLIENT 1",
-                        "SHUTDOWN"):
+        for command in (
+            "PAUSE",
+            "RELOAD",
+            "SET default_pool_size = 3",
+            "KILL_CLIENT 1",
+            "SHUTDOWN",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege, match="admin access"):
                 stats.execute(command)
         assert stats.execute("SHOW STATE").fetchall()[0] == ("active", "yes")
     with pytest.raises(psycopg.OperationalError, match="not allowed"):
         admin(proc, "scram_user", "scram_pass")
-    for user, password, sqlstate in (("scram_user", "scram_pass", "28000"),
-                                     ("app", "wrong", "28P01")):
+    for user, password, sqlstate in (
+        ("scram_user", "scram_pass", "28000"),
+        ("app", "wrong", "28P01"),
+    ):
         assert asyncio.run(login_error(proc, user, password)) == sqlstate
     with admin(proc) as a:
         a.execute("SET default_pool_size = 3")  # the admin may
@@ -396,8 +463,9 @@ def test_set_changes_a_setting_at_runtime(pgtarn_factory) -> None:  # type: igno
         assert {r["name"]: r for r in show(a, "DATABASES")}["app"]["pool_size"] == 3
 
 
-def _transaction_workers(proc: Any, count: int, stop: threading.Event
-                         ) -> tuple[list[threading.Thread], list[BaseException], list[int]]:
+def _transaction_workers(
+    proc: Any, count: int, stop: threading.Event
+) -> tuple[list[threading.Thread], list[BaseException], list[int]]:
     errors: list[BaseException] = []
     done = [0] * count
 
@@ -430,9 +498,18 @@ def test_pause_waits_for_transactions_and_resume_continues(pgtarn_factory, pg_cl
             # every transaction under way finished; the servers are closed
             assert show(a, "SERVERS") == []
             # (a backend leaves pg_stat_activity a moment after its connection is closed)
-            wait_until(lambda: int(pg_cluster.psql(
-                "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app'"
-                " AND pid <> pg_backend_pid()").strip()) == 0, what="backends gone")
+            wait_until(
+                lambda: (
+                    int(
+                        pg_cluster.psql(
+                            "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app'"
+                            " AND pid <> pg_backend_pid()"
+                        ).strip()
+                    )
+                    == 0
+                ),
+                what="backends gone",
+            )
             assert dict(a.execute("SHOW STATE").fetchall())["paused"] == "yes"
             frozen = sum(done)
             time.sleep(0.5)
@@ -450,8 +527,11 @@ def test_pause_waits_for_transactions_and_resume_continues(pgtarn_factory, pg_cl
 def test_pause_one_database_leaves_the_others(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(databases={"app": base, "other": base})
-    with connect(proc, autocommit=True) as c, \
-            connect(proc, dbname="other", autocommit=True) as o, admin(proc) as a:
+    with (
+        connect(proc, autocommit=True) as c,
+        connect(proc, dbname="other", autocommit=True) as o,
+        admin(proc) as a,
+    ):
         c.execute("select 1")
         o.execute("select 1")
         a.execute("PAUSE other")
@@ -475,8 +555,11 @@ def test_pause_one_database_leaves_the_others(pgtarn_factory, pg_cluster) -> Non
 
 def test_kill_client_drops_only_that_client(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     proc = pgtarn_factory()
-    with connect(proc, autocommit=True) as victim, connect(proc, autocommit=True) as other, \
-            admin(proc) as a:
+    with (
+        connect(proc, autocommit=True) as victim,
+        connect(proc, autocommit=True) as other,
+        admin(proc) as a,
+    ):
         victim.execute("set application_name = 'victim'")
         other.execute("select 1")
         rows = [r for r in show(a, "CLIENTS") if r["application_name"] == "victim"]
@@ -520,8 +603,7 @@ def test_disable_refuses_new_clients_only(pgtarn_factory) -> None:  # type: igno
 
 def test_reconnect_and_wait_close(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     proc = pgtarn_factory()
-    with connect(proc) as holder, connect(proc, autocommit=True) as idle_user, \
-            admin(proc) as a:
+    with connect(proc) as holder, connect(proc, autocommit=True) as idle_user, admin(proc) as a:
         old_pid = holder.execute("select pg_backend_pid()").fetchone()[0]  # in a transaction
         idle_user.execute("select 1")
         a.execute("RECONNECT app")
@@ -547,8 +629,11 @@ def test_reload_reports_changed_and_rejected_settings(pgtarn_factory) -> None:  
     proc = pgtarn_factory()
     ini = Path(proc.ini_path)
     text = ini.read_text()
-    ini.write_text(text.replace("default_pool_size = 5", "default_pool_size = 7")
-                   .replace(f"listen_port = {proc.port}", f"listen_port = {proc.port + 1}"))
+    ini.write_text(
+        text.replace("default_pool_size = 5", "default_pool_size = 7").replace(
+            f"listen_port = {proc.port}", f"listen_port = {proc.port + 1}"
+        )
+    )
     notices: list[str] = []
     with admin(proc) as a:
         a.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
@@ -584,8 +669,10 @@ def test_no_secret_in_any_log_line(pgtarn_factory, pg_roles) -> None:  # type: i
         with connect(proc, user=user, password=password, autocommit=True) as c:
             assert c.execute("select current_user").fetchone() == (user,)
         refused = "SASL authentication failed"
-        with pytest.raises(psycopg.OperationalError, match=refused), \
-                connect(proc, user=user, password="wrong-" + password):
+        with (
+            pytest.raises(psycopg.OperationalError, match=refused),
+            connect(proc, user=user, password="wrong-" + password),
+        ):
             pass
     parameter = "param-secret-7f3e"
     with connect(proc, autocommit=True) as c:  # a bound parameter must not be logged either
@@ -598,8 +685,10 @@ def test_no_secret_in_any_log_line(pgtarn_factory, pg_roles) -> None:  # type: i
     assert "login attempt" in text
     assert parameter not in text
     secrets = [p for p in pg_roles.values()]
-    secrets += [line.split('" "')[1].rstrip('"\n') for line in
-                Path(proc.ini_path).with_name("userlist.txt").read_text().splitlines()]
+    secrets += [
+        line.split('" "')[1].rstrip('"\n')
+        for line in Path(proc.ini_path).with_name("userlist.txt").read_text().splitlines()
+    ]
     for secret in secrets:
         assert secret not in text
     assert "SCRAM-SHA-256$" not in text
@@ -729,9 +818,11 @@ def test_reload_with_a_logfile_that_cannot_be_opened_keeps_everything(pgtarn_fac
     ini = Path(proc.ini_path)
     text = ini.read_text()
     assert proc.logfile and f"logfile = {proc.logfile}" in text
-    ini.write_text(text.replace(f"logfile = {proc.logfile}",
-                                "logfile = /nonexistent-dir/pgtarn.log")
-                   .replace("default_pool_size = 5", "default_pool_size = 9"))
+    ini.write_text(
+        text.replace(f"logfile = {proc.logfile}", "logfile = /nonexistent-dir/pgtarn.log").replace(
+            "default_pool_size = 5", "default_pool_size = 9"
+        )
+    )
     with admin(proc) as a:
         with pytest.raises(psycopg.errors.lookup("F0000")):
             a.execute("RELOAD")

@@ -314,8 +314,10 @@ def check_logfile(w: Walk) -> None:
     other = w.tmp / "other.log"
     w.set("logfile", str(other))
     connect(w.proc).close()
-    wait_until(lambda: other.exists() and "login attempt" in other.read_text(),
-               what="log lines in the new logfile")
+    wait_until(
+        lambda: other.exists() and "login attempt" in other.read_text(),
+        what="log lines in the new logfile",
+    )
 
 
 def check_stats(w: Walk) -> None:
@@ -363,8 +365,10 @@ def check_auth_file(w: Walk) -> None:
 
 def check_auth_hba_file(w: Walk) -> None:
     hba = w.tmp / "hba.conf"
-    hba.write_text("host all scram_user 0.0.0.0/0 reject\nhost all all 0.0.0.0/0 scram-sha-256\n",
-                   encoding="utf-8")
+    hba.write_text(
+        "host all scram_user 0.0.0.0/0 reject\nhost all all 0.0.0.0/0 scram-sha-256\n",
+        encoding="utf-8",
+    )
     w.set("auth_hba_file", str(hba))
     w.set("auth_type", "hba")
     connect(w.proc).close()
@@ -547,8 +551,9 @@ def test_set_of_every_changeable_setting_takes_effect(pgtarn_factory, pg_cluster
         walk.console.close()
 
 
-def walk_all(walk: Walk, changeable: list[str], set_by: dict[Callable[[Walk], None], set[str]],
-             pki: Pki) -> None:
+def walk_all(
+    walk: Walk, changeable: list[str], set_by: dict[Callable[[Walk], None], set[str]], pki: Pki
+) -> None:
     for name in changeable:
         check = BY_EFFECT.get(name)
         if check is None:

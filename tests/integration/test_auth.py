@@ -36,7 +36,11 @@ def login_error(proc, user: str, password: str | None, dbname: str = "app") -> t
     async def attempt() -> tuple[str, str]:
         try:
             conn = await asyncpg.connect(
-                host=proc.host, port=proc.port, user=user, password=password, database=dbname,
+                host=proc.host,
+                port=proc.port,
+                user=user,
+                password=password,
+                database=dbname,
                 ssl=False,
             )
         except asyncpg.PostgresError as exc:
@@ -130,9 +134,7 @@ def test_any_uses_the_forced_user_of_the_database(pgtarn_factory, pg_cluster, pg
     assert query_user(unix_dsn(proc, "someone_else", None)) == "app"
 
 
-@pytest.mark.parametrize(
-    "role", ["scram_user", "md5_user", "password_user", "trust_user"]
-)
+@pytest.mark.parametrize("role", ["scram_user", "md5_user", "password_user", "trust_user"])
 def test_server_login_methods(pgtarn_factory, pg_roles, role):  # type: ignore[no-untyped-def]
     """pg_hba gives each role its method: SCRAM, md5, cleartext password, trust."""
     proc = pgtarn_factory()
@@ -149,9 +151,7 @@ def test_server_password_from_database_entry(pgtarn_factory, pg_cluster, pg_role
 
 def test_server_login_failure_reaches_the_client(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
-    proc = pgtarn_factory(
-        databases={"bad": f"{base} user=scram_user password=nope", "app": base}
-    )
+    proc = pgtarn_factory(databases={"bad": f"{base} user=scram_user password=nope", "app": base})
     assert login_error(proc, "app", pg_roles["app"], dbname="bad")[0] == "28P01"
     assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
 
@@ -164,24 +164,30 @@ def test_unknown_database(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore
 
 @pytest.mark.parametrize("auth_type", ["md5", "scram-sha-256"])
 def test_an_unknown_database_is_told_after_the_password_exchange(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_cluster, pg_roles, auth_type):
+    pgtarn_factory, pg_cluster, pg_roles, auth_type
+):
     """As PgBouncer: which databases exist is told to authenticated clients only. A user
     auth_file does not name is not looked up for it (nothing to look up in), so it fails as
     a wrong password."""
     base = f"host={pg_cluster.host} port={pg_cluster.port}"
-    proc = pgtarn_factory(databases={"app": f"{base} dbname=app"},
-                          settings={"auth_type": auth_type, "auth_user": "app"})
+    proc = pgtarn_factory(
+        databases={"app": f"{base} dbname=app"},
+        settings={"auth_type": auth_type, "auth_user": "app"},
+    )
     words = "SASL" if auth_type == "scram-sha-256" else "password"
     failed = ("28P01", f"{words} authentication failed")
     assert login_error(proc, "app", "wrong", dbname="nosuchdb") == failed
     assert login_error(proc, "nobody", "wrong", dbname="nosuchdb") == failed
     assert login_error(proc, "app", pg_roles["app"], dbname="nosuchdb") == (
-        "3D000", "no such database: nosuchdb")
+        "3D000",
+        "no such database: nosuchdb",
+    )
     assert "login failed: db=nosuchdb user=app" in proc.log_text()
 
 
 def test_postgresqls_login_refusal_is_the_close_reason_in_its_own_words(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_cluster, pg_roles):
+    pgtarn_factory, pg_cluster, pg_roles
+):
     """As PgBouncer: PostgreSQL's message is what the client gets and the close reason of
     the server and the client, word for word; the WARNING says "server login failed: FATAL"
     before it."""
@@ -190,17 +196,23 @@ def test_postgresqls_login_refusal_is_the_close_reason_in_its_own_words(  # type
     refusal = 'database "no_such_db_here" does not exist'
     assert login_error(proc, "app", pg_roles["app"], dbname="gone") == ("3D000", refusal)
     client_closed = rf"C-\d+: gone/app@127\.0\.0\.1:\d+ closing because: {refusal}"
-    wait_until(lambda: re.search(client_closed, proc.log_text()) is not None,
-               what="the client's close logged")
+    wait_until(
+        lambda: re.search(client_closed, proc.log_text()) is not None,
+        what="the client's close logged",
+    )
     text = proc.log_text()
-    assert re.search(rf"WARNING S-\d+: gone/app@127\.0\.0\.1:\d+ server login failed: "
-                     rf"FATAL {refusal}", text), text
+    assert re.search(
+        rf"WARNING S-\d+: gone/app@127\.0\.0\.1:\d+ server login failed: "
+        rf"FATAL {refusal}",
+        text,
+    ), text
     assert re.search(rf"S-\d+: gone/app@127\.0\.0\.1:\d+ closing because: {refusal}", text)
     assert "closing because: server login failed" not in text
 
 
 def test_a_secret_that_cannot_answer_the_servers_method_is_a_wrong_password_type(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_roles):
+    pgtarn_factory, pg_roles
+):
     """PostgreSQL asks scram_user for SCRAM; auth_file holds an md5 hash, which cannot
     answer it: PgBouncer's words, "server login failed: wrong password type", then why."""
     secret = md5_secret(pg_roles["scram_user"], "scram_user")
@@ -300,22 +312,25 @@ def test_a_password_of_pgbouncers_longest_length_logs_in(pgtarn_factory, pg_clus
 
 def test_login_refusals_in_pgbouncers_words(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
     """PgBouncer's wording (which names no user); PostgreSQL's SQLSTATEs."""
-    for auth_type, words in (("plain", "password"), ("md5", "password"),
-                             ("scram-sha-256", "SASL")):
+    for auth_type, words in (("plain", "password"), ("md5", "password"), ("scram-sha-256", "SASL")):
         proc = pgtarn_factory(settings={"auth_type": auth_type})
         for user in ("app", "nobody"):
-            assert login_error(proc, user, "wrong") == (
-                "28P01", f"{words} authentication failed")
+            assert login_error(proc, user, "wrong") == ("28P01", f"{words} authentication failed")
             assert f"login failed: db=app user={user}" in proc.log_text()
     proc = pgtarn_factory(settings={"auth_type": "trust"})
     assert login_error(proc, "nobody", None) == ("28000", '"trust" authentication failed')
     base = f"host={pg_cluster.host} port={pg_cluster.port}"
     proc = pgtarn_factory(databases={"app": f"{base} dbname=app"})
     assert login_error(proc, "app", pg_roles["app"], dbname="nosuchdb") == (
-        "3D000", "no such database: nosuchdb")
+        "3D000",
+        "no such database: nosuchdb",
+    )
     # auth_dbname that is not a database: the client is told PgBouncer's words, the log why
-    proc = pgtarn_factory(databases={"app": f"{base} dbname=app auth_dbname=missing"},
-                          settings={"auth_user": "app"}, userlist={"app": pg_roles["app"]})
+    proc = pgtarn_factory(
+        databases={"app": f"{base} dbname=app auth_dbname=missing"},
+        settings={"auth_user": "app"},
+        userlist={"app": pg_roles["app"]},
+    )
     assert login_error(proc, "scram_user", pg_roles["scram_user"])[1] == "bouncer config error"
     assert 'authentication database "missing" is not configured' in proc.log_text()
 
@@ -330,13 +345,15 @@ def pw_role(pg_cluster) -> Iterator[str]:  # type: ignore[no-untyped-def]
     try:
         yield PW_ROLE
     finally:
-        pg_cluster.psql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        f"WHERE usename = '{PW_ROLE}'")
+        pg_cluster.psql(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{PW_ROLE}'"
+        )
         pg_cluster.psql(f'DROP ROLE IF EXISTS "{PW_ROLE}"')
 
 
 def test_server_password_changed_in_postgresql_reaches_waiting_clients(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_cluster, pw_role):
+    pgtarn_factory, pg_cluster, pw_role
+):
     """PgBouncer's test_change_server_password_reconnect: the role's password changes in
     PostgreSQL while its only server is held in a transaction; RECONNECT makes that server
     useless to others, and a larger pool_size makes pgtarn open a new one for the clients
@@ -345,8 +362,9 @@ def test_server_password_changed_in_postgresql_reaches_waiting_clients(  # type:
     comes later. Once the auth_file holds the new password and is reloaded, clients are
     served again."""
     userlist = {**ROLE_PASSWORDS, pw_role: "old_pw"}
-    proc = pgtarn_factory(settings={"default_pool_size": 1, "query_wait_timeout": 120},
-                          userlist=userlist)
+    proc = pgtarn_factory(
+        settings={"default_pool_size": 1, "query_wait_timeout": 120}, userlist=userlist
+    )
 
     async def scenario() -> list[object]:
         first = await aconnect(proc, user=pw_role, password="old_pw")
@@ -356,8 +374,10 @@ def test_server_password_changed_in_postgresql_reaches_waiting_clients(  # type:
         holder = await aconnect(proc, user=pw_role, password="old_pw")
         await holder.execute("BEGIN")
         assert await holder.fetchval("select 1") == 1  # its server is still logged in
-        waiters = [await psycopg.AsyncConnection.connect(proc.dsn(pw_role, "old_pw"),
-                                                         autocommit=True) for _ in range(3)]
+        waiters = [
+            await psycopg.AsyncConnection.connect(proc.dsn(pw_role, "old_pw"), autocommit=True)
+            for _ in range(3)
+        ]
         queries = [asyncio.ensure_future(w.execute("select 2")) for w in waiters]
         try:
             with admin(proc) as console:
@@ -370,8 +390,10 @@ def test_server_password_changed_in_postgresql_reaches_waiting_clients(  # type:
                 console.execute("SET default_pool_size = 2")
             # bounded far below query_wait_timeout: a hang fails here
             done, _pending = await asyncio.wait(queries, timeout=30)
-            return [q.exception() or q.result() if q in done else TimeoutError("still waiting")
-                    for q in queries]
+            return [
+                q.exception() or q.result() if q in done else TimeoutError("still waiting")
+                for q in queries
+            ]
         finally:
             for query in queries:
                 query.cancel()
@@ -386,33 +408,40 @@ def test_server_password_changed_in_postgresql_reaches_waiting_clients(  # type:
         assert isinstance(result, psycopg.Error), results
         assert result.diag.severity == "FATAL"
         assert (result.sqlstate, result.diag.message_primary) == (
-            "28P01", f'password authentication failed for user "{pw_role}"')
+            "28P01",
+            f'password authentication failed for user "{pw_role}"',
+        )
     # the server and its three clients closed for PostgreSQL's reason, in its words; the
     # WARNING (logged once per failed login) says "server login failed: FATAL" before them
     refusal = f'password authentication failed for user "{pw_role}"'
 
     def closed() -> set[str]:
-        return set(re.findall(rf"\b([CS]-\d+): \S+ closing because: {refusal}",
-                              proc.log_text()))
+        return set(re.findall(rf"\b([CS]-\d+): \S+ closing because: {refusal}", proc.log_text()))
 
-    wait_until(lambda: len([name for name in closed() if name[0] == "C"]) == 3,
-               what="the three clients' closes logged")
+    wait_until(
+        lambda: len([name for name in closed() if name[0] == "C"]) == 3,
+        what="the three clients' closes logged",
+    )
     log = proc.log_text()
     assert len([name for name in closed() if name[0] == "S"]) == 1, log
     assert f"server login failed: FATAL {refusal}" in log
     assert "closing because: server login failed" not in log
 
     # a client that comes later is refused too (by a new attempt, or the cached error)
-    with pytest.raises(psycopg.OperationalError) as info, \
-            psycopg.connect(proc.dsn(pw_role, "old_pw"), autocommit=True) as late:
+    with (
+        pytest.raises(psycopg.OperationalError) as info,
+        psycopg.connect(proc.dsn(pw_role, "old_pw"), autocommit=True) as late,
+    ):
         late.execute("select 3")
     assert info.value.sqlstate == "28P01"
     assert f'password authentication failed for user "{pw_role}"' in str(info.value)
 
     # the auth_file learns the new password: clients (with it) are served again
     path = Path(proc.ini_path).parent / "userlist.txt"
-    path.write_text("".join(userlist_line(u, p) for u, p in
-                            {**userlist, pw_role: "new_pw"}.items()), encoding="utf-8")
+    path.write_text(
+        "".join(userlist_line(u, p) for u, p in {**userlist, pw_role: "new_pw"}.items()),
+        encoding="utf-8",
+    )
     with admin(proc) as console:
         console.execute("RELOAD")
     assert query_user(proc.dsn(pw_role, "new_pw")) == pw_role

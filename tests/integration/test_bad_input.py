@@ -134,12 +134,15 @@ def test_oversized_password_message_is_refused_before_it_is_read(pgtarn_factory)
 # --- after login -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("header", [
-    b"Q" + struct.pack("!I", MAX_PACKET + 1),
-    b"Q" + struct.pack("!I", 2),
-    b"Q" + struct.pack("!I", 0xFFFFFFF0),
-    b"D" + struct.pack("!I", 0x80000000),
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"Q" + struct.pack("!I", MAX_PACKET + 1),
+        b"Q" + struct.pack("!I", 2),
+        b"Q" + struct.pack("!I", 0xFFFFFFF0),
+        b"D" + struct.pack("!I", 0x80000000),
+    ],
+)
 def test_bad_message_lengths_after_login(pgtarn_factory, header):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"max_packet_size": MAX_PACKET, "default_pool_size": 1})
     raw = raw_login(proc)
@@ -203,12 +206,15 @@ def test_statement_mode_parse_split_inside_its_name(pgtarn_factory):  # type: ig
     raw.close()
 
 
-@pytest.mark.parametrize("message", [
-    build.message(b"D", b"Snamed_one"),  # the name has no terminator
-    build.message(b"C", b"S"),
-    build.message(b"P", b"named_one\x00select 1"),  # nor has the query
-    build.message(b"B", b"\x00named_one"),
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        build.message(b"D", b"Snamed_one"),  # the name has no terminator
+        build.message(b"C", b"S"),
+        build.message(b"P", b"named_one\x00select 1"),  # nor has the query
+        build.message(b"B", b"\x00named_one"),
+    ],
+)
 def test_statement_message_without_its_string_terminator(pgtarn_factory, message):  # type: ignore[no-untyped-def]
     # Transaction mode rewrites statement messages: a Describe whose name had no NUL used to
     # raise ValueError inside the relay (a traceback, the client cut off without a word).

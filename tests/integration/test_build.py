@@ -35,8 +35,7 @@ def _read_all(fd: int) -> str:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mypyc") is None, reason="mypyc not installed")
-def test_the_build_says_it_compiles_and_how_to_skip_it_on_the_terminal(
-        tmp_path: Path) -> None:
+def test_the_build_says_it_compiles_and_how_to_skip_it_on_the_terminal(tmp_path: Path) -> None:
     """The build's stderr goes to a file, as under pip; the line reaches the terminal too.
     CC=false makes the compiler fail at once, so the test need not wait for it."""
     primary, secondary = os.openpty()
@@ -44,10 +43,23 @@ def test_the_build_says_it_compiles_and_how_to_skip_it_on_the_terminal(
     env = {**os.environ, "CC": "false", "PGTARN_PURE": ""}
     with log.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
-             "--build-temp", str(tmp_path / "temp")],
-            cwd=ROOT, env=env, stdin=secondary, stdout=secondary, stderr=stderr,
-            start_new_session=True, preexec_fn=_take_terminal)
+            [
+                sys.executable,
+                "setup.py",
+                "build_ext",
+                "--build-lib",
+                str(tmp_path / "lib"),
+                "--build-temp",
+                str(tmp_path / "temp"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdin=secondary,
+            stdout=secondary,
+            stderr=stderr,
+            start_new_session=True,
+            preexec_fn=_take_terminal,
+        )
     os.close(secondary)
     try:
         terminal = _read_all(primary)

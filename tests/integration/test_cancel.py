@@ -44,7 +44,9 @@ def _wait_running(watch: psycopg.Connection[Any], text: str) -> int:
     while time.monotonic() < deadline:
         row = watch.execute(
             "select pid from pg_stat_activity where state = 'active' and query like %s"
-            " and pid <> pg_backend_pid()", (f"%{text}%",)).fetchone()
+            " and pid <> pg_backend_pid()",
+            (f"%{text}%",),
+        ).fetchone()
         if row:
             return int(row[0])
         time.sleep(0.02)
@@ -53,14 +55,19 @@ def _wait_running(watch: psycopg.Connection[Any], text: str) -> int:
 
 def test_clients_sharing_one_server_cancel_only_their_own_query(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"default_pool_size": 1})
-    with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b, \
-            psycopg.connect(pg_dsn, autocommit=True) as watch:
+    with (
+        connect(proc, autocommit=True) as a,
+        connect(proc, autocommit=True) as b,
+        psycopg.connect(pg_dsn, autocommit=True) as watch,
+    ):
         # each client has its own BackendKeyData, not the shared server's
         server_pid = a.execute("select pg_backend_pid()").fetchone()
         assert b.execute("select pg_backend_pid()").fetchone() == server_pid
         assert a.info.backend_pid != b.info.backend_pid
-        assert server_pid is not None and server_pid[0] not in (a.info.backend_pid,
-                                                                b.info.backend_pid)
+        assert server_pid is not None and server_pid[0] not in (
+            a.info.backend_pid,
+            b.info.backend_pid,
+        )
 
         # a is idle (its server went back to the pool and now runs b's query):
         # a's cancel must not touch b's query
@@ -149,7 +156,8 @@ async def _bystanders_cancelled(proc: Any, clients: int, rounds: int) -> tuple[i
 
 @pytest.mark.parametrize("pool_size", [1, 2])
 def test_a_cancel_in_flight_never_reaches_another_clients_query(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pool_size):
+    pgtarn_factory, pool_size
+):
     proc = pgtarn_factory(settings={"default_pool_size": pool_size})
     cancelled, ran, timeouts = asyncio.run(_bystanders_cancelled(proc, 20, 150))
     assert timeouts > 0 and ran > 0  # the race was run
@@ -160,9 +168,17 @@ async def _next_query_cancelled_after_failed_copy(proc: Any, rounds: int, size: 
     """asyncpg: a copy_records_to_table that fails on bad data (asyncpg sends CopyFail and
     a CancelRequest), then SELECT pg_sleep(0.05) on the same connection; how many of those
     were cancelled."""
-    pool = await asyncpg.create_pool(host=proc.host, port=proc.port, user="app",
-                                     password="app_pass", database="app", ssl=False,
-                                     statement_cache_size=0, min_size=size, max_size=size)
+    pool = await asyncpg.create_pool(
+        host=proc.host,
+        port=proc.port,
+        user="app",
+        password="app_pass",
+        database="app",
+        ssl=False,
+        statement_cache_size=0,
+        min_size=size,
+        max_size=size,
+    )
     cancelled = 0
 
     async def one_round() -> None:
@@ -183,7 +199,8 @@ async def _next_query_cancelled_after_failed_copy(proc: Any, rounds: int, size: 
 
 
 def test_the_query_after_a_failed_copy_is_never_cancelled(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_dsn):
+    pgtarn_factory, pg_dsn
+):
     with psycopg.connect(pg_dsn, autocommit=True) as direct:
         direct.execute("create table if not exists cancel_copy (n int)")
     proc = pgtarn_factory(settings={"default_pool_size": 10})
@@ -255,17 +272,22 @@ def _raw_login(proc: Any) -> tuple[RawClient, tuple[int, int]]:
 
 
 def test_a_server_with_a_cancel_in_flight_is_held_until_the_cancel_ends(  # type: ignore[no-untyped-def]
-        pgtarn_factory, fault_proxy, pg_dsn):
+    pgtarn_factory, fault_proxy, pg_dsn
+):
     """The cancel's connection to PostgreSQL hangs (the proxy takes no new connections): the
     query it was for ends by itself, and its server is held, shown in SHOW POOLS, while the
     next client waits; the client's cancel connection stays open; cancel_wait_timeout ends
     the cancel, and the server serves the next client."""
     proc = pgtarn_factory(
         databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
-        settings={"default_pool_size": 1, "cancel_wait_timeout": 3})
+        settings={"default_pool_size": 1, "cancel_wait_timeout": 3},
+    )
     owner, key = _raw_login(proc)
-    with connect(proc, autocommit=True) as other, admin(proc) as console, \
-            psycopg.connect(pg_dsn, autocommit=True) as watch:
+    with (
+        connect(proc, autocommit=True) as other,
+        admin(proc) as console,
+        psycopg.connect(pg_dsn, autocommit=True) as watch,
+    ):
         owner.send(build.query("select 'held' from pg_sleep(1)"))
         _wait_running(watch, "held")
         fault_proxy.stall_connects()  # the server carries on; the cancel cannot connect
@@ -276,8 +298,7 @@ def test_a_server_with_a_cancel_in_flight_is_held_until_the_cancel_ends(  # type
             assert pool_row(console)["cl_active_cancel_req"] == 1
             replies = owner.read_until("Z")
             assert [kind for kind, _ in replies] == ["T", "D", "C", "Z"]  # never cancelled
-            wait_until(lambda: pool_row(console)["sv_being_canceled"] == 1,
-                       what="the server held")
+            wait_until(lambda: pool_row(console)["sv_being_canceled"] == 1, what="the server held")
             assert pool_row(console)["sv_idle"] == 0
             waiting = _run_in_thread(other, "select 'next'")
             wait_until(lambda: pool_row(console)["cl_waiting"] == 1, what="the next client")
@@ -289,8 +310,11 @@ def test_a_server_with_a_cancel_in_flight_is_held_until_the_cancel_ends(  # type
             waiting["thread"].join(10)
             assert waiting.get("rows") == [("next",)]
             row = pool_row(console)
-            assert (row["sv_being_canceled"], row["sv_active_cancel"],
-                    row["cl_active_cancel_req"]) == (0, 0, 0)
+            assert (
+                row["sv_being_canceled"],
+                row["sv_active_cancel"],
+                row["cl_active_cancel_req"],
+            ) == (0, 0, 0)
         finally:
             fault_proxy.stall_connects(False)
             cancel.close()

@@ -23,8 +23,9 @@ from .test_admin import admin
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pgtarn", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pgtarn", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_version_and_help(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
@@ -45,8 +46,9 @@ def test_version_on_a_terminal_names_pgtarn_first() -> None:
     """A person reads pgtarn's own line first; piped (scripts, PgBouncer's test of --version
     against SHOW VERSION) the first line stays PgBouncer's, and both carry the other line."""
     primary, secondary = os.openpty()
-    with subprocess.Popen([sys.executable, "-m", "pgtarn", "--version"], stdout=secondary,
-                          stderr=subprocess.DEVNULL) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-m", "pgtarn", "--version"], stdout=secondary, stderr=subprocess.DEVNULL
+    ) as proc:
         os.close(secondary)
         shown = b""
         while True:
@@ -104,8 +106,9 @@ def test_daemon_writes_pidfile(pg_cluster, tmp_path: Path) -> None:  # type: ign
         time.sleep(0.05)
     pid = int(pidfile.read_text())
     try:
-        with psycopg.connect(f"host=127.0.0.1 port={port} dbname=app user=app "
-                             "password=app_pass", autocommit=True) as conn:
+        with psycopg.connect(
+            f"host=127.0.0.1 port={port} dbname=app user=app password=app_pass", autocommit=True
+        ) as conn:
             assert conn.execute("select 1").fetchone() == (1,)
     finally:
         os.kill(pid, signal.SIGTERM)
@@ -119,8 +122,9 @@ def test_listen_on_all_addresses_and_ipv6(pgtarn_factory) -> None:  # type: igno
     proc = pgtarn_factory(settings={"listen_addr": addr})
     hosts = ["127.0.0.1"] + (["::1"] if ipv6_loopback_works() else [])
     for host in hosts:
-        with psycopg.connect(f"host={host} port={proc.port} dbname=app user=app "
-                             "password=app_pass", autocommit=True) as conn:
+        with psycopg.connect(
+            f"host={host} port={proc.port} dbname=app user=app password=app_pass", autocommit=True
+        ) as conn:
             assert conn.execute("select 1").fetchone() == (1,)
 
 
@@ -128,8 +132,9 @@ def test_listen_on_all_addresses_and_ipv6(pgtarn_factory) -> None:  # type: igno
 def test_listen_addr_comma_list_with_ipv6(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"listen_addr": "127.0.0.1, ::1"})
     for host in ("127.0.0.1", "::1"):  # pgtarn serves on each address of the list ...
-        with psycopg.connect(f"host={host} port={proc.port} dbname=app user=app "
-                             "password=app_pass", autocommit=True) as conn:
+        with psycopg.connect(
+            f"host={host} port={proc.port} dbname=app user=app password=app_pass", autocommit=True
+        ) as conn:
             assert conn.info.hostaddr == host
             assert conn.execute("select 1").fetchone() == (1,)
     # ... and on those only: another loopback address is not listened on
@@ -142,8 +147,9 @@ def test_sighup_reload_applies_pool_mode_and_keeps_clients(pgtarn_factory) -> No
     with connect(proc, autocommit=True) as kept:
         assert kept.execute("select 1").fetchone() == (1,)
         text = Path(proc.ini_path).read_text()
-        Path(proc.ini_path).write_text(text.replace("pool_mode = transaction",
-                                                    "pool_mode = statement"))
+        Path(proc.ini_path).write_text(
+            text.replace("pool_mode = transaction", "pool_mode = statement")
+        )
         proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 10
         while "configuration reloaded" not in proc.log_text() and time.monotonic() < deadline:
@@ -154,8 +160,7 @@ def test_sighup_reload_applies_pool_mode_and_keeps_clients(pgtarn_factory) -> No
             with pytest.raises(psycopg.OperationalError, match="statement pooling mode"):
                 fresh.execute("begin")
         # an invalid file is reported and the old config kept
-        Path(proc.ini_path).write_text(text.replace("pool_mode = transaction",
-                                                    "pool_mode = bogus"))
+        Path(proc.ini_path).write_text(text.replace("pool_mode = transaction", "pool_mode = bogus"))
         proc.send_signal(signal.SIGHUP)
         while "reload failed" not in proc.log_text() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -171,10 +176,13 @@ def _ignore_sigint() -> None:
 def test_demo_prints_working_psql_and_admin_console_commands(started_as: str) -> None:
     # a shell's background job starts with SIGINT ignored, and the demo inherits that
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "pgtarn", "demo", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=_ignore_sigint if started_as == "background job"
-                            else None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgtarn", "demo", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_ignore_sigint if started_as == "background job" else None,
+    )
     assert proc.stdout is not None
     lines = []
     commands = []
@@ -192,14 +200,20 @@ def test_demo_prints_working_psql_and_admin_console_commands(started_as: str) ->
                 break
         assert len(commands) == 2, "".join(lines)
         command, console = commands  # as printed: the database, then the admin console
-        out = subprocess.run(["psql", command, "-XAtc", "select current_user, 40 + 2"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["psql", command, "-XAtc", "select current_user, 40 + 2"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert out.stdout.strip() == "demo|42", out.stderr
-        out = subprocess.run(["psql", console, "-XAtc", "SHOW POOLS"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["psql", console, "-XAtc", "SHOW POOLS"], capture_output=True, text=True, timeout=30
+        )
         assert out.returncode == 0, out.stderr
-        assert [row.split("|")[:2] for row in out.stdout.splitlines()
-                if row.startswith("demo|")] == [["demo", "demo"]], out.stdout
+        assert [
+            row.split("|")[:2] for row in out.stdout.splitlines() if row.startswith("demo|")
+        ] == [["demo", "demo"]], out.stdout
     finally:
         proc.send_signal(signal.SIGINT)
         rest = proc.stdout.read()  # not communicate(): it would skip readline's buffer
@@ -229,8 +243,12 @@ def test_user_setting_gives_up_root_once_listening(pgtarn_factory, workers) -> N
     while proc.log_text().count("running as postgres") < processes:
         assert time.monotonic() < deadline, proc.log_text()
         time.sleep(0.05)
-    pids = [proc.proc.pid] + [int(p) for p in subprocess.run(
-        ["pgrep", "-P", str(proc.proc.pid)], capture_output=True, text=True).stdout.split()]
+    pids = [proc.proc.pid] + [
+        int(p)
+        for p in subprocess.run(
+            ["pgrep", "-P", str(proc.proc.pid)], capture_output=True, text=True
+        ).stdout.split()
+    ]
     assert len(pids) == processes
     assert {_uid_of(pid) for pid in pids} == {target.pw_uid}
 

@@ -63,17 +63,35 @@ def test_image_is_compiled_and_runs_as_a_user_of_its_own(image: tuple[str, str])
 
 
 def test_image_serves_clients_is_healthy_and_stops_on_sigterm(
-        image: tuple[str, str], pg_cluster: TempCluster) -> None:
+    image: tuple[str, str], pg_cluster: TempCluster
+) -> None:
     tool, tag = image
     port = free_port()
     name = f"pgtarn-test-{os.getpid()}"
     url = f"postgres://app:app_pass@{pg_cluster.host}:{pg_cluster.port}/app"
     started = _run(
-        tool, "run", "-d", "--name", name, "--network", "host", "--read-only",
-        "--tmpfs", "/run/pgtarn:uid=10001,gid=10001,mode=0700",
-        "--health-interval", "1s", "--health-start-period", "1s",
-        "-e", f"DATABASE_URL={url}", "-e", f"LISTEN_PORT={port}",
-        "-e", "POOL_MODE=transaction", tag)
+        tool,
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        "host",
+        "--read-only",
+        "--tmpfs",
+        "/run/pgtarn:uid=10001,gid=10001,mode=0700",
+        "--health-interval",
+        "1s",
+        "--health-start-period",
+        "1s",
+        "-e",
+        f"DATABASE_URL={url}",
+        "-e",
+        f"LISTEN_PORT={port}",
+        "-e",
+        "POOL_MODE=transaction",
+        tag,
+    )
     assert started.returncode == 0, started.stderr
     try:
         deadline = time.monotonic() + 30

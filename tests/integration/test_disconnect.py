@@ -21,11 +21,9 @@ def app_backends(pg_cluster, condition: str) -> int:  # type: ignore[no-untyped-
     return int(out.strip())
 
 
-
 def test_killed_client_mid_transaction_is_rolled_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     table = "t_" + uuid.uuid4().hex[:10]
-    pg_cluster.psql(f"CREATE TABLE {table} (v int); ALTER TABLE {table} OWNER TO app",
-                    dbname="app")
+    pg_cluster.psql(f"CREATE TABLE {table} (v int); ALTER TABLE {table} OWNER TO app", dbname="app")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     with connect(proc, autocommit=True) as probe:
         pid_before = probe.execute("select pg_backend_pid()").fetchone()
@@ -37,8 +35,9 @@ def test_killed_client_mid_transaction_is_rolled_back(pgtarn_factory, pg_cluster
         print("in-transaction", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           timeout=60)
+    child = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert child.returncode == -signal.SIGKILL
     assert "in-transaction" in child.stdout
     assert wait_for(lambda: app_backends(pg_cluster, "state like 'idle in transaction%'") == 0)
@@ -66,8 +65,7 @@ def test_client_gone_mid_query_drops_that_server_only(pgtarn_factory, pg_cluster
 
 def test_terminate_in_transaction_rolls_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     table = "t_" + uuid.uuid4().hex[:10]
-    pg_cluster.psql(f"CREATE TABLE {table} (v int); ALTER TABLE {table} OWNER TO app",
-                    dbname="app")
+    pg_cluster.psql(f"CREATE TABLE {table} (v int); ALTER TABLE {table} OWNER TO app", dbname="app")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     conn = connect(proc)
     conn.execute(f"insert into {table} values (1)")

@@ -71,8 +71,10 @@ def test_psycopg_sync(proc: Any) -> None:
         conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, name text)")
         for key, name in NAMES.items():
             conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (key, name))
-        rows = [conn.execute(SELECT.format(t=table, p="%s"), (i % 3 + 1,)).fetchone()[0]
-                for i in range(10)]
+        rows = [
+            conn.execute(SELECT.format(t=table, p="%s"), (i % 3 + 1,)).fetchone()[0]
+            for i in range(10)
+        ]
         _check_rows(rows)
         with pytest.raises(RuntimeError), conn.transaction():
             conn.execute(f"INSERT INTO {table} VALUES (99, 'x')")
@@ -86,8 +88,7 @@ def test_psycopg_async(proc: Any) -> None:
     table = "matrix_psycopg_async"
 
     async def work() -> None:
-        conn = await psycopg.AsyncConnection.connect(proc.dsn("app", "app_pass"),
-                                                     autocommit=True)
+        conn = await psycopg.AsyncConnection.connect(proc.dsn("app", "app_pass"), autocommit=True)
         async with conn:
             await conn.execute(f"DROP TABLE IF EXISTS {table}")
             await conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, name text)")
@@ -118,8 +119,9 @@ def test_psycopg_pipeline(proc: Any) -> None:
         with conn.pipeline():
             for key, name in NAMES.items():
                 conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (key, name))
-            cursors = [conn.execute(SELECT.format(t=table, p="%s"), (i % 3 + 1,))
-                       for i in range(10)]
+            cursors = [
+                conn.execute(SELECT.format(t=table, p="%s"), (i % 3 + 1,)) for i in range(10)
+            ]
         _check_rows([cur.fetchone()[0] for cur in cursors])  # type: ignore[index]
         with pytest.raises(RuntimeError), conn.pipeline(), conn.transaction():
             conn.execute(f"INSERT INTO {table} VALUES (99, 'x')")
@@ -163,15 +165,22 @@ def test_asyncpg(proc: Any) -> None:
     table = "matrix_asyncpg"
 
     async def work() -> None:
-        conn = await asyncpg.connect(host=proc.host, port=proc.port, user="app",
-                                     password="app_pass", database="app", ssl=False)
+        conn = await asyncpg.connect(
+            host=proc.host,
+            port=proc.port,
+            user="app",
+            password="app_pass",
+            database="app",
+            ssl=False,
+        )
         try:  # its default statement cache: every query a named prepared statement
             await conn.execute(f"DROP TABLE IF EXISTS {table}")
             await conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, name text)")
             for key, name in NAMES.items():
                 await conn.execute(f"INSERT INTO {table} VALUES ($1, $2)", key, name)
-            _check_rows([await conn.fetchval(SELECT.format(t=table, p="$1"), i % 3 + 1)
-                         for i in range(10)])
+            _check_rows(
+                [await conn.fetchval(SELECT.format(t=table, p="$1"), i % 3 + 1) for i in range(10)]
+            )
             with pytest.raises(RuntimeError):
                 async with conn.transaction():
                     await conn.execute(f"INSERT INTO {table} VALUES (99, 'x')")
@@ -187,15 +196,17 @@ def test_pg8000(proc: Any) -> None:
     import pg8000.native
 
     table = "matrix_pg8000"
-    conn = pg8000.native.Connection("app", host=proc.host, port=proc.port, database="app",
-                                    password="app_pass")
+    conn = pg8000.native.Connection(
+        "app", host=proc.host, port=proc.port, database="app", password="app_pass"
+    )
     try:
         conn.run(f"DROP TABLE IF EXISTS {table}")
         conn.run(f"CREATE TABLE {table} (id int PRIMARY KEY, name text)")
         for key, name in NAMES.items():
             conn.run(f"INSERT INTO {table} VALUES (:id, :name)", id=key, name=name)
-        _check_rows([conn.run(SELECT.format(t=table, p=":id"), id=i % 3 + 1)[0][0]
-                     for i in range(10)])
+        _check_rows(
+            [conn.run(SELECT.format(t=table, p=":id"), id=i % 3 + 1)[0][0] for i in range(10)]
+        )
         conn.run("BEGIN")
         conn.run(f"INSERT INTO {table} VALUES (99, 'x')")
         conn.run("ROLLBACK")
@@ -213,11 +224,19 @@ def test_sqlalchemy_sync_psycopg(proc: Any) -> None:
         with engine.begin() as conn:
             conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
             conn.execute(text(f"CREATE TABLE {table} (id int PRIMARY KEY, name text)"))
-            conn.execute(text(f"INSERT INTO {table} VALUES (:id, :name)"),
-                         [{"id": k, "name": v} for k, v in NAMES.items()])
+            conn.execute(
+                text(f"INSERT INTO {table} VALUES (:id, :name)"),
+                [{"id": k, "name": v} for k, v in NAMES.items()],
+            )
         with engine.connect() as conn:
-            _check_rows([conn.execute(text(SELECT.format(t=table, p=":id")),
-                                      {"id": i % 3 + 1}).scalar_one() for i in range(10)])
+            _check_rows(
+                [
+                    conn.execute(
+                        text(SELECT.format(t=table, p=":id")), {"id": i % 3 + 1}
+                    ).scalar_one()
+                    for i in range(10)
+                ]
+            )
             conn.rollback()
             conn.execute(text(f"INSERT INTO {table} VALUES (99, 'x')"))
             conn.rollback()
@@ -234,18 +253,22 @@ def test_sqlalchemy_async_asyncpg(proc: Any) -> None:
 
     async def work() -> None:
         engine = create_async_engine(
-            f"postgresql+asyncpg://app:app_pass@{proc.host}:{proc.port}/app")
+            f"postgresql+asyncpg://app:app_pass@{proc.host}:{proc.port}/app"
+        )
         try:
             async with engine.begin() as conn:
                 await conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
                 await conn.execute(text(f"CREATE TABLE {table} (id int PRIMARY KEY, name text)"))
-                await conn.execute(text(f"INSERT INTO {table} VALUES (:id, :name)"),
-                                   [{"id": k, "name": v} for k, v in NAMES.items()])
+                await conn.execute(
+                    text(f"INSERT INTO {table} VALUES (:id, :name)"),
+                    [{"id": k, "name": v} for k, v in NAMES.items()],
+                )
             async with engine.connect() as conn:
                 rows = []
                 for i in range(10):
-                    result = await conn.execute(text(SELECT.format(t=table, p=":id")),
-                                                {"id": i % 3 + 1})
+                    result = await conn.execute(
+                        text(SELECT.format(t=table, p=":id")), {"id": i % 3 + 1}
+                    )
                     rows.append(result.scalar_one())
                 await conn.rollback()
                 _check_rows(rows)
@@ -266,13 +289,16 @@ def test_django_orm(proc: Any, tmp_path: Path) -> None:
     (app / "migrations").mkdir(parents=True)
     (app / "__init__.py").write_text("")
     (app / "migrations" / "__init__.py").write_text("")
-    (app / "models.py").write_text(textwrap.dedent("""
+    (app / "models.py").write_text(
+        textwrap.dedent("""
         from django.db import models
 
         class Item(models.Model):
             name = models.TextField()
-    """))
-    (tmp_path / "matrix_settings.py").write_text(textwrap.dedent(f"""
+    """)
+    )
+    (tmp_path / "matrix_settings.py").write_text(
+        textwrap.dedent(f"""
         SECRET_KEY = "matrix"
         INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "matrixapp"]
         DATABASES = {{"default": {{
@@ -281,8 +307,10 @@ def test_django_orm(proc: Any, tmp_path: Path) -> None:
         }}}}
         USE_TZ = True
         DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
-    """))
-    (tmp_path / "crud.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (tmp_path / "crud.py").write_text(
+        textwrap.dedent("""
         import django
         django.setup()
         from django.db import transaction
@@ -303,13 +331,22 @@ def test_django_orm(proc: Any, tmp_path: Path) -> None:
         Item.objects.filter(name="two").update(name="deux")
         assert sorted(Item.objects.values_list("name", flat=True)) == ["deux", "one", "three"]
         print("ok")
-    """))
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "matrix_settings",
-           "PYTHONPATH": str(tmp_path)}
-    for args in (["-m", "django", "makemigrations", "matrixapp"],
-                 ["-m", "django", "migrate", "--noinput"], ["crud.py"]):
-        result = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=120)
+    """)
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "matrix_settings", "PYTHONPATH": str(tmp_path)}
+    for args in (
+        ["-m", "django", "makemigrations", "matrixapp"],
+        ["-m", "django", "migrate", "--noinput"],
+        ["crud.py"],
+    ):
+        result = subprocess.run(
+            [sys.executable, *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("ok")
 
@@ -322,16 +359,26 @@ def _node_pg() -> Path:
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("node and npm are needed (.ci/run installs them)")
     if not (MATRIX_DIR / "node_modules" / "pg").is_dir():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"],
-                       cwd=MATRIX_DIR, check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--silent"],
+            cwd=MATRIX_DIR,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     return MATRIX_DIR
 
 
 def test_node_postgres(proc: Any) -> None:
     directory = _node_pg()
     url = f"postgres://app:app_pass@{proc.host}:{proc.port}/app"
-    result = subprocess.run(["node", "workload.js", url, "matrix_node"], cwd=directory,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["node", "workload.js", url, "matrix_node"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
@@ -343,6 +390,18 @@ def test_pgjdbc(proc: Any) -> None:
         pytest.skip("a JDK and Debian's libpostgresql-jdbc-java are needed (.ci/run installs them)")
     url = f"jdbc:postgresql://{proc.host}:{proc.port}/app"
     result = subprocess.run(
-        ["java", "-cp", str(JDBC_JAR), str(MATRIX_DIR / "Workload.java"), url, "app",
-         "app_pass", "matrix_jdbc"], capture_output=True, text=True, timeout=180)
+        [
+            "java",
+            "-cp",
+            str(JDBC_JAR),
+            str(MATRIX_DIR / "Workload.java"),
+            url,
+            "app",
+            "app_pass",
+            "matrix_jdbc",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -33,12 +33,14 @@ def socket_dir() -> Iterator[str]:
 
 
 def test_the_example_serves_clients_and_the_admin_console(
-        pg_cluster: TempCluster, tmp_path: Path, socket_dir: str) -> None:
+    pg_cluster: TempCluster, tmp_path: Path, socket_dir: str
+) -> None:
     port = free_port()
     ini = (EXAMPLES / "pgbouncer.ini").read_text(encoding="utf-8")
     # only where the server, the port and the socket are, as a user adapting it would
-    ini = _replace_once(ini, r"^app = host=\S+ port=\d+",
-                        f"app = host={pg_cluster.host} port={pg_cluster.port}")
+    ini = _replace_once(
+        ini, r"^app = host=\S+ port=\d+", f"app = host={pg_cluster.host} port={pg_cluster.port}"
+    )
     ini = _replace_once(ini, r"^listen_port = \d+$", f"listen_port = {port}")
     ini = _replace_once(ini, r"^unix_socket_dir = \S+$", f"unix_socket_dir = {socket_dir}")
     users = (EXAMPLES / "userlist.txt").read_text(encoding="utf-8")
@@ -47,11 +49,17 @@ def test_the_example_serves_clients_and_the_admin_console(
     (tmp_path / "userlist.txt").write_text(users, encoding="utf-8")
 
     # started in its directory: the example's auth_file is relative
-    proc = PgtarnProcess.launch(str(tmp_path / "pgbouncer.ini"), host="127.0.0.1", port=port,
-                                workdir=str(tmp_path), socket_dir=socket_dir)
+    proc = PgtarnProcess.launch(
+        str(tmp_path / "pgbouncer.ini"),
+        host="127.0.0.1",
+        port=port,
+        workdir=str(tmp_path),
+        socket_dir=socket_dir,
+    )
     try:
-        dsn = (f"host=127.0.0.1 port={port} user=app password={ROLE_PASSWORDS['app']} "
-               "sslmode=disable")
+        dsn = (
+            f"host=127.0.0.1 port={port} user=app password={ROLE_PASSWORDS['app']} sslmode=disable"
+        )
         with psycopg.connect(f"{dsn} dbname=app") as conn:
             for _ in range(2):  # two transactions: the server goes back in between
                 assert conn.execute("SELECT id, name FROM items ORDER BY id").fetchall() == ITEMS
@@ -61,7 +69,8 @@ def test_the_example_serves_clients_and_the_admin_console(
             names = [column.name for column in cursor.description or ()]
             pools = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         assert ("app", "app", "transaction") in {
-            (p["database"], p["user"], p["pool_mode"]) for p in pools}
+            (p["database"], p["user"], p["pool_mode"]) for p in pools
+        }
     finally:
         proc.stop()
     assert "Traceback" not in proc.log_text()

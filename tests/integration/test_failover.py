@@ -33,17 +33,33 @@ PORT = "select current_setting('port')::int"
 @pytest.fixture
 def pair() -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
     with primary_and_standby() as (primary, standby):
-        subprocess.run(["pgbench", "-i", "-s", "1", "-q",
-                        primary.dsn("app", "app_pass", dbname="app")],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            ["pgbench", "-i", "-s", "1", "-q", primary.dsn("app", "app_pass", dbname="app")],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         yield primary, standby
 
 
 def _pgbench(proc: Any, mode: str, seconds: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        ["pgbench", "-n", "-c", str(CLIENTS), "-j", "2", "-T", str(seconds), mode,
-         proc.dsn("app", "app_pass")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            "pgbench",
+            "-n",
+            "-c",
+            str(CLIENTS),
+            "-j",
+            "2",
+            "-T",
+            str(seconds),
+            mode,
+            proc.dsn("app", "app_pass"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _result(run: subprocess.Popen[str]) -> tuple[int, int, str]:
@@ -62,15 +78,22 @@ def _hosts(proc: Any) -> dict[int, str]:
         return {int(row[names.index("port")]): row[names.index("role")] for row in cur}
 
 
-def _split(pgtarn_factory: Any, pair: tuple[PrimaryCluster, StandbyCluster],
-           primary_reads: str = "off", **settings: object) -> Any:
+def _split(
+    pgtarn_factory: Any,
+    pair: tuple[PrimaryCluster, StandbyCluster],
+    primary_reads: str = "off",
+    **settings: object,
+) -> Any:
     """pgtarn on the pair with read_write_split = auto, once the checks know both roles."""
     primary, standby = pair
-    entry = (f"host={primary.host},{standby.host} port={primary.port},{standby.port} "
-             f"dbname=app read_write_split=auto primary_reads={primary_reads} "
-             "health_check_period=0.2")
-    proc = pgtarn_factory(databases={"app": entry},
-                          settings={"default_pool_size": POOL_SIZE, **settings})
+    entry = (
+        f"host={primary.host},{standby.host} port={primary.port},{standby.port} "
+        f"dbname=app read_write_split=auto primary_reads={primary_reads} "
+        "health_check_period=0.2"
+    )
+    proc = pgtarn_factory(
+        databases={"app": entry}, settings={"default_pool_size": POOL_SIZE, **settings}
+    )
     with connect(proc) as conn:  # the first client makes the pools and starts the checks
         conn.execute("select 1")
     roles = {primary.port: "primary", standby.port: "replica"}
@@ -89,8 +112,10 @@ def test_failover_under_pgbench(pgtarn_factory, pair) -> None:  # type: ignore[n
     standby.promote()
     written, writers_aborted, write_log = _result(writes)
     read, readers_aborted, read_log = _result(reads)
-    print(f"failover: -N {written} transactions, {writers_aborted} of {CLIENTS} clients "
-          f"aborted; -S {read} transactions, {readers_aborted} aborted")
+    print(
+        f"failover: -N {written} transactions, {writers_aborted} of {CLIENTS} clients "
+        f"aborted; -S {read} transactions, {readers_aborted} aborted"
+    )
     # only transactions in flight on the dead primary failed: at most one per server of
     # the primary's pool; the other writers waited for the promoted standby and went on
     assert writers_aborted <= POOL_SIZE, write_log

@@ -88,8 +88,10 @@ def test_blackhole_hangs_connects_until_lifted(fault_proxy: FaultProxy) -> None:
 
 
 def test_blackhole_stalls_open_connection_and_resumes(fault_proxy: FaultProxy) -> None:
-    with connect(fault_proxy, autocommit=True, **QUICK) as conn, \
-            ThreadPoolExecutor(max_workers=1) as pool:
+    with (
+        connect(fault_proxy, autocommit=True, **QUICK) as conn,
+        ThreadPoolExecutor(max_workers=1) as pool,
+    ):
         fault_proxy.blackhole()
         future = pool.submit(lambda: conn.execute("select 5").fetchone())
         time.sleep(0.5)
@@ -120,8 +122,10 @@ def test_backpressure_bounds_buffering() -> None:
 
         server = threading.Thread(target=serve, daemon=True)
         server.start()
-        with FaultProxy("127.0.0.1", listener.getsockname()[1]) as proxy, \
-                socket.create_connection((proxy.host, proxy.port), timeout=5) as client:
+        with (
+            FaultProxy("127.0.0.1", listener.getsockname()[1]) as proxy,
+            socket.create_connection((proxy.host, proxy.port), timeout=5) as client,
+        ):
             time.sleep(0.5)
             assert not done.is_set()
             assert sent < total // 2  # kernel buffers plus the proxy's bounded buffer

@@ -31,7 +31,10 @@ def test_postgres_restart_during_pgbench(pgtarn_factory, pg_cluster, pgbench_tab
     proc = pgtarn_factory(settings={"default_pool_size": pool_size, "max_client_conn": 100})
     bench = subprocess.Popen(
         ["pgbench", "-n", "-N", "-c", "20", "-j", "2", "-T", "6", proc.dsn("app", "app_pass")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(2)
         pg_cluster.stop()  # fast shutdown: every backend gets FATAL 57P01
@@ -51,16 +54,22 @@ def test_postgres_restart_during_pgbench(pgtarn_factory, pg_cluster, pgbench_tab
     done = re.search(r"number of transactions actually processed: (\d+)", out)
     assert done and int(done.group(1)) > 0, out
     with psycopg.connect(pg_cluster.dsn("app", "app_pass", dbname="app")) as direct:
-        after = direct.execute("select count(*) from pgbench_history where mtime > %s",
-                               restarted).fetchone()
+        after = direct.execute(
+            "select count(*) from pgbench_history where mtime > %s", restarted
+        ).fetchone()
     assert after is not None and after[0] > 0  # the other clients went on after the restart
 
 
 def test_silent_partition_then_restore(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(
         databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
-        settings={"default_pool_size": 2, "query_timeout": 3, "cancel_wait_timeout": 0.3,
-                  "server_connect_timeout": 30})
+        settings={
+            "default_pool_size": 2,
+            "query_timeout": 3,
+            "cancel_wait_timeout": 0.3,
+            "server_connect_timeout": 30,
+        },
+    )
     with connect(proc, autocommit=True) as stuck, connect(proc, autocommit=True) as later:
         assert stuck.execute("select 1").fetchone() == (1,)
         fault_proxy.blackhole()  # packets vanish; nothing is closed or refused
@@ -70,7 +79,8 @@ def test_silent_partition_then_restore(pgtarn_factory, fault_proxy):  # type: ig
             assert info.value.sqlstate == "08P01" and "query timeout" in str(info.value)
             answer: list[Any] = []
             waiter = threading.Thread(
-                target=lambda: answer.append(later.execute("select 3").fetchone()))
+                target=lambda: answer.append(later.execute("select 3").fetchone())
+            )
             waiter.start()  # needs a server, which cannot log in yet
             time.sleep(1.0)
             assert answer == []
@@ -84,7 +94,8 @@ def test_silent_partition_then_restore(pgtarn_factory, fault_proxy):  # type: ig
 
 @pytest.mark.skipif(LIBFAKETIME is None, reason="libfaketime not installed")
 def test_wall_clock_steps_neither_crash_nor_move_timeouts(  # type: ignore[no-untyped-def]
-        pgtarn_factory, monkeypatch, tmp_path):
+    pgtarn_factory, monkeypatch, tmp_path
+):
     clock = tmp_path / "faketime"
     clock.write_text("+0\n")
     # Only the wall clock is stepped, as NTP or an operator would; CLOCK_MONOTONIC runs on.

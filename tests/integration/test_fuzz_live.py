@@ -26,13 +26,15 @@ from .test_timeouts import raw_login
 
 pytestmark = pytest.mark.integration
 
-LIVE = settings(max_examples=100, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+LIVE = settings(
+    max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 BACKEND_TYPES = frozenset(b"RSKZEN123CDTInstAvcdGHWV")
 STARTUP = build.startup_message({"user": "app", "database": "app"})
 SASL_INITIAL = build.message(
-    b"p", b"SCRAM-SHA-256\x00" + struct.pack("!I", 32) + b"n,,n=,r=abcdefghijklmnopqrstuvw")
+    b"p", b"SCRAM-SHA-256\x00" + struct.pack("!I", 32) + b"n,,n=,r=abcdefghijklmnopqrstuvw"
+)
 FRONTEND = [
     build.query("select 1"),
     build.query("select 'a'; select 2"),
@@ -133,5 +135,6 @@ def test_random_and_mutated_input_at_a_running_pgtarn(pgtarn_factory):  # type: 
             row = pool_row(console)
             clients = len(show(console, "CLIENTS")) - 1  # the console itself
         return clients == 0 and row["cl_active"] == 0 and row["sv_active"] == 0
+
     wait_until(settled, what="no client left and no server stuck")
     still_serves(proc)

@@ -54,9 +54,16 @@ def hba_proc(pgtarn_factory, pki, tmp_path):  # type: ignore[no-untyped-def]
     (files / "pg_hba.conf").write_text(HBA)
     (files / "users.txt").write_text("# who may use postgres over plain TCP\napp\n")
     (files / "pg_ident.conf").write_text(IDENT)
-    return pgtarn_factory(settings=tls_settings(
-        pki, "prefer", client_tls_ca_file=pki.ca, auth_type="hba",
-        auth_hba_file=files / "pg_hba.conf", auth_ident_file=files / "pg_ident.conf"))
+    return pgtarn_factory(
+        settings=tls_settings(
+            pki,
+            "prefer",
+            client_tls_ca_file=pki.ca,
+            auth_type="hba",
+            auth_hba_file=files / "pg_hba.conf",
+            auth_ident_file=files / "pg_ident.conf",
+        )
+    )
 
 
 def certificate(pki: Pki, name: str) -> dict[str, str]:
@@ -64,8 +71,7 @@ def certificate(pki: Pki, name: str) -> dict[str, str]:
     return {"sslcert": issued.cert, "sslkey": issued.key}
 
 
-def logs_in(proc: Any, user: str, password: str | None, dbname: str = "app",
-            **kw: Any) -> bool:
+def logs_in(proc: Any, user: str, password: str | None, dbname: str = "app", **kw: Any) -> bool:
     with connect(proc, user, password, dbname=dbname, **kw) as conn:
         row = conn.execute("select current_user").fetchone()
     return row == (user,)
@@ -77,31 +83,48 @@ def refusal(proc: Any, user: str, password: str | None, dbname: str = "app", **k
     return str(info.value)
 
 
-PASSWORDS = {"scram_user": "scram_pass", "md5_user": "md5_pass",
-             "password_user": "password_pass", "app": "app_pass"}
+PASSWORDS = {
+    "scram_user": "scram_pass",
+    "md5_user": "md5_pass",
+    "password_user": "password_pass",
+    "app": "app_pass",
+}
 
 
-@pytest.mark.parametrize(("user", "dbname", "kw", "expected"), [
-    # trust: no password asked
-    ("trust_user", "app", {"sslmode": "disable"}, "in"),
-    # hostssl / hostnossl decide by TLS
-    ("scram_user", "app", {"sslmode": "require"}, "in"),
-    ("scram_user", "app", {"sslmode": "disable"}, "pg_hba.conf rejects connection for host "
-                                                 '"127.0.0.1", user "scram_user", database '
-                                                 '"app", no encryption'),
-    # md5 and password methods
-    ("md5_user", "app", {"sslmode": "disable"}, "in"),
-    ("password_user", "app", {"sslmode": "disable"}, "in"),
-    # @file lists the users
-    ("app", "postgres", {"sslmode": "disable"}, "in"),
-    ("scram_user", "postgres", {"sslmode": "disable"}, "no pg_hba.conf entry for host "
-                                                      '"127.0.0.1", user "scram_user", '
-                                                      'database "postgres", no encryption'),
-    # sameuser
-    ("app", "app", {"sslmode": "disable"}, "in"),
-    ("md5_user", "postgres", {"sslmode": "disable"}, "in"),  # earlier rule: all databases
-    ("trust_user", "postgres", {"sslmode": "require"}, "requires a valid client certificate"),
-])
+@pytest.mark.parametrize(
+    ("user", "dbname", "kw", "expected"),
+    [
+        # trust: no password asked
+        ("trust_user", "app", {"sslmode": "disable"}, "in"),
+        # hostssl / hostnossl decide by TLS
+        ("scram_user", "app", {"sslmode": "require"}, "in"),
+        (
+            "scram_user",
+            "app",
+            {"sslmode": "disable"},
+            "pg_hba.conf rejects connection for host "
+            '"127.0.0.1", user "scram_user", database '
+            '"app", no encryption',
+        ),
+        # md5 and password methods
+        ("md5_user", "app", {"sslmode": "disable"}, "in"),
+        ("password_user", "app", {"sslmode": "disable"}, "in"),
+        # @file lists the users
+        ("app", "postgres", {"sslmode": "disable"}, "in"),
+        (
+            "scram_user",
+            "postgres",
+            {"sslmode": "disable"},
+            "no pg_hba.conf entry for host "
+            '"127.0.0.1", user "scram_user", '
+            'database "postgres", no encryption',
+        ),
+        # sameuser
+        ("app", "app", {"sslmode": "disable"}, "in"),
+        ("md5_user", "postgres", {"sslmode": "disable"}, "in"),  # earlier rule: all databases
+        ("trust_user", "postgres", {"sslmode": "require"}, "requires a valid client certificate"),
+    ],
+)
 def test_hba_rules_over_tcp(hba_proc, user, dbname, kw, expected):  # type: ignore[no-untyped-def]
     password = None if user == "trust_user" else PASSWORDS[user]
     if expected == "in":
@@ -119,19 +142,22 @@ def test_hba_refusal_is_28000_before_any_password(hba_proc):  # type: ignore[no-
 
 def test_cert_rule_with_an_ident_map(hba_proc, pki):  # type: ignore[no-untyped-def]
     # hostssl postgres ... cert map=certs: CN cert_user may be scram_user, CN app is app
-    assert logs_in(hba_proc, "scram_user", None, "postgres", sslmode="require",
-                   **certificate(pki, "cert_user"))
-    assert logs_in(hba_proc, "app", None, "postgres", sslmode="require",
-                   **certificate(pki, "app"))
+    assert logs_in(
+        hba_proc, "scram_user", None, "postgres", sslmode="require", **certificate(pki, "cert_user")
+    )
+    assert logs_in(hba_proc, "app", None, "postgres", sslmode="require", **certificate(pki, "app"))
     assert "certificate authentication failed" in refusal(
-        hba_proc, "scram_user", None, "postgres", sslmode="require", **certificate(pki, "app"))
+        hba_proc, "scram_user", None, "postgres", sslmode="require", **certificate(pki, "app")
+    )
 
 
 def test_peer_rule_over_the_unix_socket(hba_proc):  # type: ignore[no-untyped-def]
     # local all app peer map=local: this OS user may be app, without a password
     def local(user: str) -> psycopg.Connection[Any]:
-        return psycopg.connect(host=hba_proc.socket_dir, port=hba_proc.port, user=user,
-                               dbname="app")
+        return psycopg.connect(
+            host=hba_proc.socket_dir, port=hba_proc.port, user=user, dbname="app"
+        )
+
     with local("app") as conn:
         assert conn.execute("select current_user").fetchone() == ("app",)
     with pytest.raises(psycopg.OperationalError) as info:
@@ -171,8 +197,13 @@ def test_reload_reads_certificates_again_and_keeps_tls_clients(pgtarn_factory, p
     cert, key = tmp_path / "pgtarn.crt", tmp_path / "pgtarn.key"
     cert.write_bytes(Path(pki.server.cert).read_bytes())
     key.write_bytes(Path(pki.server.key).read_bytes())
-    proc = pgtarn_factory(settings={"client_tls_sslmode": "require",
-                                    "client_tls_cert_file": cert, "client_tls_key_file": key})
+    proc = pgtarn_factory(
+        settings={
+            "client_tls_sslmode": "require",
+            "client_tls_cert_file": cert,
+            "client_tls_key_file": key,
+        }
+    )
     before = served_certificate(proc, pki)
     with connect(proc, sslmode="verify-full", sslrootcert=pki.ca) as kept:
         # a renewed certificate (another one of the same CA) replaces the file
@@ -182,7 +213,8 @@ def test_reload_reads_certificates_again_and_keeps_tls_clients(pgtarn_factory, p
             console.execute("RELOAD")
         after = served_certificate(proc, pki)
         assert after != before and after == ssl.PEM_cert_to_DER_cert(
-            Path(pki.wrong_host.cert).read_text())
+            Path(pki.wrong_host.cert).read_text()
+        )
         assert kept.execute("select 1").fetchone() == (1,)  # the TLS session goes on
 
 
@@ -192,9 +224,16 @@ def test_cert_on_a_host_line_refuses_a_connection_without_tls(pgtarn_factory, pk
     files = tmp_path / "hba"
     files.mkdir()
     (files / "pg_hba.conf").write_text("host all all 127.0.0.1/32 cert\n")
-    proc = pgtarn_factory(settings=tls_settings(
-        pki, "prefer", client_tls_ca_file=pki.ca, auth_type="hba",
-        auth_hba_file=files / "pg_hba.conf"))
+    proc = pgtarn_factory(
+        settings=tls_settings(
+            pki,
+            "prefer",
+            client_tls_ca_file=pki.ca,
+            auth_type="hba",
+            auth_hba_file=files / "pg_hba.conf",
+        )
+    )
     assert logs_in(proc, "app", None, "app", sslmode="require", **certificate(pki, "app"))
     assert "requires a valid client certificate" in refusal(
-        proc, "app", None, "app", sslmode="disable")
+        proc, "app", None, "app", sslmode="disable"
+    )

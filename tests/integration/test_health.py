@@ -52,12 +52,16 @@ class Checking:
     """A HealthChecker of the pair (primary first), run by an event loop in a thread; the
     test reads the HostSet inside that loop."""
 
-    def __init__(self, primary: PrimaryCluster, standby: StandbyCluster,
-                 period: float = PERIOD) -> None:
+    def __init__(
+        self, primary: PrimaryCluster, standby: StandbyCluster, period: float = PERIOD
+    ) -> None:
         clusters = (primary, standby)
-        self.config = parse_config(INI.format(
-            hosts=",".join(c.host for c in clusters),
-            ports=",".join(str(c.port) for c in clusters)))
+        self.config = parse_config(
+            INI.format(
+                hosts=",".join(c.host for c in clusters),
+                ports=",".join(str(c.port) for c in clusters),
+            )
+        )
         self.hosts = HostSet("app", [(c.host, c.port) for c in clusters], period=period)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -88,10 +92,14 @@ class Checking:
 
     def describe(self) -> str:
         def text(hosts: HostSet) -> str:
-            return "; ".join(
-                f"{h.key} {h.role} up={h.up} lsn={h.lsn} lag={h.lag_bytes}B/{h.lag_seconds}s "
-                f"banned_until={h.banned_until} reason={h.reason!r}" for h in hosts.hosts
-            ) + f"; primary={hosts.primary} split_brain={hosts.split_brain}"
+            return (
+                "; ".join(
+                    f"{h.key} {h.role} up={h.up} lsn={h.lsn} lag={h.lag_bytes}B/{h.lag_seconds}s "
+                    f"banned_until={h.banned_until} reason={h.reason!r}"
+                    for h in hosts.hosts
+                )
+                + f"; primary={hosts.primary} split_brain={hosts.split_brain}"
+            )
 
         return self.call(lambda: text(self.hosts))
 
@@ -114,17 +122,25 @@ def checking(pair: tuple[PrimaryCluster, StandbyCluster]) -> Iterator[Checking]:
 
 def _settled(hosts: HostSet) -> bool:
     primary, standby = hosts.hosts
-    return (primary.up and primary.role == PRIMARY and standby.up and standby.role == REPLICA
-            and hosts.primary is primary)
+    return (
+        primary.up
+        and primary.role == PRIMARY
+        and standby.up
+        and standby.role == REPLICA
+        and hosts.primary is primary
+    )
 
 
 def _health_backends(primary: PrimaryCluster) -> str:
-    return primary.psql("SELECT count(*), min(backend_start) FROM pg_stat_activity "
-                        f"WHERE application_name = '{APPLICATION_NAME}';")
+    return primary.psql(
+        "SELECT count(*), min(backend_start) FROM pg_stat_activity "
+        f"WHERE application_name = '{APPLICATION_NAME}';"
+    )
 
 
-def test_the_primary_and_the_replica_are_told_apart_with_their_lsns(checking: Checking,
-                                                                      pair: Any) -> None:
+def test_the_primary_and_the_replica_are_told_apart_with_their_lsns(
+    checking: Checking, pair: Any
+) -> None:
     checking.until(_settled)
     primary, standby = checking.hosts.hosts
     assert primary.lsn > 0 and standby.lsn > 0 and not checking.hosts.split_brain
@@ -136,23 +152,27 @@ def test_the_primary_and_the_replica_are_told_apart_with_their_lsns(checking: Ch
     assert _health_backends(pair[0]) == first
 
 
-def test_a_paused_replay_shows_as_lag_and_goes_away_when_resumed(checking: Checking,
-                                                                  pair: Any) -> None:
+def test_a_paused_replay_shows_as_lag_and_goes_away_when_resumed(
+    checking: Checking, pair: Any
+) -> None:
     primary, standby = pair
     checking.until(_settled)
-    checking.until(lambda hosts: hosts.hosts[1].lag_bytes == 0
-                   and hosts.hosts[1].lag_seconds == 0)
+    checking.until(lambda hosts: hosts.hosts[1].lag_bytes == 0 and hosts.hosts[1].lag_seconds == 0)
     standby.psql("SELECT pg_wal_replay_pause();")
     try:
         primary.psql("INSERT INTO marks SELECT generate_series(1, 1000);", dbname="app")
-        first = checking.until(lambda hosts: hosts.hosts[1].lag_bytes > 0
-                               and hosts.hosts[1].lag_seconds > 0 and hosts.hosts[1].lag_seconds)
+        first = checking.until(
+            lambda hosts: (
+                hosts.hosts[1].lag_bytes > 0
+                and hosts.hosts[1].lag_seconds > 0
+                and hosts.hosts[1].lag_seconds
+            )
+        )
         checking.until(lambda hosts: hosts.hosts[1].lag_seconds > first + 3 * PERIOD)
         assert checking.hosts.hosts[1].up  # lagging is not a failure
     finally:
         standby.psql("SELECT pg_wal_replay_resume();")
-    checking.until(lambda hosts: hosts.hosts[1].lag_bytes == 0
-                   and hosts.hosts[1].lag_seconds == 0)
+    checking.until(lambda hosts: hosts.hosts[1].lag_bytes == 0 and hosts.hosts[1].lag_seconds == 0)
 
 
 def test_a_wake_checks_every_host_at_once(pair: Any) -> None:
@@ -161,21 +181,24 @@ def test_a_wake_checks_every_host_at_once(pair: Any) -> None:
         running.until(_settled)
         before = running.call(lambda: [h.checked_at for h in running.hosts.hosts])
         running.call(running.hosts.wake)
-        running.until(lambda hosts: all(h.checked_at > b for h, b in zip(hosts.hosts, before,
-                                                                          strict=True)),
-                      seconds=2.0)
+        running.until(
+            lambda hosts: all(h.checked_at > b for h, b in zip(hosts.hosts, before, strict=True)),
+            seconds=2.0,
+        )
     finally:
         running.close()
 
 
-def test_a_stopped_standby_is_banned_and_back_once_started(checking: Checking,
-                                                           pair: Any) -> None:
+def test_a_stopped_standby_is_banned_and_back_once_started(checking: Checking, pair: Any) -> None:
     _primary, standby = pair
     checking.until(_settled)
     standby.stop()
     try:
-        checking.until(lambda hosts: not hosts.hosts[1].up and hosts.hosts[1].reason
-                       and hosts.hosts[1].banned_until)
+        checking.until(
+            lambda hosts: (
+                not hosts.hosts[1].up and hosts.hosts[1].reason and hosts.hosts[1].banned_until
+            )
+        )
         assert checking.hosts.primary is checking.hosts.hosts[0]
     finally:
         standby.start()
@@ -183,8 +206,7 @@ def test_a_stopped_standby_is_banned_and_back_once_started(checking: Checking,
     assert checking.hosts.hosts[1].reason == "" and not checking.hosts.hosts[1].banned_until
 
 
-def test_a_promoted_standby_becomes_the_primary_when_the_old_one_is_gone(
-        doomed_pair: Any) -> None:
+def test_a_promoted_standby_becomes_the_primary_when_the_old_one_is_gone(doomed_pair: Any) -> None:
     primary_cluster, standby_cluster = doomed_pair
     running = Checking(*doomed_pair)
     try:
@@ -209,4 +231,3 @@ def test_two_primaries_are_split_brain(doomed_pair: Any) -> None:
         assert all(h.role == PRIMARY and h.up for h in running.hosts.hosts)
     finally:
         running.close()
-

@@ -18,17 +18,28 @@ from .test_timeouts import raw_login
 
 pytestmark = pytest.mark.integration
 
-SCRIPTS = ["error_no_sqlstate", "error_empty", "scram_bad_nonce", "scram_huge_iterations",
-           "garbage_login", "stall", "garbage_result", "cut_mid_row", "error_no_sqlstate_result",
-           "fine"]
+SCRIPTS = [
+    "error_no_sqlstate",
+    "error_empty",
+    "scram_bad_nonce",
+    "scram_huge_iterations",
+    "garbage_login",
+    "stall",
+    "garbage_result",
+    "cut_mid_row",
+    "error_no_sqlstate_result",
+    "fine",
+]
 
 
 @pytest.fixture
 def hostile(pgtarn_factory, pg_cluster, fake_pg):  # type: ignore[no-untyped-def]
     databases = {name: fake_pg.connstr(name) for name in SCRIPTS}
     databases["app"] = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
-    return pgtarn_factory(databases=databases, settings={
-        "query_timeout": 0.5, "server_connect_timeout": 2, "server_login_retry": 0.1})
+    return pgtarn_factory(
+        databases=databases,
+        settings={"query_timeout": 0.5, "server_connect_timeout": 2, "server_login_retry": 0.1},
+    )
 
 
 def failure(proc: Any, dbname: str, sql: str = "select 1") -> psycopg.Error:

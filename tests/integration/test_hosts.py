@@ -37,15 +37,22 @@ def _entry(hosts: str, ports: str, load_balance: str | None = None) -> dict[str,
 
 
 @pytest.mark.parametrize("load_balance", [None, "disable"])
-def test_hosts_that_cannot_be_reached_are_skipped(pgtarn_factory, pg_cluster: TempCluster,  # type: ignore[no-untyped-def]
-                                                  load_balance):
+def test_hosts_that_cannot_be_reached_are_skipped(
+    pgtarn_factory,
+    pg_cluster: TempCluster,  # type: ignore[no-untyped-def]
+    load_balance,
+):
     """A refusing host and an unresolvable one come first in the list: every client is
     served by the one that works, with no error, in either load_balance_hosts mode."""
     port = pg_cluster.port
     proc = pgtarn_factory(
-        databases=_entry(f"127.0.0.1,no-such-host.invalid,{pg_cluster.host}",
-                         f"{_refused_port()},{port},{port}", load_balance),
-        settings={"default_pool_size": 3, "server_lifetime": 0})
+        databases=_entry(
+            f"127.0.0.1,no-such-host.invalid,{pg_cluster.host}",
+            f"{_refused_port()},{port},{port}",
+            load_balance,
+        ),
+        settings={"default_pool_size": 3, "server_lifetime": 0},
+    )
     for _ in range(6):  # server_lifetime 0: a new server each time, each through the list
         with connect(proc, autocommit=True) as conn:
             assert conn.execute("select 1").fetchone() == (1,)
@@ -57,16 +64,26 @@ def test_hosts_skipped_are_logged_in_pgbouncers_words(pgtarn_factory, pg_cluster
     server goes on to the next host (no error for the client)."""
     port, refused = pg_cluster.port, _refused_port()
     proc = pgtarn_factory(
-        databases=_entry(f"no-such-host.invalid,127.0.0.1,{pg_cluster.host}",
-                         f"{port},{refused},{port}", "disable"),
-        settings={"default_pool_size": 1})
+        databases=_entry(
+            f"no-such-host.invalid,127.0.0.1,{pg_cluster.host}",
+            f"{port},{refused},{port}",
+            "disable",
+        ),
+        settings={"default_pool_size": 1},
+    )
     with connect(proc, autocommit=True) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
     text = proc.log_text()
-    dns = re.findall(r"S-\d+: app/app@no-such-host\.invalid:\d+ closing because: server DNS "
-                     r"lookup failed \(.*\); trying the next host", text)
-    refusals = re.findall(rf"S-\d+: app/app@127\.0\.0\.1:{refused} closing because: connect "
-                          r"failed \(.*\); trying the next host", text)
+    dns = re.findall(
+        r"S-\d+: app/app@no-such-host\.invalid:\d+ closing because: server DNS "
+        r"lookup failed \(.*\); trying the next host",
+        text,
+    )
+    refusals = re.findall(
+        rf"S-\d+: app/app@127\.0\.0\.1:{refused} closing because: connect "
+        r"failed \(.*\); trying the next host",
+        text,
+    )
     # (log_text() holds the logfile and stderr, which both carry every line)
     assert len(set(dns)) == 1 and len(set(refusals)) == 1, text
     assert re.search(rf"S-\d+: app/app@127\.0\.0\.1:{port} new connection to server", text)
@@ -79,8 +96,10 @@ def test_round_robin_spreads_servers_over_the_hosts(pgtarn_factory, pg_cluster: 
         pytest.skip("the cluster does not listen on ::1")
     port = pg_cluster.port
     for load_balance, expected in ((None, {"127.0.0.1", "::1"}), ("disable", {"127.0.0.1"})):
-        proc = pgtarn_factory(databases=_entry("127.0.0.1,::1", f"{port},{port}", load_balance),
-                              settings={"default_pool_size": 4})
+        proc = pgtarn_factory(
+            databases=_entry("127.0.0.1,::1", f"{port},{port}", load_balance),
+            settings={"default_pool_size": 4},
+        )
         clients = [connect(proc) for _ in range(4)]
         try:
             for conn in clients:  # in a transaction each: four servers at once
@@ -96,9 +115,10 @@ def test_round_robin_spreads_servers_over_the_hosts(pgtarn_factory, pg_cluster: 
 def test_a_cancel_goes_to_the_host_its_server_is_on(pgtarn_factory, pg_cluster: TempCluster):  # type: ignore[no-untyped-def]
     """With a refusing host first in the list, a cancel still reaches the query's backend."""
     port = pg_cluster.port
-    proc = pgtarn_factory(databases=_entry(f"127.0.0.1,{pg_cluster.host}",
-                                           f"{_refused_port()},{port}"),
-                          settings={"default_pool_size": 2})
+    proc = pgtarn_factory(
+        databases=_entry(f"127.0.0.1,{pg_cluster.host}", f"{_refused_port()},{port}"),
+        settings={"default_pool_size": 2},
+    )
     with connect(proc, autocommit=True) as conn:
         timer = threading.Timer(0.5, conn.cancel)
         timer.start()

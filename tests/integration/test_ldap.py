@@ -44,16 +44,17 @@ def slapd(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Slapd]
 
 def simple_bind(slapd: Slapd, **extra: str) -> str:
     """Options of simple bind mode: the DN is cn=<user> under PEOPLE."""
-    words = [f"ldapserver=127.0.0.1 ldapport={slapd.port} ldapprefix=\"cn=\" "
-             f"ldapsuffix=\",{PEOPLE}\""]
+    words = [f'ldapserver=127.0.0.1 ldapport={slapd.port} ldapprefix="cn=" ldapsuffix=",{PEOPLE}"']
     words += [f"{name}={value}" for name, value in extra.items()]
     return " ".join(words)
 
 
 def search_bind(slapd: Slapd, **extra: str) -> str:
     """Options of search+bind mode, searching as the searcher account."""
-    words = [f"ldapserver=127.0.0.1 ldapport={slapd.port} ldapbasedn=\"{BASE_DN}\" "
-             f"ldapbinddn=\"{SEARCHER_DN}\" ldapbindpasswd={SEARCHER_PASSWORD}"]
+    words = [
+        f'ldapserver=127.0.0.1 ldapport={slapd.port} ldapbasedn="{BASE_DN}" '
+        f'ldapbinddn="{SEARCHER_DN}" ldapbindpasswd={SEARCHER_PASSWORD}'
+    ]
     words += [f"{name}={value}" for name, value in extra.items()]
     return " ".join(words)
 
@@ -78,8 +79,9 @@ def ldap_refusal(proc: Any, user: str, password: str) -> None:
 
 def test_auth_type_ldap_simple_bind(pgtarn_factory, slapd):  # type: ignore[no-untyped-def]
     # no auth_file entry: the servers log in with the password the LDAP server took
-    proc = pgtarn_factory(userlist={}, settings={
-        "auth_type": "ldap", "auth_ldap_options": simple_bind(slapd)})
+    proc = pgtarn_factory(
+        userlist={}, settings={"auth_type": "ldap", "auth_ldap_options": simple_bind(slapd)}
+    )
     assert current_user(proc, "app", "app_pass") == "app"
     assert current_user(proc, "scram_user", "scram_pass") == "scram_user"
     ldap_refusal(proc, "app", "wrong")
@@ -114,8 +116,9 @@ def hba_pgtarn(pgtarn_factory: Any, tmp_path: Path) -> tuple[Any, Path]:
     """pgtarn under auth_type = hba, its file letting scram_user reach the console."""
     hba = tmp_path / "pg_hba.conf"
     hba.write_text(CONSOLE_RULE)
-    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba,
-                                    "admin_users": "scram_user"})
+    proc = pgtarn_factory(
+        settings={"auth_type": "hba", "auth_hba_file": hba, "admin_users": "scram_user"}
+    )
     return proc, hba
 
 
@@ -140,7 +143,7 @@ def test_hba_ldap_filters_urls_and_the_search_account(pgtarn_factory, slapd, tmp
         f'ldapurl="ldap://127.0.0.1:{slapd.port}/{PEOPLE}?uid?sub" '
         f'ldapbinddn="{SEARCHER_DN}" ldapbindpasswd={SEARCHER_PASSWORD}',
         # anonymous clients may not search this directory: no search account, no user found
-        f"ldapserver=127.0.0.1 ldapport={slapd.port} ldapbasedn=\"{BASE_DN}\"",
+        f'ldapserver=127.0.0.1 ldapport={slapd.port} ldapbasedn="{BASE_DN}"',
     ]
     outcomes = [app_login_under(proc, hba, options) for options in cases]
     assert outcomes == ["app", "refused", "app", "refused"]
@@ -172,9 +175,13 @@ def test_ldap_server_down_is_a_clear_refusal(pgtarn_factory):  # type: ignore[no
     with socket.socket() as unused:  # a port where nothing listens
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    proc = pgtarn_factory(userlist={}, settings={
-        "auth_type": "ldap",
-        "auth_ldap_options": f'ldapserver=127.0.0.1 ldapport={port} ldapprefix="cn="'})
+    proc = pgtarn_factory(
+        userlist={},
+        settings={
+            "auth_type": "ldap",
+            "auth_ldap_options": f'ldapserver=127.0.0.1 ldapport={port} ldapprefix="cn="',
+        },
+    )
     ldap_refusal(proc, "app", "app_pass")
     assert "could not connect to the LDAP server" in proc.log_text()
 
@@ -187,9 +194,11 @@ def test_a_silent_ldap_server_holds_no_other_login(pgtarn_factory, tmp_path):  #
     silent.listen()
     accepted: list[socket.socket] = []
     hba = tmp_path / "pg_hba.conf"
-    hba.write_text(f"host all app 127.0.0.1/32 ldap ldapserver=127.0.0.1 "
-                   f"ldapport={silent.getsockname()[1]} ldapprefix=\"cn=\"\n"
-                   "host all all 127.0.0.1/32 scram-sha-256\n")
+    hba.write_text(
+        f"host all app 127.0.0.1/32 ldap ldapserver=127.0.0.1 "
+        f'ldapport={silent.getsockname()[1]} ldapprefix="cn="\n'
+        "host all all 127.0.0.1/32 scram-sha-256\n"
+    )
     proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba})
     errors: list[BaseException] = []
 
@@ -239,12 +248,12 @@ def test_bad_ldap_options_are_refused(pgtarn_factory, slapd):  # type: ignore[no
 def test_ldap_with_auth_user_is_a_config_error(pgtarn_factory, slapd, tmp_path):  # type: ignore[no-untyped-def]
     """As PgBouncer: an LDAP login to a database with an auth_user is "bouncer config
     error", under auth_type = ldap and through an HBA ldap rule alike."""
-    proc = pgtarn_factory(settings={"auth_type": "ldap", "auth_ldap_options": simple_bind(slapd),
-                                    "auth_user": "app"})
+    proc = pgtarn_factory(
+        settings={"auth_type": "ldap", "auth_ldap_options": simple_bind(slapd), "auth_user": "app"}
+    )
     assert "bouncer config error" in str(refused(proc, "app", "app_pass"))
     assert "LDAP can't be used together with database authentication" in proc.log_text()
     hba = tmp_path / "pg_hba.conf"
     hba.write_text(f"host all all 127.0.0.1/32 ldap {simple_bind(slapd)}\n")
-    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba,
-                                    "auth_user": "app"})
+    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba, "auth_user": "app"})
     assert "bouncer config error" in str(refused(proc, "scram_user", "scram_pass"))

@@ -20,8 +20,11 @@ def _direct(pg_cluster) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_waiting_clients_are_served_first_come_first_served(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    pg_cluster.psql("DROP SEQUENCE IF EXISTS fifo_seq; CREATE SEQUENCE fifo_seq;"
-                    " GRANT ALL ON SEQUENCE fifo_seq TO PUBLIC;", dbname="app")
+    pg_cluster.psql(
+        "DROP SEQUENCE IF EXISTS fifo_seq; CREATE SEQUENCE fifo_seq;"
+        " GRANT ALL ON SEQUENCE fifo_seq TO PUBLIC;",
+        dbname="app",
+    )
     proc = pgtarn_factory(settings={"default_pool_size": 1})
 
     async def scenario() -> list[int]:
@@ -47,10 +50,15 @@ def test_waiting_clients_are_served_first_come_first_served(pgtarn_factory, pg_c
 
 def test_2000_clients_on_pool_size_10_are_all_served(pgtarn_factory, pg_cluster, capsys):  # type: ignore[no-untyped-def]
     n_clients, pool_size = 2000, 10
-    proc = pgtarn_factory(settings={
-        "default_pool_size": pool_size, "max_client_conn": n_clients + 10,
-        "auth_type": "md5", "log_connections": 0, "log_disconnections": 0,
-    })
+    proc = pgtarn_factory(
+        settings={
+            "default_pool_size": pool_size,
+            "max_client_conn": n_clients + 10,
+            "auth_type": "md5",
+            "log_connections": 0,
+            "log_disconnections": 0,
+        }
+    )
 
     async def scenario() -> tuple[list[float], set[str], int]:
         clients: list[AsyncRawClient] = []
@@ -58,8 +66,7 @@ def test_2000_clients_on_pool_size_10_are_all_served(pgtarn_factory, pg_cluster,
 
         async def open_one() -> AsyncRawClient:
             async with sem:
-                return await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass",
-                                                    "app")
+                return await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass", "app")
 
         clients = list(await asyncio.gather(*(open_one() for _ in range(n_clients))))
         start = asyncio.Event()
@@ -85,13 +92,16 @@ def test_2000_clients_on_pool_size_10_are_all_served(pgtarn_factory, pg_cluster,
     assert answered == n_clients
     assert 1 <= len(pids) <= pool_size
     with capsys.disabled():
-        print(f"\n{n_clients} clients on pool_size {pool_size}: wait median "
-              f"{statistics.median(waits) * 1000:.0f} ms, max {max(waits) * 1000:.0f} ms")
+        print(
+            f"\n{n_clients} clients on pool_size {pool_size}: wait median "
+            f"{statistics.median(waits) * 1000:.0f} ms, max {max(waits) * 1000:.0f} ms"
+        )
 
 
 def test_reserve_pool_serves_a_client_that_waited_reserve_pool_timeout(pgtarn_factory):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(settings={"default_pool_size": 1, "reserve_pool_size": 1,
-                                    "reserve_pool_timeout": 0.3})
+    proc = pgtarn_factory(
+        settings={"default_pool_size": 1, "reserve_pool_size": 1, "reserve_pool_timeout": 0.3}
+    )
     with connect(proc) as holder, connect(proc, autocommit=True) as late:
         holder_pid = holder.execute("select pg_backend_pid()").fetchone()
         # holder keeps the only regular server in its open transaction
@@ -128,18 +138,21 @@ def test_min_pool_size_opens_servers_ahead_and_refills(pgtarn_factory, pg_cluste
             assert c.execute("select 1").fetchone() == (1,)
         wait_until(lambda: len(backend_pids(watch)) == 3, what="3 servers")
         first = backend_pids(watch)
-        watch.execute("select pg_terminate_backend(pid) from unnest(%s::int[]) pid",
-                      (list(first),))
+        watch.execute("select pg_terminate_backend(pid) from unnest(%s::int[]) pid", (list(first),))
         wait_until(lambda: len(backend_pids(watch) - first) == 3, what="3 new servers")
 
 
 def test_forced_user_database_opens_min_pool_size_at_start(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     with superuser_connect(pg_cluster) as watch:
-        pgtarn_factory(databases={
-            "forced": f"{_direct(pg_cluster)} dbname=app user=scram_user min_pool_size=2",
-        })
-        wait_until(lambda: len(backend_pids(watch, ("scram_user",))) == 2,
-                   what="2 servers without any client")
+        pgtarn_factory(
+            databases={
+                "forced": f"{_direct(pg_cluster)} dbname=app user=scram_user min_pool_size=2",
+            }
+        )
+        wait_until(
+            lambda: len(backend_pids(watch, ("scram_user",))) == 2,
+            what="2 servers without any client",
+        )
 
 
 def _run_load(proc, users: list[tuple[str, str, str]], rounds: int = 4) -> list[int]:  # type: ignore[no-untyped-def]
@@ -161,7 +174,8 @@ def _run_load(proc, users: list[tuple[str, str, str]], rounds: int = 4) -> list[
 
 def test_max_db_connections_spans_users(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(
-        databases={"app": f"{_direct(pg_cluster)} dbname=app max_db_connections=2"})
+        databases={"app": f"{_direct(pg_cluster)} dbname=app max_db_connections=2"}
+    )
     users = [("app", "app_pass", "app")] * 4 + [("scram_user", "scram_pass", "app")] * 4
     with PeakBackends(pg_cluster, ("app", "scram_user"), "app") as peak:
         pids = _run_load(proc, users)
@@ -171,8 +185,9 @@ def test_max_db_connections_spans_users(pgtarn_factory, pg_cluster):  # type: ig
 
 def test_max_user_connections_spans_databases(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(users={"scram_user": "max_user_connections=2"})
-    users = [("scram_user", "scram_pass", "app")] * 4 + [("scram_user", "scram_pass",
-                                                           "postgres")] * 4
+    users = [("scram_user", "scram_pass", "app")] * 4 + [
+        ("scram_user", "scram_pass", "postgres")
+    ] * 4
     with PeakBackends(pg_cluster, ("scram_user",), None) as peak:
         pids = _run_load(proc, users)
     assert len(pids) == 32

@@ -50,8 +50,11 @@ def unique(prefix: str) -> str:
 
 def start(pgtarn_factory: Any, **settings: object) -> Any:
     """pgtarn in transaction mode with a pool of one server."""
-    base: dict[str, object] = {"pool_mode": "transaction", "default_pool_size": 1,
-                               "query_wait_timeout": QUERY_WAIT}
+    base: dict[str, object] = {
+        "pool_mode": "transaction",
+        "default_pool_size": 1,
+        "query_wait_timeout": QUERY_WAIT,
+    }
     return pgtarn_factory(settings={**base, **settings})
 
 
@@ -69,8 +72,9 @@ def notify(conn: Conn, channel: str, payload: str) -> None:
     conn.execute("select pg_notify(%s, %s)", (channel, payload))
 
 
-def collect(conn: Conn, enough: Callable[[list[psycopg.Notify]], bool],
-            timeout: float = WAIT) -> list[psycopg.Notify]:
+def collect(
+    conn: Conn, enough: Callable[[list[psycopg.Notify]], bool], timeout: float = WAIT
+) -> list[psycopg.Notify]:
     """The notifications conn receives until enough(received) or the deadline."""
     got: list[psycopg.Notify] = []
     deadline = time.monotonic() + timeout
@@ -84,24 +88,30 @@ def collect(conn: Conn, enough: Callable[[list[psycopg.Notify]], bool],
 
 def receive(conn: Conn, count: int, timeout: float = WAIT) -> list[Notification]:
     """(channel, payload) of the notifications received, until count of them or the deadline."""
-    return [(n.channel, n.payload)
-            for n in collect(conn, lambda got: len(got) >= count, timeout)]
+    return [(n.channel, n.payload) for n in collect(conn, lambda got: len(got) >= count, timeout)]
 
 
 def receive_until(conn: Conn, last: Notification, timeout: float = WAIT) -> list[Notification]:
     """Every notification received up to and including last (a sentinel sent after the others:
     one listening connection delivers in commit order, so anything that should not have come
     would be in the list before it)."""
-    got = [(n.channel, n.payload) for n in collect(
-        conn, lambda got: any((n.channel, n.payload) == last for n in got), timeout)]
+    got = [
+        (n.channel, n.payload)
+        for n in collect(
+            conn, lambda got: any((n.channel, n.payload) == last for n in got), timeout
+        )
+    ]
     assert last in got, f"{last} not received within {timeout}s; got {got}"
     return got
 
 
 def listening(console: Conn, database: str = "app", user: str = "app") -> dict[str, int]:
     """SHOW LISTENERS for this database and user: channel -> clients."""
-    return {row["channel"]: int(row["clients"]) for row in show(console, "LISTENERS")
-            if (row["database"], row["user"]) == (database, user)}
+    return {
+        row["channel"]: int(row["clients"])
+        for row in show(console, "LISTENERS")
+        if (row["database"], row["user"]) == (database, user)
+    }
 
 
 def listener_backends(cluster: TempCluster, user: str = "app") -> list[int]:
@@ -109,7 +119,9 @@ def listener_backends(cluster: TempCluster, user: str = "app") -> list[int]:
     with superuser_connect(cluster) as su:
         rows = su.execute(
             "select pid from pg_stat_activity where application_name = %s"
-            " and datname = 'app' and usename = %s", (LISTENER_APP, user)).fetchall()
+            " and datname = 'app' and usename = %s",
+            (LISTENER_APP, user),
+        ).fetchall()
     return [int(row[0]) for row in rows]
 
 
@@ -206,8 +218,9 @@ def test_psycopg_notifies_without_holding_a_server(pgtarn_factory, pg_cluster): 
         assert receive(listener, 2) == [(channel, "one"), (channel, "two")]
         assert len(listener_backends(pg_cluster)) == 1
         assert notifier.execute("select 3").fetchone() == (3,)
-        assert wait_for(lambda: metric(
-            port, "pgtarn_notifications_delivered_total") == 2, timeout=WAIT)
+        assert wait_for(
+            lambda: metric(port, "pgtarn_notifications_delivered_total") == 2, timeout=WAIT
+        )
 
 
 def test_asyncpg_add_listener(pgtarn_factory):  # type: ignore[no-untyped-def]
@@ -222,6 +235,7 @@ def test_asyncpg_add_listener(pgtarn_factory):  # type: ignore[no-untyped-def]
         listener = await aconnect(proc)
         notifier = await aconnect(proc)
         try:
+
             def on_notification(_conn: Any, pid: int, chan: str, payload: str) -> None:
                 queue.put_nowait((pid, chan, payload))
 
@@ -258,8 +272,11 @@ def test_fifty_listeners_while_the_only_server_is_busy(pgtarn_factory, pg_cluste
     busy = Busy(proc)
     busy.start()
     try:
-        with PeakBackends(pg_cluster, ("app",), "app") as peak, \
-                clients(proc, 50) as listeners, client(proc) as notifier:
+        with (
+            PeakBackends(pg_cluster, ("app",), "app") as peak,
+            clients(proc, 50) as listeners,
+            client(proc) as notifier,
+        ):
             for i, conn in enumerate(listeners):
                 listen(conn, channels[i % 10])
             for seq in range(rounds):
@@ -392,12 +409,16 @@ def test_listener_that_disconnects(pgtarn_factory, pg_cluster):  # type: ignore[
             assert wait_for(lambda: listening(console) == {shared: 2}, timeout=WAIT)
             (pid,) = listener_backends(pg_cluster)
             with superuser_connect(pg_cluster) as su:
+
                 def last_query() -> str:
-                    row = su.execute("select query from pg_stat_activity where pid = %s",
-                                     (pid,)).fetchone()
+                    row = su.execute(
+                        "select query from pg_stat_activity where pid = %s", (pid,)
+                    ).fetchone()
                     return "" if row is None else str(row[0])
-                assert wait_for(lambda: "unlisten" in last_query().lower(), timeout=WAIT), \
+
+                assert wait_for(lambda: "unlisten" in last_query().lower(), timeout=WAIT), (
                     last_query()
+                )
             with client(proc) as later:
                 listen(later, alone)
                 notify(notifier, alone, "again")
@@ -416,14 +437,17 @@ def test_listening_connection_killed(pgtarn_factory, pg_cluster):  # type: ignor
         for conn, channel in ((a, ch_a), (b, ch_b)):
             listen(conn, channel)
             conn.add_notice_handler(
-                lambda diag, ch=channel: notices[ch].append((diag.severity, diag.message_primary)))
+                lambda diag, ch=channel: notices[ch].append((diag.severity, diag.message_primary))
+            )
         (old_pid,) = listener_backends(pg_cluster)
         with superuser_connect(pg_cluster) as su:
             su.execute("select pg_terminate_backend(%s)", (old_pid,))
 
         def warned(channel: str) -> bool:
-            return any(severity == "WARNING" and "notifications may have been lost" in (text or "")
-                       for severity, text in notices[channel])
+            return any(
+                severity == "WARNING" and "notifications may have been lost" in (text or "")
+                for severity, text in notices[channel]
+            )
 
         deadline = time.monotonic() + WAIT
         for conn, channel in ((a, ch_a), (b, ch_b)):
@@ -442,8 +466,10 @@ def test_listening_connection_killed(pgtarn_factory, pg_cluster):  # type: ignor
         for conn, channel in ((a, ch_a), (b, ch_b)):
             notify(notifier, channel, "end")
             got[channel] += receive_until(conn, (channel, "end"))
-            assert all(chan == channel and (payload == "end" or payload.startswith("again-"))
-                       for chan, payload in got[channel]), got[channel]
+            assert all(
+                chan == channel and (payload == "end" or payload.startswith("again-"))
+                for chan, payload in got[channel]
+            ), got[channel]
         assert wait_for(lambda: len(listener_backends(pg_cluster)) == 1, timeout=WAIT)
         assert listener_backends(pg_cluster) != [old_pid]
         assert metric(port, "pgtarn_listener_reconnects_total") >= 1
@@ -457,8 +483,10 @@ def test_client_that_never_reads_is_closed(pgtarn_factory):  # type: ignore[no-u
     proc = start(pgtarn_factory, listen_queue_size=10, metrics_port=port)
     channel = unique("flood")
     batch, most = 20, 3000
-    flood = ("select pg_notify(%s, g::text || '|' || repeat('x', 7000))"
-             " from generate_series(%s::int, %s::int) g")
+    flood = (
+        "select pg_notify(%s, g::text || '|' || repeat('x', 7000))"
+        " from generate_series(%s::int, %s::int) g"
+    )
     stuck = RawSession(proc, rcvbuf=4096)
     try:
         assert kinds(stuck.query(f"LISTEN {channel}")) == "CZ"
@@ -469,8 +497,7 @@ def test_client_that_never_reads_is_closed(pgtarn_factory):  # type: ignore[no-u
 
             def read() -> None:
                 while not stop.is_set() and "end" not in received:
-                    received.extend(n.payload.split("|")[0]
-                                    for n in reader.notifies(timeout=0.5))
+                    received.extend(n.payload.split("|")[0] for n in reader.notifies(timeout=0.5))
 
             thread = threading.Thread(target=read, daemon=True)
             thread.start()
@@ -529,8 +556,7 @@ def test_replies_and_delivery_after_the_transaction(pgtarn_factory, pg_dsn):  # 
             direct_pid = int(row[0])
             direct.execute(f"NOTIFY {channel}, 'inside'")
             assert receive(watcher, 1) == [(channel, "inside")]  # pgtarn has it now
-            assert wait_for(lambda: metric(port, "pgtarn_notifications_queued") == 1,
-                            timeout=WAIT)
+            assert wait_for(lambda: metric(port, "pgtarn_notifications_queued") == 1, timeout=WAIT)
             replies = raw.query("SELECT 1")
             assert "A" not in kinds(replies) and replies[-1] == ("Z", b"T")
             replies = raw.query(f"LISTEN {other}")
@@ -572,8 +598,12 @@ def test_hostile_channel_names(pgtarn_factory):  # type: ignore[no-untyped-def]
         notify(notifier, hostile, "by pg_notify")
         notify(notifier, mixed.lower(), "folded")
         notify(notifier, mixed, "kept case")
-        assert receive(conn, 4) == [(hostile, "by notify"), (hostile, "by pg_notify"),
-                                    (mixed.lower(), "folded"), (mixed, "kept case")]
+        assert receive(conn, 4) == [
+            (hostile, "by notify"),
+            (hostile, "by pg_notify"),
+            (mixed.lower(), "folded"),
+            (mixed, "kept case"),
+        ]
 
 
 def test_client_notifying_its_own_channel_receives_it(pgtarn_factory):  # type: ignore[no-untyped-def]
@@ -602,8 +632,11 @@ def test_pause_holds_delivery_until_resume(pgtarn_factory, pg_dsn):  # type: ign
     """While the database is paused nothing is delivered; RESUME sends what was held."""
     proc = start(pgtarn_factory)
     channel = unique("paused")
-    with client(proc) as conn, admin(proc) as console, \
-            psycopg.connect(pg_dsn, autocommit=True) as direct:
+    with (
+        client(proc) as conn,
+        admin(proc) as console,
+        psycopg.connect(pg_dsn, autocommit=True) as direct,
+    ):
         listen(conn, channel)
         assert listening(console) == {channel: 1}
         console.execute("PAUSE app")
@@ -619,8 +652,11 @@ def test_show_listeners(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-
     proc = start(pgtarn_factory)
     ch_a, ch_b = unique("sa"), unique("sb")
     with admin(proc) as console:
-        with client(proc) as one, client(proc) as two, \
-                client(proc, user="scram_user", password="scram_pass") as three:
+        with (
+            client(proc) as one,
+            client(proc) as two,
+            client(proc, user="scram_user", password="scram_pass") as three,
+        ):
             one.execute(f"LISTEN {ch_a}; LISTEN {ch_b}")
             listen(two, ch_a)
             listen(three, ch_a)
@@ -628,8 +664,11 @@ def test_show_listeners(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-
             assert cur.description is not None
             assert [d.name for d in cur.description] == ["database", "user", "channel", "clients"]
             rows = {(r[0], r[1], r[2]): int(r[3]) for r in cur.fetchall()}
-            assert rows == {("app", "app", ch_a): 2, ("app", "app", ch_b): 1,
-                            ("app", "scram_user", ch_a): 1}
+            assert rows == {
+                ("app", "app", ch_a): 2,
+                ("app", "app", ch_b): 1,
+                ("app", "scram_user", ch_a): 1,
+            }
             assert len(listener_backends(pg_cluster)) == 1
             assert len(listener_backends(pg_cluster, "scram_user")) == 1
         assert wait_for(lambda: show(console, "LISTENERS") == [], timeout=WAIT)
@@ -674,7 +713,8 @@ def test_notify_passes_through(pgtarn_factory, pg_dsn):  # type: ignore[no-untyp
             notifier.execute(f"DO $$ BEGIN PERFORM pg_notify('{channel}', 'c'); END $$")
         got = collect(direct, lambda got: len(got) >= 3)
         assert [(n.channel, n.payload, n.pid) for n in got] == [
-            (channel, payload, row[0]) for payload in ("a", "b", "c")]
+            (channel, payload, row[0]) for payload in ("a", "b", "c")
+        ]
 
 
 def test_listen_inside_a_function_runs_on_the_pooled_server(pgtarn_factory):  # type: ignore[no-untyped-def]
@@ -704,8 +744,10 @@ def await_lost_warning(conn: Conn, notices: list[tuple[str | None, str | None]])
     """Read conn until it has the WARNING that notifications may have been lost (none is
     sent meanwhile: any notification read here fails the test)."""
     deadline = time.monotonic() + WAIT
-    while not any(severity == "WARNING" and "notifications may have been lost" in (text or "")
-                  for severity, text in notices):
+    while not any(
+        severity == "WARNING" and "notifications may have been lost" in (text or "")
+        for severity, text in notices
+    ):
         assert time.monotonic() < deadline, f"no lost-notifications warning: {notices}"
         assert list(conn.notifies(timeout=0.2)) == []
 
@@ -716,12 +758,18 @@ def listener_listening(cluster: TempCluster, channel: str, old_pid: int) -> bool
     with superuser_connect(cluster) as su:
         rows = su.execute(
             "select pid, state, query from pg_stat_activity where application_name = %s"
-            " and datname = 'app' and usename = 'app'", (LISTENER_APP,)).fetchall()
+            " and datname = 'app' and usename = 'app'",
+            (LISTENER_APP,),
+        ).fetchall()
     if len(rows) != 1:
         return False
     pid, state, query = rows[0]
-    return (pid != old_pid and state == "idle" and channel in str(query)
-            and str(query).upper().startswith("LISTEN"))
+    return (
+        pid != old_pid
+        and state == "idle"
+        and channel in str(query)
+        and str(query).upper().startswith("LISTEN")
+    )
 
 
 @pytest.mark.parametrize("move", ["reload", "reconnect"])
@@ -745,8 +793,9 @@ def test_listener_moved_by_reload_or_reconnect(pgtarn_factory, pg_cluster, move)
         else:
             console.execute("RECONNECT app")
         await_lost_warning(conn, notices)
-        assert wait_for(lambda: listener_listening(pg_cluster, channel, old_pid),
-                        timeout=WAIT), listener_backends(pg_cluster)
+        assert wait_for(lambda: listener_listening(pg_cluster, channel, old_pid), timeout=WAIT), (
+            listener_backends(pg_cluster)
+        )
         notify(notifier, channel, "after")
         assert receive_until(conn, (channel, "after")) == [(channel, "after")]
         assert listener_backends(pg_cluster) != [old_pid]
@@ -761,8 +810,11 @@ def test_suspend_holds_delivery_until_resume(pgtarn_factory, pg_dsn):  # type: i
     delivers it."""
     proc = start(pgtarn_factory)
     channel = unique("suspended")
-    with client(proc) as conn, admin(proc) as console, \
-            psycopg.connect(pg_dsn, autocommit=True) as direct:
+    with (
+        client(proc) as conn,
+        admin(proc) as console,
+        psycopg.connect(pg_dsn, autocommit=True) as direct,
+    ):
         listen(conn, channel)
         console.execute("SUSPEND")
         try:
@@ -780,8 +832,11 @@ def test_pause_with_more_notifications_than_listen_queue_size(pgtarn_factory, pg
     the client gets all 20, in order, and is still open."""
     proc = start(pgtarn_factory, listen_queue_size=5)
     channel = unique("pausedmany")
-    with client(proc) as conn, admin(proc) as console, \
-            psycopg.connect(pg_dsn, autocommit=True) as direct:
+    with (
+        client(proc) as conn,
+        admin(proc) as console,
+        psycopg.connect(pg_dsn, autocommit=True) as direct,
+    ):
         listen(conn, channel)
         console.execute("PAUSE app")
         try:
@@ -808,13 +863,13 @@ def test_max_db_connections_counts_the_listener(pgtarn_factory, pg_cluster):  # 
     counts the listener connection (1 once the pooled server that logins opened has idled
     out), two clients under load are both served by the one server left to the pool, and
     PostgreSQL never sees more than 2 backends of the database."""
-    proc = start(pgtarn_factory, max_db_connections=2, default_pool_size=2,
-                 server_idle_timeout=1)
+    proc = start(pgtarn_factory, max_db_connections=2, default_pool_size=2, server_idle_timeout=1)
     channel = unique("maxdb")
     with client(proc) as conn, client(proc) as holder, admin(proc) as console:
         listen(conn, channel)
-        assert wait_for(lambda: current_connections(console) == 1, timeout=WAIT), \
-            show(console, "SERVERS")
+        assert wait_for(lambda: current_connections(console) == 1, timeout=WAIT), show(
+            console, "SERVERS"
+        )
         assert show(console, "SERVERS") == []
         assert len(listener_backends(pg_cluster)) == 1
         errors: list[psycopg.Error] = []
@@ -880,11 +935,21 @@ def test_raw_extended_protocol_listen(pgtarn_factory):  # type: ignore[no-untype
     try:
         describe_portal = build.message(b"D", b"P\x00")
         for statement, channel in (("s1", named), ("", unnamed)):
-            raw.send(build.parse(statement, f"LISTEN {channel}") + build.bind("", statement, [])
-                     + describe_portal + build.execute() + build.SYNC)
+            raw.send(
+                build.parse(statement, f"LISTEN {channel}")
+                + build.bind("", statement, [])
+                + describe_portal
+                + build.execute()
+                + build.SYNC
+            )
             replies = raw.read_until("Z")
-            assert replies == [("1", b""), ("2", b""), ("n", b""), ("C", b"LISTEN\x00"),
-                               ("Z", b"I")]
+            assert replies == [
+                ("1", b""),
+                ("2", b""),
+                ("n", b""),
+                ("C", b"LISTEN\x00"),
+                ("Z", b"I"),
+            ]
         with client(proc) as other, admin(proc) as console:
             assert listening(console) == {named: 1, unnamed: 1}
             assert other.execute("select 2").fetchone() == (2,)
@@ -906,16 +971,19 @@ def test_extended_protocol_listen_split_across_reads(pgtarn_factory, cut):  # ty
     channel = unique("split")
     raw = RawSession(proc)
     try:
-        batch = (build.parse("s1", f"LISTEN {channel}") + build.bind("", "s1", [])
-                 + build.execute() + build.SYNC)
+        batch = (
+            build.parse("s1", f"LISTEN {channel}")
+            + build.bind("", "s1", [])
+            + build.execute()
+            + build.SYNC
+        )
         at = len(build.parse("s1", f"LISTEN {channel}"))
         if cut == "inside a message":
             at += 3  # in the Bind's length
         raw.send(batch[:at])
         time.sleep(0.3)  # the first part is read alone
         raw.send(batch[at:])
-        assert raw.read_until("Z") == [("1", b""), ("2", b""), ("C", b"LISTEN\x00"),
-                                       ("Z", b"I")]
+        assert raw.read_until("Z") == [("1", b""), ("2", b""), ("C", b"LISTEN\x00"), ("Z", b"I")]
         with client(proc) as other, admin(proc) as console:
             assert listening(console) == {channel: 1}
             assert other.execute("select 2").fetchone() == (2,)
@@ -926,21 +994,28 @@ def test_extended_protocol_listen_split_across_reads(pgtarn_factory, cut):  # ty
         raw.close()
 
 
-def test_listen_mixed_with_a_select_runs_on_the_server_and_pins(pgtarn_factory, pg_cluster,  # type: ignore[no-untyped-def]
-                                                                 pg_dsn):
+def test_listen_mixed_with_a_select_runs_on_the_server_and_pins(
+    pgtarn_factory,
+    pg_cluster,  # type: ignore[no-untyped-def]
+    pg_dsn,
+):
     """LISTEN a; SELECT 1 runs on the pooled server and pins the client (SHOW CLIENTS
     pinned: listen); its later LISTEN goes to that server too; notifications come through
     it, and no listening connection is opened."""
     proc = start(pgtarn_factory)
     first, later = unique("mixed"), unique("mixed_later")
-    with client(proc) as conn, admin(proc) as console, \
-            psycopg.connect(pg_dsn, autocommit=True) as direct:
+    with (
+        client(proc) as conn,
+        admin(proc) as console,
+        psycopg.connect(pg_dsn, autocommit=True) as direct,
+    ):
         conn.execute(f"LISTEN {first}; SELECT 1")
         listen(conn, later)
         rows = [r for r in show(console, "CLIENTS") if r["pinned"]]
         assert [r["pinned"] for r in rows] == ["listen"], rows
-        assert sorted(r[0] for r in conn.execute("select pg_listening_channels()")) == \
-            sorted([first, later])
+        assert sorted(r[0] for r in conn.execute("select pg_listening_channels()")) == sorted(
+            [first, later]
+        )
         assert listening(console) == {}
         assert listener_backends(pg_cluster) == []
         direct.execute(f"NOTIFY {first}, 'one'")
@@ -976,5 +1051,7 @@ def test_session_mode_own_notification_names_the_clients_backend_pid(pgtarn_fact
         other.execute("NOTIFY own_pid, 'theirs'")
         conn.execute("SELECT 1")  # the other's notification comes with this reply
         assert [(n.payload, n.pid) for n in seen] == [
-            ("mine", conn.info.backend_pid), ("theirs", seen[1].pid)]
+            ("mine", conn.info.backend_pid),
+            ("theirs", seen[1].pid),
+        ]
         assert seen[1].pid not in (conn.info.backend_pid, other.info.backend_pid)

@@ -45,10 +45,13 @@ def test_metrics_match_show_pools_and_stats(pgtarn_factory) -> None:  # type: ig
             pool = pool_row(a)
             samples = scrape(port)
             labels = {"database": "app", "user": "app"}
-            for column, metric in (("cl_active", "client_active"),
-                                   ("cl_waiting", "client_waiting"),
-                                   ("sv_active", "server_active"), ("sv_idle", "server_idle"),
-                                   ("sv_login", "server_login")):
+            for column, metric in (
+                ("cl_active", "client_active"),
+                ("cl_waiting", "client_waiting"),
+                ("sv_active", "server_active"),
+                ("sv_idle", "server_idle"),
+                ("sv_login", "server_login"),
+            ):
                 got = value(samples, f"pgtarn_pools_{metric}_connections", **labels)
                 assert got == pool[column], column
             assert (pool["cl_active"], pool["cl_waiting"], pool["sv_active"]) == (1, 1, 1)
@@ -58,12 +61,19 @@ def test_metrics_match_show_pools_and_stats(pgtarn_factory) -> None:  # type: ig
             assert waiter.result == [(2,)]
             totals = {r["database"]: r for r in show(a, "STATS_TOTALS")}["app"]
             samples = scrape(port)
-            assert value(samples, "pgtarn_stats_sql_transactions_pooled_total",
-                         database="app") == totals["xact_count"] == 2
-            assert value(samples, "pgtarn_stats_queries_pooled_total",
-                         database="app") == totals["query_count"]
-            assert value(samples, "pgtarn_stats_received_bytes_total",
-                         database="app") == totals["bytes_received"]
+            assert (
+                value(samples, "pgtarn_stats_sql_transactions_pooled_total", database="app")
+                == totals["xact_count"]
+                == 2
+            )
+            assert (
+                value(samples, "pgtarn_stats_queries_pooled_total", database="app")
+                == totals["query_count"]
+            )
+            assert (
+                value(samples, "pgtarn_stats_received_bytes_total", database="app")
+                == totals["bytes_received"]
+            )
             waited = value(samples, "pgtarn_stats_client_wait_seconds_total", database="app")
             assert abs(waited - float(totals["wait_time"]) / 1e6) < 1e-6
             # the histograms count the same transactions and waits

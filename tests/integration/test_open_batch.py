@@ -33,8 +33,9 @@ def test_a_batch_past_its_sync_keeps_its_server(pgtarn_factory: Any) -> None:
         other = await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass", "app")
         try:
             # Parse and Sync, then a Bind of it right behind: the portal waits for Execute
-            mine.writer.write(build.parse("", "select 'mine'") + build.SYNC
-                              + build.bind("", "", []))
+            mine.writer.write(
+                build.parse("", "select 'mine'") + build.SYNC + build.bind("", "", [])
+            )
             await _replies_until_ready(mine)
             # another client, on a pool of one server, asks now
             theirs = asyncio.ensure_future(other.query("select 'theirs'"))

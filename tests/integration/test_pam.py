@@ -79,8 +79,9 @@ def pam(pg_cluster: Any) -> Iterator[PamSetup]:
     user = f"pgtarn_pam_{tag}"
     password = f"pam pass {secrets.token_hex(6)}"
     service = f"pgtarn-test-{tag}"
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user],
-                   check=True)
+    subprocess.run(
+        ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True
+    )
     try:
         subprocess.run(["chpasswd"], input=f"{user}:{password}\n", text=True, check=True)
         setup = PamSetup(user, password, service)
@@ -117,8 +118,10 @@ def test_pam_login_and_the_servers_use_the_password(pgtarn_factory, pam):  # typ
 
 def test_wrong_password_and_unknown_user_are_refused_alike(pgtarn_factory, pam):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings=pam_settings(pam))
-    for user, password in ((pam.user, pam.password + "x"),
-                           (f"nobody_{secrets.token_hex(4)}", pam.password)):
+    for user, password in (
+        (pam.user, pam.password + "x"),
+        (f"nobody_{secrets.token_hex(4)}", pam.password),
+    ):
         fields = final_error(send_password(proc, user, password))
         assert (fields["C"], fields["M"]) == ("28000", "PAM authentication failed")
     log = proc.log_text()
@@ -164,11 +167,15 @@ def hold_service(pam: PamSetup, tmp_path: Path) -> tuple[str, Callable[[], int]]
     """A PAM service whose checks wait until tmp_path/release exists, and a count of the
     checks that have started."""
     hold = tmp_path / "hold.sh"
-    hold.write_text(f"#!/bin/sh\ntouch {tmp_path}/started.$$\n"
-                    f"while [ ! -e {tmp_path}/release ]; do sleep 0.05; done\n")
+    hold.write_text(
+        f"#!/bin/sh\ntouch {tmp_path}/started.$$\n"
+        f"while [ ! -e {tmp_path}/release ]; do sleep 0.05; done\n"
+    )
     hold.chmod(0o755)
-    service = pam.write_service(f"{pam.service}-hold-{tmp_path.name}",
-                                f"auth required pam_exec.so quiet {hold}\n" + UNIX_STACK)
+    service = pam.write_service(
+        f"{pam.service}-hold-{tmp_path.name}",
+        f"auth required pam_exec.so quiet {hold}\n" + UNIX_STACK,
+    )
     return service, lambda: len(list(tmp_path.glob("started.*")))
 
 
@@ -176,8 +183,14 @@ def test_checks_wait_in_a_bounded_queue(pgtarn_factory, pam, tmp_path):  # type:
     """One thread, a queue of one: a check that hangs in PAM holds the thread, the next
     waits, the one after is refused at once; when PAM answers, both waiting ones log in."""
     service, started = hold_service(pam, tmp_path)
-    proc = pgtarn_factory(settings={"auth_type": "pam", "auth_pam_service": service,
-                                    "auth_threads": 1, "auth_queue_size": 1})
+    proc = pgtarn_factory(
+        settings={
+            "auth_type": "pam",
+            "auth_pam_service": service,
+            "auth_threads": 1,
+            "auth_queue_size": 1,
+        }
+    )
     first = send_password(proc, pam.user, pam.password)
     try:
         wait_until(lambda: started() == 1, what="the first check to be in PAM")
@@ -185,7 +198,9 @@ def test_checks_wait_in_a_bounded_queue(pgtarn_factory, pam, tmp_path):  # type:
         try:
             fields = final_error(send_password(proc, pam.user, pam.password))  # refused
             assert (fields["C"], fields["M"]) == (
-                "53300", "too many PAM authentication requests in progress")
+                "53300",
+                "too many PAM authentication requests in progress",
+            )
             assert started() == 1  # the second is still waiting for the thread
             (tmp_path / "release").touch()
             for raw in (first, second):
@@ -195,16 +210,20 @@ def test_checks_wait_in_a_bounded_queue(pgtarn_factory, pam, tmp_path):  # type:
             second.close()
     finally:
         first.close()
-    assert ("PAM authentication refused: no room for its check (auth_threads = 1, "
-            "auth_queue_size = 1, all taken)") in proc.log_text()
+    assert (
+        "PAM authentication refused: no room for its check (auth_threads = 1, "
+        "auth_queue_size = 1, all taken)"
+    ) in proc.log_text()
 
 
 def test_hba_pam_rule(pgtarn_factory, pam, tmp_path):  # type: ignore[no-untyped-def]
     hba = tmp_path / "pg_hba.conf"
-    hba.write_text(f"host all {pam.user} 127.0.0.1/32 pam\n"
-                   "host all all 127.0.0.1/32 scram-sha-256\n")
-    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba,
-                                    "auth_pam_service": pam.service})
+    hba.write_text(
+        f"host all {pam.user} 127.0.0.1/32 pam\nhost all all 127.0.0.1/32 scram-sha-256\n"
+    )
+    proc = pgtarn_factory(
+        settings={"auth_type": "hba", "auth_hba_file": hba, "auth_pam_service": pam.service}
+    )
     with connect(proc, pam.user, pam.password) as conn:
         assert conn.execute("select current_user").fetchone() == (pam.user,)
     assert "PAM authentication failed" in str(refusal(proc, pam.user, "wrong"))
@@ -217,22 +236,34 @@ def test_pam_and_ldap_checks_share_the_auth_threads(pgtarn_factory, pam, slapd, 
     refused at once; once PAM has answered, LDAP gets the thread."""
     service, started = hold_service(pam, tmp_path)
     hba = tmp_path / "pg_hba.conf"
-    hba.write_text(f"host all {pam.user} 127.0.0.1/32 pam\n"
-                   f"host all all 127.0.0.1/32 ldap {simple_bind(slapd)}\n")
-    proc = pgtarn_factory(settings={"auth_type": "hba", "auth_hba_file": hba,
-                                    "auth_pam_service": service, "auth_threads": 1,
-                                    "auth_queue_size": 0})
+    hba.write_text(
+        f"host all {pam.user} 127.0.0.1/32 pam\n"
+        f"host all all 127.0.0.1/32 ldap {simple_bind(slapd)}\n"
+    )
+    proc = pgtarn_factory(
+        settings={
+            "auth_type": "hba",
+            "auth_hba_file": hba,
+            "auth_pam_service": service,
+            "auth_threads": 1,
+            "auth_queue_size": 0,
+        }
+    )
     first = send_password(proc, pam.user, pam.password)
     try:
         wait_until(lambda: started() == 1, what="the PAM check to be in PAM")
         fields = final_error(send_password(proc, "app", "app_pass"))  # LDAP: no room
         assert (fields["C"], fields["M"]) == (
-            "53300", "too many LDAP authentication requests in progress")
+            "53300",
+            "too many LDAP authentication requests in progress",
+        )
         (tmp_path / "release").touch()
         assert first.read_until("Z")[-1][0] == "Z"  # PAM's login went on
     finally:
         first.close()
     with connect(proc, "app", "app_pass") as conn:  # the thread is free: LDAP's turn
         assert conn.execute("select current_user").fetchone() == ("app",)
-    assert ("LDAP authentication refused: no room for its check (auth_threads = 1, "
-            "auth_queue_size = 0, all taken)") in proc.log_text()
+    assert (
+        "LDAP authentication refused: no room for its check (auth_threads = 1, "
+        "auth_queue_size = 0, all taken)"
+    ) in proc.log_text()

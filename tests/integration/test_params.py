@@ -42,9 +42,10 @@ def test_set_timezone_and_application_name_stay_with_their_client(pgtarn_factory
 
 def test_startup_parameters_are_applied_per_client(pgtarn_factory):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"default_pool_size": 1})
-    with connect(proc, autocommit=True, application_name="first",
-                 options=None) as a, connect(proc, autocommit=True,
-                                             application_name="second") as b:
+    with (
+        connect(proc, autocommit=True, application_name="first", options=None) as a,
+        connect(proc, autocommit=True, application_name="second") as b,
+    ):
         assert a.info.parameter_status("application_name") == "first"
         for _ in range(2):
             assert show(a, "application_name") == "first"
@@ -72,8 +73,10 @@ def test_other_startup_parameters_are_session_settings(pgtarn_factory, pg_cluste
     server_settings) is a session setting, carried from server to server as SET is; where the
     session is not tracked (session mode), it is refused with PgBouncer's words."""
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
-    proc = pgtarn_factory(databases={"app": base, "session_app": f"{base} pool_mode=session"},
-                          settings={"default_pool_size": 1})
+    proc = pgtarn_factory(
+        databases={"app": base, "session_app": f"{base} pool_mode=session"},
+        settings={"default_pool_size": 1},
+    )
 
     async def scenario() -> list[str]:
         a = await aconnect(proc, server_settings={"extra_float_digits": "2"})
@@ -89,8 +92,9 @@ def test_other_startup_parameters_are_session_settings(pgtarn_factory, pg_cluste
     assert asyncio.run(scenario()) == ["2", "1"] * 3
 
     async def session_mode() -> None:
-        conn = await aconnect(proc, dbname="session_app",
-                              server_settings={"extra_float_digits": "2"})
+        conn = await aconnect(
+            proc, dbname="session_app", server_settings={"extra_float_digits": "2"}
+        )
         await conn.close()
 
     with pytest.raises(Exception, match="unsupported startup parameter: extra_float_digits"):
@@ -115,14 +119,19 @@ def test_track_extra_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
         assert show(a, "intervalstyle") == "iso_8601"
 
 
-
 #: Startup values PostgreSQL reports in another form (and some it keeps as given).
 ENCODINGS = ["utf8", "unicode", "latin1", "ISO-8859-5", "win1252", "sql_ascii", "Windows-1251"]
 STARTUP_VALUES = [
-    ("DateStyle", "iso, mdy"), ("DateStyle", "german"), ("DateStyle", "sql"),
-    ("DateStyle", "ymd"), ("DateStyle", "Postgres, dmy"), ("DateStyle", "euro"),
-    ("TimeZone", "europe/paris"), ("TimeZone", "UTC"),
-    ("IntervalStyle", "ISO_8601"), ("standard_conforming_strings", "yes"),
+    ("DateStyle", "iso, mdy"),
+    ("DateStyle", "german"),
+    ("DateStyle", "sql"),
+    ("DateStyle", "ymd"),
+    ("DateStyle", "Postgres, dmy"),
+    ("DateStyle", "euro"),
+    ("TimeZone", "europe/paris"),
+    ("TimeZone", "UTC"),
+    ("IntervalStyle", "ISO_8601"),
+    ("standard_conforming_strings", "yes"),
 ]
 
 
@@ -147,10 +156,18 @@ def test_startup_values_as_postgresql_says(pgtarn_factory, pg_cluster, pg_roles,
     """The same for the other tracked parameters, sent as startup parameters (asyncpg).
     TimeZone's spelling comes from PostgreSQL's time zone files: the first client to use a
     spelling is told PostgreSQL's as its first query runs, the next ones at welcome."""
+
     async def reported(host: str, port: int) -> tuple[str, str, str]:
-        conn = await asyncpg.connect(host=host, port=port, user="app", password=pg_roles["app"],
-                                     database="app", ssl=False, statement_cache_size=0,
-                                     server_settings={name: value})
+        conn = await asyncpg.connect(
+            host=host,
+            port=port,
+            user="app",
+            password=pg_roles["app"],
+            database="app",
+            ssl=False,
+            statement_cache_size=0,
+            server_settings={name: value},
+        )
         try:
             welcome = getattr(conn.get_settings(), name)
             shown = await conn.fetchval(f"show {name}")
@@ -184,8 +201,9 @@ def test_options_with_tracked_parameters(pgtarn_factory):  # type: ignore[no-unt
             assert show(a, "application_name") == "my app"
             assert show(b, "datestyle") == "ISO, MDY" and show(b, "application_name") == ""
     # a parameter given outside options wins, as in PostgreSQL
-    with connect(proc, autocommit=True, options="-c application_name=inner",
-                 application_name="outer") as conn:
+    with connect(
+        proc, autocommit=True, options="-c application_name=inner", application_name="outer"
+    ) as conn:
         assert show(conn, "application_name") == "outer"
 
 
@@ -193,8 +211,10 @@ def test_options_with_other_settings_in_transaction_mode(pgtarn_factory):  # typ
     """Settings that are not tracked parameters are the client's session settings from the
     start: SET on every server it gets, and what RESET returns to."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})
-    with connect(proc, autocommit=True, options=r"-c work_mem=8MB -c search_path=a\,\ public"
-                 ) as a, connect(proc, autocommit=True) as b:
+    with (
+        connect(proc, autocommit=True, options=r"-c work_mem=8MB -c search_path=a\,\ public") as a,
+        connect(proc, autocommit=True) as b,
+    ):
         for _ in range(2):
             assert show(a, "work_mem") == "8MB"
             assert show(a, "search_path") == "a, public"
@@ -229,8 +249,10 @@ def test_options_with_other_settings_in_statement_mode(pgtarn_factory):  # type:
             await a.close()
             await b.close()
 
-    with connect(proc, autocommit=True, options="-c enable_seqscan=false") as a, \
-            connect(proc, autocommit=True) as b:
+    with (
+        connect(proc, autocommit=True, options="-c enable_seqscan=false") as a,
+        connect(proc, autocommit=True) as b,
+    ):
         for prepare in (False, True, None):
             for _ in range(3):
                 assert a.execute("show enable_seqscan", prepare=prepare).fetchone() == ("off",)
@@ -253,8 +275,9 @@ def test_options_refused_as_pgbouncer_refuses_them(pgtarn_factory, pg_cluster): 
         finally:
             raw.close()
     # nothing carries a setting from server to server in session mode
-    with pytest.raises(psycopg.OperationalError,
-                       match="unsupported startup parameter in options: work_mem"):
+    with pytest.raises(
+        psycopg.OperationalError, match="unsupported startup parameter in options: work_mem"
+    ):
         connect(proc, options="-c work_mem=8MB", dbname="session_app")
     with connect(proc, options="-c TimeZone=UTC", dbname="session_app") as conn:
         assert show(conn, "timezone") == "UTC"
@@ -263,12 +286,12 @@ def test_options_refused_as_pgbouncer_refuses_them(pgtarn_factory, pg_cluster): 
 def test_options_in_ignore_startup_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
     """Listed there, options' other settings are dropped; tracked ones still apply."""
     proc = pgtarn_factory(settings={"ignore_startup_parameters": "options"})
-    with connect(proc, autocommit=True,
-                 options="-c enable_seqscan=off -c TimeZone=Asia/Tokyo") as conn:
+    with connect(
+        proc, autocommit=True, options="-c enable_seqscan=off -c TimeZone=Asia/Tokyo"
+    ) as conn:
         assert show(conn, "enable_seqscan") == "on"
         assert show(conn, "timezone") == "Asia/Tokyo"
     proc = pgtarn_factory(settings={"ignore_startup_parameters": "enable_seqscan"})
-    with connect(proc, autocommit=True,
-                 options="-c enable_seqscan=off -c work_mem=5MB") as conn:
+    with connect(proc, autocommit=True, options="-c enable_seqscan=off -c work_mem=5MB") as conn:
         assert show(conn, "enable_seqscan") == "on"
         assert show(conn, "work_mem") == "5MB"

@@ -40,41 +40,53 @@ def _client_count(console: psycopg.Connection[Any], database: str) -> int:
 def test_client_limits_per_database_and_user(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
     base = f"host={pg_cluster.host} port={pg_cluster.port}"
     proc = pgtarn_factory(
-        databases={"app": f"{base} dbname=app max_db_client_connections=2",
-                   "other": f"{base} dbname=app", "db2": f"{base} dbname=app",
-                   "db3": f"{base} dbname=app"},
+        databases={
+            "app": f"{base} dbname=app max_db_client_connections=2",
+            "other": f"{base} dbname=app",
+            "db2": f"{base} dbname=app",
+            "db3": f"{base} dbname=app",
+        },
         settings={"max_db_client_connections": 3, "max_user_client_connections": 4},
         users={"md5_user": "max_user_client_connections=1"},
     )
     scram = ("scram_user", "scram_pass")
     held = [connect(proc, *scram), connect(proc, *scram)]
     assert login_error(proc, *scram) == (
-        "53300", "client connections exceeded (max_db_client_connections)")
+        "53300",
+        "client connections exceeded (max_db_client_connections)",
+    )
     # admin_users get past the limit of the admin console only, as in PgBouncer
     assert login_error(proc, "app", "app_pass")[1] == (
-        "client connections exceeded (max_db_client_connections)")
+        "client connections exceeded (max_db_client_connections)"
+    )
     with admin(proc) as console:
         rows = {r["name"]: r for r in show(console, "DATABASES")}
-        assert (rows["app"]["max_client_connections"],
-                rows["app"]["current_client_connections"]) == (2, 2)
+        assert (
+            rows["app"]["max_client_connections"],
+            rows["app"]["current_client_connections"],
+        ) == (2, 2)
         assert rows["other"]["max_client_connections"] == 3
         users = {r["name"]: r for r in show(console, "USERS")}
         assert users["md5_user"]["max_user_client_connections"] == 1
-        assert (users["scram_user"]["max_user_client_connections"],
-                users["scram_user"]["current_client_connections"]) == (4, 2)
+        assert (
+            users["scram_user"]["max_user_client_connections"],
+            users["scram_user"]["current_client_connections"],
+        ) == (4, 2)
     held.pop(0).close()
     with admin(proc) as console:
         wait_until(lambda: _client_count(console, "app") == 1, what="the clients gone")
     held.append(connect(proc, *scram))  # room again
     # the global per-database limit, for a database with none of its own
-    others = [connect(proc, "password_user", "password_pass", dbname="other")
-              for _ in range(3)]
+    others = [connect(proc, "password_user", "password_pass", dbname="other") for _ in range(3)]
     assert "(max_db_client_connections)" in str(
-        _refusal(proc, "password_user", "password_pass", dbname="other"))
+        _refusal(proc, "password_user", "password_pass", dbname="other")
+    )
     # per user, across databases: the [users] entry, then the global one
     held.append(connect(proc, "md5_user", "md5_pass", dbname="db2"))
     assert login_error(proc, "md5_user", "md5_pass", dbname="db3") == (
-        "53300", "client connections exceeded (max_user_client_connections)")
+        "53300",
+        "client connections exceeded (max_user_client_connections)",
+    )
     held += [connect(proc, *scram, dbname="db2"), connect(proc, *scram, dbname="db2")]
     assert "(max_user_client_connections)" in str(_refusal(proc, *scram, dbname="db3"))
     assert "client connections exceeded" in proc.log_text()
@@ -86,33 +98,39 @@ def test_admin_console_counts_against_the_client_limits(pgtarn_factory) -> None:
     """As PgBouncer: the admin console is a database with the global
     max_db_client_connections, its sessions count for their user too; only admin_users get
     past either limit there."""
-    proc = pgtarn_factory(settings={"max_db_client_connections": 2,
-                                    "stats_users": "scram_user,md5_user"})
+    proc = pgtarn_factory(
+        settings={"max_db_client_connections": 2, "stats_users": "scram_user,md5_user"}
+    )
     with admin(proc, "scram_user", "scram_pass"), admin(proc, "scram_user", "scram_pass"):
-        with pytest.raises(psycopg.OperationalError,
-                           match=r"client connections exceeded \(max_db_client_connections\)"):
+        with pytest.raises(
+            psycopg.OperationalError,
+            match=r"client connections exceeded \(max_db_client_connections\)",
+        ):
             admin(proc, "md5_user", "md5_pass").close()
         with admin(proc) as console:  # app is in admin_users
             rows = {r["name"]: r for r in show(console, "DATABASES")}
-            assert (rows["pgbouncer"]["max_client_connections"],
-                    rows["pgbouncer"]["current_client_connections"]) == (2, 3)
-    proc = pgtarn_factory(settings={"max_user_client_connections": 1,
-                                    "stats_users": "scram_user"})
+            assert (
+                rows["pgbouncer"]["max_client_connections"],
+                rows["pgbouncer"]["current_client_connections"],
+            ) == (2, 3)
+    proc = pgtarn_factory(settings={"max_user_client_connections": 1, "stats_users": "scram_user"})
     with connect(proc, "scram_user", "scram_pass"):
-        with pytest.raises(psycopg.OperationalError,
-                           match=r"\(max_user_client_connections\)"):
+        with pytest.raises(psycopg.OperationalError, match=r"\(max_user_client_connections\)"):
             admin(proc, "scram_user", "scram_pass").close()
     with admin(proc, "scram_user", "scram_pass"):
         assert login_error(proc, "scram_user", "scram_pass")[1] == (
-            "client connections exceeded (max_user_client_connections)")
+            "client connections exceeded (max_user_client_connections)"
+        )
         with admin(proc) as one, admin(proc) as two:  # admin_users: past the limit
             assert show(one, "VERSION") and show(two, "VERSION")
 
 
 def test_show_sockets_and_show_peers(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     proc = pgtarn_factory()
-    with connect(proc, "scram_user", "scram_pass", autocommit=True) as client, \
-            admin(proc) as console:
+    with (
+        connect(proc, "scram_user", "scram_pass", autocommit=True) as client,
+        admin(proc) as console,
+    ):
         client.execute("select 1")
         sockets = show(console, "SOCKETS")
         clients = {r["user"]: r for r in sockets if r["type"] == "C"}
@@ -120,7 +138,8 @@ def test_show_sockets_and_show_peers(pgtarn_factory) -> None:  # type: ignore[no
         assert clients["app"]["database"] == "pgbouncer"  # the console's own connection
         servers = [r for r in sockets if r["type"] == "S"]
         assert [(r["user"], r["database"], r["state"]) for r in servers] == [
-            ("scram_user", "app", "idle")]
+            ("scram_user", "app", "idle")
+        ]
         assert all(r["send_remain"] == 0 and r["pkt_avail"] == 0 for r in sockets)
         assert show(console, "ACTIVE_SOCKETS") == []  # nothing under way
         assert show(console, "PEERS") == []
@@ -128,10 +147,12 @@ def test_show_sockets_and_show_peers(pgtarn_factory) -> None:  # type: ignore[no
 
 def test_connect_query_runs_once_on_each_new_server(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
-    proc = pgtarn_factory(databases={
-        "app": f"{base} connect_query='select set_config(''pgtarn.cq'', ''ran'', false)'",
-        "bad": f"{base} connect_query='select * from no_such_table'",
-    })
+    proc = pgtarn_factory(
+        databases={
+            "app": f"{base} connect_query='select set_config(''pgtarn.cq'', ''ran'', false)'",
+            "bad": f"{base} connect_query='select * from no_such_table'",
+        }
+    )
     with connect(proc, "scram_user", "scram_pass", autocommit=True) as c:
         assert c.execute("select current_setting('pgtarn.cq', true)").fetchone() == ("ran",)
     with pytest.raises(psycopg.OperationalError) as info:
@@ -148,8 +169,9 @@ def test_connect_query_runs_once_on_each_new_server(pgtarn_factory, pg_cluster) 
 
 
 def test_login_notify_message_is_a_notice_at_login(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(settings={"auth_type": "trust",
-                                    "login_notify_message": "maintenance at 22:00 UTC"})
+    proc = pgtarn_factory(
+        settings={"auth_type": "trust", "login_notify_message": "maintenance at 22:00 UTC"}
+    )
     raw = RawClient(proc.host, proc.port)
     try:
         raw.startup(user="scram_user", database="app")
@@ -159,8 +181,9 @@ def test_login_notify_message_is_a_notice_at_login(pgtarn_factory) -> None:  # t
     types = [t for t, _ in messages]
     assert types[0] == "R" and types[-1] == "Z"
     notices = [error_fields(body) for t, body in messages if t == "N"]
-    assert notices == [{"S": "NOTICE", "V": "NOTICE", "C": "00000",
-                        "M": "maintenance at 22:00 UTC"}]
+    assert notices == [
+        {"S": "NOTICE", "V": "NOTICE", "C": "00000", "M": "maintenance at 22:00 UTC"}
+    ]
     assert types.index("N") == len(types) - 2  # after the welcome's parameters and key
     with connect(proc, "scram_user", None, autocommit=True) as c:  # drivers are fine with it
         assert c.execute("select 1").fetchone() == (1,)
@@ -170,18 +193,27 @@ def test_auth_user_with_trust_and_no_auth_file_entry(pgtarn_factory, auth_role) 
     """auth_type = trust: a user auth_file does not name is looked up with auth_query; one
     PostgreSQL knows logs in without a password (its md5 secret logs in to the server), one
     it does not know is "no such user"."""
-    proc = pgtarn_factory(settings={"auth_type": "trust", "auth_user": auth_role,
-                                    "max_user_client_connections": 1, "stats_users": auth_role},
-                          userlist={AUTH_USER: AUTH_PASSWORD})
+    proc = pgtarn_factory(
+        settings={
+            "auth_type": "trust",
+            "auth_user": auth_role,
+            "max_user_client_connections": 1,
+            "stats_users": auth_role,
+        },
+        userlist={AUTH_USER: AUTH_PASSWORD},
+    )
     with connect(proc, "md5_user", None, autocommit=True) as c:
         assert c.execute("select current_user").fetchone() == ("md5_user",)
         # a user found by auth_query has the client limit too, and a SHOW USERS row
         assert login_error(proc, "md5_user", None)[1] == (
-            "client connections exceeded (max_user_client_connections)")
+            "client connections exceeded (max_user_client_connections)"
+        )
         with admin(proc, AUTH_USER, AUTH_PASSWORD) as console:
             users = {r["name"]: r for r in show(console, "USERS")}
-        assert (users["md5_user"]["max_user_client_connections"],
-                users["md5_user"]["current_client_connections"]) == (1, 1)
+        assert (
+            users["md5_user"]["max_user_client_connections"],
+            users["md5_user"]["current_client_connections"],
+        ) == (1, 1)
     sqlstate, message = login_error(proc, "nobody_here", None)
     # PgBouncer's wording for a login that auth_query finds no user for
     assert (sqlstate, message) == ("28000", "no such user")
@@ -189,28 +221,40 @@ def test_auth_user_with_trust_and_no_auth_file_entry(pgtarn_factory, auth_role) 
 
 def test_log_phrases_and_pool_idle_timeout(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
     """PgBouncer's key phrases in the log; pool_idle_timeout drops pools left with nothing."""
-    proc = pgtarn_factory(settings={
-        "default_pool_size": 1, "reserve_pool_size": 1, "reserve_pool_timeout": 0.2,
-        "server_idle_timeout": 0.3, "pool_idle_timeout": 0.5})
-    with connect(proc, "scram_user", "scram_pass") as holder, \
-            connect(proc, "scram_user", "scram_pass", autocommit=True) as waiter:
+    proc = pgtarn_factory(
+        settings={
+            "default_pool_size": 1,
+            "reserve_pool_size": 1,
+            "reserve_pool_timeout": 0.2,
+            "server_idle_timeout": 0.3,
+            "pool_idle_timeout": 0.5,
+        }
+    )
+    with (
+        connect(proc, "scram_user", "scram_pass") as holder,
+        connect(proc, "scram_user", "scram_pass", autocommit=True) as waiter,
+    ):
         holder.execute("select 1")  # in a transaction: holds the pool's one server
         assert waiter.execute("select 2").fetchone() == (2,)  # from the reserve, 0.2 s later
         holder.rollback()
     with connect(proc, "scram_user", "scram_pass", dbname="postgres", autocommit=True) as c:
         c.execute("select 1")  # "postgres" comes from the "*" entry
     with admin(proc) as console:
-        wait_until(lambda: [r["database"] for r in show(console, "POOLS")] == ["pgbouncer"],
-                   what="the pools dropped")  # the console's own row stays
+        wait_until(
+            lambda: [r["database"] for r in show(console, "POOLS")] == ["pgbouncer"],
+            what="the pools dropped",
+        )  # the console's own row stays
     text = proc.log_text()
-    for phrase in ("login attempt: db=app user=scram_user tls=no",
-                   "new connection to server",
-                   "taking connection from reserve_pool",
-                   "registered new auto-database: db=postgres",
-                   "closing because: server_idle_timeout",
-                   "closing because: client close request",
-                   "app/scram_user: cleaning up idle pool (pool_idle_timeout)",
-                   "postgres/scram_user: cleaning up idle pool (pool_idle_timeout)"):
+    for phrase in (
+        "login attempt: db=app user=scram_user tls=no",
+        "new connection to server",
+        "taking connection from reserve_pool",
+        "registered new auto-database: db=postgres",
+        "closing because: server_idle_timeout",
+        "closing because: client close request",
+        "app/scram_user: cleaning up idle pool (pool_idle_timeout)",
+        "postgres/scram_user: cleaning up idle pool (pool_idle_timeout)",
+    ):
         assert phrase in text, phrase
 
 
@@ -221,15 +265,20 @@ def test_log_lines_name_connections_in_pgbouncers_layout(pgtarn_factory, pg_clus
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as conn:
         conn.execute("select 1")
-    closed = (r" C-\d+: app/app@127\.0\.0\.1:\d+ closing because: client close request "
-              r"\(age=\d+s\)")
-    wait_until(lambda: re.search(closed, proc.log_text()) is not None,
-               what="the client's close logged")
+    closed = (
+        r" C-\d+: app/app@127\.0\.0\.1:\d+ closing because: client close request "
+        r"\(age=\d+s\)"
+    )
+    wait_until(
+        lambda: re.search(closed, proc.log_text()) is not None, what="the client's close logged"
+    )
     text = proc.log_text()
-    assert re.search(r" S-\d+: app/app@127\.0\.0\.1:(\d+) new connection to server \(from ",
-                     text), text
-    assert re.search(r" C-\d+: app/app@127\.0\.0\.1:\d+ login attempt: db=app user=app ",
-                     text), text
+    assert re.search(
+        r" S-\d+: app/app@127\.0\.0\.1:(\d+) new connection to server \(from ", text
+    ), text
+    assert re.search(r" C-\d+: app/app@127\.0\.0\.1:\d+ login attempt: db=app user=app ", text), (
+        text
+    )
 
 
 def test_server_fast_close_ends_sessions_at_their_transactions_end(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
@@ -237,8 +286,11 @@ def test_server_fast_close_ends_sessions_at_their_transactions_end(pgtarn_factor
     its transaction has ended, not when the client leaves; its client is closed with it."""
     proc = pgtarn_factory(settings={"pool_mode": "session", "server_fast_close": 1})
     scram = ("scram_user", "scram_pass")
-    with connect(proc, *scram) as busy, connect(proc, *scram, autocommit=True) as idle, \
-            admin(proc) as console:
+    with (
+        connect(proc, *scram) as busy,
+        connect(proc, *scram, autocommit=True) as idle,
+        admin(proc) as console,
+    ):
         busy.execute("select 1")  # a transaction under way
         idle.execute("select 1")
         console.execute("RECONNECT")

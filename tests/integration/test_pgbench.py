@@ -18,15 +18,29 @@ PER_CLIENT = 100
 def pgbench_tables(pg_cluster):  # type: ignore[no-untyped-def]
     subprocess.run(
         ["pgbench", "-i", "-s", "1", "-q", pg_cluster.dsn("app", "app_pass", dbname="app")],
-        check=True, capture_output=True, timeout=120,
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
 
 
 def run_pgbench(proc, *args: str) -> str:  # type: ignore[no-untyped-def]
     result = subprocess.run(
-        ["pgbench", "-n", "-c", str(CLIENTS), "-j", "2", "-t", str(PER_CLIENT), *args,
-         proc.dsn("app", "app_pass")],
-        capture_output=True, text=True, timeout=300,
+        [
+            "pgbench",
+            "-n",
+            "-c",
+            str(CLIENTS),
+            "-j",
+            "2",
+            "-t",
+            str(PER_CLIENT),
+            *args,
+            proc.dsn("app", "app_pass"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
@@ -51,7 +65,9 @@ def test_pgbench_extended_protocol_and_reconnects(pgtarn_factory, pgbench_tables
     # -C: a new connection (SCRAM login) per transaction
     result = subprocess.run(
         ["pgbench", "-n", "-C", "-c", "10", "-t", "20", "-S", proc.dsn("app", "app_pass")],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert processed(result.stdout) == (200, 0)

@@ -146,10 +146,7 @@ def test_pool_size_limits_servers(pgtarn_factory, pg_cluster):  # type: ignore[n
     proc = pgtarn_factory(settings={"default_pool_size": 2})
 
     async def scenario() -> set[int]:
-        conns = [
-            await aconnect(proc)
-            for _ in range(8)
-        ]
+        conns = [await aconnect(proc) for _ in range(8)]
         pids: set[int] = set()
         for _ in range(3):
             results = await asyncio.gather(
@@ -167,8 +164,9 @@ def test_pool_size_limits_servers(pgtarn_factory, pg_cluster):  # type: ignore[n
 def test_max_client_conn_refuses_only_the_extra_client(pgtarn_factory):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"max_client_conn": 2})
     with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
-        with pytest.raises(psycopg.OperationalError,
-                           match=r"no more connections allowed \(max_client_conn\)"):
+        with pytest.raises(
+            psycopg.OperationalError, match=r"no more connections allowed \(max_client_conn\)"
+        ):
             connect(proc)
         assert a.execute("select 1").fetchone() == (1,)
         assert b.execute("select 2").fetchone() == (2,)

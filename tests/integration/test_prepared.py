@@ -27,12 +27,14 @@ def test_psycopg_prepared_on_every_execute_20_clients_2_servers(pgtarn_factory):
 
     async def client(n: int) -> list[tuple[int, str]]:
         async with await psycopg.AsyncConnection.connect(
-                proc.dsn("app", "app_pass"), autocommit=True, prepare_threshold=0) as conn:
+            proc.dsn("app", "app_pass"), autocommit=True, prepare_threshold=0
+        ) as conn:
             out = []
             for i in range(15):
                 cur = await conn.execute(
                     "select %s::int + %s::int, name from items where id = %s::int",
-                    (n, i, i % 3 + 1))
+                    (n, i, i % 3 + 1),
+                )
                 out.append(await cur.fetchone())
             return out
 
@@ -89,12 +91,17 @@ def test_failed_parse_leaves_no_broken_name(pgtarn_factory):  # type: ignore[no-
 
 
 def test_unnamed_statements_in_a_pipeline_return_their_own_rows(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    pg_cluster.psql("DROP TABLE IF EXISTS other_items; CREATE TABLE other_items (id int, v text);"
-                    " INSERT INTO other_items VALUES (1, 'other');"
-                    " GRANT ALL ON other_items TO PUBLIC;", dbname="app")
+    pg_cluster.psql(
+        "DROP TABLE IF EXISTS other_items; CREATE TABLE other_items (id int, v text);"
+        " INSERT INTO other_items VALUES (1, 'other');"
+        " GRANT ALL ON other_items TO PUBLIC;",
+        dbname="app",
+    )
     proc = pgtarn_factory(settings=SMALL_POOL)
-    with connect(proc, autocommit=True, prepare_threshold=None) as a, \
-            connect(proc, autocommit=True, prepare_threshold=0) as b:
+    with (
+        connect(proc, autocommit=True, prepare_threshold=None) as a,
+        connect(proc, autocommit=True, prepare_threshold=0) as b,
+    ):
         for _ in range(5):
             with a.pipeline():
                 c1 = a.execute("select name from items where id = %s", (1,))
@@ -165,16 +172,32 @@ def test_randomized_clients_prepare_execute_close_reprepare(pgtarn_factory):  # 
 def test_pgbench_100_clients(pgtarn_factory, pg_cluster, mode):  # type: ignore[no-untyped-def]
     subprocess.run(
         ["pgbench", "-i", "-s", "1", "-q", pg_cluster.dsn("app", "app_pass", dbname="app")],
-        check=True, capture_output=True, timeout=120,
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     proc = pgtarn_factory(settings={"default_pool_size": 5, "max_client_conn": 200})
     result = subprocess.run(
         # -S: pgbench prepares each statement with a blocking PQprepare the first time, so a
         # multi-statement script (TPC-B) can deadlock its own threads behind a pool smaller
         # than the client count, with any transaction pooler
-        ["pgbench", "-n", "-S", "-c", "100", "-j", "2", "-t", "30", "-M", mode,
-         proc.dsn("app", "app_pass")],
-        capture_output=True, text=True, timeout=300,
+        [
+            "pgbench",
+            "-n",
+            "-S",
+            "-c",
+            "100",
+            "-j",
+            "2",
+            "-t",
+            "30",
+            "-M",
+            mode,
+            proc.dsn("app", "app_pass"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "number of transactions actually processed: 3000/3000" in result.stdout
@@ -196,7 +219,7 @@ def test_server_side_names_rewritten_only_in_transaction_mode(pgtarn_factory, mo
             await conn.close()
 
     names = asyncio.run(main())
-    client_name = next(n[len("client:"):] for n in names if n.startswith("client:"))
+    client_name = next(n[len("client:") :] for n in names if n.startswith("client:"))
     server_names = {n for n in names if not n.startswith("client:")}
     if mode == "session":
         assert client_name in server_names  # the client's own server, its own names
@@ -206,9 +229,11 @@ def test_server_side_names_rewritten_only_in_transaction_mode(pgtarn_factory, mo
 
 
 def _shape_table(pg_cluster):  # type: ignore[no-untyped-def]
-    pg_cluster.psql("DROP TABLE IF EXISTS shape; CREATE TABLE shape (id int, a int);"
-                    " INSERT INTO shape VALUES (1, 10); GRANT ALL ON shape TO PUBLIC;",
-                    dbname="app")
+    pg_cluster.psql(
+        "DROP TABLE IF EXISTS shape; CREATE TABLE shape (id int, a int);"
+        " INSERT INTO shape VALUES (1, 10); GRANT ALL ON shape TO PUBLIC;",
+        dbname="app",
+    )
 
 
 def test_result_type_change_is_retried_transparently(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
@@ -217,8 +242,10 @@ def test_result_type_change_is_retried_transparently(pgtarn_factory, pg_cluster)
     _shape_table(pg_cluster)
     proc = pgtarn_factory(settings={"default_pool_size": 2})
     query = "select * from shape where id = %s"
-    with connect(proc, autocommit=True, prepare_threshold=0) as a, \
-            connect(proc, autocommit=True, prepare_threshold=0) as b:
+    with (
+        connect(proc, autocommit=True, prepare_threshold=0) as a,
+        connect(proc, autocommit=True, prepare_threshold=0) as b,
+    ):
         for conn in (a, b):  # both servers get the statement
             with conn.pipeline():
                 for _ in range(3):
@@ -241,8 +268,9 @@ def test_result_type_change_inside_a_transaction_fails_once_then_works(pgtarn_fa
         conn.commit()
         pg_cluster.psql("ALTER TABLE shape ADD COLUMN b text DEFAULT 'x'", dbname="app")
         conn.execute("select 1")  # the transaction has begun and done work
-        with pytest.raises(psycopg.errors.FeatureNotSupported,
-                           match="cached plan must not change result type"):
+        with pytest.raises(
+            psycopg.errors.FeatureNotSupported, match="cached plan must not change result type"
+        ):
             conn.execute(query, (1,))
         conn.rollback()
         assert conn.execute(query, (1,)).fetchone() == (1, 10, "x")
@@ -304,7 +332,8 @@ def test_statement_mode_psycopg_pipeline_prepare_8_clients_1_server(pgtarn_facto
 
     async def client(n: int) -> list[tuple[int, ...]]:
         async with await psycopg.AsyncConnection.connect(
-                proc.dsn("app", "app_pass"), autocommit=True) as conn:
+            proc.dsn("app", "app_pass"), autocommit=True
+        ) as conn:
             out = []
             for i in range(5):
                 async with conn.pipeline():
@@ -331,12 +360,14 @@ def test_statement_mode_psycopg_prepare_threshold_0_10_clients_2_servers(pgtarn_
 
     async def client(n: int) -> list[tuple[int, str]]:
         async with await psycopg.AsyncConnection.connect(
-                proc.dsn("app", "app_pass"), autocommit=True, prepare_threshold=0) as conn:
+            proc.dsn("app", "app_pass"), autocommit=True, prepare_threshold=0
+        ) as conn:
             out = []
             for i in range(10):
                 cur = await conn.execute(
                     "select %s::int + %s::int, name from items where id = %s::int",
-                    (n, i, i % 3 + 1))
+                    (n, i, i % 3 + 1),
+                )
                 row = await cur.fetchone()
                 assert row is not None
                 out.append(row)
@@ -409,28 +440,39 @@ def test_another_clients_statement_is_never_reached_by_its_server_side_name(pgta
     own, and the statement's own client is never touched."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     query = "select %s::int + 1"
-    with connect(proc, autocommit=True, prepare_threshold=0) as owner, \
-            connect(proc, autocommit=True) as other:
+    with (
+        connect(proc, autocommit=True, prepare_threshold=0) as owner,
+        connect(proc, autocommit=True) as other,
+    ):
         assert owner.execute(query, (1,)).fetchone() == (2,)
-        names = [row[0] for row in other.execute(
-            "select name from pg_prepared_statements where name like 'pgtarn%'").fetchall()]
+        names = [
+            row[0]
+            for row in other.execute(
+                "select name from pg_prepared_statements where name like 'pgtarn%'"
+            ).fetchall()
+        ]
         assert names
         for name in names:
             for sql in (f"EXECUTE {name}(1)", f"DEALLOCATE {name}", f"EXPLAIN EXECUTE {name}(1)"):
-                with pytest.raises(psycopg.errors.InvalidSqlStatementName,
-                                   match=f'prepared statement "{name}" does not exist'):
+                with pytest.raises(
+                    psycopg.errors.InvalidSqlStatementName,
+                    match=f'prepared statement "{name}" does not exist',
+                ):
                     other.execute(sql)
             raw = raw_login(proc)
             try:
-                for batch in (build.message(b"B", b"\x00" + name.encode() + b"\x00" + b"\x00" * 6)
-                              + build.message(b"E", b"\x00\x00\x00\x00\x00"),
-                              build.message(b"D", b"S" + name.encode() + b"\x00")):
+                for batch in (
+                    build.message(b"B", b"\x00" + name.encode() + b"\x00" + b"\x00" * 6)
+                    + build.message(b"E", b"\x00\x00\x00\x00\x00"),
+                    build.message(b"D", b"S" + name.encode() + b"\x00"),
+                ):
                     raw.send(batch + build.message(b"S"))
                     replies = raw.read_until("E")
                     assert raw.read_until("Z")[-1] == ("Z", b"I")
                     errors = [error_fields(body) for kind, body in replies if kind == "E"]
                     assert [(e["C"], e["M"]) for e in errors] == [
-                        ("26000", f'prepared statement "{name}" does not exist')]
+                        ("26000", f'prepared statement "{name}" does not exist')
+                    ]
             finally:
                 raw.close()
         for i in range(3):  # the owner's statement is still there, unchanged

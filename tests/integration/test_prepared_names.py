@@ -46,18 +46,22 @@ def test_parse_of_a_name_in_use_is_refused_as_postgresql_refuses_it(pgtarn_facto
 
     def scenario(conn: psycopg.Connection[Any]) -> list[Outcome]:
         pgconn = conn.pgconn
-        out = [_outcome(pgconn.prepare(b"test", b"SELECT 1")),
-               _outcome(pgconn.prepare(b"test", b"SELECT 1")),
-               _outcome(pgconn.prepare(b"test", b"SELECT 2")),
-               _outcome(pgconn.exec_prepared(b"test", None)),
-               _outcome(pgconn.prepare(b"", b"SELECT 3")),
-               _outcome(pgconn.prepare(b"", b"SELECT 4")),
-               _outcome(pgconn.exec_prepared(b"", None)),
-               # a syntax error is found before the name is looked at
-               _outcome(pgconn.prepare(b"test", b"SELEC 5"))]
+        out = [
+            _outcome(pgconn.prepare(b"test", b"SELECT 1")),
+            _outcome(pgconn.prepare(b"test", b"SELECT 1")),
+            _outcome(pgconn.prepare(b"test", b"SELECT 2")),
+            _outcome(pgconn.exec_prepared(b"test", None)),
+            _outcome(pgconn.prepare(b"", b"SELECT 3")),
+            _outcome(pgconn.prepare(b"", b"SELECT 4")),
+            _outcome(pgconn.exec_prepared(b"", None)),
+            # a syntax error is found before the name is looked at
+            _outcome(pgconn.prepare(b"test", b"SELEC 5")),
+        ]
         conn.execute("DEALLOCATE test", prepare=False)
-        out += [_outcome(pgconn.prepare(b"test", b"SELECT 6")),
-                _outcome(pgconn.exec_prepared(b"test", None))]
+        out += [
+            _outcome(pgconn.prepare(b"test", b"SELECT 6")),
+            _outcome(pgconn.exec_prepared(b"test", None)),
+        ]
         # in a transaction block the error aborts it, as any error does
         out.append(_outcome(pgconn.exec_(b"BEGIN")))
         out.append(_outcome(pgconn.prepare(b"test", b"SELECT 7")))
@@ -68,16 +72,30 @@ def test_parse_of_a_name_in_use_is_refused_as_postgresql_refuses_it(pgtarn_facto
         return out
 
     assert _both(pg_dsn, proc, scenario) == [
-        ("COMMAND_OK", ""), ("error", "42P05"), ("error", "42P05"), ("rows", "1"),
-        ("COMMAND_OK", ""), ("COMMAND_OK", ""), ("rows", "4"), ("error", "42601"),
-        ("COMMAND_OK", ""), ("rows", "6"),
-        ("COMMAND_OK", ""), ("error", "42P05"), ("error", "25P02"), ("COMMAND_OK", ""),
-        ("rows", "6")]
+        ("COMMAND_OK", ""),
+        ("error", "42P05"),
+        ("error", "42P05"),
+        ("rows", "1"),
+        ("COMMAND_OK", ""),
+        ("COMMAND_OK", ""),
+        ("rows", "4"),
+        ("error", "42601"),
+        ("COMMAND_OK", ""),
+        ("rows", "6"),
+        ("COMMAND_OK", ""),
+        ("error", "42P05"),
+        ("error", "25P02"),
+        ("COMMAND_OK", ""),
+        ("rows", "6"),
+    ]
     with connect(proc, autocommit=True) as conn:
         conn.pgconn.prepare(b"mine", b"SELECT 1")
         result = conn.pgconn.prepare(b"mine", b"SELECT 1")
-        assert (result.error_message or b"").decode().endswith(
-            'prepared statement "mine" already exists\n')
+        assert (
+            (result.error_message or b"")
+            .decode()
+            .endswith('prepared statement "mine" already exists\n')
+        )
     wait_until(lambda: "prepared statement 'mine' was already prepared" in proc.log_text())
 
 
@@ -130,23 +148,36 @@ def test_name_reuse_in_a_pipeline(pgtarn_factory, pg_dsn):  # type: ignore[no-un
     proc = pgtarn_factory(settings={"default_pool_size": 1})
 
     def scenario(conn: psycopg.Connection[Any]) -> list[Outcome]:
-        out = _pipeline(conn, [[(b"p", b"SELECT 1"), (b"p", b"SELECT 2")],
-                               [(b"q", b"SELEC 1")], [(b"q", b"SELECT 3")],
-                               [(b"r", b"SELEC 1"), (b"r", b"SELECT 4")]])
+        out = _pipeline(
+            conn,
+            [
+                [(b"p", b"SELECT 1"), (b"p", b"SELECT 2")],
+                [(b"q", b"SELEC 1")],
+                [(b"q", b"SELECT 3")],
+                [(b"r", b"SELEC 1"), (b"r", b"SELECT 4")],
+            ],
+        )
         out += [_outcome(conn.pgconn.exec_prepared(name, None)) for name in (b"p", b"q")]
         out.append(_outcome(conn.pgconn.prepare(b"r", b"SELECT 5")))
         conn.execute("DEALLOCATE ALL", prepare=False)
         return out
 
     assert _both(pg_dsn, proc, scenario) == [
-        ("COMMAND_OK", ""), ("error", "42P05"), ("error", "42601"), ("COMMAND_OK", ""),
-        ("error", "42601"), ("PIPELINE_ABORTED", ""), ("rows", "1"), ("rows", "3"),
-        ("COMMAND_OK", "")]
+        ("COMMAND_OK", ""),
+        ("error", "42P05"),
+        ("error", "42601"),
+        ("COMMAND_OK", ""),
+        ("error", "42601"),
+        ("PIPELINE_ABORTED", ""),
+        ("rows", "1"),
+        ("rows", "3"),
+        ("COMMAND_OK", ""),
+    ]
 
 
-
-def _forgets_all(first: psycopg.Connection[Any], second: psycopg.Connection[Any],
-                 command: str) -> list[Any]:
+def _forgets_all(
+    first: psycopg.Connection[Any], second: psycopg.Connection[Any], command: str
+) -> list[Any]:
     """PgBouncer's DEALLOCATE ALL / DISCARD ALL scenario, with libpq's own calls too: what
     each step gives."""
     out: list[Any] = []
@@ -179,11 +210,19 @@ def test_forgetting_every_statement_forgets_the_clients_names_only(pgtarn_factor
     (26000 for a name it still uses, the connection kept; PgBouncer closes it), and not
     another client's statements on the same server."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})
-    with psycopg.connect(pg_dsn, autocommit=True) as a, \
-            psycopg.connect(pg_dsn, autocommit=True) as b:
+    with (
+        psycopg.connect(pg_dsn, autocommit=True) as a,
+        psycopg.connect(pg_dsn, autocommit=True) as b,
+    ):
         expected = _forgets_all(a, b, command)
-    assert expected[5:11] == [(1,), ("rows", "4"), ("error", "26000"), ("error", "26000"),
-                              ("COMMAND_OK", ""), ("rows", "5")]
+    assert expected[5:11] == [
+        (1,),
+        ("rows", "4"),
+        ("error", "26000"),
+        ("error", "26000"),
+        ("COMMAND_OK", ""),
+        ("rows", "5"),
+    ]
     with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
         assert _forgets_all(a, b, command) == expected
         assert not a.closed and a.execute("SELECT 6").fetchone() == (6,)
@@ -194,9 +233,12 @@ def test_max_prepared_statements_set_to_0_at_run_time(pgtarn_factory):  # type: 
     servers that never had them): on a server made since, at most 200 (PgBouncer's default),
     the oldest closed first. Clients logged in after it get no statement handling."""
     proc = pgtarn_factory(settings={"default_pool_size": 1, "max_prepared_statements": 5})
-    with connect(proc, autocommit=True) as before, \
-            psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"),
-                            autocommit=True) as console:
+    with (
+        connect(proc, autocommit=True) as before,
+        psycopg.connect(
+            proc.dsn("app", "app_pass", dbname="pgbouncer"), autocommit=True
+        ) as console,
+    ):
         for n in range(3):
             assert before.execute(f"select {n}", prepare=True).fetchone() == (n,)
         console.execute("SET max_prepared_statements = 0")
@@ -205,7 +247,7 @@ def test_max_prepared_statements_set_to_0_at_run_time(pgtarn_factory):  # type: 
         for n in range(205):
             assert before.execute(f"select {n}", prepare=True).fetchone() == (n,)
         names = before.execute("select name from pg_prepared_statements").fetchall()
-        assert len(names) == 200 and all(n.startswith("pgtarn_") for n, in names)
+        assert len(names) == 200 and all(n.startswith("pgtarn_") for (n,) in names)
         with connect(proc, autocommit=True) as after:
             assert after.execute("select 7", prepare=True).fetchone() == (7,)
             names = after.execute("select name from pg_prepared_statements").fetchall()
@@ -224,8 +266,9 @@ def test_a_statement_a_server_lost_unseen_is_prepared_again(pgtarn_factory):  # 
         try:
             stmt = await before.prepare("select $1::int + 1", name="mine")
             out: list[Any] = [await stmt.fetchval(1)]
-            with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"),
-                                 autocommit=True) as console:
+            with psycopg.connect(
+                proc.dsn("app", "app_pass", dbname="pgbouncer"), autocommit=True
+            ) as console:
                 console.execute("SET max_prepared_statements = 0")
             with connect(proc, autocommit=True) as after:
                 after.execute("DEALLOCATE ALL")
@@ -247,19 +290,23 @@ def test_a_refused_parse_leaves_the_names_session_effects(pgtarn_factory, pg_dsn
     proc = pgtarn_factory(settings={"default_pool_size": 1})
 
     def scenario(a: psycopg.Connection[Any], b: psycopg.Connection[Any]) -> list[Any]:
-        out: list[Any] = [_outcome(a.pgconn.prepare(b"s", b"SELECT 1")),
-                          _outcome(a.pgconn.prepare(b"s", b"SET work_mem = '1MB'")),
-                          _outcome(a.pgconn.exec_prepared(b"s", None)),
-                          _outcome(a.pgconn.prepare(b"t", b"SET work_mem = '2MB'")),
-                          _outcome(a.pgconn.prepare(b"t", b"SELECT 2")),
-                          _outcome(a.pgconn.exec_prepared(b"t", None))]
+        out: list[Any] = [
+            _outcome(a.pgconn.prepare(b"s", b"SELECT 1")),
+            _outcome(a.pgconn.prepare(b"s", b"SET work_mem = '1MB'")),
+            _outcome(a.pgconn.exec_prepared(b"s", None)),
+            _outcome(a.pgconn.prepare(b"t", b"SET work_mem = '2MB'")),
+            _outcome(a.pgconn.prepare(b"t", b"SELECT 2")),
+            _outcome(a.pgconn.exec_prepared(b"t", None)),
+        ]
         for conn in (b, a, b, a):  # one server: pgtarn sets each client's state on it
             out.append(conn.execute("show work_mem").fetchone())
         a.execute("deallocate all")
         return out
 
-    with psycopg.connect(pg_dsn, autocommit=True) as a, \
-            psycopg.connect(pg_dsn, autocommit=True) as b:
+    with (
+        psycopg.connect(pg_dsn, autocommit=True) as a,
+        psycopg.connect(pg_dsn, autocommit=True) as b,
+    ):
         expected = scenario(a, b)
     assert expected[-4:] == [("4MB",), ("2MB",), ("4MB",), ("2MB",)]
     with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:

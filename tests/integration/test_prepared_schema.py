@@ -22,14 +22,16 @@ RIGHT = datetime.datetime(2023, 12, 31, 19, 0, tzinfo=UTC)
 
 
 def _admin(proc, command: str) -> None:  # type: ignore[no-untyped-def]
-    with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"),
-                         autocommit=True) as admin:
+    with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"), autocommit=True) as admin:
         admin.execute(command)
 
 
 def _ts_table(pg_cluster) -> None:  # type: ignore[no-untyped-def]
-    pg_cluster.psql("DROP TABLE IF EXISTS ts_t; CREATE TABLE ts_t (id int, ts timestamp);"
-                    " ALTER TABLE ts_t OWNER TO app;", dbname="app")
+    pg_cluster.psql(
+        "DROP TABLE IF EXISTS ts_t; CREATE TABLE ts_t (id int, ts timestamp);"
+        " ALTER TABLE ts_t OWNER TO app;",
+        dbname="app",
+    )
 
 
 def _insert_after_migration(proc, migrate, check=None) -> datetime.datetime:  # type: ignore[no-untyped-def]
@@ -67,8 +69,9 @@ def test_a_migration_in_a_do_block_through_pgtarn(pgtarn_factory, pg_cluster):  
     async def migrate_async() -> None:
         conn = await aconnect(proc)  # asyncpg's execute: the simple query protocol
         try:
-            await conn.execute("DO $$BEGIN ALTER TABLE ts_t ALTER COLUMN ts TYPE timestamptz;"
-                               " END$$")
+            await conn.execute(
+                "DO $$BEGIN ALTER TABLE ts_t ALTER COLUMN ts TYPE timestamptz; END$$"
+            )
         finally:
             await conn.close()
 
@@ -84,8 +87,9 @@ def test_a_migration_on_a_direct_connection_then_renew_statements(pgtarn_factory
         _admin(proc, "RENEW_STATEMENTS app")
 
     def check() -> None:
-        with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"),
-                             autocommit=True) as admin:
+        with psycopg.connect(
+            proc.dsn("app", "app_pass", dbname="pgbouncer"), autocommit=True
+        ) as admin:
             cur = admin.execute("SHOW PREPARED_STATEMENTS")
             columns = [c.name for c in cur.description or ()]
             rows = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
@@ -133,13 +137,20 @@ async def _b_three_times(conn: asyncpg.Connection, query: str) -> list[object]:
 
 @pytest.mark.parametrize("via", ["pgtarn", "direct"])
 @pytest.mark.parametrize(("new_type", "expected"), [("real", 2.0), ("bigint", 2), ("text", "2")])
-def test_asyncpg_reads_after_a_column_type_change(pgtarn_factory, pg_cluster, new_type, expected,  # type: ignore[no-untyped-def]
-                                                  via):
+def test_asyncpg_reads_after_a_column_type_change(
+    pgtarn_factory,
+    pg_cluster,
+    new_type,
+    expected,  # type: ignore[no-untyped-def]
+    via,
+):
     """asyncpg binds a cached statement without describing it again: it must get
     PostgreSQL's error (and prepare again by itself), never rows of another shape."""
-    pg_cluster.psql("DROP TABLE IF EXISTS shape_t; CREATE TABLE shape_t (a int, b int);"
-                    " INSERT INTO shape_t VALUES (1, 2); ALTER TABLE shape_t OWNER TO app;",
-                    dbname="app")
+    pg_cluster.psql(
+        "DROP TABLE IF EXISTS shape_t; CREATE TABLE shape_t (a int, b int);"
+        " INSERT INTO shape_t VALUES (1, 2); ALTER TABLE shape_t OWNER TO app;",
+        dbname="app",
+    )
     proc = pgtarn_factory(settings={"default_pool_size": 1})
 
     async def main() -> list[object]:
@@ -160,8 +171,11 @@ def test_asyncpg_reads_after_a_column_type_change(pgtarn_factory, pg_cluster, ne
 
 
 def test_asyncpg_new_connection_after_a_column_type_change(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    pg_cluster.psql("DROP TABLE IF EXISTS addr_t; CREATE TABLE addr_t (id int, c inet);"
-                    " ALTER TABLE addr_t OWNER TO app;", dbname="app")
+    pg_cluster.psql(
+        "DROP TABLE IF EXISTS addr_t; CREATE TABLE addr_t (id int, c inet);"
+        " ALTER TABLE addr_t OWNER TO app;",
+        dbname="app",
+    )
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     insert = "INSERT INTO addr_t (id, c) VALUES ($1, $2)"
 
@@ -174,8 +188,10 @@ def test_asyncpg_new_connection_after_a_column_type_change(pgtarn_factory, pg_cl
             second = await aconnect(proc, statement_cache_size=100)
             try:
                 await second.execute(insert, 2, "08:00:2b:01:02:03")
-                assert await second.fetchval("SELECT c::text FROM addr_t WHERE id = 2") == \
-                    "08:00:2b:01:02:03"
+                assert (
+                    await second.fetchval("SELECT c::text FROM addr_t WHERE id = 2")
+                    == "08:00:2b:01:02:03"
+                )
             finally:
                 await second.close()
         finally:
@@ -185,15 +201,21 @@ def test_asyncpg_new_connection_after_a_column_type_change(pgtarn_factory, pg_cl
 
 
 @pytest.mark.parametrize(("new_type", "expected"), [("real", 2.0), ("bigint", 2), ("text", "2")])
-def test_asyncpg_statement_prepared_afresh_on_another_server(pgtarn_factory, pg_cluster,  # type: ignore[no-untyped-def]
-                                                             new_type, expected):
+def test_asyncpg_statement_prepared_afresh_on_another_server(
+    pgtarn_factory,
+    pg_cluster,  # type: ignore[no-untyped-def]
+    new_type,
+    expected,
+):
     """X prepared its statement on the first server; a migration changes its result type
     while Y holds that server; X's cached statement is prepared afresh on the second server,
     whose rows X would decode with the old description: it gets PostgreSQL's error (and
     prepares again by itself), as on the backend where it prepared the statement."""
-    pg_cluster.psql("DROP TABLE IF EXISTS other_t; CREATE TABLE other_t (a int, b int);"
-                    " INSERT INTO other_t VALUES (1, 2); ALTER TABLE other_t OWNER TO app;",
-                    dbname="app")
+    pg_cluster.psql(
+        "DROP TABLE IF EXISTS other_t; CREATE TABLE other_t (a int, b int);"
+        " INSERT INTO other_t VALUES (1, 2); ALTER TABLE other_t OWNER TO app;",
+        dbname="app",
+    )
     proc = pgtarn_factory(settings={"default_pool_size": 2})
 
     async def main() -> list[object]:
@@ -204,8 +226,7 @@ def test_asyncpg_statement_prepared_afresh_on_another_server(pgtarn_factory, pg_
             holder = y.transaction()
             await holder.start()
             await y.execute("SELECT 1")  # y keeps the first server
-            pg_cluster.psql(f"ALTER TABLE other_t ALTER COLUMN b TYPE {new_type}",
-                            dbname="app")
+            pg_cluster.psql(f"ALTER TABLE other_t ALTER COLUMN b TYPE {new_type}", dbname="app")
             seen = await _b_three_times(x, "SELECT * FROM other_t")
             await holder.rollback()
             return seen
@@ -227,8 +248,7 @@ def test_asyncpg_statements_checked_on_new_servers_run_unchanged(pgtarn_factory)
             out: list[object] = []
             for i in range(10):
                 out.append(await conn.fetchval("SELECT $1::int * 10 + $2::int", n, i))
-                out.append(await conn.fetchval("SELECT name FROM items WHERE id = $1",
-                                               i % 3 + 1))
+                out.append(await conn.fetchval("SELECT name FROM items WHERE id = $1", i % 3 + 1))
                 await conn.executemany("SELECT $1::int", [(1,), (2,)])
             return out
         finally:
@@ -251,12 +271,10 @@ CREATE EVENT TRIGGER pgtarn_schema_changed ON ddl_command_end
 
 
 def _generation(proc) -> int:  # type: ignore[no-untyped-def]
-    with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"),
-                         autocommit=True) as admin:
+    with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"), autocommit=True) as admin:
         cur = admin.execute("SHOW PREPARED_STATEMENTS")
         columns = [c.name for c in cur.description or ()]
-        generations = [dict(zip(columns, row, strict=True))["generation"]
-                       for row in cur.fetchall()]
+        generations = [dict(zip(columns, row, strict=True))["generation"] for row in cur.fetchall()]
     return max(generations, default=-1)
 
 
@@ -264,8 +282,9 @@ def test_a_migration_outside_pgtarn_heard_through_an_event_trigger(pgtarn_factor
     _ts_table(pg_cluster)
     pg_cluster.psql(EVENT_TRIGGER, dbname="app")
     try:
-        proc = pgtarn_factory(settings={"default_pool_size": 1,
-                                        "schema_change_channel": "pgtarn_schema"})
+        proc = pgtarn_factory(
+            settings={"default_pool_size": 1, "schema_change_channel": "pgtarn_schema"}
+        )
 
         def migrate() -> None:
             before = _generation(proc)
@@ -277,8 +296,10 @@ def test_a_migration_outside_pgtarn_heard_through_an_event_trigger(pgtarn_factor
 
         assert _insert_after_migration(proc, migrate) == RIGHT
     finally:
-        pg_cluster.psql("DROP EVENT TRIGGER pgtarn_schema_changed;"
-                        " DROP FUNCTION pgtarn_schema_changed();", dbname="app")
+        pg_cluster.psql(
+            "DROP EVENT TRIGGER pgtarn_schema_changed; DROP FUNCTION pgtarn_schema_changed();",
+            dbname="app",
+        )
 
 
 def test_asyncpg_after_a_type_dropped_and_made_again(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
@@ -287,16 +308,19 @@ def test_asyncpg_after_a_type_dropped_and_made_again(pgtarn_factory, pg_cluster)
     shared statement alive meanwhile (an asyncpg client that introspected a type would be
     pinned by its set_config). After the migration through pgtarn, a new connection's Parse
     is fresh, as on a direct connection."""
-    make = ("CREATE TYPE colour AS ENUM ('red', 'blue'); CREATE TABLE paint (c colour);"
-            " ALTER TABLE paint OWNER TO app; ALTER TYPE colour OWNER TO app;")
-    pg_cluster.psql("DROP TABLE IF EXISTS paint; DROP TYPE IF EXISTS colour; " + make,
-                    dbname="app")
+    make = (
+        "CREATE TYPE colour AS ENUM ('red', 'blue'); CREATE TABLE paint (c colour);"
+        " ALTER TABLE paint OWNER TO app; ALTER TYPE colour OWNER TO app;"
+    )
+    pg_cluster.psql("DROP TABLE IF EXISTS paint; DROP TYPE IF EXISTS colour; " + make, dbname="app")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     insert = "INSERT INTO paint (c) VALUES ($1)"
     holder = raw_login(proc)
     try:
-        holder.send(build.message(b"P", b"held\x00" + insert.encode() + b"\x00\x00\x00")
-                    + build.message(b"S"))
+        holder.send(
+            build.message(b"P", b"held\x00" + insert.encode() + b"\x00\x00\x00")
+            + build.message(b"S")
+        )
         assert [t for t, _ in holder.read_until("Z")] == ["1", "Z"]
         with connect(proc, autocommit=True) as migration:  # the migration, through pgtarn
             migration.execute("DROP TABLE paint; DROP TYPE colour; " + make)

@@ -34,8 +34,10 @@ def test_prepare_execute_deallocate_across_servers_20_clients(pgtarn_factory):  
                     checked += 1
                     await asyncio.sleep(rng.random() / 200)  # let the servers change hands
                 await conn.execute("DEALLOCATE q")
-                with pytest.raises(asyncpg.InvalidSQLStatementNameError,
-                                   match='prepared statement "q" does not exist'):
+                with pytest.raises(
+                    asyncpg.InvalidSQLStatementNameError,
+                    match='prepared statement "q" does not exist',
+                ):
                     await conn.execute("EXECUTE q(1)")
         finally:
             await conn.close()
@@ -52,8 +54,11 @@ def test_statement_prepared_on_one_server_runs_on_the_other(pgtarn_factory):  # 
     runs on the other server, which never saw the PREPARE."""
     proc = pgtarn_factory(settings={"default_pool_size": 2})
     pid = "select pg_backend_pid()"
-    with connect(proc, autocommit=True, cursor_factory=psycopg.ClientCursor) as a, \
-            connect(proc, autocommit=True) as b, connect(proc, autocommit=True) as c:
+    with (
+        connect(proc, autocommit=True, cursor_factory=psycopg.ClientCursor) as a,
+        connect(proc, autocommit=True) as b,
+        connect(proc, autocommit=True) as c,
+    ):
         a.execute("BEGIN")
         a.execute('PREPARE "Mixed Case" (text) AS SELECT upper($1)')
         prepared_on = a.execute(pid).fetchone()
@@ -82,15 +87,21 @@ def test_errors_are_postgresql_s_own_and_name_the_client_s_statement(pgtarn_fact
     async def main() -> None:
         conn = await aconnect(proc)
         try:
-            with pytest.raises(asyncpg.InvalidSQLStatementNameError,
-                               match='prepared statement "nope" does not exist'):
+            with pytest.raises(
+                asyncpg.InvalidSQLStatementNameError,
+                match='prepared statement "nope" does not exist',
+            ):
                 await conn.execute("EXECUTE nope")
-            with pytest.raises(asyncpg.InvalidSQLStatementNameError,
-                               match='prepared statement "nope" does not exist'):
+            with pytest.raises(
+                asyncpg.InvalidSQLStatementNameError,
+                match='prepared statement "nope" does not exist',
+            ):
                 await conn.execute("DEALLOCATE nope")
             await conn.execute("PREPARE twice AS SELECT 1")
-            with pytest.raises(asyncpg.DuplicatePreparedStatementError,
-                               match='prepared statement "twice" already exists'):
+            with pytest.raises(
+                asyncpg.DuplicatePreparedStatementError,
+                match='prepared statement "twice" already exists',
+            ):
                 await conn.execute("PREPARE twice AS SELECT 2")
             assert await conn.fetchval("EXECUTE twice") == 1
             # a PREPARE that fails leaves no name behind
@@ -101,27 +112,35 @@ def test_errors_are_postgresql_s_own_and_name_the_client_s_statement(pgtarn_fact
             await conn.execute("PREPARE broken AS SELECT 'fixed'")
             assert await conn.fetchval("EXECUTE broken") == "fixed"
             # forms that cannot be run safely get a clear error, never a wrong result
-            with pytest.raises(asyncpg.FeatureNotSupportedError,
-                               match="PREPARE must be sent as a query of its own"):
+            with pytest.raises(
+                asyncpg.FeatureNotSupportedError, match="PREPARE must be sent as a query of its own"
+            ):
                 await conn.execute("PREPARE two AS SELECT 2; SELECT 1")
             # the extended protocol: an unnamed statement may EXECUTE it, a named one not
             assert await conn.fetchval("EXECUTE twice") == 1
             cached = await aconnect(proc, statement_cache_size=10)
             try:
                 await cached.execute("PREPARE mine AS SELECT 'mine'")
-                with pytest.raises(asyncpg.FeatureNotSupportedError,
-                                   match="in a named statement through the extended query"):
+                with pytest.raises(
+                    asyncpg.FeatureNotSupportedError,
+                    match="in a named statement through the extended query",
+                ):
                     await cached.fetchval("EXECUTE mine")
-                with pytest.raises(asyncpg.FeatureNotSupportedError,
-                                   match="PREPARE of a SQL-level prepared statement through"):
+                with pytest.raises(
+                    asyncpg.FeatureNotSupportedError,
+                    match="PREPARE of a SQL-level prepared statement through",
+                ):
                     await cached.fetchval("PREPARE other AS SELECT 1")
                 assert await cached.fetchval("SELECT 'still fine'") == "still fine"
             finally:
                 await cached.close()
             # the words inside literals, identifiers and comments are not names
-            assert await conn.fetchval(
-                "SELECT 'EXECUTE twice' /* DEALLOCATE twice */ || $$PREPARE x AS$$") == \
-                "EXECUTE twicePREPARE x AS"
+            assert (
+                await conn.fetchval(
+                    "SELECT 'EXECUTE twice' /* DEALLOCATE twice */ || $$PREPARE x AS$$"
+                )
+                == "EXECUTE twicePREPARE x AS"
+            )
             await conn.execute("DEALLOCATE PREPARE twice")
             with pytest.raises(asyncpg.InvalidSQLStatementNameError):
                 await conn.execute("EXECUTE twice")
@@ -156,12 +175,16 @@ def test_prepare_inside_a_transaction_and_deallocate_all(pgtarn_factory):  # typ
 
 
 def test_stale_plan_of_a_sql_statement_is_retried(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    pg_cluster.psql("DROP TABLE IF EXISTS sql_shape; CREATE TABLE sql_shape (id int, a int);"
-                    " INSERT INTO sql_shape VALUES (1, 10); GRANT ALL ON sql_shape TO PUBLIC;",
-                    dbname="app")
+    pg_cluster.psql(
+        "DROP TABLE IF EXISTS sql_shape; CREATE TABLE sql_shape (id int, a int);"
+        " INSERT INTO sql_shape VALUES (1, 10); GRANT ALL ON sql_shape TO PUBLIC;",
+        dbname="app",
+    )
     proc = pgtarn_factory(settings={"default_pool_size": 2})
-    with connect(proc, autocommit=True, cursor_factory=psycopg.ClientCursor) as a, \
-            connect(proc, autocommit=True, cursor_factory=psycopg.ClientCursor) as b:
+    with (
+        connect(proc, autocommit=True, cursor_factory=psycopg.ClientCursor) as a,
+        connect(proc, autocommit=True, cursor_factory=psycopg.ClientCursor) as b,
+    ):
         a.execute("PREPARE shape_q (int) AS SELECT * FROM sql_shape WHERE id = $1")
         with b.transaction():  # a's EXECUTEs land on both servers
             b.execute("select 1")
@@ -182,8 +205,7 @@ def test_execute_on_a_server_that_needs_a_set_first(pgtarn_factory):  # type: ig
         zone = ("UTC", "Asia/Tokyo", "America/New_York")[n % 3]
         conn = await aconnect(proc, server_settings={"TimeZone": zone})
         try:
-            await conn.execute(
-                f"PREPARE tz_{n} AS SELECT current_setting('TimeZone') || ':{n}'")
+            await conn.execute(f"PREPARE tz_{n} AS SELECT current_setting('TimeZone') || ':{n}'")
             out = []
             for _ in range(6):
                 out.append(await conn.fetchval(f"EXECUTE tz_{n}"))

@@ -69,8 +69,10 @@ def test_psycopg_pipeline_across_transactions(pgtarn_factory, pg_cluster):  # ty
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
         with a.pipeline():
-            curs = [a.execute(f"insert into {table} values (%s, %s) returning id", (i, "p"))
-                    for i in range(50)]
+            curs = [
+                a.execute(f"insert into {table} values (%s, %s) returning id", (i, "p"))
+                for i in range(50)
+            ]
             sums = a.execute("select sum(id) from generate_series(1, 100) as id")
         assert [c.fetchone() for c in curs] == [(i,) for i in range(50)]
         assert sums.fetchone() == (5050,)

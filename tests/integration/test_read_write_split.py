@@ -34,16 +34,22 @@ class Trio:
     def entry(self, split: str, **keys: object) -> str:
         clusters = [self.primary, *self.standbys]
         extra = " ".join(f"{k}={v}" for k, v in keys.items())
-        return (f"host={','.join(c.host for c in clusters)} "
-                f"port={','.join(str(c.port) for c in clusters)} dbname=app "
-                f"read_write_split={split} health_check_period=0.2 {extra}").strip()
+        return (
+            f"host={','.join(c.host for c in clusters)} "
+            f"port={','.join(str(c.port) for c in clusters)} dbname=app "
+            f"read_write_split={split} health_check_period=0.2 {extra}"
+        ).strip()
 
     def caught_up(self) -> None:
         """Every standby replayed what the primary wrote so far."""
         lsn = self.primary.psql("select pg_current_wal_insert_lsn()").strip()
         for standby in self.standbys:
-            wait_for(lambda s=standby: s.psql(
-                f"select pg_last_wal_replay_lsn() >= '{lsn}'").strip() == "t", timeout=20)
+            wait_for(
+                lambda s=standby: (
+                    s.psql(f"select pg_last_wal_replay_lsn() >= '{lsn}'").strip() == "t"
+                ),
+                timeout=20,
+            )
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +58,10 @@ def trio() -> Iterator[Trio]:
     try:
         trio.primary.create_role("app", "app_pass")
         trio.primary.psql("CREATE DATABASE app OWNER app;")
-        trio.primary.psql("CREATE TABLE items (id serial PRIMARY KEY, v int);"
-                          "ALTER TABLE items OWNER TO app;", dbname="app")
+        trio.primary.psql(
+            "CREATE TABLE items (id serial PRIMARY KEY, v int);ALTER TABLE items OWNER TO app;",
+            dbname="app",
+        )
         for _ in range(2):
             standby = StandbyCluster(trio.primary)
             trio.standbys.append(standby)
@@ -67,8 +75,9 @@ def trio() -> Iterator[Trio]:
 
 
 def _start(pgtarn_factory: Any, trio: Trio, split: str, **keys: object) -> Any:
-    proc = pgtarn_factory(databases={"app": trio.entry(split, **keys)},
-                          settings={"default_pool_size": 4})
+    proc = pgtarn_factory(
+        databases={"app": trio.entry(split, **keys)}, settings={"default_pool_size": 4}
+    )
     # the first checks have run once the replicas serve reads
     how = "auto" if split == "auto" else "explicit"
     wait_for(lambda: _ports(proc, how, 12) & _standby_ports(trio), timeout=20)
@@ -112,14 +121,18 @@ def test_reads_spread_over_replicas_and_writes_stay_on_the_primary(pgtarn_factor
         conn.execute("insert into items (v) values (1)")  # a replica would refuse it
         with conn.transaction():  # a transaction that may write: on the primary
             assert conn.execute(PORT).fetchone()[0] == trio.primary.port
-        assert conn.execute("select nextval('items_id_seq') > 0, " + PORT[7:]
-                            ).fetchone()[1] == trio.primary.port
+        assert (
+            conn.execute("select nextval('items_id_seq') > 0, " + PORT[7:]).fetchone()[1]
+            == trio.primary.port
+        )
 
 
 def test_primary_reads_on_spread_over_every_server(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
     metrics_port = free_port()
-    proc = pgtarn_factory(databases={"app": trio.entry("auto")},
-                          settings={"default_pool_size": 4, "metrics_port": metrics_port})
+    proc = pgtarn_factory(
+        databases={"app": trio.entry("auto")},
+        settings={"default_pool_size": 4, "metrics_port": metrics_port},
+    )
     every = {trio.primary.port, *_standby_ports(trio)}
     assert wait_for(lambda: _ports(proc, "auto", 25) == every, timeout=20)
     # what each server is and how many transactions went there: SHOW HOSTS, the metrics
@@ -128,7 +141,9 @@ def test_primary_reads_on_spread_over_every_server(pgtarn_factory, trio) -> None
         names = [d.name for d in cur.description or ()]
         rows = {int(r[names.index("port")]): dict(zip(names, r, strict=True)) for r in cur}
     assert {port: row["role"] for port, row in rows.items()} == {
-        trio.primary.port: "primary", **{port: "replica" for port in _standby_ports(trio)}}
+        trio.primary.port: "primary",
+        **{port: "replica" for port in _standby_ports(trio)},
+    }
     assert all(row["state"] == "up" and int(row["routed"]) > 0 for row in rows.values())
     samples = scrape(metrics_port)
     for port, row in rows.items():
@@ -203,6 +218,7 @@ def test_prepared_statements_and_settings_work_on_every_server(pgtarn_factory, t
             await conn.close()
 
     import asyncio
+
     assert len(asyncio.run(with_asyncpg())) >= 2
 
 
@@ -211,16 +227,18 @@ def test_a_lagging_replica_gets_no_reads_and_read_your_writes_holds(pgtarn_facto
     proc = _start(pgtarn_factory, trio, "auto", primary_reads="off", max_replica_lag="64kB")
     paused.psql("select pg_wal_replay_pause()")
     try:
-        trio.primary.psql("insert into items (v) select 0 from generate_series(1, 3000)",
-                          dbname="app")
+        trio.primary.psql(
+            "insert into items (v) select 0 from generate_series(1, 3000)", dbname="app"
+        )
         wait_for(lambda: _ports(proc, "auto", 8) == {other.port}, timeout=20)
         assert _ports(proc, "auto", 20) == {other.port}
         # read-your-writes: each read sees the client's own write, wherever it runs
         with connect(proc, autocommit=True) as conn:
             for n in range(1, 60):
                 conn.execute("insert into items (v) values (%s)", (1000 + n,))
-                seen = conn.execute("select max(v) from items where v > 1000 and v < 2000"
-                                    ).fetchone()[0]
+                seen = conn.execute(
+                    "select max(v) from items where v > 1000 and v < 2000"
+                ).fetchone()[0]
                 assert seen is not None and seen >= 1000 + n
         # replicas serve the reads of a client that did not write just now
         assert other.port in _ports(proc, "auto", 10)
@@ -268,13 +286,15 @@ def test_listen_and_notify_go_through_the_primary(pgtarn_factory, trio) -> None:
             got += [n.payload for n in listener.notifies(timeout=0.5, stop_after=1)]
         assert got == ["0", "1", "2"], proc.log_text()[-4000:]
     primary_backends = trio.primary.psql(
-        "select count(*) from pg_stat_activity where application_name = 'pgtarn listener'")
+        "select count(*) from pg_stat_activity where application_name = 'pgtarn listener'"
+    )
     assert primary_backends.strip() != "0"
 
 
 def test_session_mode_keeps_every_client_on_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(databases={"app": trio.entry("auto", pool_mode="session",
-                                                       primary_reads="off")},
-                          settings={"default_pool_size": 4})
+    proc = pgtarn_factory(
+        databases={"app": trio.entry("auto", pool_mode="session", primary_reads="off")},
+        settings={"default_pool_size": 4},
+    )
     assert _ports(proc, "auto", 10) == {trio.primary.port}
     assert _ports(proc, "explicit", 5) == {trio.primary.port}

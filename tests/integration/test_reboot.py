@@ -26,9 +26,11 @@ __all__ = ["pgbench_tables"]
 
 pytestmark = pytest.mark.integration
 
-SERVING = re.compile(r"of (\d+) clients (\d+) are idle and go to it now, (\d+) are in a "
-                     r"transaction and (\d+) in a query or waiting for a server \(they go "
-                     r"when it ends\), (\d+) stay here")
+SERVING = re.compile(
+    r"of (\d+) clients (\d+) are idle and go to it now, (\d+) are in a "
+    r"transaction and (\d+) in a query or waiting for a server \(they go "
+    r"when it ends\), (\d+) stay here"
+)
 
 
 class ConnectLoop:
@@ -60,9 +62,15 @@ class ConnectLoop:
 def _reboot(proc: PgtarnProcess, workdir: Path) -> PgtarnProcess:
     """A second pgtarn with --reboot on proc's configuration, once it serves the sockets."""
     workdir.mkdir(exist_ok=True)
-    new = PgtarnProcess.launch(proc.ini_path, host=proc.host, port=proc.port,
-                               workdir=str(workdir), args=["-v", "--reboot"],
-                               logfile=proc.logfile, socket_dir=proc.socket_dir)
+    new = PgtarnProcess.launch(
+        proc.ini_path,
+        host=proc.host,
+        port=proc.port,
+        workdir=str(workdir),
+        args=["-v", "--reboot"],
+        logfile=proc.logfile,
+        socket_dir=proc.socket_dir,
+    )
     _wait_for(lambda: "takeover: the new process serves" in proc.log_text(), 30)
     return new
 
@@ -83,9 +91,11 @@ def _stopped(new: PgtarnProcess) -> None:
 def test_rolling_restart_under_pgbench(pgtarn_factory, pgbench_tables, tmp_path):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings={"default_pool_size": 5, "max_client_conn": 200})
     bench = subprocess.Popen(
-        ["pgbench", "-n", "-N", "-c", "20", "-j", "2", "-T", "8",
-         proc.dsn("app", "app_pass")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ["pgbench", "-n", "-N", "-c", "20", "-j", "2", "-T", "8", proc.dsn("app", "app_pass")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     loop = ConnectLoop(proc)  # connections attempted all through the restart
     new = None
     try:
@@ -105,15 +115,18 @@ def test_rolling_restart_under_pgbench(pgtarn_factory, pgbench_tables, tmp_path)
         counts = SERVING.search(proc.log_text())
         assert counts is not None
         total, idle, in_xact, busy, stay = map(int, counts.groups())
-        print(f"\nat the takeover: {total} clients, {idle} idle, {in_xact} mid-transaction, "
-              f"{busy} in a query or waiting for a server, {stay} stayed; {loop.attempts} "
-              f"connects during the restart, none refused; pgbench: {done} transactions, "
-              f"{failed} failed")
-        handed = re.search(r"takeover: (\d+) clients handed over",
-                           proc.log_text())
+        print(
+            f"\nat the takeover: {total} clients, {idle} idle, {in_xact} mid-transaction, "
+            f"{busy} in a query or waiting for a server, {stay} stayed; {loop.attempts} "
+            f"connects during the restart, none refused; pgbench: {done} transactions, "
+            f"{failed} failed"
+        )
+        handed = re.search(r"takeover: (\d+) clients handed over", proc.log_text())
         assert handed is not None
-        print(f"{handed.group(1)} clients handed over; pgbench still running when the old "
-              f"process exited: {bench_running}")
+        print(
+            f"{handed.group(1)} clients handed over; pgbench still running when the old "
+            f"process exited: {bench_running}"
+        )
         assert stay <= 1  # (the connect loop's client may be logging in)
         # every pgbench client went over while it ran (none was cut off)
         assert bench_running and int(handed.group(1)) >= 20
@@ -182,8 +195,12 @@ def test_tls_and_pinned_clients_finish_on_the_old_process(pgtarn_factory, pki, t
     assert plain.execute("select 1").fetchone() == (1,)
     new = _reboot(proc, tmp_path / "new")
     try:
-        _wait_for(lambda: re.search(r"of 3 clients 1 are idle .* 2 stay here",
-                                    proc.log_text()) is not None, 10)
+        _wait_for(
+            lambda: (
+                re.search(r"of 3 clients 1 are idle .* 2 stay here", proc.log_text()) is not None
+            ),
+            10,
+        )
         # both still served by the old process, which waits for them
         assert secure.execute("select 2").fetchone() == (2,)
         assert pinned.execute("select pg_advisory_unlock(4242)").fetchone() == (True,)
@@ -205,14 +222,19 @@ def test_tls_and_pinned_clients_finish_on_the_old_process(pgtarn_factory, pki, t
 def _scram_keys(verifier: str, password: str) -> list[bytes]:
     """The ClientKey and ServerKey a SCRAM login with password against verifier yields."""
     iterations, salt = verifier.split("$")[1].split(":")
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(salt),
-                                 int(iterations))
+    salted = hashlib.pbkdf2_hmac(
+        "sha256", password.encode(), base64.b64decode(salt), int(iterations)
+    )
     client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
     return [client_key, base64.b64decode(verifier.split("$")[2].split(":")[1])]
 
 
-def test_scram_passthrough_keys_go_with_the_clients(pgtarn_factory, pg_cluster, pg_roles,  # type: ignore[no-untyped-def]
-                                                    tmp_path):
+def test_scram_passthrough_keys_go_with_the_clients(
+    pgtarn_factory,
+    pg_cluster,
+    pg_roles,  # type: ignore[no-untyped-def]
+    tmp_path,
+):
     """Only a SCRAM verifier stored: the new process logs in to PostgreSQL for a handed-over
     client with the keys of that client's login, which never show in the log."""
     verifier = pg_cluster.scram_verifier("app")

@@ -30,8 +30,11 @@ pytestmark = pytest.mark.integration
 def _with_workers(proc: PgtarnProcess, workers: int, workdir: Path) -> str:
     """A copy of proc's configuration with workers = workers."""
     workdir.mkdir(exist_ok=True)
-    lines = [line for line in Path(proc.ini_path).read_text().splitlines()
-             if not re.match(r"\s*workers\s*=", line)]
+    lines = [
+        line
+        for line in Path(proc.ini_path).read_text().splitlines()
+        if not re.match(r"\s*workers\s*=", line)
+    ]
     at = lines.index("[pgbouncer]") + 1
     lines.insert(at, f"workers = {workers}")
     path = workdir / "pgbouncer.ini"
@@ -41,9 +44,15 @@ def _with_workers(proc: PgtarnProcess, workers: int, workdir: Path) -> str:
 
 def _reboot(proc: PgtarnProcess, workers: int, workdir: Path) -> PgtarnProcess:
     """A second pgtarn with --reboot and workers = workers, once it serves the sockets."""
-    new = PgtarnProcess.launch(_with_workers(proc, workers, workdir), host=proc.host,
-                               port=proc.port, workdir=str(workdir), args=["-v", "--reboot"],
-                               logfile=proc.logfile, socket_dir=proc.socket_dir)
+    new = PgtarnProcess.launch(
+        _with_workers(proc, workers, workdir),
+        host=proc.host,
+        port=proc.port,
+        workdir=str(workdir),
+        args=["-v", "--reboot"],
+        logfile=proc.logfile,
+        socket_dir=proc.socket_dir,
+    )
     _wait_for(lambda: "takeover: the new process serves" in proc.log_text(), 30)
     return new
 
@@ -66,15 +75,21 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench not installed")
 @pytest.mark.parametrize(("old", "new"), [(2, 2), (2, 1), (1, 2)])
-def test_rolling_restart_with_workers_under_pgbench(pgtarn_factory, pgbench_tables, tmp_path,  # type: ignore[no-untyped-def]
-                                                    old, new):
-    proc = pgtarn_factory(settings={"default_pool_size": 5, "max_client_conn": 200,
-                                    "workers": old})
+def test_rolling_restart_with_workers_under_pgbench(
+    pgtarn_factory,
+    pgbench_tables,
+    tmp_path,  # type: ignore[no-untyped-def]
+    old,
+    new,
+):
+    proc = pgtarn_factory(settings={"default_pool_size": 5, "max_client_conn": 200, "workers": old})
     old_pids = _old_workers(proc, old)
     bench = subprocess.Popen(
-        ["pgbench", "-n", "-N", "-c", "20", "-j", "2", "-T", "10",
-         proc.dsn("app", "app_pass")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ["pgbench", "-n", "-N", "-c", "20", "-j", "2", "-T", "10", proc.dsn("app", "app_pass")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     loop = ConnectLoop(proc)  # connections attempted all through the restart
     successor = None
     try:
@@ -97,11 +112,13 @@ def test_rolling_restart_with_workers_under_pgbench(pgtarn_factory, pgbench_tabl
         assert len(counts) == old, counts  # one line per old worker (or the one process)
         total, idle, in_xact, busy, stay = (sum(c[i] for c in counts) for i in range(5))
         handed = sum(int(n) for n in re.findall(r"takeover: (\d+) clients handed over, ", log))
-        print(f"\n{old} -> {new} workers: at the takeover {total} clients, {idle} idle, "
-              f"{in_xact} mid-transaction, {busy} in a query or waiting for a server, "
-              f"{stay} stayed; {handed} handed over; {loop.attempts} connects during the "
-              f"restart, none refused; pgbench: {done} transactions, {failed} failed; "
-              f"pgbench still running when the old pgtarn exited: {bench_running}")
+        print(
+            f"\n{old} -> {new} workers: at the takeover {total} clients, {idle} idle, "
+            f"{in_xact} mid-transaction, {busy} in a query or waiting for a server, "
+            f"{stay} stayed; {handed} handed over; {loop.attempts} connects during the "
+            f"restart, none refused; pgbench: {done} transactions, {failed} failed; "
+            f"pgbench still running when the old pgtarn exited: {bench_running}"
+        )
         assert stay <= 1  # (the connect loop's client may be logging in)
         assert "exited unexpectedly" not in log  # no draining worker was restarted
         assert "Traceback" not in log
@@ -122,8 +139,10 @@ def test_rolling_restart_with_workers_under_pgbench(pgtarn_factory, pgbench_tabl
             _stopped(successor)
 
 
-def test_a_client_mid_transaction_is_cancelled_through_the_new_workers(pgtarn_factory,  # type: ignore[no-untyped-def]
-                                                                       tmp_path):
+def test_a_client_mid_transaction_is_cancelled_through_the_new_workers(
+    pgtarn_factory,  # type: ignore[no-untyped-def]
+    tmp_path,
+):
     proc = pgtarn_factory(settings={"workers": 2, "max_prepared_statements": 10})
     _old_workers(proc, 2)
     idle = [connect(proc, autocommit=True) for _ in range(4)]
@@ -146,8 +165,18 @@ def test_a_client_mid_transaction_is_cancelled_through_the_new_workers(pgtarn_fa
             canceller.join()
             conn.rollback()  # its transaction ends: it goes over
         proc.proc.wait(timeout=30)
-        _wait_for(lambda: sum(int(n) for n in re.findall(
-            r"is done; (\d+) clients came from it", Path(proc.logfile).read_text())) == 8, 10)
+        _wait_for(
+            lambda: (
+                sum(
+                    int(n)
+                    for n in re.findall(
+                        r"is done; (\d+) clients came from it", Path(proc.logfile).read_text()
+                    )
+                )
+                == 8
+            ),
+            10,
+        )
         for n, conn in enumerate(idle):  # same connection, same session
             assert conn.execute("show application_name").fetchone() == (f"kept{n}",)
             assert conn.execute("select %s::int + 1", [41], prepare=True).fetchone() == (42,)

@@ -22,7 +22,6 @@ from .pgstat import make_table, rows, wait_for
 RELOAD_USER = "reload_user"
 
 
-
 def reload(proc, ini: str | None = None, marker: str = "configuration reloaded") -> None:  # type: ignore[no-untyped-def]
     """Write ini (if given), send SIGHUP and wait for one more `marker` line in the log."""
     before = proc.log_text().count(marker)
@@ -66,8 +65,6 @@ def live_backends(pg_cluster, pids: set[int]) -> int:  # type: ignore[no-untyped
 def app_backends(pg_cluster) -> int:  # type: ignore[no-untyped-def]
     out = pg_cluster.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'app'")
     return int(out.strip())
-
-
 
 
 def write_userlist(proc, entries: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
@@ -138,14 +135,17 @@ def test_auth_file_changes_apply_on_reload(pgtarn_factory, pg_cluster):  # type:
     write_userlist(proc, {**entries, RELOAD_USER: "p1"})
     reload(proc)
     assert login_error(proc, RELOAD_USER, "p1") is None
-    with connect(proc, user=RELOAD_USER, password="p1", autocommit=True) as before, \
-            connect(proc, autocommit=True) as app_before:
+    with (
+        connect(proc, user=RELOAD_USER, password="p1", autocommit=True) as before,
+        connect(proc, autocommit=True) as app_before,
+    ):
         assert before.execute("select current_user").fetchone() == (RELOAD_USER,)
         assert app_before.execute("select 1").fetchone() == (1,)
 
         # a changed password (in PostgreSQL too, so that new servers can log in)
-        pg_cluster.psql(f"SET password_encryption = 'scram-sha-256';\n"
-                        f"ALTER ROLE {RELOAD_USER} PASSWORD 'p2';\n")
+        pg_cluster.psql(
+            f"SET password_encryption = 'scram-sha-256';\nALTER ROLE {RELOAD_USER} PASSWORD 'p2';\n"
+        )
         write_userlist(proc, {**entries, RELOAD_USER: "p2"})
         reload(proc)
         assert login_error(proc, RELOAD_USER, "p2") is None
@@ -159,8 +159,11 @@ def test_auth_file_changes_apply_on_reload(pgtarn_factory, pg_cluster):  # type:
     assert login_error(proc, "app", "app_pass") is None
 
 
-def test_changed_connection_string_waits_for_the_transaction(pgtarn_factory, pg_cluster,  # type: ignore[no-untyped-def]
-                                                             fault_proxy):
+def test_changed_connection_string_waits_for_the_transaction(
+    pgtarn_factory,
+    pg_cluster,  # type: ignore[no-untyped-def]
+    fault_proxy,
+):
     table = make_table(pg_cluster, "reload_")
     via_proxy = f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"
     direct = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
@@ -199,8 +202,11 @@ def test_invalid_config_keeps_the_old_one(pgtarn_factory):  # type: ignore[no-un
     good = Path(proc.ini_path).read_text(encoding="utf-8")
     with connect(proc, autocommit=True) as kept:
         assert kept.execute("select 1").fetchone() == (1,)
-        reload(proc, edit_ini(proc, "default_pool_size = 1", "default_pool_size = lots"),
-               marker="reload failed")
+        reload(
+            proc,
+            edit_ini(proc, "default_pool_size = 1", "default_pool_size = lots"),
+            marker="reload failed",
+        )
         assert proc.proc.poll() is None
         assert kept.execute("select 2").fetchone() == (2,)
         with connect(proc, autocommit=True) as fresh:
@@ -218,8 +224,13 @@ def pooler_keepalive(proc, conn) -> bool:  # type: ignore[no-untyped-def]
     once no sent data waits for an ACK (whose retransmission timer ss would show instead)."""
     with socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM) as sock:
         client_port = sock.getsockname()[1]
-    command = ["ss", "-tnoH", "state", "established",
-               f"( sport = :{proc.port} and dport = :{client_port} )"]
+    command = [
+        "ss",
+        "-tnoH",
+        "state",
+        "established",
+        f"( sport = :{proc.port} and dport = :{client_port} )",
+    ]
     out = ""
 
     def settled() -> bool:
@@ -262,13 +273,28 @@ def test_tcp_keepidle_of_clients_and_servers(pgtarn_factory, pg_cluster):  # typ
         assert pooler_keepalive(proc, conn)
         with socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM) as sock:
             client_port = sock.getsockname()[1]
-        out = subprocess.run(["ss", "-tnoH", "state", "established",
-                              f"( sport = :{proc.port} and dport = :{client_port} )"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [
+                "ss",
+                "-tnoH",
+                "state",
+                "established",
+                f"( sport = :{proc.port} and dport = :{client_port} )",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert 0 < _keepalive_seconds(out) <= 77
-        servers = subprocess.run(["ss", "-tnoH", "state", "established",
-                                  f"( dport = :{pg_cluster.port} )"],
-                                 capture_output=True, text=True, check=True).stdout
+        servers = subprocess.run(
+            ["ss", "-tnoH", "state", "established", f"( dport = :{pg_cluster.port} )"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         # pgtarn's servers, among the suite's other connections to the cluster
-        assert any(0 < _keepalive_seconds(line) <= 77 for line in servers.splitlines()
-                   if "keepalive" in line), servers
+        assert any(
+            0 < _keepalive_seconds(line) <= 77
+            for line in servers.splitlines()
+            if "keepalive" in line
+        ), servers

@@ -32,14 +32,21 @@ class ReplicationCluster(TempCluster):
     pg_hba.conf `replication` line (SCRAM) for every role over TCP."""
 
     def _settings(self) -> dict[str, str]:
-        return {**super()._settings(), "wal_level": "logical", "max_wal_senders": "10",
-                "max_replication_slots": "10", "max_connections": "50"}
+        return {
+            **super()._settings(),
+            "wal_level": "logical",
+            "max_wal_senders": "10",
+            "max_replication_slots": "10",
+            "max_connections": "50",
+        }
 
     def _initdb(self) -> None:
         super()._initdb()
         hba = Path(self.data_dir) / "pg_hba.conf"
-        lines = [f"host replication all {address}/{32 if ':' not in address else 128} "
-                 "scram-sha-256" for address in self._listen_addresses()]
+        lines = [
+            f"host replication all {address}/{32 if ':' not in address else 128} scram-sha-256"
+            for address in self._listen_addresses()
+        ]
         with open(hba, "a", encoding="utf-8") as fh:
             fh.write("\n".join(lines) + "\n")
 
@@ -59,8 +66,11 @@ def repl_cluster() -> Iterator[ReplicationCluster]:
         cluster.create_role("plain_user", REPL_ROLES["plain_user"])
         cluster.psql("CREATE DATABASE app;\nCREATE DATABASE sub;\n")
         table = "CREATE TABLE events (id int PRIMARY KEY, note text);\n"
-        cluster.psql(table + "GRANT SELECT ON events TO repl_user;\n"
-                     "CREATE PUBLICATION events_pub FOR TABLE events;\n", dbname="app")
+        cluster.psql(
+            table + "GRANT SELECT ON events TO repl_user;\n"
+            "CREATE PUBLICATION events_pub FOR TABLE events;\n",
+            dbname="app",
+        )
         cluster.psql(table, dbname="sub")
         yield cluster
     finally:
@@ -68,25 +78,34 @@ def repl_cluster() -> Iterator[ReplicationCluster]:
 
 
 @pytest.fixture
-def repl_pgtarn(repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory,
-                request: pytest.FixtureRequest) -> tuple[str, int]:
+def repl_pgtarn(
+    repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory, request: pytest.FixtureRequest
+) -> tuple[str, int]:
     """pgtarn in front of the replication cluster (pool_mode from the test's param,
     transaction by default): (host, port)."""
     base = f"host={repl_cluster.host} port={repl_cluster.port}"
     mode = getattr(request, "param", "transaction")
-    proc = pgtarn_factory(databases={"app": f"{base} dbname=app", "*": base},
-                          settings={"pool_mode": mode, "default_pool_size": 3,
-                                    "admin_users": "repl_user"},
-                          userlist=REPL_ROLES)
+    proc = pgtarn_factory(
+        databases={"app": f"{base} dbname=app", "*": base},
+        settings={"pool_mode": mode, "default_pool_size": 3, "admin_users": "repl_user"},
+        userlist=REPL_ROLES,
+    )
     return proc.host, proc.port
 
 
-def _tool(cluster: TempCluster, name: str, *args: str, password: str = REPL_ROLES["repl_user"]
-          ) -> subprocess.CompletedProcess[str]:
+def _tool(
+    cluster: TempCluster, name: str, *args: str, password: str = REPL_ROLES["repl_user"]
+) -> subprocess.CompletedProcess[str]:
     """Run a PostgreSQL client program (as this process's user) with PGPASSWORD."""
     env = {**os.environ, "PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"}
-    return subprocess.run([os.path.join(cluster.bindir, name), *args], env=env,
-                          capture_output=True, text=True, timeout=TOOL_TIMEOUT, check=False)
+    return subprocess.run(
+        [os.path.join(cluster.bindir, name), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT,
+        check=False,
+    )
 
 
 def _conninfo(address: tuple[str, int], user: str = "repl_user", dbname: str = "app") -> str:
@@ -96,8 +115,14 @@ def _conninfo(address: tuple[str, int], user: str = "repl_user", dbname: str = "
 
 def _show(host: str, port: int, what: str) -> list[tuple[str, str]]:
     """(replication, state) of the SHOW CLIENTS or SERVERS rows of replication connections."""
-    with psycopg.connect(host=host, port=port, user="repl_user", dbname="pgbouncer",
-                         password=REPL_ROLES["repl_user"], autocommit=True) as admin:
+    with psycopg.connect(
+        host=host,
+        port=port,
+        user="repl_user",
+        dbname="pgbouncer",
+        password=REPL_ROLES["repl_user"],
+        autocommit=True,
+    ) as admin:
         cursor = admin.execute(f"SHOW {what}")
         assert cursor.description is not None
         names = [column.name for column in cursor.description]
@@ -109,31 +134,56 @@ def _lsn(cluster: TempCluster, sql: str = "SELECT pg_current_wal_lsn()") -> str:
     return cluster.psql(f"\\pset tuples_only on\n\\pset format unaligned\n{sql};\n").strip()
 
 
-@pytest.mark.parametrize("repl_pgtarn", ["transaction", "statement", "session"],
-                         indirect=True)
-def test_pg_basebackup_through_pgtarn(repl_cluster: ReplicationCluster,
-                                      repl_pgtarn: tuple[str, int], tmp_path: Path) -> None:
+@pytest.mark.parametrize("repl_pgtarn", ["transaction", "statement", "session"], indirect=True)
+def test_pg_basebackup_through_pgtarn(
+    repl_cluster: ReplicationCluster, repl_pgtarn: tuple[str, int], tmp_path: Path
+) -> None:
     target = tmp_path / "base"
-    result = _tool(repl_cluster, "pg_basebackup", "-d", _conninfo(repl_pgtarn), "-D",
-                   str(target), "-X", "stream", "-c", "fast", "--no-sync")
+    result = _tool(
+        repl_cluster,
+        "pg_basebackup",
+        "-d",
+        _conninfo(repl_pgtarn),
+        "-D",
+        str(target),
+        "-X",
+        "stream",
+        "-c",
+        "fast",
+        "--no-sync",
+    )
     assert result.returncode == 0, result.stderr
     assert (target / "PG_VERSION").read_text().strip() == "15"
     assert (target / "global" / "pg_control").exists()
 
 
-def test_pg_receivewal_writes_a_segment(repl_cluster: ReplicationCluster,
-                                        repl_pgtarn: tuple[str, int], tmp_path: Path) -> None:
+def test_pg_receivewal_writes_a_segment(
+    repl_cluster: ReplicationCluster, repl_pgtarn: tuple[str, int], tmp_path: Path
+) -> None:
     slot = "receivewal_slot"
     repl_cluster.psql(f"SELECT pg_create_physical_replication_slot('{slot}', true);\n")
     try:
         first = _lsn(repl_cluster, "SELECT pg_walfile_name(pg_current_wal_lsn())")
-        repl_cluster.psql("INSERT INTO events VALUES (100, 'wal');\nSELECT pg_switch_wal();\n",
-                          dbname="app")
+        repl_cluster.psql(
+            "INSERT INTO events VALUES (100, 'wal');\nSELECT pg_switch_wal();\n", dbname="app"
+        )
         end = _lsn(repl_cluster)
         target = tmp_path / "wal"
         target.mkdir()
-        result = _tool(repl_cluster, "pg_receivewal", "-d", _conninfo(repl_pgtarn), "-D",
-                       str(target), "-S", slot, "--endpos", end, "-n", "--no-sync")
+        result = _tool(
+            repl_cluster,
+            "pg_receivewal",
+            "-d",
+            _conninfo(repl_pgtarn),
+            "-D",
+            str(target),
+            "-S",
+            slot,
+            "--endpos",
+            end,
+            "-n",
+            "--no-sync",
+        )
         assert result.returncode == 0, result.stderr
         # the segment that was current when the slot was made, whole (not .partial)
         assert (target / first).stat().st_size == 16 * 1024 * 1024
@@ -142,22 +192,45 @@ def test_pg_receivewal_writes_a_segment(repl_cluster: ReplicationCluster,
         repl_cluster.psql("DELETE FROM events WHERE id = 100;\n", dbname="app")
 
 
-def test_pg_recvlogical_receives_a_change(repl_cluster: ReplicationCluster,
-                                          repl_pgtarn: tuple[str, int],
-                                          tmp_path: Path) -> None:
+def test_pg_recvlogical_receives_a_change(
+    repl_cluster: ReplicationCluster, repl_pgtarn: tuple[str, int], tmp_path: Path
+) -> None:
     slot = "recvlogical_slot"
     conninfo = _conninfo(repl_pgtarn)
-    created = _tool(repl_cluster, "pg_recvlogical", "-d", conninfo, "-S", slot,
-                    "--create-slot", "-P", "test_decoding")
+    created = _tool(
+        repl_cluster,
+        "pg_recvlogical",
+        "-d",
+        conninfo,
+        "-S",
+        slot,
+        "--create-slot",
+        "-P",
+        "test_decoding",
+    )
     assert created.returncode == 0, created.stderr
     try:
         repl_cluster.psql("INSERT INTO events VALUES (200, 'decoded');\n", dbname="app")
         out = tmp_path / "changes.txt"
         env = {**os.environ, "PGPASSWORD": REPL_ROLES["repl_user"]}
         receiver = subprocess.Popen(
-            [os.path.join(repl_cluster.bindir, "pg_recvlogical"), "-d", conninfo, "-S", slot,
-             "--start", "-n", "-F", "0", "-f", str(out)],
-            env=env, stderr=subprocess.PIPE, text=True)
+            [
+                os.path.join(repl_cluster.bindir, "pg_recvlogical"),
+                "-d",
+                conninfo,
+                "-S",
+                slot,
+                "--start",
+                "-n",
+                "-F",
+                "0",
+                "-f",
+                str(out),
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         expected = "table public.events: INSERT: id[integer]:200 note[text]:'decoded'"
         text = ""
         try:
@@ -172,34 +245,41 @@ def test_pg_recvlogical_receives_a_change(repl_cluster: ReplicationCluster,
             _, errors = receiver.communicate(timeout=TOOL_TIMEOUT)
         assert expected in text, errors
     finally:
-        dropped = _tool(repl_cluster, "pg_recvlogical", "-d", conninfo, "-S", slot,
-                        "--drop-slot")
+        dropped = _tool(repl_cluster, "pg_recvlogical", "-d", conninfo, "-S", slot, "--drop-slot")
         repl_cluster.psql("DELETE FROM events WHERE id = 200;\n", dbname="app")
     assert dropped.returncode == 0, dropped.stderr
 
 
-def test_subscription_through_pgtarn(repl_cluster: ReplicationCluster,
-                                     repl_pgtarn: tuple[str, int]) -> None:
+def test_subscription_through_pgtarn(
+    repl_cluster: ReplicationCluster, repl_pgtarn: tuple[str, int]
+) -> None:
     # Publisher and subscriber share the cluster: the slot is made ahead (CREATE
     # SUBSCRIPTION making it would wait for its own transaction).
     host, port = repl_pgtarn
     slot = "sub_slot"
-    repl_cluster.psql(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');\n",
-                      dbname="app")
+    repl_cluster.psql(
+        f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');\n", dbname="app"
+    )
     repl_cluster.psql("INSERT INTO events VALUES (1, 'before'), (2, 'copied');\n", dbname="app")
-    conninfo = make_dsn(host=host, port=port, user="repl_user", dbname="app",
-                        password=REPL_ROLES["repl_user"])
-    repl_cluster.psql(f"CREATE SUBSCRIPTION events_sub CONNECTION '{conninfo}' "
-                      f"PUBLICATION events_pub WITH (create_slot = false, slot_name = '{slot}');\n",
-                      dbname="sub")
+    conninfo = make_dsn(
+        host=host, port=port, user="repl_user", dbname="app", password=REPL_ROLES["repl_user"]
+    )
+    repl_cluster.psql(
+        f"CREATE SUBSCRIPTION events_sub CONNECTION '{conninfo}' "
+        f"PUBLICATION events_pub WITH (create_slot = false, slot_name = '{slot}');\n",
+        dbname="sub",
+    )
     try:
         repl_cluster.psql("INSERT INTO events VALUES (3, 'streamed');\n", dbname="app")
         rows = ""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            rows = repl_cluster.psql("\\pset tuples_only on\n\\pset format unaligned\n"
-                                     "SELECT string_agg(id || ':' || note, ',' ORDER BY id) "
-                                     "FROM events;\n", dbname="sub").strip()
+            rows = repl_cluster.psql(
+                "\\pset tuples_only on\n\\pset format unaligned\n"
+                "SELECT string_agg(id || ':' || note, ',' ORDER BY id) "
+                "FROM events;\n",
+                dbname="sub",
+            ).strip()
             if rows == "1:before,2:copied,3:streamed":
                 break
             time.sleep(0.2)
@@ -210,12 +290,16 @@ def test_subscription_through_pgtarn(repl_cluster: ReplicationCluster,
         repl_cluster.psql("DELETE FROM events;\n", dbname="sub")
 
 
-def _start(cluster: ReplicationCluster, factory: PgtarnFactory,
-           **settings: object) -> PgtarnProcess:
+def _start(
+    cluster: ReplicationCluster, factory: PgtarnFactory, **settings: object
+) -> PgtarnProcess:
     """pgtarn in front of the replication cluster, database app, with these settings."""
     base = f"host={cluster.host} port={cluster.port}"
-    return factory(databases={"app": f"{base} dbname=app", "*": base},
-                   settings={"admin_users": "repl_user", **settings}, userlist=REPL_ROLES)
+    return factory(
+        databases={"app": f"{base} dbname=app", "*": base},
+        settings={"admin_users": "repl_user", **settings},
+        userlist=REPL_ROLES,
+    )
 
 
 def _logfile(proc: PgtarnProcess) -> str:
@@ -224,16 +308,23 @@ def _logfile(proc: PgtarnProcess) -> str:
 
 
 @pytest.mark.parametrize("mode", ["database", "true"])
-def test_unprivileged_role_gets_login_failed(repl_cluster: ReplicationCluster,
-                                             pgtarn_factory: PgtarnFactory, mode: str) -> None:
+def test_unprivileged_role_gets_login_failed(
+    repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory, mode: str
+) -> None:
     """PostgreSQL refuses a role without REPLICATION: as PgBouncer, the client is told
     "login failed" and both sides close with that reason; PostgreSQL's words are in the
     client's DETAIL and in the log."""
     proc = _start(repl_cluster, pgtarn_factory)
     refusal = "must be superuser or replication role to start walsender"
     with pytest.raises(psycopg.OperationalError) as caught:
-        psycopg.connect(host=proc.host, port=proc.port, user="plain_user", dbname="app",
-                        password=REPL_ROLES["plain_user"], replication=mode)
+        psycopg.connect(
+            host=proc.host,
+            port=proc.port,
+            user="plain_user",
+            dbname="app",
+            password=REPL_ROLES["plain_user"],
+            replication=mode,
+        )
     message = str(caught.value)
     assert re.search(r"FATAL:  login failed\n", message), message
     assert f"DETAIL:  {refusal}" in message
@@ -248,14 +339,20 @@ def test_unprivileged_role_gets_login_failed(repl_cluster: ReplicationCluster,
     assert len(closing.findall(log)) == 2, log  # the server's and the client's
     assert refusal in log
     # the pool is not made to fail: a normal login right after works
-    with psycopg.connect(host=proc.host, port=proc.port, user="plain_user", dbname="app",
-                         password=REPL_ROLES["plain_user"]) as normal:
+    with psycopg.connect(
+        host=proc.host,
+        port=proc.port,
+        user="plain_user",
+        dbname="app",
+        password=REPL_ROLES["plain_user"],
+    ) as normal:
         assert normal.execute("SELECT 1").fetchone() == (1,)
 
 
 def _walsenders(cluster: TempCluster) -> int:
-    return int(_lsn(cluster, "SELECT count(*) FROM pg_stat_activity "
-                             "WHERE backend_type = 'walsender'"))
+    return int(
+        _lsn(cluster, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'")
+    )
 
 
 def _wait_until(condition: Callable[[], bool], what: str) -> None:
@@ -267,8 +364,14 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
 
 def _pool(host: str, port: int) -> dict[str, object]:
     """SHOW POOLS' row of app/repl_user."""
-    with psycopg.connect(host=host, port=port, user="repl_user", dbname="pgbouncer",
-                         password=REPL_ROLES["repl_user"], autocommit=True) as admin:
+    with psycopg.connect(
+        host=host,
+        port=port,
+        user="repl_user",
+        dbname="pgbouncer",
+        password=REPL_ROLES["repl_user"],
+        autocommit=True,
+    ) as admin:
         cursor = admin.execute("SHOW POOLS")
         assert cursor.description is not None
         names = [column.name for column in cursor.description]
@@ -279,18 +382,31 @@ def _pool(host: str, port: int) -> dict[str, object]:
     return {}
 
 
-def test_replication_server_is_its_own(repl_cluster: ReplicationCluster,
-                                       repl_pgtarn: tuple[str, int]) -> None:
+def test_replication_server_is_its_own(
+    repl_cluster: ReplicationCluster, repl_pgtarn: tuple[str, int]
+) -> None:
     """A replication client's server is never lent to another client, and it ends with its
     client."""
     host, port = repl_pgtarn
-    with psycopg.connect(host=host, port=port, user="repl_user", dbname="app",
-                         password=REPL_ROLES["repl_user"], autocommit=True,
-                         replication="database") as walsender:
+    with psycopg.connect(
+        host=host,
+        port=port,
+        user="repl_user",
+        dbname="app",
+        password=REPL_ROLES["repl_user"],
+        autocommit=True,
+        replication="database",
+    ) as walsender:
         system = walsender.execute("IDENTIFY_SYSTEM").fetchone()
         assert system is not None and system[3] == "app"
-        with psycopg.connect(host=host, port=port, user="repl_user", dbname="app",
-                             password=REPL_ROLES["repl_user"], autocommit=True) as normal:
+        with psycopg.connect(
+            host=host,
+            port=port,
+            user="repl_user",
+            dbname="app",
+            password=REPL_ROLES["repl_user"],
+            autocommit=True,
+        ) as normal:
             assert normal.execute("SELECT 1").fetchone() == (1,)
         assert _walsenders(repl_cluster) == 1
         assert _show(host, port, "CLIENTS") == [("logical", "active")]
@@ -298,14 +414,22 @@ def test_replication_server_is_its_own(repl_cluster: ReplicationCluster,
     _wait_until(lambda: _walsenders(repl_cluster) == 0, "the walsender to end")
 
 
-def test_replication_clients_queue_within_pool_size(repl_cluster: ReplicationCluster,
-                                                    pgtarn_factory: PgtarnFactory) -> None:
+def test_replication_clients_queue_within_pool_size(
+    repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory
+) -> None:
     """As PgBouncer: a replication server counts in pool_size; the next replication client
     waits (SHOW POOLS' cl_waiting) until a server of the pool is gone."""
     proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1)
-    params = {"host": proc.host, "port": proc.port, "user": "repl_user", "dbname": "app",
-              "password": REPL_ROLES["repl_user"], "autocommit": True,
-              "replication": "database", "connect_timeout": 30}
+    params = {
+        "host": proc.host,
+        "port": proc.port,
+        "user": "repl_user",
+        "dbname": "app",
+        "password": REPL_ROLES["repl_user"],
+        "autocommit": True,
+        "replication": "database",
+        "connect_timeout": 30,
+    }
     first = psycopg.connect(**params)
     second: list[psycopg.Connection[Any]] = []
     errors: list[BaseException] = []
@@ -319,8 +443,10 @@ def test_replication_clients_queue_within_pool_size(repl_cluster: ReplicationClu
     waiter = threading.Thread(target=connect_second)
     waiter.start()
     try:
-        _wait_until(lambda: _pool(proc.host, proc.port).get("cl_waiting") == 1 or errors
-                    or second != [], "the second replication client to queue")
+        _wait_until(
+            lambda: _pool(proc.host, proc.port).get("cl_waiting") == 1 or errors or second != [],
+            "the second replication client to queue",
+        )
         assert second == [] and errors == []
         assert _walsenders(repl_cluster) == 1
         first.close()  # its server goes: the waiting client gets one
@@ -336,21 +462,30 @@ def test_replication_clients_queue_within_pool_size(repl_cluster: ReplicationClu
             conn.close()
 
 
-def test_a_lost_walsender_frees_its_place(repl_cluster: ReplicationCluster,
-                                          pgtarn_factory: PgtarnFactory) -> None:
+def test_a_lost_walsender_frees_its_place(
+    repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory
+) -> None:
     """A walsender PostgreSQL ends mid-stream: its client is told, and its place in the pool
     goes to the next replication client; one that waits query_wait_timeout gets the error."""
     proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1, query_wait_timeout=1)
-    params = {"host": proc.host, "port": proc.port, "user": "repl_user", "dbname": "app",
-              "password": REPL_ROLES["repl_user"], "autocommit": True,
-              "replication": "database"}
+    params = {
+        "host": proc.host,
+        "port": proc.port,
+        "user": "repl_user",
+        "dbname": "app",
+        "password": REPL_ROLES["repl_user"],
+        "autocommit": True,
+        "replication": "database",
+    }
     first = psycopg.connect(**params)
     try:
         with pytest.raises(psycopg.OperationalError) as caught:
             psycopg.connect(**params)  # the pool is full for longer than query_wait_timeout
         assert "query_wait_timeout" in str(caught.value)
-        repl_cluster.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE backend_type = 'walsender';\n")
+        repl_cluster.psql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE backend_type = 'walsender';\n"
+        )
         with pytest.raises(psycopg.OperationalError):
             first.execute("IDENTIFY_SYSTEM")
         with psycopg.connect(**params) as second:
@@ -360,13 +495,20 @@ def test_a_lost_walsender_frees_its_place(repl_cluster: ReplicationCluster,
         first.close()
 
 
-def test_replication_client_evicts_an_idle_server(repl_cluster: ReplicationCluster,
-                                                  pgtarn_factory: PgtarnFactory) -> None:
+def test_replication_client_evicts_an_idle_server(
+    repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory
+) -> None:
     """The pool is full of idle servers: the oldest is closed ("evicted") to make room for a
     replication server, as PgBouncer does."""
     proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1)
-    params = {"host": proc.host, "port": proc.port, "user": "repl_user", "dbname": "app",
-              "password": REPL_ROLES["repl_user"], "autocommit": True}
+    params = {
+        "host": proc.host,
+        "port": proc.port,
+        "user": "repl_user",
+        "dbname": "app",
+        "password": REPL_ROLES["repl_user"],
+        "autocommit": True,
+    }
     with psycopg.connect(**params) as normal:
         assert normal.execute("SELECT 1").fetchone() == (1,)
     assert _pool(proc.host, proc.port)["sv_idle"] == 1
@@ -375,47 +517,76 @@ def test_replication_client_evicts_an_idle_server(repl_cluster: ReplicationClust
         assert system is not None and system[3] == "app"
         assert "closing because: evicted" in _logfile(proc)
         assert _pool(proc.host, proc.port)["sv_idle"] == 0
-        with psycopg.connect(host=repl_cluster.host, port=repl_cluster.port, user="repl_user",
-                             dbname="app", password=REPL_ROLES["repl_user"]) as direct:
+        with psycopg.connect(
+            host=repl_cluster.host,
+            port=repl_cluster.port,
+            user="repl_user",
+            dbname="app",
+            password=REPL_ROLES["repl_user"],
+        ) as direct:
             backends = direct.execute(
                 "SELECT backend_type FROM pg_stat_activity WHERE usename = 'repl_user' "
-                "AND pid <> pg_backend_pid() ORDER BY 1").fetchall()
+                "AND pid <> pg_backend_pid() ORDER BY 1"
+            ).fetchall()
         assert backends == [("walsender",)]
 
 
 def test_pgtarn_hba_needs_the_replication_keyword_for_physical(
-        repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory,
-        tmp_path: Path) -> None:
+    repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory, tmp_path: Path
+) -> None:
     """Under auth_type = hba, pgtarn's own pg_hba.conf decides as PostgreSQL's would: a
     physical replication connection matches only a `replication` line, a logical one the
     lines of its database."""
     hba = tmp_path / "pgtarn_hba.conf"
     hba.write_text("host all all 127.0.0.1/32 scram-sha-256\n", encoding="utf-8")
     base = f"host={repl_cluster.host} port={repl_cluster.port}"
-    proc = pgtarn_factory(databases={"app": f"{base} dbname=app", "*": base},
-                          settings={"auth_type": "hba", "auth_hba_file": str(hba)},
-                          userlist=REPL_ROLES)
-    params = {"host": proc.host, "port": proc.port, "user": "repl_user", "dbname": "app",
-              "password": REPL_ROLES["repl_user"], "autocommit": True}
+    proc = pgtarn_factory(
+        databases={"app": f"{base} dbname=app", "*": base},
+        settings={"auth_type": "hba", "auth_hba_file": str(hba)},
+        userlist=REPL_ROLES,
+    )
+    params = {
+        "host": proc.host,
+        "port": proc.port,
+        "user": "repl_user",
+        "dbname": "app",
+        "password": REPL_ROLES["repl_user"],
+        "autocommit": True,
+    }
     with psycopg.connect(**params, replication="database") as logical:
         assert logical.execute("IDENTIFY_SYSTEM").fetchone() is not None
     with pytest.raises(psycopg.OperationalError) as caught:
         psycopg.connect(**params, replication="true")
-    assert ('no pg_hba.conf entry for replication connection from host "127.0.0.1", '
-            'user "repl_user", no encryption') in str(caught.value)
+    assert (
+        'no pg_hba.conf entry for replication connection from host "127.0.0.1", '
+        'user "repl_user", no encryption'
+    ) in str(caught.value)
 
 
-def test_pg_basebackup_with_small_socket_buffers(repl_cluster: ReplicationCluster,
-                                                 pgtarn_factory: PgtarnFactory,
-                                                 tmp_path: Path) -> None:
+def test_pg_basebackup_with_small_socket_buffers(
+    repl_cluster: ReplicationCluster, pgtarn_factory: PgtarnFactory, tmp_path: Path
+) -> None:
     """tcp_socket_buffer = 4096 (PgBouncer's tests use it): the buffers of a server
     connection are set before it connects, so a base backup streams to its end."""
     base = f"host={repl_cluster.host} port={repl_cluster.port}"
-    proc = pgtarn_factory(databases={"app": f"{base} dbname=app", "*": base},
-                          settings={"tcp_socket_buffer": 4096, "admin_users": "repl_user"},
-                          userlist=REPL_ROLES)
+    proc = pgtarn_factory(
+        databases={"app": f"{base} dbname=app", "*": base},
+        settings={"tcp_socket_buffer": 4096, "admin_users": "repl_user"},
+        userlist=REPL_ROLES,
+    )
     target = tmp_path / "base"
-    result = _tool(repl_cluster, "pg_basebackup", "-d", _conninfo((proc.host, proc.port)),
-                   "-D", str(target), "-X", "stream", "-c", "fast", "--no-sync")
+    result = _tool(
+        repl_cluster,
+        "pg_basebackup",
+        "-d",
+        _conninfo((proc.host, proc.port)),
+        "-D",
+        str(target),
+        "-X",
+        "stream",
+        "-c",
+        "fast",
+        "--no-sync",
+    )
     assert result.returncode == 0, result.stderr
     assert (target / "global" / "pg_control").exists()

@@ -55,7 +55,8 @@ def test_terminated_backend_mid_transaction(pgtarn_factory, pg_cluster):  # type
 
 
 def test_a_fatal_from_postgresql_is_the_only_error_its_client_gets(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_cluster):
+    pgtarn_factory, pg_cluster
+):
     proc = pgtarn_factory(settings={"pool_mode": "session"})
     raw = raw_login(proc)
     raw.send(build.query("select pg_backend_pid()"))
@@ -76,16 +77,19 @@ def test_idle_servers_that_died_are_not_reused(pgtarn_factory, pg_cluster):  # t
         for c in conns:
             c.commit()  # servers go back to the pool, idle
         assert len(old) == 3
-        su.execute("select pg_terminate_backend(pid) from unnest(%s::int[]) pid",
-                   ([p[0] for p in old if p],))
-        wait_until(lambda: not backend_pids(su) & {p[0] for p in old if p},
-                   what="backends gone")
+        su.execute(
+            "select pg_terminate_backend(pid) from unnest(%s::int[]) pid",
+            ([p[0] for p in old if p],),
+        )
+        wait_until(lambda: not backend_pids(su) & {p[0] for p in old if p}, what="backends gone")
         # pgtarn has read the end of each of the three (a query racing a death it has not read
         # yet would fail, as through any pooler: that is server_check_delay's job). Servers
         # are counted by name, not lines: log_text() holds the logfile and stderr, which
         # both carry every line, so two deaths would already make four lines.
-        wait_until(lambda: len(set(LOST_SERVER.findall(proc.log_text()))) == 3,
-                   what="pgtarn saw the three servers close")
+        wait_until(
+            lambda: len(set(LOST_SERVER.findall(proc.log_text()))) == 3,
+            what="pgtarn saw the three servers close",
+        )
         try:
             for c in conns:  # every client is served on a live server, none sees an error
                 assert c.execute("select pg_backend_pid()").fetchone() not in old
@@ -96,9 +100,14 @@ def test_idle_servers_that_died_are_not_reused(pgtarn_factory, pg_cluster):  # t
 
 
 def test_idle_server_is_checked_after_server_check_delay(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
-                          settings={"default_pool_size": 1, "server_check_delay": 0,
-                                    "server_check_query": "select 1"})
+    proc = pgtarn_factory(
+        databases=_via_proxy(fault_proxy),
+        settings={
+            "default_pool_size": 1,
+            "server_check_delay": 0,
+            "server_check_query": "select 1",
+        },
+    )
     with connect(proc, autocommit=True) as c:
         pids = {c.execute("select pg_backend_pid()").fetchone() for _ in range(5)}
         assert len(pids) == 1  # checks pass: the same server is reused
@@ -106,13 +115,15 @@ def test_idle_server_is_checked_after_server_check_delay(pgtarn_factory, fault_p
 
 
 def test_postgres_down_waiters_wait_for_query_wait_timeout_told_the_last_error(  # type: ignore[no-untyped-def]
-        pgtarn_factory, fault_proxy):
+    pgtarn_factory, fault_proxy
+):
     """As PgBouncer: a refused connect does not end the waiting clients (the pool retries;
     server_connect_timeout is only each attempt's limit): they end at query_wait_timeout,
     told why no server came."""
-    proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
-                          settings={"server_connect_timeout": 0.5, "query_wait_timeout": 2,
-                                    "server_login_retry": 15})
+    proc = pgtarn_factory(
+        databases=_via_proxy(fault_proxy),
+        settings={"server_connect_timeout": 0.5, "query_wait_timeout": 2, "server_login_retry": 15},
+    )
     with connect(proc, autocommit=True) as c:
         assert c.execute("select 1").fetchone() == (1,)
     fault_proxy.down()  # refuses connections, cuts the idle server
@@ -122,7 +133,8 @@ def test_postgres_down_waiters_wait_for_query_wait_timeout_told_the_last_error( 
     assert (info.value.sqlstate, info.value.diag.severity) == ("08P01", "FATAL")
     assert str(info.value).startswith(
         "query_wait_timeout: no server connection became free in 2 s (last error: could not "
-        "connect to server: connect failed ("), str(info.value)
+        "connect to server: connect failed ("
+    ), str(info.value)
     # PostgreSQL back: the next client is served, no lockout for server_login_retry
     fault_proxy.up()
     with connect(proc, autocommit=True) as c:
@@ -130,8 +142,9 @@ def test_postgres_down_waiters_wait_for_query_wait_timeout_told_the_last_error( 
 
 
 def test_first_client_waits_through_a_short_outage(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
-                          settings={"server_connect_timeout": 10})
+    proc = pgtarn_factory(
+        databases=_via_proxy(fault_proxy), settings={"server_connect_timeout": 10}
+    )
     fault_proxy.down()
     import threading
 
@@ -142,17 +155,23 @@ def test_first_client_waits_through_a_short_outage(pgtarn_factory, fault_proxy):
     text = proc.log_text()
     assert "could not connect to server" in text
     # each refused attempt, in PgBouncer's words, naming the server and where it went
-    assert re.search(rf"S-\d+: app/app@{fault_proxy.host}:{fault_proxy.port} closing because: "
-                     r"connect failed \(", text), text
+    assert re.search(
+        rf"S-\d+: app/app@{fault_proxy.host}:{fault_proxy.port} closing because: "
+        r"connect failed \(",
+        text,
+    ), text
 
 
 def test_unanswered_logins_end_at_server_connect_timeout_and_are_retried(  # type: ignore[no-untyped-def]
-        pgtarn_factory, fault_proxy):
+    pgtarn_factory, fault_proxy
+):
     """A login never answered is given up on after server_connect_timeout ("closing
     because: connect timeout", PgBouncer's words) and tried again; the waiting client ends
     at query_timeout (which covers a wait for a server too, as with PgBouncer)."""
-    proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
-                          settings={"server_connect_timeout": 0.5, "query_timeout": 2})
+    proc = pgtarn_factory(
+        databases=_via_proxy(fault_proxy),
+        settings={"server_connect_timeout": 0.5, "query_timeout": 2},
+    )
     with connect(proc, autocommit=True) as c:
         assert c.execute("select 1").fetchone() == (1,)
     fault_proxy.cut()
@@ -163,9 +182,13 @@ def test_unanswered_logins_end_at_server_connect_timeout_and_are_retried(  # typ
     assert (info.value.sqlstate, info.value.diag.severity) == ("08P01", "FATAL")
     assert str(info.value).startswith(
         "query_timeout: no server connection in 2 s (last error: could not log in to server: "
-        "connect timeout (server_connect_timeout = 0.5 s))"), str(info.value)
-    gave_up = re.findall(r"\b(S-\d+): \S+ closing because: connect timeout "
-                         r"\(server_connect_timeout = 0\.5 s\)", proc.log_text())
+        "connect timeout (server_connect_timeout = 0.5 s))"
+    ), str(info.value)
+    gave_up = re.findall(
+        r"\b(S-\d+): \S+ closing because: connect timeout "
+        r"\(server_connect_timeout = 0\.5 s\)",
+        proc.log_text(),
+    )
     assert len(set(gave_up)) >= 2  # given up on, tried again, given up on
     fault_proxy.blackhole(False)
     with connect(proc, autocommit=True) as c:
@@ -173,20 +196,25 @@ def test_unanswered_logins_end_at_server_connect_timeout_and_are_retried(  # typ
 
 
 def test_a_login_waiting_for_the_first_server_ends_at_query_timeout(  # type: ignore[no-untyped-def]
-        pgtarn_factory, fault_proxy):
+    pgtarn_factory, fault_proxy
+):
     """PgBouncer's test_server_connect_timeout_establish: no server has logged in yet, each
     login attempt goes unanswered past server_connect_timeout (2 s); the client, waiting in
     its login for the first server, ends at query_timeout (3 s), in PgBouncer's word."""
-    proc = pgtarn_factory(databases=_via_proxy(fault_proxy),
-                          settings={"server_connect_timeout": 2, "query_timeout": 3})
+    proc = pgtarn_factory(
+        databases=_via_proxy(fault_proxy),
+        settings={"server_connect_timeout": 2, "query_timeout": 3},
+    )
     fault_proxy.blackhole()  # connects are accepted but never answered
     try:
         sqlstate, message = login_error(proc, "app", "app_pass")
     finally:
         fault_proxy.blackhole(False)
     assert sqlstate == "08P01"
-    assert message.startswith("query_timeout: no server connection in 3 s (last error: could "
-                              "not log in to server: connect timeout"), message
+    assert message.startswith(
+        "query_timeout: no server connection in 3 s (last error: could "
+        "not log in to server: connect timeout"
+    ), message
     assert "closing because: connect timeout (server_connect_timeout = 2 s)" in proc.log_text()
 
 

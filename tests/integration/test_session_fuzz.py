@@ -134,12 +134,12 @@ class ClientModel:
 
     def rollback_to(self, name: str) -> None:
         i = self._savepoint_index(name)
-        del self.savepoints[i + 1:]
+        del self.savepoints[i + 1 :]
         _n, pending, current = self.savepoints[i]
         self.pending, self.current, self.failed = dict(pending), dict(current), False
 
     def release(self, name: str) -> None:
-        del self.savepoints[self._savepoint_index(name):]
+        del self.savepoints[self._savepoint_index(name) :]
 
 
 # --------------------------------------------------------------------------- the steps
@@ -199,8 +199,9 @@ class StepMaker:
             return self.tx_step(owner)
         client = self.rng.choice([i for i in range(len(self.models)) if i != owner])
         if owner is None and self.rng.random() < 0.15:
-            return Step(client, self.kw(self.rng.choice(["BEGIN", "START TRANSACTION"])),
-                        ClientModel.begin)
+            return Step(
+                client, self.kw(self.rng.choice(["BEGIN", "START TRANSACTION"])), ClientModel.begin
+            )
         return self.idle_step(client)
 
     # -- statements
@@ -217,13 +218,13 @@ class StepMaker:
         if name == "timezone":
             forms.append(f"{self.kw('SET LOCAL TIME ZONE' if local else 'SET TIME ZONE')} "
                          f"{literal(value)}")  # fmt: skip
-        return Step(client, self.rng.choice(forms),
-                    lambda m: m.set(name, value, local=local))
+        return Step(client, self.rng.choice(forms), lambda m: m.set(name, value, local=local))
 
     def reset_step(self, client: int) -> Step:
         name = self.rng.choice(NAMES)
-        sql = self.rng.choice([f"{self.kw('RESET')} {name}",
-                               f"{self.kw('SET')} {name} {self.kw('TO DEFAULT')}"])
+        sql = self.rng.choice(
+            [f"{self.kw('RESET')} {name}", f"{self.kw('SET')} {name} {self.kw('TO DEFAULT')}"]
+        )
         return Step(client, sql, lambda m: m.reset(name))
 
     def show_step(self, client: int) -> Step:
@@ -250,8 +251,9 @@ class StepMaker:
             (0.3, lambda: Step(client, self.kw(self.rng.choice(["COMMIT", "ROLLBACK"])))),
         ]
         if not prepared:  # psycopg forgets its prepared statements at DISCARD ALL: keep apart
-            options.append((0.5, lambda: Step(client, self.kw("DISCARD ALL"),
-                                              ClientModel.reset_all)))
+            options.append(
+                (0.5, lambda: Step(client, self.kw("DISCARD ALL"), ClientModel.reset_all))
+            )
         return self.pick(options)
 
     def tx_step(self, client: int) -> Step:
@@ -265,17 +267,28 @@ class StepMaker:
             (1.5, lambda: self.savepoint_step(client)),
             (0.6, lambda: Step(client, "SELECT 1/0", failing, DIVISION_BY_ZERO)),
             (0.4, lambda: self.bad_set_step(client)),
-            (1, lambda: Step(client, self.kw(self.rng.choice(["COMMIT", "END"])),
-                             ClientModel.commit)),
-            (0.7, lambda: Step(client, self.kw(self.rng.choice(["ROLLBACK", "ABORT"])),
-                               ClientModel.rollback)),
+            (
+                1,
+                lambda: Step(
+                    client, self.kw(self.rng.choice(["COMMIT", "END"])), ClientModel.commit
+                ),
+            ),
+            (
+                0.7,
+                lambda: Step(
+                    client, self.kw(self.rng.choice(["ROLLBACK", "ABORT"])), ClientModel.rollback
+                ),
+            ),
         ]
         if client >= PREPARED_CLIENTS:
-            options.append((0.2, lambda: Step(client, "DISCARD ALL", failing,
-                                              ACTIVE_SQL_TRANSACTION)))
+            options.append(
+                (0.2, lambda: Step(client, "DISCARD ALL", failing, ACTIVE_SQL_TRANSACTION))
+            )
         if model.savepoints:
-            options += [(1.5, lambda: self.rollback_to_step(client)),
-                        (1, lambda: self.release_step(client))]
+            options += [
+                (1.5, lambda: self.rollback_to_step(client)),
+                (1, lambda: self.release_step(client)),
+            ]
         return self.pick(options)
 
     def failed_tx_step(self, client: int) -> Step:
@@ -331,8 +344,10 @@ def run_steps(conns: Sequence[psycopg.Connection[Any]], defaults: dict[str, str]
     compared = 0
 
     def where(number: int, step: Step) -> str:
-        return (f"seed {seed} (rerun: PGTARN_FUZZ_SEEDS={seed}), step {number}, client "
-                f"{step.client}: {step.sql!r}\nsteps before it:\n" + "\n".join(history[-HISTORY:]))
+        return (
+            f"seed {seed} (rerun: PGTARN_FUZZ_SEEDS={seed}), step {number}, client "
+            f"{step.client}: {step.sql!r}\nsteps before it:\n" + "\n".join(history[-HISTORY:])
+        )
 
     def execute(number: int, step: Step) -> None:
         nonlocal compared
@@ -343,8 +358,11 @@ def run_steps(conns: Sequence[psycopg.Connection[Any]], defaults: dict[str, str]
             row = cur.fetchone() if step.show is not None else None
         except psycopg.Error as exc:
             if exc.sqlstate != step.error or exc.sqlstate is None:
-                pytest.fail(f"{where(number, step)}\nfailed with {exc.sqlstate}: {exc}; expected "
-                            f"{'success' if step.error is None else step.error}", pytrace=False)
+                pytest.fail(
+                    f"{where(number, step)}\nfailed with {exc.sqlstate}: {exc}; expected "
+                    f"{'success' if step.error is None else step.error}",
+                    pytrace=False,
+                )
             step.apply(model)
             history.append(f"{number:4d} c{step.client:02d} {step.sql}  -> {exc.sqlstate}")
             return
@@ -355,8 +373,9 @@ def run_steps(conns: Sequence[psycopg.Connection[Any]], defaults: dict[str, str]
             got = None if row is None else str(row[0])
             compared += 1
             if got != expected:
-                pytest.fail(f"{where(number, step)}\nprinted {got!r}; expected {expected!r}",
-                            pytrace=False)
+                pytest.fail(
+                    f"{where(number, step)}\nprinted {got!r}; expected {expected!r}", pytrace=False
+                )
             history.append(f"{number:4d} c{step.client:02d} {step.sql}  -> {got!r}")
         else:
             history.append(f"{number:4d} c{step.client:02d} {step.sql}")
@@ -389,7 +408,8 @@ def clients(open_one: Callable[..., psycopg.Connection[Any]]) -> Iterator[
         for i in range(CLIENTS):
             prepared = i < PREPARED_CLIENTS
             conn = stack.enter_context(
-                open_one(autocommit=True, prepare_threshold=0 if prepared else None))
+                open_one(autocommit=True, prepare_threshold=0 if prepared else None)
+            )
             conn.prepared_max = 10_000  # no DEALLOCATE of psycopg's own, in a failed transaction
             conns.append(conn)
         yield conns

@@ -35,8 +35,13 @@ def client(proc: Any, name: str, **kw: Any) -> Conn:
 def pool_of_two(pgtarn_factory: Any) -> Any:
     """transaction mode, 2 servers; a client that waits for a server longer than RELEASE_WAIT
     gets an error (a server held by a pin) instead of hanging the test."""
-    return pgtarn_factory(settings={"default_pool_size": 2, "pool_mode": "transaction",
-                                    "query_wait_timeout": RELEASE_WAIT})
+    return pgtarn_factory(
+        settings={
+            "default_pool_size": 2,
+            "pool_mode": "transaction",
+            "query_wait_timeout": RELEASE_WAIT,
+        }
+    )
 
 
 def assert_both_servers_free(proc: Any) -> None:
@@ -44,8 +49,10 @@ def assert_both_servers_free(proc: Any) -> None:
     with client(proc, "pins_probe1") as first, client(proc, "pins_probe2") as second:
         first.execute("begin")
         second.execute("begin")
-        pids = {first.execute("select pg_backend_pid()").fetchone(),
-                second.execute("select pg_backend_pid()").fetchone()}
+        pids = {
+            first.execute("select pg_backend_pid()").fetchone(),
+            second.execute("select pg_backend_pid()").fetchone(),
+        }
         assert len(pids) == 2, pids
         first.execute("commit")
         second.execute("commit")
@@ -90,19 +97,21 @@ def test_try_lock_forms_and_binary_results_psycopg(pgtarn_factory, pg_cluster: T
     with client(proc, "pins_a") as a, client(proc, "pins_b", prepare_threshold=0) as b:
         a.execute("select pg_advisory_lock(62), pg_advisory_lock(6, 2)")
         cur = b.cursor(binary=True)
-        for sql, args in (("select pg_try_advisory_lock(%s)", (62,)),
-                          ("select pg_try_advisory_lock_shared(%s)", (62,)),
-                          ("select pg_try_advisory_lock(%s, %s)", (6, 2)),
-                          ("select pg_try_advisory_lock_shared(%s, %s)", (6, 2))):
+        for sql, args in (
+            ("select pg_try_advisory_lock(%s)", (62,)),
+            ("select pg_try_advisory_lock_shared(%s)", (62,)),
+            ("select pg_try_advisory_lock(%s, %s)", (6, 2)),
+            ("select pg_try_advisory_lock_shared(%s, %s)", (6, 2)),
+        ):
             row = cur.execute(sql, args).fetchone()
             assert row == (False,), sql
             assert pins(proc, "pins_b") == "", sql
         a.execute("select pg_advisory_unlock(62), pg_advisory_unlock(6, 2)")
-        assert cur.execute("select pg_try_advisory_lock_shared(%s, %s)", (6, 2)).fetchone() \
-            == (True,)
+        assert cur.execute("select pg_try_advisory_lock_shared(%s, %s)", (6, 2)).fetchone() == (
+            True,
+        )
         assert pins(proc, "pins_b") == "advisory_lock"
-        assert cur.execute("select pg_advisory_unlock_shared(%s, %s)", (6, 2)).fetchone() \
-            == (True,)
+        assert cur.execute("select pg_advisory_unlock_shared(%s, %s)", (6, 2)).fetchone() == (True,)
         assert pins(proc, "pins_b") == ""
         assert_both_servers_free(proc)
     assert advisory_locks(pg_cluster, 62) == 0
@@ -116,8 +125,9 @@ def test_try_lock_through_asyncpg(pgtarn_factory, cache):  # type: ignore[no-unt
 
     async def scenario() -> list[str]:
         a = await aconnect(proc, server_settings={"application_name": "pins_a"})
-        b = await aconnect(proc, statement_cache_size=cache,
-                           server_settings={"application_name": "pins_b"})
+        b = await aconnect(
+            proc, statement_cache_size=cache, server_settings={"application_name": "pins_b"}
+        )
         seen = []
         try:
             await a.execute("select pg_advisory_lock(63)")
@@ -245,13 +255,17 @@ def test_asyncpg_type_introspection_does_not_pin(pgtarn_factory, pg_cluster, cac
     """asyncpg looks a custom type up with jit off, then sets jit back with
     set_config('jit', $1, false): the value comes with the Bind, so it is a setting the
     client keeps (replayed on its next servers), not a pin for good."""
-    pg_cluster.psql("DROP TYPE IF EXISTS mood_pin; CREATE TYPE mood_pin AS ENUM ('ok', 'meh');"
-                    " ALTER DATABASE app SET jit = on;", dbname="app")
+    pg_cluster.psql(
+        "DROP TYPE IF EXISTS mood_pin; CREATE TYPE mood_pin AS ENUM ('ok', 'meh');"
+        " ALTER DATABASE app SET jit = on;",
+        dbname="app",
+    )
     proc = pgtarn_factory(settings={"default_pool_size": 1, "query_wait_timeout": 10})
 
     async def main() -> tuple[list[str], str, str]:
-        first = await aconnect(proc, statement_cache_size=cache,
-                               server_settings={"application_name": "first"})
+        first = await aconnect(
+            proc, statement_cache_size=cache, server_settings={"application_name": "first"}
+        )
         second = await aconnect(proc, statement_cache_size=cache)
         try:
             assert await first.fetchval("SELECT 'meh'::mood_pin") == "meh"

@@ -61,7 +61,9 @@ def advisory_locks(cluster: TempCluster, key: int) -> int:
     with superuser_connect(cluster) as su:
         row = su.execute(
             "select count(*) from pg_locks where locktype = 'advisory'"
-            " and classid = 0 and objid = %s and objsubid = 1", (key,)).fetchone()
+            " and classid = 0 and objid = %s and objsubid = 1",
+            (key,),
+        ).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -116,7 +118,8 @@ def tenant_schema(pg_cluster: TempCluster) -> Iterator[tuple[str, str]]:
         f"CREATE TABLE public.{table} (v text);\n"
         f"INSERT INTO public.{table} VALUES ('public');\n"
         f"GRANT SELECT ON {schema}.{table}, public.{table} TO PUBLIC;\n",
-        dbname="app")
+        dbname="app",
+    )
     yield schema, table
     pg_cluster.psql(f"DROP SCHEMA {schema} CASCADE;\nDROP TABLE public.{table};\n", dbname="app")
 
@@ -169,8 +172,9 @@ def test_advisory_lock_keeps_its_server_and_goes_with_the_client(pgtarn_factory,
     finally:
         b.close()
         a.close()
-    assert wait_for(lambda: advisory_locks(pg_cluster, 43) == 0, timeout=5), \
+    assert wait_for(lambda: advisory_locks(pg_cluster, 43) == 0, timeout=5), (
         "the advisory lock outlived its client"
+    )
 
 
 def test_temp_table_is_not_seen_by_another_client(pgtarn_factory):  # type: ignore[no-untyped-def]
@@ -221,15 +225,48 @@ def test_set_follows_commit_rollback_and_savepoints(pgtarn_factory, pg_dsn):  # 
         for statements, changes in (
             (["begin", "set work_mem = '1111kB'", "commit"], {"work_mem": "1111kB"}),
             (["begin", "set work_mem = '2222kB'", "rollback"], {}),
-            (["begin", "savepoint s1", "set lock_timeout = '3s'", "release savepoint s1",
-              "commit"], {"lock_timeout": "3s"}),
-            (["begin", "set lock_timeout = '4s'", "savepoint s2", "set lock_timeout = '5s'",
-              "set maintenance_work_mem = '77MB'", "rollback to savepoint s2", "commit"],
-             {"lock_timeout": "4s"}),
-            (["begin", "savepoint s3", "set work_mem = '3333kB'", "rollback to s3",
-              "set maintenance_work_mem = '66MB'", "commit"], {"maintenance_work_mem": "66MB"}),
-            (["begin", "set local work_mem = '9MB'", "set session lock_timeout = '6s'",
-              "commit"], {"lock_timeout": "6s"}),
+            (
+                [
+                    "begin",
+                    "savepoint s1",
+                    "set lock_timeout = '3s'",
+                    "release savepoint s1",
+                    "commit",
+                ],
+                {"lock_timeout": "3s"},
+            ),
+            (
+                [
+                    "begin",
+                    "set lock_timeout = '4s'",
+                    "savepoint s2",
+                    "set lock_timeout = '5s'",
+                    "set maintenance_work_mem = '77MB'",
+                    "rollback to savepoint s2",
+                    "commit",
+                ],
+                {"lock_timeout": "4s"},
+            ),
+            (
+                [
+                    "begin",
+                    "savepoint s3",
+                    "set work_mem = '3333kB'",
+                    "rollback to s3",
+                    "set maintenance_work_mem = '66MB'",
+                    "commit",
+                ],
+                {"maintenance_work_mem": "66MB"},
+            ),
+            (
+                [
+                    "begin",
+                    "set local work_mem = '9MB'",
+                    "set session lock_timeout = '6s'",
+                    "commit",
+                ],
+                {"lock_timeout": "6s"},
+            ),
         ):
             for statement in statements:
                 a.execute(statement)
@@ -347,8 +384,9 @@ def test_set_through_the_extended_protocol_asyncpg(pgtarn_factory, pg_dsn):  # t
         a = await aconnect(proc)
         b = await aconnect(proc)
         try:
-            assert await a.fetchval("select pg_backend_pid()") == \
-                await b.fetchval("select pg_backend_pid()")
+            assert await a.fetchval("select pg_backend_pid()") == await b.fetchval(
+                "select pg_backend_pid()"
+            )
             await a.fetch("SET statement_timeout = '1500ms'")
             await a.fetch("select set_config('lock_timeout', '3s', false)")
             seen_b = {n: await b.fetchval(f"show {n}") for n in base}
@@ -377,8 +415,11 @@ def test_other_set_forms_are_tracked(pgtarn_factory, pg_dsn):  # type: ignore[no
         a.execute("set xml option document")
         a.execute("set session work_mem = '3MB'")
         assert {n: show_setting(a, n) for n in names} == {
-            "search_path": "pg_catalog", "default_transaction_isolation": "repeatable read",
-            "xmloption": "document", "work_mem": "3MB"}
+            "search_path": "pg_catalog",
+            "default_transaction_isolation": "repeatable read",
+            "xmloption": "document",
+            "work_mem": "3MB",
+        }
         assert {n: show_setting(b, n) for n in names} == {**base, "work_mem": "2MB"}
         a.execute("set work_mem to default")
         b.execute("set work_mem = default")
@@ -400,7 +441,9 @@ def test_set_role_pins_and_reset_role_releases(pgtarn_factory, member_role):  # 
         for _ in range(6):
             assert b.execute("select current_user").fetchone() == ("app",)
             assert a.execute("select current_user, pg_backend_pid()").fetchone() == (
-                member_role, a_pid)
+                member_role,
+                a_pid,
+            )
         a.execute("reset role")
         assert a.execute("select current_user").fetchone() == ("app",)
         assert_server_free(proc, a_pid)
@@ -421,7 +464,10 @@ def test_hold_cursor_lives_across_transactions_and_close_releases(pgtarn_factory
         for first in (1, 4, 7):
             assert b.execute("select count(*) from pg_cursors").fetchone() == (0,)
             assert a.execute("fetch 3 from h17_cur").fetchall() == [
-                (first,), (first + 1,), (first + 2,)]
+                (first,),
+                (first + 1,),
+                (first + 2,),
+            ]
         a.execute("close h17_cur")
         assert_server_free(proc, a_pid)
         with pytest.raises(psycopg.errors.InvalidCursorName):
@@ -460,8 +506,9 @@ def test_pin_reason_is_shown(pgtarn_factory, pg_cluster, member_role, superuser_
         user, password = superuser_login
         userlist = {**ROLE_PASSWORDS, user: password}
     port = free_port()
-    proc = pgtarn_factory(settings={"default_pool_size": 1, "metrics_port": port},
-                          userlist=userlist)
+    proc = pgtarn_factory(
+        settings={"default_pool_size": 1, "metrics_port": port}, userlist=userlist
+    )
     with connect(proc, user=user, password=password, autocommit=True) as a:
         for statement in PIN_CASES[reason]:
             a.execute(statement.format(role=member_role))
@@ -471,11 +518,17 @@ def test_pin_reason_is_shown(pgtarn_factory, pg_cluster, member_role, superuser_
             assert row["tracked_settings"] == ""
         samples = scrape(port)
         assert value(samples, "pgtarn_clients_pinned", database="app", user=user) == 1
-        assert value(samples, "pgtarn_client_pins_total", database="app", user=user,
-                     reason=reason) == 1
-        assert wait_for(lambda: any(
-            "pinned to its server" in line and reason in line
-            for line in proc.log_text().splitlines()), timeout=5), proc.log_text()
+        assert (
+            value(samples, "pgtarn_client_pins_total", database="app", user=user, reason=reason)
+            == 1
+        )
+        assert wait_for(
+            lambda: any(
+                "pinned to its server" in line and reason in line
+                for line in proc.log_text().splitlines()
+            ),
+            timeout=5,
+        ), proc.log_text()
 
 
 def test_tracked_settings_lists_names(pgtarn_factory):  # type: ignore[no-untyped-def]
@@ -497,8 +550,9 @@ def test_tracked_settings_lists_names(pgtarn_factory):  # type: ignore[no-untype
 def test_pins_combine_and_end_one_by_one(pgtarn_factory):  # type: ignore[no-untyped-def]
     """Two reasons at once show sorted; unlocking and UNLISTEN * end them and the gauge drops."""
     port = free_port()
-    proc = pgtarn_factory(settings={"default_pool_size": 2, "metrics_port": port,
-                                    "query_wait_timeout": RELEASE_WAIT})
+    proc = pgtarn_factory(
+        settings={"default_pool_size": 2, "metrics_port": port, "query_wait_timeout": RELEASE_WAIT}
+    )
     labels = {"database": "app", "user": "app"}
     with connect(proc, autocommit=True) as a:
         a_pid = backend_pid(a)

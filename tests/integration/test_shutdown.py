@@ -19,6 +19,7 @@ from .test_admin import admin, pool_row
 
 DEADLINE = 10.0
 
+
 def backend_alive(pg_cluster, pid: int) -> bool:  # type: ignore[no-untyped-def]
     out = pg_cluster.psql(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}")
     return int(out.strip()) > 0
@@ -59,9 +60,15 @@ def exit_code(proc) -> int:  # type: ignore[no-untyped-def]
 
 def over_unix(proc, dbname: str) -> psycopg.Connection:  # type: ignore[no-untyped-def,type-arg]
     """A login through pgtarn's unix socket (as app, an admin user)."""
-    return psycopg.connect(host=proc.socket_dir, port=proc.port, user="app",
-                           password="app_pass", dbname=dbname, autocommit=True,
-                           connect_timeout=3)
+    return psycopg.connect(
+        host=proc.socket_dir,
+        port=proc.port,
+        user="app",
+        password="app_pass",
+        dbname=dbname,
+        autocommit=True,
+        connect_timeout=3,
+    )
 
 
 def closed_without_error(exc: psycopg.OperationalError) -> bool:
@@ -214,8 +221,9 @@ def test_sigusr2_does_not_undo_a_sigint_shutdown(pgtarn_factory, pg_cluster):  #
         assert wait_for(lambda: "got SIGUSR2 while shutting down, ignoring" in proc.log_text())
         assert refused_at_connect(proc)  # still not listening
         errors: list[BaseException] = []
-        thread = threading.Thread(target=failing_query, args=(b, f"INSERT INTO {table} VALUES (2)",
-                                                              errors))
+        thread = threading.Thread(
+            target=failing_query, args=(b, f"INSERT INTO {table} VALUES (2)", errors)
+        )
         thread.start()
         thread.join(DEADLINE)  # no server for new work: B is disconnected
         assert not thread.is_alive()
@@ -235,8 +243,9 @@ def test_shutdown_wait_for_servers_disconnects_paused_clients(pgtarn_factory, pg
         a.execute(f"INSERT INTO {table} VALUES (1)")  # A's transaction holds a server
         proc.send_signal(signal.SIGUSR1)  # PAUSE: new work waits for RESUME
         assert wait_for(lambda: dict(console.execute("SHOW STATE").fetchall())["paused"] == "yes")
-        thread = threading.Thread(target=failing_query, args=(b, f"INSERT INTO {table} VALUES (2)",
-                                                              errors))
+        thread = threading.Thread(
+            target=failing_query, args=(b, f"INSERT INTO {table} VALUES (2)", errors)
+        )
         thread.start()
         try:
             assert wait_for(lambda: pool_row(console)["cl_waiting"] == 1)  # B is paused
@@ -255,8 +264,7 @@ def test_shutdown_wait_for_servers_disconnects_paused_clients(pgtarn_factory, pg
 
 
 @pytest.mark.parametrize("stop", ["SIGTERM", "SHUTDOWN WAIT_FOR_CLIENTS"])
-def test_while_clients_are_waited_for_the_unix_socket_takes_admin_logins_only(
-        pgtarn_factory, stop):  # type: ignore[no-untyped-def]
+def test_while_clients_are_waited_for_the_unix_socket_takes_admin_logins_only(pgtarn_factory, stop):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory()
     path = os.path.join(proc.socket_dir, f".s.PGSQL.{proc.port}")
     with connect(proc, autocommit=True) as a:
@@ -279,7 +287,8 @@ def test_while_clients_are_waited_for_the_unix_socket_takes_admin_logins_only(
 
 
 def test_while_servers_are_waited_for_the_unix_socket_takes_admin_logins_only(
-        pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+    pgtarn_factory, pg_cluster
+):  # type: ignore[no-untyped-def]
     table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
     with connect(proc) as a, admin(proc) as console:

@@ -43,8 +43,10 @@ def test_the_standby_streams_from_its_primary_and_reads_only(primary_and_standby
     assert standby.psql("SELECT pg_is_in_recovery();").strip() == "t"
     assert primary.psql("SELECT pg_is_in_recovery();").strip() == "f"
     primary.psql("INSERT INTO marks VALUES (42);")
-    assert _until(lambda: standby.psql("SELECT count(*) FROM marks WHERE n = 42;").strip()
-                  == "1") == "True"
+    assert (
+        _until(lambda: standby.psql("SELECT count(*) FROM marks WHERE n = 42;").strip() == "1")
+        == "True"
+    )
     assert "read-only" in _write_error(standby)
     streaming = primary.psql("SELECT state FROM pg_stat_replication;").strip()
     assert streaming == "streaming"

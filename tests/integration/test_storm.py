@@ -35,8 +35,7 @@ async def read_message(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return header[0], await reader.readexactly(int.from_bytes(header[1:], "big") - 4)
 
 
-async def storm_client(proc: Any, all_tried: asyncio.Event,
-                       tried: list[int]) -> tuple[str, float]:
+async def storm_client(proc: Any, all_tried: asyncio.Event, tried: list[int]) -> tuple[str, float]:
     """('ok', login seconds), or ('refused:<sqlstate>' | 'error:<text>', 0)."""
     started = time.monotonic()
     writer = None
@@ -91,9 +90,16 @@ def test_connect_storm_is_accepted_or_refused_cleanly(pgtarn_factory, capsys):  
     if hard != resource.RLIM_INFINITY and hard < CLIENTS + 500:
         pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below {CLIENTS + 500}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    proc = pgtarn_factory(settings={
-        "default_pool_size": 20, "max_client_conn": MAX_CLIENT_CONN, "scram_iterations": 16,
-        "log_connections": 0, "log_disconnections": 0, "log_pooler_errors": 0})
+    proc = pgtarn_factory(
+        settings={
+            "default_pool_size": 20,
+            "max_client_conn": MAX_CLIENT_CONN,
+            "scram_iterations": 16,
+            "log_connections": 0,
+            "log_disconnections": 0,
+            "log_pooler_errors": 0,
+        }
+    )
 
     async def storm() -> list[tuple[str, float]]:
         all_tried = asyncio.Event()
@@ -111,12 +117,13 @@ def test_connect_storm_is_accepted_or_refused_cleanly(pgtarn_factory, capsys):  
     results = asyncio.run(storm())
     elapsed = time.monotonic() - started
     outcomes = Counter(kind for kind, _ in results)
-    assert outcomes == {"ok": MAX_CLIENT_CONN, "refused:53300": CLIENTS - MAX_CLIENT_CONN}, \
-        outcomes
+    assert outcomes == {"ok": MAX_CLIENT_CONN, "refused:53300": CLIENTS - MAX_CLIENT_CONN}, outcomes
     latencies = sorted(latency for kind, latency in results if kind == "ok")
     quantiles = statistics.quantiles(latencies, n=100)
     with capsys.disabled():
-        print(f"\nstorm: {CLIENTS} SCRAM clients, max_client_conn {MAX_CLIENT_CONN}: "
-              f"{outcomes['ok']} accepted, {outcomes['refused:53300']} refused, 0 hangs in "
-              f"{elapsed:.1f} s; login ms p50 {quantiles[49] * 1000:.0f}, "
-              f"p99 {quantiles[98] * 1000:.0f}, max {latencies[-1] * 1000:.0f}")
+        print(
+            f"\nstorm: {CLIENTS} SCRAM clients, max_client_conn {MAX_CLIENT_CONN}: "
+            f"{outcomes['ok']} accepted, {outcomes['refused:53300']} refused, 0 hangs in "
+            f"{elapsed:.1f} s; login ms p50 {quantiles[49] * 1000:.0f}, "
+            f"p99 {quantiles[98] * 1000:.0f}, max {latencies[-1] * 1000:.0f}"
+        )

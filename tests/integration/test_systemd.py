@@ -90,27 +90,39 @@ class Pgtarn:
     def write_ini(self, **settings: object) -> None:
         (self.workdir / "userlist.txt").write_text('"app" "app_pass"\n')
         values: dict[str, object] = {
-            "listen_addr": "127.0.0.1", "listen_port": self.port, "unix_socket_dir": "",
-            "auth_type": "scram-sha-256", "auth_file": self.workdir / "userlist.txt",
-            "logfile": self.log, "pool_mode": "transaction", "admin_users": "app",
+            "listen_addr": "127.0.0.1",
+            "listen_port": self.port,
+            "unix_socket_dir": "",
+            "auth_type": "scram-sha-256",
+            "auth_file": self.workdir / "userlist.txt",
+            "logfile": self.log,
+            "pool_mode": "transaction",
+            "admin_users": "app",
         }
         values.update(settings)
         self.ini.write_text(
             f"[databases]\napp = host=127.0.0.1 port={self.cluster.port} dbname=app\n"
-            "[pgbouncer]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
+            "[pgbouncer]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+        )
 
     def start(self, argv: list[str] | None = None, **popen: object) -> subprocess.Popen[bytes]:
         argv = argv or [sys.executable, "-m", "pgtarn"]
         with open(self.workdir / "stderr", "wb") as stderr:
             self.proc = subprocess.Popen(  # type: ignore[call-overload]
-                [*argv, "-v", str(self.ini)], stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=stderr, cwd=self.workdir,
-                start_new_session=True, **popen)
+                [*argv, "-v", str(self.ini)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                cwd=self.workdir,
+                start_new_session=True,
+                **popen,
+            )
         return self.proc  # type: ignore[no-any-return]
 
     def log_text(self) -> str:
-        texts = [p.read_text(errors="replace") for p in (self.log, self.workdir / "stderr")
-                 if p.exists()]
+        texts = [
+            p.read_text(errors="replace") for p in (self.log, self.workdir / "stderr") if p.exists()
+        ]
         return "\n".join(texts)
 
     def stop(self) -> None:
@@ -132,8 +144,9 @@ def pgtarn(pg_cluster: TempCluster, tmp_path: Path) -> Iterator[Pgtarn]:
 
 
 def _query(dsn: str) -> object:
-    with psycopg.connect(dsn + " dbname=app user=app password=app_pass",
-                         autocommit=True, connect_timeout=5) as conn:
+    with psycopg.connect(
+        dsn + " dbname=app user=app password=app_pass", autocommit=True, connect_timeout=5
+    ) as conn:
         row = conn.execute("select 41 + 1").fetchone()
     return row[0] if row else None
 
@@ -144,7 +157,8 @@ def _tcp(port: int) -> str:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_ready_reload_and_stopping_from_the_main_process(
-        pgtarn: Pgtarn, notifications: Notifications, workers: int) -> None:
+    pgtarn: Pgtarn, notifications: Notifications, workers: int
+) -> None:
     pgtarn.write_ini(workers=workers)
     proc = pgtarn.start()
     fields, pid = notifications.until("READY")
@@ -155,14 +169,18 @@ def test_ready_reload_and_stopping_from_the_main_process(
     proc.send_signal(signal.SIGHUP)
     fields, pid = notifications.next()
     assert pid == proc.pid and fields["RELOADING"] == "1"
-    assert before <= int(fields["MONOTONIC_USEC"]) <= \
-        time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+    assert (
+        before
+        <= int(fields["MONOTONIC_USEC"])
+        <= time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+    )
     fields, pid = notifications.next()
     assert pid == proc.pid and fields["READY"] == "1"
 
     # the admin console's RELOAD too
-    with psycopg.connect(_tcp(pgtarn.port) + " dbname=pgbouncer user=app password=app_pass",
-                         autocommit=True) as admin:
+    with psycopg.connect(
+        _tcp(pgtarn.port) + " dbname=pgbouncer user=app password=app_pass", autocommit=True
+    ) as admin:
         admin.execute("RELOAD")
     fields, pid = notifications.next()
     assert pid == proc.pid and fields["RELOADING"] == "1"
@@ -194,7 +212,8 @@ def short_dir() -> Iterator[Path]:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_socket_activation_serves_the_passed_sockets(
-        pgtarn: Pgtarn, notifications: Notifications, short_dir: Path, workers: int) -> None:
+    pgtarn: Pgtarn, notifications: Notifications, short_dir: Path, workers: int
+) -> None:
     tcp = socket.create_server(("127.0.0.1", 0))
     unix_port = free_port()
     unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -204,8 +223,9 @@ def test_socket_activation_serves_the_passed_sockets(
     squatter = socket.create_server(("127.0.0.1", 0))
     own_dir = short_dir / "own"
     own_dir.mkdir()
-    pgtarn.write_ini(listen_port=squatter.getsockname()[1], unix_socket_dir=own_dir,
-                     workers=workers)
+    pgtarn.write_ini(
+        listen_port=squatter.getsockname()[1], unix_socket_dir=own_dir, workers=workers
+    )
     fds = [tcp.fileno(), unix.fileno()]
     env = dict(os.environ, TEST_FDS=",".join(str(fd) for fd in fds))
     proc = pgtarn.start([sys.executable, "-c", LISTEN_WRAPPER], pass_fds=fds, env=env)

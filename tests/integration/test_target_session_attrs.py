@@ -21,12 +21,15 @@ def pair() -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
         yield clusters
 
 
-def _entry(primary: PrimaryCluster, standby: StandbyCluster, attrs: str,
-           standby_first: bool = True) -> str:
+def _entry(
+    primary: PrimaryCluster, standby: StandbyCluster, attrs: str, standby_first: bool = True
+) -> str:
     hosts = [standby, primary] if standby_first else [primary, standby]
-    return (f"host={','.join(c.host for c in hosts)} "
-            f"port={','.join(str(c.port) for c in hosts)} dbname=app "
-            f"target_session_attrs={attrs}")
+    return (
+        f"host={','.join(c.host for c in hosts)} "
+        f"port={','.join(str(c.port) for c in hosts)} dbname=app "
+        f"target_session_attrs={attrs}"
+    )
 
 
 def _roles(proc, dbname: str, clients: int = 6) -> set[str]:  # type: ignore[no-untyped-def]
@@ -39,24 +42,37 @@ def _roles(proc, dbname: str, clients: int = 6) -> set[str]:  # type: ignore[no-
             c.close()
 
 
-@pytest.mark.parametrize(("attrs", "in_recovery"), [
-    ("read-write", {False}), ("primary", {False}), ("read-only", {True}),
-    ("standby", {True}), ("prefer-standby", {True}),
-])
-def test_servers_open_only_where_the_role_fits(pgtarn_factory, pair, attrs,  # type: ignore[no-untyped-def]
-                                               in_recovery) -> None:
+@pytest.mark.parametrize(
+    ("attrs", "in_recovery"),
+    [
+        ("read-write", {False}),
+        ("primary", {False}),
+        ("read-only", {True}),
+        ("standby", {True}),
+        ("prefer-standby", {True}),
+    ],
+)
+def test_servers_open_only_where_the_role_fits(
+    pgtarn_factory,
+    pair,
+    attrs,  # type: ignore[no-untyped-def]
+    in_recovery,
+) -> None:
     primary, standby = pair
     proc = pgtarn_factory(
-        databases={"app": _entry(primary, standby, attrs, standby_first=attrs in (
-            "read-write", "primary"))},
-        settings={"default_pool_size": 8})
+        databases={
+            "app": _entry(primary, standby, attrs, standby_first=attrs in ("read-write", "primary"))
+        },
+        settings={"default_pool_size": 8},
+    )
     assert {bool(r) for r in _roles(proc, "app")} == in_recovery
 
 
 def test_prefer_standby_takes_the_primary_when_no_standby_fits(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
     primary, _standby = pair
-    entry = (f"host={primary.host} port={primary.port} dbname=app "
-             "target_session_attrs=prefer-standby")
+    entry = (
+        f"host={primary.host} port={primary.port} dbname=app target_session_attrs=prefer-standby"
+    )
     proc = pgtarn_factory(databases={"app": entry})
     assert _roles(proc, "app", 2) == {False}
 
@@ -64,11 +80,9 @@ def test_prefer_standby_takes_the_primary_when_no_standby_fits(pgtarn_factory, p
 def test_no_fitting_host_fails_the_login_and_says_why(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
     # transient, as a failover may bring a fitting server: clients wait query_wait_timeout
     _primary, standby = pair
-    entry = (f"host={standby.host} port={standby.port} dbname=app "
-             "target_session_attrs=read-write")
+    entry = f"host={standby.host} port={standby.port} dbname=app target_session_attrs=read-write"
     proc = pgtarn_factory(databases={"app": entry}, settings={"query_wait_timeout": 2})
     with pytest.raises(psycopg.OperationalError):
         with connect(proc, connect_timeout=15) as c:
             c.execute("select 1")
-    assert "no server of the host list fits target_session_attrs=read-write" in \
-        proc.log_text()
+    assert "no server of the host list fits target_session_attrs=read-write" in proc.log_text()

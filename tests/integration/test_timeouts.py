@@ -40,8 +40,9 @@ LONG_SLEEP = "select pg_sleep(60) -- ended by a timeout"
 def still_running(cluster: Any, sql: str = LONG_SLEEP) -> bool:
     """Whether a backend still runs sql: a server closed mid-query goes with a CancelRequest
     for it, since PostgreSQL notices a closed connection only when it next writes to it."""
-    return cluster.psql("SELECT count(*) FROM pg_stat_activity "
-                        f"WHERE query = '{sql}'").strip() != "0"
+    return (
+        cluster.psql(f"SELECT count(*) FROM pg_stat_activity WHERE query = '{sql}'").strip() != "0"
+    )
 
 
 def closed_in_log(proc: Any, name: str, reason: str) -> None:
@@ -49,12 +50,15 @@ def closed_in_log(proc: Any, name: str, reason: str) -> None:
     reason (the client's close is logged once its socket is gone)."""
     for kind in ("C", "S"):
         line = re.compile(rf"{kind}-\d+: app/{name}@\S+ closing because: {re.escape(reason)}")
-        wait_until(lambda pattern=line: pattern.search(proc.log_text()) is not None,
-                   what=f"{kind} closed for {reason}")
+        wait_until(
+            lambda pattern=line: pattern.search(proc.log_text()) is not None,
+            what=f"{kind} closed for {reason}",
+        )
 
 
-def raw_login(proc: Any, user: str = "app", password: str = "app_pass",
-              dbname: str = "app") -> RawClient:
+def raw_login(
+    proc: Any, user: str = "app", password: str = "app_pass", dbname: str = "app"
+) -> RawClient:
     """A logged-in raw client (up to its first ReadyForQuery)."""
     raw = RawClient(proc.host, proc.port)
     login = ServerAuth(user, password)
@@ -104,12 +108,17 @@ def server_pids(proc: Any) -> set[int]:
 
 
 def test_server_lifetime_per_database_replaces_servers_but_never_mid_transaction(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_cluster):
+    pgtarn_factory, pg_cluster
+):
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
-    proc = pgtarn_factory(databases={"short": f"{base} server_lifetime=0.5", "app": base},
-                          settings={"default_pool_size": 1})
-    with connect(proc, dbname="short", autocommit=True) as short, \
-            connect(proc, autocommit=True) as long:
+    proc = pgtarn_factory(
+        databases={"short": f"{base} server_lifetime=0.5", "app": base},
+        settings={"default_pool_size": 1},
+    )
+    with (
+        connect(proc, dbname="short", autocommit=True) as short,
+        connect(proc, autocommit=True) as long,
+    ):
         first_short, first_long = pid_of(short), pid_of(long)
         time.sleep(1.0)
         second_short = pid_of(short)
@@ -130,7 +139,8 @@ def test_server_lifetime_zero_uses_each_server_once(pgtarn_factory):  # type: ig
 
 
 def test_server_idle_timeout_closes_idle_servers_down_to_min_pool_size(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_cluster):
+    pgtarn_factory, pg_cluster
+):
     proc = pgtarn_factory(settings={"default_pool_size": 3, "server_idle_timeout": 0.5})
     with superuser_connect(pg_cluster) as su, admin(proc) as console:
         conns = [connect(proc) for _ in range(3)]
@@ -145,20 +155,28 @@ def test_server_idle_timeout_closes_idle_servers_down_to_min_pool_size(  # type:
 
 
 def test_server_whose_reset_is_never_answered_is_closed_after_server_connect_timeout(  # type: ignore[no-untyped-def]
-        pgtarn_factory, fault_proxy):
+    pgtarn_factory, fault_proxy
+):
     proc = pgtarn_factory(
         databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
-        settings={"pool_mode": "session", "server_connect_timeout": 1})
+        settings={"pool_mode": "session", "server_connect_timeout": 1},
+    )
     with admin(proc) as console:
         with connect(proc, autocommit=True) as conn:
             assert conn.execute("select 1").fetchone() == (1,)
             fault_proxy.blackhole()  # the reset (DISCARD ALL) after the client leaves vanishes
         try:
-            wait_until(lambda: [r["state"] for r in show(console, "SERVERS")
-                                if r["database"] == "app"] in (["tested"], []),
-                       what="server resetting")
-            wait_until(lambda: not [r for r in show(console, "SERVERS")
-                                    if r["database"] == "app"], what="stuck server closed")
+            wait_until(
+                lambda: (
+                    [r["state"] for r in show(console, "SERVERS") if r["database"] == "app"]
+                    in (["tested"], [])
+                ),
+                what="server resetting",
+            )
+            wait_until(
+                lambda: not [r for r in show(console, "SERVERS") if r["database"] == "app"],
+                what="stuck server closed",
+            )
         finally:
             fault_proxy.blackhole(False)
     assert "reset or check not answered" in proc.log_text()
@@ -170,7 +188,8 @@ def test_server_whose_reset_is_never_answered_is_closed_after_server_connect_tim
 
 
 def test_client_login_timeout_ends_silent_and_half_logged_in_clients_only(  # type: ignore[no-untyped-def]
-        pgtarn_factory):
+    pgtarn_factory,
+):
     proc = pgtarn_factory(settings={"client_login_timeout": 1})
     silent = RawClient(proc.host, proc.port)  # connects, sends nothing
     no_password = RawClient(proc.host, proc.port)
@@ -209,7 +228,10 @@ def test_idle_transaction_timeout_rolls_back(pgtarn_factory, pg_cluster):  # typ
     assert query(raw, f"begin; insert into {table} values (1)") == b"T"
     fields = final_error(raw)
     assert (fields["S"], fields["C"], fields["M"]) == (
-        "FATAL", "08P01", "idle transaction timeout (idle_transaction_timeout = 0.5 s)")
+        "FATAL",
+        "08P01",
+        "idle transaction timeout (idle_transaction_timeout = 0.5 s)",
+    )
     line = r"C-\d+: app/app@\S+ closing because: idle transaction timeout \("
     wait_until(lambda: re.search(line, proc.log_text()) is not None, what="the close logged")
     with connect(proc, autocommit=True) as conn:  # the pool's one server is usable again
@@ -224,7 +246,10 @@ def _ended_by_transaction_timeout(raw: RawClient, pg_cluster: Any, table: str) -
     raw.send(build.query(LONG_SLEEP))  # no query_timeout: only the age ends it
     fields = final_error(raw)
     assert (fields["S"], fields["C"], fields["M"]) == (
-        "FATAL", "08P01", "transaction timeout (transaction_timeout = 1 s)")
+        "FATAL",
+        "08P01",
+        "transaction timeout (transaction_timeout = 1 s)",
+    )
     wait_until(lambda: not still_running(pg_cluster), what="the query cancelled")
     assert rows(pg_cluster, table) == []
 
@@ -242,13 +267,16 @@ def test_transaction_timeout_ends_a_long_transaction(pgtarn_factory, pg_cluster)
 
 @pytest.mark.parametrize("prepare", [False, True], ids=["unnamed", "prepared"])
 def test_query_timeout_closes_the_client_and_its_server_and_cancels_the_query(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_cluster, prepare):
+    pgtarn_factory, pg_cluster, prepare
+):
     """As PgBouncer: FATAL 08P01 "query timeout", the client and its server closed, both
     logged "closing because: query timeout"; the query is cancelled besides, so that it does
     not run on in PostgreSQL. Another user's query as long is not touched."""
     proc = pgtarn_factory(users={"app": "query_timeout=0.5"})
-    with connect(proc, autocommit=True) as conn, \
-            connect(proc, "scram_user", "scram_pass", autocommit=True) as other:
+    with (
+        connect(proc, autocommit=True) as conn,
+        connect(proc, "scram_user", "scram_pass", autocommit=True) as other,
+    ):
         with pytest.raises(psycopg.OperationalError) as info:
             conn.execute(LONG_SLEEP, prepare=prepare)
         assert (info.value.sqlstate, info.value.diag.severity) == ("08P01", "FATAL")
@@ -260,10 +288,14 @@ def test_query_timeout_closes_the_client_and_its_server_and_cancels_the_query(  
 
 
 def test_query_timeout_closes_a_server_whose_query_ignores_the_cancel(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_cluster):
+    pgtarn_factory, pg_cluster
+):
     proc = pgtarn_factory(settings={"query_timeout": 0.5, "default_pool_size": 2})
-    with superuser_connect(pg_cluster) as su, connect(proc, autocommit=True) as victim, \
-            connect(proc, autocommit=True) as bystander:
+    with (
+        superuser_connect(pg_cluster) as su,
+        connect(proc, autocommit=True) as victim,
+        connect(proc, autocommit=True) as bystander,
+    ):
         pid = pid_of(victim)
         with pytest.raises(psycopg.OperationalError) as info:
             victim.execute(UNCANCELLABLE)
@@ -295,8 +327,10 @@ def test_query_wait_timeout_per_user(pgtarn_factory):  # type: ignore[no-untyped
     """[users] query_wait_timeout (PgBouncer 1.25) over the global one: app's client waiting
     for its pool's one server is closed after 1 s, while scram_user's (the global 0) waits
     as long and on, and is served once its pool's server comes free."""
-    proc = pgtarn_factory(settings={"default_pool_size": 1, "query_wait_timeout": 0},
-                          users={"app": "query_wait_timeout=1"})
+    proc = pgtarn_factory(
+        settings={"default_pool_size": 1, "query_wait_timeout": 0},
+        users={"app": "query_wait_timeout=1"},
+    )
     with connect(proc) as holder, connect(proc, "scram_user", "scram_pass") as other_holder:
         holder.execute("select 1")  # transactions hold each pool's only server
         other_holder.execute("select 1")
@@ -333,16 +367,22 @@ def test_transaction_timeout_per_user_applies_on_reload(pgtarn_factory, pg_clust
     other.close()
 
 
-@pytest.mark.parametrize("limits", [
-    {"cancel_wait_timeout": 0.3},
-    # 0 is no timeout of its own, yet still bounded: server_connect_timeout's
-    {"cancel_wait_timeout": 0, "server_connect_timeout": 0.3},
-], ids=["own", "zero"])
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"cancel_wait_timeout": 0.3},
+        # 0 is no timeout of its own, yet still bounded: server_connect_timeout's
+        {"cancel_wait_timeout": 0, "server_connect_timeout": 0.3},
+    ],
+    ids=["own", "zero"],
+)
 def test_cancel_wait_timeout_when_the_cancel_cannot_connect(  # type: ignore[no-untyped-def]
-        pgtarn_factory, fault_proxy, pg_cluster, limits):
+    pgtarn_factory, fault_proxy, pg_cluster, limits
+):
     proc = pgtarn_factory(
         databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
-        settings={"query_timeout": 1, "default_pool_size": 1, **limits})
+        settings={"query_timeout": 1, "default_pool_size": 1, **limits},
+    )
     with superuser_connect(pg_cluster) as su, connect(proc, autocommit=True) as conn:
         pid = pid_of(conn)
         fault_proxy.stall_connects()  # the query's server connection carries on
@@ -352,8 +392,9 @@ def test_cancel_wait_timeout_when_the_cancel_cannot_connect(  # type: ignore[no-
             # closed at query_timeout; the cancel sent for its query cannot connect: given
             # up after cancel_wait_timeout (or server_connect_timeout), not waited on for ever
             assert info.value.sqlstate == "08P01"
-            wait_until(lambda: "failed: cancel_wait_timeout" in proc.log_text(),
-                       what="the cancel given up")
+            wait_until(
+                lambda: "failed: cancel_wait_timeout" in proc.log_text(), what="the cancel given up"
+            )
         finally:
             fault_proxy.stall_connects(False)
         assert pid not in server_pids(proc)
@@ -370,9 +411,10 @@ def test_autodb_idle_timeout_forgets_an_unused_automatic_database(pgtarn_factory
             time.sleep(1.5 * timeout)  # in use, though its last query was long ago: kept
             assert any(r["database"] == "postgres" for r in show(console, "POOLS"))
             left = time.monotonic()
-        wait_until(lambda: not any(r["name"] == "postgres"
-                                   for r in show(console, "DATABASES")),
-                   what="automatic database forgotten")
+        wait_until(
+            lambda: not any(r["name"] == "postgres" for r in show(console, "DATABASES")),
+            what="automatic database forgotten",
+        )
         # idle time counts from the last client leaving (less one janitor interval), never
         # from the last query: forgetting it sooner is the timeout firing early
         assert time.monotonic() - left >= timeout - 0.2

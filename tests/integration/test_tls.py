@@ -32,8 +32,12 @@ pytestmark = pytest.mark.integration
 
 
 def tls_settings(pki: Pki, mode: str, **more: object) -> dict[str, object]:
-    return {"client_tls_sslmode": mode, "client_tls_cert_file": pki.server.cert,
-            "client_tls_key_file": pki.server.key, **more}
+    return {
+        "client_tls_sslmode": mode,
+        "client_tls_cert_file": pki.server.cert,
+        "client_tls_key_file": pki.server.key,
+        **more,
+    }
 
 
 def tls_in_use(conn: psycopg.Connection[Any]) -> bool:
@@ -88,8 +92,9 @@ def test_require_refuses_plaintext_tcp_but_not_unix_sockets(pgtarn_factory, pki)
     assert final_error(raw) == {"S": "FATAL", "V": "FATAL", "C": "28000", "M": "SSL required"}
     with connect(proc, sslmode="require") as conn:
         assert tls_in_use(conn) and conn.execute("select 1").fetchone() == (1,)
-    local = psycopg.connect(host=proc.socket_dir, port=proc.port, user="app",
-                            password="app_pass", dbname="app")
+    local = psycopg.connect(
+        host=proc.socket_dir, port=proc.port, user="app", password="app_pass", dbname="app"
+    )
     with local:
         assert local.execute("select 3").fetchone() == (3,)
 
@@ -112,8 +117,9 @@ def test_verify_ca_needs_a_client_certificate_from_the_ca(pgtarn_factory, pki): 
     with connect(proc, sslmode="require", **client_cert(pki, "app")) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
     # verify-ca: any certificate of the CA will do, whatever its name
-    with connect(proc, "scram_user", "scram_pass", sslmode="require",
-                 **client_cert(pki, "app")) as conn:
+    with connect(
+        proc, "scram_user", "scram_pass", sslmode="require", **client_cert(pki, "app")
+    ) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
     assert "TLS failed" in proc.log_text()
 
@@ -122,8 +128,9 @@ def test_verify_full_needs_the_certificate_of_the_user(pgtarn_factory, pki):  # 
     proc = pgtarn_factory(settings=tls_settings(pki, "verify-full", client_tls_ca_file=pki.ca))
     with connect(proc, sslmode="require", **client_cert(pki, "app")) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
-    error = refused(proc, user="scram_user", password="scram_pass", sslmode="require",
-                    **client_cert(pki, "app"))
+    error = refused(
+        proc, user="scram_user", password="scram_pass", sslmode="require", **client_cert(pki, "app")
+    )
     assert "certificate authentication failed" in str(error)
     raw = RawClient(proc.host, proc.port)
     raw.start_tls(client_context(pki, "app"))
@@ -132,12 +139,14 @@ def test_verify_full_needs_the_certificate_of_the_user(pgtarn_factory, pki):  # 
 
 
 def test_auth_type_cert_logs_in_the_user_named_by_the_certificate(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(settings=tls_settings(
-        pki, "require", client_tls_ca_file=pki.ca, auth_type="cert"))
+    proc = pgtarn_factory(
+        settings=tls_settings(pki, "require", client_tls_ca_file=pki.ca, auth_type="cert")
+    )
     with connect(proc, password=None, sslmode="require", **client_cert(pki, "app")) as conn:
         assert conn.execute("select current_user").fetchone() == ("app",)
-    error = refused(proc, user="scram_user", password=None, sslmode="require",
-                    **client_cert(pki, "app"))
+    error = refused(
+        proc, user="scram_user", password=None, sslmode="require", **client_cert(pki, "app")
+    )
     assert "certificate authentication failed" in str(error)
     error = refused(proc, password=None, sslmode="require")  # no certificate at all
     assert "requires a valid client certificate" in str(error)
@@ -147,15 +156,34 @@ def test_auth_type_cert_logs_in_the_user_named_by_the_certificate(pgtarn_factory
     assert final_error(raw)["C"] == "28000"
 
 
-@pytest.mark.parametrize(("sslmode", "encrypted"), [
-    ("disable", False), ("allow", False), ("prefer", True), ("require", True),
-    ("verify-ca", True), ("verify-full", True)])
+@pytest.mark.parametrize(
+    ("sslmode", "encrypted"),
+    [
+        ("disable", False),
+        ("allow", False),
+        ("prefer", True),
+        ("require", True),
+        ("verify-ca", True),
+        ("verify-full", True),
+    ],
+)
 def test_psql_in_each_sslmode(pgtarn_factory, pki, sslmode, encrypted):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(settings=tls_settings(pki, "prefer"))
     out = subprocess.run(
-        ["psql", "-X", "-c", "\\conninfo", "-c", "select 'served'",
-         proc.dsn("app", "app_pass", sslmode=sslmode, sslrootcert=pki.ca)],
-        capture_output=True, text=True, timeout=30, check=True)
+        [
+            "psql",
+            "-X",
+            "-c",
+            "\\conninfo",
+            "-c",
+            "select 'served'",
+            proc.dsn("app", "app_pass", sslmode=sslmode, sslrootcert=pki.ca),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     assert "served" in out.stdout
     assert ("SSL connection (protocol: TLSv1.3" in out.stdout) is encrypted, out.stdout
 
@@ -229,8 +257,9 @@ def test_broken_handshakes_leave_everyone_else_served(pgtarn_factory, pki):  # t
 TLS_USERLIST = {"app": "app_pass", "scram_user": "scram_pass", "tls_only": "tls_only_pass"}
 
 
-def tls_database(cluster: Any, host: str | None = None, port: int | None = None,
-                 **more: str) -> dict[str, str]:
+def tls_database(
+    cluster: Any, host: str | None = None, port: int | None = None, **more: str
+) -> dict[str, str]:
     """[databases] with app on the TLS cluster."""
     extra = "".join(f" {key}={value}" for key, value in more.items())
     return {"app": f"host={host or cluster.host} port={port or cluster.port} dbname=app{extra}"}
@@ -245,8 +274,11 @@ def backend_ssl(conn: psycopg.Connection[Any]) -> bool:
 
 @pytest.mark.parametrize("mode", ["allow", "prefer", "require", "verify-ca", "verify-full"])
 def test_server_tls_modes_against_a_tls_postgresql(pgtarn_factory, pg_tls_cluster, pki, mode):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
-                          settings={"server_tls_sslmode": mode, "server_tls_ca_file": pki.ca})
+    proc = pgtarn_factory(
+        databases=tls_database(pg_tls_cluster),
+        userlist=TLS_USERLIST,
+        settings={"server_tls_sslmode": mode, "server_tls_ca_file": pki.ca},
+    )
     with connect(proc) as conn:
         assert backend_ssl(conn)
         with admin(proc) as console:
@@ -258,8 +290,11 @@ def test_server_tls_modes_against_a_tls_postgresql(pgtarn_factory, pg_tls_cluste
 
 
 def test_server_tls_off_meets_postgresql_hostssl_rules(pgtarn_factory, pg_tls_cluster):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
-                          settings={"server_tls_sslmode": "disable"})
+    proc = pgtarn_factory(
+        databases=tls_database(pg_tls_cluster),
+        userlist=TLS_USERLIST,
+        settings={"server_tls_sslmode": "disable"},
+    )
     with connect(proc) as conn:
         assert not backend_ssl(conn)
     with pytest.raises(psycopg.OperationalError) as info:
@@ -276,39 +311,52 @@ def tls_wait_error(proc: Any) -> str:
     """The message that ends a client's login while the pool's TLS logins fail."""
     sqlstate, message = login_error(proc, "app", "app_pass")
     assert sqlstate == "08P01", message
-    assert message.startswith("query_wait_timeout: no server connection became free in 1 s "
-                              "(last error: "), message
+    assert message.startswith(
+        "query_wait_timeout: no server connection became free in 1 s (last error: "
+    ), message
     return message
 
 
 def test_require_against_a_plaintext_postgresql_is_retried_while_clients_wait(  # type: ignore[no-untyped-def]
-        pgtarn_factory):
+    pgtarn_factory,
+):
     proc = pgtarn_factory(settings={"server_tls_sslmode": "require", **TLS_WAIT})
     assert "server does not support TLS" in tls_wait_error(proc)
 
 
 def test_verify_ca_refuses_a_certificate_of_another_ca(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster),
-                          settings={"server_tls_sslmode": "verify-ca",
-                                    "server_tls_ca_file": pki.other_ca, **TLS_WAIT})
+    proc = pgtarn_factory(
+        databases=tls_database(pg_tls_cluster),
+        settings={
+            "server_tls_sslmode": "verify-ca",
+            "server_tls_ca_file": pki.other_ca,
+            **TLS_WAIT,
+        },
+    )
     assert "certificate verify failed" in tls_wait_error(proc)
-    assert re.search(r"S-\d+: \S+ closing because: could not connect to server: TLS: .*"
-                     "certificate verify failed", proc.log_text())
+    assert re.search(
+        r"S-\d+: \S+ closing because: could not connect to server: TLS: .*"
+        "certificate verify failed",
+        proc.log_text(),
+    )
 
 
 def test_a_waiting_client_is_served_once_the_servers_certificate_is_accepted(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_tls_cluster, pki):
+    pgtarn_factory, pg_tls_cluster, pki
+):
     """The client waits through the failing TLS logins (PgBouncer's test_server_ssl_verify)
     and is served by the first one after SET server_tls_ca_file names the right CA."""
-    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster),
-                          settings={"server_tls_sslmode": "verify-ca",
-                                    "server_tls_ca_file": pki.other_ca})
+    proc = pgtarn_factory(
+        databases=tls_database(pg_tls_cluster),
+        settings={"server_tls_sslmode": "verify-ca", "server_tls_ca_file": pki.other_ca},
+    )
     logged_in: list[RawClient] = []
     waiter = threading.Thread(target=lambda: logged_in.append(raw_login(proc)))
     waiter.start()  # its login waits for the first server's welcome
     try:
-        wait_until(lambda: "certificate verify failed" in proc.log_text(),
-                   what="a TLS login refused")
+        wait_until(
+            lambda: "certificate verify failed" in proc.log_text(), what="a TLS login refused"
+        )
         assert waiter.is_alive()  # still waiting, not refused
         with admin(proc) as console:
             console.execute(f"SET server_tls_ca_file = '{pki.ca}'")
@@ -324,8 +372,8 @@ def test_verify_full_checks_the_host_name(pgtarn_factory, pg_tls_cluster, pki): 
         for mode, works in (("verify-ca", True), ("verify-full", False)):
             proc = pgtarn_factory(
                 databases=tls_database(pg_tls_cluster, proxy.host, proxy.port),
-                settings={"server_tls_sslmode": mode, "server_tls_ca_file": pki.ca,
-                          **TLS_WAIT})
+                settings={"server_tls_sslmode": mode, "server_tls_ca_file": pki.ca, **TLS_WAIT},
+            )
             if works:
                 raw = raw_login(proc)
                 assert query(raw, "select 1") == b"I"
@@ -339,18 +387,24 @@ def test_server_certificate_login_without_a_password(pgtarn_factory, pg_tls_clus
     issued = pki.clients["cert_user"]
     proc = pgtarn_factory(
         databases=tls_database(pg_tls_cluster),
-        settings={"server_tls_sslmode": "verify-full", "server_tls_ca_file": pki.ca,
-                  "server_tls_cert_file": issued.cert, "server_tls_key_file": issued.key,
-                  "auth_type": "trust"},
-        userlist={"cert_user": "", "app": "app_pass"})
+        settings={
+            "server_tls_sslmode": "verify-full",
+            "server_tls_ca_file": pki.ca,
+            "server_tls_cert_file": issued.cert,
+            "server_tls_key_file": issued.key,
+            "auth_type": "trust",
+        },
+        userlist={"cert_user": "", "app": "app_pass"},
+    )
     with connect(proc, "cert_user", None) as conn:
         assert conn.execute("select current_user").fetchone() == ("cert_user",)
 
 
 def test_data_injected_before_the_handshake_is_refused(pgtarn_factory, fake_pg):  # type: ignore[no-untyped-def]
     fake_pg.tls_answer = b"SZ\x00\x00\x00\x05I"  # 'S', then plaintext posing as a reply
-    proc = pgtarn_factory(databases={"app": fake_pg.connstr("app")},
-                          settings={"server_tls_sslmode": "require"})
+    proc = pgtarn_factory(
+        databases={"app": fake_pg.connstr("app")}, settings={"server_tls_sslmode": "require"}
+    )
     sqlstate, message = login_error(proc, "app", "app_pass")
     assert sqlstate == "08P01" and "unencrypted data after accepting TLS" in message
 
@@ -360,9 +414,10 @@ def test_data_injected_before_the_handshake_is_refused(pgtarn_factory, fake_pg):
 
 def test_clients_requiring_channel_binding_log_in(pgtarn_factory, pki, pg_cluster):  # type: ignore[no-untyped-def]
     # a plaintext secret and, through SCRAM passthrough, a stored verifier
-    proc = pgtarn_factory(settings=tls_settings(pki, "require"),
-                          userlist={"app": "app_pass",
-                                    "scram_user": pg_cluster.scram_verifier("scram_user")})
+    proc = pgtarn_factory(
+        settings=tls_settings(pki, "require"),
+        userlist={"app": "app_pass", "scram_user": pg_cluster.scram_verifier("scram_user")},
+    )
     for user, password in (("app", "app_pass"), ("scram_user", "scram_pass")):
         with connect(proc, user, password, sslmode="require", channel_binding="require") as conn:
             assert conn.execute("select current_user").fetchone() == (user,)
@@ -403,8 +458,13 @@ def test_channel_binding_towards_postgresql(pgtarn_factory, pg_tls_cluster, pki,
     proc = pgtarn_factory(
         databases=tls_database(pg_tls_cluster),
         userlist={"app": "app_pass", "scram_user": pg_tls_cluster.scram_verifier("scram_user")},
-        settings={**tls_settings(pki, "require"), "server_tls_sslmode": "verify-full",
-                  "server_tls_ca_file": pki.ca, "server_channel_binding": mode})
+        settings={
+            **tls_settings(pki, "require"),
+            "server_tls_sslmode": "verify-full",
+            "server_tls_ca_file": pki.ca,
+            "server_channel_binding": mode,
+        },
+    )
     for user, password in (("app", "app_pass"), ("scram_user", "scram_pass")):
         with connect(proc, user, password, sslmode="require", channel_binding="require") as conn:
             assert conn.execute("select current_user").fetchone() == (user,)
@@ -413,10 +473,17 @@ def test_channel_binding_towards_postgresql(pgtarn_factory, pg_tls_cluster, pki,
 
 @pytest.mark.parametrize("server_tls", ["disable", "require"])
 def test_server_channel_binding_require_refuses_an_unbound_server(  # type: ignore[no-untyped-def]
-        pgtarn_factory, pg_tls_cluster, server_tls):
-    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
-                          settings={"server_tls_sslmode": server_tls,
-                                    "server_channel_binding": "require", **TLS_WAIT})
+    pgtarn_factory, pg_tls_cluster, server_tls
+):
+    proc = pgtarn_factory(
+        databases=tls_database(pg_tls_cluster),
+        userlist=TLS_USERLIST,
+        settings={
+            "server_tls_sslmode": server_tls,
+            "server_channel_binding": "require",
+            **TLS_WAIT,
+        },
+    )
     if server_tls == "require":  # TLS, so PostgreSQL offers -PLUS: fine
         with connect(proc) as conn:
             assert conn.execute("select 1").fetchone() == (1,)
@@ -429,8 +496,11 @@ def test_client_tls_protocols_and_ciphers(pgtarn_factory, pki):  # type: ignore[
         with admin(proc, sslmode="require") as console:
             return {r["tls"].split("/")[0] for r in show(console, "CLIENTS")}
 
-    proc = pgtarn_factory(settings=tls_settings(
-        pki, "require", client_tls_protocols="tlsv1.3", client_tls_ciphers="secure"))
+    proc = pgtarn_factory(
+        settings=tls_settings(
+            pki, "require", client_tls_protocols="tlsv1.3", client_tls_ciphers="secure"
+        )
+    )
     with connect(proc, sslmode="require"):
         assert protocols_in_use(proc) == {"TLSv1.3"}
     assert "SSL" in str(refused(proc, sslmode="require", ssl_max_protocol_version="TLSv1.2"))
@@ -440,12 +510,14 @@ def test_client_tls_protocols_and_ciphers(pgtarn_factory, pki):  # type: ignore[
 
 
 def test_reload_with_new_server_tls_settings_replaces_servers(pgtarn_factory, pg_tls_cluster):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(databases=tls_database(pg_tls_cluster), userlist=TLS_USERLIST,
-                          settings={"server_tls_sslmode": "disable"})
+    proc = pgtarn_factory(
+        databases=tls_database(pg_tls_cluster),
+        userlist=TLS_USERLIST,
+        settings={"server_tls_sslmode": "disable"},
+    )
     with connect(proc, autocommit=True) as conn:
         assert not backend_ssl(conn)  # an idle server without TLS is left behind
-        reload(proc, edit_ini(proc, "server_tls_sslmode = disable",
-                              "server_tls_sslmode = require"))
+        reload(proc, edit_ini(proc, "server_tls_sslmode = disable", "server_tls_sslmode = require"))
         assert backend_ssl(conn)  # its next transaction gets a server made under the new ones
     # the idle one was closed with PgBouncer's words for it
     assert "closing because: database configuration changed" in proc.log_text()
@@ -486,7 +558,8 @@ def test_a_set_of_other_tls_settings_that_cannot_be_loaded_is_refused(pgtarn_fac
         with pytest.raises(psycopg.errors.ProtocolViolation, match="SET failed"):
             console.execute("SET client_tls_sslmode = 'verify-full'")
         assert {r["key"]: r["value"] for r in show(console, "CONFIG")}[
-            "client_tls_sslmode"] == "require"
+            "client_tls_sslmode"
+        ] == "require"
 
 
 def test_a_reload_with_a_missing_tls_file_logs_tls_setup_failed(pgtarn_factory, pki, tmp_path):  # type: ignore[no-untyped-def]
@@ -506,8 +579,11 @@ def test_client_tls13_ciphers_choose_the_suite(pgtarn_factory, pki):  # type: ig
             return {r["tls"] for r in show(console, "CLIENTS") if r["database"] == "app"}
 
     chacha, aes = "TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_256_GCM_SHA384"
-    proc = pgtarn_factory(settings=tls_settings(
-        pki, "require", client_tls_protocols="tlsv1.3", client_tls13_ciphers=chacha))
+    proc = pgtarn_factory(
+        settings=tls_settings(
+            pki, "require", client_tls_protocols="tlsv1.3", client_tls13_ciphers=chacha
+        )
+    )
     with connect(proc, sslmode="require"):
         assert suites_in_use(proc) == {f"TLSv1.3/{chacha}"}
     assert f"tls=TLSv1.3/{chacha}" in proc.log_text()  # the login line, as PgBouncer's
@@ -521,5 +597,7 @@ def test_client_tls13_ciphers_choose_the_suite(pgtarn_factory, pki):  # type: ig
         assert notices == ["TLS settings could not be applied, still using old configuration"]
         with connect(proc, sslmode="require"):
             assert suites_in_use(proc) == {f"TLSv1.3/{aes}"}
-    assert "TLS setup failed: client_tls13_ciphers: failed to set the TLSv1.3 cipher " \
-           "suites: unknown" in proc.log_text()
+    assert (
+        "TLS setup failed: client_tls13_ciphers: failed to set the TLSv1.3 cipher "
+        "suites: unknown" in proc.log_text()
+    )

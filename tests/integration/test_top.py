@@ -28,8 +28,11 @@ def admin_conninfo(proc) -> str:  # type: ignore[no-untyped-def]
 
 def top_env() -> dict[str, str]:
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "COLUMNS": "160",
-            "PYTHONPATH": f"{SRC}{os.pathsep}{path}" if path else str(SRC)}
+    return {
+        **os.environ,
+        "COLUMNS": "160",
+        "PYTHONPATH": f"{SRC}{os.pathsep}{path}" if path else str(SRC),
+    }
 
 
 def section(text: str, title: str) -> list[list[str]]:
@@ -37,7 +40,7 @@ def section(text: str, title: str) -> list[list[str]]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip().startswith(title))
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.strip() or line.lstrip()[0] not in "│┃┏┡└┗━─╇":
             break
         if "│" in line:
@@ -67,9 +70,13 @@ def test_once_prints_the_pool_row_with_its_active_clients(pgtarn_factory) -> Non
     pinned = connect(proc, autocommit=True)
     pinned.execute("create temp table top_pinned (v int)")
     try:
-        result = subprocess.run([sys.executable, "-m", "pgtarn", "top", "--once",
-                                 admin_conninfo(proc)], env=top_env(), capture_output=True,
-                                text=True, timeout=30)
+        result = subprocess.run(
+            [sys.executable, "-m", "pgtarn", "top", "--once", admin_conninfo(proc)],
+            env=top_env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert result.returncode == 0, result.stderr
         text = result.stdout
         assert "\x1b[" not in text  # not a terminal: no colour codes
@@ -88,9 +95,13 @@ def test_once_rates_count_the_transactions_between_its_two_samples(pgtarn_factor
     proc = pgtarn_factory()
     stop = time.monotonic() + 20
     with connect(proc, autocommit=True) as conn:
-        top = subprocess.Popen([sys.executable, "-m", "pgtarn", "top", "--once",
-                                admin_conninfo(proc)], env=top_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+        top = subprocess.Popen(
+            [sys.executable, "-m", "pgtarn", "top", "--once", admin_conninfo(proc)],
+            env=top_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         while top.poll() is None and time.monotonic() < stop:
             conn.execute("select 1")
         out, err = top.communicate(timeout=10)
@@ -105,9 +116,22 @@ def test_once_p99_from_the_metrics_endpoint(pgtarn_factory) -> None:  # type: ig
     proc = pgtarn_factory(settings={"metrics_port": port})
     stop = time.monotonic() + 20
     with connect(proc, autocommit=True) as conn:
-        top = subprocess.Popen([sys.executable, "-m", "pgtarn", "top", "--once", "--metrics",
-                                str(port), admin_conninfo(proc)], env=top_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        top = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pgtarn",
+                "top",
+                "--once",
+                "--metrics",
+                str(port),
+                admin_conninfo(proc),
+            ],
+            env=top_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         while top.poll() is None and time.monotonic() < stop:
             conn.execute("select pg_sleep(0.002)")
         out, err = top.communicate(timeout=10)
@@ -117,35 +141,55 @@ def test_once_p99_from_the_metrics_endpoint(pgtarn_factory) -> None:  # type: ig
 
 
 def test_once_without_a_pooler_fails_with_a_message(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "pgtarn", "top", "--once",
-                             f"host={tmp_path} port=1 dbname=pgbouncer user=x"],
-                            env=top_env(), capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pgtarn",
+            "top",
+            "--once",
+            f"host={tmp_path} port=1 dbname=pgbouncer user=x",
+        ],
+        env=top_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1 and "pgtarn top:" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_live_view_under_tmux_shows_the_pools_and_quits_on_q(  # type: ignore[no-untyped-def]
-        pgtarn_factory, tmp_path: Path) -> None:
+    pgtarn_factory, tmp_path: Path
+) -> None:
     proc = pgtarn_factory()
     conns = hold_transactions(proc, 2)
     session = f"pgtarn-top-{os.getpid()}"
     socket_name = str(tmp_path / "tmux.sock")
     marker = tmp_path / "exited"
     env = top_env()
-    command = (f"env PYTHONPATH={shlex.quote(env['PYTHONPATH'])} {shlex.quote(sys.executable)}"
-               f" -m pgtarn top --interval 0.3 {shlex.quote(admin_conninfo(proc))};"
-               f" echo $? > {shlex.quote(str(marker))}")
+    command = (
+        f"env PYTHONPATH={shlex.quote(env['PYTHONPATH'])} {shlex.quote(sys.executable)}"
+        f" -m pgtarn top --interval 0.3 {shlex.quote(admin_conninfo(proc))};"
+        f" echo $? > {shlex.quote(str(marker))}"
+    )
 
     def tmux(*args: str) -> str:
-        return subprocess.run(["tmux", "-S", socket_name, *args], capture_output=True,
-                              text=True, timeout=10, check=True).stdout
+        return subprocess.run(
+            ["tmux", "-S", socket_name, *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
 
     def screen_shows(check: Callable[[str], bool]) -> bool:
         return wait_for(lambda: check(tmux("capture-pane", "-p", "-t", session)), 15)
 
     tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", command)
     try:
+
         def two_active(text: str) -> bool:
             try:
                 return pool_cells(text)["cl_active"] == "2"
@@ -164,7 +208,6 @@ def test_live_view_under_tmux_shows_the_pools_and_quits_on_q(  # type: ignore[no
         assert wait_for(marker.exists, 10), tmux("capture-pane", "-p", "-t", session)
         assert marker.read_text().strip() == "0"
     finally:
-        subprocess.run(["tmux", "-S", socket_name, "kill-server"], capture_output=True,
-                       timeout=10)
+        subprocess.run(["tmux", "-S", socket_name, "kill-server"], capture_output=True, timeout=10)
         for conn in conns:
             conn.close()

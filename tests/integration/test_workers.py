@@ -40,8 +40,17 @@ def test_workers_share_the_tcp_port_and_the_unix_socket(pgtarn_factory):  # type
     # the kernel spread the TCP clients over both workers (SO_REUSEPORT)
     held = [tcp_clients(pid, proc.port) for pid in pids]
     assert sum(held) == 24 and all(held), held
-    unix = [psycopg.connect(host=proc.socket_dir, port=proc.port, dbname="app", user="app",
-                            password="app_pass", autocommit=True) for _ in range(4)]
+    unix = [
+        psycopg.connect(
+            host=proc.socket_dir,
+            port=proc.port,
+            dbname="app",
+            user="app",
+            password="app_pass",
+            autocommit=True,
+        )
+        for _ in range(4)
+    ]
     for c in unix:
         assert c.execute("select 2").fetchone() == (2,)
     for c in clients + unix:
@@ -111,7 +120,8 @@ def test_without_its_supervisor_a_worker_drains_its_clients_then_exits(pgtarn_fa
         c.close()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(
-            os.path.exists(f"/proc/{pid}") and not _zombie(pid) for pid in pids):
+        os.path.exists(f"/proc/{pid}") and not _zombie(pid) for pid in pids
+    ):
         time.sleep(0.05)
     assert not any(os.path.exists(f"/proc/{pid}") and not _zombie(pid) for pid in pids)
     assert children(proc.proc.pid) == []
@@ -152,8 +162,7 @@ def test_a_cancel_that_lands_on_another_worker_reaches_the_client(pgtarn_factory
             other = next(pid for pid in pids if pid != owner)
             tag = f"workers-{time.monotonic_ns()}"
             started = time.monotonic()
-            running = asyncio.create_task(
-                client.query(f"select '{tag}' from pg_sleep(30)"))
+            running = asyncio.create_task(client.query(f"select '{tag}' from pg_sleep(30)"))
             await _wait_running(pg_dsn, tag)
             sock = await asyncio.to_thread(_connection_to, proc, pids, other)
             sock.sendall(build.cancel_request(*client.backend_key))
@@ -174,13 +183,15 @@ def test_a_cancel_that_lands_on_another_worker_reaches_the_client(pgtarn_factory
 
 
 def test_a_cancel_sent_on_to_another_worker_closes_when_that_workers_cancel_ends(  # type: ignore[no-untyped-def]
-        pgtarn_factory, fault_proxy, pg_dsn):
+    pgtarn_factory, fault_proxy, pg_dsn
+):
     """The client's cancel connection, on the other worker, stays open while the owner's
     cancel to PostgreSQL is under way (here it cannot connect: the proxy takes no new
     connections), and closes when that cancel gives up."""
     proc = pgtarn_factory(
         databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
-        settings={"workers": 2, "cancel_wait_timeout": 2})
+        settings={"workers": 2, "cancel_wait_timeout": 2},
+    )
     pids = _workers(proc)
 
     def in_flight() -> int:
@@ -199,8 +210,9 @@ def test_a_cancel_sent_on_to_another_worker_closes_when_that_workers_cancel_ends
             fault_proxy.stall_connects()
             try:
                 sock.sendall(build.cancel_request(*client.backend_key))
-                await asyncio.to_thread(wait_until, lambda: in_flight() == 1, 10.0,
-                                        "the owner's cancel")
+                await asyncio.to_thread(
+                    wait_until, lambda: in_flight() == 1, 10.0, "the owner's cancel"
+                )
                 sock.setblocking(False)
                 with pytest.raises(BlockingIOError):  # still open: the cancel is under way
                     sock.recv(1)
@@ -226,8 +238,7 @@ def test_keys_name_the_worker_that_owns_the_client(pgtarn_factory):  # type: ign
     async def keys() -> dict[int, set[int]]:
         seen: dict[int, set[int]] = {}
         for _ in range(12):
-            client = await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass",
-                                                  "app")
+            client = await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass", "app")
             owner = holder_of(pids, proc.port, client.writer.get_extra_info("sockname")[1])
             assert owner is not None
             seen.setdefault(owner, set()).add(worker_of(client.backend_key))

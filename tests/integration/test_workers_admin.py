@@ -88,8 +88,12 @@ def test_show_lists_and_sums_the_clients_and_stats_of_every_worker(pgtarn_factor
         assert pool_row(a)["cl_active"] == 12
         servers = show(a, "SERVERS")
         assert {r["worker"] for r in servers} == {0, 1}
-        assert wait_for(lambda: next(r["xact_count"] for r in show(a, "STATS_TOTALS")
-                                     if r["database"] == "app") == 36)
+        assert wait_for(
+            lambda: (
+                next(r["xact_count"] for r in show(a, "STATS_TOTALS") if r["database"] == "app")
+                == 36
+            )
+        )
         stats = next(r for r in show(a, "STATS") if r["database"] == "app")
         assert stats["total_xact_count"] == 36 and stats["total_query_count"] == 36
         lists = {r["list"]: r["items"] for r in show(a, "LISTS")}
@@ -107,8 +111,9 @@ def test_kill_client_reaches_a_client_of_the_other_worker(pgtarn_factory):  # ty
         c.execute(f"set application_name = 'c{i}'")
     with admin(proc, application_name="killer") as a:
         here = _worker_of(a, "killer")
-        victim = next(r for r in show(a, "CLIENTS")
-                      if r["database"] == "app" and r["worker"] != here)
+        victim = next(
+            r for r in show(a, "CLIENTS") if r["database"] == "app" and r["worker"] != here
+        )
         a.execute(f"KILL_CLIENT {victim['id']}")
         index = int(victim["application_name"][1:])
         with pytest.raises(psycopg.OperationalError):
@@ -151,13 +156,25 @@ def test_reload_set_and_sighup_reach_every_worker(pgtarn_factory):  # type: igno
     for conn in consoles.values():
         assert _config(conn, "default_pool_size") == "7"
     ini = Path(proc.ini_path)
-    ini.write_text(re.sub(r"(?m)^default_pool_size\s*=.*$", "default_pool_size = 9",
-                          ini.read_text(encoding="utf-8")), encoding="utf-8")
+    ini.write_text(
+        re.sub(
+            r"(?m)^default_pool_size\s*=.*$",
+            "default_pool_size = 9",
+            ini.read_text(encoding="utf-8"),
+        ),
+        encoding="utf-8",
+    )
     consoles[0].execute("RELOAD")
     for conn in consoles.values():
         assert _config(conn, "default_pool_size") == "9"
-    ini.write_text(re.sub(r"(?m)^default_pool_size\s*=.*$", "default_pool_size = 11",
-                          ini.read_text(encoding="utf-8")), encoding="utf-8")
+    ini.write_text(
+        re.sub(
+            r"(?m)^default_pool_size\s*=.*$",
+            "default_pool_size = 11",
+            ini.read_text(encoding="utf-8"),
+        ),
+        encoding="utf-8",
+    )
     proc.send_signal(signal.SIGHUP)
     for conn in consoles.values():
         assert wait_for(lambda c=conn: _config(c, "default_pool_size") == "11")
@@ -172,9 +189,11 @@ def test_shutdown_on_one_worker_stops_the_whole_pgtarn(pgtarn_factory):  # type:
     with pytest.raises(psycopg.OperationalError):
         a.execute("SHUTDOWN")
     assert proc.proc.wait(timeout=15) == 0
-    assert not any(Path(f"/proc/{pid}/status").exists()
-                   and "zombie" not in Path(f"/proc/{pid}/status").read_text()
-                   for pid in pids)
+    assert not any(
+        Path(f"/proc/{pid}/status").exists()
+        and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+        for pid in pids
+    )
     assert "exited unexpectedly" not in proc.log_text()
 
 
@@ -184,17 +203,19 @@ def test_the_metrics_endpoint_counts_every_workers_clients(pgtarn_factory):  # t
     clients = _spread(proc, 10)
     for c in clients:
         c.execute("select 1")
-    assert wait_for(lambda: value(scrape(port), "pgtarn_stats_sql_transactions_pooled_total",
-                                  database="app") == 10)
+    assert wait_for(
+        lambda: (
+            value(scrape(port), "pgtarn_stats_sql_transactions_pooled_total", database="app") == 10
+        )
+    )
     samples = scrape(port)
-    assert value(samples, "pgtarn_pools_client_active_connections",
-                 database="app", user="app") == 10
-    per_worker = [value(samples, "pgtarn_worker_client_connections", worker=str(w))
-                  for w in (0, 1)]
+    assert (
+        value(samples, "pgtarn_pools_client_active_connections", database="app", user="app") == 10
+    )
+    per_worker = [value(samples, "pgtarn_worker_client_connections", worker=str(w)) for w in (0, 1)]
     held = sorted(tcp_clients(pid, proc.port) for pid in wait_children(proc.proc.pid, 2))
     assert sorted(per_worker) == held
-    assert all(value(samples, "pgtarn_worker_cpu_seconds_total", worker=str(w)) > 0
-               for w in (0, 1))
+    assert all(value(samples, "pgtarn_worker_cpu_seconds_total", worker=str(w)) > 0 for w in (0, 1))
     for c in clients:
         c.close()
 
@@ -216,9 +237,11 @@ def test_signals_reach_every_worker(pgtarn_factory):  # type: ignore[no-untyped-
         conn.close()
     proc.send_signal(signal.SIGINT)
     assert proc.proc.wait(timeout=15) == 0
-    assert not any(Path(f"/proc/{pid}/status").exists()
-                   and "zombie" not in Path(f"/proc/{pid}/status").read_text()
-                   for pid in pids)
+    assert not any(
+        Path(f"/proc/{pid}/status").exists()
+        and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+        for pid in pids
+    )
 
 
 def test_wait_close_waits_for_the_servers_of_every_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
@@ -238,8 +261,8 @@ def test_wait_close_waits_for_the_servers_of_every_worker(pgtarn_factory):  # ty
         a.execute("RECONNECT app")
         done: list[str] = []
         t = threading.Thread(
-            target=lambda: done.append(a.execute("WAIT_CLOSE app").statusmessage or ""),
-            daemon=True)
+            target=lambda: done.append(a.execute("WAIT_CLOSE app").statusmessage or ""), daemon=True
+        )
         t.start()
         t.join(0.5)
         assert t.is_alive()

@@ -55,8 +55,7 @@ def _busy(proc, logins: list[tuple[str, str, str]], rounds: int = 8) -> tuple[se
             served = set()
             for _ in range(rounds):
                 async with c.transaction():
-                    served.add(await c.fetchval(
-                        "select pg_backend_pid() from pg_sleep(0.01)"))
+                    served.add(await c.fetchval("select pg_backend_pid() from pg_sleep(0.01)"))
             return served
 
         results = await asyncio.gather(*(one(c) for c in clients))
@@ -68,8 +67,7 @@ def _busy(proc, logins: list[tuple[str, str, str]], rounds: int = 8) -> tuple[se
 
 
 def test_pool_size_holds_for_all_workers_in_pg_stat_activity(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 4,
-                                    "max_client_conn": 100})
+    proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 4, "max_client_conn": 100})
     _quiet(pg_cluster, ("app",), "app")
     with PeakBackends(pg_cluster, ("app",), "app") as peak:
         served, spread = _busy(proc, [APP] * 40)
@@ -81,7 +79,8 @@ def test_pool_size_holds_for_all_workers_in_pg_stat_activity(pgtarn_factory, pg_
 def test_max_db_connections_holds_for_all_workers(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
     proc = pgtarn_factory(
         settings={"workers": 2, "max_client_conn": 100},
-        databases={"app": f"{_direct(pg_cluster)} dbname=app max_db_connections=3"})
+        databases={"app": f"{_direct(pg_cluster)} dbname=app max_db_connections=3"},
+    )
     _quiet(pg_cluster, ("app", "scram_user"), "app")
     with PeakBackends(pg_cluster, ("app", "scram_user"), "app") as peak:
         _served, spread = _busy(proc, [APP] * 12 + [SCRAM] * 12)
@@ -90,8 +89,10 @@ def test_max_db_connections_holds_for_all_workers(pgtarn_factory, pg_cluster):  
 
 
 def test_max_user_connections_holds_for_all_workers(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(settings={"workers": 2, "max_client_conn": 100},
-                          users={"scram_user": "max_user_connections=2"})
+    proc = pgtarn_factory(
+        settings={"workers": 2, "max_client_conn": 100},
+        users={"scram_user": "max_user_connections=2"},
+    )
     logins = [SCRAM] * 10 + [("scram_user", "scram_pass", "postgres")] * 10
     _quiet(pg_cluster, ("scram_user",), None)
     with PeakBackends(pg_cluster, ("scram_user",), None) as peak:
@@ -131,8 +132,9 @@ def test_max_client_conn_counts_the_clients_of_every_worker(pgtarn_factory):  # 
     assert all(spread) and sum(spread) == 10, spread
     assert admitted == 0, "an 11th client got in"
     assert len(refusals) == 8
-    assert all(r == "53300 no more connections allowed (max_client_conn)" for r in refusals), \
+    assert all(r == "53300 no more connections allowed (max_client_conn)" for r in refusals), (
         refusals
+    )
 
 
 async def _client_on(proc, pid: int) -> asyncpg.Connection:  # type: ignore[no-untyped-def]
@@ -147,8 +149,7 @@ async def _client_on(proc, pid: int) -> asyncpg.Connection:  # type: ignore[no-u
 
 
 def test_a_waiting_client_gets_the_server_idle_in_the_other_worker(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 1,
-                                    "query_wait_timeout": 60})
+    proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 1, "query_wait_timeout": 60})
     first, second = _workers(proc)
     admin = superuser_connect(pg_cluster)
 
@@ -183,14 +184,15 @@ def test_a_waiting_client_gets_the_server_idle_in_the_other_worker(pgtarn_factor
     with PeakBackends(pg_cluster, ("app",), "app") as peak:
         idle_wait, busy_wait = asyncio.run(scenario())
     admin.close()
-    print(f"\nwait for a server idle in the other worker: {idle_wait * 1000:.1f} ms; "
-          f"busy in the other worker: {busy_wait * 1000:.1f} ms")
+    print(
+        f"\nwait for a server idle in the other worker: {idle_wait * 1000:.1f} ms; "
+        f"busy in the other worker: {busy_wait * 1000:.1f} ms"
+    )
     assert peak.peak == 1, peak.peak
 
 
 def test_a_killed_workers_slots_come_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
-    proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 2,
-                                    "query_wait_timeout": 60})
+    proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 2, "query_wait_timeout": 60})
     victim, survivor = _workers(proc)
     admin = superuser_connect(pg_cluster)
 
@@ -199,8 +201,10 @@ def test_a_killed_workers_slots_come_back(pgtarn_factory, pg_cluster):  # type: 
         held = [await _client_on(proc, victim) for _ in range(2)]
         for c in held:  # an open transaction holds its server
             await c.execute("begin; select 1")
-        queries = [asyncio.ensure_future(
-            c.fetchval("select pg_backend_pid() from pg_sleep(0.3)")) for c in waiting]
+        queries = [
+            asyncio.ensure_future(c.fetchval("select pg_backend_pid() from pg_sleep(0.3)"))
+            for c in waiting
+        ]
         await asyncio.sleep(1.5)
         assert not any(q.done() for q in queries)  # the pool is full, in the other worker
         os.kill(victim, signal.SIGKILL)
@@ -220,8 +224,9 @@ def test_a_killed_workers_slots_come_back(pgtarn_factory, pg_cluster):  # type: 
 def test_the_admin_console_counts_every_workers_sessions(pgtarn_factory):  # type: ignore[no-untyped-def]
     """The admin console is a database with the global max_db_client_connections, counted
     across the workers as any other (admin_users get past it)."""
-    proc = pgtarn_factory(settings={"workers": 2, "max_db_client_connections": 2,
-                                    "stats_users": "scram_user"})
+    proc = pgtarn_factory(
+        settings={"workers": 2, "max_db_client_connections": 2, "stats_users": "scram_user"}
+    )
     pids = _workers(proc)
     console = ("scram_user", "scram_pass", "pgbouncer")
 

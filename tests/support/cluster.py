@@ -105,11 +105,18 @@ class TempCluster(ThrowawayCluster):
         """pg_ctl stop -m immediate: the server goes as in a crash (no checkpoint, every
         connection dropped), as a failover test wants."""
         self._started = False
-        self._run_pg([self._bin("pg_ctl"), "stop", "-D", self.data_dir, "-m", "immediate",
-                      "-w", "-t", "30"], check=False)
+        self._run_pg(
+            [self._bin("pg_ctl"), "stop", "-D", self.data_dir, "-m", "immediate", "-w", "-t", "30"],
+            check=False,
+        )
 
-    def enable_tls(self, cert_file: str, key_file: str, ca_file: str | None = None,
-                   hba_first: tuple[str, ...] = ()) -> None:
+    def enable_tls(
+        self,
+        cert_file: str,
+        key_file: str,
+        ca_file: str | None = None,
+        hba_first: tuple[str, ...] = (),
+    ) -> None:
         """Turn on ssl with this certificate (copied into the data directory) and reload.
 
         hba_first: pg_hba.conf lines put before the others (say, hostssl-only roles).
@@ -184,8 +191,9 @@ class StandbyCluster(TempCluster):
 
 
 @contextlib.contextmanager
-def primary_and_standby(*setup_sql: tuple[str, str]) -> Iterator[tuple[PrimaryCluster,
-                                                                       StandbyCluster]]:
+def primary_and_standby(
+    *setup_sql: tuple[str, str],
+) -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
     """A primary with role app (password app_pass) owning database app, setup_sql run on it
     as (sql, dbname) pairs, then a streaming standby of it; both removed at the end."""
     primary = PrimaryCluster()

@@ -33,7 +33,12 @@ class PgtarnProcess(PgtarnChild):
     ) -> Self:
         """PgtarnChild.launch, recording `socket_dir` (the ini's unix_socket_dir)."""
         process = super().launch(
-            ini_path, host=host, port=port, workdir=workdir, args=args, logfile=logfile,
+            ini_path,
+            host=host,
+            port=port,
+            workdir=workdir,
+            args=args,
+            logfile=logfile,
             timeout=timeout,
         )
         process.socket_dir = socket_dir

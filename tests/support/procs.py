@@ -17,14 +17,15 @@ def children(pid: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[1]) == pid and fields[0] != "Z":
             found.append(int(entry))
     return sorted(found)
 
 
-def wait_children(pid: int, count: int, timeout: float = 15.0,
-                  exclude: tuple[int, ...] = ()) -> list[int]:
+def wait_children(
+    pid: int, count: int, timeout: float = 15.0, exclude: tuple[int, ...] = ()
+) -> list[int]:
     """pid's children once there are count of them (none of exclude)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -61,22 +62,34 @@ def _tcp_connections() -> list[tuple[int, int, str, int]]:
             continue
         for line in lines:
             fields = line.split()
-            rows.append((int(fields[1].rsplit(":", 1)[1], 16),
-                         int(fields[2].rsplit(":", 1)[1], 16), fields[3], int(fields[9])))
+            rows.append(
+                (
+                    int(fields[1].rsplit(":", 1)[1], 16),
+                    int(fields[2].rsplit(":", 1)[1], 16),
+                    fields[3],
+                    int(fields[9]),
+                )
+            )
     return rows
 
 
 def tcp_clients(pid: int, port: int) -> int:
     """Established TCP connections that pid holds on local port (its clients there)."""
     inodes = _socket_inodes(pid)
-    return sum(1 for local, _remote, state, inode in _tcp_connections()
-               if local == port and state == "01" and inode in inodes)
+    return sum(
+        1
+        for local, _remote, state, inode in _tcp_connections()
+        if local == port and state == "01" and inode in inodes
+    )
 
 
 def holder_of(pids: list[int], port: int, client_port: int) -> int | None:
     """Which of pids holds the TCP connection from local client_port to port."""
-    connections = {inode for local, remote, _state, inode in _tcp_connections()
-                   if local == port and remote == client_port}
+    connections = {
+        inode
+        for local, remote, _state, inode in _tcp_connections()
+        if local == port and remote == client_port
+    }
     for pid in pids:
         if _socket_inodes(pid) & connections:
             return pid

@@ -26,7 +26,8 @@ def test_hba_with_an_ldap_rule_and_wrong_ldap_options(tmp_path: Path) -> None:
     config = dataclasses.replace(Config(), auth_type="hba", auth_hba_file=str(hba))
     rules, ident = read_hba(config)
     assert rules is not None and rules.rules[0].method == "ldap" and ident is None
-    wrong = dataclasses.replace(config, auth_type="ldap",
-                                auth_ldap_options="ldapserver=h ldapprefix=x ldapbasedn=y")
+    wrong = dataclasses.replace(
+        config, auth_type="ldap", auth_ldap_options="ldapserver=h ldapprefix=x ldapbasedn=y"
+    )
     with pytest.raises(ConfigError, match="cannot mix options"):
         read_hba(wrong)

@@ -17,8 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_build_kind_is_what_was_imported() -> None:
-    compiled = framing.__file__ is not None and framing.__file__.endswith(
-        tuple(EXTENSION_SUFFIXES))
+    compiled = framing.__file__ is not None and framing.__file__.endswith(tuple(EXTENSION_SUFFIXES))
     assert buildinfo.build_kind() == ("compiled" if compiled else "pure Python")
     assert buildinfo.BUILD in buildinfo.VERSION_LINE
 
@@ -60,8 +59,10 @@ def test_no_interpreted_class_inherits_from_a_compiled_one() -> None:
         for name, value in vars(module).items():
             if not inspect.isclass(value) or value.__module__ != info.name:
                 continue
-            offenders += [f"{info.name}.{name}({base.__module__}.{base.__name__})"
-                          for base in value.__mro__[1:]
-                          # (a typing.Protocol stays a Python class: it may be extended)
-                          if base.__module__ in compiled and not getattr(base, "_is_protocol", 0)]
+            offenders += [
+                f"{info.name}.{name}({base.__module__}.{base.__name__})"
+                for base in value.__mro__[1:]
+                # (a typing.Protocol stays a Python class: it may be extended)
+                if base.__module__ in compiled and not getattr(base, "_is_protocol", 0)
+            ]
     assert offenders == []

@@ -153,7 +153,8 @@ def test_realistic_pgbouncer_section(realistic: Config) -> None:
     assert c.logfile == "/var/log/pgbouncer/pgbouncer.log"
     # the one PgBouncer setting of it that pgtarn reads and does not act on says so
     assert [w.split(": ", 1)[1] for w in c.warnings] == [
-        "server_round_robin: not applied: idle servers are reused most recently used first"]
+        "server_round_robin: not applied: idle servers are reused most recently used first"
+    ]
 
 
 def test_realistic_databases(realistic: Config) -> None:
@@ -218,20 +219,31 @@ def test_names_are_case_sensitive() -> None:
 def test_users_take_query_wait_timeout_and_transaction_timeout() -> None:
     """PgBouncer 1.25's [users] keys: every one of them is read (an unknown one would fail
     the start or a RELOAD)."""
-    c = parse_config("[users]\nu = query_wait_timeout=1.5 transaction_timeout=0\n"
-                     "all = pool_mode=session pool_size=2 reserve_pool_size=1 "
-                     "max_user_connections=3 max_user_client_connections=4 query_timeout=5 "
-                     "query_wait_timeout=6 idle_transaction_timeout=7 transaction_timeout=8 "
-                     "client_idle_timeout=9\n")
+    c = parse_config(
+        "[users]\nu = query_wait_timeout=1.5 transaction_timeout=0\n"
+        "all = pool_mode=session pool_size=2 reserve_pool_size=1 "
+        "max_user_connections=3 max_user_client_connections=4 query_timeout=5 "
+        "query_wait_timeout=6 idle_transaction_timeout=7 transaction_timeout=8 "
+        "client_idle_timeout=9\n"
+    )
     u = c.users["u"]
     assert (u.query_wait_timeout, u.transaction_timeout) == (1.5, 0.0)
     assert u.query_timeout is None and u.pool_size is None
     every = c.users["all"]
-    assert (every.pool_mode, every.pool_size, every.reserve_pool_size,
-            every.max_user_connections, every.max_user_client_connections) == (
-        "session", 2, 1, 3, 4)
-    assert (every.query_timeout, every.query_wait_timeout, every.idle_transaction_timeout,
-            every.transaction_timeout, every.client_idle_timeout) == (5, 6, 7, 8, 9)
+    assert (
+        every.pool_mode,
+        every.pool_size,
+        every.reserve_pool_size,
+        every.max_user_connections,
+        every.max_user_client_connections,
+    ) == ("session", 2, 1, 3, 4)
+    assert (
+        every.query_timeout,
+        every.query_wait_timeout,
+        every.idle_transaction_timeout,
+        every.transaction_timeout,
+        every.client_idle_timeout,
+    ) == (5, 6, 7, 8, 9)
 
 
 def test_duplicate_key_later_wins() -> None:
@@ -256,8 +268,11 @@ def test_value_types() -> None:
 
 
 def test_peers_section() -> None:
-    c = parse_config("[peers]\n1 = host=/tmp/p1\n2 = host=10.0.0.2 port=6433 pool_size=3\n"
-                     "[pgbouncer]\npeer_id = 1\n", "pgb.ini")
+    c = parse_config(
+        "[peers]\n1 = host=/tmp/p1\n2 = host=10.0.0.2 port=6433 pool_size=3\n"
+        "[pgbouncer]\npeer_id = 1\n",
+        "pgb.ini",
+    )
     assert c.peer_id == 1
     assert sorted(c.peers) == [1, 2]
     one, two = c.peers[1], c.peers[2]
@@ -274,17 +289,20 @@ def test_peers_without_peer_id_warns() -> None:
     assert any("peer_id" in w and "not forwarded" in w for w in c.warnings)
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("0 = host=h", "peer_id out of range"),
-    ("16384 = host=h", "peer_id out of range"),
-    ("x = host=h", "a peer's name is its peer_id"),
-    ("1 = host=h dbname=x", "unknown peer parameter 'dbname'"),
-    ("1 = host=h port=0", "port: invalid port"),
-    ("1 = host=h port=70000", "port: invalid port"),
-    ("1 = host=h pool_size=0", "pool_size: must be >= 1"),
-    ("1 = host=h pool_size=-1", "pool_size: must be >= 0"),
-    ("1 = host=h pool_size=many", "invalid integer"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("0 = host=h", "peer_id out of range"),
+        ("16384 = host=h", "peer_id out of range"),
+        ("x = host=h", "a peer's name is its peer_id"),
+        ("1 = host=h dbname=x", "unknown peer parameter 'dbname'"),
+        ("1 = host=h port=0", "port: invalid port"),
+        ("1 = host=h port=70000", "port: invalid port"),
+        ("1 = host=h pool_size=0", "pool_size: must be >= 1"),
+        ("1 = host=h pool_size=-1", "pool_size: must be >= 0"),
+        ("1 = host=h pool_size=many", "invalid integer"),
+    ],
+)
 def test_peers_errors(line: str, message: str) -> None:
     with pytest.raises(ConfigError, match=r"pgb\.ini:2: ") as info:
         parse_config(f"[peers]\n{line}\n", "pgb.ini")
@@ -641,8 +659,9 @@ def test_read_write_split_choices(value: str) -> None:
         ("0s", None, 0.0),
     ],
 )
-def test_max_replica_lag_bytes_or_time(value: str, lag_bytes: int | None,
-                                       lag_seconds: float | None) -> None:
+def test_max_replica_lag_bytes_or_time(
+    value: str, lag_bytes: int | None, lag_seconds: float | None
+) -> None:
     db = db_line(f"read_write_split=auto max_replica_lag={value}")
     assert (db.max_replica_lag_bytes, db.max_replica_lag_seconds) == (lag_bytes, lag_seconds)
 
@@ -669,8 +688,17 @@ def test_max_replica_lag_errors_name_file_line_and_key(value: str, message: str)
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("on", True), ("off", False), ("true", True), ("false", False), ("yes", True),
-     ("no", False), ("1", True), ("0", False), ("ON", True)],
+    [
+        ("on", True),
+        ("off", False),
+        ("true", True),
+        ("false", False),
+        ("yes", True),
+        ("no", False),
+        ("1", True),
+        ("0", False),
+        ("ON", True),
+    ],
 )
 def test_split_booleans(value: str, expected: bool) -> None:
     db = db_line(f"primary_reads={value} read_your_writes={value}")
@@ -688,8 +716,10 @@ def test_health_check_period_seconds_or_units(value: str, seconds: float) -> Non
 @pytest.mark.parametrize(
     ("opts", "message"),
     [
-        ("read_write_split=sometimes", "read_write_split: invalid value 'sometimes'; "
-                                       "expected off|explicit|auto"),
+        (
+            "read_write_split=sometimes",
+            "read_write_split: invalid value 'sometimes'; expected off|explicit|auto",
+        ),
         ("primary_reads=maybe", "primary_reads: invalid boolean 'maybe'"),
         ("read_your_writes=2x", "read_your_writes: invalid boolean '2x'"),
         ("health_check_period=0", "health_check_period: must be > 0"),
@@ -706,9 +736,11 @@ def test_split_key_errors_name_file_line_and_key(opts: str, message: str) -> Non
 
 def test_split_on_a_single_host_is_accepted_and_off_keeps_the_others() -> None:
     """A replica may be added later; with the split off the other keys are kept, unused."""
-    c = parse_config("[databases]\none = host=a read_write_split=auto\n"
-                     "off = host=a,b max_replica_lag=1MB primary_reads=off read_your_writes=0 "
-                     "health_check_period=5\n[pgbouncer]\n")
+    c = parse_config(
+        "[databases]\none = host=a read_write_split=auto\n"
+        "off = host=a,b max_replica_lag=1MB primary_reads=off read_your_writes=0 "
+        "health_check_period=5\n[pgbouncer]\n"
+    )
     assert c.databases["one"].read_write_split == "auto"
     off = c.databases["off"]
     assert off.read_write_split == "off" and off.max_replica_lag_bytes == 1024**2
@@ -718,8 +750,10 @@ def test_split_on_a_single_host_is_accepted_and_off_keeps_the_others() -> None:
 
 def test_split_keys_do_not_change_server_identity() -> None:
     plain = db_line("")
-    split = db_line("read_write_split=auto max_replica_lag=5s primary_reads=off "
-                    "read_your_writes=off health_check_period=250ms")
+    split = db_line(
+        "read_write_split=auto max_replica_lag=5s primary_reads=off "
+        "read_your_writes=off health_check_period=250ms"
+    )
     assert split != plain
     assert split.server_identity == plain.server_identity
     assert dataclasses.replace(plain, reads_only=True).server_identity == plain.server_identity
@@ -790,15 +824,20 @@ def test_ro_alias_follows_the_reloaded_config() -> None:
 
 def test_a_misspelt_setting_warns_at_startup_with_a_suggestion() -> None:
     c = parse_config("[pgbouncer]\nmax_client_con = 10\n", "pgbouncer.ini")
-    assert "pgbouncer.ini:2: max_client_con: unknown setting, ignored" \
+    assert (
+        "pgbouncer.ini:2: max_client_con: unknown setting, ignored"
         " (did you mean max_client_conn?)" in c.warnings
+    )
 
 
 def test_a_setting_pgtarn_does_not_act_on_is_a_warning_when_changed() -> None:
-    c = parse_config("[pgbouncer]\nsbuf_loopcnt = 9\npkt_buf = 4096\ndisable_pqexec = 1\n",
-                     "pgbouncer.ini")
-    assert "pgbouncer.ini:2: sbuf_loopcnt: not applied: pgtarn reads each socket until it is" \
+    c = parse_config(
+        "[pgbouncer]\nsbuf_loopcnt = 9\npkt_buf = 4096\ndisable_pqexec = 1\n", "pgbouncer.ini"
+    )
+    assert (
+        "pgbouncer.ini:2: sbuf_loopcnt: not applied: pgtarn reads each socket until it is"
         " empty" in c.warnings
+    )
     assert any(w.startswith("pgbouncer.ini:4: disable_pqexec: not applied") for w in c.warnings)
     assert not any("pkt_buf" in w for w in c.warnings)  # its default: nothing to say
 

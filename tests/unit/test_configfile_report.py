@@ -62,7 +62,8 @@ def test_a_good_file_has_no_errors() -> None:
 def test_an_included_file_reports_its_own_lines(tmp_path: Path) -> None:
     (tmp_path / "dbs.ini").write_text("[databases]\nok = host=a\nbroken = port=x\n")
     (tmp_path / "main.ini").write_text(
-        "[pgbouncer]\n%include dbs.ini\n%include missing.ini\n[pgbouncer]\nlisten_port = 0\n")
+        "[pgbouncer]\n%include dbs.ini\n%include missing.ini\n[pgbouncer]\nlisten_port = 0\n"
+    )
     report = read_config_report(str(tmp_path / "main.ini"))
     assert report.errors[0].startswith(f"{tmp_path / 'dbs.ini'}:3: broken: port")
     assert report.errors[1].startswith(f"{tmp_path / 'main.ini'}:3: %include: cannot read")

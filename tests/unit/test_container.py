@@ -66,8 +66,14 @@ def test_database_url_other_scheme_refused_without_echoing_it() -> None:
 
 
 def test_db_variables_override_the_url() -> None:
-    env = {"DATABASE_URL": "postgres://u:p@h:1111/d", "DB_HOST": "other", "DB_PORT": "2222",
-           "DB_USER": "v", "DB_PASSWORD": "q", "DB_NAME": "e"}
+    env = {
+        "DATABASE_URL": "postgres://u:p@h:1111/d",
+        "DB_HOST": "other",
+        "DB_PORT": "2222",
+        "DB_USER": "v",
+        "DB_PASSWORD": "q",
+        "DB_NAME": "e",
+    }
     config, entries = _parsed(env)
     db = config.databases["e"]  # type: ignore[attr-defined]
     assert (db.host, db.port, db.dbname) == ("other", 2222, "e")
@@ -92,10 +98,19 @@ def test_defaults() -> None:
 
 
 def test_common_settings_and_prefixed_ones() -> None:
-    env = {"DB_HOST": "db", "DB_USER": "app", "DB_PASSWORD": "pw", "POOL_MODE": "transaction",
-           "DEFAULT_POOL_SIZE": "7", "MAX_CLIENT_CONN": "900", "LISTEN_PORT": "7000",
-           "ADMIN_USERS": "ops,app", "PGBOUNCER_MAX_PREPARED_STATEMENTS": "50",
-           "PGBOUNCER_WORKERS": "2", "METRICS_PORT": "9127"}
+    env = {
+        "DB_HOST": "db",
+        "DB_USER": "app",
+        "DB_PASSWORD": "pw",
+        "POOL_MODE": "transaction",
+        "DEFAULT_POOL_SIZE": "7",
+        "MAX_CLIENT_CONN": "900",
+        "LISTEN_PORT": "7000",
+        "ADMIN_USERS": "ops,app",
+        "PGBOUNCER_MAX_PREPARED_STATEMENTS": "50",
+        "PGBOUNCER_WORKERS": "2",
+        "METRICS_PORT": "9127",
+    }
     config, _ = _parsed(env)
     assert config.pool_mode == "transaction"  # type: ignore[attr-defined]
     assert config.default_pool_size == 7  # type: ignore[attr-defined]
@@ -108,16 +123,28 @@ def test_common_settings_and_prefixed_ones() -> None:
 
 
 def test_unrelated_environment_is_ignored() -> None:
-    env = {"DB_HOST": "db", "DB_USER": "app", "DB_PASSWORD": "pw", "PATH": "/bin",
-           "USER": "root", "HOME": "/root", "PGBOUNCER_PATH": "/x", "PGBOUNCER_NOPE": "1"}
+    env = {
+        "DB_HOST": "db",
+        "DB_USER": "app",
+        "DB_PASSWORD": "pw",
+        "PATH": "/bin",
+        "USER": "root",
+        "HOME": "/root",
+        "PGBOUNCER_PATH": "/x",
+        "PGBOUNCER_NOPE": "1",
+    }
     text = generate(env, RUN).ini
     assert "/bin" not in text and "root" not in text and "/x" not in text
     assert "nope" not in text
 
 
 def test_a_newline_in_a_value_is_refused() -> None:
-    env = {"DB_HOST": "db", "DB_USER": "app", "DB_PASSWORD": "pw",
-           "POOL_MODE": "session\nauth_type = trust"}
+    env = {
+        "DB_HOST": "db",
+        "DB_USER": "app",
+        "DB_PASSWORD": "pw",
+        "POOL_MODE": "session\nauth_type = trust",
+    }
     with pytest.raises(EnvConfigError, match="POOL_MODE"):
         generate(env, RUN)
 
@@ -137,8 +164,12 @@ def test_md5_stores_the_md5_hash() -> None:
 
 
 def test_userlist_secret_scram_stores_a_verifier() -> None:
-    env = {"DB_HOST": "db", "DB_USER": "app", "DB_PASSWORD": "plain-secret",
-           "USERLIST_SECRET": "scram"}
+    env = {
+        "DB_HOST": "db",
+        "DB_USER": "app",
+        "DB_PASSWORD": "plain-secret",
+        "USERLIST_SECRET": "scram",
+    }
     _, entries = _parsed(env)
     assert "plain-secret" not in entries["app"]
     assert parse_verifier(entries["app"]) is not None
@@ -192,8 +223,9 @@ def _run_main(env: dict[str, str], argv: list[str]) -> tuple[int, list[list[str]
     return code, calls
 
 
-def test_main_writes_the_files_and_runs_pgtarn(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_writes_the_files_and_runs_pgtarn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = tmp_path / "run"
     env = {"DATABASE_URL": "postgres://app:s3cr3t@db/app", "PGTARN_RUN_DIR": str(run_dir)}
     code, calls = _run_main(env, ["-v"])
@@ -211,8 +243,7 @@ def test_main_writes_the_files_and_runs_pgtarn(tmp_path: Path,
 def test_main_uses_the_mounted_ini_as_is(tmp_path: Path) -> None:
     ini = tmp_path / "mine.ini"
     ini.write_text("[databases]\n")
-    code, calls = _run_main({"PGTARN_CONFIG": str(ini), "PGTARN_RUN_DIR": str(tmp_path / "r")},
-                            [])
+    code, calls = _run_main({"PGTARN_CONFIG": str(ini), "PGTARN_RUN_DIR": str(tmp_path / "r")}, [])
     assert code == 0
     assert calls[0][-1] == str(ini)
     assert not (tmp_path / "r").exists()

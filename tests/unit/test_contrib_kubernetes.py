@@ -31,8 +31,13 @@ def _validate(doc: dict[str, Any], version: str) -> None:
 
 
 def test_the_manifests_are_there() -> None:
-    assert set(_by_kind()) == {"ConfigMap", "Secret", "Deployment", "Service",
-                               "PodDisruptionBudget"}
+    assert set(_by_kind()) == {
+        "ConfigMap",
+        "Secret",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    }
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -95,14 +95,17 @@ def test_start_imports_no_dependency_that_only_some_configurations_use() -> None
     """pglast (a text to parse), prometheus_client (metrics_port), ldap3 (an LDAP check), the
     demo and top are loaded on first use (the load_* functions): a pooler that needs none of
     them does not hold them."""
-    code = ("import sys, pgtarn.cli; "
-            "print(' '.join(m for m in ('pglast', 'prometheus_client', 'pgtarn.demo', "
-            "'pgtarn.session.parsing', 'pgtarn.metrics', 'pgtarn.supervisor', "
-            "'pgtarn.workers.link', 'json', 'pgtarn.top', 'rich', 'psycopg', 'ldap3') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, pgtarn.cli; "
+        "print(' '.join(m for m in ('pglast', 'prometheus_client', 'pgtarn.demo', "
+        "'pgtarn.session.parsing', 'pgtarn.metrics', 'pgtarn.supervisor', "
+        "'pgtarn.workers.link', 'json', 'pgtarn.top', 'rich', 'psycopg', 'ldap3') "
+        "if m in sys.modules))"
+    )
     env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == ""
 
 

@@ -13,13 +13,18 @@ import pytest
 from pgtarn.logs import DATE_FORMAT, TEXT_FORMAT, JsonFormatter, TextFormatter
 
 # about the ends of a second, and the same second again after another one
-_TIMES = [1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.0, 1_700_000_001.5,
-          1_700_000_000.25, 1_700_003_600.75]
+_TIMES = [
+    1_700_000_000.0,
+    1_700_000_000.999,
+    1_700_000_001.0,
+    1_700_000_001.5,
+    1_700_000_000.25,
+    1_700_003_600.75,
+]
 
 
 def _record(created: float) -> logging.LogRecord:
-    record = logging.LogRecord("pgtarn", logging.WARNING, __file__, 1, "C-%d: %s", (3, "x"),
-                               None)
+    record = logging.LogRecord("pgtarn", logging.WARNING, __file__, 1, "C-%d: %s", (3, "x"), None)
     record.created = created
     record.msecs = (created - int(created)) * 1000
     return record
@@ -60,7 +65,10 @@ def test_json_formatter_time_and_pid(created: float) -> None:
         formatter.format(_record(at))
     entry = json.loads(formatter.format(_record(created)))
     local = time.localtime(created)
-    assert entry["time"] == (time.strftime("%Y-%m-%dT%H:%M:%S", local)
-                             + f".{int((created % 1) * 1000):03d}" + time.strftime("%z", local))
+    assert entry["time"] == (
+        time.strftime("%Y-%m-%dT%H:%M:%S", local)
+        + f".{int((created % 1) * 1000):03d}"
+        + time.strftime("%z", local)
+    )
     assert entry["pid"] == os.getpid()
     assert entry["message"] == "C-3: x"

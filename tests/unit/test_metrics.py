@@ -75,8 +75,9 @@ def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     return out
 
 
-def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-          **labels: str) -> float:
+def value(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
     return samples[(name, frozenset(labels.items()))]
 
 
@@ -104,8 +105,12 @@ def test_maxwait_seconds_and_microseconds() -> None:
     runtime, pool = make_runtime()
     waiter = FakeWaiter()
     pool.waiting.append(waiter, time.monotonic() - 2.5)
-    got = value(parse(render(runtime).decode()), "pgtarn_pools_client_maxwait_seconds",
-                database="db1", user="u")
+    got = value(
+        parse(render(runtime).decode()),
+        "pgtarn_pools_client_maxwait_seconds",
+        database="db1",
+        user="u",
+    )
     assert 2.5 <= got < 3.5
     assert got != int(got)  # the microseconds are added
 
@@ -237,12 +242,14 @@ def test_notification_metrics_per_pool() -> None:
 def test_notification_metrics_have_help_and_type() -> None:
     runtime, _ = make_runtime()
     text = render(runtime).decode()
-    for name, kind in (("pgtarn_notifications_delivered_total", "counter"),
-                       ("pgtarn_notifications_dropped_total", "counter"),
-                       ("pgtarn_notifications_received_total", "counter"),
-                       ("pgtarn_notifications_queued", "gauge"),
-                       ("pgtarn_listener_reconnects_total", "counter"),
-                       ("pgtarn_listener_connections", "gauge")):
+    for name, kind in (
+        ("pgtarn_notifications_delivered_total", "counter"),
+        ("pgtarn_notifications_dropped_total", "counter"),
+        ("pgtarn_notifications_received_total", "counter"),
+        ("pgtarn_notifications_queued", "gauge"),
+        ("pgtarn_listener_reconnects_total", "counter"),
+        ("pgtarn_listener_connections", "gauge"),
+    ):
         assert f"# TYPE {name} {kind}\n" in text, name
         assert f"# HELP {name} " in text, name
 
@@ -350,24 +357,45 @@ def test_workers_samples_merge_summed_greatest_or_per_worker() -> None:
     def family(name: str, kind: str, samples: list[list[Any]]) -> list[Any]:
         return [name, kind, "doc", samples]
 
-    def reply(active: float, pool_size: float, cpu: float, pools: float,
-              used: float) -> list[list[Any]]:
+    def reply(
+        active: float, pool_size: float, cpu: float, pools: float, used: float
+    ) -> list[list[Any]]:
         return [
-            family("pgtarn_pools_client_active_connections", "gauge",
-                   [["pgtarn_pools_client_active_connections",
-                     {"database": "app", "user": "app"}, active]]),
-            family("pgtarn_databases_pool_size", "gauge",
-                   [["pgtarn_databases_pool_size", {"database": "app"}, pool_size]]),
-            family("pgtarn_worker_cpu_seconds", "counter",
-                   [["pgtarn_worker_cpu_seconds_total", {}, cpu]]),
-            family("pgtarn_lists_items", "gauge",
-                   [["pgtarn_lists_items", {"list": "pools"}, pools],
-                    ["pgtarn_lists_items", {"list": "used_clients"}, used]]),
+            family(
+                "pgtarn_pools_client_active_connections",
+                "gauge",
+                [
+                    [
+                        "pgtarn_pools_client_active_connections",
+                        {"database": "app", "user": "app"},
+                        active,
+                    ]
+                ],
+            ),
+            family(
+                "pgtarn_databases_pool_size",
+                "gauge",
+                [["pgtarn_databases_pool_size", {"database": "app"}, pool_size]],
+            ),
+            family(
+                "pgtarn_worker_cpu_seconds",
+                "counter",
+                [["pgtarn_worker_cpu_seconds_total", {}, cpu]],
+            ),
+            family(
+                "pgtarn_lists_items",
+                "gauge",
+                [
+                    ["pgtarn_lists_items", {"list": "pools"}, pools],
+                    ["pgtarn_lists_items", {"list": "used_clients"}, used],
+                ],
+            ),
         ]
 
     merged = merge_families([(1, reply(4, 20, 2.5, 1, 4)), (0, reply(3, 20, 1.5, 2, 3))])
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for m in merged for s in m.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value for m in merged for s in m.samples
+    }
     assert samples == {
         ("pgtarn_pools_client_active_connections", (("database", "app"), ("user", "app"))): 7,
         ("pgtarn_databases_pool_size", (("database", "app"),)): 20,
@@ -380,6 +408,9 @@ def test_workers_samples_merge_summed_greatest_or_per_worker() -> None:
 
 def test_a_workers_families_carry_its_cpu_and_connections() -> None:
     names = [f[0] for f in families(Runtime(Config.default(), {}))]
-    assert {"pgtarn_worker_cpu_seconds", "pgtarn_worker_client_connections",
-            "pgtarn_worker_server_connections",
-            "pgtarn_pools_client_active_connections"} <= set(names)
+    assert {
+        "pgtarn_worker_cpu_seconds",
+        "pgtarn_worker_client_connections",
+        "pgtarn_worker_server_connections",
+        "pgtarn_pools_client_active_connections",
+    } <= set(names)

@@ -12,8 +12,14 @@ from pgtarn.config import Config, DatabaseEntry
 from pgtarn.metrics import merge_families, render
 from pgtarn.runtime import Runtime
 
-SPLIT = DatabaseEntry(name="app", host="a", hosts=("a", "b", "c"), port=5432,
-                      ports=(5432, 5433, 5434), read_write_split="explicit")
+SPLIT = DatabaseEntry(
+    name="app",
+    host="a",
+    hosts=("a", "b", "c"),
+    port=5432,
+    ports=(5432, 5433, 5434),
+    read_write_split="explicit",
+)
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -83,26 +89,49 @@ def test_a_replica_pool_is_counted_under_its_home_pools_labels_once() -> None:
     assert samples[("pgtarn_client_wait_seconds_count", pool)] == 3
     assert samples[("pgtarn_client_wait_seconds_sum", pool)] == 0.2
     assert samples[("pgtarn_clients_pinned", pool)] == 0
-    assert samples[("pgtarn_client_pins_total",
-                    frozenset({"database": "app", "user": "u",
-                               "reason": "advisory lock"}.items()))] == 1
+    assert (
+        samples[
+            (
+                "pgtarn_client_pins_total",
+                frozenset({"database": "app", "user": "u", "reason": "advisory lock"}.items()),
+            )
+        ]
+        == 1
+    )
 
 
-def test_workers_host_samples_merge_up_only_when_every_worker_sees_it_worst_lag_routed_added(
-) -> None:
+def test_workers_host_samples_merge_up_only_when_every_worker_sees_it_worst_lag_routed_added() -> (
+    None
+):
     def reply(up: float, lag: float, routed: float) -> list[list[Any]]:
         labels = {"database": "app", "host": "b", "port": "5433"}
         return [
-            ["pgtarn_host_up", "gauge", "", [["pgtarn_host_up", {**labels, "role": "replica"},
-                                              up]]],
+            [
+                "pgtarn_host_up",
+                "gauge",
+                "",
+                [["pgtarn_host_up", {**labels, "role": "replica"}, up]],
+            ],
             ["pgtarn_host_lag_bytes", "gauge", "", [["pgtarn_host_lag_bytes", labels, lag]]],
-            ["pgtarn_host_lag_seconds", "gauge", "",
-             [["pgtarn_host_lag_seconds", labels, lag / 100]]],
-            ["pgtarn_host_transactions_routed", "counter", "",
-             [["pgtarn_host_transactions_routed_total", labels, routed]]],
+            [
+                "pgtarn_host_lag_seconds",
+                "gauge",
+                "",
+                [["pgtarn_host_lag_seconds", labels, lag / 100]],
+            ],
+            [
+                "pgtarn_host_transactions_routed",
+                "counter",
+                "",
+                [["pgtarn_host_transactions_routed_total", labels, routed]],
+            ],
         ]
 
     merged = merge_families([(0, reply(1, 300, 5)), (1, reply(0, 700, 6))])
     samples = {s.name: s.value for m in merged for s in m.samples}
-    assert samples == {"pgtarn_host_up": 0, "pgtarn_host_lag_bytes": 700,
-                       "pgtarn_host_lag_seconds": 7, "pgtarn_host_transactions_routed_total": 11}
+    assert samples == {
+        "pgtarn_host_up": 0,
+        "pgtarn_host_lag_bytes": 700,
+        "pgtarn_host_lag_seconds": 7,
+        "pgtarn_host_transactions_routed_total": 11,
+    }

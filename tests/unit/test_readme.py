@@ -13,8 +13,10 @@ MAX_LINES = 200
 
 
 def _blocks(language: str) -> list[list[str]]:
-    return [block.splitlines() for block in re.findall(rf"^```{language}\n(.*?)^```$", README,
-                                                       flags=re.M | re.S)]
+    return [
+        block.splitlines()
+        for block in re.findall(rf"^```{language}\n(.*?)^```$", README, flags=re.M | re.S)
+    ]
 
 
 def _settings(lines: list[str]) -> list[str]:

@@ -122,14 +122,18 @@ def test_a_failed_password_forgets_a_looked_up_secret_and_never_raises() -> None
 def test_where_auth_query_looks_users_up() -> None:
     """As PgBouncer: the entry's auth_dbname, else the global one, else the client's own
     database; the admin console has only the global one."""
-    ini = (INI + "auth_user = auth\n[databases]\nlookups = host=127.0.0.1 dbname=postgres\n"
-           "own = host=127.0.0.1 auth_dbname=lookups auth_user=own_auth\n")
+    ini = (
+        INI + "auth_user = auth\n[databases]\nlookups = host=127.0.0.1 dbname=postgres\n"
+        "own = host=127.0.0.1 auth_dbname=lookups auth_user=own_auth\n"
+    )
     runtime, made = _lookups(ini)
     app, own = runtime.config.find_database("app"), runtime.config.find_database("own")
     assert app is not None and own is not None
     assert runtime.secret_lookup(app) is not None and runtime.secret_lookup(own) is not None
     assert [(name, user) for name, user, _query in made] == [
-        ("app", "auth"), ("lookups", "own_auth")]
+        ("app", "auth"),
+        ("lookups", "own_auth"),
+    ]
     with pytest.raises(PgtarnError, match="bouncer config error"):
         runtime.secret_lookup(None)  # the console: no auth_dbname, nowhere to look
     runtime.config = parse_config(ini + "[pgbouncer]\nauth_dbname = lookups\n")
@@ -143,13 +147,17 @@ def test_where_auth_query_looks_users_up() -> None:
     assert runtime.secret_lookup(app) is None
 
 
-@pytest.mark.parametrize(("entry", "logged"), [
-    ("auth_dbname=pgbouncer", 'cannot use the reserved "pgbouncer" database as an auth_dbname'),
-    ("auth_dbname=pgtarn", 'cannot use the reserved "pgtarn" database as an auth_dbname'),
-    ("auth_dbname=elsewhere", 'authentication database "elsewhere" is not configured'),
-])
+@pytest.mark.parametrize(
+    ("entry", "logged"),
+    [
+        ("auth_dbname=pgbouncer", 'cannot use the reserved "pgbouncer" database as an auth_dbname'),
+        ("auth_dbname=pgtarn", 'cannot use the reserved "pgtarn" database as an auth_dbname'),
+        ("auth_dbname=elsewhere", 'authentication database "elsewhere" is not configured'),
+    ],
+)
 def test_an_auth_dbname_that_is_no_database_is_a_config_error(
-        entry: str, logged: str, caplog: pytest.LogCaptureFixture) -> None:
+    entry: str, logged: str, caplog: pytest.LogCaptureFixture
+) -> None:
     runtime, made = _lookups(INI + f"auth_user = auth\n[databases]\nodd = host=x {entry}\n")
     odd = runtime.config.find_database("odd")
     assert odd is not None

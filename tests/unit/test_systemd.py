@@ -40,8 +40,7 @@ def test_stopping(notify_socket: socket.socket) -> None:
     assert _fields(notify_socket.recv(4096)) == {"STOPPING": "1"}
 
 
-def test_reloading_brackets_the_reload_with_monotonic_usec(
-        notify_socket: socket.socket) -> None:
+def test_reloading_brackets_the_reload_with_monotonic_usec(notify_socket: socket.socket) -> None:
     before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
     with systemd.reloading():
         during = _fields(notify_socket.recv(4096))
@@ -54,8 +53,7 @@ def test_reloading_brackets_the_reload_with_monotonic_usec(
     assert _fields(notify_socket.recv(4096))["READY"] == "1"
 
 
-def test_reloading_says_ready_even_when_the_reload_raises(
-        notify_socket: socket.socket) -> None:
+def test_reloading_says_ready_even_when_the_reload_raises(notify_socket: socket.socket) -> None:
     with pytest.raises(RuntimeError), systemd.reloading():
         raise RuntimeError("bad config")
     assert "RELOADING" in _fields(notify_socket.recv(4096))
@@ -79,14 +77,16 @@ def test_without_notify_socket_nothing_is_sent(monkeypatch: pytest.MonkeyPatch) 
         pass
 
 
-def test_a_gone_notify_socket_is_not_an_error(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gone_notify_socket_is_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "nobody"))
     assert not systemd.ready()
 
 
 def test_child_environment_drops_notify_and_listen_variables(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("NOTIFY_SOCKET", "/run/x")
     monkeypatch.setenv("LISTEN_FDS", "1")
     monkeypatch.setenv("KEEP_ME", "1")
@@ -117,7 +117,8 @@ def _at(fd: int, sock: socket.socket) -> socket.socket:
 
 @pytest.mark.usefixtures("clean_listen_env")
 def test_listen_sockets_takes_ours_and_unsets_the_variables(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tcp = socket.create_server(("127.0.0.1", 0))
     unix = socket.socket(socket.AF_UNIX)
     unix.bind(str(tmp_path / "s"))

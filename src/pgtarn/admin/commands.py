@@ -33,8 +33,7 @@ def _result(tag: str, notices: list[bytes] | None = None) -> Result:
     return Result(tag, notices=notices or [])
 
 
-def _database(runtime: Runtime, arg: str | None, verb: str, required: bool = False
-              ) -> str | None:
+def _database(runtime: Runtime, arg: str | None, verb: str, required: bool = False) -> str | None:
     """The database a command names (checked), or None for all."""
     if arg is None:
         if required:
@@ -193,7 +192,8 @@ def wait_close(runtime: Runtime, arg: str | None) -> Outcome:
     def done() -> bool:
         return not any(
             s.close_needed or s.connstr != p.connstr
-            for p in registry.pools_of(database) for s in p.servers()
+            for p in registry.pools_of(database)
+            for s in p.servers()
         )
 
     async def wait() -> Result:
@@ -227,10 +227,12 @@ def reload(runtime: Runtime, arg: str | None) -> Outcome:
     if report.changed:
         notices.append(notice("settings changed: " + ", ".join(report.changed)))
     if report.rejected:
-        notices.append(notice(
-            "settings not changed (they take effect at restart only): "
-            + ", ".join(report.rejected)
-        ))
+        notices.append(
+            notice(
+                "settings not changed (they take effect at restart only): "
+                + ", ".join(report.rejected)
+            )
+        )
     return _result("RELOAD", notices)
 
 

@@ -249,8 +249,9 @@ class AdminSession:
             if int.from_bytes(rest[2 + 2 * formats : 4 + 2 * formats], "big"):
                 raise AdminError("the admin console takes no parameters")
             if name not in self.statements:
-                raise AdminError(f'prepared statement "{name.decode(errors="replace")}" '
-                                 "does not exist")
+                raise AdminError(
+                    f'prepared statement "{name.decode(errors="replace")}" does not exist'
+                )
             self.portals[portal] = (self.statements[name], None)
             self._write(build.BIND_COMPLETE)
         elif msg_type == DESCRIBE:
@@ -267,19 +268,21 @@ class AdminSession:
                 query = self.portals[name][0]
                 result = self._describe(query)
                 # workers = N: Execute gathers the rows; Describe gave this worker's columns
-                self.portals[name] = (query, result if self.runtime.coordinator is None
-                                      else None)
-            self._write(build.row_description(result.table.columns)
-                        if result is not None and result.table is not None
-                        else build.NO_DATA)
+                self.portals[name] = (query, result if self.runtime.coordinator is None else None)
+            self._write(
+                build.row_description(result.table.columns)
+                if result is not None and result.table is not None
+                else build.NO_DATA
+            )
         elif msg_type == EXECUTE:
             portal = body.split(b"\x00", 1)[0]
             if portal not in self.portals:
                 raise AdminError("portal does not exist")
             query, described = self.portals[portal]
             self._counted()
-            self._finish(described if described is not None else self.run(query),
-                         describe=False, then=b"")
+            self._finish(
+                described if described is not None else self.run(query), describe=False, then=b""
+            )
         elif msg_type == CLOSE:
             kind, name = body[:1], body[1:].rstrip(b"\x00")
             if kind == b"S":

@@ -70,7 +70,8 @@ def command_here(runtime: Runtime, message: Message) -> Message | Awaitable[Mess
     try:
         if word == "set":
             outcome: Outcome = commands.set_setting(
-                runtime, str(message.get("key")), str(message.get("value")))
+                runtime, str(message.get("key")), str(message.get("value"))
+            )
         else:
             handler = commands.COMMANDS.get(word)
             if handler is None or word == "shutdown":
@@ -106,7 +107,8 @@ async def show(runtime: Runtime, coordinator: Coordinator, what: str) -> Result:
     replies = await coordinator.gather({"kind": SHOW_KIND, "what": what}, ANSWER_TIMEOUT)
     tables = [
         (int(r["worker"]), Table([(str(n), int(t)) for n, t in r["columns"]], r["rows"]))
-        for r in replies if "columns" in r and isinstance(r.get("worker"), int)
+        for r in replies
+        if "columns" in r and isinstance(r.get("worker"), int)
     ]
     if not tables:
         tables = [(coordinator.index, SHOW_TABLES[what](runtime))]
@@ -143,8 +145,7 @@ async def _everywhere(coordinator: Coordinator, message: Message, timeout: float
     return combine(replies, coordinator.count)
 
 
-def command(runtime: Runtime, coordinator: Coordinator, word: str, arg: str | None
-            ) -> Outcome:
+def command(runtime: Runtime, coordinator: Coordinator, word: str, arg: str | None) -> Outcome:
     """A control command for every worker (the console has checked the access)."""
     if word == "shutdown":
         mode = SHUTDOWN_MODES.get(arg.lower() if arg is not None else None)
@@ -165,5 +166,4 @@ def command(runtime: Runtime, coordinator: Coordinator, word: str, arg: str | No
 def set_setting(coordinator: Coordinator, key: str, value: str) -> Outcome:
     """SET key = value in every worker, and in the supervisor's configuration."""
     coordinator.send({"kind": SET_KIND, "key": key, "value": value})
-    return _everywhere(coordinator, {"word": "set", "key": key, "value": value},
-                       ANSWER_TIMEOUT)
+    return _everywhere(coordinator, {"word": "set", "key": key, "value": value}, ANSWER_TIMEOUT)

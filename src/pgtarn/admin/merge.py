@@ -57,46 +57,97 @@ def _averages(prefix: str, names: Sequence[str]) -> tuple[frozenset[str], dict[s
     return frozenset(c for c in columns if c not in times), times
 
 
-_STATS_NAMES = ("server_assignment_count", "xact_count", "query_count", "received", "sent",
-                "xact_time", "query_time", "wait_time", "client_parse_count",
-                "server_parse_count", "bind_count", "client_login_count")
+_STATS_NAMES = (
+    "server_assignment_count",
+    "xact_count",
+    "query_count",
+    "received",
+    "sent",
+    "xact_time",
+    "query_time",
+    "wait_time",
+    "client_parse_count",
+    "server_parse_count",
+    "bind_count",
+    "client_login_count",
+)
 _AVG_STATS_NAMES = tuple({"received": "recv"}.get(n, n) for n in _STATS_NAMES)
-_TOTALS_NAMES = ("server_assignment_count", "xact_count", "query_count", "bytes_received",
-                 "bytes_sent", "xact_time", "query_time", "wait_time", "client_parse_count",
-                 "server_parse_count", "bind_count", "client_login_count")
-_AVG_TOTALS_NAMES = tuple(f"avg_{n}" if "parse" in n or "bind" in n or "login" in n else n
-                          for n in _TOTALS_NAMES)
+_TOTALS_NAMES = (
+    "server_assignment_count",
+    "xact_count",
+    "query_count",
+    "bytes_received",
+    "bytes_sent",
+    "xact_time",
+    "query_time",
+    "wait_time",
+    "client_parse_count",
+    "server_parse_count",
+    "bind_count",
+    "client_login_count",
+)
+_AVG_TOTALS_NAMES = tuple(
+    f"avg_{n}" if "parse" in n or "bind" in n or "login" in n else n for n in _TOTALS_NAMES
+)
 _STATS_RATES, _STATS_TIMES = _averages("avg_", _AVG_STATS_NAMES)
 _AVG_RATES, _AVG_TIMES = _averages("", _AVG_TOTALS_NAMES)
 
 POOLS = Keyed(
     ("database", "user"),
-    added=frozenset({
-        "cl_active", "cl_waiting", "cl_active_cancel_req", "cl_waiting_cancel_req", "sv_active",
-        "sv_active_cancel", "sv_being_canceled", "sv_idle", "sv_used", "sv_tested", "sv_login",
-    }),
+    added=frozenset(
+        {
+            "cl_active",
+            "cl_waiting",
+            "cl_active_cancel_req",
+            "cl_waiting_cancel_req",
+            "sv_active",
+            "sv_active_cancel",
+            "sv_being_canceled",
+            "sv_idle",
+            "sv_used",
+            "sv_tested",
+            "sv_login",
+        }
+    ),
     age=("maxwait", "maxwait_us"),
 )
-STATS = Keyed(("database",), added=frozenset(f"total_{n}" for n in _STATS_NAMES) | _STATS_RATES,
-              weighted=_STATS_TIMES)
+STATS = Keyed(
+    ("database",),
+    added=frozenset(f"total_{n}" for n in _STATS_NAMES) | _STATS_RATES,
+    weighted=_STATS_TIMES,
+)
 STATS_TOTALS = Keyed(("database",), added=frozenset(_TOTALS_NAMES))
 STATS_AVERAGES = Keyed(("database",), added=_AVG_RATES, weighted=_AVG_TIMES)
-DATABASES = Keyed(("name",), added=frozenset({"current_connections",
-                                              "current_client_connections"}),
-                  greatest=frozenset({"paused", "disabled"}))
+DATABASES = Keyed(
+    ("name",),
+    added=frozenset({"current_connections", "current_client_connections"}),
+    greatest=frozenset({"paused", "disabled"}),
+)
 USERS = Keyed(("name",), added=frozenset({"current_connections", "current_client_connections"}))
 #: pools, databases and users exist in each worker that has a client for them: the greatest
 #: count is the nearest to the whole pgtarn's; connections are added.
 LISTS = Keyed(("list",), greatest=frozenset({"items"}), sort=False)
-LIST_ADDED = frozenset({"free_clients", "used_clients", "login_clients", "free_servers",
-                        "used_servers", "dns_queries", "dns_pending"})
+LIST_ADDED = frozenset(
+    {
+        "free_clients",
+        "used_clients",
+        "login_clients",
+        "free_servers",
+        "used_servers",
+        "dns_queries",
+        "dns_pending",
+    }
+)
 PREPARED = Keyed(("name",), added=frozenset({"clients", "servers"}))
 LISTENERS = Keyed(("database", "user", "channel"), added=frozenset({"clients"}))
 #: SHOW MEM: counts and bytes added (size, an average, is the first worker's).
 MEM = Keyed(("name",), added=frozenset({"used", "free", "memtotal"}), sort=False)
-HOSTS = Keyed(("database", "host", "port"), added=frozenset({"routed"}),
-              greatest=frozenset({"banned_for", "lag_bytes", "lag_seconds", "last_check"}),
-              sort=False)
+HOSTS = Keyed(
+    ("database", "host", "port"),
+    added=frozenset({"routed"}),
+    greatest=frozenset({"banned_for", "lag_bytes", "lag_seconds", "last_check"}),
+    sort=False,
+)
 
 
 def concatenate(tables: Sequence[Worked]) -> Table:
@@ -150,8 +201,9 @@ def keyed(rule: Keyed, tables: Sequence[Worked]) -> Table:
                 have[i] = _number(have[i]) + _number(row[i])
             for name in rule.greatest:
                 i = at[name]
-                if row[i] is not None and (have[i] is None
-                                           or _magnitude(row[i]) > _magnitude(have[i])):
+                if row[i] is not None and (
+                    have[i] is None or _magnitude(row[i]) > _magnitude(have[i])
+                ):
                     have[i] = row[i]
             if rule.age is not None:
                 s, us = at[rule.age[0]], at[rule.age[1]]
@@ -179,9 +231,13 @@ def totals(tables: Sequence[Worked]) -> Table:
     """SHOW TOTALS (name, value rows): total_* added; avg_* rates added, durations weighted
     by their rate, as the per-database averages."""
     values: list[dict[Value, int]] = [
-        {row[0]: _number(row[1]) for row in table.rows} for _w, table in tables]
-    weighting = {"avg_xact_time": "avg_xact_count", "avg_query_time": "avg_query_count",
-                 "avg_wait_time": "avg_server_assignment_count"}
+        {row[0]: _number(row[1]) for row in table.rows} for _w, table in tables
+    ]
+    weighting = {
+        "avg_xact_time": "avg_xact_count",
+        "avg_query_time": "avg_query_count",
+        "avg_wait_time": "avg_server_assignment_count",
+    }
     rows: list[list[Value]] = []
     for row in tables[0][1].rows:
         name = row[0]

@@ -43,8 +43,7 @@ from .tables import (
     show_version,
 )
 
-MEM_COLUMNS = [("name", TEXT), ("size", INT4), ("used", INT4), ("free", INT4),
-               ("memtotal", INT4)]
+MEM_COLUMNS = [("name", TEXT), ("size", INT4), ("used", INT4), ("free", INT4), ("memtotal", INT4)]
 DNS_HOSTS_COLUMNS = [("hostname", TEXT), ("ttl", INT8), ("addrs", TEXT)]
 DNS_ZONES_COLUMNS = [("zonename", TEXT), ("serial", INT8), ("count", INT4)]
 

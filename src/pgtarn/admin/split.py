@@ -84,6 +84,8 @@ def fold_pool_row(home: list[Cell], replica: list[Cell]) -> None:
     (they are logged in to the home pool, which counted them as active), so adding is right."""
     for i in range(2, 13):  # cl_active .. sv_login
         home[i] = cast(int, home[i]) + cast(int, replica[i])
-    if (cast(int, replica[13]), cast(int, replica[14])) > (cast(int, home[13]),
-                                                            cast(int, home[14])):
+    if (cast(int, replica[13]), cast(int, replica[14])) > (
+        cast(int, home[13]),
+        cast(int, home[14]),
+    ):
         home[13:15] = replica[13:15]  # maxwait, maxwait_us: the longest wait

@@ -153,8 +153,25 @@ POOLS_COLUMNS = _columns(
 def show_pools(runtime: Runtime) -> Table:
     now = time.monotonic()
     rows: list[list[Value]] = [
-        [ADMIN_DB, ADMIN_DB, len(runtime.admin_clients), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-         "statement", None]
+        [
+            ADMIN_DB,
+            ADMIN_DB,
+            len(runtime.admin_clients),
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            "statement",
+            None,
+        ]
     ]
     by_pool: dict[tuple[str, str], list[Value]] = {}
     for pool in _pools(runtime):
@@ -212,16 +229,22 @@ def show_clients(runtime: Runtime) -> Table:
     now = time.monotonic()
     rows: list[list[Value]] = []
     for client in logged_in_clients(runtime):
-        rows.append([*_client_row(client, now), ",".join(client.pin_reasons()),
-                     ",".join(client.tracked_settings())])
+        rows.append(
+            [
+                *_client_row(client, now),
+                ",".join(client.pin_reasons()),
+                ",".join(client.tracked_settings()),
+            ]
+        )
     return Table(CLIENT_COLUMNS, rows)
 
 
 def all_servers(runtime: Runtime) -> list[ServerView]:
     """The pools' servers and the replication clients' own ones."""
     servers = runtime.servers()
-    servers.extend(c.server for c in runtime.clients.values()
-                   if c.replication and c.server is not None)
+    servers.extend(
+        c.server for c in runtime.clients.values() if c.replication and c.server is not None
+    )
     return sorted(servers, key=lambda s: s.id)
 
 
@@ -249,14 +272,16 @@ SERVER_COLUMNS = SOCKET_COLUMNS + _columns("sN", "role lag")
 
 def show_servers(runtime: Runtime) -> Table:
     now = time.monotonic()
-    return Table(SERVER_COLUMNS,
-                 [[*_server_row(s, now), *server_role(s)] for s in all_servers(runtime)])
+    return Table(
+        SERVER_COLUMNS, [[*_server_row(s, now), *server_role(s)] for s in all_servers(runtime)]
+    )
 
 
 #: SHOW SOCKETS: PgBouncer's debug columns of its socket buffers.  pgtarn has no such
 #: buffers: send_remain is what the transport has not sent yet, the others are 0.
 SOCKETS_COLUMNS = SOCKET_COLUMNS + _columns(
-    "iiiiiii", "recv_pos pkt_pos pkt_remain send_pos send_remain pkt_avail send_avail")
+    "iiiiiii", "recv_pos pkt_pos pkt_remain send_pos send_remain pkt_avail send_avail"
+)
 
 
 def _unsent(transport: asyncio.Transport | None) -> int:
@@ -298,7 +323,8 @@ def show_peers(runtime: Runtime) -> Table:
 
 
 PEER_POOLS_COLUMNS = _columns(
-    "iiiii", "peer_id cl_active_cancel_req cl_waiting_cancel_req sv_active_cancel sv_login")
+    "iiiii", "peer_id cl_active_cancel_req cl_waiting_cancel_req sv_active_cancel sv_login"
+)
 
 
 def show_peer_pools(runtime: Runtime) -> Table:
@@ -310,8 +336,9 @@ def show_peer_pools(runtime: Runtime) -> Table:
         if pool is None:
             rows.append([peer_id, 0, 0, 0, 0])
         else:
-            rows.append([peer_id, pool.sent, pool.waiting + pool.connecting, pool.sent,
-                         pool.connecting])
+            rows.append(
+                [peer_id, pool.sent, pool.waiting + pool.connecting, pool.sent, pool.connecting]
+            )
     return Table(PEER_POOLS_COLUMNS, rows)
 
 
@@ -327,25 +354,42 @@ def database_totals(runtime: Runtime) -> dict[str, Totals]:
     for pool in runtime.registry:
         totals = out.setdefault(pool.database, Totals())
         counters = pool.prepared_counters
-        totals.add_pool(pool.stats, counters.client_parses, counters.server_parses,
-                        counters.binds)
+        totals.add_pool(pool.stats, counters.client_parses, counters.server_parses, counters.binds)
     return dict(sorted(out.items()))
 
 
 STATS_NAMES = (
-    "server_assignment_count", "xact_count", "query_count", "received", "sent", "xact_time",
-    "query_time", "wait_time", "client_parse_count", "server_parse_count", "bind_count",
+    "server_assignment_count",
+    "xact_count",
+    "query_count",
+    "received",
+    "sent",
+    "xact_time",
+    "query_time",
+    "wait_time",
+    "client_parse_count",
+    "server_parse_count",
+    "bind_count",
     "client_login_count",
 )
-STATS_COLUMNS = [("database", TEXT)] + [
-    (f"total_{name}", NUMERIC) for name in STATS_NAMES
-] + [
-    ("avg_" + {"received": "recv"}.get(name, name), NUMERIC) for name in STATS_NAMES
-]
+STATS_COLUMNS = (
+    [("database", TEXT)]
+    + [(f"total_{name}", NUMERIC) for name in STATS_NAMES]
+    + [("avg_" + {"received": "recv"}.get(name, name), NUMERIC) for name in STATS_NAMES]
+)
 TOTALS_NAMES = (
-    "server_assignment_count", "xact_count", "query_count", "bytes_received", "bytes_sent",
-    "xact_time", "query_time", "wait_time", "client_parse_count", "server_parse_count",
-    "bind_count", "client_login_count",
+    "server_assignment_count",
+    "xact_count",
+    "query_count",
+    "bytes_received",
+    "bytes_sent",
+    "xact_time",
+    "query_time",
+    "wait_time",
+    "client_parse_count",
+    "server_parse_count",
+    "bind_count",
+    "client_login_count",
 )
 STATS_TOTALS_COLUMNS = [("database", TEXT)] + [(name, NUMERIC) for name in TOTALS_NAMES]
 STATS_AVERAGES_COLUMNS = [("database", TEXT)] + [
@@ -382,9 +426,18 @@ def show_stats_averages(runtime: Runtime) -> Table:
 
 
 _TOTALS_ROW_NAMES = (
-    "server_assignment_count", "xact_count", "query_count", "client_bytes", "server_bytes",
-    "xact_time", "query_time", "wait_time", "ps_client_parse_count", "ps_server_parse_count",
-    "ps_bind_count", "client_login_count",
+    "server_assignment_count",
+    "xact_count",
+    "query_count",
+    "client_bytes",
+    "server_bytes",
+    "xact_time",
+    "query_time",
+    "wait_time",
+    "ps_client_parse_count",
+    "ps_server_parse_count",
+    "ps_bind_count",
+    "client_login_count",
 )
 
 
@@ -465,8 +518,12 @@ def show_users(runtime: Runtime) -> Table:
     # by the user a client logged in as: a pool with a forced user holds other users' clients
     clients = _count_by(c.user for c in logged_in_clients(runtime))
     # with auth_query, users known only by their logins
-    names = (set(config.users) | set(runtime.userlist) | {p.user for p in runtime.registry}
-             | set(clients))
+    names = (
+        set(config.users)
+        | set(runtime.userlist)
+        | {p.user for p in runtime.registry}
+        | set(clients)
+    )
     servers: dict[str, int] = {}
     for pool in runtime.registry:
         servers[pool.user] = servers.get(pool.user, 0) + _connections(pool)
@@ -487,8 +544,19 @@ def show_users(runtime: Runtime) -> Table:
 
 
 LIST_NAMES = (
-    "databases", "users", "peers", "pools", "peer_pools", "free_clients", "used_clients",
-    "login_clients", "free_servers", "used_servers", "dns_names", "dns_zones", "dns_queries",
+    "databases",
+    "users",
+    "peers",
+    "pools",
+    "peer_pools",
+    "free_clients",
+    "used_clients",
+    "login_clients",
+    "free_servers",
+    "used_servers",
+    "dns_names",
+    "dns_zones",
+    "dns_queries",
     "dns_pending",
 )
 
@@ -504,8 +572,7 @@ def show_lists(runtime: Runtime) -> Table:
         "login_clients": len(runtime.logins),
         "used_servers": len(all_servers(runtime)),
     }
-    return Table(_columns("si", "list items"),
-                 [[name, counts.get(name, 0)] for name in LIST_NAMES])
+    return Table(_columns("si", "list items"), [[name, counts.get(name, 0)] for name in LIST_NAMES])
 
 
 def show_state(runtime: Runtime) -> Table:
@@ -527,22 +594,35 @@ def show_config(runtime: Runtime) -> Table:
 
 
 def show_version(runtime: Runtime) -> Table:
-    return Table(_columns("s", "version"),
-                 [[VERSION_LINE]])
+    return Table(_columns("s", "version"), [[VERSION_LINE]])
 
 
 def show_prepared_statements(runtime: Runtime) -> Table:
     """pgtarn's own: the shared statements, how many client names and servers have each."""
-    on_servers = Counter(name for server in all_servers(runtime)
-                         if server.statements is not None for name in server.statements.prepared)
+    on_servers = Counter(
+        name
+        for server in all_servers(runtime)
+        if server.statements is not None
+        for name in server.statements.prepared
+    )
     rows: list[list[Value]] = [
-        [stmt.name.decode(), stmt.query, stmt.parameter_count, stmt.clients,
-         on_servers[stmt.name], stmt.generation, stmt.renewals, int(stmt.described)]
+        [
+            stmt.name.decode(),
+            stmt.query,
+            stmt.parameter_count,
+            stmt.clients,
+            on_servers[stmt.name],
+            stmt.generation,
+            stmt.renewals,
+            int(stmt.described),
+        ]
         for stmt in runtime.statement_cache.statements()
     ]
     rows.sort(key=lambda r: str(r[0]))
-    return Table(_columns("ssiiiiii", "name query parameters clients servers generation"
-                          " renewals described"), rows)
+    return Table(
+        _columns("ssiiiiii", "name query parameters clients servers generation renewals described"),
+        rows,
+    )
 
 
 LISTENERS_COLUMNS = _columns("sssi", "database user channel clients")
@@ -564,8 +644,7 @@ def show_listeners(runtime: Runtime) -> Table:
 
 HOSTS_COLUMNS = _columns(
     "ssissNsNNsNq",
-    "database host port role state banned_for reason lag_bytes lag_seconds lsn last_check"
-    " routed",
+    "database host port role state banned_for reason lag_bytes lag_seconds lsn last_check routed",
 )
 
 
@@ -573,4 +652,3 @@ def show_hosts(runtime: Runtime) -> Table:
     """pgtarn's own: the servers of each read/write split database as its health checks see
     them (admin/split.py), and the transactions routed to each."""
     return Table(HOSTS_COLUMNS, host_rows(runtime.registry))
-

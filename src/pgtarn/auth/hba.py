@@ -13,8 +13,18 @@ from pgtarn.errors import ConfigError, Problems
 
 from .ldap import LDAP_OPTIONS, LdapOptions, ldap_options
 
-__all__ = ["AddressRange", "HbaRule", "HbaRules", "IdentEntry", "IdentMaps", "NamePattern",
-           "load_hba", "load_ident", "parse_hba", "parse_ident"]
+__all__ = [
+    "AddressRange",
+    "HbaRule",
+    "HbaRules",
+    "IdentEntry",
+    "IdentMaps",
+    "NamePattern",
+    "load_hba",
+    "load_ident",
+    "parse_hba",
+    "parse_ident",
+]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -23,19 +33,45 @@ _MAX_INCLUDE_DEPTH = 10  # as PostgreSQL: stops @file loops
 # hostgssenc never matches and hostnogssenc matches every TCP connection: pgtarn has no GSSAPI
 # encryption, so no client can ever be using it.
 _CONN_TYPES = frozenset({"local", "host", "hostssl", "hostnossl", "hostgssenc", "hostnogssenc"})
-_METHODS = frozenset({"trust", "reject", "md5", "password", "scram-sha-256", "cert", "peer",
-                      "pam", "ldap"})
+_METHODS = frozenset(
+    {"trust", "reject", "md5", "password", "scram-sha-256", "cert", "peer", "pam", "ldap"}
+)
 # Accepted so that a PostgreSQL file loads, but such rules reject: failing closed is safe.
 _UNSUPPORTED_METHODS = frozenset({"gss", "sspi", "radius", "ident", "bsd"})
 _MAP_METHODS = frozenset({"ident", "peer", "gss", "sspi", "cert"})
-_OPTIONS = frozenset({
-    "map", "clientcert", "clientname", "include_realm", "compat_realm", "upn_username",
-    "krb_realm", "pamservice", "pam_use_hostname", "ldapurl", "ldapserver", "ldapport",
-    "ldapscheme", "ldaptls", "ldapbinddn", "ldapbindpasswd", "ldapsearchattribute",
-    "ldapsearchfilter", "ldapbasedn", "ldapprefix", "ldapsuffix", "radiusserver", "radiusservers",
-    "radiussecret", "radiussecrets", "radiusidentifier", "radiusidentifiers", "radiusport",
-    "radiusports",
-})
+_OPTIONS = frozenset(
+    {
+        "map",
+        "clientcert",
+        "clientname",
+        "include_realm",
+        "compat_realm",
+        "upn_username",
+        "krb_realm",
+        "pamservice",
+        "pam_use_hostname",
+        "ldapurl",
+        "ldapserver",
+        "ldapport",
+        "ldapscheme",
+        "ldaptls",
+        "ldapbinddn",
+        "ldapbindpasswd",
+        "ldapsearchattribute",
+        "ldapsearchfilter",
+        "ldapbasedn",
+        "ldapprefix",
+        "ldapsuffix",
+        "radiusserver",
+        "radiusservers",
+        "radiussecret",
+        "radiussecrets",
+        "radiusidentifier",
+        "radiusidentifiers",
+        "radiusport",
+        "radiusports",
+    }
+)
 _INCLUDE_DIRECTIVES = frozenset({"include", "include_if_exists", "include_dir"})
 _MAPPED_IPV4_PREFIX = 0xFFFF << 32
 _ALL_96_BITS = (1 << 96) - 1
@@ -175,8 +211,16 @@ class HbaRule:
     unsupported_method: str | None = None
     ldap: LdapOptions | None = None  # an ldap rule's options
 
-    def matches(self, *, local: bool, tls: bool, database: str, user: str,
-                address: IPAddress | None, replication: bool = False) -> bool:
+    def matches(
+        self,
+        *,
+        local: bool,
+        tls: bool,
+        database: str,
+        user: str,
+        address: IPAddress | None,
+        replication: bool = False,
+    ) -> bool:
         if (self.conn_type == "local") != local or self.conn_type == "hostgssenc":
             return False
         if (self.conn_type == "hostssl" and not tls) or (self.conn_type == "hostnossl" and tls):
@@ -205,12 +249,26 @@ class HbaRules:
     rules: tuple[HbaRule, ...]
     warnings: tuple[str, ...] = ()
 
-    def match(self, *, local: bool, tls: bool, database: str, user: str,
-              address: IPAddress | None, replication: bool = False) -> HbaRule | None:
+    def match(
+        self,
+        *,
+        local: bool,
+        tls: bool,
+        database: str,
+        user: str,
+        address: IPAddress | None,
+        replication: bool = False,
+    ) -> HbaRule | None:
         """The first rule that applies to the connection, or None (no pg_hba.conf entry)."""
         for rule in self.rules:
-            if rule.matches(local=local, tls=tls, database=database, user=user, address=address,
-                            replication=replication):
+            if rule.matches(
+                local=local,
+                tls=tls,
+                database=database,
+                user=user,
+                address=address,
+                replication=replication,
+            ):
                 return rule
         return None
 
@@ -245,15 +303,21 @@ def _name_pattern(token: _Token, keywords: frozenset[str]) -> NamePattern:
 
 def _database_pattern(token: _Token) -> NamePattern:
     if not token.quoted and token.text in ("samerole", "samegroup"):
-        raise _error(token.path, token.line,
-                     f'"{token.text}" is not supported: pgtarn cannot know role membership')
+        raise _error(
+            token.path,
+            token.line,
+            f'"{token.text}" is not supported: pgtarn cannot know role membership',
+        )
     return _name_pattern(token, frozenset({"all", "sameuser", "replication"}))
 
 
 def _user_pattern(token: _Token) -> NamePattern:
     if not token.quoted and token.text.startswith("+"):
-        raise _error(token.path, token.line, f'group "{token.text}" is not supported: '
-                     "pgtarn cannot know role membership")
+        raise _error(
+            token.path,
+            token.line,
+            f'group "{token.text}" is not supported: pgtarn cannot know role membership',
+        )
     return _name_pattern(token, frozenset({"all"}))
 
 
@@ -279,7 +343,7 @@ class _LineFields:
         return tokens[0]
 
     def rest(self) -> list[_Token]:
-        return [token for field in self.fields[self.next:] for token in field]
+        return [token for field in self.fields[self.next :] for token in field]
 
 
 def _parse_address(fields: _LineFields) -> AddressRange | None:
@@ -295,8 +359,9 @@ def _parse_address(fields: _LineFields) -> AddressRange | None:
     except ValueError:
         if slash:
             raise fields.error(f'invalid IP address "{text}"') from None
-        raise fields.error(f'"{text}" is not an IP address, and host names are not supported'
-                           ) from None
+        raise fields.error(
+            f'"{text}" is not an IP address, and host names are not supported'
+        ) from None
     bits = address.max_prefixlen
     if slash:
         if re.fullmatch("[0-9]{1,3}", prefix) is None or int(prefix) > bits:
@@ -350,7 +415,8 @@ def _parse_rule(fields: _LineFields, read_file: Callable[[str], str]) -> HbaRule
         if name in LDAP_OPTIONS:
             if method != "ldap":
                 raise fields.error(
-                    f'option "{name}" is not valid for authentication method "{written}"')
+                    f'option "{name}" is not valid for authentication method "{written}"'
+                )
             ldap_pairs.append((name, value))
         options[name] = value
     ldap = None
@@ -372,18 +438,28 @@ def _parse_rule(fields: _LineFields, read_file: Callable[[str], str]) -> HbaRule
     if method == "cert":
         clientcert = "verify-full"  # a cert login always verifies the certificate fully
     unsupported = method if method in _UNSUPPORTED_METHODS else None
-    if method == "pam" and ("pamservice" in options or options.get("pam_use_hostname", "0")
-                            != "0"):
+    if method == "pam" and ("pamservice" in options or options.get("pam_use_hostname", "0") != "0"):
         # pgtarn asks one service (auth_pam_service), and PAM_RHOST is always the address
-        unsupported = "pam with " + ("pamservice" if "pamservice" in options
-                                     else "pam_use_hostname")
-    return HbaRule(fields.line, conn_type, databases, users, address,
-                   "reject" if unsupported else method, options.get("map"), clientcert,
-                   unsupported, ldap)
+        unsupported = "pam with " + (
+            "pamservice" if "pamservice" in options else "pam_use_hostname"
+        )
+    return HbaRule(
+        fields.line,
+        conn_type,
+        databases,
+        users,
+        address,
+        "reject" if unsupported else method,
+        options.get("map"),
+        clientcert,
+        unsupported,
+        ldap,
+    )
 
 
-def parse_hba(text: str, path: str, read_file: Callable[[str], str],
-              problems: Problems | None = None) -> HbaRules:
+def parse_hba(
+    text: str, path: str, read_file: Callable[[str], str], problems: Problems | None = None
+) -> HbaRules:
     """Parse pg_hba.conf text; `read_file` reads @files (relative to `path`'s directory).
 
     Raises ConfigError naming file:line for anything pgtarn cannot honour as written;
@@ -403,11 +479,14 @@ def parse_hba(text: str, path: str, read_file: Callable[[str], str],
             continue
         rules.append(rule)
         if rule.unsupported_method is not None:
-            warnings.append(f'{path}:{line}: authentication method "{rule.unsupported_method}" '
-                            "is not supported; this rule rejects the connections it matches")
+            warnings.append(
+                f'{path}:{line}: authentication method "{rule.unsupported_method}" '
+                "is not supported; this rule rejects the connections it matches"
+            )
         if rule.conn_type == "hostgssenc":
-            warnings.append(f"{path}:{line}: hostgssenc never matches: pgtarn has no GSSAPI "
-                            "encryption")
+            warnings.append(
+                f"{path}:{line}: hostgssenc never matches: pgtarn has no GSSAPI encryption"
+            )
     return HbaRules(tuple(rules), tuple(warnings))
 
 
@@ -447,8 +526,9 @@ class IdentMaps:
 
     def allows(self, map_name: str, system_user: str, database_user: str) -> bool:
         """Whether map `map_name` lets `system_user` log in as `database_user`."""
-        return any(entry.allows(system_user, database_user)
-                   for entry in self.maps.get(map_name, ()))
+        return any(
+            entry.allows(system_user, database_user) for entry in self.maps.get(map_name, ())
+        )
 
 
 def parse_ident(text: str, path: str, problems: Problems | None = None) -> IdentMaps:
@@ -467,8 +547,7 @@ def parse_ident(text: str, path: str, problems: Problems | None = None) -> Ident
     return IdentMaps(maps)
 
 
-def _ident_entry(split: list[list[_Token]], path: str,
-                 line: int) -> tuple[str, IdentEntry] | None:
+def _ident_entry(split: list[list[_Token]], path: str, line: int) -> tuple[str, IdentEntry] | None:
     """(map name, entry) of one pg_ident.conf line; None for an empty one."""
     if not split:
         return None
@@ -485,8 +564,9 @@ def _ident_entry(split: list[list[_Token]], path: str,
     if database.text.startswith("/"):
         database_regex = _compile(database.text[1:], path, line)
     elif not database.quoted and database.text.startswith("+"):
-        raise fields.error(f'group "{database.text}" is not supported: '
-                           "pgtarn cannot know role membership")
+        raise fields.error(
+            f'group "{database.text}" is not supported: pgtarn cannot know role membership'
+        )
     elif "\\1" in database.text and system_regex is not None and system_regex.groups == 0:
         raise fields.error(f'"{database.text}" uses \\1 but "{system}" has no group')
     any_user = not database.quoted and database.text == "all"

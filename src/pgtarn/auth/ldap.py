@@ -14,17 +14,40 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-__all__ = ["LDAP_OPTIONS", "LdapOptions", "TlsPolicy", "ldap_options",
-           "parse_ldap_conf", "parse_ldap_options", "split_ldap_options"]
+__all__ = [
+    "LDAP_OPTIONS",
+    "LdapOptions",
+    "TlsPolicy",
+    "ldap_options",
+    "parse_ldap_conf",
+    "parse_ldap_options",
+    "split_ldap_options",
+]
 
 #: The option names of an ldap rule.
-LDAP_OPTIONS = frozenset({
-    "ldapurl", "ldapserver", "ldapport", "ldapscheme", "ldaptls", "ldapbinddn",
-    "ldapbindpasswd", "ldapsearchattribute", "ldapsearchfilter", "ldapbasedn", "ldapprefix",
-    "ldapsuffix",
-})
-_SEARCH_OPTIONS = ("ldapbasedn", "ldapbinddn", "ldapbindpasswd", "ldapsearchattribute",
-                   "ldapsearchfilter")
+LDAP_OPTIONS = frozenset(
+    {
+        "ldapurl",
+        "ldapserver",
+        "ldapport",
+        "ldapscheme",
+        "ldaptls",
+        "ldapbinddn",
+        "ldapbindpasswd",
+        "ldapsearchattribute",
+        "ldapsearchfilter",
+        "ldapbasedn",
+        "ldapprefix",
+        "ldapsuffix",
+    }
+)
+_SEARCH_OPTIONS = (
+    "ldapbasedn",
+    "ldapbinddn",
+    "ldapbindpasswd",
+    "ldapsearchattribute",
+    "ldapsearchfilter",
+)
 _SCOPES = {"": "base", "base": "base", "one": "one", "sub": "sub"}  # an URL's default: base
 _DEFAULT_PORTS = {"ldap": 389, "ldaps": 636}
 #: Characters a user name may not have in search+bind mode (as PostgreSQL): they would
@@ -205,23 +228,34 @@ def _checked(given: Mapping[str, str], port: int, scope: str) -> LdapOptions:
     servers = tuple(given.get("ldapserver", "").split())
     if not servers:
         # PgBouncer and PostgreSQL built with OpenLDAP look for servers in DNS SRV records
-        raise ValueError('authentication method "ldap" requires argument "ldapserver" to be '
-                         "set (pgtarn does not look LDAP servers up in DNS)")
+        raise ValueError(
+            'authentication method "ldap" requires argument "ldapserver" to be '
+            "set (pgtarn does not look LDAP servers up in DNS)"
+        )
     simple = "ldapprefix" in given or "ldapsuffix" in given
     if simple and any(name in given for name in _SEARCH_OPTIONS):
         raise ValueError("cannot mix options for simple bind and search+bind modes")
     if not simple and "ldapbasedn" not in given:
-        raise ValueError('authentication method "ldap" requires argument "ldapbasedn", '
-                         '"ldapprefix", or "ldapsuffix" to be set')
+        raise ValueError(
+            'authentication method "ldap" requires argument "ldapbasedn", '
+            '"ldapprefix", or "ldapsuffix" to be set'
+        )
     if "ldapsearchattribute" in given and "ldapsearchfilter" in given:
         raise ValueError("cannot use ldapsearchattribute together with ldapsearchfilter")
     return LdapOptions(
-        servers=servers, port=port, scheme=scheme, starttls=given.get("ldaptls") == "1",
-        prefix=given.get("ldapprefix"), suffix=given.get("ldapsuffix"),
-        basedn=given.get("ldapbasedn"), binddn=given.get("ldapbinddn"),
+        servers=servers,
+        port=port,
+        scheme=scheme,
+        starttls=given.get("ldaptls") == "1",
+        prefix=given.get("ldapprefix"),
+        suffix=given.get("ldapsuffix"),
+        basedn=given.get("ldapbasedn"),
+        binddn=given.get("ldapbinddn"),
         bindpasswd=given.get("ldapbindpasswd"),
         search_attribute=given.get("ldapsearchattribute"),
-        search_filter=given.get("ldapsearchfilter"), scope=scope)
+        search_filter=given.get("ldapsearchfilter"),
+        scope=scope,
+    )
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,12 @@ class _Response(ctypes.Structure):
 
 
 _CONVERSE = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.POINTER(_Message)),
-    ctypes.POINTER(ctypes.POINTER(_Response)), ctypes.c_void_p)
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.POINTER(ctypes.POINTER(_Message)),
+    ctypes.POINTER(ctypes.POINTER(_Response)),
+    ctypes.c_void_p,
+)
 
 
 class _Conversation(ctypes.Structure):
@@ -104,8 +108,9 @@ _Asked: TypeAlias = "ctypes._Pointer[ctypes._Pointer[_Message]]"
 _Answers: TypeAlias = "ctypes._Pointer[ctypes._Pointer[_Response]]"
 
 
-def _answer(lib: _Library, count: int, asked: _Asked, answers: _Answers, secret: bytes,
-            messages: list[str]) -> int:
+def _answer(
+    lib: _Library, count: int, asked: _Asked, answers: _Answers, secret: bytes, messages: list[str]
+) -> int:
     """The conversation: the password for each prompt that hides what is typed (the
     password prompt), nothing for the others; PAM_ERROR_MSG texts kept for the log."""
     if count < 1 or count > _MAX_MESSAGES:
@@ -169,8 +174,12 @@ def authenticate(service: str, user: str, password: str, rhost: str) -> PamResul
     callback = _CONVERSE(converse)  # referenced until pam_end: PAM may call it until then
     conversation = _Conversation(callback, None)
     handle = ctypes.c_void_p()
-    code = lib.start(service.encode("utf-8"), user.encode("utf-8", "surrogateescape"),
-                     ctypes.byref(conversation), ctypes.byref(handle))
+    code = lib.start(
+        service.encode("utf-8"),
+        user.encode("utf-8", "surrogateescape"),
+        ctypes.byref(conversation),
+        ctypes.byref(handle),
+    )
     if code != _PAM_SUCCESS:
         return PamResult(False, f"pam_start() failed: {lib.describe(None, code)}")
     reason = ""

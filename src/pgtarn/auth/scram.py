@@ -297,8 +297,13 @@ class _Exchange:
 class ScramServer(_Exchange):
     """The server half of one SCRAM-SHA-256 exchange with a connecting client."""
 
-    def __init__(self, secret: ScramVerifier | str, *, nonce: str | None = None,
-                 channel_binding: bytes | None = None) -> None:
+    def __init__(
+        self,
+        secret: ScramVerifier | str,
+        *,
+        nonce: str | None = None,
+        channel_binding: bytes | None = None,
+    ) -> None:
         """`secret` is a verifier or a plaintext password; `nonce` fixes the server nonce.
 
         channel_binding: the tls-server-end-point data of this TLS connection (the hash of
@@ -356,19 +361,22 @@ class ScramServer(_Exchange):
             if cbind != f"p={CBIND_TYPE}":
                 raise ProtocolViolation(
                     "SCRAM-SHA-256-PLUS needs channel-binding type " + CBIND_TYPE
-                    if cbind.startswith("p=") else
-                    "malformed SCRAM message: SCRAM-SHA-256-PLUS without channel binding")
+                    if cbind.startswith("p=")
+                    else "malformed SCRAM message: SCRAM-SHA-256-PLUS without channel binding"
+                )
             assert self._channel_binding is not None
             self._cbind_input = f"{cbind},,".encode() + self._channel_binding
         elif cbind.startswith("p="):
             raise ProtocolViolation(
-                "malformed SCRAM message: channel binding asked for with SCRAM-SHA-256")
+                "malformed SCRAM message: channel binding asked for with SCRAM-SHA-256"
+            )
         elif cbind == "y" and self._channel_binding is not None:
             # The client can bind but believes we cannot, though we offered -PLUS: someone
             # in between removed it from the list (a downgrade).
             raise ProtocolViolation(
                 "SCRAM channel binding negotiation error: the client supports channel "
-                "binding but thinks the server does not, yet this server does")
+                "binding but thinks the server does not, yet this server does"
+            )
         elif cbind not in ("n", "y"):
             raise ProtocolViolation("malformed SCRAM message: bad channel-binding flag")
         else:
@@ -483,9 +491,7 @@ class ScramClient(_Exchange):
             raise ProtocolViolation("malformed SCRAM message: server nonce is empty")
         if not salt:
             raise ProtocolViolation("malformed SCRAM message: empty salt")
-        if not _DIGITS.fullmatch(iter_text) or not (
-            1 <= int(iter_text) <= MAX_CLIENT_ITERATIONS
-        ):
+        if not _DIGITS.fullmatch(iter_text) or not (1 <= int(iter_text) <= MAX_CLIENT_ITERATIONS):
             raise ProtocolViolation("malformed SCRAM message: invalid iteration count")
         if self._password is not None:
             salted = _salted_password(self._password, salt, int(iter_text))
@@ -538,9 +544,11 @@ def choose_mechanism(offered: list[str], can_bind: bool = False, require: bool =
     if can_bind and MECHANISM_PLUS in offered:
         return MECHANISM_PLUS
     if require:
-        raise AuthFailed("channel binding is required, but the server did not offer "
-                         "SCRAM-SHA-256-PLUS" + ("" if can_bind else " (no TLS)"),
-                         sqlstate="08006")
+        raise AuthFailed(
+            "channel binding is required, but the server did not offer "
+            "SCRAM-SHA-256-PLUS" + ("" if can_bind else " (no TLS)"),
+            sqlstate="08006",
+        )
     if MECHANISM in offered:
         return MECHANISM
     raise AuthFailed(

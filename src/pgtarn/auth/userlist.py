@@ -8,8 +8,14 @@ import logging
 from pgtarn.auth.md5 import is_md5_secret
 from pgtarn.auth.scram import parse_verifier
 
-__all__ = ["SecretKind", "load_userlist", "parse_userlist", "read_userlist_file", "secret_kind",
-           "userlist_line"]
+__all__ = [
+    "SecretKind",
+    "load_userlist",
+    "parse_userlist",
+    "read_userlist_file",
+    "secret_kind",
+    "userlist_line",
+]
 
 log = logging.getLogger("pgtarn.auth")
 

@@ -27,9 +27,16 @@ _PEERCRED = struct.Struct("3i")
 TLS_REQUIRED = frozenset({"require", "verify-ca", "verify-full"})
 
 #: pg_hba.conf methods -> ClientAuth's auth types ("any": the identity was the proof).
-_HBA_METHODS = {"trust": "trust", "password": "plain", "md5": "md5",
-                "scram-sha-256": "scram-sha-256", "cert": "any", "peer": "any", "pam": "pam",
-                "ldap": "ldap"}
+_HBA_METHODS = {
+    "trust": "trust",
+    "password": "plain",
+    "md5": "md5",
+    "scram-sha-256": "scram-sha-256",
+    "cert": "any",
+    "peer": "any",
+    "pam": "pam",
+    "ldap": "ldap",
+}
 
 
 @dataclass(init=False)
@@ -46,8 +53,15 @@ class Connection:
     certificate_name: Final[str | None]  # its CN, if it has one
     os_user: Final[Callable[[], str | None]]  # unix sockets: the peer's OS user (asked lazily)
 
-    def __init__(self, local: bool, tls: bool, address: IPAddress | None, certificate: bool,
-                 certificate_name: str | None, os_user: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        local: bool,
+        tls: bool,
+        address: IPAddress | None,
+        certificate: bool,
+        certificate_name: str | None,
+        os_user: Callable[[], str | None],
+    ) -> None:
         self.local = local
         self.tls = tls
         self.address = address
@@ -109,8 +123,9 @@ def _where(conn: Connection, user: str, database: str | None) -> str:
     return f'host "{host}", user "{user}", database "{database}", {encryption}'
 
 
-def _identity_matches(name: str | None, user: str, map_name: str | None,
-                      ident: IdentMaps | None) -> bool:
+def _identity_matches(
+    name: str | None, user: str, map_name: str | None, ident: IdentMaps | None
+) -> bool:
     if name is None:
         return False
     if map_name is None:
@@ -118,8 +133,9 @@ def _identity_matches(name: str | None, user: str, map_name: str | None,
     return ident is not None and ident.allows(map_name, name, user)
 
 
-def _check_certificate(conn: Connection, user: str, rule: HbaRule | None,
-                       ident: IdentMaps | None, what: str) -> None:
+def _check_certificate(
+    conn: Connection, user: str, rule: HbaRule | None, ident: IdentMaps | None, what: str
+) -> None:
     if not conn.certificate:
         raise _refused("connection requires a valid client certificate")
     map_name = rule.map_name if rule is not None else None
@@ -127,8 +143,15 @@ def _check_certificate(conn: Connection, user: str, rule: HbaRule | None,
         raise _refused(what)
 
 
-def auth_method(config: Config, hba: HbaRules | None, ident: IdentMaps | None,
-                conn: Connection, database: str, user: str, replication: bool = False) -> str:
+def auth_method(
+    config: Config,
+    hba: HbaRules | None,
+    ident: IdentMaps | None,
+    conn: Connection,
+    database: str,
+    user: str,
+    replication: bool = False,
+) -> str:
     """The ClientAuth auth type for this login, or a PgtarnError (28000) refusing it.
     replication: a physical replication connection (pg_hba.conf's "replication" keyword)."""
     tls_mode = config.client_tls_sslmode
@@ -146,27 +169,40 @@ def auth_method(config: Config, hba: HbaRules | None, ident: IdentMaps | None,
         return auth_type
     if hba is None:
         raise _refused("auth_type = hba, but no auth_hba_file is loaded")
-    rule = hba.match(local=conn.local, tls=conn.tls, database=database, user=user,
-                     address=conn.address, replication=replication)
+    rule = hba.match(
+        local=conn.local,
+        tls=conn.tls,
+        database=database,
+        user=user,
+        address=conn.address,
+        replication=replication,
+    )
     if rule is None:
         if replication:
-            raise _refused("no pg_hba.conf entry for replication connection from "
-                           f"{_where(conn, user, None)}")
+            raise _refused(
+                f"no pg_hba.conf entry for replication connection from {_where(conn, user, None)}"
+            )
         raise _refused(f"no pg_hba.conf entry for {_where(conn, user, database)}")
     if rule.method == "reject":
         what = "replication connection" if replication else "connection"
-        raise _refused(f"pg_hba.conf rejects {what} for "
-                       f"{_where(conn, user, None if replication else database)}")
+        raise _refused(
+            f"pg_hba.conf rejects {what} for "
+            f"{_where(conn, user, None if replication else database)}"
+        )
     if rule.method == "cert":
         _check_certificate(conn, user, rule, ident, CERT_FAILED)
     elif rule.clientcert is not None:
         if not conn.certificate:
             raise _refused("connection requires a valid client certificate")
         if rule.clientcert == "verify-full" and not _identity_matches(
-                conn.certificate_name, user, rule.map_name, ident):
-            raise _refused(f"certificate validation (clientcert=verify-full) failed for user "
-                           f'"{user}": CN mismatch')
+            conn.certificate_name, user, rule.map_name, ident
+        ):
+            raise _refused(
+                f"certificate validation (clientcert=verify-full) failed for user "
+                f'"{user}": CN mismatch'
+            )
     elif rule.method == "peer" and not (
-            conn.local and _identity_matches(conn.os_user(), user, rule.map_name, ident)):
+        conn.local and _identity_matches(conn.os_user(), user, rule.map_name, ident)
+    ):
         raise _refused("unix socket login rejected")  # PgBouncer's words
     return _HBA_METHODS[rule.method]

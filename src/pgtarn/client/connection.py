@@ -68,8 +68,11 @@ class ClientConnection(ClientRelay):
         if self.cancel_key == NO_KEY:  # (a handed-over client comes with its own: adopt)
             self.cancel_key = runtime.new_key()
         if not runtime.add_client(self):  # its own key is another's here, since adopt asked
-            log.warning("%r its cancel key is in use here: it gets a new one, and a "
-                        "CancelRequest with the old one does not reach it", self)
+            log.warning(
+                "%r its cancel key is in use here: it gets a new one, and a "
+                "CancelRequest with the old one does not reach it",
+                self,
+            )
             self.cancel_key = runtime.new_key()
             runtime.add_client(self)
         runtime.logins.add(self)
@@ -99,7 +102,8 @@ class ClientConnection(ClientRelay):
         self._drop_server()
         # every client past its StartupMessage (not a probe that sent nothing)
         if self.runtime.config.log_disconnections and (
-                self.database or self.close_reason or self.pool is not None):
+            self.database or self.close_reason or self.pool is not None
+        ):
             if self.close_reason:
                 reason = self.close_reason
             elif previous is ClientState.CLOSED:  # it sent Terminate
@@ -175,7 +179,8 @@ class ClientConnection(ClientRelay):
         disabled = self.database in self.runtime.registry.disabled
         # options settings that nothing would carry from server to server
         refused_options = bool(login.startup_settings) and (
-            self.session_mode or not self.runtime.config.track_session_state)
+            self.session_mode or not self.runtime.config.track_session_state
+        )
         if disabled or self.replication or refused_options or pool.welcome is None:
             self._send_auth_ok(auth_ok)  # no welcome now
             auth_ok = b""
@@ -184,8 +189,9 @@ class ClientConnection(ClientRelay):
         if self.replication:
             self.state = ClientState.WELCOME
             assert login.startup is not None
-            request_replication(self.runtime, pool, self.db, self, login.startup.params,
-                                self.replication)  # when the pool has room (self.server)
+            request_replication(
+                self.runtime, pool, self.db, self, login.startup.params, self.replication
+            )  # when the pool has room (self.server)
             return
         if refused_options:
             _refuse_options(login)  # PgBouncer's refusal
@@ -195,9 +201,13 @@ class ClientConnection(ClientRelay):
         else:
             self.welcome_ready(auth_ok)
 
-    def _welcome(self, login: ClientLogin, server_params: Mapping[str, str],
-                 tracked: Iterable[str],
-                 reported: Mapping[tuple[str, str], str] | None = None) -> bytes:
+    def _welcome(
+        self,
+        login: ClientLogin,
+        server_params: Mapping[str, str],
+        tracked: Iterable[str],
+        reported: Mapping[tuple[str, str], str] | None = None,
+    ) -> bytes:
         """The welcome's bytes (its BackendKeyData: the key the client got at accept); this
         client's tracked parameters are set."""
         welcome = login.welcome(server_params, tracked, self.cancel_key, reported)
@@ -217,8 +227,7 @@ class ClientConnection(ClientRelay):
         role = driver.admin_role()
         if role is None:
             # After authentication, so that the refusal says nothing about the password.
-            raise PgtarnError("not allowed: not in admin_users or stats_users",
-                              sqlstate="28000")
+            raise PgtarnError("not allowed: not in admin_users or stats_users", sqlstate="28000")
         if login.startup_settings:
             _refuse_options(login)
         welcome = self._welcome(login, PARAMETERS, TRACKED)
@@ -237,8 +246,9 @@ class ClientConnection(ClientRelay):
         assert pool is not None and pool.welcome is not None and driver is not None
         login = driver.machine
         startup_settings = login.startup_settings
-        welcome = self._welcome(login, pool.welcome, tracked_names(self.runtime.config),
-                                self.runtime.reported_forms)
+        welcome = self._welcome(
+            login, pool.welcome, tracked_names(self.runtime.config), self.runtime.reported_forms
+        )
         self.state = ClientState.READY
         self.join_pool(pool)
         self.idle_since = monotonic()
@@ -306,24 +316,26 @@ def route_cancel(runtime: Runtime, key: tuple[int, int], done: Callable[[], None
         done()
 
 
-async def _cancel_in_worker(runtime: Runtime, coordinator: Coordinator, key: tuple[int, int],
-                            done: Callable[[], None]) -> None:
+async def _cancel_in_worker(
+    runtime: Runtime, coordinator: Coordinator, key: tuple[int, int], done: Callable[[], None]
+) -> None:
     """workers = N: the worker the key names cancels (cancel_from_worker) and answers when
     its cancel is over; done then, or when no answer came in time."""
     config = runtime.config
     timeout = (config.cancel_wait_timeout or config.server_connect_timeout) + 1.0
     try:
         answer = await coordinator.ask_worker(
-            worker_of(key), {"kind": "cancel", "key": list(key)}, timeout)
+            worker_of(key), {"kind": "cancel", "key": list(key)}, timeout
+        )
         if answer is None:
-            log.warning("cancel request for worker %d: no answer in %g s", worker_of(key),
-                        timeout)
+            log.warning("cancel request for worker %d: no answer in %g s", worker_of(key), timeout)
     finally:
         done()
 
 
-def cancel_by_key(runtime: Runtime, key: tuple[int, int],
-                  done: Callable[[], None] | None = None) -> bool:
+def cancel_by_key(
+    runtime: Runtime, key: tuple[int, int], done: Callable[[], None] | None = None
+) -> bool:
     """Cancel the query of this process's client with key, if it has one running (a
     CancelRequest to its server's backend); whether the key is one of this process's. done
     is called when the cancel is over (at once when the client holds no server)."""

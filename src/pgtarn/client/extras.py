@@ -16,8 +16,14 @@ class ClientExtras:
     """What few clients use (ClientTransport's properties of the same names read and write
     these): made at the first write of one of them (_extras_made)."""
 
-    __slots__ = ("admin", "close_logged", "close_reason", "last_server", "replication",
-                 "schema_pending")
+    __slots__ = (
+        "admin",
+        "close_logged",
+        "close_reason",
+        "last_server",
+        "replication",
+        "schema_pending",
+    )
 
     def __init__(self) -> None:
         #: The admin console's session (admin or stats, AdminSession.admin).

@@ -48,7 +48,7 @@ class LoginClient(Protocol):
 
     @property
     def addr(self) -> str:
-        """"host:port" the client connected from, or "unix"."""
+        """ "host:port" the client connected from, or "unix"."""
 
     @property
     def tls(self) -> TlsTransport | None:
@@ -56,8 +56,9 @@ class LoginClient(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
-    def close(self, error: PgtarnError | None = None, response: bytes | None = None,
-              reason: str = "") -> None: ...
+    def close(
+        self, error: PgtarnError | None = None, response: bytes | None = None, reason: str = ""
+    ) -> None: ...
 
     def same_os_user(self) -> bool:
         """A unix-socket peer running as the same OS user as this process."""
@@ -65,9 +66,14 @@ class LoginClient(Protocol):
     def peer_os_user(self) -> str | None:
         """A unix-socket peer's OS user name (None over TCP)."""
 
-    def wrap_tls(self, context: ssl.SSLContext, received: bytes, binding: bytes | None,
-                 on_ready: Callable[[], None],
-                 on_failed: Callable[[Exception], None]) -> TlsTransport:
+    def wrap_tls(
+        self,
+        context: ssl.SSLContext,
+        received: bytes,
+        binding: bytes | None,
+        on_ready: Callable[[], None],
+        on_failed: Callable[[Exception], None],
+    ) -> TlsTransport:
         """Put a TLS layer over the client's transport, which it then writes through."""
 
     def authenticated(self, scram_keys: tuple[bytes, bytes] | None, auth_ok: bytes) -> None:
@@ -76,7 +82,6 @@ class LoginClient(Protocol):
 
     def cancel_request(self, key: tuple[int, int]) -> None:
         """The connection was a CancelRequest for the client with key."""
-
 
 
 class ListenClient(Protocol):

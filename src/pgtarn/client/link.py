@@ -29,8 +29,11 @@ monotonic: Final = time.monotonic
 #: SQLSTATE (08P01: drivers see the connection lost, which it is), with a hint of ours.
 TRANSACTION_REFUSED: Final = "transaction blocks not allowed in statement pooling mode"
 TRANSACTION_REFUSED_RESPONSE: Final = build.error_response(
-    "08P01", TRANSACTION_REFUSED, "FATAL",
-    hint="use pool_mode=transaction or session for this database or user")
+    "08P01",
+    TRANSACTION_REFUSED,
+    "FATAL",
+    hint="use pool_mode=transaction or session for this database or user",
+)
 
 #: At most this many reported forms of startup values are kept (Runtime.reported_forms).
 REPORTED_FORMS: Final = 256
@@ -39,8 +42,10 @@ PENDING_PAUSE: Final = 256 * 1024
 #: The replies to a BEGIN answered here (read_write_split).
 BEGUN: Final = build.command_complete("BEGIN") + build.ready_for_query(b"T")
 WAIT_NOTICE: Final = build.error_response(  # PgBouncer's words: alerting matches them
-    "00000", "No server connection available in postgres backend, client being queued",
-    "NOTICE", hint="the pool size (pool_size, max_db_connections) limits the servers",
+    "00000",
+    "No server connection available in postgres backend, client being queued",
+    "NOTICE",
+    hint="the pool size (pool_size, max_db_connections) limits the servers",
     notice=True,
 )
 
@@ -255,8 +260,11 @@ class ClientLink(ClientTracking):
         route = self.route
         assert route is not None
         session = self.session
-        return route.pool_for(session is not None and session.state.settings is not NO_SETTINGS
-                              and load_readonly()[1](session.state.settings))
+        return route.pool_for(
+            session is not None
+            and session.state.settings is not NO_SETTINGS
+            and load_readonly()[1](session.state.settings)
+        )
 
     def _route_start(self, data: bytes) -> bool:
         """read_write_split: a transaction may start with data; its first bytes say where it
@@ -306,8 +314,11 @@ class ClientLink(ClientTracking):
             self.last_server = server
         server.reset_and_release(
             server.pool.reset_query_always,
-            session.state.settings if session is not None
-            else NO_SETTINGS if self.tracked else None,
+            session.state.settings
+            if session is not None
+            else NO_SETTINGS
+            if self.tracked
+            else None,
             now,
         )
 
@@ -334,8 +345,12 @@ class ClientLink(ClientTracking):
             self.close_reason = f"server sent FATAL {server.fatal}"
             self.close()
             return
-        self._close_after(server, PgtarnError(
-            "server connection crashed or was terminated", sqlstate="08006", severity="FATAL"))
+        self._close_after(
+            server,
+            PgtarnError(
+                "server connection crashed or was terminated", sqlstate="08006", severity="FATAL"
+            ),
+        )
 
     def _close_after(self, server: ServerConnection | None, error: PgtarnError) -> None:
         """Close with error, unless server's reply was relayed only in part: an ErrorResponse
@@ -363,8 +378,9 @@ class ClientLink(ClientTracking):
         )
         session = self.session
         if session is None:  # (tracked: the settings every client starts with)
-            server.release_from(self, self.expected > 0, reset,
-                                NO_SETTINGS if self.tracked else None)
+            server.release_from(
+                self, self.expected > 0, reset, NO_SETTINGS if self.tracked else None
+            )
             return
         if session.watching:  # its next client's replies take the common case again
             server.watch_rows(False)
@@ -373,12 +389,12 @@ class ClientLink(ClientTracking):
             # Its state must not reach the next client: DISCARD ALL clears it, unless some
             # of it outlives DISCARD ALL (LOAD, SET SEED, what was not followed).
             if not CLOSE_AFTER.isdisjoint(state.reasons()):
-                server.release_from(self, True, None,
-                                    reason="its client left state that cannot be cleared")
+                server.release_from(
+                    self, True, None, reason="its client left state that cannot be cleared"
+                )
                 return
             reset = "DISCARD ALL"
         server.release_from(self, self.expected > 0, reset, state.committed_settings())
-
 
     def _server_now(self) -> ServerConnection | None:
         """The linked server, or an idle one linked now; None (and queued) otherwise."""
@@ -392,8 +408,9 @@ class ClientLink(ClientTracking):
             assert pool is not None
             extras = self.extras  # (last_server, inlined: the hot path)
             # (query_start: when this callback began, if it brought the query; or earlier)
-            server = pool.acquire(self, None if extras is None else extras.last_server,
-                                  self.query_start)
+            server = pool.acquire(
+                self, None if extras is None else extras.last_server, self.query_start
+            )
             if server is not None:  # the common case: an idle server, no queue
                 self.waiting = False
                 self._link(server)
@@ -423,12 +440,14 @@ class ClientLink(ClientTracking):
         data = statements.send(self.statements, parts, chunk, server.status)
         if statements.already_prepared:  # refused with 42P05: PgBouncer's log line
             for name in statements.already_prepared:
-                log.error("%r prepared statement '%s' was already prepared", self,
-                          name.decode("utf-8", "replace"))
+                log.error(
+                    "%r prepared statement '%s' was already prepared",
+                    self,
+                    name.decode("utf-8", "replace"),
+                )
                 self.name_kept(name)
             statements.already_prepared.clear()
         server.start_hidden()  # a statement prepared ahead of a simple query
         if statements.describing:
             server.watch_descriptions()
         return data
-

@@ -48,7 +48,8 @@ LISTEN_COMPLETE: Final = build.command_complete("LISTEN")
 UNLISTEN_COMPLETE: Final = build.command_complete("UNLISTEN")
 #: A LISTEN in a failed transaction block, as PostgreSQL answers any statement there.
 ABORTED = build.error_response(
-    "25P02", "current transaction is aborted, commands ignored until end of transaction block")
+    "25P02", "current transaction is aborted, commands ignored until end of transaction block"
+)
 LOST_NOTICE = build.error_response("01000", LOST_MESSAGE, "WARNING", notice=True)
 NOTIFICATION: Final = 0x41
 #: Seconds a client closed at listen_queue_size has to read what was sent before its error.
@@ -71,22 +72,35 @@ _LISTEN_WORDS: Final = (b"listen", b"unlisten")
 
 
 def _completions(parsed: Parsed) -> bytes:
-    return b"".join([LISTEN_COMPLETE if effect[0] == SUBSCRIBE else UNLISTEN_COMPLETE
-                     for effect in parsed.effects])
+    return b"".join(
+        [
+            LISTEN_COMPLETE if effect[0] == SUBSCRIBE else UNLISTEN_COMPLETE
+            for effect in parsed.effects
+        ]
+    )
 
 
 def _looks_like_listen(data: bytes) -> bool:
     """Whether the Parse at data's start has a text that begins with LISTEN or UNLISTEN."""
     name_end = data.find(b"\x00", 5)
     return name_end > 0 and data[name_end + 1 : name_end + 17].lstrip().lower().startswith(
-        _LISTEN_WORDS)
+        _LISTEN_WORDS
+    )
 
 
 class ClientListen:
     """A tracked client's LISTEN state and what acts on it (see the module docstring)."""
 
-    __slots__ = ("answers", "client", "held_batch", "local_statements", "notify_queue",
-                 "subscribed", "wait", "withheld")
+    __slots__ = (
+        "answers",
+        "client",
+        "held_batch",
+        "local_statements",
+        "notify_queue",
+        "subscribed",
+        "wait",
+        "withheld",
+    )
 
     def __init__(self, client: ListenClient) -> None:
         #: Some of its channels are not confirmed by the listener connection yet.
@@ -110,8 +124,14 @@ class ClientListen:
 
     def holds_anything(self) -> bool:
         """Something owed, held, queued or subscribed (a takeover waits for none)."""
-        return bool(self.answers or self.local_statements or self.subscribed or self.withheld
-                    or self.held_batch or self.notify_queue)
+        return bool(
+            self.answers
+            or self.local_statements
+            or self.subscribed
+            or self.withheld
+            or self.held_batch
+            or self.notify_queue
+        )
 
     # --- replies to LISTEN and UNLISTEN -------------------------------------------------------
 
@@ -139,8 +159,9 @@ class ClientListen:
             out += self._answer(parsed, replies, status, synced)
         return out
 
-    def _answer(self, parsed: Parsed | None, replies: bytes | None, status: bytes,
-                synced: bool) -> bytes:
+    def _answer(
+        self, parsed: Parsed | None, replies: bytes | None, status: bytes, synced: bool
+    ) -> bytes:
         """The reply to one batch answered here: replies (None: a CommandComplete for each
         effect of parsed), then ReadyForQuery (synced); in a failed block, its error."""
         client = self.client
@@ -226,8 +247,7 @@ class ClientListen:
         """The listener connection LISTENs to every channel of ours (or, warning, will not
         soon): send the withheld ReadyForQuery and what waited behind it."""
         self.wait = False
-        notice = build.error_response("01000", warning, "WARNING", notice=True) if warning \
-            else b""
+        notice = build.error_response("01000", warning, "WARNING", notice=True) if warning else b""
         if not self.withheld:
             if notice:
                 self._push(notice)
@@ -288,12 +308,15 @@ class ClientListen:
             board.queued -= len(queue)
             board.dropped += 1 + sum(1 for held in queue if held[0] == NOTIFICATION)
             queue.clear()
-            log.warning("%r more than listen_queue_size (%d) notifications waiting: closed",
-                        client, limit)
+            log.warning(
+                "%r more than listen_queue_size (%d) notifications waiting: closed", client, limit
+            )
             error = PgtarnError(
                 f"notification queue full: more than listen_queue_size ({limit})"
-                " notifications are waiting for this client", sqlstate="53400",
-                severity="FATAL")
+                " notifications are waiting for this client",
+                sqlstate="53400",
+                severity="FATAL",
+            )
             if client.server is None and not client.expected:
                 # idle: what its socket holds goes first, then the error, for a while
                 client.close_flushing(error, FLUSH_GRACE)
@@ -307,9 +330,15 @@ class ClientListen:
     def _idle_unlinked(self) -> bool:
         """Between messages of its stream: no server, nothing owed, nothing withheld."""
         client = self.client
-        return (client.server is None and not client.expected and not self.withheld
-                and not client.pending and not client.write_paused
-                and client.state is ClientState.READY and not self._delivery_held())
+        return (
+            client.server is None
+            and not client.expected
+            and not self.withheld
+            and not client.pending
+            and not client.write_paused
+            and client.state is ClientState.READY
+            and not self._delivery_held()
+        )
 
     def _delivery_held(self) -> bool:
         """PAUSE or SUSPEND hold notifications; RESUME releases them."""
@@ -390,8 +419,13 @@ def local_batch(data: bytes, statements: dict[bytes, Parsed] | None) -> LocalBat
             (known if body[:1] == b"S" else portals).pop(name, None)
             replies += CLOSE_COMPLETE
         elif msg_type in (0x53, 0x48):  # Sync, or Flush (replies now, no ReadyForQuery)
-            return (end, Parsed(effects, executed) if executed else None, replies,
-                    msg_type == 0x53, known)
+            return (
+                end,
+                Parsed(effects, executed) if executed else None,
+                replies,
+                msg_type == 0x53,
+                known,
+            )
         else:
             return None
         at = end

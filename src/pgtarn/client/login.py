@@ -111,8 +111,7 @@ class ClientLoginDriver:
                     self._startup_received(startup)
                 case Authenticated(scram_keys):
                     last = events[index - 1] if index else None
-                    client.authenticated(scram_keys,
-                                         last.data if isinstance(last, Send) else b"")
+                    client.authenticated(scram_keys, last.data if isinstance(last, Send) else b"")
                 case Failed(error, response):
                     if isinstance(error, AuthFailed):
                         if self.looked_up:  # maybe changed
@@ -156,8 +155,9 @@ class ClientLoginDriver:
         if start.reply:
             client.write(start.reply)
         binding = runtime.client_tls_binding
-        tls = client.wrap_tls(context, start.received, binding,
-                              lambda: self._tls_ready(direct), self._tls_failed)
+        tls = client.wrap_tls(
+            context, start.received, binding, lambda: self._tls_ready(direct), self._tls_failed
+        )
         self.machine.tls_started(binding)
         tls.start()
 
@@ -168,9 +168,13 @@ class ClientLoginDriver:
         if direct and tls.ssl_object.selected_alpn_protocol() != ALPN:
             # as PostgreSQL 17: direct TLS only with ALPN, so it cannot be mistaken for
             # another protocol's TLS
-            client.close(PgtarnError(
-                "received direct SSL connection request without ALPN protocol negotiation "
-                "extension", sqlstate="08P01"))
+            client.close(
+                PgtarnError(
+                    "received direct SSL connection request without ALPN protocol negotiation "
+                    "extension",
+                    sqlstate="08P01",
+                )
+            )
 
     def _tls_failed(self, exc: Exception) -> None:
         client = self.client
@@ -196,17 +200,17 @@ class ClientLoginDriver:
         limit = config.max_client_conn + (ADMIN_RESERVE if admin else 0)
         local_admin = admin and startup.user == "pgbouncer" and client.same_os_user()
         if len(runtime.clients) > limit and not local_admin:
-            raise PgtarnError(
-                "no more connections allowed (max_client_conn)", sqlstate="53300"
-            )
+            raise PgtarnError("no more connections allowed (max_client_conn)", sqlstate="53300")
         ignored: tuple[str, ...] = (*config.ignore_startup_parameters, "replication")
         if "replication" in startup.params:
             kind = replication_mode(startup.params["replication"])
             if kind:
                 client.replication = kind  # (only then: it lives in the client's extras)
                 if admin:
-                    raise PgtarnError("replication connections to the admin console are not "
-                                      "supported", sqlstate="08P01")
+                    raise PgtarnError(
+                        "replication connections to the admin console are not supported",
+                        sqlstate="08P01",
+                    )
                 # its own server takes every parameter (replication_params)
                 ignored = tuple(startup.params)
         refused = self.machine.check_startup(tracked_names(config), ignored)
@@ -217,8 +221,13 @@ class ClientLoginDriver:
         client.database = database
         self.admin_login = admin
         if config.log_connections:
-            log.info("%r login attempt: db=%s user=%s tls=%s", client, database, user,
-                     describe(client.tls) or "no")
+            log.info(
+                "%r login attempt: db=%s user=%s tls=%s",
+                client,
+                database,
+                user,
+                describe(client.tls) or "no",
+            )
         if local_admin:
             # As PgBouncer: the OS user running the pooler, over the unix socket.
             self.local_admin = True
@@ -233,12 +242,23 @@ class ClientLoginDriver:
             self._check_client_limits(db, user)
         tls = client.tls
         connection = Connection(
-            local=client.addr == "unix", tls=tls is not None,
-            address=peer_address(client.addr), certificate=has_certificate(tls),
-            certificate_name=certificate_name(tls), os_user=client.peer_os_user)
+            local=client.addr == "unix",
+            tls=tls is not None,
+            address=peer_address(client.addr),
+            certificate=has_certificate(tls),
+            certificate_name=certificate_name(tls),
+            os_user=client.peer_os_user,
+        )
         try:
-            auth_type = auth_method(config, runtime.hba, runtime.ident, connection,
-                                    database, user, client.replication == "physical")
+            auth_type = auth_method(
+                config,
+                runtime.hba,
+                runtime.ident,
+                connection,
+                database,
+                user,
+                client.replication == "physical",
+            )
         except PgtarnError as refusal:
             log.info("%r login refused: %s", client, refusal.message)
             raise
@@ -301,8 +321,7 @@ class ClientLoginDriver:
         """Send the first authentication message (a challenge, or AuthenticationOk)."""
         client = self.client
         client.state = ClientState.AUTH
-        self.act(self.machine.begin_auth(auth_type, secret,
-                                         client.runtime.config.scram_iterations))
+        self.act(self.machine.begin_auth(auth_type, secret, client.runtime.config.scram_iterations))
 
     def login_failed(self) -> None:
         """The log line of a refused login (log_connections), in PgBouncer's words."""
@@ -330,34 +349,46 @@ async def _admit(login: ClientLoginDriver, limits: WorkerLimits, startup: Startu
     database, user = startup.database, startup.user
     admin = config.is_admin_database(database)
     local_admin = admin and user == "pgbouncer" and client.same_os_user()
-    max_clients = 0 if local_admin else config.max_client_conn + (
-        ADMIN_RESERVE if admin else 0)
+    max_clients = 0 if local_admin else config.max_client_conn + (ADMIN_RESERVE if admin else 0)
     db = None if admin else config.find_database(database)
     if db is not None:
         database = db.name
     # as _check_client_limits: an unknown database and the operator are not limited
     exempt = local_admin or (admin and user in config.admin_users) or (not admin and db is None)
-    max_db = 0 if exempt else (config.max_db_client_connections if db is None
-                               else config.max_db_client_connections_for(db))
+    max_db = (
+        0
+        if exempt
+        else (
+            config.max_db_client_connections
+            if db is None
+            else config.max_db_client_connections_for(db)
+        )
+    )
     max_user = 0 if exempt else config.max_user_client_connections_for(user)
     clients = client.runtime.clients.values()
     if admin:  # the console's two names are one database
         database = ADMIN_DATABASES[0]
-        local_db = 1 + sum(1 for c in clients if config.is_admin_database(c.database)) \
-            if max_db else 0
+        local_db = (
+            1 + sum(1 for c in clients if config.is_admin_database(c.database)) if max_db else 0
+        )
     else:
         local_db = 1 + sum(1 for c in clients if c.database == database) if max_db else 0
     local_user = 1 + sum(1 for c in clients if c.user == user) if max_user else 0
-    refused = await limits.admit(client, database, user, False,
-                                 [max_clients, max_db, max_user, len(clients), local_db,
-                                  local_user])
+    refused = await limits.admit(
+        client,
+        database,
+        user,
+        False,
+        [max_clients, max_db, max_user, len(clients), local_db, local_user],
+    )
     if client.state is ClientState.CLOSED:
         limits.left(client)
         return
     try:
         if refused is not None:
-            raise PgtarnError(REFUSALS.get(refused, f"no more connections allowed "
-                                                    f"({refused})"), sqlstate="53300")
+            raise PgtarnError(
+                REFUSALS.get(refused, f"no more connections allowed ({refused})"), sqlstate="53300"
+            )
         login._startup_received(startup)
     except PgtarnError as error:
         client.close(error)

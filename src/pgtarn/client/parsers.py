@@ -19,8 +19,9 @@ def load_pglast() -> Callable[[str], Parsed]:
 
 
 @cache
-def load_readonly() -> tuple[Callable[[bytes, Callable[[bytes], bytes | None]], int],
-                             Callable[[dict[str, str]], bool]]:
+def load_readonly() -> tuple[
+    Callable[[bytes, Callable[[bytes], bytes | None]], int], Callable[[dict[str, str]], bool]
+]:
     """session/readonly.py's classify_chunk and reads_by_default, imported when a client of
     a read_write_split database first starts a transaction: it holds pglast, whose RSS a
     pooler without the split does not need (as load_pglast)."""

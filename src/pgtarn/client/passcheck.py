@@ -29,8 +29,7 @@ from ..states import ClientState
 from .access import peer_address
 from .interfaces import LoginClient
 
-__all__ = ["LDAP_CHECK_TIMEOUT", "PasswordWait", "auth_pool", "check_password",
-           "ldap_options_for"]
+__all__ = ["LDAP_CHECK_TIMEOUT", "PasswordWait", "auth_pool", "check_password", "ldap_options_for"]
 
 log = logging.getLogger("pgtarn.client")
 
@@ -48,8 +47,7 @@ Result = PamResult | Outcome | BaseException | None
 def _failed(method: str) -> AuthFailed:
     """PgBouncer's words; PostgreSQL's SQLSTATE for a failed PAM or LDAP login (28000: 28P01
     is for its password methods)."""
-    return AuthFailed(f"{_NAMES[method]} authentication failed", sqlstate="28000",
-                      severity="FATAL")
+    return AuthFailed(f"{_NAMES[method]} authentication failed", sqlstate="28000", severity="FATAL")
 
 
 class PasswordWait(Protocol):
@@ -78,8 +76,9 @@ def check_password(login: PasswordWait, event: CheckPassword) -> None:
     client.runtime.spawn(_run(login, event, check, timeout))
 
 
-def _check_for(client: LoginClient, event: CheckPassword
-               ) -> tuple[Callable[[], Result], float | None]:
+def _check_for(
+    client: LoginClient, event: CheckPassword
+) -> tuple[Callable[[], Result], float | None]:
     """The blocking call that checks event's password and how long the login waits for it;
     PgtarnError when the login ends without a check."""
     method, user, password = event.method, client.user, event.password
@@ -88,8 +87,11 @@ def _check_for(client: LoginClient, event: CheckPassword
         raise PgtarnError(f"auth_type {method} is not supported", sqlstate="28000")
     db, config = client.db, client.runtime.config
     # as PgBouncer: PAM chosen by auth_type, LDAP chosen either way, refuse an auth_user
-    if db is not None and (db.auth_user or config.auth_user) and (
-            method == "ldap" or config.auth_type == "pam"):
+    if (
+        db is not None
+        and (db.auth_user or config.auth_user)
+        and (method == "ldap" or config.auth_type == "pam")
+    ):
         log.error("%r %s can't be used together with database authentication", client, name)
         raise PgtarnError(CONFIG_ERROR, sqlstate="08006")
     if method == "pam":
@@ -113,10 +115,18 @@ def ldap_options_for(client: LoginClient) -> LdapOptions:
     config = runtime.config
     if config.auth_type == "hba":
         hba = runtime.hba
-        rule = None if hba is None else hba.match(
-            local=client.addr == "unix", tls=client.tls is not None,
-            database=client.database, user=client.user, address=peer_address(client.addr),
-            replication=client.replication == "physical")
+        rule = (
+            None
+            if hba is None
+            else hba.match(
+                local=client.addr == "unix",
+                tls=client.tls is not None,
+                database=client.database,
+                user=client.user,
+                address=peer_address(client.addr),
+                replication=client.replication == "physical",
+            )
+        )
         if rule is None or rule.ldap is None:
             log.warning("%r LDAP authentication: its pg_hba.conf rule changed", client)
             raise _failed("ldap")
@@ -137,16 +147,19 @@ def auth_pool(runtime: Runtime) -> AuthPool:
     auth_threads or auth_queue_size (the old pool finishes what it was given)."""
     config = runtime.config
     pool = runtime.auth_pool
-    if pool is None or (pool.threads, pool.waiting) != (config.auth_threads,
-                                                        config.auth_queue_size):
+    if pool is None or (pool.threads, pool.waiting) != (
+        config.auth_threads,
+        config.auth_queue_size,
+    ):
         if pool is not None:
             pool.close()
         pool = runtime.auth_pool = AuthPool(config.auth_threads, config.auth_queue_size)
     return pool
 
 
-async def _run(login: PasswordWait, event: CheckPassword, check: Callable[[], Result],
-               timeout: float | None) -> None:
+async def _run(
+    login: PasswordWait, event: CheckPassword, check: Callable[[], Result], timeout: float | None
+) -> None:
     client = login.client
     runtime, method = client.runtime, event.method
     pool = auth_pool(runtime)
@@ -154,11 +167,17 @@ async def _run(login: PasswordWait, event: CheckPassword, check: Callable[[], Re
     try:
         outcome = await pool.run(check, timeout, lambda: client.state is not ClientState.CLOSED)
     except PoolFull:
-        log.warning("%r %s authentication refused: no room for its check (auth_threads = "
-                    "%d, auth_queue_size = %d, all taken)", client, _NAMES[method],
-                    pool.threads, pool.waiting)
-        outcome = PgtarnError(f"too many {_NAMES[method]} authentication requests in "
-                              "progress", sqlstate="53300")
+        log.warning(
+            "%r %s authentication refused: no room for its check (auth_threads = "
+            "%d, auth_queue_size = %d, all taken)",
+            client,
+            _NAMES[method],
+            pool.threads,
+            pool.waiting,
+        )
+        outcome = PgtarnError(
+            f"too many {_NAMES[method]} authentication requests in progress", sqlstate="53300"
+        )
     except Exception as exc:  # the login must end, whatever the check did
         outcome = exc
     if not login.waiting():
@@ -182,18 +201,17 @@ def _verdict(client: LoginClient, method: str, outcome: Result) -> PgtarnError |
         log.error("%r PAM is not available: %s", client, outcome)
         return PgtarnError(CONFIG_ERROR, sqlstate="08006")
     if isinstance(outcome, BaseException):
-        log.error("%r %s check failed: %s: %s", client, name, type(outcome).__name__,
-                  outcome)
+        log.error("%r %s check failed: %s: %s", client, name, type(outcome).__name__, outcome)
         return _failed(method)
     if outcome is None:  # (PAM has no time limit: only an LDAP check gets here)
-        log.warning("%r %s authentication: no answer within %g s", client, name,
-                    LDAP_CHECK_TIMEOUT)
+        log.warning("%r %s authentication: no answer within %g s", client, name, LDAP_CHECK_TIMEOUT)
         return _failed(method)
     if isinstance(outcome, PamResult):
         for message in outcome.messages:
             log.warning("%r PAM error: %s", client, message)
     if outcome.ok:
         return None
-    log.warning("%r %s", client, outcome.reason if isinstance(outcome, PamResult)
-                else outcome.detail)
+    log.warning(
+        "%r %s", client, outcome.reason if isinstance(outcome, PamResult) else outcome.detail
+    )
     return _failed(method)

@@ -41,8 +41,10 @@ TEXT_TYPES: Final = frozenset(b"QP")
 PARSE_TYPE: Final = frozenset(b"P")
 #: What a tracked session's relay watches: each of the above with Parse (made once, not per
 #: client); and the bodies a relay that reads no text keeps (none: only counted).
-WITH_PARSE = {watch: watch | PARSE_TYPE
-              for watch in (RELAY_TYPES, STATEMENT_RELAY_TYPES, WATCH_STATEMENTS_TYPES)}
+WITH_PARSE = {
+    watch: watch | PARSE_TYPE
+    for watch in (RELAY_TYPES, STATEMENT_RELAY_TYPES, WATCH_STATEMENTS_TYPES)
+}
 NO_BODIES: frozenset[int] = frozenset()
 _TRANSACTION_WORDS: Final = (b"begin", b"start")
 FLUSH: Final = build.message(b"H")
@@ -80,8 +82,7 @@ class ClientRelay(ClientLink):
         listen = self.listen
         if listen is None:
             session = self.session
-            if (session is not None and session.state.channels) \
-                    or local_batch(data, None) is None:
+            if (session is not None and session.state.channels) or local_batch(data, None) is None:
                 return data  # (the common case: no LISTEN at data's start)
             listen = self._listen_made()
         return listen.local_batches(data)
@@ -97,9 +98,14 @@ class ClientRelay(ClientLink):
         listen = self.listen
         if listen is not None and listen.held_batch:  # the start of a batch that may be
             data, listen.held_batch = listen.held_batch + data, b""  # answered here (LISTEN)
-        if (data[0] == 0x50 or (listen is not None and listen.local_statements
-                                and data[0] in LOCAL_STARTS)) \
-                and self.tracked and self.scanner.at_boundary:
+        if (
+            (
+                data[0] == 0x50
+                or (listen is not None and listen.local_statements and data[0] in LOCAL_STARTS)
+            )
+            and self.tracked
+            and self.scanner.at_boundary
+        ):
             data = self._local_batches(data)  # a LISTEN through the extended protocol
             if not data:
                 return
@@ -126,8 +132,10 @@ class ClientRelay(ClientLink):
             cut = scanner.to_boundary(data)
             events = scanner.feed(data)
             for msg_type, body, _end in events:
-                if msg_type in STATEMENT_MESSAGES or (msg_type == 0x51 and _names_statements(
-                        data, body, len(events) == 1 and data[0] == 0x51)):
+                if msg_type in STATEMENT_MESSAGES or (
+                    msg_type == 0x51
+                    and _names_statements(data, body, len(events) == 1 and data[0] == 0x51)
+                ):
                     # From the first message boundary on, the framer; nothing after it has
                     # gone yet. (A message found after the cut one: cut is not -1.)
                     if cut > 0:
@@ -135,7 +143,7 @@ class ClientRelay(ClientLink):
                         if self.state is not READY_STATE:
                             return
                     self._start_statements()
-                    self._relay_prepared(data[max(cut, 0):])
+                    self._relay_prepared(data[max(cut, 0) :])
                     return
             held = scanner.held
             self.open_batch = _goes_on(data, events, held, self.open_batch)
@@ -166,8 +174,9 @@ class ClientRelay(ClientLink):
         """_relay_events for a chunk that is one whole Query (body: its text; look: its
         first_look; was_open: an extended batch was open before it, whose results come
         first)."""
-        if self.tracked and (look & CHANGES_STATE or (
-                (session := self.session) is not None and session.parse_all)):
+        if self.tracked and (
+            look & CHANGES_STATE or ((session := self.session) is not None and session.parse_all)
+        ):
             refusal = self._session_text(0x51, body, self.expected, -1 if was_open else 0)
             if refusal is not None:  # a refusal PostgreSQL raises, or answered here (LISTEN)
                 self.expected += 1
@@ -191,7 +200,8 @@ class ClientRelay(ClientLink):
             shift = len(whole) - end
             data = whole + data[end:]
             events = [(msg_type, body, len(whole))] + [
-                (kind, text, at + shift) for kind, text, at in events[1:]]
+                (kind, text, at + shift) for kind, text, at in events[1:]
+            ]
         elif scanner.released:  # held back, but only the header of an unwatched message
             shift = len(scanner.released)
             data = scanner.released + data
@@ -250,13 +260,24 @@ class ClientRelay(ClientLink):
             # (the session is read at each message: a text before may have made it)
             if tracked and body and first_look(body, msg_type) & SCHEMA_CHANGE:
                 self.schema_change_sent()
-            if tracked and body and (may_change_state(body, msg_type) or (
-                    (session := self.session) is not None and session.parse_all)):
+            if (
+                tracked
+                and body
+                and (
+                    may_change_state(body, msg_type)
+                    or ((session := self.session) is not None and session.parse_all)
+                )
+            ):
                 # (a Query right after another, a Sync or the chunk's start begins its
                 # batch; after other messages it ends theirs, whose results come first)
                 begin = end - len(body) - 5
-                base = 0 if msg_type != 0x51 or begin <= 0 or any(
-                    at == begin and kind in _BATCH_ENDS for kind, _text, at in events) else -1
+                base = (
+                    0
+                    if msg_type != 0x51
+                    or begin <= 0
+                    or any(at == begin and kind in _BATCH_ENDS for kind, _text, at in events)
+                    else -1
+                )
                 refusal = self._session_text(msg_type, body, self.expected, base)
                 if refusal is not None:  # the Query goes as a refusal PostgreSQL raises,
                     if end > len(body) + 5:  # or is answered here (LISTEN)
@@ -282,9 +303,14 @@ class ClientRelay(ClientLink):
         listen = self.listen
         if listen is not None and listen.held_batch:  # the start of a batch that may be
             data, listen.held_batch = listen.held_batch + data, b""  # answered here (LISTEN)
-        if (data[0] == 0x50 or (listen is not None and listen.local_statements
-                                and data[0] in LOCAL_STARTS)) \
-                and self.tracked and framer.idle:
+        if (
+            (
+                data[0] == 0x50
+                or (listen is not None and listen.local_statements and data[0] in LOCAL_STARTS)
+            )
+            and self.tracked
+            and framer.idle
+        ):
             data = self._local_batches(data)  # a LISTEN through the extended protocol
             if not data:
                 return
@@ -292,16 +318,27 @@ class ClientRelay(ClientLink):
             data = self._refuse_transaction_blocks(data)
             if not data:
                 return
-        body = data[5:] if (data[0] == 0x51 and framer.idle and len(data) > 5
-                            and int.from_bytes(data[1:5], "big") + 1 == len(data)) else b""
+        body = (
+            data[5:]
+            if (
+                data[0] == 0x51
+                and framer.idle
+                and len(data) > 5
+                and int.from_bytes(data[1:5], "big") + 1 == len(data)
+            )
+            else b""
+        )
         if body and not (look := first_look(body)) & NAMES_STATEMENTS:
             # The common case: one whole simple Query, passed on as it is.
             if look & SCHEMA_CHANGE:
                 self.schema_change_sent()
-            if self.tracked and (look & CHANGES_STATE or (
-                    (session := self.session) is not None and session.parse_all)):
-                refusal = self._session_text(0x51, body, self.expected,
-                                             -1 if self.open_batch else 0)
+            if self.tracked and (
+                look & CHANGES_STATE
+                or ((session := self.session) is not None and session.parse_all)
+            ):
+                refusal = self._session_text(
+                    0x51, body, self.expected, -1 if self.open_batch else 0
+                )
                 if refusal is not None:
                     if not refusal:  # answered here (LISTEN)
                         self.expected += 1
@@ -327,8 +364,7 @@ class ClientRelay(ClientLink):
         if listen is not None and listen.answers:  # a Query of the chunk is answered here
             self._answer_now()
         if parts:
-            self._send_item((parts, data if framer.whole and framer.plain else None),
-                            len(data))
+            self._send_item((parts, data if framer.whole and framer.plain else None), len(data))
         if framer.terminated:
             self.state = ClientState.CLOSED
             self.connection_lost(None)
@@ -390,8 +426,7 @@ class ClientRelay(ClientLink):
             statements.deferred = None
 
 
-def _goes_on(data: bytes, events: list[tuple[int, bytes, int]], held: int,
-             was_open: bool) -> bool:
+def _goes_on(data: bytes, events: list[tuple[int, bytes, int]], held: int, was_open: bool) -> bool:
     """Whether the client's extended batch goes on after this chunk (its watched messages:
     Query, Sync, Terminate, ...): messages after its last Sync or Query, or one cut short.
     Flush asks for the replies so far and changes nothing: a chunk of Flushes leaves it as
@@ -454,8 +489,7 @@ def _unnamed_unbound(parts: list[Part], unbound: bool) -> bool:
     return unbound
 
 
-def _events_after(events: list[tuple[int, bytes, int]],
-                  end: int) -> list[tuple[int, bytes, int]]:
+def _events_after(events: list[tuple[int, bytes, int]], end: int) -> list[tuple[int, bytes, int]]:
     """The scanner's events after offset end, their offsets counted from there."""
     return [(msg_type, body, at - end) for msg_type, body, at in events if at > end]
 
@@ -470,6 +504,3 @@ def _opens_transaction(text: bytes) -> bool:
         text = text[cut + (1 if text.startswith(b"--") else 2) :].lstrip()
     word = text[:5].lower()
     return word in _TRANSACTION_WORDS and (len(text) == 5 or not text[5:6].isalnum())
-
-
-

@@ -68,13 +68,17 @@ class ClientTracking(ClientTransport):
         client's session starts with them, set on each server it gets (tracking is on).
         set_config takes the value as PostgreSQL takes it from options (a list such as
         search_path's is not one quoted name)."""
-        self._session_made().state.start_with({
-            name: f"SELECT pg_catalog.set_config({build.quote_literal(name)}, "
-                  f"{build.quote_literal(value)}, false)"
-            for name, value in settings.items()})
+        self._session_made().state.start_with(
+            {
+                name: f"SELECT pg_catalog.set_config({build.quote_literal(name)}, "
+                f"{build.quote_literal(value)}, false)"
+                for name, value in settings.items()
+            }
+        )
 
-    def _session_text(self, msg_type: int, body: bytes, replies_ahead: int,
-                      base: int = 0) -> bytes | None:
+    def _session_text(
+        self, msg_type: int, body: bytes, replies_ahead: int, base: int = 0
+    ) -> bytes | None:
         """A Query (0x51) or Parse (0x50) that may change session state, or a Bind (0x42) or
         Close (0x43) of a named statement while some change it; its batch ends at the
         ReadyForQuery replies_ahead + 1 from now. base: for a Query not seen through the
@@ -99,8 +103,11 @@ class ClientTracking(ClientTransport):
             if parsed is not None:
                 if parsed.parameters:  # set_config's value is a parameter: this Bind's
                     parsed = with_parameters(parsed, body)
-                self._session_add(parsed, replies_ahead, framer.executes_before(False)
-                                  if framer is not None and parsed.rows else 0)
+                self._session_add(
+                    parsed,
+                    replies_ahead,
+                    framer.executes_before(False) if framer is not None and parsed.rows else 0,
+                )
             return None
         if msg_type == 0x50:
             name, sql = parse_text(body)
@@ -121,21 +128,29 @@ class ClientTracking(ClientTransport):
             # at its Bind)
             if framer is None:  # its Binds are not followed: it cannot be
                 parsed = Parsed(
-                    [*parsed.effects,
-                     (UNTRACKED, "a named prepared statement that changes session state")],
-                    parsed.statements)
+                    [
+                        *parsed.effects,
+                        (UNTRACKED, "a named prepared statement that changes session state"),
+                    ],
+                    parsed.statements,
+                )
             elif len(framer.named_effects) >= self.runtime.config.max_prepared_statements:
                 # bounded as a server's statements are: past it, no longer followed
                 parsed = Parsed(
-                    [*parsed.effects,
-                     (UNTRACKED, "more named statements that change session state than"
-                                 " max_prepared_statements")],
-                    parsed.statements)
+                    [
+                        *parsed.effects,
+                        (
+                            UNTRACKED,
+                            "more named statements that change session state than"
+                            " max_prepared_statements",
+                        ),
+                    ],
+                    parsed.statements,
+                )
             else:
                 framer.named_effects[name] = parsed
                 return None  # counted at its Bind
-        if msg_type == 0x51 and self.tracked and (
-                session is None or not session.state.channels):
+        if msg_type == 0x51 and self.tracked and (session is None or not session.state.channels):
             # (a client that LISTENed on its server, pinned, goes on doing so there)
             subscriptions = as_subscriptions(parsed)
             if subscriptions is not None:
@@ -213,12 +228,15 @@ class ClientTracking(ClientTransport):
         if begun and stats is not None:
             for reason in begun:
                 if stats.note_pin(reason) and self.runtime.config.log_pooler_errors:
-                    log.warning("%r pinned to its server: %s (%s)", self, reason,
-                                state.untracked or "session state that cannot move")
+                    log.warning(
+                        "%r pinned to its server: %s (%s)",
+                        self,
+                        reason,
+                        state.untracked or "session state that cannot move",
+                    )
         if self.runtime.config.pin_session_state or status != b"I":
             return True
-        self.close(PgtarnError(_refusal_message(reasons[0]), sqlstate="0A000",
-                               severity="FATAL"))
+        self.close(PgtarnError(_refusal_message(reasons[0]), sqlstate="0A000", severity="FATAL"))
         return False
 
     def pin_reasons(self) -> list[str]:
@@ -248,5 +266,7 @@ def _ignored(names: tuple[str, ...]) -> frozenset[str]:
 
 
 def _refusal_message(reason: str) -> str:
-    return (f"session state that would pin the client to its server is refused ({reason}):"
-            " pin_session_state = 0")
+    return (
+        f"session state that would pin the client to its server is refused ({reason}):"
+        " pin_session_state = 0"
+    )

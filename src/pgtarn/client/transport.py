@@ -156,7 +156,6 @@ class ClientTransport(LinkedClient[ServerConnection]):
         # PgBouncer's layout, which log readers parse: "C-id: database/user@host:port"
         return f"C-{self.id}: {self.database or '(nodb)'}/{self.user or '(nouser)'}@{self.addr}"
 
-
     def _peer_uid(self) -> int | None:
         """The OS user id of a unix-socket peer; None over TCP."""
         credentials = peer_credentials(self.transport)
@@ -293,22 +292,35 @@ class ClientTransport(LinkedClient[ServerConnection]):
         else:
             self.peer_host = "unix"
 
-    def wrap_tls(self, context: ssl.SSLContext, received: bytes, binding: bytes | None,
-                 on_ready: Callable[[], None],
-                 on_failed: Callable[[Exception], None]) -> TlsTransport:
+    def wrap_tls(
+        self,
+        context: ssl.SSLContext,
+        received: bytes,
+        binding: bytes | None,
+        on_ready: Callable[[], None],
+        on_failed: Callable[[Exception], None],
+    ) -> TlsTransport:
         """The client asked for TLS: a TlsTransport over its transport is its transport from
         now on (received: bytes of the handshake read already)."""
         raw = self.transport
         assert raw is not None
-        tls = TlsTransport(raw, context, self, server_side=True, received=received,
-                           on_ready=on_ready, on_failed=on_failed, binding=binding)
+        tls = TlsTransport(
+            raw,
+            context,
+            self,
+            server_side=True,
+            received=received,
+            on_ready=on_ready,
+            on_failed=on_failed,
+            binding=binding,
+        )
         self.transport = tls
         self.send_state = SEND_NEVER  # (writes go through the TLS layer now)
         return tls
 
     @property
     def addr(self) -> str:
-        """"host:port" it connected from; "unix" over a unix socket ("" before it did)."""
+        """ "host:port" it connected from; "unix" over a unix socket ("" before it did)."""
         return f"{self.peer_host}:{self.peer_port}" if self.peer_port else self.peer_host
 
     @property
@@ -327,11 +339,13 @@ class ClientTransport(LinkedClient[ServerConnection]):
         if not extras.close_logged:
             extras.close_logged = True
             if self.runtime.config.log_disconnections:
-                log.info("%r closing because: %s (age=%ds)", self, reason,
-                         monotonic() - self.created_at)
+                log.info(
+                    "%r closing because: %s (age=%ds)", self, reason, monotonic() - self.created_at
+                )
 
-    def close(self, error: PgtarnError | None = None, response: bytes | None = None,
-              reason: str = "") -> None:
+    def close(
+        self, error: PgtarnError | None = None, response: bytes | None = None, reason: str = ""
+    ) -> None:
         """Send error (if any; response: its ErrorResponse when already built) and close; the
         server side is cleaned in connection_lost. reason: why, when no error is sent."""
         transport = self.transport
@@ -444,4 +458,3 @@ class ClientTransport(LinkedClient[ServerConnection]):
         transport = self.transport
         if transport is not None:
             transport.resume_reading()
-

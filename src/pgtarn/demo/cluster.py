@@ -397,8 +397,7 @@ class ThrowawayCluster:
         hba = [f"# pgtarn {type(self).__name__}: first matching line wins", "local all all trust"]
         for role, method in self._host_rules():
             hba.extend(
-                f"host all {role} {_cidr(address)} {method}"
-                for address in self._listen_addresses()
+                f"host all {role} {_cidr(address)} {method}" for address in self._listen_addresses()
             )
         (data / "pg_hba.conf").write_text("\n".join(hba) + "\n", encoding="utf-8")
 

@@ -38,5 +38,6 @@ except ImportError:  # the pure build, or the helper not built
     shape_of = None
 
 #: The C helpers this build loaded, by name.
-LOADED: Final = tuple(name for name, helper in (("_io", recv_some), ("_shape", shape_of))
-                      if helper is not None)
+LOADED: Final = tuple(
+    name for name, helper in (("_io", recv_some), ("_shape", shape_of)) if helper is not None
+)

@@ -36,8 +36,9 @@ ACCEPT_RETRY_DELAY: Final = 1.0
 _OUT_OF_RESOURCES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
-def adopt(loop: asyncio.AbstractEventLoop, sock: socket.socket,
-          protocol: asyncio.Protocol) -> SocketTransport:
+def adopt(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: asyncio.Protocol
+) -> SocketTransport:
     """Start a SocketTransport for protocol on a connected socket, which it owns from now on
     (the socket object is detached)."""
     sock.setblocking(False)
@@ -52,8 +53,12 @@ def adopt(loop: asyncio.AbstractEventLoop, sock: socket.socket,
 class SocketServer:
     """Listening sockets, accepting into protocols from protocol_factory."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sockets: list[socket.socket],
-                 protocol_factory: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sockets: list[socket.socket],
+        protocol_factory: Callable[[], asyncio.Protocol],
+    ) -> None:
         self.loop = loop
         self.sockets = sockets
         self.protocol_factory = protocol_factory
@@ -85,8 +90,11 @@ class SocketServer:
             except OSError as exc:
                 if exc.errno not in _OUT_OF_RESOURCES:
                     continue  # that one connection is gone (ECONNABORTED and the like)
-                log.error("could not accept a connection (%s): accepting again in %g s",
-                          exc.strerror, ACCEPT_RETRY_DELAY)
+                log.error(
+                    "could not accept a connection (%s): accepting again in %g s",
+                    exc.strerror,
+                    ACCEPT_RETRY_DELAY,
+                )
                 self._stop()
                 self._resume = self.loop.call_later(ACCEPT_RETRY_DELAY, self._start)
                 return

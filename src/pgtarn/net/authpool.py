@@ -48,8 +48,12 @@ class AuthPool:
         """Checks running or waiting for a thread."""
         return self._pending
 
-    async def run(self, check: Callable[[], T], timeout: float | None,
-                  wanted: Callable[[], bool] = lambda: True) -> T | None:
+    async def run(
+        self,
+        check: Callable[[], T],
+        timeout: float | None,
+        wanted: Callable[[], bool] = lambda: True,
+    ) -> T | None:
         """check() in a thread; None when it did not end within timeout seconds (None: no
         limit but the check's own), or when wanted() (asked as it starts) says nobody waits
         for it any more. PoolFull when there is no room for it. An exception of check() is
@@ -60,8 +64,9 @@ class AuthPool:
             self._pending += 1
             pending = self._pending
         if len(self._started) < min(self.threads, pending):
-            thread = threading.Thread(target=self._work, daemon=True,
-                                      name=f"pgtarn-{self.name}-{len(self._started)}")
+            thread = threading.Thread(
+                target=self._work, daemon=True, name=f"pgtarn-{self.name}-{len(self._started)}"
+            )
             self._started.append(thread)
             thread.start()
         future: Future[T | None] = Future()

@@ -24,8 +24,15 @@ from ..auth.ldap import LdapOptions, TlsPolicy, parse_ldap_conf, parse_ldap_opti
 from ..config import Config
 from ..errors import ConfigError
 
-__all__ = ["CONNECT_TIMEOUT", "REQUEST_TIMEOUT", "Outcome", "check_ldap_config",
-           "check_ldap_password", "ldap_missing", "tls_policy"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "REQUEST_TIMEOUT",
+    "Outcome",
+    "check_ldap_config",
+    "check_ldap_password",
+    "ldap_missing",
+    "tls_policy",
+]
 
 #: Seconds to connect to one server: PgBouncer's LDAP network timeout. (ldap3 takes whole
 #: seconds: it packs them into a socket option.)
@@ -47,8 +54,11 @@ def check_ldap_config(config: Config, hba: HbaRules | None) -> None:
     """At startup, RELOAD, SET and in `pgtarn check`: auth_ldap_options is right when
     auth_type = ldap (as PgBouncer, other auth types leave it unread), and the client library
     is installed when anything uses LDAP; else ConfigError."""
-    uses_hba = config.auth_type == "hba" and hba is not None and any(
-        rule.ldap is not None for rule in hba.rules)
+    uses_hba = (
+        config.auth_type == "hba"
+        and hba is not None
+        and any(rule.ldap is not None for rule in hba.rules)
+    )
     if config.auth_type != "ldap" and not uses_hba:
         return
     missing = ldap_missing()
@@ -98,8 +108,9 @@ def tls_policy(env: Mapping[str, str] = os.environ) -> TlsPolicy:
     return parse_ldap_conf("", env)
 
 
-def check_ldap_password(options: LdapOptions, user: str, password: str,
-                        policy: TlsPolicy | None = None) -> Outcome:
+def check_ldap_password(
+    options: LdapOptions, user: str, password: str, policy: TlsPolicy | None = None
+) -> Outcome:
     """Whether the LDAP server takes user's password (see the module docstring)."""
     missing = ldap_missing()
     if missing is not None:
@@ -113,8 +124,9 @@ def check_ldap_password(options: LdapOptions, user: str, password: str,
         conn, server = _connect(ldap3, options, tls, dn, password)
         try:
             if not conn.bind():
-                raise _Failed(f'LDAP login failed for user "{dn}" on server "{server}": '
-                              f"{_why(conn)}")
+                raise _Failed(
+                    f'LDAP login failed for user "{dn}" on server "{server}": {_why(conn)}'
+                )
         finally:
             _close(conn)
     except _Failed as failed:
@@ -133,43 +145,72 @@ def _find_dn(ldap3: Any, options: LdapOptions, user: str, tls: Any) -> str:
     conn, server = _connect(ldap3, options, tls, options.binddn, options.bindpasswd)
     try:
         if not conn.bind():
-            raise _Failed(f'could not perform initial LDAP bind for ldapbinddn '
-                          f'"{options.binddn or ""}" on server "{server}": {_why(conn)}')
+            raise _Failed(
+                f"could not perform initial LDAP bind for ldapbinddn "
+                f'"{options.binddn or ""}" on server "{server}": {_why(conn)}'
+            )
         scope = {"base": ldap3.BASE, "one": ldap3.LEVEL}.get(options.scope, ldap3.SUBTREE)
-        if not conn.search(options.basedn, search_filter, search_scope=scope,
-                           attributes=[ldap3.NO_ATTRIBUTES]) and conn.result.get(
-                               "description") != "success":
-            raise _Failed(f'could not search LDAP for filter "{search_filter}" on server '
-                          f'"{server}": {_why(conn)}')
-        found = [entry["dn"] for entry in conn.response or ()
-                 if entry.get("type") == "searchResEntry"]
+        if (
+            not conn.search(
+                options.basedn, search_filter, search_scope=scope, attributes=[ldap3.NO_ATTRIBUTES]
+            )
+            and conn.result.get("description") != "success"
+        ):
+            raise _Failed(
+                f'could not search LDAP for filter "{search_filter}" on server '
+                f'"{server}": {_why(conn)}'
+            )
+        found = [
+            entry["dn"] for entry in conn.response or () if entry.get("type") == "searchResEntry"
+        ]
     finally:
         _close(conn)
     if not found:
-        raise _Failed(f'LDAP user "{user}" does not exist (search for filter '
-                      f'"{search_filter}" on server "{server}" returned no entries)')
+        raise _Failed(
+            f'LDAP user "{user}" does not exist (search for filter '
+            f'"{search_filter}" on server "{server}" returned no entries)'
+        )
     if len(found) > 1:
-        raise _Failed(f'LDAP user "{user}" is not unique (search for filter '
-                      f'"{search_filter}" on server "{server}" returned {len(found)} entries)')
+        raise _Failed(
+            f'LDAP user "{user}" is not unique (search for filter '
+            f'"{search_filter}" on server "{server}" returned {len(found)} entries)'
+        )
     return str(found[0])
 
 
-def _connect(ldap3: Any, options: LdapOptions, tls: Any, user: str | None,
-             password: str | None) -> tuple[Any, str]:
+def _connect(
+    ldap3: Any, options: LdapOptions, tls: Any, user: str | None, password: str | None
+) -> tuple[Any, str]:
     """An open connection (TLS started if ldaptls) to the first server of ldapserver that
     answers, set to bind as user (None: anonymously), and that server's name."""
     errors: list[str] = []
     for host in options.servers:
-        server = ldap3.Server(host, port=options.server_port, use_ssl=options.scheme == "ldaps",
-                              tls=tls, get_info=ldap3.NONE, connect_timeout=CONNECT_TIMEOUT)
+        server = ldap3.Server(
+            host,
+            port=options.server_port,
+            use_ssl=options.scheme == "ldaps",
+            tls=tls,
+            get_info=ldap3.NONE,
+            connect_timeout=CONNECT_TIMEOUT,
+        )
         if user:
-            conn = ldap3.Connection(server, user=user, password=password or "",
-                                    authentication=ldap3.SIMPLE, auto_bind=ldap3.AUTO_BIND_NONE,
-                                    receive_timeout=REQUEST_TIMEOUT, read_only=True)
+            conn = ldap3.Connection(
+                server,
+                user=user,
+                password=password or "",
+                authentication=ldap3.SIMPLE,
+                auto_bind=ldap3.AUTO_BIND_NONE,
+                receive_timeout=REQUEST_TIMEOUT,
+                read_only=True,
+            )
         else:
-            conn = ldap3.Connection(server, authentication=ldap3.ANONYMOUS,
-                                    auto_bind=ldap3.AUTO_BIND_NONE,
-                                    receive_timeout=REQUEST_TIMEOUT, read_only=True)
+            conn = ldap3.Connection(
+                server,
+                authentication=ldap3.ANONYMOUS,
+                auto_bind=ldap3.AUTO_BIND_NONE,
+                receive_timeout=REQUEST_TIMEOUT,
+                read_only=True,
+            )
         try:
             conn.open(read_server_info=False)
         except (ldap3.core.exceptions.LDAPException, OSError) as exc:
@@ -181,12 +222,16 @@ def _connect(ldap3: Any, options: LdapOptions, tls: Any, user: str | None,
                 started = conn.start_tls(read_server_info=False)
             except (ldap3.core.exceptions.LDAPException, OSError) as exc:
                 _close(conn)
-                raise _Failed(f"could not start LDAP TLS session: {_text(exc)}, server: "
-                              f"{host}, port: {options.server_port}") from None
+                raise _Failed(
+                    f"could not start LDAP TLS session: {_text(exc)}, server: "
+                    f"{host}, port: {options.server_port}"
+                ) from None
             if not started:
                 _close(conn)
-                raise _Failed(f"could not start LDAP TLS session: {_why(conn)}, server: "
-                              f"{host}, port: {options.server_port}")
+                raise _Failed(
+                    f"could not start LDAP TLS session: {_why(conn)}, server: "
+                    f"{host}, port: {options.server_port}"
+                )
         return conn, host
     raise _Failed("could not connect to the LDAP server: " + "; ".join(errors))
 
@@ -194,8 +239,11 @@ def _connect(ldap3: Any, options: LdapOptions, tls: Any, user: str | None,
 def _tls(ldap3: Any, policy: TlsPolicy, options: LdapOptions) -> Any:
     if options.scheme != "ldaps" and not options.starttls:
         return None
-    return ldap3.Tls(validate=ssl.CERT_REQUIRED if policy.verify else ssl.CERT_NONE,
-                     ca_certs_file=policy.ca_file, ca_certs_path=policy.ca_dir)
+    return ldap3.Tls(
+        validate=ssl.CERT_REQUIRED if policy.verify else ssl.CERT_NONE,
+        ca_certs_file=policy.ca_file,
+        ca_certs_path=policy.ca_dir,
+    )
 
 
 def _close(conn: Any) -> None:

@@ -123,8 +123,9 @@ class PeerCancels:
             pool = self.pools[peer_id] = PeerPool(peer_id)
         return pool
 
-    def forward(self, key: Key, config: Config, spawn: Spawn,
-                done: Callable[[], None] = _nothing) -> bool:
+    def forward(
+        self, key: Key, config: Config, spawn: Spawn, done: Callable[[], None] = _nothing
+    ) -> bool:
         """A CancelRequest with a key that is not one of ours: send it on to the peer the
         key names, if that is a peer of [peers] other than us and the key may travel on
         (TTL > 0). False: dropped, as a key nobody knows. done is called when the forward is
@@ -139,15 +140,21 @@ class PeerCancels:
         spawn(self._forward(peer, forwarded(key), config, done))
         return True
 
-    async def _forward(self, peer: PeerEntry, key: Key, config: Config,
-                       done: Callable[[], None]) -> None:
+    async def _forward(
+        self, peer: PeerEntry, key: Key, config: Config, done: Callable[[], None]
+    ) -> None:
         target = (peer.host or config.unix_socket_dir or "/tmp", peer.port)
         timeout = config.cancel_wait_timeout or config.server_connect_timeout
         try:
             await self.pool(peer.peer_id).forward(
-                target, build.cancel_request(*key), config.peer_pool_size_for(peer), timeout)
+                target, build.cancel_request(*key), config.peer_pool_size_for(peer), timeout
+            )
         except (TimeoutError, OSError) as exc:
-            log.warning("cancel request to peer %d (%s:%s) failed: %s", peer.peer_id, *target,
-                        exc or f"cancel_wait_timeout ({timeout:g} s)")
+            log.warning(
+                "cancel request to peer %d (%s:%s) failed: %s",
+                peer.peer_id,
+                *target,
+                exc or f"cancel_wait_timeout ({timeout:g} s)",
+            )
         finally:
             done()

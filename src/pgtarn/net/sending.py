@@ -35,6 +35,7 @@ SendSome = Callable[[int, bytes], int]
 #: Write through the transport, always.
 SEND_NEVER: Final = -1
 
+
 def send_some_written(fd: int, data: bytes) -> int:
     """send_some of the pure build: the bytes of data the socket took (0: none, full or
     failed). (Python ignores SIGPIPE: a peer gone is an EPIPE, here a 0.)"""
@@ -45,8 +46,7 @@ def send_some_written(fd: int, data: bytes) -> int:
 
 
 #: send_some of native/_io.c when it is built, else the pure build's.
-SEND_SOME: Final[SendSome] = (
-    send_some_written if native.send_some is None else native.send_some)
+SEND_SOME: Final[SendSome] = send_some_written if native.send_some is None else native.send_some
 
 
 def backlog(fd: int) -> int:

@@ -29,21 +29,26 @@ def tcp_options(config: Config) -> tuple[TcpOption, ...]:
     PgBouncer sets them; 0 (the default of each) leaves the system's value: no option."""
     options: list[TcpOption] = []
     if config.tcp_keepalive:
-        for name, value in ((socket.TCP_KEEPIDLE, config.tcp_keepidle),
-                            (socket.TCP_KEEPINTVL, config.tcp_keepintvl),
-                            (socket.TCP_KEEPCNT, config.tcp_keepcnt)):
+        for name, value in (
+            (socket.TCP_KEEPIDLE, config.tcp_keepidle),
+            (socket.TCP_KEEPINTVL, config.tcp_keepintvl),
+            (socket.TCP_KEEPCNT, config.tcp_keepcnt),
+        ):
             if value > 0:
                 options.append((socket.IPPROTO_TCP, name, value))
     if config.tcp_user_timeout > 0:
         options.append((socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, config.tcp_user_timeout))
     if config.tcp_socket_buffer > 0:
-        options += [(socket.SOL_SOCKET, socket.SO_SNDBUF, config.tcp_socket_buffer),
-                    (socket.SOL_SOCKET, socket.SO_RCVBUF, config.tcp_socket_buffer)]
+        options += [
+            (socket.SOL_SOCKET, socket.SO_SNDBUF, config.tcp_socket_buffer),
+            (socket.SOL_SOCKET, socket.SO_RCVBUF, config.tcp_socket_buffer),
+        ]
     return tuple(options)
 
 
-def tune(transport: asyncio.BaseTransport, keepalive: bool,
-         options: tuple[TcpOption, ...] = ()) -> bool:
+def tune(
+    transport: asyncio.BaseTransport, keepalive: bool, options: tuple[TcpOption, ...] = ()
+) -> bool:
     """SO_KEEPALIVE (when asked) and options (tcp_options) on a TCP socket; False for a unix
     socket.
 
@@ -73,7 +78,7 @@ def keepalive_listeners(servers: Iterable[SocketServer], keepalive: bool) -> Non
 
 
 def address(addr: object) -> str:
-    """"host:port" of a TCP socket address; a unix socket's path, or "unix" without one."""
+    """ "host:port" of a TCP socket address; a unix socket's path, or "unix" without one."""
     if isinstance(addr, tuple):
         return f"{addr[0]}:{addr[1]}"
     return str(addr or "unix")
@@ -151,9 +156,13 @@ def connect_failure(exc: BaseException) -> str:
 
 
 async def open_connection(
-    db: DatabaseEntry, factory: Callable[[], asyncio.Protocol], timeout: float,
-    socket_dir: str = "/tmp", chooser: HostChooser | None = None,
-    skip: Collection[int] = (), buffer: int = 0,
+    db: DatabaseEntry,
+    factory: Callable[[], asyncio.Protocol],
+    timeout: float,
+    socket_dir: str = "/tmp",
+    chooser: HostChooser | None = None,
+    skip: Collection[int] = (),
+    buffer: int = 0,
     host_failed: Callable[[Target, BaseException, bool], None] | None = None,
 ) -> Target:
     """Connect a protocol to one of a database entry's hosts (TCP or a unix socket
@@ -175,8 +184,12 @@ async def open_connection(
             if host_failed is not None:
                 host_failed(hosts[index], exc, at + 1 < len(order))
             elif len(order) > 1:
-                log.warning("could not connect to %s:%s for %s: %s", *hosts[index], db.name,
-                            exc or "timeout")
+                log.warning(
+                    "could not connect to %s:%s for %s: %s",
+                    *hosts[index],
+                    db.name,
+                    exc or "timeout",
+                )
             continue
         if chooser is not None:
             chooser.used(db, index, True)
@@ -187,14 +200,14 @@ async def open_connection(
     raise error
 
 
-async def connect_to(target: Target, factory: Callable[[], asyncio.Protocol],
-                     timeout: float, buffer: int = 0) -> None:
+async def connect_to(
+    target: Target, factory: Callable[[], asyncio.Protocol], timeout: float, buffer: int = 0
+) -> None:
     """Connect a protocol to one host and port (TCP, or a unix socket directory), on a
     transport of pgtarn's own (net/transport.py); buffer: tcp_socket_buffer."""
     host, port = target
     path = os.path.join(host, f".s.PGSQL.{port}") if host.startswith("/") else None
-    await asyncio.wait_for(connect_transport(factory, host, port, path, buffer),
-                           timeout or None)
+    await asyncio.wait_for(connect_transport(factory, host, port, path, buffer), timeout or None)
 
 
 class _CancelOnce(asyncio.Protocol):
@@ -222,8 +235,9 @@ class _CancelOnce(asyncio.Protocol):
             self.ended.set_result(None)
 
 
-async def send_cancel_request(target: Target, pid: int, key: int, config: Config,
-                              still_wanted: Callable[[], bool]) -> bool:
+async def send_cancel_request(
+    target: Target, pid: int, key: int, config: Config, still_wanted: Callable[[], bool]
+) -> bool:
     """Open a connection, send a CancelRequest (if still_wanted then) and wait until
     PostgreSQL closes the connection, all within cancel_wait_timeout; whether the cancel is
     over: answered, or never sent. False: it was sent and not answered in time, so it may
@@ -240,8 +254,10 @@ async def send_cancel_request(target: Target, pid: int, key: int, config: Config
         await asyncio.wait_for(cancel.ended, max(deadline - monotonic(), 0.001))
     except (TimeoutError, OSError) as exc:
         reason = str(exc) or (
-            f"cancel_wait_timeout ({timeout:g} s)" if config.cancel_wait_timeout
-            else f"cancel_wait_timeout (0: server_connect_timeout, {timeout:g} s)")
+            f"cancel_wait_timeout ({timeout:g} s)"
+            if config.cancel_wait_timeout
+            else f"cancel_wait_timeout (0: server_connect_timeout, {timeout:g} s)"
+        )
         log.warning("cancel request to %s:%s failed: %s", *target, reason)
         if cancel.transport is not None:
             cancel.transport.abort()

@@ -79,8 +79,9 @@ def load_tls13() -> Callable[[ssl.SSLContext, str, str], None]:
     return set_tls13_ciphers
 
 
-def _apply_common(context: ssl.SSLContext, prefix: str, protocols: str, ciphers: str,
-                  ciphers13: str) -> None:
+def _apply_common(
+    context: ssl.SSLContext, prefix: str, protocols: str, ciphers: str, ciphers13: str
+) -> None:
     low, high = _protocol_range(f"{prefix}_tls_protocols", protocols)
     try:
         context.minimum_version = low
@@ -116,12 +117,19 @@ def client_context(config: Config) -> ssl.SSLContext | None:
         return None
     if not (config.client_tls_cert_file and config.client_tls_key_file):
         raise ConfigError(
-            f"client_tls_sslmode = {mode} needs client_tls_key_file and client_tls_cert_file")
+            f"client_tls_sslmode = {mode} needs client_tls_key_file and client_tls_cert_file"
+        )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    _apply_common(context, "client", config.client_tls_protocols, config.client_tls_ciphers,
-                  config.client_tls13_ciphers)
-    _load_chain(context, "client_tls_cert_file", config.client_tls_cert_file,
-                config.client_tls_key_file)
+    _apply_common(
+        context,
+        "client",
+        config.client_tls_protocols,
+        config.client_tls_ciphers,
+        config.client_tls13_ciphers,
+    )
+    _load_chain(
+        context, "client_tls_cert_file", config.client_tls_cert_file, config.client_tls_key_file
+    )
     if config.client_tls_ecdhcurve.lower() not in ("auto", "none", ""):
         try:
             context.set_ecdh_curve(config.client_tls_ecdhcurve)
@@ -162,11 +170,17 @@ def server_context(config: Config) -> ssl.SSLContext | None:
     if mode == "disable":
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    _apply_common(context, "server", config.server_tls_protocols, config.server_tls_ciphers,
-                  config.server_tls13_ciphers)
+    _apply_common(
+        context,
+        "server",
+        config.server_tls_protocols,
+        config.server_tls_ciphers,
+        config.server_tls13_ciphers,
+    )
     if config.server_tls_cert_file or config.server_tls_key_file:
-        _load_chain(context, "server_tls_cert_file", config.server_tls_cert_file,
-                    config.server_tls_key_file)
+        _load_chain(
+            context, "server_tls_cert_file", config.server_tls_cert_file, config.server_tls_key_file
+        )
     if mode in ("verify-ca", "verify-full"):
         if config.server_tls_ca_file:
             _load_ca(context, "server_tls_ca_file", config.server_tls_ca_file)
@@ -203,8 +217,12 @@ def tls_setup(config: Config) -> TlsSetup:
 
 def tls_changes(old: Config, new: Config) -> set[str]:
     """The TLS settings (client_tls*, server_tls*) that differ between old and new."""
-    return {f.name for f in fields(new) if f.name.startswith(("client_tls", "server_tls"))
-            and getattr(old, f.name) != getattr(new, f.name)}
+    return {
+        f.name
+        for f in fields(new)
+        if f.name.startswith(("client_tls", "server_tls"))
+        and getattr(old, f.name) != getattr(new, f.name)
+    }
 
 
 class _RawSide(asyncio.Protocol):
@@ -239,20 +257,43 @@ class TlsTransport(asyncio.Transport):
     connection_lost as for any closed connection).
     """
 
-    __slots__ = ("_closing", "_early", "_in", "_loop", "_out", "_paused", "_raw", "_ssl", "app",
-                 "binding", "handshaking", "on_failed", "on_ready")
+    __slots__ = (
+        "_closing",
+        "_early",
+        "_in",
+        "_loop",
+        "_out",
+        "_paused",
+        "_raw",
+        "_ssl",
+        "app",
+        "binding",
+        "handshaking",
+        "on_failed",
+        "on_ready",
+    )
 
-    def __init__(self, raw: asyncio.Transport, context: ssl.SSLContext, app: asyncio.Protocol,
-                 *, server_side: bool, server_hostname: str | None = None,
-                 on_ready: Callable[[], None], on_failed: Callable[[Exception], None],
-                 received: bytes = b"", binding: bytes | None = None) -> None:
+    def __init__(
+        self,
+        raw: asyncio.Transport,
+        context: ssl.SSLContext,
+        app: asyncio.Protocol,
+        *,
+        server_side: bool,
+        server_hostname: str | None = None,
+        on_ready: Callable[[], None],
+        on_failed: Callable[[Exception], None],
+        received: bytes = b"",
+        binding: bytes | None = None,
+    ) -> None:
         super().__init__()
         self._raw = raw
         self._loop = asyncio.get_running_loop()
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
-        self._ssl = context.wrap_bio(self._in, self._out, server_side=server_side,
-                                     server_hostname=server_hostname)
+        self._ssl = context.wrap_bio(
+            self._in, self._out, server_side=server_side, server_hostname=server_hostname
+        )
         self.app = app
         self.on_ready = on_ready
         self.on_failed = on_failed

@@ -92,8 +92,9 @@ def send_written(fd: int, data: bytes | bytearray | memoryview) -> int:
         return 0
 
 
-def watch_polled(epfd: int, epoll: select.epoll, op: int, fd: int, events: int,
-                 transport: object) -> None:
+def watch_polled(
+    epfd: int, epoll: select.epoll, op: int, fd: int, events: int, transport: object
+) -> None:
     """watch_set of the pure build."""
     if op == WATCH_ADD:
         epoll.register(fd, events)
@@ -103,8 +104,9 @@ def watch_polled(epfd: int, epoll: select.epoll, op: int, fd: int, events: int,
         epoll.unregister(fd)
 
 
-def ready_polled(epfd: int, epoll: select.epoll,
-                 transports: dict[int, SocketTransport]) -> list[Any]:
+def ready_polled(
+    epfd: int, epoll: select.epoll, transports: dict[int, SocketTransport]
+) -> list[Any]:
     """watch_ready of the pure build."""
     ready: list[Any] = []
     for fd, events in epoll.poll(0):
@@ -130,21 +132,39 @@ def accept_accepted(fd: int) -> tuple[int, Any] | None:
 RECV_SOME: Final[RecvSome] = recv_read if native.recv_some is None else native.recv_some
 SEND_PART: Final[SendPart] = send_written if native.send_part is None else native.send_part
 ACCEPT_SOME: Final[AcceptSome] = (
-    accept_accepted if native.accept_some is None else native.accept_some)
+    accept_accepted if native.accept_some is None else native.accept_some
+)
 WATCH_SET: Final[WatchSet] = watch_polled if native.watch_set is None else native.watch_set
-WATCH_READY: Final[WatchReady] = (
-    ready_polled if native.watch_ready is None else native.watch_ready)
+WATCH_READY: Final[WatchReady] = ready_polled if native.watch_ready is None else native.watch_ready
 
 
 class SocketTransport:
     """An open non-blocking socket (its fd, owned from now on) and the protocol it feeds."""
 
-    __slots__ = ("_buffer", "_buffered", "_closing", "_data_received", "_lost",
-                 "_paused_writing", "_peer", "_protocol", "_reading", "_writing", "family", "fd",
-                 "loop")
+    __slots__ = (
+        "_buffer",
+        "_buffered",
+        "_closing",
+        "_data_received",
+        "_lost",
+        "_paused_writing",
+        "_peer",
+        "_protocol",
+        "_reading",
+        "_writing",
+        "family",
+        "fd",
+        "loop",
+    )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, family: int,
-                 protocol: asyncio.Protocol, peer: Any = None) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fd: int,
+        family: int,
+        protocol: asyncio.Protocol,
+        peer: Any = None,
+    ) -> None:
         self.loop = loop
         self.fd = fd
         #: AF_INET, AF_INET6 or AF_UNIX.
@@ -239,8 +259,9 @@ class SocketTransport:
                 return
             if sent == len(data):
                 return
-            self._buffer = [memoryview(data)[sent:] if isinstance(data, bytes)
-                            else bytes(data)[sent:]]
+            self._buffer = [
+                memoryview(data)[sent:] if isinstance(data, bytes) else bytes(data)[sent:]
+            ]
             self._buffered += len(data) - sent
             self._writing = True
             self.loop.add_writer(self.fd, self._write_ready)
@@ -337,7 +358,8 @@ class SocketTransport:
                 return
             if data is None:  # nothing held, and recv reports no error: ask the socket
                 code = TransportSocket(self.fd, self.family).getsockopt(
-                    socket.SOL_SOCKET, socket.SO_ERROR)
+                    socket.SOL_SOCKET, socket.SO_ERROR
+                )
                 self._fail(OSError(code or errno.ECONNRESET, os.strerror(code or errno.ECONNRESET)))
                 return
             if not data:
@@ -400,14 +422,21 @@ class SocketWatch:
     def add(self, transport: SocketTransport) -> None:
         """Watch transport's socket, for reading if it reads."""
         fd = transport.fd
-        WATCH_SET(self.epfd, self.epoll, WATCH_ADD, fd,
-                  READABLE if transport.is_reading() else 0, transport)
+        WATCH_SET(
+            self.epfd,
+            self.epoll,
+            WATCH_ADD,
+            fd,
+            READABLE if transport.is_reading() else 0,
+            transport,
+        )
         self.transports[fd] = transport  # (before the loop runs again: no event comes sooner)
 
     def read(self, transport: SocketTransport, reading: bool) -> None:
         """Watch transport's socket for reading, or for nothing but errors."""
-        WATCH_SET(self.epfd, self.epoll, WATCH_MODIFY, transport.fd,
-                  READABLE if reading else 0, transport)
+        WATCH_SET(
+            self.epfd, self.epoll, WATCH_MODIFY, transport.fd, READABLE if reading else 0, transport
+        )
 
     def remove(self, transport: SocketTransport) -> None:
         fd = transport.fd
@@ -429,10 +458,14 @@ class SocketWatch:
                 elif transport._reading:
                     transport._read_ready()
             except Exception as exc:
-                self.loop.call_exception_handler({
-                    "message": "a protocol failed on what its socket brought",
-                    "exception": exc, "transport": transport,
-                    "protocol": transport.get_protocol()})
+                self.loop.call_exception_handler(
+                    {
+                        "message": "a protocol failed on what its socket brought",
+                        "exception": exc,
+                        "transport": transport,
+                        "protocol": transport.get_protocol(),
+                    }
+                )
 
     def close(self) -> None:
         if not self.loop.is_closed():
@@ -496,8 +529,9 @@ class TransportSocket:
         self._on_socket(lambda sock: sock.setsockopt(level, option, value))
 
 
-async def open_socket(loop: asyncio.AbstractEventLoop, family: int, address: Any,
-                      buffer: int = 0) -> int:
+async def open_socket(
+    loop: asyncio.AbstractEventLoop, family: int, address: Any, buffer: int = 0
+) -> int:
     """A non-blocking socket connected to address (TCP_NODELAY on TCP): its fd, the caller's
     from now on. buffer: SO_SNDBUF and SO_RCVBUF (tcp_socket_buffer; 0: the system's), set
     before the connection is made, since the window it offers is agreed on then: smaller

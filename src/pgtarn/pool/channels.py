@@ -72,8 +72,21 @@ class ListenerLink(Protocol):
 class ChannelBoard:
     """The channels of one pool's clients (see the module docstring)."""
 
-    __slots__ = ("delivered", "dropped", "empty_since", "held", "link", "listened", "lost",
-                 "open", "queued", "received", "reconnects", "subscribers", "waiters")
+    __slots__ = (
+        "delivered",
+        "dropped",
+        "empty_since",
+        "held",
+        "link",
+        "listened",
+        "lost",
+        "open",
+        "queued",
+        "received",
+        "reconnects",
+        "subscribers",
+        "waiters",
+    )
 
     def __init__(self, open_link: Callable[[ChannelBoard], ListenerLink] | None) -> None:
         self.open = open_link
@@ -100,8 +113,9 @@ class ChannelBoard:
 
     # --- clients ------------------------------------------------------------------------------
 
-    def update(self, client: Subscriber, old: frozenset[str], new: frozenset[str],
-               now: float) -> bool:
+    def update(
+        self, client: Subscriber, old: frozenset[str], new: frozenset[str], now: float
+    ) -> bool:
         """client now listens to new instead of old; True when all of new is confirmed."""
         subscribers = self.subscribers
         changed = False
@@ -156,8 +170,10 @@ class ChannelBoard:
         """PostgreSQL refused to LISTEN to channel: its waiting clients are told so."""
         self.listened.discard(channel)
         if self.waiters:
-            self._wake(lambda client_channels: channel in client_channels,
-                       f"the listening connection could not LISTEN to this channel: {error}")
+            self._wake(
+                lambda client_channels: channel in client_channels,
+                f"the listening connection could not LISTEN to this channel: {error}",
+            )
 
     def _wake(self, ready: Callable[[set[str]], bool], warning: str) -> None:
         """Tell the waiting clients whose channels are ready so."""
@@ -206,8 +222,11 @@ class ChannelBoard:
         link = self.link
         if link is not None:
             link.tick(now)
-            if (self.empty_since and 0 < idle_timeout < now - self.empty_since
-                    and not self.subscribers):
+            if (
+                self.empty_since
+                and 0 < idle_timeout < now - self.empty_since
+                and not self.subscribers
+            ):
                 self.close("no client listens any more")
         if self.waiters:
             since = now - wait_limit

@@ -37,8 +37,7 @@ def serves_waiters(pool: Pool[Any], now: float) -> bool:
     return False
 
 
-def login_failed(pool: Pool[Any], server: PooledServer, error: PgtarnError,
-                 retry: bool) -> None:
+def login_failed(pool: Pool[Any], server: PooledServer, error: PgtarnError, retry: bool) -> None:
     """A server of pool could not connect or log in.
 
     retry: the cause may pass (refused, timed out, TLS, PostgreSQL starting or shutting
@@ -78,6 +77,9 @@ def refused_from_cache(pool: Pool[Any], waiter: Unavailable, now: float) -> bool
     if failure is None or not pool.refused or pool.login or now >= pool.retry_at \
             or pool.paused or serves_waiters(pool, now):  # fmt: skip
         return False
-    waiter.server_unavailable(PgtarnError(CACHED_REFUSAL.format(failure.message),
-                                          sqlstate=failure.sqlstate, severity="FATAL"))
+    waiter.server_unavailable(
+        PgtarnError(
+            CACHED_REFUSAL.format(failure.message), sqlstate=failure.sqlstate, severity="FATAL"
+        )
+    )
     return True

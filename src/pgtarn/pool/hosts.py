@@ -91,9 +91,16 @@ class HostState:
 class HostSet:
     """The servers of a split database: roles, bans, lag, and the replicas a read may use."""
 
-    def __init__(self, name: str, targets: list[tuple[str, int]], *, period: float = 1.0,
-                 max_lag_bytes: int | None = None, max_lag_seconds: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        name: str,
+        targets: list[tuple[str, int]],
+        *,
+        period: float = 1.0,
+        max_lag_bytes: int | None = None,
+        max_lag_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.name = name
         self.hosts = [HostState(i, host, port) for i, (host, port) in enumerate(targets)]
         self.period = period
@@ -121,8 +128,9 @@ class HostSet:
     def __repr__(self) -> str:
         return f"<HostSet {self.name}>"
 
-    def configure(self, period: float, max_lag_bytes: int | None,
-                  max_lag_seconds: float | None) -> None:
+    def configure(
+        self, period: float, max_lag_bytes: int | None, max_lag_seconds: float | None
+    ) -> None:
         """Settings from a reload (the host list itself makes another HostSet)."""
         self.period = period
         self.max_lag_bytes = max_lag_bytes
@@ -131,14 +139,17 @@ class HostSet:
 
     # --- the checks' reports ------------------------------------------------------------------
 
-    def check_passed(self, index: int, in_recovery: bool, lsn: int, lag_seconds: float,
-                     sent_at: float) -> None:
+    def check_passed(
+        self, index: int, in_recovery: bool, lsn: int, lag_seconds: float, sent_at: float
+    ) -> None:
         """A check of host index, sent at sent_at, answered."""
         host = self.hosts[index]
         role = REPLICA if in_recovery else PRIMARY
         if host.role != role:
-            self.tell(logging.WARNING if host.role != UNKNOWN else logging.INFO,
-                      f"{self.name}: {host.key} is now {role} (was {host.role})")
+            self.tell(
+                logging.WARNING if host.role != UNKNOWN else logging.INFO,
+                f"{self.name}: {host.key} is now {role} (was {host.role})",
+            )
             host.role = role
         if not host.up or host.banned_until:
             if host.banned_until:
@@ -168,9 +179,10 @@ class HostSet:
         host.failures += 1
         host.banned_until = now + min(MAX_BAN, FIRST_BAN * 2 ** (host.failures - 1))
         if host.up or host.reason != reason:
-            self.tell(logging.WARNING,
-                      f"{self.name}: {host.key} banned for "
-                      f"{host.banned_until - now:g} s: {reason}")
+            self.tell(
+                logging.WARNING,
+                f"{self.name}: {host.key} banned for {host.banned_until - now:g} s: {reason}",
+            )
         host.up = False
         host.reason = reason
         self._recompute()
@@ -191,9 +203,11 @@ class HostSet:
         primary = claims[0] if len(claims) == 1 else None
         split_brain = len(claims) > 1
         if split_brain and not self.split_brain:
-            self.tell(logging.ERROR,
-                      f"{self.name}: {len(claims)} servers claim to be the primary ("
-                      f"{', '.join(h.key for h in claims)}): no writes go to any of them")
+            self.tell(
+                logging.ERROR,
+                f"{self.name}: {len(claims)} servers claim to be the primary ("
+                f"{', '.join(h.key for h in claims)}): no writes go to any of them",
+            )
         elif self.split_brain and not split_brain:
             self.tell(logging.WARNING, f"{self.name}: a single primary again")
         if primary is not self.primary:

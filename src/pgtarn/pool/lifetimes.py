@@ -16,8 +16,10 @@ def expire_idle(pool: Pool[Any], now: float) -> None:
         # it waits for its first client (min_pool_size would reopen it at once)
         if 0 < pool.lifetime < now - server.created_at:
             reason = "server_lifetime"
-        elif (0 < pool.idle_timeout < now - server.last_used
-                and pool.server_count > pool.min_pool_size):
+        elif (
+            0 < pool.idle_timeout < now - server.last_used
+            and pool.server_count > pool.min_pool_size
+        ):
             reason = "server_idle_timeout"
         else:
             continue

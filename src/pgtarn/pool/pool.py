@@ -251,8 +251,14 @@ class Pool(Generic[S]):
 
     @property
     def server_count(self) -> int:
-        return (len(self.idle) + len(self.active) + len(self.login) + len(self.tested)
-                + len(self.being_canceled) + len(self.replication or ()))
+        return (
+            len(self.idle)
+            + len(self.active)
+            + len(self.login)
+            + len(self.tested)
+            + len(self.being_canceled)
+            + len(self.replication or ())
+        )
 
     def has_room(self, reserve: bool = False) -> bool:
         limit = self.pool_size + (self.reserve_pool_size if reserve else 0)
@@ -273,8 +279,11 @@ class Pool(Generic[S]):
     @property
     def waiting_client_count(self) -> int:
         """SHOW POOLS' cl_waiting: waiting for a server, or for the first one's welcome."""
-        return (len(self.waiting) + len(self.welcome_waiters)
-                + (len(self.replication.waiting) if self.replication is not None else 0))
+        return (
+            len(self.waiting)
+            + len(self.welcome_waiters)
+            + (len(self.replication.waiting) if self.replication is not None else 0)
+        )
 
     def client_joined(self, client: Waiter[S]) -> None:
         """A client finished logging in to this pool (once)."""
@@ -319,8 +328,10 @@ class Pool(Generic[S]):
         self.waiting.append(waiter, now)
         # Grow only when the servers coming (logging in, being reset) are too few and there
         # is room; the reserve pool is the janitor's call.
-        if (len(self.waiting) > len(self.login) + len(self.tested)
-                and self.server_count < self.pool_size):
+        if (
+            len(self.waiting) > len(self.login) + len(self.tested)
+            and self.server_count < self.pool_size
+        ):
             self._grow(now)
         return None
 
@@ -400,10 +411,7 @@ class Pool(Generic[S]):
                     break
                 waiter.waiting_too_long()
         if self.waiting:
-            reserve = (
-                self.reserve_pool_size > 0
-                and self.max_wait(now) >= self.reserve_pool_timeout
-            )
+            reserve = self.reserve_pool_size > 0 and self.max_wait(now) >= self.reserve_pool_timeout
             self._grow(now, reserve)
         elif self.welcome_waiters and not self.login and self._may_launch(now) and self.has_room():
             self._open()
@@ -561,8 +569,9 @@ def open_granted(pool: Pool[S]) -> None:
     min_pool_size need (as acquire, wait_welcome and the janitor would have)."""
     now = pool.clock()
     if pool.waiting:
-        pool._grow(now, pool.reserve_pool_size > 0
-                   and pool.max_wait(now) >= pool.reserve_pool_timeout)
+        pool._grow(
+            now, pool.reserve_pool_size > 0 and pool.max_wait(now) >= pool.reserve_pool_timeout
+        )
     elif pool.welcome_waiters and not pool.login and pool._may_launch(now) and pool.has_room():
         pool._open()
     pool.fill_min(now)

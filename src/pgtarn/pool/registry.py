@@ -42,8 +42,9 @@ class Registry(Generic[S]):
         self.schema_changed: Callable[[], None] | None = None
         self._schema_watch: SchemaWatch | None = None
         #: Opens a pool's listener connection (given by the app, as launch).
-        self.open_listener: Callable[[Pool[S], DatabaseEntry, ChannelBoard], ListenerLink] \
-            | None = None
+        self.open_listener: (
+            Callable[[Pool[S], DatabaseEntry, ChannelBoard], ListenerLink] | None
+        ) = None
         self.databases: dict[str, DatabaseEntry] = {}
         self.paused = False
         #: Databases paused by PAUSE db / KILL db, and refusing new clients by DISABLE db.
@@ -112,14 +113,22 @@ class Registry(Generic[S]):
         hosts = self.hostsets.get(key)
         if hosts is None:
             hosts = self.hostsets[key] = HostSet(
-                db.name, db.targets(self.config.unix_socket_dir),
-                period=db.health_check_period, max_lag_bytes=db.max_replica_lag_bytes,
-                max_lag_seconds=db.max_replica_lag_seconds)
+                db.name,
+                db.targets(self.config.unix_socket_dir),
+                period=db.health_check_period,
+                max_lag_bytes=db.max_replica_lag_bytes,
+                max_lag_seconds=db.max_replica_lag_seconds,
+            )
             if self.start_health is not None:
                 self.checkers[key] = self.start_health(hosts, home, db)
-        split: Split[S] = Split(hosts, home, lambda index: self._replica_pool(home, index),
-                                mode=db.read_write_split, primary_reads=db.primary_reads,
-                                read_your_writes=db.read_your_writes)
+        split: Split[S] = Split(
+            hosts,
+            home,
+            lambda index: self._replica_pool(home, index),
+            mode=db.read_write_split,
+            primary_reads=db.primary_reads,
+            read_your_writes=db.read_your_writes,
+        )
         home.split = split
         self.splits.setdefault(key, []).append(split)
         hosts.changed.append(split.hosts_changed)
@@ -197,20 +206,21 @@ class Registry(Generic[S]):
         pool.login_retry = max(pool.retry_cap, config.server_login_retry)
         pool.wait_notify = float(config.query_wait_notify)
         pool.lifetime = _first(db.server_lifetime, config.server_lifetime)
-        pool.reset_query_always = (config.server_reset_query
-                                   if config.server_reset_query_always else None)
+        pool.reset_query_always = (
+            config.server_reset_query if config.server_reset_query_always else None
+        )
         pool.idle_timeout = config.server_idle_timeout
         # made from `*` (autodb_idle_timeout frees it), not a NAME_ro alias of an entry
         pool.auto = db.name not in config.databases and not db.reads_only
         user = config.users.get(pool.user) or UserEntry(pool.user)
         # the user's entry over the database's over the global setting, as PgBouncer
-        pool.wait_timeout = _first(user.query_wait_timeout,
-                                   _first(db.query_wait_timeout, config.query_wait_timeout))
+        pool.wait_timeout = _first(
+            user.query_wait_timeout, _first(db.query_wait_timeout, config.query_wait_timeout)
+        )
         pool.client_timeouts = ClientTimeouts(
             query=_first(user.query_timeout, config.query_timeout),
             transaction=_first(user.transaction_timeout, config.transaction_timeout),
-            idle_transaction=_first(user.idle_transaction_timeout,
-                                    config.idle_transaction_timeout),
+            idle_transaction=_first(user.idle_transaction_timeout, config.idle_transaction_timeout),
             idle=_first(user.client_idle_timeout, config.client_idle_timeout),
         )
 
@@ -223,8 +233,9 @@ class Registry(Generic[S]):
 
         return launch_current
 
-    def _listener_opener(self, pool: Pool[S], first: DatabaseEntry
-                         ) -> Callable[[ChannelBoard], ListenerLink] | None:
+    def _listener_opener(
+        self, pool: Pool[S], first: DatabaseEntry
+    ) -> Callable[[ChannelBoard], ListenerLink] | None:
         open_listener = self.open_listener
         if open_listener is None:
             return None
@@ -242,8 +253,11 @@ class Registry(Generic[S]):
         db = self.databases.get(pool.database, first)
         split = pool.split
         if split is not None:
-            db = _replica_entry(db, split, pool.host_index) if pool.host_index >= 0 \
+            db = (
+                _replica_entry(db, split, pool.host_index)
+                if pool.host_index >= 0
                 else _write_entry(db, split)
+            )
         return db
 
     def may_open_listener(self, pool: Pool[S]) -> bool:
@@ -259,8 +273,7 @@ class Registry(Generic[S]):
         """
         db = self.databases.get(pool.database)
         max_db = self.config.max_db_connections_for(db) if db is not None else 0
-        if max_db and not self._room(pool, max_db + own,
-                                     lambda p: p.database == pool.database):
+        if max_db and not self._room(pool, max_db + own, lambda p: p.database == pool.database):
             return False
         max_user = self.config.max_user_connections_for(pool.user)
         if max_user and not self._room(pool, max_user + own, lambda p: p.user == pool.user):
@@ -368,13 +381,13 @@ class Registry(Generic[S]):
             while len(pool.idle) and pool.server_count > pool.pool_size:
                 pool.idle.pop(0).close("pool_size lowered by reload")
 
-
     def _resplit(self, pool: Pool[S], db: DatabaseEntry) -> None:
         """A reload: the split of a home pool follows its entry's keys and servers."""
         split = pool.split
         wanted = db.read_write_split != "off"
-        if split is not None and (not wanted or self.hostsets.get(hosts_key(db)) is not
-                                  split.hosts):
+        if split is not None and (
+            not wanted or self.hostsets.get(hosts_key(db)) is not split.hosts
+        ):
             self._unsplit(pool, "read_write_split or the host list changed")
             split = None
         if split is None:
@@ -384,8 +397,9 @@ class Registry(Generic[S]):
         split.mode = db.read_write_split
         split.primary_reads = db.primary_reads
         split.read_your_writes = db.read_your_writes
-        split.hosts.configure(db.health_check_period, db.max_replica_lag_bytes,
-                              db.max_replica_lag_seconds)
+        split.hosts.configure(
+            db.health_check_period, db.max_replica_lag_bytes, db.max_replica_lag_seconds
+        )
 
 
 def _write_entry(db: DatabaseEntry, split: Split[S]) -> DatabaseEntry:
@@ -394,16 +408,23 @@ def _write_entry(db: DatabaseEntry, split: Split[S]) -> DatabaseEntry:
     primary = split.write_target()
     if primary is None:
         return replace(db, target_session_attrs="read-write")
-    return replace(db, host=primary.host, hosts=(), port=primary.port, ports=(),
-                   target_session_attrs="read-write")
+    return replace(
+        db,
+        host=primary.host,
+        hosts=(),
+        port=primary.port,
+        ports=(),
+        target_session_attrs="read-write",
+    )
 
 
 def _replica_entry(db: DatabaseEntry, split: Split[S], index: int) -> DatabaseEntry:
     """A split's entry for a replica's pool: that host alone (a promoted one serves reads
     too until the checks move them)."""
     host = split.hosts.hosts[index]
-    return replace(db, host=host.host, hosts=(), port=host.port, ports=(),
-                   target_session_attrs=None)
+    return replace(
+        db, host=host.host, hosts=(), port=host.port, ports=(), target_session_attrs=None
+    )
 
 
 def hosts_key(db: DatabaseEntry) -> str:

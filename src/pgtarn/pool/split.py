@@ -21,8 +21,16 @@ from .pool import Pool, S, take_waiters
 class Split(Generic[S]):
     """The pools of one (database, user) of a split database, and the choice among them."""
 
-    def __init__(self, hosts: HostSet, home: Pool[S], make: Callable[[int], Pool[S]], *,
-                 mode: str, primary_reads: bool, read_your_writes: bool) -> None:
+    def __init__(
+        self,
+        hosts: HostSet,
+        home: Pool[S],
+        make: Callable[[int], Pool[S]],
+        *,
+        mode: str,
+        primary_reads: bool,
+        read_your_writes: bool,
+    ) -> None:
         self.hosts = hosts
         self.home = home
         #: Opens the pool of host index (given by the registry).
@@ -159,8 +167,11 @@ class ClientRoute(Generic[S]):
         if self.begin:  # inside a transaction: only its own access mode makes it a read
             read = kind == Kind.SET_READ_ONLY
         else:
-            read = kind == Kind.BEGIN_READ_ONLY or kind == Kind.NOTHING or (
-                kind == Kind.READ and split.mode == "auto")
+            read = (
+                kind == Kind.BEGIN_READ_ONLY
+                or kind == Kind.NOTHING
+                or (kind == Kind.READ and split.mode == "auto")
+            )
         if read or self.reads_only or reads_by_default:
             self.writing = False
             return split.read_pool(self.wrote_at)

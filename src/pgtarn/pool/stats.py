@@ -205,8 +205,9 @@ class Totals:
     bind_count: int = 0
     client_login_count: int = 0
 
-    def add_pool(self, stats: PoolStats, client_parses: int, server_parses: int,
-                 binds: int) -> None:
+    def add_pool(
+        self, stats: PoolStats, client_parses: int, server_parses: int, binds: int
+    ) -> None:
         self.server_assignment_count += stats.server_assignments
         self.xact_count += stats.xact_count
         self.query_count += stats.query_count

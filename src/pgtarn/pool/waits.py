@@ -44,4 +44,3 @@ def _timeout(pool: Pool[Any], text: str, seconds: float) -> PgtarnError:
     if pool.failure is not None:  # why no server came: the last attempt's error
         message += f" (last error: {pool.failure.message})"
     return PgtarnError(message, sqlstate="08P01", severity="FATAL")
-

@@ -75,8 +75,9 @@ def negotiate_protocol_version(minor: int, unsupported: Iterable[str]) -> bytes:
     the high 16 bits), which libpq 18 reads as such (a bare minor is a 'downgrade to pre-3.0
     protocol version' to it)."""
     names = list(unsupported)
-    return message(b"v", _I.pack(3 << 16 | minor) + _I.pack(len(names))
-                   + b"".join(cstr(n) for n in names))
+    return message(
+        b"v", _I.pack(3 << 16 | minor) + _I.pack(len(names)) + b"".join(cstr(n) for n in names)
+    )
 
 
 def command_complete(tag: str) -> bytes:

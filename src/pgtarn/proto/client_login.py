@@ -173,8 +173,16 @@ class Close:
         self.reason = reason
 
 
-Event = (Send | TlsRequested | CancelRequested | StartupReceived | CheckPassword | Authenticated
-         | Failed | Close)
+Event = (
+    Send
+    | TlsRequested
+    | CancelRequested
+    | StartupReceived
+    | CheckPassword
+    | Authenticated
+    | Failed
+    | Close
+)
 
 
 @dataclass(init=False, slots=True)
@@ -195,9 +203,13 @@ def failed(error: PgtarnError) -> Failed:
     return Failed(error, build.error_response(error.sqlstate, error.message, error.severity))
 
 
-def build_welcome(server_params: Mapping[str, str], client_params: Mapping[str, str],
-                  tracked: Iterable[str], cancel_key: Key,
-                  reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
+def build_welcome(
+    server_params: Mapping[str, str],
+    client_params: Mapping[str, str],
+    tracked: Iterable[str],
+    cancel_key: Key,
+    reported: Mapping[tuple[str, str], str] | None = None,
+) -> Welcome:
     """ParameterStatus for each parameter, BackendKeyData and ReadyForQuery: the welcome of
     every login, to a pool or to the admin console (NegotiateProtocolVersion came earlier,
     right after the StartupMessage).
@@ -232,8 +244,9 @@ def _parameter_statuses(params: tuple[tuple[str, str], ...]) -> bytes:
 
 
 @lru_cache(maxsize=16)
-def _name_maps(tracked: tuple[str, ...], ignored: tuple[str, ...]
-               ) -> tuple[Mapping[str, str], frozenset[str]]:
+def _name_maps(
+    tracked: tuple[str, ...], ignored: tuple[str, ...]
+) -> tuple[Mapping[str, str], frozenset[str]]:
     """check_startup's lookups, the same at every login: tracked names by their lower case,
     and the ignored ones in lower case."""
     return {name.lower(): name for name in tracked}, frozenset(name.lower() for name in ignored)
@@ -256,8 +269,7 @@ def replication_mode(value: str) -> str:
         return "physical"
     if word in _FALSE_WORDS or (word and ("false".startswith(word) or "no".startswith(word))):
         return ""
-    raise PgtarnError(f'invalid value for parameter "replication": "{value}"',
-                      sqlstate="22023")
+    raise PgtarnError(f'invalid value for parameter "replication": "{value}"', sqlstate="22023")
 
 
 # --- the machine -----------------------------------------------------------------------------
@@ -278,9 +290,20 @@ class LoginState(enum.Enum):
 class ClientLogin:
     """One client's login (see the module docstring)."""
 
-    __slots__ = ("_auth", "_binding", "_direct", "_reader", "_scanner", "_unread",
-                 "direct_settings", "startup", "startup_params",
-                 "startup_settings", "state", "tls")
+    __slots__ = (
+        "_auth",
+        "_binding",
+        "_direct",
+        "_reader",
+        "_scanner",
+        "_unread",
+        "direct_settings",
+        "startup",
+        "startup_params",
+        "startup_settings",
+        "state",
+        "tls",
+    )
 
     def __init__(self) -> None:
         self.state = LoginState.STARTUP
@@ -339,7 +362,10 @@ class ClientLogin:
                 # rest of the packet as PostgreSQL does (a 2.0 packet has no parameter list)
                 raise PgtarnError(
                     f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: "
-                    "server supports 3.0 to 3.0", sqlstate="0A000", severity="FATAL")
+                    "server supports 3.0 to 3.0",
+                    sqlstate="0A000",
+                    severity="FATAL",
+                )
             packet = parse_startup(body)
             if packet.code == SSL_REQUEST and not self.tls:
                 self._ask_tls(events, rest, direct=False)
@@ -452,7 +478,8 @@ class ClientLogin:
         assert self.startup is not None
         if not self.startup.user:
             return self._fail(
-                PgtarnError("no user name specified in startup packet", sqlstate="28000"))
+                PgtarnError("no user name specified in startup packet", sqlstate="28000")
+            )
         canonical, ignored_names = _name_maps(tuple(tracked), tuple(ignored))
         params = self.startup.params
         if "options" in params:
@@ -471,8 +498,9 @@ class ClientLogin:
                 self.startup_params[tracked_name] = value
             elif name != "options" and name.lower() not in ignored_names:
                 if name == "replication" or name.startswith("_pq_."):  # not settings
-                    return self._fail(PgtarnError(f"unsupported startup parameter: {name}",
-                                                  sqlstate="08P01"))
+                    return self._fail(
+                        PgtarnError(f"unsupported startup parameter: {name}", sqlstate="08P01")
+                    )
                 self.startup_settings[name.lower()] = value  # over options, as in PostgreSQL
                 self.direct_settings.add(name.lower())
         return None
@@ -490,8 +518,9 @@ class ClientLogin:
         """await_secret was called, begin_auth not yet (and the login goes on)."""
         return self.state is LoginState.AUTH and self._auth is None
 
-    def begin_auth(self, method: str, secret: str | None,
-                   scram_iterations: int = 4096) -> list[Event]:
+    def begin_auth(
+        self, method: str, secret: str | None, scram_iterations: int = 4096
+    ) -> list[Event]:
         """Start the password exchange of method (a ClientAuth auth type) against the user's
         secret (None: unknown user): its first message, then what the bytes received
         meanwhile bring. scram_iterations: for a SCRAM exchange against a plaintext secret."""
@@ -499,8 +528,7 @@ class ClientLogin:
             raise RuntimeError(f"begin_auth in state {self.state.value}")
         assert self.startup is not None
         try:
-            auth = ClientAuth(method, self.startup.user, secret, scram_iterations,
-                              self._binding)
+            auth = ClientAuth(method, self.startup.user, secret, scram_iterations, self._binding)
         except PgtarnError as error:
             return [self._fail(error)]
         self._auth = auth
@@ -526,9 +554,13 @@ class ClientLogin:
         self._authenticated(events, auth)
         return events
 
-    def welcome(self, server_params: Mapping[str, str], tracked: Iterable[str],
-                cancel_key: Key,
-                reported: Mapping[tuple[str, str], str] | None = None) -> Welcome:
+    def welcome(
+        self,
+        server_params: Mapping[str, str],
+        tracked: Iterable[str],
+        cancel_key: Key,
+        reported: Mapping[tuple[str, str], str] | None = None,
+    ) -> Welcome:
         """After Authenticated: the welcome (build_welcome) with this client's parameters."""
         self._expect(LoginState.AUTHENTICATED)
         self.state = LoginState.DONE

@@ -51,7 +51,11 @@ class ClientAuth:
     "": known, without a password)."""
 
     def __init__(
-        self, auth_type: str, user: str, secret: str | None, scram_iterations: int = 4096,
+        self,
+        auth_type: str,
+        user: str,
+        secret: str | None,
+        scram_iterations: int = 4096,
         channel_binding: bytes | None = None,
     ) -> None:
         """channel_binding: on TLS, the hash of pgtarn's certificate (SCRAM-SHA-256-PLUS)."""
@@ -155,7 +159,8 @@ class ClientAuth:
                 self._scram.select(mechanism)
             except AuthFailed:  # PostgreSQL's and PgBouncer's words
                 raise ProtocolViolation(
-                    "client selected an invalid SASL authentication mechanism") from None
+                    "client selected an invalid SASL authentication mechanism"
+                ) from None
             self._client_first_seen = True
             return build.authentication(11, self._scram.handle_client_first(data))
         try:

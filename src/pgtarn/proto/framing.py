@@ -28,8 +28,9 @@ _NO_TYPES: frozenset[int] = frozenset()
 _SHARED: dict[tuple[frozenset[int], int, frozenset[int] | None], MessageScanner] = {}
 
 
-def shared_scanner(watch: frozenset[int], max_size: int = 2**31 - 1,
-                   bodies: frozenset[int] | None = None) -> MessageScanner:
+def shared_scanner(
+    watch: frozenset[int], max_size: int = 2**31 - 1, bodies: frozenset[int] | None = None
+) -> MessageScanner:
     """The scanner lent to every owner with these arguments (see MessageScanner.kept)."""
     key = (watch, max_size, bodies)
     scanner = _SHARED.get(key)
@@ -59,12 +60,26 @@ class MessageScanner:
     the chunk it fed (or slices of it, using the offsets in the events).
     """
 
-    __slots__ = ("_bodies", "_buf", "_skip", "_stop", "_watch", "error_at", "held", "home",
-                 "max_size", "released")
+    __slots__ = (
+        "_bodies",
+        "_buf",
+        "_skip",
+        "_stop",
+        "_watch",
+        "error_at",
+        "held",
+        "home",
+        "max_size",
+        "released",
+    )
 
-    def __init__(self, watch: frozenset[int], max_size: int = 2**31 - 1,
-                 bodies: frozenset[int] | None = None, stop: frozenset[int] = frozenset()
-                 ) -> None:
+    def __init__(
+        self,
+        watch: frozenset[int],
+        max_size: int = 2**31 - 1,
+        bodies: frozenset[int] | None = None,
+        stop: frozenset[int] = frozenset(),
+    ) -> None:
         # The sets are kept as their shared tables only (thousands of idle scanners).
         self._watch = _table(watch)
         self._bodies = _table(watch if bodies is None else bodies)

@@ -64,8 +64,9 @@ class StartupPacket:
     params: Final[dict[str, str]]
     cancel_key: Final[tuple[int, int] | None]
 
-    def __init__(self, code: int, params: dict[str, str],
-                 cancel_key: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, code: int, params: dict[str, str], cancel_key: tuple[int, int] | None = None
+    ) -> None:
         self.code = code
         self.params = params
         self.cancel_key = cancel_key
@@ -100,7 +101,8 @@ def parse_startup(body: bytes) -> StartupPacket:
     while True:
         if i == last:  # nothing terminated is left
             raise ProtocolViolation(
-                "missing string terminator" if strings[i] else "startup packet not terminated")
+                "missing string terminator" if strings[i] else "startup packet not terminated"
+            )
         if not strings[i]:
             break  # the empty name that ends the list
         if i + 1 == last:  # the name has no value with a terminator

@@ -74,16 +74,23 @@ ALL_TYPES: Final = frozenset(range(256))
 #: While linked: ReadyForQuery ends a batch, ParameterStatus and ErrorResponse are noted,
 #: a NotificationResponse may carry a pid to rewrite; everything else passes unread.
 SERVER_RELAY_TYPES: Final = frozenset(
-    (READY_FOR_QUERY, PARAMETER_STATUS, ERROR_RESPONSE, NOTIFICATION_RESPONSE))
+    (READY_FOR_QUERY, PARAMETER_STATUS, ERROR_RESPONSE, NOTIFICATION_RESPONSE)
+)
 #: With prepared statements: also ParseComplete, BindComplete and CloseComplete, which are
 #: answered or dropped (no NotificationResponse: a rewritten pid is session mode's).
 PREPARED_RELAY_TYPES: Final = frozenset(
-    (READY_FOR_QUERY, PARAMETER_STATUS, ERROR_RESPONSE, PARSE_COMPLETE, BIND_COMPLETE,
-     CLOSE_COMPLETE))
+    (
+        READY_FOR_QUERY,
+        PARAMETER_STATUS,
+        ERROR_RESPONSE,
+        PARSE_COMPLETE,
+        BIND_COMPLETE,
+        CLOSE_COMPLETE,
+    )
+)
 #: While the linked client reads the rows of a batch (advisory lock calls): DataRow and the
 #: ends of a result (CommandComplete, EmptyQueryResponse, PortalSuspended).
-ROW_TYPES: Final = frozenset(
-    (DATA_ROW, COMMAND_COMPLETE, EMPTY_QUERY_RESPONSE, PORTAL_SUSPENDED))
+ROW_TYPES: Final = frozenset((DATA_ROW, COMMAND_COMPLETE, EMPTY_QUERY_RESPONSE, PORTAL_SUSPENDED))
 PREPARED_ROW_RELAY_TYPES: Final = PREPARED_RELAY_TYPES | ROW_TYPES
 #: The replies to a Describe of a statement: ParameterDescription, then RowDescription or
 #: NoData.

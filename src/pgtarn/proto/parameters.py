@@ -15,28 +15,75 @@ from collections.abc import Callable, Mapping
 #: PostgreSQL's encoding names, by their cleaned spelling (lowercase, letters and digits
 #: only), aliases included: what SET client_encoding accepts, and the name it reports.
 _ENCODINGS = {
-    "abc": "WIN1258", "alt": "WIN866", "big5": "BIG5", "euccn": "EUC_CN",
-    "eucjis2004": "EUC_JIS_2004", "eucjp": "EUC_JP", "euckr": "EUC_KR", "euctw": "EUC_TW",
-    "gb18030": "GB18030", "gbk": "GBK", "iso88591": "LATIN1", "iso885910": "LATIN6",
-    "iso885913": "LATIN7", "iso885914": "LATIN8", "iso885915": "LATIN9",
-    "iso885916": "LATIN10", "iso88592": "LATIN2", "iso88593": "LATIN3", "iso88594": "LATIN4",
-    "iso88595": "ISO_8859_5", "iso88596": "ISO_8859_6", "iso88597": "ISO_8859_7",
-    "iso88598": "ISO_8859_8", "iso88599": "LATIN5", "johab": "JOHAB", "koi8": "KOI8R",
-    "koi8r": "KOI8R", "koi8u": "KOI8U", "mskanji": "SJIS", "muleinternal": "MULE_INTERNAL",
-    "shiftjis": "SJIS", "shiftjis2004": "SHIFT_JIS_2004", "sjis": "SJIS",
-    "sqlascii": "SQL_ASCII", "tcvn": "WIN1258", "tcvn5712": "WIN1258", "uhc": "UHC",
-    "unicode": "UTF8", "utf8": "UTF8", "vscii": "WIN1258", "win": "WIN1251",
-    "win866": "WIN866", "win874": "WIN874", "win932": "SJIS", "win936": "GBK",
-    "win949": "UHC", "win950": "BIG5", "windows866": "WIN866", "windows874": "WIN874",
-    "windows932": "SJIS", "windows936": "GBK", "windows949": "UHC", "windows950": "BIG5",
+    "abc": "WIN1258",
+    "alt": "WIN866",
+    "big5": "BIG5",
+    "euccn": "EUC_CN",
+    "eucjis2004": "EUC_JIS_2004",
+    "eucjp": "EUC_JP",
+    "euckr": "EUC_KR",
+    "euctw": "EUC_TW",
+    "gb18030": "GB18030",
+    "gbk": "GBK",
+    "iso88591": "LATIN1",
+    "iso885910": "LATIN6",
+    "iso885913": "LATIN7",
+    "iso885914": "LATIN8",
+    "iso885915": "LATIN9",
+    "iso885916": "LATIN10",
+    "iso88592": "LATIN2",
+    "iso88593": "LATIN3",
+    "iso88594": "LATIN4",
+    "iso88595": "ISO_8859_5",
+    "iso88596": "ISO_8859_6",
+    "iso88597": "ISO_8859_7",
+    "iso88598": "ISO_8859_8",
+    "iso88599": "LATIN5",
+    "johab": "JOHAB",
+    "koi8": "KOI8R",
+    "koi8r": "KOI8R",
+    "koi8u": "KOI8U",
+    "mskanji": "SJIS",
+    "muleinternal": "MULE_INTERNAL",
+    "shiftjis": "SJIS",
+    "shiftjis2004": "SHIFT_JIS_2004",
+    "sjis": "SJIS",
+    "sqlascii": "SQL_ASCII",
+    "tcvn": "WIN1258",
+    "tcvn5712": "WIN1258",
+    "uhc": "UHC",
+    "unicode": "UTF8",
+    "utf8": "UTF8",
+    "vscii": "WIN1258",
+    "win": "WIN1251",
+    "win866": "WIN866",
+    "win874": "WIN874",
+    "win932": "SJIS",
+    "win936": "GBK",
+    "win949": "UHC",
+    "win950": "BIG5",
+    "windows866": "WIN866",
+    "windows874": "WIN874",
+    "windows932": "SJIS",
+    "windows936": "GBK",
+    "windows949": "UHC",
+    "windows950": "BIG5",
     **{f"latin{n}": f"LATIN{n}" for n in range(1, 11)},
     **{f"win{n}": f"WIN{n}" for n in range(1250, 1259)},
     **{f"windows{n}": f"WIN{n}" for n in range(1250, 1259)},
 }
 
 _STYLES = {"iso": "ISO", "sql": "SQL", "german": "German"}
-_ORDERS = {"ymd": "YMD", "dmy": "DMY", "mdy": "MDY", "euro": "DMY", "european": "DMY",
-           "us": "MDY", "noneuro": "MDY", "noneuropean": "MDY"}
+_ORDERS = {
+    "ymd": "YMD",
+    "dmy": "DMY",
+    "mdy": "MDY",
+    "euro": "DMY",
+    "european": "DMY",
+    "us": "MDY",
+    "noneuro": "MDY",
+    "noneuropean": "MDY",
+}
 _INTERVAL_STYLES = ("postgres", "postgres_verbose", "sql_standard", "iso_8601")
 _TRUE = ("on", "true", "yes", "1")
 _FALSE = ("off", "false", "no", "0")
@@ -111,8 +158,9 @@ def reported_form(name: str, value: str, current: Mapping[str, str]) -> str:
 
 
 #: PgBouncer's refusal of an options parameter it cannot read.
-BAD_OPTIONS = ("unsupported options startup parameter: only '-c config=val' and "
-               "'--config=val' are allowed")
+BAD_OPTIONS = (
+    "unsupported options startup parameter: only '-c config=val' and '--config=val' are allowed"
+)
 
 
 def parse_options(text: str) -> list[tuple[str, str]] | None:

@@ -135,18 +135,25 @@ class ServerAuth:
             if self.channel_binding == "require" and not self.channel_bound:
                 # as libpq's channel_binding=require: a server that lets us in without a
                 # bound SCRAM exchange (trust, md5, ...) has not proven it is the server
-                raise PgtarnError("channel binding is required, but the server "
-                                  "authenticated pgtarn without it", sqlstate="08006")
+                raise PgtarnError(
+                    "channel binding is required, but the server authenticated pgtarn without it",
+                    sqlstate="08006",
+                )
             self._authenticated = True
             return b""
         if code in (AUTH_CLEARTEXT, AUTH_MD5) and self.channel_binding == "require":
             # not even an md5 hash goes to a server that has not proven who it is
-            raise PgtarnError("channel binding is required, but the server asked for a "
-                              f"{'cleartext' if code == AUTH_CLEARTEXT else 'md5'} password",
-                              sqlstate="08006")
+            raise PgtarnError(
+                "channel binding is required, but the server asked for a "
+                f"{'cleartext' if code == AUTH_CLEARTEXT else 'md5'} password",
+                sqlstate="08006",
+            )
         if code == AUTH_CLEARTEXT:
-            if self.password is None or is_md5_secret(self.password) \
-                    or self.password.startswith("SCRAM-SHA-256$"):
+            if (
+                self.password is None
+                or is_md5_secret(self.password)
+                or self.password.startswith("SCRAM-SHA-256$")
+            ):
                 raise self._no_password("cleartext")
             return build.password_message(self.password.encode() + b"\x00")
         if code == AUTH_MD5:
@@ -159,18 +166,25 @@ class ServerAuth:
             )
         if code == AUTH_SASL:
             binding = self.tls_binding if self.channel_binding != "disable" else None
-            mechanism = choose_mechanism(parse_sasl_mechanisms(payload), bool(binding),
-                                         self.channel_binding == "require")
+            mechanism = choose_mechanism(
+                parse_sasl_mechanisms(payload), bool(binding), self.channel_binding == "require"
+            )
             channel = binding if mechanism == MECHANISM_PLUS else None
             can_bind = bool(binding)  # tells the server we could have (it catches a downgrade)
             if self.scram_keys is not None:
                 client_key, server_key = self.scram_keys
-                self._scram = ScramClient(client_key=client_key, server_key=server_key,
-                                          channel_binding=channel, can_bind=can_bind)
-            elif self.password is not None and not is_md5_secret(self.password) \
-                    and not self.password.startswith("SCRAM-SHA-256$"):
-                self._scram = ScramClient(self.password, channel_binding=channel,
-                                          can_bind=can_bind)
+                self._scram = ScramClient(
+                    client_key=client_key,
+                    server_key=server_key,
+                    channel_binding=channel,
+                    can_bind=can_bind,
+                )
+            elif (
+                self.password is not None
+                and not is_md5_secret(self.password)
+                and not self.password.startswith("SCRAM-SHA-256$")
+            ):
+                self._scram = ScramClient(self.password, channel_binding=channel, can_bind=can_bind)
             else:
                 raise self._no_password("SCRAM-SHA-256")
             self.channel_bound = mechanism == MECHANISM_PLUS
@@ -241,9 +255,13 @@ class ServerLogin:
 
     __slots__ = ("auth", "scanner", "sslmode", "startup_params", "step")
 
-    def __init__(self, auth: ServerAuth, database: str,
-                 params: Mapping[str, str] = MappingProxyType({}),
-                 max_message: int = LOGIN_MAX) -> None:
+    def __init__(
+        self,
+        auth: ServerAuth,
+        database: str,
+        params: Mapping[str, str] = MappingProxyType({}),
+        max_message: int = LOGIN_MAX,
+    ) -> None:
         """params: startup parameters besides user and database; max_message: the longest
         message accepted during the login."""
         self.auth = auth

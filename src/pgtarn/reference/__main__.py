@@ -12,14 +12,26 @@ from .pages import PAGES, stale, write
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pgtarn.reference",
-                                     description="Generate docs/reference/ from the code.")
-    parser.add_argument("directory", nargs="?", default="docs/reference", type=Path,
-                        help="where the pages go (default: docs/reference)")
-    parser.add_argument("--man", default="contrib/pgtarn.1", type=Path, metavar="PATH",
-                        help="where the man page pgtarn(1) goes (default: contrib/pgtarn.1)")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if a page is not up to date")
+    parser = argparse.ArgumentParser(
+        prog="python -m pgtarn.reference", description="Generate docs/reference/ from the code."
+    )
+    parser.add_argument(
+        "directory",
+        nargs="?",
+        default="docs/reference",
+        type=Path,
+        help="where the pages go (default: docs/reference)",
+    )
+    parser.add_argument(
+        "--man",
+        default="contrib/pgtarn.1",
+        type=Path,
+        metavar="PATH",
+        help="where the man page pgtarn(1) goes (default: contrib/pgtarn.1)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if a page is not up to date"
+    )
     args = parser.parse_args(argv)
     man_page = man.render()
     man_stale = not args.man.exists() or args.man.read_text(encoding="utf-8") != man_page

@@ -57,10 +57,18 @@ def _show(show: str) -> list[str]:
     origin = "pgtarn's own" if doc.pgtarn_only else "PgBouncer's"
     if doc.extra:
         origin += ", with pgtarn's " + ", ".join(f"`{c}`" for c in doc.extra) + " at the end"
-    lines = [f"### SHOW {show.upper()}", "", doc.text, "",
-             f"- **Who**: {who_may_show(show)}", f"- **Origin**: {origin}",
-             f"- **With workers**: {_workers(show)}", "",
-             "| Column | Type | Meaning |", "|---|---|---|"]
+    lines = [
+        f"### SHOW {show.upper()}",
+        "",
+        doc.text,
+        "",
+        f"- **Who**: {who_may_show(show)}",
+        f"- **Origin**: {origin}",
+        f"- **With workers**: {_workers(show)}",
+        "",
+        "| Column | Type | Meaning |",
+        "|---|---|---|",
+    ]
     meanings = described.COLUMNS[show]
     for name, oid in columns_of(show):
         lines.append(f"| `{name}` | {TYPES[oid]} | {cell(meanings[name])} |")
@@ -68,9 +76,13 @@ def _show(show: str) -> list[str]:
 
 
 def _commands() -> list[str]:
-    lines = ["## Commands", "",
-             "Only `admin_users` may run them. A database named `[db]` is optional: without "
-             "it the command acts on every database.", ""]
+    lines = [
+        "## Commands",
+        "",
+        "Only `admin_users` may run them. A database named `[db]` is optional: without "
+        "it the command acts on every database.",
+        "",
+    ]
     for name, doc in described.COMMANDS.items():
         lines += [f"### {name.upper()}", "", f"`{doc.syntax}`", "", doc.text, ""]
         origin = "pgtarn's own" if doc.pgtarn_only else "PgBouncer's"
@@ -81,20 +93,28 @@ def _commands() -> list[str]:
 
 
 def _missing() -> list[str]:
-    lines = ["## Not in pgtarn", "", "PgBouncer's SHOW commands that pgtarn does not have "
-             "(they answer `invalid command`):", ""]
-    lines += [f"- `SHOW {name.upper()}`: {why}."
-              for name, why in described.MISSING_SHOWS.items()]
+    lines = [
+        "## Not in pgtarn",
+        "",
+        "PgBouncer's SHOW commands that pgtarn does not have (they answer `invalid command`):",
+        "",
+    ]
+    lines += [f"- `SHOW {name.upper()}`: {why}." for name, why in described.MISSING_SHOWS.items()]
     return [*lines, ""]
 
 
 def render() -> str:
     """The whole page."""
-    lines = [INTRO.format(generated=GENERATED), "## SHOW commands", "",
-             "`SHOW HELP` lists the commands. `SELECT` may stand for `SHOW`. "
-             "For drivers that ask, `SHOW` of "
-             + ", ".join(f"`{p}`" for p in FAKE_PARAMETERS)
-             + " answers a fixed value, and `SET` of them is accepted and ignored.", ""]
+    lines = [
+        INTRO.format(generated=GENERATED),
+        "## SHOW commands",
+        "",
+        "`SHOW HELP` lists the commands. `SELECT` may stand for `SHOW`. "
+        "For drivers that ask, `SHOW` of "
+        + ", ".join(f"`{p}`" for p in FAKE_PARAMETERS)
+        + " answers a fixed value, and `SET` of them is accepted and ignored.",
+        "",
+    ]
     for show in SHOW_TABLES:
         lines += _show(show)
     lines += _commands()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 #: The line every generated page carries under its title.
-GENERATED = ("*Generated from pgtarn's code by `python -m pgtarn.reference`: edit the code or "
-             "`src/pgtarn/descriptions/`, not this page.*")
+GENERATED = (
+    "*Generated from pgtarn's code by `python -m pgtarn.reference`: edit the code or "
+    "`src/pgtarn/descriptions/`, not this page.*"
+)
 
 
 def code(text: str) -> str:

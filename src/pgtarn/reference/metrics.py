@@ -50,8 +50,9 @@ def _labels(metric: Metric) -> tuple[str, ...]:
 def families() -> list[Family]:
     """Every family the endpoint can report, as an empty pgtarn's collector yields them."""
     runtime = Runtime(Config.default(), {})
-    metrics: Iterator[Metric] = iter([*PgtarnCollector(runtime).collect(),
-                                      *worker_metrics(runtime)])
+    metrics: Iterator[Metric] = iter(
+        [*PgtarnCollector(runtime).collect(), *worker_metrics(runtime)]
+    )
     return [Family(m.name, m.type, _labels(m), m.documentation) for m in metrics]
 
 
@@ -79,11 +80,22 @@ def merge_rule(name: str) -> str:
 
 def render() -> str:
     """The whole page."""
-    lines = [INTRO.format(generated=GENERATED), "| Metric | Type | Labels | Workers | Meaning |",
-             "|---|---|---|---|---|"]
+    lines = [
+        INTRO.format(generated=GENERATED),
+        "| Metric | Type | Labels | Workers | Meaning |",
+        "|---|---|---|---|---|",
+    ]
     for family in families():
-        labels = ", ".join(f"`{label}`" for label in family.labels + (
-            ("worker",) if family.name.startswith(PER_WORKER) else ())) or "none"
-        lines.append(f"| {exposed(family)} | {family.type} | {labels} | "
-                     f"{merge_rule(family.name)} | {cell(family.help)} |")
+        labels = (
+            ", ".join(
+                f"`{label}`"
+                for label in family.labels
+                + (("worker",) if family.name.startswith(PER_WORKER) else ())
+            )
+            or "none"
+        )
+        lines.append(
+            f"| {exposed(family)} | {family.type} | {labels} | "
+            f"{merge_rule(family.name)} | {cell(family.help)} |"
+        )
     return "\n".join(lines).rstrip("\n") + "\n"

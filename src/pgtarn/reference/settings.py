@@ -85,13 +85,21 @@ def not_applied(name: str) -> str:
 def _setting(name: str) -> list[str]:
     setting, doc = SETTINGS[name], DOCS[name]
     changes = "RELOAD, SIGHUP and admin `SET`" if setting.changeable else "restart only"
-    lines = [f"### {name}", "", f"- **Type**: {kind_of(setting)}",
-             f"- **Default**: {default_of(setting)}", f"- **Changes**: {changes}",
-             f"- **Origin**: {_origin(setting, doc.differs)}"]
+    lines = [
+        f"### {name}",
+        "",
+        f"- **Type**: {kind_of(setting)}",
+        f"- **Default**: {default_of(setting)}",
+        f"- **Changes**: {changes}",
+        f"- **Origin**: {_origin(setting, doc.differs)}",
+    ]
     old = [old for old, new in sorted(DEPRECATED.items()) if new == name]
     if old:
-        lines.append("- **Also read as**: " + ", ".join(code(o) for o in old)
-                     + " (deprecated, with a warning)")
+        lines.append(
+            "- **Also read as**: "
+            + ", ".join(code(o) for o in old)
+            + " (deprecated, with a warning)"
+        )
     lines += ["", doc.text]
     why = not_applied(name)
     if why:
@@ -108,31 +116,51 @@ def sections() -> dict[str, list[str]]:
 
 
 def _summary(groups: Mapping[str, list[str]]) -> list[str]:
-    lines = ["## At a glance", "", "| Setting | Default | Changes | Origin |",
-             "|---|---|---|---|"]
+    lines = ["## At a glance", "", "| Setting | Default | Changes | Origin |", "|---|---|---|---|"]
     for names in groups.values():
         for name in names:
             setting = SETTINGS[name]
-            origin = ("pgtarn" if setting.pgtarn_only
-                      else "PgBouncer, differs" if DOCS[name].differs else "PgBouncer")
+            origin = (
+                "pgtarn"
+                if setting.pgtarn_only
+                else "PgBouncer, differs"
+                if DOCS[name].differs
+                else "PgBouncer"
+            )
             if not_applied(name):
                 origin += ", not applied"
-            default = default_of(setting) if len(setting.format(setting.default)) <= 40 \
+            default = (
+                default_of(setting)
+                if len(setting.format(setting.default)) <= 40
                 else "(long, see below)"
-            lines.append(f"| [{name}](#{name}) | {cell(default)} | "
-                         f"{'reload' if setting.changeable else 'restart'} | {origin} |")
+            )
+            lines.append(
+                f"| [{name}](#{name}) | {cell(default)} | "
+                f"{'reload' if setting.changeable else 'restart'} | {origin} |"
+            )
     return [*lines, ""]
 
 
 def _keys(section: str, intro: str, keys: Mapping[str, KeyDoc]) -> list[str]:
     lines = [f"## [{section}]", "", intro, ""]
     for key, doc in sorted(keys.items()):
-        origin = ("pgtarn's own" if doc.pgtarn_only
-                  else f"PgBouncer's, with a difference: {doc.differs}" if doc.differs
-                  else "PgBouncer's, same meaning")
-        lines += [f"### {key} {{#{section}-{key}}}", "", f"- **Type**: {doc.kind}",
-                  f"- **Default**: {doc.default}", f"- **Origin**: {origin}", "", doc.text,
-                  ""]
+        origin = (
+            "pgtarn's own"
+            if doc.pgtarn_only
+            else f"PgBouncer's, with a difference: {doc.differs}"
+            if doc.differs
+            else "PgBouncer's, same meaning"
+        )
+        lines += [
+            f"### {key} {{#{section}-{key}}}",
+            "",
+            f"- **Type**: {doc.kind}",
+            f"- **Default**: {doc.default}",
+            f"- **Origin**: {origin}",
+            "",
+            doc.text,
+            "",
+        ]
     return lines
 
 

@@ -159,8 +159,9 @@ class SecretLookup:
         self._next()
 
     def lost(self, error: PgtarnError) -> None:
-        log.warning("auth_query connection to %s as %s: %s", self.db.name, self.auth_user,
-                    error.message)
+        log.warning(
+            "auth_query connection to %s as %s: %s", self.db.name, self.auth_user, error.message
+        )
         self.conn = None
         self.reset(error)
 
@@ -174,10 +175,15 @@ class _LookupConnection(OwnConnection):
         password = runtime.userlist.get(lookup.auth_user)
         if password is not None and password.startswith("SCRAM-SHA-256$"):
             password = None  # a verifier cannot log in by itself: the login says so clearly
-        auth = ServerAuth(lookup.auth_user, password,
-                          channel_binding=runtime.config.server_channel_binding)
-        super().__init__(runtime, ServerLogin(auth, lookup.db.dbname, STARTUP, LOGIN_MAX),
-                         lookup.db.host, MessageScanner(ALL_TYPES, _MAX_MESSAGE))
+        auth = ServerAuth(
+            lookup.auth_user, password, channel_binding=runtime.config.server_channel_binding
+        )
+        super().__init__(
+            runtime,
+            ServerLogin(auth, lookup.db.dbname, STARTUP, LOGIN_MAX),
+            lookup.db.host,
+            MessageScanner(ALL_TYPES, _MAX_MESSAGE),
+        )
         self.lookup = lookup
         #: The answer under way: the first row's secret (None: no row yet), and what went
         #: wrong (logged at its ReadyForQuery).
@@ -187,8 +193,13 @@ class _LookupConnection(OwnConnection):
     async def connect(self) -> None:
         config = self.lookup.runtime.config
         try:
-            await open_connection(self.lookup.db, lambda: self, config.server_connect_timeout,
-                                  config.unix_socket_dir, self.lookup.runtime.hosts)
+            await open_connection(
+                self.lookup.db,
+                lambda: self,
+                config.server_connect_timeout,
+                config.unix_socket_dir,
+                self.lookup.runtime.hosts,
+            )
         except (TimeoutError, OSError) as exc:
             self._fail(_lookup_failed(f"could not connect to server: {exc or 'timeout'}"))
 
@@ -213,9 +224,13 @@ class _LookupConnection(OwnConnection):
         """PostgreSQL refused auth_user's login: the clients get its words (as PgBouncer:
         "no such database" is as true of them)."""
         if isinstance(error, LoginRefused):
-            log.warning("auth_query connection to %s as %s: server login failed: %s %s",
-                        self.lookup.db.name, self.lookup.auth_user, error.severity,
-                        error.message)
+            log.warning(
+                "auth_query connection to %s as %s: server login failed: %s %s",
+                self.lookup.db.name,
+                self.lookup.auth_user,
+                error.severity,
+                error.message,
+            )
             self._fail(error)
             return
         self._failed(error)
@@ -241,8 +256,9 @@ class _LookupConnection(OwnConnection):
 
     def ask(self, query: str, user: str) -> None:
         assert self.transport is not None
-        self.transport.write(build.parse("", query) + build.bind("", "", [user])
-                             + build.execute() + build.SYNC)
+        self.transport.write(
+            build.parse("", query) + build.bind("", "", [user]) + build.execute() + build.SYNC
+        )
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(_lookup_failed("the server closed the connection"))

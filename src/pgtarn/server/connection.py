@@ -77,12 +77,19 @@ class ServerConnection(ServerRelay):
 
     __slots__ = ()
 
-    def __init__(self, runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
-                 login: ServerLogin) -> None:
+    def __init__(
+        self, runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry, login: ServerLogin
+    ) -> None:
         super().__init__(runtime, pool, db)
         self.login = LoginDriver(
-            login, self, db.host, switched=self._switch_transport, logged_in=self._logged_in,
-            failed=self._login_refused, tls_failed=self._tls_failed)
+            login,
+            self,
+            db.host,
+            switched=self._switch_transport,
+            logged_in=self._logged_in,
+            failed=self._login_refused,
+            tls_failed=self._tls_failed,
+        )
 
     # --- connection lifecycle -----------------------------------------------------------------
 
@@ -94,9 +101,15 @@ class ServerConnection(ServerRelay):
             try:
                 config = runtime.config
                 self.target = await open_connection(
-                    db, lambda: self, config.server_connect_timeout, config.unix_socket_dir,
-                    runtime.hosts, self.hosts_tried, config.tcp_socket_buffer,
-                    self._host_failed)
+                    db,
+                    lambda: self,
+                    config.server_connect_timeout,
+                    config.unix_socket_dir,
+                    runtime.hosts,
+                    self.hosts_tried,
+                    config.tcp_socket_buffer,
+                    self._host_failed,
+                )
             except (TimeoutError, OSError) as exc:
                 self.connection_failed(exc)
 
@@ -113,8 +126,9 @@ class ServerConnection(ServerRelay):
         local = transport.get_extra_info("sockname")
         self.local_addr = address(local) if isinstance(local, tuple) else "unix"
         assert self.login is not None  # not closed: still logging in
-        self.login.start(self.transport, self.runtime.server_tls,
-                         self.runtime.config.server_tls_sslmode)
+        self.login.start(
+            self.transport, self.runtime.server_tls, self.runtime.config.server_tls_sslmode
+        )
 
     # --- the login's reports ----------------------------------------------------------------
 
@@ -133,8 +147,9 @@ class ServerConnection(ServerRelay):
         self.backend_key = result.backend_key
         config = self.runtime.config
         if self.pool.pool_mode != "session" and config.max_prepared_statements > 0:
-            self.statements = ServerStatements(config.max_prepared_statements,
-                                               self.pool.prepared_counters)
+            self.statements = ServerStatements(
+                config.max_prepared_statements, self.pool.prepared_counters
+            )
             self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
         if result.leftover:  # sent unasked right behind the login: no client's yet
             self.data_received(result.leftover)
@@ -150,8 +165,9 @@ class ServerConnection(ServerRelay):
     def _after_connect_query(self) -> None:
         if self.internal_error is not None:
             sqlstate, message = self.internal_error
-            error = PgtarnError(f"connect_query failed: {message}", sqlstate=sqlstate or "08P01",
-                                severity="FATAL")
+            error = PgtarnError(
+                f"connect_query failed: {message}", sqlstate=sqlstate or "08P01", severity="FATAL"
+            )
             self.close(error.message)
             self._login_failed(error)
             return
@@ -209,12 +225,21 @@ class ServerConnection(ServerRelay):
                 message = "no primary: no server of the host list takes writes"
             self._login_failed(PgtarnError(message, sqlstate="08006", severity="FATAL"))
             return False
-        log.info("%r %s:%s does not fit target_session_attrs=%s, trying the next host",
-                 self, *hosts[index], attrs)
+        log.info(
+            "%r %s:%s does not fit target_session_attrs=%s, trying the next host",
+            self,
+            *hosts[index],
+            attrs,
+        )
         self.login = LoginDriver(
-            server_login_for(self.runtime, self.pool, self.db), self, self.db.host,
-            switched=self._switch_transport, logged_in=self._logged_in,
-            failed=self._login_refused, tls_failed=self._tls_failed)
+            server_login_for(self.runtime, self.pool, self.db),
+            self,
+            self.db.host,
+            switched=self._switch_transport,
+            logged_in=self._logged_in,
+            failed=self._login_refused,
+            tls_failed=self._tls_failed,
+        )
         self.start_connecting()
         return False
 
@@ -224,8 +249,7 @@ class ServerConnection(ServerRelay):
         server connection it closes for it."""
         self.peer = "{}:{}".format(*target)
         if more and self.runtime.config.log_disconnections:
-            log.info("%r closing because: %s; trying the next host", self,
-                     connect_failure(exc))
+            log.info("%r closing because: %s; trying the next host", self, connect_failure(exc))
 
     def connection_failed(self, exc: BaseException) -> None:
         """The TCP/unix connect itself failed."""
@@ -235,8 +259,9 @@ class ServerConnection(ServerRelay):
         reason = connect_failure(exc)
         if self.runtime.config.log_disconnections:
             log.info("%r closing because: %s", self, reason)
-        error = PgtarnError(f"could not connect to server: {reason}", sqlstate="08006",
-                            severity="FATAL")
+        error = PgtarnError(
+            f"could not connect to server: {reason}", sqlstate="08006", severity="FATAL"
+        )
         self.login = None
         self._login_failed(error)
 
@@ -258,8 +283,9 @@ class ServerConnection(ServerRelay):
                 and type(error) in (PgtarnError, LoginRefused) \
                 and error.message[:10] != "no primary":  # fmt: skip
             # a home pool's server while the checks know no primary: say so first
-            error = type(error)(f"no primary: {error.message}", sqlstate=error.sqlstate,
-                                severity=error.severity)
+            error = type(error)(
+                f"no primary: {error.message}", sqlstate=error.sqlstate, severity=error.severity
+            )
         if self.runtime.config.log_pooler_errors and not isinstance(error, LoginRefused):
             log.warning("%r %s", self, error.message)  # (a refusal was logged as it came)
         self.pool.server_login_failed(self, error, retry=is_transient(error))
@@ -273,9 +299,11 @@ class ServerConnection(ServerRelay):
         self.send_state = SEND_NEVER  # its socket closes once this returns
         if self.login is not None:
             self.login = None
-            self._login_failed(PgtarnError(
-                "server closed the connection during login", sqlstate="08006", severity="FATAL"
-            ))
+            self._login_failed(
+                PgtarnError(
+                    "server closed the connection during login", sqlstate="08006", severity="FATAL"
+                )
+            )
             return
         client = self.client
         if client is not None:
@@ -296,9 +324,11 @@ class ServerConnection(ServerRelay):
             log.info("%r closing because: %s", self, reason)
         if self.login is not None:
             self.login = None
-            self._login_failed(PgtarnError(
-                f"could not log in to server: {reason}", sqlstate="08006", severity="FATAL"
-            ))
+            self._login_failed(
+                PgtarnError(
+                    f"could not log in to server: {reason}", sqlstate="08006", severity="FATAL"
+                )
+            )
         if self.transport is not None:
             if not self.transport.is_closing():
                 self.transport.write(build.TERMINATE)
@@ -324,9 +354,12 @@ class ServerConnection(ServerRelay):
 
     # --- commands from the client side and the pool --------------------------------------------
 
-
-    def link(self, client: LinkedClient[ServerConnection], params: dict[str, str],
-             settings: dict[str, str] | None = None) -> None:
+    def link(
+        self,
+        client: LinkedClient[ServerConnection],
+        params: dict[str, str],
+        settings: dict[str, str] | None = None,
+    ) -> None:
         """Lent to client: SET its tracked parameters that differ here, and make the session
         settings its own (SET what differs, RESET what it never set), ahead of its bytes (their
         replies are swallowed, so no round trip is added). settings None: not tracked."""
@@ -340,8 +373,7 @@ class ServerConnection(ServerRelay):
         for name, value in params.items():
             if self.params.get(name) != value:
                 self.params[name] = value
-                statements.append(
-                    f"SET {build.quote_ident(name)} TO {build.quote_literal(value)}")
+                statements.append(f"SET {build.quote_ident(name)} TO {build.quote_literal(value)}")
         if not same_settings:
             assert settings is not None
             statements.extend(_settings_change(self.settings, settings))
@@ -349,9 +381,15 @@ class ServerConnection(ServerRelay):
         if statements:
             self.run_internal(["; ".join(statements)], None)
 
-    def release_from(self, client: LinkedClient[ServerConnection], mid_query: bool,
-                     reset_query: str | None, settings: dict[str, str] | None = None, *,
-                     reason: str = "client disconnected while a query was running") -> None:
+    def release_from(
+        self,
+        client: LinkedClient[ServerConnection],
+        mid_query: bool,
+        reset_query: str | None,
+        settings: dict[str, str] | None = None,
+        *,
+        reason: str = "client disconnected while a query was running",
+    ) -> None:
         """client left while linked: close mid-query (or when told why, reason); otherwise
         clean up, then release. settings: the session settings the client leaves here."""
         if self.client is not client:
@@ -377,8 +415,9 @@ class ServerConnection(ServerRelay):
         self.on_clean = on_clean
         self.write(b"".join(build.query(sql) for sql in sql_statements))
 
-    def reset_and_release(self, reset_query: str | None,
-                          settings: dict[str, str] | None = None, now: float = 0.0) -> None:
+    def reset_and_release(
+        self, reset_query: str | None, settings: dict[str, str] | None = None, now: float = 0.0
+    ) -> None:
         """Unlinked from its client: roll back / reset as needed, then go back to the pool.
         settings: the session settings the client leaves (None: unchanged); now: the
         caller's reading of the clock, if it has one."""
@@ -460,12 +499,16 @@ class ServerConnection(ServerRelay):
         async def cancel() -> None:
             answered = False
             try:
-                answered = await send_cancel_request(self.target, pid, key,
-                                                     self.runtime.config, still_linked)
+                answered = await send_cancel_request(
+                    self.target, pid, key, self.runtime.config, still_linked
+                )
             finally:
                 if not answered and not self.closed:
-                    log.warning("%r its cancel request may still arrive: it is closed "
-                                "rather than lent again", self)
+                    log.warning(
+                        "%r its cancel request may still arrive: it is closed "
+                        "rather than lent again",
+                        self,
+                    )
                 cancel_ended(pool, self, request, answered)
                 if done is not None:
                     done()

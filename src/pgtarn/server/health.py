@@ -99,15 +99,26 @@ class _Probe:
 class HealthChecker:
     """Checks every host of a HostSet each period on connections of its own."""
 
-    def __init__(self, runtime: Runtime, hosts: HostSet, pool: Pool[Any],
-                 db: DatabaseEntry) -> None:
+    def __init__(
+        self, runtime: Runtime, hosts: HostSet, pool: Pool[Any], db: DatabaseEntry
+    ) -> None:
         self.runtime = runtime
         self.hosts = hosts
         self.pool = pool
         self.probes = [
-            _Probe(host.index, dataclasses.replace(db, host=host.host, hosts=(), port=host.port,
-                                                   ports=(), target_session_attrs=None))
-            for host in hosts.hosts]
+            _Probe(
+                host.index,
+                dataclasses.replace(
+                    db,
+                    host=host.host,
+                    hosts=(),
+                    port=host.port,
+                    ports=(),
+                    target_session_attrs=None,
+                ),
+            )
+            for host in hosts.hosts
+        ]
         #: A wake round asked for runs at this time (0.0: none asked); the last one ran then.
         self.wake_at = 0.0
         self.woken_at = -math.inf
@@ -251,8 +262,7 @@ class HealthChecker:
         if conn is probe.conn and probe.started and not probe.sent_at:
             self._send(probe, conn)
 
-    def answered(self, conn: _CheckConnection, row: list[bytes | None] | None,
-                 error: str) -> None:
+    def answered(self, conn: _CheckConnection, row: list[bytes | None] | None, error: str) -> None:
         probe = conn.probe
         if conn is not probe.conn or not probe.sent_at:
             return
@@ -289,9 +299,12 @@ class _CheckConnection(OwnConnection):
 
     def __init__(self, checker: HealthChecker, probe: _Probe) -> None:
         runtime = checker.runtime
-        super().__init__(runtime,
-                         server_login_for(runtime, checker.pool, probe.db, APPLICATION_NAME),
-                         probe.db.host, MessageScanner(ALL_TYPES, runtime.config.max_packet_size))
+        super().__init__(
+            runtime,
+            server_login_for(runtime, checker.pool, probe.db, APPLICATION_NAME),
+            probe.db.host,
+            MessageScanner(ALL_TYPES, runtime.config.max_packet_size),
+        )
         self.checker = checker
         self.probe = probe
         self.ready_at = 0.0
@@ -367,10 +380,10 @@ class _CheckConnection(OwnConnection):
             self._shut()
 
 
-def start_health(runtime: Runtime, hosts: HostSet, pool: Pool[Any],
-                 db: DatabaseEntry) -> HealthChecker:
+def start_health(
+    runtime: Runtime, hosts: HostSet, pool: Pool[Any], db: DatabaseEntry
+) -> HealthChecker:
     """A running HealthChecker of hosts (the app's factory): call in the event loop."""
     checker = HealthChecker(runtime, hosts, pool, db)
     checker.start()
     return checker
-

@@ -40,11 +40,24 @@ APPLICATION_NAME = "pgtarn listener"
 class Listener:
     """A pool's listener connection, across reconnects (the board's ListenerLink)."""
 
-    __slots__ = ("board", "closed", "conn", "connected_at", "db", "failures", "id",
-                 "in_flight", "on_server", "pool", "retry_at", "runtime")
+    __slots__ = (
+        "board",
+        "closed",
+        "conn",
+        "connected_at",
+        "db",
+        "failures",
+        "id",
+        "in_flight",
+        "on_server",
+        "pool",
+        "retry_at",
+        "runtime",
+    )
 
-    def __init__(self, runtime: Runtime, pool: Pool[Any], db: DatabaseEntry,
-                 board: ChannelBoard) -> None:
+    def __init__(
+        self, runtime: Runtime, pool: Pool[Any], db: DatabaseEntry, board: ChannelBoard
+    ) -> None:
         self.runtime = runtime
         self.pool = pool
         self.db = db
@@ -139,8 +152,13 @@ class Listener:
         async def connect() -> None:
             config = runtime.config
             try:
-                await open_connection(db, lambda: conn, config.server_connect_timeout,
-                                      config.unix_socket_dir, runtime.hosts)
+                await open_connection(
+                    db,
+                    lambda: conn,
+                    config.server_connect_timeout,
+                    config.unix_socket_dir,
+                    runtime.hosts,
+                )
             except (TimeoutError, OSError) as exc:
                 conn.lost(f"could not connect to server: {exc or 'timeout'}")
 
@@ -165,9 +183,9 @@ class Listener:
         self.on_server = set()
         self.in_flight.clear()
         self.board.connection_lost()
-        log.warning("%r closing because: listener connection lost; clients listening are "
-                    "warned",
-                    self)
+        log.warning(
+            "%r closing because: listener connection lost; clients listening are warned", self
+        )
 
     # --- the connection's reports -----------------------------------------------------------
 
@@ -203,8 +221,13 @@ class Listener:
             return
         channel, listening = self.in_flight.popleft()
         if error:
-            log.warning("%r %s %s failed: %s", self, "LISTEN" if listening else "UNLISTEN",
-                        build.quote_ident(channel), error)
+            log.warning(
+                "%r %s %s failed: %s",
+                self,
+                "LISTEN" if listening else "UNLISTEN",
+                build.quote_ident(channel),
+                error,
+            )
             if listening:
                 self.on_server.discard(channel)
                 self.board.refused(channel, error)
@@ -220,8 +243,12 @@ class _ListenerConnection(OwnConnection):
 
     def __init__(self, listener: Listener, db: DatabaseEntry) -> None:
         runtime = listener.runtime
-        super().__init__(runtime, server_login_for(runtime, listener.pool, db, APPLICATION_NAME),
-                         db.host, MessageScanner(LISTENER_TYPES, runtime.config.max_packet_size))
+        super().__init__(
+            runtime,
+            server_login_for(runtime, listener.pool, db, APPLICATION_NAME),
+            db.host,
+            MessageScanner(LISTENER_TYPES, runtime.config.max_packet_size),
+        )
         self.listener = listener
         self.error = ""
         self.created_at = time.monotonic()
@@ -257,7 +284,7 @@ class _ListenerConnection(OwnConnection):
             listener.replied(failure)
         else:  # ErrorResponse: of the LISTEN or UNLISTEN under way
             fields = parse_fields(body)
-            self.error = f'{fields.get("C", "")} {fields.get("M", "")}'
+            self.error = f"{fields.get('C', '')} {fields.get('M', '')}"
             if fields.get("S") in ("FATAL", "PANIC"):
                 log.warning("%r server sent FATAL %s", listener, self.error)
 

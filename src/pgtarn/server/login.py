@@ -34,14 +34,29 @@ class LoginDriver:
     - tls_failed(exc): the TLS handshake failed (the connection is closed already).
     """
 
-    __slots__ = ("connection", "context", "failed", "host", "logged_in", "login", "switched",
-                 "tls_failed", "transport")
+    __slots__ = (
+        "connection",
+        "context",
+        "failed",
+        "host",
+        "logged_in",
+        "login",
+        "switched",
+        "tls_failed",
+        "transport",
+    )
 
-    def __init__(self, login: ServerLogin, connection: asyncio.Protocol, host: str | None, *,
-                 switched: Callable[[asyncio.Transport], None],
-                 logged_in: Callable[[LoggedIn], None],
-                 failed: Callable[[PgtarnError], None],
-                 tls_failed: Callable[[Exception], None]) -> None:
+    def __init__(
+        self,
+        login: ServerLogin,
+        connection: asyncio.Protocol,
+        host: str | None,
+        *,
+        switched: Callable[[asyncio.Transport], None],
+        logged_in: Callable[[LoggedIn], None],
+        failed: Callable[[PgtarnError], None],
+        tls_failed: Callable[[Exception], None],
+    ) -> None:
         """host: the server's host name (checked against its certificate by verify-full)."""
         self.login = login
         self.connection = connection
@@ -54,8 +69,9 @@ class LoginDriver:
         #: The TLS context in force when the SSLRequest went out (a RELOAD may replace it).
         self.context: ssl.SSLContext | None = None
 
-    def start(self, transport: asyncio.Transport, context: ssl.SSLContext | None,
-              sslmode: str) -> None:
+    def start(
+        self, transport: asyncio.Transport, context: ssl.SSLContext | None, sslmode: str
+    ) -> None:
         """Connected: send an SSLRequest when TLS is on (context) and the connection is TCP
         (a unix socket is local already, as libpq has it), else the StartupMessage."""
         self.transport = transport
@@ -83,9 +99,15 @@ class LoginDriver:
 
     def _start_tls(self) -> None:
         assert self.transport is not None and self.context is not None
-        tls = TlsTransport(self.transport, self.context, self.connection, server_side=False,
-                           server_hostname=self.host, on_ready=self._tls_ready,
-                           on_failed=self.tls_failed)
+        tls = TlsTransport(
+            self.transport,
+            self.context,
+            self.connection,
+            server_side=False,
+            server_hostname=self.host,
+            on_ready=self._tls_ready,
+            on_failed=self.tls_failed,
+        )
         self.transport = tls
         self.switched(tls)
         tls.start()
@@ -115,15 +137,22 @@ class OwnConnection(asyncio.Protocol):
     #: a _message that reads nothing, only hands replies on, lets what it meets go up).
     MESSAGES_CHECKED: ClassVar[bool] = True
 
-    def __init__(self, runtime: Runtime, login: ServerLogin, host: str | None,
-                 scanner: MessageScanner) -> None:
+    def __init__(
+        self, runtime: Runtime, login: ServerLogin, host: str | None, scanner: MessageScanner
+    ) -> None:
         """host: the server's host name (for verify-full); scanner: reads the replies."""
         self.runtime = runtime
         self.transport: asyncio.Transport | None = None
         #: The login in progress; None once logged in, or given up on.
         self.login: LoginDriver | None = LoginDriver(
-            login, self, host, switched=self._switch_transport, logged_in=self._logged_in,
-            failed=self._login_failed, tls_failed=self._tls_failed)
+            login,
+            self,
+            host,
+            switched=self._switch_transport,
+            logged_in=self._logged_in,
+            failed=self._login_failed,
+            tls_failed=self._tls_failed,
+        )
         #: The replies, after the login.
         self.scanner = scanner
         self.ready = False
@@ -135,8 +164,9 @@ class OwnConnection(asyncio.Protocol):
             transport.close()
             return
         assert self.login is not None  # not closed: still logging in
-        self.login.start(self.transport, self.runtime.server_tls,
-                         self.runtime.config.server_tls_sslmode)
+        self.login.start(
+            self.transport, self.runtime.server_tls, self.runtime.config.server_tls_sslmode
+        )
 
     def data_received(self, data: bytes) -> None:
         if self.login is not None:
@@ -195,9 +225,13 @@ class OwnConnection(asyncio.Protocol):
         raise NotImplementedError
 
 
-def server_login_for(runtime: Runtime, pool: Pool[Any], db: DatabaseEntry,
-                     application_name: str = "",
-                     client_params: Mapping[str, str] | None = None) -> ServerLogin:
+def server_login_for(
+    runtime: Runtime,
+    pool: Pool[Any],
+    db: DatabaseEntry,
+    application_name: str = "",
+    client_params: Mapping[str, str] | None = None,
+) -> ServerLogin:
     """Credentials for a new server of a pool (or its listener connection, named
     application_name; or a replication connection, with client_params, the client's own
     startup parameters, added).
@@ -219,5 +253,4 @@ def server_login_for(runtime: Runtime, pool: Pool[Any], db: DatabaseEntry,
         startup = {**startup, "application_name": application_name}
     if client_params:
         startup = {**startup, **client_params}
-    return ServerLogin(auth, db.dbname, startup,
-                       min(runtime.config.max_packet_size, LOGIN_MAX))
+    return ServerLogin(auth, db.dbname, startup, min(runtime.config.max_packet_size, LOGIN_MAX))

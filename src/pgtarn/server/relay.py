@@ -137,8 +137,14 @@ class ServerRelay(ServerTransport):
             self._relay_ready_reply(data, data[-1:], statements)
             return
         events = scanner.feed(data)
-        if (len(events) == 1 and not self.swallow and not scanner.held and not scanner.released
-                and events[0][0] == READY_FOR_QUERY and events[0][2] == len(data) >= RFQ_LEN):
+        if (
+            len(events) == 1
+            and not self.swallow
+            and not scanner.held
+            and not scanner.released
+            and events[0][0] == READY_FOR_QUERY
+            and events[0][2] == len(data) >= RFQ_LEN
+        ):
             # the same, after the rest of a message begun in an earlier chunk
             self._relay_ready_reply(data, events[0][1], statements)
             return
@@ -276,12 +282,13 @@ class ServerRelay(ServerTransport):
         if self.statements is None:
             config = self.runtime.config
             self.statements = ServerStatements(
-                config.max_prepared_statements or CAPACITY_AFTER_OFF,
-                self.pool.prepared_counters)
+                config.max_prepared_statements or CAPACITY_AFTER_OFF, self.pool.prepared_counters
+            )
             # Made while linked and idle, so the scanner is between messages.
             rows = self.scanner.watches(DATA_ROW)
             self.scanner = MessageScanner(
-                PREPARED_ROW_RELAY_TYPES if rows else PREPARED_RELAY_TYPES, config.max_packet_size)
+                PREPARED_ROW_RELAY_TYPES if rows else PREPARED_RELAY_TYPES, config.max_packet_size
+            )
         return self.statements
 
     def watch_rows(self, on: bool) -> None:
@@ -329,15 +336,18 @@ class ServerRelay(ServerTransport):
         client.error_relayed()
         fields = parse_fields(body)
         if fields.get("S") in ("FATAL", "PANIC"):
-            self.fatal = f'{fields.get("C", "")} {fields.get("M", "")}'
+            self.fatal = f"{fields.get('C', '')} {fields.get('M', '')}"
 
     def _own_notification(self, body: bytes) -> bytes | None:
         """A NotificationResponse: one this server's backend sent itself carries the pid the
         client knows as its backend's (session mode), so that a client that skips its own
         notifications by pid still does; None: as it came."""
         client = self.client
-        if client is None or len(body) < 4 or \
-                int.from_bytes(body[:4], "big") != self.backend_key[0]:
+        if (
+            client is None
+            or len(body) < 4
+            or int.from_bytes(body[:4], "big") != self.backend_key[0]
+        ):
             return None
         pid = client.notification_pid()
         return build.message(b"A", pid.to_bytes(4, "big") + body[4:]) if pid else None

@@ -42,8 +42,7 @@ class ReplicationClient(Protocol):
     def replication_ready(self, server: ReplicationServer, leftover: bytes) -> None:
         """The server is logged in; leftover: bytes PostgreSQL sent right behind its login."""
 
-    def close(self, error: PgtarnError | None = None, response: bytes | None = None) -> None:
-        ...
+    def close(self, error: PgtarnError | None = None, response: bytes | None = None) -> None: ...
 
     def server_unavailable(self, error: PgtarnError) -> None:
         """It waited for room in its pool in vain (query_wait_timeout, shutdown)."""
@@ -57,11 +56,19 @@ class ReplicationServer(ServerConnection):
 
     __slots__ = ("owner",)
 
-    def __init__(self, runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
-                 owner: ReplicationClient, client_params: Mapping[str, str], mode: str) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        pool: Pool[ServerConnection],
+        db: DatabaseEntry,
+        owner: ReplicationClient,
+        client_params: Mapping[str, str],
+        mode: str,
+    ) -> None:
         """mode: "physical" or "logical"; client_params: the client's startup parameters."""
-        super().__init__(runtime, pool, db,
-                         server_login_for(runtime, pool, db, client_params=client_params))
+        super().__init__(
+            runtime, pool, db, server_login_for(runtime, pool, db, client_params=client_params)
+        )
         self.replication = mode
         #: The client it logs in for, until the login ends.
         self.owner: ReplicationClient | None = owner
@@ -94,8 +101,10 @@ class ReplicationServer(ServerConnection):
         self.close(f"{REFUSED} (age={monotonic() - self.created_at:.0f}s)")
         owner, self.owner = self.owner, None
         if owner is not None:
-            owner.close(PgtarnError(REFUSED, sqlstate=error.sqlstate, severity="FATAL"),
-                        build.error_response(error.sqlstate, REFUSED, "FATAL", cause))
+            owner.close(
+                PgtarnError(REFUSED, sqlstate=error.sqlstate, severity="FATAL"),
+                build.error_response(error.sqlstate, REFUSED, "FATAL", cause),
+            )
         self._gone()
 
     def _login_failed(self, error: PgtarnError) -> None:
@@ -137,18 +146,29 @@ class ReplicationServer(ServerConnection):
         if client is not None:
             client.write(data)
 
-    def release_from(self, client: LinkedClient[ServerConnection], mid_query: bool,
-                     reset_query: str | None, settings: dict[str, str] | None = None, *,
-                     reason: str = "") -> None:
+    def release_from(
+        self,
+        client: LinkedClient[ServerConnection],
+        mid_query: bool,
+        reset_query: str | None,
+        settings: dict[str, str] | None = None,
+        *,
+        reason: str = "",
+    ) -> None:
         """Its client left (logged in or not): the pair ends together."""
         self.client = None
         self.owner = None
         self.close("replication client left")
 
 
-def request_replication(runtime: Runtime, pool: Pool[ServerConnection], db: DatabaseEntry,
-                        owner: ReplicationClient, client_params: Mapping[str, str], mode: str
-                        ) -> None:
+def request_replication(
+    runtime: Runtime,
+    pool: Pool[ServerConnection],
+    db: DatabaseEntry,
+    owner: ReplicationClient,
+    client_params: Mapping[str, str],
+    mode: str,
+) -> None:
     """Open owner's replication server (its owner.server) as soon as its pool has room."""
 
     def open_server() -> ServerConnection:

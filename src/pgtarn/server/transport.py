@@ -23,7 +23,6 @@ from .login import LoginDriver
 log = logging.getLogger("pgtarn.server")
 
 
-
 class ServerTransport(PooledServer, asyncio.Protocol):
     """A connection to PostgreSQL: its fields and its asyncio glue (the base of
     ServerConnection, see connection.py).

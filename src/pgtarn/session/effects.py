@@ -77,14 +77,33 @@ TRANSACTION_CONTROL = frozenset((BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, RO
 
 # --- the first look -------------------------------------------------------------------------
 
-_STARTS: Final = (b"set", b"reset", b"discard", b"load", b"declare", b"close", b"listen",
-                  b"unlisten", b"create", b"drop")
+_STARTS: Final = (
+    b"set",
+    b"reset",
+    b"discard",
+    b"load",
+    b"declare",
+    b"close",
+    b"listen",
+    b"unlisten",
+    b"create",
+    b"drop",
+)
 _WORDS: Final = (b"advisory", b"set_config", b"setseed", b"temp", b"/*", b"--")
 #: Transaction control: looked for in a named statement only. A Query of it matters only
 #: while a transaction holds changes (and is parsed then); a named statement prepared
 #: before runs at each Bind, maybe inside such a transaction.
-_CONTROLS: Final = (b"begin", b"start", b"commit", b"end", b"rollback", b"abort", b"savepoint",
-             b"release", b"prepare")
+_CONTROLS: Final = (
+    b"begin",
+    b"start",
+    b"commit",
+    b"end",
+    b"rollback",
+    b"abort",
+    b"savepoint",
+    b"release",
+    b"prepare",
+)
 
 
 #: first_look's answers: bits of an int.
@@ -99,7 +118,9 @@ _SCHEMA: Final = re.compile(
     rb"(?:^|;)(?:\s|--[^\n]*|/\*.*?\*/)*(?:"
     rb"create\s+(?!(?:(?:local|global)\s+)?temp(?:orary)?\b)|alter\s|drop\s|comment\s|"
     rb"import\s+foreign\s|security\s+label\s|"
-    rb"do\b.*?\b(?:create|alter|drop)\s)", re.DOTALL)
+    rb"do\b.*?\b(?:create|alter|drop)\s)",
+    re.DOTALL,
+)
 
 
 def may_change_state(body: bytes, msg_type: int = QUERY) -> bool:
@@ -138,8 +159,9 @@ def first_look(body: bytes, msg_type: int = QUERY) -> int:
                 look = CHANGES_STATE if _look(text, name_end > 0) else 0
             else:
                 text = key
-                look = ((CHANGES_STATE if _look(key, False) else 0)
-                        | (NAMES_STATEMENTS if may_name_statements(key) else 0))
+                look = (CHANGES_STATE if _look(key, False) else 0) | (
+                    NAMES_STATEMENTS if may_name_statements(key) else 0
+                )
             if _SCHEMA.search(text[: text.find(b"\x00")].lower()) is not None:
                 look |= SCHEMA_CHANGE
             looks[key] = look
@@ -179,7 +201,8 @@ def shape_of(text: bytes, last: bytes) -> bytes:
 
 #: shape_of of native/_shape.c when it is built, else the pure build's.
 SHAPE_OF: Final[Callable[[bytes, bytes], bytes]] = (
-    shape_of if native.shape_of is None else native.shape_of)
+    shape_of if native.shape_of is None else native.shape_of
+)
 
 
 def _look(text: bytes, named: bool) -> bool:

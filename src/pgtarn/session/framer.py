@@ -41,8 +41,19 @@ class ClientFramer:
     which is not passed on, and nothing after it is read.
     """
 
-    __slots__ = ("_carried", "_scanner", "_session", "_texts", "_where", "max_size",
-                 "named_effects", "plain", "schema_change", "terminated", "whole")
+    __slots__ = (
+        "_carried",
+        "_scanner",
+        "_session",
+        "_texts",
+        "_where",
+        "max_size",
+        "named_effects",
+        "plain",
+        "schema_change",
+        "terminated",
+        "whole",
+    )
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
@@ -99,10 +110,17 @@ class ClientFramer:
             begin = end - 5 - len(body)
             if msg_type in TEXT_TYPES and first_look(body, msg_type) & SCHEMA_CHANGE:
                 self.schema_change = True
-            if session is not None and msg_type != SYNC and (
-                    (self.named_effects and msg_type in NAMING_TYPES) or (
-                        msg_type in TEXT_TYPES and (
-                            session.parse_all or may_change_state(body, msg_type)))):
+            if (
+                session is not None
+                and msg_type != SYNC
+                and (
+                    (self.named_effects and msg_type in NAMING_TYPES)
+                    or (
+                        msg_type in TEXT_TYPES
+                        and (session.parse_all or may_change_state(body, msg_type))
+                    )
+                )
+            ):
                 assert self._texts is not None
                 self._where = (data, begin, end, batch_at, open_before)
                 hooked = True
@@ -119,8 +137,7 @@ class ClientFramer:
                         rewritten = True
                         parts.append((QUERY, refusal[5:]))
                     continue
-            if msg_type == SYNC or (
-                    msg_type == QUERY and not first_look(body) & NAMES_STATEMENTS):
+            if msg_type == SYNC or (msg_type == QUERY and not first_look(body) & NAMES_STATEMENTS):
                 # Sync, or a Query naming no statement: passed on as it is
                 if begin >= 0:
                     parts.append(data[start:end])  # with the raw bytes before it
@@ -224,4 +241,3 @@ def _execute_follows(data: bytes, pos: int) -> bool:
             return False
         pos += 1 + int.from_bytes(data[pos + 1 : pos + 5], "big")
     return False
-

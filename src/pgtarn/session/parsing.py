@@ -58,8 +58,9 @@ from .effects import (
 )
 
 # Settings that change only the current transaction (SET TRANSACTION ... writes these).
-_TRANSACTION_ONLY = frozenset(("transaction_isolation", "transaction_read_only",
-                               "transaction_deferrable"))
+_TRANSACTION_ONLY = frozenset(
+    ("transaction_isolation", "transaction_read_only", "transaction_deferrable")
+)
 # SET SESSION CHARACTERISTICS AS TRANSACTION ...: the session defaults it sets.
 _CHARACTERISTICS = {
     "transaction_isolation": "default_transaction_isolation",
@@ -68,8 +69,10 @@ _CHARACTERISTICS = {
 }
 _ROLE_SETTINGS = frozenset(("role", "session_authorization"))
 _LOCKS = {
-    "pg_advisory_lock": False, "pg_try_advisory_lock": False,
-    "pg_advisory_lock_shared": True, "pg_try_advisory_lock_shared": True,
+    "pg_advisory_lock": False,
+    "pg_try_advisory_lock": False,
+    "pg_advisory_lock_shared": True,
+    "pg_try_advisory_lock_shared": True,
 }
 _UNLOCKS = {"pg_advisory_unlock": False, "pg_advisory_unlock_shared": True}
 _UNLOCK_ALL = "pg_advisory_unlock_all"
@@ -96,14 +99,14 @@ def effects_of(sql: str) -> Parsed:
     return Parsed(effects, len(statements))
 
 
-
-
 def _statement(stmt: Any, out: list[Effect], text: str = "", index: int = -1) -> None:
     """The effects of one statement; text is the statement as sent (a SET is replayed so),
     index its place in the text when its own rows reach the client (-1: they do not)."""
     if isinstance(stmt, ast.ExplainStmt):
-        if not any(option.defname == "analyze" and _literal(option.arg) != "false"
-                   for option in stmt.options or ()):
+        if not any(
+            option.defname == "analyze" and _literal(option.arg) != "false"
+            for option in stmt.options or ()
+        ):
             return  # only planned
         stmt = stmt.query  # EXPLAIN ANALYZE runs it (its rows are the plan's)
         index = -1
@@ -146,8 +149,9 @@ def _statement(stmt: Any, out: list[Effect], text: str = "", index: int = -1) ->
 
 
 #: What a temporary object's DROP may name (another kind's name is not a relation's).
-_DROPPED_RELATIONS = frozenset((ObjectType.OBJECT_TABLE, ObjectType.OBJECT_VIEW,
-                                ObjectType.OBJECT_SEQUENCE))
+_DROPPED_RELATIONS = frozenset(
+    (ObjectType.OBJECT_TABLE, ObjectType.OBJECT_VIEW, ObjectType.OBJECT_SEQUENCE)
+)
 
 
 def _variable_set(stmt: ast.VariableSetStmt, out: list[Effect], text: str) -> None:
@@ -170,7 +174,8 @@ def _variable_set(stmt: ast.VariableSetStmt, out: list[Effect], text: str) -> No
         if stmt.is_local:
             return
         unset = kind in (VariableSetKind.VAR_RESET, VariableSetKind.VAR_SET_DEFAULT) or (
-            name == "role" and _is_none(stmt.args))
+            name == "role" and _is_none(stmt.args)
+        )
         out.append((ROLE, name, not unset))
         return
     if name == "seed":
@@ -182,8 +187,9 @@ def _variable_set(stmt: ast.VariableSetStmt, out: list[Effect], text: str) -> No
             out.append((SET, name, text.strip()))  # as PostgreSQL took it
             return
         try:  # its session form, should SET ... FROM CURRENT make it the session's
-            sql = RawStream()(ast.VariableSetStmt(kind=kind, name=stmt.name, args=stmt.args,
-                                                  is_local=False))
+            sql = RawStream()(
+                ast.VariableSetStmt(kind=kind, name=stmt.name, args=stmt.args, is_local=False)
+            )
         except Exception:
             sql = ""
         out.append((LOCAL, name, sql))
@@ -196,8 +202,11 @@ def _variable_set(stmt: ast.VariableSetStmt, out: list[Effect], text: str) -> No
 
 def _is_none(args: tuple[Any, ...] | None) -> bool:
     """SET ROLE NONE."""
-    return args is not None and isinstance(args[0], ast.A_Const) and getattr(
-        args[0].val, "sval", None) == "none"
+    return (
+        args is not None
+        and isinstance(args[0], ast.A_Const)
+        and getattr(args[0].val, "sval", None) == "none"
+    )
 
 
 def _characteristic(arg: Any) -> str:
@@ -262,8 +271,13 @@ def _names_pg_temp(stmt: Any) -> bool:
         value = getattr(stmt, slot, None)
         if isinstance(value, ast.RangeVar) and (value.schemaname or "").startswith("pg_temp"):
             return True
-        if (isinstance(value, tuple) and value and isinstance(value[0], ast.String)
-                and len(value) > 1 and str(value[0].sval).startswith("pg_temp")):
+        if (
+            isinstance(value, tuple)
+            and value
+            and isinstance(value[0], ast.String)
+            and len(value) > 1
+            and str(value[0].sval).startswith("pg_temp")
+        ):
             return True
         if isinstance(value, ast.TypeName) and value.names and len(value.names) > 1 \
                 and str(value.names[0].sval).startswith("pg_temp"):  # fmt: skip
@@ -339,8 +353,13 @@ def _lock_key(call: ast.FuncCall, shared: bool) -> str | None:
 def _set_config(call: ast.FuncCall, out: list[Effect]) -> None:
     args = call.args or ()
     values = [_literal(arg) for arg in args]
-    if len(values) == 3 and values[1] is None and values[0] is not None \
-            and values[2] is not None and isinstance(param := _unwrapped(args[1]), ast.ParamRef):
+    if (
+        len(values) == 3
+        and values[1] is None
+        and values[0] is not None
+        and values[2] is not None
+        and isinstance(param := _unwrapped(args[1]), ast.ParamRef)
+    ):
         # asyncpg's set_config('jit', $1, false) after a type introspection: read at Bind
         setting = str(values[0]).lower()
         if setting in _TRANSACTION_ONLY:
@@ -348,8 +367,14 @@ def _set_config(call: ast.FuncCall, out: list[Effect]) -> None:
         if setting in _ROLE_SETTINGS or setting == "seed":
             out.append((UNTRACKED, "set_config with arguments that are not literals"))
             return
-        out.append((SET_PARAM, setting, param.number,
-                    str(values[2]).lower() in ("true", "t", "on", "1", "yes", "y")))
+        out.append(
+            (
+                SET_PARAM,
+                setting,
+                param.number,
+                str(values[2]).lower() in ("true", "t", "on", "1", "yes", "y"),
+            )
+        )
         return
     if len(values) != 3 or any(v is None for v in values):
         out.append((UNTRACKED, "set_config with arguments that are not literals"))

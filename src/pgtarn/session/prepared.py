@@ -68,11 +68,24 @@ from .statements import (
 )
 
 __all__ = [
-    "AS_PARSE_COMPLETE", "DROP", "ERROR_FORWARD", "ERROR_HIDE",
-    "ERROR_REPLACE", "FORGETS_ALL", "FORWARD", "HIDDEN_ENTRY", "NOOP_CLOSE",
-    "READY_FORWARD", "READY_RETRY",
-    "READY_UNHIDE", "ClientStatements", "PreparedCounters", "ServerStatements",
-    "Statement", "StatementCache", "raise_error",
+    "AS_PARSE_COMPLETE",
+    "DROP",
+    "ERROR_FORWARD",
+    "ERROR_HIDE",
+    "ERROR_REPLACE",
+    "FORGETS_ALL",
+    "FORWARD",
+    "HIDDEN_ENTRY",
+    "NOOP_CLOSE",
+    "READY_FORWARD",
+    "READY_RETRY",
+    "READY_UNHIDE",
+    "ClientStatements",
+    "PreparedCounters",
+    "ServerStatements",
+    "Statement",
+    "StatementCache",
+    "raise_error",
 ]
 
 ERROR_FORWARD: Final = 0
@@ -92,8 +105,13 @@ class ServerStatements(StatementRewriter):
 
         Returns FORWARD, DROP or AS_PARSE_COMPLETE (send a ParseComplete in its place).
         """
-        want = (KIND_PARSE if msg_type == PARSE_COMPLETE
-                else KIND_BIND if msg_type == BIND_COMPLETE else KIND_CLOSE)
+        want = (
+            KIND_PARSE
+            if msg_type == PARSE_COMPLETE
+            else KIND_BIND
+            if msg_type == BIND_COMPLETE
+            else KIND_CLOSE
+        )
         expected = self.expected
         while expected and expected[0].kind != want and expected[0].kind != KIND_SYNC:
             self._skipped(expected.popleft())  # cannot happen with a well-behaved server
@@ -157,8 +175,9 @@ class ServerStatements(StatementRewriter):
         if not expected:
             return ERROR_FORWARD
         head = expected[0]
-        stale = head.executes or ((head.stmt,) if head.kind == KIND_BIND and head.stmt else
-                                  self.stale_candidates)
+        stale = head.executes or (
+            (head.stmt,) if head.kind == KIND_BIND and head.stmt else self.stale_candidates
+        )
         if stale and means_stale(body):
             described = False
             for stmt in stale:
@@ -169,9 +188,14 @@ class ServerStatements(StatementRewriter):
                     # The old name stays in this server's LRU (its key), so that it is
                     # closed when evicted; the renewed name is prepared afresh on next use.
                     cache.renew(stmt)
-            if (not described and head.batch is not None and head.owner is not None
-                    and self._retry is None and batch_end(head.batch, head.at) >= 0
-                    and reads_description(head.batch, head.at)):
+            if (
+                not described
+                and head.batch is not None
+                and head.owner is not None
+                and self._retry is None
+                and batch_end(head.batch, head.at) >= 0
+                and reads_description(head.batch, head.at)
+            ):
                 self._retry = (head.owner, head.batch, head.at)
                 self.withheld = body
                 return ERROR_HIDE
@@ -226,8 +250,10 @@ class ServerStatements(StatementRewriter):
             if failed and stmt is not None and stmt.name not in self.refused:
                 # the statement could not be prepared as its clients know it: they get why
                 fields = parse_fields(self.last_error)
-                self.refused[stmt.name] = (fields.get("C", "XX000"),
-                                           fields.get("M", "cannot prepare the statement"))
+                self.refused[stmt.name] = (
+                    fields.get("C", "XX000"),
+                    fields.get("M", "cannot prepare the statement"),
+                )
                 self._failed_prelude = None
         retry = self._retry
         if retry is None:

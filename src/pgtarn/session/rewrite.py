@@ -52,15 +52,24 @@ AS_PARSE_COMPLETE: Final = 2
 REFUSED_REUSE: Final = 3
 
 
-
 class Entry:
     """One reply a server owes about statements, and what to do when it comes (or not).
 
     (Not a dataclass: compiled, a dataclass's __init__ is the one the dataclasses module
     writes at import, run by the interpreter.)"""
 
-    __slots__ = ("action", "at", "batch", "client", "client_name", "executes", "kind",
-                 "owner", "previous", "stmt")
+    __slots__ = (
+        "action",
+        "at",
+        "batch",
+        "client",
+        "client_name",
+        "executes",
+        "kind",
+        "owner",
+        "previous",
+        "stmt",
+    )
 
     def __init__(self, kind: int, action: int = FORWARD, stmt: Statement | None = None,
                  client: ClientStatements | None = None, client_name: bytes = b"",
@@ -92,7 +101,6 @@ PARSE_ENTRY: Final = Entry(KIND_PARSE)
 CLOSE_ENTRY: Final = Entry(KIND_CLOSE)
 #: A batch of pgtarn's own starts here: every reply up to its ReadyForQuery is swallowed.
 HIDDEN_ENTRY: Final = Entry(KIND_HIDDEN)
-
 
 
 class StatementRewriter:
@@ -155,8 +163,13 @@ class StatementRewriter:
         """What to send this server for complete client messages (type, body)."""
         return self._encode(client, list(messages), 0, None, True)
 
-    def send(self, client: ClientStatements, parts: list[Part], chunk: bytes | None = None,
-             status: bytes = b"I") -> bytes:
+    def send(
+        self,
+        client: ClientStatements,
+        parts: list[Part],
+        chunk: bytes | None = None,
+        status: bytes = b"I",
+    ) -> bytes:
         """What to send this server for parts from a ClientFramer.
 
         chunk: the received bytes, when the parts are exactly those and none needs rewriting
@@ -171,8 +184,15 @@ class StatementRewriter:
             return chunk
         return self._encode(client, parts, 0, None, True, status)
 
-    def _encode(self, client: ClientStatements, parts: list[Part], begin: int, end: int | None,
-                may_retry: bool, status: bytes = b"I") -> bytes:
+    def _encode(
+        self,
+        client: ClientStatements,
+        parts: list[Part],
+        begin: int,
+        end: int | None,
+        may_retry: bool,
+        status: bytes = b"I",
+    ) -> bytes:
         out = bytearray()
         for index in range(begin, len(parts) if end is None else end):
             part = parts[index]
@@ -254,13 +274,19 @@ class StatementRewriter:
         stmt, previous = client.define(name, body[pos:])
         if self._has(stmt):
             out += NOOP_CLOSE
-            self.expected.append(
-                Entry(KIND_CLOSE, AS_PARSE_COMPLETE, stmt, client, name, previous))
+            self.expected.append(Entry(KIND_CLOSE, AS_PARSE_COMPLETE, stmt, client, name, previous))
         else:
             self._prepare(stmt, out, Entry(KIND_PARSE, FORWARD, stmt, client, name, previous))
 
-    def _sql_in_parse(self, client: ClientStatements, name: bytes, body: bytes, pos: int,
-                      clean: bool, out: bytearray) -> bytes:
+    def _sql_in_parse(
+        self,
+        client: ClientStatements,
+        name: bytes,
+        body: bytes,
+        pos: int,
+        clean: bool,
+        out: bytearray,
+    ) -> bytes:
         """A Parse body whose query uses SQL-level statement names.
 
         An unnamed statement that EXECUTEs the client's statements gets their server-side
@@ -283,18 +309,36 @@ class StatementRewriter:
                     return _refused_parse(body, pos, end, _missing(use.name), "26000")
                 continue  # not the client's: PostgreSQL's own error names it
             if use.kind != sqlnames.EXECUTE or name:
-                word = "PREPARE" if use.kind == sqlnames.PREPARE else \
-                    "DEALLOCATE" if use.kind == sqlnames.DEALLOCATE else "EXECUTE"
-                return _refused_parse(body, pos, end, word + (
-                    " of a SQL-level prepared statement" if use.kind != sqlnames.EXECUTE
-                    else " of a SQL-level prepared statement in a named statement") +
-                    " through the extended query protocol is not supported in transaction"
-                    " pooling mode; send it as a simple query")
+                word = (
+                    "PREPARE"
+                    if use.kind == sqlnames.PREPARE
+                    else "DEALLOCATE"
+                    if use.kind == sqlnames.DEALLOCATE
+                    else "EXECUTE"
+                )
+                return _refused_parse(
+                    body,
+                    pos,
+                    end,
+                    word
+                    + (
+                        " of a SQL-level prepared statement"
+                        if use.kind != sqlnames.EXECUTE
+                        else " of a SQL-level prepared statement in a named statement"
+                    )
+                    + " through the extended query protocol is not supported in transaction"
+                    " pooling mode; send it as a simple query",
+                )
             assert stmt is not None
             if stmt.name not in self.prepared and not clean:
-                return _refused_parse(body, pos, end, "EXECUTE of a SQL-level prepared"
-                                      " statement in the middle of an extended-protocol batch"
-                                      " is not supported in transaction pooling mode")
+                return _refused_parse(
+                    body,
+                    pos,
+                    end,
+                    "EXECUTE of a SQL-level prepared"
+                    " statement in the middle of an extended-protocol batch"
+                    " is not supported in transaction pooling mode",
+                )
             needed.append(stmt)
             renames.append((use.start, use.end, stmt.name))
         for stmt in needed:
@@ -306,8 +350,16 @@ class StatementRewriter:
         self.stale_candidates = tuple(needed)
         return body[:pos] + sqlnames.rename(query, renames) + b"\x00" + body[end:]
 
-    def _bind(self, client: ClientStatements, body: bytes, out: bytearray, parts: list[Part],
-              index: int, may_retry: bool, may_check: bool = False) -> bytes:
+    def _bind(
+        self,
+        client: ClientStatements,
+        body: bytes,
+        out: bytearray,
+        parts: list[Part],
+        index: int,
+        may_retry: bool,
+        may_check: bool = False,
+    ) -> bytes:
         """Returns the text of the statement bound when it may hold DISCARD ALL or DEALLOCATE
         ALL, else b"". may_check: a check of its statement may go first (``checking`` set
         then, and the Bind not written)."""
@@ -340,7 +392,9 @@ class StatementRewriter:
             # plan (whether a Sync ends it within these parts is seen only then).
             self.expected.append(
                 Entry(KIND_BIND, FORWARD, stmt, None, b"", None, parts, index, client)
-                if may_retry and self.fresh else Entry(KIND_BIND, FORWARD, stmt))
+                if may_retry and self.fresh
+                else Entry(KIND_BIND, FORWARD, stmt)
+            )
         self.fresh = self.clean = False
         return forgets
 
@@ -350,14 +404,16 @@ class StatementRewriter:
         self.raising = (sqlstate, text, text)
         out += message(b"C", b"S" + RAISER_NAME + b"\x00")
         self.expected.append(Entry(KIND_CLOSE, DROP))
-        out += message(b"P", RAISER_NAME + b"\x00" + raise_error(sqlstate, text)[5:-1]
-                       + b"\x00\x00\x00")
+        out += message(
+            b"P", RAISER_NAME + b"\x00" + raise_error(sqlstate, text)[5:-1] + b"\x00\x00\x00"
+        )
         self.expected.append(Entry(KIND_PARSE, DROP))
         out += message(b"B", portal + RAISER_NAME + b"\x00" + b"\x00" * 6)
         self.expected.append(BIND_ENTRY)
 
-    def _describe_or_close(self, client: ClientStatements, msg_type: int, body: bytes,
-                           out: bytearray) -> None:
+    def _describe_or_close(
+        self, client: ClientStatements, msg_type: int, body: bytes, out: bytearray
+    ) -> None:
         self.clean = False
         kind = body[:1]
         name, _end = read_cstring(body, 1)
@@ -391,8 +447,15 @@ class StatementRewriter:
             out += NOOP_CLOSE
             self.expected.append(Entry(KIND_CLOSE, FORWARD, None, client, name, previous))
 
-    def _query(self, client: ClientStatements, body: bytes, out: bytearray, parts: list[Part],
-               index: int, may_retry: bool) -> bool:
+    def _query(
+        self,
+        client: ClientStatements,
+        body: bytes,
+        out: bytearray,
+        parts: list[Part],
+        index: int,
+        may_retry: bool,
+    ) -> bool:
         """A simple Query: SQL-level PREPARE / EXECUTE / DEALLOCATE names are rewritten.
         Returns False when a query raising pgtarn's refusal went in its place."""
         text = body[:-1] if body.endswith(b"\x00") else body
@@ -433,8 +496,9 @@ class StatementRewriter:
                 if use.kind == sqlnames.DEALLOCATE:
                     client.forget(use.name)
                     self.prepared.pop(stmt.name, None)
-                    entry = Entry(KIND_SYNC, UNDO_DEALLOCATED, stmt, client, use.name,
-                                   stmt if had else None)
+                    entry = Entry(
+                        KIND_SYNC, UNDO_DEALLOCATED, stmt, client, use.name, stmt if had else None
+                    )
                 else:
                     self.counters.binds += 1
                     executes.append(stmt)
@@ -497,8 +561,9 @@ class StatementRewriter:
     # --- server -> client -----------------------------------------------------------------------
 
 
-def _refuse_reuse(rewriter: StatementRewriter, name: bytes, parse_tail: bytes,
-                  out: bytearray) -> None:
+def _refuse_reuse(
+    rewriter: StatementRewriter, name: bytes, parse_tail: bytes, out: bytearray
+) -> None:
     """A Parse of a name the client has: PostgreSQL's 42P05, raised by the server itself on
     the raiser's name (prepared twice, the second time with the client's query, so that a
     syntax error in it comes first, as on a direct connection); the name keeps its
@@ -533,23 +598,30 @@ def _refusal(rewriter: StatementRewriter, client: ClientStatements, found: sqlna
     """A query that raises the error for a form pgtarn cannot run safely, or None."""
     for use in found.uses:
         known = client.names.get(use.name)
-        if use.kind != sqlnames.PREPARE and known is None and \
-                use.name.startswith(SERVER_PREFIX):  # another client's statement
+        if (
+            use.kind != sqlnames.PREPARE and known is None and use.name.startswith(SERVER_PREFIX)
+        ):  # another client's statement
             return raise_error("26000", _missing(use.name))
         if use.kind != sqlnames.EXECUTE and found.statements > 1:
             word = "PREPARE" if use.kind == sqlnames.PREPARE else "DEALLOCATE"
             return raise_error(
-                "0A000", f"{word} must be sent as a query of its own in transaction"
-                " pooling mode")
+                "0A000", f"{word} must be sent as a query of its own in transaction pooling mode"
+            )
         if use.kind == sqlnames.PREPARE and known is not None:
             name = use.name.decode("utf-8", "replace")
             return raise_error("42P05", f'prepared statement "{name}" already exists')
-        if (use.kind != sqlnames.PREPARE and known is not None and not rewriter.clean
-                and known.name not in rewriter.prepared):
+        if (
+            use.kind != sqlnames.PREPARE
+            and known is not None
+            and not rewriter.clean
+            and known.name not in rewriter.prepared
+        ):
             return raise_error(
-                "0A000", "a prepared statement cannot be run by a simple query in the"
+                "0A000",
+                "a prepared statement cannot be run by a simple query in the"
                 " middle of an extended-protocol batch in transaction pooling mode;"
-                " send Sync first")
+                " send Sync first",
+            )
     return None
 
 
@@ -582,6 +654,8 @@ def raise_error(sqlstate: str, text: str) -> bytes:
     """A Query whose error is ours, raised by the server so that it lands in order and a
     transaction block fails as it would have."""
     literal = quote_literal(text.replace("$pgtarn$", ""))
-    sql = (f"DO $pgtarn$BEGIN RAISE EXCEPTION USING ERRCODE = '{sqlstate}', "
-           f"MESSAGE = {literal}; END$pgtarn$")
+    sql = (
+        f"DO $pgtarn$BEGIN RAISE EXCEPTION USING ERRCODE = '{sqlstate}', "
+        f"MESSAGE = {literal}; END$pgtarn$"
+    )
     return message(b"Q", sql.encode() + b"\x00")

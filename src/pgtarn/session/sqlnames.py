@@ -34,8 +34,7 @@ def has_statement_words(data: bytes) -> bool:
     """Whether data holds PREPARE, EXECUTE, DEALLOCATE or DISCARD in any case (DISCARD ALL
     drops every prepared statement, pgtarn's own too: the framer must see it)."""
     low = data.lower()
-    return (b"execute" in low or b"prepare" in low or b"deallocate" in low
-            or b"discard" in low)
+    return b"execute" in low or b"prepare" in low or b"deallocate" in low or b"discard" in low
 
 
 _MAY_START: Final = frozenset(b"PpEeDdCc \t\r\n\f\v-/(")
@@ -96,8 +95,12 @@ def tokens(text: bytes) -> list[Token]:
         elif c == 0x2F and text.startswith(b"/*", pos):  # /* nested comment */
             pos = _skip_block_comment(text, pos)
         elif c == 0x27:  # 'string'
-            escapes = bool(out) and out[-1][0] == _IDENT and out[-1][2] == pos and \
-                text[out[-1][1]:pos] in (b"E", b"e")
+            escapes = (
+                bool(out)
+                and out[-1][0] == _IDENT
+                and out[-1][2] == pos
+                and text[out[-1][1] : pos] in (b"E", b"e")
+            )
             end = _skip_string(text, pos, escapes)
             out.append((_OTHER, pos, end))
             pos = end
@@ -238,10 +241,12 @@ def _statement(text: bytes, statement: list[Token], uses: list[NameUse]) -> None
     if first == b"prepare" and len(statement) >= 3:
         name = _name(text, statement[1])
         follows = statement[2]
-        if (name is not None and _word(text, statement[1]) != b"transaction"
-                and (follows[0] == _LPAREN or _word(text, follows) == b"as")):
-            uses.append(NameUse(PREPARE, name, statement[1][1], statement[1][2],
-                                statement[-1][2]))
+        if (
+            name is not None
+            and _word(text, statement[1]) != b"transaction"
+            and (follows[0] == _LPAREN or _word(text, follows) == b"as")
+        ):
+            uses.append(NameUse(PREPARE, name, statement[1][1], statement[1][2], statement[-1][2]))
     elif first == b"deallocate" and len(statement) >= 2:
         at = 2 if _word(text, statement[1]) == b"prepare" and len(statement) >= 3 else 1
         if _word(text, statement[at]) != b"all":
@@ -271,8 +276,11 @@ def _statement(text: bytes, statement: list[Token], uses: list[NameUse]) -> None
                 depth += 1
             elif token[0] == _RPAREN:
                 depth -= 1
-            elif (depth == 0 and _word(text, token) == b"as"
-                  and _word(text, statement[j + 1]) == b"execute"):
+            elif (
+                depth == 0
+                and _word(text, token) == b"as"
+                and _word(text, statement[j + 1]) == b"execute"
+            ):
                 _use(text, EXECUTE, statement, j + 2, uses)
                 break
 

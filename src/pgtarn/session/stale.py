@@ -13,9 +13,11 @@ RESULT_TYPE_CHANGED: Final = b"cached plan must not change result type"
 #: Errors that mean a statement was prepared against a schema that changed since (SQLSTATE
 #: field and a part of the message): its result type changed, a type it names was dropped,
 #: a column it writes changed type.
-STALE_ERRORS: Final = ((b"C0A000\x00", RESULT_TYPE_CHANGED),
-                       (b"CXX000\x00", b"cache lookup failed for type"),
-                       (b"C42804\x00", b"but expression is of type"))
+STALE_ERRORS: Final = (
+    (b"C0A000\x00", RESULT_TYPE_CHANGED),
+    (b"CXX000\x00", b"cache lookup failed for type"),
+    (b"C42804\x00", b"but expression is of type"),
+)
 
 
 def description_digest(parameters: bytes, msg_type: int, body: bytes) -> bytes:

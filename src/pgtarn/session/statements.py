@@ -107,9 +107,12 @@ class StatementCache:
         if stmt is None:
             name = b"pgtarn_%d" % next(self._ids)
             query = parse_tail[: parse_tail.find(b"\x00")]
-            stmt = Statement(name, message(b"P", name + b"\x00" + parse_tail),
-                             forgets=FORGETS_ALL.search(query) is not None,
-                             generation=self.generation)
+            stmt = Statement(
+                name,
+                message(b"P", name + b"\x00" + parse_tail),
+                forgets=FORGETS_ALL.search(query) is not None,
+                generation=self.generation,
+            )
             self._by_key[parse_tail] = stmt
             self._live.add(stmt)
         stmt.clients += 1
@@ -150,8 +153,7 @@ class StatementCache:
         """A new statement for SQL PREPARE; definition is what follows its name
         ((types) AS query)."""
         name = b"pgtarn_s%d" % next(self._ids)
-        return Statement(name, message(b"Q", b"PREPARE " + name + definition + b"\x00"),
-                         1, True)
+        return Statement(name, message(b"Q", b"PREPARE " + name + definition + b"\x00"), 1, True)
 
     def renew(self, stmt: Statement) -> None:
         """The statement's plan went stale on some server: give it a new server-side name, so
@@ -221,7 +223,8 @@ class ClientStatements:
         cache = self.cache
         stmt = cache.intern(parse_tail)
         if stmt.clients > 1 and any(
-                other is stmt and key != name for key, other in self.names.items()):
+            other is stmt and key != name for key, other in self.names.items()
+        ):
             cache.release(stmt)
             cache.detach(stmt)
             stmt = cache.intern(parse_tail)
@@ -231,8 +234,7 @@ class ClientStatements:
             self.cache.release(old)
         return stmt, old
 
-    def undefine(self, name: bytes, stmt: Statement | None, previous: Statement | None
-                 ) -> None:
+    def undefine(self, name: bytes, stmt: Statement | None, previous: Statement | None) -> None:
         """A Parse (stmt) or Close (None) that did not happen: the name means what it did."""
         if self.names.get(name) is not stmt:
             return

@@ -78,10 +78,19 @@ UNTRACKED_PIN = "untracked"
 #: Reasons DISCARD ALL cannot clear: the server is closed after such a client.
 CLOSE_AFTER = frozenset((LOAD_PIN, SEED_PIN, UNTRACKED_PIN))
 #: The effects that pin, and the reason each gives (a ROLE effect pins when it sets one).
-_PIN_OF = {LOCK: ADVISORY_LOCK, LOCK_UNCOUNTED: ADVISORY_LOCK, LOCK_ROW: ADVISORY_LOCK,
-           LOCK_TAKEN: ADVISORY_LOCK, TEMP: TEMP_OBJECT,
-           HOLD: HOLD_CURSOR, LISTEN: LISTEN_PIN, LOAD: LOAD_PIN, SEED: SEED_PIN,
-           UNTRACKED: UNTRACKED_PIN, ROLE: ROLE_PIN}
+_PIN_OF = {
+    LOCK: ADVISORY_LOCK,
+    LOCK_UNCOUNTED: ADVISORY_LOCK,
+    LOCK_ROW: ADVISORY_LOCK,
+    LOCK_TAKEN: ADVISORY_LOCK,
+    TEMP: TEMP_OBJECT,
+    HOLD: HOLD_CURSOR,
+    LISTEN: LISTEN_PIN,
+    LOAD: LOAD_PIN,
+    SEED: SEED_PIN,
+    UNTRACKED: UNTRACKED_PIN,
+    ROLE: ROLE_PIN,
+}
 
 
 def pin_reason(parsed: Parsed) -> str:
@@ -92,18 +101,42 @@ def pin_reason(parsed: Parsed) -> str:
             return reason
     return ""
 
+
 # The transactional part of the state: (settings, local, temp, cursors, channels, roles,
 # subscriptions).
-Snapshot = tuple[dict[str, str], dict[str, str], frozenset[str], frozenset[str],
-                 frozenset[str], frozenset[str], frozenset[str]]
+Snapshot = tuple[
+    dict[str, str],
+    dict[str, str],
+    frozenset[str],
+    frozenset[str],
+    frozenset[str],
+    frozenset[str],
+    frozenset[str],
+]
 
 
 class SessionState:
     """What one client changed in its session (see the module docstring)."""
 
-    __slots__ = ("base", "channels", "cursors", "ignored", "load", "local", "locks",
-                 "locks_uncounted", "restore", "roles", "savepoints", "seed", "settings",
-                 "startup", "subscriptions", "temp", "untracked")
+    __slots__ = (
+        "base",
+        "channels",
+        "cursors",
+        "ignored",
+        "load",
+        "local",
+        "locks",
+        "locks_uncounted",
+        "restore",
+        "roles",
+        "savepoints",
+        "seed",
+        "settings",
+        "startup",
+        "subscriptions",
+        "temp",
+        "untracked",
+    )
 
     def __init__(self, ignored: frozenset[str] = _EMPTY) -> None:
         #: Names followed another way (ParameterStatus): never replayed from here.
@@ -191,8 +224,11 @@ class SessionState:
         """A batch ended: before and after are the transaction status around it (ReadyForQuery
         bytes), failed whether it ended in an error."""
         # (texts read from rows come resolved from SessionTracker; unread, as written)
-        effects = [effect for one in parsed
-                   for effect in (read(one, -1, _NO_ROWS, -1) if one.rows else one).effects]
+        effects = [
+            effect
+            for one in parsed
+            for effect in (read(one, -1, _NO_ROWS, -1) if one.rows else one).effects
+        ]
         if failed:
             self._failed(effects, sum(one.statements for one in parsed))
             return
@@ -229,12 +265,26 @@ class SessionState:
         self.savepoints = _NO_SAVEPOINTS
 
     def _snapshot(self) -> Snapshot:
-        return (self.settings, self.local, self.temp, self.cursors, self.channels, self.roles,
-                self.subscriptions)
+        return (
+            self.settings,
+            self.local,
+            self.temp,
+            self.cursors,
+            self.channels,
+            self.roles,
+            self.subscriptions,
+        )
 
     def _restore(self, snapshot: Snapshot) -> None:
-        (self.settings, self.local, self.temp, self.cursors, self.channels,
-         self.roles, self.subscriptions) = snapshot
+        (
+            self.settings,
+            self.local,
+            self.temp,
+            self.cursors,
+            self.channels,
+            self.roles,
+            self.subscriptions,
+        ) = snapshot
 
     def _transaction(self, effect: Effect, in_block: bool, aborted: bool) -> tuple[bool, bool]:
         kind = effect[0]
@@ -290,8 +340,9 @@ class SessionState:
             # since what pins is how many are held, and each one taken was counted.
             key, shared = effect[1], effect[2]
             if key is None or key not in self.locks:
-                key = next((held for held in self.locks
-                            if held.startswith("shared ") == shared), None)
+                key = next(
+                    (held for held in self.locks if held.startswith("shared ") == shared), None
+                )
             if key is not None:
                 self._unlock(key)
             return
@@ -357,9 +408,13 @@ class SessionState:
             # when qualified with pg_temp, or when the temporary schema is searched first
             # (search_path does not name it, and is known: not a ParameterStatus one).
             name = effect[1]
-            if name in self.temp and (effect[2] or (
+            if name in self.temp and (
+                effect[2]
+                or (
                     "search_path" not in self.ignored
-                    and "pg_temp" not in self.settings.get("search_path", ""))):
+                    and "pg_temp" not in self.settings.get("search_path", "")
+                )
+            ):
                 self.temp = self.temp - {name}
         elif kind == HOLD:
             self.cursors = self.cursors | {effect[1]}
@@ -378,8 +433,7 @@ class SessionState:
         elif kind == SUBSCRIBE:
             self.subscriptions = self.subscriptions | {effect[1]}
         elif kind == UNSUBSCRIBE:
-            self.subscriptions = (_EMPTY if effect[1] is None
-                                  else self.subscriptions - {effect[1]})
+            self.subscriptions = _EMPTY if effect[1] is None else self.subscriptions - {effect[1]}
         elif kind == ROLE:
             if effect[2]:
                 self.roles = self.roles | {effect[1]}
@@ -387,7 +441,6 @@ class SessionState:
                 self.roles = _EMPTY  # also resets the role
             else:
                 self.roles = self.roles - {effect[1]}
-
 
     def _unlock(self, key: str) -> None:
         count = self.locks.get(key, 0)
@@ -457,8 +510,17 @@ class SessionTracker:
     """Ties parsed batches to the ReadyForQuery that ends each (one per client), and reads
     the rows of the statements whose effects a row says (advisory lock calls)."""
 
-    __slots__ = ("error_at", "failed", "parse_all", "pending", "results", "rows", "state",
-                 "status", "watching")
+    __slots__ = (
+        "error_at",
+        "failed",
+        "parse_all",
+        "pending",
+        "results",
+        "rows",
+        "state",
+        "status",
+        "watching",
+    )
 
     def __init__(self, state: SessionState) -> None:
         self.state = state
@@ -539,8 +601,10 @@ class SessionTracker:
             batch = pending.pop(0)
             parsed = batch.parsed
             if batch.bases is not None:
-                parsed = [read(one, base, self.rows, self.error_at) if one.rows else one
-                          for one, base in zip(parsed, batch.bases, strict=True)]
+                parsed = [
+                    read(one, base, self.rows, self.error_at) if one.rows else one
+                    for one, base in zip(parsed, batch.bases, strict=True)
+                ]
             self.state.apply(parsed, self.status, status, self.failed)
         self.status = status
         self.failed = False

@@ -25,8 +25,9 @@ except ImportError as exc:  # the `top` extra is not installed
     _MISSING = _missing(exc)
 
     def run_top(argv: list[str]) -> int:
-        print(f"pgtarn top needs {_MISSING}, which is not installed: {INSTALL_HINT}",
-              file=sys.stderr)
+        print(
+            f"pgtarn top needs {_MISSING}, which is not installed: {INSTALL_HINT}", file=sys.stderr
+        )
         return 1
 
 

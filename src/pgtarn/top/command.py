@@ -41,8 +41,9 @@ def run_once(source: AdminSource, target: str) -> int:
         print(f"pgtarn top: {exc}", file=sys.stderr)
         return 1
     controls = Controls()
-    Console().print(frame(build_view(first, second, controls), controls, target, ONCE_GAP,
-                          interactive=False))
+    Console().print(
+        frame(build_view(first, second, controls), controls, target, ONCE_GAP, interactive=False)
+    )
     return 0
 
 
@@ -60,8 +61,10 @@ def run_live(source: AdminSource, target: str, interval: float) -> int:
                 except (psycopg.Error, OSError) as exc:
                     error = str(exc).strip() or type(exc).__name__
                 next_sample = time.monotonic() + interval
-            live.update(frame(_view(before, after, controls), controls, target, interval,
-                              error), refresh=True)
+            live.update(
+                frame(_view(before, after, controls), controls, target, interval, error),
+                refresh=True,
+            )
             for key in keys.read(next_sample - time.monotonic()):
                 controls.press(key, database_names(after))
     return 0

@@ -35,8 +35,9 @@ class KeyReader:
             tty.setcbreak(self.fd)
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self.fd is not None and self._saved is not None:
             termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
 

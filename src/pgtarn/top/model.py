@@ -21,8 +21,7 @@ Row = dict[str, Any]
 Buckets = list[tuple[float, float]]
 
 #: The pools table's columns, in order; the number keys 1..7 sort by them.
-POOL_COLUMNS = ("database", "user", "cl_active", "cl_waiting", "sv_active", "sv_idle",
-                "maxwait")
+POOL_COLUMNS = ("database", "user", "cl_active", "cl_waiting", "sv_active", "sv_idle", "maxwait")
 TEXT_COLUMNS = frozenset({"database", "user"})
 
 #: The histogram of transaction durations in pgtarn's Prometheus endpoint (see metrics.py).
@@ -165,8 +164,7 @@ def sorted_pools(lines: list[PoolLine], controls: Controls) -> list[PoolLine]:
     column = controls.sort_column
     by_name = sorted(lines, key=lambda p: (p.database, p.user))
     descending = column not in TEXT_COLUMNS
-    return sorted(by_name, key=lambda p: getattr(p, column),
-                  reverse=descending != controls.reverse)
+    return sorted(by_name, key=lambda p: getattr(p, column), reverse=descending != controls.reverse)
 
 
 def _counter_delta(before: Row | None, after: Row, column: str) -> float | None:
@@ -245,9 +243,13 @@ def busiest_clients(rows: list[Row], limit: int = BUSIEST_LIMIT) -> list[Row]:
     """The busy clients, those waiting first, then the oldest last request first (the one
     linked or waiting longest), then the longest wait."""
     busy = [r for r in rows if is_busy(r)]
-    busy.sort(key=lambda r: (not str(r.get("state", "")).startswith("waiting"),
-                             str(r.get("request_time", "")),
-                             -(_number(r.get("wait")) + _number(r.get("wait_us")) / 1e6)))
+    busy.sort(
+        key=lambda r: (
+            not str(r.get("state", "")).startswith("waiting"),
+            str(r.get("request_time", "")),
+            -(_number(r.get("wait")) + _number(r.get("wait_us")) / 1e6),
+        )
+    )
     return busy[:limit]
 
 
@@ -264,5 +266,4 @@ def build_view(before: Sample | None, after: Sample, controls: Controls) -> View
     clients = [r for r in after.clients if controls.matches(str(r.get("database", "")))]
     has_pins = bool(after.clients) and "pinned" in after.clients[0]
     pinned = [r for r in clients if r.get("pinned")] if has_pins else None
-    return View(sorted_pools(pools, controls), rates, busiest_clients(clients), pinned,
-                databases)
+    return View(sorted_pools(pools, controls), rates, busiest_clients(clients), pinned, databases)

@@ -13,15 +13,28 @@ ONCE_GAP = 0.5
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgtarn top",
-        description="A live view of a pgtarn or any PgBouncer, read from its admin console.")
-    parser.add_argument("conninfo", nargs="?", default=DEFAULT_CONNINFO,
-                        help=f"libpq connection string of the admin console "
-                        f"(default: {DEFAULT_CONNINFO!r})")
-    parser.add_argument("--once", action="store_true",
-                        help=f"print one frame and exit (rates over {ONCE_GAP} s)")
-    parser.add_argument("--interval", type=float, default=1.0, metavar="S",
-                        help="seconds between refreshes (default 1)")
-    parser.add_argument("--metrics", metavar="URL|PORT",
-                        help="pgtarn's Prometheus endpoint (its metrics_port), for the p99 "
-                        "transaction time; without it p99 shows '-'")
+        description="A live view of a pgtarn or any PgBouncer, read from its admin console.",
+    )
+    parser.add_argument(
+        "conninfo",
+        nargs="?",
+        default=DEFAULT_CONNINFO,
+        help=f"libpq connection string of the admin console (default: {DEFAULT_CONNINFO!r})",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help=f"print one frame and exit (rates over {ONCE_GAP} s)"
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between refreshes (default 1)",
+    )
+    parser.add_argument(
+        "--metrics",
+        metavar="URL|PORT",
+        help="pgtarn's Prometheus endpoint (its metrics_port), for the p99 "
+        "transaction time; without it p99 shows '-'",
+    )
     return parser

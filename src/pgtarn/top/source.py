@@ -42,8 +42,7 @@ class AdminSource:
     def sample(self) -> Sample:
         """The tables read back to back, stamped with the monotonic time between them."""
         try:
-            pools, stats, clients = self._show("POOLS"), self._show("STATS"), \
-                self._show("CLIENTS")
+            pools, stats, clients = self._show("POOLS"), self._show("STATS"), self._show("CLIENTS")
         except psycopg.Error:
             self.close()
             raise

@@ -38,8 +38,13 @@ class ChannelClosed(Exception):
 class Channel:
     """Messages to and from the process at the other end of sock."""
 
-    def __init__(self, sock: socket.socket, on_message: Handler,
-                 on_closed: Callable[[Channel], None], name: str = "control") -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        on_message: Handler,
+        on_closed: Callable[[Channel], None],
+        name: str = "control",
+    ) -> None:
         sock.setblocking(False)
         self.sock = sock
         self.name = name
@@ -66,14 +71,16 @@ class Channel:
         if not self.writing:
             self._flush()
 
-    def reply(self, request: Message, message: Message,
-              fds: list[int] | tuple[int, ...] = ()) -> None:
+    def reply(
+        self, request: Message, message: Message, fds: list[int] | tuple[int, ...] = ()
+    ) -> None:
         """Answer request (a message that carried an ``id``)."""
         message["re"] = request["id"]
         self.send(message, fds)
 
-    async def request(self, message: Message, timeout: float | None = None,
-                      fds: list[int] | tuple[int, ...] = ()) -> tuple[Message, list[int]]:
+    async def request(
+        self, message: Message, timeout: float | None = None, fds: list[int] | tuple[int, ...] = ()
+    ) -> tuple[Message, list[int]]:
         """Send message and wait for its reply (ChannelClosed if the other end goes first)."""
         ident = next(self.ids)
         message["id"] = ident
@@ -127,7 +134,8 @@ class Channel:
         closed."""
         try:
             data, fds, _flags, _addr = socket.recv_fds(
-                self.sock, READ_SIZE, MAX_FDS_PER_READ, _RECV_FLAGS)
+                self.sock, READ_SIZE, MAX_FDS_PER_READ, _RECV_FLAGS
+            )
         except (BlockingIOError, InterruptedError):
             return False
         except ConnectionResetError:  # the other process exited with bytes unread: its end

@@ -73,8 +73,10 @@ def encode_client(client: HandedClient) -> dict[str, Any]:
         "startup_settings": dict(client.startup_settings),
         "restore": client.restore,
         "framer": client.framer,
-        "statements": [[s.name.decode("latin-1"), s.definition.decode("latin-1"), s.sql]
-                       for s in client.statements],
+        "statements": [
+            [s.name.decode("latin-1"), s.definition.decode("latin-1"), s.sql]
+            for s in client.statements
+        ],
         "scram_keys": None if client.scram_keys is None else [k.hex() for k in client.scram_keys],
     }
 
@@ -89,8 +91,13 @@ def decode_client(message: dict[str, Any]) -> HandedClient:
         raise HandoverError(f"cancel_key {key!r}")
     statements = []
     for entry in _typed(message, "statements", list):
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-                and isinstance(entry[1], str) and isinstance(entry[2], bool)):
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], str)
+            and isinstance(entry[2], bool)
+        ):
             raise HandoverError(f"statement {entry!r}")
         try:
             name, definition = entry[0].encode("latin-1"), entry[1].encode("latin-1")

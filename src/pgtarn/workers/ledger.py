@@ -139,8 +139,9 @@ class Ledger:
         return self._grant_queued()
 
     def queued(self, worker: int, database: str, user: str) -> int:
-        return sum(1 for r in self.queue
-                   if (r.worker, r.database, r.user) == (worker, database, user))
+        return sum(
+            1 for r in self.queue if (r.worker, r.database, r.user) == (worker, database, user)
+        )
 
     def _take(self, request: SlotRequest) -> None:
         self.slots[(request.worker, request.database, request.user)] += 1
@@ -189,8 +190,9 @@ class Ledger:
                 reclaims += self._idle_under(request, database, user)
         return reclaims
 
-    def _idle_under(self, request: SlotRequest, database: str | None,
-                    user: str | None) -> list[Reclaim]:
+    def _idle_under(
+        self, request: SlotRequest, database: str | None, user: str | None
+    ) -> list[Reclaim]:
         """No worker is over its fair share: each one holding slots under the limit (of
         another pool, for the asker) closes one idle server if it has one, as a single
         process closes an idle server of another pool at max_db_connections."""
@@ -205,8 +207,9 @@ class Ledger:
                 best[worker] = key
         return [Reclaim(*key, idle_only=True) for key in best.values()]
 
-    def _reclaim_under(self, asker: int, limit: int, database: str | None,
-                       user: str | None) -> Reclaim | None:
+    def _reclaim_under(
+        self, asker: int, limit: int, database: str | None, user: str | None
+    ) -> Reclaim | None:
         def under(db: str, usr: str) -> bool:
             return (database is None or db == database) and (user is None or usr == user)
 
@@ -218,8 +221,9 @@ class Ledger:
                 continue
             owed = min(count, self.reclaiming[key])
             held[worker] += count - owed
-            if count - owed > 0 and (worker not in biggest
-                                     or count - owed > self._spare(biggest[worker])):
+            if count - owed > 0 and (
+                worker not in biggest or count - owed > self._spare(biggest[worker])
+            ):
                 biggest[worker] = key
         demand = set(held) | {r.worker for r in self.queue if under(r.database, r.user)}
         demand.add(asker)
@@ -237,8 +241,9 @@ class Ledger:
 
     # --- clients ----------------------------------------------------------------------------
 
-    def admit(self, worker: int, database: str, user: str, admin: bool,
-              limits: ClientLimits) -> str | None:
+    def admit(
+        self, worker: int, database: str, user: str, admin: bool, limits: ClientLimits
+    ) -> str | None:
         """One more client in worker: None (admitted and counted), or the limit that refuses
         it (max_client_conn, max_db_client_connections, max_user_client_connections)."""
         others = sum(n for w, n in self.clients.items() if w != worker)
@@ -283,25 +288,44 @@ Outgoing = list[tuple[int, dict[str, Any]]]
 
 
 def grants(requests: list[SlotRequest]) -> Outgoing:
-    return [(r.worker, {"kind": "limits_grant", "database": r.database, "user": r.user})
-            for r in requests]
+    return [
+        (r.worker, {"kind": "limits_grant", "database": r.database, "user": r.user})
+        for r in requests
+    ]
 
 
 def reclaims(requests: list[Reclaim]) -> Outgoing:
-    return [(r.worker, {"kind": "limits_reclaim", "database": r.database, "user": r.user,
-                        "idle_only": r.idle_only}) for r in requests]
+    return [
+        (
+            r.worker,
+            {
+                "kind": "limits_reclaim",
+                "database": r.database,
+                "user": r.user,
+                "idle_only": r.idle_only,
+            },
+        )
+        for r in requests
+    ]
 
 
-def on_message(ledger: Ledger, worker: int, message: dict[str, Any]
-               ) -> tuple[dict[str, Any] | None, Outgoing]:
+def on_message(
+    ledger: Ledger, worker: int, message: dict[str, Any]
+) -> tuple[dict[str, Any] | None, Outgoing]:
     """A worker's ``limits_*`` message (workers/slots.py): the reply (for a request) and the
     messages to send to workers."""
     kind = message.get("kind")
     database = str(message.get("database", ""))
     user = str(message.get("user", ""))
     if kind == "limits_ask":
-        request = SlotRequest(worker, database, user, _int(message, "pool_limit"),
-                              _int(message, "max_db"), _int(message, "max_user"))
+        request = SlotRequest(
+            worker,
+            database,
+            user,
+            _int(message, "pool_limit"),
+            _int(message, "max_db"),
+            _int(message, "max_user"),
+        )
         granted, reclaimed = ledger.ask(request)
         out = grants([request]) if granted else []
         return None, out + reclaims(reclaimed)

@@ -28,8 +28,9 @@ MessageHandler = Callable[[Message, list[int]], Message | Awaitable[Message] | N
 class WorkerLink:
     """This worker's index, the worker count, and the channel to the supervisor."""
 
-    def __init__(self, index: int, count: int, sock: socket.socket,
-                 on_supervisor_gone: Callable[[], None]) -> None:
+    def __init__(
+        self, index: int, count: int, sock: socket.socket, on_supervisor_gone: Callable[[], None]
+    ) -> None:
         self.index = index
         self.count = count
         self.handlers: dict[str, MessageHandler] = {}
@@ -45,8 +46,9 @@ class WorkerLink:
         if not self.channel.closed:
             self.channel.send(message, fds)
 
-    async def request(self, message: Message, timeout: float = GATHER_TIMEOUT
-                      ) -> tuple[Message, list[int]]:
+    async def request(
+        self, message: Message, timeout: float = GATHER_TIMEOUT
+    ) -> tuple[Message, list[int]]:
         return await self.channel.request(message, timeout)
 
     def broadcast(self, message: Message, others: bool = True) -> None:
@@ -56,25 +58,25 @@ class WorkerLink:
     def to_worker(self, index: int, message: Message) -> None:
         self.send({"kind": "to_worker", "worker": index, "message": message})
 
-    async def ask_worker(self, index: int, message: Message, timeout: float
-                         ) -> Message | None:
+    async def ask_worker(self, index: int, message: Message, timeout: float) -> Message | None:
         """message to worker index, and its reply when its handler's answer is ready (None:
         no answer in timeout, or no supervisor)."""
         try:
             reply, _fds = await self.request(
-                {"kind": "ask_worker", "worker": index, "message": message,
-                 "timeout": timeout}, timeout + 1)
+                {"kind": "ask_worker", "worker": index, "message": message, "timeout": timeout},
+                timeout + 1,
+            )
         except (ChannelClosed, TimeoutError):
             return None
         answer = reply.get("reply")
         return answer if isinstance(answer, dict) else None
 
-    async def gather(self, message: Message, timeout: float = GATHER_TIMEOUT
-                     ) -> list[Message]:
+    async def gather(self, message: Message, timeout: float = GATHER_TIMEOUT) -> list[Message]:
         """Ask every worker (this one too) message; their replies, in worker order (a
         worker that did not answer in time is left out)."""
         reply, _fds = await self.request(
-            {"kind": "gather", "message": message, "timeout": timeout}, timeout + 1)
+            {"kind": "gather", "message": message, "timeout": timeout}, timeout + 1
+        )
         results: list[Any] = reply.get("results", [])
         return [r for r in results if isinstance(r, dict)]
 

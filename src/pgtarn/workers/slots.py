@@ -75,12 +75,16 @@ class SharedLimits:
             config = self.registry.config
             db = self.registry.databases.get(pool.database)
             self.asked[key] += 1
-            self.link.send({
-                "kind": "limits_ask", "database": pool.database, "user": pool.user,
-                "pool_limit": limit,
-                "max_db": config.max_db_connections_for(db) if db is not None else 0,
-                "max_user": config.max_user_connections_for(pool.user),
-            })
+            self.link.send(
+                {
+                    "kind": "limits_ask",
+                    "database": pool.database,
+                    "user": pool.user,
+                    "pool_limit": limit,
+                    "max_db": config.max_db_connections_for(db) if db is not None else 0,
+                    "max_user": config.max_user_connections_for(pool.user),
+                }
+            )
         return False
 
     def server_gone(self, pool: Pool[Any]) -> None:
@@ -171,16 +175,24 @@ class SharedLimits:
 
     # --- clients ----------------------------------------------------------------------------
 
-    async def admit(self, client: object, database: str, user: str, admin: bool,
-                    limits: list[int]) -> str | None:
+    async def admit(
+        self, client: object, database: str, user: str, admin: bool, limits: list[int]
+    ) -> str | None:
         """Ask the supervisor whether one more client may log in: None (yes, counted until
         :meth:`left`), or the limit that refuses it. limits: max_client_conn,
         max_db_client_connections, max_user_client_connections as they apply to this client
         (0: none), then this worker's own counts for them, this client included."""
         try:
-            reply, _fds = await self.link.request({
-                "kind": "limits_admit", "database": database, "user": user, "admin": admin,
-                "limits": limits}, ADMIT_TIMEOUT)
+            reply, _fds = await self.link.request(
+                {
+                    "kind": "limits_admit",
+                    "database": database,
+                    "user": user,
+                    "admin": admin,
+                    "limits": limits,
+                },
+                ADMIT_TIMEOUT,
+            )
         except (ChannelClosed, TimeoutError):
             return "supervisor not answering"
         refused = reply.get("refused")
@@ -197,5 +209,6 @@ class SharedLimits:
         entry = self.clients.pop(id(client), None)
         if entry is not None:
             database, user, admin = entry
-            self.link.send({"kind": "limits_left", "database": database, "user": user,
-                            "admin": admin})
+            self.link.send(
+                {"kind": "limits_left", "database": database, "user": user, "admin": admin}
+            )

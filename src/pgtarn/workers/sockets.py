@@ -32,8 +32,7 @@ def tcp_listeners(hosts: list[str] | None, port: int, backlog: int, copies: int,
     addresses: list[tuple[socket.AddressFamily, Any]] = []
     for host in hosts if hosts is not None else [None]:
         try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                       flags=socket.AI_PASSIVE)
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         except socket.gaierror as exc:
             raise ConfigError(f"listen_addr {host}: {exc}") from None
         for info in infos:
@@ -58,8 +57,10 @@ def tcp_listeners(hosts: list[str] | None, port: int, backlog: int, copies: int,
                 try:
                     sock.bind(sockaddr)
                 except OSError as exc:
-                    raise OSError(exc.errno, f"could not listen on {sockaddr[0]} port "
-                                             f"{sockaddr[1]}: {exc.strerror}") from None
+                    raise OSError(
+                        exc.errno,
+                        f"could not listen on {sockaddr[0]} port {sockaddr[1]}: {exc.strerror}",
+                    ) from None
                 sock.listen(backlog)
                 sock.setblocking(False)
     except OSError:

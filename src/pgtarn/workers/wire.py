@@ -40,8 +40,9 @@ class MessageReader:
         self.buffer = bytearray()
         self.fds: deque[int] = deque()
 
-    def feed(self, data: bytes, fds: list[int] | tuple[int, ...] = ()) -> list[
-            tuple[Message, list[int]]]:
+    def feed(
+        self, data: bytes, fds: list[int] | tuple[int, ...] = ()
+    ) -> list[tuple[Message, list[int]]]:
         """The messages completed by data; fds came with it and belong to the messages in
         order of their ``fds`` counts."""
         self.fds.extend(fds)
@@ -55,16 +56,17 @@ class MessageReader:
             if len(buffer) < 4 + size:
                 break
             try:
-                message = json.loads(bytes(buffer[4:4 + size]))
+                message = json.loads(bytes(buffer[4 : 4 + size]))
             except ValueError as exc:
                 raise WireError(f"control message is not JSON: {exc}") from None
-            del buffer[:4 + size]
+            del buffer[: 4 + size]
             if not isinstance(message, dict):
                 raise WireError("control message is not an object")
             count = message.get("fds", 0)
             if not isinstance(count, int) or count < 0 or count > len(self.fds):
-                raise WireError(f"control message names {count!r} descriptors, "
-                                f"{len(self.fds)} came")
+                raise WireError(
+                    f"control message names {count!r} descriptors, {len(self.fds)} came"
+                )
             out.append((message, [self.fds.popleft() for _ in range(count)]))
         return out
 

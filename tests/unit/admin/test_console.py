@@ -109,16 +109,21 @@ def test_a_malformed_parse_closes_the_session_with_a_protocol_error() -> None:
 
 def test_extended_protocol_without_parameters() -> None:
     s, client = session()
-    s.feed(build.message(b"P", b"\x00SHOW STATE\x00\x00\x00")
-           + build.message(b"B", b"\x00\x00\x00\x00\x00\x00\x00\x00")
-           + build.message(b"D", b"P\x00") + build.message(b"E", b"\x00\x00\x00\x00\x00")
-           + build.message(b"S"))
-    assert [t for t, _ in messages(bytes(client.out))] == \
-        ["1", "2", "T", "D", "D", "D", "C", "Z"]
+    s.feed(
+        build.message(b"P", b"\x00SHOW STATE\x00\x00\x00")
+        + build.message(b"B", b"\x00\x00\x00\x00\x00\x00\x00\x00")
+        + build.message(b"D", b"P\x00")
+        + build.message(b"E", b"\x00\x00\x00\x00\x00")
+        + build.message(b"S")
+    )
+    assert [t for t, _ in messages(bytes(client.out))] == ["1", "2", "T", "D", "D", "D", "C", "Z"]
     client.out.clear()
     # parameters are refused; the error skips to the Sync
-    s.feed(build.message(b"P", b"\x00SHOW STATE\x00\x00\x01\x00\x00\x00\x17")
-           + build.message(b"E", b"\x00\x00\x00\x00\x00") + build.message(b"S"))
+    s.feed(
+        build.message(b"P", b"\x00SHOW STATE\x00\x00\x01\x00\x00\x00\x17")
+        + build.message(b"E", b"\x00\x00\x00\x00\x00")
+        + build.message(b"S")
+    )
     assert [t for t, _ in messages(bytes(client.out))] == ["E", "Z"]
 
 
@@ -147,8 +152,6 @@ def test_set_of_a_session_parameter_is_ignored_with_a_notice() -> None:
     msgs = messages(bytes(client.out))
     assert [t for t, _ in msgs] == ["N", "C", "Z"]
     assert msgs[1][1] == b"SET\x00"
-
-
 
 
 def test_show_help_lists_show_listeners() -> None:

@@ -12,12 +12,16 @@ from pgtarn.workers import admin
 
 
 def test_the_answer_is_the_first_success_with_a_notice_per_failed_or_silent_worker() -> None:
-    replies = [{"worker": 0, "tag": "PAUSE", "notices": []},
-               {"worker": 2, "error": "already suspended/paused", "sqlstate": "08P01"}]
+    replies = [
+        {"worker": 0, "tag": "PAUSE", "notices": []},
+        {"worker": 2, "error": "already suspended/paused", "sqlstate": "08P01"},
+    ]
     result = fanout.combine(replies, 3)
     assert result.tag == "PAUSE"
-    assert result.notices == [notice("worker 2: already suspended/paused"),
-                              notice("worker 1 did not answer")]
+    assert result.notices == [
+        notice("worker 2: already suspended/paused"),
+        notice("worker 1 did not answer"),
+    ]
 
 
 def test_notices_every_worker_gave_are_given_once() -> None:
@@ -37,7 +41,9 @@ def test_a_command_every_worker_refused_is_an_error() -> None:
 def test_a_worker_runs_a_command_and_reports_its_error() -> None:
     runtime = Runtime(Config.default(), {})
     assert fanout.command_here(runtime, {"word": "kill_client", "arg": "7"}) == {
-        "error": "client not found", "sqlstate": "08P01"}
+        "error": "client not found",
+        "sqlstate": "08P01",
+    }
     assert fanout.command_here(runtime, {"word": "shutdown"})["error"].startswith("not a command")
     assert fanout.show_here(runtime, {"what": "config"})["error"].startswith("not a gathered")
     shown = fanout.show_here(runtime, {"what": "pools"})
@@ -46,4 +52,7 @@ def test_a_worker_runs_a_command_and_reports_its_error() -> None:
 
 def test_the_supervisor_kinds_are_spelled_alike() -> None:
     assert (fanout.SHUTDOWN_KIND, fanout.RELOAD_KIND, fanout.SET_KIND) == (
-        admin.SHUTDOWN_KIND, admin.RELOAD_KIND, admin.SET_KIND)
+        admin.SHUTDOWN_KIND,
+        admin.RELOAD_KIND,
+        admin.SET_KIND,
+    )

@@ -17,17 +17,22 @@ from pgtarn.config import Config
 from pgtarn.runtime import Runtime
 
 
-def _pool(database: str, user: str, active: int, waiting: int, maxwait: tuple[int, int],
-          mode: str = "transaction") -> list[Value]:
-    return [database, user, active, waiting, 0, 0, active, 0, 0, 2, 0, 0, 1, *maxwait, mode,
-            None]
+def _pool(
+    database: str,
+    user: str,
+    active: int,
+    waiting: int,
+    maxwait: tuple[int, int],
+    mode: str = "transaction",
+) -> list[Value]:
+    return [database, user, active, waiting, 0, 0, active, 0, 0, 2, 0, 0, 1, *maxwait, mode, None]
 
 
 def test_pools_add_counts_keep_the_longest_wait_and_sort_by_key() -> None:
-    w0 = Table(POOLS_COLUMNS, [_pool("app", "app", 3, 1, (0, 900_000)),
-                               _pool("b", "u", 1, 0, (0, 0))])
-    w1 = Table(POOLS_COLUMNS, [_pool("a", "u", 2, 0, (0, 0)),
-                               _pool("app", "app", 4, 2, (1, 5))])
+    w0 = Table(
+        POOLS_COLUMNS, [_pool("app", "app", 3, 1, (0, 900_000)), _pool("b", "u", 1, 0, (0, 0))]
+    )
+    w1 = Table(POOLS_COLUMNS, [_pool("a", "u", 2, 0, (0, 0)), _pool("app", "app", 4, 2, (1, 5))])
     out = merge("pools", [(1, w1), (0, w0)])
     assert [r[:2] for r in out.rows] == [["a", "u"], ["app", "app"], ["b", "u"]]
     app = dict(zip([c for c, _ in out.columns], out.rows[1], strict=True))
@@ -55,8 +60,13 @@ def test_stats_add_totals_and_rates_and_weigh_durations_by_their_rate() -> None:
     a0 = [2, 4, 6, 10, 20, 1000, 500, 30, 1, 1, 1, 1]
     t1 = [5, 10, 15, 50, 100, 2500, 2000, 150, 0, 0, 0, 1]
     a1 = [1, 1, 2, 5, 10, 4000, 800, 60, 0, 0, 0, 0]
-    out = merge("stats", [(0, Table(STATS_COLUMNS, [_stats_row("app", t0, a0)])),
-                          (1, Table(STATS_COLUMNS, [_stats_row("app", t1, a1)]))])
+    out = merge(
+        "stats",
+        [
+            (0, Table(STATS_COLUMNS, [_stats_row("app", t0, a0)])),
+            (1, Table(STATS_COLUMNS, [_stats_row("app", t1, a1)])),
+        ],
+    )
     row = dict(zip([c for c, _ in out.columns], out.rows[0], strict=True))
     assert row["total_xact_count"] == 30 and row["total_xact_time"] == 7500
     assert row["avg_xact_count"] == 5 and row["avg_recv"] == 15
@@ -68,20 +78,23 @@ def test_stats_add_totals_and_rates_and_weigh_durations_by_their_rate() -> None:
 def test_stats_averages_weigh_durations_and_a_silent_worker_counts_for_nothing() -> None:
     busy = ["app", 2, 4, 6, 10, 20, 1000, 500, 30, 1, 1, 1, 1]
     idle = ["app", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
-    out = merge("stats_averages", [(0, Table(STATS_AVERAGES_COLUMNS, [busy])),
-                                   (1, Table(STATS_AVERAGES_COLUMNS, [idle]))])
+    out = merge(
+        "stats_averages",
+        [(0, Table(STATS_AVERAGES_COLUMNS, [busy])), (1, Table(STATS_AVERAGES_COLUMNS, [idle]))],
+    )
     assert out.rows == [busy]
 
 
 def test_totals_add_and_weigh_by_name() -> None:
     columns = SHOW_TABLES["totals"](Runtime(Config.default(), {})).columns
-    w0 = Table(columns, [["total_xact_count", 10], ["avg_xact_count", 2],
-                         ["avg_xact_time", 100]])
-    w1 = Table(columns, [["total_xact_count", 5], ["avg_xact_count", 6],
-                         ["avg_xact_time", 500]])
+    w0 = Table(columns, [["total_xact_count", 10], ["avg_xact_count", 2], ["avg_xact_time", 100]])
+    w1 = Table(columns, [["total_xact_count", 5], ["avg_xact_count", 6], ["avg_xact_time", 500]])
     out = merge("totals", [(0, w0), (1, w1)])
-    assert out.rows == [["total_xact_count", 15], ["avg_xact_count", 8],
-                        ["avg_xact_time", (200 + 3000) // 8]]
+    assert out.rows == [
+        ["total_xact_count", 15],
+        ["avg_xact_count", 8],
+        ["avg_xact_time", (200 + 3000) // 8],
+    ]
 
 
 def test_lists_add_connections_and_take_the_greatest_of_the_rest() -> None:
@@ -89,7 +102,10 @@ def test_lists_add_connections_and_take_the_greatest_of_the_rest() -> None:
     w0 = Table(columns, [["databases", 2], ["pools", 3], ["used_clients", 4]])
     w1 = Table(columns, [["databases", 2], ["pools", 1], ["used_clients", 5]])
     assert merge("lists", [(0, w0), (1, w1)]).rows == [
-        ["databases", 2], ["pools", 3], ["used_clients", 9]]
+        ["databases", 2],
+        ["pools", 3],
+        ["used_clients", 9],
+    ]
 
 
 def test_databases_add_connections_and_flag_a_pause_in_any_worker() -> None:
@@ -98,16 +114,26 @@ def test_databases_add_connections_and_flag_a_pause_in_any_worker() -> None:
     names = [c for c, _ in columns]
 
     def row(pool_size: int, current: int, clients: int, paused: int) -> list[Value]:
-        values: dict[str, Value] = {"name": "app", "pool_size": pool_size,
-                                    "current_connections": current,
-                                    "current_client_connections": clients, "paused": paused}
+        values: dict[str, Value] = {
+            "name": "app",
+            "pool_size": pool_size,
+            "current_connections": current,
+            "current_client_connections": clients,
+            "paused": paused,
+        }
         return [values.get(n) for n in names]
 
-    out = merge("databases", [(0, Table(columns, [row(20, 3, 5, 0)])),
-                              (1, Table(columns, [row(20, 2, 1, 1)]))])
+    out = merge(
+        "databases",
+        [(0, Table(columns, [row(20, 3, 5, 0)])), (1, Table(columns, [row(20, 2, 1, 1)]))],
+    )
     merged = dict(zip(names, out.rows[0], strict=True))
-    assert (merged["pool_size"], merged["current_connections"],
-            merged["current_client_connections"], merged["paused"]) == (20, 5, 6, 1)
+    assert (
+        merged["pool_size"],
+        merged["current_connections"],
+        merged["current_client_connections"],
+        merged["paused"],
+    ) == (20, 5, 6, 1)
 
 
 def test_state_says_each_workers_value_when_they_differ() -> None:
@@ -115,7 +141,9 @@ def test_state_says_each_workers_value_when_they_differ() -> None:
     w0 = Table(columns, [["active", "yes"], ["paused", "no"]])
     w1 = Table(columns, [["active", "no"], ["paused", "no"]])
     assert merge("state", [(0, w0), (1, w1)]).rows == [
-        ["active", "yes on worker 0, no on worker 1"], ["paused", "no"]]
+        ["active", "yes on worker 0, no on worker 1"],
+        ["paused", "no"],
+    ]
 
 
 @pytest.mark.parametrize("what", sorted(MERGED))
@@ -135,4 +163,6 @@ def test_show_mem_adds_the_workers_counts_and_bytes() -> None:
     w0 = Table(columns, [["clients", 400, 2, 0, 800], ["servers", 300, 1, 0, 300]])
     w1 = Table(columns, [["clients", 400, 3, 0, 1200], ["servers", 300, 0, 0, 0]])
     assert merge("mem", [(1, w1), (0, w0)]).rows == [
-        ["clients", 400, 5, 0, 2000], ["servers", 300, 1, 0, 300]]
+        ["clients", 400, 5, 0, 2000],
+        ["servers", 300, 1, 0, 300],
+    ]

@@ -30,8 +30,14 @@ from pgtarn.pool.pool import PooledServer
 from pgtarn.pool.pool import Waiter as PoolWaiter
 from pgtarn.runtime import Runtime
 
-SPLIT = DatabaseEntry(name="app", host="a", hosts=("a", "b", "c"), port=5432,
-                      ports=(5432, 5433, 5434), read_write_split="explicit")
+SPLIT = DatabaseEntry(
+    name="app",
+    host="a",
+    hosts=("a", "b", "c"),
+    port=5432,
+    ports=(5432, 5433, 5434),
+    read_write_split="explicit",
+)
 
 
 class Clock:
@@ -112,22 +118,62 @@ def test_show_hosts_has_a_row_per_host_with_role_state_ban_and_lag() -> None:
     table = show_hosts(runtime)
 
     assert table.columns == [
-        ("database", TEXT), ("host", TEXT), ("port", INT4), ("role", TEXT), ("state", TEXT),
-        ("banned_for", NUMERIC), ("reason", TEXT), ("lag_bytes", NUMERIC),
-        ("lag_seconds", NUMERIC), ("lsn", TEXT), ("last_check", NUMERIC), ("routed", INT8)]
+        ("database", TEXT),
+        ("host", TEXT),
+        ("port", INT4),
+        ("role", TEXT),
+        ("state", TEXT),
+        ("banned_for", NUMERIC),
+        ("reason", TEXT),
+        ("lag_bytes", NUMERIC),
+        ("lag_seconds", NUMERIC),
+        ("lsn", TEXT),
+        ("last_check", NUMERIC),
+        ("routed", INT8),
+    ]
     primary, replica, banned = by_name(table)
     assert primary == {
-        "database": "app", "host": "a", "port": 5432, "role": "primary", "state": "up",
-        "banned_for": "0.000", "reason": "", "lag_bytes": 0, "lag_seconds": "0.000",
-        "lsn": "1/500", "last_check": "0.250", "routed": 7}
+        "database": "app",
+        "host": "a",
+        "port": 5432,
+        "role": "primary",
+        "state": "up",
+        "banned_for": "0.000",
+        "reason": "",
+        "lag_bytes": 0,
+        "lag_seconds": "0.000",
+        "lsn": "1/500",
+        "last_check": "0.250",
+        "routed": 7,
+    }
     assert replica == {
-        "database": "app", "host": "b", "port": 5433, "role": "replica", "state": "up",
-        "banned_for": "0.000", "reason": "", "lag_bytes": 0x300, "lag_seconds": "1.500",
-        "lsn": "1/200", "last_check": "0.250", "routed": 3}
+        "database": "app",
+        "host": "b",
+        "port": 5433,
+        "role": "replica",
+        "state": "up",
+        "banned_for": "0.000",
+        "reason": "",
+        "lag_bytes": 0x300,
+        "lag_seconds": "1.500",
+        "lsn": "1/200",
+        "last_check": "0.250",
+        "routed": 3,
+    }
     assert banned == {
-        "database": "app", "host": "c", "port": 5434, "role": "unknown", "state": "banned",
-        "banned_for": "0.750", "reason": "connection refused", "lag_bytes": 0,
-        "lag_seconds": "0.000", "lsn": None, "last_check": None, "routed": 0}
+        "database": "app",
+        "host": "c",
+        "port": 5434,
+        "role": "unknown",
+        "state": "banned",
+        "banned_for": "0.750",
+        "reason": "connection refused",
+        "lag_bytes": 0,
+        "lag_seconds": "0.000",
+        "lsn": None,
+        "last_check": None,
+        "routed": 0,
+    }
 
 
 def test_a_host_never_checked_is_unknown_and_a_ban_run_out_shows_zero() -> None:
@@ -137,8 +183,9 @@ def test_a_host_never_checked_is_unknown_and_a_ban_run_out_shows_zero() -> None:
     assert home.split is not None
     hosts = home.split.hosts
     hosts.clock = clock
-    assert [(r["state"], r["role"], r["last_check"], r["lsn"])
-            for r in by_name(show_hosts(runtime))] == [("unknown", "unknown", None, None)] * 3
+    assert [
+        (r["state"], r["role"], r["last_check"], r["lsn"]) for r in by_name(show_hosts(runtime))
+    ] == [("unknown", "unknown", None, None)] * 3
     hosts.check_failed(0, "timeout")
     clock.now += 5.0  # the ban ran out; its host is not up until a check passes
     row = by_name(show_hosts(runtime))[0]
@@ -173,11 +220,14 @@ def test_show_servers_ends_with_role_and_lag_of_each_servers_host() -> None:
     table = show_servers(runtime)
 
     assert table.columns == [*SOCKET_COLUMNS, ("role", TEXT), ("lag", NUMERIC)]
-    got = {row["id"]: (row["database"], row["user"], row["role"], row["lag"])
-           for row in by_name(table)}
-    assert got == {on_primary.id: ("app", "u", "primary", 0),
-                   connecting.id: ("app", "u", "unknown", 0),
-                   on_replica.id: ("app", "u", "replica", 0x300)}
+    got = {
+        row["id"]: (row["database"], row["user"], row["role"], row["lag"]) for row in by_name(table)
+    }
+    assert got == {
+        on_primary.id: ("app", "u", "primary", 0),
+        connecting.id: ("app", "u", "unknown", 0),
+        on_replica.id: ("app", "u", "replica", 0x300),
+    }
     # the replica is promoted: its servers say so
     hosts.check_passed(1, False, 0x1_0000_0600, 0.0, clock.now)
     roles = {row["id"]: row["role"] for row in by_name(show_servers(runtime))}
@@ -236,23 +286,60 @@ def test_show_pools_folds_a_replica_pools_servers_and_waiters_into_the_home_row(
 def test_show_hosts_merge_adds_routed_and_keeps_the_worst_of_ban_lag_and_check_age() -> None:
     columns = show_hosts(Runtime(Config.default(), {})).columns
 
-    def row(host: str, port: int, state: str, banned_for: str, lag: int, lag_s: str,
-            last_check: str | None, routed: int) -> list[Any]:
-        return ["app", host, port, "replica", state, banned_for, "", lag, lag_s, "1/200",
-                last_check, routed]
+    def row(
+        host: str,
+        port: int,
+        state: str,
+        banned_for: str,
+        lag: int,
+        lag_s: str,
+        last_check: str | None,
+        routed: int,
+    ) -> list[Any]:
+        return [
+            "app",
+            host,
+            port,
+            "replica",
+            state,
+            banned_for,
+            "",
+            lag,
+            lag_s,
+            "1/200",
+            last_check,
+            routed,
+        ]
 
-    w0 = Table(columns, [row("a", 5432, "up", "0.000", 0, "0.000", "0.100", 5),
-                         row("b", 5433, "up", "0.000", 100, "0.250", None, 1)])
-    w1 = Table(columns, [row("a", 5432, "up", "0.000", 0, "0.000", "0.900", 2),
-                         row("b", 5433, "banned", "1.500", 40, "2.000", None, 4)])
+    w0 = Table(
+        columns,
+        [
+            row("a", 5432, "up", "0.000", 0, "0.000", "0.100", 5),
+            row("b", 5433, "up", "0.000", 100, "0.250", None, 1),
+        ],
+    )
+    w1 = Table(
+        columns,
+        [
+            row("a", 5432, "up", "0.000", 0, "0.000", "0.900", 2),
+            row("b", 5433, "banned", "1.500", 40, "2.000", None, 4),
+        ],
+    )
 
     out = merge("hosts", [(1, w1), (0, w0)])
 
     assert out.columns == columns
     a, b = by_name(out)
     assert (a["host"], a["routed"], a["last_check"], a["state"]) == ("a", 7, "0.900", "up")
-    assert (b["host"], b["routed"], b["banned_for"], b["lag_bytes"], b["lag_seconds"],
-            b["last_check"], b["state"]) == ("b", 5, "1.500", 100, "2.000", None, "up")
+    assert (
+        b["host"],
+        b["routed"],
+        b["banned_for"],
+        b["lag_bytes"],
+        b["lag_seconds"],
+        b["last_check"],
+        b["state"],
+    ) == ("b", 5, "1.500", 100, "2.000", None, "up")
 
 
 @pytest.mark.parametrize("what", ["pools", "servers", "hosts"])
@@ -260,4 +347,4 @@ def test_the_tables_merge_with_their_columns(what: str) -> None:
     clock = Clock()
     runtime, _, _ = split_runtime(clock)
     table = SHOW_TABLES[what](runtime)
-    assert merge(what, [(0, table), (1, table)]).columns[:len(table.columns)] == table.columns
+    assert merge(what, [(0, table), (1, table)]).columns[: len(table.columns)] == table.columns

@@ -26,8 +26,9 @@ class FakeSubscriber:
         pass
 
 
-def listen(runtime: Runtime, database: str, user: str, client: FakeSubscriber,
-           *channels: str) -> None:
+def listen(
+    runtime: Runtime, database: str, user: str, client: FakeSubscriber, *channels: str
+) -> None:
     pool = runtime.registry.get_pool(DatabaseEntry(name=database), user)
     assert pool.board is not None
     pool.board.update(client, frozenset(), frozenset(channels), time.monotonic())
@@ -44,8 +45,12 @@ def test_show_listeners_has_a_row_per_channel_listened_to_sorted() -> None:
 
     table = SHOW_TABLES["listeners"](runtime)
 
-    assert table.columns == [("database", TEXT), ("user", TEXT), ("channel", TEXT),
-                             ("clients", INT4)]
+    assert table.columns == [
+        ("database", TEXT),
+        ("user", TEXT),
+        ("channel", TEXT),
+        ("clients", INT4),
+    ]
     assert table.rows == [
         ["db1", "u", 'we"ird chan', 1],
         ["db1", "v", "jobs", 1],

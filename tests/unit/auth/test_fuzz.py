@@ -24,15 +24,22 @@ FUZZ = settings(max_examples=150, deadline=None, database=None)
 ITERATIONS = 3  # fast SCRAM verifiers
 USER = "alice"
 
-ascii_passwords = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1,
-                          max_size=16)
+ascii_passwords = st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=16
+)
 passwords = st.one_of(
     ascii_passwords,
-    st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
-            min_size=1, max_size=12),
+    st.text(
+        st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
+        min_size=1,
+        max_size=12,
+    ),
 )
-printable = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E,
-                                  blacklist_characters=","), min_size=1, max_size=30)
+printable = st.text(
+    st.characters(min_codepoint=0x21, max_codepoint=0x7E, blacklist_characters=","),
+    min_size=1,
+    max_size=30,
+)
 
 
 @st.composite
@@ -49,9 +56,27 @@ def mutated(draw: st.DrawFn, data: bytes) -> bytes:
         elif kind == "insert":
             out[pos:pos] = draw(st.binary(min_size=1, max_size=4))
         elif kind == "token":
-            out[pos:pos] = draw(st.sampled_from(
-                [b",", b"=", b"n,,", b"y,,", b"p=tls-unique,", b"a=x", b"m=ext,", b",x=y",
-                 b"r=", b"c=biws", b",p=", b"\xff", b"\x00", b"==", b"eSws"]))
+            out[pos:pos] = draw(
+                st.sampled_from(
+                    [
+                        b",",
+                        b"=",
+                        b"n,,",
+                        b"y,,",
+                        b"p=tls-unique,",
+                        b"a=x",
+                        b"m=ext,",
+                        b",x=y",
+                        b"r=",
+                        b"c=biws",
+                        b",p=",
+                        b"\xff",
+                        b"\x00",
+                        b"==",
+                        b"eSws",
+                    ]
+                )
+            )
         elif kind == "truncate":
             del out[pos:]
         else:
@@ -90,9 +115,13 @@ def assert_failed_for_good(auth: ClientAuth, retry: bytes) -> None:
 
 
 @FUZZ
-@given(password=passwords, secret_kind=st.sampled_from(["plain", "scram"]),
-       auth_type=st.sampled_from(["scram-sha-256", "md5"]), data=st.data(),
-       damage=st.sampled_from(["none", "first", "final", "both"]))
+@given(
+    password=passwords,
+    secret_kind=st.sampled_from(["plain", "scram"]),
+    auth_type=st.sampled_from(["scram-sha-256", "md5"]),
+    data=st.data(),
+    damage=st.sampled_from(["none", "first", "final", "both"]),
+)
 def test_scram_login_with_damaged_messages_never_succeeds_with_other_bytes(
     password: str, secret_kind: str, auth_type: str, data: st.DataObject, damage: str
 ) -> None:
@@ -127,17 +156,20 @@ def test_scram_login_with_damaged_messages_never_succeeds_with_other_bytes(
     assert auth.done and not auth.failed
     assert sent_first == first
     cut = final.rindex(b",p=")
-    assert sent_final[:cut + 3] == final[:cut + 3]
+    assert sent_final[: cut + 3] == final[: cut + 3]
     assert base64.b64decode(sent_final[cut + 3 :]) == base64.b64decode(final[cut + 3 :])
     (_, server_final), (_, ok) = split_messages(reply)
     assert struct.unpack_from("!I", server_final)[0] == 12 and ok == struct.pack("!I", 0)
     client.handle_server_final(server_final[4:])
     assert client.done
     if secret_kind == "scram":  # passthrough keys: what a ScramClient needs to log in alone
-        salted = hashlib.pbkdf2_hmac("sha256", scram.saslprep(password),
-                                     scram.parse_verifier(secret).salt, ITERATIONS)  # type: ignore[union-attr]
-        assert auth.scram_keys == (hmac.digest(salted, b"Client Key", "sha256"),
-                                   hmac.digest(salted, b"Server Key", "sha256"))
+        salted = hashlib.pbkdf2_hmac(
+            "sha256", scram.saslprep(password), scram.parse_verifier(secret).salt, ITERATIONS
+        )  # type: ignore[union-attr]
+        assert auth.scram_keys == (
+            hmac.digest(salted, b"Client Key", "sha256"),
+            hmac.digest(salted, b"Server Key", "sha256"),
+        )
     else:
         assert auth.scram_keys is None
 
@@ -153,8 +185,9 @@ def b64(data: bytes) -> str:
 def client_firsts(draw: st.DrawFn) -> tuple[str, str, str, str]:
     """(client-first-message, GS2 header, client nonce, expected outcome)."""
     outcome = "ok"
-    flag = draw(st.sampled_from(["n", "n", "y", "p=tls-server-end-point", "p=", "", "N", "yy",
-                                 "x"]))
+    flag = draw(
+        st.sampled_from(["n", "n", "y", "p=tls-server-end-point", "p=", "", "N", "yy", "x"])
+    )
     if flag not in ("n", "y"):
         # "p=": channel binding data with plain SCRAM-SHA-256 (no TLS here): as PostgreSQL,
         # a malformed message
@@ -176,8 +209,9 @@ def client_firsts(draw: st.DrawFn) -> tuple[str, str, str, str]:
         outcome = "violation"
     user = draw(st.sampled_from(["", "alice", "=2C=3D", "ignored"]))
     attrs = [f"n={user}", f"r={nonce}"]
-    layout = draw(st.sampled_from(["ok", "ok", "ext", "mandatory", "swapped", "no-n", "no-r",
-                                   "bad-attr"]))
+    layout = draw(
+        st.sampled_from(["ok", "ok", "ext", "mandatory", "swapped", "no-n", "no-r", "bad-attr"])
+    )
     if layout == "ext":
         attrs.append("x=extension")
     elif layout == "mandatory":
@@ -225,8 +259,24 @@ def client_finals(draw: st.DrawFn) -> tuple[str, str, str, str]:
         draw(st.sampled_from(["ok", "ok", "ok", "other-flag", "raw", "bad-b64", "authzid"])),
         draw(st.sampled_from(["ok", "ok", "ok", "client-only", "longer", "shorter", "missing"])),
         draw(st.sampled_from(["none", "none", "ext", "bad-ext"])),
-        draw(st.sampled_from(["ok", "ok", "ok", "wrong", "short", "long", "bad-b64", "missing",
-                              "empty", "twice", "odd-bits", "wrong-password"])),
+        draw(
+            st.sampled_from(
+                [
+                    "ok",
+                    "ok",
+                    "ok",
+                    "wrong",
+                    "short",
+                    "long",
+                    "bad-b64",
+                    "missing",
+                    "empty",
+                    "twice",
+                    "odd-bits",
+                    "wrong-password",
+                ]
+            )
+        ),
     )
 
 
@@ -241,15 +291,24 @@ def salted_password(password: str, salt: bytes, iterations: int) -> bytes:
 
 
 @FUZZ
-@given(flag=st.sampled_from(["n", "y"]), client_nonce=printable, password=ascii_passwords,
-       secret_kind=st.sampled_from(["plain", "scram"]), final=client_finals())
+@given(
+    flag=st.sampled_from(["n", "y"]),
+    client_nonce=printable,
+    password=ascii_passwords,
+    secret_kind=st.sampled_from(["plain", "scram"]),
+    final=client_finals(),
+)
 def test_client_final_messages_get_the_outcome_their_fields_call_for(
-    flag: str, client_nonce: str, password: str, secret_kind: str,
+    flag: str,
+    client_nonce: str,
+    password: str,
+    secret_kind: str,
     final: tuple[str, str, str, str],
 ) -> None:
     cbind_kind, nonce_kind, ext_kind, proof_kind = final
-    auth = ClientAuth("scram-sha-256", USER, secret_for(secret_kind, password),
-                      scram_iterations=ITERATIONS)
+    auth = ClientAuth(
+        "scram-sha-256", USER, secret_for(secret_kind, password), scram_iterations=ITERATIONS
+    )
     auth.start()
     gs2 = f"{flag},,"
     bare = f"n=,r={client_nonce}"
@@ -260,12 +319,22 @@ def test_client_final_messages_get_the_outcome_their_fields_call_for(
     assert nonce.startswith(client_nonce) and len(nonce) > len(client_nonce)
 
     outcome = "ok"
-    cbind = {"ok": b64(gs2.encode()), "other-flag": b64(("y,," if flag == "n" else "n,,").encode()),
-             "raw": gs2.replace(",", ""), "bad-b64": "!!!!", "authzid": b64(b"n,a=x,")}[cbind_kind]
+    cbind = {
+        "ok": b64(gs2.encode()),
+        "other-flag": b64(("y,," if flag == "n" else "n,,").encode()),
+        "raw": gs2.replace(",", ""),
+        "bad-b64": "!!!!",
+        "authzid": b64(b"n,a=x,"),
+    }[cbind_kind]
     if cbind_kind != "ok":
         outcome = "violation"
-    sent_nonce = {"ok": nonce, "client-only": client_nonce, "longer": nonce + "x",
-                  "shorter": nonce[:-1], "missing": None}[nonce_kind]
+    sent_nonce = {
+        "ok": nonce,
+        "client-only": client_nonce,
+        "longer": nonce + "x",
+        "shorter": nonce[:-1],
+        "missing": None,
+    }[nonce_kind]
     if nonce_kind != "ok":
         outcome = "violation"
     attrs = [f"c={cbind}"] + ([f"r={sent_nonce}"] if sent_nonce is not None else [])
@@ -280,14 +349,21 @@ def test_client_final_messages_get_the_outcome_their_fields_call_for(
     salted = salted_password(key_password, salt, iterations)
     client_key = hmac.digest(salted, b"Client Key", "sha256")
     stored_key = hashlib.sha256(client_key).digest()
-    proof = bytes(a ^ b for a, b in zip(
-        client_key, hmac.digest(stored_key, auth_message, "sha256"), strict=True))
+    proof = bytes(
+        a ^ b
+        for a, b in zip(client_key, hmac.digest(stored_key, auth_message, "sha256"), strict=True)
+    )
     good = b64(proof)
     proof_text = {
-        "ok": f",p={good}", "wrong": f",p={b64(bytes([proof[0] ^ 1]) + proof[1:])}",
-        "short": f",p={b64(proof[:31])}", "long": f",p={b64(proof + b'x')}",
-        "bad-b64": f",p={good[:-2]}*=", "missing": "", "empty": ",p=",
-        "twice": f",p={good},p={good}", "wrong-password": f",p={good}",
+        "ok": f",p={good}",
+        "wrong": f",p={b64(bytes([proof[0] ^ 1]) + proof[1:])}",
+        "short": f",p={b64(proof[:31])}",
+        "long": f",p={b64(proof + b'x')}",
+        "bad-b64": f",p={good[:-2]}*=",
+        "missing": "",
+        "empty": ",p=",
+        "twice": f",p={good},p={good}",
+        "wrong-password": f",p={good}",
         "odd-bits": f",p={good[:-2]}{odd_bits(good[-2])}=",
     }[proof_kind]
     if outcome == "ok" and proof_kind in ("short", "long", "bad-b64", "missing", "empty"):
@@ -337,14 +413,23 @@ def test_scram_for_an_unknown_user_or_an_md5_secret_always_fails_like_a_wrong_pa
 
 
 @FUZZ
-@given(body=st.one_of(
-    st.binary(max_size=100),
-    st.builds(lambda m, d: m + b"\x00" + d, st.sampled_from(
-        [b"SCRAM-SHA-256", b"SCRAM-SHA-256-PLUS", b"", b"scram-sha-256", b"\xff"]),
-        st.binary(max_size=40)),
-    st.builds(lambda n, d: b"SCRAM-SHA-256\x00" + struct.pack("!I", n) + d,
-              st.sampled_from([0, 1, 2**31, 2**32 - 1, 11]), st.binary(max_size=40)),
-))
+@given(
+    body=st.one_of(
+        st.binary(max_size=100),
+        st.builds(
+            lambda m, d: m + b"\x00" + d,
+            st.sampled_from(
+                [b"SCRAM-SHA-256", b"SCRAM-SHA-256-PLUS", b"", b"scram-sha-256", b"\xff"]
+            ),
+            st.binary(max_size=40),
+        ),
+        st.builds(
+            lambda n, d: b"SCRAM-SHA-256\x00" + struct.pack("!I", n) + d,
+            st.sampled_from([0, 1, 2**31, 2**32 - 1, 11]),
+            st.binary(max_size=40),
+        ),
+    )
+)
 def test_sasl_initial_response_garbage_is_refused_cleanly(body: bytes) -> None:
     auth = ClientAuth("scram-sha-256", USER, "pw", scram_iterations=ITERATIONS)
     auth.start()
@@ -364,8 +449,12 @@ def test_sasl_initial_response_garbage_is_refused_cleanly(body: bytes) -> None:
 
 
 @FUZZ
-@given(password=passwords, secret_kind=st.sampled_from(["plain", "md5", "none"]),
-       data=st.data(), damage=st.booleans())
+@given(
+    password=passwords,
+    secret_kind=st.sampled_from(["plain", "md5", "none"]),
+    data=st.data(),
+    damage=st.booleans(),
+)
 def test_md5_answers_pass_only_when_they_are_the_right_hash(
     password: str, secret_kind: str, data: st.DataObject, damage: bool
 ) -> None:
@@ -403,8 +492,12 @@ def test_an_md5_answer_with_three_nuls_is_refused() -> None:
 
 
 @FUZZ
-@given(password=passwords, secret_kind=st.sampled_from(["plain", "md5", "scram", "none"]),
-       data=st.data(), damage=st.booleans())
+@given(
+    password=passwords,
+    secret_kind=st.sampled_from(["plain", "md5", "scram", "none"]),
+    data=st.data(),
+    damage=st.booleans(),
+)
 def test_plain_answers_pass_only_with_the_password(
     password: str, secret_kind: str, data: st.DataObject, damage: bool
 ) -> None:
@@ -425,8 +518,9 @@ def test_plain_answers_pass_only_with_the_password(
     if secret_kind == "scram":
         # Spellings SASLprep makes equal are the same password; so are ones differing by
         # trailing NULs, which HMAC (PBKDF2's PRF) pads its key with anyway.
-        assert (scram.saslprep(given_password).rstrip(b"\x00")
-                == scram.saslprep(password).rstrip(b"\x00"))
+        assert scram.saslprep(given_password).rstrip(b"\x00") == scram.saslprep(password).rstrip(
+            b"\x00"
+        )
         assert auth.scram_keys is not None
     else:
         assert given_password == password

@@ -33,13 +33,25 @@ def hba(text: str, files: dict[str, str] | None = None) -> HbaRules:
     return parse_hba(text, HBA_PATH, read)
 
 
-def line_of(rules: HbaRules, *, local: bool = False, tls: bool = False, database: str = "db",
-            user: str = "alice", address: str | None = "10.1.2.3",
-            replication: bool = False) -> int | None:
+def line_of(
+    rules: HbaRules,
+    *,
+    local: bool = False,
+    tls: bool = False,
+    database: str = "db",
+    user: str = "alice",
+    address: str | None = "10.1.2.3",
+    replication: bool = False,
+) -> int | None:
     """The line of the rule that applies, or None."""
-    rule = rules.match(local=local, tls=tls, database=database, user=user,
-                       address=None if address is None else ipaddress.ip_address(address),
-                       replication=replication)
+    rule = rules.match(
+        local=local,
+        tls=tls,
+        database=database,
+        user=user,
+        address=None if address is None else ipaddress.ip_address(address),
+        replication=replication,
+    )
     return None if rule is None else rule.line
 
 
@@ -89,7 +101,7 @@ def test_first_matching_rule_wins(conn: dict[str, object], line: int | None) -> 
 
 
 def test_rule_fields() -> None:
-    rule = hba("host sales,\"hr\" bob 10.1.2.3/8 scram-sha-256 # remote\n").rules[0]
+    rule = hba('host sales,"hr" bob 10.1.2.3/8 scram-sha-256 # remote\n').rules[0]
     assert (rule.line, rule.conn_type, rule.method) == (1, "host", "scram-sha-256")
     assert [d.text for d in rule.databases] == ["sales", "hr"]
     assert [u.text for u in rule.users] == ["bob"]
@@ -126,8 +138,9 @@ def test_connection_types(conn_type: str, local: bool, tls: bool, matches: bool)
 
 def test_hostgssenc_is_accepted_with_a_warning() -> None:
     rules = hba("\nhostgssenc all all all trust")
-    assert rules.warnings == (f"{HBA_PATH}:2: hostgssenc never matches: pgtarn has no GSSAPI "
-                              "encryption",)
+    assert rules.warnings == (
+        f"{HBA_PATH}:2: hostgssenc never matches: pgtarn has no GSSAPI encryption",
+    )
 
 
 @pytest.mark.parametrize(
@@ -151,8 +164,9 @@ def test_hostgssenc_is_accepted_with_a_warning() -> None:
         ("sales,replication", "x", "alice", True, True),
     ],
 )
-def test_database_keywords(database_field: str, database: str, user: str, replication: bool,
-                           matches: bool) -> None:
+def test_database_keywords(
+    database_field: str, database: str, user: str, replication: bool, matches: bool
+) -> None:
     rules = hba(f"host {database_field} all all trust")
     got = line_of(rules, database=database, user=user, replication=replication)
     assert (got == 1) is matches
@@ -186,7 +200,7 @@ def test_quoting_keeps_spaces_commas_hash_and_doubled_quotes() -> None:
 
 def test_list_spacing_follows_postgresql() -> None:
     # A comma right after an item continues the list, even across blanks: "a, b" is one field.
-    rule = hba("local a,  b, \"c\" all trust").rules[0]
+    rule = hba('local a,  b, "c" all trust').rules[0]
     assert [d.text for d in rule.databases] == ["a", "b", "c"]
     assert [u.text for u in rule.users] == ["all"]
 
@@ -212,7 +226,7 @@ def test_backslash_before_a_newline_continues_even_a_comment() -> None:
 
 def test_at_file_for_databases_and_users() -> None:
     files = {
-        "/etc/pgtarn/dbs.txt": "# databases\nsales, hr\n\"quoted db\" @more/nested.txt # x\n",
+        "/etc/pgtarn/dbs.txt": '# databases\nsales, hr\n"quoted db" @more/nested.txt # x\n',
         "/etc/pgtarn/more/nested.txt": "deep",
         "/abs/users": "bob\ncarol  dave\n",
     }
@@ -230,11 +244,11 @@ def test_at_file_keywords_keep_their_meaning_and_quoted_at_is_a_name() -> None:
 
 def test_at_file_errors_name_the_file_and_line() -> None:
     message = hba_error("\n\nlocal @missing all trust")
-    assert message.startswith(f"{HBA_PATH}:3: cannot read \"/etc/pgtarn/missing\"")
-    message = hba_error("local @u all trust", {"/etc/pgtarn/u": "ok\n\"unterminated\n"})
+    assert message.startswith(f'{HBA_PATH}:3: cannot read "/etc/pgtarn/missing"')
+    message = hba_error("local @u all trust", {"/etc/pgtarn/u": 'ok\n"unterminated\n'})
     assert message == "/etc/pgtarn/u:2: unterminated quoted string"
     message = hba_error("local all @g trust", {"/etc/pgtarn/g": "x\n+admins"})
-    assert message.startswith("/etc/pgtarn/g:2: group \"+admins\" is not supported")
+    assert message.startswith('/etc/pgtarn/g:2: group "+admins" is not supported')
     message = hba_error("local @loop all trust", {"/etc/pgtarn/loop": "a @loop"})
     assert message == '/etc/pgtarn/loop:1: @file nesting too deep at "@loop"'
 
@@ -332,8 +346,9 @@ def test_errors_name_file_and_line(text: str, line: int, fragment: str) -> None:
 
 @pytest.mark.parametrize("method", ["gss", "sspi", "radius", "ident", "bsd"])
 def test_unsupported_methods_reject_with_a_warning(method: str) -> None:
-    rules = hba(f"local all postgres peer\n\nhost all all all {method} krb_realm=x\n"
-                "host all all all trust")
+    rules = hba(
+        f"local all postgres peer\n\nhost all all all {method} krb_realm=x\nhost all all all trust"
+    )
     rule = rules.rules[1]
     assert (rule.method, rule.unsupported_method) == ("reject", method)
     assert line_of(rules) == 3  # the rule still matches, so the trust rule after it is not used
@@ -375,10 +390,18 @@ def test_ident_on_a_unix_socket_means_peer() -> None:
         ('local all all peer "map=my map"', "peer", "my map", None),
         ('local all all peer map="my map"', "peer", "my map", None),
         ("hostssl all all all cert", "cert", None, "verify-full"),
-        ("hostssl all all all cert map=certmap clientcert=verify-full", "cert", "certmap",
-         "verify-full"),
-        ("hostssl all all all scram-sha-256 clientcert=verify-ca", "scram-sha-256", None,
-         "verify-ca"),
+        (
+            "hostssl all all all cert map=certmap clientcert=verify-full",
+            "cert",
+            "certmap",
+            "verify-full",
+        ),
+        (
+            "hostssl all all all scram-sha-256 clientcert=verify-ca",
+            "scram-sha-256",
+            None,
+            "verify-ca",
+        ),
         ("hostssl all all all md5 clientcert=verify-full", "md5", None, "verify-full"),
         ("local all all trust pamservice=x include_realm=0", "trust", None, None),
         ("local all all peer map=a map=b", "peer", "b", None),
@@ -390,8 +413,9 @@ def test_options(text: str, method: str, map_name: str | None, clientcert: str |
 
 
 def test_regex_database_and_user() -> None:
-    rules = hba('local /^sales_ all reject\nlocal all "/^(ops|dev)-[0-9]+$" md5\n'
-                "local all all trust")
+    rules = hba(
+        'local /^sales_ all reject\nlocal all "/^(ops|dev)-[0-9]+$" md5\nlocal all all trust'
+    )
     assert line_of(rules, local=True, database="sales_eu") == 1
     assert line_of(rules, local=True, database="eu_sales_eu", user="ops-12") == 2
     assert line_of(rules, local=True, database="x", user="ops-12x") == 3
@@ -425,8 +449,9 @@ def ident(text: str) -> IdentMaps:
 
 
 def test_ident_plain_names() -> None:
-    maps = ident("# MAP SYSTEM PG\nstaff  alice  alice\nstaff alice  admin\nstaff bob bob\n"
-                 "other carol carol")
+    maps = ident(
+        "# MAP SYSTEM PG\nstaff  alice  alice\nstaff alice  admin\nstaff bob bob\nother carol carol"
+    )
     assert maps.allows("staff", "alice", "alice")
     assert maps.allows("staff", "alice", "admin")
     assert maps.allows("staff", "bob", "bob")
@@ -439,7 +464,7 @@ def test_ident_plain_names() -> None:
 
 
 def test_ident_regex_with_backreference() -> None:
-    maps = ident(r'certs /^(.*)@example\.com$ \1' + "\n" + r'certs "/^x, (y)$" "pre_\1_\1"')
+    maps = ident(r"certs /^(.*)@example\.com$ \1" + "\n" + r'certs "/^x, (y)$" "pre_\1_\1"')
     assert maps.allows("certs", "alice@example.com", "alice")
     assert not maps.allows("certs", "alice@example.com", "bob")
     assert not maps.allows("certs", "alice@example.org", "alice")
@@ -485,7 +510,7 @@ def test_ident_continuation_and_quotes() -> None:
         ("m alice /[", 1, 'invalid regular expression "["'),
         ("m alice +group", 1, 'group "+group" is not supported'),
         (r"m /^nogroup$ x\1", 1, "has no group"),
-        ("m \"open bob", 1, "unterminated quoted string"),
+        ('m "open bob', 1, "unterminated quoted string"),
         ("include_dir conf.d", 1, '"include_dir" directives are not supported'),
     ],
 )
@@ -510,13 +535,56 @@ def test_load_ident(tmp_path: Path) -> None:
 # Fuzzing: any text either parses or raises ConfigError.
 
 FUZZ = settings(max_examples=300, deadline=None, database=None)
-PIECES = st.sampled_from([
-    "local", "host", "hostssl", "hostnossl", "hostgssenc", "all", "sameuser", "samerole",
-    "replication", "@inc", "@", "+g", "/", "/(", "/^a(b)$", "10.0.0.0/8", "::1/128", "10.0.0.1",
-    "255.255.0.0", "::ffff:1.2.3.4", "/33", "trust", "reject", "md5", "peer", "cert", "ldap",
-    "ident", "map=m", "clientcert=verify-ca", "x=", "=", '"', '""', ",", "#", "\\", "\\\n",
-    "\n", " ", "\t", "\r", "\\1", "\x00", "\udcff", "\u0661",
-])
+PIECES = st.sampled_from(
+    [
+        "local",
+        "host",
+        "hostssl",
+        "hostnossl",
+        "hostgssenc",
+        "all",
+        "sameuser",
+        "samerole",
+        "replication",
+        "@inc",
+        "@",
+        "+g",
+        "/",
+        "/(",
+        "/^a(b)$",
+        "10.0.0.0/8",
+        "::1/128",
+        "10.0.0.1",
+        "255.255.0.0",
+        "::ffff:1.2.3.4",
+        "/33",
+        "trust",
+        "reject",
+        "md5",
+        "peer",
+        "cert",
+        "ldap",
+        "ident",
+        "map=m",
+        "clientcert=verify-ca",
+        "x=",
+        "=",
+        '"',
+        '""',
+        ",",
+        "#",
+        "\\",
+        "\\\n",
+        "\n",
+        " ",
+        "\t",
+        "\r",
+        "\\1",
+        "\x00",
+        "\udcff",
+        "\u0661",
+    ]
+)
 FUZZ_TEXT = st.one_of(
     st.text(max_size=200),
     st.lists(PIECES, max_size=40).map("".join),
@@ -552,23 +620,33 @@ def test_random_ident_text_parses_or_raises_config_error(text: str) -> None:
 
 def test_collecting_reports_every_bad_line() -> None:
     problems = Problems(collect=True)
-    rules = parse_hba("host all all 10.0.0.0/8 md5\nhost all all nowhere md5\n"
-                      "local all all trust\nlocal all all sometimes\n", HBA_PATH,
-                      lambda path: "", problems)
+    rules = parse_hba(
+        "host all all 10.0.0.0/8 md5\nhost all all nowhere md5\n"
+        "local all all trust\nlocal all all sometimes\n",
+        HBA_PATH,
+        lambda path: "",
+        problems,
+    )
     assert [rule.line for rule in rules.rules] == [1, 3]
     assert [error.split(": ", 1)[0] for error in problems.errors] == [
-        f"{HBA_PATH}:2", f"{HBA_PATH}:4"]
+        f"{HBA_PATH}:2",
+        f"{HBA_PATH}:4",
+    ]
     ident_problems = Problems(collect=True)
-    maps = parse_ident("m alice bob\nm onlytwo\nm /( bob\nm carol dave\n", IDENT_PATH,
-                       ident_problems)
+    maps = parse_ident(
+        "m alice bob\nm onlytwo\nm /( bob\nm carol dave\n", IDENT_PATH, ident_problems
+    )
     assert len(maps.maps["m"]) == 2
     assert [error.split(": ", 1)[0] for error in ident_problems.errors] == [
-        f"{IDENT_PATH}:2", f"{IDENT_PATH}:3"]
+        f"{IDENT_PATH}:2",
+        f"{IDENT_PATH}:3",
+    ]
 
 
 def test_a_list_may_have_blanks_around_its_commas_as_pgbouncer_reads_it() -> None:
-    rules = hba("host one,two  ann , bob ,cid  10.0.0.0/8  md5\n"
-                'host all "a , b" 10.0.0.0/8 trust\n')
+    rules = hba(
+        'host one,two  ann , bob ,cid  10.0.0.0/8  md5\nhost all "a , b" 10.0.0.0/8 trust\n'
+    )
     for user in ("ann", "bob", "cid"):
         assert line_of(rules, database="two", user=user) == 1
     assert line_of(rules, database="three", user="ann") is None

@@ -12,18 +12,21 @@ import pytest
 
 from pgtarn.auth import pam
 
-needs_libpam = pytest.mark.skipif(ctypes.util.find_library("pam") is None,
-                                  reason="libpam is not installed (Debian: libpam0g)")
+needs_libpam = pytest.mark.skipif(
+    ctypes.util.find_library("pam") is None, reason="libpam is not installed (Debian: libpam0g)"
+)
 
 
-def converse(styles_and_texts: list[tuple[int, bytes]], password: bytes = b"s3cret"
-             ) -> tuple[int, list[bytes | None], list[str]]:
+def converse(
+    styles_and_texts: list[tuple[int, bytes]], password: bytes = b"s3cret"
+) -> tuple[int, list[bytes | None], list[str]]:
     """Run the conversation on these messages as PAM would: (its code, the answers, the
     error messages kept)."""
     lib = pam._load()
     messages = [pam._Message(style, text) for style, text in styles_and_texts]
     pointers = (ctypes.POINTER(pam._Message) * max(1, len(messages)))(
-        *[ctypes.pointer(m) for m in messages])
+        *[ctypes.pointer(m) for m in messages]
+    )
     out = ctypes.POINTER(pam._Response)()
     kept: list[str] = []
     code = pam._answer(lib, len(messages), pointers, ctypes.pointer(out), password, kept)
@@ -39,8 +42,9 @@ def converse(styles_and_texts: list[tuple[int, bytes]], password: bytes = b"s3cr
 
 @needs_libpam
 def test_the_password_answers_the_hidden_prompt_only() -> None:
-    code, answers, kept = converse([(1, b"Password: "), (3, b"account locked"),
-                                    (4, b"welcome"), (2, b"Login: ")])
+    code, answers, kept = converse(
+        [(1, b"Password: "), (3, b"account locked"), (4, b"welcome"), (2, b"Login: ")]
+    )
     assert code == 0
     assert answers == [b"s3cret", None, None, None]
     assert kept == ["account locked"]

@@ -80,7 +80,6 @@ def login(server: ScramServer, client: ScramClient) -> None:
     client.handle_server_final(server_final)
 
 
-
 def test_rfc7677_client_side() -> None:
     client = rfc_client()
     assert client.client_first() == RFC_CLIENT_FIRST
@@ -132,7 +131,6 @@ def test_server_accepts_any_username() -> None:
         client = ScramClient("pencil", username=name)
         login(server, client)
         assert server.done and client.done
-
 
 
 def test_round_trip_plaintext_secret() -> None:
@@ -243,7 +241,6 @@ def test_client_first_defaults() -> None:
     assert ScramClient("pw", username="a=b,c").client_first().startswith(b"n,,n=a=3Db=2Cc,r=")
 
 
-
 def test_make_verifier_matches_postgres_derivation() -> None:
     salt = bytes(range(16))
     salted = hashlib.pbkdf2_hmac("sha256", b"pencil", salt, 4096)
@@ -314,7 +311,6 @@ def test_non_ascii_password_round_trip() -> None:
         login(ScramServer(verifier), ScramClient("passIX"))
 
 
-
 def test_choose_mechanism_without_tls() -> None:
     assert choose_mechanism(["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"]) == "SCRAM-SHA-256"
     assert choose_mechanism(["SCRAM-SHA-256"]) == "SCRAM-SHA-256"
@@ -331,7 +327,6 @@ def test_parse_sasl_mechanisms() -> None:
     for bad in (b"", b"SCRAM-SHA-256", b"SCRAM-SHA-256\x00", b"A\x00\x00B\x00", b"\xff\x00\x00"):
         with pytest.raises(ProtocolViolation):
             parse_sasl_mechanisms(bad)
-
 
 
 @pytest.mark.parametrize(
@@ -388,8 +383,9 @@ def test_a_client_told_there_is_no_plus_is_caught_when_there_is() -> None:
     assert not_offered.done and not not_offered.channel_bound
 
 
-@pytest.mark.parametrize("first", [b"n,,n=,r=abc", b"y,,n=,r=abc",
-                                   b"p=tls-unique,,n=,r=abc", b"p=,,n=,r=abc"])
+@pytest.mark.parametrize(
+    "first", [b"n,,n=,r=abc", b"y,,n=,r=abc", b"p=tls-unique,,n=,r=abc", b"p=,,n=,r=abc"]
+)
 def test_plus_needs_tls_server_end_point(first: bytes) -> None:
     server = ScramServer(RFC_VERIFIER, channel_binding=BINDING)
     server.select("SCRAM-SHA-256-PLUS")
@@ -405,16 +401,20 @@ def test_plus_is_not_offered_without_tls() -> None:
     assert info.value.sqlstate == "28000"
 
 
-@pytest.mark.parametrize(("offered", "can_bind", "require", "chosen"), [
-    (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], True, False, "SCRAM-SHA-256-PLUS"),
-    (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], False, False, "SCRAM-SHA-256"),
-    (["SCRAM-SHA-256"], True, False, "SCRAM-SHA-256"),
-    (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], True, True, "SCRAM-SHA-256-PLUS"),
-    (["SCRAM-SHA-256"], True, True, None),
-    (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], False, True, None),
-])
-def test_choose_mechanism(offered: list[str], can_bind: bool, require: bool,
-                          chosen: str | None) -> None:
+@pytest.mark.parametrize(
+    ("offered", "can_bind", "require", "chosen"),
+    [
+        (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], True, False, "SCRAM-SHA-256-PLUS"),
+        (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], False, False, "SCRAM-SHA-256"),
+        (["SCRAM-SHA-256"], True, False, "SCRAM-SHA-256"),
+        (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], True, True, "SCRAM-SHA-256-PLUS"),
+        (["SCRAM-SHA-256"], True, True, None),
+        (["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], False, True, None),
+    ],
+)
+def test_choose_mechanism(
+    offered: list[str], can_bind: bool, require: bool, chosen: str | None
+) -> None:
     if chosen is not None:
         assert choose_mechanism(offered, can_bind, require) == chosen
         return

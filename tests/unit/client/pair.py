@@ -28,9 +28,12 @@ log_pooler_errors = 0
 """
 
 SERVER_WELCOME = (
-    build.authentication(0) + build.parameter_status("server_version", "15.0")
-    + build.parameter_status("TimeZone", "UTC") + build.parameter_status("DateStyle", "ISO, MDY")
-    + build.backend_key_data(7, 8) + build.ready_for_query(b"I")
+    build.authentication(0)
+    + build.parameter_status("server_version", "15.0")
+    + build.parameter_status("TimeZone", "UTC")
+    + build.parameter_status("DateStyle", "ISO, MDY")
+    + build.backend_key_data(7, 8)
+    + build.ready_for_query(b"I")
 )
 
 
@@ -43,16 +46,21 @@ class ClientSide(FakeTransport):
 
 def result(status: bytes = b"I") -> bytes:
     """PostgreSQL's reply to a one-row SELECT, ending in ReadyForQuery with status."""
-    return (build.row_description([("x", 23)]) + build.data_row(["1"])
-            + build.command_complete("SELECT 1") + build.ready_for_query(status))
+    return (
+        build.row_description([("x", 23)])
+        + build.data_row(["1"])
+        + build.command_complete("SELECT 1")
+        + build.ready_for_query(status)
+    )
 
 
 class Pool:
     """A runtime whose pool servers are ServerConnections on fake transports."""
 
     def __init__(self, mode: str = "transaction", pool_size: int = 1, prepared: int = 0) -> None:
-        self.runtime = Runtime(parse_config(INI.format(
-            mode=mode, pool_size=pool_size, prepared=prepared)), {"u": ""})
+        self.runtime = Runtime(
+            parse_config(INI.format(mode=mode, pool_size=pool_size, prepared=prepared)), {"u": ""}
+        )
         self.servers: list[ServerConnection] = []
         self.runtime.registry.launch = self._launch
 

@@ -12,7 +12,8 @@ from pgtarn.client.access import Connection, auth_method, peer_address
 from pgtarn.config import Config
 from pgtarn.errors import PgtarnError
 
-HBA = parse_hba("""\
+HBA = parse_hba(
+    """\
 local    all  all                peer map=m
 hostssl  all  certs  0.0.0.0/0   md5 clientcert=verify-full
 hostssl  all  cacerts  0.0.0.0/0 md5 clientcert=verify-ca
@@ -20,16 +21,29 @@ hostssl  all  all    0.0.0.0/0   cert map=m
 host     all  all    ::1/128     password
 host     all  all    10.0.0.0/8  reject
 host     all  pamuser 0.0.0.0/0  pam
-""", "pg_hba.conf", lambda path: "")
+""",
+    "pg_hba.conf",
+    lambda path: "",
+)
 IDENT = parse_ident("m  alice  app\nm  /^(.*)-cert$  \\1\n", "pg_ident.conf")
 
 
-def conn(*, local: bool = False, tls: bool = False, address: str | None = "127.0.0.1",
-         cert: str | None = None, os_user: str | None = None) -> Connection:
-    return Connection(local=local, tls=tls,
-                      address=ipaddress.ip_address(address) if address else None,
-                      certificate=cert is not None, certificate_name=cert,
-                      os_user=lambda: os_user)
+def conn(
+    *,
+    local: bool = False,
+    tls: bool = False,
+    address: str | None = "127.0.0.1",
+    cert: str | None = None,
+    os_user: str | None = None,
+) -> Connection:
+    return Connection(
+        local=local,
+        tls=tls,
+        address=ipaddress.ip_address(address) if address else None,
+        certificate=cert is not None,
+        certificate_name=cert,
+        os_user=lambda: os_user,
+    )
 
 
 def method(config: Config, connection: Connection, user: str = "app") -> str:
@@ -65,7 +79,8 @@ def test_verify_full_and_cert_need_the_users_certificate() -> None:
 def test_hba_rules_in_order() -> None:
     assert method(HBA_CONFIG, conn(local=True, address=None, os_user="alice")) == "any"
     assert "unix socket login rejected" in refused(
-        HBA_CONFIG, conn(local=True, address=None, os_user="mallory"))
+        HBA_CONFIG, conn(local=True, address=None, os_user="mallory")
+    )
     assert method(HBA_CONFIG, conn(tls=True, cert="app-cert")) == "any"  # via the map regex
     assert "certificate authentication failed" in refused(HBA_CONFIG, conn(tls=True, cert="x"))
     assert method(HBA_CONFIG, conn(tls=True, cert="certs"), "certs") == "md5"
@@ -74,7 +89,8 @@ def test_hba_rules_in_order() -> None:
     assert "rejects connection" in refused(HBA_CONFIG, conn(address="10.1.2.3"))
     assert method(HBA_CONFIG, conn(), "pamuser") == "pam"
     assert refused(HBA_CONFIG, conn()) == (
-        'no pg_hba.conf entry for host "127.0.0.1", user "app", database "db", no encryption')
+        'no pg_hba.conf entry for host "127.0.0.1", user "app", database "db", no encryption'
+    )
 
 
 def test_verify_full_leaves_names_to_the_hba_rule_and_its_map() -> None:
@@ -83,8 +99,14 @@ def test_verify_full_leaves_names_to_the_hba_rule_and_its_map() -> None:
 
 
 def test_a_certificate_without_cn_is_still_a_certificate() -> None:
-    nameless = Connection(local=False, tls=True, address=ipaddress.ip_address("127.0.0.1"),
-                          certificate=True, certificate_name=None, os_user=lambda: None)
+    nameless = Connection(
+        local=False,
+        tls=True,
+        address=ipaddress.ip_address("127.0.0.1"),
+        certificate=True,
+        certificate_name=None,
+        os_user=lambda: None,
+    )
     assert method(HBA_CONFIG, nameless, "cacerts") == "md5"  # clientcert=verify-ca
     assert "clientcert=verify-full" in refused(HBA_CONFIG, nameless, "certs")
 
@@ -101,18 +123,25 @@ def test_peer_address() -> None:
 
 
 def test_physical_replication_matches_only_the_replication_keyword() -> None:
-    hba = parse_hba("host replication repl 127.0.0.1/32 md5\n"
-                    "host replication all 10.0.0.0/8 reject\n"
-                    "host all all 0.0.0.0/0 trust\n", "pg_hba.conf", lambda path: "")
+    hba = parse_hba(
+        "host replication repl 127.0.0.1/32 md5\n"
+        "host replication all 10.0.0.0/8 reject\n"
+        "host all all 0.0.0.0/0 trust\n",
+        "pg_hba.conf",
+        lambda path: "",
+    )
     local_net = conn()
     assert auth_method(HBA_CONFIG, hba, None, local_net, "db", "repl", True) == "md5"
     # a logical one (replication=database) is a connection to its database
     assert auth_method(HBA_CONFIG, hba, None, local_net, "db", "other", False) == "trust"
     with pytest.raises(PgtarnError) as info:
         auth_method(HBA_CONFIG, hba, None, local_net, "db", "other", True)
-    assert info.value.message == ('no pg_hba.conf entry for replication connection from '
-                                  'host "127.0.0.1", user "other", no encryption')
+    assert info.value.message == (
+        "no pg_hba.conf entry for replication connection from "
+        'host "127.0.0.1", user "other", no encryption'
+    )
     with pytest.raises(PgtarnError) as info:
         auth_method(HBA_CONFIG, hba, None, conn(address="10.1.2.3"), "db", "repl", True)
-    assert info.value.message == ('pg_hba.conf rejects replication connection for '
-                                  'host "10.1.2.3", user "repl", no encryption')
+    assert info.value.message == (
+        'pg_hba.conf rejects replication connection for host "10.1.2.3", user "repl", no encryption'
+    )

@@ -64,7 +64,8 @@ class FakeTransport:
         if self.socket.family == socket.AF_UNIX:
             return default
         return {"peername": ("127.0.0.1", 40000), "sockname": ("127.0.0.1", 6432)}.get(
-            name, default)
+            name, default
+        )
 
     def is_closing(self) -> bool:
         return self.closing
@@ -107,10 +108,15 @@ class FakeServer(PooledServer):
         pass
 
 
-def make_runtime(auth_type: str = "trust", users: dict[str, str] | None = None,
-                 max_client_conn: int = 100, extra: str = "") -> Runtime:
-    config = parse_config(INI.format(auth_type=auth_type, max_client_conn=max_client_conn,
-                                     extra=extra))
+def make_runtime(
+    auth_type: str = "trust",
+    users: dict[str, str] | None = None,
+    max_client_conn: int = 100,
+    extra: str = "",
+) -> Runtime:
+    config = parse_config(
+        INI.format(auth_type=auth_type, max_client_conn=max_client_conn, extra=extra)
+    )
     runtime = Runtime(config, dict(users if users is not None else {"alice": "pw", "bob": "pw"}))
     launched: list[FakeServer] = []
 
@@ -123,8 +129,9 @@ def make_runtime(auth_type: str = "trust", users: dict[str, str] | None = None,
     return runtime
 
 
-def connect(runtime: Runtime, family: socket.AddressFamily = socket.AF_INET
-            ) -> tuple[ClientConnection, FakeTransport]:
+def connect(
+    runtime: Runtime, family: socket.AddressFamily = socket.AF_INET
+) -> tuple[ClientConnection, FakeTransport]:
     client = ClientConnection(runtime)
     transport = FakeTransport(family)
     client.connection_made(transport)  # type: ignore[arg-type]
@@ -147,13 +154,15 @@ def test_trust_login_into_the_admin_console() -> None:
     runtime = make_runtime()
     client, transport = connect(runtime)
     assert client.addr == "127.0.0.1:40000"
-    client.data_received(build.startup_message(
-        {"user": "alice", "database": "pgbouncer", "application_name": "psql"}))
+    client.data_received(
+        build.startup_message(
+            {"user": "alice", "database": "pgbouncer", "application_name": "psql"}
+        )
+    )
     messages = transport.taken()
     assert [kind for kind, _ in messages] == ["R"] + ["S"] * 9 + ["K", "Z"]
     assert auth_codes(messages) == [0]
-    statuses = dict(body.rstrip(b"\x00").split(b"\x00") for kind, body in messages
-                    if kind == "S")
+    statuses = dict(body.rstrip(b"\x00").split(b"\x00") for kind, body in messages if kind == "S")
     assert statuses[b"server_version"].endswith(b"/pgtarn")
     assert statuses[b"application_name"] == b"psql"
     assert messages[-2][1] == struct.pack("!II", *client.cancel_key)
@@ -171,7 +180,7 @@ def test_the_admin_console_refuses_others_after_their_password() -> None:
     runtime = make_runtime(auth_type="md5")
     client, transport = connect(runtime)
     client.data_received(build.startup_message({"user": "bob", "database": "pgbouncer"}))
-    (kind, body), = transport.taken()
+    ((kind, body),) = transport.taken()
     assert auth_codes([(kind, body)]) == [5]
     response = md5_response("pw", "bob", body[4:8]) + b"\x00"
     client.data_received(build.password_message(response))
@@ -200,8 +209,9 @@ def test_the_pooler_os_user_over_the_unix_socket_needs_no_password() -> None:
 def test_trust_login_into_a_pool_waits_for_its_first_server() -> None:
     runtime = make_runtime()
     client, transport = connect(runtime)
-    client.data_received(build.startup_message(
-        {"user": "bob", "database": "app", "TimeZone": "Europe/Paris"}))
+    client.data_received(
+        build.startup_message({"user": "bob", "database": "app", "TimeZone": "Europe/Paris"})
+    )
     assert auth_codes(transport.taken()) == [0]
     assert client.state is ClientState.WELCOME and client not in runtime.logins
     pool = client.pool
@@ -232,15 +242,19 @@ def test_md5_login_into_a_pool_and_a_wrong_password() -> None:
     for password, expected in (("pw", [0]), ("nope", [])):
         client, transport = connect(runtime)
         client.data_received(build.startup_message({"user": "bob", "database": "app"}))
-        (_, body), = transport.taken()
-        client.data_received(build.password_message(
-            md5_response(password, "bob", body[4:8]) + b"\x00"))
+        ((_, body),) = transport.taken()
+        client.data_received(
+            build.password_message(md5_response(password, "bob", body[4:8]) + b"\x00")
+        )
         messages = transport.taken()
         assert auth_codes(messages) == expected
         if not expected:
             assert error_fields(messages) == {
-                "S": "FATAL", "V": "FATAL", "C": "28P01",
-                "M": "password authentication failed"}
+                "S": "FATAL",
+                "V": "FATAL",
+                "C": "28P01",
+                "M": "password authentication failed",
+            }
             assert transport.closing and client not in runtime.clients.values()
 
 
@@ -370,8 +384,10 @@ def test_auth_query_refuses_messages_before_the_challenge() -> None:
         lookup = FakeLookup("pw")
         runtime.make_lookup = lambda runtime, db, user, query: lookup
         client, transport = connect(runtime)
-        client.data_received(build.startup_message({"user": "carol", "database": "app"})
-                             + build.password_message(b"pw\x00"))
+        client.data_received(
+            build.startup_message({"user": "carol", "database": "app"})
+            + build.password_message(b"pw\x00")
+        )
         fields = error_fields(transport.taken())
         assert fields["M"] == "message received before an authentication request"
         lookup.release.set()

@@ -13,8 +13,9 @@ def test_a_query_goes_out_behind_a_set_of_the_clients_differing_parameters() -> 
     client.data_received(build.query("select 1"))
     (server,) = pool.servers
     assert server.client is client
-    assert sent(server) == (build.query('SET "TimeZone" TO \'Europe/Paris\'')
-                            + build.query("select 1"))
+    assert sent(server) == (
+        build.query("SET \"TimeZone\" TO 'Europe/Paris'") + build.query("select 1")
+    )
     # the SET's replies are PostgreSQL's to pgtarn, not the client's
     server.data_received(build.command_complete("SET") + build.ready_for_query(b"I"))
     assert transport.take() == b""
@@ -99,9 +100,11 @@ def test_a_parameter_the_server_reports_changed_is_the_clients_new_value() -> No
     client, transport = pool.client(TimeZone="UTC")
     client.data_received(build.query("set timezone to 'Asia/Tokyo'"))
     (server,) = pool.servers
-    server.data_received(build.command_complete("SET")
-                         + build.parameter_status("TimeZone", "Asia/Tokyo")
-                         + build.ready_for_query(b"I"))
+    server.data_received(
+        build.command_complete("SET")
+        + build.parameter_status("TimeZone", "Asia/Tokyo")
+        + build.ready_for_query(b"I")
+    )
     assert client.params["TimeZone"] == "Asia/Tokyo"
     assert types(transport.take()) == "CSZ"  # the ParameterStatus reaches the client too
 
@@ -124,14 +127,17 @@ def test_a_parameter_the_client_set_on_one_server_is_set_on_another_at_its_next_
     second.data_received(result())  # both idle; the second is lent next
     a.data_received(build.query("set timezone to 'Asia/Tokyo'"))
     assert second.client is a
-    second.data_received(build.command_complete("SET")
-                         + build.parameter_status("TimeZone", "Asia/Tokyo")
-                         + build.ready_for_query(b"I"))
+    second.data_received(
+        build.command_complete("SET")
+        + build.parameter_status("TimeZone", "Asia/Tokyo")
+        + build.ready_for_query(b"I")
+    )
     assert a.params["TimeZone"] == "Asia/Tokyo" and b.params["TimeZone"] == "UTC"
     b.data_received(build.query("select 1"))  # takes the second server
     assert second.client is b
     sent(first)
     a.data_received(build.query("select 1"))
     assert first.client is a
-    assert sent(first) == (build.query('SET "TimeZone" TO \'Asia/Tokyo\'')
-                           + build.query("select 1"))
+    assert sent(first) == (
+        build.query("SET \"TimeZone\" TO 'Asia/Tokyo'") + build.query("select 1")
+    )

@@ -28,8 +28,7 @@ UNLISTEN_COMPLETE = build.command_complete("UNLISTEN")
 
 
 def notification(channel: str, payload: str = "hi", pid: int = 99) -> bytes:
-    return build.message(b"A", pid.to_bytes(4, "big") + build.cstr(channel)
-                         + build.cstr(payload))
+    return build.message(b"A", pid.to_bytes(4, "big") + build.cstr(channel) + build.cstr(payload))
 
 
 class Listening:
@@ -75,8 +74,12 @@ def test_a_client_holds_no_listen_state_until_it_listens() -> None:
     client, transport, server = setup.client()
     run(client, server, "select 1", result())
     assert transport.take() == result()
-    run(client, server, "SET search_path = a", build.command_complete("SET")
-        + build.ready_for_query(b"I"))
+    run(
+        client,
+        server,
+        "SET search_path = a",
+        build.command_complete("SET") + build.ready_for_query(b"I"),
+    )
     assert client.tracked and client.listen is None and client.subscribed == frozenset()
     client.data_received(build.query("LISTEN a"))
     assert client.listen is not None and client.listen.holds_anything()
@@ -124,8 +127,7 @@ def test_unlisten_is_answered_at_once_and_the_last_client_ends_the_channel() -> 
     assert transport.take() == UNLISTEN_COMPLETE + build.ready_for_query(b"I")
     assert setup.board.wanted() == {"b"}
     client.data_received(build.query("LISTEN c; UNLISTEN *"))
-    assert transport.take() == (LISTEN_COMPLETE + UNLISTEN_COMPLETE
-                                + build.ready_for_query(b"I"))
+    assert transport.take() == (LISTEN_COMPLETE + UNLISTEN_COMPLETE + build.ready_for_query(b"I"))
     assert setup.board.wanted() == set() and client.subscribed == frozenset()
 
 
@@ -149,8 +151,9 @@ def test_a_listen_in_a_rolled_back_transaction_is_forgotten() -> None:
     client, transport, server = setup.client()
     begin(client, server)
     client.data_received(build.query("LISTEN a"))
-    run(client, server, "ROLLBACK",
-        build.command_complete("ROLLBACK") + build.ready_for_query(b"I"))
+    run(
+        client, server, "ROLLBACK", build.command_complete("ROLLBACK") + build.ready_for_query(b"I")
+    )
     assert statuses(transport.take()) == [b"T", b"T", b"I"]
     assert setup.links == [] and client.subscribed == frozenset()
 
@@ -159,8 +162,12 @@ def test_in_a_failed_transaction_a_listen_fails_as_any_statement() -> None:
     setup = Listening()
     client, transport, server = setup.client()
     begin(client, server)
-    run(client, server, "select 1/0", build.error_response("22012", "division by zero")
-        + build.ready_for_query(b"E"))
+    run(
+        client,
+        server,
+        "select 1/0",
+        build.error_response("22012", "division by zero") + build.ready_for_query(b"E"),
+    )
     transport.take()
     client.data_received(build.query("LISTEN a"))
     out = transport.take()
@@ -235,8 +242,9 @@ def test_a_notification_to_a_linked_client_waits_for_an_idle_ready_for_query() -
     run(client, server, "select 1", result(b"T"))
     assert transport.take() == result(b"T")  # still in the transaction block
     run(client, server, "COMMIT", build.command_complete("COMMIT") + build.ready_for_query(b"I"))
-    assert transport.take() == (build.command_complete("COMMIT") + build.ready_for_query(b"I")
-                                + message)
+    assert transport.take() == (
+        build.command_complete("COMMIT") + build.ready_for_query(b"I") + message
+    )
     assert setup.board.delivered == 1 and setup.board.queued == 0
 
 
@@ -324,8 +332,9 @@ def test_with_prepared_statements_a_listen_is_answered_here_too() -> None:
     setup.board.confirmed("a", True)
     assert transport.take() == build.ready_for_query(b"I")
     # in a chunk with other messages: the framer drops it, its reply in its place
-    client.data_received(build.query("LISTEN b") + build.bind("", "s", []) + build.execute()
-                         + build.SYNC)
+    client.data_received(
+        build.query("LISTEN b") + build.bind("", "s", []) + build.execute() + build.SYNC
+    )
     assert transport.take() == LISTEN_COMPLETE + build.ready_for_query(b"I")
     assert types(sent(server)) == "BES"
     server.data_received(build.message(b"2") + result())
@@ -361,11 +370,14 @@ def test_discard_all_or_unlisten_on_the_server_ends_the_listeners_channels() -> 
     client.data_received(build.query("LISTEN a; LISTEN b"))
     setup.board.confirmed("a", True)
     setup.board.confirmed("b", True)
-    run(client, server, "UNLISTEN a; select 1",
-        build.command_complete("UNLISTEN") + result())
+    run(client, server, "UNLISTEN a; select 1", build.command_complete("UNLISTEN") + result())
     assert setup.board.wanted() == {"b"} and not client.pinned
-    run(client, server, "DISCARD ALL",
-        build.command_complete("DISCARD ALL") + build.ready_for_query(b"I"))
+    run(
+        client,
+        server,
+        "DISCARD ALL",
+        build.command_complete("DISCARD ALL") + build.ready_for_query(b"I"),
+    )
     assert setup.board.wanted() == set() and client.subscribed == frozenset()
     assert statuses(transport.take()) == [b"I"] * 3
 
@@ -405,7 +417,8 @@ def test_statement_mode_refuses_a_begin_after_the_withheld_ready_for_query() -> 
     replies = transport.take()
     assert types(replies) == "E"
     assert parse_fields(list(split_messages(replies))[-1][1])["M"] == (
-        "transaction blocks not allowed in statement pooling mode")
+        "transaction blocks not allowed in statement pooling mode"
+    )
     assert transport.closing
 
 
@@ -417,15 +430,18 @@ class Connection:
     and the server it may be linked to are real: compiled, the state checks their types)."""
 
     def __init__(self, listen_queue_size: int = 1000) -> None:
-        config = parse_config(INI.format(mode="transaction", pool_size=1, prepared=0)
-                              + f"listen_queue_size = {listen_queue_size}\n")
+        config = parse_config(
+            INI.format(mode="transaction", pool_size=1, prepared=0)
+            + f"listen_queue_size = {listen_queue_size}\n"
+        )
         self.runtime = Runtime(config, {"u": ""})
         db = config.find_database("app")
         assert db is not None
         self.pool = cast(PoolOf, self.runtime.registry.get_pool(db, "u"))
         self.board = self.pool.board = ChannelBoard(None)
-        self.linked = ServerConnection(self.runtime, self.pool, db,
-                                       server_login_for(self.runtime, self.pool, db))
+        self.linked = ServerConnection(
+            self.runtime, self.pool, db, server_login_for(self.runtime, self.pool, db)
+        )
         self.state = ClientState.READY
         self.expected = 0
         self.listening = False

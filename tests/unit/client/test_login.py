@@ -38,8 +38,9 @@ log_connections = 0
 class Client:
     """What a login needs of its connection, and a record of what the login asked of it."""
 
-    def __init__(self, runtime: Runtime, addr: str = "127.0.0.1:40000",
-                 same_os_user: bool = False) -> None:
+    def __init__(
+        self, runtime: Runtime, addr: str = "127.0.0.1:40000", same_os_user: bool = False
+    ) -> None:
         self.runtime = runtime
         self.state = ClientState.STARTUP
         self.user = self.database = self.replication = self.close_reason = ""
@@ -57,8 +58,9 @@ class Client:
     def write(self, data: bytes) -> None:
         self.out += data
 
-    def close(self, error: PgtarnError | None = None, response: bytes | None = None,
-              reason: str = "") -> None:
+    def close(
+        self, error: PgtarnError | None = None, response: bytes | None = None, reason: str = ""
+    ) -> None:
         self.state = ClientState.CLOSED
         self.closed.append(error)
 
@@ -68,9 +70,14 @@ class Client:
     def peer_os_user(self) -> str | None:
         return None
 
-    def wrap_tls(self, context: ssl.SSLContext, received: bytes, binding: bytes | None,
-                 on_ready: Callable[[], None],
-                 on_failed: Callable[[Exception], None]) -> TlsTransport:
+    def wrap_tls(
+        self,
+        context: ssl.SSLContext,
+        received: bytes,
+        binding: bytes | None,
+        on_ready: Callable[[], None],
+        on_failed: Callable[[Exception], None],
+    ) -> TlsTransport:
         raise AssertionError("no TLS in these tests")
 
     def authenticated(self, scram_keys: tuple[bytes, bytes] | None, auth_ok: bytes) -> None:
@@ -85,10 +92,12 @@ class Client:
         return messages
 
 
-def make(auth_type: str = "trust", max_client_conn: int = 100, extra: str = "",
-         **client: Any) -> tuple[ClientLoginDriver, Client]:
-    config = parse_config(INI.format(auth_type=auth_type, max_client_conn=max_client_conn,
-                                     extra=extra))
+def make(
+    auth_type: str = "trust", max_client_conn: int = 100, extra: str = "", **client: Any
+) -> tuple[ClientLoginDriver, Client]:
+    config = parse_config(
+        INI.format(auth_type=auth_type, max_client_conn=max_client_conn, extra=extra)
+    )
     runtime = Runtime(config, {"alice": "pw", "bob": "pw"})
     fake = Client(runtime, **client)
     checked: LoginClient = fake  # (mypy: the stand-in is a LoginClient)
@@ -198,8 +207,7 @@ def test_auth_query_answers_no_such_user() -> None:
         for _ in range(3):
             await asyncio.sleep(0)
         (error,) = client.closed
-        assert error is not None and (error.sqlstate, error.message) == ("28000",
-                                                                         "no such user")
+        assert error is not None and (error.sqlstate, error.message) == ("28000", "no such user")
         assert lookup.forgotten == "carol"
 
     asyncio.run(scenario())

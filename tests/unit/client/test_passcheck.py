@@ -15,8 +15,9 @@ from pgtarn.net.ldapcheck import Outcome
 
 
 def test_one_pool_kept_until_a_reload_changes_its_sizes() -> None:
-    runtime = SimpleNamespace(config=dataclasses.replace(Config(), auth_threads=3,
-                                                         auth_queue_size=5), auth_pool=None)
+    runtime = SimpleNamespace(
+        config=dataclasses.replace(Config(), auth_threads=3, auth_queue_size=5), auth_pool=None
+    )
     pool = passcheck.auth_pool(runtime)  # type: ignore[arg-type]
     assert (pool.threads, pool.waiting, pool.limit) == (3, 5, 8)
     runtime.config = dataclasses.replace(runtime.config, auth_pam_service="x")
@@ -27,10 +28,13 @@ def test_one_pool_kept_until_a_reload_changes_its_sizes() -> None:
     bigger.close()
 
 
-@pytest.mark.parametrize(("method", "refusal"), [
-    ("pam", PamResult(False, "pam_authenticate() failed: Authentication failure")),
-    ("ldap", Outcome(False, "LDAP login failed")),
-])
+@pytest.mark.parametrize(
+    ("method", "refusal"),
+    [
+        ("pam", PamResult(False, "pam_authenticate() failed: Authentication failure")),
+        ("ldap", Outcome(False, "LDAP login failed")),
+    ],
+)
 def test_verdicts(method: str, refusal: object) -> None:
     client = object()
     word = method.upper()
@@ -48,7 +52,8 @@ def test_verdicts(method: str, refusal: object) -> None:
 def test_pam_missing_is_a_config_error_and_no_ldap_answer_a_refusal() -> None:
     client = object()
     missing = passcheck._verdict(  # type: ignore[arg-type]
-        client, "pam", PamUnavailable("libpam is not installed"))
+        client, "pam", PamUnavailable("libpam is not installed")
+    )
     assert missing is not None
     assert (missing.sqlstate, missing.message) == ("08006", "bouncer config error")
     late = passcheck._verdict(client, "ldap", None)  # type: ignore[arg-type]

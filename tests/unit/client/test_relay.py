@@ -28,8 +28,7 @@ def test_a_pipelined_pair_of_queries_keeps_the_server_until_the_second_reply() -
 def test_an_extended_batch_is_one_ready_for_query_at_its_sync() -> None:
     pool = Pool()
     client, _transport = pool.client()
-    batch = (build.parse("", "select 1") + build.bind("", "", []) + build.execute()
-             + build.SYNC)
+    batch = build.parse("", "select 1") + build.bind("", "", []) + build.execute() + build.SYNC
     client.data_received(batch[:7])  # a message cut in two: the link starts at once
     (server,) = pool.servers
     client.data_received(batch[7:])
@@ -38,8 +37,9 @@ def test_an_extended_batch_is_one_ready_for_query_at_its_sync() -> None:
     assert client.server is None
 
 
-def one_server_in_a_transaction() -> tuple[Pool, ClientConnection, ClientConnection,
-                                           ServerConnection]:
+def one_server_in_a_transaction() -> tuple[
+    Pool, ClientConnection, ClientConnection, ServerConnection
+]:
     """A pool of one server, which the first of two clients holds in a transaction."""
     pool = Pool(pool_size=1)
     first, _t1 = pool.client()
@@ -84,8 +84,11 @@ def test_terminate_ends_the_client_and_releases_nothing_mid_transaction() -> Non
 def test_statement_mode_ends_a_client_at_begin_without_a_server() -> None:
     """BEGIN / START TRANSACTION, as a Query or a Parse (comments before it): the client is
     closed with PgBouncer's words; no server sees it."""
-    for data in (build.query("BEGIN"), build.query("/* x */ start transaction read only"),
-                 build.parse("", "-- y\nbegin") + build.SYNC):
+    for data in (
+        build.query("BEGIN"),
+        build.query("/* x */ start transaction read only"),
+        build.parse("", "-- y\nbegin") + build.SYNC,
+    ):
         pool = Pool(mode="statement")
         client, transport = pool.client()
         client.data_received(data)
@@ -93,7 +96,10 @@ def test_statement_mode_ends_a_client_at_begin_without_a_server() -> None:
         assert types(replies) == "E" and transport.closing
         fields = parse_fields(next(iter(split_messages(replies)))[1])
         assert (fields["S"], fields["C"], fields["M"]) == (
-            "FATAL", "08P01", "transaction blocks not allowed in statement pooling mode")
+            "FATAL",
+            "08P01",
+            "transaction blocks not allowed in statement pooling mode",
+        )
         assert not pool.servers or pool.servers[0].client is None
 
 
@@ -121,13 +127,16 @@ def test_a_prepared_discard_all_forgets_the_statements_when_bound_not_when_parse
     # run: PostgreSQL forgets every statement, pgtarn_1 and pgtarn_2 too
     client.data_received(build.bind("", "d", []) + build.execute() + build.SYNC)
     assert sent(server) == build.bind("", "pgtarn_2", []) + build.execute() + build.SYNC
-    server.data_received(BIND_COMPLETE + build.command_complete("DISCARD ALL")
-                         + build.ready_for_query(b"I"))
+    server.data_received(
+        BIND_COMPLETE + build.command_complete("DISCARD ALL") + build.ready_for_query(b"I")
+    )
     # so s is the client's name no more (PostgreSQL's error), and its text is prepared again
     client.data_received(build.bind("", "s", []) + build.execute() + build.SYNC)
     assert sent(server) == build.bind("", "s", []) + build.execute() + build.SYNC
-    server.data_received(build.error_response("26000", 'prepared statement "s" does not exist')
-                         + build.ready_for_query(b"I"))
+    server.data_received(
+        build.error_response("26000", 'prepared statement "s" does not exist')
+        + build.ready_for_query(b"I")
+    )
     client.data_received(build.parse("t", "select 1") + build.SYNC)
     assert types(sent(server)) == "PS"  # a Parse, not the no-op Close of one it has
 
@@ -136,8 +145,9 @@ def test_a_prepared_discard_all_bound_in_a_transaction_block_forgets_nothing() -
     """There DISCARD ALL fails: every statement stays, on the server and the client."""
     pool = Pool(prepared=10)
     client, _transport = pool.client()
-    client.data_received(build.parse("s", "select 1") + build.parse("d", "discard all")
-                         + build.SYNC)
+    client.data_received(
+        build.parse("s", "select 1") + build.parse("d", "discard all") + build.SYNC
+    )
     (server,) = pool.servers
     sent(server)
     server.data_received(PARSE_COMPLETE * 2 + build.ready_for_query(b"I"))
@@ -146,9 +156,11 @@ def test_a_prepared_discard_all_bound_in_a_transaction_block_forgets_nothing() -
     sent(server)
     client.data_received(build.bind("", "d", []) + build.execute() + build.SYNC)
     assert sent(server) == build.bind("", "pgtarn_2", []) + build.execute() + build.SYNC
-    server.data_received(BIND_COMPLETE + build.error_response(
-        "25001", "DISCARD ALL cannot run inside a transaction block")
-        + build.ready_for_query(b"E"))
+    server.data_received(
+        BIND_COMPLETE
+        + build.error_response("25001", "DISCARD ALL cannot run inside a transaction block")
+        + build.ready_for_query(b"E")
+    )
     client.data_received(build.query("rollback"))
     server.data_received(build.command_complete("ROLLBACK") + build.ready_for_query(b"I"))
     sent(server)
@@ -169,11 +181,13 @@ def test_a_prepared_commit_ends_the_transaction_in_the_session_model() -> None:
     client.data_received(build.query("set work_mem = '1MB'"))
     server.data_received(build.command_complete("SET") + build.ready_for_query(b"T"))
     client.data_received(build.query("select 1/0"))
-    server.data_received(build.error_response("22012", "division by zero")
-                         + build.ready_for_query(b"E"))
+    server.data_received(
+        build.error_response("22012", "division by zero") + build.ready_for_query(b"E")
+    )
     client.data_received(build.bind("", "c", []) + build.execute() + build.SYNC)
-    server.data_received(BIND_COMPLETE + build.command_complete("ROLLBACK")
-                         + build.ready_for_query(b"I"))
+    server.data_received(
+        BIND_COMPLETE + build.command_complete("ROLLBACK") + build.ready_for_query(b"I")
+    )
     assert client.session is not None
     assert client.session.state.settings == {}  # as before the transaction
     assert client.server is None  # and the server went back to the pool
@@ -243,10 +257,11 @@ def test_a_parse_after_the_end_of_a_cut_sync_starts_the_framer_at_the_boundary()
     client.data_received(build.SYNC[3:] + build.parse("s1", "SELECT 1") + build.SYNC)
     (server,) = pool.servers
     out = sent(server)
-    assert out.startswith(build.SYNC) and types(out[len(build.SYNC):]) == "PS"
+    assert out.startswith(build.SYNC) and types(out[len(build.SYNC) :]) == "PS"
     assert b"s1" not in out  # the framer named it for the server
-    server.data_received(build.ready_for_query(b"I") + build.message(b"1")
-                         + build.ready_for_query(b"I"))
+    server.data_received(
+        build.ready_for_query(b"I") + build.message(b"1") + build.ready_for_query(b"I")
+    )
     assert types(transport.take()) == "Z1Z"
     assert client.server is None and client.framer is not None
     assert client.statements is not None and list(client.statements.names) == [b"s1"]

@@ -39,8 +39,9 @@ def test_a_closed_statement_name_forgets_its_effects() -> None:
     client.data_received(build.message(b"C", b"Ss1\x00") + build.SYNC)  # Close statement s1
     assert types(sent(server)) == "QPSCS"
     server.data_received(CLOSE_COMPLETE + build.ready_for_query(b"I"))
-    client.data_received(build.parse("s1", "SELECT 1") + build.bind("", "s1", [])
-                         + build.execute() + build.SYNC)
+    client.data_received(
+        build.parse("s1", "SELECT 1") + build.bind("", "s1", []) + build.execute() + build.SYNC
+    )
     server.data_received(PARSE_COMPLETE + BIND_COMPLETE + result())
     assert client.pin_reasons() == ["advisory_lock"]  # the lock is still held
 
@@ -92,11 +93,14 @@ def test_a_state_made_by_a_text_is_followed_by_the_next_text_of_the_same_chunk()
     are pending), or the model would keep a setting PostgreSQL rolled back."""
     pool = Pool()
     client, transport = pool.client()
-    client.data_received(build.query("BEGIN; SET search_path = a")
-                         + build.query("ROLLBACK"))
+    client.data_received(build.query("BEGIN; SET search_path = a") + build.query("ROLLBACK"))
     (server,) = pool.servers
-    server.data_received(build.command_complete("BEGIN") + build.command_complete("SET")
-                         + build.ready_for_query(b"T")
-                         + build.command_complete("ROLLBACK") + build.ready_for_query(b"I"))
+    server.data_received(
+        build.command_complete("BEGIN")
+        + build.command_complete("SET")
+        + build.ready_for_query(b"T")
+        + build.command_complete("ROLLBACK")
+        + build.ready_for_query(b"I")
+    )
     assert types(transport.take()) == "CCZCZ"
     assert client.tracked_settings() == []  # rolled back, as on PostgreSQL

@@ -52,8 +52,10 @@ def test_a_client_gets_the_tcp_options_and_no_keepalive_call() -> None:
     client, _ = connect(make_runtime(extra="tcp_keepidle = 77\ntcp_user_timeout = 2500"))
     transport = CountingTransport()
     client.connection_made(transport)  # type: ignore[arg-type]
-    assert transport.options == [(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 77),
-                                 (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 2500)]
+    assert transport.options == [
+        (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 77),
+        (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 2500),
+    ]
     unix = CountingTransport(socket.AF_UNIX)
     client.connection_made(unix)  # type: ignore[arg-type]
     assert unix.options == []
@@ -77,7 +79,8 @@ def closing_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_the_closing_line_is_logged_before_the_client_gets_the_error(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.INFO, logger="pgtarn")
     client = ClientConnection(make_runtime())
     transport = LogWatchingTransport(caplog)
@@ -85,14 +88,14 @@ def test_the_closing_line_is_logged_before_the_client_gets_the_error(
     client.close(PgtarnError("no such database: nodb", sqlstate="3D000"))
     # a log reader that sees the error in the client must find the line already written
     assert len(transport.seen_at_write) == 1
-    assert transport.seen_at_write[0] == [f"{client!r} closing because: no such database: "
-                                          "nodb (age=0s)"]
+    assert transport.seen_at_write[0] == [
+        f"{client!r} closing because: no such database: nodb (age=0s)"
+    ]
     client.connection_lost(None)
     assert len(closing_lines(caplog)) == 1  # and not a second time when the socket is gone
 
 
-def test_a_close_without_an_error_logs_its_reason_once(caplog: pytest.LogCaptureFixture
-                                                       ) -> None:
+def test_a_close_without_an_error_logs_its_reason_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="pgtarn")
     client, transport = connect(make_runtime())
     client.close(reason="server shutting down")
@@ -100,14 +103,17 @@ def test_a_close_without_an_error_logs_its_reason_once(caplog: pytest.LogCapture
     assert transport.closing
     client.connection_lost(None)
     assert [line.split(" ", 2)[2] for line in closing_lines(caplog)] == [
-        "closing because: server shutting down (age=0s)"]
+        "closing because: server shutting down (age=0s)"
+    ]
 
 
 def test_a_client_that_leaves_gets_its_closing_line_when_the_socket_is_gone(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.INFO, logger="pgtarn")
     client, _ = connect(make_runtime())
     client.close_reason = "TLS failed: handshake"  # (the transport fails on its own)
     client.connection_lost(None)
     assert [line.split(" ", 2)[2] for line in closing_lines(caplog)] == [
-        "closing because: TLS failed: handshake (age=0s)"]
+        "closing because: TLS failed: handshake (age=0s)"
+    ]

@@ -33,12 +33,16 @@ def test_settings_pgtarn_reads_without_acting_on_are_settings() -> None:
 
 
 # The parser's key sets are private to configfile: read here, never changed.
-@pytest.mark.parametrize(("section", "parsed", "described"), [
-    ("databases", configfile._DB_KEYS, DATABASE_KEYS),
-    ("users", configfile._USER_KEYS, USER_KEYS),
-    ("peers", configfile._PEER_KEYS, PEER_KEYS),
-])
-def test_every_section_key_has_a_description(section: str, parsed: frozenset[str],
-                                             described: dict[str, object]) -> None:
+@pytest.mark.parametrize(
+    ("section", "parsed", "described"),
+    [
+        ("databases", configfile._DB_KEYS, DATABASE_KEYS),
+        ("users", configfile._USER_KEYS, USER_KEYS),
+        ("peers", configfile._PEER_KEYS, PEER_KEYS),
+    ],
+)
+def test_every_section_key_has_a_description(
+    section: str, parsed: frozenset[str], described: dict[str, object]
+) -> None:
     assert sorted(parsed - set(described)) == [], f"[{section}] keys without a KeyDoc"
     assert sorted(set(described) - parsed) == [], f"[{section}] KeyDocs of no key"

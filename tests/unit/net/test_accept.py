@@ -78,8 +78,7 @@ def test_connections_get_socket_transports(loop: asyncio.AbstractEventLoop) -> N
     server = SocketServer(loop, [listener], Echo)
 
     async def clients() -> list[bytes]:
-        return await asyncio.gather(*(round_trip(port, f"client {i}".encode())
-                                      for i in range(20)))
+        return await asyncio.gather(*(round_trip(port, f"client {i}".encode()) for i in range(20)))
 
     got = loop.run_until_complete(clients())
     assert got == [f"client {i}".encode() for i in range(20)]
@@ -158,8 +157,9 @@ def test_adopt_takes_a_connected_socket(loop: asyncio.AbstractEventLoop) -> None
     peer.close()
 
 
-def test_close_tcp_keeps_the_unix_socket_accepting(loop: asyncio.AbstractEventLoop,
-                                                   tmp_path: Any) -> None:
+def test_close_tcp_keeps_the_unix_socket_accepting(
+    loop: asyncio.AbstractEventLoop, tmp_path: Any
+) -> None:
     tcp = listening()
     port = tcp.getsockname()[1]
     path = str(tmp_path / "s")

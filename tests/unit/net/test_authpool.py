@@ -80,8 +80,7 @@ def test_a_check_not_started_in_time_is_dropped() -> None:
     ran: list[str] = []
 
     async def main() -> tuple[str | None, str | None]:
-        first = asyncio.ensure_future(pool.run(lambda: release.wait(30) and "first",
-                                               timeout=30))
+        first = asyncio.ensure_future(pool.run(lambda: release.wait(30) and "first", timeout=30))
         await asyncio.sleep(0)
         late = await pool.run(lambda: ran.append("late") or "late", timeout=0.05)
         assert pool.pending == 1  # the dropped one no longer counts
@@ -100,8 +99,7 @@ def test_a_check_nobody_waits_for_is_skipped() -> None:
     ran: list[bool] = []
 
     async def main() -> bool | None:
-        return await pool.run(lambda: ran.append(True) or True, timeout=30,
-                              wanted=lambda: False)
+        return await pool.run(lambda: ran.append(True) or True, timeout=30, wanted=lambda: False)
 
     try:
         assert asyncio.run(main()) is None

@@ -32,8 +32,7 @@ def test_no_server_is_a_failed_check_that_says_why() -> None:
 
 
 def test_an_empty_password_never_reaches_the_server() -> None:
-    options = parse_ldap_options(f"ldapserver=127.0.0.1 ldapport={closed_port()} "
-                                 "ldapprefix=cn=")
+    options = parse_ldap_options(f"ldapserver=127.0.0.1 ldapport={closed_port()} ldapprefix=cn=")
     assert check_ldap_password(options, "alice", "").detail == "empty password"
 
 
@@ -43,13 +42,13 @@ def test_tls_policy_from_ldapconf_and_variables(tmp_path: Path) -> None:
     assert tls_policy({"LDAPCONF": str(conf)}) == TlsPolicy(False, "/ca.pem", None)
     assert tls_policy({"LDAPCONF": str(conf), "LDAPTLS_REQCERT": "hard"}).verify
     assert tls_policy({"LDAPCONF": str(tmp_path / "none"), "LDAPTLS_CACERT": "/x"}) == (
-        TlsPolicy(True, "/x", None))
+        TlsPolicy(True, "/x", None)
+    )
     assert tls_policy({"LDAPCONF": str(conf), "LDAPNOINIT": "1"}) == TlsPolicy()
 
 
 def test_auth_ldap_options_must_be_right_under_auth_type_ldap() -> None:
-    check_ldap_config(Config(auth_type="ldap", auth_ldap_options="ldapserver=h ldapprefix=x"),
-                      None)
+    check_ldap_config(Config(auth_type="ldap", auth_ldap_options="ldapserver=h ldapprefix=x"), None)
     with pytest.raises(ConfigError, match=r'^auth_ldap_options: .*requires argument "ldapbasedn"'):
         check_ldap_config(Config(auth_type="ldap", auth_ldap_options="ldapserver=h"), None)
     with pytest.raises(ConfigError, match="ldapserver"):
@@ -59,5 +58,7 @@ def test_auth_ldap_options_must_be_right_under_auth_type_ldap() -> None:
 def test_other_auth_types_leave_auth_ldap_options_alone() -> None:
     # as PgBouncer, which reads them only for auth_type = ldap
     check_ldap_config(Config(auth_type="md5", auth_ldap_options="junk"), None)
-    check_ldap_config(Config(auth_type="hba", auth_ldap_options="junk"),
-                      hba("host all all all ldap ldapserver=h ldapbasedn=x"))
+    check_ldap_config(
+        Config(auth_type="hba", auth_ldap_options="junk"),
+        hba("host all all all ldap ldapserver=h ldapbasedn=x"),
+    )

@@ -54,8 +54,7 @@ def test_pool_size_limits_cancels_in_flight() -> None:
         port = server.sockets[0].getsockname()[1]
         pool = PeerPool(2)
         requests = [build.cancel_request(7, n) for n in range(3)]
-        tasks = [asyncio.create_task(pool.forward(("127.0.0.1", port), r, 1, 10))
-                 for r in requests]
+        tasks = [asyncio.create_task(pool.forward(("127.0.0.1", port), r, 1, 10)) for r in requests]
         while len(received) < 1:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.1)

@@ -53,13 +53,17 @@ def test_tcp_options_of_the_network_settings() -> None:
     assert sockets.tcp_options(Config()) == ()  # every one at 0: the system's values
     tcp, sol = socket.IPPROTO_TCP, socket.SOL_SOCKET
     assert sockets.tcp_options(_config(tcp_keepidle=77, tcp_keepintvl=5, tcp_keepcnt=3)) == (
-        (tcp, socket.TCP_KEEPIDLE, 77), (tcp, socket.TCP_KEEPINTVL, 5),
-        (tcp, socket.TCP_KEEPCNT, 3))
+        (tcp, socket.TCP_KEEPIDLE, 77),
+        (tcp, socket.TCP_KEEPINTVL, 5),
+        (tcp, socket.TCP_KEEPCNT, 3),
+    )
     # without keepalive the keepalive timings mean nothing, as in PgBouncer
     assert sockets.tcp_options(_config(tcp_keepalive=False, tcp_keepidle=77)) == ()
     assert sockets.tcp_options(_config(tcp_user_timeout=2500, tcp_socket_buffer=65536)) == (
-        (tcp, socket.TCP_USER_TIMEOUT, 2500), (sol, socket.SO_SNDBUF, 65536),
-        (sol, socket.SO_RCVBUF, 65536))
+        (tcp, socket.TCP_USER_TIMEOUT, 2500),
+        (sol, socket.SO_SNDBUF, 65536),
+        (sol, socket.SO_RCVBUF, 65536),
+    )
 
 
 def test_tune_sets_the_tcp_options() -> None:
@@ -75,9 +79,9 @@ def test_tune_sets_the_tcp_options() -> None:
     assert unix.options == []
 
 
-async def _sockopts(level: int, name: int,
-                    configure: Callable[[asyncio.AbstractServer], None] = lambda server: None
-                    ) -> tuple[int, int]:
+async def _sockopts(
+    level: int, name: int, configure: Callable[[asyncio.AbstractServer], None] = lambda server: None
+) -> tuple[int, int]:
     """An option of both ends of a connection the running loop made (accepted, connected),
     its listener first given to configure."""
     loop = asyncio.get_running_loop()
@@ -93,8 +97,7 @@ async def _sockopts(level: int, name: int,
     connected, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
     ours = await accepted
     try:
-        return tuple(t.get_extra_info("socket").getsockopt(level, name)
-                     for t in (ours, connected))  # type: ignore[return-value]
+        return tuple(t.get_extra_info("socket").getsockopt(level, name) for t in (ours, connected))  # type: ignore[return-value]
     finally:
         connected.close()
         ours.close()
@@ -119,8 +122,9 @@ def _keepalive_listener(keepalive: bool) -> Callable[[asyncio.AbstractServer], N
 @pytest.mark.parametrize("keepalive", [True, False])
 def test_accepted_sockets_keep_the_listeners_keepalive(keepalive: bool) -> None:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        accepted, _connected = runner.run(_sockopts(socket.SOL_SOCKET, socket.SO_KEEPALIVE,
-                                                    _keepalive_listener(keepalive)))
+        accepted, _connected = runner.run(
+            _sockopts(socket.SOL_SOCKET, socket.SO_KEEPALIVE, _keepalive_listener(keepalive))
+        )
         assert accepted == int(keepalive)
 
 
@@ -163,8 +167,11 @@ def test_a_cancel_is_over_only_when_postgresql_closes_its_connection() -> None:
     async def run() -> None:
         pg = FakePostgres()
         await pg.start()
-        cancel = asyncio.ensure_future(sockets.send_cancel_request(
-            ("127.0.0.1", pg.port), 11, 22, _config(cancel_wait_timeout=10.0), lambda: True))
+        cancel = asyncio.ensure_future(
+            sockets.send_cancel_request(
+                ("127.0.0.1", pg.port), 11, 22, _config(cancel_wait_timeout=10.0), lambda: True
+            )
+        )
         while not pg.received:
             await asyncio.sleep(0.01)
         assert pg.received == [build.cancel_request(11, 22)]
@@ -183,8 +190,12 @@ def test_a_cancel_no_longer_wanted_once_connected_sends_nothing() -> None:
         pg = FakePostgres()
         pg.close_now.set()
         await pg.start()
-        assert await sockets.send_cancel_request(
-            ("127.0.0.1", pg.port), 11, 22, _config(), lambda: False) is True
+        assert (
+            await sockets.send_cancel_request(
+                ("127.0.0.1", pg.port), 11, 22, _config(), lambda: False
+            )
+            is True
+        )
         while not pg.received:
             await asyncio.sleep(0.01)
         assert pg.received == [b""]  # closed with nothing sent
@@ -199,7 +210,8 @@ def test_a_cancel_sent_and_never_answered_is_not_over(caplog: pytest.LogCaptureF
         await pg.start()
         try:
             return await sockets.send_cancel_request(
-                ("127.0.0.1", pg.port), 11, 22, _config(cancel_wait_timeout=0.2), lambda: True)
+                ("127.0.0.1", pg.port), 11, 22, _config(cancel_wait_timeout=0.2), lambda: True
+            )
         finally:
             pg.close_now.set()
             pg.stop()
@@ -214,25 +226,39 @@ def test_a_cancel_that_cannot_connect_was_never_sent(caplog: pytest.LogCaptureFi
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]  # (bound, not listening: refused)
         with caplog.at_level(logging.WARNING, logger="pgtarn.server"):
-            assert asyncio.run(sockets.send_cancel_request(
-                ("127.0.0.1", port), 11, 22, _config(), lambda: True)) is True
+            assert (
+                asyncio.run(
+                    sockets.send_cancel_request(
+                        ("127.0.0.1", port), 11, 22, _config(), lambda: True
+                    )
+                )
+                is True
+            )
     assert "cancel request to 127.0.0.1:" in caplog.text
 
 
 def test_a_cancel_that_cannot_connect_is_logged_with_its_timeout(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     timeouts: list[float] = []
 
-    async def fake_connect(target: sockets.Target, factory: Callable[[], asyncio.Protocol],
-                           timeout: float) -> None:
+    async def fake_connect(
+        target: sockets.Target, factory: Callable[[], asyncio.Protocol], timeout: float
+    ) -> None:
         timeouts.append(timeout)
         raise TimeoutError
 
     monkeypatch.setattr(sockets, "connect_to", fake_connect)
     with caplog.at_level(logging.WARNING, logger="pgtarn.server"):
-        assert asyncio.run(sockets.send_cancel_request(
-            ("127.0.0.1", 5432), 11, 22,
-            _config(cancel_wait_timeout=0.0, server_connect_timeout=7.0), lambda: True))
+        assert asyncio.run(
+            sockets.send_cancel_request(
+                ("127.0.0.1", 5432),
+                11,
+                22,
+                _config(cancel_wait_timeout=0.0, server_connect_timeout=7.0),
+                lambda: True,
+            )
+        )
     assert timeouts == [7.0]
     assert "cancel_wait_timeout (0: server_connect_timeout, 7 s)" in caplog.text
 
@@ -241,8 +267,14 @@ def test_a_cancel_that_cannot_connect_is_logged_with_its_timeout(
 
 
 def _listed(load_balance: str | None = None) -> DatabaseEntry:
-    return DatabaseEntry("db", host="a", hosts=("a", "b", "c"), port=5432,
-                         ports=(5432, 5433, 5434), load_balance_hosts=load_balance)
+    return DatabaseEntry(
+        "db",
+        host="a",
+        hosts=("a", "b", "c"),
+        port=5432,
+        ports=(5432, 5433, 5434),
+        load_balance_hosts=load_balance,
+    )
 
 
 def test_targets_pair_hosts_with_their_ports_and_default_to_the_socket_dir() -> None:
@@ -284,9 +316,13 @@ def test_open_connection_skips_hosts_that_cannot_be_reached() -> None:
         closed.bind(("127.0.0.1", 0))
         refused = closed.getsockname()[1]
         closed.close()
-        db = DatabaseEntry("db", host="127.0.0.1", hosts=("127.0.0.1", "no-such-host.invalid",
-                                                          "127.0.0.1"),
-                           port=refused, ports=(refused, 5432, port))
+        db = DatabaseEntry(
+            "db",
+            host="127.0.0.1",
+            hosts=("127.0.0.1", "no-such-host.invalid", "127.0.0.1"),
+            port=refused,
+            ports=(refused, 5432, port),
+        )
         chooser = sockets.HostChooser()
         transports: list[asyncio.BaseTransport] = []
 
@@ -310,26 +346,34 @@ def test_open_connection_raises_the_last_error_when_no_host_connects() -> None:
         closed.bind(("127.0.0.1", 0))
         refused = closed.getsockname()[1]
         closed.close()
-        db = DatabaseEntry("db", host="127.0.0.1", hosts=("127.0.0.1", "127.0.0.1"),
-                           port=refused)
-        await sockets.open_connection(db, asyncio.Protocol, 5.0,
-                                      chooser=sockets.HostChooser())
+        db = DatabaseEntry("db", host="127.0.0.1", hosts=("127.0.0.1", "127.0.0.1"), port=refused)
+        await sockets.open_connection(db, asyncio.Protocol, 5.0, chooser=sockets.HostChooser())
 
     with pytest.raises(OSError):
         asyncio.run(scenario())
 
 
-@pytest.mark.parametrize(("attrs", "standby", "read_only", "fits"), [
-    ("read-write", "off", "off", True), ("read-write", "off", "on", False),
-    ("read-write", "on", "off", False), ("read-only", "off", "on", True),
-    ("read-only", "on", "off", True), ("read-only", "off", "off", False),
-    ("primary", "off", "on", True), ("primary", "on", "off", False),
-    ("standby", "on", "off", True), ("standby", "off", "off", False),
-    ("prefer-standby", "on", "off", True), ("prefer-standby", "off", "off", False),
-    ("any", "on", "on", True),
-])
-def test_role_fits_as_libpq_reads_the_reported_parameters(attrs: str, standby: str,
-                                                          read_only: str, fits: bool) -> None:
+@pytest.mark.parametrize(
+    ("attrs", "standby", "read_only", "fits"),
+    [
+        ("read-write", "off", "off", True),
+        ("read-write", "off", "on", False),
+        ("read-write", "on", "off", False),
+        ("read-only", "off", "on", True),
+        ("read-only", "on", "off", True),
+        ("read-only", "off", "off", False),
+        ("primary", "off", "on", True),
+        ("primary", "on", "off", False),
+        ("standby", "on", "off", True),
+        ("standby", "off", "off", False),
+        ("prefer-standby", "on", "off", True),
+        ("prefer-standby", "off", "off", False),
+        ("any", "on", "on", True),
+    ],
+)
+def test_role_fits_as_libpq_reads_the_reported_parameters(
+    attrs: str, standby: str, read_only: str, fits: bool
+) -> None:
     params = {"in_hot_standby": standby, "default_transaction_read_only": read_only}
     assert sockets.role_fits(attrs, params) is fits
 

@@ -21,16 +21,20 @@ def test_the_suites_given_are_the_only_ones_left() -> None:
     assert len(tls13_suites(context)) > 1
     set_tls13_ciphers(context, "client_tls13_ciphers", "TLS_CHACHA20_POLY1305_SHA256")
     assert tls13_suites(context) == ["TLS_CHACHA20_POLY1305_SHA256"]
-    set_tls13_ciphers(context, "client_tls13_ciphers",
-                      "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256")
+    set_tls13_ciphers(
+        context, "client_tls13_ciphers", "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256"
+    )
     assert tls13_suites(context) == ["TLS_AES_256_GCM_SHA384", "TLS_AES_128_GCM_SHA256"]
 
 
 def test_an_unknown_suite_is_a_clear_error_and_changes_nothing() -> None:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     set_tls13_ciphers(context, "client_tls13_ciphers", "TLS_AES_256_GCM_SHA384")
-    with pytest.raises(ConfigError, match=r"client_tls13_ciphers: failed to set the TLSv1\.3 "
-                                          r"cipher suites: unknown"):
+    with pytest.raises(
+        ConfigError,
+        match=r"client_tls13_ciphers: failed to set the TLSv1\.3 "
+        r"cipher suites: unknown",
+    ):
         set_tls13_ciphers(context, "client_tls13_ciphers", "unknown")
     assert tls13_suites(context) == ["TLS_AES_256_GCM_SHA384"]
 

@@ -88,8 +88,9 @@ def loop(request: pytest.FixtureRequest) -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
-def started(loop: asyncio.AbstractEventLoop, protocol: Recorder | None = None,
-            sndbuf: int = 0) -> tuple[SocketTransport, Recorder, socket.socket]:
+def started(
+    loop: asyncio.AbstractEventLoop, protocol: Recorder | None = None, sndbuf: int = 0
+) -> tuple[SocketTransport, Recorder, socket.socket]:
     ours, peer = socket.socketpair()
     ours.setblocking(False)
     if sndbuf:
@@ -100,8 +101,11 @@ def started(loop: asyncio.AbstractEventLoop, protocol: Recorder | None = None,
     return transport, protocol, peer
 
 
-def run_until(loop: asyncio.AbstractEventLoop, done: Callable[[], bool],
-              also: Callable[[], object] = lambda: None) -> None:
+def run_until(
+    loop: asyncio.AbstractEventLoop,
+    done: Callable[[], bool],
+    also: Callable[[], object] = lambda: None,
+) -> None:
     async def wait() -> None:
         for _ in range(2000):
             also()
@@ -109,6 +113,7 @@ def run_until(loop: asyncio.AbstractEventLoop, done: Callable[[], bool],
                 return
             await asyncio.sleep(0.001)
         raise AssertionError("timed out")
+
     loop.run_until_complete(wait())
 
 
@@ -353,11 +358,13 @@ def test_a_reset_behind_unread_bytes_still_ends_the_connection(
     """The peer sends its last words and resets the connection (a PostgreSQL backend that
     sends FATAL and exits with our bytes unread): the protocol gets the words, then
     connection_lost with the reset, not silence."""
+
     async def connect() -> tuple[SocketTransport, Recorder, socket.socket]:
         listener = socket.create_server(("127.0.0.1", 0))
         protocol = Recorder()
-        transport = await connect_transport(lambda: protocol, "127.0.0.1",
-                                            listener.getsockname()[1])
+        transport = await connect_transport(
+            lambda: protocol, "127.0.0.1", listener.getsockname()[1]
+        )
         peer, _ = listener.accept()
         listener.close()
         return transport, protocol, peer
@@ -423,6 +430,7 @@ def test_sockets_ready_together_are_read_in_one_callback(
 ) -> None:
     """Several sockets readable at once: one wake-up of the watch reads them all; a protocol
     that fails goes to the loop's exception handler, and the others are still served."""
+
     class Fails(Recorder):
         def data_received(self, data: bytes) -> None:
             raise RuntimeError("this protocol fails")
@@ -444,8 +452,12 @@ def test_sockets_ready_together_are_read_in_one_callback(
     for index, (_, _, peer) in enumerate(pairs):
         peer.sendall(b"%d" % index)
     loop.run_until_complete(asyncio.sleep(0.02))
-    assert [protocol.received for index, (_, protocol, _) in enumerate(pairs)
-            if index != 2] == [b"0", b"1", b"3", b"4"]
+    assert [protocol.received for index, (_, protocol, _) in enumerate(pairs) if index != 2] == [
+        b"0",
+        b"1",
+        b"3",
+        b"4",
+    ]
     assert wakes == 1
     assert len(failures) == 1 and isinstance(failures[0]["exception"], RuntimeError)
     assert failures[0]["transport"] is pairs[2][0]

@@ -82,7 +82,8 @@ def test_retries_back_off_to_server_login_retry_after_an_error_that_will_not_pas
     FATAL in PostgreSQL's log): the delay doubles up to server_login_retry. A cause that may
     pass (connection refused) is still retried at most 1 s apart."""
     assert _delays(retry=False, login_retry=15.0) == pytest.approx(
-        [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 15.0, 15.0, 15.0])
+        [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 15.0, 15.0, 15.0]
+    )
     assert _delays(retry=True, login_retry=15.0)[-4:] == pytest.approx([1.0] * 4)
 
 

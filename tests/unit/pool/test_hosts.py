@@ -21,8 +21,7 @@ def clock() -> Clock:
 
 
 def three(clock: Clock, **kwargs: object) -> HostSet:
-    return HostSet("app", [("a", 5432), ("b", 5433), ("c", 5434)], clock=clock,
-                   **kwargs)  # type: ignore[arg-type]
+    return HostSet("app", [("a", 5432), ("b", 5433), ("c", 5434)], clock=clock, **kwargs)  # type: ignore[arg-type]
 
 
 def test_roles_are_what_the_servers_say(clock: Clock) -> None:

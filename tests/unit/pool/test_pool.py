@@ -58,8 +58,9 @@ class Clock:
         return self.now
 
 
-def make_pool(pool_size: int = 2, **kwargs: object) -> tuple[Pool[FakeServer], Clock,
-                                                             list[FakeServer]]:
+def make_pool(
+    pool_size: int = 2, **kwargs: object
+) -> tuple[Pool[FakeServer], Clock, list[FakeServer]]:
     clock = Clock()
     launched: list[FakeServer] = []
 
@@ -68,8 +69,9 @@ def make_pool(pool_size: int = 2, **kwargs: object) -> tuple[Pool[FakeServer], C
         launched.append(server)
         return server
 
-    pool: Pool[FakeServer] = Pool("db", "user", pool_size=pool_size, pool_mode="transaction",
-                                  launch=launch, **kwargs)  # type: ignore[arg-type]
+    pool: Pool[FakeServer] = Pool(
+        "db", "user", pool_size=pool_size, pool_mode="transaction", launch=launch, **kwargs
+    )  # type: ignore[arg-type]
     pool.clock = clock
     return pool, clock, launched
 
@@ -144,8 +146,7 @@ def test_a_new_client_queues_behind_waiting_ones_even_if_a_server_is_idle() -> N
 
 
 def test_reserve_pool_opens_after_reserve_pool_timeout_and_closes_when_unneeded() -> None:
-    pool, clock, launched = make_pool(pool_size=1, reserve_pool_size=1,
-                                      reserve_pool_timeout=5.0)
+    pool, clock, launched = make_pool(pool_size=1, reserve_pool_size=1, reserve_pool_timeout=5.0)
     holder, waiter = FakeClient(), FakeClient()
     pool.acquire(holder)
     ready(pool, launched[0])
@@ -346,8 +347,9 @@ default_pool_size = 5
 """
 
 
-def make_registry(db_opts: str = "", settings: str = "") -> tuple[
-        Registry[FakeServer], list[FakeServer]]:
+def make_registry(
+    db_opts: str = "", settings: str = ""
+) -> tuple[Registry[FakeServer], list[FakeServer]]:
     config = parse_config(INI.format(db_opts=db_opts, settings=settings))
     registry: Registry[FakeServer] = Registry(config)
     launched: list[FakeServer] = []
@@ -409,13 +411,17 @@ def test_reload_applies_sizes_and_closes_surplus_idle() -> None:
         assert c.server is not None
         pool.release(c.server)
     assert len(pool.idle) == 4
-    registry.apply(parse_config(INI.format(db_opts="pool_size=2 pool_mode=session",
-                                           settings="")))
+    registry.apply(parse_config(INI.format(db_opts="pool_size=2 pool_mode=session", settings="")))
     assert pool.pool_size == 2 and pool.pool_mode == "session"
     assert len(pool.idle) == 2
     # a new host closes the idle servers
-    registry.apply(parse_config(INI.format(db_opts="pool_size=2", settings="").replace(
-        "one = host=h", "one = host=other")))
+    registry.apply(
+        parse_config(
+            INI.format(db_opts="pool_size=2", settings="").replace(
+                "one = host=h", "one = host=other"
+            )
+        )
+    )
     assert len(pool.idle) == 0
 
 

@@ -39,9 +39,11 @@ def test_timeouts_per_database_and_per_user_over_the_global_ones() -> None:
     assert (plain.lifetime, plain.wait_timeout) == (100.0, 30.0)
     assert short.idle_timeout == plain.idle_timeout == 50.0
     assert short.client_timeouts == ClientTimeouts(
-        query=3.0, transaction=10.0, idle_transaction=4.0, idle=6.0)
+        query=3.0, transaction=10.0, idle_transaction=4.0, idle=6.0
+    )
     assert plain.client_timeouts == ClientTimeouts(
-        query=7.0, transaction=10.0, idle_transaction=8.0, idle=9.0)
+        query=7.0, transaction=10.0, idle_transaction=8.0, idle=9.0
+    )
     assert short.retry_cap == 0.3  # server_login_retry below 1 s caps the backoff
 
 
@@ -58,17 +60,25 @@ def test_query_wait_timeout_and_transaction_timeout_per_user() -> None:
     assert (short_carol.wait_timeout, plain_carol.wait_timeout) == (1.0, 1.0)
     assert short_bob.wait_timeout == 2.0
     assert short_carol.client_timeouts == ClientTimeouts(
-        query=7.0, transaction=0.0, idle_transaction=8.0, idle=9.0)
+        query=7.0, transaction=0.0, idle_transaction=8.0, idle=9.0
+    )
     assert short_bob.client_timeouts.transaction == 10.0
-    registry.apply(parse_config(text.replace("query_wait_timeout=1 transaction_timeout=0",
-                                             "query_wait_timeout=0 transaction_timeout=3")))
+    registry.apply(
+        parse_config(
+            text.replace(
+                "query_wait_timeout=1 transaction_timeout=0",
+                "query_wait_timeout=0 transaction_timeout=3",
+            )
+        )
+    )
     assert (short_carol.wait_timeout, short_carol.client_timeouts.transaction) == (0.0, 3.0)
     assert short_bob.client_timeouts.transaction == 10.0
 
 
 def test_server_login_retry_above_a_second_still_retries_within_a_second() -> None:
     config = parse_config(
-        "[databases]\napp = host=127.0.0.1\n[pgbouncer]\nserver_login_retry = 15\n")
+        "[databases]\napp = host=127.0.0.1\n[pgbouncer]\nserver_login_retry = 15\n"
+    )
     pool = Registry[object](config).get_pool(config.databases["app"], "u")
     assert pool.retry_cap == 1.0
     assert not pool.auto
@@ -201,12 +211,24 @@ def test_a_reload_applies_the_split_keys_without_closing_servers() -> None:
     servers = [FakeServer(), FakeServer()]
     for pool, server in zip(pools, servers, strict=True):
         pool.idle.append(server)
-    registry.apply(parse_config(SPLIT.format(
-        opts="max_replica_lag=2s primary_reads=off read_your_writes=off health_check_period=3")))
+    registry.apply(
+        parse_config(
+            SPLIT.format(
+                opts=(
+                    "max_replica_lag=2s primary_reads=off read_your_writes=off "
+                    "health_check_period=3"
+                )
+            )
+        )
+    )
     for name in ("app", "app_ro"):
         db = registry.databases[name]
-        assert (db.max_replica_lag_seconds, db.primary_reads, db.read_your_writes,
-                db.health_check_period) == (2.0, False, False, 3.0)
+        assert (
+            db.max_replica_lag_seconds,
+            db.primary_reads,
+            db.read_your_writes,
+            db.health_check_period,
+        ) == (2.0, False, False, 3.0)
     assert registry.databases["app_ro"].reads_only
     assert not any(s.closed or getattr(s, "close_needed", False) for s in servers)
     assert all(len(pool.idle) == 1 for pool in pools)

@@ -88,8 +88,7 @@ def test_only_split_entries_get_a_split_and_users_share_one_host_set(registry) -
     assert registry.get_pool(registry.config.databases["plain"], "u").split is None
     one, two = _split(registry, "u"), _split(registry, "v")
     assert one.hosts is two.hosts and len(registry.checkers) == 1
-    assert [h.key for h in one.hosts.hosts] == ["10.0.0.1:5432", "10.0.0.2:5433",
-                                                 "10.0.0.3:5434"]
+    assert [h.key for h in one.hosts.hosts] == ["10.0.0.1:5432", "10.0.0.2:5433", "10.0.0.3:5434"]
 
 
 def test_the_home_pool_connects_to_the_primary_the_checks_found(registry) -> None:  # type: ignore[no-untyped-def]

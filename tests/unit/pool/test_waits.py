@@ -26,12 +26,14 @@ def test_a_failing_pools_clients_wait_for_query_wait_timeout_not_server_connect_
     for client in (waiter, welcome):
         assert client.error is not None
         assert (client.error.sqlstate, client.error.severity) == ("08P01", "FATAL")
-        assert client.error.message == ("query_wait_timeout: no server connection became free "
-                                        f"in 5 s (last error: {REFUSED.message})")
+        assert client.error.message == (
+            "query_wait_timeout: no server connection became free "
+            f"in 5 s (last error: {REFUSED.message})"
+        )
     assert not pool.waiting and not pool.welcome_waiters
 
 
-def test_without_query_wait_timeout_a_failing_pools_clients_get_its_error_after_server_connect_timeout() -> None:  # noqa: E501
+def test_without_query_wait_timeout_a_failing_pool_errs_after_server_connect_timeout() -> None:
     """query_wait_timeout = 0 waits for ever for a server of a pool that works; for one that
     cannot be reached, server_connect_timeout bounds the wait (no client hangs)."""
     pool, clock, launched = make_pool(pool_size=1)

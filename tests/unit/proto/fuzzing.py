@@ -60,5 +60,6 @@ def mutated(draw: st.DrawFn, data: bytes) -> bytes:
 
 
 #: Non-empty strings without NUL: user, parameter and database names.
-names = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
-                min_size=1, max_size=12)
+names = st.text(
+    st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]), min_size=1, max_size=12
+)

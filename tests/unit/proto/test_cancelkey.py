@@ -89,8 +89,9 @@ def test_forwarded_counts_the_ttl_down() -> None:
     assert all(as_issued(k) == key for k in hops)
 
 
-@pytest.mark.parametrize(("peer_id", "worker"), [(-1, None), (MAX_PEER_ID + 1, None), (0, 256),
-                                                  (0, -1)])
+@pytest.mark.parametrize(
+    ("peer_id", "worker"), [(-1, None), (MAX_PEER_ID + 1, None), (0, 256), (0, -1)]
+)
 def test_out_of_range(peer_id: int, worker: int | None) -> None:
     with pytest.raises(ValueError):
         make_key(peer_id, worker)
@@ -100,7 +101,6 @@ def test_highest_peer_id() -> None:
     key = make_key(MAX_PEER_ID, None)
     assert peer_of(key) == MAX_PEER_ID
     assert _bytes(key)[1:3] == bytes([0xFF, 0x3F])
-
 
 
 def test_a_key_folds_into_an_index_of_sixty_bits() -> None:

@@ -30,8 +30,13 @@ from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import GSSENC_REQUEST, parse_fields
 
 GSSENC = struct.pack("!II", 8, GSSENC_REQUEST)
-TRACKED = ("client_encoding", "DateStyle", "TimeZone", "standard_conforming_strings",
-           "application_name")
+TRACKED = (
+    "client_encoding",
+    "DateStyle",
+    "TimeZone",
+    "standard_conforming_strings",
+    "application_name",
+)
 ITERATIONS = 2  # fast SCRAM for plaintext secrets
 KEY = (1234, 5678)
 
@@ -52,7 +57,7 @@ def only_failure(events: list[Event]) -> Failed:
 
 
 def fields(response: bytes) -> dict[str, str]:
-    (msg_type, body), = split_messages(response)
+    ((msg_type, body),) = split_messages(response)
     assert msg_type == ord("E")
     return parse_fields(body)
 
@@ -157,7 +162,8 @@ def test_unsupported_protocol_version(version: tuple[int, int], text: str) -> No
     assert failure.error.sqlstate == "0A000"
     assert fields(failure.response)["C"] == "0A000"
     assert fields(failure.response)["M"] == (
-        f"unsupported frontend protocol {text}: server supports 3.0 to 3.0")
+        f"unsupported frontend protocol {text}: server supports 3.0 to 3.0"
+    )
     assert fields(failure.response)["S"] == "FATAL"
 
 
@@ -195,8 +201,9 @@ def test_missing_user_is_refused() -> None:
 
 def test_startup_parameters_tracked_ignored_or_refused() -> None:
     login = ClientLogin()
-    login.receive_data(startup(user="u", timezone="UTC", APPLICATION_NAME="app",
-                               extra_float_digits="3"))
+    login.receive_data(
+        startup(user="u", timezone="UTC", APPLICATION_NAME="app", extra_float_digits="3")
+    )
     assert login.check_startup(TRACKED, ["Extra_Float_Digits"]) is None
     assert login.startup_params == {"TimeZone": "UTC", "application_name": "app"}
     login = ClientLogin()
@@ -211,8 +218,14 @@ def test_other_startup_parameters_are_session_settings_as_in_options() -> None:
     # pgJDBC sends extra_float_digits: a setting the caller applies (tracked session) or
     # refuses with PgBouncer's words
     login = ClientLogin()
-    login.receive_data(startup(user="u", extra_float_digits="3", DateStyle="ISO",
-                               options="-c extra_float_digits=2 -c geqo=off"))
+    login.receive_data(
+        startup(
+            user="u",
+            extra_float_digits="3",
+            DateStyle="ISO",
+            options="-c extra_float_digits=2 -c geqo=off",
+        )
+    )
     assert login.check_startup(TRACKED, ()) is None
     assert login.startup_params == {"DateStyle": "ISO"}
     assert login.startup_settings == {"extra_float_digits": "3", "geqo": "off"}
@@ -250,23 +263,29 @@ def test_trust_refuses_an_unknown_user() -> None:
 
 def test_md5_exchange() -> None:
     login = started(user="u")
-    (challenge,) = [e.data for e in login.begin_auth("md5", md5_secret("pw", "u"))
-                    if isinstance(e, Send)]
+    (challenge,) = [
+        e.data for e in login.begin_auth("md5", md5_secret("pw", "u")) if isinstance(e, Send)
+    ]
     assert auth_code(challenge) == 5
     salt = split_messages(challenge)[0][1][4:8]
     reply = build.password_message(md5_response("pw", "u", salt) + b"\x00")
     assert login.receive_data(reply) == [Send(build.AUTH_OK), Authenticated(None)]
 
 
-def scram_exchange(login: ClientLogin, client: ScramClient, secret: str, method: str,
-                   mechanism: str = "SCRAM-SHA-256") -> list[Event]:
+def scram_exchange(
+    login: ClientLogin,
+    client: ScramClient,
+    secret: str,
+    method: str,
+    mechanism: str = "SCRAM-SHA-256",
+) -> list[Event]:
     """Play client's side of a SCRAM login; the events of its last message."""
     events = login.begin_auth(method, secret, ITERATIONS)
     assert auth_code(sent(events)) == 10
     offered = parse_sasl_mechanisms(split_messages(sent(events))[0][1][4:])
     assert mechanism in offered
     events = login.receive_data(build.sasl_initial_response(mechanism, client.client_first()))
-    (msg_type, body), = split_messages(sent(events))
+    ((msg_type, body),) = split_messages(sent(events))
     assert msg_type == ord("R") and body[:4] == struct.pack("!I", 11)
     events = login.receive_data(build.sasl_response(client.handle_server_first(body[4:])))
     final = split_messages(sent(events))
@@ -280,8 +299,10 @@ def test_scram_against_a_stored_verifier(method: str) -> None:
     verifier = make_verifier("pw", iterations=ITERATIONS)
     login = started(user="u")
     events = scram_exchange(login, ScramClient("pw"), verifier.to_string(), method)
-    assert [auth_code(build.message(b"R", body)) for _, body in
-            split_messages(sent(events))] == [12, 0]
+    assert [auth_code(build.message(b"R", body)) for _, body in split_messages(sent(events))] == [
+        12,
+        0,
+    ]
     (authenticated,) = [e for e in events if isinstance(e, Authenticated)]
     assert authenticated.scram_keys is not None
     assert authenticated.scram_keys[1] == verifier.server_key
@@ -299,8 +320,7 @@ def test_scram_wrong_password_gives_28p01(secret: str) -> None:
     events = scram_exchange(login, ScramClient("wrong"), secret, "scram-sha-256")
     failure = only_failure(events)
     assert isinstance(failure.error, AuthFailed)
-    assert failure.response == build.error_response(
-        "28P01", "SASL authentication failed", "FATAL")
+    assert failure.response == build.error_response("28P01", "SASL authentication failed", "FATAL")
     assert login.state is LoginState.DONE
     assert login.receive_data(build.password_message(b"again\x00")) == []
 
@@ -310,8 +330,11 @@ def test_md5_wrong_password_gives_28p01() -> None:
     login.begin_auth("md5", md5_secret("pw", "u"))
     failure = only_failure(login.receive_data(build.password_message(b"md5nope\x00")))
     assert fields(failure.response) == {
-        "S": "FATAL", "V": "FATAL", "C": "28P01",
-        "M": "password authentication failed"}
+        "S": "FATAL",
+        "V": "FATAL",
+        "C": "28P01",
+        "M": "password authentication failed",
+    }
 
 
 def test_channel_binding_with_the_certificate_hash() -> None:
@@ -323,8 +346,9 @@ def test_channel_binding_with_the_certificate_hash() -> None:
     # a client bound to another certificate (a man in the middle) is refused
     login = started(user="u", tls_binding=binding)
     other = ScramClient("pw", channel_binding=b"\x43" * 32)
-    failure = only_failure(scram_exchange(login, other, "pw", "scram-sha-256",
-                                          mechanism=MECHANISM_PLUS))
+    failure = only_failure(
+        scram_exchange(login, other, "pw", "scram-sha-256", mechanism=MECHANISM_PLUS)
+    )
     assert fields(failure.response)["C"] == "08P01"
     assert fields(failure.response)["M"] == "SCRAM channel binding check failed"
 
@@ -380,8 +404,7 @@ def test_while_the_secret_is_looked_up() -> None:
     assert login.await_secret() == []
     assert login.awaiting_secret
     failure = only_failure(login.receive_data(build.password_message(b"pw\x00")))
-    assert fields(failure.response)["M"] == (
-        "message received before an authentication request")
+    assert fields(failure.response)["M"] == ("message received before an authentication request")
     login = started()
     login.await_secret()
     assert login.receive_data(build.TERMINATE) == [Close("")]
@@ -424,12 +447,19 @@ def test_welcome_parses_back() -> None:
     messages = split_messages(welcome.data)
     assert [chr(t) for t, _ in messages] == ["S", "S", "S", "S", "K", "Z"]
     statuses = [body.split(b"\x00")[:2] for t, body in messages if t == ord("S")]
-    assert statuses == [[b"server_version", b"16.1"], [b"TimeZone", b"Europe/Paris"],
-                        [b"client_encoding", b"UTF8"], [b"application_name", b"app"]]
+    assert statuses == [
+        [b"server_version", b"16.1"],
+        [b"TimeZone", b"Europe/Paris"],
+        [b"client_encoding", b"UTF8"],
+        [b"application_name", b"app"],
+    ]
     assert messages[4][1] == struct.pack("!II", *KEY)
     assert messages[5][1] == b"I"
-    assert welcome.params == {"client_encoding": "UTF8", "TimeZone": "Europe/Paris",
-                              "application_name": "app"}
+    assert welcome.params == {
+        "client_encoding": "UTF8",
+        "TimeZone": "Europe/Paris",
+        "application_name": "app",
+    }
     assert login.state is LoginState.DONE
 
 
@@ -438,19 +468,33 @@ def test_welcome_of_the_admin_console() -> None:
     plain = build_welcome(console, {}, ("application_name",), KEY)
     assert [t for t, _ in split_messages(plain.data)] == [ord("S"), ord("S"), ord("K"), ord("Z")]
     assert plain.params == {}
-    named = build_welcome(console, {"application_name": "psql"}, ("application_name",),
-                          (5, 6))
+    named = build_welcome(console, {"application_name": "psql"}, ("application_name",), (5, 6))
     assert split_messages(named.data)[2] == (ord("S"), b"application_name\x00psql\x00")
     assert named.params == {"application_name": "psql"}
     assert split_messages(named.data)[3] == (ord("K"), struct.pack("!II", 5, 6))
     assert split_messages(plain.data)[2] == (ord("K"), struct.pack("!II", *KEY))
 
 
-@pytest.mark.parametrize(("value", "mode"), [
-    ("database", "logical"), ("DATABASE", "logical"), ("true", "physical"), ("on", "physical"),
-    ("1", "physical"), ("yes", "physical"), ("t", "physical"), ("y", "physical"),
-    ("false", ""), ("off", ""), ("of", ""), ("0", ""), ("no", ""), ("f", ""), ("n", ""),
-])
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [
+        ("database", "logical"),
+        ("DATABASE", "logical"),
+        ("true", "physical"),
+        ("on", "physical"),
+        ("1", "physical"),
+        ("yes", "physical"),
+        ("t", "physical"),
+        ("y", "physical"),
+        ("false", ""),
+        ("off", ""),
+        ("of", ""),
+        ("0", ""),
+        ("no", ""),
+        ("f", ""),
+        ("n", ""),
+    ],
+)
 def test_replication_mode_reads_the_parameter_as_postgresql(value: str, mode: str) -> None:
     assert replication_mode(value) == mode
 
@@ -468,8 +512,11 @@ def test_the_welcome_reports_startup_values_as_postgresql_does() -> None:
     tracked = ("client_encoding", "DateStyle", "TimeZone")
     given = {"client_encoding": "latin1", "DateStyle": "german", "TimeZone": "europe/paris"}
     welcome = build_welcome(server, given, tracked, KEY)
-    assert welcome.params == {"client_encoding": "LATIN1", "DateStyle": "German, DMY",
-                              "TimeZone": "europe/paris"}
+    assert welcome.params == {
+        "client_encoding": "LATIN1",
+        "DateStyle": "German, DMY",
+        "TimeZone": "europe/paris",
+    }
     learned = {("TimeZone", "europe/paris"): "Europe/Paris"}
     welcome = build_welcome(server, given, tracked, KEY, learned)
     assert welcome.params["TimeZone"] == "Europe/Paris"

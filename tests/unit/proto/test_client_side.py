@@ -67,9 +67,7 @@ def test_md5_auth_type_with_scram_secret_uses_scram() -> None:
     assert request_code(auth.start()) == 10
 
 
-@pytest.mark.parametrize(
-    "secret", ["pw", md5_secret("pw", "u"), make_verifier("pw").to_string()]
-)
+@pytest.mark.parametrize("secret", ["pw", md5_secret("pw", "u"), make_verifier("pw").to_string()])
 def test_plain_against_every_secret_kind(secret: str) -> None:
     auth = ClientAuth("plain", "u", secret)
     assert request_code(auth.start()) == 3
@@ -122,13 +120,16 @@ def server_first_salt(auth: ClientAuth) -> str:
 
 
 def test_unknown_users_are_challenged_without_pbkdf2_and_each_with_a_stable_salt(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def no_pbkdf2(*args: object) -> bytes:
         raise AssertionError("PBKDF2 run for a made-up user")
 
     monkeypatch.setattr(scram.hashlib, "pbkdf2_hmac", no_pbkdf2)
-    salts = {name: server_first_salt(ClientAuth("scram-sha-256", name, None))
-             for name in ("ghost", "ghost2", "\udcff")}
+    salts = {
+        name: server_first_salt(ClientAuth("scram-sha-256", name, None))
+        for name in ("ghost", "ghost2", "\udcff")
+    }
     assert len(set(salts.values())) == 3  # one salt per name, as PostgreSQL keeps per role
     assert server_first_salt(ClientAuth("scram-sha-256", "ghost", None)) == salts["ghost"]
     assert len(base64.b64decode(salts["ghost"])) == 16  # as long as a real verifier's salt

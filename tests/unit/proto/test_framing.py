@@ -13,9 +13,7 @@ from pgtarn.proto import build
 from pgtarn.proto.framing import MessageScanner, StartupReader, shared_scanner, split_messages
 
 message_types = st.sampled_from(list(b"ZSEDTCQPBX1dc"))
-messages = st.lists(
-    st.tuples(message_types, st.binary(max_size=300)), min_size=1, max_size=30
-)
+messages = st.lists(st.tuples(message_types, st.binary(max_size=300)), min_size=1, max_size=30)
 
 
 def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -24,8 +22,11 @@ def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 @settings(max_examples=300)
-@given(msgs=messages, cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=40),
-       watch=st.sets(message_types))
+@given(
+    msgs=messages,
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=40),
+    watch=st.sets(message_types),
+)
 def test_watched_messages_found_whatever_the_chunking(msgs, cuts, watch):  # type: ignore[no-untyped-def]
     stream = b"".join(build.message(bytes([t]), body) for t, body in msgs)
     scanner = MessageScanner(frozenset(watch))
@@ -113,8 +114,14 @@ def test_counted_types_are_reported_without_their_body() -> None:
 def test_held_and_released_let_a_caller_hold_back_partial_watched_messages() -> None:
     """Forwarding released + chunk[:len - held] (rebuilding watched messages that started in
     an earlier chunk) reproduces the stream for every way of cutting it."""
-    stream = (build.message(b"D", b"row" * 3) + build.message(b"1") + build.message(b"T", b"x")
-              + build.message(b"3") + build.ready_for_query(b"I") + build.message(b"D", b"r"))
+    stream = (
+        build.message(b"D", b"row" * 3)
+        + build.message(b"1")
+        + build.message(b"T", b"x")
+        + build.message(b"3")
+        + build.ready_for_query(b"I")
+        + build.message(b"D", b"r")
+    )
     for cut1 in range(len(stream) + 1):
         for cut2 in range(cut1, len(stream) + 1):
             scanner = MessageScanner(frozenset(b"13Z"))
@@ -149,13 +156,22 @@ def _fed_alone(scanner: MessageScanner, data: bytes, msg_type: int, body: bytes)
         events = scanner.feed(data)
     except ProtocolViolation:
         return False
-    return (events == [(msg_type, body, len(data))] and scanner.at_boundary
-            and scanner.held == 0 and scanner.released == b"")
+    return (
+        events == [(msg_type, body, len(data))]
+        and scanner.at_boundary
+        and scanner.held == 0
+        and scanner.released == b""
+    )
 
 
 @settings(max_examples=400, deadline=None)
-@given(msgs=messages, watch=st.sets(message_types), begun=st.integers(0, 7),
-       max_size=st.sampled_from([2**31 - 1, 64]), status=st.sampled_from([b"", b"I", b"T"]))
+@given(
+    msgs=messages,
+    watch=st.sets(message_types),
+    begun=st.integers(0, 7),
+    max_size=st.sampled_from([2**31 - 1, 64]),
+    status=st.sampled_from([b"", b"I", b"T"]),
+)
 def test_one_whole_and_ends_at_ready_answer_as_feed_would(msgs, watch, begun, max_size, status):  # type: ignore[no-untyped-def]
     if status:  # most replies end so
         msgs = [*msgs, (0x5A, status)]
@@ -178,8 +194,12 @@ def test_one_whole_and_ends_at_ready_answer_as_feed_would(msgs, watch, begun, ma
 
 
 def test_ends_at_ready_is_a_usual_reply_after_nothing_watched() -> None:
-    reply = (build.message(b"T", b"row description") + build.message(b"D", b"a row")
-             + build.command_complete("SELECT 1") + build.ready_for_query(b"I"))
+    reply = (
+        build.message(b"T", b"row description")
+        + build.message(b"D", b"a row")
+        + build.command_complete("SELECT 1")
+        + build.ready_for_query(b"I")
+    )
     scanner = MessageScanner(frozenset(b"ZSE"))
     assert scanner.ends_at_ready(reply)
     assert scanner.ends_at_ready(build.ready_for_query(b"T"))

@@ -69,8 +69,12 @@ class Holdback:
 
 
 @FUZZ
-@given(msgs=messages, points=cuts, watch=st.sets(message_types),
-       counted=st.one_of(st.just(set()), st.sets(message_types)))
+@given(
+    msgs=messages,
+    points=cuts,
+    watch=st.sets(message_types),
+    counted=st.one_of(st.just(set()), st.sets(message_types)),
+)
 def test_scanner_reports_watched_messages_and_holds_back_only_partial_ones(
     msgs: list[Message], points: list[int], watch: set[int], counted: set[int]
 ) -> None:
@@ -88,13 +92,22 @@ def test_scanner_reports_watched_messages_and_holds_back_only_partial_ones(
 
 @FUZZ
 @given(
-    data=st.data(), msgs=messages, tail=st.binary(max_size=40), points=cuts,
-    watch=st.sets(message_types), bad_type=message_types,
+    data=st.data(),
+    msgs=messages,
+    tail=st.binary(max_size=40),
+    points=cuts,
+    watch=st.sets(message_types),
+    bad_type=message_types,
     max_size=st.sampled_from([200, 10_000, 2**31 - 1]),
 )
 def test_scanner_refuses_bad_lengths_exactly_when_the_header_is_complete(
-    data: st.DataObject, msgs: list[Message], tail: bytes, points: list[int], watch: set[int],
-    bad_type: int, max_size: int,
+    data: st.DataObject,
+    msgs: list[Message],
+    tail: bytes,
+    points: list[int],
+    watch: set[int],
+    bad_type: int,
+    max_size: int,
 ) -> None:
     msgs = [(t, b) for t, b in msgs if len(b) + 4 <= max_size]
     length = data.draw(bad_lengths(max_size))
@@ -134,10 +147,19 @@ def byte_by_byte(scanner: MessageScanner, stream: bytes) -> tuple[list[Message],
 
 
 @FUZZ
-@given(data=st.data(), msgs=messages.filter(bool), points=cuts, watch=st.sets(message_types),
-       max_size=st.sampled_from([64, 2**31 - 1]))
+@given(
+    data=st.data(),
+    msgs=messages.filter(bool),
+    points=cuts,
+    watch=st.sets(message_types),
+    max_size=st.sampled_from([64, 2**31 - 1]),
+)
 def test_scanner_on_mutated_streams_agrees_with_itself_whatever_the_chunking(
-    data: st.DataObject, msgs: list[Message], points: list[int], watch: set[int], max_size: int,
+    data: st.DataObject,
+    msgs: list[Message],
+    points: list[int],
+    watch: set[int],
+    max_size: int,
 ) -> None:
     stream = data.draw(mutated(encode(msgs)))
     expected, expect_error = byte_by_byte(MessageScanner(frozenset(watch), max_size), stream)
@@ -160,14 +182,18 @@ def test_scanner_on_mutated_streams_agrees_with_itself_whatever_the_chunking(
 
 # --- StartupReader and parse_startup -------------------------------------------------------
 
-values = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
-                 max_size=20)
+values = st.text(
+    st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]), max_size=20
+)
 params_st = st.dictionaries(names, values, max_size=6)
 
 
 def startup_body(code: int, params: dict[str, str]) -> bytes:
-    return struct.pack("!I", code) + b"".join(build.cstr(k) + build.cstr(v)
-                                               for k, v in params.items()) + b"\x00"
+    return (
+        struct.pack("!I", code)
+        + b"".join(build.cstr(k) + build.cstr(v) for k, v in params.items())
+        + b"\x00"
+    )
 
 
 @FUZZ
@@ -192,8 +218,12 @@ def test_startup_reader_round_trips_and_stays_bounded(
 
 
 @FUZZ
-@given(data=st.data(), tail=st.binary(max_size=60), points=cuts,
-       max_size=st.sampled_from([8, 100, 10_000]))
+@given(
+    data=st.data(),
+    tail=st.binary(max_size=60),
+    points=cuts,
+    max_size=st.sampled_from([8, 100, 10_000]),
+)
 def test_startup_reader_refuses_bad_lengths_and_stays_failed_and_bounded(
     data: st.DataObject, tail: bytes, points: list[int], max_size: int
 ) -> None:
@@ -232,17 +262,23 @@ def test_parse_startup_round_trips_any_version_and_refuses_every_truncation(
 
 
 @FUZZ
-@given(code=st.one_of(codes, st.sampled_from([SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST])),
-       params=params_st, data=st.data())
+@given(
+    code=st.one_of(codes, st.sampled_from([SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST])),
+    params=params_st,
+    data=st.data(),
+)
 def test_parse_startup_on_garbled_bodies_raises_only_protocol_violation(
     code: int, params: dict[str, str], data: st.DataObject
 ) -> None:
-    body = data.draw(st.one_of(
-        mutated(startup_body(code, params)),
-        st.binary(max_size=80).map(lambda b: struct.pack("!I", code) + b),
-        st.sampled_from([b"\xff\xfe\x00v\x00\x00", b"user\x00\xc3\x28\x00\x00", b"a\x00b"])
-        .map(lambda b: struct.pack("!I", code) + b),
-    ))
+    body = data.draw(
+        st.one_of(
+            mutated(startup_body(code, params)),
+            st.binary(max_size=80).map(lambda b: struct.pack("!I", code) + b),
+            st.sampled_from([b"\xff\xfe\x00v\x00\x00", b"user\x00\xc3\x28\x00\x00", b"a\x00b"]).map(
+                lambda b: struct.pack("!I", code) + b
+            ),
+        )
+    )
     try:
         parsed = parse_startup(body)
     except ProtocolViolation:
@@ -251,11 +287,11 @@ def test_parse_startup_on_garbled_bodies_raises_only_protocol_violation(
     if parsed.code == CANCEL_REQUEST:
         assert parsed.cancel_key == struct.unpack_from("!II", body, 4)
     else:
-        assert all(isinstance(k, str) and k and isinstance(v, str)
-                   for k, v in parsed.params.items())
+        assert all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in parsed.params.items()
+        )
         if parsed.code not in (SSL_REQUEST, GSSENC_REQUEST):
             assert b"\x00" in body[4:]  # a packet with parameters needs its terminator
-
 
 
 # --- regressions found by the properties above ---------------------------------------------

@@ -84,9 +84,10 @@ class FakePostgres:
         return [auth(10, b"SCRAM-SHA-256-PLUS\x00SCRAM-SHA-256\x00\x00")]
 
     def answer(self, reply: bytes) -> list[Message]:
-        refused = [(ord("E"), build.error_response("28P01", "password authentication failed",
-                                                   "FATAL")[5:])]
-        (msg_type, body), = split_messages(reply)
+        refused = [
+            (ord("E"), build.error_response("28P01", "password authentication failed", "FATAL")[5:])
+        ]
+        ((msg_type, body),) = split_messages(reply)
         assert msg_type == ord("p")
         if self.method == "cleartext":
             return list(OK_TAIL) if body == self.password.encode() + b"\x00" else refused
@@ -107,13 +108,31 @@ class FakePostgres:
 
 EXTRA_MESSAGES: list[Message] = [
     *(auth(code) for code in range(13)),
-    auth(2**32 - 1), auth(5, b"ab"), auth(10, b""), auth(10, b"\x00"), auth(10, b"X\x00\x00"),
-    auth(11, b"r=abc,s=AAAA,i=1"), auth(12, b"v=AAAA"), auth(12, b"e=other-error"),
-    (ord("E"), b""), (ord("E"), b"\x00"), (ord("E"), b"SFATAL\x00Mno sqlstate\x00\x00"),
-    (ord("E"), b"C"), (ord("E"), b"C28P01"), (ord("E"), b"M\xff\xfe\x00\x00"),
-    (ord("S"), b""), (ord("S"), b"a\x00"), (ord("S"), b"\xff\x00\x00"), (ord("K"), b"1234567"),
-    (ord("Z"), b""), (ord("Z"), b"I"), (ord("v"), b""), (ord("N"), b""), (ord("D"), b""),
-    (ord("R"), b""), (ord("R"), b"\x00\x00\x00"),
+    auth(2**32 - 1),
+    auth(5, b"ab"),
+    auth(10, b""),
+    auth(10, b"\x00"),
+    auth(10, b"X\x00\x00"),
+    auth(11, b"r=abc,s=AAAA,i=1"),
+    auth(12, b"v=AAAA"),
+    auth(12, b"e=other-error"),
+    (ord("E"), b""),
+    (ord("E"), b"\x00"),
+    (ord("E"), b"SFATAL\x00Mno sqlstate\x00\x00"),
+    (ord("E"), b"C"),
+    (ord("E"), b"C28P01"),
+    (ord("E"), b"M\xff\xfe\x00\x00"),
+    (ord("S"), b""),
+    (ord("S"), b"a\x00"),
+    (ord("S"), b"\xff\x00\x00"),
+    (ord("K"), b"1234567"),
+    (ord("Z"), b""),
+    (ord("Z"), b"I"),
+    (ord("v"), b""),
+    (ord("N"), b""),
+    (ord("D"), b""),
+    (ord("R"), b""),
+    (ord("R"), b"\x00\x00\x00"),
 ]
 
 
@@ -151,9 +170,12 @@ class Mutation:
 
 mutations = st.builds(
     Mutation,
-    kind=st.sampled_from(["keep", "drop", "double", "retype", "truncate", "flip", "insert",
-                          "replace", "precede"]),
-    pos=st.integers(0, 400), junk=st.binary(min_size=1, max_size=8), new_type=message_types,
+    kind=st.sampled_from(
+        ["keep", "drop", "double", "retype", "truncate", "flip", "insert", "replace", "precede"]
+    ),
+    pos=st.integers(0, 400),
+    junk=st.binary(min_size=1, max_size=8),
+    new_type=message_types,
     extra=st.sampled_from(EXTRA_MESSAGES),
 )
 
@@ -175,8 +197,9 @@ def signs_correctly(fake: FakePostgres, msg: Message) -> bool:
     return body[4:6] == b"v=" and got == base64.b64decode(fake.server_final[2:])
 
 
-def run_login(fake: FakePostgres, at: int, change: Mutation
-              ) -> tuple[ServerAuth, list[Message], PgtarnError | None]:
+def run_login(
+    fake: FakePostgres, at: int, change: Mutation
+) -> tuple[ServerAuth, list[Message], PgtarnError | None]:
     """Play the script, changing its message number `at`; the messages fed and any error."""
     login = fake.login()
     queue = fake.opening()
@@ -200,9 +223,7 @@ def run_login(fake: FakePostgres, at: int, change: Mutation
 
 @settings(max_examples=500, deadline=None, database=None)  # cheap, and many paths to cover
 @given(method=st.sampled_from(METHODS), at=st.integers(0, 8), change=mutations)
-def test_server_login_on_mutated_scripts(
-    method: str, at: int, change: Mutation
-) -> None:
+def test_server_login_on_mutated_scripts(method: str, at: int, change: Mutation) -> None:
     fake = FakePostgres(method)
     login, fed, error = run_login(fake, at, change)  # anything but PgtarnError escapes here
     if error is not None:
@@ -222,23 +243,36 @@ def test_server_login_on_mutated_scripts(
 
 
 ROGUE_MESSAGES: list[Message] = [
-    auth(0), auth(12, b"v=" + base64.b64encode(b"\x00" * 32)), auth(12, b"v=AAAA"),
-    auth(12, b"e=invalid-proof"), auth(11, b"r=x,s=AAAA,i=1"), auth(10, b"SCRAM-SHA-256\x00\x00"),
-    (ord("S"), b"server_version\x0016.0\x00"), (ord("K"), struct.pack("!II", 1, 2)),
-    (ord("Z"), b"I"), (ord("N"), b"\x00"), (ord("v"), b"\x00\x00\x00\x00\x00\x00\x00\x00"),
+    auth(0),
+    auth(12, b"v=" + base64.b64encode(b"\x00" * 32)),
+    auth(12, b"v=AAAA"),
+    auth(12, b"e=invalid-proof"),
+    auth(11, b"r=x,s=AAAA,i=1"),
+    auth(10, b"SCRAM-SHA-256\x00\x00"),
+    (ord("S"), b"server_version\x0016.0\x00"),
+    (ord("K"), struct.pack("!II", 1, 2)),
+    (ord("Z"), b"I"),
+    (ord("N"), b"\x00"),
+    (ord("v"), b"\x00\x00\x00\x00\x00\x00\x00\x00"),
 ]
 
 
 @FUZZ
-@given(method=st.sampled_from(["scram", "passthrough"]), nonce_tail=st.text(
-    st.characters(min_codepoint=0x21, max_codepoint=0x7E, blacklist_characters=","),
-    min_size=1, max_size=20), script=st.lists(st.sampled_from(ROGUE_MESSAGES), max_size=8))
+@given(
+    method=st.sampled_from(["scram", "passthrough"]),
+    nonce_tail=st.text(
+        st.characters(min_codepoint=0x21, max_codepoint=0x7E, blacklist_characters=","),
+        min_size=1,
+        max_size=20,
+    ),
+    script=st.lists(st.sampled_from(ROGUE_MESSAGES), max_size=8),
+)
 def test_a_server_that_does_not_know_the_secret_never_completes_a_scram_login(
     method: str, nonce_tail: str, script: list[Message]
 ) -> None:
     fake = FakePostgres(method)
     login = fake.login()
-    (_, first), = split_messages(login.feed(*auth(10, b"SCRAM-SHA-256\x00\x00")))
+    ((_, first),) = split_messages(login.feed(*auth(10, b"SCRAM-SHA-256\x00\x00")))
     client_nonce = parse_sasl_initial_response(first)[1].split(b"r=")[1].decode()
     server_first = f"r={client_nonce}{nonce_tail},s=AAAA,i=1".encode()
     try:
@@ -257,21 +291,35 @@ def test_server_final_is_accepted_only_with_the_true_signature(
 ) -> None:
     fake = FakePostgres(method)
     login = fake.login()
-    (_, first), = split_messages(login.feed(*fake.opening()[0]))
-    (_, final), = split_messages(login.feed(*fake.answer(build.password_message(first))[0]))
+    ((_, first),) = split_messages(login.feed(*fake.opening()[0]))
+    ((_, final),) = split_messages(login.feed(*fake.answer(build.password_message(first))[0]))
     fake.answer(build.password_message(final))  # the scripted server signs: fake.server_final
     true_signature = base64.b64decode(fake.server_final[2:])
     flip = data.draw(st.integers(0, 8 * len(true_signature) - 1))
     flipped = bytearray(true_signature)
     flipped[flip // 8] ^= 1 << (flip % 8)
-    payload = data.draw(st.sampled_from([
-        fake.server_final, fake.server_final + b",x=extension",
-        b"v=" + base64.b64encode(bytes(flipped)), b"v=" + base64.b64encode(true_signature[:-1]),
-        b"v=" + base64.b64encode(true_signature + b"\x00"), fake.server_final[:-1],
-        b"e=invalid-proof", b"e=", b"v=", b"v", b"", b"x=" + fake.server_final[2:],
-        b"v=" + fake.server_final[2:].lower(), b"e=x," + fake.server_final,
-        fake.server_final + b"\xff", b"\xff" * 9000,
-    ]))
+    payload = data.draw(
+        st.sampled_from(
+            [
+                fake.server_final,
+                fake.server_final + b",x=extension",
+                b"v=" + base64.b64encode(bytes(flipped)),
+                b"v=" + base64.b64encode(true_signature[:-1]),
+                b"v=" + base64.b64encode(true_signature + b"\x00"),
+                fake.server_final[:-1],
+                b"e=invalid-proof",
+                b"e=",
+                b"v=",
+                b"v",
+                b"",
+                b"x=" + fake.server_final[2:],
+                b"v=" + fake.server_final[2:].lower(),
+                b"e=x," + fake.server_final,
+                fake.server_final + b"\xff",
+                b"\xff" * 9000,
+            ]
+        )
+    )
     try:
         login.feed(ord("R"), struct.pack("!I", 12) + payload)
     except (AuthFailed, ProtocolViolation):
@@ -288,15 +336,35 @@ def test_server_final_is_accepted_only_with_the_true_signature(
 def iteration_texts() -> st.SearchStrategy[str]:
     return st.one_of(
         st.integers(-(2**40), 2**70).map(str),
-        st.sampled_from(["0", "-1", "4096", "0004096", str(10**9), str(2**31), str(2**32),
-                         str(scram.MAX_CLIENT_ITERATIONS), str(scram.MAX_CLIENT_ITERATIONS + 1),
-                         "", "+5", " 5", "5 ", "1e9", "٣", "0x10", "9" * 400]),
+        st.sampled_from(
+            [
+                "0",
+                "-1",
+                "4096",
+                "0004096",
+                str(10**9),
+                str(2**31),
+                str(2**32),
+                str(scram.MAX_CLIENT_ITERATIONS),
+                str(scram.MAX_CLIENT_ITERATIONS + 1),
+                "",
+                "+5",
+                " 5",
+                "5 ",
+                "1e9",
+                "٣",
+                "0x10",
+                "9" * 400,
+            ]
+        ),
     )
 
 
 nonce_suffixes = st.text(
     st.characters(min_codepoint=0x21, max_codepoint=0x7E, blacklist_characters=","),
-    min_size=1, max_size=30)
+    min_size=1,
+    max_size=30,
+)
 
 
 @st.composite
@@ -317,12 +385,21 @@ def server_firsts(draw: st.DrawFn, client_nonce: str) -> tuple[bytes, bool, str]
     else:
         nonce, ok = client_nonce + suffix + draw(st.sampled_from(["\x7f", " ", "é", "\x00"])), False
     salt_kind = draw(st.sampled_from(["ok", "ok", "empty", "bad", "padding", "unicode"]))
-    salt = {"ok": base64.b64encode(draw(st.binary(min_size=1, max_size=24))).decode(),
-            "empty": "", "bad": "*not/base64*", "padding": "QQ", "unicode": "ÀÁÂÃ"}[salt_kind]
+    salt = {
+        "ok": base64.b64encode(draw(st.binary(min_size=1, max_size=24))).decode(),
+        "empty": "",
+        "bad": "*not/base64*",
+        "padding": "QQ",
+        "unicode": "ÀÁÂÃ",
+    }[salt_kind]
     ok = ok and salt_kind == "ok"
     iterations = draw(iteration_texts())
-    valid_count = (iterations.isascii() and iterations.isdigit() and len(iterations) <= 10
-                   and 1 <= int(iterations) <= scram.MAX_CLIENT_ITERATIONS)
+    valid_count = (
+        iterations.isascii()
+        and iterations.isdigit()
+        and len(iterations) <= 10
+        and 1 <= int(iterations) <= scram.MAX_CLIENT_ITERATIONS
+    )
     ok = ok and valid_count
     attrs = [f"r={nonce}", f"s={salt}", f"i={iterations}"]
     layout = draw(st.sampled_from(["ok", "ok", "ext", "mandatory", "swapped", "missing"]))
@@ -347,7 +424,7 @@ def test_server_first_is_checked_before_any_key_derivation(
 ) -> None:
     fake = FakePostgres(method)
     login = fake.login()
-    (_, first), = split_messages(login.feed(*auth(10, b"SCRAM-SHA-256\x00\x00")))
+    ((_, first),) = split_messages(login.feed(*auth(10, b"SCRAM-SHA-256\x00\x00")))
     client_nonce = parse_sasl_initial_response(first)[1].split(b"r=")[1].decode()
     server_first, ok, iterations = data.draw(server_firsts(client_nonce))
     derived: list[int] = []
@@ -372,7 +449,7 @@ def test_server_first_is_checked_before_any_key_derivation(
 
 def test_a_malicious_iteration_count_is_refused_without_computing_it() -> None:
     login = ServerAuth("u", "pw")
-    (_, first), = split_messages(login.feed(*auth(10, b"SCRAM-SHA-256\x00\x00")))
+    ((_, first),) = split_messages(login.feed(*auth(10, b"SCRAM-SHA-256\x00\x00")))
     client_nonce = parse_sasl_initial_response(first)[1].split(b"r=")[1].decode()
     started = time.monotonic()
     with pytest.raises(ProtocolViolation, match="iteration count"):
@@ -384,8 +461,10 @@ def test_a_malicious_iteration_count_is_refused_without_computing_it() -> None:
 def error_bodies(draw: st.DrawFn) -> tuple[bytes, str | None]:
     """An ErrorResponse body (often without SQLSTATE) and the SQLSTATE it carries, if any."""
     field_codes = draw(st.lists(st.sampled_from(b"SVCMDHPWsctdnFLR\xff"), max_size=6))
-    fields = [(c, draw(st.binary(max_size=12).map(lambda b: b.replace(b"\x00", b""))))
-              for c in field_codes]
+    fields = [
+        (c, draw(st.binary(max_size=12).map(lambda b: b.replace(b"\x00", b""))))
+        for c in field_codes
+    ]
     body = b"".join(bytes((c,)) + v + b"\x00" for c, v in fields)
     sqlstates = [v for c, v in fields if c == ord("C")]
     expected = sqlstates[-1].decode(errors="replace") if sqlstates else None
@@ -424,10 +503,17 @@ def test_error_response_without_sqlstate_or_fields_is_a_clean_login_failure(
 
 
 @FUZZ
-@given(code=st.one_of(st.integers(0, 20), st.integers(0, 2**32 - 1)),
-       payload=st.one_of(st.binary(max_size=60), st.sampled_from(
-           [b"", b"\x00", b"SCRAM-SHA-256\x00\x00", b"SCRAM-SHA-256", b"r=,s=,i=", b"v="])),
-       method=st.sampled_from(METHODS), after_sasl=st.booleans())
+@given(
+    code=st.one_of(st.integers(0, 20), st.integers(0, 2**32 - 1)),
+    payload=st.one_of(
+        st.binary(max_size=60),
+        st.sampled_from(
+            [b"", b"\x00", b"SCRAM-SHA-256\x00\x00", b"SCRAM-SHA-256", b"r=,s=,i=", b"v="]
+        ),
+    ),
+    method=st.sampled_from(METHODS),
+    after_sasl=st.booleans(),
+)
 def test_authentication_requests_of_every_code(
     code: int, payload: bytes, method: str, after_sasl: bool
 ) -> None:
@@ -474,17 +560,24 @@ def deliver(stream: bytes, points: list[int]) -> list[Message]:
 @given(
     auth_type=st.sampled_from(["trust", "any", "plain", "md5", "scram-sha-256"]),
     secret_kind=st.sampled_from(["plain", "md5", "scram"]),
-    password=st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
-                     min_size=1, max_size=12),
-    user=names, points=cuts,
+    password=st.text(
+        st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
+        min_size=1,
+        max_size=12,
+    ),
+    user=names,
+    points=cuts,
 )
 def test_server_login_and_client_auth_agree_over_any_chunking(
     auth_type: str, secret_kind: str, password: str, user: str, points: list[int]
 ) -> None:
     if auth_type == "scram-sha-256" and secret_kind == "md5":
         return  # an md5 secret cannot do SCRAM: refused like a wrong password (tested elsewhere)
-    secret = {"plain": password, "md5": md5_secret(password, user),
-              "scram": make_verifier(password, iterations=ITERATIONS).to_string()}[secret_kind]
+    secret = {
+        "plain": password,
+        "md5": md5_secret(password, user),
+        "scram": make_verifier(password, iterations=ITERATIONS).to_string(),
+    }[secret_kind]
     client_auth = ClientAuth(auth_type, user, secret, scram_iterations=ITERATIONS)
     login = ServerAuth(user, password)
     to_pgtarn = client_auth.start()
@@ -531,17 +624,27 @@ def drive(login: ClientLogin, chunks: list[bytes], method: str) -> list[Event]:
 
 
 STARTUP_PIECES = [
-    build.SSL_REQUEST, struct.pack("!II", 8, 80877104), build.startup_message({"user": "u"}),
-    build.startup_message({"user": "u", "TimeZone": "UTC"}), build.startup_message({}),
-    build.cancel_request(1, 2), build.password_message(b"pw\x00"), build.TERMINATE,
-    build.query("SELECT 1"), b"\x16\x03\x01", b"\x00\x00\x00\x08", b"\xff" * 6,
+    build.SSL_REQUEST,
+    struct.pack("!II", 8, 80877104),
+    build.startup_message({"user": "u"}),
+    build.startup_message({"user": "u", "TimeZone": "UTC"}),
+    build.startup_message({}),
+    build.cancel_request(1, 2),
+    build.password_message(b"pw\x00"),
+    build.TERMINATE,
+    build.query("SELECT 1"),
+    b"\x16\x03\x01",
+    b"\x00\x00\x00\x08",
+    b"\xff" * 6,
 ]
 
 
 @FUZZ
-@given(pieces=st.lists(st.one_of(st.sampled_from(STARTUP_PIECES), st.binary(max_size=30)),
-                       max_size=6),
-       method=st.sampled_from(["trust", "plain", "md5", "scram-sha-256"]), points=cuts)
+@given(
+    pieces=st.lists(st.one_of(st.sampled_from(STARTUP_PIECES), st.binary(max_size=30)), max_size=6),
+    method=st.sampled_from(["trust", "plain", "md5", "scram-sha-256"]),
+    points=cuts,
+)
 def test_client_login_answers_anything_with_events_only(
     pieces: list[bytes], method: str, points: list[int]
 ) -> None:
@@ -558,7 +661,8 @@ def test_client_login_answers_anything_with_events_only(
         # never without the password, when one was asked for (nothing here answers md5 or
         # SCRAM rightly)
         assert method == "trust" or (
-            method == "plain" and build.password_message(b"pw\x00") in stream)
+            method == "plain" and build.password_message(b"pw\x00") in stream
+        )
 
 
 # --- regressions found by the properties above ---------------------------------------------
@@ -569,7 +673,7 @@ def test_regression_ready_for_query_cannot_skip_authentication() -> None:
     # the server never had to prove it knows the secret), or with no AuthenticationOk at all.
     fake = FakePostgres("scram")
     login = fake.login()
-    (_, first), = split_messages(login.feed(*fake.opening()[0]))
+    ((_, first),) = split_messages(login.feed(*fake.opening()[0]))
     login.feed(*fake.answer(build.password_message(first))[0])
     with pytest.raises(ProtocolViolation, match="before AuthenticationOk"):
         login.feed(ord("Z"), b"I")

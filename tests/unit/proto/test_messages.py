@@ -51,7 +51,8 @@ def test_error_fields_and_parameter_status() -> None:
     assert fields["C"] == "28P01" and fields["M"] == "bad password" and fields["S"] == "FATAL"
     assert fields["D"] == "d" and fields["H"] == "h"
     assert parse_parameter_status(build.parameter_status("TimeZone", "UTC")[5:]) == (
-        "TimeZone", "UTC"
+        "TimeZone",
+        "UTC",
     )
 
 
@@ -71,23 +72,41 @@ def test_quote_literal() -> None:
 def test_parse_data_row() -> None:
     from pgtarn.proto.build import data_row
     from pgtarn.proto.messages import parse_data_row
+
     body = data_row(["alice", None, ""])[5:]
     assert parse_data_row(body) == [b"alice", None, b""]
-    for broken in (b"", b"\x00", b"\x00\x01", b"\x00\x01\x00\x00\x00\x05ab",
-                   b"\x00\x01\x00\x00\x00\x01ab", body[:-1]):
+    for broken in (
+        b"",
+        b"\x00",
+        b"\x00\x01",
+        b"\x00\x01\x00\x00\x00\x05ab",
+        b"\x00\x01\x00\x00\x00\x01ab",
+        body[:-1],
+    ):
         with pytest.raises(ProtocolViolation):
             parse_data_row(broken)
 
 
 def test_parse_bind_parameters() -> None:
     # portal, statement, two format codes, three values (one NULL), one result format
-    body = (b"p\x00s\x00" + b"\x00\x02\x00\x00\x00\x01" + b"\x00\x03"
-            + b"\x00\x00\x00\x02on" + b"\xff\xff\xff\xff" + b"\x00\x00\x00\x00"
-            + b"\x00\x01\x00\x00")
+    body = (
+        b"p\x00s\x00"
+        + b"\x00\x02\x00\x00\x00\x01"
+        + b"\x00\x03"
+        + b"\x00\x00\x00\x02on"
+        + b"\xff\xff\xff\xff"
+        + b"\x00\x00\x00\x00"
+        + b"\x00\x01\x00\x00"
+    )
     assert parse_bind_parameters(body) == [b"on", None, b""]
     assert parse_bind_parameters(b"\x00\x00\x00\x00\x00\x00") == []
-    for broken in (b"", b"p\x00", b"p\x00s\x00\x00", b"\x00\x00\x00\x05\x00\x01",
-                   b"\x00\x00\x00\x00\x00\x01\x00\x00\x00\x09ab"):
+    for broken in (
+        b"",
+        b"p\x00",
+        b"p\x00s\x00\x00",
+        b"\x00\x00\x00\x05\x00\x01",
+        b"\x00\x00\x00\x00\x00\x01\x00\x00\x00\x09ab",
+    ):
         with pytest.raises(ProtocolViolation):
             parse_bind_parameters(broken)
 

@@ -19,32 +19,67 @@ NOT_YET = SRC / "client"
 #: Every message with a type byte in PostgreSQL's "Message Formats", by direction: the
 #: name pgtarn gives it and its byte, written out here rather than read from the module.
 FRONTEND = {
-    "BIND": "B", "CLOSE": "C", "COPY_DATA": "d", "COPY_DONE": "c", "COPY_FAIL": "f",
-    "DESCRIBE": "D", "EXECUTE": "E", "FLUSH": "H", "FUNCTION_CALL": "F", "GSS_RESPONSE": "p",
-    "PARSE": "P", "PASSWORD_MESSAGE": "p", "QUERY": "Q", "SASL_INITIAL_RESPONSE": "p",
-    "SASL_RESPONSE": "p", "SYNC": "S", "TERMINATE": "X",
+    "BIND": "B",
+    "CLOSE": "C",
+    "COPY_DATA": "d",
+    "COPY_DONE": "c",
+    "COPY_FAIL": "f",
+    "DESCRIBE": "D",
+    "EXECUTE": "E",
+    "FLUSH": "H",
+    "FUNCTION_CALL": "F",
+    "GSS_RESPONSE": "p",
+    "PARSE": "P",
+    "PASSWORD_MESSAGE": "p",
+    "QUERY": "Q",
+    "SASL_INITIAL_RESPONSE": "p",
+    "SASL_RESPONSE": "p",
+    "SYNC": "S",
+    "TERMINATE": "X",
 }
 BACKEND = {
-    "AUTHENTICATION": "R", "BACKEND_KEY_DATA": "K", "BIND_COMPLETE": "2", "CLOSE_COMPLETE": "3",
-    "COMMAND_COMPLETE": "C", "COPY_DATA": "d", "COPY_DONE": "c", "COPY_BOTH_RESPONSE": "W",
-    "COPY_IN_RESPONSE": "G", "COPY_OUT_RESPONSE": "H", "DATA_ROW": "D",
-    "EMPTY_QUERY_RESPONSE": "I", "ERROR_RESPONSE": "E", "FUNCTION_CALL_RESPONSE": "V",
-    "NEGOTIATE_PROTOCOL_VERSION": "v", "NO_DATA": "n", "NOTICE_RESPONSE": "N",
-    "NOTIFICATION_RESPONSE": "A", "PARAMETER_DESCRIPTION": "t", "PARAMETER_STATUS": "S",
-    "PARSE_COMPLETE": "1", "PORTAL_SUSPENDED": "s", "READY_FOR_QUERY": "Z",
+    "AUTHENTICATION": "R",
+    "BACKEND_KEY_DATA": "K",
+    "BIND_COMPLETE": "2",
+    "CLOSE_COMPLETE": "3",
+    "COMMAND_COMPLETE": "C",
+    "COPY_DATA": "d",
+    "COPY_DONE": "c",
+    "COPY_BOTH_RESPONSE": "W",
+    "COPY_IN_RESPONSE": "G",
+    "COPY_OUT_RESPONSE": "H",
+    "DATA_ROW": "D",
+    "EMPTY_QUERY_RESPONSE": "I",
+    "ERROR_RESPONSE": "E",
+    "FUNCTION_CALL_RESPONSE": "V",
+    "NEGOTIATE_PROTOCOL_VERSION": "v",
+    "NO_DATA": "n",
+    "NOTICE_RESPONSE": "N",
+    "NOTIFICATION_RESPONSE": "A",
+    "PARAMETER_DESCRIPTION": "t",
+    "PARAMETER_STATUS": "S",
+    "PARSE_COMPLETE": "1",
+    "PORTAL_SUSPENDED": "s",
+    "READY_FOR_QUERY": "Z",
     "ROW_DESCRIPTION": "T",
 }
 TYPE_BYTES = {ord(letter) for letter in (*FRONTEND.values(), *BACKEND.values())}
 
 
 def _named_ints() -> dict[str, int]:
-    return {name: value for name, value in vars(msgtypes).items()
-            if name.isupper() and isinstance(value, int)}
+    return {
+        name: value
+        for name, value in vars(msgtypes).items()
+        if name.isupper() and isinstance(value, int)
+    }
 
 
 def _named_sets() -> dict[str, frozenset[int]]:
-    return {name: value for name, value in vars(msgtypes).items()
-            if name.isupper() and isinstance(value, frozenset)}
+    return {
+        name: value
+        for name, value in vars(msgtypes).items()
+        if name.isupper() and isinstance(value, frozenset)
+    }
 
 
 def test_each_name_is_postgresqls_byte() -> None:
@@ -75,34 +110,45 @@ def _sources() -> list[Path]:
 def _bare_types(path: Path) -> list[str]:
     """Hex literals of a message type byte (0x5A) in path's code (comments aside)."""
     with tokenize.open(path) as fh:
-        return [f"{path.relative_to(ROOT)}:{tok.start[0]}: {tok.string}"
-                for tok in tokenize.generate_tokens(fh.readline)
-                if tok.type == tokenize.NUMBER and tok.string[:2].lower() == "0x"
-                and int(tok.string, 16) in TYPE_BYTES]
+        return [
+            f"{path.relative_to(ROOT)}:{tok.start[0]}: {tok.string}"
+            for tok in tokenize.generate_tokens(fh.readline)
+            if tok.type == tokenize.NUMBER
+            and tok.string[:2].lower() == "0x"
+            and int(tok.string, 16) in TYPE_BYTES
+        ]
 
 
 def _set_definitions(path: Path) -> list[str]:
     """Sets of message types made in path: frozenset(b"ZSE"), of msgtypes' names, or of all."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    names = {alias.asname or alias.name for node in ast.walk(tree)
-             if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("msgtypes")
-             for alias in node.names}
+    names = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("msgtypes")
+        for alias in node.names
+    }
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id in ("frozenset", "set"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("frozenset", "set")
+        ):
             members = node.args
         elif isinstance(node, ast.Set):
             members = node.elts
         else:
             continue
-        if members and isinstance(members[0], ast.Call) and ast.unparse(members[0]) \
-                == "range(256)":  # every type
+        if (
+            members and isinstance(members[0], ast.Call) and ast.unparse(members[0]) == "range(256)"
+        ):  # every type
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
         for member in members:
             letters = member.value if isinstance(member, ast.Constant) else None
             if (isinstance(letters, bytes) and letters and set(letters) <= TYPE_BYTES) or any(
-                    isinstance(n, ast.Name) and n.id in names for n in ast.walk(member)):
+                isinstance(n, ast.Name) and n.id in names for n in ast.walk(member)
+            ):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     return found
 

@@ -50,8 +50,9 @@ def scram_exchange(login: ServerAuth, server: ScramServer, mechanisms: list[str]
 
 def test_scram_plus_offered_first_picks_plain_scram() -> None:
     login = ServerAuth("u", "secret")
-    scram_exchange(login, ScramServer(make_verifier("secret")),
-                   ["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"])
+    scram_exchange(
+        login, ScramServer(make_verifier("secret")), ["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"]
+    )
     finish(login)
 
 
@@ -114,8 +115,12 @@ def test_scram_final_missing_is_refused() -> None:
 
 # --- ServerLogin: the whole conversation, raw bytes in -------------------------------------
 
-WELCOME = (build.authentication(0) + build.parameter_status("server_version", "15.0")
-           + build.backend_key_data(1234, 5678) + build.ready_for_query(b"I"))
+WELCOME = (
+    build.authentication(0)
+    + build.parameter_status("server_version", "15.0")
+    + build.backend_key_data(1234, 5678)
+    + build.ready_for_query(b"I")
+)
 
 
 def startup_params(packet: bytes) -> dict[str, str]:
@@ -124,14 +129,20 @@ def startup_params(packet: bytes) -> dict[str, str]:
 
 
 def new_login(password: str | None = "pw", **auth_options: object) -> ServerLogin:
-    return ServerLogin(ServerAuth("u", password, **auth_options),  # type: ignore[arg-type]
-                       "db", {"application_name": "app"})
+    return ServerLogin(
+        ServerAuth("u", password, **auth_options),  # type: ignore[arg-type]
+        "db",
+        {"application_name": "app"},
+    )
 
 
 def test_without_tls_the_first_bytes_are_the_startup_message() -> None:
     login = new_login()
-    assert startup_params(login.start()) == {"user": "u", "database": "db",
-                                             "application_name": "app"}
+    assert startup_params(login.start()) == {
+        "user": "u",
+        "database": "db",
+        "application_name": "app",
+    }
     events = login.feed(WELCOME)
     assert events == [LoggedIn({"server_version": "15.0"}, (1234, 5678), b"")]
 
@@ -178,15 +189,19 @@ def test_tls_refused_alone_sends_only_the_startup_message() -> None:
     assert isinstance(send, Send) and startup_params(send.data)["user"] == "u"
 
 
-@pytest.mark.parametrize(("answer", "mode", "error", "match"), [
-    (b"N", "require", TlsFailed, "does not support TLS, but server_tls_sslmode = require"),
-    (b"N", "verify-full", TlsFailed, "server_tls_sslmode = verify-full"),
-    (b"S\x00", "prefer", ProtocolViolation, "unencrypted data after accepting TLS"),
-    (b"SR", "require", ProtocolViolation, "unencrypted data after accepting TLS"),
-    (b"E", "prefer", ProtocolViolation, "invalid answer"),
-])
-def test_bad_answers_to_ssl_request(answer: bytes, mode: str, error: type[PgtarnError],
-                                    match: str) -> None:
+@pytest.mark.parametrize(
+    ("answer", "mode", "error", "match"),
+    [
+        (b"N", "require", TlsFailed, "does not support TLS, but server_tls_sslmode = require"),
+        (b"N", "verify-full", TlsFailed, "server_tls_sslmode = verify-full"),
+        (b"S\x00", "prefer", ProtocolViolation, "unencrypted data after accepting TLS"),
+        (b"SR", "require", ProtocolViolation, "unencrypted data after accepting TLS"),
+        (b"E", "prefer", ProtocolViolation, "invalid answer"),
+    ],
+)
+def test_bad_answers_to_ssl_request(
+    answer: bytes, mode: str, error: type[PgtarnError], match: str
+) -> None:
     login = new_login()
     login.start(mode)
     with pytest.raises(error, match=match):
@@ -214,8 +229,12 @@ def test_the_sslmode_of_the_request_judges_the_answer() -> None:
 def test_bytes_after_the_final_ready_for_query_are_left_over() -> None:
     login = new_login()
     login.start()
-    after = build.parameter_status("TimeZone", "UTC") + build.error_response(
-        "57P01", "terminating connection due to administrator command", "FATAL")[:7]
+    after = (
+        build.parameter_status("TimeZone", "UTC")
+        + build.error_response(
+            "57P01", "terminating connection due to administrator command", "FATAL"
+        )[:7]
+    )
     (logged_in,) = login.feed(WELCOME + after)
     assert isinstance(logged_in, LoggedIn)
     assert logged_in.leftover == after
@@ -253,8 +272,7 @@ def test_a_huge_length_during_login_is_refused_at_once() -> None:
 def test_a_refused_login_raises_the_servers_error() -> None:
     login = new_login()
     login.start()
-    error = build.error_response("28P01", 'password authentication failed for user "u"',
-                                 "FATAL")
+    error = build.error_response("28P01", 'password authentication failed for user "u"', "FATAL")
     with pytest.raises(PgtarnError, match="password authentication failed") as info:
         login.feed(build.authentication(3) + error)
     assert info.value.sqlstate == "28P01"

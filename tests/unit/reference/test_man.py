@@ -21,12 +21,17 @@ PAGE = Path(__file__).resolve().parents[3] / "contrib" / "pgtarn.1"
 def test_committed_man_page_is_up_to_date() -> None:
     assert PAGE.exists(), f"{PAGE} missing: run python -m pgtarn.reference"
     assert PAGE.read_text(encoding="utf-8") == man.render(), (
-        f"{PAGE} is out of date: run python -m pgtarn.reference and commit the result")
+        f"{PAGE} is out of date: run python -m pgtarn.reference and commit the result"
+    )
 
 
 def _flags(parser: argparse.ArgumentParser) -> list[str]:
-    return [flag for action in parser._actions if action.help != argparse.SUPPRESS
-            for flag in action.option_strings]
+    return [
+        flag
+        for action in parser._actions
+        if action.help != argparse.SUPPRESS
+        for flag in action.option_strings
+    ]
 
 
 def test_every_option_of_every_command_is_on_the_page() -> None:
@@ -46,8 +51,7 @@ def test_every_setting_and_section_key_is_on_the_page() -> None:
     page = man.render()
     for name in SETTINGS:
         assert f".TP\n\\fB{name}\\fR (" in page, name
-    for section, keys in (("databases", DATABASE_KEYS), ("users", USER_KEYS),
-                          ("peers", PEER_KEYS)):
+    for section, keys in (("databases", DATABASE_KEYS), ("users", USER_KEYS), ("peers", PEER_KEYS)):
         block = page.split(f".SS\n[{section}] keys\n", 1)[1].split("\n.SS\n", 1)[0]
         for key in keys:
             assert f".TP\n\\fB{key}\\fR (" in block, (section, key)
@@ -62,6 +66,12 @@ def test_descriptions_become_roff_without_requests_or_stray_backslashes() -> Non
 
 @pytest.mark.skipif(shutil.which("groff") is None, reason="groff is not installed")
 def test_groff_reads_the_page_without_a_warning() -> None:
-    done = subprocess.run(["groff", "-man", "-ww", "-z"], input=man.render(),
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["groff", "-man", "-ww", "-z"],
+        input=man.render(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert (done.returncode, done.stderr) == (0, "")

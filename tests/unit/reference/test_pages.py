@@ -20,7 +20,8 @@ def test_committed_page_is_up_to_date(name: str) -> None:
     path = DOCS / name
     assert path.exists(), f"{path} missing: run python -m pgtarn.reference"
     assert path.read_text(encoding="utf-8") == PAGES[name](), (
-        f"{path} is out of date: run python -m pgtarn.reference and commit the result")
+        f"{path} is out of date: run python -m pgtarn.reference and commit the result"
+    )
 
 
 def test_every_setting_has_its_heading_type_default_and_origin() -> None:
@@ -45,8 +46,9 @@ def test_metrics_page_lists_each_family_with_its_exposed_name_and_labels() -> No
     families = metrics.families()
     assert len(families) > 40
     for family in families:
-        row = next(line for line in page.splitlines() if line.startswith(
-            f"| {metrics.exposed(family)} |"))
+        row = next(
+            line for line in page.splitlines() if line.startswith(f"| {metrics.exposed(family)} |")
+        )
         for label in family.labels:
             assert f"`{label}`" in row, (family.name, label)
     pins = next(f for f in families if f.name == "pgtarn_client_pins")
@@ -54,8 +56,9 @@ def test_metrics_page_lists_each_family_with_its_exposed_name_and_labels() -> No
     assert "| `pgtarn_client_pins_total` |" in page
 
 
-def test_check_flags_a_stale_page_and_writing_fixes_it(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_flags_a_stale_page_and_writing_fixes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = [str(tmp_path), "--man", str(tmp_path / "man" / "pgtarn.1")]
     assert main(["--check", *args]) == 1
     assert "out of date" in capsys.readouterr().out

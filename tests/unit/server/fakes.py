@@ -26,9 +26,13 @@ log_disconnections = 0
 log_pooler_errors = 0
 """
 
-WELCOME = (build.authentication(0) + build.parameter_status("server_version", "15.0")
-           + build.parameter_status("TimeZone", "UTC") + build.backend_key_data(7, 8)
-           + build.ready_for_query(b"I"))
+WELCOME = (
+    build.authentication(0)
+    + build.parameter_status("server_version", "15.0")
+    + build.parameter_status("TimeZone", "UTC")
+    + build.backend_key_data(7, 8)
+    + build.ready_for_query(b"I")
+)
 
 
 class CountingRuntime(Runtime):
@@ -121,8 +125,9 @@ class FakeClient(LinkedClient[ServerConnection]):
         pass
 
 
-def connecting_server(mode: str = "session", prepared: int = 0
-                      ) -> tuple[ServerConnection, FakeTransport]:
+def connecting_server(
+    mode: str = "session", prepared: int = 0
+) -> tuple[ServerConnection, FakeTransport]:
     """A server of pool app/u that has just connected (its StartupMessage taken)."""
     runtime = Runtime(parse_config(INI.format(mode=mode, prepared=prepared)), {})
     db = runtime.config.databases["app"]
@@ -134,11 +139,11 @@ def connecting_server(mode: str = "session", prepared: int = 0
     return server, transport
 
 
-def logged_in_server(mode: str = "session", prepared: int = 0
-                     ) -> tuple[ServerConnection, FakeTransport]:
+def logged_in_server(
+    mode: str = "session", prepared: int = 0
+) -> tuple[ServerConnection, FakeTransport]:
     server, transport = connecting_server(mode, prepared)
     server.data_received(WELCOME)
     assert server.login is None
     transport.take()
     return server, transport
-

@@ -13,7 +13,10 @@ def test_connect_sends_the_startup_message_of_the_database_entry() -> None:
     server, transport = connecting_server()
     sent = transport.take()
     assert parse_startup(sent[4:]).params == {
-        "user": "u", "database": "appdb", "application_name": "fromini"}
+        "user": "u",
+        "database": "appdb",
+        "application_name": "fromini",
+    }
     assert server.peer == "127.0.0.1:5432" and server.local_addr == "127.0.0.1:40000"
 
 
@@ -49,8 +52,9 @@ def test_a_bad_length_right_behind_the_login_is_a_login_failure() -> None:
 def test_a_refused_login_says_goodbye_closes_and_tells_the_pool() -> None:
     server, transport = connecting_server()
     transport.take()
-    server.data_received(build.error_response(
-        "28P01", 'password authentication failed for user "u"', "FATAL"))
+    server.data_received(
+        build.error_response("28P01", 'password authentication failed for user "u"', "FATAL")
+    )
     assert server.closed and transport.closing
     assert transport.take() == build.TERMINATE
     failure = server.pool.failure
@@ -89,7 +93,7 @@ def test_link_sets_the_clients_differing_parameters_and_swallows_the_replies() -
     server, transport = logged_in_server()
     client = FakeClient()
     server.link(client, {"TimeZone": "UTC", "DateStyle": "ISO"})  # type: ignore[arg-type]
-    assert split_messages(transport.take()) == [(ord("Q"), b'SET "DateStyle" TO \'ISO\'\x00')]
+    assert split_messages(transport.take()) == [(ord("Q"), b"SET \"DateStyle\" TO 'ISO'\x00")]
     server.data_received(build.command_complete("SET") + build.ready_for_query(b"I"))
     assert client.received == b"" and server.swallow == 0  # pgtarn's own query: not relayed
     reply = build.command_complete("SELECT 1") + build.ready_for_query(b"T")
@@ -112,8 +116,8 @@ def test_a_server_compares_a_clients_parameters_again_only_when_either_side_chan
     assert transport.take() == b""
     changed = {"DateStyle": "German"}  # the client's dict after its SET on another server
     server.link(client, changed)  # type: ignore[arg-type]
-    assert split_messages(transport.take()) == [(ord("Q"), b'SET "DateStyle" TO \'German\'\x00')]
+    assert split_messages(transport.take()) == [(ord("Q"), b"SET \"DateStyle\" TO 'German'\x00")]
     # PostgreSQL spells it its own way: the server's value is no longer the client's
     server.data_received(build.parameter_status("DateStyle", "German, DMY") + swallowed)
     server.link(client, changed)  # type: ignore[arg-type]
-    assert split_messages(transport.take()) == [(ord("Q"), b'SET "DateStyle" TO \'German\'\x00')]
+    assert split_messages(transport.take()) == [(ord("Q"), b"SET \"DateStyle\" TO 'German'\x00")]

@@ -20,9 +20,12 @@ PERIOD = 1.0
 
 def answer(in_recovery: str = "f", lsn: str = "1000", lag: str = "0") -> bytes:
     """PostgreSQL's reply to the check query."""
-    return (build.row_description([("pg_is_in_recovery", 16), ("lsn", 20), ("lag", 701)])
-            + build.data_row([in_recovery, lsn, lag]) + build.command_complete("SELECT 1")
-            + build.ready_for_query(b"I"))
+    return (
+        build.row_description([("pg_is_in_recovery", 16), ("lsn", 20), ("lag", 701)])
+        + build.data_row([in_recovery, lsn, lag])
+        + build.command_complete("SELECT 1")
+        + build.ready_for_query(b"I")
+    )
 
 
 class Clock:
@@ -40,8 +43,9 @@ class Setup:
         self.runtime = CountingRuntime(parse_config(INI.format(mode="transaction", prepared=0)), {})
         db = self.runtime.config.databases["app"]
         self.clock = Clock()
-        self.hosts = HostSet("app", [("10.0.0.1", 5432), ("10.0.0.2", 5433)], period=PERIOD,
-                             clock=self.clock)
+        self.hosts = HostSet(
+            "app", [("10.0.0.1", 5432), ("10.0.0.2", 5433)], period=PERIOD, clock=self.clock
+        )
         pool = self.runtime.registry.get_pool(db, "u")
         self.checker = HealthChecker(self.runtime, self.hosts, pool, db)
         self.checker.attach()
@@ -82,12 +86,24 @@ def test_the_check_row_is_read_as_role_lsn_and_lag() -> None:
     assert parse_check_row([b"t", b"7", b"1.25"]) == (True, 7, 1.25)
 
 
-@pytest.mark.parametrize("row", [
-    [], [b"t", b"7"], [b"t", b"7", b"0", b"0"], [None, b"7", b"0"], [b"t", None, b"0"],
-    [b"t", b"7", None], [b"yes", b"7", b"0"], [b"t", b"x", b"0"], [b"t", b"-1", b"0"],
-    [b"t", b"7", b"fast"], [b"t", b"7", b"NaN"], [b"t", b"7", b"Infinity"],
-    [b"t", b"7", b"-2"],
-])
+@pytest.mark.parametrize(
+    "row",
+    [
+        [],
+        [b"t", b"7"],
+        [b"t", b"7", b"0", b"0"],
+        [None, b"7", b"0"],
+        [b"t", None, b"0"],
+        [b"t", b"7", None],
+        [b"yes", b"7", b"0"],
+        [b"t", b"x", b"0"],
+        [b"t", b"-1", b"0"],
+        [b"t", b"7", b"fast"],
+        [b"t", b"7", b"NaN"],
+        [b"t", b"7", b"Infinity"],
+        [b"t", b"7", b"-2"],
+    ],
+)
 def test_a_malformed_check_row_is_refused(row: list[bytes | None]) -> None:
     with pytest.raises(ValueError):
         parse_check_row(row)
@@ -106,7 +122,12 @@ def test_every_host_gets_its_own_connection_and_the_answers_set_the_roles() -> N
     primary, replica = setup.hosts.hosts
     assert (primary.role, primary.up, primary.lsn) == (PRIMARY, True, 5000)
     assert (replica.role, replica.up, replica.lsn, replica.lag_bytes, replica.lag_seconds) == (
-        REPLICA, True, 4000, 1000, 2.5)
+        REPLICA,
+        True,
+        4000,
+        1000,
+        2.5,
+    )
     assert setup.hosts.primary is primary and primary.checked_at == setup.clock.now
 
 
@@ -137,8 +158,9 @@ def test_one_check_at_a_time_per_host() -> None:
 def test_an_error_response_fails_the_check_and_bans_the_host() -> None:
     setup = Setup()
     setup.logged_in()
-    setup.feed(0, build.error_response("42883", "function does not exist")
-               + build.ready_for_query(b"I"))
+    setup.feed(
+        0, build.error_response("42883", "function does not exist") + build.ready_for_query(b"I")
+    )
     host = setup.hosts.hosts[0]
     assert not host.up and host.banned(setup.clock.now)
     assert host.reason == "check failed: function does not exist"
@@ -147,18 +169,24 @@ def test_an_error_response_fails_the_check_and_bans_the_host() -> None:
 def test_notices_and_parameter_status_are_no_trouble() -> None:
     setup = Setup()
     setup.logged_in()
-    setup.feed(0, build.parameter_status("in_hot_standby", "off")
-               + build.error_response("00000", "hello", "NOTICE", notice=True)
-               + answer("f", "77"))
+    setup.feed(
+        0,
+        build.parameter_status("in_hot_standby", "off")
+        + build.error_response("00000", "hello", "NOTICE", notice=True)
+        + answer("f", "77"),
+    )
     assert setup.hosts.hosts[0].up and setup.hosts.hosts[0].lsn == 77
 
 
-@pytest.mark.parametrize("reply", [
-    build.command_complete("SELECT 0") + build.ready_for_query(b"I"),  # no row
-    answer("t", "banana"),
-    build.data_row(["t", "1", "0"]) + answer(),  # two rows
-    build.message(b"G", b"\x00\x00\x00") + answer(),  # CopyInResponse: not for us
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        build.command_complete("SELECT 0") + build.ready_for_query(b"I"),  # no row
+        answer("t", "banana"),
+        build.data_row(["t", "1", "0"]) + answer(),  # two rows
+        build.message(b"G", b"\x00\x00\x00") + answer(),  # CopyInResponse: not for us
+    ],
+)
 def test_a_malformed_answer_fails_the_check(reply: bytes) -> None:
     setup = Setup()
     setup.logged_in()
@@ -257,8 +285,12 @@ def test_a_connection_lost_during_a_check_fails_it() -> None:
     setup.logged_in()
     conn = setup.checker.probes[0].conn
     assert conn is not None
-    setup.feed(0, build.error_response("57P01", "terminating connection due to "
-                                       "administrator command", "FATAL"))
+    setup.feed(
+        0,
+        build.error_response(
+            "57P01", "terminating connection due to administrator command", "FATAL"
+        ),
+    )
     conn.connection_lost(None)
     host = setup.hosts.hosts[0]
     assert not host.up
@@ -310,5 +342,6 @@ def test_tell_logs_under_pgtarn_health(caplog: pytest.LogCaptureFixture) -> None
     setup.logged_in()
     with caplog.at_level("INFO", logger="pgtarn.health"):
         setup.feed(0, answer("f"))
-    assert any(r.name == "pgtarn.health" and "is now primary" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        r.name == "pgtarn.health" and "is now primary" in r.getMessage() for r in caplog.records
+    )

@@ -32,8 +32,7 @@ def unlisten_reply() -> bytes:
 
 def notification(pid: int, channel: str, payload: str) -> bytes:
     """A NotificationResponse as PostgreSQL sends it."""
-    return build.message(b"A", pid.to_bytes(4, "big") + build.cstr(channel)
-                         + build.cstr(payload))
+    return build.message(b"A", pid.to_bytes(4, "big") + build.cstr(channel) + build.cstr(payload))
 
 
 class Setup:
@@ -41,8 +40,9 @@ class Setup:
     counts (the test plays the socket)."""
 
     def __init__(self, extra: str = "") -> None:
-        self.runtime = CountingRuntime(parse_config(INI.format(mode="transaction", prepared=0)
-                                            + extra), {})
+        self.runtime = CountingRuntime(
+            parse_config(INI.format(mode="transaction", prepared=0) + extra), {}
+        )
         registry = self.runtime.registry
         registry.open_listener = lambda pool, db, board: Listener(self.runtime, pool, db, board)
         self.pool = registry.get_pool(self.runtime.config.databases["app"], "u")
@@ -55,8 +55,9 @@ class Setup:
 
     def listen(self, client: FakeSubscriber, *channels: str) -> bool:
         """client now listens to channels (instead of what it listened to)."""
-        old = frozenset(channel for channel, clients in self.board.subscribers.items()
-                        if client in clients)
+        old = frozenset(
+            channel for channel, clients in self.board.subscribers.items() if client in clients
+        )
         return self.board.update(client, old, frozenset(channels), time.monotonic())
 
     @property
@@ -101,8 +102,9 @@ def test_after_login_each_channel_is_listened_to_in_its_own_query_quoted() -> No
     conn, transport = setup.connection()
     assert transport.take() == b""  # nothing before the login
     conn.data_received(WELCOME)
-    assert transport.take() == (build.query('LISTEN "a""; drop table x; --"')
-                                + build.query('LISTEN "b"'))
+    assert transport.take() == (
+        build.query('LISTEN "a""; drop table x; --"') + build.query('LISTEN "b"')
+    )
 
 
 def test_each_ready_for_query_confirms_the_oldest_listen_in_flight() -> None:
@@ -111,8 +113,10 @@ def test_each_ready_for_query_confirms_the_oldest_listen_in_flight() -> None:
     assert not setup.listen(early, "a")
     conn, transport = setup.logged_in()
     assert not setup.listen(late, "a", "b")
-    assert split_messages(transport.take()) == [(ord("Q"), b'LISTEN "a"\x00'),
-                                                (ord("Q"), b'LISTEN "b"\x00')]
+    assert split_messages(transport.take()) == [
+        (ord("Q"), b'LISTEN "a"\x00'),
+        (ord("Q"), b'LISTEN "b"\x00'),
+    ]
     conn.data_received(listen_reply())
     assert setup.board.listened == {"a"}
     assert early.confirmations == [""] and late.confirmations == []
@@ -138,13 +142,17 @@ def test_a_channel_no_client_wants_is_unlistened() -> None:
 
 
 def test_a_failed_listen_is_logged_and_the_channel_not_kept(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     setup = Setup()
     setup.listen(FakeSubscriber("c"), "bad", "good")
     conn, _transport = setup.logged_in()
     with caplog.at_level(logging.WARNING, logger="pgtarn.listener"):
-        conn.data_received(build.error_response("0A000", "cannot execute LISTEN here")
-                           + build.ready_for_query(b"I") + listen_reply())
+        conn.data_received(
+            build.error_response("0A000", "cannot execute LISTEN here")
+            + build.ready_for_query(b"I")
+            + listen_reply()
+        )
     assert 'LISTEN "bad" failed: 0A000 cannot execute LISTEN here' in caplog.text
     assert setup.listener.on_server == {"good"}
     assert conn.error == ""  # the next reply is not taken for a failure
@@ -156,8 +164,9 @@ def test_a_failed_listen_is_not_confirmed_to_the_board() -> None:
     client = FakeSubscriber("c")
     setup.listen(client, "bad")
     conn, _transport = setup.logged_in()
-    conn.data_received(build.error_response("0A000", "cannot execute LISTEN here")
-                       + build.ready_for_query(b"I"))
+    conn.data_received(
+        build.error_response("0A000", "cannot execute LISTEN here") + build.ready_for_query(b"I")
+    )
     assert "bad" not in setup.board.listened
     assert "" not in client.confirmations
 
@@ -210,8 +219,7 @@ def test_failed_logins_back_off_longer_each_time() -> None:
     for attempt in range(3):
         conn, transport = setup.connection()
         before = time.monotonic()
-        conn.data_received(build.error_response("28P01", "password authentication failed",
-                                                "FATAL"))
+        conn.data_received(build.error_response("28P01", "password authentication failed", "FATAL"))
         assert transport.closing and listener.conn is None
         assert listener.failures == attempt + 1
         delays.append(listener.retry_at - before)

@@ -37,9 +37,15 @@ class Owner(asyncio.Protocol):
         self.errors: list[PgtarnError] = []
         self.tls_errors: list[Exception] = []
         login = ServerLogin(ServerAuth("u", password, channel_binding=channel_binding), "db")
-        self.driver = LoginDriver(login, self, "localhost", switched=self.switched.append,
-                                  logged_in=self.results.append, failed=self.errors.append,
-                                  tls_failed=self.tls_errors.append)
+        self.driver = LoginDriver(
+            login,
+            self,
+            "localhost",
+            switched=self.switched.append,
+            logged_in=self.results.append,
+            failed=self.errors.append,
+            tls_failed=self.tls_errors.append,
+        )
 
     def data_received(self, data: bytes) -> None:
         self.driver.data_received(data)
@@ -108,16 +114,25 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     now = datetime.datetime.now(datetime.UTC)
-    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=1))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .sign(key, hashes.SHA256()))
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = directory / "server.crt", directory / "server.key"
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return cert_path, key_path
 
 
@@ -165,7 +180,8 @@ class TlsPeer:
 
 
 def test_tls_accepted_wraps_the_transport_and_binds_scram_to_the_certificate(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     cert, key = self_signed(tmp_path)
     binding = certificate_hash(ssl.PEM_cert_to_DER_cert(cert.read_text()))
     assert binding
@@ -228,8 +244,12 @@ class Replies(OwnConnection):
 
     def __init__(self) -> None:
         runtime = Runtime(parse_config(INI.format(mode="session", prepared=0)), {})
-        super().__init__(runtime, ServerLogin(ServerAuth("u", "pw"), "db"), "localhost",
-                         MessageScanner(frozenset(b"CZ")))
+        super().__init__(
+            runtime,
+            ServerLogin(ServerAuth("u", "pw"), "db"),
+            "localhost",
+            MessageScanner(frozenset(b"CZ")),
+        )
         self.told: list[object] = []
 
     def _on_logged_in(self) -> None:

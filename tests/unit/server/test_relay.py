@@ -8,10 +8,14 @@ from pgtarn.proto import build
 
 from .fakes import FakeClient, logged_in_server
 
-REPLY = (build.row_description([("n", 23)]) + build.data_row(["1"])
-         + build.parameter_status("TimeZone", "Europe/Paris")
-         + build.error_response("0A000", "a notice-like error", "ERROR")
-         + build.command_complete("SELECT 1") + build.ready_for_query(b"E"))
+REPLY = (
+    build.row_description([("n", 23)])
+    + build.data_row(["1"])
+    + build.parameter_status("TimeZone", "Europe/Paris")
+    + build.error_response("0A000", "a notice-like error", "ERROR")
+    + build.command_complete("SELECT 1")
+    + build.ready_for_query(b"E")
+)
 
 
 @pytest.mark.parametrize(("mode", "prepared"), [("session", 0), ("transaction", 10)])
@@ -44,8 +48,11 @@ def test_a_fatal_read_while_idle_is_not_taken_for_one_a_client_saw() -> None:
     """A backend terminated while its server is idle: the FATAL reached nobody, so a client
     lent the server before its end is read must not be closed as if it had read it."""
     server, _transport = logged_in_server()
-    server.data_received(build.error_response(
-        "57P01", "terminating connection due to administrator command", "FATAL"))
+    server.data_received(
+        build.error_response(
+            "57P01", "terminating connection due to administrator command", "FATAL"
+        )
+    )
     assert server.fatal == ""
     client = FakeClient()
     server.link(client, {})  # type: ignore[arg-type]

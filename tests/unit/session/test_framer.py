@@ -13,8 +13,17 @@ from .test_prepared import SYNC, bind, close, describe, parse
 
 
 def test_client_framer_keeps_the_stream_for_every_cut() -> None:
-    msgs = [parse("a", "select 1"), bind("a"), (0x45, b"\x00\x00\x00\x00\x00"), SYNC,
-            (0x51, b"select 2\x00"), (0x64, b"copydata" * 4), describe("a"), close("a"), SYNC]
+    msgs = [
+        parse("a", "select 1"),
+        bind("a"),
+        (0x45, b"\x00\x00\x00\x00\x00"),
+        SYNC,
+        (0x51, b"select 2\x00"),
+        (0x64, b"copydata" * 4),
+        describe("a"),
+        close("a"),
+        SYNC,
+    ]
     stream = b"".join(build.message(bytes((t,)), b) for t, b in msgs)
     for cut1 in range(len(stream) + 1):
         for cut2 in range(cut1, len(stream) + 1, 3):
@@ -94,8 +103,13 @@ def test_a_query_the_hook_answers_is_dropped_and_counts_one_ready_for_query() ->
     listen = build.query("LISTEN a")
     data = build.query("select 1") + listen + build.parse("s", "select 2") + build.SYNC
     parts, syncs = framer.feed(data, 2)
-    assert parts == [build.query("select 1"), SYNC_MARK, parse("s", "select 2"), build.SYNC,
-                     SYNC_MARK]
+    assert parts == [
+        build.query("select 1"),
+        SYNC_MARK,
+        parse("s", "select 2"),
+        build.SYNC,
+        SYNC_MARK,
+    ]
     assert syncs == 3  # the LISTEN's ReadyForQuery comes from pgtarn, in its place
     # the hook heard of the LISTEN with the ReadyForQuery owed before its own
     assert hook.calls == [(0x51, listen[5:], 3)]

@@ -20,12 +20,24 @@ Message = tuple[int, bytes]
 #: One item of a framer's output, bytes split into single bytes so outputs compare as prefixes.
 Token = int | tuple[int, bytes] | str
 
-SQL = [b"select 1", b"PREPARE s AS select $1", b"EXECUTE s(1)", b"DEALLOCATE s",
-       b"DEALLOCATE ALL", b"select 1; execute s", b"explain execute s", b"/* x */ prepare t as",
-       b"create table t()", b"begin", b"", b"select ';execute s'"]
+SQL = [
+    b"select 1",
+    b"PREPARE s AS select $1",
+    b"EXECUTE s(1)",
+    b"DEALLOCATE s",
+    b"DEALLOCATE ALL",
+    b"select 1; execute s",
+    b"explain execute s",
+    b"/* x */ prepare t as",
+    b"create table t()",
+    b"begin",
+    b"",
+    b"select ';execute s'",
+]
 
-query_bodies = st.one_of(st.sampled_from(SQL), st.binary(max_size=40).map(
-    lambda b: b.replace(b"\x00", b""))).map(lambda sql: sql + b"\x00")
+query_bodies = st.one_of(
+    st.sampled_from(SQL), st.binary(max_size=40).map(lambda b: b.replace(b"\x00", b""))
+).map(lambda sql: sql + b"\x00")
 statement_bodies = st.binary(max_size=80)
 plain_types = st.sampled_from(list(b"EHSdcfFp"))
 
@@ -49,8 +61,11 @@ def encode(msgs: list[Message]) -> bytes:
 
 
 def reencode(parts: list[Part]) -> bytes:
-    return b"".join(build.message(bytes((p[0],)), p[1]) if isinstance(p, tuple) else p
-                    for p in parts if not isinstance(p, int))
+    return b"".join(
+        build.message(bytes((p[0],)), p[1]) if isinstance(p, tuple) else p
+        for p in parts
+        if not isinstance(p, int)
+    )
 
 
 class Run:
@@ -82,7 +97,8 @@ class Run:
         self.fed += len(chunk)
         self.stream += chunk
         assert syncs == sum(1 for p in parts if isinstance(p, int)) + sum(
-            1 for p in parts if isinstance(p, tuple) and p[0] == ord("Q"))
+            1 for p in parts if isinstance(p, tuple) and p[0] == ord("Q")
+        )
         self.syncs += syncs
         if framer.whole:
             assert reencode(parts) == chunk
@@ -134,7 +150,10 @@ def expected_tokens(msgs: list[Message]) -> list[Token]:
 @FUZZ
 @given(msgs=streams, terminate=st.booleans(), after=streams, cuts_a=cuts, cuts_b=cuts)
 def test_valid_streams_come_out_the_same_for_any_two_cuttings(
-    msgs: list[Message], terminate: bool, after: list[Message], cuts_a: list[int],
+    msgs: list[Message],
+    terminate: bool,
+    after: list[Message],
+    cuts_a: list[int],
     cuts_b: list[int],
 ) -> None:
     stream_msgs = msgs + ([(ord("X"), b""), *after] if terminate else [])
@@ -161,8 +180,9 @@ def mutated(draw: st.DrawFn, data: bytes) -> bytes:
         elif kind == "insert":
             out[pos:pos] = draw(st.binary(min_size=1, max_size=6))
         elif kind == "length":
-            out[pos : pos + 4] = draw(st.one_of(
-                st.integers(0, 2**32 - 1), st.integers(0, MAX_SIZE + 8))).to_bytes(4, "big")
+            out[pos : pos + 4] = draw(
+                st.one_of(st.integers(0, 2**32 - 1), st.integers(0, MAX_SIZE + 8))
+            ).to_bytes(4, "big")
         elif kind == "type" and pos < len(out):
             out[pos] = draw(st.sampled_from(list(b"PBDCQSXEHd")))
         else:
@@ -188,13 +208,21 @@ def test_garbled_streams_raise_only_protocol_violation_and_agree_with_a_byte_by_
 
 
 def bad_lengths() -> st.SearchStrategy[int]:
-    return st.one_of(st.integers(0, 3), st.integers(MAX_SIZE + 1, 2**32 - 1),
-                     st.sampled_from([MAX_SIZE + 1, 2**31, 2**32 - 1]))
+    return st.one_of(
+        st.integers(0, 3),
+        st.integers(MAX_SIZE + 1, 2**32 - 1),
+        st.sampled_from([MAX_SIZE + 1, 2**31, 2**32 - 1]),
+    )
 
 
 @FUZZ
-@given(msgs=streams, bad_type=st.sampled_from(list(b"PBDCQSEHdX")), length=bad_lengths(),
-       tail=st.binary(max_size=30), points=cuts)
+@given(
+    msgs=streams,
+    bad_type=st.sampled_from(list(b"PBDCQSEHdX")),
+    length=bad_lengths(),
+    tail=st.binary(max_size=30),
+    points=cuts,
+)
 def test_a_bad_length_is_refused_once_its_header_is_in_and_the_framer_stays_failed(
     msgs: list[Message], bad_type: int, length: int, tail: bytes, points: list[int]
 ) -> None:

@@ -79,8 +79,14 @@ class FakePostgres:
                 return [self.error("42601", "syntax error")]
             if name and name in self.statements:  # with the fields pgtarn's words have
                 self.skipping = True
-                return [(0x45, b'SERROR\x00VERROR\x00C42P05\x00Mprepared statement "'
-                         + name + b'" already exists\x00\x00')]
+                return [
+                    (
+                        0x45,
+                        b'SERROR\x00VERROR\x00C42P05\x00Mprepared statement "'
+                        + name
+                        + b'" already exists\x00\x00',
+                    )
+                ]
             self.statements[name] = query
             return [(0x31, b"")]
         if msg_type == 0x42:
@@ -123,8 +129,9 @@ class FakePostgres:
         return out
 
 
-def pooled(client: ClientStatements, server: ServerStatements, pg: FakePostgres,
-           batch: list[Msg]) -> list[Msg]:
+def pooled(
+    client: ClientStatements, server: ServerStatements, pg: FakePostgres, batch: list[Msg]
+) -> list[Msg]:
     """Send a batch through the rewriter to a server; what the client gets back.
 
     Handled as the server connection does: errors held back or replaced, a batch sent again
@@ -188,7 +195,11 @@ def test_statement_prepared_once_per_server_and_shared_by_clients() -> None:
     assert server.ready(b"I", b) == READY_FORWARD
     assert len(cache) == 1 and list(pg.statements) == [b"pgtarn_1"]
     assert pooled(b, server, pg, [bind("other"), EXECUTE, SYNC]) == [
-        (0x32, b""), (0x44, b"select 1"), (0x43, b"SELECT 1"), (0x5A, b"I")]
+        (0x32, b""),
+        (0x44, b"select 1"),
+        (0x43, b"SELECT 1"),
+        (0x5A, b"I"),
+    ]
 
 
 def test_a_name_is_its_clients_alone_from_the_first_to_after_a_clear() -> None:
@@ -252,7 +263,10 @@ def test_a_name_in_use_is_refused_and_keeps_its_statement() -> None:
         assert pooled(client, server, pg, batch) == direct(own, batch)
         assert server.idle
     assert {name: stmt.query for name, stmt in client.names.items()} == {
-        b"s": "select 1", b"t": "select 5", b"u": "select 6"}
+        b"s": "select 1",
+        b"t": "select 5",
+        b"u": "select 6",
+    }
     assert server.already_prepared == [b"s", b"s", b"u", b"s", b"u"]  # for the caller to log
 
 
@@ -277,7 +291,11 @@ def test_client_close_keeps_the_statement_for_others() -> None:
     assert pooled(a, server, pg, [close("x"), SYNC]) == [(0x33, b""), (0x5A, b"I")]
     assert b"x" not in a.names
     assert [t for t, _ in pooled(b, server, pg, [bind("y"), EXECUTE, SYNC])] == [
-        0x32, 0x44, 0x43, 0x5A]
+        0x32,
+        0x44,
+        0x43,
+        0x5A,
+    ]
     got = pooled(a, server, pg, [bind("x"), SYNC])  # closed for a: the server says so
     assert got[0][0] == 0x45 and b"26000" in got[0][1]
 
@@ -286,8 +304,15 @@ def test_unnamed_statements_pass_through_untouched() -> None:
     cache = StatementCache()
     client = ClientStatements(cache)
     server = ServerStatements(10)
-    batch = [parse("", "select 5"), bind(""), EXECUTE, parse("", "select 6"), bind(""),
-             EXECUTE, SYNC]
+    batch = [
+        parse("", "select 5"),
+        bind(""),
+        EXECUTE,
+        parse("", "select 6"),
+        bind(""),
+        EXECUTE,
+        SYNC,
+    ]
     sent = server.rewrite(client, batch)
     assert sent == b"".join(build.message(bytes((t,)), b) for t, b in batch)
     assert len(cache) == 0
@@ -341,7 +366,8 @@ def workloads(draw: st.DrawFn) -> list[tuple[int, int, list[Msg]]]:
 @settings(max_examples=300, deadline=None, database=None, report_multiple_bugs=False)
 @given(workloads(), st.integers(1, 4))
 def test_pooled_clients_see_what_a_direct_connection_would(
-        steps: list[tuple[int, int, list[Msg]]], capacity: int) -> None:
+    steps: list[tuple[int, int, list[Msg]]], capacity: int
+) -> None:
     cache = StatementCache()
     clients = [ClientStatements(cache) for _ in range(3)]
     own = [FakePostgres() for _ in range(3)]  # each client's direct connection
@@ -363,8 +389,10 @@ def test_pooled_clients_see_what_a_direct_connection_would(
         assert len(kept) <= capacity
         assert set(servers[server_no].prepared) == kept
         # the client's names mean exactly what they would on its own connection
-        mine = {name: stmt.parse[5:].split(b"\x00")[1]
-                for name, stmt in clients[client_no].names.items()}
+        mine = {
+            name: stmt.parse[5:].split(b"\x00")[1]
+            for name, stmt in clients[client_no].names.items()
+        }
         theirs = {name: query for name, query in own[client_no].statements.items() if name}
         assert mine == theirs
     # a statement is kept while some client names it
@@ -385,10 +413,19 @@ def test_seeded_many_clients_many_servers() -> None:
         pgs[s].statements.pop(b"", None)
         # a name in use is closed first: a Parse cannot define it again
         again = name.encode() in clients[c].names
-        got = pooled(clients[c], servers[s], pgs[s],
-                     [close(name)] * again + [parse(name, query), bind(name), EXECUTE, SYNC])
+        got = pooled(
+            clients[c],
+            servers[s],
+            pgs[s],
+            [close(name)] * again + [parse(name, query), bind(name), EXECUTE, SYNC],
+        )
         assert got == [(0x33, b"")] * again + [
-            (0x31, b""), (0x32, b""), (0x44, query.encode()), (0x43, b"SELECT 1"), (0x5A, b"I")]
+            (0x31, b""),
+            (0x32, b""),
+            (0x44, query.encode()),
+            (0x43, b"SELECT 1"),
+            (0x5A, b"I"),
+        ]
         if rng.random() < 0.3:
             got = pooled(clients[c], servers[s], pgs[s], [close(name), SYNC])
             assert got == [(0x33, b""), (0x5A, b"I")]
@@ -413,8 +450,7 @@ def _stale_everywhere() -> tuple[ClientStatements, list[ServerStatements], list[
 DESCRIBE_PORTAL: Msg = (0x44, b"P\x00")
 
 
-def test_a_stale_plan_first_in_a_batch_that_describes_it_is_prepared_afresh_and_retried(
-        ) -> None:
+def test_a_stale_plan_first_in_a_batch_that_describes_it_is_prepared_afresh_and_retried() -> None:
     client, servers, pgs = _stale_everywhere()
     old = client.names[b"s"].name
     got = pooled(client, servers[0], pgs[0], [bind("s"), DESCRIBE_PORTAL, EXECUTE, SYNC])
@@ -500,8 +536,12 @@ def test_a_stale_plan_failing_a_describe_is_passed_on_and_a_new_parse_is_fresh()
     # and the driver's recovery, a Parse of the text again, gets one prepared afresh
     assert [t for t, _ in got] == [0x45, 0x5A]
     assert client.names[b"s"].name == old
-    got = pooled(client, servers[0], pgs[0], [parse("s2", "select * from t"), describe("s2"),
-                                              bind("s2"), EXECUTE, SYNC])
+    got = pooled(
+        client,
+        servers[0],
+        pgs[0],
+        [parse("s2", "select * from t"), describe("s2"), bind("s2"), EXECUTE, SYNC],
+    )
     assert [t for t, _ in got] == [0x31, 0x74, 0x54, 0x32, 0x44, 0x43, 0x5A]
     assert client.names[b"s2"].name != old
 
@@ -530,8 +570,12 @@ def _described_elsewhere() -> tuple[ClientStatements, StatementCache, ServerStat
     return client, cache, ServerStatements(10)
 
 
-def _check_on(server: ServerStatements, client: ClientStatements, cache: StatementCache,
-              columns: tuple[tuple[str, int], ...]) -> bytes:
+def _check_on(
+    server: ServerStatements,
+    client: ClientStatements,
+    cache: StatementCache,
+    columns: tuple[tuple[str, int], ...],
+) -> bytes:
     """The client binds its statement on server: the check batch goes first, the client's
     parts wait for it; the server describes the fresh statement with columns."""
     out = server.send(client, [(0x42, bind("s")[1]), EXECUTE, SYNC])

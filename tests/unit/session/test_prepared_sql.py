@@ -38,22 +38,27 @@ class SqlPostgres(FakePostgres):
             return [self.error(m.group(1).decode(), m.group(2).decode())]
         if m := _PREPARE.match(text):
             if m.group(1) in self.statements:
-                return [self.error("42P05", f'prepared statement "{m.group(1).decode()}"'
-                                   " already exists")]
+                return [
+                    self.error(
+                        "42P05", f'prepared statement "{m.group(1).decode()}" already exists'
+                    )
+                ]
             if b"bad" in m.group(2):
                 return [self.error("42P01", "relation does not exist")]
             self.statements[m.group(1)] = m.group(2)
             return [(0x43, b"PREPARE")]
         if m := _DEALLOCATE.match(text):
             if self.statements.pop(m.group(1), None) is None:
-                return [self.error("26000", f'prepared statement "{m.group(1).decode()}"'
-                                   " does not exist")]
+                return [
+                    self.error(
+                        "26000", f'prepared statement "{m.group(1).decode()}" does not exist'
+                    )
+                ]
             return [(0x43, b"DEALLOCATE")]
         if m := _EXECUTE.match(text):
             name = m.group(1)
             if name not in self.statements:
-                return [self.error("26000", f'prepared statement "{name.decode()}"'
-                                   " does not exist")]
+                return [self.error("26000", f'prepared statement "{name.decode()}" does not exist')]
             if name in self.stale:
                 return [self.error("0A000", "cached plan must not change result type")]
             return [(0x44, self.statements[name]), (0x43, b"EXECUTE")]
@@ -69,8 +74,11 @@ def kinds(got: list[Msg]) -> list[int]:
 
 
 def setup() -> tuple[ClientStatements, list[ServerStatements], list[SqlPostgres]]:
-    return (ClientStatements(StatementCache()), [ServerStatements(10) for _ in range(2)],
-            [SqlPostgres() for _ in range(2)])
+    return (
+        ClientStatements(StatementCache()),
+        [ServerStatements(10) for _ in range(2)],
+        [SqlPostgres() for _ in range(2)],
+    )
 
 
 def test_execute_on_a_server_that_never_saw_the_prepare() -> None:
@@ -148,8 +156,9 @@ def test_extended_protocol_execute_of_a_sql_statement() -> None:
     assert kinds(got) == [0x31, 0x5A]
     assert pgs[1].statements[b""] == b"EXECUTE " + client.names[b"q"].name
     # a named one is refused when it runs: it would depend on statements servers lack
-    got = pooled(client, servers[1], pgs[1],
-                 [parse("named", "EXECUTE q"), bind("named"), EXECUTE_MSG, SYNC])
+    got = pooled(
+        client, servers[1], pgs[1], [parse("named", "EXECUTE q"), bind("named"), EXECUTE_MSG, SYNC]
+    )
     assert kinds(got)[:2] == [0x31, 0x32]
     assert b"DO $pgtarn$" in pgs[1].statements[client.names[b"named"].name]
 
@@ -160,6 +169,7 @@ def test_a_stale_execute_after_unsynced_work_is_not_retried() -> None:
     pgs[0].stale.add(client.names[b"q"].name)
     # an Execute without Sync ran first (its rows went to the client): the EXECUTE's error
     # rolls that back, so sending the EXECUTE again would hide the loss
-    got = pooled(client, servers[0], pgs[0],
-                 [parse("", "insert"), bind(""), EXECUTE_MSG, query("EXECUTE q")])
+    got = pooled(
+        client, servers[0], pgs[0], [parse("", "insert"), bind(""), EXECUTE_MSG, query("EXECUTE q")]
+    )
     assert kinds(got) == [0x31, 0x32, 0x44, 0x43, 0x45, 0x5A]

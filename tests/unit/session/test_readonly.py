@@ -256,10 +256,13 @@ SET_READ_ONLY = [
     "SET LOCAL transaction_read_only TO 1",
 ]
 
-CASES = ([(sql, Kind.READ) for sql in READ] + [(sql, Kind.OTHER) for sql in OTHER]
-         + [(sql, Kind.BEGIN_READ_ONLY) for sql in BEGIN_READ_ONLY]
-         + [(sql, Kind.BEGIN) for sql in BEGIN]
-         + [(sql, Kind.SET_READ_ONLY) for sql in SET_READ_ONLY])
+CASES = (
+    [(sql, Kind.READ) for sql in READ]
+    + [(sql, Kind.OTHER) for sql in OTHER]
+    + [(sql, Kind.BEGIN_READ_ONLY) for sql in BEGIN_READ_ONLY]
+    + [(sql, Kind.BEGIN) for sql in BEGIN]
+    + [(sql, Kind.SET_READ_ONLY) for sql in SET_READ_ONLY]
+)
 
 
 def test_the_kinds_are_distinct() -> None:
@@ -301,23 +304,32 @@ def test_a_cached_answer_is_the_same_and_needs_no_parse(monkeypatch: pytest.Monk
 def test_str_and_bytes_are_cached_apart() -> None:
     """An ASCII str and its bytes hash alike: in one dict a lookup would compare them, which
     python -bb turns into an error."""
-    code = ("from pgtarn.session.readonly import classify\n"
-            "assert classify('SELECT 7') == classify(b'SELECT 7') == 1\n"
-            "assert classify(b'SELECT 8') == classify('SELECT 8') == 1\n")
+    code = (
+        "from pgtarn.session.readonly import classify\n"
+        "assert classify('SELECT 7') == classify(b'SELECT 7') == 1\n"
+        "assert classify(b'SELECT 8') == classify('SELECT 8') == 1\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(readonly.__file__).parents[2])}
-    done = subprocess.run([sys.executable, "-bb", "-c", code], env=env, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-bb", "-c", code], env=env, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stderr
 
 
 def test_the_first_look_decides_other_words_without_a_parse(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def fail(text: str) -> object:
         raise AssertionError(f"parsed: {text}")
 
     monkeypatch.setattr(readonly, "parse_sql", fail)
-    for sql in ("INSERT INTO t VALUES (1) -- never seen", "  update t set a = 2 /* x */",
-                "/* c */ delete from t where id = 7", "-- c\nCOPY t FROM STDIN", "SHOW all;"):
+    for sql in (
+        "INSERT INTO t VALUES (1) -- never seen",
+        "  update t set a = 2 /* x */",
+        "/* c */ delete from t where id = 7",
+        "-- c\nCOPY t FROM STDIN",
+        "SHOW all;",
+    ):
         assert classify(sql) == Kind.OTHER
 
 
@@ -351,19 +363,53 @@ def test_bytes_that_are_not_utf8_are_other() -> None:
 @given(st.text(max_size=200))
 @FUZZ
 def test_classify_never_raises(sql: str) -> None:
-    assert classify(sql) in (Kind.READ, Kind.BEGIN_READ_ONLY, Kind.BEGIN, Kind.SET_READ_ONLY,
-                             Kind.OTHER)
+    assert classify(sql) in (
+        Kind.READ,
+        Kind.BEGIN_READ_ONLY,
+        Kind.BEGIN,
+        Kind.SET_READ_ONLY,
+        Kind.OTHER,
+    )
 
 
 # --- the allow-list -------------------------------------------------------------------------
 
-NEVER = ["random", "nextval", "setval", "currval", "lastval", "txid_current",
-         "pg_current_xact_id", "set_config", "pg_advisory_lock", "pg_advisory_xact_lock",
-         "pg_try_advisory_lock", "pg_advisory_unlock", "pg_notify", "pg_sleep", "pg_sleep_for",
-         "clock_timestamp", "timeofday", "pg_cancel_backend", "pg_terminate_backend", "dblink",
-         "lo_import", "lo_export", "pg_read_file", "pg_read_binary_file", "pg_ls_dir",
-         "gen_random_uuid", "setseed", "pg_is_in_recovery", "pg_backend_pid",
-         "pg_current_wal_lsn", "array_shuffle", "array_sample", "uuidv4", "uuidv7"]
+NEVER = [
+    "random",
+    "nextval",
+    "setval",
+    "currval",
+    "lastval",
+    "txid_current",
+    "pg_current_xact_id",
+    "set_config",
+    "pg_advisory_lock",
+    "pg_advisory_xact_lock",
+    "pg_try_advisory_lock",
+    "pg_advisory_unlock",
+    "pg_notify",
+    "pg_sleep",
+    "pg_sleep_for",
+    "clock_timestamp",
+    "timeofday",
+    "pg_cancel_backend",
+    "pg_terminate_backend",
+    "dblink",
+    "lo_import",
+    "lo_export",
+    "pg_read_file",
+    "pg_read_binary_file",
+    "pg_ls_dir",
+    "gen_random_uuid",
+    "setseed",
+    "pg_is_in_recovery",
+    "pg_backend_pid",
+    "pg_current_wal_lsn",
+    "array_shuffle",
+    "array_sample",
+    "uuidv4",
+    "uuidv7",
+]
 
 
 @pytest.mark.parametrize("name", NEVER)
@@ -420,6 +466,7 @@ def known(statements: dict[bytes, str]) -> object:
     def statement_text(name: bytes) -> bytes | None:
         sql = statements.get(name)
         return None if sql is None else sql.encode()
+
     return statement_text
 
 
@@ -450,15 +497,32 @@ def test_a_read_batch() -> None:
 
 
 def test_a_read_batch_of_several_statements_with_flush_and_close() -> None:
-    chunk = (parse("s1", SELECT) + parse("s2", "SELECT 2") + bind("s1") + execute()
-             + FLUSH + bind("s2", "p") + describe(b"S", "s2") + execute("p") + close(b"P", "p")
-             + close(b"S", "s1") + SYNC)
+    chunk = (
+        parse("s1", SELECT)
+        + parse("s2", "SELECT 2")
+        + bind("s1")
+        + execute()
+        + FLUSH
+        + bind("s2", "p")
+        + describe(b"S", "s2")
+        + execute("p")
+        + close(b"P", "p")
+        + close(b"S", "s1")
+        + SYNC
+    )
     assert classify_chunk(chunk, _none) == Kind.READ
 
 
 def test_a_batch_with_a_write_is_other() -> None:
-    chunk = (parse("", SELECT) + bind("") + execute() + parse("", "UPDATE t SET a = 1")
-             + bind("") + execute() + SYNC)
+    chunk = (
+        parse("", SELECT)
+        + bind("")
+        + execute()
+        + parse("", "UPDATE t SET a = 1")
+        + bind("")
+        + execute()
+        + SYNC
+    )
     assert classify_chunk(chunk, _none) == Kind.OTHER
 
 
@@ -468,7 +532,7 @@ def test_a_write_parsed_but_not_bound_is_other() -> None:
 
 
 def test_a_bind_uses_the_latest_parse_of_its_name() -> None:
-    chunk = (parse("", "DELETE FROM t") + parse("", SELECT) + bind("") + execute() + SYNC)
+    chunk = parse("", "DELETE FROM t") + parse("", SELECT) + bind("") + execute() + SYNC
     assert classify_chunk(chunk, _none) == Kind.OTHER  # the DELETE's Parse is in the batch
     chunk = parse("", SELECT) + bind("") + parse("", "DELETE FROM t") + bind("") + SYNC
     assert classify_chunk(chunk, _none) == Kind.OTHER
@@ -507,8 +571,9 @@ def test_a_batch_must_end_with_one_sync() -> None:
     assert classify_chunk(batch + SYNC + SYNC, _none) == Kind.OTHER
     assert classify_chunk(batch + SYNC + build.query("SELECT 1"), _none) == Kind.OTHER
     assert classify_chunk(batch + SYNC + parse("", SELECT), _none) == Kind.OTHER
-    assert classify_chunk(parse("", SELECT) + SYNC + bind("") + execute() + SYNC,
-                          _none) == Kind.OTHER
+    assert (
+        classify_chunk(parse("", SELECT) + SYNC + bind("") + execute() + SYNC, _none) == Kind.OTHER
+    )
 
 
 def test_other_message_types_in_a_batch_are_other() -> None:
@@ -520,10 +585,15 @@ def test_other_message_types_in_a_batch_are_other() -> None:
     assert classify_chunk(function_call, _none) == Kind.OTHER
 
 
-@pytest.mark.parametrize(("sql", "kind"), [("BEGIN READ ONLY", Kind.BEGIN_READ_ONLY),
-                                           ("BEGIN", Kind.BEGIN),
-                                           ("SET TRANSACTION READ ONLY", Kind.SET_READ_ONLY),
-                                           ("BEGIN READ WRITE", Kind.OTHER)])
+@pytest.mark.parametrize(
+    ("sql", "kind"),
+    [
+        ("BEGIN READ ONLY", Kind.BEGIN_READ_ONLY),
+        ("BEGIN", Kind.BEGIN),
+        ("SET TRANSACTION READ ONLY", Kind.SET_READ_ONLY),
+        ("BEGIN READ WRITE", Kind.OTHER),
+    ],
+)
 def test_a_batch_of_one_transaction_statement(sql: str, kind: int) -> None:
     assert classify_chunk(parse("", sql) + bind("") + execute() + SYNC, _none) == kind
     named = parse("b", sql) + bind("b") + describe(b"P") + execute() + SYNC
@@ -532,26 +602,44 @@ def test_a_batch_of_one_transaction_statement(sql: str, kind: int) -> None:
 
 
 def test_a_transaction_statement_among_others_in_a_batch_is_other() -> None:
-    chunk = (parse("", "BEGIN READ ONLY") + bind("") + execute() + parse("", SELECT)
-             + bind("") + execute() + SYNC)
+    chunk = (
+        parse("", "BEGIN READ ONLY")
+        + bind("")
+        + execute()
+        + parse("", SELECT)
+        + bind("")
+        + execute()
+        + SYNC
+    )
     assert classify_chunk(chunk, _none) == Kind.OTHER
     chunk = parse("", "BEGIN READ ONLY") + bind("") + execute() + bind("") + execute() + SYNC
     assert classify_chunk(chunk, _none) == Kind.OTHER
 
 
-
-@pytest.mark.parametrize("sql", [
-    "SET search_path = a, b", "set application_name to 'x'", "RESET ALL", "reset work_mem",
-    "SHOW work_mem", "SET default_transaction_read_only = on", "SET ROLE other",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SET search_path = a, b",
+        "set application_name to 'x'",
+        "RESET ALL",
+        "reset work_mem",
+        "SHOW work_mem",
+        "SET default_transaction_read_only = on",
+        "SET ROLE other",
+    ],
+)
 def test_settings_run_anywhere(sql: str) -> None:
     assert classify(sql) == Kind.NOTHING
 
 
-@pytest.mark.parametrize("sql", [
-    "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE",
-    "SET transaction_read_only = off", "SET search_path = a; INSERT INTO t VALUES (1)",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE",
+        "SET transaction_read_only = off",
+        "SET search_path = a; INSERT INTO t VALUES (1)",
+    ],
+)
 def test_settings_with_more_are_other(sql: str) -> None:
     assert classify(sql) == Kind.OTHER
 
@@ -559,10 +647,13 @@ def test_settings_with_more_are_other(sql: str) -> None:
 def test_a_batch_that_goes_on_after_a_flush_is_read_only_when_all_of_it_so_far_is() -> None:
     # asyncpg prepares with Parse, Describe, Flush, and binds in the next chunk
     flush = build.message(b"H")
-    assert classify_chunk(parse("s1", SELECT) + describe(b"S", "s1") + flush,
-                          _none) == Kind.READ
-    assert classify_chunk(parse("s1", "INSERT INTO t VALUES ($1)") + describe(b"S", "s1")
-                          + flush, _none) == Kind.OTHER
+    assert classify_chunk(parse("s1", SELECT) + describe(b"S", "s1") + flush, _none) == Kind.READ
+    assert (
+        classify_chunk(
+            parse("s1", "INSERT INTO t VALUES ($1)") + describe(b"S", "s1") + flush, _none
+        )
+        == Kind.OTHER
+    )
     assert classify_chunk(flush, _none) == Kind.OTHER
     assert classify_chunk(parse("s1", SELECT) + flush + SYNC[:3], _none) == Kind.OTHER
 
@@ -571,8 +662,9 @@ def test_a_batch_that_binds_nothing_runs_nothing() -> None:
     # a driver preparing statements ahead (psycopg past its prepare_threshold): any server
     for text in ("BEGIN READ ONLY", "INSERT INTO t VALUES (1)", SELECT):
         assert classify_chunk(parse("s1", text) + SYNC, _none) == Kind.NOTHING
-        assert classify_chunk(parse("s1", text) + describe(b"S", "s1") + SYNC,
-                              _none) == Kind.NOTHING
+        assert (
+            classify_chunk(parse("s1", text) + describe(b"S", "s1") + SYNC, _none) == Kind.NOTHING
+        )
     assert classify_chunk(SYNC, _none) == Kind.OTHER
     assert classify_chunk(parse("s1", SELECT) + execute() + SYNC, _none) == Kind.OTHER
 
@@ -588,8 +680,9 @@ def test_a_truncated_message_is_other() -> None:
 
 def test_garbage_lengths_are_other() -> None:
     for length in (0, 3, 4, 5, 2**31, 2**32 - 1):
-        assert classify_chunk(b"Q" + struct.pack("!I", length) + b"SELECT 1\x00",
-                              _none) == Kind.OTHER
+        assert (
+            classify_chunk(b"Q" + struct.pack("!I", length) + b"SELECT 1\x00", _none) == Kind.OTHER
+        )
         assert classify_chunk(b"S" + struct.pack("!I", length), _none) == Kind.OTHER
         chunk = parse("", SELECT) + b"B" + struct.pack("!I", length) + b"\x00\x00" + SYNC
         assert classify_chunk(chunk, _none) == Kind.OTHER
@@ -601,27 +694,55 @@ def test_malformed_bodies_are_other() -> None:
     bind_without_nul = build.message(b"B", b"portal\x00statement")
     for bad in (no_nul, text_without_nul, bind_without_nul):
         assert classify_chunk(bad + SYNC, _none) == Kind.OTHER
-    assert classify_chunk(parse("", "SELECT 1") + build.message(b"B", b"") + SYNC,
-                          _none) == Kind.OTHER
+    assert (
+        classify_chunk(parse("", "SELECT 1") + build.message(b"B", b"") + SYNC, _none) == Kind.OTHER
+    )
 
 
 @given(st.binary(max_size=120))
 @FUZZ
 def test_classify_chunk_never_raises(data: bytes) -> None:
-    assert classify_chunk(data, _none) in (Kind.READ, Kind.BEGIN_READ_ONLY, Kind.BEGIN,
-                                           Kind.SET_READ_ONLY, Kind.OTHER)
+    assert classify_chunk(data, _none) in (
+        Kind.READ,
+        Kind.BEGIN_READ_ONLY,
+        Kind.BEGIN,
+        Kind.SET_READ_ONLY,
+        Kind.OTHER,
+    )
 
 
-@given(st.lists(st.sampled_from([parse("", SELECT), parse("s", "SELECT 1"), bind(""),
-                                 bind("s"), execute(), FLUSH, SYNC, describe(b"P"),
-                                 parse("", "DELETE FROM t"), build.query("SELECT 1")]),
-                max_size=8), st.integers(min_value=0, max_value=200))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                parse("", SELECT),
+                parse("s", "SELECT 1"),
+                bind(""),
+                bind("s"),
+                execute(),
+                FLUSH,
+                SYNC,
+                describe(b"P"),
+                parse("", "DELETE FROM t"),
+                build.query("SELECT 1"),
+            ]
+        ),
+        max_size=8,
+    ),
+    st.integers(min_value=0, max_value=200),
+)
 @FUZZ
 def test_classify_chunk_of_message_soup_never_raises(parts: list[bytes], cut: int) -> None:
     data = b"".join(parts)
     for chunk in (data, data[:cut], data[cut:]):
-        assert classify_chunk(chunk, _none) in (Kind.READ, Kind.BEGIN_READ_ONLY, Kind.BEGIN,
-                                                Kind.SET_READ_ONLY, Kind.OTHER, Kind.NOTHING)
+        assert classify_chunk(chunk, _none) in (
+            Kind.READ,
+            Kind.BEGIN_READ_ONLY,
+            Kind.BEGIN,
+            Kind.SET_READ_ONLY,
+            Kind.OTHER,
+            Kind.NOTHING,
+        )
 
 
 def test_a_read_with_other_numbers_needs_no_parse(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,8 +21,14 @@ def tracker() -> SessionTracker:
     return SessionTracker(SessionState())
 
 
-def batch(session: SessionTracker, text: str, *rows: tuple[str | None, ...],
-          binary: bool = False, base: int = 0, error: bool = False) -> None:
+def batch(
+    session: SessionTracker,
+    text: str,
+    *rows: tuple[str | None, ...],
+    binary: bool = False,
+    base: int = 0,
+    error: bool = False,
+) -> None:
     """One Query (or Bind) of text, its statements' rows relayed, maybe an error, then its
     ReadyForQuery."""
     session.add(effects_of(text), 0, IDLE, base)
@@ -83,8 +89,7 @@ def test_a_null_result_took_nothing_and_an_expression_key_pins_uncounted() -> No
 
 def test_each_call_reads_its_own_column() -> None:
     session = tracker()
-    batch(session, "SELECT pg_try_advisory_lock(1), pg_try_advisory_lock(2) AS two",
-          ("f", "t"))
+    batch(session, "SELECT pg_try_advisory_lock(1), pg_try_advisory_lock(2) AS two", ("f", "t"))
     assert session.state.locks == {"2": 1}
 
 
@@ -200,8 +205,17 @@ EXECUTE = build.execute()
 
 
 def test_a_bind_counts_the_executes_before_it_in_its_batch() -> None:
-    chunk = (BIND + EXECUTE + BIND + build.message(b"D", b"P\x00") + EXECUTE + build.SYNC
-             + BIND + EXECUTE + build.SYNC)
+    chunk = (
+        BIND
+        + EXECUTE
+        + BIND
+        + build.message(b"D", b"P\x00")
+        + EXECUTE
+        + build.SYNC
+        + BIND
+        + EXECUTE
+        + build.SYNC
+    )
     assert executes_seen([chunk], [False]) == [0, 1, 0]
 
 
@@ -217,5 +231,4 @@ def test_a_batch_begun_in_an_earlier_chunk() -> None:
     # an earlier chunk of the batch the hook did not see: unknown
     assert executes_seen([EXECUTE, BIND + EXECUTE + build.SYNC], [False, True]) == [-1]
     # one it saw, with an Execute
-    assert executes_seen([BIND + EXECUTE, BIND + EXECUTE + build.SYNC],
-                         [False, True]) == [0, 1]
+    assert executes_seen([BIND + EXECUTE, BIND + EXECUTE + build.SYNC], [False, True]) == [0, 1]

@@ -41,19 +41,22 @@ def test_statements_that_embed_execute() -> None:
     assert scan(b"SELECT 1; EXECUTE a;").statements == 2
 
 
-@pytest.mark.parametrize("text", [
-    "SELECT 'EXECUTE q'",
-    "SELECT E'\\' EXECUTE q'",
-    "SELECT $$EXECUTE q$$",
-    "SELECT $body$ ; EXECUTE q; $body$",
-    "SELECT 1 -- EXECUTE q",
-    "SELECT 1 /* EXECUTE /* nested */ q */",
-    'SELECT "EXECUTE q" FROM t',
-    "PREPARE TRANSACTION 'execute q'",
-    "GRANT EXECUTE ON FUNCTION f() TO PUBLIC",
-    "CREATE TRIGGER t AFTER INSERT ON x FOR EACH ROW EXECUTE FUNCTION f()",
-    "DO $$BEGIN EXECUTE 'SELECT 1'; END$$",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT 'EXECUTE q'",
+        "SELECT E'\\' EXECUTE q'",
+        "SELECT $$EXECUTE q$$",
+        "SELECT $body$ ; EXECUTE q; $body$",
+        "SELECT 1 -- EXECUTE q",
+        "SELECT 1 /* EXECUTE /* nested */ q */",
+        'SELECT "EXECUTE q" FROM t',
+        "PREPARE TRANSACTION 'execute q'",
+        "GRANT EXECUTE ON FUNCTION f() TO PUBLIC",
+        "CREATE TRIGGER t AFTER INSERT ON x FOR EACH ROW EXECUTE FUNCTION f()",
+        "DO $$BEGIN EXECUTE 'SELECT 1'; END$$",
+    ],
+)
 def test_the_words_elsewhere_are_not_names(text: str) -> None:
     assert uses(text) == []
 
@@ -62,12 +65,15 @@ def test_prepare_knows_where_its_statement_ends() -> None:
     text = b"PREPARE q (int) AS SELECT $1 ; "
     use = scan(text).uses[0]
     assert text[use.end : use.statement_end] == b" (int) AS SELECT $1"
-    assert rename(text, [(use.start, use.end, b"pgtarn_s1")]) == \
-        b"PREPARE pgtarn_s1 (int) AS SELECT $1 ; "
+    assert (
+        rename(text, [(use.start, use.end, b"pgtarn_s1")])
+        == b"PREPARE pgtarn_s1 (int) AS SELECT $1 ; "
+    )
 
 
-@pytest.mark.parametrize("text", ["SELECT 'open", 'SELECT "open', "SELECT $$open",
-                                  "SELECT /* open"])
+@pytest.mark.parametrize(
+    "text", ["SELECT 'open", 'SELECT "open', "SELECT $$open", "SELECT /* open"]
+)
 def test_unterminated_queries_are_reported(text: str) -> None:
     with pytest.raises(Unterminated):
         scan(text.encode())
@@ -83,10 +89,26 @@ def test_any_bytes_scan_or_raise_unterminated(data: bytes) -> None:
         assert 0 <= use.start < use.end <= len(data)
 
 
-@given(st.lists(st.sampled_from(["SELECT 1", "execute q", " EXECUTE q(1)", "prepare q as x",
-                                 "Deallocate q", "explain execute q", "/* c */ execute q",
-                                 "create table t as execute q", "select ';'"]),
-                min_size=1, max_size=4), st.sampled_from(["", ";", "; "]))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "SELECT 1",
+                "execute q",
+                " EXECUTE q(1)",
+                "prepare q as x",
+                "Deallocate q",
+                "explain execute q",
+                "/* c */ execute q",
+                "create table t as execute q",
+                "select ';'",
+            ]
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from(["", ";", "; "]),
+)
 def test_the_first_look_never_misses_a_name(statements: list[str], end: str) -> None:
     text = ("; ".join(statements) + end).encode()
     if scan(text).uses:

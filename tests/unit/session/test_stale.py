@@ -23,8 +23,9 @@ def _row_description(*columns: tuple[str, int, int]) -> bytes:
 def test_the_errors_that_mean_stale_and_only_those() -> None:
     assert means_stale(_error("0A000", "cached plan must not change result type"))
     assert means_stale(_error("XX000", "cache lookup failed for type 16410"))
-    assert means_stale(_error("42804", 'column "c" is of type macaddr but expression is of'
-                                       " type inet"))
+    assert means_stale(
+        _error("42804", 'column "c" is of type macaddr but expression is of type inet')
+    )
     assert not means_stale(_error("0A000", "something else not supported"))
     assert not means_stale(_error("23505", "duplicate key value violates unique constraint"))
 

@@ -30,11 +30,17 @@ A2 = "SET a.x TO 2"
 B1 = "SET b.x TO 1"
 
 
-def run(state: SessionState, *texts: str, before: bytes = IDLE, after: bytes | None = None,
-        failed: bool = False) -> None:
+def run(
+    state: SessionState,
+    *texts: str,
+    before: bytes = IDLE,
+    after: bytes | None = None,
+    failed: bool = False,
+) -> None:
     """One batch of texts (a Query, or the Parses up to a Sync) ends at a ReadyForQuery."""
-    state.apply([effects_of(text) for text in texts], before,
-                before if after is None else after, failed)
+    state.apply(
+        [effects_of(text) for text in texts], before, before if after is None else after, failed
+    )
 
 
 def values(state: SessionState) -> dict[str, str]:
@@ -148,8 +154,11 @@ def test_rollback_to_a_savepoint() -> None:
 
 def test_rollback_to_the_latest_savepoint_of_a_name() -> None:
     state = SessionState()
-    run(state, "BEGIN; SAVEPOINT s; SET a.x TO 1; SAVEPOINT s; SET a.x TO 2; ROLLBACK TO s",
-        after=BLOCK)
+    run(
+        state,
+        "BEGIN; SAVEPOINT s; SET a.x TO 1; SAVEPOINT s; SET a.x TO 2; ROLLBACK TO s",
+        after=BLOCK,
+    )
     assert values(state) == {"a.x": "SET a.x TO 1"}
     run(state, "RELEASE s; ROLLBACK TO s", before=BLOCK)  # the first s
     assert state.settings is NO_SETTINGS
@@ -157,8 +166,11 @@ def test_rollback_to_the_latest_savepoint_of_a_name() -> None:
 
 def test_rollback_to_a_savepoint_destroys_later_ones() -> None:
     state = SessionState()
-    run(state, "BEGIN; SAVEPOINT s1; SET a.x TO 1; SAVEPOINT s2; SET b.x TO 1; ROLLBACK TO s1",
-        after=BLOCK)
+    run(
+        state,
+        "BEGIN; SAVEPOINT s1; SET a.x TO 1; SAVEPOINT s2; SET b.x TO 1; ROLLBACK TO s1",
+        after=BLOCK,
+    )
     assert [name for name, _snapshot in state.savepoints] == ["s1"]
     assert state.settings is NO_SETTINGS
 
@@ -283,8 +295,11 @@ def test_set_config_local_then_from_current() -> None:
 
 def test_local_values_go_back_with_a_savepoint() -> None:
     state = SessionState()
-    run(state, "BEGIN; SAVEPOINT s; SET LOCAL a.x TO 1; ROLLBACK TO s; SET a.x FROM CURRENT",
-        after=BLOCK)
+    run(
+        state,
+        "BEGIN; SAVEPOINT s; SET LOCAL a.x TO 1; ROLLBACK TO s; SET a.x FROM CURRENT",
+        after=BLOCK,
+    )
     assert state.settings is NO_SETTINGS and state.local is NO_SETTINGS
 
 
@@ -293,8 +308,14 @@ def test_local_values_go_back_with_a_savepoint() -> None:
 
 def test_a_failed_single_statement_changes_nothing() -> None:
     state = SessionState()
-    for text in ("SET a.x TO 1", "SELECT pg_advisory_lock(1)", "LISTEN ch", "SET ROLE r",
-                 "CREATE TEMP TABLE t (a int)", "SELECT pg_advisory_unlock_all()"):
+    for text in (
+        "SET a.x TO 1",
+        "SELECT pg_advisory_lock(1)",
+        "LISTEN ch",
+        "SET ROLE r",
+        "CREATE TEMP TABLE t (a int)",
+        "SELECT pg_advisory_unlock_all()",
+    ):
         run(state, text, failed=True)
         run(state, text, before=BLOCK, after=FAILED, failed=True)
     assert state.settings is NO_SETTINGS and state.locks == {}
@@ -306,8 +327,12 @@ def test_a_failed_batch_keeps_its_locks_but_not_its_settings() -> None:
     # their transaction), an unlock may not have happened; the rest rolls back
     state = SessionState()
     run(state, "SELECT pg_advisory_lock(2)")
-    run(state, "SELECT pg_advisory_lock(1); SET a.x TO 1; SELECT pg_advisory_unlock(2);"
-        " SELECT pg_advisory_lock(id) FROM t; LISTEN ch; SELECT 1/0", failed=True)
+    run(
+        state,
+        "SELECT pg_advisory_lock(1); SET a.x TO 1; SELECT pg_advisory_unlock(2);"
+        " SELECT pg_advisory_lock(id) FROM t; LISTEN ch; SELECT 1/0",
+        failed=True,
+    )
     assert state.locks == {"1": 1, "2": 1} and state.locks_uncounted
     assert state.settings is NO_SETTINGS and state.channels == frozenset()
     assert state.reasons() == [ADVISORY_LOCK]
@@ -316,8 +341,9 @@ def test_a_failed_batch_keeps_its_locks_but_not_its_settings() -> None:
 def test_a_failed_batch_of_parses_counts_its_statements() -> None:
     # the extended protocol: one statement per Parse, the batch up to a Sync
     state = SessionState()
-    state.apply([effects_of("SELECT pg_advisory_lock(1)"), effects_of("SET a.x TO 1")],
-                IDLE, IDLE, True)
+    state.apply(
+        [effects_of("SELECT pg_advisory_lock(1)"), effects_of("SET a.x TO 1")], IDLE, IDLE, True
+    )
     assert state.locks == {"1": 1} and state.settings is NO_SETTINGS
 
 
@@ -329,14 +355,16 @@ def test_a_failed_batch_in_a_block_changes_no_setting() -> None:
     assert state.settings is kept
 
 
-@pytest.mark.parametrize(("text", "after"), [
-    ("BEGIN; SET a.x TO 1; SELECT 1/0", FAILED),
-    ("SET a.x TO 1; COMMIT", IDLE),  # COMMIT failed (a deferred constraint), or SET did
-    ("SAVEPOINT s; SELECT 1/0", FAILED),
-    ("ROLLBACK TO nowhere", FAILED),
-])
-def test_a_failed_batch_that_controls_its_transaction_is_untracked(text: str,
-                                                                  after: bytes) -> None:
+@pytest.mark.parametrize(
+    ("text", "after"),
+    [
+        ("BEGIN; SET a.x TO 1; SELECT 1/0", FAILED),
+        ("SET a.x TO 1; COMMIT", IDLE),  # COMMIT failed (a deferred constraint), or SET did
+        ("SAVEPOINT s; SELECT 1/0", FAILED),
+        ("ROLLBACK TO nowhere", FAILED),
+    ],
+)
+def test_a_failed_batch_that_controls_its_transaction_is_untracked(text: str, after: bytes) -> None:
     state = SessionState()
     run(state, "BEGIN; SAVEPOINT s; SET b.x TO 1", after=BLOCK)
     run(state, text, before=BLOCK, after=after, failed=True)
@@ -348,14 +376,18 @@ def test_a_failed_batch_that_controls_its_transaction_is_untracked(text: str,
 # --- the transaction status around a batch -------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "before", "after"), [
-    ("SET a.x TO 1", BLOCK, IDLE),  # its block ended where no statement of ours said so
-    ("SET a.x TO 1", IDLE, BLOCK),  # a block began unseen
-    ("BEGIN; SET a.x TO 1", IDLE, IDLE),
-    ("SET a.x TO 1; COMMIT", BLOCK, BLOCK),
-])
-def test_a_status_the_effects_do_not_explain_is_untracked(text: str, before: bytes,
-                                                          after: bytes) -> None:
+@pytest.mark.parametrize(
+    ("text", "before", "after"),
+    [
+        ("SET a.x TO 1", BLOCK, IDLE),  # its block ended where no statement of ours said so
+        ("SET a.x TO 1", IDLE, BLOCK),  # a block began unseen
+        ("BEGIN; SET a.x TO 1", IDLE, IDLE),
+        ("SET a.x TO 1; COMMIT", BLOCK, BLOCK),
+    ],
+)
+def test_a_status_the_effects_do_not_explain_is_untracked(
+    text: str, before: bytes, after: bytes
+) -> None:
     state = SessionState()
     run(state, text, before=before, after=after)
     assert state.untracked
@@ -368,12 +400,23 @@ def test_a_status_the_effects_do_not_explain_is_untracked(text: str, before: byt
 
 def test_discard_all_clears_every_pin_but_load_and_seed() -> None:
     state = SessionState()
-    run(state, "SET a.x TO 1; SELECT pg_advisory_lock(1); SELECT pg_advisory_lock(id) FROM t;"
+    run(
+        state,
+        "SET a.x TO 1; SELECT pg_advisory_lock(1); SELECT pg_advisory_lock(id) FROM t;"
         " CREATE TEMP TABLE t (a int); DECLARE c CURSOR WITH HOLD FOR SELECT 1; LISTEN ch;"
         " SET ROLE r; SET SESSION AUTHORIZATION u; LOAD 'auto_explain'; SET SEED TO 0.5;"
-        " SELECT set_config('b.x', x, false) FROM t")
-    assert state.reasons() == [ADVISORY_LOCK, HOLD_CURSOR, LISTEN_PIN, LOAD_PIN, ROLE_PIN,
-                               SEED_PIN, TEMP_OBJECT, UNTRACKED_PIN]
+        " SELECT set_config('b.x', x, false) FROM t",
+    )
+    assert state.reasons() == [
+        ADVISORY_LOCK,
+        HOLD_CURSOR,
+        LISTEN_PIN,
+        LOAD_PIN,
+        ROLE_PIN,
+        SEED_PIN,
+        TEMP_OBJECT,
+        UNTRACKED_PIN,
+    ]
     run(state, "DISCARD ALL")
     assert state.reasons() == [LOAD_PIN, SEED_PIN]
     assert state.settings is NO_SETTINGS and state.local is NO_SETTINGS
@@ -510,10 +553,13 @@ def test_load_seed_and_untracked_pin() -> None:
     assert state.reasons() == [LOAD_PIN, SEED_PIN, UNTRACKED_PIN]
 
 
-@pytest.mark.parametrize("texts", [
-    ("SELECT generate_series(1, 3), pg_advisory_lock(1)", "SELECT pg_advisory_unlock(1)"),
-    ("SELECT pg_advisory_lock(1)", "SELECT pg_advisory_unlock(1) LIMIT 0"),
-])
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ("SELECT generate_series(1, 3), pg_advisory_lock(1)", "SELECT pg_advisory_unlock(1)"),
+        ("SELECT pg_advisory_lock(1)", "SELECT pg_advisory_unlock(1) LIMIT 0"),
+    ],
+)
 def test_pinned_while_a_lock_is_held(texts: tuple[str, str]) -> None:
     state = SessionState()
     for text in texts:
@@ -537,8 +583,11 @@ def test_the_settings_dict_is_replaced_never_changed() -> None:
     step("SET a.x TO 2; RESET b.x")
     step("BEGIN; SET c.x TO 1", after=BLOCK)
     step("SAVEPOINT s; SET a.x TO 3; ROLLBACK TO s", before=BLOCK)
-    step("SET c.x FROM CURRENT; SET LOCAL d.x TO 1; SET d.x FROM CURRENT; COMMIT",
-         before=BLOCK, after=IDLE)
+    step(
+        "SET c.x FROM CURRENT; SET LOCAL d.x TO 1; SET d.x FROM CURRENT; COMMIT",
+        before=BLOCK,
+        after=IDLE,
+    )
     step("RESET ALL")
     step("DISCARD ALL")
     for settings_dict, copy in seen:
@@ -557,18 +606,37 @@ def test_a_session_that_changed_no_setting_shares_no_settings() -> None:
 
 
 _BATCHES = [
-    "SET a.x TO 1", "SET a.x TO 2", "SET b.x TO 1", "RESET a.x", "RESET ALL", "DISCARD ALL",
-    "SET LOCAL a.x TO 3", "SET a.x FROM CURRENT", "SELECT set_config('c.x', 'y', false)",
-    "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT s", "ROLLBACK TO s", "RELEASE s",
-    "COMMIT AND CHAIN", "SET ROLE r", "LISTEN ch",
+    "SET a.x TO 1",
+    "SET a.x TO 2",
+    "SET b.x TO 1",
+    "RESET a.x",
+    "RESET ALL",
+    "DISCARD ALL",
+    "SET LOCAL a.x TO 3",
+    "SET a.x FROM CURRENT",
+    "SELECT set_config('c.x', 'y', false)",
+    "BEGIN",
+    "COMMIT",
+    "ROLLBACK",
+    "SAVEPOINT s",
+    "ROLLBACK TO s",
+    "RELEASE s",
+    "COMMIT AND CHAIN",
+    "SET ROLE r",
+    "LISTEN ch",
 ]
 
 
 @settings(max_examples=200, deadline=None, database=None)
-@given(st.lists(st.tuples(st.lists(st.sampled_from(_BATCHES), min_size=1, max_size=4),
-                          st.booleans()), max_size=12))
+@given(
+    st.lists(
+        st.tuples(st.lists(st.sampled_from(_BATCHES), min_size=1, max_size=4), st.booleans()),
+        max_size=12,
+    )
+)
 def test_no_sequence_of_batches_changes_a_settings_dict_in_place(
-        batches: list[tuple[list[str], bool]]) -> None:
+    batches: list[tuple[list[str], bool]],
+) -> None:
     state = SessionState(frozenset({"application_name"}))
     status = IDLE
     seen = []
@@ -597,8 +665,9 @@ def test_ignored_names_are_not_stored() -> None:
     run(state, "SET application_name TO 'x'; SET client_encoding TO 'UTF8'")
     run(state, "SELECT set_config('application_name', 'y', false)")
     assert state.settings is NO_SETTINGS
-    run(state, "BEGIN; SET LOCAL application_name TO 'z'; SET application_name FROM CURRENT;"
-        " COMMIT")
+    run(
+        state, "BEGIN; SET LOCAL application_name TO 'z'; SET application_name FROM CURRENT; COMMIT"
+    )
     assert state.settings is NO_SETTINGS and state.local is NO_SETTINGS
     run(state, "SET search_path TO a; RESET application_name")
     assert values(state) == {"search_path": "SET search_path TO a"}
@@ -613,8 +682,13 @@ def subscriptions_of(text: str) -> Parsed:
     return parsed
 
 
-def listen(state: SessionState, text: str, before: bytes = IDLE,
-           after: bytes | None = None, failed: bool = False) -> None:
+def listen(
+    state: SessionState,
+    text: str,
+    before: bytes = IDLE,
+    after: bytes | None = None,
+    failed: bool = False,
+) -> None:
     """A Query of LISTEN/UNLISTEN only, answered by pgtarn, applied as its batch."""
     state.apply([subscriptions_of(text)], before, before if after is None else after, failed)
 
@@ -749,8 +823,11 @@ def returned(tracker: SessionTracker, *values: str | None, binary: bool = False)
     body = data_row(values)[5:]
     if binary:  # booleans as one byte
         body = data_row([None] * len(values))[5:7] + b"".join(
-            b"\xff\xff\xff\xff" if value is None
-            else len(code := BINARY[value]).to_bytes(4, "big") + code for value in values)
+            b"\xff\xff\xff\xff"
+            if value is None
+            else len(code := BINARY[value]).to_bytes(4, "big") + code
+            for value in values
+        )
     tracker.result(0x44, body)
     tracker.result(0x43, b"SELECT 1\x00")
 

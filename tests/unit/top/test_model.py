@@ -18,35 +18,71 @@ from pgtarn.top.model import (
 )
 
 
-def pool(database: str, user: str = "app", cl_active: int = 0, cl_waiting: int = 0,
-         maxwait: int = 0, maxwait_us: int = 0) -> dict[str, object]:
-    return {"database": database, "user": user, "cl_active": cl_active,
-            "cl_waiting": cl_waiting, "sv_active": 0, "sv_idle": 1, "maxwait": maxwait,
-            "maxwait_us": maxwait_us, "pool_mode": "transaction"}
+def pool(
+    database: str,
+    user: str = "app",
+    cl_active: int = 0,
+    cl_waiting: int = 0,
+    maxwait: int = 0,
+    maxwait_us: int = 0,
+) -> dict[str, object]:
+    return {
+        "database": database,
+        "user": user,
+        "cl_active": cl_active,
+        "cl_waiting": cl_waiting,
+        "sv_active": 0,
+        "sv_idle": 1,
+        "maxwait": maxwait,
+        "maxwait_us": maxwait_us,
+        "pool_mode": "transaction",
+    }
 
 
 def stats(database: str, xacts: int, queries: int, xact_us: int) -> dict[str, object]:
     # psycopg gives NUMERIC columns as Decimal
-    return {"database": database, "total_xact_count": Decimal(xacts),
-            "total_query_count": Decimal(queries), "total_xact_time": Decimal(xact_us),
-            "avg_xact_count": Decimal(999)}
+    return {
+        "database": database,
+        "total_xact_count": Decimal(xacts),
+        "total_query_count": Decimal(queries),
+        "total_xact_time": Decimal(xact_us),
+        "avg_xact_count": Decimal(999),
+    }
 
 
-def client(database: str, state: str, link: str = "", request: str = "2024-01-01 10:00:00",
-           pinned: str | None = None, port: int = 5000) -> dict[str, object]:
-    row: dict[str, object] = {"database": database, "user": "app", "state": state,
-                              "addr": "127.0.0.1", "port": port, "link": link,
-                              "request_time": request, "wait": 0, "wait_us": 0,
-                              "application_name": ""}
+def client(
+    database: str,
+    state: str,
+    link: str = "",
+    request: str = "2024-01-01 10:00:00",
+    pinned: str | None = None,
+    port: int = 5000,
+) -> dict[str, object]:
+    row: dict[str, object] = {
+        "database": database,
+        "user": "app",
+        "state": state,
+        "addr": "127.0.0.1",
+        "port": port,
+        "link": link,
+        "request_time": request,
+        "wait": 0,
+        "wait_us": 0,
+        "application_name": "",
+    }
     if pinned is not None:
         row["pinned"] = pinned
     return row
 
 
 def sample(taken: float, stat_rows: list[dict[str, object]], **kw: object) -> Sample:
-    return Sample(taken=taken, pools=kw.get("pools", []), stats=stat_rows,  # type: ignore[arg-type]
-                  clients=kw.get("clients", []),  # type: ignore[arg-type]
-                  xact_buckets=kw.get("buckets"))  # type: ignore[arg-type]
+    return Sample(
+        taken=taken,
+        pools=kw.get("pools", []),
+        stats=stat_rows,  # type: ignore[arg-type]
+        clients=kw.get("clients", []),  # type: ignore[arg-type]
+        xact_buckets=kw.get("buckets"),
+    )  # type: ignore[arg-type]
 
 
 def test_rates_are_the_counters_deltas_over_the_time_between_samples() -> None:
@@ -69,7 +105,9 @@ def test_no_rates_without_a_previous_sample_or_after_a_counter_reset() -> None:
     assert (reset.tps, reset.qps, reset.avg_xact_ms) == (None, None, None)
     new_db = sample(13.0, [stats("app", 150, 390, 90_000), stats("new", 7, 7, 7)])
     assert {r.database: r.tps for r in database_rates(after, new_db)} == {
-        "app": pytest.approx(10.0), "new": None}
+        "app": pytest.approx(10.0),
+        "new": None,
+    }
 
 
 def test_p99_interpolates_in_the_bucket_of_the_99th_percentile_of_the_window() -> None:
@@ -85,13 +123,22 @@ def test_p99_interpolates_in_the_bucket_of_the_99th_percentile_of_the_window() -
 
 
 def test_p99_per_database_from_the_prometheus_text() -> None:
-    text = "# TYPE pgtarn_transaction_duration_seconds histogram\n" + "\n".join(
-        f'pgtarn_transaction_duration_seconds_bucket{{database="{db}",user="{u}",le="{le}"}}'
-        f" {n}"
-        for db, u, le, n in (("app", "a", "0.01", 3), ("app", "a", "+Inf", 4),
-                             ("app", "b", "0.01", 1), ("app", "b", "+Inf", 1),
-                             ("x", "a", "0.01", 0), ("x", "a", "+Inf", 0))
-    ) + "\n"
+    text = (
+        "# TYPE pgtarn_transaction_duration_seconds histogram\n"
+        + "\n".join(
+            f'pgtarn_transaction_duration_seconds_bucket{{database="{db}",user="{u}",le="{le}"}}'
+            f" {n}"
+            for db, u, le, n in (
+                ("app", "a", "0.01", 3),
+                ("app", "a", "+Inf", 4),
+                ("app", "b", "0.01", 1),
+                ("app", "b", "+Inf", 1),
+                ("x", "a", "0.01", 0),
+                ("x", "a", "+Inf", 0),
+            )
+        )
+        + "\n"
+    )
     buckets = buckets_from_metrics(text)
     assert buckets["app"] == [(0.01, 4.0), (float("inf"), 5.0)]  # the users summed
     before = sample(1.0, [stats("app", 0, 0, 0)], buckets=None)
@@ -101,12 +148,20 @@ def test_p99_per_database_from_the_prometheus_text() -> None:
 
 
 def test_pools_sort_by_the_chosen_column_and_filter_by_database() -> None:
-    rows = [pool("b", cl_active=1), pool("a", cl_active=3), pool("c", cl_active=2),
-            pool("pgbouncer", user="pgbouncer")]
+    rows = [
+        pool("b", cl_active=1),
+        pool("a", cl_active=3),
+        pool("c", cl_active=2),
+        pool("pgbouncer", user="pgbouncer"),
+    ]
     now = sample(1.0, [], pools=rows)
     controls = Controls()
     assert [p.database for p in build_view(None, now, controls).pools] == [
-        "a", "b", "c", "pgbouncer"]
+        "a",
+        "b",
+        "c",
+        "pgbouncer",
+    ]
     controls.press("s", ["a"])  # database -> user
     controls.press("s", ["a"])  # user -> cl_active, numbers largest first
     assert POOL_COLUMNS[controls.sort_index] == "cl_active"
@@ -159,26 +214,30 @@ def test_q_in_the_prompt_is_a_letter_not_quit() -> None:
 
 
 def test_busiest_clients_waiting_first_then_the_oldest_request() -> None:
-    rows = [client("app", "active", request="2024-01-01 10:00:05", port=1),
-            client("app", "idle", port=2),
-            client("app", "active", link="0x1", request="2024-01-01 10:00:03", port=3),
-            client("app", "waiting", request="2024-01-01 10:00:09", port=4),
-            client("other", "active", link="0x2", request="2024-01-01 10:00:01", port=5)]
+    rows = [
+        client("app", "active", request="2024-01-01 10:00:05", port=1),
+        client("app", "idle", port=2),
+        client("app", "active", link="0x1", request="2024-01-01 10:00:03", port=3),
+        client("app", "waiting", request="2024-01-01 10:00:09", port=4),
+        client("other", "active", link="0x2", request="2024-01-01 10:00:01", port=5),
+    ]
     view = build_view(None, sample(1.0, [], clients=rows), Controls())
     # busy: linked to a server or waiting for one (an unlinked "active" is idle)
     assert [c["port"] for c in view.busiest] == [4, 5, 3]
     assert view.pinned is None  # PgBouncer: no pinned column
     controls = Controls(filter_text="app", filter_exact=True)
-    assert [c["port"] for c in build_view(None, sample(1.0, [], clients=rows),
-                                          controls).busiest] == [4, 3]
+    assert [
+        c["port"] for c in build_view(None, sample(1.0, [], clients=rows), controls).busiest
+    ] == [4, 3]
 
 
 def test_pinned_clients_listed_when_the_column_is_there() -> None:
-    rows = [client("app", "active", link="0x1", pinned="temp_table", port=1),
-            client("app", "idle", pinned="", port=2),
-            client("other", "idle", pinned="advisory_lock", port=3)]
+    rows = [
+        client("app", "active", link="0x1", pinned="temp_table", port=1),
+        client("app", "idle", pinned="", port=2),
+        client("other", "idle", pinned="advisory_lock", port=3),
+    ]
     view = build_view(None, sample(1.0, [], clients=rows), Controls())
     assert view.pinned is not None and [c["port"] for c in view.pinned] == [1, 3]
-    filtered = build_view(None, sample(1.0, [], clients=rows),
-                          Controls(filter_text="oth"))
+    filtered = build_view(None, sample(1.0, [], clients=rows), Controls(filter_text="oth"))
     assert filtered.pinned is not None and [c["port"] for c in filtered.pinned] == [3]

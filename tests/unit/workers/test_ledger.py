@@ -11,8 +11,14 @@ from pgtarn.workers.ledger import (
 )
 
 
-def ask(worker: int, pool_limit: int = 4, max_db: int = 0, max_user: int = 0,
-        database: str = "app", user: str = "app") -> SlotRequest:
+def ask(
+    worker: int,
+    pool_limit: int = 4,
+    max_db: int = 0,
+    max_user: int = 0,
+    database: str = "app",
+    user: str = "app",
+) -> SlotRequest:
     return SlotRequest(worker, database, user, pool_limit, max_db, max_user)
 
 
@@ -77,8 +83,10 @@ def test_at_a_database_limit_the_asker_gives_back_an_idle_server_of_another_pool
     ledger = Ledger()
     ledger.ask(ask(0, max_db=2, user="a"))
     ledger.ask(ask(1, max_db=2, user="a"))
-    assert ledger.ask(ask(0, max_db=2, user="b")) == (False, [
-        Reclaim(0, "app", "a", idle_only=True), Reclaim(1, "app", "a", idle_only=True)])
+    assert ledger.ask(ask(0, max_db=2, user="b")) == (
+        False,
+        [Reclaim(0, "app", "a", idle_only=True), Reclaim(1, "app", "a", idle_only=True)],
+    )
 
 
 def test_reclaims_at_the_database_limit_pick_the_biggest_pool_of_the_worker() -> None:
@@ -108,10 +116,12 @@ def test_max_client_conn_counts_the_other_workers_admitted_clients() -> None:
         assert ledger.admit(0, "app", "app", False, ClientLimits(10, local_clients=n)) is None
     for n in range(1, 6):
         assert ledger.admit(1, "app", "app", False, ClientLimits(10, local_clients=n)) is None
-    assert ledger.admit(1, "app", "app", False, ClientLimits(10, local_clients=6)) \
-        == "max_client_conn"
-    assert ledger.admit(0, "app", "app", False, ClientLimits(10, local_clients=6)) \
-        == "max_client_conn"
+    assert (
+        ledger.admit(1, "app", "app", False, ClientLimits(10, local_clients=6)) == "max_client_conn"
+    )
+    assert (
+        ledger.admit(0, "app", "app", False, ClientLimits(10, local_clients=6)) == "max_client_conn"
+    )
     ledger.client_left(0, "app", "app", False)
     assert ledger.admit(1, "app", "app", False, ClientLimits(10, local_clients=6)) is None
     ledger.worker_gone(1)
@@ -122,10 +132,14 @@ def test_client_limits_per_database_and_user() -> None:
     ledger = Ledger()
     assert ledger.admit(0, "app", "u", False, ClientLimits(0, max_db=2, local_db=1)) is None
     assert ledger.admit(1, "app", "v", False, ClientLimits(0, max_db=2, local_db=1)) is None
-    assert ledger.admit(1, "app", "w", False, ClientLimits(0, max_db=2, local_db=2)) \
+    assert (
+        ledger.admit(1, "app", "w", False, ClientLimits(0, max_db=2, local_db=2))
         == "max_db_client_connections"
-    assert ledger.admit(1, "other", "u", False, ClientLimits(0, max_user=1, local_user=1)) \
+    )
+    assert (
+        ledger.admit(1, "other", "u", False, ClientLimits(0, max_user=1, local_user=1))
         == "max_user_client_connections"
+    )
     # admin console clients do not count for their user
     assert ledger.admit(0, "pgbouncer", "v", True, ClientLimits(0)) is None
     assert ledger.admit(0, "x", "v", False, ClientLimits(0, max_user=2, local_user=1)) is None
@@ -135,15 +149,24 @@ def test_messages_become_grants_reclaims_and_replies() -> None:
     ledger = Ledger()
     slot = {"kind": "limits_ask", "database": "app", "user": "app", "pool_limit": 1}
     assert on_message(ledger, 0, slot) == (
-        None, [(0, {"kind": "limits_grant", "database": "app", "user": "app"})])
+        None,
+        [(0, {"kind": "limits_grant", "database": "app", "user": "app"})],
+    )
     assert on_message(ledger, 1, slot) == (
-        None, [(0, {"kind": "limits_reclaim", "database": "app", "user": "app",
-                    "idle_only": False})])
-    assert on_message(ledger, 0, {"kind": "limits_release", "database": "app",
-                                  "user": "app"}) == (
-        None, [(1, {"kind": "limits_grant", "database": "app", "user": "app"})])
-    admit = {"kind": "limits_admit", "database": "app", "user": "app", "admin": False,
-             "limits": [1, 0, 0, 1, 0, 0]}
+        None,
+        [(0, {"kind": "limits_reclaim", "database": "app", "user": "app", "idle_only": False})],
+    )
+    assert on_message(ledger, 0, {"kind": "limits_release", "database": "app", "user": "app"}) == (
+        None,
+        [(1, {"kind": "limits_grant", "database": "app", "user": "app"})],
+    )
+    admit = {
+        "kind": "limits_admit",
+        "database": "app",
+        "user": "app",
+        "admin": False,
+        "limits": [1, 0, 0, 1, 0, 0],
+    }
     assert on_message(ledger, 0, admit) == ({"refused": None}, [])
     assert on_message(ledger, 1, admit) == ({"refused": "max_client_conn"}, [])
     on_message(ledger, 0, {"kind": "limits_left", "database": "app", "user": "app"})

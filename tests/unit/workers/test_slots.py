@@ -11,8 +11,10 @@ from pgtarn.pool.pool import Pool, PooledServer, Waiter
 from pgtarn.pool.registry import Registry
 from pgtarn.workers.slots import SharedLimits
 
-INI = "[databases]\napp = host=127.0.0.1 dbname=app max_db_connections=5\n" \
-      "[pgbouncer]\ndefault_pool_size = 3\n"
+INI = (
+    "[databases]\napp = host=127.0.0.1 dbname=app max_db_connections=5\n"
+    "[pgbouncer]\ndefault_pool_size = 3\n"
+)
 
 
 class Server(PooledServer):
@@ -93,8 +95,14 @@ def test_a_server_opens_only_with_a_slot_from_the_supervisor() -> None:
     assert pool.acquire(Client()) is None
     assert not launched
     [ask] = link.sent
-    assert ask == {"kind": "limits_ask", "database": "app", "user": "app", "pool_limit": 3,
-                   "max_db": 5, "max_user": 0}
+    assert ask == {
+        "kind": "limits_ask",
+        "database": "app",
+        "user": "app",
+        "pool_limit": 3,
+        "max_db": 5,
+        "max_user": 0,
+    }
     assert pool.acquire(Client()) is None
     assert link.kinds() == ["limits_ask", "limits_ask"]  # one per waiting client
     link.deliver("limits_grant")

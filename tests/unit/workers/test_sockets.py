@@ -36,8 +36,9 @@ def test_a_single_process_listens_alone_and_a_taken_port_is_named() -> None:
     try:
         assert not first.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT)
         port = first.getsockname()[1]
-        with pytest.raises(OSError, match=f"could not listen on 127.0.0.1 port {port}: "
-                                          "Address already in use"):
+        with pytest.raises(
+            OSError, match=f"could not listen on 127.0.0.1 port {port}: Address already in use"
+        ):
             tcp_listeners(["127.0.0.1"], port, 16, 1, reuse_port=False)
     finally:
         first.close()

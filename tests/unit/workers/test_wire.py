@@ -17,8 +17,10 @@ def test_messages_come_out_whole_whatever_the_cuts() -> None:
 
 def test_descriptors_go_to_their_messages_in_order() -> None:
     reader = MessageReader()
-    out = reader.feed(encode({"kind": "x", "fds": 2}) + encode({"kind": "y"})
-                      + encode({"kind": "z", "fds": 1}), [7, 8, 9])
+    out = reader.feed(
+        encode({"kind": "x", "fds": 2}) + encode({"kind": "y"}) + encode({"kind": "z", "fds": 1}),
+        [7, 8, 9],
+    )
     assert [(m["kind"], fds) for m, fds in out] == [("x", [7, 8]), ("y", []), ("z", [9])]
 
 
@@ -27,11 +29,14 @@ def test_a_message_naming_descriptors_that_did_not_come_is_an_error() -> None:
         MessageReader().feed(encode({"kind": "x", "fds": 1}))
 
 
-@pytest.mark.parametrize("data", [
-    (MAX_MESSAGE + 1).to_bytes(4, "big"),
-    (3).to_bytes(4, "big") + b"{{{",
-    (2).to_bytes(4, "big") + b"[]",
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        (MAX_MESSAGE + 1).to_bytes(4, "big"),
+        (3).to_bytes(4, "big") + b"{{{",
+        (2).to_bytes(4, "big") + b"[]",
+    ],
+)
 def test_bad_input_is_an_error(data: bytes) -> None:
     with pytest.raises(WireError):
         MessageReader().feed(data)
