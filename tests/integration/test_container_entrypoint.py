@@ -14,7 +14,7 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
-from pgtarn.container import generate, health_check, write_generated
+from pgtarn.cli.container import generate, health_check, write_generated
 from tests.support import PgtarnProcess, TempCluster, free_port
 
 from .conftest import ITEMS, ROLE_PASSWORDS

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtarn.container import health_check
+from pgtarn.cli.container import health_check
 from tests.support import TempCluster, free_port
 
 from .conftest import ITEMS

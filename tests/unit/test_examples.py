@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pgtarn.auth.userlist import load_userlist
-from pgtarn.check import check_config
+from pgtarn.cli.check import check_config
 from pgtarn.configfile import load_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

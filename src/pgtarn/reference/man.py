@@ -6,7 +6,9 @@ import argparse
 import re
 from collections.abc import Mapping
 
-from .. import __version__, check, cli
+from .. import __version__
+from ..cli import check
+from ..cli import command as cli
 from ..config import SETTINGS
 from ..demo import command as demo
 from ..descriptions import DATABASE_KEYS, PEER_KEYS, USER_KEYS, KeyDoc

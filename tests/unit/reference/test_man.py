@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtarn import cli
+from pgtarn.cli import command as cli
 from pgtarn.config import SETTINGS
 from pgtarn.descriptions import DATABASE_KEYS, PEER_KEYS, USER_KEYS
 from pgtarn.reference import man

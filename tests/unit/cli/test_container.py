@@ -1,4 +1,4 @@
-"""pgtarn.container: the image's ini and userlist from the environment, the mounted ini, health."""
+"""pgtarn.cli.container: the ini and userlist from the environment, the mounted ini, health."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ import pytest
 from pgtarn.auth.md5 import md5_secret
 from pgtarn.auth.scram import make_verifier, parse_verifier
 from pgtarn.auth.userlist import parse_userlist
-from pgtarn.configfile import parse_config
-from pgtarn.container import (
+from pgtarn.cli.container import (
     MOUNTED_INI,
     EnvConfigError,
     chosen_ini,
@@ -23,6 +22,7 @@ from pgtarn.container import (
     health_check,
     main,
 )
+from pgtarn.configfile import parse_config
 
 RUN = "/run/pgtarn"
 

@@ -9,10 +9,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .app import App, WorkerSetup
-from .buildinfo import version_lines
-from .configfile import load_config
-from .errors import ConfigError
+from ..app import App, WorkerSetup
+from ..buildinfo import version_lines
+from ..configfile import load_config
+from ..errors import ConfigError
 
 try:
     import uvloop
@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - uvloop is not built for this platform
 def load_demo() -> Callable[[list[str]], int]:
     """`pgtarn demo`'s entry, imported only for it: the demo's cluster code and subprocess
     would otherwise sit in every pooler's memory (about 0.3 MB of RSS)."""
-    from .demo import run_demo  # lazy, for the RSS above (see the docstring)
+    from ..demo import run_demo  # lazy, for the RSS above (see the docstring)
 
     return run_demo
 
@@ -39,7 +39,7 @@ def load_check() -> Callable[[list[str]], int]:
 def load_top() -> Callable[[list[str]], int]:
     """`pgtarn top`'s entry, imported only for it: rich and psycopg (its `top` extra) would
     otherwise cost every pooler several MB of RSS, or fail where they are not installed."""
-    from .top import run_top  # lazy, for the RSS above (see the docstring)
+    from ..top import run_top  # lazy, for the RSS above (see the docstring)
 
     return run_top
 
@@ -55,7 +55,7 @@ def load_container() -> Callable[[list[str]], int]:
 def load_supervisor() -> Callable[..., Any]:
     """The Supervisor of workers = N, imported only then: the control channel and process
     code (with json and subprocess) cost about 0.4 MB of RSS that one process does not need."""
-    from .supervisor import Supervisor  # lazy, for the RSS above (see the docstring)
+    from ..supervisor import Supervisor  # lazy, for the RSS above (see the docstring)
 
     return Supervisor
 

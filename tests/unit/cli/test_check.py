@@ -1,10 +1,10 @@
-"""Tests for pgtarn.check: a configuration checked as startup reads it, every problem listed."""
+"""Tests for pgtarn.cli.check: a configuration checked as startup reads it, every problem listed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pgtarn.check import check_config, run_check
+from pgtarn.cli.check import check_config, run_check
 
 
 def write_ini(directory: Path, body: str) -> str:
