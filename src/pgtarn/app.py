@@ -85,7 +85,7 @@ MetricsServer = Callable[[Runtime, str, int], Coroutine[None, None, asyncio.Abst
 def load_metrics() -> MetricsServer:
     """metrics.py's serve_metrics, imported only when metrics_port is set: prometheus_client
     (with the http, email and urllib modules it pulls in) costs about 2.5 MB of RSS."""
-    from .metrics import serve_metrics  # lazy, for the RSS above (see the docstring)
+    from .admin.metrics import serve_metrics  # lazy, for the RSS above (see the docstring)
 
     return serve_metrics
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ..buildinfo import VERSION_LINE
+from ..native.buildinfo import VERSION_LINE
 from ..net.tls import describe
 from ..pool.cancels import cancels_in_flight
 from ..pool.pool import Pool, PooledServer

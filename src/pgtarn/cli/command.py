@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..app import App, WorkerSetup
-from ..buildinfo import version_lines
 from ..configfile import load_config
 from ..errors import ConfigError
+from ..native.buildinfo import version_lines
 
 try:
     import uvloop

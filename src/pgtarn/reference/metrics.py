@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
+from ..admin.metrics import GREATEST, LEAST, PER_WORKER, PgtarnCollector, worker_metrics
 from ..config import Config
-from ..metrics import GREATEST, LEAST, PER_WORKER, PgtarnCollector, worker_metrics
 from ..runtime import Runtime
 from .markdown import GENERATED, cell
 

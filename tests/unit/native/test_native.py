@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pgtarn import native
-from pgtarn.buildinfo import BUILD
+from pgtarn.native.buildinfo import BUILD
 from pgtarn.net import sending, transport
 from pgtarn.session import effects
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pgtarn.admin.metrics import merge_families, render
 from pgtarn.config import Config, DatabaseEntry
-from pgtarn.metrics import merge_families, render
 from pgtarn.runtime import Runtime
 
 SPLIT = DatabaseEntry(

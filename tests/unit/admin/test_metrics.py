@@ -1,4 +1,4 @@
-"""Tests for pgtarn.metrics: values exposed for a runtime with fake servers; the HTTP endpoint."""
+"""pgtarn.admin.metrics: values exposed for a runtime with fake servers; the HTTP endpoint."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pgtarn import __version__, metrics
-from pgtarn.buildinfo import BUILD
+from pgtarn import __version__
+from pgtarn.admin import metrics
+from pgtarn.admin.metrics import families, merge_families, render, serve_metrics
 from pgtarn.config import Config, DatabaseEntry
-from pgtarn.metrics import families, merge_families, render, serve_metrics
+from pgtarn.native.buildinfo import BUILD
 from pgtarn.pool.pool import PooledServer, Waiter
 from pgtarn.runtime import Runtime
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib.machinery import EXTENSION_SUFFIXES
 from importlib.util import find_spec
 
-from . import COMPATIBLE_VERSION, __version__
+from .. import COMPATIBLE_VERSION, __version__
 
 #: A module setup.py compiles: an extension module when the build is compiled. Looked up by
 #: name (not imported), so that this lowest layer depends on nothing of the package.

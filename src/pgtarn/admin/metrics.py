@@ -23,9 +23,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from . import __version__
-from .admin.merge import LIST_ADDED
-from .admin.tables import (
+from .. import __version__
+from ..native.buildinfo import BUILD
+from ..pool.pool import Pool
+from ..pool.stats import Histogram
+from ..runtime import Runtime
+from .merge import LIST_ADDED
+from .tables import (
     Table,
     Value,
     all_servers,
@@ -36,10 +40,6 @@ from .admin.tables import (
     show_pools,
     show_stats_totals,
 )
-from .buildinfo import BUILD
-from .pool.pool import Pool
-from .pool.stats import Histogram
-from .runtime import Runtime
 
 log = logging.getLogger("pgtarn.metrics")
 

@@ -10,10 +10,10 @@ from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pgtarn
-from pgtarn import buildinfo
+from pgtarn.native import buildinfo
 from pgtarn.proto import framing
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_build_kind_is_what_was_imported() -> None:
