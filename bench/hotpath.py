@@ -20,7 +20,7 @@ from collections import deque
 from typing import Any
 
 from pgtarn.client.connection import ClientConnection
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection

@@ -28,7 +28,7 @@ from typing import Any
 
 from pgtarn.auth.scram import ScramClient, make_verifier
 from pgtarn.client.connection import ClientConnection
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection

@@ -21,8 +21,8 @@ from .admin import fanout
 from .admin.tables import database_totals
 from .authfiles import read_hba, read_userlist
 from .client.connection import ClientConnection, cancel_by_key
-from .config import SETTINGS, Config
-from .configfile import load_config
+from .config.inifile import load_config
+from .config.settings import SETTINGS, Config
 from .errors import ConfigError
 from .janitor import JANITOR_INTERVAL, Janitor
 from .logs import setup_logging

@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast
 from mypy_extensions import mypyc_attr
 
 from .auth.hba import HbaRules, IdentMaps
-from .config import ADMIN_DATABASES, RESERVED_AUTH_DBNAME, Config, DatabaseEntry
+from .config.settings import ADMIN_DATABASES, RESERVED_AUTH_DBNAME, Config, DatabaseEntry
 from .errors import PgtarnError
 from .net.authpool import AuthPool
 from .net.peers import PeerCancels

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 
 from . import __version__, rolling, systemd
-from .config import Config
-from .configfile import load_config
+from .config.inifile import load_config
+from .config.settings import Config
 from .errors import ConfigError
 from .logs import setup_logging
 from .privileges import drop_privileges

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.pool.hosts import PRIMARY, REPLICA, HostSet
 from pgtarn.runtime import Runtime
 from pgtarn.server.health import APPLICATION_NAME, HealthChecker, start_health

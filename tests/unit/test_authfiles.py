@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pgtarn.authfiles import read_hba, read_userlist
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.errors import ConfigError
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 yaml = pytest.importorskip("yaml")

@@ -8,7 +8,7 @@ import pytest
 
 from pgtarn.auth.userlist import load_userlist
 from pgtarn.cli.check import check_config
-from pgtarn.configfile import load_config
+from pgtarn.config.inifile import load_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

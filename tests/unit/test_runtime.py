@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from pgtarn.config import DatabaseEntry
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
+from pgtarn.config.settings import DatabaseEntry
 from pgtarn.errors import PgtarnError
 from pgtarn.runtime import SHARED_PARAMS, Runtime
 

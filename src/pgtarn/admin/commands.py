@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ..config import SETTINGS
+from ..config.settings import SETTINGS
 from ..errors import ConfigError, PgtarnError
 from ..pool.lifetimes import reconnect as reconnect_pool
 from ..runtime import Runtime

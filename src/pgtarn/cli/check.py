@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from ..auth.hba import load_hba, load_ident
 from ..auth.pam import SERVICE_DIRS, unavailable
 from ..auth.userlist import read_userlist_file
-from ..config import Config
-from ..configfile import read_config_report
+from ..config.inifile import read_config_report
+from ..config.settings import Config
 from ..errors import ConfigError, Problems
 from ..net.ldapcheck import check_ldap_config
 from ..net.tls import client_context, own_certificate_hash, server_context

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..app import App, WorkerSetup
-from ..configfile import load_config
+from ..config.inifile import load_config
 from ..errors import ConfigError
 from ..native.buildinfo import version_lines
 

@@ -14,8 +14,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from ..auth.md5 import is_md5_secret, md5_secret
 from ..auth.scram import make_verifier, parse_verifier
 from ..auth.userlist import userlist_line
-from ..config import Config
-from ..configfile import quote_connstr_value
+from ..config.inifile import quote_connstr_value
+from ..config.settings import Config
 
 __all__ = [
     "MOUNTED_INI",

@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Final
 
 from ..auth.hba import HbaRule, HbaRules, IdentMaps, IPAddress
-from ..config import Config
+from ..config.settings import Config
 from ..errors import PgtarnError
 
 _PEERCRED = struct.Struct("3i")

@@ -13,7 +13,7 @@ import ssl
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from ..config import DatabaseEntry
+from ..config.settings import DatabaseEntry
 from ..errors import PgtarnError
 from ..net.tls import TlsTransport
 from ..pool.pool import Pool

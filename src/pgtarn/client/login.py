@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from typing import assert_never
 
-from ..config import ADMIN_DATABASES, Config, DatabaseEntry
+from ..config.settings import ADMIN_DATABASES, Config, DatabaseEntry
 from ..errors import AuthFailed, PgtarnError
 from ..net.tls import ALPN, certificate_name, describe, has_certificate
 from ..proto.client_login import (

@@ -13,7 +13,7 @@ from time import monotonic
 from typing import Final, cast
 
 from ..admin.console import AdminSession
-from ..config import DatabaseEntry
+from ..config.settings import DatabaseEntry
 from ..errors import PgtarnError
 from ..net.sending import SEND_NEVER, send, send_state_of
 from ..net.sockets import address, tune

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..auth.hba import HbaRules
 from ..auth.ldap import LdapOptions, TlsPolicy, parse_ldap_conf, parse_ldap_options
-from ..config import Config
+from ..config.settings import Config
 from ..errors import ConfigError
 
 __all__ = [

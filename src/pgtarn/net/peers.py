@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine
 from time import monotonic
 from typing import Any, cast
 
-from ..config import Config, PeerEntry
+from ..config.settings import Config, PeerEntry
 from ..proto import build
 from ..proto.cancelkey import Key, forwarded, peer_of, ttl_of
 from .sockets import Target, connect_to

@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from time import monotonic
 from typing import cast
 
-from ..config import Config, DatabaseEntry
+from ..config.settings import Config, DatabaseEntry
 from ..proto import build
 from .accept import SocketServer
 from .transport import connect_transport

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..auth.endpoint import certificate_hash
-from ..config import Config
+from ..config.settings import Config
 from ..errors import ConfigError
 
 #: Plaintext handed up per read: one TLS record is at most 16 KiB.

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, Generic, Protocol
 
-from ..config import Config, DatabaseEntry, UserEntry
+from ..config.settings import Config, DatabaseEntry, UserEntry
 from ..errors import PgtarnError
 from .channels import ChannelBoard, ListenerLink, SchemaWatch
 from .hosts import HostSet

@@ -7,7 +7,7 @@ from ..admin.console import FAKE_PARAMETERS
 from ..admin.merge import MERGED, concatenate
 from ..admin.show import SHOW_TABLES
 from ..admin.tables import INT4, INT8, NUMERIC, TEXT
-from ..config import Config
+from ..config.settings import Config
 from ..descriptions import console as described
 from ..runtime import Runtime
 from .markdown import GENERATED, cell

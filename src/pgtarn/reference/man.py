@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from .. import __version__
 from ..cli import check
 from ..cli import command as cli
-from ..config import SETTINGS
+from ..config.settings import SETTINGS
 from ..demo import command as demo
 from ..descriptions import DATABASE_KEYS, PEER_KEYS, USER_KEYS, KeyDoc
 from ..descriptions import SETTINGS as DOCS

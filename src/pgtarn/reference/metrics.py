@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from ..admin.metrics import GREATEST, LEAST, PER_WORKER, PgtarnCollector, worker_metrics
-from ..config import Config
+from ..config.settings import Config
 from ..runtime import Runtime
 from .markdown import GENERATED, cell
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .. import configfile
-from ..config import DEPRECATED, SETTINGS, Setting
+from ..config import inifile as configfile
+from ..config.settings import DEPRECATED, SETTINGS, Setting
 from ..descriptions import DATABASE_KEYS, PEER_KEYS, USER_KEYS, KeyDoc
 from ..descriptions import SETTINGS as DOCS
 from .markdown import GENERATED, cell, code

@@ -21,7 +21,7 @@ import logging
 import time
 from collections import OrderedDict
 
-from ..config import DatabaseEntry
+from ..config.settings import DatabaseEntry
 from ..errors import LoginRefused, PgtarnError
 from ..net.sockets import open_connection
 from ..proto import build

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Final, Self, cast
 
-from ..config import DatabaseEntry
+from ..config.settings import DatabaseEntry
 from ..errors import LoginRefused, PgtarnError, ProtocolViolation, TlsFailed
 from ..net.sending import SEND_NEVER, send_state_of
 from ..net.sockets import (

@@ -22,7 +22,7 @@ import logging
 import math
 from typing import Any, cast
 
-from ..config import DatabaseEntry
+from ..config.settings import DatabaseEntry
 from ..errors import PgtarnError, ProtocolViolation
 from ..net.sockets import open_connection
 from ..pool.hosts import SAMPLE_GAP, HostSet

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..config import DatabaseEntry
+from ..config.settings import DatabaseEntry
 from ..pool.pool import Pool
 from ..runtime import Runtime
 from .connection import ServerConnection

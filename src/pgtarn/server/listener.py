@@ -19,7 +19,7 @@ import time
 from collections import deque
 from typing import Any
 
-from ..config import DatabaseEntry
+from ..config.settings import DatabaseEntry
 from ..errors import PgtarnError
 from ..net.sockets import open_connection
 from ..pool.channels import ChannelBoard

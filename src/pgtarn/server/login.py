@@ -8,7 +8,7 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, cast
 
-from ..config import DatabaseEntry
+from ..config.settings import DatabaseEntry
 from ..errors import PgtarnError, ProtocolViolation
 from ..net.tls import TlsTransport, peer_certificate_hash
 from ..pool.pool import Pool

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from time import monotonic
 from typing import Protocol, Self
 
-from ..config import DatabaseEntry
+from ..config.settings import DatabaseEntry
 from ..errors import PgtarnError
 from ..net.sending import SEND_NEVER
 from ..pool.pool import Pool

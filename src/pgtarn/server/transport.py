@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Self
 
-from ..config import DatabaseEntry
+from ..config.settings import DatabaseEntry
 from ..net.sending import SEND_NEVER, send
 from ..net.sockets import Target
 from ..pool.pool import Pool, PooledServer

@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from ..config import SETTINGS, Config
+from ..config.settings import SETTINGS, Config
 from ..errors import ConfigError
 
 SHUTDOWN_KIND = "admin_shutdown"

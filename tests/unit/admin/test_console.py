@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pgtarn.admin.console import MAX_QUEUED, MAX_STATEMENTS, AdminSession
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime

@@ -6,7 +6,7 @@ import pytest
 
 from pgtarn.admin import fanout
 from pgtarn.admin.result import AdminError, notice
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.runtime import Runtime
 from pgtarn.workers import admin
 

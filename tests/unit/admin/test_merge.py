@@ -13,7 +13,7 @@ from pgtarn.admin.tables import (
     Table,
     Value,
 )
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.runtime import Runtime
 
 

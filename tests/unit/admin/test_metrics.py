@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pgtarn import __version__
 from pgtarn.admin import metrics
 from pgtarn.admin.metrics import families, merge_families, render, serve_metrics
-from pgtarn.config import Config, DatabaseEntry
+from pgtarn.config.settings import Config, DatabaseEntry
 from pgtarn.native.buildinfo import BUILD
 from pgtarn.pool.pool import PooledServer, Waiter
 from pgtarn.runtime import Runtime

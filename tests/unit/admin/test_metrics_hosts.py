@@ -9,7 +9,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from pgtarn.admin.metrics import merge_families, render
-from pgtarn.config import Config, DatabaseEntry
+from pgtarn.config.settings import Config, DatabaseEntry
 from pgtarn.runtime import Runtime
 
 SPLIT = DatabaseEntry(

@@ -24,7 +24,7 @@ from pgtarn.admin.tables import (
     show_servers,
     show_sockets,
 )
-from pgtarn.config import Config, DatabaseEntry
+from pgtarn.config.settings import Config, DatabaseEntry
 from pgtarn.pool.hosts import HostSet
 from pgtarn.pool.pool import PooledServer
 from pgtarn.pool.pool import Waiter as PoolWaiter

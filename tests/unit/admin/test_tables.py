@@ -6,7 +6,7 @@ import time
 
 from pgtarn.admin.show import SHOW_TABLES
 from pgtarn.admin.tables import INT4, TEXT, show_listeners
-from pgtarn.config import Config, DatabaseEntry
+from pgtarn.config.settings import Config, DatabaseEntry
 from pgtarn.runtime import Runtime
 
 

@@ -12,7 +12,7 @@ from pgtarn.auth.ldap import (
     parse_ldap_options,
     split_ldap_options,
 )
-from pgtarn.config import SETTINGS
+from pgtarn.config.settings import SETTINGS
 
 from .test_hba import HBA_PATH, hba, hba_error
 

@@ -22,7 +22,7 @@ from pgtarn.cli.container import (
     health_check,
     main,
 )
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 
 RUN = "/run/pgtarn"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgtarn.client.connection import ClientConnection
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.runtime import Runtime

@@ -9,7 +9,7 @@ import pytest
 
 from pgtarn.auth.hba import parse_hba, parse_ident
 from pgtarn.client.access import Connection, auth_method, peer_address
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.errors import PgtarnError
 
 HBA = parse_hba(

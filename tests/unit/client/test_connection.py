@@ -10,7 +10,7 @@ from typing import Any
 
 from pgtarn.auth.md5 import md5_response, md5_secret
 from pgtarn.client.connection import ClientConnection, cancel_by_key
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.pool import PooledServer
 from pgtarn.proto import build

@@ -7,7 +7,7 @@ from typing import cast
 
 from pgtarn.client.connection import ClientConnection
 from pgtarn.client.listening import ClientListen, local_batch
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.channels import ChannelBoard
 from pgtarn.pool.pool import Pool as PoolOf

@@ -13,8 +13,8 @@ import pytest
 from pgtarn.auth.md5 import md5_response
 from pgtarn.client.interfaces import LoginClient
 from pgtarn.client.login import ClientLoginDriver, tracked_names
-from pgtarn.config import DatabaseEntry
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
+from pgtarn.config.settings import DatabaseEntry
 from pgtarn.errors import PgtarnError
 from pgtarn.net.tls import TlsTransport
 from pgtarn.proto import build

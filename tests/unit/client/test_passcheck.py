@@ -9,7 +9,7 @@ import pytest
 
 from pgtarn.auth.pam import PamResult, PamUnavailable
 from pgtarn.client import passcheck
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.errors import PgtarnError
 from pgtarn.net.ldapcheck import Outcome
 

@@ -8,7 +8,7 @@ from pgtarn.admin.commands import COMMANDS
 from pgtarn.admin.console import AdminSession
 from pgtarn.admin.result import AdminError
 from pgtarn.admin.show import SHOW_TABLES
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.descriptions import console as described
 from pgtarn.runtime import Runtime
 

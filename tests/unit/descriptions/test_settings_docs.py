@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pgtarn import configfile
-from pgtarn.config import SETTINGS
+from pgtarn.config import inifile as configfile
+from pgtarn.config.settings import SETTINGS
 from pgtarn.descriptions import DATABASE_KEYS, PEER_KEYS, USER_KEYS
 from pgtarn.descriptions import SETTINGS as DOCS
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pgtarn.auth.ldap import TlsPolicy, parse_ldap_options
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.errors import ConfigError
 from pgtarn.net.ldapcheck import check_ldap_config, check_ldap_password, ldap_missing, tls_policy
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pgtarn.config import Config, PeerEntry
+from pgtarn.config.settings import Config, PeerEntry
 from pgtarn.net.peers import PeerCancels, PeerPool
 from pgtarn.proto import build
 from pgtarn.proto.cancelkey import forwarded, make_key

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from pgtarn.config import Config, DatabaseEntry
+from pgtarn.config.settings import Config, DatabaseEntry
 from pgtarn.net import sockets
 from pgtarn.proto import build
 

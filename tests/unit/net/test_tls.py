@@ -7,7 +7,7 @@ import ssl
 
 import pytest
 
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.errors import ConfigError
 from pgtarn.net.tls import client_context, server_context
 

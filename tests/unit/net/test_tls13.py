@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.errors import ConfigError
 from pgtarn.net.tls import server_context
 from pgtarn.net.tls13 import set_tls13_ciphers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.failing import CACHED_REFUSAL, retry_delay
 from pgtarn.pool.lifetimes import reconnect

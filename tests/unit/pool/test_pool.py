@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.pool import Pool, PooledServer, Waiter
 from pgtarn.pool.registry import Registry

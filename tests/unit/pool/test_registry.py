@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pgtarn.config import DatabaseEntry
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
+from pgtarn.config.settings import DatabaseEntry
 from pgtarn.pool.channels import ChannelBoard
 from pgtarn.pool.pool import ClientTimeouts, Pool, PooledServer
 from pgtarn.pool.registry import Registry

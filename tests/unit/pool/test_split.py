@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pgtarn.config import DatabaseEntry
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
+from pgtarn.config.settings import DatabaseEntry
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.hosts import HostSet
 from pgtarn.pool.pool import Pool, PooledServer

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgtarn.config import MAX_PEER_ID
+from pgtarn.config.settings import MAX_PEER_ID
 from pgtarn.proto import cancelkey
 from pgtarn.proto.cancelkey import (
     as_issued,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pgtarn.cli import command as cli
-from pgtarn.config import SETTINGS
+from pgtarn.config.settings import SETTINGS
 from pgtarn.descriptions import DATABASE_KEYS, PEER_KEYS, USER_KEYS
 from pgtarn.reference import man
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pgtarn import configfile
-from pgtarn.config import SETTINGS
+from pgtarn.config import inifile as configfile
+from pgtarn.config.settings import SETTINGS
 from pgtarn.reference import metrics, settings
 from pgtarn.reference.__main__ import main
 from pgtarn.reference.pages import PAGES

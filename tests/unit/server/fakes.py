@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from pgtarn.config import Config
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
+from pgtarn.config.settings import Config
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection

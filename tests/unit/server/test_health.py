@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.pool.hosts import PRIMARY, REPLICA, SAMPLE_GAP, HostSet
 from pgtarn.proto import build
 from pgtarn.proto.messages import parse_startup

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.pool.channels import ChannelBoard
 from pgtarn.pool.failing import FIRST_RETRY_DELAY
 from pgtarn.proto import build

@@ -15,7 +15,7 @@ from cryptography.x509.oid import NameOID
 
 from pgtarn.auth.endpoint import certificate_hash
 from pgtarn.auth.scram import MECHANISM_PLUS, ScramServer, make_verifier
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.errors import PgtarnError, ProtocolViolation, TlsFailed
 from pgtarn.net.tls import TlsTransport
 from pgtarn.proto import build

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from pgtarn.config import Config
+from pgtarn.config.settings import Config
 from pgtarn.workers import admin
 
 

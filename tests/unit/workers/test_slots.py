@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pgtarn.config import DatabaseEntry
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
+from pgtarn.config.settings import DatabaseEntry
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.pool import Pool, PooledServer, Waiter
 from pgtarn.pool.registry import Registry

@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from .config import (
+from ..errors import ConfigError, Problems
+from .settings import (
     DEPRECATED,
     LOAD_BALANCE_HOSTS,
     MAX_PEER_ID,
@@ -27,7 +28,6 @@ from .config import (
     parse_int,
     parse_time,
 )
-from .errors import ConfigError, Problems
 
 _T = TypeVar("_T")
 MAX_INCLUDE_DEPTH = 10  # as PgBouncer: at most 10 nested %include levels

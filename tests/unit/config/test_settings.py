@@ -1,4 +1,4 @@
-"""Tests for pgtarn.config: reading pgbouncer.ini as PgBouncer does."""
+"""Tests for pgtarn.config.settings: reading pgbouncer.ini as PgBouncer does."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgtarn.config import SETTINGS, Config, DatabaseEntry
-from pgtarn.configfile import load_config, parse_config, parse_connstr, quote_connstr_value
+from pgtarn.config.inifile import load_config, parse_config, parse_connstr, quote_connstr_value
+from pgtarn.config.settings import SETTINGS, Config, DatabaseEntry
 from pgtarn.errors import ConfigError
 
 REALISTIC = """\
@@ -612,7 +612,7 @@ def test_port_list_matches_the_host_list() -> None:
 def test_workers_auto_is_the_cpus_this_process_may_use() -> None:
     import os
 
-    from pgtarn.config import SETTINGS
+    from pgtarn.config.settings import SETTINGS
 
     assert SETTINGS["workers"].parse("auto") == len(os.sched_getaffinity(0))
     assert SETTINGS["workers"].parse("3") == 3

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtarn.configfile import load_config, parse_config, parse_config_report, read_config_report
+from pgtarn.config.inifile import load_config, parse_config, parse_config_report, read_config_report
 from pgtarn.errors import ConfigError, Problems
 
 SEVERAL_ERRORS = """\

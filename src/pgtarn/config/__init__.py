@@ -1,0 +1,1 @@
+"""The configuration: the typed Config and its settings, read from PgBouncer's pgbouncer.ini."""
