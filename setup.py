@@ -26,7 +26,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 COMPILED = [
-    "pgtarn/states.py",
+    "pgtarn/views/states.py",
     "pgtarn/proto/msgtypes.py",
     "pgtarn/proto/framing.py",
     "pgtarn/proto/messages.py",

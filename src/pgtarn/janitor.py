@@ -29,8 +29,8 @@ from typing import Any
 from .errors import PgtarnError
 from .pool.pool import Pool
 from .runtime import Runtime
-from .states import LOGGING_IN, ClientState
-from .views import ClientView, ServerView
+from .views.protocols import ClientView, ServerView
+from .views.states import LOGGING_IN, ClientState
 
 log = logging.getLogger("pgtarn.janitor")
 

@@ -35,7 +35,7 @@ from .net.accept import adopt as adopt_socket
 from .pool.pool import Pool
 from .runtime import Runtime
 from .server.connection import ServerConnection
-from .states import READY_STATE
+from .views.states import READY_STATE
 from .workers.channel import Channel, ChannelClosed
 from .workers.handover import (
     HandedClient,

@@ -25,7 +25,7 @@ from .pool.registry import Registry, SharedGate
 from .pool.stats import PoolStats, Totals
 from .proto.cancelkey import Key, index_of, make_key
 from .session.prepared import StatementCache
-from .views import ClientView, SecretSource, ServerView
+from .views.protocols import ClientView, SecretSource, ServerView
 
 log = logging.getLogger("pgtarn")
 

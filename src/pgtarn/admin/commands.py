@@ -15,7 +15,7 @@ from ..config.settings import SETTINGS
 from ..errors import ConfigError, PgtarnError
 from ..pool.lifetimes import reconnect as reconnect_pool
 from ..runtime import Runtime
-from ..states import ClientState
+from ..views.states import ClientState
 from .result import AdminError, Outcome, Result, notice
 from .tables import ADMIN_DB
 

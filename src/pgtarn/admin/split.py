@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from ..pool.hosts import REPLICA, UNKNOWN, HostSet, HostState
 from ..pool.registry import Registry
-from ..views import ServerView
+from ..views.protocols import ServerView
 
 Cell = str | int | None
 

@@ -20,8 +20,8 @@ from ..pool.cancels import cancels_in_flight
 from ..pool.pool import Pool, PooledServer
 from ..pool.stats import Totals, sum_totals
 from ..runtime import Runtime
-from ..states import ClientState
-from ..views import ClientView, ServerView
+from ..views.protocols import ClientView, ServerView
+from ..views.states import ClientState
 from .split import fold_pool_row, host_rows, server_role
 
 TEXT = 25

@@ -40,7 +40,7 @@ from ..proto.client_login import ClientLogin
 from ..runtime import Coordinator, Runtime
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, request_replication
-from ..states import READY_STATE, ClientState
+from ..views.states import READY_STATE, ClientState
 from .login import ClientLoginDriver, tracked_names
 from .relay import ClientRelay
 from .transport import NO_KEY

@@ -20,7 +20,7 @@ from ..pool.pool import Pool
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
 from ..session.tracking import SessionTracker
-from ..states import ClientState
+from ..views.states import ClientState
 
 
 class LoginClient(Protocol):

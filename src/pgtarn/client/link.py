@@ -14,7 +14,7 @@ from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
 from ..session.effects import Kind
 from ..session.tracking import CLOSE_AFTER, NO_SETTINGS
-from ..states import READY_STATE
+from ..views.states import READY_STATE
 from .listening import READY, ClientListen
 from .parsers import load_readonly
 from .tracking import ClientTracking

@@ -34,7 +34,7 @@ from ..errors import PgtarnError
 from ..pool.channels import LOST_MESSAGE
 from ..proto import build
 from ..session.effects import SUBSCRIBE, Parsed, as_subscriptions, parse_text
-from ..states import ClientState
+from ..views.states import ClientState
 from .interfaces import ListenClient
 from .parsers import effects_of
 

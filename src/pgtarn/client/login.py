@@ -45,8 +45,8 @@ from ..proto.client_login import (
     replication_mode,
 )
 from ..runtime import WorkerLimits
-from ..states import ClientState
-from ..views import SecretSource
+from ..views.protocols import SecretSource
+from ..views.states import ClientState
 from .access import Connection, auth_method, peer_address
 from .interfaces import LoginClient
 from .passcheck import check_password

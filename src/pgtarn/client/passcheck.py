@@ -25,7 +25,7 @@ from ..net.authpool import AuthPool, PoolFull
 from ..net.ldapcheck import Outcome, check_ldap_password
 from ..proto.client_login import CheckPassword
 from ..runtime import CONFIG_ERROR, Runtime
-from ..states import ClientState
+from ..views.states import ClientState
 from .access import peer_address
 from .interfaces import LoginClient
 

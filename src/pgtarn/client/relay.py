@@ -24,7 +24,7 @@ from ..session.effects import (
 from ..session.framer import SYNC_MARK, ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
-from ..states import READY_STATE, ClientState
+from ..views.states import READY_STATE, ClientState
 from .link import TRANSACTION_REFUSED, TRANSACTION_REFUSED_RESPONSE, ClientLink
 from .listening import LOCAL_STARTS, local_batch
 from .transport import PendingParts

@@ -28,8 +28,8 @@ from ..server.linked import LinkedClient
 from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
-from ..states import ClientState
-from ..views import ClientView
+from ..views.protocols import ClientView
+from ..views.states import ClientState
 from .access import os_user_name, peer_credentials
 from .extras import ClientExtras
 from .listening import NO_CHANNELS, ClientListen

@@ -17,7 +17,7 @@ from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_fields
 from pgtarn.runtime import Runtime
-from pgtarn.states import ClientState
+from pgtarn.views.states import ClientState
 
 INI = """
 [databases]

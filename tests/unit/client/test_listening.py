@@ -18,7 +18,7 @@ from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection
 from pgtarn.server.login import server_login_for
 from pgtarn.session.tracking import SessionState, SessionTracker
-from pgtarn.states import ClientState
+from pgtarn.views.states import ClientState
 
 from ..pool.fakes import FakeLink
 from .pair import INI, ClientSide, Pool, result, sent, types

@@ -20,7 +20,7 @@ from pgtarn.net.tls import TlsTransport
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.runtime import Runtime
-from pgtarn.states import ClientState
+from pgtarn.views.states import ClientState
 
 INI = """
 [databases]

@@ -8,7 +8,7 @@ from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_fields
 from pgtarn.server.connection import ServerConnection
-from pgtarn.states import ClientState
+from pgtarn.views.states import ClientState
 
 from .pair import SERVER_WELCOME, Pool, result, sent, types
 

@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from .errors import PgtarnError
-from .pool.pool import Pool
-from .session.prepared import ClientStatements, ServerStatements
+from ..errors import PgtarnError
+from ..pool.pool import Pool
+from ..session.prepared import ClientStatements, ServerStatements
 from .states import ClientState
 
 

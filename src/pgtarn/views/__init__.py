@@ -1,0 +1,1 @@
+"""What the layers below client/ and server/ know of a connection: its state and its views."""
