@@ -10,6 +10,7 @@ from ..errors import PgtarnError
 from ..net.sending import SEND_NEVER
 from ..pool.pool import Pool
 from ..proto import build
+from ..proto.msgtypes import QUERY
 from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
 from ..session.effects import Kind
@@ -282,7 +283,7 @@ class ClientLink(ClientTracking):
             return False
         route.begin = data[5:-1].decode("utf-8", "replace")
         if self.tracked:  # the session's state learns it as if PostgreSQL ran it
-            self._session_text(0x51, data[5:], 0)
+            self._session_text(QUERY, data[5:], 0)
             session = self.session
             if session is not None and session.pending:
                 self._session_ready(b"T")

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import PgtarnError
 from ..proto import build
+from ..proto.msgtypes import BIND, CLOSE, PARSE, QUERY
 from ..session.effects import (
     UNTRACKED,
     Parsed,
@@ -79,10 +80,10 @@ class ClientTracking(ClientTransport):
     def _session_text(
         self, msg_type: int, body: bytes, replies_ahead: int, base: int = 0
     ) -> bytes | None:
-        """A Query (0x51) or Parse (0x50) that may change session state, or a Bind (0x42) or
-        Close (0x43) of a named statement while some change it; its batch ends at the
-        ReadyForQuery replies_ahead + 1 from now. base: for a Query not seen through the
-        framer, how many results of its batch come before its own (-1: unknown).
+        """A Query or Parse that may change session state, or a Bind or Close of a named
+        statement while some change it; its batch ends at the ReadyForQuery replies_ahead + 1
+        from now. base: for a Query not seen through the framer, how many results of its
+        batch come before its own (-1: unknown).
 
         Returns the Query to send in place of a refused one (pin_session_state = 0), or
         ANSWERED for a Query of LISTEN/UNLISTEN only, which pgtarn answers (listening.py):
@@ -92,11 +93,11 @@ class ClientTracking(ClientTransport):
         parse_all = session is not None and session.parse_all
         # Bind, Close and Parse come through the framer only, which keeps the named effects
         framer = self.framer
-        if msg_type == 0x43:  # Close: of a statement ('S') that may have changed state
+        if msg_type == CLOSE:  # of a statement ('S') that may have changed state
             if body[:1] == b"S" and framer is not None:
                 framer.named_effects.pop(body[1 : body.find(b"\x00", 1)], None)
             return None
-        if msg_type == 0x42:  # Bind of a named statement that changes state: runs again
+        if msg_type == BIND:  # of a named statement that changes state: runs again
             portal_end = body.find(b"\x00")
             name = body[portal_end + 1 : body.find(b"\x00", portal_end + 1)]
             parsed = framer.named_effects.get(name) if framer is not None else None
@@ -109,7 +110,7 @@ class ClientTracking(ClientTransport):
                     framer.executes_before(False) if framer is not None and parsed.rows else 0,
                 )
             return None
-        if msg_type == 0x50:
+        if msg_type == PARSE:
             name, sql = parse_text(body)
             if framer is not None:  # a name parsed again is a new statement
                 framer.named_effects.pop(name, None)
@@ -120,9 +121,9 @@ class ClientTracking(ClientTransport):
         parsed = effects_of(sql)
         if not parsed.effects and not parse_all:
             return None
-        if framer is None and msg_type == 0x50 and parsed.rows:
+        if framer is None and msg_type == PARSE and parsed.rows:
             base = -1  # its Execute may come in another batch: its rows are not read
-        if (name or (msg_type == 0x50 and (parsed.rows or parsed.parameters)
+        if (name or (msg_type == PARSE and (parsed.rows or parsed.parameters)
                      and framer is not None)) and parsed.effects:  # fmt: skip
             # (the unnamed statement too when rows or parameters say its effects: they come
             # at its Bind)
@@ -150,7 +151,7 @@ class ClientTracking(ClientTransport):
             else:
                 framer.named_effects[name] = parsed
                 return None  # counted at its Bind
-        if msg_type == 0x51 and self.tracked and (session is None or not session.state.channels):
+        if msg_type == QUERY and self.tracked and (session is None or not session.state.channels):
             # (a client that LISTENed on its server, pinned, goes on doing so there)
             subscriptions = as_subscriptions(parsed)
             if subscriptions is not None:
@@ -158,11 +159,11 @@ class ClientTracking(ClientTransport):
                 self._owe_answer([replies_ahead, subscriptions, None, True])
                 self.listening = True
                 return ANSWERED
-        if msg_type == 0x51 and not self.runtime.config.pin_session_state:
+        if msg_type == QUERY and not self.runtime.config.pin_session_state:
             refused = pin_reason(parsed)
             if refused:  # answered in its place in the stream: a block fails as with any error
                 return raise_error("0A000", _refusal_message(refused))
-        if parsed.rows and msg_type == 0x51 and framer is not None and framer.hooking:
+        if parsed.rows and msg_type == QUERY and framer is not None and framer.hooking:
             base = framer.executes_before(True)
         self._session_add(parsed, replies_ahead, base)
         return None
@@ -195,7 +196,7 @@ class ClientTracking(ClientTransport):
         framer.named_effects.pop(name, None)
         stmt = statements.names.get(name)
         if stmt is not None and not stmt.sql:
-            self._session_text(0x50, name + b"\x00" + stmt.parse[6 + len(stmt.name) :], 0)
+            self._session_text(PARSE, name + b"\x00" + stmt.parse[6 + len(stmt.name) :], 0)
 
     def error_relayed(self) -> None:
         """The linked server relays an ErrorResponse: the batch under way failed."""
