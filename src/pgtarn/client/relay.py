@@ -70,7 +70,10 @@ class ClientRelay(ClientLink):
             watch = STATEMENT_WATCH_TYPES
             if config.schema_change_channel and self.pool is not None:
                 self.runtime.registry.watch_schema(self.pool)  # (DDL made outside pgtarn)
-        self._start_tracking()
+        if not self.session_mode and config.track_session_state:
+            # its session tracking is made when first needed (_tracking_made); LISTEN and
+            # UNLISTEN are answered here (listening.py)
+            self.tracked = True
         bodies = NO_BODIES
         if self.tracked:  # the texts of Query and Parse are looked at
             watch = WITH_PARSE[watch]
@@ -180,9 +183,14 @@ class ClientRelay(ClientLink):
         first_look; was_open: an extended batch was open before it, whose results come
         first)."""
         if self.tracked and (
-            look & CHANGES_STATE or ((session := self.session) is not None and session.parse_all)
+            look & CHANGES_STATE
+            or (
+                (tracking := self.tracking) is not None
+                and (session := tracking.session) is not None
+                and session.parse_all
+            )
         ):
-            refusal = self._session_text(QUERY, body, self.expected, -1 if was_open else 0)
+            refusal = self._tracking_made().text(QUERY, body, self.expected, -1 if was_open else 0)
             if refusal is not None:  # a refusal PostgreSQL raises, or answered here (LISTEN)
                 self.expected += 1
                 if refusal:
@@ -239,7 +247,8 @@ class ClientRelay(ClientLink):
         self.scanner = scanner.home if scanner.home is not None else scanner
         self.framer = ClientFramer(self.runtime.config.max_packet_size)
         if self.tracked:  # (the framer asks the session at each text: made now)
-            self.framer.watch(self._session_made(), self._session_text)
+            tracking = self._tracking_made()
+            self.framer.watch(tracking.made(), tracking.text)
         outstanding = self.expected
         server = self.server
         if server is not None:
@@ -270,7 +279,11 @@ class ClientRelay(ClientLink):
                 and body
                 and (
                     may_change_state(body, msg_type)
-                    or ((session := self.session) is not None and session.parse_all)
+                    or (
+                        (tracking := self.tracking) is not None
+                        and (session := tracking.session) is not None
+                        and session.parse_all
+                    )
                 )
             ):
                 # (a Query right after another, a Sync or the chunk's start begins its
@@ -283,7 +296,7 @@ class ClientRelay(ClientLink):
                     or any(at == begin and kind in CLIENT_RELAY_TYPES for kind, _text, at in events)
                     else -1
                 )
-                refusal = self._session_text(msg_type, body, self.expected, base)
+                refusal = self._tracking_made().text(msg_type, body, self.expected, base)
                 if refusal is not None:  # the Query goes as a refusal PostgreSQL raises,
                     if end > len(body) + 5:  # or is answered here (LISTEN)
                         self._to_server(data[: end - len(body) - 5])
@@ -341,9 +354,13 @@ class ClientRelay(ClientLink):
                 self.schema_change_sent()
             if self.tracked and (
                 look & CHANGES_STATE
-                or ((session := self.session) is not None and session.parse_all)
+                or (
+                    (tracking := self.tracking) is not None
+                    and (session := tracking.session) is not None
+                    and session.parse_all
+                )
             ):
-                refusal = self._session_text(
+                refusal = self._tracking_made().text(
                     QUERY, body, self.expected, -1 if self.open_batch else 0
                 )
                 if refusal is not None:
