@@ -16,9 +16,13 @@ over to this class (authenticated): the pool or the admin console, and the welco
 which the part is dropped. The LISTEN state is another part (listening.py), made at first
 use.
 
+The session tracking of a transaction-mode client is a third part (tracking.py,
+SessionTracking), made at first use: the texts that may change its session state, its
+batches' effects, its pins.
+
 The relay chain is assembled from ClientTransport (transport.py: fields and asyncio glue),
-ClientTracking (tracking.py), ClientLink (link.py) and ClientRelay (relay.py), one job per
-file; this file adds accept, the welcome and close.
+ClientLink (link.py) and ClientRelay (relay.py), one job per file; this file adds accept,
+the welcome and close.
 """
 
 from __future__ import annotations
@@ -145,6 +149,33 @@ class ClientConnection(ClientRelay):
         except PgtarnError as error:
             self.close(error)
 
+    # --- its session tracking's, read as its own (what a server and SHOW CLIENTS ask) -------
+
+    def error_relayed(self) -> None:
+        """The linked server relays an ErrorResponse: the batch under way failed."""
+        tracking = self.tracking
+        if tracking is not None:
+            session = tracking.session
+            if session is not None:
+                session.error()
+
+    def result_relayed(self, msg_type: int, body: bytes) -> None:
+        """The linked server relays a DataRow or the end of a result (while rows are read)."""
+        tracking = self.tracking
+        if tracking is not None:
+            session = tracking.session
+            if session is not None:
+                session.result(msg_type, body)
+
+    def pin_reasons(self) -> list[str]:
+        """Why this client keeps its server (SHOW CLIENTS)."""
+        tracking = self.tracking
+        return [] if tracking is None else tracking.pin_reasons()
+
+    def tracked_settings(self) -> list[str]:
+        tracking = self.tracking
+        return [] if tracking is None else tracking.settings()
+
     # --- the login's end: the pool or the admin console, then the welcome --------------------
 
     def authenticated(self, scram_keys: tuple[bytes, bytes] | None, auth_ok: bytes) -> None:
@@ -254,7 +285,7 @@ class ClientConnection(ClientRelay):
         self.idle_since = monotonic()
         self._start_relay()
         if startup_settings:  # refused at authenticated unless the session is tracked
-            self._start_with_settings(startup_settings)
+            self._tracking_made().start_with(startup_settings)
         self._send_auth_ok(auth_ok, welcome)
 
     def _send_auth_ok(self, auth_ok: bytes, welcome: bytes = b"") -> None:

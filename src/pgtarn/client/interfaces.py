@@ -1,9 +1,10 @@
 """What the parts a client connection owns may ask of it: one typing.Protocol per part.
 
-A part (the login, the LISTEN state) is an object of its own file, made by the connection
-and handed the connection as one of these. The connection satisfies them without naming
-them, and a test can hand a part any object that does. Calls through a Protocol stay
-Python calls in the compiled build: the parts are off the path a transaction takes.
+A part (the login, the LISTEN state, the session tracking) is an object of its own file,
+made by the connection and handed the connection as one of these. The connection satisfies
+them without naming them, and a test can hand a part any object that does. Calls through a
+Protocol stay Python calls in the compiled build: the parts are off the path a transaction
+takes (a client that changes no session state never calls its tracking).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..config.settings import DatabaseEntry
 from ..errors import PgtarnError
@@ -19,6 +20,8 @@ from ..net.tls import TlsTransport
 from ..pool.pool import Pool
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
+from ..session.framer import ClientFramer
+from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
 from ..views.states import ClientState
 
@@ -129,3 +132,41 @@ class ListenClient(Protocol):
 
     def _send_pending(self) -> None:
         """What waited behind a withheld ReadyForQuery goes to a server now."""
+
+
+class TrackedClient(Protocol):
+    """What a client's session tracking (tracking.py) needs of its connection: the fields its
+    texts are read with (its statements, its framer, its tracked parameters), the flags the
+    relay reads at every message, its server, and the LISTEN replies it may owe."""
+
+    runtime: Runtime
+    #: Its session state is tracked (transaction and statement mode, track_session_state).
+    tracked: bool
+    #: Its session state keeps its server (set by the tracking at each ReadyForQuery).
+    pinned: bool
+    #: Its ReadyForQuery need a look from the LISTEN state (set for a LISTEN answered here).
+    listening: bool
+    #: Its tracked parameters, whose names a session's state leaves to ParameterStatus.
+    params: dict[str, str]
+
+    @property
+    def framer(self) -> ClientFramer | None: ...
+
+    @property
+    def statements(self) -> ClientStatements | None: ...
+
+    @property
+    def server(self) -> ServerConnection | None: ...
+
+    @property
+    def pool(self) -> Pool[ServerConnection] | None: ...
+
+    def close(
+        self, error: PgtarnError | None = None, response: bytes | None = None, reason: str = ""
+    ) -> None: ...
+
+    def _status_now(self) -> bytes:
+        """The transaction status the client's next statement runs in."""
+
+    def _owe_answer(self, entry: list[Any]) -> None:
+        """A LISTEN/UNLISTEN reply owed (listening.py), after those owed before it."""

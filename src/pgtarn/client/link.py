@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Final
+from typing import Any, Final
 
 from ..errors import PgtarnError
 from ..net.sending import SEND_NEVER
 from ..pool.pool import Pool
 from ..proto import build
+from ..proto.msgtypes import QUERY
 from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
 from ..session.effects import Kind
-from ..session.tracking import CLOSE_AFTER, NO_SETTINGS
+from ..session.tracking import CLOSE_AFTER, NO_SETTINGS, SessionTracker
 from ..views.states import READY_STATE
 from .listening import READY, ClientListen
 from .parsers import load_readonly
-from .tracking import ClientTracking
-from .transport import NO_PENDING, PendingParts
+from .tracking import SessionTracking
+from .transport import NO_PENDING, ClientTransport, PendingParts
 
 log = logging.getLogger("pgtarn.client")
 
@@ -50,7 +51,7 @@ WAIT_NOTICE: Final = build.error_response(  # PgBouncer's words: alerting matche
 )
 
 
-class ClientLink(ClientTracking):
+class ClientLink(ClientTransport):
     """Link and unlink: the pool lends a server, ReadyForQuery may end the loan, and a client
     that leaves hands its server back clean (or closes it mid-query)."""
 
@@ -102,7 +103,8 @@ class ClientLink(ClientTracking):
     def _link(self, server: ServerConnection) -> None:
         """Make server ours; it SETs the tracked parameters that differ on it."""
         self.server = server
-        session = self.session
+        tracking = self.tracking  # (not the session property: the hot path)
+        session = None if tracking is None else tracking.session
         if session is None:  # not tracked, or tracked with the state every client starts with
             server.link(self, self.params, NO_SETTINGS if self.tracked else None)
         else:
@@ -175,7 +177,8 @@ class ClientLink(ClientTracking):
             self.idle_since = now
         if self.expected > 0:
             self.expected -= 1
-        session = self.session
+        tracking = self.tracking  # (not the session property: the hot path)
+        session = None if tracking is None else tracking.session
         if session is not None and session.pending and not self._session_ready(status):
             return b""  # closed: its state may not be kept (pin_session_state = 0)
         if self.listening:
@@ -222,10 +225,39 @@ class ClientLink(ClientTracking):
             listen = self.listen = ClientListen(self)
         return listen
 
+    # --- the session tracking (tracking.py), a part of its own -----------------------------------
+
+    def _tracking_made(self) -> SessionTracking:
+        """Its session tracking, made now if it had none (here, by ClientLink, which has all
+        that the tracking asks of its connection: interfaces.TrackedClient)."""
+        tracking = self.tracking
+        if tracking is None:
+            tracking = self.tracking = SessionTracking(self)
+        return tracking
+
+    def _session_made(self) -> SessionTracker:
+        """The session state of a tracked client, made now if it had none."""
+        return self._tracking_made().made()
+
+    def _owe_answer(self, entry: list[Any]) -> None:
+        """A LISTEN/UNLISTEN reply pgtarn owes (listening.py), after those owed before it."""
+        self._listen_made().answers.append(entry)
+
+    def _status_now(self) -> bytes:
+        server = self.server
+        if server is not None:
+            return server.status
+        route = self.route  # a BEGIN answered here (read_write_split): in a transaction
+        return b"T" if route is not None and route.begin else b"I"
+
     def _session_ready(self, status: bytes) -> bool:
-        if not super()._session_ready(status):
+        """A ReadyForQuery while batches of the session are pending; False when the client
+        was closed. The channels it committed go to its LISTEN state."""
+        tracking = self.tracking
+        assert tracking is not None
+        if not tracking.ready(status):
             return False
-        session = self.session
+        session = tracking.session
         assert session is not None
         committed = session.state.committed_subscriptions()
         if committed is not self.subscribed:
@@ -282,7 +314,7 @@ class ClientLink(ClientTracking):
             return False
         route.begin = data[5:-1].decode("utf-8", "replace")
         if self.tracked:  # the session's state learns it as if PostgreSQL ran it
-            self._session_text(0x51, data[5:], 0)
+            self._tracking_made().text(QUERY, data[5:], 0)
             session = self.session
             if session is not None and session.pending:
                 self._session_ready(b"T")
@@ -308,7 +340,8 @@ class ClientLink(ClientTracking):
         route = self.route
         if route is not None:
             route.ended()
-        session = self.session
+        tracking = self.tracking  # (not the session property: the hot path)
+        session = None if tracking is None else tracking.session
         if session is not None and session.state.settings:
             # the same server next time, if it is idle then, needs no SET
             self.last_server = server
@@ -445,7 +478,8 @@ class ClientLink(ClientTracking):
                     self,
                     name.decode("utf-8", "replace"),
                 )
-                self.name_kept(name)
+                if self.tracked:
+                    self._tracking_made().name_kept(name)
             statements.already_prepared.clear()
         server.start_hidden()  # a statement prepared ahead of a simple query
         if statements.describing:

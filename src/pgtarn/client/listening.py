@@ -33,6 +33,17 @@ from typing import Any, Final
 from ..errors import PgtarnError
 from ..pool.channels import LOST_MESSAGE
 from ..proto import build
+from ..proto.msgtypes import (
+    BIND,
+    CLOSE,
+    DESCRIBE,
+    EXECUTE,
+    FLUSH,
+    NOTIFICATION_RESPONSE,
+    PARSE,
+    STATEMENT_MESSAGES,
+    SYNC,
+)
 from ..session.effects import SUBSCRIBE, Parsed, as_subscriptions, parse_text
 from ..views.states import ClientState
 from .interfaces import ListenClient
@@ -51,16 +62,8 @@ ABORTED = build.error_response(
     "25P02", "current transaction is aborted, commands ignored until end of transaction block"
 )
 LOST_NOTICE = build.error_response("01000", LOST_MESSAGE, "WARNING", notice=True)
-NOTIFICATION: Final = 0x41
 #: Seconds a client closed at listen_queue_size has to read what was sent before its error.
 FLUSH_GRACE: Final = 15.0
-PARSE_COMPLETE: Final = build.message(b"1")
-BIND_COMPLETE: Final = build.message(b"2")
-CLOSE_COMPLETE: Final = build.message(b"3")
-NO_DATA: Final = build.message(b"n")
-NO_PARAMETERS: Final = build.message(b"t", b"\x00\x00")
-#: The messages a batch pgtarn answers may start with: Parse, Bind, Describe, Close.
-LOCAL_STARTS: Final = frozenset(b"PBDC")
 #: A batch pgtarn may answer, cut across reads, is held back up to this many bytes (a driver's
 #: LISTEN batch is a few hundred).
 LOCAL_BATCH_MAX: Final = 8192
@@ -207,7 +210,7 @@ class ClientListen:
         session = client.session
         if not client.tracked or (session is not None and session.state.channels):
             return data  # not tracked; or its LISTENs run on its server: pinned
-        while data and data[0] in LOCAL_STARTS:
+        while data and data[0] in STATEMENT_MESSAGES:
             batch = local_batch(data, self.local_statements)
             if batch is None:
                 break
@@ -276,7 +279,7 @@ class ClientListen:
         queue = self.notify_queue
         if queue:
             board.queued -= len(queue)
-            board.dropped += sum(1 for message in queue if message[0] == NOTIFICATION)
+            board.dropped += sum(1 for message in queue if message[0] == NOTIFICATION_RESPONSE)
             queue.clear()
 
     # --- notifications ------------------------------------------------------------------------
@@ -300,13 +303,13 @@ class ClientListen:
         queue = self.notify_queue
         if not queue and self._idle_unlinked():
             client.write(message)
-            if message[0] == NOTIFICATION:
+            if message[0] == NOTIFICATION_RESPONSE:
                 board.delivered += 1
             return
         limit = client.runtime.config.listen_queue_size
         if len(queue) >= limit:
             board.queued -= len(queue)
-            board.dropped += 1 + sum(1 for held in queue if held[0] == NOTIFICATION)
+            board.dropped += 1 + sum(1 for held in queue if held[0] == NOTIFICATION_RESPONSE)
             queue.clear()
             log.warning(
                 "%r more than listen_queue_size (%d) notifications waiting: closed", client, limit
@@ -353,7 +356,7 @@ class ClientListen:
         queue = self.notify_queue
         board = pool.board
         board.queued -= len(queue)
-        board.delivered += sum(1 for message in queue if message[0] == NOTIFICATION)
+        board.delivered += sum(1 for message in queue if message[0] == NOTIFICATION_RESPONSE)
         out = b"".join(queue)
         queue.clear()
         return out
@@ -368,7 +371,7 @@ def local_batch(data: bytes, statements: dict[bytes, Parsed] | None) -> LocalBat
     """The batch at data's start if pgtarn answers it (statements: the client's statements
     of LISTEN so far); None if not; a length of 0 when what data holds of it is pgtarn's to
     answer but the batch goes on past it."""
-    if data[0] == 0x50:
+    if data[0] == PARSE:
         if not _looks_like_listen(data):
             return None
     elif not statements:
@@ -388,42 +391,42 @@ def local_batch(data: bytes, statements: dict[bytes, Parsed] | None) -> LocalBat
         if end > size:
             return _NOT_WHOLE
         body = data[at + 5 : end]
-        if msg_type == 0x50:  # Parse: name, text, parameter types (none)
+        if msg_type == PARSE:  # name, text, parameter types (none)
             name, sql = parse_text(body)
             subscriptions = as_subscriptions(effects_of(sql))
             if subscriptions is None or body[-2:] != b"\x00\x00":
                 return None
             known[name] = subscriptions
-            replies += PARSE_COMPLETE
-        elif msg_type == 0x42:  # Bind: portal, statement, no parameters
+            replies += build.PARSE_COMPLETE
+        elif msg_type == BIND:  # portal, statement, no parameters
             portal_end = body.find(b"\x00")
             name = body[portal_end + 1 : body.find(b"\x00", portal_end + 1)]
             if name not in known:
                 return None
             portals[body[:portal_end]] = known[name]
-            replies += BIND_COMPLETE
-        elif msg_type == 0x44:  # Describe
+            replies += build.BIND_COMPLETE
+        elif msg_type == DESCRIBE:
             name = body[1:-1]
             if name not in (known if body[:1] == b"S" else portals):
                 return None
-            replies += (NO_PARAMETERS if body[:1] == b"S" else b"") + NO_DATA
-        elif msg_type == 0x45:  # Execute
+            replies += (build.NO_PARAMETERS if body[:1] == b"S" else b"") + build.NO_DATA
+        elif msg_type == EXECUTE:
             parsed = portals.get(body[: body.find(b"\x00")])
             if parsed is None:
                 return None
             effects += parsed.effects
             executed += parsed.statements
             replies += _completions(parsed)
-        elif msg_type == 0x43:  # Close
+        elif msg_type == CLOSE:
             name = body[1:-1]
             (known if body[:1] == b"S" else portals).pop(name, None)
-            replies += CLOSE_COMPLETE
-        elif msg_type in (0x53, 0x48):  # Sync, or Flush (replies now, no ReadyForQuery)
+            replies += build.CLOSE_COMPLETE
+        elif msg_type in (SYNC, FLUSH):  # (Flush: replies now, no ReadyForQuery)
             return (
                 end,
                 Parsed(effects, executed) if executed else None,
                 replies,
-                msg_type == 0x53,
+                msg_type == SYNC,
                 known,
             )
         else:

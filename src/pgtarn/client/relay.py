@@ -14,6 +14,20 @@ from ..errors import PgtarnError
 from ..proto import build
 from ..proto.framing import shared_scanner
 from ..proto.messages import nul_at
+from ..proto.msgtypes import (
+    BIND,
+    CLIENT_RELAY_TYPES,
+    PARSE,
+    PARSE_TYPES,
+    QUERY,
+    STATEMENT_MESSAGES,
+    STATEMENT_MESSAGES_OR_QUERY,
+    STATEMENT_RELAY_TYPES,
+    STATEMENT_WATCH_TYPES,
+    SYNC,
+    TERMINATE,
+    TEXT_TYPES,
+)
 from ..session.effects import (
     CHANGES_STATE,
     NAMES_STATEMENTS,
@@ -26,30 +40,19 @@ from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
 from ..views.states import READY_STATE, ClientState
 from .link import TRANSACTION_REFUSED, TRANSACTION_REFUSED_RESPONSE, ClientLink
-from .listening import LOCAL_STARTS, local_batch
+from .listening import local_batch
 from .transport import PendingParts
 
-# In READY only these client messages matter: Query, Sync, Terminate.
-RELAY_TYPES: Final = frozenset(b"QSX")
-STATEMENT_RELAY_TYPES: Final = frozenset(b"QSXP")
-# Transaction or statement mode with prepared statements, before a client's first Parse/Bind/
-# Describe/Close: those are noticed too.
-WATCH_STATEMENTS_TYPES: Final = frozenset(b"QSXPBDC")
-STATEMENT_MESSAGES: Final = frozenset(b"PBDC")
-STATEMENT_MESSAGES_OR_QUERY: Final = frozenset(b"PBDCQ")
-TEXT_TYPES: Final = frozenset(b"QP")
-PARSE_TYPE: Final = frozenset(b"P")
-#: What a tracked session's relay watches: each of the above with Parse (made once, not per
+#: What a tracked session's relay watches: each watch set with Parse (made once, not per
 #: client); and the bodies a relay that reads no text keeps (none: only counted).
 WITH_PARSE = {
-    watch: watch | PARSE_TYPE
-    for watch in (RELAY_TYPES, STATEMENT_RELAY_TYPES, WATCH_STATEMENTS_TYPES)
+    watch: watch | PARSE_TYPES
+    for watch in (CLIENT_RELAY_TYPES, STATEMENT_RELAY_TYPES, STATEMENT_WATCH_TYPES)
 }
 NO_BODIES: frozenset[int] = frozenset()
 _TRANSACTION_WORDS: Final = (b"begin", b"start")
-FLUSH: Final = build.message(b"H")
-#: The messages after which a ReadyForQuery comes: Query, Sync (and Terminate: no more).
-_BATCH_ENDS: Final = frozenset(b"QSX")
+#: A Flush message, whole (Flushes change nothing in a batch: _only_flushes).
+FLUSH_MESSAGE: Final = build.message(b"H")
 
 
 class ClientRelay(ClientLink):
@@ -60,14 +63,17 @@ class ClientRelay(ClientLink):
     def _start_relay(self) -> None:
         """Logged in to a pool: watch what this pool mode needs to notice."""
         config = self.runtime.config
-        watch = STATEMENT_RELAY_TYPES if self.statement_mode else RELAY_TYPES
+        watch = STATEMENT_RELAY_TYPES if self.statement_mode else CLIENT_RELAY_TYPES
         if not self.session_mode and config.max_prepared_statements > 0:
             # The framer starts with the client's first Parse/Bind/Describe/Close.
             self.follows_statements = True
-            watch = WATCH_STATEMENTS_TYPES
+            watch = STATEMENT_WATCH_TYPES
             if config.schema_change_channel and self.pool is not None:
                 self.runtime.registry.watch_schema(self.pool)  # (DDL made outside pgtarn)
-        self._start_tracking()
+        if not self.session_mode and config.track_session_state:
+            # its session tracking is made when first needed (_tracking_made); LISTEN and
+            # UNLISTEN are answered here (listening.py)
+            self.tracked = True
         bodies = NO_BODIES
         if self.tracked:  # the texts of Query and Parse are looked at
             watch = WITH_PARSE[watch]
@@ -100,8 +106,10 @@ class ClientRelay(ClientLink):
             data, listen.held_batch = listen.held_batch + data, b""  # answered here (LISTEN)
         if (
             (
-                data[0] == 0x50
-                or (listen is not None and listen.local_statements and data[0] in LOCAL_STARTS)
+                data[0] == PARSE
+                or (
+                    listen is not None and listen.local_statements and data[0] in STATEMENT_MESSAGES
+                )
             )
             and self.tracked
             and self.scanner.at_boundary
@@ -114,7 +122,7 @@ class ClientRelay(ClientLink):
             if not data:
                 return
         scanner = self.scanner
-        if scanner.one_whole(data, 0x51):  # the common case: one whole simple Query
+        if scanner.one_whole(data, QUERY):  # the common case: one whole simple Query
             body = data[5:]
             look = first_look(body)
             if look & SCHEMA_CHANGE:
@@ -133,8 +141,8 @@ class ClientRelay(ClientLink):
             events = scanner.feed(data)
             for msg_type, body, _end in events:
                 if msg_type in STATEMENT_MESSAGES or (
-                    msg_type == 0x51
-                    and _names_statements(data, body, len(events) == 1 and data[0] == 0x51)
+                    msg_type == QUERY
+                    and _names_statements(data, body, len(events) == 1 and data[0] == QUERY)
                 ):
                     # From the first message boundary on, the framer; nothing after it has
                     # gone yet. (A message found after the cut one: cut is not -1.)
@@ -175,9 +183,14 @@ class ClientRelay(ClientLink):
         first_look; was_open: an extended batch was open before it, whose results come
         first)."""
         if self.tracked and (
-            look & CHANGES_STATE or ((session := self.session) is not None and session.parse_all)
+            look & CHANGES_STATE
+            or (
+                (tracking := self.tracking) is not None
+                and (session := tracking.session) is not None
+                and session.parse_all
+            )
         ):
-            refusal = self._session_text(0x51, body, self.expected, -1 if was_open else 0)
+            refusal = self._tracking_made().text(QUERY, body, self.expected, -1 if was_open else 0)
             if refusal is not None:  # a refusal PostgreSQL raises, or answered here (LISTEN)
                 self.expected += 1
                 if refusal:
@@ -234,7 +247,8 @@ class ClientRelay(ClientLink):
         self.scanner = scanner.home if scanner.home is not None else scanner
         self.framer = ClientFramer(self.runtime.config.max_packet_size)
         if self.tracked:  # (the framer asks the session at each text: made now)
-            self.framer.watch(self._session_made(), self._session_text)
+            tracking = self._tracking_made()
+            self.framer.watch(tracking.made(), tracking.text)
         outstanding = self.expected
         server = self.server
         if server is not None:
@@ -249,7 +263,7 @@ class ClientRelay(ClientLink):
     def _relay_events(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
         tracked = self.tracked
         for msg_type, body, end in events:
-            if msg_type == 0x58:  # Terminate: forward what came before it, then leave
+            if msg_type == TERMINATE:  # forward what came before it, then leave
                 if end > 5:
                     self._to_server(data[: end - 5])
                 self.state = ClientState.CLOSED
@@ -265,7 +279,11 @@ class ClientRelay(ClientLink):
                 and body
                 and (
                     may_change_state(body, msg_type)
-                    or ((session := self.session) is not None and session.parse_all)
+                    or (
+                        (tracking := self.tracking) is not None
+                        and (session := tracking.session) is not None
+                        and session.parse_all
+                    )
                 )
             ):
                 # (a Query right after another, a Sync or the chunk's start begins its
@@ -273,12 +291,12 @@ class ClientRelay(ClientLink):
                 begin = end - len(body) - 5
                 base = (
                     0
-                    if msg_type != 0x51
+                    if msg_type != QUERY
                     or begin <= 0
-                    or any(at == begin and kind in _BATCH_ENDS for kind, _text, at in events)
+                    or any(at == begin and kind in CLIENT_RELAY_TYPES for kind, _text, at in events)
                     else -1
                 )
-                refusal = self._session_text(msg_type, body, self.expected, base)
+                refusal = self._tracking_made().text(msg_type, body, self.expected, base)
                 if refusal is not None:  # the Query goes as a refusal PostgreSQL raises,
                     if end > len(body) + 5:  # or is answered here (LISTEN)
                         self._to_server(data[: end - len(body) - 5])
@@ -290,7 +308,7 @@ class ClientRelay(ClientLink):
                     if self.state is READY_STATE:
                         self._relay_events(data[end:], _events_after(events, end))
                     return
-            if msg_type in (0x51, 0x53):  # Query or Sync: one ReadyForQuery to come
+            if msg_type in (QUERY, SYNC):  # Query or Sync: one ReadyForQuery to come
                 self.expected += 1
         if data:
             self._to_server(data)
@@ -305,8 +323,10 @@ class ClientRelay(ClientLink):
             data, listen.held_batch = listen.held_batch + data, b""  # answered here (LISTEN)
         if (
             (
-                data[0] == 0x50
-                or (listen is not None and listen.local_statements and data[0] in LOCAL_STARTS)
+                data[0] == PARSE
+                or (
+                    listen is not None and listen.local_statements and data[0] in STATEMENT_MESSAGES
+                )
             )
             and self.tracked
             and framer.idle
@@ -321,7 +341,7 @@ class ClientRelay(ClientLink):
         body = (
             data[5:]
             if (
-                data[0] == 0x51
+                data[0] == QUERY
                 and framer.idle
                 and len(data) > 5
                 and int.from_bytes(data[1:5], "big") + 1 == len(data)
@@ -334,10 +354,14 @@ class ClientRelay(ClientLink):
                 self.schema_change_sent()
             if self.tracked and (
                 look & CHANGES_STATE
-                or ((session := self.session) is not None and session.parse_all)
+                or (
+                    (tracking := self.tracking) is not None
+                    and (session := tracking.session) is not None
+                    and session.parse_all
+                )
             ):
-                refusal = self._session_text(
-                    0x51, body, self.expected, -1 if self.open_batch else 0
+                refusal = self._tracking_made().text(
+                    QUERY, body, self.expected, -1 if self.open_batch else 0
                 )
                 if refusal is not None:
                     if not refusal:  # answered here (LISTEN)
@@ -388,9 +412,9 @@ class ClientRelay(ClientLink):
         if not (self.scanner.at_boundary if framer is None else framer.idle):
             return data
         msg_type = data[0]
-        if msg_type not in (0x51, 0x50) or len(data) < 5:
+        if msg_type not in TEXT_TYPES or len(data) < 5:
             return data
-        if msg_type == 0x51:
+        if msg_type == QUERY:
             text = data[5:69]
         else:  # Parse: statement name, then the query text
             name_end = data.find(b"\x00", 5)
@@ -438,7 +462,7 @@ def _goes_on(data: bytes, events: list[tuple[int, bytes, int]], held: int, was_o
     msg_type, _body, end = events[-1]
     if end != len(data) and not _only_flushes(data[end:]):
         return True
-    return msg_type not in _BATCH_ENDS
+    return msg_type not in CLIENT_RELAY_TYPES
 
 
 def _parts_go_on(parts: list[Part], was_open: bool) -> bool:
@@ -447,7 +471,7 @@ def _parts_go_on(parts: list[Part], was_open: bool) -> bool:
     after = parts
     for at in range(len(parts) - 1, -1, -1):
         part = parts[at]
-        if part is SYNC_MARK or (isinstance(part, tuple) and part[0] == 0x51):
+        if part is SYNC_MARK or (isinstance(part, tuple) and part[0] == QUERY):
             after = parts[at + 1 :]
             break
     else:
@@ -460,7 +484,7 @@ def _parts_go_on(parts: list[Part], was_open: bool) -> bool:
 def _only_flushes(raw: bytes) -> bool:
     """Whether raw bytes are whole Flush messages only (or nothing)."""
     count = len(raw) // 5
-    return len(raw) == 5 * count and raw == FLUSH * count
+    return len(raw) == 5 * count and raw == FLUSH_MESSAGE * count
 
 
 def _names_statements(data: bytes, body: bytes, alone: bool) -> bool:
@@ -480,9 +504,9 @@ def _unnamed_unbound(parts: list[Part], unbound: bool) -> bool:
     for part in parts:
         if isinstance(part, tuple):
             msg_type, body = part
-            if msg_type == 0x50:  # Parse: name, NUL, ...
+            if msg_type == PARSE:  # name, NUL, ...
                 unbound = unbound or body[:1] == b"\x00"
-            elif msg_type == 0x42:  # Bind: portal, NUL, statement, NUL, ...
+            elif msg_type == BIND:  # portal, NUL, statement, NUL, ...
                 statement = nul_at(body, 0) + 1
                 if 0 < statement < len(body) and body[statement] == 0:
                     unbound = False  # Bind of the unnamed statement

@@ -33,6 +33,7 @@ from ..views.states import ClientState
 from .access import os_user_name, peer_credentials
 from .extras import ClientExtras
 from .listening import NO_CHANNELS, ClientListen
+from .tracking import SessionTracking
 
 log = logging.getLogger("pgtarn.client")
 
@@ -54,9 +55,9 @@ class ClientTransport(LinkedClient[ServerConnection]):
     """An application connection's fields and its asyncio glue (the base of ClientConnection).
 
     Thousands of these may sit idle: no per-instance dict. The fields of the relay chain
-    (tracking, link, relay) are declared here, in one __slots__; the parts the connection
-    owns (its login, its LISTEN state, its extras) are objects of their own, held in one
-    field each and made when needed.
+    (link, relay) are declared here, in one __slots__; the parts the connection owns (its
+    login, its session tracking, its LISTEN state, its extras) are objects of their own,
+    held in one field each and made when needed.
     """
 
     __slots__ = ("cancel_key", "created_at", "database", "db", "expected",
@@ -64,8 +65,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
                  "last_request", "listen", "listening",
                  "open_batch", "params", "peer_host", "peer_port",
                  "pending", "pending_size", "pinned", "pool", "query_start", "route",
-                 "runtime", "scanner", "send_state", "server", "session", "session_mode", "state",
-                 "statement_mode", "tracked", "transport",
+                 "runtime", "scanner", "send_state", "server", "session_mode", "state",
+                 "statement_mode", "tracked", "tracking", "transport",
                  "unnamed_unbound", "user", "wait_notified", "waiting", "write_paused",
                  "xact_start")  # fmt: skip
 
@@ -132,12 +133,12 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: at its first Parse/Bind/Describe/Close or SQL PREPARE (relay.py).
         self.statements: ClientStatements | None = None
         self.framer: ClientFramer | None = None
-        #: Transaction and statement mode: this client's session state (tracking.py), made
-        #: when first needed (_session_made): None while tracked but not yet changed, as
-        #: most clients' state never is, or when not tracked. Whether it keeps its server is
-        #: `pinned`. (The effects of its named prepared statements, counted at each Bind,
-        #: are its framer's.)
-        self.session: SessionTracker | None = None
+        #: Transaction and statement mode: its session tracking (tracking.py), made when
+        #: first needed (_tracking_made): None while tracked but no text yet may have
+        #: changed its state, as most clients' never does, or when not tracked. Whether it
+        #: keeps its server is `pinned`. (The effects of its named prepared statements,
+        #: counted at each Bind, are its framer's.)
+        self.tracking: SessionTracking | None = None
         #: read_write_split (transaction and statement mode): where its transactions go.
         self.route: ClientRoute[ServerConnection] | None = None
         #: Its LISTEN state (listening.py), made when first needed (_listen_made).
@@ -232,6 +233,12 @@ class ClientTransport(LinkedClient[ServerConnection]):
         """Its LISTEN state, made now if it had none (by ClientLink, which has all that the
         state asks of its connection: interfaces.ListenClient)."""
         raise NotImplementedError
+
+    @property
+    def session(self) -> SessionTracker | None:
+        """Its session state (tracking.py; None: the state every client starts with)."""
+        tracking = self.tracking
+        return None if tracking is None else tracking.session
 
     @property
     def subscribed(self) -> frozenset[str]:

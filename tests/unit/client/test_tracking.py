@@ -1,10 +1,18 @@
-"""Session-state tracking of a pooled client: named statements counted at their Binds."""
+"""Session-state tracking of a pooled client: named statements counted at their Binds; the
+SessionTracking part alone, for a stand-in connection."""
 
 from __future__ import annotations
 
-from pgtarn.proto import build
+from typing import Any
 
-from .pair import Pool, result, sent, types
+from pgtarn.client.tracking import ANSWERED, SessionTracking
+from pgtarn.configfile import parse_config
+from pgtarn.errors import PgtarnError
+from pgtarn.proto import build
+from pgtarn.proto.msgtypes import PARSE, QUERY
+from pgtarn.runtime import Runtime
+
+from .pair import INI, Pool, result, sent, types
 
 PARSE_COMPLETE = build.message(b"1")
 BIND_COMPLETE = build.message(b"2")
@@ -104,3 +112,110 @@ def test_a_state_made_by_a_text_is_followed_by_the_next_text_of_the_same_chunk()
     )
     assert types(transport.take()) == "CCZCZ"
     assert client.tracked_settings() == []  # rolled back, as on PostgreSQL
+
+
+# --- SessionTracking alone, for a stand-in connection (interfaces.TrackedClient) -------------
+
+
+class Connection:
+    """What a session tracking needs of its connection, and a record of what it asked."""
+
+    def __init__(self, pin_session_state: bool = True) -> None:
+        config = parse_config(
+            INI.format(mode="transaction", pool_size=1, prepared=0)
+            + f"pin_session_state = {int(pin_session_state)}\n"
+        )
+        self.runtime = Runtime(config, {"u": ""})
+        self.tracked = True
+        self.pinned = False
+        self.listening = False
+        self.params = {"TimeZone": "UTC"}
+        self.framer = None
+        self.statements = None
+        self.server = None
+        self.pool = None
+        #: The transaction status of its server, as the last ReadyForQuery said.
+        self.status = b"I"
+        self.closed: list[PgtarnError] = []
+        self.owed: list[list[Any]] = []
+
+    def close(
+        self, error: PgtarnError | None = None, response: bytes | None = None, reason: str = ""
+    ) -> None:
+        assert error is not None
+        self.closed.append(error)
+
+    def _status_now(self) -> bytes:
+        return self.status
+
+    def _owe_answer(self, entry: list[Any]) -> None:
+        self.owed.append(entry)
+
+
+def alone(pin_session_state: bool = True) -> tuple[SessionTracking, Connection]:
+    connection = Connection(pin_session_state)
+    return SessionTracking(connection), connection  # type: ignore[arg-type]
+
+
+def query(sql: str) -> bytes:
+    """A Query's body, as the relay hands it over."""
+    return sql.encode() + b"\x00"
+
+
+def test_alone_a_text_that_changes_nothing_makes_no_state() -> None:
+    tracking, _connection = alone()
+    assert tracking.text(QUERY, query("SELECT 1"), 0) is None
+    assert tracking.session is None and tracking.settings() == []
+
+
+def test_alone_a_setting_applies_at_its_ready_for_query() -> None:
+    tracking, connection = alone()
+    assert tracking.text(QUERY, query("SET search_path = a"), 0) is None
+    assert tracking.session is not None and tracking.settings() == []  # not yet applied
+    assert tracking.ready(b"I")
+    assert tracking.settings() == ["search_path"] and not connection.pinned
+
+
+def test_alone_a_setting_rolled_back_is_forgotten() -> None:
+    tracking, connection = alone()
+    tracking.text(QUERY, query("BEGIN; SET search_path = a"), 0)
+    assert tracking.ready(b"T")
+    connection.status = b"T"
+    tracking.text(QUERY, query("ROLLBACK"), 0)
+    assert tracking.ready(b"I")
+    assert tracking.settings() == []
+
+
+def test_alone_an_advisory_lock_pins_the_connection() -> None:
+    tracking, connection = alone()
+    tracking.text(QUERY, query("SELECT pg_advisory_lock(1)"), 0)
+    assert tracking.ready(b"I")
+    assert connection.pinned and tracking.pin_reasons() == ["advisory_lock"]
+    tracking.text(QUERY, query("SELECT pg_advisory_unlock(1)"), 0)
+    assert tracking.ready(b"I")
+    assert not connection.pinned and tracking.pin_reasons() == []
+
+
+def test_alone_a_listen_is_answered_by_the_connection() -> None:
+    tracking, connection = alone()
+    assert tracking.text(QUERY, query("LISTEN a"), 2) == ANSWERED
+    ((replies_ahead, _subscriptions, replies, synced),) = connection.owed
+    assert (replies_ahead, replies, synced) == (2, None, True) and connection.listening
+
+
+def test_alone_pin_session_state_off_refuses_a_query_that_would_pin() -> None:
+    """The refusal is a Query raising the error in the text's place; nothing is tracked."""
+    tracking, connection = alone(pin_session_state=False)
+    refusal = tracking.text(QUERY, query("SELECT pg_advisory_lock(1)"), 0)
+    assert refusal and b"pin_session_state = 0" in refusal
+    assert tracking.session is None and not connection.closed
+
+
+def test_alone_pin_session_state_off_closes_at_a_pin_that_came_another_way() -> None:
+    """A pin the text could not refuse (a Parse: its Execute may have run already) closes the
+    connection at the ReadyForQuery that applies it."""
+    tracking, connection = alone(pin_session_state=False)
+    tracking.text(PARSE, b"\x00SELECT pg_advisory_lock(1)\x00\x00\x00", 0)
+    assert not tracking.ready(b"I")
+    (error,) = connection.closed
+    assert error.sqlstate == "0A000" and error.severity == "FATAL"
