@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -29,7 +30,7 @@ CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 WAIT = 30.0  # seconds for a page or the search index; only a bound, never a measurement
 
 
-def _missing(what: str) -> None:
+def _missing(what: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{what} is missing; .ci/run installs it")
     pytest.skip(
@@ -43,10 +44,13 @@ try:
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.remote.webelement import WebElement
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
+
+    HAVE_SELENIUM = True
 except ImportError:  # pragma: no cover - depends on the machine
-    webdriver = None
+    HAVE_SELENIUM = False
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +92,14 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def _text(element: WebElement) -> str:
+    """An element's text, stripped ("" when it has none)."""
+    return (element.get_attribute("textContent") or "").strip()
+
+
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    if webdriver is None:
+    if not HAVE_SELENIUM:
         _missing("selenium")
     if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
         _missing("chromium or chromedriver")
@@ -136,9 +145,7 @@ def test_navigation_leads_from_the_home_page_to_every_page(
     )
     assert _heading(browser) == "pgtarn"
     links = browser.find_elements(By.CSS_SELECTOR, "nav.md-nav--primary a.md-nav__link[href]")
-    titles = {
-        link.get_attribute("textContent").strip(): link.get_attribute("href") for link in links
-    }
+    titles = {_text(link): link.get_attribute("href") for link in links}
     for title in (
         "Getting started",
         "Installing",
@@ -156,9 +163,7 @@ def test_navigation_leads_from_the_home_page_to_every_page(
         "Architecture",
     ):
         assert title in titles, f"no {title!r} in the navigation: {sorted(titles)}"
-    settings = next(
-        link for link in links if link.get_attribute("textContent").strip() == "Settings"
-    )
+    settings = next(link for link in links if _text(link) == "Settings")
     browser.execute_script("arguments[0].click();", settings)
     WebDriverWait(browser, WAIT).until(lambda d: _heading(d).startswith("Settings reference"))
     assert browser.current_url.endswith("/reference/settings/")
@@ -185,6 +190,7 @@ def test_searching_a_setting_finds_its_entry(browser: WebDriver, base_url: str) 
         return None
 
     href = WebDriverWait(browser, WAIT).until(hit)
+    assert href is not None  # (until returns once hit found one)
     _shot(browser, "settings-search")
     browser.get(href)
     entry = WebDriverWait(browser, WAIT).until(

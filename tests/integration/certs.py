@@ -12,6 +12,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+SigningHash = hashes.SHA224 | hashes.SHA256 | hashes.SHA384 | hashes.SHA512
+"""The digests a certificate may be signed with (what x509's sign accepts, SHA-3 left out)."""
+
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 
@@ -99,7 +102,7 @@ class _Authority:
         server: bool,
         hosts: tuple[str, ...] = (),
         key: PrivateKey | None = None,
-        digest: hashes.HashAlgorithm | None = None,
+        digest: SigningHash | None = None,
     ) -> Issued:
         key = key or ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
@@ -157,7 +160,7 @@ def make_pki(directory: Path, client_names: tuple[str, ...]) -> Pki:
     )
 
 
-def make_rsa_certificate(directory: Path, stem: str, digest: hashes.HashAlgorithm) -> Issued:
+def make_rsa_certificate(directory: Path, stem: str, digest: SigningHash) -> Issued:
     """A self-signed-CA RSA server certificate signed with digest (channel binding hashes)."""
     authority = _Authority(f"{stem} CA")
     return authority.issue(

@@ -6,8 +6,9 @@ import gc
 import itertools
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -40,8 +41,19 @@ START_TIMEOUT = 20.0
 _MAX_SOCKET_DIR_LEN = 80
 _START_ATTEMPTS = 3
 
-PgtarnFactory = Callable[..., PgtarnProcess]
-"""start(*, databases=None, settings=None, users=None, userlist=None) -> PgtarnProcess"""
+
+class PgtarnFactory(Protocol):
+    """What the pgtarn_factory fixture gives: start(...) -> PgtarnProcess (see the fixture)."""
+
+    def __call__(
+        self,
+        *,
+        databases: Mapping[str, str] | None = None,
+        settings: Mapping[str, object] | None = None,
+        users: Mapping[str, str] | None = None,
+        userlist: Mapping[str, str] | None = None,
+        peers: Mapping[int, str] | None = None,
+    ) -> PgtarnProcess: ...
 
 
 def _setup_sql() -> str:
@@ -157,10 +169,10 @@ def _client_host(listen_addr: str) -> str:
 
 def _write_ini(
     path: Path,
-    databases: dict[str, str],
-    settings: dict[str, str],
-    users: dict[str, str] | None,
-    peers: dict[int, str] | None = None,
+    databases: Mapping[str, str],
+    settings: Mapping[str, str],
+    users: Mapping[str, str] | None,
+    peers: Mapping[int, str] | None = None,
 ) -> None:
     lines = ["[databases]"]
     lines += [f"{name} = {conn}" for name, conn in databases.items()]
@@ -199,11 +211,11 @@ def pgtarn_factory(pg_cluster: TempCluster, tmp_path: Path) -> Iterator[PgtarnFa
 
     def start(
         *,
-        databases: dict[str, str] | None = None,
-        settings: dict[str, object] | None = None,
-        users: dict[str, str] | None = None,
-        userlist: dict[str, str] | None = None,
-        peers: dict[int, str] | None = None,
+        databases: Mapping[str, str] | None = None,
+        settings: Mapping[str, object] | None = None,
+        users: Mapping[str, str] | None = None,
+        userlist: Mapping[str, str] | None = None,
+        peers: Mapping[int, str] | None = None,
     ) -> PgtarnProcess:
         n = next(counter)
         workdir = tmp_path if n == 1 else tmp_path / f"pgtarn{n}"

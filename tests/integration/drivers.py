@@ -27,3 +27,10 @@ async def aconnect(
         ssl=False,
         **kw,
     )
+
+
+def scalar(cursor: psycopg.Cursor[Any], column: int = 0) -> Any:
+    """A column of the cursor's next row; the test fails if the query returned no row."""
+    row = cursor.fetchone()
+    assert row is not None, "the query returned no row"
+    return row[column]

@@ -18,8 +18,10 @@ import pytest
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
+from tests.support import TempCluster
 
-from .drivers import connect
+from .conftest import PgtarnFactory
+from .drivers import connect, scalar
 from .pgstat import wait_for, wait_until
 
 TEXT, INT4, INT8, NUMERIC = 25, 23, 20, 1700
@@ -205,7 +207,7 @@ def blocked_query(
     return t, result
 
 
-def test_every_show_has_pgbouncers_columns_and_types(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_every_show_has_pgbouncers_columns_and_types(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as c:
         c.execute("select 1")
@@ -229,7 +231,7 @@ def test_every_show_has_pgbouncers_columns_and_types(pgtarn_factory) -> None:  #
                     expected = INT4 if name in INT_COLUMNS.get(what, set()) else TEXT
                 assert oid == expected, (what, name, oid)
         # SELECT is an alias of SHOW, as in PgBouncer; lower case works
-        assert a.execute("select version").fetchone()[0].startswith("PgBouncer 1.")
+        assert scalar(a.execute("select version")).startswith("PgBouncer 1.")
         assert a.execute("show state").fetchall() == [
             ("active", "yes"),
             ("paused", "no"),
@@ -237,13 +239,15 @@ def test_every_show_has_pgbouncers_columns_and_types(pgtarn_factory) -> None:  #
         ]
 
 
-def test_show_tables_describe_a_known_state(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_show_tables_describe_a_known_state(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """2 clients in transactions hold the 2 servers; a third client waits."""
     proc = pgtarn_factory(settings={"default_pool_size": 2, "query_wait_notify": 1})
     holders = [connect(proc) for _ in range(2)]
     waiter = None
     try:
-        pids = {h.execute("select pg_backend_pid()").fetchone()[0] for h in holders}
+        pids = {scalar(h.execute("select pg_backend_pid()")) for h in holders}
         assert len(pids) == 2
         waiter = Waiter(proc, "select 42")
         waiter.start()
@@ -322,7 +326,9 @@ def test_show_tables_describe_a_known_state(pgtarn_factory, pg_cluster) -> None:
             waiter.conn.close()
 
 
-def test_show_listeners_lists_the_channels_of_pooled_listeners(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_show_listeners_lists_the_channels_of_pooled_listeners(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     """Transaction mode: LISTEN answered by pgtarn; SHOW LISTENERS counts the clients."""
     proc = pgtarn_factory(settings={"default_pool_size": 1, "stats_users": "md5_user"})
     first = connect(proc, autocommit=True)
@@ -348,7 +354,7 @@ def test_show_listeners_lists_the_channels_of_pooled_listeners(pgtarn_factory) -
         second.close()
 
 
-def test_averages_and_the_log_stats_line(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_averages_and_the_log_stats_line(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"stats_period": 1})
     with connect(proc, autocommit=True) as c, admin(proc) as a:
         deadline = time.monotonic() + 3
@@ -365,7 +371,7 @@ def test_averages_and_the_log_stats_line(pgtarn_factory) -> None:  # type: ignor
     assert "xacts/s" in line and "queries/s" in line and "wait" in line
 
 
-def test_psql_and_the_unix_socket_login_of_the_os_user(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_psql_and_the_unix_socket_login_of_the_os_user(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     out = subprocess.run(
         [
@@ -397,7 +403,7 @@ def test_psql_and_the_unix_socket_login_of_the_os_user(pgtarn_factory) -> None: 
         admin(proc, "pgbouncer", "x")
 
 
-def test_permissions(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_permissions(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"admin_users": "app", "stats_users": "md5_user"})
     with admin(proc, "md5_user", "md5_pass") as stats:
         assert show(stats, "POOLS") is not None
@@ -422,7 +428,7 @@ def test_permissions(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
         a.execute("SET default_pool_size = 3")  # the admin may
 
 
-def test_errors_keep_the_session(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_errors_keep_the_session(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with admin(proc) as a:
         with pytest.raises(psycopg.errors.ProtocolViolation, match="invalid command"):
@@ -450,7 +456,7 @@ def test_errors_keep_the_session(pgtarn_factory) -> None:  # type: ignore[no-unt
         assert show(a, "VERSION")
 
 
-def test_set_changes_a_setting_at_runtime(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_set_changes_a_setting_at_runtime(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with admin(proc) as a:
         cur = a.execute("SET default_pool_size = 3")
@@ -486,7 +492,9 @@ def _transaction_workers(
     return threads, errors, done
 
 
-def test_pause_waits_for_transactions_and_resume_continues(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_pause_waits_for_transactions_and_resume_continues(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 2})
     stop = threading.Event()
     threads, errors, done = _transaction_workers(proc, 4, stop)
@@ -524,7 +532,9 @@ def test_pause_waits_for_transactions_and_resume_continues(pgtarn_factory, pg_cl
     assert errors == []
 
 
-def test_pause_one_database_leaves_the_others(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_pause_one_database_leaves_the_others(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(databases={"app": base, "other": base})
     with (
@@ -553,7 +563,7 @@ def test_pause_one_database_leaves_the_others(pgtarn_factory, pg_cluster) -> Non
         assert not blocked.is_alive()
 
 
-def test_kill_client_drops_only_that_client(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_kill_client_drops_only_that_client(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with (
         connect(proc, autocommit=True) as victim,
@@ -571,7 +581,7 @@ def test_kill_client_drops_only_that_client(pgtarn_factory) -> None:  # type: ig
         assert not [r for r in show(a, "CLIENTS") if r["application_name"] == "victim"]
 
 
-def test_kill_database_then_resume(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_kill_database_then_resume(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as c, admin(proc) as a:
         c.execute("select 1")
@@ -585,7 +595,7 @@ def test_kill_database_then_resume(pgtarn_factory) -> None:  # type: ignore[no-u
         assert c.execute("select 3").fetchone() == (3,)
 
 
-def test_disable_refuses_new_clients_only(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_disable_refuses_new_clients_only(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as c, admin(proc) as a:
         c.execute("select 1")
@@ -601,10 +611,10 @@ def test_disable_refuses_new_clients_only(pgtarn_factory) -> None:  # type: igno
         assert c.execute("select 3").fetchone() == (3,)
 
 
-def test_reconnect_and_wait_close(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_reconnect_and_wait_close(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with connect(proc) as holder, connect(proc, autocommit=True) as idle_user, admin(proc) as a:
-        old_pid = holder.execute("select pg_backend_pid()").fetchone()[0]  # in a transaction
+        old_pid = scalar(holder.execute("select pg_backend_pid()"))  # in a transaction
         idle_user.execute("select 1")
         a.execute("RECONNECT app")
         servers = show(a, "SERVERS")
@@ -621,11 +631,11 @@ def test_reconnect_and_wait_close(pgtarn_factory) -> None:  # type: ignore[no-un
         assert not finished.wait(0.5)  # the holder's server is still in use
         holder.commit()
         assert finished.wait(10)
-        assert holder.execute("select pg_backend_pid()").fetchone()[0] != old_pid
+        assert scalar(holder.execute("select pg_backend_pid()")) != old_pid
         holder.commit()
 
 
-def test_reload_reports_changed_and_rejected_settings(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_reload_reports_changed_and_rejected_settings(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     ini = Path(proc.ini_path)
     text = ini.read_text()
@@ -649,7 +659,7 @@ def test_reload_reports_changed_and_rejected_settings(pgtarn_factory) -> None:  
         assert {r["key"]: r["value"] for r in show(a, "CONFIG")}["default_pool_size"] == "7"
 
 
-def test_shutdown_wait_for_clients(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_shutdown_wait_for_clients(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     c = connect(proc, autocommit=True)
     try:
@@ -663,7 +673,7 @@ def test_shutdown_wait_for_clients(pgtarn_factory) -> None:  # type: ignore[no-u
     assert proc.proc.returncode == 0
 
 
-def test_no_secret_in_any_log_line(pgtarn_factory, pg_roles) -> None:  # type: ignore[no-untyped-def]
+def test_no_secret_in_any_log_line(pgtarn_factory: PgtarnFactory, pg_roles: dict[str, str]) -> None:
     proc = pgtarn_factory(settings={"log_format": "json", "verbose": 1})
     for user, password in pg_roles.items():  # both a login and a refused one get logged
         with connect(proc, user=user, password=password, autocommit=True) as c:
@@ -697,7 +707,7 @@ def test_no_secret_in_any_log_line(pgtarn_factory, pg_roles) -> None:  # type: i
         assert {"time", "level", "message"} <= entry.keys()
 
 
-def test_suspend_stops_reading_until_resume(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_suspend_stops_reading_until_resume(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as c, admin(proc) as a:
         c.execute("select 1")
@@ -712,7 +722,7 @@ def test_suspend_stops_reading_until_resume(pgtarn_factory) -> None:  # type: ig
         assert dict(a.execute("SHOW STATE").fetchall())["active"] == "yes"
 
 
-def test_sigusr1_pauses_and_sigusr2_resumes(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigusr1_pauses_and_sigusr2_resumes(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as c, admin(proc) as a:
         c.execute("select 1")
@@ -725,7 +735,9 @@ def test_sigusr1_pauses_and_sigusr2_resumes(pgtarn_factory) -> None:  # type: ig
         assert result == [(6,)]
 
 
-def test_shutdown_wait_for_servers_lets_the_transaction_finish(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_shutdown_wait_for_servers_lets_the_transaction_finish(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory()
     c = connect(proc)
     try:
@@ -741,7 +753,7 @@ def test_shutdown_wait_for_servers_lets_the_transaction_finish(pgtarn_factory) -
         c.close()
 
 
-def test_connection_logging_can_be_turned_off(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_connection_logging_can_be_turned_off(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"log_connections": 0, "log_disconnections": 0})
     with connect(proc, autocommit=True) as c:
         c.execute("select 1")
@@ -757,7 +769,7 @@ def test_connection_logging_can_be_turned_off(pgtarn_factory) -> None:  # type: 
     assert "C-" in line and "app@127.0.0.1:" in line and "db=app user=app" in line
 
 
-def test_a_waiting_pause_is_cancelled_by_resume(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_waiting_pause_is_cancelled_by_resume(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"pool_mode": "session"})
     with connect(proc, autocommit=True) as holder, admin(proc) as a, admin(proc) as b:
         holder.execute("select 1")  # session mode: the server stays with this client
@@ -781,7 +793,7 @@ def test_a_waiting_pause_is_cancelled_by_resume(pgtarn_factory) -> None:  # type
         assert holder.execute("select 2").fetchone() == (2,)
 
 
-def test_sigusr2_ends_a_suspend(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigusr2_ends_a_suspend(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as c, admin(proc) as a:
         c.execute("select 1")
@@ -793,7 +805,7 @@ def test_sigusr2_ends_a_suspend(pgtarn_factory) -> None:  # type: ignore[no-unty
         assert dict(a.execute("SHOW STATE").fetchall())["suspended"] == "no"
 
 
-def test_admin_logins_have_a_reserve_past_max_client_conn(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_admin_logins_have_a_reserve_past_max_client_conn(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"max_client_conn": 1})
     with connect(proc, autocommit=True) as c:
         c.execute("select 1")
@@ -803,7 +815,7 @@ def test_admin_logins_have_a_reserve_past_max_client_conn(pgtarn_factory) -> Non
             assert pool_row(a)["cl_active"] == 1
 
 
-def test_a_refused_begin_in_statement_mode_ends_the_client(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_begin_in_statement_mode_ends_the_client(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"pool_mode": "statement"})
     with connect(proc, autocommit=True) as c, admin(proc) as a:
         c.execute("set application_name = 'stmt'")
@@ -813,7 +825,9 @@ def test_a_refused_begin_in_statement_mode_ends_the_client(pgtarn_factory) -> No
         assert wait_for(lambda: all(r["application_name"] != "stmt" for r in show(a, "CLIENTS")))
 
 
-def test_reload_with_a_logfile_that_cannot_be_opened_keeps_everything(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_reload_with_a_logfile_that_cannot_be_opened_keeps_everything(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory()
     ini = Path(proc.ini_path)
     text = ini.read_text()
@@ -834,7 +848,7 @@ def test_reload_with_a_logfile_that_cannot_be_opened_keeps_everything(pgtarn_fac
     assert Path(proc.logfile).read_text().count("login attempt") == before + 1
 
 
-def test_console_logins_and_commands_are_counted(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_console_logins_and_commands_are_counted(pgtarn_factory: PgtarnFactory) -> None:
     """As PgBouncer: SHOW STATS' "pgbouncer" row counts console logins, and each command as
     a query and a transaction (SHOW TOTALS adds them to the pools')."""
     proc = pgtarn_factory()
@@ -852,7 +866,7 @@ def test_console_logins_and_commands_are_counted(pgtarn_factory) -> None:  # typ
         assert totals["total_xact_count"] == 5  # and the app's select, and this SHOW
 
 
-def test_show_mem_counts_what_pgtarn_holds(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_show_mem_counts_what_pgtarn_holds(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as c1, connect(proc, autocommit=True) as c2:
         c1.execute("select 1")

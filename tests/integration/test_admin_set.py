@@ -14,7 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support import PgtarnProcess, TempCluster
+
 from .certs import Pki
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 from .pgstat import wait_until
 from .test_admin import Waiter, admin, show
@@ -28,7 +31,7 @@ ONE_SERVER = "prep"
 class Walk:
     """One pgtarn, its admin console, and the settings a check SET (restored after it)."""
 
-    def __init__(self, proc: Any, pki: Pki, tmp: Path) -> None:
+    def __init__(self, proc: PgtarnProcess, pki: Pki, tmp: Path) -> None:
         self.proc = proc
         self.pki = pki
         self.tmp = tmp
@@ -531,7 +534,9 @@ BY_SHOW_CONFIG: dict[str, str] = {
 }
 
 
-def test_set_of_every_changeable_setting_takes_effect(pgtarn_factory, pg_cluster, pki, tmp_path):  # type: ignore[no-untyped-def]
+def test_set_of_every_changeable_setting_takes_effect(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pki: Pki, tmp_path: Path
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(
         databases={"app": base, ONE_SERVER: f"{base} pool_size=1"},

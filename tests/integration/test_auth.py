@@ -14,9 +14,9 @@ import psycopg
 import pytest
 
 from pgtarn.auth.md5 import md5_secret
-from tests.support import userlist_line
+from tests.support import PgtarnProcess, TempCluster, userlist_line
 
-from .conftest import ROLE_PASSWORDS
+from .conftest import ROLE_PASSWORDS, PgtarnFactory
 from .drivers import aconnect
 from .pgstat import wait_until
 from .rawpg import RawClient, error_fields
@@ -30,7 +30,9 @@ def query_user(dsn: str) -> str:
         return str(row[0])
 
 
-def login_error(proc, user: str, password: str | None, dbname: str = "app") -> tuple[str, str]:  # type: ignore[no-untyped-def]
+def login_error(
+    proc: PgtarnProcess, user: str, password: str | None, dbname: str = "app"
+) -> tuple[str, str]:
     """(SQLSTATE, message) of a failed login, seen by asyncpg."""
 
     async def attempt() -> tuple[str, str]:
@@ -51,12 +53,12 @@ def login_error(proc, user: str, password: str | None, dbname: str = "app") -> t
     return asyncio.run(attempt())
 
 
-def unix_dsn(proc, user: str, password: str | None, dbname: str = "app") -> str:  # type: ignore[no-untyped-def]
+def unix_dsn(proc: PgtarnProcess, user: str, password: str | None, dbname: str = "app") -> str:
     dsn = f"host={proc.socket_dir} port={proc.port} dbname={dbname} user={user}"
     return dsn + (f" password={password}" if password is not None else "")
 
 
-def auth_request_code(proc, user: str) -> int:  # type: ignore[no-untyped-def]
+def auth_request_code(proc: PgtarnProcess, user: str) -> int:
     """The Authentication request pgtarn answers a startup packet with."""
     raw = RawClient(proc.host, proc.port)
     try:
@@ -69,7 +71,9 @@ def auth_request_code(proc, user: str) -> int:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("auth_type", ["scram-sha-256", "md5", "plain"])
-def test_password_auth_types_tcp_and_unix(pgtarn_factory, pg_roles, auth_type):  # type: ignore[no-untyped-def]
+def test_password_auth_types_tcp_and_unix(
+    pgtarn_factory: PgtarnFactory, pg_roles: dict[str, str], auth_type: str
+) -> None:
     proc = pgtarn_factory(settings={"auth_type": auth_type})
     assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
     assert query_user(unix_dsn(proc, "app", pg_roles["app"])) == "app"
@@ -78,7 +82,9 @@ def test_password_auth_types_tcp_and_unix(pgtarn_factory, pg_roles, auth_type): 
 
 
 @pytest.mark.parametrize("auth_type", ["scram-sha-256", "md5", "plain"])
-def test_wrong_password_and_unknown_user_look_the_same(pgtarn_factory, pg_roles, auth_type):  # type: ignore[no-untyped-def]
+def test_wrong_password_and_unknown_user_look_the_same(
+    pgtarn_factory: PgtarnFactory, pg_roles: dict[str, str], auth_type: str
+) -> None:
     proc = pgtarn_factory(settings={"auth_type": auth_type})
     errors = []
     for user, password in (("app", "wrong"), ("nobody", "wrong")):
@@ -92,14 +98,18 @@ def test_wrong_password_and_unknown_user_look_the_same(pgtarn_factory, pg_roles,
     assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
 
 
-def test_md5_auth_type_uses_scram_for_a_scram_secret(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+def test_md5_auth_type_uses_scram_for_a_scram_secret(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pg_roles: dict[str, str]
+) -> None:
     verifier = pg_cluster.scram_verifier("app")
     proc = pgtarn_factory(settings={"auth_type": "md5"}, userlist={"app": verifier})
     assert auth_request_code(proc, "app") == 10
     assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
 
 
-def test_scram_passthrough_with_only_a_verifier_stored(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+def test_scram_passthrough_with_only_a_verifier_stored(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pg_roles: dict[str, str]
+) -> None:
     """No plaintext anywhere: the server login reuses the ClientKey from the client's proof."""
     verifier = pg_cluster.scram_verifier("app")
     proc = pgtarn_factory(userlist={"app": verifier})
@@ -109,21 +119,23 @@ def test_scram_passthrough_with_only_a_verifier_stored(pgtarn_factory, pg_cluste
     assert login_error(proc, "app", "wrong")[0] == "28P01"
 
 
-def test_md5_secret_in_auth_file(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
+def test_md5_secret_in_auth_file(pgtarn_factory: PgtarnFactory, pg_roles: dict[str, str]) -> None:
     secret = md5_secret(pg_roles["md5_user"], "md5_user")
     proc = pgtarn_factory(settings={"auth_type": "md5"}, userlist={"md5_user": secret})
     # client md5 against the stored hash, then server md5 login with the same hash
     assert query_user(proc.dsn("md5_user", pg_roles["md5_user"])) == "md5_user"
 
 
-def test_trust_needs_a_known_user(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
+def test_trust_needs_a_known_user(pgtarn_factory: PgtarnFactory, pg_roles: dict[str, str]) -> None:
     proc = pgtarn_factory(settings={"auth_type": "trust"})
     assert query_user(proc.dsn("app", None)) == "app"
     assert query_user(unix_dsn(proc, "app", None)) == "app"
     assert login_error(proc, "nobody", None)[0] == "28000"
 
 
-def test_any_uses_the_forced_user_of_the_database(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+def test_any_uses_the_forced_user_of_the_database(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pg_roles: dict[str, str]
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(
         settings={"auth_type": "any"},
@@ -135,13 +147,17 @@ def test_any_uses_the_forced_user_of_the_database(pgtarn_factory, pg_cluster, pg
 
 
 @pytest.mark.parametrize("role", ["scram_user", "md5_user", "password_user", "trust_user"])
-def test_server_login_methods(pgtarn_factory, pg_roles, role):  # type: ignore[no-untyped-def]
+def test_server_login_methods(
+    pgtarn_factory: PgtarnFactory, pg_roles: dict[str, str], role: str
+) -> None:
     """pg_hba gives each role its method: SCRAM, md5, cleartext password, trust."""
     proc = pgtarn_factory()
     assert query_user(proc.dsn(role, pg_roles[role])) == role
 
 
-def test_server_password_from_database_entry(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+def test_server_password_from_database_entry(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pg_roles: dict[str, str]
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(
         databases={"forced": f"{base} user=scram_user password={pg_roles['scram_user']}"},
@@ -149,23 +165,27 @@ def test_server_password_from_database_entry(pgtarn_factory, pg_cluster, pg_role
     assert query_user(proc.dsn("app", pg_roles["app"], dbname="forced")) == "scram_user"
 
 
-def test_server_login_failure_reaches_the_client(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+def test_server_login_failure_reaches_the_client(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pg_roles: dict[str, str]
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(databases={"bad": f"{base} user=scram_user password=nope", "app": base})
     assert login_error(proc, "app", pg_roles["app"], dbname="bad")[0] == "28P01"
     assert query_user(proc.dsn("app", pg_roles["app"])) == "app"
 
 
-def test_unknown_database(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+def test_unknown_database(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pg_roles: dict[str, str]
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port}"
     proc = pgtarn_factory(databases={"app": f"{base} dbname=app"})
     assert login_error(proc, "app", pg_roles["app"], dbname="nosuchdb")[0] == "3D000"
 
 
 @pytest.mark.parametrize("auth_type", ["md5", "scram-sha-256"])
-def test_an_unknown_database_is_told_after_the_password_exchange(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_cluster, pg_roles, auth_type
-):
+def test_an_unknown_database_is_told_after_the_password_exchange(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pg_roles: dict[str, str], auth_type: str
+) -> None:
     """As PgBouncer: which databases exist is told to authenticated clients only. A user
     auth_file does not name is not looked up for it (nothing to look up in), so it fails as
     a wrong password."""
@@ -185,9 +205,9 @@ def test_an_unknown_database_is_told_after_the_password_exchange(  # type: ignor
     assert "login failed: db=nosuchdb user=app" in proc.log_text()
 
 
-def test_postgresqls_login_refusal_is_the_close_reason_in_its_own_words(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_cluster, pg_roles
-):
+def test_postgresqls_login_refusal_is_the_close_reason_in_its_own_words(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pg_roles: dict[str, str]
+) -> None:
     """As PgBouncer: PostgreSQL's message is what the client gets and the close reason of
     the server and the client, word for word; the WARNING says "server login failed: FATAL"
     before it."""
@@ -210,9 +230,9 @@ def test_postgresqls_login_refusal_is_the_close_reason_in_its_own_words(  # type
     assert "closing because: server login failed" not in text
 
 
-def test_a_secret_that_cannot_answer_the_servers_method_is_a_wrong_password_type(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_roles
-):
+def test_a_secret_that_cannot_answer_the_servers_method_is_a_wrong_password_type(
+    pgtarn_factory: PgtarnFactory, pg_roles: dict[str, str]
+) -> None:
     """PostgreSQL asks scram_user for SCRAM; auth_file holds an md5 hash, which cannot
     answer it: PgBouncer's words, "server login failed: wrong password type", then why."""
     secret = md5_secret(pg_roles["scram_user"], "scram_user")
@@ -222,7 +242,9 @@ def test_a_secret_that_cannot_answer_the_servers_method_is_a_wrong_password_type
     assert message.startswith("server login failed: wrong password type: no usable password")
 
 
-def test_ssl_request_is_answered_n_then_login_works(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
+def test_ssl_request_is_answered_n_then_login_works(
+    pgtarn_factory: PgtarnFactory, pg_roles: dict[str, str]
+) -> None:
     proc = pgtarn_factory()
     raw = RawClient(proc.host, proc.port)
     try:
@@ -240,7 +262,7 @@ def test_ssl_request_is_answered_n_then_login_works(pgtarn_factory, pg_roles):  
         psycopg.connect(proc.dsn("app", pg_roles["app"], sslmode="require"))
 
 
-def test_unix_socket_file_and_mode(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_unix_socket_file_and_mode(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"unix_socket_mode": "0700"})
     path = os.path.join(proc.socket_dir, f".s.PGSQL.{proc.port}")
     assert os.stat(path).st_mode & 0o777 == 0o700
@@ -252,7 +274,9 @@ def test_unix_socket_file_and_mode(pgtarn_factory):  # type: ignore[no-untyped-d
         raw.close()
 
 
-def test_bad_startup_packets_get_clear_errors(pgtarn_factory, pg_roles):  # type: ignore[no-untyped-def]
+def test_bad_startup_packets_get_clear_errors(
+    pgtarn_factory: PgtarnFactory, pg_roles: dict[str, str]
+) -> None:
     proc = pgtarn_factory()
     cases = [
         (struct.pack("!II", 8, (2 << 16)), "0A000"),  # protocol 2.0, as PostgreSQL answers it
@@ -282,7 +306,9 @@ LONGEST_PASSWORD = 65531
 
 
 @pytest.mark.parametrize("auth_type", ["plain", "md5", "scram-sha-256"])
-def test_a_password_of_pgbouncers_longest_length_logs_in(pgtarn_factory, pg_cluster, auth_type):  # type: ignore[no-untyped-def]
+def test_a_password_of_pgbouncers_longest_length_logs_in(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, auth_type: str
+) -> None:
     """A 65,531-byte password, set on a PostgreSQL role and in the auth_file, works with each
     auth_type (plain: the client sends it in a PasswordMessage of 64 KiB); the server login
     is SCRAM with the same password. A longer login message is still refused."""
@@ -310,7 +336,9 @@ def test_a_password_of_pgbouncers_longest_length_logs_in(pgtarn_factory, pg_clus
         pg_cluster.psql(f'DROP ROLE IF EXISTS "{role}"')
 
 
-def test_login_refusals_in_pgbouncers_words(pgtarn_factory, pg_cluster, pg_roles):  # type: ignore[no-untyped-def]
+def test_login_refusals_in_pgbouncers_words(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pg_roles: dict[str, str]
+) -> None:
     """PgBouncer's wording (which names no user); PostgreSQL's SQLSTATEs."""
     for auth_type, words in (("plain", "password"), ("md5", "password"), ("scram-sha-256", "SASL")):
         proc = pgtarn_factory(settings={"auth_type": auth_type})
@@ -340,7 +368,7 @@ PW_ROLE = "pw_change"
 
 
 @pytest.fixture
-def pw_role(pg_cluster) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def pw_role(pg_cluster: TempCluster) -> Iterator[str]:
     pg_cluster.create_role(PW_ROLE, "old_pw")
     try:
         yield PW_ROLE
@@ -351,9 +379,9 @@ def pw_role(pg_cluster) -> Iterator[str]:  # type: ignore[no-untyped-def]
         pg_cluster.psql(f'DROP ROLE IF EXISTS "{PW_ROLE}"')
 
 
-def test_server_password_changed_in_postgresql_reaches_waiting_clients(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_cluster, pw_role
-):
+def test_server_password_changed_in_postgresql_reaches_waiting_clients(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, pw_role: str
+) -> None:
     """PgBouncer's test_change_server_password_reconnect: the role's password changes in
     PostgreSQL while its only server is held in a transaction; RECONNECT makes that server
     useless to others, and a larger pool_size makes pgtarn open a new one for the clients

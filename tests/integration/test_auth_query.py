@@ -13,8 +13,10 @@ import psycopg
 import pytest
 
 from pgtarn.proto import build
-from tests.support import TempCluster
+from tests.support import PgtarnProcess, TempCluster
 
+from .certs import Pki
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .pgstat import wait_until
 from .test_admin import admin, show
@@ -56,22 +58,22 @@ def role(pg_cluster: TempCluster) -> Iterator[Any]:
 
 
 @pytest.fixture
-def proc(pgtarn_factory, auth_role):  # type: ignore[no-untyped-def]
+def proc(pgtarn_factory: PgtarnFactory, auth_role: str) -> PgtarnProcess:
     """pgtarn whose auth_file holds only auth_user's password."""
     return pgtarn_factory(
         settings={"auth_user": auth_role}, userlist={AUTH_USER: AUTH_PASSWORD, "app": "app_pass"}
     )
 
 
-def logs_in(proc: Any, user: str, password: str, **kw: Any) -> bool:
+def logs_in(proc: PgtarnProcess, user: str, password: str | None, **kw: Any) -> bool:
     with connect(proc, user, password, **kw) as conn:
         return conn.execute("select current_user").fetchone() == (user,)
 
 
 @pytest.mark.parametrize("auth_type", ["scram-sha-256", "md5", "plain"])
-def test_scram_and_md5_secrets_found_by_the_default_query(  # type: ignore[no-untyped-def]
-    pgtarn_factory, auth_role, pg_cluster, auth_type
-):
+def test_scram_and_md5_secrets_found_by_the_default_query(
+    pgtarn_factory: PgtarnFactory, auth_role: str, pg_cluster: TempCluster, auth_type: str
+) -> None:
     proc = pgtarn_factory(
         settings={"auth_user": auth_role, "auth_type": auth_type},
         userlist={AUTH_USER: AUTH_PASSWORD},
@@ -83,7 +85,7 @@ def test_scram_and_md5_secrets_found_by_the_default_query(  # type: ignore[no-un
     assert login_error(proc, "scram_user", "wrong")[0] == "28P01"
 
 
-def test_expired_and_nologin_roles_are_refused(proc, role):  # type: ignore[no-untyped-def]
+def test_expired_and_nologin_roles_are_refused(proc: PgtarnProcess, role: Any) -> None:
     fine = role("fine_pass")
     expired = role("old_pass", "VALID UNTIL '2000-01-01'")
     nologin = role("no_pass", "NOLOGIN")
@@ -93,15 +95,17 @@ def test_expired_and_nologin_roles_are_refused(proc, role):  # type: ignore[no-u
 
 
 @pytest.mark.parametrize("name", ["x' OR '1'='1", "a\\'; SELECT pg_sleep(30); --", "o'brien"])
-def test_hostile_user_names_are_only_ever_parameters(proc, role, name):  # type: ignore[no-untyped-def]
+def test_hostile_user_names_are_only_ever_parameters(
+    proc: PgtarnProcess, role: Any, name: str
+) -> None:
     assert login_error(proc, name, "anything")[1] == "no such user"  # refused, no error
     made = role("quote_pass", name=name)  # and a role really named so logs in
     assert logs_in(proc, made, "quote_pass")
 
 
-def test_search_path_of_the_client_never_reaches_the_query(  # type: ignore[no-untyped-def]
-    pgtarn_factory, auth_role, pg_cluster
-):
+def test_search_path_of_the_client_never_reaches_the_query(
+    pgtarn_factory: PgtarnFactory, auth_role: str, pg_cluster: TempCluster
+) -> None:
     # what CVE-2025-12819 did: a function in another schema shadows now() in the query
     pg_cluster.psql(
         "CREATE SCHEMA IF NOT EXISTS evil;\n"
@@ -130,7 +134,9 @@ def test_search_path_of_the_client_never_reaches_the_query(  # type: ignore[no-u
         pg_cluster.psql("DROP SCHEMA evil CASCADE;\nDROP TABLE public.evil_ran;\n", dbname="app")
 
 
-def test_a_changed_password_is_looked_up_again(proc, role, pg_cluster):  # type: ignore[no-untyped-def]
+def test_a_changed_password_is_looked_up_again(
+    proc: PgtarnProcess, role: Any, pg_cluster: TempCluster
+) -> None:
     name = role("first_pass")
     assert logs_in(proc, name, "first_pass")  # now cached
     pg_cluster.psql(f"ALTER ROLE {name} PASSWORD 'second_pass'")
@@ -140,7 +146,9 @@ def test_a_changed_password_is_looked_up_again(proc, role, pg_cluster):  # type:
     assert login_error(proc, name, "first_pass")[0] == "28P01"
 
 
-def test_per_database_auth_user_query_and_dbname(pgtarn_factory, pg_cluster, role):  # type: ignore[no-untyped-def]
+def test_per_database_auth_user_query_and_dbname(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, role: Any
+) -> None:
     # a SECURITY DEFINER function, so auth_user needs no superuser rights (app runs it)
     pg_cluster.psql(
         "CREATE OR REPLACE FUNCTION public.user_secret(p_user text, OUT usename name,\n"
@@ -167,9 +175,9 @@ def test_per_database_auth_user_query_and_dbname(pgtarn_factory, pg_cluster, rol
     assert login_error(proc, name, "custom_pass", dbname="app")[0] == "28P01"
 
 
-def test_a_lookup_that_cannot_log_in_fails_clearly_and_others_are_served(  # type: ignore[no-untyped-def]
-    pgtarn_factory, auth_role
-):
+def test_a_lookup_that_cannot_log_in_fails_clearly_and_others_are_served(
+    pgtarn_factory: PgtarnFactory, auth_role: str
+) -> None:
     proc = pgtarn_factory(
         settings={"auth_user": auth_role},
         userlist={AUTH_USER: "not the password", "app": "app_pass"},
@@ -189,9 +197,9 @@ def test_a_lookup_that_cannot_log_in_fails_clearly_and_others_are_served(  # typ
     raw.close()
 
 
-def test_a_lookup_in_a_database_postgresql_does_not_have_gets_its_refusal(  # type: ignore[no-untyped-def]
-    proc,
-):
+def test_a_lookup_in_a_database_postgresql_does_not_have_gets_its_refusal(
+    proc: PgtarnProcess,
+) -> None:
     """The "*" entry makes any database name one of pgtarn's: the lookup's login to it is
     refused by PostgreSQL, and the client gets that refusal as it is (not "could not look
     up the user"), as with PgBouncer."""
@@ -208,7 +216,9 @@ def test_a_lookup_in_a_database_postgresql_does_not_have_gets_its_refusal(  # ty
     assert f"server login failed: FATAL {refusal}" in proc.log_text()
 
 
-def test_auth_query_over_tls_with_channel_binding(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
+def test_auth_query_over_tls_with_channel_binding(
+    pgtarn_factory: PgtarnFactory, pg_tls_cluster: TempCluster, pki: Pki
+) -> None:
     pg_tls_cluster.psql(
         f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
         f"'{AUTH_USER}') THEN CREATE ROLE {AUTH_USER} LOGIN SUPERUSER PASSWORD "
@@ -230,7 +240,7 @@ def test_auth_query_over_tls_with_channel_binding(pgtarn_factory, pg_tls_cluster
         connect(proc, "tls_only", "wrong").close()
 
 
-def test_new_servers_after_a_reload_still_log_in(proc):  # type: ignore[no-untyped-def]
+def test_new_servers_after_a_reload_still_log_in(proc: PgtarnProcess) -> None:
     # both clients logged in (through auth_query) before the RELOAD and never again
     with (
         connect(proc, "scram_user", "scram_pass") as holder,
@@ -242,7 +252,9 @@ def test_new_servers_after_a_reload_still_log_in(proc):  # type: ignore[no-untyp
         holder.commit()
 
 
-def test_a_reload_lets_a_lookup_under_way_finish(pgtarn_factory, pg_cluster, auth_role):  # type: ignore[no-untyped-def]
+def test_a_reload_lets_a_lookup_under_way_finish(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, auth_role: str
+) -> None:
     # a query slow enough for the RELOAD to come while the client waits for its answer
     pg_cluster.psql(
         "CREATE OR REPLACE FUNCTION public.slow_secret(p_user text, OUT usename name,\n"
@@ -274,9 +286,9 @@ def test_a_reload_lets_a_lookup_under_way_finish(pgtarn_factory, pg_cluster, aut
     assert outcome == [True]
 
 
-def test_trust_admits_a_role_without_a_password_and_refuses_an_unknown_one(  # type: ignore[no-untyped-def]
-    pgtarn_factory, auth_role
-):
+def test_trust_admits_a_role_without_a_password_and_refuses_an_unknown_one(
+    pgtarn_factory: PgtarnFactory, auth_role: str
+) -> None:
     """auth_type = trust, as PgBouncer: a role auth_query returns is let in even when its
     password is NULL (nothing to check under trust); one it does not return is "no such
     user"."""
@@ -294,9 +306,9 @@ def test_trust_admits_a_role_without_a_password_and_refuses_an_unknown_one(  # t
 
 
 @pytest.mark.parametrize("auth_type", ["md5", "scram-sha-256", "plain"])
-def test_a_role_found_without_a_password_fails_every_password(  # type: ignore[no-untyped-def]
-    pgtarn_factory, auth_role, auth_type
-):
+def test_a_role_found_without_a_password_fails_every_password(
+    pgtarn_factory: PgtarnFactory, auth_role: str, auth_type: str
+) -> None:
     # the default query returns NULL for a role past its VALID UNTIL
     proc = pgtarn_factory(
         settings={
@@ -314,18 +326,18 @@ def test_a_role_found_without_a_password_fails_every_password(  # type: ignore[n
         )
 
 
-def test_an_unknown_role_is_no_such_user_for_a_password_method(  # type: ignore[no-untyped-def]
-    proc, pg_cluster, auth_role
-):
+def test_an_unknown_role_is_no_such_user_for_a_password_method(
+    proc: PgtarnProcess, pg_cluster: TempCluster, auth_role: str
+) -> None:
     """PgBouncer's answer when auth_query finds no role: "no such user", before any
     password is asked for (docs/migrating.md, Messages)."""
     assert login_error(proc, "nobody_at_all", "anything") == ("28000", "no such user")
     assert "login failed: db=app user=nobody_at_all" in proc.log_text()
 
 
-def test_auth_dbname_disabled_or_not_configured_refuses_the_login(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_cluster, auth_role
-):
+def test_auth_dbname_disabled_or_not_configured_refuses_the_login(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, auth_role: str
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port}"
     proc = pgtarn_factory(
         databases={
@@ -352,7 +364,9 @@ def test_auth_dbname_disabled_or_not_configured_refuses_the_login(  # type: igno
     assert 'authentication database "nowhere" is not configured' in proc.log_text()
 
 
-def test_the_admin_console_is_no_auth_dbname(pgtarn_factory, pg_cluster, auth_role):  # type: ignore[no-untyped-def]
+def test_the_admin_console_is_no_auth_dbname(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, auth_role: str
+) -> None:
     """auth_dbname = pgbouncer is refused in the configuration (PgBouncer's words); a
     database entry that names it refuses its logins as a configuration error."""
     base = f"host={pg_cluster.host} port={pg_cluster.port}"
@@ -386,9 +400,9 @@ def test_the_admin_console_is_no_auth_dbname(pgtarn_factory, pg_cluster, auth_ro
         assert config["auth_dbname"] == ""
 
 
-def test_admin_console_logins_are_looked_up_through_the_global_auth_dbname(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_cluster, auth_role
-):
+def test_admin_console_logins_are_looked_up_through_the_global_auth_dbname(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, auth_role: str
+) -> None:
     """A user of stats_users that auth_file does not name logs in to the admin console with
     the secret auth_query finds in auth_dbname; without an auth_dbname there is nowhere to
     look (the console is no database of PostgreSQL's): a configuration error."""
@@ -418,7 +432,9 @@ def test_admin_console_logins_are_looked_up_through_the_global_auth_dbname(  # t
     assert 'cannot use the reserved "pgbouncer" database as an auth_dbname' in proc.log_text()
 
 
-def test_a_failing_auth_query_is_a_configuration_error(pgtarn_factory, auth_role):  # type: ignore[no-untyped-def]
+def test_a_failing_auth_query_is_a_configuration_error(
+    pgtarn_factory: PgtarnFactory, auth_role: str
+) -> None:
     """As PgBouncer: the client is told "bouncer config error", the log has PostgreSQL's
     error; another login asks again (the connection stays usable)."""
     proc = pgtarn_factory(
@@ -442,7 +458,9 @@ def test_a_failing_auth_query_is_a_configuration_error(pgtarn_factory, auth_role
     assert "auth_query must return two columns" in proc.log_text()
 
 
-def test_the_lookup_runs_with_the_roles_own_search_path(pgtarn_factory, pg_cluster, auth_role):  # type: ignore[no-untyped-def]
+def test_the_lookup_runs_with_the_roles_own_search_path(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, auth_role: str
+) -> None:
     """The lookup connection takes auth_user's and the database's own settings, as a
     connection of that role would (PgBouncer's): a query may call a function of public
     unqualified. (The client's settings never reach it: see the test above.)"""

@@ -12,6 +12,7 @@ import pytest
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
 
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .pgstat import wait_until
 from .rawpg import RawClient, error_fields
@@ -61,7 +62,9 @@ def still_serves(proc: Any) -> None:
 
 
 @pytest.mark.parametrize("length", [0, 4, 7, 0xFFFFFFFF, 0x80000000, MAX_PACKET + 1])
-def test_startup_packet_lengths_that_are_impossible_or_too_big(pgtarn_factory, length):  # type: ignore[no-untyped-def]
+def test_startup_packet_lengths_that_are_impossible_or_too_big(
+    pgtarn_factory: PgtarnFactory, length: int
+) -> None:
     proc = pgtarn_factory(settings={"max_packet_size": MAX_PACKET})
     raw = RawClient(proc.host, proc.port)
     raw.send(struct.pack("!II", length, V3))
@@ -70,7 +73,7 @@ def test_startup_packet_lengths_that_are_impossible_or_too_big(pgtarn_factory, l
     still_serves(proc)
 
 
-def test_truncated_startup_packets_leave_nothing_behind(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_truncated_startup_packets_leave_nothing_behind(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     baseline = client_count(proc)
     packet = build.startup_message({"user": "app", "database": "app"})
@@ -82,7 +85,7 @@ def test_truncated_startup_packets_leave_nothing_behind(pgtarn_factory):  # type
     wait_until(lambda: client_count(proc) == baseline, what="half-started clients forgotten")
 
 
-def test_unknown_protocol_versions(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_unknown_protocol_versions(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     for major, minor in ((2, 0), (4, 0), (0xFFFF, 0xFFFF)):
         raw = RawClient(proc.host, proc.port)
@@ -110,7 +113,7 @@ def test_unknown_protocol_versions(pgtarn_factory):  # type: ignore[no-untyped-d
     raw.close()
 
 
-def test_messages_before_authentication_completes(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_messages_before_authentication_completes(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     for early in (build.query("select 1"), build.SYNC, b"p\x00\x00\x00\x04"):
         raw = RawClient(proc.host, proc.port)
@@ -121,7 +124,9 @@ def test_messages_before_authentication_completes(pgtarn_factory):  # type: igno
     still_serves(proc)
 
 
-def test_oversized_password_message_is_refused_before_it_is_read(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_oversized_password_message_is_refused_before_it_is_read(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory()
     raw = RawClient(proc.host, proc.port)
     raw.startup(user="app", database="app")
@@ -143,7 +148,7 @@ def test_oversized_password_message_is_refused_before_it_is_read(pgtarn_factory)
         b"D" + struct.pack("!I", 0x80000000),
     ],
 )
-def test_bad_message_lengths_after_login(pgtarn_factory, header):  # type: ignore[no-untyped-def]
+def test_bad_message_lengths_after_login(pgtarn_factory: PgtarnFactory, header: bytes) -> None:
     proc = pgtarn_factory(settings={"max_packet_size": MAX_PACKET, "default_pool_size": 1})
     raw = raw_login(proc)
     raw.send(header)
@@ -152,7 +157,7 @@ def test_bad_message_lengths_after_login(pgtarn_factory, header):  # type: ignor
     still_serves(proc)  # the pool's one server was not left with half a message
 
 
-def test_message_type_postgresql_does_not_know(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_message_type_postgresql_does_not_know(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     raw = raw_login(proc)
     raw.send(b"y\x00\x00\x00\x04")
@@ -169,7 +174,9 @@ def test_message_type_postgresql_does_not_know(pgtarn_factory):  # type: ignore[
     still_serves(proc)  # on a new server: that one was closed
 
 
-def test_client_that_never_reads_its_results_is_held_back_not_buffered(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_client_that_never_reads_its_results_is_held_back_not_buffered(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 2})
     still_serves(proc)
     before = rss_kb(proc)
@@ -190,7 +197,7 @@ def test_client_that_never_reads_its_results_is_held_back_not_buffered(pgtarn_fa
         assert b.execute("select 2").fetchone() == (2,)
 
 
-def test_statement_mode_parse_split_inside_its_name(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_statement_mode_parse_split_inside_its_name(pgtarn_factory: PgtarnFactory) -> None:
     # The BEGIN pre-check used to raise IndexError on a Parse cut before its name's NUL.
     proc = pgtarn_factory(settings={"pool_mode": "statement"})
     raw = raw_login(proc)
@@ -215,7 +222,9 @@ def test_statement_mode_parse_split_inside_its_name(pgtarn_factory):  # type: ig
         build.message(b"B", b"\x00named_one"),
     ],
 )
-def test_statement_message_without_its_string_terminator(pgtarn_factory, message):  # type: ignore[no-untyped-def]
+def test_statement_message_without_its_string_terminator(
+    pgtarn_factory: PgtarnFactory, message: bytes
+) -> None:
     # Transaction mode rewrites statement messages: a Describe whose name had no NUL used to
     # raise ValueError inside the relay (a traceback, the client cut off without a word).
     proc = pgtarn_factory(settings={"pool_mode": "transaction", "default_pool_size": 1})

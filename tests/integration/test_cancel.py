@@ -15,7 +15,9 @@ import pytest
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
 
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
+from .faultproxy import FaultProxy
 from .pgstat import wait_until
 from .rawpg import AsyncRawClient, RawClient
 from .test_admin import admin, pool_row
@@ -53,7 +55,9 @@ def _wait_running(watch: psycopg.Connection[Any], text: str) -> int:
     raise AssertionError(f"query {text!r} never started")
 
 
-def test_clients_sharing_one_server_cancel_only_their_own_query(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_clients_sharing_one_server_cancel_only_their_own_query(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     with (
         connect(proc, autocommit=True) as a,
@@ -90,7 +94,9 @@ def test_clients_sharing_one_server_cancel_only_their_own_query(pgtarn_factory, 
         assert b.execute("select 2").fetchone() == (2,)
 
 
-def test_cancel_with_a_wrong_key_cancels_nothing(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_cancel_with_a_wrong_key_cancels_nothing(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     with connect(proc, autocommit=True) as b, psycopg.connect(pg_dsn, autocommit=True) as watch:
         running = _run_in_thread(b, "select 'wrong-key' from pg_sleep(1)")
@@ -155,9 +161,9 @@ async def _bystanders_cancelled(proc: Any, clients: int, rounds: int) -> tuple[i
 
 
 @pytest.mark.parametrize("pool_size", [1, 2])
-def test_a_cancel_in_flight_never_reaches_another_clients_query(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pool_size
-):
+def test_a_cancel_in_flight_never_reaches_another_clients_query(
+    pgtarn_factory: PgtarnFactory, pool_size: int
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": pool_size})
     cancelled, ran, timeouts = asyncio.run(_bystanders_cancelled(proc, 20, 150))
     assert timeouts > 0 and ran > 0  # the race was run
@@ -198,9 +204,9 @@ async def _next_query_cancelled_after_failed_copy(proc: Any, rounds: int, size: 
     return cancelled
 
 
-def test_the_query_after_a_failed_copy_is_never_cancelled(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_dsn
-):
+def test_the_query_after_a_failed_copy_is_never_cancelled(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as direct:
         direct.execute("create table if not exists cancel_copy (n int)")
     proc = pgtarn_factory(settings={"default_pool_size": 10})
@@ -230,7 +236,7 @@ async def _next_query_cancelled_after_timeout(proc: Any, rounds: int) -> tuple[i
     return cancelled, timeouts
 
 
-def test_the_query_after_a_timed_out_one_is_never_cancelled(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_the_query_after_a_timed_out_one_is_never_cancelled(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 2})
     cancelled, timeouts = asyncio.run(_next_query_cancelled_after_timeout(proc, 60))
     assert timeouts > 0
@@ -253,7 +259,9 @@ async def _cancel_of_an_idle_client(proc: Any) -> bytes:
         await client.close()
 
 
-def test_a_cancel_for_a_client_with_no_server_is_dropped_and_closed(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_a_cancel_for_a_client_with_no_server_is_dropped_and_closed(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     assert asyncio.run(_cancel_of_an_idle_client(proc)) == b""
 
@@ -271,9 +279,9 @@ def _raw_login(proc: Any) -> tuple[RawClient, tuple[int, int]]:
     return raw, login.backend_key
 
 
-def test_a_server_with_a_cancel_in_flight_is_held_until_the_cancel_ends(  # type: ignore[no-untyped-def]
-    pgtarn_factory, fault_proxy, pg_dsn
-):
+def test_a_server_with_a_cancel_in_flight_is_held_until_the_cancel_ends(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy, pg_dsn: str
+) -> None:
     """The cancel's connection to PostgreSQL hangs (the proxy takes no new connections): the
     query it was for ends by itself, and its server is held, shown in SHOW POOLS, while the
     next client waits; the client's cancel connection stays open; cancel_wait_timeout ends

@@ -16,9 +16,10 @@ import psycopg
 import pytest
 
 from pgtarn import __version__
-from tests.support import free_port, ipv6_loopback_works
+from tests.support import TempCluster, free_port, ipv6_loopback_works
 
-from .drivers import connect
+from .conftest import PgtarnFactory
+from .drivers import connect, scalar
 from .test_admin import admin
 
 
@@ -28,11 +29,11 @@ def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
     )
 
 
-def test_version_and_help(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_version_and_help(pgtarn_factory: PgtarnFactory) -> None:
     # scripts compare --version's first line with the admin console's SHOW VERSION
     proc = pgtarn_factory()
     with admin(proc) as console:
-        shown = console.execute("SHOW VERSION").fetchone()[0]
+        shown = scalar(console.execute("SHOW VERSION"))
     assert shown.startswith("PgBouncer 1.") and f"pgtarn {__version__}" in shown
     assert run_cli("--version").stdout.splitlines()[0] == shown
     assert run_cli("-V").stdout.splitlines()[0] == shown
@@ -81,14 +82,14 @@ def test_invalid_config_stops_startup_naming_file_line_and_key(tmp_path: Path) -
     assert run_cli(str(tmp_path / "missing.ini")).returncode == 1
 
 
-def test_unknown_key_is_a_warning(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_key_is_a_warning(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"no_such_setting": "1"})
     with connect(proc, autocommit=True) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
     assert "no_such_setting" in proc.log_text()
 
 
-def test_daemon_writes_pidfile(pg_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_daemon_writes_pidfile(pg_cluster: TempCluster, tmp_path: Path) -> None:
     port = free_port()
     pidfile = tmp_path / "pgtarn.pid"
     (tmp_path / "userlist.txt").write_text('"app" "app_pass"\n')
@@ -117,7 +118,7 @@ def test_daemon_writes_pidfile(pg_cluster, tmp_path: Path) -> None:  # type: ign
     assert not pidfile.exists()
 
 
-def test_listen_on_all_addresses_and_ipv6(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_listen_on_all_addresses_and_ipv6(pgtarn_factory: PgtarnFactory) -> None:
     addr = "*" if ipv6_loopback_works() else "0.0.0.0"
     proc = pgtarn_factory(settings={"listen_addr": addr})
     hosts = ["127.0.0.1"] + (["::1"] if ipv6_loopback_works() else [])
@@ -129,7 +130,7 @@ def test_listen_on_all_addresses_and_ipv6(pgtarn_factory) -> None:  # type: igno
 
 
 @pytest.mark.skipif(not ipv6_loopback_works(), reason="no IPv6 loopback")
-def test_listen_addr_comma_list_with_ipv6(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_listen_addr_comma_list_with_ipv6(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"listen_addr": "127.0.0.1, ::1"})
     for host in ("127.0.0.1", "::1"):  # pgtarn serves on each address of the list ...
         with psycopg.connect(
@@ -142,7 +143,7 @@ def test_listen_addr_comma_list_with_ipv6(pgtarn_factory) -> None:  # type: igno
         sock.connect(("127.0.0.2", proc.port))
 
 
-def test_sighup_reload_applies_pool_mode_and_keeps_clients(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sighup_reload_applies_pool_mode_and_keeps_clients(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"pool_mode": "transaction"})
     with connect(proc, autocommit=True) as kept:
         assert kept.execute("select 1").fetchone() == (1,)
@@ -233,7 +234,9 @@ def _uid_of(pid: int) -> int:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can become another user")
 @pytest.mark.parametrize("workers", [1, 2])
-def test_user_setting_gives_up_root_once_listening(pgtarn_factory, workers) -> None:  # type: ignore[no-untyped-def]
+def test_user_setting_gives_up_root_once_listening(
+    pgtarn_factory: PgtarnFactory, workers: int
+) -> None:
     target = pwd.getpwnam("postgres")
     proc = pgtarn_factory(settings={"user": "postgres", "workers": workers})
     with connect(proc, autocommit=True) as conn:
@@ -254,7 +257,7 @@ def test_user_setting_gives_up_root_once_listening(pgtarn_factory, workers) -> N
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can become another user")
-def test_a_stop_right_after_start_reaches_workers_still_root(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_stop_right_after_start_reaches_workers_still_root(pgtarn_factory: PgtarnFactory) -> None:
     """The supervisor gives up root before its workers do: a SIGTERM it passes on to a worker
     still starting is refused for a moment, and sent again until taken."""
     proc = pgtarn_factory(settings={"user": "postgres", "workers": 2})
@@ -262,7 +265,7 @@ def test_a_stop_right_after_start_reaches_workers_still_root(pgtarn_factory) -> 
     assert "refuses" not in proc.log_text()
 
 
-def test_so_reuseport_lets_two_pgtarns_share_a_port(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_so_reuseport_lets_two_pgtarns_share_a_port(pgtarn_factory: PgtarnFactory) -> None:
     """PgBouncer's recipe for several processes: each binds the port with SO_REUSEPORT."""
     first = pgtarn_factory(settings={"so_reuseport": 1})
     second = pgtarn_factory(settings={"so_reuseport": 1, "listen_port": first.port})
@@ -280,7 +283,7 @@ def test_so_reuseport_lets_two_pgtarns_share_a_port(pgtarn_factory) -> None:  # 
         assert conn.execute("select 1").fetchone() == (1,)
 
 
-def test_small_socket_buffers_carry_large_copies_both_ways(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_small_socket_buffers_carry_large_copies_both_ways(pgtarn_factory: PgtarnFactory) -> None:
     """tcp_socket_buffer = 4096 on the listening sockets (accepted ones inherit it) and on
     server connections before they connect: megabytes still flow each way."""
     proc = pgtarn_factory(settings={"tcp_socket_buffer": 4096})

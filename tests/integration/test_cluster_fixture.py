@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 import psycopg
 import pytest
 

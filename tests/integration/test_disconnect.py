@@ -10,18 +10,23 @@ import uuid
 
 import psycopg
 
+from tests.support import TempCluster
+
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .pgstat import wait_for
 
 
-def app_backends(pg_cluster, condition: str) -> int:  # type: ignore[no-untyped-def]
+def app_backends(pg_cluster: TempCluster, condition: str) -> int:
     out = pg_cluster.psql(
         f"select count(*) from pg_stat_activity where usename = 'app' and {condition}"
     )
     return int(out.strip())
 
 
-def test_killed_client_mid_transaction_is_rolled_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_killed_client_mid_transaction_is_rolled_back(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = "t_" + uuid.uuid4().hex[:10]
     pg_cluster.psql(f"CREATE TABLE {table} (v int); ALTER TABLE {table} OWNER TO app", dbname="app")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -48,7 +53,9 @@ def test_killed_client_mid_transaction_is_rolled_back(pgtarn_factory, pg_cluster
         assert conn.execute(f"select count(*) from {table}").fetchone() == (0,)
 
 
-def test_client_gone_mid_query_drops_that_server_only(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_client_gone_mid_query_drops_that_server_only(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 2})
     script = textwrap.dedent(f"""
         import os, signal, threading, psycopg
@@ -63,7 +70,9 @@ def test_client_gone_mid_query_drops_that_server_only(pgtarn_factory, pg_cluster
         assert conn.execute("select 1").fetchone() == (1,)
 
 
-def test_terminate_in_transaction_rolls_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_terminate_in_transaction_rolls_back(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = "t_" + uuid.uuid4().hex[:10]
     pg_cluster.psql(f"CREATE TABLE {table} (v int); ALTER TABLE {table} OWNER TO app", dbname="app")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -76,7 +85,9 @@ def test_terminate_in_transaction_rolls_back(pgtarn_factory, pg_cluster):  # typ
     assert app_backends(pg_cluster, "state like 'idle in transaction%'") == 0
 
 
-def test_server_terminated_gives_client_an_error(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_server_terminated_gives_client_an_error(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     conn = connect(proc)
     row = conn.execute("select pg_backend_pid()").fetchone()
@@ -94,7 +105,9 @@ def test_server_terminated_gives_client_an_error(pgtarn_factory, pg_cluster):  #
         assert fresh.execute("select 1").fetchone() == (1,)
 
 
-def test_cancel_request_reaches_the_right_backend(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_cancel_request_reaches_the_right_backend(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 2})
     with connect(proc, autocommit=True) as victim, connect(proc, autocommit=True) as other:
         import threading

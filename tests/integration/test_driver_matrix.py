@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from .drivers import scalar
+
 pytestmark = pytest.mark.integration
 
 MATRIX_DIR = Path(__file__).resolve().with_name("matrix")
@@ -72,8 +74,7 @@ def test_psycopg_sync(proc: Any) -> None:
         for key, name in NAMES.items():
             conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (key, name))
         rows = [
-            conn.execute(SELECT.format(t=table, p="%s"), (i % 3 + 1,)).fetchone()[0]
-            for i in range(10)
+            scalar(conn.execute(SELECT.format(t=table, p="%s"), (i % 3 + 1,))) for i in range(10)
         ]
         _check_rows(rows)
         with pytest.raises(RuntimeError), conn.transaction():
@@ -97,7 +98,9 @@ def test_psycopg_async(proc: Any) -> None:
             rows = []
             for i in range(10):
                 cur = await conn.execute(SELECT.format(t=table, p="%s"), (i % 3 + 1,))
-                rows.append((await cur.fetchone())[0])  # type: ignore[index]
+                row = await cur.fetchone()
+                assert row is not None
+                rows.append(row[0])
             _check_rows(rows)
             with pytest.raises(RuntimeError):
                 async with conn.transaction():
@@ -122,7 +125,7 @@ def test_psycopg_pipeline(proc: Any) -> None:
             cursors = [
                 conn.execute(SELECT.format(t=table, p="%s"), (i % 3 + 1,)) for i in range(10)
             ]
-        _check_rows([cur.fetchone()[0] for cur in cursors])  # type: ignore[index]
+        _check_rows([scalar(cur) for cur in cursors])
         with pytest.raises(RuntimeError), conn.pipeline(), conn.transaction():
             conn.execute(f"INSERT INTO {table} VALUES (99, 'x')")
             raise RuntimeError("roll back")
@@ -145,7 +148,7 @@ def test_psycopg2(proc: Any) -> None:
         with conn.cursor() as cur:
             for i in range(10):
                 cur.execute(SELECT.format(t=table, p="%s"), (i % 3 + 1,))
-                rows.append(cur.fetchone()[0])
+                rows.append(scalar(cur))
         conn.commit()
         _check_rows(rows)
         with conn.cursor() as cur:

@@ -17,7 +17,8 @@ import pytest
 
 from tests.support.cluster import PrimaryCluster, StandbyCluster, primary_and_standby
 
-from .drivers import connect
+from .conftest import PgtarnFactory
+from .drivers import connect, scalar
 from .pgstat import wait_for
 
 pytestmark = [
@@ -101,7 +102,9 @@ def _split(
     return proc
 
 
-def test_failover_under_pgbench(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
+def test_failover_under_pgbench(
+    pgtarn_factory: PgtarnFactory, pair: tuple[PrimaryCluster, StandbyCluster]
+) -> None:
     primary, standby = pair
     proc = _split(pgtarn_factory, pair, max_client_conn=100, query_wait_timeout=30)
     writes = _pgbench(proc, "-N", 14)
@@ -127,7 +130,7 @@ def test_failover_under_pgbench(pgtarn_factory, pair) -> None:  # type: ignore[n
     with connect(proc, autocommit=True) as conn:
         conn.execute("insert into pgbench_history (tid, bid, aid, delta) values (1, 1, 1, 1)")
         with conn.transaction():  # a transaction that may write: on the new primary
-            assert conn.execute(PORT).fetchone()[0] == standby.port  # type: ignore[index]
+            assert scalar(conn.execute(PORT)) == standby.port
     # the old primary comes back as a standby of the new one, on its old port: a replica
     old_port = primary.port
     primary.cleanup()
@@ -136,12 +139,14 @@ def test_failover_under_pgbench(pgtarn_factory, pair) -> None:  # type: ignore[n
         rejoined.start()
         assert wait_for(lambda: _hosts(proc).get(old_port) == "replica", timeout=30)
         with connect(proc, autocommit=True) as conn:
-            assert wait_for(lambda: conn.execute(PORT).fetchone()[0] == old_port, timeout=30)  # type: ignore[index]
+            assert wait_for(lambda: scalar(conn.execute(PORT)) == old_port, timeout=30)
     finally:
         rejoined.cleanup()
 
 
-def test_two_primaries_get_no_writes(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
+def test_two_primaries_get_no_writes(
+    pgtarn_factory: PgtarnFactory, pair: tuple[PrimaryCluster, StandbyCluster]
+) -> None:
     primary, standby = pair
     proc = _split(pgtarn_factory, pair, primary_reads="on", query_wait_timeout=2)
     with connect(proc, autocommit=True) as conn:
@@ -157,7 +162,9 @@ def test_two_primaries_get_no_writes(pgtarn_factory, pair) -> None:  # type: ign
     assert "more than one server claims to be the primary" in log
 
 
-def test_writes_wait_for_a_primary_then_fail_clearly(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
+def test_writes_wait_for_a_primary_then_fail_clearly(
+    pgtarn_factory: PgtarnFactory, pair: tuple[PrimaryCluster, StandbyCluster]
+) -> None:
     primary, standby = pair
     proc = _split(pgtarn_factory, pair, query_wait_timeout=3)
     primary.crash()  # and nobody promotes the standby

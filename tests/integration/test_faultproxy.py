@@ -15,7 +15,7 @@ import pytest
 from .drivers import aconnect, connect
 from .faultproxy import FaultProxy
 
-QUICK = {"connect_timeout": 2}
+QUICK: dict[str, Any] = {"connect_timeout": 2}
 
 
 def _refused(proxy: FaultProxy) -> bool:

@@ -14,7 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support import TempCluster
+
+from .conftest import PgtarnFactory
 from .drivers import connect
+from .faultproxy import FaultProxy
 from .pgstat import superuser_connect
 from .test_admin import admin, show
 from .test_pgbench import pgbench_tables  # noqa: F401  (a fixture)
@@ -26,7 +30,11 @@ LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketimeMT.s
 
 
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench not installed")
-def test_postgres_restart_during_pgbench(pgtarn_factory, pg_cluster, pgbench_tables):  # type: ignore[no-untyped-def]  # noqa: F811
+def test_postgres_restart_during_pgbench(
+    pgtarn_factory: PgtarnFactory,
+    pg_cluster: TempCluster,
+    pgbench_tables: None,  # noqa: F811 (the fixture)
+) -> None:
     pool_size = 4
     proc = pgtarn_factory(settings={"default_pool_size": pool_size, "max_client_conn": 100})
     bench = subprocess.Popen(
@@ -60,7 +68,9 @@ def test_postgres_restart_during_pgbench(pgtarn_factory, pg_cluster, pgbench_tab
     assert after is not None and after[0] > 0  # the other clients went on after the restart
 
 
-def test_silent_partition_then_restore(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
+def test_silent_partition_then_restore(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy
+) -> None:
     proc = pgtarn_factory(
         databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
         settings={
@@ -93,9 +103,9 @@ def test_silent_partition_then_restore(pgtarn_factory, fault_proxy):  # type: ig
 
 
 @pytest.mark.skipif(LIBFAKETIME is None, reason="libfaketime not installed")
-def test_wall_clock_steps_neither_crash_nor_move_timeouts(  # type: ignore[no-untyped-def]
-    pgtarn_factory, monkeypatch, tmp_path
-):
+def test_wall_clock_steps_neither_crash_nor_move_timeouts(
+    pgtarn_factory: PgtarnFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     clock = tmp_path / "faketime"
     clock.write_text("+0\n")
     # Only the wall clock is stepped, as NTP or an operator would; CLOCK_MONOTONIC runs on.

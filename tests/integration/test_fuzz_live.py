@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pgtarn.proto import build
 
 from ..unit.proto.fuzzing import mutated
+from .conftest import PgtarnFactory
 from .pgstat import wait_until
 from .rawpg import RawClient, error_fields
 from .test_admin import admin, pool_row, show
@@ -105,7 +106,7 @@ def run_to_end(raw: RawClient, junk: bytes) -> None:
             assert fields.get("S") in ("ERROR", "FATAL") and len(fields.get("C", "")) == 5
 
 
-def test_random_and_mutated_input_at_a_running_pgtarn(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_random_and_mutated_input_at_a_running_pgtarn(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"max_packet_size": 65536, "default_pool_size": 3})
 
     @LIVE

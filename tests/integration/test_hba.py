@@ -12,7 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support import PgtarnProcess
+
 from .certs import Pki
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .pgstat import wait_until
 from .rawpg import RawClient
@@ -48,7 +51,7 @@ certs  /^(app)$     \\1
 
 
 @pytest.fixture
-def hba_proc(pgtarn_factory, pki, tmp_path):  # type: ignore[no-untyped-def]
+def hba_proc(pgtarn_factory: PgtarnFactory, pki: Pki, tmp_path: Path) -> PgtarnProcess:
     files = tmp_path / "hba"
     files.mkdir()
     (files / "pg_hba.conf").write_text(HBA)
@@ -125,7 +128,9 @@ PASSWORDS = {
         ("trust_user", "postgres", {"sslmode": "require"}, "requires a valid client certificate"),
     ],
 )
-def test_hba_rules_over_tcp(hba_proc, user, dbname, kw, expected):  # type: ignore[no-untyped-def]
+def test_hba_rules_over_tcp(
+    hba_proc: PgtarnProcess, user: str, dbname: str, kw: dict[str, str], expected: str
+) -> None:
     password = None if user == "trust_user" else PASSWORDS[user]
     if expected == "in":
         assert logs_in(hba_proc, user, password, dbname, **kw)
@@ -133,14 +138,14 @@ def test_hba_rules_over_tcp(hba_proc, user, dbname, kw, expected):  # type: igno
         assert expected in refusal(hba_proc, user, password, dbname, **kw)
 
 
-def test_hba_refusal_is_28000_before_any_password(hba_proc):  # type: ignore[no-untyped-def]
+def test_hba_refusal_is_28000_before_any_password(hba_proc: PgtarnProcess) -> None:
     raw = RawClient(hba_proc.host, hba_proc.port)
     raw.startup(user="scram_user", database="app")  # plaintext: the hostnossl reject rule
     fields = final_error(raw)  # no AuthenticationSASL came first
     assert fields["C"] == "28000" and "rejects connection" in fields["M"]
 
 
-def test_cert_rule_with_an_ident_map(hba_proc, pki):  # type: ignore[no-untyped-def]
+def test_cert_rule_with_an_ident_map(hba_proc: PgtarnProcess, pki: Pki) -> None:
     # hostssl postgres ... cert map=certs: CN cert_user may be scram_user, CN app is app
     assert logs_in(
         hba_proc, "scram_user", None, "postgres", sslmode="require", **certificate(pki, "cert_user")
@@ -151,7 +156,7 @@ def test_cert_rule_with_an_ident_map(hba_proc, pki):  # type: ignore[no-untyped-
     )
 
 
-def test_peer_rule_over_the_unix_socket(hba_proc):  # type: ignore[no-untyped-def]
+def test_peer_rule_over_the_unix_socket(hba_proc: PgtarnProcess) -> None:
     # local all app peer map=local: this OS user may be app, without a password
     def local(user: str) -> psycopg.Connection[Any]:
         return psycopg.connect(
@@ -165,7 +170,7 @@ def test_peer_rule_over_the_unix_socket(hba_proc):  # type: ignore[no-untyped-de
     assert 'host "[local]", user "scram_user"' in str(info.value)
 
 
-def test_reload_reads_the_hba_file_again(hba_proc, tmp_path):  # type: ignore[no-untyped-def]
+def test_reload_reads_the_hba_file_again(hba_proc: PgtarnProcess, tmp_path: Path) -> None:
     hba_file = tmp_path / "hba" / "pg_hba.conf"
     with connect(hba_proc, "trust_user", None, sslmode="disable") as kept:
         hba_file.write_text(HBA.replace("127.0.0.1/32    trust", "127.0.0.1/32    reject"))
@@ -193,7 +198,9 @@ def served_certificate(proc: Any, pki: Pki) -> bytes:
     return der
 
 
-def test_reload_reads_certificates_again_and_keeps_tls_clients(pgtarn_factory, pki, tmp_path):  # type: ignore[no-untyped-def]
+def test_reload_reads_certificates_again_and_keeps_tls_clients(
+    pgtarn_factory: PgtarnFactory, pki: Pki, tmp_path: Path
+) -> None:
     cert, key = tmp_path / "pgtarn.crt", tmp_path / "pgtarn.key"
     cert.write_bytes(Path(pki.server.cert).read_bytes())
     key.write_bytes(Path(pki.server.key).read_bytes())
@@ -218,7 +225,9 @@ def test_reload_reads_certificates_again_and_keeps_tls_clients(pgtarn_factory, p
         assert kept.execute("select 1").fetchone() == (1,)  # the TLS session goes on
 
 
-def test_cert_on_a_host_line_refuses_a_connection_without_tls(pgtarn_factory, pki, tmp_path):  # type: ignore[no-untyped-def]
+def test_cert_on_a_host_line_refuses_a_connection_without_tls(
+    pgtarn_factory: PgtarnFactory, pki: Pki, tmp_path: Path
+) -> None:
     """PgBouncer reads cert on a host line; pgtarn too: with TLS and the certificate the
     client logs in, without TLS it has no certificate and is refused."""
     files = tmp_path / "hba"

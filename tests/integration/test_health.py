@@ -175,7 +175,7 @@ def test_a_paused_replay_shows_as_lag_and_goes_away_when_resumed(
     checking.until(lambda hosts: hosts.hosts[1].lag_bytes == 0 and hosts.hosts[1].lag_seconds == 0)
 
 
-def test_a_wake_checks_every_host_at_once(pair: Any) -> None:
+def test_a_wake_checks_every_host_at_once(pair: tuple[PrimaryCluster, StandbyCluster]) -> None:
     running = Checking(*pair, period=60.0)
     try:
         running.until(_settled)

@@ -9,8 +9,11 @@ import pytest
 
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
+from tests.support import PgtarnProcess, TempCluster
 
+from .conftest import PgtarnFactory
 from .drivers import connect
+from .fakepg import FakePostgres
 from .pgstat import wait_until
 from .rawpg import RawClient, error_fields
 from .test_admin import admin, show
@@ -33,7 +36,9 @@ SCRIPTS = [
 
 
 @pytest.fixture
-def hostile(pgtarn_factory, pg_cluster, fake_pg):  # type: ignore[no-untyped-def]
+def hostile(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, fake_pg: FakePostgres
+) -> PgtarnProcess:
     databases = {name: fake_pg.connstr(name) for name in SCRIPTS}
     databases["app"] = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     return pgtarn_factory(
@@ -77,7 +82,9 @@ LOGIN_FAILURES = {
 
 
 @pytest.mark.parametrize("script", list(LOGIN_FAILURES))
-def test_bad_server_login_fails_the_client_cleanly(hostile, fake_pg, script):  # type: ignore[no-untyped-def]
+def test_bad_server_login_fails_the_client_cleanly(
+    hostile: PgtarnProcess, fake_pg: FakePostgres, script: str
+) -> None:
     with connect(hostile, autocommit=True) as bystander:
         fields = login_error(hostile, script)
         assert fields["S"] == "FATAL" and len(fields["C"]) == 5, fields
@@ -88,7 +95,9 @@ def test_bad_server_login_fails_the_client_cleanly(hostile, fake_pg, script):  #
         assert not [r for r in show(console, "SERVERS") if r["database"] == script]
 
 
-def test_a_stalled_result_is_ended_by_query_timeout_its_server_closed(hostile, fake_pg):  # type: ignore[no-untyped-def]
+def test_a_stalled_result_is_ended_by_query_timeout_its_server_closed(
+    hostile: PgtarnProcess, fake_pg: FakePostgres
+) -> None:
     with connect(hostile, autocommit=True) as bystander:
         with connect(hostile, dbname="stall", autocommit=True) as conn:
             with pytest.raises(psycopg.OperationalError) as info:
@@ -102,7 +111,7 @@ def test_a_stalled_result_is_ended_by_query_timeout_its_server_closed(hostile, f
         assert not [r for r in show(console, "SERVERS") if r["database"] == "stall"]
 
 
-def test_garbage_in_a_result_closes_that_server_and_its_client(hostile):  # type: ignore[no-untyped-def]
+def test_garbage_in_a_result_closes_that_server_and_its_client(hostile: PgtarnProcess) -> None:
     with connect(hostile, autocommit=True) as bystander:
         with connect(hostile, dbname="garbage_result", autocommit=True) as conn:
             with pytest.raises(psycopg.OperationalError) as info:
@@ -116,7 +125,7 @@ def test_garbage_in_a_result_closes_that_server_and_its_client(hostile):  # type
         assert not [r for r in show(console, "SERVERS") if r["database"] == "garbage_result"]
 
 
-def test_an_error_without_sqlstate_mid_session_is_relayed(hostile):  # type: ignore[no-untyped-def]
+def test_an_error_without_sqlstate_mid_session_is_relayed(hostile: PgtarnProcess) -> None:
     with connect(hostile, dbname="error_no_sqlstate_result", autocommit=True) as conn:
         with pytest.raises(psycopg.Error, match="no code here") as info:
             conn.execute("select 1")
@@ -126,7 +135,9 @@ def test_an_error_without_sqlstate_mid_session_is_relayed(hostile):  # type: ign
         assert conn.execute("select 1").fetchone() == ("ok",)
 
 
-def test_a_server_lost_mid_message_closes_its_client_without_corrupting_the_stream(hostile):  # type: ignore[no-untyped-def]
+def test_a_server_lost_mid_message_closes_its_client_without_corrupting_the_stream(
+    hostile: PgtarnProcess,
+) -> None:
     raw = raw_login(hostile, dbname="cut_mid_row")
     raw.send(build.query("select 1"))
     assert raw.read_message()[0] == "T"

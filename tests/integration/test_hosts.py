@@ -13,6 +13,7 @@ import pytest
 
 from tests.support import TempCluster
 
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .test_admin import admin, show
 
@@ -38,10 +39,10 @@ def _entry(hosts: str, ports: str, load_balance: str | None = None) -> dict[str,
 
 @pytest.mark.parametrize("load_balance", [None, "disable"])
 def test_hosts_that_cannot_be_reached_are_skipped(
-    pgtarn_factory,
-    pg_cluster: TempCluster,  # type: ignore[no-untyped-def]
-    load_balance,
-):
+    pgtarn_factory: PgtarnFactory,
+    pg_cluster: TempCluster,
+    load_balance: str | None,
+) -> None:
     """A refusing host and an unresolvable one come first in the list: every client is
     served by the one that works, with no error, in either load_balance_hosts mode."""
     port = pg_cluster.port
@@ -58,7 +59,9 @@ def test_hosts_that_cannot_be_reached_are_skipped(
             assert conn.execute("select 1").fetchone() == (1,)
 
 
-def test_hosts_skipped_are_logged_in_pgbouncers_words(pgtarn_factory, pg_cluster: TempCluster):  # type: ignore[no-untyped-def]
+def test_hosts_skipped_are_logged_in_pgbouncers_words(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """Each host given up on is logged with PgBouncer's phrase for it ("server DNS lookup
     failed", "connect failed"), naming that host, once per server that tried it; the same
     server goes on to the next host (no error for the client)."""
@@ -89,7 +92,9 @@ def test_hosts_skipped_are_logged_in_pgbouncers_words(pgtarn_factory, pg_cluster
     assert re.search(rf"S-\d+: app/app@127\.0\.0\.1:{port} new connection to server", text)
 
 
-def test_round_robin_spreads_servers_over_the_hosts(pgtarn_factory, pg_cluster: TempCluster):  # type: ignore[no-untyped-def]
+def test_round_robin_spreads_servers_over_the_hosts(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """The cluster on two addresses (127.0.0.1 and ::1): round-robin opens servers on both
     in turn; disable keeps the first, which works."""
     if not pg_cluster.ipv6:
@@ -112,7 +117,9 @@ def test_round_robin_spreads_servers_over_the_hosts(pgtarn_factory, pg_cluster: 
         proc.stop()
 
 
-def test_a_cancel_goes_to_the_host_its_server_is_on(pgtarn_factory, pg_cluster: TempCluster):  # type: ignore[no-untyped-def]
+def test_a_cancel_goes_to_the_host_its_server_is_on(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """With a refusing host first in the list, a cancel still reaches the query's backend."""
     port = pg_cluster.port
     proc = pgtarn_factory(

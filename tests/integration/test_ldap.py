@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from .certs import Pki
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .ldapserver import (
     BASE_DN,
@@ -77,7 +78,7 @@ def ldap_refusal(proc: Any, user: str, password: str) -> None:
     assert login_error(proc, user, password) == ("28000", LDAP_FAILED)
 
 
-def test_auth_type_ldap_simple_bind(pgtarn_factory, slapd):  # type: ignore[no-untyped-def]
+def test_auth_type_ldap_simple_bind(pgtarn_factory: PgtarnFactory, slapd: Slapd) -> None:
     # no auth_file entry: the servers log in with the password the LDAP server took
     proc = pgtarn_factory(
         userlist={}, settings={"auth_type": "ldap", "auth_ldap_options": simple_bind(slapd)}
@@ -92,7 +93,7 @@ def test_auth_type_ldap_simple_bind(pgtarn_factory, slapd):  # type: ignore[no-u
     assert "app_pass" not in log and "wrong" not in log
 
 
-def test_hba_ldap_search_bind(pgtarn_factory, slapd, tmp_path):  # type: ignore[no-untyped-def]
+def test_hba_ldap_search_bind(pgtarn_factory: PgtarnFactory, slapd: Slapd, tmp_path: Path) -> None:
     hba = tmp_path / "pg_hba.conf"
     hba.write_text(f"host all all 127.0.0.1/32 ldap {search_bind(slapd)}\n")
     proc = pgtarn_factory(userlist={}, settings={"auth_type": "hba", "auth_hba_file": hba})
@@ -135,7 +136,9 @@ def app_login_under(proc: Any, hba: Path, options: str) -> str:
         return "refused"
 
 
-def test_hba_ldap_filters_urls_and_the_search_account(pgtarn_factory, slapd, tmp_path):  # type: ignore[no-untyped-def]
+def test_hba_ldap_filters_urls_and_the_search_account(
+    pgtarn_factory: PgtarnFactory, slapd: Slapd, tmp_path: Path
+) -> None:
     proc, hba = hba_pgtarn(pgtarn_factory, tmp_path)
     cases = [
         search_bind(slapd, ldapsearchfilter='"(|(uid=$username)(mail=$username))"'),
@@ -149,7 +152,13 @@ def test_hba_ldap_filters_urls_and_the_search_account(pgtarn_factory, slapd, tmp
     assert outcomes == ["app", "refused", "app", "refused"]
 
 
-def test_ldaps_and_starttls(pgtarn_factory, slapd, pki, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+def test_ldaps_and_starttls(
+    pgtarn_factory: PgtarnFactory,
+    slapd: Slapd,
+    pki: Pki,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # libldap's own settings say which CA to trust, as for PgBouncer and PostgreSQL
     ldap_conf = tmp_path / "ldap.conf"
     ldap_conf.write_text(f"TLS_CACERT {pki.ca}\n")
@@ -171,7 +180,7 @@ def test_ldaps_and_starttls(pgtarn_factory, slapd, pki, tmp_path, monkeypatch): 
     assert "certificate" in proc.log_text().lower()
 
 
-def test_ldap_server_down_is_a_clear_refusal(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_ldap_server_down_is_a_clear_refusal(pgtarn_factory: PgtarnFactory) -> None:
     with socket.socket() as unused:  # a port where nothing listens
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
@@ -186,7 +195,9 @@ def test_ldap_server_down_is_a_clear_refusal(pgtarn_factory):  # type: ignore[no
     assert "could not connect to the LDAP server" in proc.log_text()
 
 
-def test_a_silent_ldap_server_holds_no_other_login(pgtarn_factory, tmp_path):  # type: ignore[no-untyped-def]
+def test_a_silent_ldap_server_holds_no_other_login(
+    pgtarn_factory: PgtarnFactory, tmp_path: Path
+) -> None:
     """The bind waits in an auth thread: while one LDAP server does not answer, other
     logins go on; the waiting one is refused when its request times out."""
     silent = socket.socket()
@@ -225,7 +236,9 @@ def test_a_silent_ldap_server_holds_no_other_login(pgtarn_factory, tmp_path):  #
     assert len(errors) == 1 and LDAP_FAILED in str(errors[0])
 
 
-def test_the_bind_password_stays_out_of_show_config(pgtarn_factory, slapd):  # type: ignore[no-untyped-def]
+def test_the_bind_password_stays_out_of_show_config(
+    pgtarn_factory: PgtarnFactory, slapd: Slapd
+) -> None:
     options = search_bind(slapd)
     proc = pgtarn_factory(settings={"auth_type": "ldap", "auth_ldap_options": options})
     with admin(proc) as console:  # app logs in to the console through LDAP too
@@ -235,7 +248,7 @@ def test_the_bind_password_stays_out_of_show_config(pgtarn_factory, slapd):  # t
     assert SEARCHER_PASSWORD not in proc.log_text()
 
 
-def test_bad_ldap_options_are_refused(pgtarn_factory, slapd):  # type: ignore[no-untyped-def]
+def test_bad_ldap_options_are_refused(pgtarn_factory: PgtarnFactory, slapd: Slapd) -> None:
     proc = pgtarn_factory(settings={"auth_type": "ldap", "auth_ldap_options": simple_bind(slapd)})
     with admin(proc) as console:
         with pytest.raises(psycopg.Error, match="cannot mix options for simple bind"):
@@ -245,7 +258,9 @@ def test_bad_ldap_options_are_refused(pgtarn_factory, slapd):  # type: ignore[no
     assert current_user(proc, "app", "app_pass") == "app"  # the options in force stay
 
 
-def test_ldap_with_auth_user_is_a_config_error(pgtarn_factory, slapd, tmp_path):  # type: ignore[no-untyped-def]
+def test_ldap_with_auth_user_is_a_config_error(
+    pgtarn_factory: PgtarnFactory, slapd: Slapd, tmp_path: Path
+) -> None:
     """As PgBouncer: an LDAP login to a database with an auth_user is "bouncer config
     error", under auth_type = ldap and through an HBA ldap rule alike."""
     proc = pgtarn_factory(

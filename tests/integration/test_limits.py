@@ -8,6 +8,9 @@ import time
 
 import pytest
 
+from tests.support import PgtarnProcess, TempCluster
+
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 from .pgstat import PeakBackends, backend_pids, superuser_connect, wait_until
 from .rawpg import AsyncRawClient
@@ -15,11 +18,13 @@ from .rawpg import AsyncRawClient
 pytestmark = pytest.mark.integration
 
 
-def _direct(pg_cluster) -> str:  # type: ignore[no-untyped-def]
+def _direct(pg_cluster: TempCluster) -> str:
     return f"host={pg_cluster.host} port={pg_cluster.port}"
 
 
-def test_waiting_clients_are_served_first_come_first_served(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_waiting_clients_are_served_first_come_first_served(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     pg_cluster.psql(
         "DROP SEQUENCE IF EXISTS fifo_seq; CREATE SEQUENCE fifo_seq;"
         " GRANT ALL ON SEQUENCE fifo_seq TO PUBLIC;",
@@ -48,7 +53,9 @@ def test_waiting_clients_are_served_first_come_first_served(pgtarn_factory, pg_c
     assert values == sorted(values) and len(set(values)) == 6
 
 
-def test_2000_clients_on_pool_size_10_are_all_served(pgtarn_factory, pg_cluster, capsys):  # type: ignore[no-untyped-def]
+def test_2000_clients_on_pool_size_10_are_all_served(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     n_clients, pool_size = 2000, 10
     proc = pgtarn_factory(
         settings={
@@ -98,7 +105,9 @@ def test_2000_clients_on_pool_size_10_are_all_served(pgtarn_factory, pg_cluster,
         )
 
 
-def test_reserve_pool_serves_a_client_that_waited_reserve_pool_timeout(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_reserve_pool_serves_a_client_that_waited_reserve_pool_timeout(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(
         settings={"default_pool_size": 1, "reserve_pool_size": 1, "reserve_pool_timeout": 0.3}
     )
@@ -110,7 +119,7 @@ def test_reserve_pool_serves_a_client_that_waited_reserve_pool_timeout(pgtarn_fa
         holder.commit()
 
 
-def test_without_reserve_a_client_waits_for_the_server(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_without_reserve_a_client_waits_for_the_server(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1, "reserve_pool_timeout": 0.1})
 
     async def scenario() -> tuple[bool, int, int]:
@@ -131,7 +140,9 @@ def test_without_reserve_a_client_waits_for_the_server(pgtarn_factory):  # type:
     assert waited and holder_pid == late_pid
 
 
-def test_min_pool_size_opens_servers_ahead_and_refills(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_min_pool_size_opens_servers_ahead_and_refills(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(databases={"app": f"{_direct(pg_cluster)} dbname=app min_pool_size=3"})
     with superuser_connect(pg_cluster) as watch:
         with connect(proc, autocommit=True) as c:
@@ -142,7 +153,9 @@ def test_min_pool_size_opens_servers_ahead_and_refills(pgtarn_factory, pg_cluste
         wait_until(lambda: len(backend_pids(watch) - first) == 3, what="3 new servers")
 
 
-def test_forced_user_database_opens_min_pool_size_at_start(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_forced_user_database_opens_min_pool_size_at_start(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     with superuser_connect(pg_cluster) as watch:
         pgtarn_factory(
             databases={
@@ -155,7 +168,7 @@ def test_forced_user_database_opens_min_pool_size_at_start(pgtarn_factory, pg_cl
         )
 
 
-def _run_load(proc, users: list[tuple[str, str, str]], rounds: int = 4) -> list[int]:  # type: ignore[no-untyped-def]
+def _run_load(proc: PgtarnProcess, users: list[tuple[str, str, str]], rounds: int = 4) -> list[int]:
     """Concurrent queries from (user, password, dbname) clients; their backend pids."""
 
     async def scenario() -> list[int]:
@@ -172,7 +185,9 @@ def _run_load(proc, users: list[tuple[str, str, str]], rounds: int = 4) -> list[
     return asyncio.run(scenario())
 
 
-def test_max_db_connections_spans_users(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_max_db_connections_spans_users(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(
         databases={"app": f"{_direct(pg_cluster)} dbname=app max_db_connections=2"}
     )
@@ -183,7 +198,9 @@ def test_max_db_connections_spans_users(pgtarn_factory, pg_cluster):  # type: ig
     assert peak.samples > 0 and peak.peak == 2
 
 
-def test_max_user_connections_spans_databases(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_max_user_connections_spans_databases(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(users={"scram_user": "max_user_connections=2"})
     users = [("scram_user", "scram_pass", "app")] * 4 + [
         ("scram_user", "scram_pass", "postgres")
@@ -194,7 +211,9 @@ def test_max_user_connections_spans_databases(pgtarn_factory, pg_cluster):  # ty
     assert peak.samples > 0 and peak.peak == 2
 
 
-def test_pool_size_per_database_and_per_user(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_pool_size_per_database_and_per_user(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(
         databases={"app": f"{_direct(pg_cluster)} dbname=app pool_size=3"},
         users={"scram_user": "pool_size=1"},

@@ -22,6 +22,7 @@ from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
 from tests.support import TempCluster, free_port
 
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 from .pgstat import PeakBackends, superuser_connect, wait_for
 from .rawpg import RawClient, error_fields
@@ -204,7 +205,9 @@ def notification(body: bytes) -> tuple[int, str, str]:
 # -- drivers ------------------------------------------------------------------------------
 
 
-def test_psycopg_notifies_without_holding_a_server(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_psycopg_notifies_without_holding_a_server(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """A psycopg client LISTENs, another NOTIFYs through the same pool of one server: the
     listener gets both notifications in order, and holds no server (a listening server
     connection named 'pgtarn listener' does the listening)."""
@@ -223,7 +226,7 @@ def test_psycopg_notifies_without_holding_a_server(pgtarn_factory, pg_cluster): 
         )
 
 
-def test_asyncpg_add_listener(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_asyncpg_add_listener(pgtarn_factory: PgtarnFactory) -> None:
     """asyncpg's add_listener (its LISTEN goes as Parse/Bind/Execute of an unnamed statement)
     receives what another asyncpg client notifies through the pool of one server, and
     remove_listener stops it."""
@@ -262,7 +265,9 @@ def test_asyncpg_add_listener(pgtarn_factory):  # type: ignore[no-untyped-def]
 # -- many listeners while the only server is busy -------------------------------------------
 
 
-def test_fifty_listeners_while_the_only_server_is_busy(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_fifty_listeners_while_the_only_server_is_busy(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """50 idle listeners on 10 channels (5 each) while another client keeps the only pooled
     server busy: each gets exactly its channel's notifications, in order, and PostgreSQL never
     sees more than the pooled server and the one listening connection."""
@@ -302,7 +307,7 @@ def test_fifty_listeners_while_the_only_server_is_busy(pgtarn_factory, pg_cluste
 # -- transactional LISTEN / UNLISTEN ----------------------------------------------------------
 
 
-def test_listen_in_a_rolled_back_transaction_does_nothing(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_listen_in_a_rolled_back_transaction_does_nothing(pgtarn_factory: PgtarnFactory) -> None:
     """LISTEN in a rolled-back (or failed) transaction never listens; UNLISTEN in one never
     stops listening; LISTEN in a failed transaction is refused like PostgreSQL does (25P02)."""
     proc = start(pgtarn_factory)
@@ -328,7 +333,9 @@ def test_listen_in_a_rolled_back_transaction_does_nothing(pgtarn_factory):  # ty
         assert receive_until(conn, (base, "end")) == [(base, "end")]
 
 
-def test_listen_in_a_committed_transaction_takes_effect_at_commit(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_listen_in_a_committed_transaction_takes_effect_at_commit(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     """LISTEN inside BEGIN..COMMIT is not a listen before COMMIT, and is one after."""
     proc = start(pgtarn_factory)
     channel = unique("commit")
@@ -342,7 +349,7 @@ def test_listen_in_a_committed_transaction_takes_effect_at_commit(pgtarn_factory
         assert receive(conn, 1) == [(channel, "after commit")]
 
 
-def test_rollback_to_savepoint_drops_the_listens_after_it(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_rollback_to_savepoint_drops_the_listens_after_it(pgtarn_factory: PgtarnFactory) -> None:
     """ROLLBACK TO SAVEPOINT drops the LISTENs made after the savepoint and keeps the others;
     a released savepoint's LISTEN counts at COMMIT."""
     proc = start(pgtarn_factory)
@@ -364,7 +371,7 @@ def test_rollback_to_savepoint_drops_the_listens_after_it(pgtarn_factory):  # ty
         assert receive_until(conn, (kept, "end")) == [(released, "r"), (kept, "end")]
 
 
-def test_unlisten_channel_and_unlisten_all(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_unlisten_channel_and_unlisten_all(pgtarn_factory: PgtarnFactory) -> None:
     """UNLISTEN ch stops that channel only; UNLISTEN * stops all; several LISTENs in one Query
     all count."""
     proc = start(pgtarn_factory)
@@ -388,7 +395,7 @@ def test_unlisten_channel_and_unlisten_all(pgtarn_factory):  # type: ignore[no-u
 # -- listeners that leave, a listening connection that dies -----------------------------------
 
 
-def test_listener_that_disconnects(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_listener_that_disconnects(pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster) -> None:
     """A listener that leaves: the others still receive, SHOW LISTENERS stops counting it, and
     when a channel's last listener leaves the listening connection UNLISTENs it (a later
     listener of that channel still receives)."""
@@ -425,7 +432,9 @@ def test_listener_that_disconnects(pgtarn_factory, pg_cluster):  # type: ignore[
                 assert receive(later, 1) == [(alone, "again")]
 
 
-def test_listening_connection_killed(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_listening_connection_killed(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """pg_terminate_backend on the listening connection: pgtarn reconnects and LISTENs again,
     its clients get a WARNING that notifications may have been lost, and new notifications
     arrive again."""
@@ -436,9 +445,11 @@ def test_listening_connection_killed(pgtarn_factory, pg_cluster):  # type: ignor
         notices: dict[str, list[tuple[str | None, str | None]]] = {ch_a: [], ch_b: []}
         for conn, channel in ((a, ch_a), (b, ch_b)):
             listen(conn, channel)
-            conn.add_notice_handler(
-                lambda diag, ch=channel: notices[ch].append((diag.severity, diag.message_primary))
-            )
+
+            def on_notice(diag: psycopg.errors.Diagnostic, ch: str = channel) -> None:
+                notices[ch].append((diag.severity, diag.message_primary))
+
+            conn.add_notice_handler(on_notice)
         (old_pid,) = listener_backends(pg_cluster)
         with superuser_connect(pg_cluster) as su:
             su.execute("select pg_terminate_backend(%s)", (old_pid,))
@@ -475,7 +486,7 @@ def test_listening_connection_killed(pgtarn_factory, pg_cluster):  # type: ignor
         assert metric(port, "pgtarn_listener_reconnects_total") >= 1
 
 
-def test_client_that_never_reads_is_closed(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_client_that_never_reads_is_closed(pgtarn_factory: PgtarnFactory) -> None:
     """A listener that never reads (small receive buffer, big payloads) is closed with a FATAL
     53400 'notification queue full' once its queue passes listen_queue_size; another listener
     of the same channel keeps receiving every notification."""
@@ -535,7 +546,9 @@ def test_client_that_never_reads_is_closed(pgtarn_factory):  # type: ignore[no-u
 # -- what pgtarn answers, and when it delivers ------------------------------------------------
 
 
-def test_replies_and_delivery_after_the_transaction(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_replies_and_delivery_after_the_transaction(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     """pgtarn answers LISTEN/UNLISTEN with their CommandComplete and the right ReadyForQuery
     status, and holds a notification for a client inside a transaction block until the block
     ends: none comes with the replies inside it, and it comes with its COMMIT's (after the
@@ -583,7 +596,7 @@ def test_replies_and_delivery_after_the_transaction(pgtarn_factory, pg_dsn):  # 
         raw.close()
 
 
-def test_hostile_channel_names(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_hostile_channel_names(pgtarn_factory: PgtarnFactory) -> None:
     """Channel names are identifiers: a quoted name with a quote, a semicolon and a comment is
     one plain channel; an unquoted name folds to lower case, a quoted one keeps its case."""
     proc = start(pgtarn_factory)
@@ -606,7 +619,7 @@ def test_hostile_channel_names(pgtarn_factory):  # type: ignore[no-untyped-def]
         ]
 
 
-def test_client_notifying_its_own_channel_receives_it(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_client_notifying_its_own_channel_receives_it(pgtarn_factory: PgtarnFactory) -> None:
     proc = start(pgtarn_factory)
     channel = unique("self")
     with client(proc) as conn:
@@ -615,7 +628,7 @@ def test_client_notifying_its_own_channel_receives_it(pgtarn_factory):  # type: 
         assert receive(conn, 1) == [(channel, "mine")]
 
 
-def test_notification_pid_is_the_notifying_pooled_backend(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_notification_pid_is_the_notifying_pooled_backend(pgtarn_factory: PgtarnFactory) -> None:
     proc = start(pgtarn_factory)
     channel = unique("pid")
     with client(proc) as conn, client(proc) as notifier:
@@ -628,7 +641,7 @@ def test_notification_pid_is_the_notifying_pooled_backend(pgtarn_factory):  # ty
         assert (got.channel, got.payload, got.pid) == (channel, "who", row[0])
 
 
-def test_pause_holds_delivery_until_resume(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_pause_holds_delivery_until_resume(pgtarn_factory: PgtarnFactory, pg_dsn: str) -> None:
     """While the database is paused nothing is delivered; RESUME sends what was held."""
     proc = start(pgtarn_factory)
     channel = unique("paused")
@@ -646,7 +659,7 @@ def test_pause_holds_delivery_until_resume(pgtarn_factory, pg_dsn):  # type: ign
         assert receive(conn, 1) == [(channel, "held")]
 
 
-def test_show_listeners(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_show_listeners(pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster) -> None:
     """SHOW LISTENERS: database, user, channel, clients; one listening connection per
     (database, user); rows go when their clients leave."""
     proc = start(pgtarn_factory)
@@ -677,7 +690,7 @@ def test_show_listeners(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-
 # -- other modes, and what passes through ---------------------------------------------------
 
 
-def test_statement_mode_listen(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_statement_mode_listen(pgtarn_factory: PgtarnFactory) -> None:
     proc = start(pgtarn_factory, pool_mode="statement")
     channel = unique("stmt")
     with client(proc) as conn, client(proc) as notifier:
@@ -686,7 +699,9 @@ def test_statement_mode_listen(pgtarn_factory):  # type: ignore[no-untyped-def]
         assert receive(conn, 1) == [(channel, "statement mode")]
 
 
-def test_session_mode_listen_runs_on_the_clients_server(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_session_mode_listen_runs_on_the_clients_server(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """Session mode is unchanged: LISTEN runs on the client's own server."""
     proc = start(pgtarn_factory, pool_mode="session", default_pool_size=2)
     channel = unique("session")
@@ -698,7 +713,7 @@ def test_session_mode_listen_runs_on_the_clients_server(pgtarn_factory, pg_clust
         assert listener_backends(pg_cluster) == []
 
 
-def test_notify_passes_through(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_notify_passes_through(pgtarn_factory: PgtarnFactory, pg_dsn: str) -> None:
     """NOTIFY, pg_notify() and a NOTIFY inside a function run on the pooled server as sent:
     a session straight to PostgreSQL receives them from that server's pid."""
     proc = start(pgtarn_factory)
@@ -717,7 +732,7 @@ def test_notify_passes_through(pgtarn_factory, pg_dsn):  # type: ignore[no-untyp
         ]
 
 
-def test_listen_inside_a_function_runs_on_the_pooled_server(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_listen_inside_a_function_runs_on_the_pooled_server(pgtarn_factory: PgtarnFactory) -> None:
     """A LISTEN inside a DO block is not seen by pgtarn: it runs on the pooled server (whose
     pg_listening_channels() then lists it), and no listener connection is opened for it."""
     proc = start(pgtarn_factory)
@@ -773,7 +788,9 @@ def listener_listening(cluster: TempCluster, channel: str, old_pid: int) -> bool
 
 
 @pytest.mark.parametrize("move", ["reload", "reconnect"])
-def test_listener_moved_by_reload_or_reconnect(pgtarn_factory, pg_cluster, move):  # type: ignore[no-untyped-def]
+def test_listener_moved_by_reload_or_reconnect(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, move: str
+) -> None:
     """A RELOAD that changes the app entry's connection settings (application_name=moved),
     or RECONNECT: the listening connection is replaced (a new backend, the old one gone),
     the listening client gets the lost-notifications WARNING, and what is notified once the
@@ -805,7 +822,7 @@ def test_listener_moved_by_reload_or_reconnect(pgtarn_factory, pg_cluster, move)
 # -- SUSPEND, PAUSE ------------------------------------------------------------------------------
 
 
-def test_suspend_holds_delivery_until_resume(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_suspend_holds_delivery_until_resume(pgtarn_factory: PgtarnFactory, pg_dsn: str) -> None:
     """SUSPEND: a NOTIFY straight to PostgreSQL is not delivered while suspended; RESUME
     delivers it."""
     proc = start(pgtarn_factory)
@@ -826,7 +843,9 @@ def test_suspend_holds_delivery_until_resume(pgtarn_factory, pg_dsn):  # type: i
         assert conn.execute("select 1").fetchone() == (1,)
 
 
-def test_pause_with_more_notifications_than_listen_queue_size(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_pause_with_more_notifications_than_listen_queue_size(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     """20 notifications while paused with listen_queue_size = 5: they wait in PostgreSQL (the
     listening connection stops reading), not in the client's bounded queue; after RESUME
     the client gets all 20, in order, and is still open."""
@@ -858,7 +877,9 @@ def current_connections(console: Conn) -> int:
     return int(row["current_connections"])
 
 
-def test_max_db_connections_counts_the_listener(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_max_db_connections_counts_the_listener(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """max_db_connections = 2, default_pool_size = 2, a listening client: SHOW DATABASES
     counts the listener connection (1 once the pooled server that logins opened has idled
     out), two clients under load are both served by the one server left to the pool, and
@@ -906,7 +927,9 @@ def test_max_db_connections_counts_the_listener(pgtarn_factory, pg_cluster):  # 
 # -- LISTEN through the extended protocol, LISTEN mixed with other statements, DISCARD ALL -----
 
 
-def test_psycopg_extended_protocol_listen(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_psycopg_extended_protocol_listen(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """psycopg's prepared LISTEN (a named statement: Parse+Sync, then Bind/Describe/Execute/
     Sync) and its binary LISTEN (unnamed: Parse/Bind/Describe/Execute/Sync) are answered by
     pgtarn: no pooled server is held (another client runs queries in a pool of one), and
@@ -925,7 +948,7 @@ def test_psycopg_extended_protocol_listen(pgtarn_factory, pg_cluster):  # type: 
         assert receive(conn, 2) == [(named, "n"), (unnamed, "u")]
 
 
-def test_raw_extended_protocol_listen(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_raw_extended_protocol_listen(pgtarn_factory: PgtarnFactory) -> None:
     """Parse/Bind/Describe/Execute/Sync of a LISTEN, named and unnamed, by hand: pgtarn
     replies ParseComplete, BindComplete, NoData, CommandComplete LISTEN, ReadyForQuery, holds
     no server (another client runs a query in the pool of one) and delivers notifications."""
@@ -963,7 +986,9 @@ def test_raw_extended_protocol_listen(pgtarn_factory):  # type: ignore[no-untype
 
 
 @pytest.mark.parametrize("cut", ["between messages", "inside a message"])
-def test_extended_protocol_listen_split_across_reads(pgtarn_factory, cut):  # type: ignore[no-untyped-def]
+def test_extended_protocol_listen_split_across_reads(
+    pgtarn_factory: PgtarnFactory, cut: str
+) -> None:
     """A LISTEN batch that reaches pgtarn in two reads (TCP may cut it anywhere) is answered
     by pgtarn as a whole one is: no server is held for it (another client runs a query in the
     pool of one) and the channel is listened to."""
@@ -995,10 +1020,10 @@ def test_extended_protocol_listen_split_across_reads(pgtarn_factory, cut):  # ty
 
 
 def test_listen_mixed_with_a_select_runs_on_the_server_and_pins(
-    pgtarn_factory,
-    pg_cluster,  # type: ignore[no-untyped-def]
-    pg_dsn,
-):
+    pgtarn_factory: PgtarnFactory,
+    pg_cluster: TempCluster,
+    pg_dsn: str,
+) -> None:
     """LISTEN a; SELECT 1 runs on the pooled server and pins the client (SHOW CLIENTS
     pinned: listen); its later LISTEN goes to that server too; notifications come through
     it, and no listening connection is opened."""
@@ -1023,7 +1048,7 @@ def test_listen_mixed_with_a_select_runs_on_the_server_and_pins(
         assert receive(conn, 2) == [(first, "one"), (later, "two")]
 
 
-def test_discard_all_ends_the_listeners_channels(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_discard_all_ends_the_listeners_channels(pgtarn_factory: PgtarnFactory) -> None:
     """DISCARD ALL in a Query ends the channels the client listened to through the listening
     connection: SHOW LISTENERS drops them and their notifications no longer arrive."""
     proc = start(pgtarn_factory)
@@ -1039,7 +1064,9 @@ def test_discard_all_ends_the_listeners_channels(pgtarn_factory):  # type: ignor
         assert receive_until(conn, (after, "end")) == [(after, "end")]
 
 
-def test_session_mode_own_notification_names_the_clients_backend_pid(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_session_mode_own_notification_names_the_clients_backend_pid(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     """A client that tells its own notifications apart by pid (psycopg's docs show how)
     sees its backend_pid, pgtarn's key, in them, as on a direct connection."""
     proc = pgtarn_factory(settings={"pool_mode": "session"})

@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import free_port
 
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .pgstat import wait_for
 from .test_admin import Waiter, admin, pool_row, show
@@ -31,7 +32,7 @@ def value(samples: dict[Any, float], name: str, **labels: str) -> float:
     return samples[(name, tuple(sorted(labels.items())))]
 
 
-def test_metrics_match_show_pools_and_stats(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_match_show_pools_and_stats(pgtarn_factory: PgtarnFactory) -> None:
     port = free_port()
     proc = pgtarn_factory(settings={"default_pool_size": 1, "metrics_port": port})
     holder = connect(proc)
@@ -87,7 +88,7 @@ def test_metrics_match_show_pools_and_stats(pgtarn_factory) -> None:  # type: ig
             waiter.conn.close()
 
 
-def test_notification_metrics_count_a_delivery(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_notification_metrics_count_a_delivery(pgtarn_factory: PgtarnFactory) -> None:
     port = free_port()
     proc = pgtarn_factory(settings={"default_pool_size": 1, "metrics_port": port})
     listener = connect(proc, autocommit=True)
@@ -112,6 +113,6 @@ def test_notification_metrics_count_a_delivery(pgtarn_factory) -> None:  # type:
         sender.close()
 
 
-def test_metrics_are_off_by_default(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_are_off_by_default(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     assert "metrics on" not in proc.log_text()

@@ -24,7 +24,9 @@ import pytest
 
 from pgtarn.proto import build
 
+from .conftest import PgtarnFactory
 from .drivers import connect
+from .ldapserver import Slapd
 from .pgstat import wait_until
 from .rawpg import RawClient
 from .test_ldap import simple_bind, slapd  # noqa: F401  (slapd: a fixture)
@@ -106,7 +108,9 @@ def refusal(proc: Any, user: str, password: str) -> psycopg.OperationalError:
     return info.value
 
 
-def test_pam_login_and_the_servers_use_the_password(pgtarn_factory, pam):  # type: ignore[no-untyped-def]
+def test_pam_login_and_the_servers_use_the_password(
+    pgtarn_factory: PgtarnFactory, pam: PamSetup
+) -> None:
     proc = pgtarn_factory(settings=pam_settings(pam))
     with connect(proc, pam.user, pam.password) as conn:
         # the server logged in as the user, with the password PAM accepted
@@ -116,7 +120,9 @@ def test_pam_login_and_the_servers_use_the_password(pgtarn_factory, pam):  # typ
     assert pam.password not in proc.log_text()
 
 
-def test_wrong_password_and_unknown_user_are_refused_alike(pgtarn_factory, pam):  # type: ignore[no-untyped-def]
+def test_wrong_password_and_unknown_user_are_refused_alike(
+    pgtarn_factory: PgtarnFactory, pam: PamSetup
+) -> None:
     proc = pgtarn_factory(settings=pam_settings(pam))
     for user, password in (
         (pam.user, pam.password + "x"),
@@ -129,7 +135,7 @@ def test_wrong_password_and_unknown_user_are_refused_alike(pgtarn_factory, pam):
     assert pam.password not in log
 
 
-def test_auth_file_is_not_read_under_pam(pgtarn_factory, pam):  # type: ignore[no-untyped-def]
+def test_auth_file_is_not_read_under_pam(pgtarn_factory: PgtarnFactory, pam: PamSetup) -> None:
     """As PgBouncer: PAM alone decides; an auth_file entry lets nobody in."""
     proc = pgtarn_factory(settings=pam_settings(pam), userlist={pam.user: "from-auth-file"})
     assert "PAM authentication failed" in str(refusal(proc, pam.user, "from-auth-file"))
@@ -137,13 +143,13 @@ def test_auth_file_is_not_read_under_pam(pgtarn_factory, pam):  # type: ignore[n
         assert conn.execute("select current_user").fetchone() == (pam.user,)
 
 
-def test_pam_with_auth_user_is_a_config_error(pgtarn_factory, pam):  # type: ignore[no-untyped-def]
+def test_pam_with_auth_user_is_a_config_error(pgtarn_factory: PgtarnFactory, pam: PamSetup) -> None:
     proc = pgtarn_factory(settings=pam_settings(pam, auth_user="app"))
     assert "bouncer config error" in str(refusal(proc, pam.user, pam.password))
     assert "PAM can't be used together with database authentication" in proc.log_text()
 
 
-def test_an_empty_password_never_reaches_pam(pgtarn_factory, pam):  # type: ignore[no-untyped-def]
+def test_an_empty_password_never_reaches_pam(pgtarn_factory: PgtarnFactory, pam: PamSetup) -> None:
     proc = pgtarn_factory(settings=pam_settings(pam))
     fields = final_error(send_password(proc, pam.user, ""))
     assert (fields["C"], fields["M"]) == ("28P01", "empty password returned by client")
@@ -179,7 +185,9 @@ def hold_service(pam: PamSetup, tmp_path: Path) -> tuple[str, Callable[[], int]]
     return service, lambda: len(list(tmp_path.glob("started.*")))
 
 
-def test_checks_wait_in_a_bounded_queue(pgtarn_factory, pam, tmp_path):  # type: ignore[no-untyped-def]
+def test_checks_wait_in_a_bounded_queue(
+    pgtarn_factory: PgtarnFactory, pam: PamSetup, tmp_path: Path
+) -> None:
     """One thread, a queue of one: a check that hangs in PAM holds the thread, the next
     waits, the one after is refused at once; when PAM answers, both waiting ones log in."""
     service, started = hold_service(pam, tmp_path)
@@ -216,7 +224,7 @@ def test_checks_wait_in_a_bounded_queue(pgtarn_factory, pam, tmp_path):  # type:
     ) in proc.log_text()
 
 
-def test_hba_pam_rule(pgtarn_factory, pam, tmp_path):  # type: ignore[no-untyped-def]
+def test_hba_pam_rule(pgtarn_factory: PgtarnFactory, pam: PamSetup, tmp_path: Path) -> None:
     hba = tmp_path / "pg_hba.conf"
     hba.write_text(
         f"host all {pam.user} 127.0.0.1/32 pam\nhost all all 127.0.0.1/32 scram-sha-256\n"
@@ -231,7 +239,12 @@ def test_hba_pam_rule(pgtarn_factory, pam, tmp_path):  # type: ignore[no-untyped
         assert conn.execute("select current_user").fetchone() == ("app",)
 
 
-def test_pam_and_ldap_checks_share_the_auth_threads(pgtarn_factory, pam, slapd, tmp_path):  # type: ignore[no-untyped-def]  # noqa: F811
+def test_pam_and_ldap_checks_share_the_auth_threads(
+    pgtarn_factory: PgtarnFactory,
+    pam: PamSetup,
+    slapd: Slapd,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
     """One thread, no queue, for both methods: while PAM holds the thread an LDAP login is
     refused at once; once PAM has answered, LDAP gets the thread."""
     service, started = hold_service(pam, tmp_path)

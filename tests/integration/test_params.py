@@ -8,17 +8,22 @@ import asyncpg
 import psycopg
 import pytest
 
-from .drivers import aconnect, connect
+from tests.support import TempCluster
+
+from .conftest import PgtarnFactory
+from .drivers import aconnect, connect, scalar
 from .rawpg import RawClient, error_fields
 
 
-def show(conn: psycopg.Connection, name: str) -> str:  # type: ignore[type-arg]
+def show(conn: psycopg.Connection, name: str) -> str:
     row = conn.execute(f"show {name}").fetchone()
     assert row is not None
     return str(row[0])
 
 
-def test_set_timezone_and_application_name_stay_with_their_client(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_set_timezone_and_application_name_stay_with_their_client(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
         pid = a.execute("select pg_backend_pid()").fetchone()
@@ -40,7 +45,7 @@ def test_set_timezone_and_application_name_stay_with_their_client(pgtarn_factory
         assert b.info.parameter_status("DateStyle") == "SQL, DMY"
 
 
-def test_startup_parameters_are_applied_per_client(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_startup_parameters_are_applied_per_client(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     with (
         connect(proc, autocommit=True, application_name="first", options=None) as a,
@@ -52,7 +57,7 @@ def test_startup_parameters_are_applied_per_client(pgtarn_factory):  # type: ign
             assert show(b, "application_name") == "second"
 
 
-def test_asyncpg_client_encoding_and_server_settings(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_asyncpg_client_encoding_and_server_settings(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
 
     async def scenario() -> tuple[str, str, str]:
@@ -68,7 +73,9 @@ def test_asyncpg_client_encoding_and_server_settings(pgtarn_factory):  # type: i
     assert asyncio.run(scenario()) == ("UTC", "America/New_York", "UTF8")
 
 
-def test_other_startup_parameters_are_session_settings(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_other_startup_parameters_are_session_settings(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """A startup parameter pgtarn does not track (pgJDBC's extra_float_digits, asyncpg's
     server_settings) is a session setting, carried from server to server as SET is; where the
     session is not tracked (session mode), it is refused with PgBouncer's words."""
@@ -103,13 +110,13 @@ def test_other_startup_parameters_are_session_settings(pgtarn_factory, pg_cluste
         connect(proc, options="-c work_mem=8MB", dbname="session_app")
 
 
-def test_ignore_startup_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_ignore_startup_parameters(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"ignore_startup_parameters": "extra_float_digits, options"})
     with connect(proc, autocommit=True, options="-c work_mem=8MB") as conn:
         assert conn.execute("select 1").fetchone() == (1,)
 
 
-def test_track_extra_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_track_extra_parameters(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(
         settings={"default_pool_size": 1, "track_extra_parameters": "IntervalStyle"}
     )
@@ -136,7 +143,9 @@ STARTUP_VALUES = [
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-def test_client_encoding_is_reported_as_postgresql_reports_it(pgtarn_factory, pg_dsn, encoding):  # type: ignore[no-untyped-def]
+def test_client_encoding_is_reported_as_postgresql_reports_it(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str, encoding: str
+) -> None:
     """The welcome's ParameterStatus is PostgreSQL's canonical form (utf8 -> UTF8), before
     any query, and after queries on a shared server too."""
     with psycopg.connect(pg_dsn, client_encoding=encoding) as direct:
@@ -146,13 +155,19 @@ def test_client_encoding_is_reported_as_postgresql_reports_it(pgtarn_factory, pg
     for _ in range(2):
         with connect(proc, autocommit=True, client_encoding=encoding) as conn:
             assert conn.info.parameter_status("client_encoding") == expected
-            shown = conn.execute("show client_encoding").fetchone()[0]  # bytes in SQL_ASCII
+            shown = scalar(conn.execute("show client_encoding"))  # bytes in SQL_ASCII
             assert (shown.decode() if isinstance(shown, bytes) else shown) == expected
             assert conn.info.parameter_status("client_encoding") == expected
 
 
 @pytest.mark.parametrize(("name", "value"), STARTUP_VALUES)
-def test_startup_values_as_postgresql_says(pgtarn_factory, pg_cluster, pg_roles, name, value):  # type: ignore[no-untyped-def]
+def test_startup_values_as_postgresql_says(
+    pgtarn_factory: PgtarnFactory,
+    pg_cluster: TempCluster,
+    pg_roles: dict[str, str],
+    name: str,
+    value: str,
+) -> None:
     """The same for the other tracked parameters, sent as startup parameters (asyncpg).
     TimeZone's spelling comes from PostgreSQL's time zone files: the first client to use a
     spelling is told PostgreSQL's as its first query runs, the next ones at welcome."""
@@ -186,7 +201,7 @@ def test_startup_values_as_postgresql_says(pgtarn_factory, pg_cluster, pg_roles,
     assert asyncio.run(reported(proc.host, proc.port)) == expected
 
 
-def test_options_with_tracked_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_options_with_tracked_parameters(pgtarn_factory: PgtarnFactory) -> None:
     """-c name=value and --name=value pairs with backslash escapes, as PgBouncer reads them;
     tracked ones are welcomed in PostgreSQL's form and stay with their client."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -207,7 +222,7 @@ def test_options_with_tracked_parameters(pgtarn_factory):  # type: ignore[no-unt
         assert show(conn, "application_name") == "outer"
 
 
-def test_options_with_other_settings_in_transaction_mode(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_options_with_other_settings_in_transaction_mode(pgtarn_factory: PgtarnFactory) -> None:
     """Settings that are not tracked parameters are the client's session settings from the
     start: SET on every server it gets, and what RESET returns to."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -230,7 +245,7 @@ def test_options_with_other_settings_in_transaction_mode(pgtarn_factory):  # typ
         assert show(a, "work_mem") == "8MB" and show(a, "search_path") == "a, public"
 
 
-def test_options_with_other_settings_in_statement_mode(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_options_with_other_settings_in_statement_mode(pgtarn_factory: PgtarnFactory) -> None:
     """PgBouncer refuses `-c enable_seqscan=false` in statement mode; pgtarn keeps it as the
     client's session setting: each statement, on whichever server, runs with it, and no
     other client ever does (simple and extended protocol, psycopg and asyncpg)."""
@@ -260,7 +275,9 @@ def test_options_with_other_settings_in_statement_mode(pgtarn_factory):  # type:
     assert asyncio.run(main()) == (["off"] * 6, ["on"] * 6)
 
 
-def test_options_refused_as_pgbouncer_refuses_them(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_options_refused_as_pgbouncer_refuses_them(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(databases={"app": base, "session_app": f"{base} pool_mode=session"})
     only = "unsupported options startup parameter: only '-c config=val' and '--config=val' are"
@@ -283,7 +300,7 @@ def test_options_refused_as_pgbouncer_refuses_them(pgtarn_factory, pg_cluster): 
         assert show(conn, "timezone") == "UTC"
 
 
-def test_options_in_ignore_startup_parameters(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_options_in_ignore_startup_parameters(pgtarn_factory: PgtarnFactory) -> None:
     """Listed there, options' other settings are dropped; tracked ones still apply."""
     proc = pgtarn_factory(settings={"ignore_startup_parameters": "options"})
     with connect(

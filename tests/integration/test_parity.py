@@ -11,8 +11,10 @@ import psycopg
 import pytest
 
 from pgtarn.proto import build
+from tests.support import PgtarnProcess, TempCluster
 
 from . import test_auth_query
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .pgstat import wait_until
 from .rawpg import RawClient, error_fields
@@ -26,7 +28,9 @@ pytestmark = pytest.mark.integration
 auth_role = test_auth_query.auth_role  # the fixture
 
 
-def _refusal(proc, user: str = "app", password: str = "app_pass", dbname: str = "app"):  # type: ignore[no-untyped-def]
+def _refusal(
+    proc: PgtarnProcess, user: str = "app", password: str = "app_pass", dbname: str = "app"
+) -> psycopg.OperationalError:
     with pytest.raises(psycopg.OperationalError) as info:
         connect(proc, user, password, dbname=dbname)
     return info.value
@@ -37,7 +41,9 @@ def _client_count(console: psycopg.Connection[Any], database: str) -> int:
     return int(rows[0]["current_client_connections"])
 
 
-def test_client_limits_per_database_and_user(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_client_limits_per_database_and_user(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port}"
     proc = pgtarn_factory(
         databases={
@@ -94,7 +100,7 @@ def test_client_limits_per_database_and_user(pgtarn_factory, pg_cluster) -> None
         c.close()
 
 
-def test_admin_console_counts_against_the_client_limits(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_admin_console_counts_against_the_client_limits(pgtarn_factory: PgtarnFactory) -> None:
     """As PgBouncer: the admin console is a database with the global
     max_db_client_connections, its sessions count for their user too; only admin_users get
     past either limit there."""
@@ -125,7 +131,7 @@ def test_admin_console_counts_against_the_client_limits(pgtarn_factory) -> None:
             assert show(one, "VERSION") and show(two, "VERSION")
 
 
-def test_show_sockets_and_show_peers(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_show_sockets_and_show_peers(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with (
         connect(proc, "scram_user", "scram_pass", autocommit=True) as client,
@@ -145,7 +151,9 @@ def test_show_sockets_and_show_peers(pgtarn_factory) -> None:  # type: ignore[no
         assert show(console, "PEERS") == []
 
 
-def test_connect_query_runs_once_on_each_new_server(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_connect_query_runs_once_on_each_new_server(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(
         databases={
@@ -168,7 +176,7 @@ def test_connect_query_runs_once_on_each_new_server(pgtarn_factory, pg_cluster) 
     assert any("new connection to server" in x for x in lines)  # the good one
 
 
-def test_login_notify_message_is_a_notice_at_login(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_login_notify_message_is_a_notice_at_login(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(
         settings={"auth_type": "trust", "login_notify_message": "maintenance at 22:00 UTC"}
     )
@@ -189,7 +197,9 @@ def test_login_notify_message_is_a_notice_at_login(pgtarn_factory) -> None:  # t
         assert c.execute("select 1").fetchone() == (1,)
 
 
-def test_auth_user_with_trust_and_no_auth_file_entry(pgtarn_factory, auth_role) -> None:  # type: ignore[no-untyped-def]
+def test_auth_user_with_trust_and_no_auth_file_entry(
+    pgtarn_factory: PgtarnFactory, auth_role: str
+) -> None:
     """auth_type = trust: a user auth_file does not name is looked up with auth_query; one
     PostgreSQL knows logs in without a password (its md5 secret logs in to the server), one
     it does not know is "no such user"."""
@@ -219,7 +229,7 @@ def test_auth_user_with_trust_and_no_auth_file_entry(pgtarn_factory, auth_role) 
     assert (sqlstate, message) == ("28000", "no such user")
 
 
-def test_log_phrases_and_pool_idle_timeout(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_log_phrases_and_pool_idle_timeout(pgtarn_factory: PgtarnFactory) -> None:
     """PgBouncer's key phrases in the log; pool_idle_timeout drops pools left with nothing."""
     proc = pgtarn_factory(
         settings={
@@ -258,7 +268,9 @@ def test_log_phrases_and_pool_idle_timeout(pgtarn_factory) -> None:  # type: ign
         assert phrase in text, phrase
 
 
-def test_log_lines_name_connections_in_pgbouncers_layout(pgtarn_factory, pg_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_log_lines_name_connections_in_pgbouncers_layout(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """Log readers parse PgBouncer's "C-id: database/user@host:port message" and
     "S-id: database/user@host:port message" (its load-balancing tests look for
     "127.0.0.1:<port> new connection to server")."""
@@ -281,7 +293,9 @@ def test_log_lines_name_connections_in_pgbouncers_layout(pgtarn_factory, pg_clus
     )
 
 
-def test_server_fast_close_ends_sessions_at_their_transactions_end(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_server_fast_close_ends_sessions_at_their_transactions_end(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     """Session mode, RECONNECT: with server_fast_close a session's server is closed as soon as
     its transaction has ended, not when the client leaves; its client is closed with it."""
     proc = pgtarn_factory(settings={"pool_mode": "session", "server_fast_close": 1})
@@ -307,14 +321,16 @@ def test_server_fast_close_ends_sessions_at_their_transactions_end(pgtarn_factor
         assert fresh.execute("select 5").fetchone() == (5,)
 
 
-def test_describe_of_an_unknown_statement_keeps_the_connection(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_describe_of_an_unknown_statement_keeps_the_connection(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     """A Describe of a statement the client never prepared gets PostgreSQL's 26000 and the
     client goes on (PgBouncer closes the connection: pgtarn keeps the better behaviour)."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     raw = RawSession(proc)
     try:
         raw.send(build.message(b"D", b"Snever_prepared\x00") + build.SYNC)
-        replies = []
+        replies: list[tuple[str, bytes]] = []
         while not replies or replies[-1][0] != "Z":
             replies.append(raw.read_message())
         assert [kind for kind, _ in replies] == ["E", "Z"]

@@ -15,6 +15,7 @@ from pgtarn.proto import build
 from pgtarn.proto.cancelkey import forwarded, peer_of, ttl_of
 
 from ..support import free_port
+from .conftest import PgtarnFactory
 from .rawpg import AsyncRawClient
 from .test_admin import admin, show
 
@@ -91,7 +92,9 @@ async def _query_then_cancel(
         await client.close()
 
 
-def test_cancel_sent_to_the_other_instance_is_forwarded(pgtarn_factory, pg_dsn) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_sent_to_the_other_instance_is_forwarded(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     first, second = _peered(pgtarn_factory)
     # the keys say whose they are
     key = asyncio.run(_login_key(first))
@@ -133,7 +136,9 @@ async def _login_key(proc: Any) -> Key:
     return client.backend_key
 
 
-def test_forwarded_key_with_ttl_left_still_cancels(pgtarn_factory, pg_dsn) -> None:  # type: ignore[no-untyped-def]
+def test_forwarded_key_with_ttl_left_still_cancels(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     first, second = _peered(pgtarn_factory)
     # a key already forwarded twice: one hop left, forwarded with 0, still its owner's
     sqlstate, _ = asyncio.run(
@@ -143,7 +148,7 @@ def test_forwarded_key_with_ttl_left_still_cancels(pgtarn_factory, pg_dsn) -> No
     assert "cancel request for peer 1 (TTL 1) forwarded" in second.log_text()
 
 
-def test_ttl_zero_is_not_forwarded(pgtarn_factory, pg_dsn) -> None:  # type: ignore[no-untyped-def]
+def test_ttl_zero_is_not_forwarded(pgtarn_factory: PgtarnFactory, pg_dsn: str) -> None:
     first, second = _peered(pgtarn_factory)
     sqlstate, took = asyncio.run(
         _query_then_cancel(first, second, pg_dsn, 1.5, lambda key: (key[0], key[1] & ~3))
@@ -162,7 +167,9 @@ def _with_peer(key: Key, peer_id: int) -> Key:
     return pid, key[1]
 
 
-def test_unknown_peer_and_own_unknown_key_dropped(pgtarn_factory, pg_dsn) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_peer_and_own_unknown_key_dropped(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     first, second = _peered(pgtarn_factory)
     for peer_id in (9, 2):  # not in [peers]; second's own id, a key it never gave
         sqlstate, took = asyncio.run(
@@ -172,7 +179,9 @@ def test_unknown_peer_and_own_unknown_key_dropped(pgtarn_factory, pg_dsn) -> Non
         assert f"cancel request for peer {peer_id} (TTL 3) dropped" in second.log_text()
 
 
-def test_peers_that_disagree_stop_when_the_ttl_runs_out(pgtarn_factory, pg_dsn) -> None:  # type: ignore[no-untyped-def]
+def test_peers_that_disagree_stop_when_the_ttl_runs_out(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     # each believes peer 3 is the other: a key of peer 3 goes back and forth 3 times, no more
     port1, port2 = free_port(), free_port()
     first = pgtarn_factory(
@@ -202,7 +211,7 @@ def test_peers_that_disagree_stop_when_the_ttl_runs_out(pgtarn_factory, pg_dsn) 
     assert "cancel request for peer 3 (TTL 0) dropped" in first.log_text()
 
 
-def test_reload_changes_peers(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_reload_changes_peers(pgtarn_factory: PgtarnFactory) -> None:
     first, _second = _peered(pgtarn_factory)
     with open(first.ini_path, encoding="utf-8") as f:
         ini = f.read()

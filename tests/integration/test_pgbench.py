@@ -8,6 +8,10 @@ import subprocess
 
 import pytest
 
+from tests.support import PgtarnProcess, TempCluster
+
+from .conftest import PgtarnFactory
+
 pytestmark = pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench not installed")
 
 CLIENTS = 50
@@ -15,7 +19,7 @@ PER_CLIENT = 100
 
 
 @pytest.fixture(scope="module")
-def pgbench_tables(pg_cluster):  # type: ignore[no-untyped-def]
+def pgbench_tables(pg_cluster: TempCluster) -> None:
     subprocess.run(
         ["pgbench", "-i", "-s", "1", "-q", pg_cluster.dsn("app", "app_pass", dbname="app")],
         check=True,
@@ -24,7 +28,7 @@ def pgbench_tables(pg_cluster):  # type: ignore[no-untyped-def]
     )
 
 
-def run_pgbench(proc, *args: str) -> str:  # type: ignore[no-untyped-def]
+def run_pgbench(proc: PgtarnProcess, *args: str) -> str:
     result = subprocess.run(
         [
             "pgbench",
@@ -54,12 +58,16 @@ def processed(output: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("mode", ["-S", "-N"])
-def test_pgbench_transaction_mode_50_clients(pgtarn_factory, pgbench_tables, mode):  # type: ignore[no-untyped-def]
+def test_pgbench_transaction_mode_50_clients(
+    pgtarn_factory: PgtarnFactory, pgbench_tables: None, mode: str
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 10, "max_client_conn": 200})
     assert processed(run_pgbench(proc, mode)) == (CLIENTS * PER_CLIENT, 0)
 
 
-def test_pgbench_extended_protocol_and_reconnects(pgtarn_factory, pgbench_tables):  # type: ignore[no-untyped-def]
+def test_pgbench_extended_protocol_and_reconnects(
+    pgtarn_factory: PgtarnFactory, pgbench_tables: None
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 10, "max_client_conn": 200})
     assert processed(run_pgbench(proc, "-S", "-M", "extended")) == (CLIENTS * PER_CLIENT, 0)
     # -C: a new connection (SCRAM login) per transaction

@@ -10,23 +10,28 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support import TempCluster
+
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 from .pgstat import wait_until
 
 
-def backend_pid(conn: psycopg.Connection) -> int:  # type: ignore[type-arg]
+def backend_pid(conn: psycopg.Connection) -> int:
     row = conn.execute("select pg_backend_pid()").fetchone()
     assert row is not None
     return int(row[0])
 
 
-def make_table(pg_cluster) -> str:  # type: ignore[no-untyped-def]
+def make_table(pg_cluster: TempCluster) -> str:
     name = "t_" + uuid.uuid4().hex[:10]
     pg_cluster.psql(f"CREATE TABLE {name} (v int); ALTER TABLE {name} OWNER TO app", dbname="app")
     return name
 
 
-def test_transaction_mode_two_clients_share_one_server(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_transaction_mode_two_clients_share_one_server(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """pool_size=1: both clients run on the same backend, one transaction at a time."""
     table = make_table(pg_cluster)
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -63,7 +68,9 @@ def test_transaction_mode_two_clients_share_one_server(pgtarn_factory, pg_cluste
     assert asyncio.run(scenario()) == [2, 4]
 
 
-def test_transaction_mode_rollback_and_failed_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_transaction_mode_rollback_and_failed_transaction(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster)
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     with connect(proc) as a, connect(proc, autocommit=True) as b:
@@ -77,7 +84,7 @@ def test_transaction_mode_rollback_and_failed_transaction(pgtarn_factory, pg_clu
         a.commit()
 
 
-def test_session_mode_keeps_the_server_and_resets_it(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_session_mode_keeps_the_server_and_resets_it(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"pool_mode": "session", "default_pool_size": 1})
     with connect(proc) as conn:
         conn.execute("create temp table tmp_session (v int)")
@@ -109,7 +116,9 @@ def refused_begin(conn: psycopg.Connection[Any], sql: str, **kw: Any) -> None:
     assert conn.closed
 
 
-def test_statement_mode_refuses_transactions(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_statement_mode_refuses_transactions(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster)
     proc = pgtarn_factory(settings={"pool_mode": "statement", "default_pool_size": 1})
     with connect(proc, autocommit=True) as conn:
@@ -126,7 +135,9 @@ def test_statement_mode_refuses_transactions(pgtarn_factory, pg_cluster):  # typ
         assert conn.execute("select 1").fetchone() == (1,)
 
 
-def test_pool_mode_per_database_and_per_user(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_pool_mode_per_database_and_per_user(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(
         settings={"pool_mode": "transaction"},
@@ -142,7 +153,7 @@ def test_pool_mode_per_database_and_per_user(pgtarn_factory, pg_cluster):  # typ
         refused_begin(conn, "begin")
 
 
-def test_pool_size_limits_servers(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_pool_size_limits_servers(pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 2})
 
     async def scenario() -> set[int]:
@@ -161,7 +172,7 @@ def test_pool_size_limits_servers(pgtarn_factory, pg_cluster):  # type: ignore[n
     assert 1 <= len(pids) <= 2
 
 
-def test_max_client_conn_refuses_only_the_extra_client(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_max_client_conn_refuses_only_the_extra_client(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"max_client_conn": 2})
     with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
         with pytest.raises(

@@ -12,7 +12,9 @@ import psycopg
 import pytest
 
 from pgtarn.proto import build
+from tests.support import TempCluster
 
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 from .pgstat import make_table
 from .rawpg import RawClient, error_fields
@@ -22,7 +24,9 @@ from .test_timeouts import raw_login
 SMALL_POOL = {"default_pool_size": 2, "max_client_conn": 200}
 
 
-def test_psycopg_prepared_on_every_execute_20_clients_2_servers(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_psycopg_prepared_on_every_execute_20_clients_2_servers(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings=SMALL_POOL)
 
     async def client(n: int) -> list[tuple[int, str]]:
@@ -35,7 +39,9 @@ def test_psycopg_prepared_on_every_execute_20_clients_2_servers(pgtarn_factory):
                     "select %s::int + %s::int, name from items where id = %s::int",
                     (n, i, i % 3 + 1),
                 )
-                out.append(await cur.fetchone())
+                row = await cur.fetchone()
+                assert row is not None
+                out.append(row)
             return out
 
     async def main() -> list[list[tuple[int, str]]]:
@@ -47,7 +53,9 @@ def test_psycopg_prepared_on_every_execute_20_clients_2_servers(pgtarn_factory):
         assert rows == [(n + i, names[i % 3 + 1]) for i in range(15)]
 
 
-def test_asyncpg_default_statement_cache_20_clients_2_servers(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_asyncpg_default_statement_cache_20_clients_2_servers(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings=SMALL_POOL)
 
     async def client(n: int) -> list[int]:
@@ -70,7 +78,7 @@ def test_asyncpg_default_statement_cache_20_clients_2_servers(pgtarn_factory):  
         assert values == [n * 10 + i for i in range(15)]
 
 
-def test_failed_parse_leaves_no_broken_name(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_failed_parse_leaves_no_broken_name(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings=SMALL_POOL)
 
     async def main() -> None:
@@ -90,7 +98,9 @@ def test_failed_parse_leaves_no_broken_name(pgtarn_factory):  # type: ignore[no-
     asyncio.run(main())
 
 
-def test_unnamed_statements_in_a_pipeline_return_their_own_rows(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_unnamed_statements_in_a_pipeline_return_their_own_rows(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     pg_cluster.psql(
         "DROP TABLE IF EXISTS other_items; CREATE TABLE other_items (id int, v text);"
         " INSERT INTO other_items VALUES (1, 'other');"
@@ -114,7 +124,7 @@ def test_unnamed_statements_in_a_pipeline_return_their_own_rows(pgtarn_factory, 
             assert c4.fetchall() == [("two",)]
 
 
-def test_deallocate_all_and_discard_all(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_deallocate_all_and_discard_all(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
 
     async def main() -> None:
@@ -136,7 +146,7 @@ def test_deallocate_all_and_discard_all(pgtarn_factory):  # type: ignore[no-unty
     asyncio.run(main())
 
 
-def test_randomized_clients_prepare_execute_close_reprepare(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_randomized_clients_prepare_execute_close_reprepare(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 2, "max_prepared_statements": 3})
     texts = [f"select $1::int + {k}" for k in range(6)]
 
@@ -169,7 +179,9 @@ def test_randomized_clients_prepare_execute_close_reprepare(pgtarn_factory):  # 
 
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench not installed")
 @pytest.mark.parametrize("mode", ["prepared", "extended"])
-def test_pgbench_100_clients(pgtarn_factory, pg_cluster, mode):  # type: ignore[no-untyped-def]
+def test_pgbench_100_clients(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, mode: str
+) -> None:
     subprocess.run(
         ["pgbench", "-i", "-s", "1", "-q", pg_cluster.dsn("app", "app_pass", dbname="app")],
         check=True,
@@ -205,7 +217,9 @@ def test_pgbench_100_clients(pgtarn_factory, pg_cluster, mode):  # type: ignore[
 
 
 @pytest.mark.parametrize("mode", ["session", "transaction"])
-def test_server_side_names_rewritten_only_in_transaction_mode(pgtarn_factory, mode):  # type: ignore[no-untyped-def]
+def test_server_side_names_rewritten_only_in_transaction_mode(
+    pgtarn_factory: PgtarnFactory, mode: str
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1, "pool_mode": mode})
 
     async def main() -> set[str]:
@@ -228,7 +242,7 @@ def test_server_side_names_rewritten_only_in_transaction_mode(pgtarn_factory, mo
         assert any(n.startswith("pgtarn_") for n in server_names)
 
 
-def _shape_table(pg_cluster):  # type: ignore[no-untyped-def]
+def _shape_table(pg_cluster: TempCluster) -> None:
     pg_cluster.psql(
         "DROP TABLE IF EXISTS shape; CREATE TABLE shape (id int, a int);"
         " INSERT INTO shape VALUES (1, 10); GRANT ALL ON shape TO PUBLIC;",
@@ -236,7 +250,9 @@ def _shape_table(pg_cluster):  # type: ignore[no-untyped-def]
     )
 
 
-def test_result_type_change_is_retried_transparently(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_result_type_change_is_retried_transparently(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """The statement is the first of its implicit transaction: re-prepared and run again,
     the client never sees 'cached plan must not change result type'."""
     _shape_table(pg_cluster)
@@ -257,7 +273,9 @@ def test_result_type_change_is_retried_transparently(pgtarn_factory, pg_cluster)
             assert b.execute(query, (1,)).fetchone() == (1, 10, "x")
 
 
-def test_result_type_change_inside_a_transaction_fails_once_then_works(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_result_type_change_inside_a_transaction_fails_once_then_works(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """Something of the transaction already ran: the error goes to the client (as from
     PostgreSQL), and the statement is prepared afresh for the next attempt."""
     _shape_table(pg_cluster)
@@ -277,7 +295,9 @@ def test_result_type_change_inside_a_transaction_fails_once_then_works(pgtarn_fa
         conn.commit()
 
 
-def test_statements_tracked_from_a_parse_split_across_packets(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_statements_tracked_from_a_parse_split_across_packets(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     """A client that starts with simple queries, then sends a named Parse whose first bytes
     arrive alone: tracking starts there and nothing of it reaches a server unrewritten."""
     import time
@@ -327,7 +347,9 @@ def test_statements_tracked_from_a_parse_split_across_packets(pgtarn_factory):  
 STATEMENT_MODE = {"pool_mode": "statement", "default_pool_size": 2, "max_client_conn": 200}
 
 
-def test_statement_mode_psycopg_pipeline_prepare_8_clients_1_server(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_statement_mode_psycopg_pipeline_prepare_8_clients_1_server(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={**STATEMENT_MODE, "default_pool_size": 1})
 
     async def client(n: int) -> list[tuple[int, ...]]:
@@ -355,7 +377,9 @@ def test_statement_mode_psycopg_pipeline_prepare_8_clients_1_server(pgtarn_facto
         assert rows == [row for i in range(5) for row in ((n + i,), (i * 2,), (3,))]
 
 
-def test_statement_mode_psycopg_prepare_threshold_0_10_clients_2_servers(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_statement_mode_psycopg_prepare_threshold_0_10_clients_2_servers(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings=STATEMENT_MODE)
 
     async def client(n: int) -> list[tuple[int, str]]:
@@ -381,7 +405,9 @@ def test_statement_mode_psycopg_prepare_threshold_0_10_clients_2_servers(pgtarn_
         assert rows == [(n + i, names[i % 3 + 1]) for i in range(10)]
 
 
-def test_statement_mode_asyncpg_named_statements_10_clients_2_servers(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_statement_mode_asyncpg_named_statements_10_clients_2_servers(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings=STATEMENT_MODE)
 
     async def client(n: int) -> list[int]:
@@ -403,7 +429,9 @@ def test_statement_mode_asyncpg_named_statements_10_clients_2_servers(pgtarn_fac
         assert values == [v for i in range(10) for v in (n * 10 + i, n * 100 + i)]
 
 
-def test_statement_mode_refuses_begin_with_prepared_statements_on(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_statement_mode_refuses_begin_with_prepared_statements_on(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster, "stmtprep_")
     proc = pgtarn_factory(settings={**STATEMENT_MODE, "default_pool_size": 1})
     for sql, prepare in (("begin", None), ("begin", True), ("select 1; begin", False)):
@@ -421,7 +449,9 @@ def test_statement_mode_refuses_begin_with_prepared_statements_on(pgtarn_factory
     assert pg_cluster.psql(f"select count(*) from {table}", dbname="app").strip() == "1"
 
 
-def test_statement_mode_sql_prepare_execute_across_clients_1_server(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_statement_mode_sql_prepare_execute_across_clients_1_server(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={**STATEMENT_MODE, "default_pool_size": 1})
     with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
         a.execute("prepare p1(int) as select $1 + 1", prepare=False)
@@ -434,7 +464,9 @@ def test_statement_mode_sql_prepare_execute_across_clients_1_server(pgtarn_facto
         assert b.execute("execute p1(5)", prepare=False).fetchone() == (10,)
 
 
-def test_another_clients_statement_is_never_reached_by_its_server_side_name(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_another_clients_statement_is_never_reached_by_its_server_side_name(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     """pg_prepared_statements shows the server-side names of every client's statements; a
     client that names one it did not prepare gets PostgreSQL's 26000, as on a backend of its
     own, and the statement's own client is never touched."""

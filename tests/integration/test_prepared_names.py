@@ -11,7 +11,9 @@ import asyncpg
 import psycopg
 import pytest
 from psycopg import pq
+from psycopg.pq.abc import PGresult
 
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 from .pgstat import wait_until
 
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.integration
 Outcome = tuple[str, str]
 
 
-def _outcome(result: pq.PGresult) -> Outcome:
+def _outcome(result: PGresult) -> Outcome:
     """A libpq result as (status, SQLSTATE or first value)."""
     if result.status == pq.ExecStatus.FATAL_ERROR:
         return "error", (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
@@ -39,7 +41,9 @@ def _both(pg_dsn: str, proc: Any, scenario: Callable[[psycopg.Connection[Any]], 
     return expected
 
 
-def test_parse_of_a_name_in_use_is_refused_as_postgresql_refuses_it(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_parse_of_a_name_in_use_is_refused_as_postgresql_refuses_it(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     """A Parse naming a statement the client already has gets 42P05 and the name keeps its
     statement; the unnamed statement is replaced; a name closed or deallocated is free."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -99,7 +103,7 @@ def test_parse_of_a_name_in_use_is_refused_as_postgresql_refuses_it(pgtarn_facto
     wait_until(lambda: "prepared statement 'mine' was already prepared" in proc.log_text())
 
 
-def test_asyncpg_named_statement_twice(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_asyncpg_named_statement_twice(pgtarn_factory: PgtarnFactory) -> None:
     """asyncpg's prepare(name=...) of a name in use raises its DuplicatePreparedStatementError;
     another client may use the same name and text. (asyncpg's prepare ends with a Flush,
     not a Sync: the client keeps its server until its next query, hence two servers.)"""
@@ -142,7 +146,7 @@ def _pipeline(conn: psycopg.Connection[Any], batches: list[list[tuple[bytes, byt
     return out
 
 
-def test_name_reuse_in_a_pipeline(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_name_reuse_in_a_pipeline(pgtarn_factory: PgtarnFactory, pg_dsn: str) -> None:
     """In one batch a name defined twice is refused the second time (had the first failed,
     the second would be skipped); a name whose Parse failed in an earlier batch is free."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -205,7 +209,9 @@ def _forgets_all(
 
 
 @pytest.mark.parametrize("command", ["DEALLOCATE ALL", "DISCARD ALL"])
-def test_forgetting_every_statement_forgets_the_clients_names_only(pgtarn_factory, pg_dsn, command):  # type: ignore[no-untyped-def]
+def test_forgetting_every_statement_forgets_the_clients_names_only(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str, command: str
+) -> None:
     """A client's DEALLOCATE ALL / DISCARD ALL forgets its names, as on a direct connection
     (26000 for a name it still uses, the connection kept; PgBouncer closes it), and not
     another client's statements on the same server."""
@@ -228,7 +234,7 @@ def test_forgetting_every_statement_forgets_the_clients_names_only(pgtarn_factor
         assert not a.closed and a.execute("SELECT 6").fetchone() == (6,)
 
 
-def test_max_prepared_statements_set_to_0_at_run_time(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_max_prepared_statements_set_to_0_at_run_time(pgtarn_factory: PgtarnFactory) -> None:
     """Clients logged in before keep their statements (PgBouncer would send their names to
     servers that never had them): on a server made since, at most 200 (PgBouncer's default),
     the oldest closed first. Clients logged in after it get no statement handling."""
@@ -255,7 +261,7 @@ def test_max_prepared_statements_set_to_0_at_run_time(pgtarn_factory):  # type: 
             after.execute("deallocate all")
 
 
-def test_a_statement_a_server_lost_unseen_is_prepared_again(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_a_statement_a_server_lost_unseen_is_prepared_again(pgtarn_factory: PgtarnFactory) -> None:
     """With max_prepared_statements set to 0 at run time, a client logged in after it runs
     DEALLOCATE ALL as it is on the server it shares with a client from before: that
     client's statement fails once with PostgreSQL's 26000, then is prepared again."""
@@ -284,7 +290,9 @@ def test_a_statement_a_server_lost_unseen_is_prepared_again(pgtarn_factory):  # 
     assert asyncio.run(main()) == [2, "26000", 2, 3]
 
 
-def test_a_refused_parse_leaves_the_names_session_effects(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_a_refused_parse_leaves_the_names_session_effects(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     """Session state follows the statement a name keeps: a refused Parse of `SET` under a
     name in use changes nothing, and the name's own `SET` still counts."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
+from collections.abc import Callable
 
 import asyncpg
 import psycopg
 import pytest
 
 from pgtarn.proto import build
+from tests.support import PgtarnProcess, TempCluster
 
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 from .test_timeouts import raw_login
 
@@ -21,12 +24,12 @@ WITH_OFFSET = "2024-01-01 00:00:00+05"
 RIGHT = datetime.datetime(2023, 12, 31, 19, 0, tzinfo=UTC)
 
 
-def _admin(proc, command: str) -> None:  # type: ignore[no-untyped-def]
+def _admin(proc: PgtarnProcess, command: str) -> None:
     with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"), autocommit=True) as admin:
         admin.execute(command)
 
 
-def _ts_table(pg_cluster) -> None:  # type: ignore[no-untyped-def]
+def _ts_table(pg_cluster: TempCluster) -> None:
     pg_cluster.psql(
         "DROP TABLE IF EXISTS ts_t; CREATE TABLE ts_t (id int, ts timestamp);"
         " ALTER TABLE ts_t OWNER TO app;",
@@ -34,7 +37,9 @@ def _ts_table(pg_cluster) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def _insert_after_migration(proc, migrate, check=None) -> datetime.datetime:  # type: ignore[no-untyped-def]
+def _insert_after_migration(
+    proc: PgtarnProcess, migrate: Callable[[], object], check: Callable[[], object] | None = None
+) -> datetime.datetime:
     """A client prepares the INSERT (its timestamp sent as unknown), migrate() turns the
     column into timestamptz, a connection opened after it inserts a value with an offset
     (check(), if given, runs while both clients are still there)."""
@@ -48,10 +53,13 @@ def _insert_after_migration(proc, migrate, check=None) -> datetime.datetime:  # 
             assert row is not None
             if check is not None:
                 check()
-            return row[0]  # type: ignore[no-any-return]
+            assert isinstance(row[0], datetime.datetime), row
+            return row[0]
 
 
-def test_a_migration_through_pgtarn_makes_the_next_parse_fresh(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_a_migration_through_pgtarn_makes_the_next_parse_fresh(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     _ts_table(pg_cluster)
     proc = pgtarn_factory(settings={"default_pool_size": 1})
 
@@ -62,7 +70,9 @@ def test_a_migration_through_pgtarn_makes_the_next_parse_fresh(pgtarn_factory, p
     assert _insert_after_migration(proc, migrate) == RIGHT
 
 
-def test_a_migration_in_a_do_block_through_pgtarn(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_a_migration_in_a_do_block_through_pgtarn(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     _ts_table(pg_cluster)
     proc = pgtarn_factory(settings={"default_pool_size": 1})
 
@@ -78,7 +88,9 @@ def test_a_migration_in_a_do_block_through_pgtarn(pgtarn_factory, pg_cluster):  
     assert _insert_after_migration(proc, lambda: asyncio.run(migrate_async())) == RIGHT
 
 
-def test_a_migration_on_a_direct_connection_then_renew_statements(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_a_migration_on_a_direct_connection_then_renew_statements(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     _ts_table(pg_cluster)
     proc = pgtarn_factory(settings={"default_pool_size": 1})
 
@@ -100,7 +112,9 @@ def test_a_migration_on_a_direct_connection_then_renew_statements(pgtarn_factory
     assert _insert_after_migration(proc, migrate, check) == RIGHT
 
 
-def test_enum_made_in_a_rolled_back_transaction_then_made_again(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_enum_made_in_a_rolled_back_transaction_then_made_again(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """psycopg's own recovery: the statement failed, the schema is made again, and psycopg
     prepares the same text under a new name: it must be parsed again, on every server."""
     pg_cluster.psql("DROP TABLE IF EXISTS moods; DROP TYPE IF EXISTS mood;", dbname="app")
@@ -138,12 +152,12 @@ async def _b_three_times(conn: asyncpg.Connection, query: str) -> list[object]:
 @pytest.mark.parametrize("via", ["pgtarn", "direct"])
 @pytest.mark.parametrize(("new_type", "expected"), [("real", 2.0), ("bigint", 2), ("text", "2")])
 def test_asyncpg_reads_after_a_column_type_change(
-    pgtarn_factory,
-    pg_cluster,
-    new_type,
-    expected,  # type: ignore[no-untyped-def]
-    via,
-):
+    pgtarn_factory: PgtarnFactory,
+    pg_cluster: TempCluster,
+    new_type: str,
+    expected: object,
+    via: str,
+) -> None:
     """asyncpg binds a cached statement without describing it again: it must get
     PostgreSQL's error (and prepare again by itself), never rows of another shape."""
     pg_cluster.psql(
@@ -170,7 +184,9 @@ def test_asyncpg_reads_after_a_column_type_change(
     assert set(seen) <= {expected, "error"} and seen[-1] == expected, seen
 
 
-def test_asyncpg_new_connection_after_a_column_type_change(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_asyncpg_new_connection_after_a_column_type_change(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     pg_cluster.psql(
         "DROP TABLE IF EXISTS addr_t; CREATE TABLE addr_t (id int, c inet);"
         " ALTER TABLE addr_t OWNER TO app;",
@@ -202,11 +218,11 @@ def test_asyncpg_new_connection_after_a_column_type_change(pgtarn_factory, pg_cl
 
 @pytest.mark.parametrize(("new_type", "expected"), [("real", 2.0), ("bigint", 2), ("text", "2")])
 def test_asyncpg_statement_prepared_afresh_on_another_server(
-    pgtarn_factory,
-    pg_cluster,  # type: ignore[no-untyped-def]
-    new_type,
-    expected,
-):
+    pgtarn_factory: PgtarnFactory,
+    pg_cluster: TempCluster,
+    new_type: str,
+    expected: object,
+) -> None:
     """X prepared its statement on the first server; a migration changes its result type
     while Y holds that server; X's cached statement is prepared afresh on the second server,
     whose rows X would decode with the old description: it gets PostgreSQL's error (and
@@ -238,7 +254,9 @@ def test_asyncpg_statement_prepared_afresh_on_another_server(
     assert set(seen) <= {expected, "error"} and seen[-1] == expected, seen
 
 
-def test_asyncpg_statements_checked_on_new_servers_run_unchanged(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_asyncpg_statements_checked_on_new_servers_run_unchanged(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     """Without a schema change the check passes: many clients, few servers, no error."""
     proc = pgtarn_factory(settings={"default_pool_size": 3, "max_client_conn": 100})
 
@@ -270,7 +288,7 @@ CREATE EVENT TRIGGER pgtarn_schema_changed ON ddl_command_end
 """
 
 
-def _generation(proc) -> int:  # type: ignore[no-untyped-def]
+def _generation(proc: PgtarnProcess) -> int:
     with psycopg.connect(proc.dsn("app", "app_pass", dbname="pgbouncer"), autocommit=True) as admin:
         cur = admin.execute("SHOW PREPARED_STATEMENTS")
         columns = [c.name for c in cur.description or ()]
@@ -278,7 +296,9 @@ def _generation(proc) -> int:  # type: ignore[no-untyped-def]
     return max(generations, default=-1)
 
 
-def test_a_migration_outside_pgtarn_heard_through_an_event_trigger(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_a_migration_outside_pgtarn_heard_through_an_event_trigger(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     _ts_table(pg_cluster)
     pg_cluster.psql(EVENT_TRIGGER, dbname="app")
     try:
@@ -302,7 +322,9 @@ def test_a_migration_outside_pgtarn_heard_through_an_event_trigger(pgtarn_factor
         )
 
 
-def test_asyncpg_after_a_type_dropped_and_made_again(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_asyncpg_after_a_type_dropped_and_made_again(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """A statement whose parameter names a type that no longer exists: asyncpg cannot
     resolve it (6 attempts, then an error, on every new connection). A raw client keeps the
     shared statement alive meanwhile (an asyncpg client that introspected a type would be

@@ -9,12 +9,17 @@ import asyncpg
 import psycopg
 import pytest
 
+from tests.support import TempCluster
+
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 
 SMALL_POOL = {"default_pool_size": 2, "max_client_conn": 200}
 
 
-def test_prepare_execute_deallocate_across_servers_20_clients(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_prepare_execute_deallocate_across_servers_20_clients(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     """Each client prepares its own statement under a name others use too; its EXECUTEs
     land on whichever of the 2 servers is free and return its own rows."""
     proc = pgtarn_factory(settings=SMALL_POOL)
@@ -49,7 +54,7 @@ def test_prepare_execute_deallocate_across_servers_20_clients(pgtarn_factory):  
     assert sum(asyncio.run(main())) >= 20 * 4 * 3
 
 
-def test_statement_prepared_on_one_server_runs_on_the_other(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_statement_prepared_on_one_server_runs_on_the_other(pgtarn_factory: PgtarnFactory) -> None:
     """The server that ran the PREPARE is held by another client's transaction: the EXECUTE
     runs on the other server, which never saw the PREPARE."""
     proc = pgtarn_factory(settings={"default_pool_size": 2})
@@ -81,7 +86,9 @@ def test_statement_prepared_on_one_server_runs_on_the_other(pgtarn_factory):  # 
         holder.execute("COMMIT")
 
 
-def test_errors_are_postgresql_s_own_and_name_the_client_s_statement(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_errors_are_postgresql_s_own_and_name_the_client_s_statement(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 2})
 
     async def main() -> None:
@@ -150,7 +157,7 @@ def test_errors_are_postgresql_s_own_and_name_the_client_s_statement(pgtarn_fact
     asyncio.run(main())
 
 
-def test_prepare_inside_a_transaction_and_deallocate_all(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_prepare_inside_a_transaction_and_deallocate_all(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 2})
     with connect(proc, cursor_factory=psycopg.ClientCursor) as conn:
         conn.execute("PREPARE inside (int) AS SELECT $1 + 1")
@@ -174,7 +181,9 @@ def test_prepare_inside_a_transaction_and_deallocate_all(pgtarn_factory):  # typ
         assert conn.execute("EXECUTE inside(4)").fetchone() == (104,)
 
 
-def test_stale_plan_of_a_sql_statement_is_retried(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_stale_plan_of_a_sql_statement_is_retried(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     pg_cluster.psql(
         "DROP TABLE IF EXISTS sql_shape; CREATE TABLE sql_shape (id int, a int);"
         " INSERT INTO sql_shape VALUES (1, 10); GRANT ALL ON sql_shape TO PUBLIC;",
@@ -195,7 +204,7 @@ def test_stale_plan_of_a_sql_statement_is_retried(pgtarn_factory, pg_cluster):  
             assert a.execute("EXECUTE shape_q(1)").fetchone() == (1, 10, "x")
 
 
-def test_execute_on_a_server_that_needs_a_set_first(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_execute_on_a_server_that_needs_a_set_first(pgtarn_factory: PgtarnFactory) -> None:
     """Clients with different TimeZones share 2 servers: a server lent to a client gets SET
     in front of its bytes, then pgtarn's own PREPARE, then the EXECUTE; all three replies
     end where they belong."""

@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from typing import Any
 
+import asyncpg
 import psycopg
 import pytest
 
 from pgtarn.proto import build
+from tests.support import TempCluster
 
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 from .rawpg import RawClient
 
 
-def make_table(pg_cluster) -> str:  # type: ignore[no-untyped-def]
+def make_table(pg_cluster: TempCluster) -> str:
     name = "t_" + uuid.uuid4().hex[:10]
     pg_cluster.psql(
         f"CREATE TABLE {name} (id int, v text); ALTER TABLE {name} OWNER TO app", dbname="app"
@@ -23,7 +27,7 @@ def make_table(pg_cluster) -> str:  # type: ignore[no-untyped-def]
     return name
 
 
-def test_copy_from_and_to_stdin(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_copy_from_and_to_stdin(pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster) -> None:
     table = make_table(pg_cluster)
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     rows = [(i, f"row {i} " + "x" * (i % 50)) for i in range(5000)]
@@ -50,7 +54,7 @@ def test_copy_from_and_to_stdin(pgtarn_factory, pg_cluster):  # type: ignore[no-
         assert conn.execute(f"select count(*) from {table}").fetchone() == (5000,)
 
 
-def test_asyncpg_copy(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_asyncpg_copy(pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster) -> None:
     table = make_table(pg_cluster)
     proc = pgtarn_factory(settings={"default_pool_size": 1})
 
@@ -64,7 +68,9 @@ def test_asyncpg_copy(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-de
     assert asyncio.run(scenario()) == 1000
 
 
-def test_psycopg_pipeline_across_transactions(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_psycopg_pipeline_across_transactions(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster)
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     with connect(proc, autocommit=True) as a, connect(proc, autocommit=True) as b:
@@ -85,7 +91,9 @@ def test_psycopg_pipeline_across_transactions(pgtarn_factory, pg_cluster):  # ty
         assert a.execute(f"select count(*) from {table}").fetchone() == (51,)
 
 
-def test_asyncpg_prepared_and_executemany(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_asyncpg_prepared_and_executemany(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """asyncpg runs on the extended protocol with unnamed statements when its cache is off."""
     table = make_table(pg_cluster)
     proc = pgtarn_factory(settings={"default_pool_size": 2})
@@ -93,7 +101,7 @@ def test_asyncpg_prepared_and_executemany(pgtarn_factory, pg_cluster):  # type: 
     async def scenario() -> list[int]:
         conns = [await aconnect(proc) for _ in range(6)]
 
-        async def work(i: int, conn) -> None:  # type: ignore[no-untyped-def]
+        async def work(i: int, conn: asyncpg.Connection) -> None:
             await conn.executemany(
                 f"insert into {table} values ($1, $2)", [(i * 100 + k, "m") for k in range(20)]
             )
@@ -109,7 +117,7 @@ def test_asyncpg_prepared_and_executemany(pgtarn_factory, pg_cluster):  # type: 
     assert asyncio.run(scenario()) == [126] * 6
 
 
-def test_extended_batch_with_flush_then_sync(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_extended_batch_with_flush_then_sync(pgtarn_factory: PgtarnFactory) -> None:
     """Parse/Bind/Execute + Flush keeps the server linked until the Sync."""
     proc2 = pgtarn_factory(settings={"default_pool_size": 1, "auth_type": "plain"})
     raw = RawClient(proc2.host, proc2.port)
@@ -127,7 +135,7 @@ def test_extended_batch_with_flush_then_sync(pgtarn_factory):  # type: ignore[no
         assert got == ["1", "2", "D", "C"]
         # a second client cannot take the server while the first's batch is unsynced
         with psycopg.connect(proc2.dsn("app", "app_pass"), autocommit=True) as other:
-            other_pid: list[tuple[int]] = []
+            other_pid: list[tuple[Any, ...] | None] = []
             t = threading.Thread(
                 target=lambda: other_pid.append(other.execute("select 7").fetchone())
             )
@@ -145,7 +153,9 @@ def test_extended_batch_with_flush_then_sync(pgtarn_factory):  # type: ignore[no
 
 @pytest.mark.skipif(psycopg.pq.version() < 180000, reason="libpq 18 asks for protocol 3.2")
 @pytest.mark.parametrize("auth_type", ["scram-sha-256", "trust"])
-def test_libpq_18_asking_for_protocol_3_2_gets_3_0(pgtarn_factory, auth_type):  # type: ignore[no-untyped-def]
+def test_libpq_18_asking_for_protocol_3_2_gets_3_0(
+    pgtarn_factory: PgtarnFactory, auth_type: str
+) -> None:
     """NegotiateProtocolVersion right after the StartupMessage, as PostgreSQL: libpq 18
     (max_protocol_version=3.2) then speaks 3.0, and its cancel still works."""
     proc = pgtarn_factory(settings={"auth_type": auth_type})

@@ -16,7 +16,8 @@ import pytest
 from tests.support import free_port
 from tests.support.cluster import PrimaryCluster, StandbyCluster
 
-from .drivers import aconnect, connect
+from .conftest import PgtarnFactory
+from .drivers import aconnect, connect, scalar
 from .pgstat import wait_for
 from .test_metrics import scrape, value
 
@@ -44,12 +45,11 @@ class Trio:
         """Every standby replayed what the primary wrote so far."""
         lsn = self.primary.psql("select pg_current_wal_insert_lsn()").strip()
         for standby in self.standbys:
-            wait_for(
-                lambda s=standby: (
-                    s.psql(f"select pg_last_wal_replay_lsn() >= '{lsn}'").strip() == "t"
-                ),
-                timeout=20,
-            )
+
+            def replayed(s: StandbyCluster = standby) -> bool:
+                return s.psql(f"select pg_last_wal_replay_lsn() >= '{lsn}'").strip() == "t"
+
+            wait_for(replayed, timeout=20)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def _start(pgtarn_factory: Any, trio: Trio, split: str, **keys: object) -> Any:
     )
     # the first checks have run once the replicas serve reads
     how = "auto" if split == "auto" else "explicit"
-    wait_for(lambda: _ports(proc, how, 12) & _standby_ports(trio), timeout=20)
+    wait_for(lambda: _ports(proc, how, 12) & _standby_ports(trio) != set(), timeout=20)
     return proc
 
 
@@ -98,10 +98,10 @@ def _ports(proc: Any, how: str, count: int, dbname: str = "app") -> set[int]:
         with connect(proc, dbname=dbname, autocommit=True) as conn:
             for _ in range(count):
                 if how == "auto":
-                    port = conn.execute(PORT).fetchone()[0]
+                    port = scalar(conn.execute(PORT))
                 else:
                     conn.execute("BEGIN READ ONLY")
-                    port = conn.execute(PORT).fetchone()[0]
+                    port = scalar(conn.execute(PORT))
                     conn.execute("COMMIT")
                 with lock:
                     seen.add(port)
@@ -114,20 +114,24 @@ def _ports(proc: Any, how: str, count: int, dbname: str = "app") -> set[int]:
     return seen
 
 
-def test_reads_spread_over_replicas_and_writes_stay_on_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_reads_spread_over_replicas_and_writes_stay_on_the_primary(
+    pgtarn_factory: PgtarnFactory, trio: Trio
+) -> None:
     proc = _start(pgtarn_factory, trio, "auto", primary_reads="off")
     assert wait_for(lambda: _ports(proc, "auto", 25) == _standby_ports(trio), timeout=20)
     with connect(proc, autocommit=True) as conn:
         conn.execute("insert into items (v) values (1)")  # a replica would refuse it
         with conn.transaction():  # a transaction that may write: on the primary
-            assert conn.execute(PORT).fetchone()[0] == trio.primary.port
+            assert scalar(conn.execute(PORT)) == trio.primary.port
         assert (
-            conn.execute("select nextval('items_id_seq') > 0, " + PORT[7:]).fetchone()[1]
+            scalar(conn.execute("select nextval('items_id_seq') > 0, " + PORT[7:]), 1)
             == trio.primary.port
         )
 
 
-def test_primary_reads_on_spread_over_every_server(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_primary_reads_on_spread_over_every_server(
+    pgtarn_factory: PgtarnFactory, trio: Trio
+) -> None:
     metrics_port = free_port()
     proc = pgtarn_factory(
         databases={"app": trio.entry("auto")},
@@ -152,38 +156,42 @@ def test_primary_reads_on_spread_over_every_server(pgtarn_factory, trio) -> None
         assert value(samples, "pgtarn_host_transactions_routed_total", **labels) > 0
 
 
-def test_explicit_sends_read_only_transactions_to_replicas(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_explicit_sends_read_only_transactions_to_replicas(
+    pgtarn_factory: PgtarnFactory, trio: Trio
+) -> None:
     proc = _start(pgtarn_factory, trio, "explicit", primary_reads="off")
     assert _ports(proc, "explicit", 10) <= _standby_ports(trio), proc.log_text()[-3000:]
     assert _ports(proc, "auto", 10) == {trio.primary.port}  # a plain SELECT: not explicit
     with connect(proc, autocommit=True) as conn:
         conn.execute("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        assert conn.execute(PORT).fetchone()[0] in _standby_ports(trio)
+        assert scalar(conn.execute(PORT)) in _standby_ports(trio)
         conn.execute("COMMIT")
         # SET TRANSACTION READ ONLY right after a BEGIN of its own
         conn.execute("BEGIN")
         conn.execute("SET TRANSACTION READ ONLY")
-        assert conn.execute(PORT).fetchone()[0] in _standby_ports(trio)
+        assert scalar(conn.execute(PORT)) in _standby_ports(trio)
         conn.execute("COMMIT")
         conn.execute("BEGIN")
         conn.execute("insert into items (v) values (2)")
-        assert conn.execute(PORT).fetchone()[0] == trio.primary.port
+        assert scalar(conn.execute(PORT)) == trio.primary.port
         conn.execute("COMMIT")
         # default_transaction_read_only set by the client: every transaction reads (on the
         # primary until a replica replayed the client's insert: read-your-writes)
         conn.execute("SET default_transaction_read_only = on")
         standbys = _standby_ports(trio)
-        assert wait_for(lambda: conn.execute(PORT).fetchone()[0] in standbys, timeout=20)
+        assert wait_for(lambda: scalar(conn.execute(PORT)) in standbys, timeout=20)
         conn.execute("RESET default_transaction_read_only")
-        assert conn.execute(PORT).fetchone()[0] == trio.primary.port
+        assert scalar(conn.execute(PORT)) == trio.primary.port
     # the NAME_ro database: every transaction on a replica
     assert _ports(proc, "auto", 10, dbname="app_ro") <= _standby_ports(trio)
 
 
-def test_auto_sends_what_it_cannot_prove_read_only_to_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_auto_sends_what_it_cannot_prove_read_only_to_the_primary(
+    pgtarn_factory: PgtarnFactory, trio: Trio
+) -> None:
     proc = _start(pgtarn_factory, trio, "auto", primary_reads="off")
     with connect(proc, autocommit=True) as conn:
-        assert conn.execute(PORT).fetchone()[0] in _standby_ports(trio)
+        assert scalar(conn.execute(PORT)) in _standby_ports(trio)
         for sql in [
             f"select random(), {PORT[7:]}",  # volatile
             f"select {PORT[7:]} from items limit 1 for update",  # locks rows
@@ -196,15 +204,19 @@ def test_auto_sends_what_it_cannot_prove_read_only_to_the_primary(pgtarn_factory
             assert row is not None and row[-1] == trio.primary.port, sql
 
 
-def test_prepared_statements_and_settings_work_on_every_server(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_prepared_statements_and_settings_work_on_every_server(
+    pgtarn_factory: PgtarnFactory, trio: Trio
+) -> None:
     proc = _start(pgtarn_factory, trio, "auto")
     with connect(proc, autocommit=True, prepare_threshold=0) as conn:
         conn.execute("SET application_name = 'split-test'")
         seen = set()
         for _ in range(30):
-            port, name = conn.execute(
+            row = conn.execute(
                 "select current_setting('port')::int, current_setting('application_name')"
             ).fetchone()
+            assert row is not None
+            port, name = row
             assert name == "split-test"
             seen.add(port)
         assert len(seen) >= 2
@@ -222,7 +234,9 @@ def test_prepared_statements_and_settings_work_on_every_server(pgtarn_factory, t
     assert len(asyncio.run(with_asyncpg())) >= 2
 
 
-def test_a_lagging_replica_gets_no_reads_and_read_your_writes_holds(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_a_lagging_replica_gets_no_reads_and_read_your_writes_holds(
+    pgtarn_factory: PgtarnFactory, trio: Trio
+) -> None:
     paused, other = trio.standbys
     proc = _start(pgtarn_factory, trio, "auto", primary_reads="off", max_replica_lag="64kB")
     paused.psql("select pg_wal_replay_pause()")
@@ -236,9 +250,7 @@ def test_a_lagging_replica_gets_no_reads_and_read_your_writes_holds(pgtarn_facto
         with connect(proc, autocommit=True) as conn:
             for n in range(1, 60):
                 conn.execute("insert into items (v) values (%s)", (1000 + n,))
-                seen = conn.execute(
-                    "select max(v) from items where v > 1000 and v < 2000"
-                ).fetchone()[0]
+                seen = scalar(conn.execute("select max(v) from items where v > 1000 and v < 2000"))
                 assert seen is not None and seen >= 1000 + n
         # replicas serve the reads of a client that did not write just now
         assert other.port in _ports(proc, "auto", 10)
@@ -249,7 +261,9 @@ def test_a_lagging_replica_gets_no_reads_and_read_your_writes_holds(pgtarn_facto
     assert wait_for(lambda: _ports(proc, "auto", 20) == _standby_ports(trio), timeout=20)
 
 
-def test_a_stopped_replica_is_skipped_and_serves_again_once_back(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_a_stopped_replica_is_skipped_and_serves_again_once_back(
+    pgtarn_factory: PgtarnFactory, trio: Trio
+) -> None:
     gone, other = trio.standbys
     proc = _start(pgtarn_factory, trio, "auto", primary_reads="off")
     assert wait_for(lambda: _ports(proc, "auto", 20) == _standby_ports(trio), timeout=20)
@@ -271,7 +285,9 @@ def _safe_ports(proc: Any) -> set[int]:
         return set()
 
 
-def test_listen_and_notify_go_through_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_listen_and_notify_go_through_the_primary(
+    pgtarn_factory: PgtarnFactory, trio: Trio
+) -> None:
     # the listener connection LISTENs on the primary (a standby refuses LISTEN), whatever
     # server the notifying transaction or the listening client's reads run on
     proc = _start(pgtarn_factory, trio, "auto")
@@ -291,7 +307,9 @@ def test_listen_and_notify_go_through_the_primary(pgtarn_factory, trio) -> None:
     assert primary_backends.strip() != "0"
 
 
-def test_session_mode_keeps_every_client_on_the_primary(pgtarn_factory, trio) -> None:  # type: ignore[no-untyped-def]
+def test_session_mode_keeps_every_client_on_the_primary(
+    pgtarn_factory: PgtarnFactory, trio: Trio
+) -> None:
     proc = pgtarn_factory(
         databases={"app": trio.entry("auto", pool_mode="session", primary_reads="off")},
         settings={"default_pool_size": 4},

@@ -11,13 +11,16 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.support import PgtarnProcess
+from tests.support import PgtarnProcess, TempCluster
 
+from .certs import Pki
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .test_pgbench import pgbench_tables, processed
 from .test_tls import tls_in_use, tls_settings
@@ -75,7 +78,7 @@ def _reboot(proc: PgtarnProcess, workdir: Path) -> PgtarnProcess:
     return new
 
 
-def _wait_for(condition, timeout: float) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(condition: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -88,7 +91,9 @@ def _stopped(new: PgtarnProcess) -> None:
 
 
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench not installed")
-def test_rolling_restart_under_pgbench(pgtarn_factory, pgbench_tables, tmp_path):  # type: ignore[no-untyped-def]
+def test_rolling_restart_under_pgbench(
+    pgtarn_factory: PgtarnFactory, pgbench_tables: None, tmp_path: Path
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 5, "max_client_conn": 200})
     bench = subprocess.Popen(
         ["pgbench", "-n", "-N", "-c", "20", "-j", "2", "-T", "8", proc.dsn("app", "app_pass")],
@@ -143,7 +148,9 @@ def test_rolling_restart_under_pgbench(pgtarn_factory, pgbench_tables, tmp_path)
             _stopped(new)
 
 
-def test_a_client_keeps_its_session_through_the_restart(pgtarn_factory, tmp_path):  # type: ignore[no-untyped-def]
+def test_a_client_keeps_its_session_through_the_restart(
+    pgtarn_factory: PgtarnFactory, tmp_path: Path
+) -> None:
     proc = pgtarn_factory(settings={"max_prepared_statements": 10})
     idle = connect(proc, autocommit=True)
     idle.execute("SET statement_timeout = '123s'")
@@ -185,7 +192,9 @@ def test_a_client_keeps_its_session_through_the_restart(pgtarn_factory, tmp_path
         _stopped(new)
 
 
-def test_tls_and_pinned_clients_finish_on_the_old_process(pgtarn_factory, pki, tmp_path):  # type: ignore[no-untyped-def]
+def test_tls_and_pinned_clients_finish_on_the_old_process(
+    pgtarn_factory: PgtarnFactory, pki: Pki, tmp_path: Path
+) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "allow"))
     secure = connect(proc, autocommit=True, sslmode="require")
     assert tls_in_use(secure)
@@ -230,11 +239,11 @@ def _scram_keys(verifier: str, password: str) -> list[bytes]:
 
 
 def test_scram_passthrough_keys_go_with_the_clients(
-    pgtarn_factory,
-    pg_cluster,
-    pg_roles,  # type: ignore[no-untyped-def]
-    tmp_path,
-):
+    pgtarn_factory: PgtarnFactory,
+    pg_cluster: TempCluster,
+    pg_roles: dict[str, str],
+    tmp_path: Path,
+) -> None:
     """Only a SCRAM verifier stored: the new process logs in to PostgreSQL for a handed-over
     client with the keys of that client's login, which never show in the log."""
     verifier = pg_cluster.scram_verifier("app")

@@ -18,6 +18,7 @@ import pytest
 from tests.support import PgtarnProcess
 from tests.support.procs import wait_children
 
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .test_pgbench import pgbench_tables, processed
 from .test_reboot import SERVING, ConnectLoop, _stopped, _wait_for
@@ -65,6 +66,18 @@ def _old_workers(proc: PgtarnProcess, workers: int) -> list[int]:
     return pids
 
 
+def _logfile_text(proc: PgtarnProcess) -> str:
+    """pgtarn's logfile alone (log_text repeats it with stderr)."""
+    assert proc.logfile is not None
+    return Path(proc.logfile).read_text()
+
+
+def _clients_came(proc: PgtarnProcess) -> int:
+    """How many clients the log says came from old processes (summed over its lines)."""
+    found = re.findall(r"is done; (\d+) clients came from it", _logfile_text(proc))
+    return sum(int(n) for n in found)
+
+
 def _gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
@@ -76,12 +89,12 @@ def _gone(pid: int) -> bool:
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench not installed")
 @pytest.mark.parametrize(("old", "new"), [(2, 2), (2, 1), (1, 2)])
 def test_rolling_restart_with_workers_under_pgbench(
-    pgtarn_factory,
-    pgbench_tables,
-    tmp_path,  # type: ignore[no-untyped-def]
-    old,
-    new,
-):
+    pgtarn_factory: PgtarnFactory,
+    pgbench_tables: None,
+    tmp_path: Path,
+    old: int,
+    new: int,
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 5, "max_client_conn": 200, "workers": old})
     old_pids = _old_workers(proc, old)
     bench = subprocess.Popen(
@@ -107,7 +120,7 @@ def test_rolling_restart_with_workers_under_pgbench(
         assert done > 0 and failed == 0
         assert loop.refused == [], loop.refused[:3]
         assert loop.attempts > 5
-        log = Path(proc.logfile).read_text()  # (log_text repeats it with stderr)
+        log = _logfile_text(proc)  # (log_text repeats it with stderr)
         counts = [tuple(map(int, m.groups())) for m in SERVING.finditer(log)]
         assert len(counts) == old, counts  # one line per old worker (or the one process)
         total, idle, in_xact, busy, stay = (sum(c[i] for c in counts) for i in range(5))
@@ -140,9 +153,9 @@ def test_rolling_restart_with_workers_under_pgbench(
 
 
 def test_a_client_mid_transaction_is_cancelled_through_the_new_workers(
-    pgtarn_factory,  # type: ignore[no-untyped-def]
-    tmp_path,
-):
+    pgtarn_factory: PgtarnFactory,
+    tmp_path: Path,
+) -> None:
     proc = pgtarn_factory(settings={"workers": 2, "max_prepared_statements": 10})
     _old_workers(proc, 2)
     idle = [connect(proc, autocommit=True) for _ in range(4)]
@@ -165,18 +178,7 @@ def test_a_client_mid_transaction_is_cancelled_through_the_new_workers(
             canceller.join()
             conn.rollback()  # its transaction ends: it goes over
         proc.proc.wait(timeout=30)
-        _wait_for(
-            lambda: (
-                sum(
-                    int(n)
-                    for n in re.findall(
-                        r"is done; (\d+) clients came from it", Path(proc.logfile).read_text()
-                    )
-                )
-                == 8
-            ),
-            10,
-        )
+        _wait_for(lambda: _clients_came(proc) == 8, 10)
         for n, conn in enumerate(idle):  # same connection, same session
             assert conn.execute("show application_name").fetchone() == (f"kept{n}",)
             assert conn.execute("select %s::int + 1", [41], prepare=True).fetchone() == (42,)
@@ -195,7 +197,7 @@ def test_a_client_mid_transaction_is_cancelled_through_the_new_workers(
         _stopped(successor)
 
 
-def test_one_reboot_after_another(pgtarn_factory, tmp_path):  # type: ignore[no-untyped-def]
+def test_one_reboot_after_another(pgtarn_factory: PgtarnFactory, tmp_path: Path) -> None:
     """1 -> 2 (the two workers share the single process's socket) -> 1: the second takeover
     finds the sockets the first one spread, sent once each."""
     proc = pgtarn_factory(settings={"max_prepared_statements": 10})
@@ -211,7 +213,7 @@ def test_one_reboot_after_another(pgtarn_factory, tmp_path):  # type: ignore[no-
         third = _reboot(second, 1, tmp_path / "third")
         second.proc.wait(timeout=30)
         assert second.proc.returncode == 0
-        log = Path(proc.logfile).read_text()
+        log = _logfile_text(proc)
         sent = re.findall(r"asks for the listening sockets; sending (\d+)", log)
         assert sent == ["2", "2"], sent  # TCP and unix, each once
         for n, conn in enumerate(clients):  # same connection, same session, twice over

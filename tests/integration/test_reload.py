@@ -9,20 +9,24 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import psycopg
 
-from tests.support import userlist_line
+from tests.support import PgtarnProcess, TempCluster, userlist_line
 
-from .conftest import ROLE_PASSWORDS
+from .conftest import ROLE_PASSWORDS, PgtarnFactory
 from .drivers import aconnect, connect
+from .faultproxy import FaultProxy
 from .pgstat import make_table, rows, wait_for
 
 RELOAD_USER = "reload_user"
 
 
-def reload(proc, ini: str | None = None, marker: str = "configuration reloaded") -> None:  # type: ignore[no-untyped-def]
+def reload(
+    proc: PgtarnProcess, ini: str | None = None, marker: str = "configuration reloaded"
+) -> None:
     """Write ini (if given), send SIGHUP and wait for one more `marker` line in the log."""
     before = proc.log_text().count(marker)
     if ini is not None:
@@ -31,13 +35,13 @@ def reload(proc, ini: str | None = None, marker: str = "configuration reloaded")
     assert wait_for(lambda: proc.log_text().count(marker) > before), proc.log_text()
 
 
-def edit_ini(proc, old: str, new: str) -> str:  # type: ignore[no-untyped-def]
+def edit_ini(proc: PgtarnProcess, old: str, new: str) -> str:
     text = Path(proc.ini_path).read_text(encoding="utf-8")
     assert old in text, text
     return text.replace(old, new)
 
 
-def concurrent_pids(proc, clients: int = 3) -> set[int]:  # type: ignore[no-untyped-def]
+def concurrent_pids(proc: PgtarnProcess, clients: int = 3) -> set[int]:
     """Backend pids that `clients` concurrent asyncpg clients get for one 0.3 s query each."""
 
     async def run() -> set[int]:
@@ -56,23 +60,23 @@ def concurrent_pids(proc, clients: int = 3) -> set[int]:  # type: ignore[no-unty
     return asyncio.run(run())
 
 
-def live_backends(pg_cluster, pids: set[int]) -> int:  # type: ignore[no-untyped-def]
+def live_backends(pg_cluster: TempCluster, pids: set[int]) -> int:
     listed = ", ".join(str(p) for p in pids)
     out = pg_cluster.psql(f"SELECT count(*) FROM pg_stat_activity WHERE pid IN ({listed})")
     return int(out.strip())
 
 
-def app_backends(pg_cluster) -> int:  # type: ignore[no-untyped-def]
+def app_backends(pg_cluster: TempCluster) -> int:
     out = pg_cluster.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'app'")
     return int(out.strip())
 
 
-def write_userlist(proc, entries: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+def write_userlist(proc: PgtarnProcess, entries: dict[str, str]) -> None:
     path = Path(proc.ini_path).parent / "userlist.txt"
     path.write_text("".join(userlist_line(u, p) for u, p in entries.items()), encoding="utf-8")
 
 
-def login_error(proc, user: str, password: str) -> psycopg.OperationalError | None:  # type: ignore[no-untyped-def]
+def login_error(proc: PgtarnProcess, user: str, password: str) -> psycopg.OperationalError | None:
     """None when user/password logs in (and runs a query), else the error."""
     try:
         with connect(proc, user=user, password=password, autocommit=True) as conn:
@@ -82,7 +86,7 @@ def login_error(proc, user: str, password: str) -> psycopg.OperationalError | No
     return None
 
 
-def login_sqlstate(proc, user: str, password: str) -> str | None:  # type: ignore[no-untyped-def]
+def login_sqlstate(proc: PgtarnProcess, user: str, password: str) -> str | None:
     """SQLSTATE of a failed login as asyncpg sees it (psycopg gives none), None on success."""
 
     async def attempt() -> str | None:
@@ -96,7 +100,9 @@ def login_sqlstate(proc, user: str, password: str) -> str | None:  # type: ignor
     return asyncio.run(attempt())
 
 
-def test_pool_size_raised_and_lowered(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_pool_size_raised_and_lowered(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     with connect(proc, autocommit=True) as kept:
         kept_pid = kept.execute("select pg_backend_pid()").fetchone()
@@ -117,7 +123,9 @@ def test_pool_size_raised_and_lowered(pgtarn_factory, pg_cluster):  # type: igno
         assert kept.execute("select 5").fetchone() == (5,)
 
 
-def test_auth_file_changes_apply_on_reload(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_auth_file_changes_apply_on_reload(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     pg_cluster.psql(
         "DO $$ BEGIN\n"
         f"  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{RELOAD_USER}') THEN\n"
@@ -160,10 +168,10 @@ def test_auth_file_changes_apply_on_reload(pgtarn_factory, pg_cluster):  # type:
 
 
 def test_changed_connection_string_waits_for_the_transaction(
-    pgtarn_factory,
-    pg_cluster,  # type: ignore[no-untyped-def]
-    fault_proxy,
-):
+    pgtarn_factory: PgtarnFactory,
+    pg_cluster: TempCluster,
+    fault_proxy: FaultProxy,
+) -> None:
     table = make_table(pg_cluster, "reload_")
     via_proxy = f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"
     direct = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
@@ -197,7 +205,7 @@ def test_changed_connection_string_waits_for_the_transaction(
     assert rows(pg_cluster, table) == [1, 2, 3]
 
 
-def test_invalid_config_keeps_the_old_one(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_invalid_config_keeps_the_old_one(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     good = Path(proc.ini_path).read_text(encoding="utf-8")
     with connect(proc, autocommit=True) as kept:
@@ -219,7 +227,7 @@ def test_invalid_config_keeps_the_old_one(pgtarn_factory):  # type: ignore[no-un
         assert kept.execute("select 4").fetchone() == (4,)
 
 
-def pooler_keepalive(proc, conn) -> bool:  # type: ignore[no-untyped-def]
+def pooler_keepalive(proc: PgtarnProcess, conn: psycopg.Connection[Any]) -> bool:
     """Whether pgtarn's end of conn's TCP connection has SO_KEEPALIVE: ss shows its timer,
     once no sent data waits for an ACK (whose retransmission timer ss would show instead)."""
     with socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -243,7 +251,7 @@ def pooler_keepalive(proc, conn) -> bool:  # type: ignore[no-untyped-def]
     return "timer:(keepalive" in out
 
 
-def test_tcp_keepalive_of_clients_follows_reload(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_tcp_keepalive_of_clients_follows_reload(pgtarn_factory: PgtarnFactory) -> None:
     # set on the listening sockets, which accepted sockets inherit (none set per client)
     proc = pgtarn_factory(settings={"tcp_keepalive": 1})
     with connect(proc) as first:
@@ -265,7 +273,9 @@ def _keepalive_seconds(out: str) -> float:
     return int(minutes or 0) * 60 + float(seconds or 0) + int(millis or 0) / 1000
 
 
-def test_tcp_keepidle_of_clients_and_servers(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_tcp_keepidle_of_clients_and_servers(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     # the system's idle time is 7200 s: tcp_keepidle sets pgtarn's side of both connections
     proc = pgtarn_factory(settings={"tcp_keepalive": 1, "tcp_keepidle": 77})
     with connect(proc, autocommit=True) as conn:

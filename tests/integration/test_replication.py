@@ -420,7 +420,7 @@ def test_replication_clients_queue_within_pool_size(
     """As PgBouncer: a replication server counts in pool_size; the next replication client
     waits (SHOW POOLS' cl_waiting) until a server of the pool is gone."""
     proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1)
-    params = {
+    params: dict[str, Any] = {
         "host": proc.host,
         "port": proc.port,
         "user": "repl_user",
@@ -444,7 +444,9 @@ def test_replication_clients_queue_within_pool_size(
     waiter.start()
     try:
         _wait_until(
-            lambda: _pool(proc.host, proc.port).get("cl_waiting") == 1 or errors or second != [],
+            lambda: (
+                _pool(proc.host, proc.port).get("cl_waiting") == 1 or errors != [] or second != []
+            ),
             "the second replication client to queue",
         )
         assert second == [] and errors == []
@@ -468,7 +470,7 @@ def test_a_lost_walsender_frees_its_place(
     """A walsender PostgreSQL ends mid-stream: its client is told, and its place in the pool
     goes to the next replication client; one that waits query_wait_timeout gets the error."""
     proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1, query_wait_timeout=1)
-    params = {
+    params: dict[str, Any] = {
         "host": proc.host,
         "port": proc.port,
         "user": "repl_user",
@@ -501,7 +503,7 @@ def test_replication_client_evicts_an_idle_server(
     """The pool is full of idle servers: the oldest is closed ("evicted") to make room for a
     replication server, as PgBouncer does."""
     proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1)
-    params = {
+    params: dict[str, Any] = {
         "host": proc.host,
         "port": proc.port,
         "user": "repl_user",
@@ -545,7 +547,7 @@ def test_pgtarn_hba_needs_the_replication_keyword_for_physical(
         settings={"auth_type": "hba", "auth_hba_file": str(hba)},
         userlist=REPL_ROLES,
     )
-    params = {
+    params: dict[str, Any] = {
         "host": proc.host,
         "port": proc.port,
         "user": "repl_user",

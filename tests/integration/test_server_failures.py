@@ -9,8 +9,11 @@ import psycopg
 import pytest
 
 from pgtarn.proto import build
+from tests.support import TempCluster
 
+from .conftest import PgtarnFactory
 from .drivers import connect
+from .faultproxy import FaultProxy
 from .pgstat import backend_pids, superuser_connect, wait_until
 from .test_auth import login_error
 from .test_timeouts import final_error, raw_login
@@ -21,11 +24,13 @@ pytestmark = pytest.mark.integration
 LOST_SERVER = re.compile(r"\b(S-\d+): \S* closing because: server connection lost")
 
 
-def _via_proxy(fault_proxy, extra: str = "") -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _via_proxy(fault_proxy: FaultProxy, extra: str = "") -> dict[str, str]:
     return {"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app {extra}"}
 
 
-def test_server_cut_mid_transaction_gives_its_client_08006(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
+def test_server_cut_mid_transaction_gives_its_client_08006(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy
+) -> None:
     proc = pgtarn_factory(databases=_via_proxy(fault_proxy), settings={"default_pool_size": 2})
     with connect(proc) as victim, connect(proc, autocommit=True) as bystander:
         victim.execute("select 1")  # in a transaction: the server is linked to victim
@@ -41,7 +46,9 @@ def test_server_cut_mid_transaction_gives_its_client_08006(pgtarn_factory, fault
     assert "server connection lost" in log
 
 
-def test_terminated_backend_mid_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_terminated_backend_mid_transaction(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory()
     with connect(proc) as victim, superuser_connect(pg_cluster) as su:
         pid = victim.execute("select pg_backend_pid()").fetchone()
@@ -54,9 +61,9 @@ def test_terminated_backend_mid_transaction(pgtarn_factory, pg_cluster):  # type
         assert fresh.execute("select pg_backend_pid()").fetchone() != pid
 
 
-def test_a_fatal_from_postgresql_is_the_only_error_its_client_gets(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_cluster
-):
+def test_a_fatal_from_postgresql_is_the_only_error_its_client_gets(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"pool_mode": "session"})
     raw = raw_login(proc)
     raw.send(build.query("select pg_backend_pid()"))
@@ -69,7 +76,9 @@ def test_a_fatal_from_postgresql_is_the_only_error_its_client_gets(  # type: ign
     assert "server sent FATAL 57P01" in proc.log_text()
 
 
-def test_idle_servers_that_died_are_not_reused(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_idle_servers_that_died_are_not_reused(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 3})
     with superuser_connect(pg_cluster) as su:
         conns = [connect(proc) for _ in range(3)]
@@ -99,7 +108,9 @@ def test_idle_servers_that_died_are_not_reused(pgtarn_factory, pg_cluster):  # t
                 c.close()
 
 
-def test_idle_server_is_checked_after_server_check_delay(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
+def test_idle_server_is_checked_after_server_check_delay(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy
+) -> None:
     proc = pgtarn_factory(
         databases=_via_proxy(fault_proxy),
         settings={
@@ -114,9 +125,9 @@ def test_idle_server_is_checked_after_server_check_delay(pgtarn_factory, fault_p
     assert fault_proxy.accepted == 1
 
 
-def test_postgres_down_waiters_wait_for_query_wait_timeout_told_the_last_error(  # type: ignore[no-untyped-def]
-    pgtarn_factory, fault_proxy
-):
+def test_postgres_down_waiters_wait_for_query_wait_timeout_told_the_last_error(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy
+) -> None:
     """As PgBouncer: a refused connect does not end the waiting clients (the pool retries;
     server_connect_timeout is only each attempt's limit): they end at query_wait_timeout,
     told why no server came."""
@@ -141,7 +152,9 @@ def test_postgres_down_waiters_wait_for_query_wait_timeout_told_the_last_error( 
         assert c.execute("select 2").fetchone() == (2,)
 
 
-def test_first_client_waits_through_a_short_outage(pgtarn_factory, fault_proxy):  # type: ignore[no-untyped-def]
+def test_first_client_waits_through_a_short_outage(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy
+) -> None:
     proc = pgtarn_factory(
         databases=_via_proxy(fault_proxy), settings={"server_connect_timeout": 10}
     )
@@ -162,9 +175,9 @@ def test_first_client_waits_through_a_short_outage(pgtarn_factory, fault_proxy):
     ), text
 
 
-def test_unanswered_logins_end_at_server_connect_timeout_and_are_retried(  # type: ignore[no-untyped-def]
-    pgtarn_factory, fault_proxy
-):
+def test_unanswered_logins_end_at_server_connect_timeout_and_are_retried(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy
+) -> None:
     """A login never answered is given up on after server_connect_timeout ("closing
     because: connect timeout", PgBouncer's words) and tried again; the waiting client ends
     at query_timeout (which covers a wait for a server too, as with PgBouncer)."""
@@ -195,9 +208,9 @@ def test_unanswered_logins_end_at_server_connect_timeout_and_are_retried(  # typ
         assert c.execute("select 2").fetchone() == (2,)
 
 
-def test_a_login_waiting_for_the_first_server_ends_at_query_timeout(  # type: ignore[no-untyped-def]
-    pgtarn_factory, fault_proxy
-):
+def test_a_login_waiting_for_the_first_server_ends_at_query_timeout(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy
+) -> None:
     """PgBouncer's test_server_connect_timeout_establish: no server has logged in yet, each
     login attempt goes unanswered past server_connect_timeout (2 s); the client, waiting in
     its login for the first server, ends at query_timeout (3 s), in PgBouncer's word."""
@@ -218,7 +231,9 @@ def test_a_login_waiting_for_the_first_server_ends_at_query_timeout(  # type: ig
     assert "closing because: connect timeout (server_connect_timeout = 2 s)" in proc.log_text()
 
 
-def test_pool_refills_to_min_pool_size_after_an_outage(pgtarn_factory, fault_proxy, pg_cluster):  # type: ignore[no-untyped-def]
+def test_pool_refills_to_min_pool_size_after_an_outage(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(databases=_via_proxy(fault_proxy, "min_pool_size=2"))
     with superuser_connect(pg_cluster) as su:
         with connect(proc, autocommit=True) as c:
@@ -233,7 +248,9 @@ def test_pool_refills_to_min_pool_size_after_an_outage(pgtarn_factory, fault_pro
         assert not backend_pids(su) & before
 
 
-def test_postgres_restart_mid_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_postgres_restart_mid_transaction(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 2})
     port = pg_cluster.port
     with connect(proc) as victim:

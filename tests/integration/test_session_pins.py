@@ -13,6 +13,7 @@ import pytest
 
 from tests.support import TempCluster
 
+from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 from .test_admin import admin, show
 from .test_session_state import RELEASE_WAIT, advisory_locks
@@ -68,7 +69,9 @@ def one(conn: Conn, sql: str, params: Any = None) -> Any:
 
 
 @pytest.mark.parametrize("prepare", [None, 0], ids=["simple", "prepared"])
-def test_refused_try_lock_does_not_pin_and_a_granted_one_does(pgtarn_factory, prepare):  # type: ignore[no-untyped-def]
+def test_refused_try_lock_does_not_pin_and_a_granted_one_does(
+    pgtarn_factory: PgtarnFactory, prepare: bool
+) -> None:
     """A holds lock 61; B's pg_try_advisory_lock(61) is false and leaves B unpinned (a third
     client is served at once); once A unlocks, B's try-lock is true (pinned) and its
     pg_advisory_unlock ends the pin, so both servers are free again."""
@@ -90,7 +93,9 @@ def test_refused_try_lock_does_not_pin_and_a_granted_one_does(pgtarn_factory, pr
         assert_both_servers_free(proc)
 
 
-def test_try_lock_forms_and_binary_results_psycopg(pgtarn_factory, pg_cluster: TempCluster):  # type: ignore[no-untyped-def]
+def test_try_lock_forms_and_binary_results_psycopg(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """The shared and two-int forms, with parameters, results in binary (psycopg's binary
     cursor, prepared): false pins nothing, true pins until the matching unlock is true."""
     proc = pool_of_two(pgtarn_factory)
@@ -118,7 +123,7 @@ def test_try_lock_forms_and_binary_results_psycopg(pgtarn_factory, pg_cluster: T
 
 
 @pytest.mark.parametrize("cache", [0, 100], ids=["unnamed", "named"])
-def test_try_lock_through_asyncpg(pgtarn_factory, cache):  # type: ignore[no-untyped-def]
+def test_try_lock_through_asyncpg(pgtarn_factory: PgtarnFactory, cache: bool) -> None:
     """asyncpg (extended protocol, binary results; unnamed statements or its statement
     cache): a false try-lock pins nothing, a true one pins until unlocked."""
     proc = pool_of_two(pgtarn_factory)
@@ -150,7 +155,9 @@ def test_try_lock_through_asyncpg(pgtarn_factory, cache):  # type: ignore[no-unt
 # -- an unlock that releases nothing ---------------------------------------------------------
 
 
-def test_unlock_that_releases_nothing_keeps_the_count(pgtarn_factory, pg_cluster: TempCluster):  # type: ignore[no-untyped-def]
+def test_unlock_that_releases_nothing_keeps_the_count(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """pg_advisory_unlock returning false changes nothing: with nothing held no pin comes of
     it; a lock taken by parameter stays pinned through an unlock of another value; a lock
     held once and unlocked twice leaves the count at zero, not below (the next lock pins)."""
@@ -179,7 +186,9 @@ def test_unlock_that_releases_nothing_keeps_the_count(pgtarn_factory, pg_cluster
 # -- failed statements -------------------------------------------------------------------------
 
 
-def test_lock_in_a_statement_that_never_ran_does_not_pin(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_lock_in_a_statement_that_never_ran_does_not_pin(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """A lock call after a failing statement of the same Query never runs: no pin. A lock
     that fails itself (lock_timeout while another client holds it) takes nothing either."""
     proc = pool_of_two(pgtarn_factory)
@@ -197,7 +206,9 @@ def test_lock_in_a_statement_that_never_ran_does_not_pin(pgtarn_factory, pg_clus
         assert_both_servers_free(proc)
 
 
-def test_lock_before_an_error_in_its_statement_stays_pinned(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_lock_before_an_error_in_its_statement_stays_pinned(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """A statement that took a session lock and then failed leaves the lock held (session
     locks ignore the rollback): the client stays pinned, so no other client gets a server
     holding it."""
@@ -212,7 +223,9 @@ def test_lock_before_an_error_in_its_statement_stays_pinned(pgtarn_factory, pg_c
     assert advisory_locks(pg_cluster, 69) == 0
 
 
-def test_unlock_all_that_never_ran_keeps_the_pin(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_unlock_all_that_never_ran_keeps_the_pin(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """pg_advisory_unlock_all() in a statement that returned no row did not run: the lock is
     still held and the client still pinned."""
     proc = pool_of_two(pgtarn_factory)
@@ -228,7 +241,7 @@ def test_unlock_all_that_never_ran_keeps_the_pin(pgtarn_factory, pg_cluster):  #
 # -- temporary tables ------------------------------------------------------------------------
 
 
-def test_dropping_the_temp_tables_ends_the_pin(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_dropping_the_temp_tables_ends_the_pin(pgtarn_factory: PgtarnFactory) -> None:
     """A temp table pins until it is dropped (DROP TABLE of its name); one of two dropped
     keeps the pin; a DROP that fails, or one rolled back, keeps it too."""
     proc = pool_of_two(pgtarn_factory)
@@ -251,7 +264,9 @@ def test_dropping_the_temp_tables_ends_the_pin(pgtarn_factory):  # type: ignore[
 
 
 @pytest.mark.parametrize("cache", [0, 100])
-def test_asyncpg_type_introspection_does_not_pin(pgtarn_factory, pg_cluster, cache):  # type: ignore[no-untyped-def]
+def test_asyncpg_type_introspection_does_not_pin(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, cache: bool
+) -> None:
     """asyncpg looks a custom type up with jit off, then sets jit back with
     set_config('jit', $1, false): the value comes with the Bind, so it is a setting the
     client keeps (replayed on its next servers), not a pin for good."""
@@ -262,7 +277,7 @@ def test_asyncpg_type_introspection_does_not_pin(pgtarn_factory, pg_cluster, cac
     )
     proc = pgtarn_factory(settings={"default_pool_size": 1, "query_wait_timeout": 10})
 
-    async def main() -> tuple[list[str], str, str]:
+    async def main() -> tuple[str, str, str]:
         first = await aconnect(
             proc, statement_cache_size=cache, server_settings={"application_name": "first"}
         )

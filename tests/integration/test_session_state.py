@@ -13,7 +13,7 @@ import pytest
 
 from tests.support import TempCluster, free_port
 
-from .conftest import ROLE_PASSWORDS
+from .conftest import ROLE_PASSWORDS, PgtarnFactory
 from .drivers import aconnect, connect
 from .pgstat import make_table, superuser_connect, wait_for
 from .test_admin import admin, show
@@ -127,7 +127,7 @@ def tenant_schema(pg_cluster: TempCluster) -> Iterator[tuple[str, str]]:
 # -- 1. the leaks of plain transaction pooling ---------------------------------------------
 
 
-def test_statement_timeout_does_not_reach_another_client(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_statement_timeout_does_not_reach_another_client(pgtarn_factory: PgtarnFactory) -> None:
     """A's SET statement_timeout applies to A's statements only, never to B's on the same server."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     a, b = shared_pair(proc)
@@ -139,7 +139,9 @@ def test_statement_timeout_does_not_reach_another_client(pgtarn_factory):  # typ
             a.execute("select pg_sleep(0.5)")
 
 
-def test_search_path_does_not_reach_another_client(pgtarn_factory, pg_dsn, tenant_schema):  # type: ignore[no-untyped-def]
+def test_search_path_does_not_reach_another_client(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str, tenant_schema: tuple[str, str]
+) -> None:
     """A's SET search_path sends A's unqualified reads to A's schema and leaves B's on public."""
     schema, table = tenant_schema
     default = defaults(pg_dsn, "search_path")["search_path"]
@@ -154,7 +156,9 @@ def test_search_path_does_not_reach_another_client(pgtarn_factory, pg_dsn, tenan
             assert a.execute(f"select v from {table}").fetchall() == [("tenant",)]
 
 
-def test_advisory_lock_keeps_its_server_and_goes_with_the_client(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_advisory_lock_keeps_its_server_and_goes_with_the_client(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """A session advisory lock pins A to its server: B never shares the lock, whichever server it
     gets, and the lock is gone once A disconnects."""
     proc = pgtarn_factory(settings={"default_pool_size": 2})
@@ -177,7 +181,7 @@ def test_advisory_lock_keeps_its_server_and_goes_with_the_client(pgtarn_factory,
     )
 
 
-def test_temp_table_is_not_seen_by_another_client(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_temp_table_is_not_seen_by_another_client(pgtarn_factory: PgtarnFactory) -> None:
     """A's temp table stays on A's server: A keeps reading it, B's read of it is undefined_table."""
     proc = pgtarn_factory(settings={"default_pool_size": 2})
     a = connect(proc, autocommit=True)
@@ -191,7 +195,9 @@ def test_temp_table_is_not_seen_by_another_client(pgtarn_factory):  # type: igno
             assert a.execute("select v from h17_scratch").fetchall() == [(7,)]
 
 
-def test_default_transaction_read_only_does_not_reach_another_client(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_default_transaction_read_only_does_not_reach_another_client(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """A's SET default_transaction_read_only = on makes A's writes fail, not B's."""
     table = make_table(pg_cluster, "h17_ro_")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -208,7 +214,9 @@ def test_default_transaction_read_only_does_not_reach_another_client(pgtarn_fact
 # -- 2. transaction semantics ---------------------------------------------------------------
 
 
-def test_set_follows_commit_rollback_and_savepoints(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_set_follows_commit_rollback_and_savepoints(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     """A's SETs last as PostgreSQL says (commit keeps, rollback and rollback-to-savepoint undo,
     SET LOCAL ends with its transaction) and B on the same server never sees them."""
     names = ("work_mem", "lock_timeout", "maintenance_work_mem")
@@ -284,7 +292,9 @@ def test_set_follows_commit_rollback_and_savepoints(pgtarn_factory, pg_dsn):  # 
 # -- 3. RESET and DISCARD -------------------------------------------------------------------
 
 
-def test_reset_and_discard_bring_back_the_defaults(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_reset_and_discard_bring_back_the_defaults(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     """RESET name, RESET ALL and DISCARD ALL by A give A the defaults and leave B's SET alone."""
     names = ("work_mem", "lock_timeout")
     base = defaults(pg_dsn, *names)
@@ -318,7 +328,9 @@ def test_reset_and_discard_bring_back_the_defaults(pgtarn_factory, pg_dsn):  # t
 # -- 4. set_config --------------------------------------------------------------------------
 
 
-def test_set_config_session_is_tracked_and_local_is_not(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_set_config_session_is_tracked_and_local_is_not(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     """set_config(name, value, false) stays with A like a SET; set_config(..., true) in a
     transaction ends with it."""
     base = defaults(pg_dsn, "statement_timeout", "lock_timeout")
@@ -342,7 +354,7 @@ def test_set_config_session_is_tracked_and_local_is_not(pgtarn_factory, pg_dsn):
 # -- 5. every way a SET can arrive ------------------------------------------------------------
 
 
-def test_set_in_a_multi_statement_query(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_set_in_a_multi_statement_query(pgtarn_factory: PgtarnFactory, pg_dsn: str) -> None:
     """Two SETs in one simple Query are both tracked; SETs of a multi-statement Query that fails
     are undone with its implicit transaction."""
     base = defaults(pg_dsn, "work_mem", "lock_timeout")
@@ -361,7 +373,9 @@ def test_set_in_a_multi_statement_query(pgtarn_factory, pg_dsn):  # type: ignore
         assert {n: show_setting(b, n) for n in base} == base
 
 
-def test_set_through_the_extended_protocol_psycopg(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_set_through_the_extended_protocol_psycopg(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     """SET and set_config sent as Parse/Bind/Execute (psycopg prepare_threshold=0) are tracked."""
     base = defaults(pg_dsn, "work_mem", "lock_timeout")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -375,7 +389,9 @@ def test_set_through_the_extended_protocol_psycopg(pgtarn_factory, pg_dsn):  # t
         assert {n: show_setting(b, n) for n in base} == base
 
 
-def test_set_through_the_extended_protocol_asyncpg(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_set_through_the_extended_protocol_asyncpg(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     """asyncpg's fetch (Parse/Bind/Execute) of a SET and of set_config is tracked."""
     base = defaults(pg_dsn, "statement_timeout", "lock_timeout")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -401,7 +417,7 @@ def test_set_through_the_extended_protocol_asyncpg(pgtarn_factory, pg_dsn):  # t
     assert seen_a == {"statement_timeout": "1500ms", "lock_timeout": "3s"}
 
 
-def test_other_set_forms_are_tracked(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_other_set_forms_are_tracked(pgtarn_factory: PgtarnFactory, pg_dsn: str) -> None:
     """SET SCHEMA, SET SESSION CHARACTERISTICS, SET XML OPTION, SET SESSION and SET ... TO DEFAULT
     stay with A."""
     names = ("search_path", "default_transaction_isolation", "xmloption", "work_mem")
@@ -430,7 +446,9 @@ def test_other_set_forms_are_tracked(pgtarn_factory, pg_dsn):  # type: ignore[no
 # -- 6, 7. pins that end ----------------------------------------------------------------------
 
 
-def test_set_role_pins_and_reset_role_releases(pgtarn_factory, member_role):  # type: ignore[no-untyped-def]
+def test_set_role_pins_and_reset_role_releases(
+    pgtarn_factory: PgtarnFactory, member_role: str
+) -> None:
     """While A is SET ROLE, B never runs as that role; after RESET ROLE A's server is free."""
     proc = pgtarn_factory(settings={"default_pool_size": 2, "query_wait_timeout": RELEASE_WAIT})
     a = connect(proc, autocommit=True)
@@ -450,7 +468,9 @@ def test_set_role_pins_and_reset_role_releases(pgtarn_factory, member_role):  # 
         assert b.execute("select current_user").fetchone() == ("app",)
 
 
-def test_hold_cursor_lives_across_transactions_and_close_releases(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_hold_cursor_lives_across_transactions_and_close_releases(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     """A WITH HOLD cursor is FETCHed in later transactions on A's server, B never sees it, and
     CLOSE gives the server back."""
     proc = pgtarn_factory(settings={"default_pool_size": 2, "query_wait_timeout": RELEASE_WAIT})
@@ -492,7 +512,13 @@ PIN_CASES: dict[str, list[str]] = {
 
 
 @pytest.mark.parametrize("reason", sorted(PIN_CASES))
-def test_pin_reason_is_shown(pgtarn_factory, pg_cluster, member_role, superuser_login, reason):  # type: ignore[no-untyped-def]
+def test_pin_reason_is_shown(
+    pgtarn_factory: PgtarnFactory,
+    pg_cluster: TempCluster,
+    member_role: str,
+    superuser_login: tuple[str, str],
+    reason: str,
+) -> None:
     """Each pin reason shows in SHOW CLIENTS' pinned column, in pgtarn_clients_pinned and
     pgtarn_client_pins_total{reason}, and in one log line."""
     user, password = "app", "app_pass"
@@ -531,7 +557,7 @@ def test_pin_reason_is_shown(pgtarn_factory, pg_cluster, member_role, superuser_
         ), proc.log_text()
 
 
-def test_tracked_settings_lists_names(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_tracked_settings_lists_names(pgtarn_factory: PgtarnFactory) -> None:
     """SHOW CLIENTS' tracked_settings lists the client's tracked names, sorted and lower case,
     without values; SET LOCAL adds none and tracking pins nothing."""
     proc = pgtarn_factory(settings={"default_pool_size": 1})
@@ -547,7 +573,7 @@ def test_tracked_settings_lists_names(pgtarn_factory):  # type: ignore[no-untype
         assert row["pinned"] == ""
 
 
-def test_pins_combine_and_end_one_by_one(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_pins_combine_and_end_one_by_one(pgtarn_factory: PgtarnFactory) -> None:
     """Two reasons at once show sorted; unlocking and UNLISTEN * end them and the gauge drops."""
     port = free_port()
     proc = pgtarn_factory(
@@ -574,7 +600,9 @@ def test_pins_combine_and_end_one_by_one(pgtarn_factory):  # type: ignore[no-unt
 # -- 9. the switches ------------------------------------------------------------------------
 
 
-def test_pin_session_state_off_refuses_what_would_pin(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_pin_session_state_off_refuses_what_would_pin(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """With pin_session_state = 0 an advisory lock is refused with 0A000 naming the setting,
     before it runs, and the client goes on."""
     proc = pgtarn_factory(settings={"default_pool_size": 1, "pin_session_state": 0})
@@ -590,7 +618,7 @@ def test_pin_session_state_off_refuses_what_would_pin(pgtarn_factory, pg_cluster
         assert b.execute("select 2").fetchone() == (2,)
 
 
-def test_track_session_state_off_keeps_the_old_leak(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_track_session_state_off_keeps_the_old_leak(pgtarn_factory: PgtarnFactory) -> None:
     """With track_session_state = 0 A's statement_timeout reaches B again (the switch works)."""
     proc = pgtarn_factory(settings={"default_pool_size": 1, "track_session_state": 0})
     a, b = shared_pair(proc)
@@ -603,7 +631,9 @@ def test_track_session_state_off_keeps_the_old_leak(pgtarn_factory):  # type: ig
 # -- 10. a client that leaves ---------------------------------------------------------------
 
 
-def test_client_leaving_inside_a_transaction_leaves_no_setting(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_client_leaving_inside_a_transaction_leaves_no_setting(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     """A client that SETs, then disconnects inside a transaction, leaves neither its committed
     nor its in-transaction settings to the next client of its server."""
     names = ("work_mem", "lock_timeout")

@@ -8,11 +8,15 @@ import os
 import signal
 import socket
 import threading
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
+from tests.support import PgtarnProcess, TempCluster
+
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .pgstat import make_table, rows, wait_for
 from .test_admin import admin, pool_row
@@ -20,12 +24,12 @@ from .test_admin import admin, pool_row
 DEADLINE = 10.0
 
 
-def backend_alive(pg_cluster, pid: int) -> bool:  # type: ignore[no-untyped-def]
+def backend_alive(pg_cluster: TempCluster, pid: int) -> bool:
     out = pg_cluster.psql(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}")
     return int(out.strip()) > 0
 
 
-def refuses_connections(proc) -> bool:  # type: ignore[no-untyped-def]
+def refuses_connections(proc: PgtarnProcess) -> bool:
     try:
         with connect(proc, autocommit=True, connect_timeout=3):
             return False
@@ -33,7 +37,7 @@ def refuses_connections(proc) -> bool:  # type: ignore[no-untyped-def]
         return True
 
 
-def refused_at_connect(proc) -> bool:  # type: ignore[no-untyped-def]
+def refused_at_connect(proc: PgtarnProcess) -> bool:
     """The listening socket is closed: the TCP connection itself is refused."""
     try:
         with socket.create_connection((proc.host, proc.port), timeout=3):
@@ -42,7 +46,7 @@ def refused_at_connect(proc) -> bool:  # type: ignore[no-untyped-def]
         return True
 
 
-def failing_query(conn, sql: str, errors: list[BaseException]) -> None:  # type: ignore[no-untyped-def]
+def failing_query(conn: psycopg.Connection[Any], sql: str, errors: list[BaseException]) -> None:
     """Run sql (in a thread); keep the error it ends with."""
     try:
         conn.execute(sql)
@@ -50,15 +54,15 @@ def failing_query(conn, sql: str, errors: list[BaseException]) -> None:  # type:
         errors.append(exc)
 
 
-def shutdown_logged(proc, mode: str) -> bool:  # type: ignore[no-untyped-def]
+def shutdown_logged(proc: PgtarnProcess, mode: str) -> bool:
     return f"shutdown requested ({mode})" in proc.log_text()
 
 
-def exit_code(proc) -> int:  # type: ignore[no-untyped-def]
-    return proc.proc.wait(DEADLINE)  # type: ignore[no-any-return]
+def exit_code(proc: PgtarnProcess) -> int:
+    return proc.proc.wait(DEADLINE)
 
 
-def over_unix(proc, dbname: str) -> psycopg.Connection:  # type: ignore[no-untyped-def,type-arg]
+def over_unix(proc: PgtarnProcess, dbname: str) -> psycopg.Connection:
     """A login through pgtarn's unix socket (as app, an admin user)."""
     return psycopg.connect(
         host=proc.socket_dir,
@@ -76,7 +80,9 @@ def closed_without_error(exc: psycopg.OperationalError) -> bool:
     return exc.sqlstate is None and "server closed the connection unexpectedly" in str(exc)
 
 
-def test_sigint_lets_a_transaction_under_way_finish(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_sigint_lets_a_transaction_under_way_finish(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
     with connect(proc) as a:
@@ -91,7 +97,9 @@ def test_sigint_lets_a_transaction_under_way_finish(pgtarn_factory, pg_cluster):
     assert rows(pg_cluster, table) == [1, 2]
 
 
-def test_sigint_gives_waiting_clients_no_server(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_sigint_gives_waiting_clients_no_server(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     errors: list[BaseException] = []
@@ -127,7 +135,9 @@ def test_sigint_gives_waiting_clients_no_server(pgtarn_factory, pg_cluster):  # 
     assert rows(pg_cluster, table) == [1]  # B's INSERT never ran
 
 
-def test_sigterm_waits_for_clients_to_leave(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_sigterm_waits_for_clients_to_leave(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as a:
@@ -144,7 +154,7 @@ def test_sigterm_waits_for_clients_to_leave(pgtarn_factory, pg_cluster):  # type
     assert rows(pg_cluster, table) == [1]
 
 
-def test_second_sigterm_exits_at_once(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_second_sigterm_exits_at_once(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with connect(proc, autocommit=True) as a:
         assert a.execute("SELECT 1").fetchone() == (1,)
@@ -160,7 +170,9 @@ def test_second_sigterm_exits_at_once(pgtarn_factory):  # type: ignore[no-untype
     assert "got SIGTERM while shutting down, fast exit" in proc.log_text()
 
 
-def test_sigquit_exits_at_once_mid_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_sigquit_exits_at_once_mid_transaction(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
     with connect(proc) as a:
@@ -177,7 +189,9 @@ def test_sigquit_exits_at_once_mid_transaction(pgtarn_factory, pg_cluster):  # t
 
 
 @pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM])
-def test_sigint_during_a_shutdown_exits_at_once(pgtarn_factory, pg_cluster, first):  # type: ignore[no-untyped-def]
+def test_sigint_during_a_shutdown_exits_at_once(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, first: signal.Signals
+) -> None:
     table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
     with connect(proc) as a:
@@ -197,7 +211,7 @@ def test_sigint_during_a_shutdown_exits_at_once(pgtarn_factory, pg_cluster, firs
     assert rows(pg_cluster, table) == []  # the transaction rolled back
 
 
-def test_after_sigint_new_connections_are_refused_at_connect(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_after_sigint_new_connections_are_refused_at_connect(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with connect(proc) as a:
         a.execute("SELECT 1")  # a transaction under way: pgtarn waits for it
@@ -210,7 +224,9 @@ def test_after_sigint_new_connections_are_refused_at_connect(pgtarn_factory):  #
     assert exit_code(proc) == 0
 
 
-def test_sigusr2_does_not_undo_a_sigint_shutdown(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_sigusr2_does_not_undo_a_sigint_shutdown(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory(settings={"default_pool_size": 1})
     with connect(proc) as a, connect(proc, autocommit=True) as b:
@@ -235,7 +251,9 @@ def test_sigusr2_does_not_undo_a_sigint_shutdown(pgtarn_factory, pg_cluster):  #
     assert rows(pg_cluster, table) == [1, 3]
 
 
-def test_shutdown_wait_for_servers_disconnects_paused_clients(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_shutdown_wait_for_servers_disconnects_paused_clients(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
     errors: list[BaseException] = []
@@ -264,7 +282,9 @@ def test_shutdown_wait_for_servers_disconnects_paused_clients(pgtarn_factory, pg
 
 
 @pytest.mark.parametrize("stop", ["SIGTERM", "SHUTDOWN WAIT_FOR_CLIENTS"])
-def test_while_clients_are_waited_for_the_unix_socket_takes_admin_logins_only(pgtarn_factory, stop):  # type: ignore[no-untyped-def]
+def test_while_clients_are_waited_for_the_unix_socket_takes_admin_logins_only(
+    pgtarn_factory: PgtarnFactory, stop: str
+) -> None:
     proc = pgtarn_factory()
     path = os.path.join(proc.socket_dir, f".s.PGSQL.{proc.port}")
     with connect(proc, autocommit=True) as a:
@@ -287,8 +307,8 @@ def test_while_clients_are_waited_for_the_unix_socket_takes_admin_logins_only(pg
 
 
 def test_while_servers_are_waited_for_the_unix_socket_takes_admin_logins_only(
-    pgtarn_factory, pg_cluster
-):  # type: ignore[no-untyped-def]
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster, "shut_")
     proc = pgtarn_factory()
     with connect(proc) as a, admin(proc) as console:

@@ -4,7 +4,7 @@ only, and takes writes once promoted."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -28,7 +28,7 @@ def primary_and_standby() -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
         primary.cleanup()
 
 
-def _until(check, seconds: float = 15.0) -> str:  # type: ignore[no-untyped-def]
+def _until(check: Callable[[], object], seconds: float = 15.0) -> str:
     deadline = time.monotonic() + seconds
     while True:
         value = check()
@@ -37,7 +37,9 @@ def _until(check, seconds: float = 15.0) -> str:  # type: ignore[no-untyped-def]
         time.sleep(0.1)
 
 
-def test_the_standby_streams_from_its_primary_and_reads_only(primary_and_standby) -> None:  # type: ignore[no-untyped-def]
+def test_the_standby_streams_from_its_primary_and_reads_only(
+    primary_and_standby: tuple[PrimaryCluster, StandbyCluster],
+) -> None:
     primary, standby = primary_and_standby
     assert standby.port != primary.port and standby.socket_dir != primary.socket_dir
     assert standby.psql("SELECT pg_is_in_recovery();").strip() == "t"
@@ -52,7 +54,9 @@ def test_the_standby_streams_from_its_primary_and_reads_only(primary_and_standby
     assert streaming == "streaming"
 
 
-def test_a_promoted_standby_takes_writes(primary_and_standby) -> None:  # type: ignore[no-untyped-def]
+def test_a_promoted_standby_takes_writes(
+    primary_and_standby: tuple[PrimaryCluster, StandbyCluster],
+) -> None:
     _primary, standby = primary_and_standby
     standby.promote()
     assert standby.psql("SELECT pg_is_in_recovery();").strip() == "f"

@@ -21,6 +21,7 @@ from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
 
+from .conftest import PgtarnFactory
 from .rawpg import error_fields
 
 pytestmark = pytest.mark.integration
@@ -85,7 +86,9 @@ async def storm_client(proc: Any, all_tried: asyncio.Event, tried: list[int]) ->
             writer.close()
 
 
-def test_connect_storm_is_accepted_or_refused_cleanly(pgtarn_factory, capsys):  # type: ignore[no-untyped-def]
+def test_connect_storm_is_accepted_or_refused_cleanly(
+    pgtarn_factory: PgtarnFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < CLIENTS + 500:
         pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below {CLIENTS + 500}")

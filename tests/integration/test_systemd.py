@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -105,10 +106,10 @@ class Pgtarn:
             "[pgbouncer]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
         )
 
-    def start(self, argv: list[str] | None = None, **popen: object) -> subprocess.Popen[bytes]:
+    def start(self, argv: list[str] | None = None, **popen: Any) -> subprocess.Popen[bytes]:
         argv = argv or [sys.executable, "-m", "pgtarn"]
         with open(self.workdir / "stderr", "wb") as stderr:
-            self.proc = subprocess.Popen(  # type: ignore[call-overload]
+            self.proc = subprocess.Popen(
                 [*argv, "-v", str(self.ini)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -117,7 +118,7 @@ class Pgtarn:
                 start_new_session=True,
                 **popen,
             )
-        return self.proc  # type: ignore[no-any-return]
+        return self.proc
 
     def log_text(self) -> str:
         texts = [

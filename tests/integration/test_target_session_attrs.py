@@ -8,9 +8,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from tests.support import PgtarnProcess
 from tests.support.cluster import PrimaryCluster, StandbyCluster, primary_and_standby
 
-from .drivers import connect
+from .conftest import PgtarnFactory
+from .drivers import connect, scalar
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +34,11 @@ def _entry(
     )
 
 
-def _roles(proc, dbname: str, clients: int = 6) -> set[str]:  # type: ignore[no-untyped-def]
+def _roles(proc: PgtarnProcess, dbname: str, clients: int = 6) -> set[bool]:
     """pg_is_in_recovery() as seen by clients each holding a server of their own."""
     held = [connect(proc, dbname=dbname) for _ in range(clients)]  # a transaction each
     try:
-        return {c.execute("select pg_is_in_recovery()").fetchone()[0] for c in held}
+        return {scalar(c.execute("select pg_is_in_recovery()")) for c in held}
     finally:
         for c in held:
             c.close()
@@ -53,10 +55,10 @@ def _roles(proc, dbname: str, clients: int = 6) -> set[str]:  # type: ignore[no-
     ],
 )
 def test_servers_open_only_where_the_role_fits(
-    pgtarn_factory,
-    pair,
-    attrs,  # type: ignore[no-untyped-def]
-    in_recovery,
+    pgtarn_factory: PgtarnFactory,
+    pair: tuple[PrimaryCluster, StandbyCluster],
+    attrs: str,
+    in_recovery: set[bool],
 ) -> None:
     primary, standby = pair
     proc = pgtarn_factory(
@@ -68,7 +70,9 @@ def test_servers_open_only_where_the_role_fits(
     assert {bool(r) for r in _roles(proc, "app")} == in_recovery
 
 
-def test_prefer_standby_takes_the_primary_when_no_standby_fits(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
+def test_prefer_standby_takes_the_primary_when_no_standby_fits(
+    pgtarn_factory: PgtarnFactory, pair: tuple[PrimaryCluster, StandbyCluster]
+) -> None:
     primary, _standby = pair
     entry = (
         f"host={primary.host} port={primary.port} dbname=app target_session_attrs=prefer-standby"
@@ -77,7 +81,9 @@ def test_prefer_standby_takes_the_primary_when_no_standby_fits(pgtarn_factory, p
     assert _roles(proc, "app", 2) == {False}
 
 
-def test_no_fitting_host_fails_the_login_and_says_why(pgtarn_factory, pair) -> None:  # type: ignore[no-untyped-def]
+def test_no_fitting_host_fails_the_login_and_says_why(
+    pgtarn_factory: PgtarnFactory, pair: tuple[PrimaryCluster, StandbyCluster]
+) -> None:
     # transient, as a failover may bring a fitting server: clients wait query_wait_timeout
     _primary, standby = pair
     entry = f"host={standby.host} port={standby.port} dbname=app target_session_attrs=read-write"

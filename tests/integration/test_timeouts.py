@@ -17,8 +17,11 @@ import pytest
 
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
+from tests.support import PgtarnProcess, TempCluster
 
+from .conftest import PgtarnFactory
 from .drivers import connect
+from .faultproxy import FaultProxy
 from .pgstat import backend_pids, make_table, rows, superuser_connect, wait_until
 from .rawpg import RawClient, error_fields
 from .test_admin import admin, pool_row, show
@@ -37,7 +40,7 @@ UNCANCELLABLE = (
 LONG_SLEEP = "select pg_sleep(60) -- ended by a timeout"
 
 
-def still_running(cluster: Any, sql: str = LONG_SLEEP) -> bool:
+def still_running(cluster: TempCluster, sql: str = LONG_SLEEP) -> bool:
     """Whether a backend still runs sql: a server closed mid-query goes with a CancelRequest
     for it, since PostgreSQL notices a closed connection only when it next writes to it."""
     return (
@@ -45,15 +48,16 @@ def still_running(cluster: Any, sql: str = LONG_SLEEP) -> bool:
     )
 
 
-def closed_in_log(proc: Any, name: str, reason: str) -> None:
+def closed_in_log(proc: PgtarnProcess, name: str, reason: str) -> None:
     """Wait until the log says that a client and a server of app/app were closed for
     reason (the client's close is logged once its socket is gone)."""
     for kind in ("C", "S"):
         line = re.compile(rf"{kind}-\d+: app/{name}@\S+ closing because: {re.escape(reason)}")
-        wait_until(
-            lambda pattern=line: pattern.search(proc.log_text()) is not None,
-            what=f"{kind} closed for {reason}",
-        )
+
+        def logged(pattern: re.Pattern[str] = line) -> bool:
+            return pattern.search(proc.log_text()) is not None
+
+        wait_until(logged, what=f"{kind} closed for {reason}")
 
 
 def raw_login(
@@ -107,9 +111,9 @@ def server_pids(proc: Any) -> set[int]:
 # --- servers --------------------------------------------------------------------------------
 
 
-def test_server_lifetime_per_database_replaces_servers_but_never_mid_transaction(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_cluster
-):
+def test_server_lifetime_per_database_replaces_servers_but_never_mid_transaction(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(
         databases={"short": f"{base} server_lifetime=0.5", "app": base},
@@ -131,16 +135,16 @@ def test_server_lifetime_per_database_replaces_servers_but_never_mid_transaction
         assert pid_of(short) != second_short  # closed once it came back
 
 
-def test_server_lifetime_zero_uses_each_server_once(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_server_lifetime_zero_uses_each_server_once(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1, "server_lifetime": 0})
     with connect(proc, autocommit=True) as conn:
         pids = [pid_of(conn) for _ in range(3)]
     assert len(set(pids)) == 3
 
 
-def test_server_idle_timeout_closes_idle_servers_down_to_min_pool_size(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_cluster
-):
+def test_server_idle_timeout_closes_idle_servers_down_to_min_pool_size(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 3, "server_idle_timeout": 0.5})
     with superuser_connect(pg_cluster) as su, admin(proc) as console:
         conns = [connect(proc) for _ in range(3)]
@@ -154,9 +158,9 @@ def test_server_idle_timeout_closes_idle_servers_down_to_min_pool_size(  # type:
     assert proc.log_text().count("server_idle_timeout") >= 3
 
 
-def test_server_whose_reset_is_never_answered_is_closed_after_server_connect_timeout(  # type: ignore[no-untyped-def]
-    pgtarn_factory, fault_proxy
-):
+def test_server_whose_reset_is_never_answered_is_closed_after_server_connect_timeout(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy
+) -> None:
     proc = pgtarn_factory(
         databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
         settings={"pool_mode": "session", "server_connect_timeout": 1},
@@ -187,9 +191,9 @@ def test_server_whose_reset_is_never_answered_is_closed_after_server_connect_tim
 # --- clients --------------------------------------------------------------------------------
 
 
-def test_client_login_timeout_ends_silent_and_half_logged_in_clients_only(  # type: ignore[no-untyped-def]
-    pgtarn_factory,
-):
+def test_client_login_timeout_ends_silent_and_half_logged_in_clients_only(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={"client_login_timeout": 1})
     silent = RawClient(proc.host, proc.port)  # connects, sends nothing
     no_password = RawClient(proc.host, proc.port)
@@ -209,7 +213,7 @@ def test_client_login_timeout_ends_silent_and_half_logged_in_clients_only(  # ty
         assert fine.execute("select 1").fetchone() == (1,)  # logged in: never timed out
 
 
-def test_client_idle_timeout_per_user(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_client_idle_timeout_per_user(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(users={"app": "client_idle_timeout=0.5"})
     idle = raw_login(proc)
     other = raw_login(proc, "scram_user", "scram_pass")  # no timeout of its own
@@ -221,7 +225,9 @@ def test_client_idle_timeout_per_user(pgtarn_factory):  # type: ignore[no-untype
     other.close()
 
 
-def test_idle_transaction_timeout_rolls_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_idle_transaction_timeout_rolls_back(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster, "idle_tx_")
     proc = pgtarn_factory(settings={"idle_transaction_timeout": 0.5, "default_pool_size": 1})
     raw = raw_login(proc)
@@ -254,7 +260,9 @@ def _ended_by_transaction_timeout(raw: RawClient, pg_cluster: Any, table: str) -
     assert rows(pg_cluster, table) == []
 
 
-def test_transaction_timeout_ends_a_long_transaction(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_transaction_timeout_ends_a_long_transaction(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     table = make_table(pg_cluster, "tx_timeout_")
     proc = pgtarn_factory(settings={"transaction_timeout": 1})
     raw = raw_login(proc)
@@ -266,9 +274,9 @@ def test_transaction_timeout_ends_a_long_transaction(pgtarn_factory, pg_cluster)
 
 
 @pytest.mark.parametrize("prepare", [False, True], ids=["unnamed", "prepared"])
-def test_query_timeout_closes_the_client_and_its_server_and_cancels_the_query(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_cluster, prepare
-):
+def test_query_timeout_closes_the_client_and_its_server_and_cancels_the_query(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, prepare: bool
+) -> None:
     """As PgBouncer: FATAL 08P01 "query timeout", the client and its server closed, both
     logged "closing because: query timeout"; the query is cancelled besides, so that it does
     not run on in PostgreSQL. Another user's query as long is not touched."""
@@ -287,9 +295,9 @@ def test_query_timeout_closes_the_client_and_its_server_and_cancels_the_query(  
     closed_in_log(proc, "app", "query timeout (query_timeout = 0.5 s)")
 
 
-def test_query_timeout_closes_a_server_whose_query_ignores_the_cancel(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_cluster
-):
+def test_query_timeout_closes_a_server_whose_query_ignores_the_cancel(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"query_timeout": 0.5, "default_pool_size": 2})
     with (
         superuser_connect(pg_cluster) as su,
@@ -308,7 +316,9 @@ def test_query_timeout_closes_a_server_whose_query_ignores_the_cancel(  # type: 
         su.execute("select pg_terminate_backend(%s)", (pid,))
 
 
-def test_query_wait_timeout_per_database(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_query_wait_timeout_per_database(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     base = f"host={pg_cluster.host} port={pg_cluster.port} dbname=app"
     proc = pgtarn_factory(databases={"app": f"{base} pool_size=1 query_wait_timeout=0.5"})
     with connect(proc) as holder:
@@ -323,7 +333,7 @@ def test_query_wait_timeout_per_database(pgtarn_factory, pg_cluster):  # type: i
         assert later.execute("select 3").fetchone() == (3,)
 
 
-def test_query_wait_timeout_per_user(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_query_wait_timeout_per_user(pgtarn_factory: PgtarnFactory) -> None:
     """[users] query_wait_timeout (PgBouncer 1.25) over the global one: app's client waiting
     for its pool's one server is closed after 1 s, while scram_user's (the global 0) waits
     as long and on, and is served once its pool's server comes free."""
@@ -349,7 +359,9 @@ def test_query_wait_timeout_per_user(pgtarn_factory):  # type: ignore[no-untyped
         holder.commit()
 
 
-def test_transaction_timeout_per_user_applies_on_reload(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_transaction_timeout_per_user_applies_on_reload(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     """[users] transaction_timeout (PgBouncer 1.25), added by a RELOAD: app's transaction is
     ended after 1 s, scram_user's (the global 0) as old goes on."""
     table = make_table(pg_cluster, "user_tx_timeout_")
@@ -376,9 +388,12 @@ def test_transaction_timeout_per_user_applies_on_reload(pgtarn_factory, pg_clust
     ],
     ids=["own", "zero"],
 )
-def test_cancel_wait_timeout_when_the_cancel_cannot_connect(  # type: ignore[no-untyped-def]
-    pgtarn_factory, fault_proxy, pg_cluster, limits
-):
+def test_cancel_wait_timeout_when_the_cancel_cannot_connect(
+    pgtarn_factory: PgtarnFactory,
+    fault_proxy: FaultProxy,
+    pg_cluster: TempCluster,
+    limits: dict[str, float],
+) -> None:
     proc = pgtarn_factory(
         databases={"app": f"host={fault_proxy.host} port={fault_proxy.port} dbname=app"},
         settings={"query_timeout": 1, "default_pool_size": 1, **limits},
@@ -401,7 +416,9 @@ def test_cancel_wait_timeout_when_the_cancel_cannot_connect(  # type: ignore[no-
         su.execute("select pg_terminate_backend(%s)", (pid,))
 
 
-def test_autodb_idle_timeout_forgets_an_unused_automatic_database(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_autodb_idle_timeout_forgets_an_unused_automatic_database(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     timeout = 1.0
     proc = pgtarn_factory(settings={"autodb_idle_timeout": timeout})
     with admin(proc) as console:

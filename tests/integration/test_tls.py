@@ -8,6 +8,7 @@ import socket
 import ssl
 import subprocess
 import threading
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -17,9 +18,12 @@ from pgtarn.auth.endpoint import certificate_hash
 from pgtarn.auth.scram import ScramClient
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
+from tests.support import TempCluster
 
 from .certs import Pki
+from .conftest import PgtarnFactory
 from .drivers import connect
+from .fakepg import FakePostgres
 from .faultproxy import FaultProxy
 from .pgstat import wait_until
 from .rawpg import RawClient
@@ -64,7 +68,9 @@ def refused(proc: Any, **kw: Any) -> psycopg.OperationalError:
 
 
 @pytest.mark.parametrize("mode", ["allow", "prefer"])
-def test_allow_and_prefer_serve_tls_and_plaintext_clients(pgtarn_factory, pki, mode):  # type: ignore[no-untyped-def]
+def test_allow_and_prefer_serve_tls_and_plaintext_clients(
+    pgtarn_factory: PgtarnFactory, pki: Pki, mode: str
+) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, mode))
     with connect(proc, sslmode="require") as secure, connect(proc, sslmode="disable") as plain:
         assert tls_in_use(secure) and not tls_in_use(plain)
@@ -77,14 +83,16 @@ def test_allow_and_prefer_serve_tls_and_plaintext_clients(pgtarn_factory, pki, m
         assert any(v.startswith("TLSv1.3/") for v in tls.values())
 
 
-def test_disable_answers_no_to_tls(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_disable_answers_no_to_tls(pgtarn_factory: PgtarnFactory, pki: Pki) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "disable"))
     assert "server does not support SSL" in str(refused(proc, sslmode="require"))
     with connect(proc, sslmode="prefer") as conn:
         assert not tls_in_use(conn)
 
 
-def test_require_refuses_plaintext_tcp_but_not_unix_sockets(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_require_refuses_plaintext_tcp_but_not_unix_sockets(
+    pgtarn_factory: PgtarnFactory, pki: Pki
+) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "require"))
     assert "SSL required" in str(refused(proc, sslmode="disable"))
     raw = RawClient(proc.host, proc.port)
@@ -100,7 +108,9 @@ def test_require_refuses_plaintext_tcp_but_not_unix_sockets(pgtarn_factory, pki)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
-def test_clients_verify_pgtarn_certificate(pgtarn_factory, pki, host):  # type: ignore[no-untyped-def]
+def test_clients_verify_pgtarn_certificate(
+    pgtarn_factory: PgtarnFactory, pki: Pki, host: str
+) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "require"))
     dsn = proc.dsn("app", "app_pass").replace("host=127.0.0.1", f"host={host}")
     with psycopg.connect(dsn, sslmode="verify-full", sslrootcert=pki.ca) as conn:
@@ -110,7 +120,9 @@ def test_clients_verify_pgtarn_certificate(pgtarn_factory, pki, host):  # type: 
     assert "certificate verify failed" in str(info.value)
 
 
-def test_verify_ca_needs_a_client_certificate_from_the_ca(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_verify_ca_needs_a_client_certificate_from_the_ca(
+    pgtarn_factory: PgtarnFactory, pki: Pki
+) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "verify-ca", client_tls_ca_file=pki.ca))
     refused(proc, sslmode="require")  # no certificate: the handshake fails
     refused(proc, sslmode="require", sslcert=pki.stranger.cert, sslkey=pki.stranger.key)
@@ -124,7 +136,9 @@ def test_verify_ca_needs_a_client_certificate_from_the_ca(pgtarn_factory, pki): 
     assert "TLS failed" in proc.log_text()
 
 
-def test_verify_full_needs_the_certificate_of_the_user(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_verify_full_needs_the_certificate_of_the_user(
+    pgtarn_factory: PgtarnFactory, pki: Pki
+) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "verify-full", client_tls_ca_file=pki.ca))
     with connect(proc, sslmode="require", **client_cert(pki, "app")) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
@@ -138,7 +152,9 @@ def test_verify_full_needs_the_certificate_of_the_user(pgtarn_factory, pki):  # 
     assert final_error(raw)["C"] == "28000"
 
 
-def test_auth_type_cert_logs_in_the_user_named_by_the_certificate(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_auth_type_cert_logs_in_the_user_named_by_the_certificate(
+    pgtarn_factory: PgtarnFactory, pki: Pki
+) -> None:
     proc = pgtarn_factory(
         settings=tls_settings(pki, "require", client_tls_ca_file=pki.ca, auth_type="cert")
     )
@@ -167,7 +183,9 @@ def test_auth_type_cert_logs_in_the_user_named_by_the_certificate(pgtarn_factory
         ("verify-full", True),
     ],
 )
-def test_psql_in_each_sslmode(pgtarn_factory, pki, sslmode, encrypted):  # type: ignore[no-untyped-def]
+def test_psql_in_each_sslmode(
+    pgtarn_factory: PgtarnFactory, pki: Pki, sslmode: str, encrypted: bool
+) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "prefer"))
     out = subprocess.run(
         [
@@ -195,7 +213,7 @@ def direct(proc: Any, pki: Pki, alpn: list[str] | None) -> RawClient:
     return RawClient.direct_tls(proc.host, proc.port, context)
 
 
-def test_direct_tls_with_alpn_logs_in(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_direct_tls_with_alpn_logs_in(pgtarn_factory: PgtarnFactory, pki: Pki) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "require"))
     with connect(proc, sslmode="require", sslnegotiation="direct") as conn:
         assert tls_in_use(conn) and conn.execute("select 1").fetchone() == (1,)
@@ -214,7 +232,7 @@ def test_direct_tls_with_alpn_logs_in(pgtarn_factory, pki):  # type: ignore[no-u
     assert fields["C"] == "08P01" and "ALPN" in fields["M"]
 
 
-def test_direct_tls_is_closed_when_tls_is_off(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_direct_tls_is_closed_when_tls_is_off(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     with pytest.raises(psycopg.OperationalError):
         connect(proc, sslmode="require", sslnegotiation="direct").close()
@@ -231,7 +249,9 @@ def drain(sock: socket.socket) -> None:
             pass
 
 
-def test_broken_handshakes_leave_everyone_else_served(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_broken_handshakes_leave_everyone_else_served(
+    pgtarn_factory: PgtarnFactory, pki: Pki
+) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "prefer"))
     with connect(proc, sslmode="require") as steady:
         for garbage in (b"\x16\x03\x01\x00\x05hello", b"\x00" * 100, b"\x16" + b"\xff" * 4000):
@@ -273,7 +293,9 @@ def backend_ssl(conn: psycopg.Connection[Any]) -> bool:
 
 
 @pytest.mark.parametrize("mode", ["allow", "prefer", "require", "verify-ca", "verify-full"])
-def test_server_tls_modes_against_a_tls_postgresql(pgtarn_factory, pg_tls_cluster, pki, mode):  # type: ignore[no-untyped-def]
+def test_server_tls_modes_against_a_tls_postgresql(
+    pgtarn_factory: PgtarnFactory, pg_tls_cluster: TempCluster, pki: Pki, mode: str
+) -> None:
     proc = pgtarn_factory(
         databases=tls_database(pg_tls_cluster),
         userlist=TLS_USERLIST,
@@ -289,7 +311,9 @@ def test_server_tls_modes_against_a_tls_postgresql(pgtarn_factory, pg_tls_cluste
         assert conn.execute("select current_user").fetchone() == ("tls_only",)
 
 
-def test_server_tls_off_meets_postgresql_hostssl_rules(pgtarn_factory, pg_tls_cluster):  # type: ignore[no-untyped-def]
+def test_server_tls_off_meets_postgresql_hostssl_rules(
+    pgtarn_factory: PgtarnFactory, pg_tls_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(
         databases=tls_database(pg_tls_cluster),
         userlist=TLS_USERLIST,
@@ -317,14 +341,16 @@ def tls_wait_error(proc: Any) -> str:
     return message
 
 
-def test_require_against_a_plaintext_postgresql_is_retried_while_clients_wait(  # type: ignore[no-untyped-def]
-    pgtarn_factory,
-):
+def test_require_against_a_plaintext_postgresql_is_retried_while_clients_wait(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={"server_tls_sslmode": "require", **TLS_WAIT})
     assert "server does not support TLS" in tls_wait_error(proc)
 
 
-def test_verify_ca_refuses_a_certificate_of_another_ca(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
+def test_verify_ca_refuses_a_certificate_of_another_ca(
+    pgtarn_factory: PgtarnFactory, pg_tls_cluster: TempCluster, pki: Pki
+) -> None:
     proc = pgtarn_factory(
         databases=tls_database(pg_tls_cluster),
         settings={
@@ -341,9 +367,9 @@ def test_verify_ca_refuses_a_certificate_of_another_ca(pgtarn_factory, pg_tls_cl
     )
 
 
-def test_a_waiting_client_is_served_once_the_servers_certificate_is_accepted(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_tls_cluster, pki
-):
+def test_a_waiting_client_is_served_once_the_servers_certificate_is_accepted(
+    pgtarn_factory: PgtarnFactory, pg_tls_cluster: TempCluster, pki: Pki
+) -> None:
     """The client waits through the failing TLS logins (PgBouncer's test_server_ssl_verify)
     and is served by the first one after SET server_tls_ca_file names the right CA."""
     proc = pgtarn_factory(
@@ -366,7 +392,9 @@ def test_a_waiting_client_is_served_once_the_servers_certificate_is_accepted(  #
     logged_in[0].close()
 
 
-def test_verify_full_checks_the_host_name(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
+def test_verify_full_checks_the_host_name(
+    pgtarn_factory: PgtarnFactory, pg_tls_cluster: TempCluster, pki: Pki
+) -> None:
     # 127.0.0.2 reaches the same PostgreSQL, but its certificate is not for that address
     with FaultProxy(pg_tls_cluster.host, pg_tls_cluster.port, listen_host="127.0.0.2") as proxy:
         for mode, works in (("verify-ca", True), ("verify-full", False)):
@@ -382,7 +410,9 @@ def test_verify_full_checks_the_host_name(pgtarn_factory, pg_tls_cluster, pki): 
             assert "IP address mismatch" in tls_wait_error(proc)
 
 
-def test_server_certificate_login_without_a_password(pgtarn_factory, pg_tls_cluster, pki):  # type: ignore[no-untyped-def]
+def test_server_certificate_login_without_a_password(
+    pgtarn_factory: PgtarnFactory, pg_tls_cluster: TempCluster, pki: Pki
+) -> None:
     # pgtarn presents cert_user's certificate; PostgreSQL's rule for it is "cert"
     issued = pki.clients["cert_user"]
     proc = pgtarn_factory(
@@ -400,7 +430,9 @@ def test_server_certificate_login_without_a_password(pgtarn_factory, pg_tls_clus
         assert conn.execute("select current_user").fetchone() == ("cert_user",)
 
 
-def test_data_injected_before_the_handshake_is_refused(pgtarn_factory, fake_pg):  # type: ignore[no-untyped-def]
+def test_data_injected_before_the_handshake_is_refused(
+    pgtarn_factory: PgtarnFactory, fake_pg: FakePostgres
+) -> None:
     fake_pg.tls_answer = b"SZ\x00\x00\x00\x05I"  # 'S', then plaintext posing as a reply
     proc = pgtarn_factory(
         databases={"app": fake_pg.connstr("app")}, settings={"server_tls_sslmode": "require"}
@@ -412,7 +444,9 @@ def test_data_injected_before_the_handshake_is_refused(pgtarn_factory, fake_pg):
 # --- SCRAM-SHA-256-PLUS -------------------------------------------------------------------
 
 
-def test_clients_requiring_channel_binding_log_in(pgtarn_factory, pki, pg_cluster):  # type: ignore[no-untyped-def]
+def test_clients_requiring_channel_binding_log_in(
+    pgtarn_factory: PgtarnFactory, pki: Pki, pg_cluster: TempCluster
+) -> None:
     # a plaintext secret and, through SCRAM passthrough, a stored verifier
     proc = pgtarn_factory(
         settings=tls_settings(pki, "require"),
@@ -441,7 +475,9 @@ def sasl_plus_login(proc: Any, pki: Pki, binding: bytes) -> dict[str, str]:
     return final_error(raw)
 
 
-def test_a_proof_bound_to_another_channel_is_refused(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_a_proof_bound_to_another_channel_is_refused(
+    pgtarn_factory: PgtarnFactory, pki: Pki
+) -> None:
     # what a client behind a TLS-terminating man in the middle would send: the binding of the
     # certificate it was shown, not pgtarn's
     proc = pgtarn_factory(settings=tls_settings(pki, "require"))
@@ -453,7 +489,9 @@ def test_a_proof_bound_to_another_channel_is_refused(pgtarn_factory, pki):  # ty
 
 
 @pytest.mark.parametrize("mode", ["prefer", "require"])
-def test_channel_binding_towards_postgresql(pgtarn_factory, pg_tls_cluster, pki, mode):  # type: ignore[no-untyped-def]
+def test_channel_binding_towards_postgresql(
+    pgtarn_factory: PgtarnFactory, pg_tls_cluster: TempCluster, pki: Pki, mode: str
+) -> None:
     # plaintext secret, and passthrough with only the verifier: both bind to PostgreSQL's TLS
     proc = pgtarn_factory(
         databases=tls_database(pg_tls_cluster),
@@ -472,9 +510,9 @@ def test_channel_binding_towards_postgresql(pgtarn_factory, pg_tls_cluster, pki,
 
 
 @pytest.mark.parametrize("server_tls", ["disable", "require"])
-def test_server_channel_binding_require_refuses_an_unbound_server(  # type: ignore[no-untyped-def]
-    pgtarn_factory, pg_tls_cluster, server_tls
-):
+def test_server_channel_binding_require_refuses_an_unbound_server(
+    pgtarn_factory: PgtarnFactory, pg_tls_cluster: TempCluster, server_tls: str
+) -> None:
     proc = pgtarn_factory(
         databases=tls_database(pg_tls_cluster),
         userlist=TLS_USERLIST,
@@ -491,7 +529,7 @@ def test_server_channel_binding_require_refuses_an_unbound_server(  # type: igno
     assert "channel binding is required" in tls_wait_error(proc)
 
 
-def test_client_tls_protocols_and_ciphers(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_client_tls_protocols_and_ciphers(pgtarn_factory: PgtarnFactory, pki: Pki) -> None:
     def protocols_in_use(proc: Any) -> set[str]:
         with admin(proc, sslmode="require") as console:
             return {r["tls"].split("/")[0] for r in show(console, "CLIENTS")}
@@ -509,7 +547,9 @@ def test_client_tls_protocols_and_ciphers(pgtarn_factory, pki):  # type: ignore[
         assert protocols_in_use(proc) == {"TLSv1.2"}
 
 
-def test_reload_with_new_server_tls_settings_replaces_servers(pgtarn_factory, pg_tls_cluster):  # type: ignore[no-untyped-def]
+def test_reload_with_new_server_tls_settings_replaces_servers(
+    pgtarn_factory: PgtarnFactory, pg_tls_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(
         databases=tls_database(pg_tls_cluster),
         userlist=TLS_USERLIST,
@@ -529,7 +569,7 @@ def console_notices(console: psycopg.Connection[Any]) -> list[str]:
     return notices
 
 
-def test_a_set_tls_key_waits_for_its_certificate(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_a_set_tls_key_waits_for_its_certificate(pgtarn_factory: PgtarnFactory, pki: Pki) -> None:
     """As PgBouncer: SET of a key before its certificate is taken with a NOTICE; the running
     TLS serves until the pair loads, then the new one does."""
     proc = pgtarn_factory(settings=tls_settings(pki, "require"))
@@ -551,7 +591,9 @@ def test_a_set_tls_key_waits_for_its_certificate(pgtarn_factory, pki):  # type: 
     assert "ERROR TLS setup failed: client_tls_cert_file: cannot load" in proc.log_text()
 
 
-def test_a_set_of_other_tls_settings_that_cannot_be_loaded_is_refused(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_a_set_of_other_tls_settings_that_cannot_be_loaded_is_refused(
+    pgtarn_factory: PgtarnFactory, pki: Pki
+) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "require"))
     with admin(proc) as console:
         # verify-full needs a CA file: nothing the next SET of a file would complete
@@ -562,7 +604,9 @@ def test_a_set_of_other_tls_settings_that_cannot_be_loaded_is_refused(pgtarn_fac
         ] == "require"
 
 
-def test_a_reload_with_a_missing_tls_file_logs_tls_setup_failed(pgtarn_factory, pki, tmp_path):  # type: ignore[no-untyped-def]
+def test_a_reload_with_a_missing_tls_file_logs_tls_setup_failed(
+    pgtarn_factory: PgtarnFactory, pki: Pki, tmp_path: Path
+) -> None:
     proc = pgtarn_factory(settings=tls_settings(pki, "require"))
     missing = str(tmp_path / "missing.crt")
     reload(proc, edit_ini(proc, pki.server.cert, missing), marker="reload failed")
@@ -573,7 +617,7 @@ def test_a_reload_with_a_missing_tls_file_logs_tls_setup_failed(pgtarn_factory, 
         assert tls_in_use(conn)
 
 
-def test_client_tls13_ciphers_choose_the_suite(pgtarn_factory, pki):  # type: ignore[no-untyped-def]
+def test_client_tls13_ciphers_choose_the_suite(pgtarn_factory: PgtarnFactory, pki: Pki) -> None:
     def suites_in_use(proc: Any) -> set[str]:
         with admin(proc, sslmode="require") as console:
             return {r["tls"] for r in show(console, "CLIENTS") if r["database"] == "app"}

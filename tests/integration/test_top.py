@@ -11,18 +11,21 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
-from tests.support import free_port
+from tests.support import PgtarnProcess, free_port
 
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .pgstat import wait_for
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def admin_conninfo(proc) -> str:  # type: ignore[no-untyped-def]
+def admin_conninfo(proc: PgtarnProcess) -> str:
     return str(proc.dsn("app", "app_pass", dbname="pgbouncer"))
 
 
@@ -56,7 +59,7 @@ def pool_cells(text: str, database: str = "app") -> dict[str, str]:
     raise AssertionError(f"no pool row for {database} in:\n{text}")
 
 
-def hold_transactions(proc, count: int) -> list:  # type: ignore[no-untyped-def]
+def hold_transactions(proc: PgtarnProcess, count: int) -> list[psycopg.Connection[Any]]:
     """`count` clients each in a transaction (so each holds a server)."""
     conns = [connect(proc) for _ in range(count)]
     for conn in conns:
@@ -64,7 +67,7 @@ def hold_transactions(proc, count: int) -> list:  # type: ignore[no-untyped-def]
     return conns
 
 
-def test_once_prints_the_pool_row_with_its_active_clients(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_once_prints_the_pool_row_with_its_active_clients(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory()
     conns = hold_transactions(proc, 2)
     pinned = connect(proc, autocommit=True)
@@ -91,7 +94,9 @@ def test_once_prints_the_pool_row_with_its_active_clients(pgtarn_factory) -> Non
             conn.close()
 
 
-def test_once_rates_count_the_transactions_between_its_two_samples(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_once_rates_count_the_transactions_between_its_two_samples(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory()
     stop = time.monotonic() + 20
     with connect(proc, autocommit=True) as conn:
@@ -111,7 +116,7 @@ def test_once_rates_count_the_transactions_between_its_two_samples(pgtarn_factor
     assert rates["app"][4] == "-"  # no --metrics: no p99
 
 
-def test_once_p99_from_the_metrics_endpoint(pgtarn_factory) -> None:  # type: ignore[no-untyped-def]
+def test_once_p99_from_the_metrics_endpoint(pgtarn_factory: PgtarnFactory) -> None:
     port = free_port()
     proc = pgtarn_factory(settings={"metrics_port": port})
     stop = time.monotonic() + 20
@@ -160,8 +165,8 @@ def test_once_without_a_pooler_fails_with_a_message(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_live_view_under_tmux_shows_the_pools_and_quits_on_q(  # type: ignore[no-untyped-def]
-    pgtarn_factory, tmp_path: Path
+def test_live_view_under_tmux_shows_the_pools_and_quits_on_q(
+    pgtarn_factory: PgtarnFactory, tmp_path: Path
 ) -> None:
     proc = pgtarn_factory()
     conns = hold_transactions(proc, 2)

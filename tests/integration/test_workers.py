@@ -14,9 +14,12 @@ import pytest
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.proto.cancelkey import worker_of
+from tests.support import PgtarnProcess
 from tests.support.procs import children, holder_of, tcp_clients, wait_children
 
+from .conftest import PgtarnFactory
 from .drivers import connect
+from .faultproxy import FaultProxy
 from .pgstat import wait_until
 from .rawpg import AsyncRawClient
 from .test_admin import admin, pool_row
@@ -25,13 +28,13 @@ from .test_peers import _wait_running
 pytestmark = pytest.mark.integration
 
 
-def _workers(proc, count: int = 2) -> list[int]:  # type: ignore[no-untyped-def]
+def _workers(proc: PgtarnProcess, count: int = 2) -> list[int]:
     pids = wait_children(proc.proc.pid, count)
     assert len(pids) == count, f"workers: {pids}"
     return pids
 
 
-def test_workers_share_the_tcp_port_and_the_unix_socket(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_workers_share_the_tcp_port_and_the_unix_socket(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     pids = _workers(proc)
     clients = [connect(proc, autocommit=True) for _ in range(24)]
@@ -58,7 +61,7 @@ def test_workers_share_the_tcp_port_and_the_unix_socket(pgtarn_factory):  # type
     assert proc.proc.poll() is None
 
 
-def test_a_killed_worker_is_restarted_and_the_others_go_on(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_a_killed_worker_is_restarted_and_the_others_go_on(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     pids = _workers(proc)
     clients = [connect(proc, autocommit=True) for _ in range(16)]
@@ -85,7 +88,7 @@ def test_a_killed_worker_is_restarted_and_the_others_go_on(pgtarn_factory):  # t
         c.close()
 
 
-def test_sigterm_stops_the_supervisor_and_every_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_sigterm_stops_the_supervisor_and_every_worker(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     pids = _workers(proc)
     proc.send_signal(signal.SIGTERM)
@@ -94,7 +97,9 @@ def test_sigterm_stops_the_supervisor_and_every_worker(pgtarn_factory):  # type:
         assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
 
 
-def test_without_its_supervisor_a_worker_drains_its_clients_then_exits(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_without_its_supervisor_a_worker_drains_its_clients_then_exits(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     pids = _workers(proc)
     clients = [connect(proc, autocommit=True) for _ in range(8)]
@@ -136,7 +141,7 @@ def _zombie(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "Z"
 
 
-def _connection_to(proc, pids: list[int], worker_pid: int) -> socket.socket:  # type: ignore[no-untyped-def]
+def _connection_to(proc: PgtarnProcess, pids: list[int], worker_pid: int) -> socket.socket:
     """A TCP connection to proc that the kernel gave to the worker worker_pid."""
     for _ in range(200):
         sock = socket.create_connection((proc.host, proc.port))
@@ -150,7 +155,9 @@ def _connection_to(proc, pids: list[int], worker_pid: int) -> socket.socket:  # 
     raise AssertionError(f"no connection landed on {worker_pid}")
 
 
-def test_a_cancel_that_lands_on_another_worker_reaches_the_client(pgtarn_factory, pg_dsn):  # type: ignore[no-untyped-def]
+def test_a_cancel_that_lands_on_another_worker_reaches_the_client(
+    pgtarn_factory: PgtarnFactory, pg_dsn: str
+) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     pids = _workers(proc)
 
@@ -182,9 +189,9 @@ def test_a_cancel_that_lands_on_another_worker_reaches_the_client(pgtarn_factory
     assert owner != other
 
 
-def test_a_cancel_sent_on_to_another_worker_closes_when_that_workers_cancel_ends(  # type: ignore[no-untyped-def]
-    pgtarn_factory, fault_proxy, pg_dsn
-):
+def test_a_cancel_sent_on_to_another_worker_closes_when_that_workers_cancel_ends(
+    pgtarn_factory: PgtarnFactory, fault_proxy: FaultProxy, pg_dsn: str
+) -> None:
     """The client's cancel connection, on the other worker, stays open while the owner's
     cancel to PostgreSQL is under way (here it cannot connect: the proxy takes no new
     connections), and closes when that cancel gives up."""
@@ -231,7 +238,7 @@ def test_a_cancel_sent_on_to_another_worker_closes_when_that_workers_cancel_ends
     assert rows[0][0] is not None and rows[0][0].startswith("workers-")  # not cancelled
 
 
-def test_keys_name_the_worker_that_owns_the_client(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_keys_name_the_worker_that_owns_the_client(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     pids = _workers(proc)
 

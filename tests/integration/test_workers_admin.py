@@ -15,6 +15,7 @@ import pytest
 from tests.support import free_port
 from tests.support.procs import tcp_clients, wait_children
 
+from .conftest import PgtarnFactory
 from .drivers import connect
 from .pgstat import wait_for, wait_until
 from .test_admin import Waiter, admin, pool_row, show
@@ -72,7 +73,9 @@ def _config(conn: psycopg.Connection[Any], key: str) -> str:
     return str(next(r["value"] for r in show(conn, "CONFIG") if r["key"] == key))
 
 
-def test_show_lists_and_sums_the_clients_and_stats_of_every_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_show_lists_and_sums_the_clients_and_stats_of_every_worker(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     clients = _spread(proc, 12)
     for c in clients:
@@ -104,7 +107,7 @@ def test_show_lists_and_sums_the_clients_and_stats_of_every_worker(pgtarn_factor
         c.close()
 
 
-def test_kill_client_reaches_a_client_of_the_other_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_kill_client_reaches_a_client_of_the_other_worker(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     clients = _spread(proc, 8)
     for i, c in enumerate(clients):
@@ -123,7 +126,9 @@ def test_kill_client_reaches_a_client_of_the_other_worker(pgtarn_factory):  # ty
         c.close()
 
 
-def test_pause_on_one_worker_pauses_the_other_workers_clients(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_pause_on_one_worker_pauses_the_other_workers_clients(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     clients = _spread(proc, 6)
     for c in clients:
@@ -149,7 +154,7 @@ def test_pause_on_one_worker_pauses_the_other_workers_clients(pgtarn_factory):  
         conn.close()
 
 
-def test_reload_set_and_sighup_reach_every_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_reload_set_and_sighup_reach_every_worker(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 5})
     consoles = _admins(proc)
     consoles[1].execute("SET default_pool_size = 7")
@@ -177,12 +182,16 @@ def test_reload_set_and_sighup_reach_every_worker(pgtarn_factory):  # type: igno
     )
     proc.send_signal(signal.SIGHUP)
     for conn in consoles.values():
-        assert wait_for(lambda c=conn: _config(c, "default_pool_size") == "11")
+
+        def reloaded(console: psycopg.Connection[Any] = conn) -> bool:
+            return _config(console, "default_pool_size") == "11"
+
+        assert wait_for(reloaded)
     for conn in consoles.values():
         conn.close()
 
 
-def test_shutdown_on_one_worker_stops_the_whole_pgtarn(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_shutdown_on_one_worker_stops_the_whole_pgtarn(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     pids = wait_children(proc.proc.pid, 2)
     a = admin(proc)
@@ -197,7 +206,7 @@ def test_shutdown_on_one_worker_stops_the_whole_pgtarn(pgtarn_factory):  # type:
     assert "exited unexpectedly" not in proc.log_text()
 
 
-def test_the_metrics_endpoint_counts_every_workers_clients(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_the_metrics_endpoint_counts_every_workers_clients(pgtarn_factory: PgtarnFactory) -> None:
     port = free_port()
     proc = pgtarn_factory(settings={"workers": 2, "metrics_port": port})
     clients = _spread(proc, 10)
@@ -220,7 +229,7 @@ def test_the_metrics_endpoint_counts_every_workers_clients(pgtarn_factory):  # t
         c.close()
 
 
-def test_signals_reach_every_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_signals_reach_every_worker(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     pids = wait_children(proc.proc.pid, 2)
     consoles = _admins(proc)
@@ -244,7 +253,7 @@ def test_signals_reach_every_worker(pgtarn_factory):  # type: ignore[no-untyped-
     )
 
 
-def test_wait_close_waits_for_the_servers_of_every_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_wait_close_waits_for_the_servers_of_every_worker(pgtarn_factory: PgtarnFactory) -> None:
     # a server for each of the 6 clients (the pool size holds for both workers together)
     proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 10})
     clients = _spread(proc, 6)

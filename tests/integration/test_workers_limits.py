@@ -14,8 +14,10 @@ import time
 import asyncpg
 import pytest
 
+from tests.support import PgtarnProcess, TempCluster
 from tests.support.procs import tcp_clients, wait_children
 
+from .conftest import PgtarnFactory
 from .drivers import aconnect
 from .pgstat import PeakBackends, backend_pids, superuser_connect, wait_until
 
@@ -25,24 +27,26 @@ APP = ("app", "app_pass", "app")
 SCRAM = ("scram_user", "scram_pass", "app")
 
 
-def _direct(pg_cluster) -> str:  # type: ignore[no-untyped-def]
+def _direct(pg_cluster: TempCluster) -> str:
     return f"host={pg_cluster.host} port={pg_cluster.port}"
 
 
-def _workers(proc, count: int = 2) -> list[int]:  # type: ignore[no-untyped-def]
+def _workers(proc: PgtarnProcess, count: int = 2) -> list[int]:
     pids = wait_children(proc.proc.pid, count)
     assert len(pids) == count, f"workers: {pids}"
     return pids
 
 
-def _quiet(pg_cluster, users: tuple[str, ...], dbname: str | None) -> None:  # type: ignore[no-untyped-def]
+def _quiet(pg_cluster: TempCluster, users: tuple[str, ...], dbname: str | None) -> None:
     """No backend of users is left from an earlier test (they would count in the peak)."""
     admin = superuser_connect(pg_cluster)
     wait_until(lambda: not backend_pids(admin, users, dbname), 30, "earlier backends to exit")
     admin.close()
 
 
-def _busy(proc, logins: list[tuple[str, str, str]], rounds: int = 8) -> tuple[set[int], list[int]]:  # type: ignore[no-untyped-def]
+def _busy(
+    proc: PgtarnProcess, logins: list[tuple[str, str, str]], rounds: int = 8
+) -> tuple[set[int], list[int]]:
     """Every login runs rounds short transactions at once; the backend pids that served
     them, and how many of the clients each worker held."""
     pids = _workers(proc)
@@ -66,7 +70,9 @@ def _busy(proc, logins: list[tuple[str, str, str]], rounds: int = 8) -> tuple[se
     return asyncio.run(scenario())
 
 
-def test_pool_size_holds_for_all_workers_in_pg_stat_activity(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_pool_size_holds_for_all_workers_in_pg_stat_activity(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 4, "max_client_conn": 100})
     _quiet(pg_cluster, ("app",), "app")
     with PeakBackends(pg_cluster, ("app",), "app") as peak:
@@ -76,7 +82,9 @@ def test_pool_size_holds_for_all_workers_in_pg_stat_activity(pgtarn_factory, pg_
     assert served
 
 
-def test_max_db_connections_holds_for_all_workers(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_max_db_connections_holds_for_all_workers(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(
         settings={"workers": 2, "max_client_conn": 100},
         databases={"app": f"{_direct(pg_cluster)} dbname=app max_db_connections=3"},
@@ -88,7 +96,9 @@ def test_max_db_connections_holds_for_all_workers(pgtarn_factory, pg_cluster):  
     assert peak.samples > 0 and 1 <= peak.peak <= 3, peak.peak
 
 
-def test_max_user_connections_holds_for_all_workers(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_max_user_connections_holds_for_all_workers(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(
         settings={"workers": 2, "max_client_conn": 100},
         users={"scram_user": "max_user_connections=2"},
@@ -101,7 +111,7 @@ def test_max_user_connections_holds_for_all_workers(pgtarn_factory, pg_cluster):
     assert peak.samples > 0 and 1 <= peak.peak <= 2, peak.peak
 
 
-def test_max_client_conn_counts_the_clients_of_every_worker(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_max_client_conn_counts_the_clients_of_every_worker(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"workers": 2, "max_client_conn": 10})
     pids = _workers(proc)
 
@@ -137,7 +147,7 @@ def test_max_client_conn_counts_the_clients_of_every_worker(pgtarn_factory):  # 
     )
 
 
-async def _client_on(proc, pid: int) -> asyncpg.Connection:  # type: ignore[no-untyped-def]
+async def _client_on(proc: PgtarnProcess, pid: int) -> asyncpg.Connection:
     """A client that the kernel gave to the worker pid."""
     for _ in range(100):
         before = tcp_clients(pid, proc.port)
@@ -148,7 +158,9 @@ async def _client_on(proc, pid: int) -> asyncpg.Connection:  # type: ignore[no-u
     raise AssertionError(f"no client landed on worker {pid}")
 
 
-def test_a_waiting_client_gets_the_server_idle_in_the_other_worker(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_a_waiting_client_gets_the_server_idle_in_the_other_worker(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 1, "query_wait_timeout": 60})
     first, second = _workers(proc)
     admin = superuser_connect(pg_cluster)
@@ -191,7 +203,9 @@ def test_a_waiting_client_gets_the_server_idle_in_the_other_worker(pgtarn_factor
     assert peak.peak == 1, peak.peak
 
 
-def test_a_killed_workers_slots_come_back(pgtarn_factory, pg_cluster):  # type: ignore[no-untyped-def]
+def test_a_killed_workers_slots_come_back(
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
+) -> None:
     proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 2, "query_wait_timeout": 60})
     victim, survivor = _workers(proc)
     admin = superuser_connect(pg_cluster)
@@ -221,7 +235,7 @@ def test_a_killed_workers_slots_come_back(pgtarn_factory, pg_cluster):  # type: 
     assert "exited unexpectedly" in proc.log_text()
 
 
-def test_the_admin_console_counts_every_workers_sessions(pgtarn_factory):  # type: ignore[no-untyped-def]
+def test_the_admin_console_counts_every_workers_sessions(pgtarn_factory: PgtarnFactory) -> None:
     """The admin console is a database with the global max_db_client_connections, counted
     across the workers as any other (admin_users get past it)."""
     proc = pgtarn_factory(

@@ -36,7 +36,7 @@ def wait_children(
 
 
 def _socket_inodes(pid: int) -> set[int]:
-    inodes = set()
+    inodes: set[int] = set()
     try:
         names = os.listdir(f"/proc/{pid}/fd")
     except OSError:

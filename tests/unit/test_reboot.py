@@ -11,7 +11,7 @@ from pgtarn.runtime import Runtime
 from pgtarn.workers.handover import HandedClient, HandoverError
 
 from .client.pair import Pool, sent, types
-from .test_runtime import Keyed
+from .test_runtime import keyed
 
 
 def test_a_client_whose_first_parse_was_cut_is_idle_again_once_answered() -> None:
@@ -70,6 +70,6 @@ def test_a_handed_client_is_refused_only_when_its_whole_key_is_in_use() -> None:
     may have the same secret: that alone keeps no client on the old process."""
     runtime = Pool().runtime
     here = Pool().runtime.new_key()  # (any key: one accepted here)
-    assert runtime.add_client(Keyed(here))  # type: ignore[arg-type]
+    assert runtime.add_client(keyed(here))
     assert _adopted(runtime, (here[0] ^ 0x2, here[1])) == ""
     assert "in use" in _adopted(runtime, here)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import cast
 
 import pytest
 
@@ -10,6 +11,7 @@ from pgtarn.config.inifile import parse_config
 from pgtarn.config.settings import DatabaseEntry
 from pgtarn.errors import PgtarnError
 from pgtarn.runtime import SHARED_PARAMS, Runtime
+from pgtarn.views.protocols import ClientView
 
 INI = """
 [databases]
@@ -35,11 +37,17 @@ def test_the_shared_dicts_are_bounded() -> None:
         assert len(runtime.params_forms) <= SHARED_PARAMS
 
 
-class Keyed:
+class _Keyed:
     """What the runtime's index reads of a client: its key."""
 
     def __init__(self, key: tuple[int, int]) -> None:
         self.cancel_key = key
+
+
+def keyed(key: tuple[int, int]) -> ClientView:
+    """A client that is only its key: add_client, client_by_key, remove_client and has_client
+    read nothing else of a ClientView."""
+    return cast(ClientView, _Keyed(key))
 
 
 #: Two keys that fold into one index (cancelkey.index_of): the pid's top bits differ by the
@@ -50,7 +58,7 @@ SAME_INDEX = ((1 << 30) | (1 << 28) | 5, 77)
 
 def test_a_new_key_has_an_index_no_client_here_has(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = Runtime(parse_config(INI), {})
-    assert runtime.add_client(Keyed(KEY))  # type: ignore[arg-type]
+    assert runtime.add_client(keyed(KEY))
     # make_key's random bytes: first SAME_INDEX's (taken), then (12, 78)'s
     made = iter([b"".join(n.to_bytes(4, "big") for n in key) for key in (SAME_INDEX, (12, 78))])
     monkeypatch.setattr(os, "urandom", lambda size: next(made))
@@ -59,23 +67,23 @@ def test_a_new_key_has_an_index_no_client_here_has(monkeypatch: pytest.MonkeyPat
 
 def test_a_client_is_found_by_its_whole_key_only() -> None:
     runtime = Runtime(parse_config(INI), {})
-    client = Keyed(KEY)
-    assert runtime.add_client(client)  # type: ignore[arg-type]
+    client = keyed(KEY)
+    assert runtime.add_client(client)
     assert runtime.client_by_key(KEY) is client
     assert runtime.client_by_key(SAME_INDEX) is None  # the same index is not enough
     assert runtime.client_by_key((6, 76)) is None
     assert runtime.client_by_key((KEY[0], 77)) is None
-    same_secret = Keyed((6, 76))
-    assert runtime.add_client(same_secret)  # type: ignore[arg-type]  # (a secret is not a key)
+    same_secret = keyed((6, 76))
+    assert runtime.add_client(same_secret)  # (a secret is not a key)
     assert runtime.client_by_key((6, 76)) is same_secret
-    other = Keyed(SAME_INDEX)
+    other = keyed(SAME_INDEX)
     assert runtime.key_taken(SAME_INDEX)
-    assert not runtime.add_client(other)  # type: ignore[arg-type]  # its index is taken
+    assert not runtime.add_client(other)  # its index is taken
     assert runtime.client_by_key(KEY) is client
-    assert not runtime.remove_client(other)  # type: ignore[arg-type]  # not the one there
-    assert runtime.has_client(client)  # type: ignore[arg-type]
-    assert runtime.remove_client(client)  # type: ignore[arg-type]
-    assert not runtime.has_client(client)  # type: ignore[arg-type]
+    assert not runtime.remove_client(other)  # not the one there
+    assert runtime.has_client(client)
+    assert runtime.remove_client(client)
+    assert not runtime.has_client(client)
     assert list(runtime.clients.values()) == [same_secret]
 
 
@@ -85,8 +93,17 @@ class Lookup:
     def __init__(self) -> None:
         self.forgotten: list[str] = []
 
+    async def secret(self, user: str) -> str | None:
+        raise AssertionError("these tests look no secret up")
+
     def forget(self, user: str) -> None:
         self.forgotten.append(user)
+
+    def retire(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _lookups(ini: str) -> tuple[Runtime, list[tuple[str, str, str]]]:
@@ -98,7 +115,7 @@ def _lookups(ini: str) -> tuple[Runtime, list[tuple[str, str, str]]]:
         made.append((target.name, auth_user, query))
         return Lookup()
 
-    runtime.make_lookup = make  # type: ignore[assignment]
+    runtime.make_lookup = make
     return runtime, made
 
 

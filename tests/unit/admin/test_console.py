@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from pgtarn.admin.console import MAX_QUEUED, MAX_STATEMENTS, AdminSession
 from pgtarn.config.settings import Config
 from pgtarn.errors import PgtarnError
@@ -9,8 +11,11 @@ from pgtarn.proto import build
 from pgtarn.runtime import Runtime
 
 
-class FakeTransport:
+class FakeTransport(asyncio.Transport):
+    """The client's transport as the session uses it: reading paused and resumed."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.reading = True
         self.closing = False
 
@@ -41,7 +46,7 @@ class FakeClient:
 def session(admin: bool = True) -> tuple[AdminSession, FakeClient]:
     client = FakeClient()
     runtime = Runtime(Config.default(), {})
-    return AdminSession(client, runtime, admin), client  # type: ignore[arg-type]
+    return AdminSession(client, runtime, admin), client
 
 
 def messages(data: bytes) -> list[tuple[str, bytes]]:

@@ -6,6 +6,7 @@ import pytest
 
 from pgtarn.admin.merge import MERGED, WORKER_COLUMN, merge
 from pgtarn.admin.show import SHOW_TABLES
+from pgtarn.admin.split import Cell
 from pgtarn.admin.tables import (
     POOLS_COLUMNS,
     STATS_AVERAGES_COLUMNS,
@@ -44,7 +45,7 @@ def test_pools_add_counts_keep_the_longest_wait_and_sort_by_key() -> None:
 
 def test_clients_are_listed_with_their_worker_at_the_end() -> None:
     columns = SHOW_TABLES["clients"](Runtime(Config.default(), {})).columns
-    row = ["C"] + [None] * (len(columns) - 1)
+    row: list[Cell] = ["C"] + [None] * (len(columns) - 1)
     out = merge("clients", [(0, Table(columns, [row, row])), (1, Table(columns, [row]))])
     assert out.columns == [*columns, WORKER_COLUMN]
     assert [r[-1] for r in out.rows] == [0, 0, 1]
@@ -76,8 +77,8 @@ def test_stats_add_totals_and_rates_and_weigh_durations_by_their_rate() -> None:
 
 
 def test_stats_averages_weigh_durations_and_a_silent_worker_counts_for_nothing() -> None:
-    busy = ["app", 2, 4, 6, 10, 20, 1000, 500, 30, 1, 1, 1, 1]
-    idle = ["app", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    busy: list[Cell] = ["app", 2, 4, 6, 10, 20, 1000, 500, 30, 1, 1, 1, 1]
+    idle: list[Cell] = ["app", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
     out = merge(
         "stats_averages",
         [(0, Table(STATS_AVERAGES_COLUMNS, [busy])), (1, Table(STATS_AVERAGES_COLUMNS, [idle]))],

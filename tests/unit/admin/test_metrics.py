@@ -189,6 +189,9 @@ class FakeLink:
     def tick(self, now: float) -> None:
         pass
 
+    def hold(self, held: bool) -> None:
+        pass
+
     def restart(self, reason: str) -> None:
         pass
 
@@ -286,9 +289,16 @@ async def _exchange(port: int, request: bytes) -> tuple[int, dict[str, str], byt
     return int(status_line.split()[1]), headers, body
 
 
+async def _serve(runtime: Runtime) -> asyncio.Server:
+    """serve_metrics on a free port (a single process: it listens)."""
+    server = await serve_metrics(runtime, "127.0.0.1", 0)
+    assert isinstance(server, asyncio.Server)
+    return server
+
+
 async def _with_server(requests: list[bytes]) -> list[tuple[int, dict[str, str], bytes]]:
     runtime, _ = make_runtime()
-    server = await serve_metrics(runtime, "127.0.0.1", 0)
+    server = await _serve(runtime)
     try:
         port = server.sockets[0].getsockname()[1]
         return [await _exchange(port, request) for request in requests]
@@ -337,7 +347,7 @@ def test_http_read_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
 
     async def idle_client() -> bytes:
         runtime, _ = make_runtime()
-        server = await serve_metrics(runtime, "127.0.0.1", 0)
+        server = await _serve(runtime)
         try:
             port = server.sockets[0].getsockname()[1]
             reader, writer = await asyncio.open_connection("127.0.0.1", port)

@@ -27,6 +27,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 def split_runtime() -> tuple[Runtime, Any]:
     runtime = Runtime(Config.default(), {})
     home = runtime.registry.get_pool(SPLIT, "u")
+    assert home.split is not None
     hosts = home.split.hosts
     now = hosts.clock()
     hosts.check_passed(0, False, 5000, 0.0, now)

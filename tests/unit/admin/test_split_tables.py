@@ -259,8 +259,8 @@ def test_show_pools_folds_a_replica_pools_servers_and_waiters_into_the_home_row(
     reader, writer, idle_client = Waiter(), Waiter(), Waiter()
     for client in (reader, writer, idle_client):
         home.client_joined(client)
-    home.waiting.append(writer, home.clock())  # type: ignore[arg-type]
-    replica_pool.waiting.append(reader, replica_pool.clock() - 2.0)  # type: ignore[arg-type]
+    home.waiting.append(writer, home.clock())
+    replica_pool.waiting.append(reader, replica_pool.clock() - 2.0)
     home.idle.append(FakeServer(home, ("a", 5432)))
     replica_pool.idle.append(FakeServer(replica_pool, ("b", 5433)))
     replica_pool.login.add(FakeServer(replica_pool, ("b", 5433)))

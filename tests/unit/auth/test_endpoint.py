@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pgtarn.auth.endpoint import certificate_hash
 
+if TYPE_CHECKING:  # (cryptography is imported by the test that needs it, or it is skipped)
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 
-def _certificate(key: object, digest: object) -> bytes:
+    SigningHash = hashes.SHA256 | hashes.SHA384 | hashes.SHA512
+
+
+def _certificate(key: CertificateIssuerPrivateKeyTypes, digest: SigningHash | None) -> bytes:
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
@@ -20,12 +27,12 @@ def _certificate(key: object, digest: object) -> bytes:
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
-        .public_key(key.public_key())  # type: ignore[attr-defined]
+        .public_key(key.public_key())
         .serial_number(1)
         .not_valid_before(now)
         .not_valid_after(now)
         .sign(key, digest)
-    )  # type: ignore[arg-type]
+    )
     from cryptography.hazmat.primitives import serialization
 
     return cert.public_bytes(serialization.Encoding.DER)

@@ -163,9 +163,9 @@ def test_scram_login_with_damaged_messages_never_succeeds_with_other_bytes(
     client.handle_server_final(server_final[4:])
     assert client.done
     if secret_kind == "scram":  # passthrough keys: what a ScramClient needs to log in alone
-        salted = hashlib.pbkdf2_hmac(
-            "sha256", scram.saslprep(password), scram.parse_verifier(secret).salt, ITERATIONS
-        )  # type: ignore[union-attr]
+        verifier = scram.parse_verifier(secret)
+        assert verifier is not None
+        salted = hashlib.pbkdf2_hmac("sha256", scram.saslprep(password), verifier.salt, ITERATIONS)
         assert auth.scram_keys == (
             hmac.digest(salted, b"Client Key", "sha256"),
             hmac.digest(salted, b"Server Key", "sha256"),

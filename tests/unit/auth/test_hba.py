@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -93,9 +94,9 @@ host    all        all      all              reject
         (dict(address=None), 10),
     ],
 )
-def test_first_matching_rule_wins(conn: dict[str, object], line: int | None) -> None:
+def test_first_matching_rule_wins(conn: dict[str, Any], line: int | None) -> None:
     rules = hba(TABLE)
-    assert line_of(rules, **conn) == line  # type: ignore[arg-type]
+    assert line_of(rules, **conn) == line
     assert [r.line for r in rules.rules] == [2, 3, 4, 5, 6, 7, 8, 10]
     assert rules.warnings == ()
 

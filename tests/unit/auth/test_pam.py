@@ -29,7 +29,9 @@ def converse(
     )
     out = ctypes.POINTER(pam._Response)()
     kept: list[str] = []
-    code = pam._answer(lib, len(messages), pointers, ctypes.pointer(out), password, kept)
+    # PAM hands the conversation a pointer to the first of the message pointers
+    first = ctypes.cast(pointers, ctypes.POINTER(ctypes.POINTER(pam._Message)))
+    code = pam._answer(lib, len(messages), first, ctypes.pointer(out), password, kept)
     answers: list[bytes | None] = []
     if code == 0:
         for i in range(len(messages)):
@@ -59,7 +61,7 @@ def test_a_conversation_of_no_or_too_many_messages_fails(count: int) -> None:
 
 def test_without_libpam_the_error_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pam, "_library", None)
-    monkeypatch.setattr(pam.ctypes.util, "find_library", lambda name: None)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
     with pytest.raises(pam.PamUnavailable, match="libpam is not installed"):
         pam.authenticate("pgbouncer", "alice", "s3cret", "127.0.0.1")
     assert pam.unavailable() == "libpam is not installed"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pgtarn.cli.check import check_config, run_check
 
 
@@ -13,7 +15,7 @@ def write_ini(directory: Path, body: str) -> str:
     return str(path)
 
 
-def test_a_good_configuration_passes(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_good_configuration_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "userlist.txt").write_text('"app" "secret"\n')
     ini = write_ini(
         tmp_path,
@@ -56,7 +58,9 @@ def test_userlist_warnings_name_their_line(tmp_path: Path) -> None:
     assert any(w.startswith(f"{tmp_path / 'userlist.txt'}:2: ") for w in result.warnings)
 
 
-def test_a_bad_file_fails_and_lists_everything(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_file_fails_and_lists_everything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ini = write_ini(tmp_path, "[pgbouncer]\nlisten_port = 0\npool_mode = x\nnope = 1\n")
     assert run_check([ini]) == 1
     out = capsys.readouterr().out.splitlines()
@@ -66,7 +70,9 @@ def test_a_bad_file_fails_and_lists_everything(tmp_path: Path, capsys) -> None: 
     assert "3 errors" in out[-1]
 
 
-def test_a_misspelt_setting_is_an_error_with_a_suggestion(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_misspelt_setting_is_an_error_with_a_suggestion(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ini = write_ini(
         tmp_path,
         "[databases]\napp = host=127.0.0.1\n[pgbouncer]\n"

@@ -23,11 +23,12 @@ from pgtarn.cli.container import (
     main,
 )
 from pgtarn.config.inifile import parse_config
+from pgtarn.config.settings import Config
 
 RUN = "/run/pgtarn"
 
 
-def _parsed(env: dict[str, str]) -> tuple[object, dict[str, str]]:
+def _parsed(env: dict[str, str]) -> tuple[Config, dict[str, str]]:
     generated = generate(env, RUN)
     config = parse_config(generated.ini, f"{RUN}/pgbouncer.ini")
     entries, warnings = parse_userlist(generated.userlist)
@@ -47,16 +48,16 @@ def test_database_url_with_percent_encoding() -> None:
 
 def test_database_url_without_port_uses_5432() -> None:
     config, entries = _parsed({"DATABASE_URL": "postgresql://app:secret@db/app"})
-    db = config.databases["app"]  # type: ignore[attr-defined]
+    db = config.databases["app"]
     assert (db.host, db.port) == ("db", 5432)
     assert entries == {"app": "secret"}
 
 
 def test_database_url_ipv6_host_and_sslmode() -> None:
     config, _ = _parsed({"DATABASE_URL": "postgres://u:p@[::1]:5433/d?sslmode=require"})
-    db = config.databases["d"]  # type: ignore[attr-defined]
+    db = config.databases["d"]
     assert (db.host, db.port) == ("::1", 5433)
-    assert config.server_tls_sslmode == "require"  # type: ignore[attr-defined]
+    assert config.server_tls_sslmode == "require"
 
 
 def test_database_url_other_scheme_refused_without_echoing_it() -> None:
@@ -75,26 +76,26 @@ def test_db_variables_override_the_url() -> None:
         "DB_NAME": "e",
     }
     config, entries = _parsed(env)
-    db = config.databases["e"]  # type: ignore[attr-defined]
+    db = config.databases["e"]
     assert (db.host, db.port, db.dbname) == ("other", 2222, "e")
     assert entries == {"v": "q"}
 
 
 def test_db_variables_without_a_name_give_the_wildcard_database() -> None:
     config, _ = _parsed({"DB_HOST": "db", "DB_USER": "app", "DB_PASSWORD": "pw"})
-    assert set(config.databases) == {"*"}  # type: ignore[attr-defined]
-    assert config.databases["*"].host == "db"  # type: ignore[attr-defined]
+    assert set(config.databases) == {"*"}
+    assert config.databases["*"].host == "db"
 
 
 def test_defaults() -> None:
     config, _ = _parsed({"DB_HOST": "db", "DB_USER": "app", "DB_PASSWORD": "pw"})
-    assert config.listen_addr == ("*",)  # type: ignore[attr-defined]
-    assert config.listen_port == 6432  # type: ignore[attr-defined]
-    assert config.auth_type == "scram-sha-256"  # type: ignore[attr-defined]
-    assert config.auth_file == f"{RUN}/userlist.txt"  # type: ignore[attr-defined]
-    assert config.unix_socket_dir == RUN  # type: ignore[attr-defined]
-    assert config.admin_users == ("app",)  # type: ignore[attr-defined]
-    assert config.pool_mode == "session"  # type: ignore[attr-defined]
+    assert config.listen_addr == ("*",)
+    assert config.listen_port == 6432
+    assert config.auth_type == "scram-sha-256"
+    assert config.auth_file == f"{RUN}/userlist.txt"
+    assert config.unix_socket_dir == RUN
+    assert config.admin_users == ("app",)
+    assert config.pool_mode == "session"
 
 
 def test_common_settings_and_prefixed_ones() -> None:
@@ -112,14 +113,14 @@ def test_common_settings_and_prefixed_ones() -> None:
         "METRICS_PORT": "9127",
     }
     config, _ = _parsed(env)
-    assert config.pool_mode == "transaction"  # type: ignore[attr-defined]
-    assert config.default_pool_size == 7  # type: ignore[attr-defined]
-    assert config.max_client_conn == 900  # type: ignore[attr-defined]
-    assert config.listen_port == 7000  # type: ignore[attr-defined]
-    assert config.admin_users == ("ops", "app")  # type: ignore[attr-defined]
-    assert config.max_prepared_statements == 50  # type: ignore[attr-defined]
-    assert config.workers == 2  # type: ignore[attr-defined]
-    assert config.metrics_port == 9127  # type: ignore[attr-defined]
+    assert config.pool_mode == "transaction"
+    assert config.default_pool_size == 7
+    assert config.max_client_conn == 900
+    assert config.listen_port == 7000
+    assert config.admin_users == ("ops", "app")
+    assert config.max_prepared_statements == 50
+    assert config.workers == 2
+    assert config.metrics_port == 9127
 
 
 def test_unrelated_environment_is_ignored() -> None:
@@ -153,7 +154,7 @@ def test_a_newline_in_a_value_is_refused() -> None:
 def test_scram_and_plain_store_the_password_itself(auth_type: str) -> None:
     env = {"DB_HOST": "db", "DB_USER": "app", "DB_PASSWORD": "pw", "AUTH_TYPE": auth_type}
     config, entries = _parsed(env)
-    assert config.auth_type == auth_type  # type: ignore[attr-defined]
+    assert config.auth_type == auth_type
     assert entries == {"app": "pw"}
 
 

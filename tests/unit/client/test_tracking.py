@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgtarn.client.tracking import ANSWERED, SessionTracking
-from pgtarn.configfile import parse_config
+from pgtarn.config.inifile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.proto.msgtypes import PARSE, QUERY

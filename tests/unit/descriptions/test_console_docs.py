@@ -12,6 +12,8 @@ from pgtarn.config.settings import Config
 from pgtarn.descriptions import console as described
 from pgtarn.runtime import Runtime
 
+from ..admin.test_console import FakeClient
+
 
 def _columns(show: str) -> list[str]:
     return [name for name, _ in SHOW_TABLES[show](Runtime(Config.default(), {})).columns]
@@ -40,7 +42,7 @@ def test_every_command_is_described() -> None:
 
 def _refused(query: str) -> bool:
     """Whether a stats_users session is refused the query with 42501."""
-    session = AdminSession(object(), Runtime(Config.default(), {}), admin=False)  # type: ignore[arg-type]
+    session = AdminSession(FakeClient(), Runtime(Config.default(), {}), admin=False)
     try:
         session.run(query)
     except AdminError as error:

@@ -36,9 +36,9 @@ def password(text: bytes) -> bytes:
 def test_the_password_goes_out_to_be_checked_and_then_the_login_goes_on(method: str) -> None:
     login = asked(method)
     assert login.receive_data(password(b"s3cret")) == [CheckPassword(method, "s3cret")]
-    assert login.state is LoginState.CHECKING
+    checking = login.state
     assert login.password_checked(None) == [Send(build.AUTH_OK), Authenticated(None)]
-    assert login.state is LoginState.AUTHENTICATED
+    assert (checking, login.state) == (LoginState.CHECKING, LoginState.AUTHENTICATED)
 
 
 @METHODS

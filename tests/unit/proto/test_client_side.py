@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import struct
 
 import pytest
@@ -125,7 +126,7 @@ def test_unknown_users_are_challenged_without_pbkdf2_and_each_with_a_stable_salt
     def no_pbkdf2(*args: object) -> bytes:
         raise AssertionError("PBKDF2 run for a made-up user")
 
-    monkeypatch.setattr(scram.hashlib, "pbkdf2_hmac", no_pbkdf2)
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", no_pbkdf2)  # (what scram calls)
     salts = {
         name: server_first_salt(ClientAuth("scram-sha-256", name, None))
         for name in ("ghost", "ghost2", "\udcff")

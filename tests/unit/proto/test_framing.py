@@ -27,7 +27,9 @@ def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
     cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=40),
     watch=st.sets(message_types),
 )
-def test_watched_messages_found_whatever_the_chunking(msgs, cuts, watch):  # type: ignore[no-untyped-def]
+def test_watched_messages_found_whatever_the_chunking(
+    msgs: list[tuple[int, bytes]], cuts: list[int], watch: set[int]
+) -> None:
     stream = b"".join(build.message(bytes([t]), body) for t, body in msgs)
     scanner = MessageScanner(frozenset(watch))
     found = []
@@ -74,7 +76,7 @@ def test_max_size_is_enforced() -> None:
 
 
 @given(cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=10))
-def test_startup_reader_chunks(cuts):  # type: ignore[no-untyped-def]
+def test_startup_reader_chunks(cuts: list[int]) -> None:
     packet = build.startup_message({"user": "u", "database": "d"})
     stream = packet + b"trailing"
     reader = StartupReader()
@@ -172,7 +174,9 @@ def _fed_alone(scanner: MessageScanner, data: bytes, msg_type: int, body: bytes)
     max_size=st.sampled_from([2**31 - 1, 64]),
     status=st.sampled_from([b"", b"I", b"T"]),
 )
-def test_one_whole_and_ends_at_ready_answer_as_feed_would(msgs, watch, begun, max_size, status):  # type: ignore[no-untyped-def]
+def test_one_whole_and_ends_at_ready_answer_as_feed_would(
+    msgs: list[tuple[int, bytes]], watch: set[int], begun: int, max_size: int, status: bytes
+) -> None:
     if status:  # most replies end so
         msgs = [*msgs, (0x5A, status)]
     data = b"".join(build.message(bytes([t]), body) for t, body in msgs)

@@ -4,6 +4,7 @@ method and SCRAM mechanism choice, and the bytes after the final ReadyForQuery."
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 
@@ -128,9 +129,9 @@ def startup_params(packet: bytes) -> dict[str, str]:
     return parse_startup(packet[4:]).params
 
 
-def new_login(password: str | None = "pw", **auth_options: object) -> ServerLogin:
+def new_login(password: str | None = "pw", **auth_options: Any) -> ServerLogin:
     return ServerLogin(
-        ServerAuth("u", password, **auth_options),  # type: ignore[arg-type]
+        ServerAuth("u", password, **auth_options),
         "db",
         {"application_name": "app"},
     )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, cast
 
 from pgtarn.config.inifile import parse_config
 from pgtarn.config.settings import Config
+from pgtarn.pool.pool import Pool
 from pgtarn.proto import build
 from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection
@@ -49,10 +50,11 @@ class CountingRuntime(Runtime):
         return None
 
 
-class FakeTransport:
+class FakeTransport(asyncio.Transport):
     """Keeps what is written; a TCP peer unless told otherwise."""
 
     def __init__(self, peername: object = ("127.0.0.1", 5432)) -> None:
+        super().__init__()
         self.written = bytearray()
         self.closing = False
         self.protocol: asyncio.BaseProtocol | None = None
@@ -64,7 +66,7 @@ class FakeTransport:
         self.written.clear()
         return out
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         self.written += data
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -88,7 +90,8 @@ class FakeTransport:
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         self.protocol = protocol
 
-    def get_protocol(self) -> asyncio.BaseProtocol | None:
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        assert self.protocol is not None, "no protocol set"
         return self.protocol
 
 
@@ -131,11 +134,12 @@ def connecting_server(
     """A server of pool app/u that has just connected (its StartupMessage taken)."""
     runtime = Runtime(parse_config(INI.format(mode=mode, prepared=prepared)), {})
     db = runtime.config.databases["app"]
-    pool = runtime.registry.get_pool(db, "u")
+    # the registry holds PooledServers; its launcher narrows as app.py's does
+    pool = cast(Pool[ServerConnection], runtime.registry.get_pool(db, "u"))
     server = ServerConnection(runtime, pool, db, server_login_for(runtime, pool, db))
     pool.login.add(server)  # as Pool.launch does
     transport = FakeTransport()
-    server.connection_made(transport)  # type: ignore[arg-type]
+    server.connection_made(transport)
     return server, transport
 
 

@@ -83,7 +83,7 @@ def test_a_lost_connection_during_the_login_is_a_login_failure() -> None:
 def test_a_lost_connection_while_linked_tells_the_client() -> None:
     server, _transport = logged_in_server()
     client = FakeClient()
-    server.link(client, {})  # type: ignore[arg-type]
+    server.link(client, {})
     server.connection_lost(None)
     assert client.lost and server.client is None
     assert server not in server.pool.idle
@@ -92,7 +92,7 @@ def test_a_lost_connection_while_linked_tells_the_client() -> None:
 def test_link_sets_the_clients_differing_parameters_and_swallows_the_replies() -> None:
     server, transport = logged_in_server()
     client = FakeClient()
-    server.link(client, {"TimeZone": "UTC", "DateStyle": "ISO"})  # type: ignore[arg-type]
+    server.link(client, {"TimeZone": "UTC", "DateStyle": "ISO"})
     assert split_messages(transport.take()) == [(ord("Q"), b"SET \"DateStyle\" TO 'ISO'\x00")]
     server.data_received(build.command_complete("SET") + build.ready_for_query(b"I"))
     assert client.received == b"" and server.swallow == 0  # pgtarn's own query: not relayed
@@ -109,15 +109,15 @@ def test_a_server_compares_a_clients_parameters_again_only_when_either_side_chan
     client = FakeClient()
     params = {"DateStyle": "ISO"}
     swallowed = build.command_complete("SET") + build.ready_for_query(b"I")
-    server.link(client, params)  # type: ignore[arg-type]
+    server.link(client, params)
     server.data_received(swallowed)
     transport.take()
-    server.link(client, params)  # type: ignore[arg-type]
+    server.link(client, params)
     assert transport.take() == b""
     changed = {"DateStyle": "German"}  # the client's dict after its SET on another server
-    server.link(client, changed)  # type: ignore[arg-type]
+    server.link(client, changed)
     assert split_messages(transport.take()) == [(ord("Q"), b"SET \"DateStyle\" TO 'German'\x00")]
     # PostgreSQL spells it its own way: the server's value is no longer the client's
     server.data_received(build.parameter_status("DateStyle", "German, DMY") + swallowed)
-    server.link(client, changed)  # type: ignore[arg-type]
+    server.link(client, changed)
     assert split_messages(transport.take()) == [(ord("Q"), b"SET \"DateStyle\" TO 'German'\x00")]

@@ -62,7 +62,7 @@ class Setup:
         conn = self.checker.probes[index].conn
         assert conn is not None
         transport = FakeTransport()
-        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.connection_made(transport)
         assert parse_startup(transport.take()[4:]).params["application_name"] == APPLICATION_NAME
         return transport
 

@@ -11,6 +11,7 @@ import pytest
 from pgtarn.config.inifile import parse_config
 from pgtarn.pool.channels import ChannelBoard
 from pgtarn.pool.failing import FIRST_RETRY_DELAY
+from pgtarn.pool.pool import PooledServer
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_startup
@@ -71,7 +72,7 @@ class Setup:
         conn = self.listener.conn
         assert conn is not None
         transport = FakeTransport()
-        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.connection_made(transport)
         assert transport.take()[:4] != b""
         return conn, transport
 
@@ -90,7 +91,7 @@ def test_the_first_channel_opens_the_listener_which_logs_in_under_its_own_name()
     conn = setup.listener.conn
     assert conn is not None and not conn.ready
     transport = FakeTransport()
-    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.connection_made(transport)
     params = parse_startup(transport.take()[4:]).params
     assert params["application_name"] == APPLICATION_NAME
     assert params["user"] == "u" and params["database"] == "appdb"
@@ -259,11 +260,11 @@ def test_restart_reconnects_at_once_and_close_ends_it_for_good() -> None:
 
 def test_no_connection_at_max_db_connections_until_there_is_room() -> None:
     setup = Setup("max_db_connections = 1\n")
-    busy = object()
-    setup.pool.active.add(busy)  # type: ignore[arg-type]
+    busy = PooledServer()  # (a server in use: all the limit counts of it)
+    setup.pool.active.add(busy)
     setup.listen(FakeSubscriber("c"), "a")
     listener = setup.listener
     assert setup.connects == 0 and listener.conn is None and listener.retry_at > 0
-    setup.pool.active.discard(busy)  # type: ignore[arg-type]
+    setup.pool.active.discard(busy)
     setup.board.tick(listener.retry_at, 60.0, 0.0)
     assert setup.connects == 1 and listener.conn is not None

@@ -61,7 +61,7 @@ def client_context() -> ssl.SSLContext:
 def test_without_tls_the_startup_message_goes_first_and_replies_follow() -> None:
     owner = Owner()
     transport = FakeTransport()
-    owner.driver.start(transport, None, "prefer")  # type: ignore[arg-type]
+    owner.driver.start(transport, None, "prefer")
     assert parse_startup(transport.take()[4:]).params == {"user": "u", "database": "db"}
     owner.data_received(build.authentication(3))
     assert split_messages(transport.take()) == [(ord("p"), b"pw\x00")]
@@ -74,14 +74,14 @@ def test_without_tls_the_startup_message_goes_first_and_replies_follow() -> None
 def test_a_unix_socket_gets_no_ssl_request() -> None:
     owner = Owner()
     transport = FakeTransport(peername="")
-    owner.driver.start(transport, client_context(), "require")  # type: ignore[arg-type]
+    owner.driver.start(transport, client_context(), "require")
     assert parse_startup(transport.take()[4:]).params["user"] == "u"
 
 
 def test_tls_refused_under_prefer_goes_on_in_plaintext() -> None:
     owner = Owner()
     transport = FakeTransport()
-    owner.driver.start(transport, client_context(), "prefer")  # type: ignore[arg-type]
+    owner.driver.start(transport, client_context(), "prefer")
     assert transport.take() == build.SSL_REQUEST
     owner.data_received(b"N")
     assert parse_startup(transport.take()[4:]).params["database"] == "db"
@@ -91,7 +91,7 @@ def test_tls_refused_under_prefer_goes_on_in_plaintext() -> None:
 def test_tls_refused_under_require_is_reported_as_failed() -> None:
     owner = Owner()
     transport = FakeTransport()
-    owner.driver.start(transport, client_context(), "require")  # type: ignore[arg-type]
+    owner.driver.start(transport, client_context(), "require")
     transport.take()
     owner.data_received(b"N")
     (error,) = owner.errors
@@ -103,7 +103,7 @@ def test_tls_refused_under_require_is_reported_as_failed() -> None:
 def test_an_error_response_is_reported_as_failed() -> None:
     owner = Owner()
     transport = FakeTransport()
-    owner.driver.start(transport, None, "disable")  # type: ignore[arg-type]
+    owner.driver.start(transport, None, "disable")
     owner.data_received(build.error_response("3D000", 'database "db" does not exist', "FATAL"))
     (error,) = owner.errors
     assert error.sqlstate == "3D000"
@@ -175,8 +175,8 @@ class TlsPeer:
     def flush(self, raw: FakeTransport) -> None:
         answer = self.outgoing.read()
         if answer:
-            assert raw.protocol is not None
-            raw.protocol.data_received(answer)  # type: ignore[attr-defined]
+            assert isinstance(raw.protocol, asyncio.Protocol)  # (the TLS layer's raw side)
+            raw.protocol.data_received(answer)
 
 
 def test_tls_accepted_wraps_the_transport_and_binds_scram_to_the_certificate(
@@ -189,7 +189,7 @@ def test_tls_accepted_wraps_the_transport_and_binds_scram_to_the_certificate(
     async def run() -> None:
         owner = Owner(channel_binding="require")
         raw = FakeTransport()
-        owner.driver.start(raw, client_context(), "require")  # type: ignore[arg-type]
+        owner.driver.start(raw, client_context(), "require")
         assert raw.take() == build.SSL_REQUEST
         owner.data_received(b"S")
         (tls,) = owner.switched
@@ -218,11 +218,11 @@ def test_a_failed_handshake_is_reported_and_closes_the_connection() -> None:
     async def run() -> None:
         owner = Owner()
         raw = FakeTransport()
-        owner.driver.start(raw, client_context(), "require")  # type: ignore[arg-type]
+        owner.driver.start(raw, client_context(), "require")
         owner.data_received(b"S")
         assert raw.take()  # the ClientHello
-        assert raw.protocol is not None
-        raw.protocol.data_received(b"HTTP/1.1 400 Bad Request\r\n\r\n")  # type: ignore[attr-defined]
+        assert isinstance(raw.protocol, asyncio.Protocol)
+        raw.protocol.data_received(b"HTTP/1.1 400 Bad Request\r\n\r\n")
         (exc,) = owner.tls_errors
         assert isinstance(exc, ssl.SSLError)
         assert raw.closing and owner.results == [] and owner.errors == []
@@ -234,7 +234,7 @@ def test_a_failed_handshake_is_reported_and_closes_the_connection() -> None:
 def test_bad_answers_to_the_ssl_request_are_reported_as_failed(answer: bytes) -> None:
     owner = Owner()
     transport = FakeTransport()
-    owner.driver.start(transport, client_context(), "prefer")  # type: ignore[arg-type]
+    owner.driver.start(transport, client_context(), "prefer")
     owner.data_received(answer)
     assert len(owner.errors) == 1 and owner.switched == []
 
@@ -273,7 +273,7 @@ class Replies(OwnConnection):
 def test_an_own_connection_logs_in_then_hands_each_reply_leftover_first_to_message() -> None:
     conn = Replies()
     transport = FakeTransport()
-    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.connection_made(transport)
     assert parse_startup(transport.take()[4:]).params == {"user": "u", "database": "db"}
     assert not conn.ready
     conn.data_received(WELCOME + build.command_complete("SELECT 1"))
@@ -290,7 +290,7 @@ def test_an_own_connection_closed_before_connecting_closes_its_transport_at_once
     conn._shut()
     assert conn.closed
     transport = FakeTransport()
-    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.connection_made(transport)
     assert transport.closing and transport.take() == b""
 
 
@@ -298,7 +298,7 @@ def test_an_own_connection_shut_says_terminate_unless_told_not_to() -> None:
     for terminate, written in ((True, build.TERMINATE), (False, b"")):
         conn = Replies()
         transport = FakeTransport()
-        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.connection_made(transport)
         transport.take()
         conn._shut(terminate)
         assert conn.closed and transport.closing and transport.take() == written

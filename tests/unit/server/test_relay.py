@@ -26,7 +26,7 @@ def test_every_split_of_a_reply_reaches_the_client_unchanged(mode: str, prepared
         server, _transport = logged_in_server(mode, prepared)
         assert (server.statements is not None) == bool(prepared)
         client = FakeClient()
-        server.link(client, {})  # type: ignore[arg-type]
+        server.link(client, {})
         server.data_received(REPLY[:cut])
         server.data_received(REPLY[cut:])
         assert client.received == REPLY, cut
@@ -37,7 +37,7 @@ def test_every_split_of_a_reply_reaches_the_client_unchanged(mode: str, prepared
 def test_a_bad_length_passes_on_the_whole_messages_before_it_then_closes() -> None:
     server, transport = logged_in_server()
     client = FakeClient()
-    server.link(client, {})  # type: ignore[arg-type]
+    server.link(client, {})
     whole = build.data_row(["1"])
     server.data_received(whole + b"D\xff\xff\xff\xff")
     assert client.received == whole
@@ -55,6 +55,6 @@ def test_a_fatal_read_while_idle_is_not_taken_for_one_a_client_saw() -> None:
     )
     assert server.fatal == ""
     client = FakeClient()
-    server.link(client, {})  # type: ignore[arg-type]
+    server.link(client, {})
     server.data_received(build.error_response("57P01", "shutting down", "FATAL"))
     assert server.fatal == "57P01 shutting down"

@@ -45,6 +45,7 @@ from pgtarn.session.effects import (
     UNLOCK_ROW,
     UNSUBSCRIBE,
     UNTRACKED,
+    Effect,
     as_subscriptions,
     first_look,
     may_change_state,
@@ -68,7 +69,7 @@ def parse_body(name: bytes, sql: str, types: bytes = b"\x00\x00") -> bytes:
     return name + b"\x00" + sql.encode() + b"\x00" + types
 
 
-def effects(sql: str) -> list[tuple[object, ...]]:
+def effects(sql: str) -> list[Effect]:
     return effects_of(sql).effects
 
 

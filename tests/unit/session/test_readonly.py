@@ -7,6 +7,7 @@ import os
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,9 @@ from pglast.parser import ParseError
 
 from pgtarn.proto import build
 from pgtarn.session import readonly
+from pgtarn.session.effects import Kind
 from pgtarn.session.readonly import (
     ALLOWED_FUNCTIONS,
-    Kind,
     classify,
     classify_bytes,
     classify_chunk,
@@ -462,7 +463,7 @@ FLUSH = build.message(b"H")
 SELECT = "SELECT abalance FROM pgbench_accounts WHERE aid = $1"
 
 
-def known(statements: dict[bytes, str]) -> object:
+def known(statements: dict[bytes, str]) -> Callable[[bytes], bytes | None]:
     def statement_text(name: bytes) -> bytes | None:
         sql = statements.get(name)
         return None if sql is None else sql.encode()

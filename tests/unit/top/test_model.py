@@ -4,6 +4,7 @@ filtering, the busiest and pinned clients, and the keys."""
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -75,14 +76,21 @@ def client(
     return row
 
 
-def sample(taken: float, stat_rows: list[dict[str, object]], **kw: object) -> Sample:
+def sample(
+    taken: float,
+    stat_rows: list[dict[str, Any]],
+    *,
+    pools: list[dict[str, Any]] | None = None,
+    clients: list[dict[str, Any]] | None = None,
+    buckets: dict[str, list[tuple[float, float]]] | None = None,
+) -> Sample:
     return Sample(
         taken=taken,
-        pools=kw.get("pools", []),
-        stats=stat_rows,  # type: ignore[arg-type]
-        clients=kw.get("clients", []),  # type: ignore[arg-type]
-        xact_buckets=kw.get("buckets"),
-    )  # type: ignore[arg-type]
+        pools=pools or [],
+        stats=stat_rows,
+        clients=clients or [],
+        xact_buckets=buckets,
+    )
 
 
 def test_rates_are_the_counters_deltas_over_the_time_between_samples() -> None:

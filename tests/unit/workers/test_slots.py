@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pgtarn.config.inifile import parse_config
 from pgtarn.config.settings import DatabaseEntry
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.pool import Pool, PooledServer, Waiter
 from pgtarn.pool.registry import Registry
+from pgtarn.workers.link import WorkerLink
 from pgtarn.workers.slots import SharedLimits
 
 INI = (
@@ -52,6 +53,8 @@ class Client(Waiter[Server]):
 
 
 class Link:
+    """The supervisor link as SharedLimits uses it: index, count, handle and send."""
+
     index, count = 1, 2
 
     def __init__(self) -> None:
@@ -83,7 +86,7 @@ def setup() -> tuple[Link, SharedLimits, Pool[Server], list[Server]]:
 
     registry.launch = launch
     link = Link()
-    limits = SharedLimits(link, registry)  # type: ignore[arg-type]
+    limits = SharedLimits(cast(WorkerLink, link), registry)  # (what SharedLimits uses of it)
     registry.gate = limits
     pool = registry.get_pool(config.databases["app"], "app")
     pool.welcome = {}
