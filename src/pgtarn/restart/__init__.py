@@ -1,0 +1,1 @@
+"""Rolling restart (--reboot): a new pgtarn takes over the sockets and clients of the old."""
