@@ -103,7 +103,7 @@ def load_takeover() -> tuple[Callable[..., Any], Callable[..., Any], Callable[..
     """reboot.py's take_over (new process), Handover (old process) and adopted_by_worker (a
     new worker), imported only for a rolling restart: it and the control channel (with json)
     cost about 0.4 MB of RSS."""
-    from .reboot import (  # lazy, for the RSS above (see the docstring)
+    from .restart.reboot import (  # lazy, for the RSS above (see the docstring)
         Handover,
         adopted_by_worker,
         take_over,

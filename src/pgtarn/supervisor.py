@@ -18,12 +18,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import __version__, rolling, systemd
+from . import __version__, systemd
 from .config.inifile import load_config
 from .config.settings import Config
 from .errors import ConfigError
 from .logs import setup_logging
 from .privileges import drop_privileges
+from .restart import rolling
 from .workers import admin
 from .workers.channel import Channel, ChannelClosed
 from .workers.ledger import Ledger, Outgoing, grants, on_message

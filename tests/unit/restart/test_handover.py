@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pgtarn.workers.handover import (
+from pgtarn.restart.handover import (
     HandedClient,
     HandedStatement,
     HandoverError,

@@ -30,12 +30,12 @@ import socket
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from .proto.cancelkey import worker_of
+from ..proto.cancelkey import worker_of
+from ..workers.channel import Channel, ChannelClosed
+from ..workers.sockets import tcp_listeners
+from ..workers.wire import Message
 from .reboot import REPLY_TIMEOUT, ask_for_sockets, connect
-from .restart.takeover import accept_takeover, takeover_address, takeover_listener
-from .workers.channel import Channel, ChannelClosed
-from .workers.sockets import tcp_listeners
-from .workers.wire import Message
+from .takeover import accept_takeover, takeover_address, takeover_listener
 
 log = logging.getLogger("pgtarn")
 

@@ -1,4 +1,4 @@
-"""Tests for pgtarn.reboot: which clients a takeover may hand over now."""
+"""Tests for pgtarn.restart.reboot: which clients a takeover may hand over now."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import asyncio
 import socket
 
 from pgtarn.proto import build
-from pgtarn.reboot import adopt, idle_reason
+from pgtarn.restart.handover import HandedClient, HandoverError
+from pgtarn.restart.reboot import adopt, idle_reason
 from pgtarn.runtime import Runtime
-from pgtarn.workers.handover import HandedClient, HandoverError
 
-from .client.pair import Pool, sent, types
-from .test_runtime import keyed
+from ..client.pair import Pool, sent, types
+from ..test_runtime import keyed
 
 
 def test_a_client_whose_first_parse_was_cut_is_idle_again_once_answered() -> None:

@@ -10,7 +10,7 @@ pgtarn started with --reboot on the same port connects to it and, over a control
 2. serves them, then says so ("serving"): the old process stops accepting (it closes its
    own descriptors only; the sockets live on in the new one) and drains as SIGTERM does;
 3. gets the old process's idle clients one by one ("client": the socket and its state,
-   workers/handover.py) and goes on serving them, no login, no welcome, the same cancel key;
+   restart/handover.py) and goes on serving them, no login, no welcome, the same cancel key;
    clients in a transaction are sent as soon as their transaction ends; TLS, pinned, admin
    console and session-mode clients finish on the old process, which exits when they are
    gone;
@@ -28,23 +28,23 @@ from collections.abc import Awaitable, Callable
 from time import monotonic
 from typing import Protocol, cast
 
-from .client.connection import ClientConnection
-from .client.transport import NO_KEY
-from .net.accept import SocketServer
-from .net.accept import adopt as adopt_socket
-from .pool.pool import Pool
-from .runtime import Runtime
-from .server.connection import ServerConnection
-from .views.states import READY_STATE
-from .workers.channel import Channel, ChannelClosed
-from .workers.handover import (
+from ..client.connection import ClientConnection
+from ..client.transport import NO_KEY
+from ..net.accept import SocketServer
+from ..net.accept import adopt as adopt_socket
+from ..pool.pool import Pool
+from ..runtime import Runtime
+from ..server.connection import ServerConnection
+from ..views.states import READY_STATE
+from ..workers.channel import Channel, ChannelClosed
+from ..workers.wire import Message
+from .handover import (
     HandedClient,
     HandedStatement,
     HandoverError,
     decode_client,
     encode_client,
 )
-from .workers.wire import Message
 
 log = logging.getLogger("pgtarn")
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pgtarn.rolling import spread
+from pgtarn.restart.rolling import spread
 from pgtarn.workers.sockets import tcp_listeners
 
 
