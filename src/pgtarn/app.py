@@ -16,23 +16,25 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, cast
 
-from . import __version__, systemd
+from . import __version__
 from .admin import fanout
 from .admin.tables import database_totals
-from .authfiles import read_hba, read_userlist
 from .client.connection import ClientConnection, cancel_by_key
 from .config.inifile import load_config
 from .config.settings import SETTINGS, Config
 from .errors import ConfigError
 from .janitor import JANITOR_INTERVAL, Janitor
-from .logs import setup_logging
 from .net.accept import SocketServer
 from .net.sockets import keepalive_listeners, tcp_options
 from .net.tls import TLS_MODES, TlsSetup, tls_changes, tls_setup
 from .pool.pool import Pool
 from .pool.registry import Registry
 from .pool.stats import Totals, averages, sum_totals
-from .privileges import drop_privileges
+from .process import systemd
+from .process.authfiles import read_hba, read_userlist
+from .process.logs import setup_logging
+from .process.privileges import drop_privileges
+from .process.shutdown import Stopping
 from .proto.client_side import forget_derived_secrets
 from .restart.takeover import accept_takeover, takeover_address, takeover_listener
 from .runtime import Coordinator, ReloadReport, Runtime, WorkerLimits
@@ -41,7 +43,6 @@ from .server.connection import ServerConnection
 from .server.health import start_health
 from .server.launch import launch_server
 from .server.listener import Listener
-from .shutdown import Stopping
 from .workers.sockets import tcp_listeners, unix_listener
 
 log = logging.getLogger("pgtarn")

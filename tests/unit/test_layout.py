@@ -98,7 +98,7 @@ def test_start_imports_no_dependency_that_only_some_configurations_use() -> None
     code = (
         "import sys, pgtarn.cli; "
         "print(' '.join(m for m in ('pglast', 'prometheus_client', 'pgtarn.demo', "
-        "'pgtarn.session.parsing', 'pgtarn.admin.metrics', 'pgtarn.supervisor', "
+        "'pgtarn.session.parsing', 'pgtarn.admin.metrics', 'pgtarn.process.supervisor', "
         "'pgtarn.workers.link', 'json', 'pgtarn.top', 'rich', 'psycopg', 'ldap3') "
         "if m in sys.modules))"
     )

@@ -55,7 +55,7 @@ def load_container() -> Callable[[list[str]], int]:
 def load_supervisor() -> Callable[..., Any]:
     """The Supervisor of workers = N, imported only then: the control channel and process
     code (with json and subprocess) cost about 0.4 MB of RSS that one process does not need."""
-    from ..supervisor import Supervisor  # lazy, for the RSS above (see the docstring)
+    from ..process.supervisor import Supervisor  # lazy, for the RSS above (see the docstring)
 
     return Supervisor
 

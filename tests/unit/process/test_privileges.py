@@ -1,4 +1,4 @@
-"""Tests for pgtarn.privileges: `user =` becomes that user, or says why it cannot."""
+"""Tests for pgtarn.process.privileges: `user =` becomes that user, or says why it cannot."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pwd
 import pytest
 
 from pgtarn.errors import ConfigError
-from pgtarn.privileges import drop_privileges
+from pgtarn.process.privileges import drop_privileges
 
 
 def test_no_user_and_the_current_user_change_nothing() -> None:

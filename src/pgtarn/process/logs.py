@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .config.settings import Config
+from ..config.settings import Config
 
 TEXT_FORMAT = "%(asctime)s.%(msecs)03d [{pid}] %(levelname)s %(message)s"
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 
-from .auth.hba import HbaRules, IdentMaps, load_hba, load_ident
-from .auth.userlist import load_userlist
-from .config.settings import Config
-from .net.ldapcheck import check_ldap_config
+from ..auth.hba import HbaRules, IdentMaps, load_hba, load_ident
+from ..auth.userlist import load_userlist
+from ..config.settings import Config
+from ..net.ldapcheck import check_ldap_config
 
 __all__ = ["read_hba", "read_userlist"]
 

@@ -18,18 +18,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import __version__, systemd
-from .config.inifile import load_config
-from .config.settings import Config
-from .errors import ConfigError
+from .. import __version__
+from ..config.inifile import load_config
+from ..config.settings import Config
+from ..errors import ConfigError
+from ..restart import rolling
+from ..workers import admin
+from ..workers.channel import Channel, ChannelClosed
+from ..workers.ledger import Ledger, Outgoing, grants, on_message
+from ..workers.sockets import tcp_listeners, unix_listener
+from ..workers.wire import Message
+from . import systemd
 from .logs import setup_logging
 from .privileges import drop_privileges
-from .restart import rolling
-from .workers import admin
-from .workers.channel import Channel, ChannelClosed
-from .workers.ledger import Ledger, Outgoing, grants, on_message
-from .workers.sockets import tcp_listeners, unix_listener
-from .workers.wire import Message
 
 log = logging.getLogger("pgtarn")
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pgtarn.authfiles import read_hba, read_userlist
 from pgtarn.config.settings import Config
 from pgtarn.errors import ConfigError
+from pgtarn.process.authfiles import read_hba, read_userlist
 
 
 def test_auth_file_is_read_except_under_pam(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtarn import systemd
+from pgtarn.process import systemd
 
 
 def _fields(datagram: bytes) -> dict[str, str]:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pgtarn.logs import DATE_FORMAT, TEXT_FORMAT, JsonFormatter, TextFormatter
+from pgtarn.process.logs import DATE_FORMAT, TEXT_FORMAT, JsonFormatter, TextFormatter
 
 # about the ends of a second, and the same second again after another one
 _TIMES = [

@@ -16,11 +16,11 @@ import logging
 import signal
 from collections.abc import Callable
 
+from ..admin import commands
+from ..errors import PgtarnError
+from ..net.accept import SocketServer
+from ..runtime import Runtime
 from . import systemd
-from .admin import commands
-from .errors import PgtarnError
-from .net.accept import SocketServer
-from .runtime import Runtime
 
 log = logging.getLogger("pgtarn")
 

@@ -7,7 +7,7 @@ import logging
 import os
 import pwd
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 log = logging.getLogger("pgtarn")
 
