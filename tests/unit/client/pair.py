@@ -66,7 +66,7 @@ class Pool:
 
     def _launch(self, pool: Any, db: Any) -> ServerConnection:
         server = ServerConnection(self.runtime, pool, db, server_login_for(self.runtime, pool, db))
-        server.connection_made(FakeTransport())  # type: ignore[arg-type]
+        server.connection_made(FakeTransport())
         self.servers.append(server)
         return server
 
@@ -80,7 +80,7 @@ class Pool:
         """A client logged in to app (trust), its welcome taken."""
         client = ClientConnection(self.runtime)
         transport = ClientSide(("127.0.0.1", 40001))
-        client.connection_made(transport)  # type: ignore[arg-type]
+        client.connection_made(transport)
         client.data_received(build.startup_message({"user": "u", "database": "app", **params}))
         self.log_in_servers()
         assert [t for t, _ in split_messages(transport.take())][-1] == ord("Z")

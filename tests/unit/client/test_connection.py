@@ -46,15 +46,16 @@ class FakeSocket:
         return struct.pack("3i", 4321, os.getuid(), os.getgid())
 
 
-class FakeTransport:
+class FakeTransport(asyncio.Transport):
     """Keeps what is written; knows whether it was closed."""
 
     def __init__(self, family: socket.AddressFamily = socket.AF_INET) -> None:
+        super().__init__()
         self.out = bytearray()
         self.closing = False
         self.socket = FakeSocket(family)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         assert not self.closing
         self.out += data
 
@@ -125,7 +126,7 @@ def make_runtime(
         launched.append(server)
         return server
 
-    runtime.registry.launch = launch  # type: ignore[assignment]
+    runtime.registry.launch = launch
     return runtime
 
 
@@ -134,7 +135,7 @@ def connect(
 ) -> tuple[ClientConnection, FakeTransport]:
     client = ClientConnection(runtime)
     transport = FakeTransport(family)
-    client.connection_made(transport)  # type: ignore[arg-type]
+    client.connection_made(transport)
     return client, transport
 
 
@@ -213,7 +214,8 @@ def test_trust_login_into_a_pool_waits_for_its_first_server() -> None:
         build.startup_message({"user": "bob", "database": "app", "TimeZone": "Europe/Paris"})
     )
     assert auth_codes(transport.taken()) == [0]
-    assert client.state is ClientState.WELCOME and client not in runtime.logins
+    welcome = client.state  # (read once: mypy would keep client.state narrowed to it)
+    assert welcome is ClientState.WELCOME and client not in runtime.logins
     pool = client.pool
     assert pool is not None and pool.welcome_waiters == [client]
     (server,) = pool.login

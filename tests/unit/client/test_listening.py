@@ -207,6 +207,7 @@ def test_a_listen_not_confirmed_in_time_is_answered_with_a_warning() -> None:
     client, transport, _server = setup.client()
     client.data_received(build.query("LISTEN a"))
     transport.take()
+    assert client.listen is not None
     since = setup.board.waiters[client.listen]  # (its LISTEN state is the subscriber)
     setup.board.tick(since + 100, 5.0, 0.0)
     out = transport.take()
@@ -437,7 +438,7 @@ class Connection:
         self.runtime = Runtime(config, {"u": ""})
         db = config.find_database("app")
         assert db is not None
-        self.pool = cast(PoolOf, self.runtime.registry.get_pool(db, "u"))
+        self.pool = cast(PoolOf[ServerConnection], self.runtime.registry.get_pool(db, "u"))
         self.board = self.pool.board = ChannelBoard(None)
         self.linked = ServerConnection(
             self.runtime, self.pool, db, server_login_for(self.runtime, self.pool, db)
@@ -480,7 +481,7 @@ class Connection:
 
 def alone(listen_queue_size: int = 1000) -> tuple[ClientListen, Connection]:
     connection = Connection(listen_queue_size)
-    return ClientListen(connection), connection  # type: ignore[arg-type]
+    return ClientListen(connection), connection
 
 
 def test_alone_a_notification_goes_out_at_once_to_an_idle_client() -> None:

@@ -154,7 +154,7 @@ class Connection:
 
 def alone(pin_session_state: bool = True) -> tuple[SessionTracking, Connection]:
     connection = Connection(pin_session_state)
-    return SessionTracking(connection), connection  # type: ignore[arg-type]
+    return SessionTracking(connection), connection
 
 
 def query(sql: str) -> bytes:

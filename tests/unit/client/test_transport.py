@@ -11,7 +11,18 @@ import pytest
 from pgtarn.client.connection import ClientConnection
 from pgtarn.errors import PgtarnError
 
-from .test_connection import FakeTransport, connect, make_runtime
+from .test_connection import FakeSocket, FakeTransport, connect, make_runtime
+
+
+class OptionsSocket(FakeSocket):
+    """A fake socket that keeps the options set on it."""
+
+    def __init__(self, family: socket.AddressFamily) -> None:
+        super().__init__(family)
+        self.options: list[tuple[int, ...]] = []
+
+    def setsockopt(self, *option: Any) -> None:
+        self.options.append(option)
 
 
 class CountingTransport(FakeTransport):
@@ -20,8 +31,8 @@ class CountingTransport(FakeTransport):
     def __init__(self, family: socket.AddressFamily = socket.AF_INET) -> None:
         super().__init__(family)
         self.asked: list[str] = []
-        self.options: list[tuple[int, ...]] = []
-        self.socket.setsockopt = lambda *option: self.options.append(option)  # type: ignore
+        self.socket = OptionsSocket(family)
+        self.options = self.socket.options
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         self.asked.append(name)
@@ -31,7 +42,7 @@ class CountingTransport(FakeTransport):
 def test_local_addr_is_read_when_asked_not_at_connection() -> None:
     client, _ = connect(make_runtime())
     transport = CountingTransport()
-    client.connection_made(transport)  # type: ignore[arg-type]
+    client.connection_made(transport)
     assert "sockname" not in transport.asked  # a system call a login does not need
     assert client.addr == "127.0.0.1:40000"
     assert client.local_addr == "127.0.0.1:6432"
@@ -47,17 +58,17 @@ def test_local_addr_of_a_unix_socket_client_is_empty() -> None:
 def test_a_client_gets_the_tcp_options_and_no_keepalive_call() -> None:
     client, _ = connect(make_runtime())
     transport = CountingTransport()
-    client.connection_made(transport)  # type: ignore[arg-type]
+    client.connection_made(transport)
     assert transport.options == []  # SO_KEEPALIVE comes from the listener: nothing to set
     client, _ = connect(make_runtime(extra="tcp_keepidle = 77\ntcp_user_timeout = 2500"))
     transport = CountingTransport()
-    client.connection_made(transport)  # type: ignore[arg-type]
+    client.connection_made(transport)
     assert transport.options == [
         (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 77),
         (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 2500),
     ]
     unix = CountingTransport(socket.AF_UNIX)
-    client.connection_made(unix)  # type: ignore[arg-type]
+    client.connection_made(unix)
     assert unix.options == []
 
 
@@ -69,7 +80,7 @@ class LogWatchingTransport(FakeTransport):
         self.caplog = caplog
         self.seen_at_write: list[list[str]] = []
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         self.seen_at_write.append(closing_lines(self.caplog))
         super().write(data)
 
@@ -84,7 +95,7 @@ def test_the_closing_line_is_logged_before_the_client_gets_the_error(
     caplog.set_level(logging.INFO, logger="pgtarn")
     client = ClientConnection(make_runtime())
     transport = LogWatchingTransport(caplog)
-    client.connection_made(transport)  # type: ignore[arg-type]
+    client.connection_made(transport)
     client.close(PgtarnError("no such database: nodb", sqlstate="3D000"))
     # a log reader that sees the error in the client must find the line already written
     assert len(transport.seen_at_write) == 1

@@ -79,10 +79,17 @@ def test_a_check_not_started_in_time_is_dropped() -> None:
     release = threading.Event()
     ran: list[str] = []
 
+    def first_check() -> str:
+        return "first" if release.wait(30) else "not released"
+
+    def late_check() -> str:
+        ran.append("late")
+        return "late"
+
     async def main() -> tuple[str | None, str | None]:
-        first = asyncio.ensure_future(pool.run(lambda: release.wait(30) and "first", timeout=30))
+        first = asyncio.ensure_future(pool.run(first_check, timeout=30))
         await asyncio.sleep(0)
-        late = await pool.run(lambda: ran.append("late") or "late", timeout=0.05)
+        late = await pool.run(late_check, timeout=0.05)
         assert pool.pending == 1  # the dropped one no longer counts
         release.set()
         return await first, late
@@ -98,8 +105,12 @@ def test_a_check_nobody_waits_for_is_skipped() -> None:
     pool = AuthPool(threads=1, waiting=0)
     ran: list[bool] = []
 
+    def check() -> bool:
+        ran.append(True)
+        return True
+
     async def main() -> bool | None:
-        return await pool.run(lambda: ran.append(True) or True, timeout=30, wanted=lambda: False)
+        return await pool.run(check, timeout=30, wanted=lambda: False)
 
     try:
         assert asyncio.run(main()) is None

@@ -8,13 +8,14 @@ import dataclasses
 import logging
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import uvloop
 
 from pgtarn.config.settings import Config, DatabaseEntry
 from pgtarn.net import sockets
+from pgtarn.net.accept import SocketServer
 from pgtarn.proto import build
 
 from ..server.fakes import FakeTransport
@@ -33,15 +34,15 @@ def test_tune_sets_keepalive_on_tcp_only() -> None:
     transport = FakeTransport()
     tcp = FakeSocket(socket.AF_INET)
     transport.extra["socket"] = tcp
-    assert sockets.tune(transport, keepalive=True)  # type: ignore[arg-type]
+    assert sockets.tune(transport, keepalive=True)
     assert tcp.options == [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
     quiet = FakeSocket(socket.AF_INET6)
     transport.extra["socket"] = quiet
-    assert sockets.tune(transport, keepalive=False)  # type: ignore[arg-type]
+    assert sockets.tune(transport, keepalive=False)
     assert quiet.options == []
     unix = FakeSocket(socket.AF_UNIX)
     transport.extra["socket"] = unix
-    assert not sockets.tune(transport, keepalive=True)  # type: ignore[arg-type]
+    assert not sockets.tune(transport, keepalive=True)
     assert unix.options == []
 
 
@@ -71,11 +72,11 @@ def test_tune_sets_the_tcp_options() -> None:
     tcp = FakeSocket(socket.AF_INET)
     transport.extra["socket"] = tcp
     options = sockets.tcp_options(_config(tcp_keepidle=77, tcp_user_timeout=2500))
-    assert sockets.tune(transport, True, options)  # type: ignore[arg-type]
+    assert sockets.tune(transport, True, options)
     assert tcp.options == [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), *options]
     unix = FakeSocket(socket.AF_UNIX)
     transport.extra["socket"] = unix
-    assert not sockets.tune(transport, True, options)  # type: ignore[arg-type]
+    assert not sockets.tune(transport, True, options)
     assert unix.options == []
 
 
@@ -97,7 +98,7 @@ async def _sockopts(
     connected, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
     ours = await accepted
     try:
-        return tuple(t.get_extra_info("socket").getsockopt(level, name) for t in (ours, connected))  # type: ignore[return-value]
+        return tuple(t.get_extra_info("socket").getsockopt(level, name) for t in (ours, connected))
     finally:
         connected.close()
         ours.close()
@@ -113,8 +114,10 @@ def test_event_loops_set_nodelay_themselves(loop_factory: Callable[[], Any]) -> 
 
 def _keepalive_listener(keepalive: bool) -> Callable[[asyncio.AbstractServer], None]:
     def configure(server: asyncio.AbstractServer) -> None:
-        sockets.keepalive_listeners([server], not keepalive)
-        sockets.keepalive_listeners([server], keepalive)  # as a RELOAD would
+        # keepalive_listeners reads only a server's sockets, which asyncio's server has too
+        listener = cast(SocketServer, server)
+        sockets.keepalive_listeners([listener], not keepalive)
+        sockets.keepalive_listeners([listener], keepalive)  # as a RELOAD would
 
     return configure
 
@@ -157,10 +160,6 @@ class FakePostgres:
     def stop(self) -> None:
         assert self.server is not None
         self.server.close()
-
-
-def _config(**settings: Any) -> Config:
-    return dataclasses.replace(Config(), **settings)
 
 
 def test_a_cancel_is_over_only_when_postgresql_closes_its_connection() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import ssl
+from typing import Any
 
 import pytest
 
@@ -12,8 +13,8 @@ from pgtarn.errors import ConfigError
 from pgtarn.net.tls import client_context, server_context
 
 
-def config(**settings: object) -> Config:
-    return dataclasses.replace(Config(), **settings)  # type: ignore[arg-type]
+def config(**settings: Any) -> Config:
+    return dataclasses.replace(Config(), **settings)
 
 
 @pytest.mark.parametrize(

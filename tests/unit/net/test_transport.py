@@ -463,7 +463,11 @@ def test_sockets_ready_together_are_read_in_one_callback(
     assert failures[0]["transport"] is pairs[2][0]
     for transport, protocol, peer in pairs:
         transport.close()
-        run_until(loop, lambda protocol=protocol: protocol.lost != [])  # type: ignore[misc]
+
+        def lost(protocol: Recorder = protocol) -> bool:
+            return protocol.lost != []
+
+        run_until(loop, lost)
         peer.close()
 
 
@@ -486,9 +490,10 @@ def test_a_transport_closed_by_another_in_the_same_wake_up_reads_nothing_more(
             super().data_received(data)
             self.events.append("data")
 
-    first, closer, first_peer = started(loop, Closes())
+    closer, closer_too = Closes(), Closes()
+    first, _, first_peer = started(loop, closer)
     second, noted, second_peer = started(loop, Notes())
-    third, closer_too, third_peer = started(loop, Closes())
+    third, _, third_peer = started(loop, closer_too)
     closer.other = closer_too.other = second, noted
     for peer in (first_peer, second_peer, third_peer):
         peer.sendall(b"x")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pgtarn.pool.hosts import FIRST_BAN, MAX_BAN, PRIMARY, REPLICA, UNKNOWN, HostSet
@@ -20,8 +22,8 @@ def clock() -> Clock:
     return Clock()
 
 
-def three(clock: Clock, **kwargs: object) -> HostSet:
-    return HostSet("app", [("a", 5432), ("b", 5433), ("c", 5434)], clock=clock, **kwargs)  # type: ignore[arg-type]
+def three(clock: Clock, **kwargs: Any) -> HostSet:
+    return HostSet("app", [("a", 5432), ("b", 5433), ("c", 5434)], clock=clock, **kwargs)
 
 
 def test_roles_are_what_the_servers_say(clock: Clock) -> None:

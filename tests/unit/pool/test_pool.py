@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pgtarn.config.inifile import parse_config
@@ -59,7 +61,7 @@ class Clock:
 
 
 def make_pool(
-    pool_size: int = 2, **kwargs: object
+    pool_size: int = 2, **kwargs: Any
 ) -> tuple[Pool[FakeServer], Clock, list[FakeServer]]:
     clock = Clock()
     launched: list[FakeServer] = []
@@ -71,7 +73,7 @@ def make_pool(
 
     pool: Pool[FakeServer] = Pool(
         "db", "user", pool_size=pool_size, pool_mode="transaction", launch=launch, **kwargs
-    )  # type: ignore[arg-type]
+    )
     pool.clock = clock
     return pool, clock, launched
 

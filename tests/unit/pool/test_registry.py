@@ -32,7 +32,7 @@ server_login_retry = 0.3
 
 def test_timeouts_per_database_and_per_user_over_the_global_ones() -> None:
     config = parse_config(INI)
-    registry: Registry[object] = Registry(config)
+    registry: Registry[PooledServer] = Registry(config)
     short = registry.get_pool(config.databases["short"], "alice")
     plain = registry.get_pool(config.databases["plain"], "bob")
     assert (short.lifetime, short.wait_timeout) == (5.0, 2.0)
@@ -53,7 +53,7 @@ def test_query_wait_timeout_and_transaction_timeout_per_user() -> None:
     reload applies changed values to the pools there are."""
     text = INI.replace("[users]\n", "[users]\ncarol = query_wait_timeout=1 transaction_timeout=0\n")
     config = parse_config(text)
-    registry: Registry[object] = Registry(config)
+    registry: Registry[PooledServer] = Registry(config)
     short_carol = registry.get_pool(config.databases["short"], "carol")
     plain_carol = registry.get_pool(config.databases["plain"], "carol")
     short_bob = registry.get_pool(config.databases["short"], "bob")
@@ -79,7 +79,7 @@ def test_server_login_retry_above_a_second_still_retries_within_a_second() -> No
     config = parse_config(
         "[databases]\napp = host=127.0.0.1\n[pgbouncer]\nserver_login_retry = 15\n"
     )
-    pool = Registry[object](config).get_pool(config.databases["app"], "u")
+    pool = Registry[PooledServer](config).get_pool(config.databases["app"], "u")
     assert pool.retry_cap == 1.0
     assert not pool.auto
 
@@ -246,7 +246,7 @@ def test_the_reset_query_of_every_transaction_follows_the_config_and_reloads() -
     """server_reset_query_always: the pool holds the query the client runs at each unlink
     (read there on the hot path), and a RELOAD changes it."""
     ini = INI + "server_reset_query = DISCARD ALL\nserver_reset_query_always = {always}\n"
-    registry: Registry[object] = Registry(parse_config(ini.format(always=1)))
+    registry: Registry[PooledServer] = Registry(parse_config(ini.format(always=1)))
     pool = registry.get_pool(registry.config.databases["plain"], "bob")
     assert pool.reset_query_always == "DISCARD ALL"
     registry.apply(parse_config(ini.format(always=0)))

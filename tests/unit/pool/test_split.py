@@ -84,14 +84,18 @@ def _up(hosts: HostSet, primary: int = 0) -> None:
         hosts.check_passed(host.index, host.index != primary, 100, 0.0, hosts.clock())
 
 
-def test_only_split_entries_get_a_split_and_users_share_one_host_set(registry) -> None:  # type: ignore[no-untyped-def]
+def test_only_split_entries_get_a_split_and_users_share_one_host_set(
+    registry: Registry[FakeServer],
+) -> None:
     assert registry.get_pool(registry.config.databases["plain"], "u").split is None
     one, two = _split(registry, "u"), _split(registry, "v")
     assert one.hosts is two.hosts and len(registry.checkers) == 1
     assert [h.key for h in one.hosts.hosts] == ["10.0.0.1:5432", "10.0.0.2:5433", "10.0.0.3:5434"]
 
 
-def test_the_home_pool_connects_to_the_primary_the_checks_found(registry) -> None:  # type: ignore[no-untyped-def]
+def test_the_home_pool_connects_to_the_primary_the_checks_found(
+    registry: Registry[FakeServer],
+) -> None:
     split = _split(registry)
     home = split.home
     assert home.launch is not None
@@ -107,7 +111,7 @@ def test_the_home_pool_connects_to_the_primary_the_checks_found(registry) -> Non
     assert unknown.close_needed
 
 
-def test_reads_go_to_the_least_busy_replica_and_writes_home(registry) -> None:  # type: ignore[no-untyped-def]
+def test_reads_go_to_the_least_busy_replica_and_writes_home(registry: Registry[FakeServer]) -> None:
     split = _split(registry)
     split.primary_reads = False
     assert split.read_pool(0.0) is split.home  # no replica known yet
@@ -126,7 +130,9 @@ def test_reads_go_to_the_least_busy_replica_and_writes_home(registry) -> None:  
     assert set(registry) >= {first, second, split.home}
 
 
-def test_a_replica_that_goes_down_hands_its_waiting_readers_to_the_primary(registry) -> None:  # type: ignore[no-untyped-def]
+def test_a_replica_that_goes_down_hands_its_waiting_readers_to_the_primary(
+    registry: Registry[FakeServer],
+) -> None:
     split = _split(registry)
     split.primary_reads = False
     _up(split.hosts, primary=0)
@@ -138,7 +144,7 @@ def test_a_replica_that_goes_down_hands_its_waiting_readers_to_the_primary(regis
     assert split.read_pool(0.0).host_index not in (-1, replica.host_index)
 
 
-def test_a_replica_login_failure_bans_its_host(registry) -> None:  # type: ignore[no-untyped-def]
+def test_a_replica_login_failure_bans_its_host(registry: Registry[FakeServer]) -> None:
     split = _split(registry)
     _up(split.hosts, primary=0)
     woken: list[bool] = []
@@ -152,7 +158,9 @@ def test_a_replica_login_failure_bans_its_host(registry) -> None:  # type: ignor
     assert not host.up and host.reason == "login failed: refused" and woken
 
 
-def test_a_client_route_sends_reads_by_kind_and_remembers_writes(registry) -> None:  # type: ignore[no-untyped-def]
+def test_a_client_route_sends_reads_by_kind_and_remembers_writes(
+    registry: Registry[FakeServer],
+) -> None:
     split = _split(registry)
     split.primary_reads = False
     _up(split.hosts, primary=0)
@@ -180,7 +188,9 @@ def test_a_client_route_sends_reads_by_kind_and_remembers_writes(registry) -> No
     assert ClientRoute(split, reads_only=True).pool_for(False).host_index >= 0
 
 
-def test_reload_turning_the_split_off_closes_the_replicas_and_the_checker(registry) -> None:  # type: ignore[no-untyped-def]
+def test_reload_turning_the_split_off_closes_the_replicas_and_the_checker(
+    registry: Registry[FakeServer],
+) -> None:
     split = _split(registry)
     _up(split.hosts, primary=0)
     split.primary_reads = False
