@@ -18,10 +18,10 @@ import pytest
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
-from tests.support import TempCluster
+from tests.support import PgtarnProcess, TempCluster
 
 from .conftest import PgtarnFactory
-from .drivers import connect, scalar
+from .drivers import DsnSource, connect, scalar
 from .pgstat import wait_for, wait_until
 
 TEXT, INT4, INT8, NUMERIC = 25, 23, 20, 1700
@@ -135,12 +135,12 @@ INT8_COLUMNS = {("DNS_HOSTS", "ttl"), ("DNS_ZONES", "serial")}
 
 
 def admin(
-    proc: Any, user: str = "app", password: str | None = "app_pass", **kw: Any
+    proc: PgtarnProcess, user: str = "app", password: str | None = "app_pass", **kw: Any
 ) -> psycopg.Connection[Any]:
     return psycopg.connect(proc.dsn(user, password, dbname="pgbouncer"), autocommit=True, **kw)
 
 
-async def login_error(proc: Any, user: str, password: str) -> str | None:
+async def login_error(proc: PgtarnProcess, user: str, password: str) -> str | None:
     """The SQLSTATE of the error that ends a login to the admin console (None: logged in)."""
     reader, writer = await asyncio.open_connection(proc.host, proc.port)
     try:
@@ -179,7 +179,7 @@ def pool_row(
 class Waiter(threading.Thread):
     """A client that runs one query in the background (it may have to wait for a server)."""
 
-    def __init__(self, proc: Any, query: str) -> None:
+    def __init__(self, proc: DsnSource, query: str) -> None:
         super().__init__(daemon=True)
         self.conn = connect(proc, autocommit=True)
         self.query = query
@@ -470,7 +470,7 @@ def test_set_changes_a_setting_at_runtime(pgtarn_factory: PgtarnFactory) -> None
 
 
 def _transaction_workers(
-    proc: Any, count: int, stop: threading.Event
+    proc: PgtarnProcess, count: int, stop: threading.Event
 ) -> tuple[list[threading.Thread], list[BaseException], list[int]]:
     errors: list[BaseException] = []
     done = [0] * count

@@ -75,7 +75,7 @@ class Walk:
         return {r["name"]: r for r in show(self.console, "DATABASES")}[name]
 
 
-def refused(proc: Any, user: str = "app", password: str = "app_pass", **kw: Any) -> str:
+def refused(proc: PgtarnProcess, user: str = "app", password: str = "app_pass", **kw: Any) -> str:
     with pytest.raises(psycopg.OperationalError) as info:
         connect(proc, user, password, **kw).close()
     return str(info.value)
@@ -259,7 +259,7 @@ def check_query_wait_notify(w: Walk) -> None:
 class _Db:
     """A pgtarn process seen as if its DSNs named another database (for Waiter)."""
 
-    def __init__(self, proc: Any, dbname: str) -> None:
+    def __init__(self, proc: PgtarnProcess, dbname: str) -> None:
         self.proc, self.dbname = proc, dbname
 
     def dsn(self, user: str, password: str | None, dbname: str = "app", **extra: object) -> str:

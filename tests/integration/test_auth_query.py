@@ -7,7 +7,7 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import pytest
@@ -39,8 +39,14 @@ def auth_role(pg_cluster: TempCluster) -> str:
     return AUTH_USER
 
 
+class MakeRole(Protocol):
+    """The role fixture: make(password, *options, name=None) -> the new role's name."""
+
+    def __call__(self, password: str, *options: str, name: str | None = None) -> str: ...
+
+
 @pytest.fixture
-def role(pg_cluster: TempCluster) -> Iterator[Any]:
+def role(pg_cluster: TempCluster) -> Iterator[MakeRole]:
     """make(password, *options) -> a new role's name; dropped at the end of the test."""
     made: list[str] = []
 
@@ -85,7 +91,7 @@ def test_scram_and_md5_secrets_found_by_the_default_query(
     assert login_error(proc, "scram_user", "wrong")[0] == "28P01"
 
 
-def test_expired_and_nologin_roles_are_refused(proc: PgtarnProcess, role: Any) -> None:
+def test_expired_and_nologin_roles_are_refused(proc: PgtarnProcess, role: MakeRole) -> None:
     fine = role("fine_pass")
     expired = role("old_pass", "VALID UNTIL '2000-01-01'")
     nologin = role("no_pass", "NOLOGIN")
@@ -96,7 +102,7 @@ def test_expired_and_nologin_roles_are_refused(proc: PgtarnProcess, role: Any) -
 
 @pytest.mark.parametrize("name", ["x' OR '1'='1", "a\\'; SELECT pg_sleep(30); --", "o'brien"])
 def test_hostile_user_names_are_only_ever_parameters(
-    proc: PgtarnProcess, role: Any, name: str
+    proc: PgtarnProcess, role: MakeRole, name: str
 ) -> None:
     assert login_error(proc, name, "anything")[1] == "no such user"  # refused, no error
     made = role("quote_pass", name=name)  # and a role really named so logs in
@@ -135,7 +141,7 @@ def test_search_path_of_the_client_never_reaches_the_query(
 
 
 def test_a_changed_password_is_looked_up_again(
-    proc: PgtarnProcess, role: Any, pg_cluster: TempCluster
+    proc: PgtarnProcess, role: MakeRole, pg_cluster: TempCluster
 ) -> None:
     name = role("first_pass")
     assert logs_in(proc, name, "first_pass")  # now cached
@@ -147,7 +153,7 @@ def test_a_changed_password_is_looked_up_again(
 
 
 def test_per_database_auth_user_query_and_dbname(
-    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, role: Any
+    pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster, role: MakeRole
 ) -> None:
     # a SECURITY DEFINER function, so auth_user needs no superuser rights (app runs it)
     pg_cluster.psql(

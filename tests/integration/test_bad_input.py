@@ -5,12 +5,12 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from typing import Any
 
 import pytest
 
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
+from tests.support import PgtarnProcess
 
 from .conftest import PgtarnFactory
 from .drivers import connect
@@ -25,13 +25,13 @@ MAX_PACKET = 65536
 V3 = 196608  # protocol 3.0
 
 
-def client_count(proc: Any) -> int:
+def client_count(proc: PgtarnProcess) -> int:
     """Clients pgtarn holds, the console's own connection left out."""
     with admin(proc) as console:
         return len(show(console, "CLIENTS")) - 1
 
 
-def rss_kb(proc: Any) -> int:
+def rss_kb(proc: PgtarnProcess) -> int:
     with open(f"/proc/{proc.proc.pid}/status", encoding="ascii") as status:
         for line in status:
             if line.startswith("VmRSS:"):
@@ -53,7 +53,7 @@ def refused_with(raw: RawClient, sqlstate: str) -> dict[str, str]:
         raw.close()
 
 
-def still_serves(proc: Any) -> None:
+def still_serves(proc: PgtarnProcess) -> None:
     with connect(proc, autocommit=True) as conn:
         assert conn.execute("select 42").fetchone() == (42,)
 

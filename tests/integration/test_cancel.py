@@ -14,6 +14,7 @@ import pytest
 
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
+from tests.support import PgtarnProcess
 
 from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
@@ -111,7 +112,9 @@ def test_cancel_with_a_wrong_key_cancels_nothing(
 # --- a cancel in flight holds its server until PostgreSQL has dealt with it ----------------
 
 
-async def _bystanders_cancelled(proc: Any, clients: int, rounds: int) -> tuple[int, int, int]:
+async def _bystanders_cancelled(
+    proc: PgtarnProcess, clients: int, rounds: int
+) -> tuple[int, int, int]:
     """clients run short queries while one more client cancels its own short queries
     (asyncpg's timeout= sends a CancelRequest when it passes); (57014 errors the others
     saw, queries they ran, timeouts the cancelling client had)."""
@@ -170,7 +173,9 @@ def test_a_cancel_in_flight_never_reaches_another_clients_query(
     assert cancelled == 0, f"{cancelled} of {ran} queries of other clients were cancelled"
 
 
-async def _next_query_cancelled_after_failed_copy(proc: Any, rounds: int, size: int) -> int:
+async def _next_query_cancelled_after_failed_copy(
+    proc: PgtarnProcess, rounds: int, size: int
+) -> int:
     """asyncpg: a copy_records_to_table that fails on bad data (asyncpg sends CopyFail and
     a CancelRequest), then SELECT pg_sleep(0.05) on the same connection; how many of those
     were cancelled."""
@@ -214,7 +219,7 @@ def test_the_query_after_a_failed_copy_is_never_cancelled(
     assert cancelled == 0, f"{cancelled} of 100 queries after a failed copy were cancelled"
 
 
-async def _next_query_cancelled_after_timeout(proc: Any, rounds: int) -> tuple[int, int]:
+async def _next_query_cancelled_after_timeout(proc: PgtarnProcess, rounds: int) -> tuple[int, int]:
     """asyncpg: a query with timeout= that ends about when the timeout passes, then one more
     query; (how many of those were cancelled, how many timeouts passed)."""
     conn = await aconnect(proc)
@@ -243,7 +248,7 @@ def test_the_query_after_a_timed_out_one_is_never_cancelled(pgtarn_factory: Pgta
     assert cancelled == 0, f"{cancelled} of 60 queries after a timed-out one were cancelled"
 
 
-async def _cancel_of_an_idle_client(proc: Any) -> bytes:
+async def _cancel_of_an_idle_client(proc: PgtarnProcess) -> bytes:
     """A client runs a query, then its CancelRequest comes (it holds no server); what the
     cancel connection gets before pgtarn closes it, and the client's next query's result."""
     client = await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass", "app")
@@ -266,7 +271,7 @@ def test_a_cancel_for_a_client_with_no_server_is_dropped_and_closed(
     assert asyncio.run(_cancel_of_an_idle_client(proc)) == b""
 
 
-def _raw_login(proc: Any) -> tuple[RawClient, tuple[int, int]]:
+def _raw_login(proc: PgtarnProcess) -> tuple[RawClient, tuple[int, int]]:
     """A logged-in raw client (up to its first ReadyForQuery), and its cancel key."""
     raw = RawClient(proc.host, proc.port)
     login = ServerAuth("app", "app_pass")

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import PgtarnProcess
+
 from .drivers import scalar
 
 pytestmark = pytest.mark.integration
@@ -37,7 +39,7 @@ def proc(pgtarn_factory: Callable[..., Any]) -> Any:
 
 
 @pytest.fixture(autouse=True)
-def busy(proc: Any) -> Iterator[None]:
+def busy(proc: PgtarnProcess) -> Iterator[None]:
     """Another client's transactions all along, so that servers change hands between the
     driver's transactions."""
     import psycopg
@@ -63,7 +65,7 @@ def _check_rows(rows: list[Any]) -> None:
 # --- Python drivers ------------------------------------------------------------------------------
 
 
-def test_psycopg_sync(proc: Any) -> None:
+def test_psycopg_sync(proc: PgtarnProcess) -> None:
     import psycopg
 
     table = "matrix_psycopg"
@@ -83,7 +85,7 @@ def test_psycopg_sync(proc: Any) -> None:
         assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (3,)
 
 
-def test_psycopg_async(proc: Any) -> None:
+def test_psycopg_async(proc: PgtarnProcess) -> None:
     import psycopg
 
     table = "matrix_psycopg_async"
@@ -112,7 +114,7 @@ def test_psycopg_async(proc: Any) -> None:
     asyncio.run(work())
 
 
-def test_psycopg_pipeline(proc: Any) -> None:
+def test_psycopg_pipeline(proc: PgtarnProcess) -> None:
     import psycopg
 
     table = "matrix_psycopg_pipeline"
@@ -132,7 +134,7 @@ def test_psycopg_pipeline(proc: Any) -> None:
         assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (3,)
 
 
-def test_psycopg2(proc: Any) -> None:
+def test_psycopg2(proc: PgtarnProcess) -> None:
     import psycopg2
 
     table = "matrix_psycopg2"
@@ -162,7 +164,7 @@ def test_psycopg2(proc: Any) -> None:
         conn.close()
 
 
-def test_asyncpg(proc: Any) -> None:
+def test_asyncpg(proc: PgtarnProcess) -> None:
     import asyncpg
 
     table = "matrix_asyncpg"
@@ -195,7 +197,7 @@ def test_asyncpg(proc: Any) -> None:
     asyncio.run(work())
 
 
-def test_pg8000(proc: Any) -> None:
+def test_pg8000(proc: PgtarnProcess) -> None:
     import pg8000.native
 
     table = "matrix_pg8000"
@@ -218,7 +220,7 @@ def test_pg8000(proc: Any) -> None:
         conn.close()
 
 
-def test_sqlalchemy_sync_psycopg(proc: Any) -> None:
+def test_sqlalchemy_sync_psycopg(proc: PgtarnProcess) -> None:
     from sqlalchemy import create_engine, text
 
     table = "matrix_sqlalchemy"
@@ -248,7 +250,7 @@ def test_sqlalchemy_sync_psycopg(proc: Any) -> None:
         engine.dispose()
 
 
-def test_sqlalchemy_async_asyncpg(proc: Any) -> None:
+def test_sqlalchemy_async_asyncpg(proc: PgtarnProcess) -> None:
     from sqlalchemy import text
     from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -285,7 +287,7 @@ def test_sqlalchemy_async_asyncpg(proc: Any) -> None:
     asyncio.run(work())
 
 
-def test_django_orm(proc: Any, tmp_path: Path) -> None:
+def test_django_orm(proc: PgtarnProcess, tmp_path: Path) -> None:
     """Django: makemigrations and migrate through pgtarn, then CRUD, in a process of its own
     (Django's settings are process-wide)."""
     app = tmp_path / "matrixapp"
@@ -372,7 +374,7 @@ def _node_pg() -> Path:
     return MATRIX_DIR
 
 
-def test_node_postgres(proc: Any) -> None:
+def test_node_postgres(proc: PgtarnProcess) -> None:
     directory = _node_pg()
     url = f"postgres://app:app_pass@{proc.host}:{proc.port}/app"
     result = subprocess.run(
@@ -388,7 +390,7 @@ def test_node_postgres(proc: Any) -> None:
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 
-def test_pgjdbc(proc: Any) -> None:
+def test_pgjdbc(proc: PgtarnProcess) -> None:
     if shutil.which("java") is None or not JDBC_JAR.exists():
         pytest.skip("a JDK and Debian's libpostgresql-jdbc-java are needed (.ci/run installs them)")
     url = f"jdbc:postgresql://{proc.host}:{proc.port}/app"

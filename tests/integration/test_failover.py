@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support import PgtarnProcess
 from tests.support.cluster import PrimaryCluster, StandbyCluster, primary_and_standby
 
 from .conftest import PgtarnFactory
@@ -43,7 +44,7 @@ def pair() -> Iterator[tuple[PrimaryCluster, StandbyCluster]]:
         yield primary, standby
 
 
-def _pgbench(proc: Any, mode: str, seconds: int) -> subprocess.Popen[str]:
+def _pgbench(proc: PgtarnProcess, mode: str, seconds: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             "pgbench",
@@ -71,7 +72,7 @@ def _result(run: subprocess.Popen[str]) -> tuple[int, int, str]:
     return (int(done.group(1)) if done else 0), aborted, out + err
 
 
-def _hosts(proc: Any) -> dict[int, str]:
+def _hosts(proc: PgtarnProcess) -> dict[int, str]:
     """port -> role, from SHOW HOSTS."""
     with connect(proc, dbname="pgbouncer", autocommit=True) as admin:  # app: admin_users
         cur = admin.execute("SHOW HOSTS")
@@ -80,7 +81,7 @@ def _hosts(proc: Any) -> dict[int, str]:
 
 
 def _split(
-    pgtarn_factory: Any,
+    pgtarn_factory: PgtarnFactory,
     pair: tuple[PrimaryCluster, StandbyCluster],
     primary_reads: str = "off",
     **settings: object,

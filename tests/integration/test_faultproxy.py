@@ -6,6 +6,7 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,7 +27,7 @@ def _refused(proxy: FaultProxy) -> bool:
         return True
 
 
-def _wait_for(predicate: Any, timeout: float = 5.0) -> bool:
+def _wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

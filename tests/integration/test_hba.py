@@ -74,13 +74,17 @@ def certificate(pki: Pki, name: str) -> dict[str, str]:
     return {"sslcert": issued.cert, "sslkey": issued.key}
 
 
-def logs_in(proc: Any, user: str, password: str | None, dbname: str = "app", **kw: Any) -> bool:
+def logs_in(
+    proc: PgtarnProcess, user: str, password: str | None, dbname: str = "app", **kw: Any
+) -> bool:
     with connect(proc, user, password, dbname=dbname, **kw) as conn:
         row = conn.execute("select current_user").fetchone()
     return row == (user,)
 
 
-def refusal(proc: Any, user: str, password: str | None, dbname: str = "app", **kw: Any) -> str:
+def refusal(
+    proc: PgtarnProcess, user: str, password: str | None, dbname: str = "app", **kw: Any
+) -> str:
     with pytest.raises(psycopg.OperationalError) as info:
         connect(proc, user, password, dbname=dbname, **kw).close()
     return str(info.value)
@@ -185,7 +189,7 @@ def test_reload_reads_the_hba_file_again(hba_proc: PgtarnProcess, tmp_path: Path
         assert logs_in(hba_proc, "scram_user", "scram_pass", sslmode="require")
 
 
-def served_certificate(proc: Any, pki: Pki) -> bytes:
+def served_certificate(proc: PgtarnProcess, pki: Pki) -> bytes:
     """The DER certificate pgtarn shows a client that asks for TLS now."""
     context = ssl.create_default_context(cafile=pki.ca)
     context.check_hostname = False  # the renewed one below is for another name

@@ -139,7 +139,7 @@ def _health_backends(primary: PrimaryCluster) -> str:
 
 
 def test_the_primary_and_the_replica_are_told_apart_with_their_lsns(
-    checking: Checking, pair: Any
+    checking: Checking, pair: tuple[PrimaryCluster, StandbyCluster]
 ) -> None:
     checking.until(_settled)
     primary, standby = checking.hosts.hosts
@@ -153,7 +153,7 @@ def test_the_primary_and_the_replica_are_told_apart_with_their_lsns(
 
 
 def test_a_paused_replay_shows_as_lag_and_goes_away_when_resumed(
-    checking: Checking, pair: Any
+    checking: Checking, pair: tuple[PrimaryCluster, StandbyCluster]
 ) -> None:
     primary, standby = pair
     checking.until(_settled)
@@ -189,7 +189,9 @@ def test_a_wake_checks_every_host_at_once(pair: tuple[PrimaryCluster, StandbyClu
         running.close()
 
 
-def test_a_stopped_standby_is_banned_and_back_once_started(checking: Checking, pair: Any) -> None:
+def test_a_stopped_standby_is_banned_and_back_once_started(
+    checking: Checking, pair: tuple[PrimaryCluster, StandbyCluster]
+) -> None:
     _primary, standby = pair
     checking.until(_settled)
     standby.stop()
@@ -206,7 +208,9 @@ def test_a_stopped_standby_is_banned_and_back_once_started(checking: Checking, p
     assert checking.hosts.hosts[1].reason == "" and not checking.hosts.hosts[1].banned_until
 
 
-def test_a_promoted_standby_becomes_the_primary_when_the_old_one_is_gone(doomed_pair: Any) -> None:
+def test_a_promoted_standby_becomes_the_primary_when_the_old_one_is_gone(
+    doomed_pair: tuple[PrimaryCluster, StandbyCluster],
+) -> None:
     primary_cluster, standby_cluster = doomed_pair
     running = Checking(*doomed_pair)
     try:
@@ -220,7 +224,7 @@ def test_a_promoted_standby_becomes_the_primary_when_the_old_one_is_gone(doomed_
         running.close()
 
 
-def test_two_primaries_are_split_brain(doomed_pair: Any) -> None:
+def test_two_primaries_are_split_brain(doomed_pair: tuple[PrimaryCluster, StandbyCluster]) -> None:
     _primary_cluster, standby_cluster = doomed_pair
     running = Checking(*doomed_pair)
     try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import psycopg
 import pytest
 
@@ -47,14 +45,14 @@ def hostile(
     )
 
 
-def failure(proc: Any, dbname: str, sql: str = "select 1") -> psycopg.Error:
+def failure(proc: PgtarnProcess, dbname: str, sql: str = "select 1") -> psycopg.Error:
     with pytest.raises(psycopg.Error) as info:
         with connect(proc, dbname=dbname, autocommit=True) as conn:
             conn.execute(sql)
     return info.value
 
 
-def login_error(proc: Any, dbname: str) -> dict[str, str]:
+def login_error(proc: PgtarnProcess, dbname: str) -> dict[str, str]:
     """The ErrorResponse fields that end a raw login to dbname (which must fail)."""
     raw = RawClient(proc.host, proc.port)
     login = ServerAuth("app", "app_pass")

@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 import socket
 import threading
-from typing import Any
 
 import psycopg
 import pytest
 
-from tests.support import TempCluster
+from tests.support import PgtarnProcess, TempCluster
 
 from .conftest import PgtarnFactory
 from .drivers import connect
@@ -25,7 +24,7 @@ def _refused_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _server_addrs(proc: Any) -> list[str]:
+def _server_addrs(proc: PgtarnProcess) -> list[str]:
     with admin(proc) as console:
         return [str(row["addr"]) for row in show(console, "SERVERS")]
 

@@ -11,6 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support import PgtarnProcess
+
 from .certs import Pki
 from .conftest import PgtarnFactory
 from .drivers import connect
@@ -60,20 +62,20 @@ def search_bind(slapd: Slapd, **extra: str) -> str:
     return " ".join(words)
 
 
-def current_user(proc: Any, user: str, password: str) -> str:
+def current_user(proc: PgtarnProcess, user: str, password: str) -> str:
     with connect(proc, user, password) as conn:
         row = conn.execute("select current_user").fetchone()
     assert row is not None
     return str(row[0])
 
 
-def refused(proc: Any, user: str, password: str) -> psycopg.OperationalError:
+def refused(proc: PgtarnProcess, user: str, password: str) -> psycopg.OperationalError:
     with pytest.raises(psycopg.OperationalError) as info:
         connect(proc, user, password).close()
     return info.value
 
 
-def ldap_refusal(proc: Any, user: str, password: str) -> None:
+def ldap_refusal(proc: PgtarnProcess, user: str, password: str) -> None:
     assert LDAP_FAILED in str(refused(proc, user, password))
     assert login_error(proc, user, password) == ("28000", LDAP_FAILED)
 
@@ -113,7 +115,7 @@ CONSOLE_RULE = "host pgbouncer scram_user 127.0.0.1/32 scram-sha-256\n"
 APP_LDAP_RULE = "host app all 127.0.0.1/32 ldap "
 
 
-def hba_pgtarn(pgtarn_factory: Any, tmp_path: Path) -> tuple[Any, Path]:
+def hba_pgtarn(pgtarn_factory: PgtarnFactory, tmp_path: Path) -> tuple[Any, Path]:
     """pgtarn under auth_type = hba, its file letting scram_user reach the console."""
     hba = tmp_path / "pg_hba.conf"
     hba.write_text(CONSOLE_RULE)
@@ -123,7 +125,7 @@ def hba_pgtarn(pgtarn_factory: Any, tmp_path: Path) -> tuple[Any, Path]:
     return proc, hba
 
 
-def app_login_under(proc: Any, hba: Path, options: str) -> str:
+def app_login_under(proc: PgtarnProcess, hba: Path, options: str) -> str:
     """app's login once app's HBA rule is ldap with options (RELOAD): its user, or
     "refused" (with LDAP's refusal)."""
     hba.write_text(CONSOLE_RULE + APP_LDAP_RULE + options + "\n")

@@ -20,7 +20,7 @@ from psycopg import sql
 
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
-from tests.support import TempCluster, free_port
+from tests.support import PgtarnProcess, TempCluster, free_port
 
 from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
@@ -49,7 +49,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
-def start(pgtarn_factory: Any, **settings: object) -> Any:
+def start(pgtarn_factory: PgtarnFactory, **settings: object) -> Any:
     """pgtarn in transaction mode with a pool of one server."""
     base: dict[str, object] = {
         "pool_mode": "transaction",
@@ -59,7 +59,7 @@ def start(pgtarn_factory: Any, **settings: object) -> Any:
     return pgtarn_factory(settings={**base, **settings})
 
 
-def client(proc: Any, **kw: Any) -> Conn:
+def client(proc: PgtarnProcess, **kw: Any) -> Conn:
     """An autocommit psycopg client that never prepares on its own (plain Query messages)."""
     return connect(proc, autocommit=True, prepare_threshold=None, **kw)
 
@@ -134,7 +134,7 @@ def metric(port: int, name: str, database: str = "app", user: str = "app") -> fl
 
 
 @contextlib.contextmanager
-def clients(proc: Any, count: int, **kw: Any) -> Iterator[list[Conn]]:
+def clients(proc: PgtarnProcess, count: int, **kw: Any) -> Iterator[list[Conn]]:
     with contextlib.ExitStack() as stack:
         yield [stack.enter_context(client(proc, **kw)) for _ in range(count)]
 
@@ -142,7 +142,7 @@ def clients(proc: Any, count: int, **kw: Any) -> Iterator[list[Conn]]:
 class Busy(threading.Thread):
     """A client that keeps the pool's only server busy with a stream of short transactions."""
 
-    def __init__(self, proc: Any) -> None:
+    def __init__(self, proc: PgtarnProcess) -> None:
         super().__init__(daemon=True)
         self.conn = client(proc)
         self.stop = threading.Event()
@@ -168,7 +168,7 @@ class RawSession(RawClient):
     """A logged-in raw protocol client (app/app_pass on app): shows every message pgtarn sends,
     and can stop reading (with a small SO_RCVBUF, pgtarn's writes to it soon block)."""
 
-    def __init__(self, proc: Any, rcvbuf: int | None = None) -> None:
+    def __init__(self, proc: PgtarnProcess, rcvbuf: int | None = None) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf is not None:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)

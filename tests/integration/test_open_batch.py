@@ -11,6 +11,7 @@ import pytest
 
 from pgtarn.proto import build
 
+from .conftest import PgtarnFactory
 from .rawpg import AsyncRawClient, _data_row
 
 pytestmark = pytest.mark.integration
@@ -25,7 +26,7 @@ async def _replies_until_ready(client: AsyncRawClient) -> list[tuple[int, bytes]
             return out
 
 
-def test_a_batch_past_its_sync_keeps_its_server(pgtarn_factory: Any) -> None:
+def test_a_batch_past_its_sync_keeps_its_server(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"default_pool_size": 1, "max_prepared_statements": 0})
 
     async def scenario() -> tuple[list[Any], list[Any]]:

@@ -17,12 +17,12 @@ import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 
 from pgtarn.proto import build
+from tests.support import PgtarnProcess, TempCluster
 
 from .conftest import PgtarnFactory
 from .drivers import connect
@@ -73,7 +73,7 @@ _SERVICES: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def pam(pg_cluster: Any) -> Iterator[PamSetup]:
+def pam(pg_cluster: TempCluster) -> Iterator[PamSetup]:
     missing = _pam_missing()
     if missing is not None:
         pytest.skip(missing)
@@ -102,7 +102,7 @@ def pam_settings(pam: PamSetup, **more: object) -> dict[str, object]:
     return {"auth_type": "pam", "auth_pam_service": pam.service, **more}
 
 
-def refusal(proc: Any, user: str, password: str) -> psycopg.OperationalError:
+def refusal(proc: PgtarnProcess, user: str, password: str) -> psycopg.OperationalError:
     with pytest.raises(psycopg.OperationalError) as info:
         connect(proc, user, password).close()
     return info.value
@@ -156,7 +156,7 @@ def test_an_empty_password_never_reaches_pam(pgtarn_factory: PgtarnFactory, pam:
     assert "pam_authenticate" not in proc.log_text()
 
 
-def send_password(proc: Any, user: str, password: str) -> RawClient:
+def send_password(proc: PgtarnProcess, user: str, password: str) -> RawClient:
     """A client that has sent its password and waits for the answer."""
     raw = RawClient(proc.host, proc.port, timeout=30)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -13,6 +14,7 @@ import pytest
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.proto.cancelkey import forwarded, peer_of, ttl_of
+from tests.support import PgtarnProcess
 
 from ..support import free_port
 from .conftest import PgtarnFactory
@@ -25,7 +27,7 @@ Key = tuple[int, int]
 
 
 def _peered(
-    pgtarn_factory: Any,
+    pgtarn_factory: PgtarnFactory,
     peers_of_1: dict[int, int] | None = None,
     peers_of_2: dict[int, int] | None = None,
 ) -> tuple[Any, Any]:
@@ -45,7 +47,7 @@ def _peered(
     return first, second
 
 
-async def _send_cancel(proc: Any, key: Key) -> None:
+async def _send_cancel(proc: PgtarnProcess, key: Key) -> None:
     """A CancelRequest to proc; waits until proc closes the connection."""
     reader, writer = await asyncio.open_connection(proc.host, proc.port)
     writer.write(build.cancel_request(*key))
@@ -71,7 +73,11 @@ async def _wait_running(pg_dsn: str, text: str) -> None:
 
 
 async def _query_then_cancel(
-    owner: Any, via: Any, pg_dsn: str, seconds: float, key_of: Any = None
+    owner: PgtarnProcess,
+    via: PgtarnProcess,
+    pg_dsn: str,
+    seconds: float,
+    key_of: Callable[[Key], Key] | None = None,
 ) -> tuple[str | None, float]:
     """A client of owner runs pg_sleep(seconds); its key (as key_of makes it from the
     client's) is sent to via. (SQLSTATE of the query's error or None, seconds it took)."""
@@ -130,7 +136,7 @@ def test_cancel_sent_to_the_other_instance_is_forwarded(
         ]
 
 
-async def _login_key(proc: Any) -> Key:
+async def _login_key(proc: PgtarnProcess) -> Key:
     client = await AsyncRawClient.connect(proc.host, proc.port, "app", "app_pass", "app")
     await client.close()
     return client.backend_key
@@ -172,9 +178,11 @@ def test_unknown_peer_and_own_unknown_key_dropped(
 ) -> None:
     first, second = _peered(pgtarn_factory)
     for peer_id in (9, 2):  # not in [peers]; second's own id, a key it never gave
-        sqlstate, took = asyncio.run(
-            _query_then_cancel(first, second, pg_dsn, 1, lambda key, p=peer_id: _with_peer(key, p))
-        )
+
+        def via_peer(key: Key, peer: int = peer_id) -> Key:
+            return _with_peer(key, peer)
+
+        sqlstate, took = asyncio.run(_query_then_cancel(first, second, pg_dsn, 1, via_peer))
         assert sqlstate is None and took >= 1
         assert f"cancel request for peer {peer_id} (TTL 3) dropped" in second.log_text()
 

@@ -13,6 +13,8 @@ import pytest
 from psycopg import pq
 from psycopg.pq.abc import PGresult
 
+from tests.support import PgtarnProcess
+
 from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
 from .pgstat import wait_until
@@ -31,7 +33,7 @@ def _outcome(result: PGresult) -> Outcome:
     return pq.ExecStatus(result.status).name, ""
 
 
-def _both(pg_dsn: str, proc: Any, scenario: Callable[[psycopg.Connection[Any]], list[Any]]
+def _both(pg_dsn: str, proc: PgtarnProcess, scenario: Callable[[psycopg.Connection[Any]], list[Any]]
           ) -> list[Any]:  # fmt: skip
     """What scenario gives through pgtarn, checked to be what it gives on a direct connection."""
     with psycopg.connect(pg_dsn, autocommit=True) as direct:

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import free_port
+from tests.support import PgtarnProcess, free_port
 from tests.support.cluster import PrimaryCluster, StandbyCluster
 
 from .conftest import PgtarnFactory
@@ -74,7 +74,7 @@ def trio() -> Iterator[Trio]:
         trio.primary.cleanup()
 
 
-def _start(pgtarn_factory: Any, trio: Trio, split: str, **keys: object) -> Any:
+def _start(pgtarn_factory: PgtarnFactory, trio: Trio, split: str, **keys: object) -> Any:
     proc = pgtarn_factory(
         databases={"app": trio.entry(split, **keys)}, settings={"default_pool_size": 4}
     )
@@ -88,7 +88,7 @@ def _standby_ports(trio: Trio) -> set[int]:
     return {s.port for s in trio.standbys}
 
 
-def _ports(proc: Any, how: str, count: int, dbname: str = "app") -> set[int]:
+def _ports(proc: PgtarnProcess, how: str, count: int, dbname: str = "app") -> set[int]:
     """The servers' ports of count read transactions (auto: a plain SELECT; explicit: in
     BEGIN READ ONLY), from several clients at once."""
     seen: set[int] = set()
@@ -278,7 +278,7 @@ def test_a_stopped_replica_is_skipped_and_serves_again_once_back(
     assert wait_for(lambda: _ports(proc, "auto", 20) == _standby_ports(trio), timeout=20)
 
 
-def _safe_ports(proc: Any) -> set[int]:
+def _safe_ports(proc: PgtarnProcess) -> set[int]:
     try:
         return _ports(proc, "auto", 8)
     except psycopg.Error:

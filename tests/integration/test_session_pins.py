@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import TempCluster
+from tests.support import PgtarnProcess, TempCluster
 
 from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
@@ -21,7 +21,7 @@ from .test_session_state import RELEASE_WAIT, advisory_locks
 Conn = psycopg.Connection[Any]
 
 
-def pins(proc: Any, name: str) -> str:
+def pins(proc: PgtarnProcess, name: str) -> str:
     """SHOW CLIENTS' pinned column of the client whose application_name is name."""
     with admin(proc) as console:
         rows = [r for r in show(console, "CLIENTS") if r["application_name"] == name]
@@ -29,11 +29,11 @@ def pins(proc: Any, name: str) -> str:
     return str(rows[0]["pinned"])
 
 
-def client(proc: Any, name: str, **kw: Any) -> Conn:
+def client(proc: PgtarnProcess, name: str, **kw: Any) -> Conn:
     return connect(proc, autocommit=True, application_name=name, **kw)
 
 
-def pool_of_two(pgtarn_factory: Any) -> Any:
+def pool_of_two(pgtarn_factory: PgtarnFactory) -> Any:
     """transaction mode, 2 servers; a client that waits for a server longer than RELEASE_WAIT
     gets an error (a server held by a pin) instead of hanging the test."""
     return pgtarn_factory(
@@ -45,7 +45,7 @@ def pool_of_two(pgtarn_factory: Any) -> Any:
     )
 
 
-def assert_both_servers_free(proc: Any) -> None:
+def assert_both_servers_free(proc: PgtarnProcess) -> None:
     """Two new clients each hold a server at once (pool of 2): no server is held by a pin."""
     with client(proc, "pins_probe1") as first, client(proc, "pins_probe2") as second:
         first.execute("begin")

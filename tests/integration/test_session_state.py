@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import TempCluster, free_port
+from tests.support import PgtarnProcess, TempCluster, free_port
 
 from .conftest import ROLE_PASSWORDS, PgtarnFactory
 from .drivers import aconnect, connect
@@ -48,7 +48,7 @@ def defaults(pg_dsn: str, *names: str) -> dict[str, str]:
         return {name: show_setting(direct, name) for name in names}
 
 
-def shared_pair(proc: Any, **kw: Any) -> tuple[Conn, Conn]:
+def shared_pair(proc: PgtarnProcess, **kw: Any) -> tuple[Conn, Conn]:
     """Clients A and B (autocommit) of a pool of one server; checked to share it."""
     a = connect(proc, autocommit=True, **kw)
     b = connect(proc, autocommit=True)
@@ -68,7 +68,7 @@ def advisory_locks(cluster: TempCluster, key: int) -> int:
     return int(row[0])
 
 
-def assert_server_free(proc: Any, pid: int) -> None:
+def assert_server_free(proc: PgtarnProcess, pid: int) -> None:
     """Two new clients hold a server each at once (pool of 2), one of them server pid: that
     server is back in the pool."""
     first = connect(proc)
@@ -81,7 +81,7 @@ def assert_server_free(proc: Any, pid: int) -> None:
         second.close()
 
 
-def client_row(proc: Any, database: str = "app") -> dict[str, Any]:
+def client_row(proc: PgtarnProcess, database: str = "app") -> dict[str, Any]:
     """The one SHOW CLIENTS row of this database (the admin console's own is elsewhere)."""
     with admin(proc) as console:
         rows = [r for r in show(console, "CLIENTS") if r["database"] == database]

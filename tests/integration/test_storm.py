@@ -13,13 +13,13 @@ import resource
 import statistics
 import time
 from collections import Counter
-from typing import Any
 
 import pytest
 
 from pgtarn.errors import PgtarnError
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
+from tests.support import PgtarnProcess
 
 from .conftest import PgtarnFactory
 from .rawpg import error_fields
@@ -36,7 +36,9 @@ async def read_message(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return header[0], await reader.readexactly(int.from_bytes(header[1:], "big") - 4)
 
 
-async def storm_client(proc: Any, all_tried: asyncio.Event, tried: list[int]) -> tuple[str, float]:
+async def storm_client(
+    proc: PgtarnProcess, all_tried: asyncio.Event, tried: list[int]
+) -> tuple[str, float]:
     """('ok', login seconds), or ('refused:<sqlstate>' | 'error:<text>', 0)."""
     started = time.monotonic()
     writer = None

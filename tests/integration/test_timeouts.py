@@ -61,7 +61,7 @@ def closed_in_log(proc: PgtarnProcess, name: str, reason: str) -> None:
 
 
 def raw_login(
-    proc: Any, user: str = "app", password: str = "app_pass", dbname: str = "app"
+    proc: PgtarnProcess, user: str = "app", password: str = "app_pass", dbname: str = "app"
 ) -> RawClient:
     """A logged-in raw client (up to its first ReadyForQuery)."""
     raw = RawClient(proc.host, proc.port)
@@ -102,7 +102,7 @@ def pid_of(conn: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
-def server_pids(proc: Any) -> set[int]:
+def server_pids(proc: PgtarnProcess) -> set[int]:
     """Backend pids of the servers pgtarn holds now (SHOW SERVERS)."""
     with admin(proc) as console:
         return {int(r["remote_pid"]) for r in show(console, "SERVERS")}
@@ -245,7 +245,7 @@ def test_idle_transaction_timeout_rolls_back(
     assert rows(pg_cluster, table) == [2]  # the abandoned insert was rolled back
 
 
-def _ended_by_transaction_timeout(raw: RawClient, pg_cluster: Any, table: str) -> None:
+def _ended_by_transaction_timeout(raw: RawClient, pg_cluster: TempCluster, table: str) -> None:
     """raw, in a transaction that inserted into table, sleeps past transaction_timeout (1 s):
     it is closed with FATAL 08P01 "transaction timeout", its query cancelled and its insert
     rolled back."""

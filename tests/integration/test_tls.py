@@ -18,7 +18,7 @@ from pgtarn.auth.endpoint import certificate_hash
 from pgtarn.auth.scram import ScramClient
 from pgtarn.proto import build
 from pgtarn.proto.server_login import ServerAuth
-from tests.support import TempCluster
+from tests.support import PgtarnProcess, TempCluster
 
 from .certs import Pki
 from .conftest import PgtarnFactory
@@ -61,7 +61,7 @@ def client_context(pki: Pki, name: str | None) -> ssl.SSLContext:
     return context
 
 
-def refused(proc: Any, **kw: Any) -> psycopg.OperationalError:
+def refused(proc: PgtarnProcess, **kw: Any) -> psycopg.OperationalError:
     with pytest.raises(psycopg.OperationalError) as info:
         connect(proc, **kw).close()
     return info.value
@@ -206,7 +206,7 @@ def test_psql_in_each_sslmode(
     assert ("SSL connection (protocol: TLSv1.3" in out.stdout) is encrypted, out.stdout
 
 
-def direct(proc: Any, pki: Pki, alpn: list[str] | None) -> RawClient:
+def direct(proc: PgtarnProcess, pki: Pki, alpn: list[str] | None) -> RawClient:
     context = ssl.create_default_context(cafile=pki.ca)
     if alpn is not None:
         context.set_alpn_protocols(alpn)
@@ -278,7 +278,7 @@ TLS_USERLIST = {"app": "app_pass", "scram_user": "scram_pass", "tls_only": "tls_
 
 
 def tls_database(
-    cluster: Any, host: str | None = None, port: int | None = None, **more: str
+    cluster: TempCluster, host: str | None = None, port: int | None = None, **more: str
 ) -> dict[str, str]:
     """[databases] with app on the TLS cluster."""
     extra = "".join(f" {key}={value}" for key, value in more.items())
@@ -331,7 +331,7 @@ def test_server_tls_off_meets_postgresql_hostssl_rules(
 TLS_WAIT = {"query_wait_timeout": 1}
 
 
-def tls_wait_error(proc: Any) -> str:
+def tls_wait_error(proc: PgtarnProcess) -> str:
     """The message that ends a client's login while the pool's TLS logins fail."""
     sqlstate, message = login_error(proc, "app", "app_pass")
     assert sqlstate == "08P01", message
@@ -460,7 +460,7 @@ def test_clients_requiring_channel_binding_log_in(
         connect(proc, sslmode="disable", channel_binding="require").close()
 
 
-def sasl_plus_login(proc: Any, pki: Pki, binding: bytes) -> dict[str, str]:
+def sasl_plus_login(proc: PgtarnProcess, pki: Pki, binding: bytes) -> dict[str, str]:
     """A SCRAM-SHA-256-PLUS login whose proof is bound to binding; the final error."""
     raw = RawClient(proc.host, proc.port)
     raw.start_tls(client_context(pki, None))
@@ -530,7 +530,7 @@ def test_server_channel_binding_require_refuses_an_unbound_server(
 
 
 def test_client_tls_protocols_and_ciphers(pgtarn_factory: PgtarnFactory, pki: Pki) -> None:
-    def protocols_in_use(proc: Any) -> set[str]:
+    def protocols_in_use(proc: PgtarnProcess) -> set[str]:
         with admin(proc, sslmode="require") as console:
             return {r["tls"].split("/")[0] for r in show(console, "CLIENTS")}
 
@@ -618,7 +618,7 @@ def test_a_reload_with_a_missing_tls_file_logs_tls_setup_failed(
 
 
 def test_client_tls13_ciphers_choose_the_suite(pgtarn_factory: PgtarnFactory, pki: Pki) -> None:
-    def suites_in_use(proc: Any) -> set[str]:
+    def suites_in_use(proc: PgtarnProcess) -> set[str]:
         with admin(proc, sslmode="require") as console:
             return {r["tls"] for r in show(console, "CLIENTS") if r["database"] == "app"}
 

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import free_port
+from tests.support import PgtarnProcess, free_port
 from tests.support.procs import tcp_clients, wait_children
 
 from .conftest import PgtarnFactory
@@ -24,7 +24,7 @@ from .test_metrics import scrape, value
 pytestmark = pytest.mark.integration
 
 
-def _spread(proc: Any, count: int) -> list[psycopg.Connection[Any]]:
+def _spread(proc: PgtarnProcess, count: int) -> list[psycopg.Connection[Any]]:
     """count autocommit clients, held by both workers (the kernel spreads them; when it
     gave them all to one, one more is opened in place of one of that worker's)."""
     pids = wait_children(proc.proc.pid, 2)
@@ -53,7 +53,7 @@ def _worker_of(conn: psycopg.Connection[Any], name: str) -> int:
     return int(rows[0]["worker"])
 
 
-def _admins(proc: Any) -> dict[int, psycopg.Connection[Any]]:
+def _admins(proc: PgtarnProcess) -> dict[int, psycopg.Connection[Any]]:
     """An admin session on each worker."""
     found: dict[int, psycopg.Connection[Any]] = {}
     for attempt in range(60):

@@ -14,7 +14,7 @@ from pgtarn.admin import metrics
 from pgtarn.admin.metrics import families, merge_families, render, serve_metrics
 from pgtarn.config.settings import Config, DatabaseEntry
 from pgtarn.native.buildinfo import BUILD
-from pgtarn.pool.pool import PooledServer, Waiter
+from pgtarn.pool.pool import Pool, PooledServer, Waiter
 from pgtarn.runtime import Runtime
 
 
@@ -23,7 +23,7 @@ class FakeServer(PooledServer):
 
     _ids = iter(range(1, 1_000_000))
 
-    def __init__(self, pool: Any, last_used: float, client: object | None = None) -> None:
+    def __init__(self, pool: Pool[Any], last_used: float, client: object | None = None) -> None:
         self.id = next(self._ids)
         self.pool = pool
         self.connstr = pool.connstr

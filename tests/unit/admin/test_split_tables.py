@@ -26,7 +26,7 @@ from pgtarn.admin.tables import (
 )
 from pgtarn.config.settings import Config, DatabaseEntry
 from pgtarn.pool.hosts import HostSet
-from pgtarn.pool.pool import PooledServer
+from pgtarn.pool.pool import Pool, PooledServer
 from pgtarn.pool.pool import Waiter as PoolWaiter
 from pgtarn.runtime import Runtime
 
@@ -53,7 +53,7 @@ class FakeServer(PooledServer):
 
     _ids = iter(range(1, 1_000_000))
 
-    def __init__(self, pool: Any, target: tuple[str, int] = ("", 0)) -> None:
+    def __init__(self, pool: Pool[Any], target: tuple[str, int] = ("", 0)) -> None:
         self.id = next(self._ids)
         self.pool = pool
         self.connstr = pool.connstr

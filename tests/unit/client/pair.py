@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from pgtarn.client.connection import ClientConnection
 from pgtarn.config.inifile import parse_config
+from pgtarn.config.settings import DatabaseEntry
+from pgtarn.pool.pool import Pool as PoolOf
+from pgtarn.pool.pool import PooledServer
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.runtime import Runtime
@@ -64,7 +67,8 @@ class Pool:
         self.servers: list[ServerConnection] = []
         self.runtime.registry.launch = self._launch
 
-    def _launch(self, pool: Any, db: Any) -> ServerConnection:
+    def _launch(self, registered: PoolOf[PooledServer], db: DatabaseEntry) -> ServerConnection:
+        pool = cast(PoolOf[ServerConnection], registered)  # (as app.py's launcher narrows it)
         server = ServerConnection(self.runtime, pool, db, server_login_for(self.runtime, pool, db))
         server.connection_made(FakeTransport())
         self.servers.append(server)

@@ -11,8 +11,9 @@ from typing import Any
 from pgtarn.auth.md5 import md5_response, md5_secret
 from pgtarn.client.connection import ClientConnection, cancel_by_key
 from pgtarn.config.inifile import parse_config
+from pgtarn.config.settings import DatabaseEntry
 from pgtarn.errors import PgtarnError
-from pgtarn.pool.pool import PooledServer
+from pgtarn.pool.pool import Pool, PooledServer
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_fields
@@ -121,7 +122,7 @@ def make_runtime(
     runtime = Runtime(config, dict(users if users is not None else {"alice": "pw", "bob": "pw"}))
     launched: list[FakeServer] = []
 
-    def launch(pool: Any, db: Any) -> FakeServer:
+    def launch(pool: Pool[PooledServer], db: DatabaseEntry) -> FakeServer:
         server = FakeServer(pool.connstr)
         launched.append(server)
         return server

@@ -10,6 +10,7 @@ import resource
 import socket
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,7 +159,7 @@ def test_adopt_takes_a_connected_socket(loop: asyncio.AbstractEventLoop) -> None
 
 
 def test_close_tcp_keeps_the_unix_socket_accepting(
-    loop: asyncio.AbstractEventLoop, tmp_path: Any
+    loop: asyncio.AbstractEventLoop, tmp_path: Path
 ) -> None:
     tcp = listening()
     port = tcp.getsockname()[1]

@@ -11,6 +11,7 @@ import select
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -296,7 +297,7 @@ def test_connect_tries_each_address_and_reports_the_failure(
         loop.run_until_complete(connect_transport(Recorder, "", 0, "/nonexistent/.s.PGSQL.1"))
 
 
-def test_connect_over_a_unix_socket(loop: asyncio.AbstractEventLoop, tmp_path: Any) -> None:
+def test_connect_over_a_unix_socket(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
     path = str(tmp_path / ".s.PGSQL.5432")
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
