@@ -140,7 +140,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         #: counted at each Bind, are its framer's.)
         self.tracking: SessionTracking | None = None
         #: read_write_split (transaction and statement mode): where its transactions go.
-        self.route: ClientRoute[ServerConnection] | None = None
+        self.route: ClientRoute[Pool[ServerConnection]] | None = None
         #: Its LISTEN state (listening.py), made when first needed (_listen_made).
         self.listen: ClientListen | None = None
         #: When this client's query and transaction began (monotonic, 0: none under way).

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from ..errors import PgtarnError
-
-if TYPE_CHECKING:  # pool.py builds on this module
-    from .pool import Pool, PooledServer, Unavailable
+from .state import PoolState, Unavailable
 
 FIRST_RETRY_DELAY = 0.05
 #: The delay stops doubling here: far past any cap, and 2.0 ** 1024 would overflow.
@@ -22,7 +18,7 @@ def retry_delay(failures: int, cap: float) -> float:
     return min(cap, FIRST_RETRY_DELAY * 2.0 ** min(max(0, failures - 1), MAX_RETRY_DOUBLINGS))
 
 
-def serves_waiters(pool: Pool[Any], now: float) -> bool:
+def serves_waiters(pool: PoolState, now: float) -> bool:
     """Some established server will go to pool's waiting clients: an idle one, or one that
     is not to be closed when released (RECONNECT, a new connection string, past
     server_lifetime)."""
@@ -37,7 +33,7 @@ def serves_waiters(pool: Pool[Any], now: float) -> bool:
     return False
 
 
-def login_failed(pool: Pool[Any], server: PooledServer, error: PgtarnError, retry: bool) -> None:
+def login_failed(pool: PoolState, server: object, error: PgtarnError, retry: bool) -> None:
     """A server of pool could not connect or log in.
 
     retry: the cause may pass (refused, timed out, TLS, PostgreSQL starting or shutting
@@ -59,7 +55,7 @@ def login_failed(pool: Pool[Any], server: PooledServer, error: PgtarnError, retr
         pool.fail_waiters(error, now)
 
 
-def give_up(pool: Pool[Any], now: float) -> None:
+def give_up(pool: PoolState, now: float) -> None:
     """The janitor, while pool fails (not paused) and has no query_wait_timeout (waits.py):
     with no established server to come free for them, its clients get the error once they
     waited connect_timeout (while servers run, they are served as those are released)."""
@@ -69,7 +65,7 @@ def give_up(pool: Pool[Any], now: float) -> None:
     pool.fail_waiters(failure, now - pool.connect_timeout)
 
 
-def refused_from_cache(pool: Pool[Any], waiter: Unavailable, now: float) -> bool:
+def refused_from_cache(pool: PoolState, waiter: Unavailable, now: float) -> bool:
     """A client asks failing pool for a server: it gets the cached error (True) when the
     logins fail for good and neither an attempt nor a server is to come before the next
     retry; else it may wait (False)."""

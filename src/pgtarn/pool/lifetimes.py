@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pool.py builds on this module
-    from .pool import Pool
+from .state import PoolState
 
 
-def expire_idle(pool: Pool[Any], now: float) -> None:
+def expire_idle(pool: PoolState, now: float) -> None:
     """The janitor closes a pool's idle servers past server_lifetime, or unused for
     server_idle_timeout."""
     for server in list(pool.idle):
@@ -27,7 +24,7 @@ def expire_idle(pool: Pool[Any], now: float) -> None:
         server.close(reason)
 
 
-def reconnect(pool: Pool[Any]) -> None:
+def reconnect(pool: PoolState) -> None:
     """RECONNECT: close a pool's idle servers now and the others when they are released; the
     listener connection reconnects at once."""
     for server in pool.servers():

@@ -44,12 +44,12 @@ from .channels import ChannelBoard
 from .failing import login_failed, refused_from_cache
 from .idle import IdleServers
 from .lifetimes import expire_idle
+from .state import ReplicationLink, Unavailable
 from .stats import PoolStats
 from .waiting import WaitQueue
 from .waits import expire_waiters
 
-if TYPE_CHECKING:  # a pool holds its Split and replication servers; they build on this module
-    from .replication import ReplicationServers
+if TYPE_CHECKING:  # a pool holds its Split, which sees pools as state.SplitPool
     from .split import Split
 
 
@@ -98,12 +98,6 @@ class ServerGate(Protocol):
     def gives_back(self, pool: Pool[Any], server: PooledServer) -> bool:
         """Whether server, released to pool, is closed (by the gate) for its slot to go to
         another worker."""
-
-
-class Unavailable(Protocol):
-    """What the pool needs of any client it may have to give up on."""
-
-    def server_unavailable(self, error: PgtarnError) -> None: ...
 
 
 #: A waiter's server type (a waiter of some servers takes any of them: contravariant).
@@ -239,10 +233,10 @@ class Pool(Generic[S]):
         #: statement mode; given by the registry).
         self.board: ChannelBoard | None = None
         #: read_write_split: this (database, user)'s pools; a replica's pool: its host's index.
-        self.split: Split[S] | None = None
+        self.split: Split[Pool[S]] | None = None
         self.host_index = -1
         #: Its replication clients' own servers and those waiting for room (replication.py).
-        self.replication: ReplicationServers[S] | None = None
+        self.replication: ReplicationLink | None = None
 
     def __repr__(self) -> str:
         return f"<Pool {self.database}/{self.user}>"
@@ -334,6 +328,18 @@ class Pool(Generic[S]):
         ):
             self._grow(now)
         return None
+
+    def take_waiters_of(self, other: Pool[S]) -> None:
+        """other's waiting clients wait here instead, after this pool's own (a replica went
+        down: its readers go to the primary), keeping how long they waited."""
+        now = self.clock()
+        while other.waiting:
+            since = other.waiting.first_since()
+            self.waiting.append(other.waiting.popleft(), since)
+        if not self.paused:
+            while self.waiting and self.idle:
+                self._to_idle(self.idle.pop())  # to the first waiter
+            self._grow(now)
 
     def cancel_wait(self, waiter: Waiter[S]) -> None:
         """Take a waiter out of the queue (it left or timed out)."""
@@ -549,19 +555,6 @@ class Pool(Generic[S]):
             self._grow(self.clock())
         if self.board is not None:
             self.board.resume()  # notifications held while paused
-
-
-def take_waiters(pool: Pool[S], other: Pool[S]) -> None:
-    """other's waiting clients wait in pool instead, after pool's own (a replica went down:
-    its readers go to the primary), keeping how long they waited."""
-    now = pool.clock()
-    while other.waiting:
-        since = other.waiting.first_since()
-        pool.waiting.append(other.waiting.popleft(), since)
-    if not pool.paused:
-        while pool.waiting and pool.idle:
-            pool._to_idle(pool.idle.pop())  # to the first waiter
-        pool._grow(now)
 
 
 def open_granted(pool: Pool[S]) -> None:

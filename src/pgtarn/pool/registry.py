@@ -58,7 +58,7 @@ class Registry(Generic[S]):
         #: checker (started by the app's start_health) and the splits that use it.
         self.hostsets: dict[str, HostSet] = {}
         self.checkers: dict[str, Closable] = {}
-        self.splits: dict[str, list[Split[S]]] = {}
+        self.splits: dict[str, list[Split[Pool[S]]]] = {}
         self.start_health: Callable[[HostSet, Pool[S], DatabaseEntry], Closable] | None = None
         #: The replicas' pools of every split (their home pools are in pools).
         self.replica_pools: list[Pool[S]] = []
@@ -121,7 +121,7 @@ class Registry(Generic[S]):
             )
             if self.start_health is not None:
                 self.checkers[key] = self.start_health(hosts, home, db)
-        split: Split[S] = Split(
+        split: Split[Pool[S]] = Split(
             hosts,
             home,
             lambda index: self._replica_pool(home, index),
@@ -402,7 +402,7 @@ class Registry(Generic[S]):
         )
 
 
-def _write_entry(db: DatabaseEntry, split: Split[S]) -> DatabaseEntry:
+def _write_entry(db: DatabaseEntry, split: Split[Pool[S]]) -> DatabaseEntry:
     """A split's entry for a connection that may write: to the primary, or (none known)
     whichever host of the list takes writes."""
     primary = split.write_target()
@@ -418,7 +418,7 @@ def _write_entry(db: DatabaseEntry, split: Split[S]) -> DatabaseEntry:
     )
 
 
-def _replica_entry(db: DatabaseEntry, split: Split[S], index: int) -> DatabaseEntry:
+def _replica_entry(db: DatabaseEntry, split: Split[Pool[S]], index: int) -> DatabaseEntry:
     """A split's entry for a replica's pool: that host alone (a promoted one serves reads
     too until the checks move them)."""
     host = split.hosts.hosts[index]

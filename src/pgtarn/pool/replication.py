@@ -111,6 +111,8 @@ class ReplicationServers(Generic[S]):
 def replication_of(pool: Pool[S]) -> ReplicationServers[S]:
     """pool's replication servers (made at its first replication client)."""
     servers = pool.replication
-    if servers is None:
-        servers = pool.replication = ReplicationServers(pool)
-    return servers
+    if isinstance(servers, ReplicationServers):  # (the pool holds it as a state.ReplicationLink)
+        return servers
+    made = ReplicationServers(pool)
+    pool.replication = made
+    return made

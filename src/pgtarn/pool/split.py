@@ -11,21 +11,24 @@ pool when primary_reads is on; with none of them, to the home pool.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic
+from typing import Generic, TypeVar
 
 from ..session.effects import Kind
 from .hosts import REPLICA, HostSet, HostState
-from .pool import Pool, S, take_waiters
+from .state import SplitPool
+
+#: The pools of a split (pool.P, seen as a SplitPool).
+P = TypeVar("P", bound=SplitPool)
 
 
-class Split(Generic[S]):
+class Split(Generic[P]):
     """The pools of one (database, user) of a split database, and the choice among them."""
 
     def __init__(
         self,
         hosts: HostSet,
-        home: Pool[S],
-        make: Callable[[int], Pool[S]],
+        home: P,
+        make: Callable[[int], P],
         *,
         mode: str,
         primary_reads: bool,
@@ -39,7 +42,7 @@ class Split(Generic[S]):
         self.mode = mode
         self.primary_reads = primary_reads
         self.read_your_writes = read_your_writes
-        self.replicas: dict[int, Pool[S]] = {}
+        self.replicas: dict[int, P] = {}
         #: Where the next tie between equally loaded pools starts (reads take turns).
         self.turn = 0
         #: The primary the home pool's servers connect to ("" before one is known).
@@ -48,7 +51,7 @@ class Split(Generic[S]):
     def __repr__(self) -> str:
         return f"<Split {self.home.database}/{self.home.user}>"
 
-    def read_pool(self, since: float) -> Pool[S]:
+    def read_pool(self, since: float) -> P:
         """The pool for a read-only transaction of a client whose last write committed at
         since (monotonic; 0.0: none)."""
         hosts = self.hosts
@@ -79,11 +82,11 @@ class Split(Generic[S]):
             best_host.routed += 1
         return best
 
-    def _replica(self, index: int) -> Pool[S]:
+    def _replica(self, index: int) -> P:
         pool = self.replicas[index] = self.make(index)
         return pool
 
-    def write_pool(self) -> Pool[S]:
+    def write_pool(self) -> P:
         """The pool for a transaction that may write: the home pool (counted as routed to
         the primary)."""
         primary = self.hosts.primary
@@ -121,13 +124,13 @@ class Split(Generic[S]):
             if pool.idle:
                 pool.close_idle(f"{host.key} is {host.role if host.up else 'down'}")
             if pool.waiting and not pool.active:
-                take_waiters(home, pool)
+                home.take_waiters_of(pool)
 
     def client_left(self, client: object) -> None:
         """A client of the home pool is gone: out of the replicas' queues too."""
         for pool in self.replicas.values():
             if pool.waiting:
-                pool.cancel_wait(client)  # type: ignore[arg-type]
+                pool.cancel_wait(client)
 
     def login_failed(self, index: int, message: str) -> None:
         """A server of the home pool (index -1) or of a replica's could not log in: the
@@ -137,14 +140,14 @@ class Split(Generic[S]):
         self.hosts.wake()
 
 
-class ClientRoute(Generic[S]):
+class ClientRoute(Generic[P]):
     """One client's way through a split (transaction and statement mode): the kind of the
     transaction it starts (read by the relay from its first bytes), where it goes, and when
     the client's last write committed (read-your-writes)."""
 
     __slots__ = ("begin", "kind", "reads_only", "split", "writing", "wrote_at")
 
-    def __init__(self, split: Split[S], reads_only: bool) -> None:
+    def __init__(self, split: Split[P], reads_only: bool) -> None:
         self.split = split
         #: The `_ro` database: every transaction is a read.
         self.reads_only = reads_only
@@ -158,7 +161,7 @@ class ClientRoute(Generic[S]):
         #: statement that follows (SET TRANSACTION READ ONLY); sent ahead of it ("": none).
         self.begin = ""
 
-    def pool_for(self, reads_by_default: bool) -> Pool[S]:
+    def pool_for(self, reads_by_default: bool) -> P:
         """The pool of the transaction starting now (reads_by_default: the client set
         default_transaction_read_only)."""
         kind = self.kind

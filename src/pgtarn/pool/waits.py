@@ -12,13 +12,9 @@ cannot be reached. (An error that will not pass reaches them at once: failing.py
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from ..errors import PgtarnError
 from .failing import give_up
-
-if TYPE_CHECKING:  # pool.py builds on this module
-    from .pool import Pool
+from .state import PoolState
 
 #: query_wait_timeout: closes the client as PgBouncer does (class 08: the connection is gone).
 WAIT_TIMEOUT = "query_wait_timeout: no server connection became free in {:g} s"
@@ -26,7 +22,7 @@ WAIT_TIMEOUT = "query_wait_timeout: no server connection became free in {:g} s"
 QUERY_WAIT_TIMEOUT = "query_timeout: no server connection in {:g} s"
 
 
-def expire_waiters(pool: Pool[Any], now: float) -> None:
+def expire_waiters(pool: PoolState, now: float) -> None:
     """The janitor's visit: close the clients that waited too long (see the module)."""
     query = pool.client_timeouts.query
     if query > 0 and pool.max_wait(now) > query:
@@ -39,7 +35,7 @@ def expire_waiters(pool: Pool[Any], now: float) -> None:
         give_up(pool, now)
 
 
-def _timeout(pool: Pool[Any], text: str, seconds: float) -> PgtarnError:
+def _timeout(pool: PoolState, text: str, seconds: float) -> PgtarnError:
     message = text.format(seconds)
     if pool.failure is not None:  # why no server came: the last attempt's error
         message += f" (last error: {pool.failure.message})"

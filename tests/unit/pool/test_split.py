@@ -73,7 +73,7 @@ def registry() -> Registry[FakeServer]:
     return registry
 
 
-def _split(registry: Registry[FakeServer], user: str = "u") -> Split[FakeServer]:
+def _split(registry: Registry[FakeServer], user: str = "u") -> Split[Pool[FakeServer]]:
     pool = registry.get_pool(registry.config.databases["app"], user)
     assert pool.split is not None
     return pool.split
