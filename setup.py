@@ -1,9 +1,9 @@
 """Build pgtarn: the hot-path modules compiled with mypyc when it can, else pure Python.
 
-The modules of COMPILED are what a transaction runs through (framing, relay, link, pool,
-statement tracking) and what a login does (SCRAM, the access decision, the runtime's keys).
-mypyc turns their type-annotated Python into a C extension that runs the same code two to
-three times faster. Pure Python stays the fallback with the same behaviour:
+The modules of COMPILED (listed in src/pgtarn/native/compiled.py, which says why those) are
+what a transaction runs through and what a login does. mypyc turns their type-annotated
+Python into a C extension that runs the same code two to three times faster. Pure Python
+stays the fallback with the same behaviour:
 
 - PGTARN_PURE=1 in the environment, or mypyc missing: nothing is compiled;
 - an editable install (pip install -e) is never compiled, since an extension module next to
@@ -18,6 +18,7 @@ as well as in the build's output (which pip shows only with -v).
 from __future__ import annotations
 
 import os
+import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,50 +26,8 @@ from typing import Any
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-COMPILED = [
-    "pgtarn/views/states.py",
-    "pgtarn/proto/msgtypes.py",
-    "pgtarn/proto/framing.py",
-    "pgtarn/proto/messages.py",
-    "pgtarn/proto/build.py",
-    "pgtarn/proto/client_login.py",
-    "pgtarn/proto/client_side.py",
-    "pgtarn/proto/cancelkey.py",
-    "pgtarn/proto/parameters.py",
-    "pgtarn/auth/scram.py",
-    "pgtarn/pool/idle.py",
-    "pgtarn/pool/pool.py",
-    "pgtarn/pool/stats.py",
-    "pgtarn/pool/waiting.py",
-    "pgtarn/session/effects.py",
-    "pgtarn/session/fifo.py",
-    "pgtarn/session/framer.py",
-    "pgtarn/session/prepared.py",
-    "pgtarn/session/rewrite.py",
-    "pgtarn/session/rows.py",
-    "pgtarn/session/statements.py",
-    "pgtarn/session/sqlnames.py",
-    "pgtarn/session/stale.py",
-    "pgtarn/session/tracking.py",
-    "pgtarn/net/transport.py",
-    "pgtarn/net/sending.py",
-    "pgtarn/server/linked.py",
-    "pgtarn/server/transport.py",
-    "pgtarn/client/extras.py",
-    "pgtarn/client/parsers.py",
-    "pgtarn/client/access.py",
-    "pgtarn/runtime.py",
-    "pgtarn/server/relay.py",
-    "pgtarn/server/connection.py",
-    "pgtarn/server/replication.py",  # subclasses ServerConnection: compiled with it
-    "pgtarn/client/transport.py",
-    "pgtarn/client/tracking.py",
-    "pgtarn/client/listening.py",
-    "pgtarn/client/link.py",
-    "pgtarn/client/relay.py",
-    "pgtarn/client/login.py",
-    "pgtarn/client/connection.py",
-]
+#: The modules mypyc compiles, listed once in the package, where the tree shows them.
+COMPILED: list[str] = list(runpy.run_path("src/pgtarn/native/compiled.py")["COMPILED"])
 
 #: The socket receive and sends of pgtarn's own transport (net/transport.py, net/sending.py):
 #: plain C, chosen in native/__init__.py, built with the compiled modules and dropped with

@@ -2,8 +2,8 @@
 
 Two kinds of code are native in the compiled build:
 
-- the modules listed in setup.py's COMPILED, which mypyc compiles from their Python source
-  (the same source runs as it is in the pure build);
+- the modules listed in compiled.py (setup.py reads it), which mypyc compiles from their
+  Python source (the same source runs as it is in the pure build);
 - two small C modules here: ``_io.c`` (recv(2), send(2), accept4(2) and the epoll calls of
   net/transport.py's sockets) and ``_shape.c`` (a query's shape for session/effects.py's first
   look). Their pure counterparts live beside their callers and behave the same.

@@ -1,4 +1,4 @@
-/* pgtarn.net._io: accept, receive and send on non-blocking sockets, and watch them, keeping
+/* pgtarn.native._io: accept, receive and send on non-blocking sockets, and watch them, keeping
  * the GIL.
  *
  * uvloop hands a read to Python through two callbacks that each take the GIL back (one to

@@ -1,4 +1,4 @@
-/* pgtarn.session._shape: a query's shape, its text with every digit made a zero, in C.
+/* pgtarn.native._shape: a query's shape, its text with every digit made a zero, in C.
  *
  * The relay asks what each Query and Parse may do (session/effects.py: first_look) and
  * caches the answer by the body's shape, since digits never decide it. bytes.translate

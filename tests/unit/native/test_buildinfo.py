@@ -6,11 +6,13 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import runpy
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pgtarn
 from pgtarn.native import buildinfo
+from pgtarn.native.compiled import COMPILED
 from pgtarn.proto import framing
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,16 +37,26 @@ def test_every_compiled_module_is_all_or_none() -> None:
 
 
 def _compiled_list() -> list[str]:
-    """setup.py's COMPILED, read without running setup.py."""
+    """native/compiled.py's COMPILED, each a module of the package."""
+    for path in COMPILED:
+        assert (ROOT / "src" / path).is_file(), path
+    return list(COMPILED)
+
+
+def test_the_compiled_modules_are_listed_once_where_setup_reads_them() -> None:
+    """setup.py names no module to compile itself: it reads native/compiled.py (run alone, as
+    setup.py runs it, it gives the same list as imported)."""
     tree = ast.parse((ROOT / "setup.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED":
-            value = ast.literal_eval(node.value)
-            assert isinstance(value, list)
-            for path in value:
-                assert (ROOT / "src" / path).is_file(), path
-            return value
-    raise AssertionError("setup.py has no COMPILED list")
+    named = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and "pgtarn/" in node.value
+        and node.value.endswith(".py")
+    ]
+    assert named == ["src/pgtarn/native/compiled.py"]
+    assert runpy.run_path(str(ROOT / named[0]))["COMPILED"] == COMPILED
 
 
 def test_no_interpreted_class_inherits_from_a_compiled_one() -> None:
