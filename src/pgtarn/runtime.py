@@ -112,7 +112,7 @@ LookupFactory = Callable[["Runtime", DatabaseEntry, str, str], SecretSource]
 class Runtime:
     """Everything a client or server connection needs from the running pooler.
 
-    It holds connections only through the views (``views.py``): the connection layers sit
+    It holds connections only through the views (``views/protocols.py``): the connection layers sit
     above it and the composition root wires in what must be made (servers, lookups).
     """
 

@@ -1,6 +1,6 @@
 """The typed, immutable Config and its settings: names, kinds, defaults, value parsers.
 
-configfile.py reads pgbouncer.ini into it.
+inifile.py reads pgbouncer.ini into it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`python -m pgtarn.reference [--check] [DIR] [--man PATH]`: write the reference pages and
-the man page (or check that they are up to date)."""
+"""`python -m pgtarn.reference [--check] [DIR] [--man PATH] [--architecture PATH]`: write the
+reference pages, the man page and ARCHITECTURE.md's file list (or check they are up to date)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import man
+from . import layout, man
 from .pages import PAGES, stale, write
 
 
@@ -30,6 +30,14 @@ def main(argv: list[str] | None = None) -> int:
         help="where the man page pgtarn(1) goes (default: contrib/pgtarn.1)",
     )
     parser.add_argument(
+        "--architecture",
+        default="ARCHITECTURE.md",
+        type=Path,
+        metavar="PATH",
+        help="the file whose list of modules is made from their docstrings, with the source "
+        "tree beside it (default: ARCHITECTURE.md)",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if a page is not up to date"
     )
     args = parser.parse_args(argv)
@@ -38,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         old = [args.directory / name for name in stale(args.directory)]
         old += [args.man] if man_stale else []
+        old += [args.architecture] if layout.stale(args.architecture) else []
         for path in old:
             print(f"{path}: out of date; run python -m pgtarn.reference")
         return 1 if old else 0
@@ -47,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         args.man.parent.mkdir(parents=True, exist_ok=True)
         args.man.write_text(man_page, encoding="utf-8")
         print(f"wrote {args.man}")
-    print(f"{len(PAGES)} pages and the man page up to date")
+    if layout.write(args.architecture):
+        print(f"wrote {args.architecture}")
+    print(f"{len(PAGES)} pages, the man page and {args.architecture}'s file list up to date")
     return 0
 
 

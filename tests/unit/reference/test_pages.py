@@ -12,6 +12,8 @@ from pgtarn.reference import metrics, settings
 from pgtarn.reference.__main__ import main
 from pgtarn.reference.pages import PAGES
 
+from .test_architecture import make_repository
+
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "reference"
 
 
@@ -60,6 +62,7 @@ def test_check_flags_a_stale_page_and_writing_fixes_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = [str(tmp_path), "--man", str(tmp_path / "man" / "pgtarn.1")]
+    args += ["--architecture", str(make_repository(tmp_path / "repo"))]
     assert main(["--check", *args]) == 1
     assert "out of date" in capsys.readouterr().out
     assert main(args) == 0
