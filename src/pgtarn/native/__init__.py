@@ -1,4 +1,6 @@
-"""The one place that chooses this build's native C helpers, or None for each in the pure build.
+"""The compiled boundary: the C helpers, chosen here (each None when pure); what mypyc compiles.
+
+This module is the one place that chooses the native C helpers of this build.
 
 Two kinds of code are native in the compiled build:
 
@@ -9,7 +11,8 @@ Two kinds of code are native in the compiled build:
   look). Their pure counterparts live beside their callers and behave the same.
 
 A caller takes a helper from here when it is not None, else its own pure function. Both C
-modules are built with the compiled modules and dropped with them when compiling fails.
+modules are built with the compiled modules and dropped with them when compiling fails;
+buildinfo.py says which of the two builds runs.
 
 pgtarn runs on Linux: its transports use epoll, native or pure.
 """
