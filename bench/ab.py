@@ -19,11 +19,13 @@ from pathlib import Path
 import harness  # noqa: F401  (puts the repository root on sys.path)
 from run import (
     Database,
+    PgBouncerMissing,
     Pooler,
     Result,
+    add_pgbouncer_option,
     add_postgres_options,
     cases,
-    ensure_pgbouncer,
+    find_pgbouncer,
     int_list,
     log,
     make_workdir,
@@ -65,6 +67,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--no-pgbouncer", action="store_true")
+    add_pgbouncer_option(parser)
     add_postgres_options(parser)
     args = parser.parse_args()
     prepare_process()
@@ -74,8 +77,12 @@ def main() -> int:
         "before": BuildPooler("before", args.before.resolve(), workdir, db),
         "after": BuildPooler("after", SRC, workdir, db),
     }
-    if not args.no_pgbouncer and (binary := ensure_pgbouncer()) is not None:
-        poolers["pgbouncer"] = Pooler("pgbouncer", [binary], workdir, db, postgres_account())
+    if not args.no_pgbouncer:
+        try:
+            binary = find_pgbouncer(args.pgbouncer)
+            poolers["pgbouncer"] = Pooler("pgbouncer", [binary], workdir, db, postgres_account())
+        except PgBouncerMissing as exc:
+            log(str(exc))
     targets = list(poolers)
     results: list[Result] = []
     try:

@@ -26,11 +26,14 @@ from pathlib import Path
 
 from run import (
     Database,
+    PgBouncerMissing,
     Pooler,
+    add_pgbouncer_option,
     add_postgres_options,
     clean_env,
-    ensure_pgbouncer,
+    find_pgbouncer,
     int_list,
+    log,
     make_workdir,
     postgres_account,
     prepare_process,
@@ -204,6 +207,7 @@ def main() -> int:
         metavar="PATH",
         help="record pgtarn with call graphs (for perf report) and keep it at PATH",
     )
+    add_pgbouncer_option(p)
     add_postgres_options(p)
     args = p.parse_args()
     args.memory_clients = [2]
@@ -216,9 +220,11 @@ def main() -> int:
         "pgtarn": Pooler("pgtarn", [sys.executable, "-m", "pgtarn"], workdir, db, None),
         "forwarder": Pooler("forwarder", [sys.executable, str(FORWARDER)], workdir, db, None),
     }
-    binary = ensure_pgbouncer()
-    if binary is not None:
+    try:
+        binary = find_pgbouncer(args.pgbouncer)
         poolers = {"pgbouncer": Pooler("pgbouncer", [binary], workdir, db, account), **poolers}
+    except PgBouncerMissing as exc:
+        log(str(exc))
     try:
         db.setup()
         version = subprocess.run(

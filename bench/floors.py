@@ -38,10 +38,13 @@ from run import (
     BENCH_DB,
     BENCH_USER,
     Database,
+    PgBouncerMissing,
     Pooler,
+    add_pgbouncer_option,
     add_postgres_options,
     clean_env,
-    ensure_pgbouncer,
+    find_pgbouncer,
+    log,
     make_workdir,
     parse_pgbench,
     postgres_account,
@@ -188,8 +191,11 @@ def prepared_ceiling(args: argparse.Namespace) -> dict[str, list[float]]:
                "pgtarn (transaction mode, pool 20)":
                Pooler("pgtarn", [sys.executable, "-m", "pgtarn"], workdir, db, None)}  # fmt: skip
     settings: dict[str, tuple[tuple[str, object], ...]] = {}
-    binary = ensure_pgbouncer()
-    if binary is not None:
+    try:
+        binary = find_pgbouncer(args.pgbouncer)
+    except PgBouncerMissing as exc:
+        log(str(exc))
+    else:
         label = "PgBouncer (session mode, a server per client)"
         poolers = {label: Pooler("pgbouncer", [binary], workdir, db, account), **poolers}
         settings[label] = (("pool_mode", "session"), ("default_pool_size", args.clients + 10))
@@ -235,6 +241,7 @@ def main() -> int:
         help="interpreter(s) whose memory at start to measure (default: this one)",
     )
     p.add_argument("--serve", choices=["uvloop", "asyncio"], help=argparse.SUPPRESS)
+    add_pgbouncer_option(p)
     add_postgres_options(p)
     args = p.parse_args()
     if args.serve:

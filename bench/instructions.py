@@ -30,11 +30,14 @@ from pathlib import Path
 import run
 from run import (
     Database,
+    PgBouncerMissing,
     Pooler,
+    add_pgbouncer_option,
     add_postgres_options,
     clean_env,
-    ensure_pgbouncer,
+    find_pgbouncer,
     int_list,
+    log,
     make_workdir,
     postgres_account,
     prepare_process,
@@ -129,6 +132,7 @@ def main() -> int:
         metavar="N1,N2",
         help="transactions per client of the two runs (200,1200)",
     )
+    add_pgbouncer_option(p)
     add_postgres_options(p)
     args = p.parse_args()
     if len(args.transactions) != 2 or not 0 < args.transactions[0] < args.transactions[1]:
@@ -147,9 +151,10 @@ def main() -> int:
         "pgtarn": ([sys.executable, "-m", "pgtarn"], None),
         "forwarder": ([sys.executable, str(FORWARDER)], None),
     }
-    binary = ensure_pgbouncer()
-    if binary is not None:
-        commands = {"pgbouncer": ([binary], account), **commands}
+    try:
+        commands = {"pgbouncer": ([find_pgbouncer(args.pgbouncer)], account), **commands}
+    except PgBouncerMissing as exc:
+        log(str(exc))
     rows: dict[str, tuple[float, dict[str, float]]] = {}
     try:
         db.setup()

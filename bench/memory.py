@@ -1,4 +1,4 @@
-"""Idle-client memory test: open many SCRAM-authenticated idle clients and read the pooler's RSS."""
+"""Idle-client memory test: open many SCRAM-authenticated idle clients, read the pooler's memory."""
 
 from __future__ import annotations
 
@@ -86,32 +86,92 @@ def proc_status_kb(pid: int, key: str) -> int:
     raise KeyError(f"{key} not in /proc/{pid}/status")
 
 
-async def _settled_rss(pid: int, max_wait: float = 5.0) -> int:
-    """VmRSS once two reads half a second apart differ by < 256 kB (or after max_wait)."""
+def proc_pss_kb(pid: int) -> int:
+    """PSS of a process in kB: its private pages plus each shared page divided by the
+    processes that share it (/proc/<pid>/smaps_rollup), what a worker really adds."""
+    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    raise KeyError(f"no Pss in /proc/{pid}/smaps_rollup")
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and its live children (a pgtarn supervisor's workers), children by pid."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return [pid, *sorted(found)]
+
+
+def tree_rss_kb(pids: list[int]) -> int:
+    return sum(proc_status_kb(pid, "VmRSS") for pid in pids)
+
+
+async def _settled_rss(pids: list[int], max_wait: float = 5.0) -> int:
+    """Summed VmRSS once two reads half a second apart differ by < 256 kB (or after max_wait)."""
     deadline = time.monotonic() + max_wait
-    last = proc_status_kb(pid, "VmRSS")
+    last = tree_rss_kb(pids)
     while time.monotonic() < deadline:
         await asyncio.sleep(0.5)
-        now = proc_status_kb(pid, "VmRSS")
+        now = tree_rss_kb(pids)
         if abs(now - last) < 256:
             return now
         last = now
     return last
 
 
+@dataclass(frozen=True)
+class ProcessMemory:
+    """One process of a pooler: a single process, or a supervisor or one of its workers."""
+
+    role: str
+    pid: int
+    rss_kb: int
+    pss_kb: int
+
+
 @dataclass
 class MemoryResult:
-    """RSS of one pooler with 1 warm client, then with more idle clients."""
+    """Memory of one pooler (all its processes) with 1 warm client, then more idle clients."""
 
-    baseline_kb: int = 0
-    rss_kb: dict[int, int] = field(default_factory=dict)  # clients -> VmRSS
+    baseline_kb: int = 0  # RSS, summed over the processes
+    baseline_pss_kb: int = 0
+    processes: list[ProcessMemory] = field(default_factory=list)  # with the one client
+    rss_kb: dict[int, int] = field(default_factory=dict)  # clients -> summed VmRSS
+    pss_kb: dict[int, int] = field(default_factory=dict)  # clients -> summed PSS
     open_fds: dict[int, int] = field(default_factory=dict)  # clients -> the pooler's open fds
     kb_per_client: dict[int, float] = field(default_factory=dict)
     open_seconds: dict[int, float] = field(default_factory=dict)
     error: str = ""
 
 
-async def _measure(login: Login, pid: int, levels: list[int], batch: int) -> MemoryResult:
+def snapshot(pids: list[int]) -> list[ProcessMemory]:
+    """RSS and PSS of each process; the first is the one started (a supervisor if more)."""
+    roles = ["process"] if len(pids) == 1 else \
+        ["supervisor", *(f"worker {n}" for n in range(1, len(pids)))]  # fmt: skip
+    return [ProcessMemory(role, pid, proc_status_kb(pid, "VmRSS"), proc_pss_kb(pid))
+            for role, pid in zip(roles, pids, strict=True)]  # fmt: skip
+
+
+async def _all_started(pid: int, processes: int, max_wait: float = 15.0) -> list[int]:
+    """The process tree once it has `processes` processes (a supervisor's workers started)."""
+    deadline = time.monotonic() + max_wait
+    while len(pids := process_tree(pid)) < processes and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    return pids
+
+
+async def _measure(login: Login, pid: int, levels: list[int], batch: int,
+                   processes: int) -> MemoryResult:  # fmt: skip
     result = MemoryResult()
     conns: list[Connection] = []
     gate = asyncio.Semaphore(batch)
@@ -121,8 +181,11 @@ async def _measure(login: Login, pid: int, levels: list[int], batch: int) -> Mem
             conns.append(await connect(login))
 
     try:
+        pids = await _all_started(pid, processes)
         conns.append(await connect(login))  # the pool exists, a server is warm
-        result.baseline_kb = await _settled_rss(pid)
+        result.baseline_kb = await _settled_rss(pids)
+        result.processes = snapshot(pids)
+        result.baseline_pss_kb = sum(p.pss_kb for p in result.processes)
         for level in sorted(levels):
             started = time.monotonic()
             tasks = [asyncio.ensure_future(one()) for _ in range(level - len(conns))]
@@ -134,10 +197,11 @@ async def _measure(login: Login, pid: int, levels: list[int], batch: int) -> Mem
                 )
                 break
             result.open_seconds[level] = time.monotonic() - started
-            rss = await _settled_rss(pid)
+            rss = await _settled_rss(pids)
             result.rss_kb[level] = rss
+            result.pss_kb[level] = sum(proc_pss_kb(p) for p in pids)
             result.kb_per_client[level] = (rss - result.baseline_kb) / max(level - 1, 1)
-            result.open_fds[level] = len(os.listdir(f"/proc/{pid}/fd"))
+            result.open_fds[level] = sum(len(os.listdir(f"/proc/{p}/fd")) for p in pids)
             if result.open_fds[level] < level:  # sanity check: it really holds the clients
                 result.error = f"{level} clients, but the pooler has {result.open_fds[level]} fds"
                 break
@@ -148,10 +212,12 @@ async def _measure(login: Login, pid: int, levels: list[int], batch: int) -> Mem
     return result
 
 
-def measure_memory(login: Login, pid: int, levels: list[int], batch: int = 200) -> MemoryResult:
-    """Connect idle clients up to each level in `levels` (totals); read `pid`'s VmRSS at each.
+def measure_memory(login: Login, pid: int, levels: list[int], batch: int = 200,
+                   processes: int = 1) -> MemoryResult:  # fmt: skip
+    """Connect idle clients up to each level in `levels` (totals); read the memory of `pid`
+    and its children (`processes` in all: a supervisor and its workers) at each.
 
-    KB per client is (RSS at level - RSS with one client) / (level - 1). Logins run
-    `batch` at a time; every client sends one SELECT 1 and then stays idle.
+    KB per client is (RSS at level - RSS with one client) / (level - 1), RSS summed over the
+    processes. Logins run `batch` at a time; every client sends one SELECT 1 and stays idle.
     """
-    return asyncio.run(_measure(login, pid, levels, batch))
+    return asyncio.run(_measure(login, pid, levels, batch, processes))

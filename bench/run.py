@@ -21,7 +21,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import PostgresNotFound, TempCluster, find_bindir, free_port, userlist_line
-from memory import Login, MemoryResult, check_login, measure_memory, proc_status_kb
+from memory import (
+    Login,
+    MemoryResult,
+    check_login,
+    measure_memory,
+    proc_status_kb,
+    process_tree,
+)
 
 import pgtarn
 from pgtarn.errors import PgtarnError
@@ -112,22 +119,6 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def process_tree(pid: int) -> list[int]:
-    """pid and its live children (a pgtarn supervisor's workers)."""
-    found = [pid]
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(entry))
-    return found
 
 
 def tree_cpu_seconds(pids: list[int]) -> float:
@@ -262,25 +253,43 @@ class Database:
 # --------------------------------------------------------------------------- poolers
 
 
-def ensure_pgbouncer() -> str | None:
-    """Path of pgbouncer, installing Debian's package if needed; None if it cannot be had."""
-    if os.path.exists(PGBOUNCER):
-        return PGBOUNCER
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return None
-    log("installing pgbouncer (apt-get install -y pgbouncer) ...")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+class PgBouncerMissing(Exception):
+    """No PgBouncer binary to compare against; the message says what is missing."""
 
-    def apt(*cmd: str) -> bool:
-        res = subprocess.run(["apt-get", "-q", *cmd], env=env, capture_output=True, timeout=900)
-        return res.returncode == 0
 
-    if not apt("install", "-y", "pgbouncer"):
-        apt("update")
-        apt("install", "-y", "pgbouncer")
-    if shutil.which("service"):
-        subprocess.run(["service", "pgbouncer", "stop"], capture_output=True, check=False)
-    return PGBOUNCER if os.path.exists(PGBOUNCER) else None
+def find_pgbouncer(path: str | None) -> str:
+    """The PgBouncer binary to start: `path` (--pgbouncer), else the one on PATH, else
+    Debian's. Nothing is ever installed: a missing binary is said, for the caller to skip."""
+    if path is not None:
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise PgBouncerMissing(f"--pgbouncer {path}: no executable file there")
+        return os.path.abspath(path)
+    found = shutil.which("pgbouncer") or (PGBOUNCER if os.access(PGBOUNCER, os.X_OK) else None)
+    if found is None:
+        raise PgBouncerMissing(
+            "no pgbouncer on PATH (nor " + PGBOUNCER + "): PgBouncer skipped; build one "
+            "(docs/benchmarks.md) and pass --pgbouncer PATH, or install your distribution's package"
+        )
+    return found
+
+
+def pgbouncer_version(binary: str) -> str:
+    """PgBouncer's version as `pgbouncer -V` prints it (1.25.2)."""
+    return version_of([binary, "-V"])
+
+
+def add_pgbouncer_option(p: argparse.ArgumentParser, *, repeat: bool = False) -> None:
+    """--pgbouncer PATH, the binary to compare against (shared by the scripts that start it)."""
+    more = "; again for another version (a column each, the first is the ratios' base)"
+    p.add_argument(
+        "--pgbouncer",
+        metavar="PATH",
+        action="append" if repeat else "store",
+        help="the PgBouncer binary to compare against (default: pgbouncer on PATH, else "
+        + PGBOUNCER
+        + "; never installed by the bench)"
+        + (more if repeat else ""),
+    )
 
 
 class Pooler:
@@ -368,7 +377,7 @@ class Pooler:
                                        f"{self.tail()}") from exc  # fmt: skip
                 time.sleep(0.1)
         comm = Path(f"/proc/{self.pid}/comm").read_text().strip()
-        if self.name == "pgbouncer" and comm != "pgbouncer":
+        if self.name.startswith("pgbouncer") and comm != "pgbouncer":
             raise RuntimeError(f"pid {self.pid} is {comm!r}, not pgbouncer")
 
     def stop(self) -> None:
@@ -495,7 +504,8 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), sep, *(line(r) for r in rows)])
 
 
-def tps_table(results: list[Result], case_list: list[Case], targets: list[str]) -> str:
+def tps_table(results: list[Result], case_list: list[Case], targets: list[str],
+              labels: dict[str, str]) -> str:  # fmt: skip
     header = ["workload", "target", "TPS median", "min-max", "pgtarn/PgBouncer", "vs direct",
               "CPU s/10k tx", "conn ms", "peak RSS MB", "errors"]  # fmt: skip
     tps_ok = {(c.label, t): [r.tps for r in results if r.case == c.label and r.target == t
@@ -518,7 +528,8 @@ def tps_table(results: list[Result], case_list: list[Case], targets: list[str]) 
             rss = [r.peak_rss_kb for r in runs if r.peak_rss_kb is not None]
             bad = len(runs) - len(good)
             rows.append([
-                case.label, target, fmt(medians[case.label, target]) if tps else "error",
+                case.label, labels.get(target, target),
+                fmt(medians[case.label, target]) if tps else "error",
                 f"{min(tps):,.0f}-{max(tps):,.0f}" if tps else "-",
                 ratio(case.label, target, "pgbouncer") if target.startswith("pgtarn") else "",
                 ratio(case.label, target, "direct") if target != "direct" else "",
@@ -534,17 +545,29 @@ def tps_table(results: list[Result], case_list: list[Case], targets: list[str]) 
     return markdown([header[i] for i in keep], [[row[i] for i in keep] for row in rows])
 
 
-def memory_table(memory: dict[str, MemoryResult], levels: list[int]) -> str:
+def memory_table(memory: dict[str, MemoryResult], levels: list[int],
+                 labels: dict[str, str]) -> str:  # fmt: skip
     last = max(levels)
-    header = ["pooler", "RSS 1 client MB", *(f"KB/client @{n:,}" for n in levels),
-              f"RSS @{last:,} MB", "error"]  # fmt: skip
+    header = ["pooler", "RSS 1 client MB", "PSS 1 client MB",
+              *(f"KB/client @{n:,}" for n in levels), f"RSS @{last:,} MB", f"PSS @{last:,} MB",
+              "error"]  # fmt: skip
     rows = []
     for name, m in memory.items():
-        rows.append([name, fmt(m.baseline_kb / 1024, ".1f"),
+        rows.append([labels.get(name, name), fmt(m.baseline_kb / 1024, ".1f"),
+                     fmt(m.baseline_pss_kb / 1024, ".1f"),
                      *(fmt(m.kb_per_client.get(n), ".1f") for n in levels),
                      fmt(m.rss_kb[last] / 1024 if last in m.rss_kb else None, ".1f"),
+                     fmt(m.pss_kb[last] / 1024 if last in m.pss_kb else None, ".1f"),
                      m.error])  # fmt: skip
     return markdown(header, rows)
+
+
+def process_table(memory: dict[str, MemoryResult], labels: dict[str, str]) -> str:
+    """RSS and PSS of each process with one client: a supervisor and its workers apart."""
+    rows = [[labels.get(name, name), p.role, fmt(p.rss_kb / 1024, ".1f"),
+             fmt(p.pss_kb / 1024, ".1f")]
+            for name, m in memory.items() for p in m.processes]  # fmt: skip
+    return markdown(["pooler", "process", "RSS MB", "PSS MB"], rows)
 
 
 # --------------------------------------------------------------------------- main
@@ -614,6 +637,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="pgtarn's workers setting: one pgtarn target per value (1); "
         "pgtarn-wN is pgtarn with workers = N",
     )
+    add_pgbouncer_option(p, repeat=True)
     add_postgres_options(p)
     args = p.parse_args(argv)
     defaults = {"duration": (10, 3), "runs": (3, 1), "clients": ([10, 100, 500], [10, 100]),
@@ -683,15 +707,17 @@ def tps_runs(args: argparse.Namespace, db: Database, poolers: dict[str, Pooler],
 
 
 def memory_runs(args: argparse.Namespace, poolers: dict[str, Pooler]) -> dict[str, MemoryResult]:
-    """Each pooler fresh: one warm client, then idle clients up to each --memory-clients total."""
+    """Each pooler fresh: one warm client, then idle clients up to each --memory-clients total.
+    A pgtarn with workers is measured whole: the supervisor and each worker."""
     memory: dict[str, MemoryResult] = {}
     for name, pooler in poolers.items():
-        if name.startswith("pgtarn-w"):  # idle-client memory is one process's: workers = 1
-            continue
+        processes = 1 + int(name[8:]) if name.startswith("pgtarn-w") else 1
         log(f"memory run: {name}, idle clients up to {max(args.memory_clients):,} ...")
         try:
             pooler.start()
-            memory[name] = measure_memory(pooler.login(), pooler.pid, args.memory_clients)
+            memory[name] = measure_memory(
+                pooler.login(), pooler.pid, args.memory_clients, processes=processes
+            )
         except RuntimeError as exc:
             memory[name] = MemoryResult(error=str(exc).splitlines()[0])
         finally:
@@ -701,14 +727,14 @@ def memory_runs(args: argparse.Namespace, poolers: dict[str, Pooler]) -> dict[st
 
 def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
            case_list: list[Case], results: list[Result], memory: dict[str, MemoryResult],
-           notes: list[str]) -> None:  # fmt: skip
+           notes: list[str], labels: dict[str, str]) -> None:  # fmt: skip
     where = "temporary cluster, fsync off" if db.cluster else f"{db.host}:{db.port}"
     print(
         f"\n## pgbench -j 2, {args.duration} s x {args.runs} run(s), targets interleaved; "
         f"PostgreSQL {versions['postgres']} ({where}), scale {SCALE}, {os.cpu_count()} CPUs"
     )
     print(", ".join(f"{k} {v}" for k, v in versions.items() if k != "postgres") + "\n")
-    print(tps_table(results, case_list, args.targets))
+    print(tps_table(results, case_list, args.targets, labels))
     print(
         "\nTPS: pgbench's tps (without initial connection time; with -C including the "
         "connections). conn ms: pgbench's initial connection time (with -C: average "
@@ -731,7 +757,12 @@ def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
             "\n## Idle clients (SCRAM login + SELECT 1 each, then idle); KB/client = "
             "(RSS - RSS with 1 client) / clients added\n"
         )
-        print(memory_table(memory, sorted(args.memory_clients)))
+        print(memory_table(memory, sorted(args.memory_clients), labels))
+        print(
+            "\nWith one client, each process: PSS counts a page shared by k processes as 1/k "
+            "(a worker's share of what it has in common with the supervisor and the others)\n"
+        )
+        print(process_table(memory, labels))
     for note in notes:
         print(f"note: {note}")
     if args.json:
@@ -782,14 +813,29 @@ def main(argv: list[str] | None = None) -> int:
     workdir = make_workdir("bench", account)
     db = Database(args)
     poolers: dict[str, Pooler] = {}
+    versions: dict[str, str] = {}
+    labels: dict[str, str] = {}  # target -> its name in the tables (PgBouncer's version)
     try:
         if "pgbouncer" in args.targets:
-            binary = ensure_pgbouncer()
-            if binary is None:
-                notes.append("PgBouncer is not installed and could not be installed: skipped")
-                args.targets.remove("pgbouncer")
-            else:
-                poolers["pgbouncer"] = Pooler("pgbouncer", [binary], workdir, db, account)
+            at = args.targets.index("pgbouncer")
+            args.targets.remove("pgbouncer")
+            for path in args.pgbouncer or [None]:
+                try:
+                    binary = find_pgbouncer(path)
+                except PgBouncerMissing as exc:
+                    if path is not None:  # asked for by name: no run without it
+                        log(f"error: {exc}")
+                        return 2
+                    notes.append(str(exc))
+                    log(str(exc))
+                    continue
+                # the first is "pgbouncer" (the ratios' base), others by their version
+                name = "pgbouncer" if "pgbouncer" not in poolers else f"pgbouncer-{at}"
+                poolers[name] = Pooler(name, [binary], workdir, db, account)
+                versions[name] = pgbouncer_version(binary)
+                labels[name] = f"pgbouncer {versions[name]}"
+                args.targets.insert(at, name)
+                at += 1
         command = [sys.executable, "-m", "pgtarn"]
         for target in args.targets:
             if target == "pgtarn":
@@ -799,16 +845,14 @@ def main(argv: list[str] | None = None) -> int:
                     target, command, workdir, db, None, settings={"workers": int(target[8:])}
                 )
         db.setup()
-        versions = {"postgres": db.version, "pgtarn": pgtarn_build(),
-                    "pgbench": version_of([db.tool("pgbench"), "--version"])}  # fmt: skip
-        if "pgbouncer" in poolers:
-            versions["PgBouncer"] = version_of([poolers["pgbouncer"].command[0], "-V"])
+        versions.update(postgres=db.version, pgtarn=pgtarn_build(),
+                        pgbench=version_of([db.tool("pgbench"), "--version"]))  # fmt: skip
         case_list = cases(args.clients, args.workloads)
         results = tps_runs(args, db, poolers, case_list)
         memory = {} if args.no_memory else memory_runs(args, poolers)
         for pooler in poolers.values():
             notes += [f"{pooler.name} logged: {w}" for w in pooler.warnings()]
-        report(args, db, versions, case_list, results, memory, notes)
+        report(args, db, versions, case_list, results, memory, notes, labels)
         return 1 if any(not r.ok for r in results) else 0
     except RuntimeError as exc:  # includes ClusterError: setup failed
         log(f"error: {exc}")

@@ -54,10 +54,12 @@ from run import (
     BENCH_DB,
     BENCH_USER,
     Database,
+    PgBouncerMissing,
     Pooler,
+    add_pgbouncer_option,
     add_postgres_options,
     cpu_seconds,
-    ensure_pgbouncer,
+    find_pgbouncer,
     fmt,
     log,
     make_workdir,
@@ -701,6 +703,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="client processes to spread the clients over (1)",
     )
     p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
+    add_pgbouncer_option(p)
     add_postgres_options(p)
     args = p.parse_args(argv)  # fmt: skip
     if not args.targets or set(args.targets) - set(POOLERS):
@@ -735,9 +738,10 @@ def main(argv: list[str] | None = None) -> int:
         versions = {"postgres": db.version, "pgtarn": pgtarn.__version__}
         for name in args.targets:
             if name == "pgbouncer":
-                binary = ensure_pgbouncer()
-                if binary is None:
-                    notes.append("PgBouncer is not installed and could not be installed")
+                try:
+                    binary = find_pgbouncer(args.pgbouncer)
+                except PgBouncerMissing as exc:
+                    notes.append(str(exc))
                     continue
                 versions["PgBouncer"] = version_of([binary, "-V"])
                 command, acct = [binary], account

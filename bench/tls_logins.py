@@ -26,11 +26,13 @@ from run import (
     BENCH_USER,
     SCALE,
     Database,
+    PgBouncerMissing,
     Pooler,
+    add_pgbouncer_option,
     add_postgres_options,
     clean_env,
     cpu_seconds,
-    ensure_pgbouncer,
+    find_pgbouncer,
     fmt,
     log,
     make_workdir,
@@ -441,6 +443,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--seconds", type=int, default=10, metavar="S", help="seconds per pgbench run (10)"
     )
     p.add_argument("--json", metavar="PATH", help="also write all raw numbers as JSON to PATH")
+    add_pgbouncer_option(p)
     add_postgres_options(p)
     args = p.parse_args(argv)  # fmt: skip
     if args.clients < 1 or args.runs < 1 or args.seconds < 1:
@@ -476,9 +479,10 @@ def main(argv: list[str] | None = None) -> int:
                     "pgtarn's OpenSSL": ssl.OPENSSL_VERSION.removeprefix("OpenSSL ")}  # fmt: skip
         poolers["pgtarn"] = Pooler("pgtarn", [sys.executable, "-m", "pgtarn"], workdir, db,
                                    None, settings=settings, secret=verifier)  # fmt: skip
-        binary = ensure_pgbouncer()
-        if binary is None:
-            notes.append("PgBouncer is not installed and could not be installed: skipped")
+        try:
+            binary = find_pgbouncer(args.pgbouncer)
+        except PgBouncerMissing as exc:
+            notes.append(str(exc))
         else:
             poolers["pgbouncer"] = Pooler("pgbouncer", [binary], workdir, db, account,
                                           settings=settings, secret=verifier)  # fmt: skip
