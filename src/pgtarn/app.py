@@ -43,6 +43,7 @@ from .server.connection import ServerConnection
 from .server.health import start_health
 from .server.launch import launch_server
 from .server.listener import Listener
+from .workers.setup import WorkerSetup
 from .workers.sockets import tcp_listeners, unix_listener
 
 log = logging.getLogger("pgtarn")
@@ -119,17 +120,6 @@ def load_worker_limits() -> Callable[[Coordinator, Registry[Any]], WorkerLimits]
     from .workers.slots import SharedLimits  # lazy, for the RSS above (see the docstring)
 
     return cast(Callable[[Coordinator, Registry[Any]], WorkerLimits], SharedLimits)
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerSetup:
-    """What the supervisor gives a worker: its index, the count, its descriptors."""
-
-    index: int
-    count: int
-    control_fd: int
-    listen_fds: tuple[int, ...] = ()
-    unix_fd: int | None = None
 
 
 def cancel_from_worker(

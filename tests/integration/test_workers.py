@@ -61,6 +61,28 @@ def test_workers_share_the_tcp_port_and_the_unix_socket(pgtarn_factory: PgtarnFa
     assert proc.proc.poll() is None
 
 
+def _shared_dirty_kb(pid: int) -> int:
+    """Pages a process has written and still shares with another: after a fork, the
+    parent's heap until one of them writes to it (an exec'd process shares none of those)."""
+    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("Shared_Dirty:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no Shared_Dirty for {pid}")
+
+
+def test_workers_are_forked_and_share_the_supervisors_pages(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
+    proc = pgtarn_factory(settings={"workers": 2})
+    pids = _workers(proc)
+    with connect(proc) as c:
+        assert c.execute("select 1").fetchone() == (1,)
+    # the imported code, several MB, is in the supervisor's heap once, not once per worker
+    shared = [_shared_dirty_kb(pid) for pid in pids]
+    assert all(kb > 2048 for kb in shared), shared
+
+
 def test_a_killed_worker_is_restarted_and_the_others_go_on(pgtarn_factory: PgtarnFactory) -> None:
     proc = pgtarn_factory(settings={"workers": 2})
     pids = _workers(proc)
@@ -71,6 +93,9 @@ def test_a_killed_worker_is_restarted_and_the_others_go_on(pgtarn_factory: Pgtar
     os.kill(victim, signal.SIGKILL)
     new = wait_children(proc.proc.pid, 2, exclude=(victim,))
     assert len(new) == 2 and victim not in new, new
+    # the restarted worker is forked too (after the others: their pages still shared)
+    restarted = next(pid for pid in new if pid not in pids)
+    assert _shared_dirty_kb(restarted) > 2048
     lost = kept = 0
     for c in clients:
         try:

@@ -9,10 +9,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..app import App, WorkerSetup
+from ..app import App
 from ..config.inifile import load_config
 from ..errors import ConfigError
 from ..native.buildinfo import version_lines
+from ..workers.setup import WorkerSetup
 
 try:
     import uvloop
@@ -147,20 +148,38 @@ def main(argv: list[str] | None = None) -> int:
     runner: object = asyncio.run if uvloop is None else uvloop.run
     worker = worker_setup(args)
     quiet = args.quiet or args.daemon
-    app: Any
-    if worker is None and config.workers > 1:
-        app = load_supervisor()(
-            args.config, verbose=args.verbose, quiet=quiet, reboot=args.reboot, user=args.user
-        )
-    else:
-        app = App(
+
+    def make_app(setup: WorkerSetup | None) -> App:
+        return App(
             args.config,
             verbose=args.verbose,
             quiet=quiet,
-            worker=worker,
+            worker=setup,
             reboot=args.reboot,
             user=args.user,
         )
+
+    def worker_entry(setup: WorkerSetup) -> int:
+        """A worker forked from the supervisor (workers/forked.py) runs its App here."""
+        return serve(runner, make_app(setup))
+
+    app: Any
+    if worker is None and config.workers > 1:
+        app = load_supervisor()(
+            args.config,
+            verbose=args.verbose,
+            quiet=quiet,
+            reboot=args.reboot,
+            user=args.user,
+            worker_entry=worker_entry,
+        )
+    else:
+        app = make_app(worker)
+    return serve(runner, app)
+
+
+def serve(runner: object, app: Any) -> int:
+    """Run app (an App or the Supervisor) on runner's event loop to its exit code."""
     try:
         return runner(app.run())  # type: ignore[operator, no-any-return]
     except (ConfigError, OSError) as exc:

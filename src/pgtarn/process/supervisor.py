@@ -1,9 +1,11 @@
 """The supervisor of workers = N: listening sockets, worker processes, their messages.
 
 It serves no client itself. It binds the listening sockets once (workers/sockets.py), starts
-each worker as ``python -m pgtarn`` with its sockets and one end of a control socketpair,
-restarts a worker that dies, passes signals on, and routes the workers' messages: broadcasts,
-messages to one worker, and gathered answers from all of them.
+each worker with its sockets and one end of a control socketpair, restarts a worker that
+dies, passes signals on, and routes the workers' messages: broadcasts, messages to one
+worker, and gathered answers from all of them. A worker is forked from the supervisor when
+the command line gives it the worker's entry (workers/forked.py: the code's pages shared),
+else started as ``python -m pgtarn --worker ...``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import __version__
@@ -23,9 +26,11 @@ from ..config.inifile import load_config
 from ..config.settings import Config
 from ..errors import ConfigError
 from ..restart import rolling
-from ..workers import admin
+from ..workers import admin, link, slots
 from ..workers.channel import Channel, ChannelClosed
+from ..workers.forked import ForkedProcess, can_fork, fork
 from ..workers.ledger import Ledger, Outgoing, grants, on_message
+from ..workers.setup import WorkerSetup
 from ..workers.sockets import tcp_listeners, unix_listener
 from ..workers.wire import Message
 from . import systemd
@@ -33,6 +38,10 @@ from .logs import setup_logging
 from .privileges import drop_privileges
 
 log = logging.getLogger("pgtarn")
+
+#: What every worker imports and a single process does not: imported here, before the
+#: workers are forked, so that they share its pages instead of each importing it again.
+FOR_FORKED_WORKERS = (link, slots)
 
 #: A worker that dies sooner than this after its start is restarted after a growing delay,
 #: up to RESTART_DELAY_MAX seconds, so that a worker that cannot start does not spin.
@@ -43,13 +52,17 @@ FORWARDED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
+#: The forked worker's entry: runs the worker, returns its exit code.
+WorkerEntry = Callable[[WorkerSetup], int]
+
+
 @dataclass
 class Worker:
     """One worker process as the supervisor sees it."""
 
     index: int
     sockets: list[socket.socket]
-    process: asyncio.subprocess.Process | None = None
+    process: asyncio.subprocess.Process | ForkedProcess | None = None
     channel: Channel | None = None
     started: float = 0.0
     restarts: int = 0
@@ -96,8 +109,11 @@ class Supervisor:
         quiet: bool = False,
         reboot: bool = False,
         user: str = "",
+        worker_entry: WorkerEntry | None = None,
     ) -> None:
         self.config_path = config_path
+        #: Forks the workers when given (else each is ``python -m pgtarn --worker``).
+        self.worker_entry = worker_entry
         #: -u: the user to become once the sockets are bound (in place of `user =`).
         self.user = user
         self.verbose = verbose
@@ -206,11 +222,22 @@ class Supervisor:
             self.user,
         )
         try:
-            # its own session: a Ctrl-C at a terminal reaches the supervisor alone, which passes
-            # it on once (a worker that got it twice would stop at once)
-            worker.process = await asyncio.create_subprocess_exec(
-                *argv, pass_fds=fds, start_new_session=True, env=systemd.child_environment()
-            )
+            if self.worker_entry is not None and can_fork():
+                start = WorkerSetup(
+                    worker.index, len(self.workers), theirs.fileno(), tuple(listen_fds), unix_fd
+                )
+                entry = self.worker_entry
+                worker.process = fork(
+                    FORWARDED + STOPPING,
+                    lambda: in_forked_worker(self, ours, fds),
+                    lambda: entry(start),
+                )
+            else:
+                # its own session: a Ctrl-C at a terminal reaches the supervisor alone, which
+                # passes it on once (a worker that got it twice would stop at once)
+                worker.process = await asyncio.create_subprocess_exec(
+                    *argv, pass_fds=fds, start_new_session=True, env=systemd.child_environment()
+                )
         except OSError as exc:
             log.error("worker %d could not start: %s", worker.index, exc)
             ours.close()
@@ -232,7 +259,9 @@ class Supervisor:
         worker.pending.add(task)
         task.add_done_callback(worker.pending.discard)
 
-    async def _watch(self, worker: Worker, process: asyncio.subprocess.Process) -> None:
+    async def _watch(
+        self, worker: Worker, process: asyncio.subprocess.Process | ForkedProcess
+    ) -> None:
         code = await process.wait()
         if worker.channel is not None:
             worker.channel.close()
@@ -449,6 +478,30 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 os.unlink(self.config.pidfile)
         log.info("pgtarn stopped")
+
+
+def in_forked_worker(sup: Supervisor, ours: socket.socket, keep: list[int]) -> None:
+    """In a forked worker, before it runs: what it must not hold of the supervisor closed
+    (its end of this worker's channel and the others', the sockets of other workers,
+    the takeover socket), its own session (as start_new_session), systemd's variables
+    gone (as child_environment)."""
+    os.setsid()
+    ours.close()
+    for other in sup.workers:
+        if other.channel is not None:
+            other.channel.sock.close()
+        if isinstance(other.process, ForkedProcess):
+            other.process.close_in_child()
+        for sock in other.sockets:
+            if sock.fileno() not in keep:
+                sock.close()
+    if sup.takeover_listener is not None:
+        sup.takeover_listener.close()
+    if sup.takeover is not None:
+        sup.takeover.channel.sock.close()
+    environment = systemd.child_environment()
+    os.environ.clear()
+    os.environ.update(environment)
 
 
 def _exit_text(code: int) -> str:
