@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -30,11 +31,20 @@ class Login:
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
-async def connect(login: Login, sql: str = "SELECT 1") -> Connection:
-    """Log in (SCRAM or whatever the server asks for), run `sql` once, return the open stream."""
+async def connect(
+    login: Login, sql: str = "SELECT 1", tls: ssl.SSLContext | None = None
+) -> Connection:
+    """Log in (SCRAM or whatever the server asks for), run `sql` once, return the open stream.
+    With `tls`, an SSLRequest first: the server must accept it (plain SCRAM over TLS then)."""
     reader, writer = await asyncio.open_connection(login.host, login.port)
     try:
-        state = ServerAuth(login.user, login.password)
+        if tls is not None:
+            writer.write(build.SSL_REQUEST)
+            if await reader.readexactly(1) != b"S":
+                raise ConnectionError("the server refused TLS")
+            await writer.start_tls(tls)
+        # channel binding off: the same login whichever pooler, as tls_logins.py's TLS variant
+        state = ServerAuth(login.user, login.password, channel_binding="disable")
         params = {"user": login.user, "database": login.dbname, "application_name": "bench"}
         writer.write(build.startup_message(params))
         scanner = MessageScanner(ALL_TYPES)
@@ -112,6 +122,16 @@ def process_tree(pid: int) -> list[int]:
     return [pid, *sorted(found)]
 
 
+def tree_cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of the processes, from /proc/<pid>/stat."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def tree_rss_kb(pids: list[int]) -> int:
     return sum(proc_status_kb(pid, "VmRSS") for pid in pids)
 
@@ -151,6 +171,7 @@ class MemoryResult:
     open_fds: dict[int, int] = field(default_factory=dict)  # clients -> the pooler's open fds
     kb_per_client: dict[int, float] = field(default_factory=dict)
     open_seconds: dict[int, float] = field(default_factory=dict)
+    cpu_seconds: dict[int, float] = field(default_factory=dict)  # the pooler's, while opening
     error: str = ""
 
 
@@ -171,25 +192,26 @@ async def _all_started(pid: int, processes: int, max_wait: float = 15.0) -> list
 
 
 async def _measure(login: Login, pid: int, levels: list[int], batch: int,
-                   processes: int) -> MemoryResult:  # fmt: skip
+                   processes: int, tls: ssl.SSLContext | None) -> MemoryResult:  # fmt: skip
     result = MemoryResult()
     conns: list[Connection] = []
     gate = asyncio.Semaphore(batch)
 
     async def one() -> None:
         async with gate, asyncio.timeout(LOGIN_TIMEOUT):
-            conns.append(await connect(login))
+            conns.append(await connect(login, tls=tls))
 
     try:
         pids = await _all_started(pid, processes)
-        conns.append(await connect(login))  # the pool exists, a server is warm
+        conns.append(await connect(login, tls=tls))  # the pool exists, a server is warm
         result.baseline_kb = await _settled_rss(pids)
         result.processes = snapshot(pids)
         result.baseline_pss_kb = sum(p.pss_kb for p in result.processes)
         for level in sorted(levels):
-            started = time.monotonic()
+            started, cpu = time.monotonic(), tree_cpu_seconds(pids)
             tasks = [asyncio.ensure_future(one()) for _ in range(level - len(conns))]
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            result.cpu_seconds[level] = tree_cpu_seconds(pids) - cpu
             failures = [o for o in outcomes if isinstance(o, BaseException)]
             if failures:
                 result.error = f"{len(failures)} of {len(tasks)} logins failed at {level}: " + (
@@ -212,12 +234,19 @@ async def _measure(login: Login, pid: int, levels: list[int], batch: int,
     return result
 
 
-def measure_memory(login: Login, pid: int, levels: list[int], batch: int = 200,
-                   processes: int = 1) -> MemoryResult:  # fmt: skip
+def measure_memory(
+    login: Login,
+    pid: int,
+    levels: list[int],
+    batch: int = 200,
+    processes: int = 1,
+    tls: ssl.SSLContext | None = None,
+) -> MemoryResult:
     """Connect idle clients up to each level in `levels` (totals); read the memory of `pid`
     and its children (`processes` in all: a supervisor and its workers) at each.
 
     KB per client is (RSS at level - RSS with one client) / (level - 1), RSS summed over the
-    processes. Logins run `batch` at a time; every client sends one SELECT 1 and stays idle.
+    processes. Logins run `batch` at a time (over TLS with `tls`); every client sends one
+    SELECT 1 and stays idle.
     """
-    return asyncio.run(_measure(login, pid, levels, batch, processes))
+    return asyncio.run(_measure(login, pid, levels, batch, processes, tls))
