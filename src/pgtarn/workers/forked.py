@@ -112,6 +112,8 @@ def _child(
         prepare()
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         code = run()
+    except SystemExit as exc:  # sys.exit(code), as in a process of its own
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
     except BaseException:  # nothing may unwind into the supervisor's stack
         with contextlib.suppress(Exception):
             traceback.print_exc()

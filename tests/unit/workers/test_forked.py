@@ -57,3 +57,11 @@ def test_a_child_whose_code_raises_exits_and_never_returns_into_the_parent() -> 
 
     code, _seen = asyncio.run(_child_of_a_running_loop(raises))
     assert code == CRASHED
+
+
+def test_a_child_that_calls_sys_exit_exits_with_that_code() -> None:
+    def exits() -> int:
+        raise SystemExit(3)
+
+    code, _seen = asyncio.run(_child_of_a_running_loop(exits))
+    assert code == 3
