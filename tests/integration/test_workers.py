@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from pgtarn.errors import PgtarnError
+from pgtarn.process.supervisor import Supervisor
 from pgtarn.proto import build
 from pgtarn.proto.cancelkey import worker_of
-from tests.support import PgtarnProcess
+from tests.support import PgtarnProcess, free_port
 from tests.support.procs import children, holder_of, tcp_clients, wait_children
 
 from .conftest import PgtarnFactory
@@ -81,6 +84,37 @@ def test_workers_are_forked_and_share_the_supervisors_pages(
     # the imported code, several MB, is in the supervisor's heap once, not once per worker
     shared = [_shared_dirty_kb(pid) for pid in pids]
     assert all(kb > 2048 for kb in shared), shared
+
+
+def test_without_a_worker_entry_the_workers_are_started_as_python_m_pgtarn(
+    tmp_path: Path,
+) -> None:
+    """The start that remains where forking is not safe: each worker a process of its own."""
+    (tmp_path / "userlist.txt").write_text('"app" "app_pass"\n', encoding="utf-8")
+    ini = tmp_path / "pgtarn.ini"
+    ini.write_text(
+        "[databases]\napp = host=127.0.0.1 port=1 dbname=app\n\n[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {free_port()}\nunix_socket_dir =\n"
+        f"auth_type = scram-sha-256\nauth_file = {tmp_path / 'userlist.txt'}\nworkers = 2\n",
+        encoding="utf-8",
+    )
+    logger = logging.getLogger("pgtarn")
+    handlers, level = list(logger.handlers), logger.level
+
+    async def supervise() -> list[str]:
+        supervisor = Supervisor(str(ini), quiet=True)
+        running = asyncio.ensure_future(supervisor.run())
+        pids = await asyncio.to_thread(wait_children, os.getpid(), 2)
+        argv = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in pids]
+        supervisor.stop(signal.SIGTERM)
+        assert await asyncio.wait_for(running, 15) == 0
+        return [" ".join(a.decode() for a in args) for args in argv]
+
+    try:
+        commands = asyncio.run(supervise())
+    finally:
+        logger.handlers[:], logger.level = handlers, level
+    assert len(commands) == 2 and all("-m pgtarn --worker" in c for c in commands), commands
 
 
 def test_a_killed_worker_is_restarted_and_the_others_go_on(pgtarn_factory: PgtarnFactory) -> None:
