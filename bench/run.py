@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import pwd
@@ -562,6 +563,21 @@ def memory_table(memory: dict[str, MemoryResult], levels: list[int],
     return markdown(header, rows)
 
 
+def worker_steps(memory: dict[str, MemoryResult]) -> list[str]:
+    """What each further worker adds to pgtarn's PSS with one client (workers = N vs the
+    next smaller N measured; from 1 to 2 that includes the supervisor)."""
+    pss = {}
+    for name, m in memory.items():
+        if m.baseline_pss_kb and (name == "pgtarn" or name.startswith("pgtarn-w")):
+            pss[1 if name == "pgtarn" else int(name[8:])] = m.baseline_pss_kb / 1024
+    steps = []
+    for a, b in itertools.pairwise(sorted(pss)):
+        added = pss[b] - pss[a]
+        steps.append(f"PSS with one client, workers {a} -> {b}: +{added:.1f} MB "
+                     f"({added / (b - a):.1f} MB per worker)")  # fmt: skip
+    return steps
+
+
 def process_table(memory: dict[str, MemoryResult], labels: dict[str, str]) -> str:
     """RSS and PSS of each process with one client: a supervisor and its workers apart."""
     rows = [[labels.get(name, name), p.role, fmt(p.rss_kb / 1024, ".1f"),
@@ -763,6 +779,8 @@ def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
             "(a worker's share of what it has in common with the supervisor and the others)\n"
         )
         print(process_table(memory, labels))
+        for line in worker_steps(memory):
+            print(line)
     for note in notes:
         print(f"note: {note}")
     if args.json:
