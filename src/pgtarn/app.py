@@ -87,16 +87,17 @@ MetricsServer = Callable[[Runtime, str, int], Coroutine[None, None, asyncio.Abst
 
 def load_metrics() -> MetricsServer:
     """metrics.py's serve_metrics, imported only when metrics_port is set: prometheus_client
-    (with the http, email and urllib modules it pulls in) costs about 2.5 MB of RSS."""
-    from .admin.metrics import serve_metrics  # lazy, for the RSS above (see the docstring)
+    (with the http, email and urllib modules it pulls in) is memory a pooler without metrics
+    need not hold."""
+    from .admin.metrics import serve_metrics  # lazy, for the memory (see the docstring)
 
     return serve_metrics
 
 
 def load_worker_link() -> Callable[[int, int, socket.socket, Callable[[], None]], Coordinator]:
     """workers/link.py's WorkerLink, imported only in a worker of workers = N: the control
-    channel (with json) costs about 0.3 MB of RSS that a single process does not need."""
-    from .workers.link import WorkerLink  # lazy, for the RSS above (see the docstring)
+    channel (with json) is memory a single process does not need."""
+    from .workers.link import WorkerLink  # lazy, for the memory (see the docstring)
 
     return WorkerLink
 
@@ -104,8 +105,8 @@ def load_worker_link() -> Callable[[int, int, socket.socket, Callable[[], None]]
 def load_takeover() -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
     """reboot.py's take_over (new process), Handover (old process) and adopted_by_worker (a
     new worker), imported only for a rolling restart: it and the control channel (with json)
-    cost about 0.4 MB of RSS."""
-    from .restart.reboot import (  # lazy, for the RSS above (see the docstring)
+    are memory a pooler holds only while one happens."""
+    from .restart.reboot import (  # lazy, for the memory (see the docstring)
         Handover,
         adopted_by_worker,
         take_over,
@@ -116,8 +117,8 @@ def load_takeover() -> tuple[Callable[..., Any], Callable[..., Any], Callable[..
 
 def load_worker_limits() -> Callable[[Coordinator, Registry[Any]], WorkerLimits]:
     """workers/slots.py's SharedLimits, imported only in a worker of workers = N (with the
-    link it uses; about 0.1 MB of RSS more than the link)."""
-    from .workers.slots import SharedLimits  # lazy, for the RSS above (see the docstring)
+    link it uses): memory a single process does not need, as for the link."""
+    from .workers.slots import SharedLimits  # lazy, for the memory (see the docstring)
 
     return cast(Callable[[Coordinator, Registry[Any]], WorkerLimits], SharedLimits)
 

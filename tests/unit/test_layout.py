@@ -79,7 +79,7 @@ def test_no_function_level_import_of_the_package(path: Path) -> None:
     for func in ast.walk(_tree(path)):
         if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
-        if func.name.startswith("load_") and "RSS" in (ast.get_docstring(func) or ""):
+        if func.name.startswith("load_") and "memory" in (ast.get_docstring(func) or ""):
             continue  # the one lazy import of a dependency, for the memory its docstring says
         for node in ast.walk(func):
             if isinstance(node, ast.ImportFrom):

@@ -23,8 +23,8 @@ except ImportError:  # pragma: no cover - uvloop is not built for this platform
 
 def load_demo() -> Callable[[list[str]], int]:
     """`pgtarn demo`'s entry, imported only for it: the demo's cluster code and subprocess
-    would otherwise sit in every pooler's memory (about 0.3 MB of RSS)."""
-    from ..demo import run_demo  # lazy, for the RSS above (see the docstring)
+    would otherwise sit in every pooler's memory."""
+    from ..demo import run_demo  # lazy, for the memory (see the docstring)
 
     return run_demo
 
@@ -32,15 +32,15 @@ def load_demo() -> Callable[[list[str]], int]:
 def load_check() -> Callable[[list[str]], int]:
     """`pgtarn check`'s entry, imported only for it: a pooler has no use for its code in
     memory (RSS), small as it is."""
-    from .check import run_check  # lazy, for the RSS above (see the docstring)
+    from .check import run_check  # lazy, for the memory (see the docstring)
 
     return run_check
 
 
 def load_top() -> Callable[[list[str]], int]:
     """`pgtarn top`'s entry, imported only for it: rich and psycopg (its `top` extra) would
-    otherwise cost every pooler several MB of RSS, or fail where they are not installed."""
-    from ..top import run_top  # lazy, for the RSS above (see the docstring)
+    otherwise weigh on every pooler's memory, or fail where they are not installed."""
+    from ..top import run_top  # lazy, for the memory (see the docstring)
 
     return run_top
 
@@ -48,15 +48,15 @@ def load_top() -> Callable[[list[str]], int]:
 def load_container() -> Callable[[list[str]], int]:
     """`pgtarn container`'s entry (the image's ENTRYPOINT), imported only for it: URL parsing
     and the config generation would otherwise sit in every pooler's memory (RSS)."""
-    from .container import main as container_main  # lazy, for the RSS above (see docstring)
+    from .container import main as container_main  # lazy, for the memory (see the docstring)
 
     return container_main
 
 
 def load_supervisor() -> Callable[..., Any]:
     """The Supervisor of workers = N, imported only then: the control channel and process
-    code (with json and subprocess) cost about 0.4 MB of RSS that one process does not need."""
-    from ..process.supervisor import Supervisor  # lazy, for the RSS above (see the docstring)
+    code (with json and subprocess) are memory that one process does not need."""
+    from ..process.supervisor import Supervisor  # lazy, for the memory (see the docstring)
 
     return Supervisor
 

@@ -11,9 +11,9 @@ from ..session.effects import Parsed
 @cache
 def load_pglast() -> Callable[[str], Parsed]:
     """session/parsing.py's effects_of, imported at the first text to parse and not at start:
-    pglast costs about 3 MB of RSS, which a pooler whose clients send no text that may change
-    session state (or that does not track it) never needs."""
-    from ..session.parsing import effects_of  # lazy, for the RSS above (see the docstring)
+    pglast is large, and memory a pooler whose clients send no text that may change session
+    state (or that does not track it) never needs."""
+    from ..session.parsing import effects_of  # lazy, for the memory (see the docstring)
 
     return effects_of
 

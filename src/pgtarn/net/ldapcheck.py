@@ -73,12 +73,12 @@ def check_ldap_config(config: Config, hba: HbaRules | None) -> None:
 
 @cache
 def load_ldap3() -> Any:
-    """The ldap3 package, imported at the first LDAP check: with pyasn1 it costs about 13 MB
-    of RSS, which a pooler that never checks a password with LDAP does not hold."""
+    """The ldap3 package, imported at the first LDAP check: with pyasn1 it is the largest
+    import pgtarn has, which a pooler that never checks a password with LDAP does not hold."""
     with warnings.catch_warnings():
         # ldap3 2.9 uses names that newer pyasn1 releases deprecate (it works with both)
         warnings.simplefilter("ignore", DeprecationWarning)
-        import ldap3  # lazy, for the RSS above (see the docstring)
+        import ldap3  # lazy, for the memory (see the docstring)
     return ldap3
 
 

@@ -73,8 +73,8 @@ def _protocol_range(setting: str, value: str) -> tuple[ssl.TLSVersion, ssl.TLSVe
 
 def load_tls13() -> Callable[[ssl.SSLContext, str, str], None]:
     """net/tls13.py's set_tls13_ciphers, imported only when client_tls13_ciphers or
-    server_tls13_ciphers is set: ctypes costs about 0.4 MB of RSS."""
-    from .tls13 import set_tls13_ciphers  # lazy, for the RSS above (see the docstring)
+    server_tls13_ciphers is set, so that other poolers do not hold ctypes in memory."""
+    from .tls13 import set_tls13_ciphers  # lazy, for the memory (see the docstring)
 
     return set_tls13_ciphers
 

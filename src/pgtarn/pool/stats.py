@@ -26,8 +26,8 @@ class Timings:
     query, transaction or server assignment of a pool.
 
     The counts are fields, not a list: compiled, adding one to a field is an add of two C
-    integers, where a list item past 256 is an int object made anew at each count (about
-    200 instructions per observation; a transaction makes three). observe is bisect_left
+    integers, where a list item past 256 is an int object made anew at each count, three
+    times per transaction. observe is bisect_left
     over BUCKETS written out as a tree of comparisons with the bounds as literals (change
     both together); test_stats checks it against bisect_left.
     """

@@ -24,16 +24,17 @@ SYSLOG_SOCKETS = ("/dev/log", "/var/run/syslog")
 
 
 def load_json() -> Callable[..., str]:
-    """json.dumps, imported only for log_format = json: json costs about 0.2 MB of RSS."""
-    import json  # lazy, for the RSS above (see the docstring)
+    """json.dumps, imported only for log_format = json, so other poolers do not hold it."""
+    import json  # lazy, for the memory (see the docstring)
 
     return json.dumps
 
 
 def load_syslog() -> type[Any]:
     """logging.handlers.SysLogHandler, imported only with syslog on: logging.handlers (with
-    the pickle and queue modules it pulls in) costs about 0.5 MB of RSS."""
-    import logging.handlers  # lazy, for the RSS above (see the docstring)
+    the pickle and queue modules it pulls in) is memory a pooler logging elsewhere need not
+    hold."""
+    import logging.handlers  # lazy, for the memory (see the docstring)
 
     return logging.handlers.SysLogHandler
 

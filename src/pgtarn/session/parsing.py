@@ -1,8 +1,9 @@
 """The parse of a query text into its effects on session state, with pglast.
 
 PostgreSQL's own parser reads each statement; effects.py names the kinds of effect and
-holds the cheap first look that decides which texts come here. pglast costs about 3 MB of
-RSS, so this module is imported at the first text to parse (client/tracking.py, load_pglast).
+holds the cheap first look that decides which texts come here. pglast is large, and many
+poolers never see a text that needs it, so this module is imported at the first text to parse
+(client/tracking.py, load_pglast).
 """
 
 from __future__ import annotations

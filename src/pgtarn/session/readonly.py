@@ -11,8 +11,8 @@ the primary. classify_chunk applies it to the messages of one chunk (a Query, or
 protocol batch ending with its Sync).
 
 Answers are cached per text, so a text seen before costs one dict lookup; a first look at
-the first word decides most writes without a parse. pglast costs about 3 MB of RSS: this
-module imports it at its top, so it is itself imported only when replica routing is on
+the first word decides most writes without a parse. pglast is large: this module imports
+it at its top, so it is itself imported only when replica routing is on
 (as session/parsing.py is, at the first text to parse).
 """
 

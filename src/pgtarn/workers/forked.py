@@ -1,7 +1,7 @@
 """A worker forked from the supervisor, its code shared copy-on-write, watched through a pidfd.
 
-A worker started as ``python -m pgtarn`` imports the whole pooler again: about 20 MB of heap
-of its own (PSS). Forked from the supervisor, which has imported the same code, it shares
+A worker started as ``python -m pgtarn`` imports the whole pooler again, into a heap of its
+own. Forked from the supervisor, which has imported the same code, it shares
 those pages until it writes to them. The fork happens inside the supervisor's running event
 loop, so the child first puts away what belongs to that loop: the signal handlers and their
 wakeup descriptor (a signal for the child would otherwise reach the supervisor's loop; asyncio
