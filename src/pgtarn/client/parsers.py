@@ -23,9 +23,9 @@ def load_readonly() -> tuple[
     Callable[[bytes, Callable[[bytes], bytes | None]], int], Callable[[dict[str, str]], bool]
 ]:
     """session/readonly.py's classify_chunk and reads_by_default, imported when a client of
-    a read_write_split database first starts a transaction: it holds pglast, whose RSS a
+    a read_write_split database first starts a transaction: it holds pglast, whose memory a
     pooler without the split does not need (as load_pglast)."""
-    from ..session import readonly  # lazy, for the RSS (see load_pglast)
+    from ..session import readonly  # lazy, for the memory (see load_pglast)
 
     return readonly.classify_chunk, readonly.reads_by_default
 
