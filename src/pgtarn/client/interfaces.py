@@ -133,6 +133,10 @@ class ListenClient(Protocol):
     def _send_pending(self) -> None:
         """What waited behind a withheld ReadyForQuery goes to a server now."""
 
+    def _link_ends(self, server: ServerConnection, status: bytes) -> bytes | None:
+        """Nothing more is owed: the link ends if the mode says so (b"": the client was
+        closed)."""
+
 
 class TrackedClient(Protocol):
     """What a client's session tracking (tracking.py) needs of its connection: the fields its

@@ -16,7 +16,7 @@ from ..server.connection import ServerConnection
 from ..session.effects import Kind
 from ..session.tracking import CLOSE_AFTER, NO_SETTINGS, SessionTracker
 from ..views.states import READY_STATE
-from .listening import READY, ClientListen
+from .listening import ClientListen
 from .parsers import load_readonly
 from .tracking import SessionTracking
 from .transport import NO_PENDING, ClientTransport, PendingParts
@@ -181,8 +181,11 @@ class ClientLink(ClientTransport):
         session = None if tracking is None else tracking.session
         if session is not None and session.pending and not self._session_ready(status):
             return b""  # closed: its state may not be kept (pin_session_state = 0)
-        if self.listening:
-            return self._ready_listening(server, status)
+        if self.listening:  # LISTEN replies due, notifications (listening.py)
+            listen = self.listen
+            if listen is not None:
+                return listen.ready_for_query(server, status)
+            self.listening = False
         extras = self.extras
         if extras is not None and extras.schema_pending and status == b"I":
             self.schema_change_ended()
@@ -194,28 +197,6 @@ class ClientLink(ClientTransport):
                 self._unlink(server, now)
             return None
         return self._link_ends(server, status)
-
-    def _ready_listening(self, server: ServerConnection, status: bytes) -> bytes:
-        """ready_for_query for a client that listens: LISTEN replies due after this
-        ReadyForQuery, then the link may end, then notifications (or the ReadyForQuery is
-        withheld for the listener connection)."""
-        out = READY[status]
-        listen = self.listen
-        if listen is not None and listen.answers:
-            for entry in listen.answers:
-                entry[0] -= 1
-            out += listen.answers_due(status)
-            if self.state is not READY_STATE:
-                return b""
-        if not self.expected and self._link_ends(server, status) == b"":
-            return b""
-        listen = self.listen
-        if listen is None:
-            self.listening = False
-            return out
-        out = listen.after_reply(out, status)
-        self.listening = listen.wait or bool(listen.answers or listen.notify_queue)
-        return out
 
     # --- the LISTEN state (listening.py), a part of its own --------------------------------------
 

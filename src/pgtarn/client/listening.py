@@ -44,6 +44,7 @@ from ..proto.msgtypes import (
     STATEMENT_MESSAGES,
     SYNC,
 )
+from ..server.connection import ServerConnection
 from ..session.effects import SUBSCRIBE, Parsed, as_subscriptions, parse_text
 from ..views.states import ClientState
 from .interfaces import ListenClient
@@ -149,6 +150,26 @@ class ClientListen:
         out = self.answers_due(status)
         if client.state is ClientState.READY:
             client.write(self.after_reply(out, status))
+
+    def ready_for_query(self, server: ServerConnection, status: bytes) -> bytes:
+        """Its connection's ready_for_query while it listens (ListenClient.listening): the
+        LISTEN replies due after this ReadyForQuery, then the link may end, then
+        notifications (or the ReadyForQuery is withheld for the listener connection).
+        Returns what goes to the client in the ReadyForQuery's place (b"": nothing)."""
+        client = self.client
+        out = READY[status]
+        answers = self.answers
+        if answers:
+            for entry in answers:
+                entry[0] -= 1
+            out += self.answers_due(status)
+            if client.state is not ClientState.READY:
+                return b""
+        if not client.expected and client._link_ends(server, status) == b"":
+            return b""
+        out = self.after_reply(out, status)
+        client.listening = self.wait or bool(self.answers or self.notify_queue)
+        return out
 
     def answers_due(self, status: bytes) -> bytes:
         """The replies due now that a ReadyForQuery with status went to the client."""

@@ -7,6 +7,7 @@ from typing import cast
 
 from pgtarn.client.connection import ClientConnection
 from pgtarn.client.listening import ClientListen, local_batch
+from pgtarn.client.parsers import effects_of
 from pgtarn.config.inifile import parse_config
 from pgtarn.errors import PgtarnError
 from pgtarn.pool.channels import ChannelBoard
@@ -17,6 +18,7 @@ from pgtarn.proto.messages import parse_fields
 from pgtarn.runtime import Runtime
 from pgtarn.server.connection import ServerConnection
 from pgtarn.server.login import server_login_for
+from pgtarn.session.effects import as_subscriptions
 from pgtarn.session.tracking import SessionState, SessionTracker
 from pgtarn.views.states import ClientState
 
@@ -454,6 +456,7 @@ class Connection:
         self.out = bytearray()
         self.closed: list[PgtarnError] = []
         self.sent_pending = 0
+        self.link_ends: list[bytes] = []
 
     def write(self, data: bytes) -> None:
         self.out += data
@@ -477,6 +480,10 @@ class Connection:
 
     def _send_pending(self) -> None:
         self.sent_pending += 1
+
+    def _link_ends(self, server: ServerConnection, status: bytes) -> bytes | None:
+        self.link_ends.append(status)
+        return None
 
 
 def alone(listen_queue_size: int = 1000) -> tuple[ClientListen, Connection]:
@@ -564,3 +571,28 @@ def test_local_batch_reads_a_listen_statement_alone() -> None:
     assert local_batch(parse + describe, None) == (0, None, b"", False, None)  # not whole
     select = build.message(b"P", b"\x00SELECT 1\x00\x00\x00")
     assert local_batch(select + sync, None) is None
+
+
+def test_alone_a_reply_owed_goes_right_after_the_ready_for_query_before_it() -> None:
+    """Its connection's ReadyForQuery while a LISTEN's reply is owed one ReadyForQuery from
+    now: that ReadyForQuery, then the reply (CommandComplete, ReadyForQuery); then, owed
+    nothing more, the link may end; the connection no longer needs a look."""
+    listen, connection = alone()
+    connection.server = connection.linked
+    connection.expected = 1  # the LISTEN's own ReadyForQuery (the server's was counted)
+    listen.answers.append([1, as_subscriptions(effects_of("LISTEN a")), None, True])
+    connection.listening = True
+    out = listen.ready_for_query(connection.linked, b"I")
+    ready = build.ready_for_query(b"I")
+    assert out == ready + LISTEN_COMPLETE + ready
+    assert listen.answers == [] and connection.expected == 0
+    assert connection.link_ends == [b"I"] and not connection.listening
+
+
+def test_alone_a_ready_for_query_with_replies_still_owed_keeps_the_link() -> None:
+    listen, connection = alone()
+    connection.expected = 2
+    listen.answers.append([2, as_subscriptions(effects_of("LISTEN a")), None, True])
+    connection.listening = True
+    assert listen.ready_for_query(connection.linked, b"I") == build.ready_for_query(b"I")
+    assert listen.answers[0][0] == 1 and connection.link_ends == [] and connection.listening
