@@ -7,9 +7,10 @@ Handle. The sockets of a loop's SocketTransports are instead in one epoll set of
 (``SocketWatch``), and the loop watches only that set: when it is readable, one callback
 asks it which sockets are, and each transport reads its own, one recv(2) and one bytes
 object per read (native/_io.c in the compiled build). A busy loop iteration finds several
-sockets readable, and pays for one callback. A transport sends what it is given at once and
-buffers only what the socket does not take, watching for writability (``add_writer``)
-until that is sent.
+sockets readable, and pays for one callback. What is to follow the reads under way
+(``after_reads``: the pools' hand-offs of servers to waiting clients) runs at the end of that
+callback. A transport sends what it is given at once and buffers only what the socket does not
+take, watching for writability (``add_writer``) until that is sent.
 
 It behaves as an asyncio transport for the protocol above it, as far as pgtarn uses one:
 
@@ -406,7 +407,7 @@ class SocketWatch:
     """The sockets of a loop's transports in one epoll set (level-triggered), itself watched
     by the loop: see the module's docstring."""
 
-    __slots__ = ("epfd", "epoll", "loop", "transports")
+    __slots__ = ("after", "epfd", "epoll", "loop", "reading", "transports")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -417,6 +418,9 @@ class SocketWatch:
         #: leaves the set (at _lose) before it is closed, so that its number can serve no
         #: other socket while it is here.
         self.transports: dict[int, SocketTransport] = {}
+        #: While the ready sockets of a batch are read; then after, if given (after_reads).
+        self.reading = False
+        self.after: Callable[[], None] | None = None
         loop.add_reader(self.epfd, self._ready)
 
     def add(self, transport: SocketTransport) -> None:
@@ -438,6 +442,15 @@ class SocketWatch:
             self.epfd, self.epoll, WATCH_MODIFY, transport.fd, READABLE if reading else 0, transport
         )
 
+    def after_reads(self, callback: Callable[[], None]) -> None:
+        """Call callback once the reads under way are over: at the end of the batch being read
+        (one such callback per batch; no callback of the loop's own, so no hand-off of the
+        GIL), else from the loop (call_soon)."""
+        if self.reading and self.after is None:
+            self.after = callback
+        else:
+            self.loop.call_soon(callback)
+
     def remove(self, transport: SocketTransport) -> None:
         fd = transport.fd
         if self.transports.get(fd) is transport:
@@ -449,6 +462,7 @@ class SocketWatch:
         # other sockets are still read. A transport that an earlier one closed has left the
         # set, but may be in this batch: lost, it reads no more and broken() does nothing.
         ready = WATCH_READY(self.epfd, self.epoll, self.transports)
+        self.reading = True
         for index in range(0, len(ready), 2):
             transport = cast(SocketTransport, ready[index])
             events = cast(int, ready[index + 1])
@@ -465,6 +479,16 @@ class SocketWatch:
                         "transport": transport,
                         "protocol": transport.get_protocol(),
                     }
+                )
+        self.reading = False
+        after = self.after
+        if after is not None:
+            self.after = None
+            try:
+                after()
+            except Exception as exc:
+                self.loop.call_exception_handler(
+                    {"message": "a callback after the reads failed", "exception": exc}
                 )
 
     def close(self) -> None:

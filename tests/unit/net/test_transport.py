@@ -507,3 +507,41 @@ def test_a_transport_closed_by_another_in_the_same_wake_up_reads_nothing_more(
         peer.close()
     second_peer.close()
     loop.run_until_complete(asyncio.sleep(0.01))
+
+
+def test_a_callback_after_the_reads_runs_once_every_socket_of_the_batch_was_read(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """after_reads inside a batch: called once the batch's reads are all over, in the same
+    wake-up (no callback of the loop's own); outside one, from the loop."""
+    order: list[str] = []
+
+    class Asks(Recorder):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            order.append(self.name)
+            socket_watch(loop).after_reads(lambda: order.append(f"after {self.name}"))
+
+    pairs = [started(loop, Asks(str(index))) for index in range(3)]
+    watch = socket_watch(loop)
+    for _, _, peer in pairs:
+        peer.sendall(b"x")
+    select.select([watch.epfd], [], [], 1.0)  # (all three ready: one batch)
+    watch._ready()
+    assert order[:3] == ["0", "1", "2"] and order[3:4] == ["after 0"]  # the first asked
+    assert not watch.reading and watch.after is None
+    loop.run_until_complete(asyncio.sleep(0.01))  # the others asked too late: from the loop
+    assert sorted(order[4:]) == ["after 1", "after 2"]
+    order.clear()
+    watch.after_reads(lambda: order.append("outside"))
+    assert order == []
+    loop.run_until_complete(asyncio.sleep(0.01))
+    assert order == ["outside"]
+    for transport, protocol, peer in pairs:
+        transport.close()
+        run_until(loop, lambda protocol=protocol: protocol.lost != [])  # type: ignore[misc]
+        peer.close()
