@@ -337,21 +337,6 @@ class ServerConnection(ServerRelay):
                     return
             self.transport.close()
 
-    # --- bytes from PostgreSQL ----------------------------------------------------------------
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            if self.login is not None:
-                self.login.data_received(data)
-            elif self.statements is None:
-                self._relay(data)
-            else:
-                self._relay_prepared(data)
-        except PgtarnError as error:
-            log.warning("%r %s", self, error.message)
-            self._relay_whole_messages_before(data)
-            self.close(error.message)
-
     # --- commands from the client side and the pool --------------------------------------------
 
     def link(
@@ -363,6 +348,8 @@ class ServerConnection(ServerRelay):
         """Lent to client: SET its tracked parameters that differ here, and make the session
         settings its own (SET what differs, RESET what it never set), ahead of its bytes (their
         replies are swallowed, so no round trip is added). settings None: not tracked."""
+        if self.in_read:  # the client would write to it inside the read that released it
+            log.debug("%r lent to %r inside its own read", self, client)
         self.client = client
         same_settings = settings is None or settings is self.settings
         if same_settings and (params is self.params_met or params.items() <= self.params.items()):

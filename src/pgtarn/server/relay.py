@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final, Self
 
+from ..errors import PgtarnError
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_fields, parse_parameter_status
@@ -51,6 +52,23 @@ class ServerRelay(ServerTransport):
     """Relaying a logged-in server's replies: the base of ServerConnection's commands."""
 
     __slots__ = ()
+
+    def data_received(self, data: bytes) -> None:
+        """PostgreSQL's bytes: to the login while it runs, then relayed."""
+        self.in_read = True
+        try:
+            if self.login is not None:
+                self.login.data_received(data)
+            elif self.statements is None:
+                self._relay(data)
+            else:
+                self._relay_prepared(data)
+        except PgtarnError as error:
+            log.warning("%r %s", self, error.message)
+            self._relay_whole_messages_before(data)
+            self.close(error.message)
+        finally:
+            self.in_read = False
 
     def _relay_whole_messages_before(self, data: bytes) -> None:
         """The scanner refused a length in data: pass on what came before it, so the client

@@ -42,6 +42,7 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         "fatal",
         "hosts_tried",
         "id",
+        "in_read",
         "internal_error",
         "local_addr",
         "login",
@@ -97,6 +98,8 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         #: Prepared statements this server has (transaction mode), made on first use.
         self.statements: ServerStatements | None = None
         self.closed = False
+        #: Inside its data_received: no client is to be lent it now (ServerConnection.link).
+        self.in_read = False
         self.close_needed = False
         #: The message of a FATAL (or PANIC) PostgreSQL sent while linked: the client
         #: already knows why the server is about to go away.
