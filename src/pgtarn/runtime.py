@@ -20,10 +20,13 @@ from .errors import PgtarnError
 from .net.authpool import AuthPool
 from .net.peers import PeerCancels
 from .net.sockets import HostChooser, TcpOption, tcp_options
-from .pool.pool import PooledServer
+from .net.transport import SocketWatch, socket_watch
+from .pool.handoffs import hand_off
+from .pool.pool import Pool, PooledServer
 from .pool.registry import Registry, SharedGate
 from .pool.stats import PoolStats, Totals
 from .proto.cancelkey import Key, index_of, make_key
+from .session.fifo import Fifo
 from .session.prepared import StatementCache
 from .views.protocols import ClientView, SecretSource, ServerView
 
@@ -102,6 +105,46 @@ class WorkerLimits(SharedGate, Protocol):
     def left(self, client: object) -> None: ...
 
 
+class HandOffSteps:
+    """The hand-offs of servers released outside their own read (pool/handoffs.py), run
+    together once the reads under way are over: at the end of the loop's batch of reads
+    (SocketWatch.after_reads), or soon."""
+
+    __slots__ = ("later", "pending", "run_step", "watch")
+
+    def __init__(self) -> None:
+        #: (pool, server) in the order released; one released during the run is run too.
+        self.pending: Fifo[tuple[Pool[Any], PooledServer]] = Fifo()
+        self.watch: SocketWatch | None = None  # the running loop's, found at the first ask
+        self.run_step: Callable[[], None] = self.run  # (one bound method, kept)
+        #: Tests without a loop: what calls run once "the reads are over".
+        self.later: Callable[[Callable[[], None]], None] | None = None
+
+    def due(self, pool: Pool[Any], server: Any) -> None:
+        pending = self.pending
+        pending.append((pool, server))
+        if len(pending) > 1:
+            return
+        later = self.later
+        if later is not None:
+            later(self.run_step)
+            return
+        watch = self.watch
+        if watch is None:
+            watch = self.watch = socket_watch(asyncio.get_running_loop())
+        watch.after_reads(self.run_step)
+
+    def run(self) -> None:
+        """Every hand-off due."""
+        pending = self.pending
+        while pending:
+            pool, server = pending.popleft()
+            try:
+                hand_off(pool, server)
+            except Exception:  # (a client failed taking its server: the others go on)
+                log.exception("%r: a hand-off of %r failed", pool, server)
+
+
 #: Makes the auth_query lookup for (target database, auth_user, query); given by the app.
 LookupFactory = Callable[["Runtime", DatabaseEntry, str, str], SecretSource]
 
@@ -122,6 +165,9 @@ class Runtime:
         self.tcp_options: tuple[TcpOption, ...] = tcp_options(config)
         self.userlist = userlist
         self.registry: Registry[PooledServer] = Registry(config)
+        #: Servers released to waiting clients are lent once the callback is over.
+        self.handoffs = HandOffSteps()
+        self.registry.defer = self.handoffs
         #: Every client connection, from accept to close (max_client_conn counts these), by
         #: the BackendKeyData key it gets at accept (new_key), folded (cancelkey.index_of):
         #: the one index of clients, which CancelRequest routing looks keys up in too

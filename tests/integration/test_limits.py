@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from typing import Any
 
 import pytest
 
@@ -51,6 +52,53 @@ def test_waiting_clients_are_served_first_come_first_served(
 
     values = asyncio.run(scenario())
     assert values == sorted(values) and len(set(values)) == 6
+
+
+#: pgtarn's debug line (-v, which the fixture passes) for a server lent to a client inside
+#: that server's own read (ServerConnection.link).
+LENT_INSIDE_ITS_READ = "inside its own read"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"max_prepared_statements": 100},  # the relay of prepared statements
+        {"server_reset_query": "DISCARD ALL", "server_reset_query_always": 1},  # after a reset
+        {"server_lifetime": 0},  # closed when released: a new server, after its login
+    ],
+    ids=["plain", "prepared", "reset", "login"],
+)
+def test_a_released_server_goes_to_a_waiting_client_after_its_read(
+    pgtarn_factory: PgtarnFactory, settings: dict[str, object]
+) -> None:
+    """A server released while clients wait (its ReadyForQuery, the end of a reset or of its
+    login, all read from its socket) is lent to the first of them once that read is over:
+    the next client's bytes are not written to it while its reply to the last one is still
+    being relayed. Every client's transactions are served all the same."""
+    proc = pgtarn_factory(settings={"default_pool_size": 1, **settings})
+    cache = 100 if "max_prepared_statements" in settings else 0
+
+    async def scenario() -> list[set[int]]:
+        clients = [await aconnect(proc, statement_cache_size=cache) for _ in range(6)]
+
+        async def run(client: Any) -> set[int]:
+            return {await client.fetchval("select pg_backend_pid()") for _ in range(20)}
+
+        try:
+            return list(await asyncio.gather(*(run(c) for c in clients)))
+        finally:
+            for client in clients:
+                await client.close()
+
+    served = asyncio.run(scenario())
+    assert all(served)
+    with connect(proc, dbname="pgbouncer", autocommit=True) as admin:
+        cur = admin.execute("SHOW STATS")
+        names = [d.name for d in cur.description or ()]
+        stats = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    assert next(r["total_wait_time"] for r in stats if r["database"] == "app") > 0  # waited
+    assert LENT_INSIDE_ITS_READ not in proc.log_text()
 
 
 def test_2000_clients_on_pool_size_10_are_all_served(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import cast
 
@@ -10,8 +11,11 @@ import pytest
 from pgtarn.config.inifile import parse_config
 from pgtarn.config.settings import DatabaseEntry
 from pgtarn.errors import PgtarnError
-from pgtarn.runtime import SHARED_PARAMS, Runtime
+from pgtarn.pool.pool import Pool
+from pgtarn.runtime import SHARED_PARAMS, HandOffSteps, Runtime
 from pgtarn.views.protocols import ClientView
+
+from .pool.test_pool import FakeClient, FakeServer, make_pool
 
 INI = """
 [databases]
@@ -181,3 +185,62 @@ def test_an_auth_dbname_that_is_no_database_is_a_config_error(
     with pytest.raises(PgtarnError, match="bouncer config error"):
         runtime.secret_lookup(odd)
     assert logged in caplog.text and made == []
+
+
+class Failing(FakeClient):
+    """A client whose taking of a server fails (a bug): the runtime goes on with the rest."""
+
+    def server_assigned(self, server: FakeServer) -> None:
+        raise RuntimeError("a client failed taking its server")
+
+
+class Resuming(FakeClient):
+    """A client that, given a server, resumes another pool (a hand-off asked then)."""
+
+    def __init__(self, other: Pool[FakeServer]) -> None:
+        super().__init__("resuming")
+        self.other = other
+
+    def server_assigned(self, server: FakeServer) -> None:
+        super().server_assigned(server)
+        self.other.resume()
+
+
+def paused_pool_with_a_waiter(waiter: FakeClient) -> tuple[Pool[FakeServer], FakeServer]:
+    """A paused pool whose one server is idle, and waiter waiting for it."""
+    pool, _clock, launched = make_pool(pool_size=1)
+    holder = FakeClient("holder")
+    pool.acquire(holder)
+    pool.server_ready(launched[0], {})
+    assert holder.server is launched[0]
+    pool.pause()
+    pool.release(launched[0])
+    pool.acquire(waiter)
+    return pool, launched[0]
+
+
+def test_the_hand_offs_run_once_the_callback_is_over_in_order() -> None:
+    """Servers handed to waiting clients outside a read of their own (RESUME) in one
+    callback are lent together after it, in order; one handed during the run is lent in
+    the same run; a client that fails taking its server (a bug, logged) does not stop the
+    others."""
+    handoffs = HandOffSteps()
+    failing, later, waiter = Failing("failing"), FakeClient("later"), FakeClient("waiter")
+
+    async def scenario() -> None:
+        broken, _ = paused_pool_with_a_waiter(failing)
+        third, third_server = paused_pool_with_a_waiter(later)
+        second, _ = paused_pool_with_a_waiter(Resuming(third))
+        broken.acquire(waiter)  # behind the failing one
+        for pool in (broken, second, third):
+            pool.defer = handoffs
+        broken.resume()
+        second.resume()
+        assert [pool for pool, _ in handoffs.pending] == [broken, second]  # not run inside
+        assert waiter.server is None and later.server is None
+        await asyncio.sleep(0)
+        assert list(broken.waiting) == [waiter]  # (the server went with the failure)
+        assert later.server is third_server  # handed during the run: in the same run
+        assert not handoffs.pending
+
+    asyncio.run(scenario())

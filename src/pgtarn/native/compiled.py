@@ -25,6 +25,7 @@ COMPILED = (
     "pgtarn/auth/scram.py",
     "pgtarn/pool/idle.py",
     "pgtarn/pool/pool.py",
+    "pgtarn/pool/handoffs.py",
     "pgtarn/pool/stats.py",
     "pgtarn/pool/waiting.py",
     "pgtarn/session/effects.py",

@@ -7,10 +7,9 @@ Handle. The sockets of a loop's SocketTransports are instead in one epoll set of
 (``SocketWatch``), and the loop watches only that set: when it is readable, one callback
 asks it which sockets are, and each transport reads its own, one recv(2) and one bytes
 object per read (native/_io.c in the compiled build). A busy loop iteration finds several
-sockets readable, and pays for one callback. What is to follow the reads under way
-(``after_reads``: the pools' hand-offs of servers to waiting clients) runs at the end of that
-callback. A transport sends what it is given at once and buffers only what the socket does not
-take, watching for writability (``add_writer``) until that is sent.
+sockets readable, and pays for one callback, at whose end runs what is to follow its reads
+(``after_reads``). A transport sends what it is given at once and buffers only what the
+socket does not take, watching for writability (``add_writer``) until that is sent.
 
 It behaves as an asyncio transport for the protocol above it, as far as pgtarn uses one:
 
@@ -443,9 +442,8 @@ class SocketWatch:
         )
 
     def after_reads(self, callback: Callable[[], None]) -> None:
-        """Call callback once the reads under way are over: at the end of the batch being read
-        (one such callback per batch; no callback of the loop's own, so no hand-off of the
-        GIL), else from the loop (call_soon)."""
+        """Call callback once the reads under way are over: at the end of the batch (one per
+        batch; no callback of the loop's own, no hand-off of the GIL), else by call_soon."""
         if self.reading and self.after is None:
             self.after = callback
         else:
@@ -487,9 +485,8 @@ class SocketWatch:
             try:
                 after()
             except Exception as exc:
-                self.loop.call_exception_handler(
-                    {"message": "a callback after the reads failed", "exception": exc}
-                )
+                failed = {"message": "a callback after the reads failed", "exception": exc}
+                self.loop.call_exception_handler(failed)
 
     def close(self) -> None:
         if not self.loop.is_closed():

@@ -13,6 +13,7 @@ got no answer in time may still land: its server is closed rather than lent agai
 
 from __future__ import annotations
 
+from .handoffs import come_back
 from .pool import Pool, S
 
 
@@ -45,7 +46,7 @@ def cancel_ended(pool: Pool[S], server: S, request: bool, answered: bool) -> Non
     if not answered:
         server.close("a cancel request was sent and not answered: it may still arrive")
     elif pool.gate is None or not pool.gate.gives_back(pool, server):
-        pool._to_idle(server)
+        come_back(pool, server)
 
 
 def cancels_in_flight(pool: Pool[S]) -> int:

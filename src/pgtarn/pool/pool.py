@@ -9,6 +9,10 @@ first served; those that logged in before any server did wait in ``welcome_waite
 Logged-in clients are counted (``logged_in``; each client knows whether it joined, so it
 leaves the count once). SHOW POOLS reports that count and the sizes of these containers.
 
+Hand-offs. A server released while clients wait is not lent inside the callback that
+released it (most often its own read of a ReadyForQuery): it is put with the active ones,
+marked, and lent to the first waiting client once that callback is over (handoffs.py).
+
 Servers are opened on demand, up to ``pool_size``; ``reserve_pool_size`` more once the
 oldest client waited ``reserve_pool_timeout``; ``min_pool_size`` ahead of demand. When a
 server cannot be opened the pool is *failing*: it keeps its waiters and retries, one attempt
@@ -44,7 +48,7 @@ from .channels import ChannelBoard
 from .failing import login_failed, refused_from_cache
 from .idle import IdleServers
 from .lifetimes import expire_idle
-from .state import ReplicationLink, Unavailable
+from .state import HandOffs, ReplicationLink, Unavailable
 from .stats import PoolStats
 from .waiting import WaitQueue
 from .waits import expire_waiters
@@ -62,7 +66,7 @@ class PooledServer:
     lookup (and a float made each time), five per transaction.
     """
 
-    __slots__ = ("close_needed", "connstr", "created_at", "last_used")
+    __slots__ = ("close_needed", "connstr", "created_at", "handoff_at", "in_read", "last_used")
 
     connstr: str
     #: Monotonic: opened; last linked, released or checked.
@@ -70,6 +74,11 @@ class PooledServer:
     last_used: float
     #: Close when next released (RECONNECT, or a reload changed the connection string).
     close_needed: bool
+    #: Inside its own read: a release then hands it off at the end of that read.
+    in_read: bool
+    #: Released at this time while clients waited: to be handed off once the callback is
+    #: over (handoffs.py); 0.0: not.
+    handoff_at: float
 
     def close(self, reason: str, wait: bool = False) -> None:
         """wait (workers = N): until PostgreSQL closes, so that its backend is gone."""
@@ -208,6 +217,9 @@ class Pool(Generic[S]):
         self.cancels: dict[S, int] = {}
         self.cancel_requests = 0
         self.waiting: WaitQueue[Waiter[S]] = WaitQueue()
+        #: The runtime's, which hands off servers released while clients wait once the
+        #: callback under way is over (handoffs.py; given by the registry; None: at once).
+        self.defer: HandOffs | None = None
         #: Clients that logged in before any server did, waiting for the welcome parameters.
         self.welcome_waiters: list[WelcomeWaiter] = []
         #: id(welcome waiter) -> when it began to wait (waiting keeps its own times).
@@ -337,8 +349,7 @@ class Pool(Generic[S]):
             since = other.waiting.first_since()
             self.waiting.append(other.waiting.popleft(), since)
         if not self.paused:
-            while self.waiting and self.idle:
-                self._to_idle(self.idle.pop())  # to the first waiter
+            self._serve_waiters()
             self._grow(now)
 
     def cancel_wait(self, waiter: Waiter[S]) -> None:
@@ -491,18 +502,36 @@ class Pool(Generic[S]):
         elif self.paused and self.pause_closes:
             server.close("pool paused")
         elif self.waiting and not self.paused:
-            # lend it to the first waiting client (the hot path under load)
+            if self.defer is not None and server.in_read:
+                # (the hot path under load: its ReadyForQuery) lent once its read is over
+                self.active.add(server)
+                server.handoff_at = now or self.clock()  # (handoffs.py)
+                return
+            # lend it to the first waiting client
             waiting = self.waiting
             waited = (now or self.clock()) - waiting.first_since()
             waiter = waiting.popleft()
             self.active.add(server)
-            self.stats.wait.observe(waited)
+            self.stats.wait.observe(waited if waited > 0.0 else 0.0)  # (queued after it came)
             waiter.server_assigned(server)
         elif self.server_count >= self.pool_size:
             # a reserve server nobody waits for, or the pool shrank by a reload
             server.close("pool is over its size")
         else:
             self.idle.append(server)
+
+    def _serve_waiters(self) -> None:
+        """An idle server to each waiting client (RESUME, another pool's waiters taken):
+        marked, lent once the callback under way is over (handoffs.py), or at once."""
+        defer = self.defer
+        for _ in range(min(len(self.waiting), len(self.idle))):
+            server = self.idle.pop()
+            if defer is None:
+                self._to_idle(server)  # to the first waiter
+            else:
+                self.active.add(server)
+                server.handoff_at = self.clock()
+                defer.due(self, server)
 
     def server_closed(self, server: S) -> None:
         """A server is gone, from whatever container it was in; replace it if clients wait."""
@@ -549,8 +578,7 @@ class Pool(Generic[S]):
         """Lend servers again: idle ones to the waiting clients, in order; open more."""
         self.paused = False
         self.pause_closes = False
-        while self.waiting and self.idle:
-            self._to_idle(self.idle.pop())  # to the first waiter
+        self._serve_waiters()
         if self.waiting:
             self._grow(self.clock())
         if self.board is not None:

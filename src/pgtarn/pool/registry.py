@@ -12,6 +12,7 @@ from .channels import ChannelBoard, ListenerLink, SchemaWatch
 from .hosts import HostSet
 from .pool import ClientTimeouts, Pool, S, ServerGate
 from .split import Split
+from .state import HandOffs
 
 
 class Closable(Protocol):
@@ -37,6 +38,9 @@ class Registry(Generic[S]):
         self.config = config
         self.pools: dict[tuple[str, str], Pool[S]] = {}
         self.launch: Callable[[Pool[S], DatabaseEntry], S] | None = None
+        #: Asks for a pool's hand-off step after the current callback (Pool.defer; given
+        #: by the runtime; None: servers are lent at once).
+        self.defer: HandOffs | None = None
         #: schema_change_channel: called at each schema change the pools' listener
         #: connections hear of (the runtime renews its shared prepared statements).
         self.schema_changed: Callable[[], None] | None = None
@@ -84,6 +88,7 @@ class Registry(Generic[S]):
             pool.board = ChannelBoard(self._listener_opener(pool, db))
             pool.may_open = self.may_open
             pool.gate = self.gate
+            pool.defer = self.defer
             pool.last_used = pool.clock()
             self.pools[key] = pool
             if db.read_write_split != "off":
@@ -154,6 +159,7 @@ class Registry(Generic[S]):
             pool.launch = self._launcher(db)
         pool.may_open = self.may_open
         pool.gate = self.gate
+        pool.defer = self.defer
         pool.last_used = pool.clock()
         self.replica_pools.append(pool)
         return pool

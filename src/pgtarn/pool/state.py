@@ -114,3 +114,10 @@ class PoolState(Protocol):
     def servers(self) -> list[Any]: ...
 
     def close_idle(self, reason: str) -> None: ...
+
+
+class HandOffs(Protocol):
+    """What hands off the servers given to waiting clients outside a read of their own, once
+    the callback under way is over (runtime.HandOffSteps, a pool's defer; handoffs.py)."""
+
+    def due(self, pool: Any, server: Any) -> None: ...

@@ -320,6 +320,7 @@ class ServerConnection(ServerRelay):
             return
         self.closed = True
         self.send_state = SEND_NEVER  # (what is written from here on goes through the transport)
+        self.handoff_at = 0.0  # (released while clients waited: it goes to nobody now)
         if self.runtime.config.log_disconnections:
             log.info("%r closing because: %s", self, reason)
         if self.login is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Final, Self
 
 from ..errors import PgtarnError
+from ..pool.handoffs import lend_marked
 from ..proto import build
 from ..proto.framing import MessageScanner
 from ..proto.messages import parse_fields, parse_parameter_status
@@ -67,8 +68,14 @@ class ServerRelay(ServerTransport):
             log.warning("%r %s", self, error.message)
             self._relay_whole_messages_before(data)
             self.close(error.message)
-        finally:
+        except BaseException:  # (a bug, which the loop reports: the read is over all the same)
             self.in_read = False
+            if self.handoff_at:
+                lend_marked(self.pool, self)
+            raise
+        self.in_read = False
+        if self.handoff_at:  # released in this read to the clients waiting: lent now
+            lend_marked(self.pool, self)
 
     def _relay_whole_messages_before(self, data: bytes) -> None:
         """The scanner refused a length in data: pass on what came before it, so the client

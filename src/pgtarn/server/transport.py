@@ -28,7 +28,7 @@ class ServerTransport(PooledServer, asyncio.Protocol):
     ServerConnection, see connection.py).
 
     The fields of every part of the connection (login, relay, link) are declared here, in
-    one __slots__, but for the four the pool reads (in its base, PooledServer). The linked
+    one __slots__, but for the six the pool reads (in its base, PooledServer). The linked
     client is a LinkedClient of the connection's own type (Self): the methods that hand
     ``self`` to it are annotated ``self: Self`` for that.
     """
@@ -42,7 +42,6 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         "fatal",
         "hosts_tried",
         "id",
-        "in_read",
         "internal_error",
         "local_addr",
         "login",
@@ -98,8 +97,9 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         #: Prepared statements this server has (transaction mode), made on first use.
         self.statements: ServerStatements | None = None
         self.closed = False
-        #: Inside its data_received: no client is to be lent it now (ServerConnection.link).
+        #: Inside its data_received: a release hands it off at the end (pool/handoffs.py).
         self.in_read = False
+        self.handoff_at = 0.0
         self.close_needed = False
         #: The message of a FATAL (or PANIC) PostgreSQL sent while linked: the client
         #: already knows why the server is about to go away.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 from pgtarn.client.connection import ClientConnection
@@ -66,6 +67,9 @@ class Pool:
         )
         self.servers: list[ServerConnection] = []
         self.runtime.registry.launch = self._launch
+        #: What the loop would call once its reads are over (the hand-off step), in order.
+        self.after: list[Callable[[], None]] = []
+        self.runtime.handoffs.later = self.after.append
 
     def _launch(self, registered: PoolOf[PooledServer], db: DatabaseEntry) -> ServerConnection:
         pool = cast(PoolOf[ServerConnection], registered)  # (as app.py's launcher narrows it)
@@ -74,11 +78,17 @@ class Pool:
         self.servers.append(server)
         return server
 
+    def reads_over(self) -> None:
+        """The loop's reads are over: what was to follow them runs (servers handed off)."""
+        while self.after:
+            self.after.pop(0)()
+
     def log_in_servers(self) -> None:
         for server in self.servers:
             if server.login is not None:
                 server.data_received(SERVER_WELCOME)
                 sent(server)  # the StartupMessage and nothing else
+        self.reads_over()  # (servers handed off outside their read)
 
     def client(self, **params: str) -> tuple[ClientConnection, ClientSide]:
         """A client logged in to app (trust), its welcome taken."""

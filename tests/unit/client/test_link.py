@@ -70,6 +70,55 @@ def test_a_waiting_client_gets_the_server_its_predecessor_released() -> None:
     assert t2.take() == result()
 
 
+#: A message PostgreSQL sends unasked (a NOTICE raised outside any query of a client's).
+UNASKED = build.error_response("01000", "sent unasked", "WARNING", notice=True)
+
+
+def test_the_rest_of_the_read_that_released_a_server_is_not_the_next_clients() -> None:
+    """The next client is lent the server once the read that brought the ReadyForQuery is
+    over: what follows it in that read came before that client's query, and is not relayed
+    to it as if it were part of its reply."""
+    pool = Pool(pool_size=1)
+    first, t1 = pool.client()
+    second, t2 = pool.client()
+    first.data_received(build.query("select 1"))
+    second.data_received(build.query("select 2"))
+    (server,) = pool.servers
+    sent(server)
+    server.data_received(result() + UNASKED)
+    assert t1.take() == result()
+    assert server.client is second and sent(server) == build.query("select 2")
+    assert t2.take() == b""  # (lent inside the read, it was given the notice)
+    server.data_received(result())
+    assert t2.take() == result()
+
+
+def test_a_server_closed_before_its_hand_off_goes_to_no_waiting_client() -> None:
+    """Handed off outside its own read (RESUME), then closed (KILL, an error on its socket)
+    before the callback was over: the waiting client is not lent it, and gets the server
+    opened instead."""
+    pool = Pool()
+    first, _t1 = pool.client()
+    second, _t2 = pool.client()
+    first.data_received(build.query("select 1"))
+    (server,) = pool.servers
+    server.data_received(result())
+    sent(server)
+    server.pool.pause()
+    second.data_received(build.query("select 2"))
+    assert second.waiting
+    server.pool.resume()
+    assert second.waiting and server.client is None  # (its hand-off: after the callback)
+    server.close("killed")
+    pool.reads_over()
+    assert second.waiting and second.server is None and server.client is None
+    assert sent(server) == build.TERMINATE  # nothing of second's
+    server.connection_lost(None)
+    assert len(pool.servers) == 2  # opened for second
+    pool.log_in_servers()
+    assert second.server is pool.servers[1] and not second.waiting
+
+
 def test_a_client_leaving_inside_a_transaction_gets_its_server_rolled_back() -> None:
     pool = Pool()
     client, _transport = pool.client()

@@ -19,11 +19,14 @@ class FakeServer(PooledServer):
         self.created_at = now
         self.last_used = now
         self.close_needed = False
+        self.in_read = False
+        self.handoff_at = 0.0
         self.closed: str | None = None
         self.checks = 0
 
     def close(self, reason: str, wait: bool = False) -> None:
         self.closed = reason
+        self.handoff_at = 0.0  # (as a server connection: it goes to nobody)
         self.pool.server_closed(self)
 
     def start_check(self) -> None:
