@@ -321,6 +321,9 @@ class ServerConnection(ServerRelay):
         self.closed = True
         self.send_state = SEND_NEVER  # (what is written from here on goes through the transport)
         self.handoff_at = 0.0  # (released while clients waited: it goes to nobody now)
+        idle = self.pool.idle
+        if self.client is None and self in idle:  # (none is to be lent it until it is lost)
+            idle.remove(self)
         if self.runtime.config.log_disconnections:
             log.info("%r closing because: %s", self, reason)
         if self.login is not None:

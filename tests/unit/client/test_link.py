@@ -190,3 +190,17 @@ def test_a_parameter_the_client_set_on_one_server_is_set_on_another_at_its_next_
     assert sent(first) == (
         build.query("SET \"TimeZone\" TO 'Asia/Tokyo'") + build.query("select 1")
     )
+
+
+def test_a_server_closed_while_idle_is_lent_to_nobody_before_its_end_is_reported() -> None:
+    """Closed while idle (KILL, a FATAL read from it), it leaves the idle list at once: a
+    client asking before its connection_lost gets another server, not the closed one."""
+    pool = Pool()
+    client, _transport = pool.client()
+    client.data_received(build.query("select 1"))
+    (server,) = pool.servers
+    server.data_received(result())
+    assert list(server.pool.idle) == [server]
+    server.close("killed")  # (connection_lost comes later, from the loop)
+    client.data_received(build.query("select 2"))
+    assert client.server is not server and len(pool.servers) == 2
