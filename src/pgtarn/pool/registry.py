@@ -38,8 +38,8 @@ class Registry(Generic[S]):
         self.config = config
         self.pools: dict[tuple[str, str], Pool[S]] = {}
         self.launch: Callable[[Pool[S], DatabaseEntry], S] | None = None
-        #: Asks for a pool's hand-off step after the current callback (Pool.defer; given
-        #: by the runtime; None: servers are lent at once).
+        #: Hands off servers given to waiting clients outside their own read, once the
+        #: callback is over (Pool.defer; the runtime's; None: they are lent at once).
         self.defer: HandOffs | None = None
         #: schema_change_channel: called at each schema change the pools' listener
         #: connections hear of (the runtime renews its shared prepared statements).
