@@ -26,6 +26,7 @@ from .pool.pool import Pool, PooledServer
 from .pool.registry import Registry, SharedGate
 from .pool.stats import PoolStats, Totals
 from .proto.cancelkey import Key, index_of, make_key
+from .proto.welcome import WelcomeCache
 from .session.fifo import Fifo
 from .session.prepared import StatementCache
 from .views.protocols import ClientView, SecretSource, ServerView
@@ -228,6 +229,8 @@ class Runtime:
         self.reported_forms: dict[tuple[str, str], str] = {}
         #: Clients whose tracked parameters are the same share one dict (see shared_params).
         self.params_forms: dict[frozenset[tuple[str, str]], dict[str, str]] = {}
+        #: The pools' welcomes by what they are made of (made once, not at each login).
+        self.welcomes = WelcomeCache()
         #: auth_hba_file and auth_ident_file, parsed (None: not set).
         self.hba: HbaRules | None = None
         self.ident: IdentMaps | None = None

@@ -245,12 +245,16 @@ class ClientConnection(ClientRelay):
         self.login = None
         # shared with the clients that have the same values: replaced, never written
         self.params = self.runtime.shared_params(welcome.params)
+        return self._notified(welcome.data)
+
+    def _notified(self, data: bytes) -> bytes:
+        """A welcome's bytes with login_notify_message, if set: a NOTICE just before the
+        first ReadyForQuery."""
         message = self.runtime.config.login_notify_message
-        if message:  # login_notify_message: a NOTICE just before the first ReadyForQuery
-            data = welcome.data
+        if message:
             notice = build.error_response("00000", message, "NOTICE", notice=True)
             return data[:-READY_FOR_QUERY_LEN] + notice + data[-READY_FOR_QUERY_LEN:]
-        return welcome.data
+        return data
 
     def _admin_ready(self, driver: ClientLoginDriver) -> None:
         """Logged in to the admin console: welcome, then commands."""
@@ -277,16 +281,24 @@ class ClientConnection(ClientRelay):
         assert pool is not None and pool.welcome is not None and driver is not None
         login = driver.machine
         startup_settings = login.startup_settings
-        welcome = self._welcome(
-            login, pool.welcome, tracked_names(self.runtime.config), self.runtime.reported_forms
+        runtime = self.runtime
+        welcome = login.pool_welcome(
+            runtime.welcomes,
+            pool.welcome,
+            tracked_names(runtime.config),
+            self.cancel_key,
+            runtime.reported_forms,
+            runtime.shared_params,
         )
+        self.login = None
+        self.params = welcome.params  # (shared: see _welcome)
         self.state = ClientState.READY
         self.join_pool(pool)
         self.idle_since = monotonic()
         self._start_relay()
         if startup_settings:  # refused at authenticated unless the session is tracked
             self._tracking_made().start_with(startup_settings)
-        self._send_auth_ok(auth_ok, welcome)
+        self._send_auth_ok(auth_ok, self._notified(welcome.data))
 
     def _send_auth_ok(self, auth_ok: bytes, welcome: bytes = b"") -> None:
         """The end of the authentication exchange, uncounted in the pool's bytes (as before

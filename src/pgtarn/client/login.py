@@ -25,7 +25,7 @@ password.
 from __future__ import annotations
 
 import logging
-from typing import assert_never
+from typing import Final, assert_never
 
 from ..config.settings import ADMIN_DATABASES, Config, DatabaseEntry
 from ..errors import AuthFailed, PgtarnError
@@ -72,9 +72,27 @@ REFUSALS = {
 }
 
 
+class _TrackedNames:
+    """tracked_names of the configuration last asked about (each login asks twice, and the
+    configuration changes only at RELOAD)."""
+
+    __slots__ = ("config", "names")
+
+    def __init__(self) -> None:
+        self.config: Config | None = None
+        self.names: tuple[str, ...] = TRACKED_DEFAULT
+
+
+_TRACKED: Final = _TrackedNames()
+
+
 def tracked_names(config: Config) -> tuple[str, ...]:
     """The parameters a client's welcome reports and its links keep in step."""
-    return TRACKED_DEFAULT + tuple(config.track_extra_parameters)
+    last = _TRACKED
+    if last.config is not config:
+        last.names = TRACKED_DEFAULT + tuple(config.track_extra_parameters)
+        last.config = config
+    return last.names
 
 
 class ClientLoginDriver:
@@ -245,8 +263,9 @@ class ClientLoginDriver:
             local=client.addr == "unix",
             tls=tls is not None,
             address=peer_address(client.addr),
-            certificate=has_certificate(tls),
-            certificate_name=certificate_name(tls),
+            # (without TLS, no call: each is a Python call to net/tls.py)
+            certificate=tls is not None and has_certificate(tls),
+            certificate_name=None if tls is None else certificate_name(tls),
             os_user=client.peer_os_user,
         )
         try:

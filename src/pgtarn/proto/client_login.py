@@ -18,7 +18,7 @@ await_secret).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
@@ -30,7 +30,8 @@ from .client_side import ClientAuth
 from .framing import MessageScanner, StartupReader
 from .messages import CANCEL_REQUEST, GSSENC_REQUEST, SSL_REQUEST, parse_startup
 from .msgtypes import ALL_TYPES, PASSWORD_MESSAGE, TERMINATE
-from .parameters import BAD_OPTIONS, parse_options, reported_form
+from .parameters import BAD_OPTIONS, parse_options
+from .welcome import Welcome, WelcomeCache, build_welcome
 
 #: The longest message of the password exchange (its length field): a PasswordMessage with
 #: PgBouncer's longest password, 65,531 bytes; SCRAM messages are far shorter. Bounded, so
@@ -40,7 +41,6 @@ MAX_LOGIN_MESSAGE = 65536
 MAX_STARTUP_PACKET = 10000
 #: The first byte of a TLS record (a handshake): no startup packet is that long.
 _TLS_HANDSHAKE = b"\x16"
-_RFQ_IDLE = build.ready_for_query(b"I")
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -185,62 +185,9 @@ Event = (
 )
 
 
-@dataclass(init=False, slots=True)
-class Welcome:
-    """The end of a login: the bytes to send, and the tracked parameters the client starts
-    with."""
-
-    data: Final[bytes]
-    params: Final[dict[str, str]]
-
-    def __init__(self, data: bytes, params: dict[str, str]) -> None:
-        self.data = data
-        self.params = params
-
-
 def failed(error: PgtarnError) -> Failed:
     """The Failed event for error, with its ErrorResponse."""
     return Failed(error, build.error_response(error.sqlstate, error.message, error.severity))
-
-
-def build_welcome(
-    server_params: Mapping[str, str],
-    client_params: Mapping[str, str],
-    tracked: Iterable[str],
-    cancel_key: Key,
-    reported: Mapping[tuple[str, str], str] | None = None,
-) -> Welcome:
-    """ParameterStatus for each parameter, BackendKeyData and ReadyForQuery: the welcome of
-    every login, to a pool or to the admin console (NegotiateProtocolVersion came earlier,
-    right after the StartupMessage).
-
-    server_params: what the server side reports (a pool's first server, or the console's
-    own); a tracked parameter the client set in its StartupMessage replaces its value, in the
-    form PostgreSQL reports it: reported[(name, value)] when a server reported it already,
-    else by proto/parameters.py's rules. BackendKeyData carries cancel_key (the one the
-    client got at accept, proto/cancelkey.py).
-    """
-    welcome = dict(server_params)
-    params: dict[str, str] = {}
-    for name in tracked:
-        value = client_params.get(name)
-        if value is not None:  # as PostgreSQL would report it (utf8 -> UTF8)
-            known = None if reported is None else reported.get((name, value))
-            value = known if known is not None else reported_form(name, value, server_params)
-        else:
-            value = welcome.get(name)
-        if value is not None:
-            params[name] = value
-            welcome[name] = value
-    statuses = _parameter_statuses(tuple(welcome.items()))
-    return Welcome(statuses + build.backend_key_data(*cancel_key) + _RFQ_IDLE, params)
-
-
-# A pool's clients mostly get the same parameters (its first server's, with the same few
-# client settings): their ParameterStatus messages are built once, not at every login.
-@lru_cache(maxsize=64)
-def _parameter_statuses(params: tuple[tuple[str, str], ...]) -> bytes:
-    return b"".join(build.parameter_status(name, value) for name, value in params)
 
 
 @lru_cache(maxsize=16)
@@ -565,6 +512,22 @@ class ClientLogin:
         self._expect(LoginState.AUTHENTICATED)
         self.state = LoginState.DONE
         return build_welcome(server_params, self.startup_params, tracked, cancel_key, reported)
+
+    def pool_welcome(
+        self,
+        cache: WelcomeCache,
+        server_params: Mapping[str, str],
+        tracked: tuple[str, ...],
+        cancel_key: Key,
+        reported: Mapping[tuple[str, str], str],
+        share: Callable[[dict[str, str]], dict[str, str]],
+    ) -> Welcome:
+        """welcome, for a pool's client: through the cache (its params already shared)."""
+        self._expect(LoginState.AUTHENTICATED)
+        self.state = LoginState.DONE
+        return cache.welcome(
+            server_params, self.startup_params, tracked, cancel_key, reported, share
+        )
 
     def _expect(self, state: LoginState) -> None:
         if self.state is not state:

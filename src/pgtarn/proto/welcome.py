@@ -1,0 +1,124 @@
+"""A login's welcome: ParameterStatus, BackendKeyData and ReadyForQuery, and a cache of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final
+
+from . import build
+from .cancelkey import Key
+from .parameters import reported_form
+
+_RFQ_IDLE = build.ready_for_query(b"I")
+
+
+@dataclass(init=False, slots=True)
+class Welcome:
+    """The end of a login: the bytes to send, and the tracked parameters the client starts
+    with."""
+
+    data: Final[bytes]
+    params: Final[dict[str, str]]
+
+    def __init__(self, data: bytes, params: dict[str, str]) -> None:
+        self.data = data
+        self.params = params
+
+
+def build_welcome(
+    server_params: Mapping[str, str],
+    client_params: Mapping[str, str],
+    tracked: Iterable[str],
+    cancel_key: Key,
+    reported: Mapping[tuple[str, str], str] | None = None,
+) -> Welcome:
+    """ParameterStatus for each parameter, BackendKeyData and ReadyForQuery: the welcome of
+    every login, to a pool or to the admin console (NegotiateProtocolVersion came earlier,
+    right after the StartupMessage).
+
+    server_params: what the server side reports (a pool's first server, or the console's
+    own); a tracked parameter the client set in its StartupMessage replaces its value, in the
+    form PostgreSQL reports it: reported[(name, value)] when a server reported it already,
+    else by proto/parameters.py's rules. BackendKeyData carries cancel_key (the one the
+    client got at accept, proto/cancelkey.py).
+    """
+    statuses, params = _welcome_parts(server_params, client_params, tracked, reported)
+    return Welcome(statuses + build.backend_key_data(*cancel_key) + _RFQ_IDLE, params)
+
+
+def _welcome_parts(
+    server_params: Mapping[str, str],
+    client_params: Mapping[str, str],
+    tracked: Iterable[str],
+    reported: Mapping[tuple[str, str], str] | None,
+) -> tuple[bytes, dict[str, str]]:
+    """A welcome's ParameterStatus messages, and the tracked parameters of its client."""
+    welcome = dict(server_params)
+    params: dict[str, str] = {}
+    for name in tracked:
+        value = client_params.get(name)
+        if value is not None:  # as PostgreSQL would report it (utf8 -> UTF8)
+            known = None if reported is None else reported.get((name, value))
+            value = known if known is not None else reported_form(name, value, server_params)
+        else:
+            value = welcome.get(name)
+        if value is not None:
+            params[name] = value
+            welcome[name] = value
+    return _parameter_statuses(tuple(welcome.items())), params
+
+
+# A pool's clients mostly get the same parameters (its first server's, with the same few
+# client settings): their ParameterStatus messages are built once, not at every login.
+@lru_cache(maxsize=64)
+def _parameter_statuses(params: tuple[tuple[str, str], ...]) -> bytes:
+    return b"".join(build.parameter_status(name, value) for name, value in params)
+
+
+#: At most this many pool welcomes are kept (WelcomeCache).
+WELCOMES: Final = 256
+
+
+class WelcomeCache:
+    """The welcomes of a pool's clients by what they are made of: a pool's clients mostly
+    send the same startup parameters, so the ParameterStatus part of their welcome and the
+    parameters they start with are made once (build_welcome: about 20,000 instructions per
+    login), not at every login; each still gets its own BackendKeyData.
+
+    An entry is keyed by the server parameters' identity (a pool's welcome, made once and
+    never written; the entry holds it, so that its id cannot be another's), the tracked
+    names, the client's tracked startup parameters and what `reported` says of them (it
+    grows as servers report forms). share: what the parameters go through once (the
+    runtime's sharing of equal parameter dicts), so that a hit returns the shared dict.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: dict[
+            tuple[int, tuple[str, ...], tuple[tuple[str, str], ...], tuple[str | None, ...]],
+            tuple[Mapping[str, str], bytes, dict[str, str]],
+        ] = {}
+
+    def welcome(
+        self,
+        server_params: Mapping[str, str],
+        client_params: Mapping[str, str],
+        tracked: tuple[str, ...],
+        cancel_key: Key,
+        reported: Mapping[tuple[str, str], str],
+        share: Callable[[dict[str, str]], dict[str, str]],
+    ) -> Welcome:
+        """build_welcome's Welcome, its params already shared."""
+        items = tuple(client_params.items())
+        forms = tuple([reported.get(item) for item in items]) if reported else ()
+        key = (id(server_params), tracked, items, forms)
+        entry = self.entries.get(key)
+        if entry is None or entry[0] is not server_params:
+            statuses, params = _welcome_parts(server_params, client_params, tracked, reported)
+            if len(self.entries) >= WELCOMES:  # many distinct sets: start again
+                self.entries.clear()
+            entry = self.entries[key] = (server_params, statuses, share(params))
+        return Welcome(entry[1] + build.backend_key_data(*cancel_key) + _RFQ_IDLE, entry[2])
