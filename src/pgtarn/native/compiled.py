@@ -18,6 +18,7 @@ COMPILED = (
     "pgtarn/proto/framing.py",
     "pgtarn/proto/messages.py",
     "pgtarn/proto/build.py",
+    "pgtarn/proto/welcome.py",
     "pgtarn/proto/client_login.py",
     "pgtarn/proto/client_side.py",
     "pgtarn/proto/cancelkey.py",
@@ -39,6 +40,7 @@ COMPILED = (
     "pgtarn/session/stale.py",
     "pgtarn/session/tracking.py",
     "pgtarn/net/transport.py",
+    "pgtarn/net/accept.py",  # the listeners' accept: a login's first step
     "pgtarn/net/sending.py",
     "pgtarn/server/linked.py",
     "pgtarn/server/transport.py",

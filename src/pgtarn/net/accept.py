@@ -5,7 +5,8 @@ asyncio and uvloop set it), handed to a new protocol on a SocketTransport (net/t
 It is accepted with accept4(2) in the compiled build (net/_io.c: no socket object, and the
 peer's address kept by the transport until the protocol asks for it once), and TCP_NODELAY is
 set on the listening sockets, which Linux copies to each connection they accept: a login
-makes no system call for either.
+makes no system call for either. This module is compiled with the login path (setup.py): a
+connection's accept was a Python frame.
 The listening sockets are made by the caller (its own, systemd's, the supervisor's, a pgtarn
 handing over); close() stops accepting and closes them.
 
@@ -74,16 +75,16 @@ class SocketServer:
         self._resume = None
         self.serving = True
         for sock in self.sockets:
-            self.loop.add_reader(sock.fileno(), self._accept, sock)
+            # its fd and family read here, once: each read of sock.family makes an enum
+            fd = sock.fileno()
+            self.loop.add_reader(fd, self._accept, fd, int(sock.family))
 
     def _stop(self) -> None:
         self.serving = False
         for sock in self.sockets:
             self.loop.remove_reader(sock.fileno())
 
-    def _accept(self, listener: socket.socket) -> None:
-        listening = listener.fileno()
-        family = listener.family
+    def _accept(self, listening: int, family: int) -> None:
         for _ in range(ACCEPT_BATCH):
             try:
                 accepted = ACCEPT_SOME(listening)

@@ -38,9 +38,10 @@ def make_key(peer_id: int, worker: int | None) -> Key:
         raise ValueError(f"peer_id {peer_id} out of range 0..{MAX_PEER_ID}")
     if worker is not None and not 0 <= worker <= 0xFF:
         raise ValueError(f"worker {worker} out of range 0..255")
-    raw = os.urandom(8)  # what secrets.token_bytes reads, without its wrappers
-    pid = int.from_bytes(raw[:4], "big") & 0x3FFFFFFF | _ABOVE_PIDS
-    secret = int.from_bytes(raw[4:], "big")
+    # what secrets.token_bytes reads, without its wrappers; one int made of the 8 bytes
+    raw = int.from_bytes(os.urandom(8), "big")
+    pid = (raw >> 32) & 0x3FFFFFFF | _ABOVE_PIDS
+    secret = raw & 0xFFFFFFFF
     if peer_id:
         pid = (pid & ~_PEER_MASK) | (peer_id & 0xFF) << 16 | (peer_id >> 8) << 8
         secret = (secret & ~_TTL_MASK) | TTL

@@ -116,8 +116,10 @@ class ClientAuth:
     def _scram_secret(self) -> ScramVerifier | str:
         if self._verifier is not None:
             return self._verifier
-        if self.secret and not is_md5_secret(self.secret):
-            return _plain_verifier(self.user, self.secret, self._iterations)
+        secret = self.secret
+        # (startswith first: is_md5_secret is a Python call, and a regular expression)
+        if secret and not (secret.startswith("md5") and is_md5_secret(secret)):
+            return _plain_verifier(self.user, secret, self._iterations)
         # Unknown user, no password or an md5 secret (which cannot do SCRAM): run the exchange
         # against a made-up verifier so the failure looks like any wrong password (the same
         # one for the same name, as a stored verifier would be, and as cheap).

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from pgtarn.errors import ProtocolViolation
 from pgtarn.proto import build
 from pgtarn.proto.messages import (
+    _STARTUP_STRINGS,
+    _STARTUP_STRINGS_MAX,
     CANCEL_REQUEST,
     SSL_REQUEST,
     nul_at,
@@ -125,3 +127,16 @@ def test_read_cstring() -> None:
     assert read_cstring(b"a" * 100 + b"\x00", 0) == (b"a" * 100, 101)
     with pytest.raises(ProtocolViolation, match="missing string terminator"):
         read_cstring(b"p1", 0)
+
+
+def test_startup_strings_are_kept_once_and_bounded() -> None:
+    def body(app: str) -> bytes:
+        return build.startup_message({"user": "u", "application_name": app})[4:]
+
+    first = parse_startup(body("".join(["a", "pp"])))
+    again = parse_startup(body("".join(["ap", "p"])))
+    # the same text from two clients is one string object
+    assert first.params["application_name"] is again.params["application_name"]
+    for n in range(_STARTUP_STRINGS_MAX + 10):
+        parse_startup(body(f"app{n}"))
+        assert len(_STARTUP_STRINGS) <= _STARTUP_STRINGS_MAX
