@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from functools import lru_cache
+from typing import Final
 
 from ..auth.md5 import is_md5_secret, md5_secret, md5_verify
 from ..auth.scram import (
@@ -222,19 +222,36 @@ def _cleartext(password: bytes) -> str:
         raise _failed() from None
 
 
-@lru_cache(maxsize=4)
+#: AuthenticationSASL by the mechanisms it offers (one of two lists: built once, not per
+#: login; a dictionary, as _PLAIN_VERIFIERS).
+_SASL_OFFERS: Final[dict[tuple[str, ...], bytes]] = {}
+
+
 def _sasl_offer(mechanisms: tuple[str, ...]) -> bytes:
-    """AuthenticationSASL for these mechanisms (one of two lists: built once, not per login)."""
-    return build.auth_sasl(mechanisms)
+    offer = _SASL_OFFERS.get(mechanisms)
+    if offer is None:
+        offer = _SASL_OFFERS[mechanisms] = build.auth_sasl(mechanisms)
+    return offer
 
 
 # A plaintext auth_file secret becomes a verifier once (with a salt of its own), not at every
 # login: PBKDF2 is the costliest step of a login and would block the event loop each time.
-# PostgreSQL likewise keeps one salt per role. Bounded; only names in the auth_file get here.
-@lru_cache(maxsize=4096)
+# PostgreSQL likewise keeps one salt per role. Bounded; keyed by the secret text, so a changed
+# password (auth_file, auth_query) is a new verifier (docs/authentication.md says why safe).
+_PLAIN_VERIFIERS: Final[dict[tuple[str, str, int], ScramVerifier]] = {}
+_PLAIN_VERIFIERS_MAX: Final = 4096
+
+
 def _plain_verifier(user: str, secret: str, iterations: int) -> ScramVerifier:
-    # keyed by user too: two users sharing a password must not share a salt either
-    return make_verifier(secret, iterations=iterations)
+    # keyed by user too: two users sharing a password must not share a salt either; a
+    # dictionary, not lru_cache: compiled, a lookup costs a seventh of the wrapper's call
+    key = (user, secret, iterations)
+    verifier = _PLAIN_VERIFIERS.get(key)
+    if verifier is None:
+        if len(_PLAIN_VERIFIERS) >= _PLAIN_VERIFIERS_MAX:  # the oldest goes
+            del _PLAIN_VERIFIERS[next(iter(_PLAIN_VERIFIERS))]
+        verifier = _PLAIN_VERIFIERS[key] = make_verifier(secret, iterations=iterations)
+    return verifier
 
 
 #: Made-up verifiers are keyed with this: stable for a name while the process lives, unknown
@@ -255,5 +272,5 @@ def _mock_verifier(user: str, iterations: int) -> ScramVerifier:
 
 def forget_derived_secrets() -> None:
     """RELOAD: drop verifiers and derivations made from secrets that may have changed."""
-    _plain_verifier.cache_clear()
+    _PLAIN_VERIFIERS.clear()
     forget_salted_passwords()

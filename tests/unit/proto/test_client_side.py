@@ -13,7 +13,13 @@ from pgtarn.auth.md5 import md5_response, md5_secret
 from pgtarn.auth.scram import ScramClient, make_verifier
 from pgtarn.errors import AuthFailed, PgtarnError
 from pgtarn.proto import build
-from pgtarn.proto.client_side import ClientAuth, forget_derived_secrets
+from pgtarn.proto.client_side import (
+    _PLAIN_VERIFIERS,
+    _PLAIN_VERIFIERS_MAX,
+    ClientAuth,
+    _plain_verifier,
+    forget_derived_secrets,
+)
 from pgtarn.proto.framing import split_messages
 
 
@@ -156,3 +162,18 @@ def test_reload_forgets_the_verifiers_made_from_plaintext_secrets() -> None:
     assert server_first_salt(ClientAuth("scram-sha-256", "u", "pw")) == salt  # made once
     forget_derived_secrets()
     assert server_first_salt(ClientAuth("scram-sha-256", "u", "pw")) != salt
+
+
+def test_plain_verifiers_are_kept_per_secret_and_bounded() -> None:
+    forget_derived_secrets()
+    first = _plain_verifier("u", "pw", 1)
+    assert _plain_verifier("u", "pw", 1) is first  # derived once
+    # a changed password is another verifier (a salt of its own), never the old one
+    changed = _plain_verifier("u", "new", 1)
+    assert changed is not first and changed.salt != first.salt
+    for n in range(_PLAIN_VERIFIERS_MAX):
+        _plain_verifier(f"user{n}", "pw", 1)
+    assert len(_PLAIN_VERIFIERS) == _PLAIN_VERIFIERS_MAX
+    assert ("u", "pw", 1) not in _PLAIN_VERIFIERS  # the oldest went first
+    forget_derived_secrets()
+    assert not _PLAIN_VERIFIERS
