@@ -174,9 +174,9 @@ def main() -> int:
             runs = []
             for logins in (first, second):
                 pattern = workdir / f"{name}.{logins}.%p.callgrind"
-                # (not named "pgbouncer": under valgrind its process is not called that)
+                # (not named "pgbouncer...": under valgrind its process is not called that)
                 pooler = Pooler(
-                    f"{name}-callgrind",
+                    f"callgrind-{name}",
                     ["valgrind", "--tool=callgrind", "--trace-children=yes",
                      f"--callgrind-out-file={pattern}", *command],
                     workdir, db, owner, settings=settings, secret=secret,
