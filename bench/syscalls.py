@@ -1,7 +1,7 @@
 """System calls per transaction of each pooler under `pgbench -S`, by kind, counted by perf.
 
-The kernel is most of a Python pooler's CPU (bench/cpu.py), and what it does there is the
-system calls the pooler makes: a count of them per transaction, by kind, says where a pooler
+The kernel is much of a pooler's CPU (bench/cpu.py), and what it does there is the system
+calls the pooler makes: a count of them per transaction, by kind, says where a pooler
 asks the kernel for more than PgBouncer does (a send per message where one would do, a read
 that finds nothing, a watch changed and changed back) whatever the interpreter costs.
 
@@ -12,7 +12,9 @@ finds). It runs twice with the same clients, serving N1 and then N2 transactions
 the difference of the two counts, over the transactions added, is per transaction: the
 start, the logins and the shutdown cancel out. PgBouncer runs as the `postgres` account, as
 in bench/run.py. Counts move a little with timing (a loop turn finds one message or two), far
-less than CPU time on a shared machine.
+less than CPU time on a shared machine. Below the counts, each pooler's user and system CPU
+per transaction over the same runs (from /proc: a timing, which that machine moves) says how
+much of its CPU is the kernel's.
 
     python3 bench/syscalls.py [--clients 10,100] [--transactions 5000,25000] [--pgbouncer PATH]
                               [--workload select-only|select-1]
@@ -67,6 +69,11 @@ TOTAL = "raw_syscalls:sys_enter"
 #: The kernel entries that are not system calls, counted beside them: a context switch per
 #: sleep in epoll_wait, and a page fault per page of memory first touched.
 ENTRIES = ("context-switches", "page-faults")
+#: The pooler's CPU time (user, system) from /proc at the end of each run, in µs per
+#: transaction: a timing, which a shared machine moves, shown below the counts to say how
+#: much of the CPU is the kernel's.
+TIMES = ("user CPU, us", "system CPU, us")
+TICKS = os.sysconf("SC_CLK_TCK")
 #: Kinds shown in the table below this many calls per transaction go to "other".
 SHOWN = 0.01
 
@@ -100,13 +107,28 @@ def read_counts(out: Path) -> Counter[str]:
     return counts
 
 
+def counted_pids(pooler: Pooler) -> list[int]:
+    """The pooler's processes: perf's children."""
+    return [int(pid) for pid in Path(f"/proc/{pooler.pid}/task/{pooler.pid}/children")
+            .read_text().split()]  # fmt: skip
+
+
+def cpu_times(pids: list[int]) -> dict[str, float]:
+    """TIMES of the processes pids so far, in µs (utime and stime of /proc/PID/stat)."""
+    times = dict.fromkeys(TIMES, 0.0)
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        for name, field in zip(TIMES, (fields[11], fields[12]), strict=True):
+            times[name] += int(field) * 1e6 / TICKS
+    return times
+
+
 def stop_counted(pooler: Pooler) -> None:
     """End the pooler (perf's child), then perf, which writes its counts as its child exits.
     (A signal to perf itself would end it without them.)"""
     assert pooler.proc is not None
-    children = Path(f"/proc/{pooler.pid}/task/{pooler.pid}/children").read_text().split()
-    for child in children:
-        os.kill(int(child), signal.SIGTERM)
+    for child in counted_pids(pooler):
+        os.kill(child, signal.SIGTERM)
     try:
         pooler.proc.wait(30)
     except subprocess.TimeoutExpired:
@@ -114,7 +136,7 @@ def stop_counted(pooler: Pooler) -> None:
 
 
 def counted_run(db: Database, pooler: Pooler, workload: Workload, clients: int,
-                transactions: int, out: Path) -> Counter[str]:  # fmt: skip
+                transactions: int, out: Path) -> dict[str, float]:  # fmt: skip
     """A fresh pooler under perf serves the workload's pgbench for `transactions` in all; its
     counts."""
     out.unlink(missing_ok=True)
@@ -129,11 +151,12 @@ def counted_run(db: Database, pooler: Pooler, workload: Workload, clients: int,
             check=False)  # fmt: skip
         if res.returncode != 0:
             raise RuntimeError(f"pgbench through {pooler.name} failed:\n{res.stdout}{res.stderr}")
+        times = cpu_times(counted_pids(pooler))
     finally:
         stop_counted(pooler)
     if not out.exists():
         raise RuntimeError(f"perf wrote no counts for {pooler.name}:\n{pooler.tail()}")
-    return read_counts(out)
+    return {**read_counts(out), **times}
 
 
 def per_transaction(db: Database, pooler: Pooler, workload: Workload, clients: int,
@@ -142,14 +165,14 @@ def per_transaction(db: Database, pooler: Pooler, workload: Workload, clients: i
     first, second = (counted_run(db, pooler, workload, clients, n, out) for n in totals)
     added = (totals[1] // clients - totals[0] // clients) * clients
     per = {kind: (second[kind] - first[kind]) / added for kind in second}
-    entries = {entry: per.pop(entry) for entry in ENTRIES}
+    entries = {entry: per.pop(entry) for entry in (*ENTRIES, *TIMES)}
     per["other"] = per.pop("total") - sum(per.values())
     return {**per, **entries}
 
 
 def calls(per: dict[str, float]) -> float:
     """All system calls per transaction (the other kernel entries left out)."""
-    return sum(count for kind, count in per.items() if kind not in ENTRIES)
+    return sum(count for kind, count in per.items() if kind not in (*ENTRIES, *TIMES))
 
 
 def number(value: float) -> str:
@@ -245,7 +268,7 @@ def main() -> int:
     for kind in [*shown, "other"]:
         print(f"| {kind} | " + " | ".join(number(columns[h].get(kind, 0)) for h in heads) + " |")
     print("| **all** | " + " | ".join(f"**{calls(columns[h]):.2f}**" for h in heads) + " |")
-    for entry in ENTRIES:  # (not system calls: below the total)
+    for entry in (*ENTRIES, *TIMES):  # (not system calls: below the total)
         print(f"| ({entry}) | " + " | ".join(number(columns[h][entry]) for h in heads) + " |")
     return 0
 
