@@ -164,7 +164,7 @@ def main() -> int:
                 profile = workdir / f"{name}.{transactions}.callgrind"
                 # (not named "pgbouncer": under valgrind its process is not called that)
                 pooler = Pooler(
-                    f"{name}-callgrind",
+                    f"callgrind-{name}",
                     ["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}", *command],
                     workdir,
                     db,
