@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 from .drivers import connect
@@ -251,5 +252,21 @@ def test_large_copy_data(pgtarn_factory: Any) -> None:
                 copy.write(payload(index, 16 * MB) + b"\n")
         row = conn.execute("SELECT count(*), sum(length(t)) FROM big_rows").fetchone()
     assert row == (3, 48 * MB)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+@pytest.mark.parametrize("settings", [{"pool_mode": "session"}, {"max_prepared_statements": 0}])
+def test_large_error_response_memory_bounded(pgtarn_factory: Any, settings: dict[str, Any]) -> None:
+    """A 48 MB ErrorResponse on its way back: passed on as it comes, read by its head only
+    (its SQLSTATE and severity still seen), nothing of it held whole."""
+    proc = pgtarn_factory(settings=settings)
+    warm(proc)
+    start = reset_peak(proc)
+    with connect(proc, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.RaiseException) as raised:
+            conn.execute("DO $$ BEGIN RAISE EXCEPTION '%', repeat('e', 48 * 1024 * 1024); END $$")
+        assert len(str(raised.value.diag.message_primary)) == 48 * MB
+        assert conn.execute("SELECT 5").fetchone() == (5,)
     peak = status_kb(proc, "VmHWM")
     assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"

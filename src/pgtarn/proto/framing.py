@@ -29,6 +29,9 @@ _NO_TYPES: frozenset[int] = frozenset()
 _SHARED: dict[tuple[frozenset[int], int, frozenset[int] | None, int], MessageScanner] = {}
 #: No message is too long to buffer (stream_over's default).
 NEVER_STREAM: Final = 2**32
+#: How much of the body of a message too long to hold its owner reads (at most): the names
+#: of a Bind or Parse, the start of a text, the first fields of an ErrorResponse.
+HEAD_SIZE: Final = 8192
 
 
 def shared_scanner(
@@ -68,11 +71,17 @@ class MessageScanner:
     A watched message declaring more than ``stream_over`` bytes that a chunk does not hold
     whole is not buffered either: feed stops at it, as if the chunk ended there, and says
     where it begins (``big_at``); its owner takes it from there in pieces (proto.streaming).
+    With ``heads``, such a message is reported instead at its end with the first HEAD_SIZE
+    bytes of its body only, the rest skipped (an owner that passes every chunk on as it is
+    and reads only the first fields of a message: a server's ErrorResponse).
     """
 
     __slots__ = (
         "_bodies",
         "_buf",
+        "_heads",
+        "_owed_head",
+        "_owed_type",
         "_skip",
         "_stop",
         "_watch",
@@ -93,6 +102,7 @@ class MessageScanner:
         bodies: frozenset[int] | None = None,
         stop: frozenset[int] = frozenset(),
         stream_over: int = NEVER_STREAM,
+        heads: bool = False,
     ) -> None:
         # The sets are kept as their shared tables only (thousands of idle scanners).
         self._watch = _table(watch)
@@ -102,6 +112,10 @@ class MessageScanner:
         self._stop = _table(stop)
         self.max_size = max_size
         self.stream_over = stream_over
+        self._heads = heads
+        #: heads: the message being skipped, to report at its end with its head (0: none).
+        self._owed_type = 0
+        self._owed_head = b""
         self._skip = 0
         self._buf: bytes | bytearray = _NO_BYTES
         #: After feed: how many bytes at the end of the chunk belong to a watched message
@@ -143,6 +157,7 @@ class MessageScanner:
         own = MessageScanner(_NO_TYPES)
         own._watch, own._bodies, own._stop = self._watch, self._bodies, self._stop
         own.max_size, own.stream_over = self.max_size, self.stream_over
+        own._heads, own._owed_type, own._owed_head = self._heads, self._owed_type, self._owed_head
         own._skip, own._buf, own.held = self._skip, self._buf, self.held
         own.released, own.error_at, own.home = self.released, self.error_at, self
         self._skip, self._buf, self.held, self.released, self.error_at = 0, _NO_BYTES, 0, b"", -1
@@ -266,11 +281,15 @@ class MessageScanner:
             self.big_at = -1
             self.big_start = b""
         if self._skip:
-            if self._skip >= n:
+            if self._skip > n:
                 self._skip -= n
                 return events
             pos = self._skip
             self._skip = 0
+            if self._owed_type:  # (heads: a long message skipped, reported at its end)
+                events.append((self._owed_type, self._owed_head, pos))
+                self._owed_type = 0
+                self._owed_head = b""
         if self._buf:
             first = pos
             pos = self._resume(data, pos, events)
@@ -308,9 +327,15 @@ class MessageScanner:
             end = pos + 1 + length
             if watch[msg_type]:
                 if end > n:
-                    if length > self.stream_over:  # its owner takes it in pieces
-                        self.big_at = pos
-                        break
+                    if length > self.stream_over:
+                        if not self._heads:  # its owner takes it in pieces
+                            self.big_at = pos
+                            break
+                        if n - pos >= 5 + HEAD_SIZE:  # its head is here: the rest skipped
+                            self._owed_type = msg_type
+                            self._owed_head = data[pos + 5 : pos + 5 + HEAD_SIZE]
+                            self._skip = end - n
+                            break
                     self._buf = bytearray(data[pos:])
                     self.held = n - pos
                     break
@@ -340,6 +365,8 @@ class MessageScanner:
         self._check_length(msg_type, length)
         total = 1 + length
         if length > self.stream_over and self._watch[msg_type] and total - len(buf) > n - pos:
+            if self._heads:
+                return self._resume_head(data, pos, events, msg_type, total)
             # a large message whose header came cut: its owner takes it in pieces
             self.big_start = bytes(buf[:prior])
             self.big_at = pos - (len(buf) - prior)
@@ -362,6 +389,30 @@ class MessageScanner:
         events.append((msg_type, bytes(buf[5:]) if self._bodies[msg_type] else b"", pos))
         self._buf = _NO_BYTES
         return pos
+
+    def _resume_head(
+        self, data: bytes, pos: int, events: list[Event], msg_type: int, total: int
+    ) -> int:
+        """heads: a long message begun in an earlier chunk, its head gathered (at most), then
+        the rest skipped; the next position or -1 (as _resume)."""
+        buf = self._buf
+        assert isinstance(buf, bytearray)
+        n = len(data)
+        take = min(5 + HEAD_SIZE - len(buf), n - pos)
+        buf += data[pos : pos + take]
+        pos += take
+        if len(buf) < 5 + HEAD_SIZE:
+            return -1
+        head = bytes(buf[5:])
+        self._buf = _NO_BYTES
+        remaining = total - len(buf)
+        if remaining > n - pos:
+            self._skip = remaining - (n - pos)
+            self._owed_type = msg_type
+            self._owed_head = head
+            return -1
+        events.append((msg_type, head, pos + remaining))
+        return pos + remaining
 
 
 class StartupReader:

@@ -11,13 +11,10 @@ owner decides what to send where, and stops reading its socket while it cannot s
 
 from __future__ import annotations
 
-from typing import Final
-
 from ..errors import ProtocolViolation
+from .framing import HEAD_SIZE
 
-#: How much of a message's body the head holds (at most): the names of a Bind or Parse and
-#: the start of a text for the first looks, which read no further.
-HEAD_SIZE: Final = 8192
+__all__ = ["HEAD_SIZE", "MessageStream"]
 
 
 class MessageStream:

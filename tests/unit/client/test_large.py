@@ -172,3 +172,15 @@ def test_a_long_named_parse_is_gathered_whole() -> None:
     kinds = [chr(kind) for kind, _body in split_messages(out)]
     assert "P" in kinds and kinds[-1] == "S"
     assert text.encode() in out
+
+
+def test_a_long_bind_of_another_clients_statement_is_refused_whole() -> None:
+    """A Bind naming a server-side name the client did not prepare: pgtarn's raiser in its
+    place, and none of its long body reaches the server."""
+    _pool, client, server = prepared_pool()
+    value = "w" * 70_000
+    in_chunks(client, bind_message("pgtarn_99", value) + build.execute() + build.SYNC)
+    out = sent(server)
+    assert value.encode()[:100] not in out
+    kinds = [chr(kind) for kind, _body in split_messages(out)]
+    assert kinds[-3:] == ["B", "E", "S"] and b"pgtarn_raise" in out

@@ -7,7 +7,7 @@ import pytest
 from pgtarn.errors import ProtocolViolation
 from pgtarn.proto import build
 from pgtarn.proto.framing import MessageScanner, shared_scanner
-from pgtarn.proto.streaming import MessageStream
+from pgtarn.proto.streaming import HEAD_SIZE, MessageStream
 
 QSX = frozenset(b"QSX")
 
@@ -98,3 +98,34 @@ def test_stream_refuses_a_bad_length() -> None:
         MessageStream(b"Q\x00\x00\x10\x00", 1000)
     with pytest.raises(ProtocolViolation):
         MessageStream(b"Q\x00\x00\x00\x02", 1000)
+
+
+def error_response(message: str) -> bytes:
+    return build.error_response("XX000", message, "ERROR")
+
+
+@pytest.mark.parametrize("cut", [3, 100, 5000, 9000, 70000])
+def test_heads_report_a_long_message_at_its_end_by_its_head(cut: int) -> None:
+    error = error_response("e" * 200_000)
+    after = build.ready_for_query(b"I")
+    data = build.command_complete("SELECT 1") + error + after
+    scanner = MessageScanner(frozenset(b"EZ"), stream_over=1000, heads=True)
+    events = []
+    for at in range(0, len(data), cut):
+        chunk = data[at : at + cut]
+        events += [(kind, body, at + end) for kind, body, end in scanner.feed(chunk)]
+        assert scanner.buffered <= 5 + HEAD_SIZE  # never more than the head
+    kinds = [chr(kind) for kind, _body, _end in events]
+    assert kinds == ["E", "Z"]
+    _kind, body, end = events[0]
+    assert len(body) == HEAD_SIZE and error[5:].startswith(body)
+    assert end == len(build.command_complete("SELECT 1")) + len(error)
+    assert events[1][2] == len(data) and scanner.at_boundary
+
+
+def test_heads_keep_short_messages_whole() -> None:
+    error = error_response("short")
+    scanner = MessageScanner(frozenset(b"EZ"), stream_over=1000, heads=True)
+    assert scanner.feed(error[:10]) == []
+    ((_kind, body, _end),) = scanner.feed(error[10:])
+    assert body == error[5:]
