@@ -113,12 +113,11 @@ class ClientLargeMessage:
             client.expected += 1
         else:
             client.open_batch = True
-            if msg_type == PARSE:
-                client.unnamed_unbound = True
-            else:
-                portal_end = body.find(b"\x00")
-                if body[portal_end + 1 : portal_end + 2] == b"\x00":
-                    client.unnamed_unbound = False  # (a Bind of the unnamed statement)
+            if self._way == _PARTS:  # (as the framer's relay follows the unnamed statement)
+                if msg_type == PARSE:
+                    client.unnamed_unbound = True
+                elif body[body.find(b"\x00") + 1 : body.find(b"\x00") + 2] == b"\x00":
+                    client.unnamed_unbound = False  # a Bind of the unnamed statement
         if client.tracked and msg_type != BIND:
             self._look = StreamedText()
             self._look.feed(body)
@@ -156,9 +155,11 @@ class ClientLargeMessage:
         if look.schema_change:
             client.schema_change_sent()
         if look.changes_state:
-            # its batch's ReadyForQuery is the one counted at its head (none of its own
-            # can have come before the whole message did)
-            replies_ahead = max(client.expected - 1, 0)
+            # A Query's batch ends at the ReadyForQuery counted at its head (none can have
+            # come before the whole message did); another's at the next Sync's, after those
+            # owed now.
+            query = self._stream.msg_type == QUERY
+            replies_ahead = max(client.expected - 1, 0) if query else client.expected
             client._session_add(Parsed([(UNTRACKED, UNFOLLOWED)], 1), replies_ahead, self._base)
 
     def begin(self) -> bytes:

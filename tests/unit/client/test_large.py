@@ -184,3 +184,18 @@ def test_a_long_bind_of_another_clients_statement_is_refused_whole() -> None:
     assert value.encode()[:100] not in out
     kinds = [chr(kind) for kind, _body in split_messages(out)]
     assert kinds[-3:] == ["B", "E", "S"] and b"pgtarn_raise" in out
+
+
+def test_a_long_parse_that_may_change_state_pins_at_its_batchs_end() -> None:
+    pool = Pool(more=BUFFER)
+    client, _transport = pool.client()
+    first = build.query("SELECT 1")  # its reply is owed before the Parse's batch's
+    text = "SELECT set_config('a.b', '" + "q" * 60_000 + "', false)"
+    batch = build.parse("", text) + build.bind("", "", []) + build.execute() + build.SYNC
+    in_chunks(client, first + batch)
+    (server,) = pool.servers
+    assert sent(server) == first + batch
+    server.data_received(result())
+    assert not client.pinned  # (not at the ReadyForQuery of the Query before it)
+    server.data_received(build.message(b"1") + build.message(b"2") + result())
+    assert client.pinned and client.server is server
