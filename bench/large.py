@@ -7,6 +7,7 @@ the table gives its RSS before, how far its peak (VmHWM, reset before each workl
 during each workload, and how much more it held once the clients had gone.
 
     python3 bench/large.py [--clients 3] [--mb 100] [--targets pgbouncer,pgtarn]
+                           [--pgbouncer PATH]
 
 Memory, not time: the peak of a pooler that forwards a message in pieces does not depend on
 the message's size; one that holds it whole rises by a multiple of it.
@@ -28,9 +29,11 @@ from run import (
     BENCH_DB,
     BENCH_USER,
     Database,
+    PgBouncerMissing,
     Pooler,
+    add_pgbouncer_option,
     add_postgres_options,
-    ensure_pgbouncer,
+    find_pgbouncer,
     make_workdir,
     postgres_account,
     prepare_process,
@@ -122,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mb", type=int, default=100, help="MB in each message (100)")
     parser.add_argument("--targets", default="pgbouncer,pgtarn", help="pgbouncer,pgtarn")
     add_postgres_options(parser)
+    add_pgbouncer_option(parser)
     args = parser.parse_args(argv)
     args.clients = [args.clients]  # (Database reads a list)
     prepare_process()
@@ -131,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     poolers: list[Pooler] = []
     for target in args.targets.split(","):
         if target == "pgbouncer":
-            binary = ensure_pgbouncer()
-            if binary is None:
-                run.log("PgBouncer is not installed: skipped")
+            try:
+                binary = find_pgbouncer(args.pgbouncer)
+            except PgBouncerMissing as exc:
+                run.log(str(exc))
                 continue
             poolers.append(Pooler("pgbouncer", [binary], workdir, db, account))
         elif target == "pgtarn":
