@@ -45,12 +45,15 @@ UNFOLLOWED: Final = "a message longer than client_message_buffer that may change
 class ClientLargeMessage:
     """A client message too long to hold, on its way (see the module docstring)."""
 
-    __slots__ = ("_base", "_client", "_kept", "_look", "_stream", "_way", "first")
+    __slots__ = ("_already", "_base", "_client", "_kept", "_look", "_stream", "_way", "first")
 
-    def __init__(self, client: LargeClient, first: bytes, max_size: int) -> None:
+    def __init__(self, client: LargeClient, first: bytes, max_size: int, already: int = 0) -> None:
         self._client = client
         #: The message's first bytes, from the chunk that began it (begin() takes them).
         self.first = first
+        #: How many of them went to the server already (a relay that passes every chunk on
+        #: as it is sent a header cut across chunks before its length was known).
+        self._already = already
         self._stream = MessageStream(first[:5], max_size)
         self._way = -1  # (not decided until the head is in)
         self._look: StreamedText | None = None
@@ -127,7 +130,7 @@ class ClientLargeMessage:
         if self._way == _PARTS and msg_type != QUERY:
             self._send([(STREAMED_HEAD, head)], len(head))
         else:
-            self._pass(head)
+            self._forward(head[self._already :])
         if piece:
             self._pass(piece)
 
@@ -135,6 +138,9 @@ class ClientLargeMessage:
         look = self._look
         if look is not None and self._stream.msg_type != BIND:
             look.feed(piece)
+        self._forward(piece)
+
+    def _forward(self, piece: bytes) -> None:
         if self._way == _RAW:
             self._client._to_server(piece)
             return

@@ -183,8 +183,9 @@ class ClientRelay(ClientLink):
                 self._relay_events(data, events)
             return
         events = scanner.feed(data)
-        if scanner.big_at >= 0:
-            data = self._divert(data, scanner.big_at, scanner.big_start)
+        if scanner.big_at >= 0:  # (its header's start, if cut, went with the last chunk)
+            start = scanner.big_start
+            data = self._divert(data, scanner.big_at, start, len(start))
         self.open_batch = _goes_on(data, events, scanner.held, self.open_batch)
         self._relay_events(data, events)
 
@@ -193,11 +194,12 @@ class ClientRelay(ClientLink):
         replies_ahead + 1 from now."""
         self._tracking_made().add(parsed, replies_ahead, base)
 
-    def _divert(self, data: bytes, big_at: int, big_start: bytes) -> bytes:
-        """The scanner stopped at a message too long to hold, at big_at in data: it goes in
+    def _divert(self, data: bytes, big_at: int, big_start: bytes, already: int = 0) -> bytes:
+        """The scanner stopped at a message too long to hold, at big_at in data (its first
+        bytes, big_start, held from an earlier chunk, already of them sent): it goes in
         pieces (large.py) once what came before it is relayed, which is returned."""
         self.large = ClientLargeMessage(
-            self, big_start + data[big_at:], self.runtime.config.max_packet_size
+            self, big_start + data[big_at:], self.runtime.config.max_packet_size, already
         )
         return data[:big_at]
 

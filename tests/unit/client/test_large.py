@@ -199,3 +199,30 @@ def test_a_long_parse_that_may_change_state_pins_at_its_batchs_end() -> None:
     assert not client.pinned  # (not at the ReadyForQuery of the Query before it)
     server.data_received(build.message(b"1") + build.message(b"2") + result())
     assert client.pinned and client.server is server
+
+
+@pytest.mark.parametrize("mode", ["session", "untracked", "tracked", "prepared"])
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 6, 7, 999, 4096, 8200, 65536])
+def test_every_cut_of_a_stream_with_long_messages_arrives_whole(mode: str, size: int) -> None:
+    """Long messages among short ones, cut anywhere (a header too): the server gets the
+    stream as it was sent, and each ReadyForQuery is counted."""
+    more = BUFFER + ("track_session_state = 0\n" if mode == "untracked" else "")
+    pool = Pool(
+        mode="session" if mode == "session" else "transaction",
+        prepared=10 if mode == "prepared" else 0,
+        more=more,
+    )
+    client, _transport = pool.client()
+    data = (
+        build.query("SELECT 1")
+        + long_query(40_000)
+        + build.parse("", "SELECT $1")
+        + bind_message("", "z" * 30_000)
+        + build.execute()
+        + build.SYNC
+        + build.query("SELECT 2")
+    )
+    in_chunks(client, data, size)
+    (server,) = pool.servers
+    assert sent(server) == data
+    assert client.expected == 4 and client.large is None
