@@ -45,6 +45,7 @@ from ..runtime import Coordinator, Runtime
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, request_replication
 from ..views.states import READY_STATE, ClientState
+from .large import ClientLargeMessage
 from .login import ClientLoginDriver, tracked_names
 from .relay import ClientRelay
 from .transport import NO_KEY
@@ -127,6 +128,13 @@ class ClientConnection(ClientRelay):
                 pool.stats.received += len(data)
                 if not self.query_start:
                     self.query_start = self.last_request = monotonic()
+                large = self.large
+                if large is not None:  # a message too long to hold, in pieces (large.py)
+                    data = large.receive(data)
+                    if large.done:
+                        self.large = None
+                    if not data:
+                        return
                 if self.route is not None and self.server is None and self._route_start(data):
                     return
                 if self.framer is None:
@@ -136,6 +144,9 @@ class ClientConnection(ClientRelay):
                         self.scanner = self.scanner.kept()
                 else:
                     self._relay_prepared(data)
+                large = self.large
+                if large is not None and large.first and self.state is READY_STATE:
+                    self._begin_large(large)
             elif self.state is ClientState.ADMIN:
                 assert self.admin is not None
                 self.admin.feed(data)
@@ -148,6 +159,14 @@ class ClientConnection(ClientRelay):
                 self.login.receive(data)
         except PgtarnError as error:
             self.close(error)
+
+    def _begin_large(self, large: ClientLargeMessage) -> None:
+        """The relay left a message too long to hold (from the end of its chunk) to large."""
+        rest = large.begin()
+        if large.done:
+            self.large = None
+        if rest:  # (a message gathered whole, and what followed it)
+            self.data_received(rest)
 
     # --- its session tracking's, read as its own (what a server and SHOW CLIENTS ask) -------
 

@@ -20,7 +20,8 @@ from ..net.tls import TlsTransport
 from ..pool.pool import Pool
 from ..runtime import Runtime
 from ..server.connection import ServerConnection
-from ..session.framer import ClientFramer
+from ..session.effects import Parsed
+from ..session.framer import ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.tracking import SessionTracker
 from ..views.states import ClientState
@@ -174,3 +175,25 @@ class TrackedClient(Protocol):
 
     def _owe_answer(self, entry: list[Any]) -> None:
         """A LISTEN/UNLISTEN reply owed (listening.py), after those owed before it."""
+
+
+class LargeClient(Protocol):
+    """What a message passed on in pieces (large.py) needs of its connection: the relay's
+    counts and flags, and its ways to a server."""
+
+    framer: ClientFramer | None
+    follows_statements: bool
+    tracked: bool
+    open_batch: bool
+    unnamed_unbound: bool
+    expected: int
+
+    def _start_statements(self) -> None: ...
+
+    def schema_change_sent(self) -> None: ...
+
+    def _to_server(self, data: bytes) -> None: ...
+
+    def _send_item(self, item: tuple[list[Part] | None, bytes | None], size: int) -> None: ...
+
+    def _session_add(self, parsed: Parsed, replies_ahead: int, base: int) -> None: ...

@@ -391,10 +391,15 @@ class ClientLink(ClientTransport):
             else None
         )
         session = self.session
+        # part of a message may have gone: the server cannot take another client's bytes
+        framer = self.framer
+        mid = (
+            self.expected > 0
+            or self.large is not None
+            or (not self.scanner.at_boundary if framer is None else framer.mid_message)
+        )
         if session is None:  # (tracked: the settings every client starts with)
-            server.release_from(
-                self, self.expected > 0, reset, NO_SETTINGS if self.tracked else None
-            )
+            server.release_from(self, mid, reset, NO_SETTINGS if self.tracked else None)
             return
         if session.watching:  # its next client's replies take the common case again
             server.watch_rows(False)
@@ -408,7 +413,7 @@ class ClientLink(ClientTransport):
                 )
                 return
             reset = "DISCARD ALL"
-        server.release_from(self, self.expected > 0, reset, state.committed_settings())
+        server.release_from(self, mid, reset, state.committed_settings())
 
     def _server_now(self) -> ServerConnection | None:
         """The linked server, or an idle one linked now; None (and queued) otherwise."""

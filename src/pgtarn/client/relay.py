@@ -32,6 +32,7 @@ from ..session.effects import (
     CHANGES_STATE,
     NAMES_STATEMENTS,
     SCHEMA_CHANGE,
+    Parsed,
     first_look,
     may_change_state,
 )
@@ -39,6 +40,7 @@ from ..session.framer import SYNC_MARK, ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
 from ..views.states import READY_STATE, ClientState
+from .large import ClientLargeMessage
 from .link import TRANSACTION_REFUSED, TRANSACTION_REFUSED_RESPONSE, ClientLink
 from .listening import local_batch
 from .transport import PendingParts
@@ -79,7 +81,9 @@ class ClientRelay(ClientLink):
             watch = WITH_PARSE[watch]
             bodies = TEXT_TYPES
         # lent: the client keeps one of its own only while a message is cut (connection.py)
-        self.scanner = shared_scanner(watch, config.max_packet_size, bodies)
+        self.scanner = shared_scanner(
+            watch, config.max_packet_size, bodies, config.client_message_buffer
+        )
 
     def _local_batches(self, data: bytes) -> bytes:
         """What is left of data after the batches at its start that pgtarn answers itself
@@ -139,6 +143,8 @@ class ClientRelay(ClientLink):
             # (the chunk may start with the end of a message whose start has gone already)
             cut = scanner.to_boundary(data)
             events = scanner.feed(data)
+            if scanner.big_at >= 0:
+                data = self._divert(data, scanner.big_at, scanner.big_start)
             for msg_type, body, _end in events:
                 if msg_type in STATEMENT_MESSAGES or (
                     msg_type == QUERY
@@ -168,6 +174,8 @@ class ClientRelay(ClientLink):
         if self.tracked:
             held_before = scanner.held  # (the last chunk ended inside a message)
             events = scanner.feed(data)
+            if scanner.big_at >= 0:
+                data = self._divert(data, scanner.big_at, scanner.big_start)
             self.open_batch = _goes_on(data, events, scanner.held, self.open_batch)
             if held_before or scanner.held:
                 self._relay_whole_texts(data, events)
@@ -175,8 +183,25 @@ class ClientRelay(ClientLink):
                 self._relay_events(data, events)
             return
         events = scanner.feed(data)
+        if scanner.big_at >= 0:  # (its header's start, if cut, went with the last chunk)
+            start = scanner.big_start
+            data = self._divert(data, scanner.big_at, start, len(start))
         self.open_batch = _goes_on(data, events, scanner.held, self.open_batch)
         self._relay_events(data, events)
+
+    def _session_add(self, parsed: Parsed, replies_ahead: int, base: int) -> None:
+        """A streamed text's effects (large.py), of the batch whose ReadyForQuery is
+        replies_ahead + 1 from now."""
+        self._tracking_made().add(parsed, replies_ahead, base)
+
+    def _divert(self, data: bytes, big_at: int, big_start: bytes, already: int = 0) -> bytes:
+        """The scanner stopped at a message too long to hold, at big_at in data (its first
+        bytes, big_start, held from an earlier chunk, already of them sent): it goes in
+        pieces (large.py) once what came before it is relayed, which is returned."""
+        self.large = ClientLargeMessage(
+            self, big_start + data[big_at:], self.runtime.config.max_packet_size, already
+        )
+        return data[:big_at]
 
     def _relay_query(self, data: bytes, body: bytes, look: int, was_open: bool) -> None:
         """_relay_events for a chunk that is one whole Query (body: its text; look: its
@@ -245,7 +270,8 @@ class ClientRelay(ClientLink):
         # (what it held of a message is the framer's now; kept() leaves the shared one new).
         scanner = self.scanner.kept()
         self.scanner = scanner.home if scanner.home is not None else scanner
-        self.framer = ClientFramer(self.runtime.config.max_packet_size)
+        config = self.runtime.config
+        self.framer = ClientFramer(config.max_packet_size, config.client_message_buffer)
         if self.tracked:  # (the framer asks the session at each text: made now)
             tracking = self._tracking_made()
             self.framer.watch(tracking.made(), tracking.text)
@@ -376,6 +402,8 @@ class ClientRelay(ClientLink):
         # the server forget its statements, and the client its names, when the parts are
         # encoded for the server (in their place among them).
         parts, syncs = framer.feed(data, self.expected, self.open_batch)
+        if framer.big_at >= 0:
+            data = self._divert(data, framer.big_at, framer.big_start)
         self.expected += syncs
         if framer.schema_change:
             framer.schema_change = False

@@ -32,6 +32,7 @@ from ..views.protocols import ClientView
 from ..views.states import ClientState
 from .access import os_user_name, peer_credentials
 from .extras import ClientExtras
+from .large import ClientLargeMessage
 from .listening import NO_CHANNELS, ClientListen
 from .tracking import SessionTracking
 
@@ -61,7 +62,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
     """
 
     __slots__ = ("cancel_key", "created_at", "database", "db", "expected",
-                 "extras", "follows_statements", "framer", "id", "idle_since", "joined",
+                 "extras", "follows_statements", "framer", "id", "idle_since", "joined", "large",
                  "last_request", "listen", "listening",
                  "open_batch", "params", "peer_host", "peer_port",
                  "pending", "pending_size", "pinned", "pool", "query_start", "route",
@@ -152,6 +153,8 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.created_at = self.idle_since = monotonic()
         #: What few clients use (extras.py): made at first use (_extras_made).
         self.extras: ClientExtras | None = None
+        #: A message too long to hold, on its way in pieces (large.py).
+        self.large: ClientLargeMessage | None = None
 
     def __repr__(self) -> str:
         # PgBouncer's layout, which log readers parse: "C-id: database/user@host:port"

@@ -572,7 +572,8 @@ NOT_APPLIED: Mapping[str, str] = MappingProxyType(
         "connection",
         "resolv_conf": "not applied: host names are resolved by the system's resolver",
         "job_name": "not applied: a Windows service name in PgBouncer",
-        "pkt_buf": "not applied: pgtarn has no fixed packet buffer",
+        "pkt_buf": "not applied: client_message_buffer says how much of a client's message "
+        "pgtarn holds (longer ones go on in pieces)",
         "sbuf_loopcnt": "not applied: pgtarn reads each socket until it is empty",
         "server_round_robin": "not applied: idle servers are reused most recently used first",
         "suspend_timeout": "not applied: SUSPEND waits for nothing",

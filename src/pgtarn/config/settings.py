@@ -275,6 +275,9 @@ class Config:
     server_channel_binding: str = "prefer"
     pkt_buf: int = 4096
     max_packet_size: int = 2147483647
+    #: pgtarn's own: a client message longer than this is passed on in pieces as it
+    #: arrives, never held whole (PgBouncer forwards every message in pkt_buf pieces).
+    client_message_buffer: int = 262144
     listen_backlog: int = 128
     sbuf_loopcnt: int = 5
     so_reuseport: bool = False
@@ -451,6 +454,7 @@ _BOUNDS: dict[str, tuple[int, int | None]] = {
     "unix_socket_mode": (0, 0o7777), "scram_iterations": (1, None), "workers": (1, None),
     "auth_threads": (1, 256), "auth_queue_size": (0, 100_000),
     "pkt_buf": (1, None), "max_packet_size": (1, 2**32 - 1), "listen_queue_size": (1, None),
+    "client_message_buffer": (16384, 2**30),
 }  # fmt: skip
 _PGTARN_ONLY = frozenset(
     {
@@ -464,6 +468,7 @@ _PGTARN_ONLY = frozenset(
         "track_session_state",
         "pin_session_state",
         "listen_queue_size",
+        "client_message_buffer",
         "schema_change_channel",
     }
 )

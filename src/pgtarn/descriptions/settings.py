@@ -271,7 +271,21 @@ DOCS: dict[str, SettingDoc] = {
         CLIENTS,
         (
             "The longest protocol message pgtarn passes, in bytes, from clients and from servers; "
-            "a longer one closes the connection with an error."
+            "a longer one closes the connection with an error (08P01 to a client, nothing of the "
+            "message sent on). PostgreSQL itself refuses client messages past 1 GB."
+        ),
+    ),
+    "client_message_buffer": SettingDoc(
+        CLIENTS,
+        (
+            "A client message (Query, Parse, Bind, CopyData...) up to this size, in bytes, is "
+            "read whole before it goes on, as the session-state tracking and the prepared "
+            "statements read it; a longer one is passed on to the server in pieces as it "
+            "arrives, so that pgtarn holds at most about this much of a client's message (or "
+            "256 KiB, whichever is more, while the client waits for a server), plus a 64 KiB "
+            "read and the server socket's 64 KiB buffer; the client is not read while its "
+            "server's socket is full. What pgtarn reads of a longer message: the Clients "
+            "page, Large messages."
         ),
     ),
     # --- session state and prepared statements -------------------------------------------------

@@ -16,6 +16,7 @@ COMPILED = (
     "pgtarn/views/states.py",
     "pgtarn/proto/msgtypes.py",
     "pgtarn/proto/framing.py",
+    "pgtarn/proto/streaming.py",
     "pgtarn/proto/messages.py",
     "pgtarn/proto/build.py",
     "pgtarn/proto/welcome.py",

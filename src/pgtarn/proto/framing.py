@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from struct import Struct
+from typing import Final
 
 from mypy_extensions import i64
 
@@ -25,17 +26,25 @@ _TABLES: dict[frozenset[int], bytes] = {}
 
 _NO_TYPES: frozenset[int] = frozenset()
 #: Shared scanners (shared_scanner), by what they watch; few combinations occur.
-_SHARED: dict[tuple[frozenset[int], int, frozenset[int] | None], MessageScanner] = {}
+_SHARED: dict[tuple[frozenset[int], int, frozenset[int] | None, int], MessageScanner] = {}
+#: No message is too long to buffer (stream_over's default).
+NEVER_STREAM: Final = 2**32
+#: How much of the body of a message too long to hold its owner reads (at most): the names
+#: of a Bind or Parse, the start of a text, the first fields of an ErrorResponse.
+HEAD_SIZE: Final = 8192
 
 
 def shared_scanner(
-    watch: frozenset[int], max_size: int = 2**31 - 1, bodies: frozenset[int] | None = None
+    watch: frozenset[int],
+    max_size: int = 2**31 - 1,
+    bodies: frozenset[int] | None = None,
+    stream_over: int = NEVER_STREAM,
 ) -> MessageScanner:
     """The scanner lent to every owner with these arguments (see MessageScanner.kept)."""
-    key = (watch, max_size, bodies)
+    key = (watch, max_size, bodies, stream_over)
     scanner = _SHARED.get(key)
     if scanner is None:
-        scanner = _SHARED[key] = MessageScanner(watch, max_size, bodies)
+        scanner = _SHARED[key] = MessageScanner(watch, max_size, bodies, stream_over=stream_over)
         scanner.home = scanner
     return scanner
 
@@ -58,19 +67,32 @@ class MessageScanner:
     not in ``bodies``, when given: counting messages then costs no copy); every other message
     is skipped by length, so a large DataRow or CopyData is never buffered. The caller forwards
     the chunk it fed (or slices of it, using the offsets in the events).
+
+    A watched message declaring more than ``stream_over`` bytes that a chunk does not hold
+    whole is not buffered either: feed stops at it, as if the chunk ended there, and says
+    where it begins (``big_at``); its owner takes it from there in pieces (proto.streaming).
+    With ``heads``, such a message is reported instead at its end with the first HEAD_SIZE
+    bytes of its body only, the rest skipped (an owner that passes every chunk on as it is
+    and reads only the first fields of a message: a server's ErrorResponse).
     """
 
     __slots__ = (
         "_bodies",
         "_buf",
+        "_heads",
+        "_owed_head",
+        "_owed_type",
         "_skip",
         "_stop",
         "_watch",
+        "big_at",
+        "big_start",
         "error_at",
         "held",
         "home",
         "max_size",
         "released",
+        "stream_over",
     )
 
     def __init__(
@@ -79,6 +101,8 @@ class MessageScanner:
         max_size: int = 2**31 - 1,
         bodies: frozenset[int] | None = None,
         stop: frozenset[int] = frozenset(),
+        stream_over: int = NEVER_STREAM,
+        heads: bool = False,
     ) -> None:
         # The sets are kept as their shared tables only (thousands of idle scanners).
         self._watch = _table(watch)
@@ -87,6 +111,11 @@ class MessageScanner:
         #: never read, so a bad length there must not fail the feed). Feed nothing more then.
         self._stop = _table(stop)
         self.max_size = max_size
+        self.stream_over = stream_over
+        self._heads = heads
+        #: heads: the message being skipped, to report at its end with its head (0: none).
+        self._owed_type = 0
+        self._owed_head = b""
         self._skip = 0
         self._buf: bytes | bytearray = _NO_BYTES
         #: After feed: how many bytes at the end of the chunk belong to a watched message
@@ -99,6 +128,12 @@ class MessageScanner:
         #: it is whole messages, or the rest of one begun earlier), or -1 when that header
         #: began in an earlier chunk.
         self.error_at = -1
+        #: After feed: where a watched message longer than stream_over begins in the chunk
+        #: fed (-1: none), its first bytes held from an earlier chunk being big_start; the
+        #: events and held are those of the chunk up to there, and the scanner is at a
+        #: boundary, as if the message had never come (its owner passes it on in pieces).
+        self.big_at = -1
+        self.big_start = b""
         #: A scanner shared by many owners (shared_scanner): itself; one that took a shared
         #: one's state (kept): that shared one; None: its owner's alone.
         self.home: MessageScanner | None = None
@@ -121,7 +156,8 @@ class MessageScanner:
             return self
         own = MessageScanner(_NO_TYPES)
         own._watch, own._bodies, own._stop = self._watch, self._bodies, self._stop
-        own.max_size = self.max_size
+        own.max_size, own.stream_over = self.max_size, self.stream_over
+        own._heads, own._owed_type, own._owed_head = self._heads, self._owed_type, self._owed_head
         own._skip, own._buf, own.held = self._skip, self._buf, self.held
         own.released, own.error_at, own.home = self.released, self.error_at, self
         self._skip, self._buf, self.held, self.released, self.error_at = 0, _NO_BYTES, 0, b"", -1
@@ -241,15 +277,24 @@ class MessageScanner:
         pos: i64 = 0
         self.held = 0
         self.released = b""
+        if self.big_at >= 0:
+            self.big_at = -1
+            self.big_start = b""
         if self._skip:
-            if self._skip >= n:
+            if self._skip > n:
                 self._skip -= n
                 return events
             pos = self._skip
             self._skip = 0
+            if self._owed_type:  # (heads: a long message skipped, reported at its end)
+                events.append((self._owed_type, self._owed_head, pos))
+                self._owed_type = 0
+                self._owed_head = b""
         if self._buf:
             first = pos
             pos = self._resume(data, pos, events)
+            if self.big_at >= 0:  # (a large message's header, held: the rest streams)
+                return events
             if pos < 0:
                 if self._buf:
                     self.held = n - first
@@ -282,6 +327,15 @@ class MessageScanner:
             end = pos + 1 + length
             if watch[msg_type]:
                 if end > n:
+                    if length > self.stream_over:
+                        if not self._heads:  # its owner takes it in pieces
+                            self.big_at = pos
+                            break
+                        if n - pos >= 5 + HEAD_SIZE:  # its head is here: the rest skipped
+                            self._owed_type = msg_type
+                            self._owed_head = data[pos + 5 : pos + 5 + HEAD_SIZE]
+                            self._skip = end - n
+                            break
                     self._buf = bytearray(data[pos:])
                     self.held = n - pos
                     break
@@ -310,6 +364,14 @@ class MessageScanner:
         length: int = _UINT32.unpack_from(buf, 1)[0]
         self._check_length(msg_type, length)
         total = 1 + length
+        if length > self.stream_over and self._watch[msg_type] and total - len(buf) > n - pos:
+            if self._heads:
+                return self._resume_head(data, pos, events, msg_type, total)
+            # a large message whose header came cut: its owner takes it in pieces
+            self.big_start = bytes(buf[:prior])
+            self.big_at = pos - (len(buf) - prior)
+            self._buf = _NO_BYTES
+            return -1
         if not self._watch[msg_type]:
             self.released = bytes(buf[:prior])
             self._buf = _NO_BYTES
@@ -327,6 +389,30 @@ class MessageScanner:
         events.append((msg_type, bytes(buf[5:]) if self._bodies[msg_type] else b"", pos))
         self._buf = _NO_BYTES
         return pos
+
+    def _resume_head(
+        self, data: bytes, pos: int, events: list[Event], msg_type: int, total: int
+    ) -> int:
+        """heads: a long message begun in an earlier chunk, its head gathered (at most), then
+        the rest skipped; the next position or -1 (as _resume)."""
+        buf = self._buf
+        assert isinstance(buf, bytearray)
+        n = len(data)
+        take = min(5 + HEAD_SIZE - len(buf), n - pos)
+        buf += data[pos : pos + take]
+        pos += take
+        if len(buf) < 5 + HEAD_SIZE:
+            return -1
+        head = bytes(buf[5:])
+        self._buf = _NO_BYTES
+        remaining = total - len(buf)
+        if remaining > n - pos:
+            self._skip = remaining - (n - pos)
+            self._owed_type = msg_type
+            self._owed_head = head
+            return -1
+        events.append((msg_type, head, pos + remaining))
+        return pos + remaining
 
 
 class StartupReader:

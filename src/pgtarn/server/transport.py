@@ -75,7 +75,14 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         #: How write sends: straight to the socket, or through the transport (net/sending.py).
         self.send_state = SEND_NEVER
-        self.scanner = MessageScanner(SERVER_RELAY_TYPES, runtime.config.max_packet_size)
+        config = runtime.config
+        # (a long ErrorResponse is read by its head only: the relay passes every chunk on)
+        self.scanner = MessageScanner(
+            SERVER_RELAY_TYPES,
+            config.max_packet_size,
+            stream_over=config.client_message_buffer,
+            heads=True,
+        )
         self.client: LinkedClient[Self] | None = None
         self.params: dict[str, str] = {}
         #: The client parameters (a client's dict) that params was last found to hold, so that

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ..proto.build import message
-from ..proto.framing import MessageScanner
+from ..proto.framing import NEVER_STREAM, MessageScanner
 from ..proto.msgtypes import (
     BATCH_TURN_TYPES,
     EXECUTE,
@@ -47,6 +47,8 @@ class ClientFramer:
         "_session",
         "_texts",
         "_where",
+        "big_at",
+        "big_start",
         "max_size",
         "named_effects",
         "plain",
@@ -55,9 +57,16 @@ class ClientFramer:
         "whole",
     )
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, stream_over: int = NEVER_STREAM) -> None:
         self.max_size = max_size
-        self._scanner = MessageScanner(STATEMENT_WATCH_TYPES, max_size, stop=TERMINATE_TYPES)
+        self._scanner = MessageScanner(
+            STATEMENT_WATCH_TYPES, max_size, stop=TERMINATE_TYPES, stream_over=stream_over
+        )
+        #: After feed: where a watched message too long to hold begins in the chunk (-1:
+        #: none), and its first bytes held from an earlier chunk (MessageScanner.big_at):
+        #: the parts are those of the chunk up to there, the message its caller's.
+        self.big_at = -1
+        self.big_start = b""
         #: After feed: the parts are exactly the chunk's bytes (nothing held or released).
         self.whole = True
         #: After feed: no part is a whole message to rewrite (only raw bytes and marks).
@@ -95,6 +104,10 @@ class ClientFramer:
         A bad length raises ProtocolViolation, and so does every later feed."""
         scanner = self._scanner
         events = scanner.feed(data)
+        self.big_at = big_at = scanner.big_at
+        if big_at >= 0:  # (rare: a large message, its caller's from there on)
+            self.big_start = scanner.big_start
+            data = data[:big_at]
         parts: list[Part] = []
         syncs = 0
         released = scanner.released
@@ -205,6 +218,11 @@ class ClientFramer:
     def held(self) -> int:
         """Bytes of an incomplete message held back (at most one message: bounded)."""
         return self._scanner.buffered
+
+    @property
+    def mid_message(self) -> bool:
+        """Part of a message was received and not all of it (some of it may have gone)."""
+        return not self._scanner.at_boundary
 
     @property
     def idle(self) -> bool:

@@ -101,6 +101,9 @@ PARSE_ENTRY: Final = Entry(KIND_PARSE)
 CLOSE_ENTRY: Final = Entry(KIND_CLOSE)
 #: A batch of pgtarn's own starts here: every reply up to its ReadyForQuery is swallowed.
 HIDDEN_ENTRY: Final = Entry(KIND_HIDDEN)
+#: A part (STREAMED_HEAD, head): the head (header included) of a client's Bind or unnamed
+#: Parse too long to hold, its body's rest to follow as raw parts (client/large.py).
+STREAMED_HEAD: Final = 0x100
 
 
 class StatementRewriter:
@@ -148,6 +151,9 @@ class StatementRewriter:
         #: the server will give, the message the client gets): ServerStatements.error sends
         #: it as PostgreSQL words it, routine included (drivers read that).
         self.raising: tuple[str, str, str] | None = None
+        #: Bytes of a streamed Bind replaced by pgtarn's raiser still to come: dropped from
+        #: the raw parts that follow.
+        self.dropping = 0
         #: Names the client prepared again while they were in use (refused with 42P05),
         #: for the caller to log; it empties the list.
         self.already_prepared: list[bytes] = []
@@ -199,11 +205,15 @@ class StatementRewriter:
             if isinstance(part, int):
                 self._synced(SYNC_ENTRY)
             elif isinstance(part, bytes):
+                if self.dropping:
+                    part = self._drop(part)
                 out += part
                 self.fresh = self.clean = False
             else:
                 msg_type, body = part
-                if msg_type == PARSE:
+                if msg_type == STREAMED_HEAD:
+                    self._streamed_head(client, body, out, status)
+                elif msg_type == PARSE:
                     self._parse(client, body, out)
                 elif msg_type == BIND:
                     text = self._bind(client, body, out, parts, index, may_retry, end is None)
@@ -224,6 +234,41 @@ class StatementRewriter:
                     else:
                         self.fresh = self.clean = False
         return bytes(out)
+
+    def _drop(self, part: bytes) -> bytes:
+        """What is left of a raw part once the bytes of a replaced Bind are dropped."""
+        cut = min(self.dropping, len(part))
+        self.dropping -= cut
+        return part[cut:]
+
+    def _streamed_head(
+        self, client: ClientStatements, head: bytes, out: bytearray, status: bytes
+    ) -> None:
+        """The head of a Bind or unnamed Parse passed on in pieces: written as the whole
+        message would be (a Bind's statement name rewritten, its length made right), its
+        rest following as raw parts; never retried nor checked first (it is not kept)."""
+        rest = 1 + int.from_bytes(head[1:5], "big") - len(head)
+        if head[0] == PARSE:  # unnamed, naming no SQL-level statement (the relay saw to it)
+            self.clean = False
+            self.unnamed_forgets = b""
+            out += head
+            self.expected.append(PARSE_ENTRY)
+            return
+        raising = self.raising
+        start = len(out)
+        forgets = self._bind(client, head[5:], out, [], 0, False)
+        if self.raising is not raising:  # replaced by pgtarn's raiser: the rest dropped
+            self.dropping = rest
+            return
+        last = pos = start  # the Bind is the last message written
+        while pos < len(out):
+            last = pos
+            pos += 1 + int.from_bytes(out[pos + 1 : pos + 5], "big")
+        out[last + 1 : last + 5] = (
+            int.from_bytes(out[last + 1 : last + 5], "big") + rest
+        ).to_bytes(4, "big")
+        if forgets:
+            self._forget_all(client, forgets, status)
 
     def _check(self, stmt: Statement, out: bytearray) -> None:
         """A Bind, first of its batch, of a statement a client described that this server

@@ -42,10 +42,18 @@ SERVER_WELCOME = (
 
 
 class ClientSide(FakeTransport):
-    """A client's transport: also asked how much it has yet to send."""
+    """A client's transport: also asked how much it has yet to send, and whether it reads."""
+
+    reading = True
 
     def get_write_buffer_size(self) -> int:
         return 0
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
 
 
 def result(status: bytes = b"I") -> bytes:
@@ -61,9 +69,13 @@ def result(status: bytes = b"I") -> bytes:
 class Pool:
     """A runtime whose pool servers are ServerConnections on fake transports."""
 
-    def __init__(self, mode: str = "transaction", pool_size: int = 1, prepared: int = 0) -> None:
+    def __init__(
+        self, mode: str = "transaction", pool_size: int = 1, prepared: int = 0, more: str = ""
+    ) -> None:
+        """more: lines added to [pgbouncer]."""
         self.runtime = Runtime(
-            parse_config(INI.format(mode=mode, pool_size=pool_size, prepared=prepared)), {"u": ""}
+            parse_config(INI.format(mode=mode, pool_size=pool_size, prepared=prepared) + more),
+            {"u": ""},
         )
         self.servers: list[ServerConnection] = []
         self.runtime.registry.launch = self._launch

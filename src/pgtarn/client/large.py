@@ -1,0 +1,174 @@
+"""ClientLargeMessage, a part: one client message too long to hold, passed on in pieces.
+
+The relay's scanner (or the framer's) stops at a watched message longer than
+client_message_buffer that a chunk does not hold whole (MessageScanner.big_at): the
+connection makes this part for it, and hands it every byte until the message ends. Its head
+(proto.streaming.MessageStream: header and 8 KiB of body) decides how it goes:
+
+- a Query: counted (one ReadyForQuery to come, which keeps the server linked until then),
+  its text looked at piece by piece (session.streamlook) when the session is tracked: one
+  that may change session state pins the client with state that is not followed (its
+  server is closed when it leaves), never a state missed;
+- a Parse of the unnamed statement, a Bind: passed on, a Bind's statement name rewritten
+  for the server (the framer's STREAMED_HEAD part);
+- what must be kept whole to be rewritten (a named Parse, whose text is prepared again on
+  other servers; a Describe or Close; a Query naming SQL-level prepared statements in its
+  head): gathered whole as before (max_packet_size bounds it), then relayed as usual.
+
+Pieces go the way the connection's bytes go (to_server, or the framer's parts), so a
+client with no server yet holds at most PENDING_PAUSE of them, and one whose server's
+socket is full is not read (the server's pause_writing). Nothing of the message is held
+here but its head.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ..proto.msgtypes import BIND, PARSE, QUERY
+from ..proto.streaming import MessageStream
+from ..session.effects import NAMES_STATEMENTS, SCHEMA_CHANGE, UNTRACKED, Parsed, first_look
+from ..session.framer import SYNC_MARK, Part
+from ..session.rewrite import STREAMED_HEAD
+from ..session.sqlnames import may_name_statements
+from ..session.streamlook import StreamedText
+from .interfaces import LargeClient
+
+#: How a message goes, decided at its head.
+_RAW: Final = 0  # its bytes as they are, to the server
+_PARTS: Final = 1  # through the framer's parts (prepared statements)
+_WHOLE: Final = 2  # gathered whole, then relayed as usual
+#: The pin of a streamed text that may change session state.
+UNFOLLOWED: Final = "a message longer than client_message_buffer that may change session state"
+
+
+class ClientLargeMessage:
+    """A client message too long to hold, on its way (see the module docstring)."""
+
+    __slots__ = ("_already", "_base", "_client", "_kept", "_look", "_stream", "_way", "first")
+
+    def __init__(self, client: LargeClient, first: bytes, max_size: int, already: int = 0) -> None:
+        self._client = client
+        #: The message's first bytes, from the chunk that began it (begin() takes them).
+        self.first = first
+        #: How many of them went to the server already (a relay that passes every chunk on
+        #: as it is sent a header cut across chunks before its length was known).
+        self._already = already
+        self._stream = MessageStream(first[:5], max_size)
+        self._way = -1  # (not decided until the head is in)
+        self._look: StreamedText | None = None
+        #: _WHOLE: the message gathered.
+        self._kept = bytearray()
+        #: A streamed Query of a tracked session: how many results of its batch come before
+        #: its own (-1: unknown), as the relay's base.
+        self._base = 0
+
+    @property
+    def done(self) -> bool:
+        """The whole message was taken (the connection drops this part then)."""
+        return self._stream.done
+
+    def receive(self, data: bytes) -> bytes:
+        """Take the message's bytes from data: returns what follows its end (b"" while it
+        goes on), or, for a message gathered whole, the message and what follows it."""
+        stream = self._stream
+        had_head = stream.head_ready
+        piece, taken = stream.feed(data)
+        if self._way == _WHOLE:
+            self._kept += data[:taken]
+        elif not had_head and stream.head_ready:
+            self._decide(stream.head(), piece)
+        elif piece:
+            self._pass(piece)
+        if not stream.done:
+            return b""
+        if self._way == _WHOLE:
+            return bytes(self._kept) + data[taken:]
+        self._end()
+        return data[taken:]
+
+    def _decide(self, head: bytes, piece: bytes) -> None:
+        client = self._client
+        msg_type = head[0]
+        body = head[5:]
+        framer = client.framer
+        statements = framer is not None or client.follows_statements
+        whole = msg_type not in (QUERY, PARSE, BIND)
+        if msg_type == QUERY:
+            look = first_look(body)
+            whole = statements and look & NAMES_STATEMENTS != 0
+        elif msg_type == PARSE:
+            name_end = body.find(b"\x00")
+            whole = statements and (name_end != 0 or may_name_statements(body, 1))
+        if whole:  # (today's way: kept whole, relayed when complete)
+            self._way = _WHOLE
+            self._kept += head + piece
+            return
+        if statements and framer is None and msg_type != QUERY:
+            client._start_statements()  # (the relay's way at a first Parse or Bind)
+        framer = client.framer
+        self._way = _RAW if framer is None else _PARTS
+        if msg_type == QUERY:
+            if look & SCHEMA_CHANGE:
+                client.schema_change_sent()
+            self._base = -1 if client.open_batch else 0
+            client.open_batch = False
+            client.expected += 1
+        else:
+            client.open_batch = True
+            if self._way == _PARTS:  # (as the framer's relay follows the unnamed statement)
+                if msg_type == PARSE:
+                    client.unnamed_unbound = True
+                elif body[body.find(b"\x00") + 1 : body.find(b"\x00") + 2] == b"\x00":
+                    client.unnamed_unbound = False  # a Bind of the unnamed statement
+        if client.tracked and msg_type != BIND:
+            self._look = StreamedText()
+            self._look.feed(body)
+        elif client.tracked and framer is not None and framer.named_effects:
+            self._look = StreamedText()  # a Bind of a statement that changes state: its
+            self._look.changes_state = True  # parameters are not all here to be read
+        if self._way == _PARTS and msg_type != QUERY:
+            self._send([(STREAMED_HEAD, head)], len(head))
+        else:
+            self._forward(head[self._already :])
+        if piece:
+            self._pass(piece)
+
+    def _pass(self, piece: bytes) -> None:
+        look = self._look
+        if look is not None and self._stream.msg_type != BIND:
+            look.feed(piece)
+        self._forward(piece)
+
+    def _forward(self, piece: bytes) -> None:
+        if self._way == _RAW:
+            self._client._to_server(piece)
+            return
+        self._send([piece], len(piece))
+
+    def _send(self, parts: list[Part], size: int) -> None:
+        self._client._send_item((parts, None), size)
+
+    def _end(self) -> None:
+        """The message went whole: a Query's look decides."""
+        client = self._client
+        if self._way == _PARTS and self._stream.msg_type == QUERY:
+            self._send([SYNC_MARK], 0)
+        look = self._look
+        if look is None:
+            return
+        look.finish()
+        if look.schema_change:
+            client.schema_change_sent()
+        if look.changes_state:
+            # A Query's batch ends at the ReadyForQuery counted at its head (none can have
+            # come before the whole message did); another's at the next Sync's, after those
+            # owed now.
+            query = self._stream.msg_type == QUERY
+            replies_ahead = max(client.expected - 1, 0) if query else client.expected
+            client._session_add(Parsed([(UNTRACKED, UNFOLLOWED)], 1), replies_ahead, self._base)
+
+    def begin(self) -> bytes:
+        """Take the first bytes (the chunk that began the message): see receive."""
+        first, self.first = self.first, b""
+        return self.receive(first)

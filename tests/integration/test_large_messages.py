@@ -1,0 +1,272 @@
+"""Large client messages stream through pgtarn: its memory stays bounded, the answers right.
+
+The RSS checks read the pgtarn process's peak resident size (VmHWM, reset once the pool is
+warm) against its size before: memory, not timing, and with a generous margin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from .drivers import connect
+from .pgstat import wait_until
+from .rawpg import error_fields
+from .test_admin import admin, show
+from .test_timeouts import raw_login
+
+pytestmark = pytest.mark.integration
+
+MB = 1024 * 1024
+#: What pgtarn's peak may rise over its size before the traffic: the per-client bound
+#: (message_buffer_size, 256 KiB by default) for a few clients, plus the interpreter's own
+#: churn, with a generous margin.
+RSS_MARGIN_KB = 32 * 1024
+
+
+def status_kb(proc: Any, field: str) -> int:
+    with open(f"/proc/{proc.proc.pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field}")
+
+
+def reset_peak(proc: Any) -> int:
+    """Reset the process's peak RSS (Linux: clear_refs 5) and return its RSS now."""
+    with open(f"/proc/{proc.proc.pid}/clear_refs", "w", encoding="ascii") as refs:
+        refs.write("5")
+    return status_kb(proc, "VmRSS")
+
+
+def warm(proc: Any) -> None:
+    """Every pool server connected and the session-state parser loaded, as in a running
+    pgtarn, so that what the test measures is the traffic."""
+    conns = [connect(proc, autocommit=True) for _ in range(3)]
+    try:
+        for conn in conns:
+            conn.execute("BEGIN")
+            conn.execute("SET LOCAL statement_timeout = '1min'")
+        for conn in conns:
+            conn.execute("COMMIT")
+        conns[0].execute("SELECT length(%s::bytea)", (b"x" * 1000,))
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def in_threads(work: Callable[[int], object], count: int = 3) -> list[object]:
+    """Run work(0..count-1) in threads at once; their results (an exception re-raised)."""
+    results: list[object] = [None] * count
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            results[index] = work(index)
+        except BaseException as exc:  # (re-raised in the test's thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def payload(index: int, size: int) -> bytes:
+    """size bytes, different for each client (a mix-up between clients shows in the hash)."""
+    block = hashlib.sha256(bytes([index])).hexdigest().encode() * (size // 64 + 1)
+    return block[:size]
+
+
+def test_large_binds_three_clients_memory_bounded(pgtarn_factory: Any) -> None:
+    """Three psycopg clients each bind a 64 MB parameter (extended protocol) at once."""
+    proc = pgtarn_factory()
+    warm(proc)
+    start = reset_peak(proc)
+
+    def bind(index: int) -> tuple[int, str]:
+        data = payload(index, 64 * MB)
+        with connect(proc, autocommit=True) as conn:
+            row = conn.execute("SELECT length(%s::bytea), md5(%s::bytea)", (data, data)).fetchone()
+            assert row is not None
+            return row[0], row[1]
+
+    results = in_threads(bind)
+    for index, result in enumerate(results):
+        expected = payload(index, 64 * MB)
+        assert result == (len(expected), hashlib.md5(expected).hexdigest())
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+def test_large_queries_three_clients_memory_bounded(pgtarn_factory: Any) -> None:
+    """Three simple Queries with a 64 MB literal each, at once; nothing held afterwards."""
+    proc = pgtarn_factory()
+    warm(proc)
+    start = reset_peak(proc)
+
+    def query(index: int) -> str:
+        text = payload(index, 64 * MB).decode()
+        with connect(proc, autocommit=True) as conn:
+            row = conn.execute(f"SELECT md5('{text}')".encode()).fetchone()  # simple Query
+            assert row is not None
+            return str(row[0])
+
+    results = in_threads(query)
+    for index, result in enumerate(results):
+        assert result == hashlib.md5(payload(index, 64 * MB)).hexdigest()
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+    held = status_kb(proc, "VmRSS")
+    assert held - start <= RSS_MARGIN_KB, f"pgtarn holds {(held - start) // 1024} MB afterwards"
+
+
+def test_large_query_session_mode_memory_bounded(pgtarn_factory: Any) -> None:
+    """Session mode reads no texts, and still must not hold a large Query whole."""
+    proc = pgtarn_factory(settings={"pool_mode": "session"})
+    warm(proc)
+    start = reset_peak(proc)
+    text = payload(7, 64 * MB).decode()
+    with connect(proc, autocommit=True) as conn:
+        row = conn.execute(f"SELECT md5('{text}')".encode()).fetchone()
+    assert row == (hashlib.md5(text.encode()).hexdigest(),)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+def test_set_at_the_end_of_a_10mb_query_is_tracked(pgtarn_factory: Any) -> None:
+    """A SET after thousands of statements in one 10 MB Query follows its client to other
+    servers, and no other client sees it."""
+    proc = pgtarn_factory()
+    warm(proc)
+    start = reset_peak(proc)
+    filler = "SELECT '" + "x" * 1000 + "';"
+    text = filler * (10 * MB // len(filler)) + "SET application_name = 'tail_of_big'"
+    with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+        conn.execute(text.encode())  # simple Query: several statements
+        peak = status_kb(proc, "VmHWM")
+        # the other client takes a server (the one just used, if it went back) and keeps it
+        other.execute("BEGIN")
+        assert other.execute("SHOW application_name").fetchone() != ("tail_of_big",)
+        assert conn.execute("SHOW application_name").fetchone() == ("tail_of_big",)
+        other.execute("COMMIT")
+        for _ in range(3):
+            assert other.execute("SHOW application_name").fetchone() != ("tail_of_big",)
+            assert conn.execute("SHOW application_name").fetchone() == ("tail_of_big",)
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+def linked_server(proc: Any) -> dict[str, Any] | None:
+    """The one server linked to a client (SHOW SERVERS' link set), if any."""
+    with admin(proc) as console:
+        linked = [row for row in show(console, "SERVERS") if row["link"]]
+    return linked[0] if len(linked) == 1 else None
+
+
+def backend_pids(proc: Any) -> set[int]:
+    with admin(proc) as console:
+        return {int(row["remote_pid"]) for row in show(console, "SERVERS")}
+
+
+def test_client_gone_mid_message_closes_its_server(pgtarn_factory: Any) -> None:
+    """A client that sent part of a 50 MB Query and vanished: the server it was streaming to
+    is closed (never lent half-way through a message), and the others are served."""
+    proc = pgtarn_factory()
+    warm(proc)
+    raw = raw_login(proc)
+    body = b"SELECT length('" + b"y" * (50 * MB) + b"')\x00"
+    message = b"Q" + struct.pack("!I", len(body) + 4) + body
+    raw.send(message[: 2 * MB])
+    found: list[dict[str, Any]] = []
+
+    def streaming() -> bool:
+        row = linked_server(proc)
+        if row is not None:
+            found.append(row)
+        return row is not None
+
+    wait_until(streaming, timeout=10, what="a server linked to the client mid-message")
+    pid = int(found[0]["remote_pid"])
+    raw.close()
+    wait_until(lambda: pid not in backend_pids(proc), timeout=10, what="its server closed")
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("SELECT 42").fetchone() == (42,)
+
+
+def test_message_past_max_packet_size_refused(pgtarn_factory: Any) -> None:
+    """A Query longer than max_packet_size: 08P01 and the client closed; others served."""
+    proc = pgtarn_factory(settings={"max_packet_size": 4 * MB})
+    other = connect(proc, autocommit=True)
+    other.execute("SELECT 1")
+    raw = raw_login(proc)
+    body = b"SELECT length('" + b"z" * (5 * MB) + b"')\x00"
+    raw.send(b"Q" + struct.pack("!I", len(body) + 4) + body[:MB])
+    msg_type, reply = raw.read_message()
+    assert msg_type == "E" and error_fields(reply)["C"] == "08P01", (msg_type, reply)
+    with pytest.raises(ConnectionError):
+        raw.read_message()
+    raw.close()
+    assert other.execute("SELECT 7").fetchone() == (7,)
+    other.close()
+    with connect(proc, autocommit=True) as conn:  # a Query just under the limit passes
+        text = "w" * (4 * MB - 100)
+        assert conn.execute(f"SELECT length('{text}')".encode()).fetchone() == (len(text),)
+
+
+@pytest.mark.parametrize("settings", [{}, {"pool_mode": "session"}, {"max_prepared_statements": 0}])
+def test_large_bind_of_a_prepared_statement(pgtarn_factory: Any, settings: dict[str, Any]) -> None:
+    """A named (prepared) statement bound with a 32 MB parameter, again and again: its name
+    rewritten in the head of a Bind that is never held whole, in each way a Bind goes."""
+    proc = pgtarn_factory(settings=settings)
+    warm(proc)
+    start = reset_peak(proc)
+    with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+        for index in range(3):
+            data = payload(index, 32 * MB)
+            row = conn.execute("SELECT md5(%s::bytea)", (data,), prepare=True).fetchone()
+            assert row == (hashlib.md5(data).hexdigest(),)
+            other.execute("SELECT 1")  # (a server taken in between: the next is another)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+def test_large_copy_data(pgtarn_factory: Any) -> None:
+    """COPY FROM STDIN with 16 MB rows (CopyData messages that long): all of them arrive."""
+    proc = pgtarn_factory()
+    warm(proc)
+    start = reset_peak(proc)
+    with connect(proc, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE big_rows (t text)")
+        with conn.cursor() as cur, cur.copy("COPY big_rows FROM STDIN") as copy:
+            for index in range(3):
+                copy.write(payload(index, 16 * MB) + b"\n")
+        row = conn.execute("SELECT count(*), sum(length(t)) FROM big_rows").fetchone()
+    assert row == (3, 48 * MB)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+@pytest.mark.parametrize("settings", [{"pool_mode": "session"}, {"max_prepared_statements": 0}])
+def test_large_error_response_memory_bounded(pgtarn_factory: Any, settings: dict[str, Any]) -> None:
+    """A 48 MB ErrorResponse on its way back: passed on as it comes, read by its head only
+    (its SQLSTATE and severity still seen), nothing of it held whole."""
+    proc = pgtarn_factory(settings=settings)
+    warm(proc)
+    start = reset_peak(proc)
+    with connect(proc, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.RaiseException) as raised:
+            conn.execute("DO $$ BEGIN RAISE EXCEPTION '%', repeat('e', 48 * 1024 * 1024); END $$")
+        assert len(str(raised.value.diag.message_primary)) == 48 * MB
+        assert conn.execute("SELECT 5").fetchone() == (5,)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
