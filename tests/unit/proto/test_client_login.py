@@ -23,11 +23,11 @@ from pgtarn.proto.client_login import (
     Startup,
     StartupReceived,
     TlsRequested,
-    build_welcome,
     replication_mode,
 )
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import GSSENC_REQUEST, parse_fields
+from pgtarn.proto.welcome import build_welcome
 
 GSSENC = struct.pack("!II", 8, GSSENC_REQUEST)
 TRACKED = (
