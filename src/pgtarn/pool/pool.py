@@ -106,7 +106,7 @@ class ServerGate(Protocol):
 
     def gives_back(self, pool: Pool[Any], server: PooledServer) -> bool:
         """Whether server, released to pool, is closed (by the gate) for its slot to go to
-        another worker."""
+        another worker; asked only while pool.owed, which the gate keeps."""
 
 
 #: A waiter's server type (a waiter of some servers takes any of them: contravariant).
@@ -201,6 +201,9 @@ class Pool(Generic[S]):
         self.launch: Callable[[Pool[S]], S] | None = launch
         self.may_open: Callable[[Pool[S]], bool] = lambda pool: True
         self.gate: ServerGate | None = None  # workers = N: shared server slots (None: alone)
+        #: workers = N: servers this pool owes the gate (closed as released, their slots going
+        #: to another worker); a count here, so that a release calls the gate only then.
+        self.owed = 0
         self.clock: Callable[[], float] = time.monotonic
         #: Prepared statements clients and servers of this pool made and ran (statistics).
         self.prepared_counters = PreparedCounters()
@@ -484,7 +487,8 @@ class Pool(Generic[S]):
             self.tested.discard(server)
         if self.cancels and server in self.cancels:  # (rarely not empty, as tested)
             self.being_canceled.add(server)  # until its last cancel ends (cancels.py)
-        elif self.gate is None or not self.gate.gives_back(self, server):  # (after it served)
+        elif not self.owed or self.gate is None or not self.gate.gives_back(self, server):
+            # (after it served)
             self._to_idle(server, now)
 
     def begin_reset(self, server: S) -> None:

@@ -46,8 +46,6 @@ class SharedLimits:
         #: (database, user) -> slots held, and slots asked for and not granted yet.
         self.held: Counter[tuple[str, str]] = Counter()
         self.asked: Counter[tuple[str, str]] = Counter()
-        #: Servers to close as they are released, their slots going to other workers.
-        self.owed: Counter[tuple[str, str]] = Counter()
         #: Servers closing to give their slots back: the slot goes when the server is gone,
         #: so that PostgreSQL does not see the next one open while this one still runs.
         self.leaving: Counter[tuple[str, str]] = Counter()
@@ -95,11 +93,12 @@ class SharedLimits:
         self._release_unused(*key)
 
     def gives_back(self, pool: Pool[Any], server: PooledServer) -> bool:
-        key = (pool.database, pool.user)
-        if not self.owed[key]:
+        # pool.owed: servers to close as they are released, their slots going to other
+        # workers (the pool calls this only while it owes one)
+        if pool.owed <= 0:
             return False
-        self.owed[key] -= 1
-        self.leaving[key] += 1
+        pool.owed -= 1
+        self.leaving[(pool.database, pool.user)] += 1
         server.close("given back for another worker's clients", wait=True)
         return True
 
@@ -128,23 +127,23 @@ class SharedLimits:
         self.held[key] += 1
         if self.asked[key] > 0:
             self.asked[key] -= 1
-        # first come first served chose this worker: a give-back asked before is moot
-        self.owed.pop(key, None)
         pool = self.registry.pools.get(key)
         if pool is not None:
+            # first come first served chose this worker: a give-back asked before is moot
+            pool.owed = 0
             open_granted(pool)
         self._release_unused(*key)
 
     def _reclaimed(self, message: Message, fds: list[int]) -> None:
         key = (str(message.get("database")), str(message.get("user")))
         pool = self.registry.pools.get(key)
-        if pool is None or self.owed[key] + self.leaving[key] >= self.held[key]:
+        if pool is None or pool.owed + self.leaving[key] >= self.held[key]:
             return
         if pool.idle and not pool.waiting:
             self.leaving[key] += 1
             pool.idle.pop(0).close("given back for another worker's clients", wait=True)
         elif not message.get("idle_only"):
-            self.owed[key] += 1  # the next server released to the pool closes
+            pool.owed += 1  # the next server released to the pool closes
 
     # --- slots ------------------------------------------------------------------------------
 
@@ -153,14 +152,12 @@ class SharedLimits:
         key = (database, user)
         pool = self.registry.pools.get(key)
         keep = self.leaving[key]
-        if pool is None:
-            self.owed.pop(key, None)
-        else:
+        if pool is not None:
             keep += pool.server_count
             if (pool.waiting or pool.welcome_waiters) and not pool.paused:
                 keep += 1
             # a give-back asked for a server that closed meanwhile: its slot went back here
-            self.owed[key] = min(self.owed[key], pool.server_count)
+            pool.owed = min(pool.owed, pool.server_count)
         while self.held[key] > keep:
             self._release(database, user)
 
@@ -169,8 +166,9 @@ class SharedLimits:
         self.held[key] -= 1
         if self.held[key] <= 0:
             del self.held[key]
-        if self.owed[key] > self.held[key]:
-            self.owed[key] = self.held[key]
+        pool = self.registry.pools.get(key)
+        if pool is not None and pool.owed > self.held[key]:
+            pool.owed = self.held[key]
         self.link.send({"kind": "limits_release", "database": database, "user": user})
 
     # --- clients ----------------------------------------------------------------------------

@@ -171,3 +171,28 @@ def test_a_busy_server_is_given_back_when_released_then_a_grant_ends_what_is_owe
 def test_min_pool_size_is_shared_out_between_the_workers() -> None:
     _link, limits, _pool, _launched = setup()
     assert [limits.share(n) for n in (0, 1, 2, 3, 5)] == [0, 0, 1, 1, 2]  # worker 1 of 2
+
+
+def test_a_release_asks_the_gate_only_while_the_pool_owes_a_server() -> None:
+    link, limits, pool, launched = setup()
+    asked: list[bool] = []
+    gives_back = limits.gives_back
+
+    def counted(pool: Pool[Any], server: PooledServer) -> bool:
+        asked.append(gives_back(pool, server))
+        return asked[-1]
+
+    limits.gives_back = counted  # type: ignore[method-assign]
+    client = Client()
+    pool.acquire(client)
+    link.deliver("limits_grant")
+    pool.server_ready(launched[0], {})
+    for _ in range(3):  # the hot path: a transaction's release calls nothing of the gate
+        pool.release(launched[0])
+        pool.acquire(client)
+    assert asked == [] and pool.owed == 0
+    link.deliver("limits_reclaim")  # busy: owed, and given back at its release
+    assert pool.owed == 1
+    pool.release(launched[0])
+    assert asked == [True] and pool.owed == 0
+    assert launched[0].closed == "given back for another worker's clients"
