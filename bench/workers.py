@@ -155,10 +155,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int_list, default=[1, 2], metavar="LIST")
     p.add_argument("--clients", type=int, default=10)
-    p.add_argument("--transactions", type=int_list, default=[200, 1200], metavar="N1,N2",
-                   help="transactions per client of the two -S runs (200,1200)")  # fmt: skip
-    p.add_argument("--logins", type=int_list, default=[10, 60], metavar="N1,N2",
-                   help="transactions per client of the two -S -C runs (10,60)")  # fmt: skip
+    p.add_argument("--transactions", type=int_list, default=[200, 5200], metavar="N1,N2",
+                   help="transactions per client of the two -S runs (200,5200)")  # fmt: skip
+    p.add_argument("--logins", type=int_list, default=[10, 160], metavar="N1,N2",
+                   help="transactions per client of the two -S -C runs (10,160)")  # fmt: skip
     p.add_argument(
         "--plain-password",
         action="store_true",

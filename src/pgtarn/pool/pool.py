@@ -589,14 +589,20 @@ class Pool(Generic[S]):
             self.board.resume()  # notifications held while paused
 
 
-def open_granted(pool: Pool[S]) -> None:
+def open_granted(pool: Pool[S], unused: bool = False) -> None:
     """workers = N: a server slot came: open the servers the pool's waiting clients and
-    min_pool_size need (as acquire, wait_welcome and the janitor would have)."""
+    min_pool_size need (as acquire, wait_welcome and the janitor would have); with nobody
+    waiting, one server if the slot is unused."""
     now = pool.clock()
     if pool.waiting:
         pool._grow(
             now, pool.reserve_pool_size > 0 and pool.max_wait(now) >= pool.reserve_pool_timeout
         )
     elif pool.welcome_waiters and not pool.login and pool._may_launch(now) and pool.has_room():
+        pool._open()
+    elif unused and not pool.welcome_waiters and pool._may_launch(now) and pool.has_room():
+        # the client that asked was served by a released server meanwhile; a single process
+        # would have opened this server all the same when it waited: opened, where giving
+        # the slot back made each such wait a round trip and a release
         pool._open()
     pool.fill_min(now)

@@ -150,7 +150,7 @@ class SharedLimits:
         if pool is not None:
             # first come first served chose this worker: a give-back asked before is moot
             pool.owed = 0
-            open_granted(pool)
+            open_granted(pool, pool.server_count + self.leaving[key] < self.held[key])
         self._release_unused(*key)
 
     def _reclaimed(self, message: Message, fds: list[int]) -> None:

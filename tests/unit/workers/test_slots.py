@@ -265,3 +265,23 @@ def test_spare_places_go_back_when_asked_and_beyond_what_a_worker_keeps() -> Non
         limits.left(c)
     assert link.sent == [{"kind": "limits_returned", "count": LEASE_KEEP + 1 - LEASE}]
     assert limits.places - limits.used == LEASE
+
+
+def test_a_slot_granted_after_its_client_was_served_opens_a_server_all_the_same() -> None:
+    # a single process opens a server when a client waits, though another may be released
+    # first; giving the slot back instead made each such wait a round trip and a release
+    link, limits, pool, launched = setup()
+    first, second = Client(), Client()
+    pool.acquire(first)
+    link.deliver("limits_grant")
+    pool.server_ready(launched[0], {})
+    link.kinds()
+    pool.acquire(second)  # waits: a slot is asked for
+    assert link.kinds() == ["limits_ask"]
+    pool.release(launched[0])  # ... and the released server serves it first
+    assert second.server is launched[0]
+    link.deliver("limits_grant")
+    assert len(launched) == 2 and limits.held[("app", "app")] == 2
+    pool.server_ready(launched[1], {})
+    limits.tick()
+    assert link.kinds() == []  # kept: it is the pool's second server
