@@ -43,6 +43,13 @@ from run import (
 COLLECTED = re.compile(r"==(\d+)== Collected : (\d+)")
 STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
 CHANNEL_CALLS = ("sendto", "sendmsg", "recvfrom", "recvmsg")
+#: pgtarn with its workers started afresh (`python -m pgtarn --worker`) instead of forked:
+#: valgrind before 3.20 does not know pidfd_open, which a forked worker is watched through. The
+#: work per transaction and per login is the same code either way.
+UNFORKED = (
+    "import os, runpy; del os.pidfd_open; "
+    "runpy.run_module('pgtarn', run_name='__main__', alter_sys=True)"
+)
 #: Seconds the supervisor and its workers get to exit (and write their profiles) under
 #: valgrind after SIGTERM.
 STOP_TIMEOUT = 300.0
@@ -108,7 +115,7 @@ def per_transaction(db: Database, workdir: Path, workers: int, workload: list[st
         profiles.mkdir()
         command = ["valgrind", "--tool=callgrind", "--trace-children=yes",
                    f"--callgrind-out-file={profiles}/callgrind.%p",
-                   sys.executable, "-m", "pgtarn"]  # fmt: skip
+                   sys.executable, "-c", UNFORKED]  # fmt: skip
         pooler = CountedPooler(f"pgtarn-w{workers}", command, workdir, db, None,
                                settings={"workers": workers}, secret=secret)  # fmt: skip
         totals.append(counted_run(db, pooler, workload, clients, transactions, profiles))
