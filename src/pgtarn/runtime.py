@@ -97,6 +97,10 @@ class WorkerLimits(SharedGate, Protocol):
     """workers = N: the limits shared with the other workers (workers/slots.py): the pools'
     server slots, and client admission at login."""
 
+    def take(
+        self, client: object, database: str, user: str, admin: bool, limits: list[int]
+    ) -> bool: ...
+
     async def admit(
         self, client: object, database: str, user: str, admin: bool, limits: list[int]
     ) -> str | None: ...

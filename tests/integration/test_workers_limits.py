@@ -147,6 +147,57 @@ def test_max_client_conn_counts_the_clients_of_every_worker(pgtarn_factory: Pgta
     )
 
 
+def test_max_client_conn_stays_exact_with_spare_places_in_every_worker(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
+    # each worker holds client places for logins to come (a lease): the limit must still be
+    # exact, whichever worker holds the spare places and whichever gets the next client
+    proc = pgtarn_factory(settings={"workers": 2, "max_client_conn": 6})
+    first, second = _workers(proc)
+
+    async def scenario() -> tuple[list[str], int]:
+        for _ in range(12):  # logins on both workers, gone again: their places stay
+            churn = await aconnect(proc)
+            await churn.close()
+        on_first = await _client_on(proc, first)
+        on_second = await _client_on(proc, second)
+        others = [await aconnect(proc) for _ in range(4)]
+        refusals: list[str] = []
+        for _ in range(8):  # whichever worker the kernel hands each one to
+            try:
+                extra = await aconnect(proc)
+            except asyncpg.PostgresError as exc:
+                refusals.append(f"{exc.sqlstate} {exc}")
+                continue
+            await extra.close()
+        await on_first.close()
+        # the free place is the first worker's: a client of the second gets it, once the
+        # first worker has seen its client leave (until then a refusal is right)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                moved = await _client_on(proc, second)
+                break
+            except asyncpg.PostgresError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+        answer = await moved.fetchval("select 1")
+        try:
+            extra = await aconnect(proc)
+        except asyncpg.PostgresError as exc:
+            refusals.append(f"{exc.sqlstate} {exc}")
+        else:
+            await extra.close()
+        for c in [on_second, moved, *others]:
+            await c.close()
+        return refusals, answer
+
+    refusals, answer = asyncio.run(scenario())
+    assert answer == 1
+    assert refusals == ["53300 no more connections allowed (max_client_conn)"] * 9
+
+
 async def _client_on(proc: PgtarnProcess, pid: int) -> asyncpg.Connection:
     """A client that the kernel gave to the worker pid."""
     for _ in range(100):

@@ -209,9 +209,13 @@ class ClientLoginDriver:
         runtime = client.runtime
         limits = runtime.limits
         if limits is not None and not limits.admitted(client):
-            # workers = N: the client limits count every worker's clients (a round trip)
-            runtime.spawn(_admit(self, limits, startup))
-            return
+            # workers = N: the client limits count every worker's clients: a spare place of
+            # this worker's, else a round trip to the supervisor
+            database, user, numbers = client_limits(client, startup)
+            # (admin False: console clients count for their user, as in a single process)
+            if not limits.take(client, database, user, False, numbers):
+                runtime.spawn(_admit(self, limits, startup, database, user, numbers))
+                return
         config = runtime.config
         database = startup.database
         admin = config.is_admin_database(database)
@@ -360,10 +364,10 @@ class ClientLoginDriver:
         return None
 
 
-async def _admit(login: ClientLoginDriver, limits: WorkerLimits, startup: Startup) -> None:
-    """workers = N: the supervisor says whether the client limits let one more client in
-    (this worker's clients, counted here, and the other workers'); then the login goes on."""
-    client = login.client
+def client_limits(client: LoginClient, startup: Startup) -> tuple[str, str, list[int]]:
+    """workers = N: the pool's database name, the user, and the limits the supervisor checks:
+    max_client_conn, max_db_client_connections, max_user_client_connections as they apply to
+    this client (0: none), then this worker's own counts for them, this client included."""
     config = client.runtime.config
     database, user = startup.database, startup.user
     admin = config.is_admin_database(database)
@@ -393,13 +397,25 @@ async def _admit(login: ClientLoginDriver, limits: WorkerLimits, startup: Startu
     else:
         local_db = 1 + sum(1 for c in clients if c.database == database) if max_db else 0
     local_user = 1 + sum(1 for c in clients if c.user == user) if max_user else 0
-    refused = await limits.admit(
-        client,
+    return (
         database,
         user,
-        False,
         [max_clients, max_db, max_user, len(clients), local_db, local_user],
     )
+
+
+async def _admit(
+    login: ClientLoginDriver,
+    limits: WorkerLimits,
+    startup: Startup,
+    database: str,
+    user: str,
+    numbers: list[int],
+) -> None:
+    """workers = N: the supervisor says whether the client limits let one more client in
+    (this worker's clients, counted here, and the other workers'); then the login goes on."""
+    client = login.client
+    refused = await limits.admit(client, database, user, False, numbers)
     if client.state is ClientState.CLOSED:
         limits.left(client)
         return

@@ -45,7 +45,7 @@ def cancel_ended(pool: Pool[S], server: S, request: bool, answered: bool) -> Non
     pool.being_canceled.discard(server)
     if not answered:
         server.close("a cancel request was sent and not answered: it may still arrive")
-    elif pool.gate is None or not pool.gate.gives_back(pool, server):
+    elif not pool.owed or pool.gate is None or not pool.gate.gives_back(pool, server):
         come_back(pool, server)
 
 

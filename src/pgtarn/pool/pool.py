@@ -106,7 +106,7 @@ class ServerGate(Protocol):
 
     def gives_back(self, pool: Pool[Any], server: PooledServer) -> bool:
         """Whether server, released to pool, is closed (by the gate) for its slot to go to
-        another worker."""
+        another worker; asked only while pool.owed, which the gate keeps."""
 
 
 #: A waiter's server type (a waiter of some servers takes any of them: contravariant).
@@ -201,6 +201,9 @@ class Pool(Generic[S]):
         self.launch: Callable[[Pool[S]], S] | None = launch
         self.may_open: Callable[[Pool[S]], bool] = lambda pool: True
         self.gate: ServerGate | None = None  # workers = N: shared server slots (None: alone)
+        #: workers = N: servers this pool owes the gate (closed as released, their slots going
+        #: to another worker); a count here, so that a release calls the gate only then.
+        self.owed = 0
         self.clock: Callable[[], float] = time.monotonic
         #: Prepared statements clients and servers of this pool made and ran (statistics).
         self.prepared_counters = PreparedCounters()
@@ -484,7 +487,8 @@ class Pool(Generic[S]):
             self.tested.discard(server)
         if self.cancels and server in self.cancels:  # (rarely not empty, as tested)
             self.being_canceled.add(server)  # until its last cancel ends (cancels.py)
-        elif self.gate is None or not self.gate.gives_back(self, server):  # (after it served)
+        elif not self.owed or self.gate is None or not self.gate.gives_back(self, server):
+            # (after it served)
             self._to_idle(server, now)
 
     def begin_reset(self, server: S) -> None:
@@ -585,14 +589,20 @@ class Pool(Generic[S]):
             self.board.resume()  # notifications held while paused
 
 
-def open_granted(pool: Pool[S]) -> None:
+def open_granted(pool: Pool[S], unused: bool = False) -> None:
     """workers = N: a server slot came: open the servers the pool's waiting clients and
-    min_pool_size need (as acquire, wait_welcome and the janitor would have)."""
+    min_pool_size need (as acquire, wait_welcome and the janitor would have); with nobody
+    waiting, one server if the slot is unused."""
     now = pool.clock()
     if pool.waiting:
         pool._grow(
             now, pool.reserve_pool_size > 0 and pool.max_wait(now) >= pool.reserve_pool_timeout
         )
     elif pool.welcome_waiters and not pool.login and pool._may_launch(now) and pool.has_room():
+        pool._open()
+    elif unused and not pool.welcome_waiters and pool._may_launch(now) and pool.has_room():
+        # the client that asked was served by a released server meanwhile; a single process
+        # would have opened this server all the same when it waited: opened, where giving
+        # the slot back made each such wait a round trip and a release
         pool._open()
     pool.fill_min(now)

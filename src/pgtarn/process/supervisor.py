@@ -29,7 +29,7 @@ from ..restart import rolling
 from ..workers import admin, link, slots
 from ..workers.channel import Channel, ChannelClosed
 from ..workers.forked import ForkedProcess, can_fork, fork
-from ..workers.ledger import Ledger, Outgoing, grants, on_message
+from ..workers.ledger import Ledger, Outgoing, answers, grants, on_message
 from ..workers.setup import WorkerSetup
 from ..workers.sockets import tcp_listeners, unix_listener
 from ..workers.wire import Message
@@ -298,7 +298,10 @@ class Supervisor:
 
     def worker_gone(self, index: int) -> None:
         """What the supervisor held for a worker that exited is released."""
-        self._send_out(grants(self.ledger.worker_gone(index)))
+        ledger = self.ledger
+        self._send_out(
+            grants(ledger.worker_gone(index)) + answers(ledger.clients_worker_gone(index))
+        )
 
     # --- signals ----------------------------------------------------------------------------
 
@@ -391,9 +394,9 @@ class Supervisor:
             worker = next((w.index for w in self.workers if w.channel is channel), None)
             if worker is not None:
                 reply, out = on_message(self.ledger, worker, message)
+                if "id" in message and reply is not None:  # (None: it comes later, in out)
+                    channel.reply(message, reply)
                 self._send_out(out)
-                if "id" in message:
-                    channel.reply(message, reply or {})
             return
         kind = message.get("kind")
         if kind == admin.SHUTDOWN_KIND:

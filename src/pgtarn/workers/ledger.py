@@ -12,10 +12,15 @@ the way (the limit divided by the workers that hold or want slots under it), tha
 asked to give one back (``reclaims``): it closes an idle server of that pool, or the next one
 released, and its release lets the waiting request in.
 
-Clients. A worker asks at each login whether max_client_conn, max_db_client_connections and
-max_user_client_connections allow one more client: its own clients it counts itself (they
-include those still logging in, as a single process counts them), the other workers' admitted
-clients are counted here.
+Clients. max_client_conn is kept with places: every admitted client holds one, and a worker
+holds some spare places besides (a lease), so that most logins take a spare place of their
+worker's without asking here. A worker asks when it has none left; it gets one and a new
+lease, if the places of all workers stay within the limit. When they would not, the other
+workers are asked to give their spare places back (``limits_spare``), and the login waits for
+their answers: a client is refused only when every place is held by a client. A client to
+which max_db_client_connections or max_user_client_connections applies is always asked about
+(it takes a spare place all the same): its worker's own clients it counts itself (they include
+those still logging in, as a single process counts them), the other workers' are counted here.
 """
 
 from __future__ import annotations
@@ -65,6 +70,25 @@ class ClientLimits:
     local_user: int = 1
 
 
+@dataclass(slots=True)
+class Admission:
+    """One login a worker asks about: need, the places it needs (1, or 0 when it has a spare
+    one for this client); lease, the spare places it would take with it."""
+
+    worker: int
+    ident: object
+    database: str
+    user: str
+    admin: bool
+    limits: ClientLimits
+    need: int = 1
+    lease: int = 0
+
+
+#: An admission's answer: the limit that refuses it (None: admitted), and the places granted.
+Verdict = tuple[str | None, int]
+
+
 class Ledger:
     """Server slots held and asked for, and clients admitted, by each worker."""
 
@@ -77,10 +101,14 @@ class Ledger:
         self.queue: deque[SlotRequest] = deque()
         #: (worker, database, user) -> slots that worker was asked to give back.
         self.reclaiming: Counter[tuple[int, str, str]] = Counter()
-        #: Per worker: clients admitted, and by database and by user.
-        self.clients: Counter[int] = Counter()
+        #: Per worker: client places held (its clients and its spare places), and the clients
+        #: counted by database and by user (those a per-database or per-user limit applied to).
+        self.places: Counter[int] = Counter()
         self.db_clients: dict[int, Counter[str]] = {}
         self.user_clients: dict[int, Counter[str]] = {}
+        #: Admissions waiting for the workers in ``asking`` to give spare places back.
+        self.waiting_admissions: list[Admission] = []
+        self.asking: set[int] = set()
 
     # --- server slots -----------------------------------------------------------------------
 
@@ -133,10 +161,17 @@ class Ledger:
         for key in [k for k in self.reclaiming if k[0] == worker]:
             del self.reclaiming[key]
         self.queue = deque(r for r in self.queue if r.worker != worker)
-        self.clients.pop(worker, None)
+        self.places.pop(worker, None)
         self.db_clients.pop(worker, None)
         self.user_clients.pop(worker, None)
         return self._grant_queued()
+
+    def clients_worker_gone(self, worker: int) -> list[tuple[Admission, Verdict]]:
+        """The other workers' admissions that waited for this one's answer, decided now."""
+        self.waiting_admissions = [a for a in self.waiting_admissions if a.worker != worker]
+        self.asking.discard(worker)
+        self.places.pop(worker, None)
+        return self._decide_waiting()
 
     def queued(self, worker: int, database: str, user: str) -> int:
         return sum(
@@ -242,31 +277,71 @@ class Ledger:
     # --- clients ----------------------------------------------------------------------------
 
     def admit(
-        self, worker: int, database: str, user: str, admin: bool, limits: ClientLimits
-    ) -> str | None:
-        """One more client in worker: None (admitted and counted), or the limit that refuses
-        it (max_client_conn, max_db_client_connections, max_user_client_connections)."""
-        others = sum(n for w, n in self.clients.items() if w != worker)
-        if limits.max_clients and others + limits.local_clients > limits.max_clients:
-            return "max_client_conn"
+        self, admission: Admission
+    ) -> tuple[Verdict | None, list[tuple[int, dict[str, Any]]]]:
+        """A login: its verdict now, or None and the ``limits_spare`` requests to send (it
+        waits for the other workers' spare places: :meth:`spare_returned`)."""
+        verdict = self._verdict(admission)
+        if verdict[0] != "max_client_conn":
+            return verdict, []
+        others = [w for w, n in self.places.items() if w != admission.worker and n > 0]
+        if not others:
+            return verdict, []
+        self.waiting_admissions.append(admission)
+        asked = [w for w in others if w not in self.asking]
+        self.asking.update(asked)
+        return None, [(w, {"kind": "limits_spare"}) for w in asked]
+
+    def spare_returned(
+        self, worker: int, count: int, asked: bool
+    ) -> list[tuple[Admission, Verdict]]:
+        """worker gave back count spare places (asked: its answer to ``limits_spare``); the
+        waiting admissions decided now."""
+        _subtract(self.places, worker, min(max(count, 0), self.places[worker]))
+        if asked:
+            self.asking.discard(worker)
+        return self._decide_waiting()
+
+    def _decide_waiting(self) -> list[tuple[Admission, Verdict]]:
+        decided: list[tuple[Admission, Verdict]] = []
+        kept: list[Admission] = []
+        for admission in self.waiting_admissions:
+            verdict = self._verdict(admission)
+            if verdict[0] is None or not self.asking:  # still refused with every answer in
+                decided.append((admission, verdict))
+            else:
+                kept.append(admission)
+        self.waiting_admissions = kept
+        return decided
+
+    def _verdict(self, admission: Admission) -> Verdict:
+        worker, limits = admission.worker, admission.limits
+        database, user, admin = admission.database, admission.user, admission.admin
+        total = sum(self.places.values())
+        need = admission.need
+        if need and limits.max_clients and total + need > limits.max_clients:
+            return "max_client_conn", 0
         if limits.max_db and not admin:
             others_db = sum(c[database] for w, c in self.db_clients.items() if w != worker)
             if others_db + limits.local_db > limits.max_db:
-                return "max_db_client_connections"
+                return "max_db_client_connections", 0
         if limits.max_user and not admin:
             others_user = sum(c[user] for w, c in self.user_clients.items() if w != worker)
             if others_user + limits.local_user > limits.max_user:
-                return "max_user_client_connections"
-        self.clients[worker] += 1
-        self.db_clients.setdefault(worker, Counter())[database] += 1
-        if not admin:
-            self.user_clients.setdefault(worker, Counter())[user] += 1
-        return None
+                return "max_user_client_connections", 0
+        places = 0
+        if need:
+            room = limits.max_clients - total - need if limits.max_clients else admission.lease
+            places = need + max(0, min(admission.lease, room))
+            self.places[worker] += places
+        if limits.max_db or limits.max_user:  # counted by name only where a limit applies
+            self.db_clients.setdefault(worker, Counter())[database] += 1
+            if not admin:
+                self.user_clients.setdefault(worker, Counter())[user] += 1
+        return None, places
 
     def client_left(self, worker: int, database: str, user: str, admin: bool) -> None:
-        """An admitted client of worker is gone."""
-        if self.clients[worker] > 0:
-            self.clients[worker] -= 1
+        """A client of worker counted by name is gone (its place stays with the worker)."""
         _decrement(self.db_clients.get(worker), database)
         if not admin:
             _decrement(self.user_clients.get(worker), user)
@@ -336,13 +411,34 @@ def on_message(
     if kind == "limits_admit":
         raw = message.get("limits")
         numbers = [n if isinstance(n, int) else 0 for n in raw] if isinstance(raw, list) else []
-        limits = ClientLimits(*(numbers + [0] * 6)[:6])
-        refused = ledger.admit(worker, database, user, bool(message.get("admin")), limits)
-        return {"refused": refused}, []
+        admission = Admission(
+            worker,
+            message.get("id"),
+            database,
+            user,
+            bool(message.get("admin")),
+            ClientLimits(*(numbers + [0] * 6)[:6]),
+            min(1, max(0, _int(message, "need"))),
+            max(0, _int(message, "lease")),
+        )
+        verdict, asks = ledger.admit(admission)
+        return (None if verdict is None else _answer(verdict)), asks
+    if kind == "limits_returned":
+        decided = ledger.spare_returned(worker, _int(message, "count"), bool(message.get("asked")))
+        return None, answers(decided)
     if kind == "limits_left":
         ledger.client_left(worker, database, user, bool(message.get("admin")))
         return None, []
     return {"error": f"unknown message {kind!r}"}, []
+
+
+def answers(decided: list[tuple[Admission, Verdict]]) -> Outgoing:
+    """The replies to admissions decided after they waited."""
+    return [(a.worker, {**_answer(verdict), "re": a.ident}) for a, verdict in decided]
+
+
+def _answer(verdict: Verdict) -> dict[str, Any]:
+    return {"refused": verdict[0], "places": verdict[1]}
 
 
 def _int(message: dict[str, Any], name: str) -> int:

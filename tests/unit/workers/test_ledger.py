@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pgtarn.workers.ledger import (
+    Admission,
     ClientLimits,
     Ledger,
     Reclaim,
@@ -110,39 +111,81 @@ def test_a_gone_worker_frees_its_slots_and_drops_its_requests() -> None:
     assert ledger.held(0, "app", "app") == 0
 
 
-def test_max_client_conn_counts_the_other_workers_admitted_clients() -> None:
+def login(
+    worker: int, limits: ClientLimits, need: int = 1, lease: int = 0, ident: int = 0
+) -> Admission:
+    return Admission(worker, ident, "app", "app", False, limits, need, lease)
+
+
+def test_max_client_conn_counts_every_workers_places_with_their_leases() -> None:
     ledger = Ledger()
-    for n in range(1, 6):
-        assert ledger.admit(0, "app", "app", False, ClientLimits(10, local_clients=n)) is None
-    for n in range(1, 6):
-        assert ledger.admit(1, "app", "app", False, ClientLimits(10, local_clients=n)) is None
-    assert (
-        ledger.admit(1, "app", "app", False, ClientLimits(10, local_clients=6)) == "max_client_conn"
+    # worker 0's first login takes a place and a lease of 3 spare ones
+    assert ledger.admit(login(0, ClientLimits(10), lease=3)) == ((None, 4), [])
+    assert ledger.admit(login(1, ClientLimits(10), lease=3)) == ((None, 4), [])
+    # the lease is cut to what the limit leaves
+    assert ledger.admit(login(1, ClientLimits(10), lease=3)) == ((None, 2), [])
+    assert ledger.places == {0: 4, 1: 6}
+    # a login in a spare place of its worker's takes nothing more
+    assert ledger.admit(login(0, ClientLimits(10), need=0)) == ((None, 0), [])
+
+
+def test_a_client_is_refused_only_when_no_worker_has_a_spare_place() -> None:
+    ledger = Ledger()
+    ledger.admit(login(0, ClientLimits(4), lease=3))  # worker 0: 1 client, 3 spare places
+    # worker 1 has none: the spare places of worker 0 are asked for, the login waits
+    assert ledger.admit(login(1, ClientLimits(4), ident=7)) == (
+        None,
+        [(0, {"kind": "limits_spare"})],
     )
-    assert (
-        ledger.admit(0, "app", "app", False, ClientLimits(10, local_clients=6)) == "max_client_conn"
-    )
-    ledger.client_left(0, "app", "app", False)
-    assert ledger.admit(1, "app", "app", False, ClientLimits(10, local_clients=6)) is None
-    ledger.worker_gone(1)
-    assert ledger.admit(0, "app", "app", False, ClientLimits(10, local_clients=5)) is None
+    assert ledger.admit(login(1, ClientLimits(4), ident=8)) == (None, [])  # (asked already)
+    decided = ledger.spare_returned(0, 3, asked=True)
+    assert [(a.ident, verdict) for a, verdict in decided] == [(7, (None, 1)), (8, (None, 1))]
+    assert ledger.places == {0: 1, 1: 2}
+    assert ledger.admit(login(0, ClientLimits(4))) == ((None, 1), [])  # the last place
+    # every place held by a client: asked, nobody has a spare one, refused
+    verdict, asks = ledger.admit(login(1, ClientLimits(4), ident=9))
+    assert verdict is None and asks == [(0, {"kind": "limits_spare"})]
+    [(admission, refused)] = ledger.spare_returned(0, 0, asked=True)
+    assert admission.ident == 9 and refused == ("max_client_conn", 0)
+    # places given back unasked (clients left) let the next one in at once
+    ledger.spare_returned(1, 1, asked=False)
+    assert ledger.admit(login(0, ClientLimits(4))) == ((None, 1), [])
+
+
+def test_a_gone_worker_frees_its_places_and_its_answer_is_not_waited_for() -> None:
+    ledger = Ledger()
+    ledger.admit(login(0, ClientLimits(2), lease=1))
+    assert ledger.admit(login(1, ClientLimits(2), ident=3))[0] is None
+    [(admission, verdict)] = ledger.clients_worker_gone(0)
+    assert (admission.ident, verdict) == (3, (None, 1))
+    assert ledger.places == {1: 1}
 
 
 def test_client_limits_per_database_and_user() -> None:
     ledger = Ledger()
-    assert ledger.admit(0, "app", "u", False, ClientLimits(0, max_db=2, local_db=1)) is None
-    assert ledger.admit(1, "app", "v", False, ClientLimits(0, max_db=2, local_db=1)) is None
-    assert (
-        ledger.admit(1, "app", "w", False, ClientLimits(0, max_db=2, local_db=2))
-        == "max_db_client_connections"
+
+    def verdict(worker: int, database: str, user: str, limits: ClientLimits) -> str | None:
+        answer, _asks = ledger.admit(Admission(worker, 0, database, user, False, limits))
+        assert answer is not None
+        return answer[0]
+
+    assert verdict(0, "app", "u", ClientLimits(0, max_db=2, local_db=1)) is None
+    assert verdict(1, "app", "v", ClientLimits(0, max_db=2, local_db=1)) is None
+    assert verdict(1, "app", "w", ClientLimits(0, max_db=2, local_db=2)) == (
+        "max_db_client_connections"
     )
-    assert (
-        ledger.admit(1, "other", "u", False, ClientLimits(0, max_user=1, local_user=1))
-        == "max_user_client_connections"
+    assert verdict(1, "other", "u", ClientLimits(0, max_user=1, local_user=1)) == (
+        "max_user_client_connections"
     )
     # admin console clients do not count for their user
-    assert ledger.admit(0, "pgbouncer", "v", True, ClientLimits(0)) is None
-    assert ledger.admit(0, "x", "v", False, ClientLimits(0, max_user=2, local_user=1)) is None
+    answer, _ = ledger.admit(
+        Admission(0, 0, "pgbouncer", "v", True, ClientLimits(0, max_user=1, local_user=1))
+    )
+    assert answer == (None, 1)
+    assert verdict(0, "x", "v", ClientLimits(0, max_user=2, local_user=1)) is None
+    # clients no such limit applies to are not counted by name (nor told of when they leave)
+    assert verdict(0, "free", "z", ClientLimits(0)) is None
+    assert "free" not in ledger.db_clients[0]
 
 
 def test_messages_become_grants_reclaims_and_replies() -> None:
@@ -162,12 +205,19 @@ def test_messages_become_grants_reclaims_and_replies() -> None:
     )
     admit = {
         "kind": "limits_admit",
+        "id": 5,
         "database": "app",
         "user": "app",
         "admin": False,
         "limits": [1, 0, 0, 1, 0, 0],
+        "need": 1,
+        "lease": 32,
     }
-    assert on_message(ledger, 0, admit) == ({"refused": None}, [])
-    assert on_message(ledger, 1, admit) == ({"refused": "max_client_conn"}, [])
-    on_message(ledger, 0, {"kind": "limits_left", "database": "app", "user": "app"})
-    assert on_message(ledger, 1, admit) == ({"refused": None}, [])
+    assert on_message(ledger, 0, admit) == ({"refused": None, "places": 1}, [])
+    assert on_message(ledger, 1, admit) == (None, [(0, {"kind": "limits_spare"})])
+    assert on_message(ledger, 0, {"kind": "limits_returned", "count": 0, "asked": True}) == (
+        None,
+        [(1, {"refused": "max_client_conn", "places": 0, "re": 5})],
+    )
+    assert on_message(ledger, 0, {"kind": "limits_returned", "count": 1}) == (None, [])
+    assert on_message(ledger, 1, admit) == ({"refused": None, "places": 1}, [])
