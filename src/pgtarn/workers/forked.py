@@ -21,16 +21,30 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from functools import cache
 from typing import NoReturn
 
 #: The exit code of a forked worker whose code raised (sysexits.h's EX_SOFTWARE).
 CRASHED = 70
 
 
+@cache
+def pidfd_works() -> bool:
+    """Whether pidfd_open works here, not only exists: kernels before 5.3, seccomp sandboxes
+    and valgrind refuse it with ENOSYS or EPERM."""
+    if not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return False
+    return True
+
+
 def can_fork() -> bool:
-    """Whether forking is safe here: Linux's pidfd, and no other thread whose locks the
-    child would inherit held."""
-    return hasattr(os, "pidfd_open") and threading.active_count() == 1
+    """Whether forking is safe here: a working pidfd to watch the child, and no other thread
+    whose locks the child would inherit held."""
+    return threading.active_count() == 1 and pidfd_works()
 
 
 class ForkedProcess:
@@ -94,7 +108,13 @@ def fork(
             _child(handled, mask, prepare, run)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    return ForkedProcess(pid)
+    try:
+        return ForkedProcess(pid)
+    except OSError:
+        # a child the supervisor cannot watch must not serve: ended before the error goes up
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
 
 
 def _child(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections.abc import Callable
 
 import pytest
 
-from pgtarn.workers.forked import CRASHED, fork
+from pgtarn.workers import forked
+from pgtarn.workers.forked import CRASHED, can_fork, fork
 
 HANDLED = (signal.SIGUSR1, signal.SIGUSR2)
 
@@ -65,3 +67,51 @@ def test_a_child_that_calls_sys_exit_exits_with_that_code() -> None:
 
     code, _seen = asyncio.run(_child_of_a_running_loop(exits))
     assert code == 3
+
+
+def _no_pidfd(pid: int, flags: int = 0) -> int:
+    raise OSError(38, "Function not implemented")  # ENOSYS: a kernel before 5.3, a sandbox
+
+
+def test_without_a_working_pidfd_open_workers_are_not_forked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """os.pidfd_open may exist and still fail (old kernels, seccomp, valgrind): then the
+    supervisor starts its workers afresh instead of forking ones it cannot watch."""
+    forked.pidfd_works.cache_clear()
+    monkeypatch.setattr(os, "pidfd_open", _no_pidfd)
+    try:
+        assert not can_fork()
+    finally:
+        forked.pidfd_works.cache_clear()
+
+
+def _lingers() -> int:
+    time.sleep(5)  # (long enough to be found running; ends by itself should the test fail)
+    return 0
+
+
+def test_a_child_its_parent_cannot_watch_is_ended_not_left_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Should the pidfd fail after the fork, the child is killed and reaped before the error
+    goes up: no worker runs that its supervisor does not know of."""
+    children: list[int] = []
+    real_fork = os.fork
+
+    def recorded_fork() -> int:
+        pid = real_fork()
+        if pid:
+            children.append(pid)
+        return pid
+
+    async def forked_once() -> None:
+        with pytest.raises(OSError):
+            fork(HANDLED, lambda: None, _lingers)
+
+    monkeypatch.setattr(os, "fork", recorded_fork)
+    monkeypatch.setattr(os, "pidfd_open", _no_pidfd)
+    asyncio.run(forked_once())
+    assert len(children) == 1
+    with pytest.raises(ChildProcessError):  # reaped already
+        os.waitpid(children[0], os.WNOHANG)
