@@ -99,7 +99,7 @@ def test_without_a_worker_entry_the_workers_are_started_as_python_m_pgtarn(
         encoding="utf-8",
     )
     logger = logging.getLogger("pgtarn")
-    handlers, level = list(logger.handlers), logger.level
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
 
     async def supervise() -> list[str]:
         supervisor = Supervisor(str(ini), quiet=True)
@@ -113,7 +113,8 @@ def test_without_a_worker_entry_the_workers_are_started_as_python_m_pgtarn(
     try:
         commands = asyncio.run(supervise())
     finally:
-        logger.handlers[:], logger.level = handlers, level
+        # (the supervisor set up pgtarn's logging in this process; the tests after it log)
+        logger.handlers[:], logger.level, logger.propagate = handlers, level, propagate
     assert len(commands) == 2 and all("-m pgtarn --worker" in c for c in commands), commands
 
 
