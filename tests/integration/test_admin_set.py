@@ -399,6 +399,20 @@ def check_max_packet_size(w: Walk) -> None:
         fails(conn, "select '" + "x" * 20000 + "'")
 
 
+def check_client_message_buffer(w: Walk) -> None:
+    # a text longer than the buffer (and than one read) goes on in pieces, unparsed: its SET
+    # pins the client
+    # (read whole under the default buffer, the same SET is followed and the client pooled)
+    text = "select '" + "x" * 200_000 + "'; set search_path = walk_marker"
+    w.set("client_message_buffer", "16384")
+    with connect(w.proc, autocommit=True) as conn:
+        conn.execute(text)
+        port = conn.execute("select inet_client_port()").fetchone()
+        assert conn.execute("show search_path").fetchone() == ("walk_marker",)
+        pins = [r["pinned"] for r in show(w.console, "CLIENTS") if r["database"] == "app"]
+        assert "untracked" in pins, (pins, port)  # (a SET read whole is followed: no pin)
+
+
 def check_pin_session_state(w: Walk) -> None:
     w.set("pin_session_state", "0")
     with connect(w.proc, autocommit=True) as conn:
@@ -458,6 +472,7 @@ BY_EFFECT: dict[str, Callable[[Walk], None]] = {
     "auth_hba_file": check_auth_hba_file,
     "ignore_startup_parameters": check_ignore_startup_parameters,
     "max_packet_size": check_max_packet_size,
+    "client_message_buffer": check_client_message_buffer,
     "pin_session_state": check_pin_session_state,
     "track_session_state": check_track_session_state,
 }
