@@ -30,6 +30,14 @@ def may_name_statements(data: bytes, start: int = 0) -> bool:
     return False
 
 
+def begins_plainly(data: bytes, start: int) -> bool:
+    """Whether the text from start begins, after blanks, with a byte no statement that may
+    name a prepared statement begins with (nor a comment or parenthesis): then a single
+    statement names none, whatever follows (for a text whose rest is not here)."""
+    text = data[start:].lstrip(b" \t\r\n\f\v")
+    return bool(text) and text[0] not in _MAY_START and text[0] != 0
+
+
 def has_statement_words(data: bytes) -> bool:
     """Whether data holds PREPARE, EXECUTE, DEALLOCATE or DISCARD in any case (DISCARD ALL
     drops every prepared statement, pgtarn's own too: the framer must see it)."""
