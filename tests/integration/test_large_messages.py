@@ -270,3 +270,33 @@ def test_large_error_response_memory_bounded(pgtarn_factory: Any, settings: dict
         assert conn.execute("SELECT 5").fetchone() == (5,)
     peak = status_kb(proc, "VmHWM")
     assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+def test_large_named_statements_three_clients_memory_bounded(pgtarn_factory: Any) -> None:
+    """Three psycopg clients each prepare a 40 MB named statement (transaction mode, with
+    max_prepared_statements) and run it twice, at once: the Parse is passed on in pieces
+    and its client pinned to its server; other clients are served all along."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    start = reset_peak(proc)
+
+    def prepare(index: int) -> list[tuple[str, int]]:
+        text = payload(index, 40 * MB).decode()
+        rows = []
+        with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+            for number in (index, index + 10):
+                sql = f"SELECT md5('{text}'), %s::int"
+                row = conn.execute(sql.encode(), (number,), prepare=True).fetchone()
+                assert row is not None
+                rows.append((str(row[0]), int(row[1])))
+                assert other.execute("SELECT %s::int", (number,)).fetchone() == (number,)
+        return rows
+
+    results = in_threads(prepare)
+    for index, result in enumerate(results):
+        digest = hashlib.md5(payload(index, 40 * MB)).hexdigest()
+        assert result == [(digest, index), (digest, index + 10)]
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("SELECT 42").fetchone() == (42,)
