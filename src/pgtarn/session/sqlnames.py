@@ -31,11 +31,19 @@ def may_name_statements(data: bytes, start: int = 0) -> bool:
 
 
 def begins_plainly(data: bytes, start: int) -> bool:
-    """Whether the text from start begins, after blanks, with a byte no statement that may
-    name a prepared statement begins with (nor a comment or parenthesis): then a single
-    statement names none, whatever follows (for a text whose rest is not here)."""
+    """Whether the text from start begins, after blanks, with a word that no statement
+    naming a prepared statement begins with (PREPARE, EXECUTE, DEALLOCATE, EXPLAIN, CREATE,
+    DISCARD), the whole word in data: then a single statement names none, whatever follows
+    (for a text whose rest is not here). A comment or parenthesis first: False."""
     text = data[start:].lstrip(b" \t\r\n\f\v")
-    return bool(text) and text[0] not in _MAY_START and text[0] != 0
+    match = _FIRST_WORD.match(text)
+    return match is not None and match.group(1).lower() not in _NAMING_WORDS
+
+
+_FIRST_WORD: Final = re.compile(rb"([A-Za-z_]+)[^A-Za-z0-9_$]")
+_NAMING_WORDS: Final = frozenset(
+    (b"prepare", b"execute", b"deallocate", b"explain", b"create", b"discard")
+)
 
 
 def has_statement_words(data: bytes) -> bool:
