@@ -270,3 +270,49 @@ def test_large_error_response_memory_bounded(pgtarn_factory: Any, settings: dict
         assert conn.execute("SELECT 5").fetchone() == (5,)
     peak = status_kb(proc, "VmHWM")
     assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+def test_large_named_statements_three_clients_memory_bounded(pgtarn_factory: Any) -> None:
+    """Three psycopg clients each prepare a 40 MB named statement (transaction mode, with
+    max_prepared_statements) and run it twice, at once: the Parse is passed on in pieces
+    and its client pinned to its server; other clients are served all along."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    start = reset_peak(proc)
+
+    def prepare(index: int) -> list[tuple[str, int]]:
+        text = payload(index, 40 * MB).decode()
+        rows = []
+        with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+            for number in (index, index + 10):
+                sql = f"SELECT md5('{text}'), %s::int"
+                row = conn.execute(sql.encode(), (number,), prepare=True).fetchone()
+                assert row is not None
+                rows.append((str(row[0]), int(row[1])))
+                assert other.execute("SELECT %s::int", (number,)).fetchone() == (number,)
+        return rows
+
+    results = in_threads(prepare)
+    for index, result in enumerate(results):
+        digest = hashlib.md5(payload(index, 40 * MB)).hexdigest()
+        assert result == [(digest, index), (digest, index + 10)]
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("SELECT 42").fetchone() == (42,)
+
+
+def test_sql_execute_with_a_large_literal(pgtarn_factory: Any) -> None:
+    """A SQL-level EXECUTE whose argument is a 32 MB literal (transaction mode, with
+    max_prepared_statements): its statement's name rewritten for whichever server runs it,
+    the answer right. (Such a Query, naming prepared statements in its head, is still read
+    whole: no memory bound asserted here.)"""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    text = payload(3, 32 * MB).decode()
+    with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+        conn.execute("PREPARE big_md5(text) AS SELECT md5($1)")
+        for _ in range(2):
+            row = conn.execute(f"EXECUTE big_md5('{text}')".encode()).fetchone()
+            assert row == (hashlib.md5(text.encode()).hexdigest(),)
+            assert other.execute("SELECT 5").fetchone() == (5,)
+        conn.execute("DEALLOCATE big_md5")

@@ -181,6 +181,7 @@ class LargeClient(Protocol):
     """What a message passed on in pieces (large.py) needs of its connection: the relay's
     counts and flags, and its ways to a server."""
 
+    runtime: Runtime
     framer: ClientFramer | None
     follows_statements: bool
     tracked: bool

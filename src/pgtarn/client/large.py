@@ -11,9 +11,18 @@ connection makes this part for it, and hands it every byte until the message end
   server is closed when it leaves), never a state missed;
 - a Parse of the unnamed statement, a Bind: passed on, a Bind's statement name rewritten
   for the server (the framer's STREAMED_HEAD part);
-- what must be kept whole to be rewritten (a named Parse, whose text is prepared again on
-  other servers; a Describe or Close; a Query naming SQL-level prepared statements in its
-  head): gathered whole as before (max_packet_size bounds it), then relayed as usual.
+- a named Parse where pgtarn keeps prepared statements: its text cannot be kept to prepare
+  it on other servers, so it is passed on under a server-side name of its own
+  (Statement.held) and its client pinned to its server (HELD, whatever its batch's
+  outcome; the server closed when the client leaves). Where that cannot be (a session not
+  tracked, pin_session_state = 0, a head that does not show the name's end, or a text
+  that may name SQL-level statements) it is refused in its place (54000, the connection
+  kept) and its rest dropped;
+- a Describe or Close: no statement or portal name is that long, refused with 08P01 (the
+  client closed, as for a message past max_packet_size);
+- what must be kept whole to be rewritten (an unnamed Parse or a Query naming SQL-level
+  prepared statements in its head): gathered whole as before (max_packet_size bounds
+  it), then relayed as usual.
 
 Pieces go the way the connection's bytes go (to_server, or the framer's parts), so a
 client with no server yet holds at most PENDING_PAUSE of them, and one whose server's
@@ -25,12 +34,20 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..proto.msgtypes import BIND, PARSE, QUERY
+from ..errors import ProtocolViolation
+from ..proto.msgtypes import BIND, CLOSE, DESCRIBE, PARSE, QUERY
 from ..proto.streaming import MessageStream
-from ..session.effects import NAMES_STATEMENTS, SCHEMA_CHANGE, UNTRACKED, Parsed, first_look
+from ..session.effects import (
+    HELD,
+    NAMES_STATEMENTS,
+    SCHEMA_CHANGE,
+    UNTRACKED,
+    Parsed,
+    first_look,
+)
 from ..session.framer import SYNC_MARK, Part
-from ..session.rewrite import STREAMED_HEAD
-from ..session.sqlnames import may_name_statements
+from ..session.rewrite import REFUSED_HEAD, STREAMED_HEAD
+from ..session.sqlnames import begins_plainly, may_name_statements
 from ..session.streamlook import StreamedText
 from .interfaces import LargeClient
 
@@ -38,6 +55,7 @@ from .interfaces import LargeClient
 _RAW: Final = 0  # its bytes as they are, to the server
 _PARTS: Final = 1  # through the framer's parts (prepared statements)
 _WHOLE: Final = 2  # gathered whole, then relayed as usual
+_REFUSED: Final = 3  # refused with 08P01 (its client closed): nothing more taken
 #: The pin of a streamed text that may change session state.
 UNFOLLOWED: Final = "a message longer than client_message_buffer that may change session state"
 
@@ -45,7 +63,17 @@ UNFOLLOWED: Final = "a message longer than client_message_buffer that may change
 class ClientLargeMessage:
     """A client message too long to hold, on its way (see the module docstring)."""
 
-    __slots__ = ("_already", "_base", "_client", "_kept", "_look", "_stream", "_way", "first")
+    __slots__ = (
+        "_already",
+        "_base",
+        "_client",
+        "_held",
+        "_kept",
+        "_look",
+        "_stream",
+        "_way",
+        "first",
+    )
 
     def __init__(self, client: LargeClient, first: bytes, max_size: int, already: int = 0) -> None:
         self._client = client
@@ -62,6 +90,8 @@ class ClientLargeMessage:
         #: A streamed Query of a tracked session: how many results of its batch come before
         #: its own (-1: unknown), as the relay's base.
         self._base = 0
+        #: A named Parse passed on, its client to be pinned (HELD) at its end.
+        self._held = False
 
     @property
     def done(self) -> bool:
@@ -72,6 +102,8 @@ class ClientLargeMessage:
         """Take the message's bytes from data: returns what follows its end (b"" while it
         goes on), or, for a message gathered whole, the message and what follows it."""
         stream = self._stream
+        if self._way == _REFUSED:  # (every later feed fails again, as a bad length does)
+            raise ProtocolViolation(_too_long_name(stream.msg_type, stream.length))
         had_head = stream.head_ready
         piece, taken = stream.feed(data)
         if self._way == _WHOLE:
@@ -93,13 +125,27 @@ class ClientLargeMessage:
         body = head[5:]
         framer = client.framer
         statements = framer is not None or client.follows_statements
+        if msg_type in (DESCRIBE, CLOSE):
+            self._way = _REFUSED
+            raise ProtocolViolation(_too_long_name(msg_type, self._stream.length))
         whole = msg_type not in (QUERY, PARSE, BIND)
+        #: A named Parse the rewriter refuses in its place (see the module docstring).
+        refused = False
+        name_end = -1
         if msg_type == QUERY:
             look = first_look(body)
             whole = statements and look & NAMES_STATEMENTS != 0
         elif msg_type == PARSE:
             name_end = body.find(b"\x00")
-            whole = statements and (name_end != 0 or may_name_statements(body, 1))
+            if statements and name_end != 0:
+                self._held = (
+                    name_end > 0
+                    and client.tracked
+                    and client.runtime.config.pin_session_state
+                    and begins_plainly(body, name_end + 1)
+                )
+                refused = not self._held
+            whole = statements and name_end == 0 and may_name_statements(body, 1)
         if whole:  # (today's way: kept whole, relayed when complete)
             self._way = _WHOLE
             self._kept += head + piece
@@ -118,16 +164,21 @@ class ClientLargeMessage:
             client.open_batch = True
             if self._way == _PARTS:  # (as the framer's relay follows the unnamed statement)
                 if msg_type == PARSE:
-                    client.unnamed_unbound = True
+                    if name_end == 0:
+                        client.unnamed_unbound = True
                 elif body[body.find(b"\x00") + 1 : body.find(b"\x00") + 2] == b"\x00":
                     client.unnamed_unbound = False  # a Bind of the unnamed statement
-        if client.tracked and msg_type != BIND:
+        if refused:  # (it never runs: nothing to look at)
+            self._look = None
+        elif client.tracked and msg_type != BIND:
             self._look = StreamedText()
             self._look.feed(body)
         elif client.tracked and framer is not None and framer.named_effects:
             self._look = StreamedText()  # a Bind of a statement that changes state: its
             self._look.changes_state = True  # parameters are not all here to be read
-        if self._way == _PARTS and msg_type != QUERY:
+        if refused:
+            self._send([(REFUSED_HEAD, head)], len(head))
+        elif self._way == _PARTS and msg_type != QUERY:
             self._send([(STREAMED_HEAD, head)], len(head))
         else:
             self._forward(head[self._already :])
@@ -154,6 +205,8 @@ class ClientLargeMessage:
         client = self._client
         if self._way == _PARTS and self._stream.msg_type == QUERY:
             self._send([SYNC_MARK], 0)
+        if self._held:  # (its batch ends at the next Sync's ReadyForQuery, as below)
+            client._session_add(Parsed([(UNTRACKED, HELD)], 1), client.expected, 0)
         look = self._look
         if look is None:
             return
@@ -172,3 +225,12 @@ class ClientLargeMessage:
         """Take the first bytes (the chunk that began the message): see receive."""
         first, self.first = self.first, b""
         return self.receive(first)
+
+
+def _too_long_name(msg_type: int, length: int) -> str:
+    """The 08P01 for a Describe or Close longer than client_message_buffer."""
+    what = "Describe" if msg_type == DESCRIBE else "Close"
+    return (
+        f"{what} message of {length} bytes is longer than client_message_buffer:"
+        " no statement or portal name is that long"
+    )

@@ -70,6 +70,9 @@ UNLOCKED_ALL = "unlocked_all"  # pg_advisory_unlock_all() ran
 LOAD = "load"
 SEED = "seed"
 UNTRACKED = "untracked"  # (UNTRACKED, why)
+#: Why (UNTRACKED) a client with a named statement too long to hold keeps its server: its
+#: text is only there. It happened whatever its batch's outcome (its Parse may have).
+HELD: Final = "a prepared statement longer than client_message_buffer"
 
 #: Effects of transaction control: an error in a batch holding one leaves its outcome unknown.
 TRANSACTION_CONTROL = frozenset((BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, ROLLBACK_TO))

@@ -44,6 +44,7 @@ from .rewrite import (
     KIND_PARSE,
     KIND_SYNC,
     NOOP_CLOSE,
+    REFUSED_LONG,
     REFUSED_REUSE,
     RESULT_TYPE_CHANGED_ERROR,
     SERVER_PREFIX,
@@ -57,6 +58,7 @@ from .rewrite import (
     batch_end,
     exists,
     raise_error,
+    too_long,
 )
 from .stale import description_digest, means_stale, reads_description
 from .statements import (
@@ -165,6 +167,10 @@ class ServerStatements(StatementRewriter):
             self.raising = None  # (any error ends its batch: a raise after it never comes)
             self.replacement = _as_postgresql_words("42P05", exists(expected[0].client_name))
             return ERROR_REPLACE
+        if expected and expected[0].action == REFUSED_LONG and b"C42601\x00" in body:
+            self.raising = None
+            self.replacement = _as_postgresql_words("54000", too_long(expected[0].client_name))
+            return ERROR_REPLACE
         raising = self.raising
         if raising is not None:
             self.raising = None
@@ -181,7 +187,7 @@ class ServerStatements(StatementRewriter):
         if stale and means_stale(body):
             described = False
             for stmt in stale:
-                if stmt.described:
+                if stmt.described or stmt.held:  # (held: its text is not known)
                     described = True
                     cache.detach(stmt)
                 else:

@@ -50,6 +50,9 @@ AS_PARSE_COMPLETE: Final = 2
 #: The raiser's Parse that fails with 42P05 in place of a client's Parse of a name in use
 #: (the entry's client_name): its error is given the client's name (never completes).
 REFUSED_REUSE: Final = 3
+#: The raiser's Parse that fails (a syntax error) in place of a client's named Parse longer
+#: than client_message_buffer (the entry's client_name): its error becomes 54000.
+REFUSED_LONG: Final = 4
 
 
 class Entry:
@@ -101,9 +104,12 @@ PARSE_ENTRY: Final = Entry(KIND_PARSE)
 CLOSE_ENTRY: Final = Entry(KIND_CLOSE)
 #: A batch of pgtarn's own starts here: every reply up to its ReadyForQuery is swallowed.
 HIDDEN_ENTRY: Final = Entry(KIND_HIDDEN)
-#: A part (STREAMED_HEAD, head): the head (header included) of a client's Bind or unnamed
-#: Parse too long to hold, its body's rest to follow as raw parts (client/large.py).
+#: A part (STREAMED_HEAD, head): the head (header included) of a client's Bind or Parse
+#: too long to hold, its body's rest to follow as raw parts (client/large.py).
 STREAMED_HEAD: Final = 0x100
+#: A part (REFUSED_HEAD, head): the head of a client's named Parse too long to hold that
+#: cannot be passed on (client/large.py says why): refused in its place, its rest dropped.
+REFUSED_HEAD: Final = 0x101
 
 
 class StatementRewriter:
@@ -213,6 +219,10 @@ class StatementRewriter:
                 msg_type, body = part
                 if msg_type == STREAMED_HEAD:
                     self._streamed_head(client, body, out, status)
+                elif msg_type == REFUSED_HEAD:
+                    self.clean = False
+                    _refuse_long(self, body[5:], out)
+                    self.dropping = 1 + int.from_bytes(body[1:5], "big") - len(body)
                 elif msg_type == PARSE:
                     self._parse(client, body, out)
                 elif msg_type == BIND:
@@ -248,6 +258,9 @@ class StatementRewriter:
         message would be (a Bind's statement name rewritten, its length made right), its
         rest following as raw parts; never retried nor checked first (it is not kept)."""
         rest = 1 + int.from_bytes(head[1:5], "big") - len(head)
+        if head[0] == PARSE and head[5] != 0:
+            self._held_parse(client, head, out, rest)
+            return
         if head[0] == PARSE:  # unnamed, naming no SQL-level statement (the relay saw to it)
             self.clean = False
             self.unnamed_forgets = b""
@@ -269,6 +282,31 @@ class StatementRewriter:
         ).to_bytes(4, "big")
         if forgets:
             self._forget_all(client, forgets, status)
+
+    def _held_parse(self, client: ClientStatements, head: bytes, out: bytearray, rest: int) -> None:
+        """The head of a named Parse passed on in pieces, its client pinned to this server
+        (client/large.py): prepared under a server-side name of its own (Statement.held),
+        its length made right for that name, its rest following as raw parts."""
+        self.clean = False
+        body = head[5:]
+        name_end = body.index(b"\x00")  # (the relay saw the name end in the head)
+        name = body[:name_end]
+        if name in client.names and not _reuse_unsure(self, client, name):
+            _refuse_reuse(self, name, b"\x00\x00\x00", out)
+            self.dropping = rest
+            return
+        self.counters.client_parses += 1
+        stmt = client.cache.held_statement(name)
+        previous = client.names.get(name)
+        client.name(name, stmt)
+        if previous is not None:
+            client.cache.release(previous)
+        self._evict(out)
+        tail = stmt.name + body[name_end:]
+        out += b"P" + (4 + len(tail) + rest).to_bytes(4, "big") + tail
+        self.prepared[stmt.name] = stmt
+        self.counters.server_parses += 1
+        self.expected.append(Entry(KIND_PARSE, FORWARD, stmt, client, name, previous))
 
     def _check(self, stmt: Statement, out: bytearray) -> None:
         """A Bind, first of its batch, of a statement a client described that this server
@@ -598,8 +636,15 @@ class StatementRewriter:
         self.expected.append(entry)
 
     def _evict(self, out: bytearray) -> None:
-        while self.capacity and len(self.prepared) >= self.capacity:
-            name, stmt = self.prepared.popitem(last=False)
+        prepared = self.prepared
+        while self.capacity and len(prepared) >= self.capacity:
+            name = next(
+                (key for key, stmt in prepared.items() if not stmt.held or stmt.clients <= 0),
+                None,
+            )
+            if name is None:  # only statements no other server can have, each a client's:
+                return  # kept, over capacity (their servers close when their clients leave)
+            stmt = prepared.pop(name)
             out += message(b"C", b"S" + name + b"\x00")
             self.expected.append(Entry(KIND_CLOSE, DROP, stmt))
 
@@ -621,6 +666,25 @@ def _refuse_reuse(
     expected.append(Entry(KIND_PARSE, DROP))
     out += message(b"P", RAISER_NAME + b"\x00" + parse_tail)
     expected.append(Entry(KIND_PARSE, REFUSED_REUSE, None, None, name))
+
+
+def _refuse_long(rewriter: StatementRewriter, body: bytes, out: bytearray) -> None:
+    """A named Parse too long to hold (body: its head's): the raiser's Parse of a text that
+    fails to parse in its place, which defines nothing and makes the server skip to the
+    next Sync as the client's failed Parse would; its error is given as 54000."""
+    name_end = body.find(b"\x00")
+    name = body[: name_end if name_end >= 0 else 63]
+    out += message(b"P", RAISER_NAME + b"\x00" + b"pgtarn refused\x00\x00\x00")
+    rewriter.expected.append(Entry(KIND_PARSE, REFUSED_LONG, None, None, name))
+
+
+def too_long(name: bytes) -> str:
+    """The 54000 message for a named Parse longer than client_message_buffer."""
+    return (
+        'prepared statement "' + name.decode("utf-8", "replace") + '" is longer than'
+        " client_message_buffer: pgtarn cannot keep its text to prepare it on other servers"
+        " (prepare it as the unnamed statement, or raise client_message_buffer)"
+    )
 
 
 def _reuse_unsure(rewriter: StatementRewriter, client: ClientStatements, name: bytes) -> bool:

@@ -30,6 +30,22 @@ def may_name_statements(data: bytes, start: int = 0) -> bool:
     return False
 
 
+def begins_plainly(data: bytes, start: int) -> bool:
+    """Whether the text from start begins, after blanks, with a word that no statement
+    naming a prepared statement begins with (PREPARE, EXECUTE, DEALLOCATE, EXPLAIN, CREATE,
+    DISCARD), the whole word in data: then a single statement names none, whatever follows
+    (for a text whose rest is not here). A comment or parenthesis first: False."""
+    text = data[start:].lstrip(b" \t\r\n\f\v")
+    match = _FIRST_WORD.match(text)
+    return match is not None and match.group(1).lower() not in _NAMING_WORDS
+
+
+_FIRST_WORD: Final = re.compile(rb"([A-Za-z_]+)[^A-Za-z0-9_$]")
+_NAMING_WORDS: Final = frozenset(
+    (b"prepare", b"execute", b"deallocate", b"explain", b"create", b"discard")
+)
+
+
 def has_statement_words(data: bytes) -> bool:
     """Whether data holds PREPARE, EXECUTE, DEALLOCATE or DISCARD in any case (DISCARD ALL
     drops every prepared statement, pgtarn's own too: the framer must see it)."""

@@ -6,7 +6,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from ..proto.build import message
+from ..proto.build import message, quote_literal
 
 #: A query that makes a server forget its prepared statements.
 FORGETS_ALL = re.compile(rb"(?i)\b(?:discard\s+all|deallocate\s+(?:prepare\s+)?all)\b")
@@ -45,6 +45,10 @@ class Statement:
     #: ParameterDescription's body: a server that prepares it afresh is checked against them.
     told: bytes | None = None
     told_parameters: bytes = b""
+    #: Its text was never kept (a named Parse longer than client_message_buffer, passed on
+    #: in pieces): one client's, on the one server that prepared it, its client pinned
+    #: there; its parse only raises an error, should another server ever need it.
+    held: bool = False
 
     def typed_parse(self) -> bytes:
         """Its Parse with the parameter types its clients were told, where they were: those
@@ -155,9 +159,24 @@ class StatementCache:
         name = b"pgtarn_s%d" % next(self._ids)
         return Statement(name, message(b"Q", b"PREPARE " + name + definition + b"\x00"), 1, True)
 
+    def held_statement(self, client_name: bytes) -> Statement:
+        """A new statement for a named Parse passed on in pieces (``Statement.held``), one
+        client's (never shared: its text is not known), named by client_name."""
+        name = b"pgtarn_h%d" % next(self._ids)
+        what = client_name.decode("utf-8", "replace").replace("$pgtarn$", "")
+        text = quote_literal(
+            f'prepared statement "{what}" was longer than client_message_buffer:'
+            " only the server that prepared it has it"
+        ).encode()
+        sql = b"DO $pgtarn$BEGIN RAISE EXCEPTION USING ERRCODE = '26000', MESSAGE = "
+        parse = message(b"P", name + b"\x00" + sql + text + b"; END$pgtarn$\x00\x00\x00")
+        return Statement(name, parse, 1, held=True)
+
     def renew(self, stmt: Statement) -> None:
         """The statement's plan went stale on some server: give it a new server-side name, so
         every server prepares it afresh on next use (the old ones age out of their LRU)."""
+        if stmt.held:  # (its text is not known: it fails as on a direct connection)
+            return
         self.detach(stmt)
         self._rename(stmt)
 
@@ -179,6 +198,8 @@ class StatementCache:
         if stmt.sql:
             return
         stmt.clients += 1
+        if stmt.held:  # (never shared)
+            return
         self._live.add(stmt)
         if stmt.generation == self.generation:
             self._by_key.setdefault(_key(stmt), stmt)

@@ -25,6 +25,7 @@ from .effects import (
     DISCARD_TEMP,
     DROP_TEMP,
     FROM_CURRENT,
+    HELD,
     HOLD,
     LISTEN,
     LOAD,
@@ -256,7 +257,11 @@ class SessionState:
             # taken before the error (session locks outlive it). Of a batch of statements,
             # which ran is unknown: count what is not transactional (locks, never unlocks).
             # The one statement failed: nothing else of it happened.
-            if kind in _HAPPENED or (statements > 1 and kind in (LOCK, LOAD, SEED)):
+            if (
+                kind in _HAPPENED
+                or (statements > 1 and kind in (LOCK, LOAD, SEED))
+                or (kind == UNTRACKED and effect[1] == HELD)
+            ):
                 self._effect(effect, False)
 
     def _lost(self, why: str) -> None:

@@ -11,7 +11,7 @@ from pgtarn.proto.framing import split_messages
 from pgtarn.proto.streaming import HEAD_SIZE
 from pgtarn.server.connection import ServerConnection
 
-from .pair import Pool, result, sent
+from .pair import ClientSide, Pool, result, sent, types
 
 BUFFER = "client_message_buffer = 16384\n"
 CHUNK = 4096
@@ -164,14 +164,124 @@ def test_a_long_bind_of_a_named_statement_gets_the_server_name() -> None:
     assert client.large is None
 
 
-def test_a_long_named_parse_is_gathered_whole() -> None:
-    _pool, client, server = prepared_pool()
-    text = "SELECT '" + "p" * 60_000 + "'"
-    in_chunks(client, build.parse("s2", text) + build.SYNC)
+def prepared_pool_with(
+    more: str = "", prepared: int = 10
+) -> tuple[ClientConnection, ServerConnection]:
+    pool = Pool(prepared=prepared, more=BUFFER + more)
+    client, transport = pool.client()
+    client.data_received(build.parse("s1", "SELECT md5($1)") + build.SYNC)
+    (server,) = pool.servers
+    sent(server)
+    server.data_received(build.message(b"1") + build.ready_for_query(b"I"))
+    transport.take()
+    return client, server
+
+
+LONG_TEXT = "SELECT '" + "p" * 60_000 + "'"
+
+
+def long_named_batch(name: str = "s2", text: str = LONG_TEXT) -> bytes:
+    return build.parse(name, text) + build.bind("", name, []) + build.execute() + build.SYNC
+
+
+def test_a_long_named_parse_goes_in_pieces_under_a_name_of_its_own() -> None:
+    """Its text is not kept to prepare it on other servers: passed on under a server-side
+    name of its own (its length made right for it), its client pinned to its server."""
+    client, server = prepared_pool_with()
+    client.data_received(long_named_batch()[:CHUNK])
+    got = sent(server)
+    assert len(got) < 20_000 and client.large is not None  # never the whole
+    in_chunks(client, long_named_batch()[CHUNK:])
+    got += sent(server)
+    (parse, bind, _execute, _sync) = split_messages(got)
+    assert types(got) == "PBES" and client.large is None
+    name = parse[1][: parse[1].index(b"\x00")]
+    assert (
+        name.startswith(b"pgtarn_h")
+        and parse[1] == name + b"\x00" + LONG_TEXT.encode() + b"\x00\x00\x00"
+    )
+    assert bind[1] == b"\x00" + name + b"\x00" + b"\x00" * 6
+    server.data_received(build.message(b"1") + build.message(b"2") + result())
+    assert client.pinned and client.server is server and client.pin_reasons() == ["untracked"]
+    client.data_received(build.bind("", "s2", []) + build.execute() + build.SYNC)
+    assert types(again := sent(server)) == "BES" and name in again  # (no Parse ahead)
+
+
+def test_a_long_named_parse_pins_though_its_batch_failed() -> None:
+    """The Parse ran before the error: its statement is there, and only there."""
+    client, server = prepared_pool_with()
+    in_chunks(client, long_named_batch())
+    sent(server)
+    server.data_received(
+        build.message(b"1")
+        + build.message(b"2")
+        + build.error_response("22012", "division by zero")
+        + build.ready_for_query(b"I")
+    )
+    assert client.pinned and client.server is server
+
+
+def test_a_long_named_parse_is_never_evicted() -> None:
+    """A server over max_prepared_statements closes others first; one held alone (each a
+    client's name) stays over capacity: no other server could prepare it again."""
+    client, server = prepared_pool_with(prepared=2)
+    in_chunks(client, long_named_batch())
+    sent(server)
+    server.data_received(build.message(b"1") + build.message(b"2") + result())
+    for name in ("s3", "s4", "s5"):
+        client.data_received(build.parse(name, f"SELECT '{name}'") + build.SYNC)
+        out = sent(server)
+        assert b"C\x00\x00\x00\x0eSpgtarn_h" not in out and b"pgtarn_h" not in out
+        server.data_received(
+            build.message(b"3") + build.message(b"1") + build.ready_for_query(b"I")
+        )
+
+
+@pytest.mark.parametrize(
+    ("more", "text"),
+    [
+        ("pin_session_state = 0\n", LONG_TEXT),  # (it could not be pinned)
+        ("track_session_state = 0\n", LONG_TEXT),
+        ("", "/* a comment */ " + LONG_TEXT),  # (a text that may name SQL-level statements)
+        ("", "EXPLAIN " + LONG_TEXT),
+    ],
+    ids=["no pins", "untracked", "comment", "explain"],
+)
+def test_a_long_named_parse_that_cannot_be_pinned_is_refused_in_its_place(
+    more: str, text: str
+) -> None:
+    """pgtarn's raiser's Parse in its place (none of the text sent), its error given as
+    54000 naming client_message_buffer, the client kept."""
+    client, server = prepared_pool_with(more)
+    transport = client.transport
+    assert isinstance(transport, ClientSide)
+    in_chunks(client, long_named_batch("s2", text))
     out = sent(server)
-    kinds = [chr(kind) for kind, _body in split_messages(out)]
-    assert "P" in kinds and kinds[-1] == "S"
-    assert text.encode() in out
+    assert b"p" * 100 not in out and b"pgtarn_raise" in out
+    assert types(out) == "PBES" and client.large is None
+    server.data_received(
+        build.error_response("42601", 'syntax error at or near "pgtarn"')
+        + build.ready_for_query(b"I")
+    )
+    got = split_messages(transport.take())
+    assert [chr(kind) for kind, _body in got] == ["E", "Z"]
+    assert b"C54000\x00" in got[0][1] and b"client_message_buffer" in got[0][1]
+    assert b'"s2"' in got[0][1]
+    assert not client.pinned and client.server is None and not transport.closing
+    client.data_received(build.bind("", "s1", ["x"]) + build.execute() + build.SYNC)
+    assert b"pgtarn_" in sent(server)  # s1 still means its statement
+
+
+@pytest.mark.parametrize("kind", [b"D", b"C"])
+def test_a_long_describe_or_close_closes_its_client(kind: bytes) -> None:
+    _pool, client, server = prepared_pool()
+    transport = client.transport
+    assert isinstance(transport, ClientSide)
+    in_chunks(client, build.message(kind, b"S" + b"n" * 40_000 + b"\x00") + build.SYNC)
+    got = split_messages(transport.take())
+    assert got[-1][0] == ord("E") and b"C08P01\x00" in got[-1][1]
+    assert b"client_message_buffer" in got[-1][1] and transport.closing
+    assert b"n" * 100 not in sent(server)
 
 
 def test_a_long_bind_of_another_clients_statement_is_refused_whole() -> None:

@@ -11,6 +11,7 @@ from pgtarn.session.sqlnames import (
     EXECUTE,
     PREPARE,
     Unterminated,
+    begins_plainly,
     may_name_statements,
     rename,
     scan,
@@ -119,3 +120,27 @@ def test_the_first_look_never_misses_a_name(statements: list[str], end: str) -> 
 def test_the_first_look_skips_plain_queries() -> None:
     assert not may_name_statements(b"SELECT abalance FROM t WHERE aid = 1;\x00")
     assert not may_name_statements(b"UPDATE t SET v = 'execute';\x00")
+
+
+@pytest.mark.parametrize(
+    ("text", "plain"),
+    [
+        ("SELECT 1", True),
+        ("\n  delete from t where x = 'execute s'", True),
+        ("WITH a AS (SELECT 1) SELECT * FROM a", True),
+        ("EXECUTE s", False),
+        ("explain execute s", False),
+        ("CREATE TABLE t AS EXECUTE s", False),
+        ("Prepare s AS SELECT 1", False),
+        ("deallocate s", False),
+        ("DISCARD ALL", False),
+        ("/* c */ EXECUTE s", False),
+        ("(SELECT 1)", False),
+        ("   ", False),
+        ("SELECT", False),  # (the word may go on past what is here)
+    ],
+)
+def test_begins_plainly(text: str, plain: bool) -> None:
+    """Only a first word that no statement naming prepared statements begins with, seen
+    whole, says the text names none whatever follows."""
+    assert begins_plainly(b"s1\x00" + text.encode(), 3) is plain
