@@ -85,6 +85,16 @@ def tls_setup_logged(config: Config) -> TlsSetup:
 MetricsServer = Callable[[Runtime, str, int], Coroutine[None, None, asyncio.AbstractServer | None]]
 
 
+def closed_loop_quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's exception handler: a server's address resolved after the loop closed (a
+    connect cancelled by the exit, its lookup still in the resolver's thread) has nobody
+    left to tell, so its "Event loop is closed" is dropped; everything else is logged."""
+    exc = context.get("exception")
+    if loop.is_closed() and isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+        return
+    loop.default_exception_handler(context)
+
+
 def load_metrics() -> MetricsServer:
     """metrics.py's serve_metrics, imported only when metrics_port is set: prometheus_client
     (with the http, email and urllib modules it pulls in) is memory a pooler without metrics
@@ -219,6 +229,7 @@ class App(Stopping):
         )
         runtime.make_lookup = SecretLookup
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(closed_loop_quiet)
         self.done = loop.create_future()
         if self.worker is not None:
             await self._join_workers(self.worker)
