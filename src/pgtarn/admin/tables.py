@@ -3,6 +3,9 @@
 Counts are the sizes of the containers connections sit in (see ``pool.pool``); totals come
 from the pools' counters (``pool.stats``); averages from the last completed stats period.
 The Prometheus endpoint reads the same tables, so both always agree.
+
+Long: one table per SHOW command, each a column list and a row builder side by side; they share
+helpers and are read together against PgBouncer's column order, so one file.
 """
 
 from __future__ import annotations

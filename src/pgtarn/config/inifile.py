@@ -1,4 +1,8 @@
-"""Reading PgBouncer's pgbouncer.ini (sections, %include, connection strings) into a Config."""
+"""Reading PgBouncer's pgbouncer.ini (sections, %include, connection strings) into a Config.
+
+Long: one reader for one file format (sections, %include, connection strings, [users], [peers])
+whose parts share the line and error-position handling.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """The typed, immutable Config and its settings: names, kinds, defaults, value parsers.
 
 inifile.py reads pgbouncer.ini into it.
+
+Long: the Config's fields and the table of settings describe the same names; kept in one file
+so that a setting is added in one place with its kind and default.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ going idle; the janitor closes idle servers older than that, or unused for ``idl
 
 The pool never touches sockets: it talks to servers and waiting clients through the small
 protocols below, and opens new servers through a ``launch`` callback given by the app.
+
+Long: Pool is the one owner of the containers described above; its operations move servers and
+clients between them and must be read together to keep each one in exactly one container.
 """
 
 from __future__ import annotations

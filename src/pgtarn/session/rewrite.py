@@ -1,5 +1,10 @@
 """Rewrite a client's statement messages for one server: the client -> server half of
-ServerStatements (prepared.py tells how the two halves work together)."""
+ServerStatements (prepared.py tells how the two halves work together).
+
+Long: StatementRewriter is one state machine over the client's
+Parse/Bind/Describe/Close/Execute messages; its branches share the same statement table and are
+read as a whole.
+"""
 
 from __future__ import annotations
 

@@ -10,6 +10,9 @@ can keep the one it was left with and compare it by identity.
 
 SessionTracker ties the effects to the ReadyForQuery that ends their batch, and keeps the
 rows that say what an advisory lock call did (rows.py).
+
+Long: SessionState's transaction semantics (blocks, savepoints, failed batches) and
+SessionTracker's batch bookkeeping change together whenever a new kind of effect is followed.
 """
 
 from __future__ import annotations
