@@ -298,8 +298,9 @@ class Pooler:
 
     def __init__(self, name: str, command: list[str], workdir: Path, db: Database,
                  account: pwd.struct_passwd | None, *, settings: dict[str, object] | None = None,
-                 secret: str | None = None) -> None:  # fmt: skip
+                 secret: str | None = None, env: dict[str, str] | None = None) -> None:  # fmt: skip
         self.name = name
+        self.env = env or {}  # over the bench's environment (another build's PYTHONPATH)
         self.command = command
         self.workdir = workdir
         self.db = db
@@ -354,7 +355,7 @@ class Pooler:
         self.port = free_port()
         ini = self._write_config(dict(settings))
         acct = self.account
-        env = dict(os.environ)
+        env = dict(os.environ, **self.env)
         if acct is not None:
             env.update(HOME=acct.pw_dir, USER=acct.pw_name, LOGNAME=acct.pw_name)
         with open(self.log_path, "ab") as out:
@@ -653,6 +654,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="pgtarn's workers setting: one pgtarn target per value (1); "
         "pgtarn-wN is pgtarn with workers = N",
     )
+    p.add_argument(
+        "--pgtarn-build",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="another pgtarn build (a directory with the pgtarn package, e.g. made by "
+        "`pip install --target DIR .`) as a further target pgtarn-bN after pgtarn, in the "
+        "same interleaved runs: before/after a change in one sitting; repeatable",
+    )
     add_pgbouncer_option(p, repeat=True)
     add_postgres_options(p)
     args = p.parse_args(argv)
@@ -678,14 +688,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         for n in sorted(set(args.workers) - {1}):
             at += 1
             args.targets.insert(at, f"pgtarn-w{n}")
+    for n, build in enumerate(args.pgtarn_build, 1):
+        if not (Path(build) / "pgtarn" / "__init__.py").is_file():
+            p.error(f"--pgtarn-build: no pgtarn package in {build}")
+        args.targets.append(f"pgtarn-b{n}")
     return args
 
 
-def pgtarn_build() -> str:
+def pgtarn_build(env: dict[str, str] | None = None) -> str:
     """The pgtarn the runs start, as its --version says it ("0.1.0, compiled")."""
     out = subprocess.run(
-        [sys.executable, "-m", "pgtarn", "--version"], capture_output=True, text=True, check=False
-    ).stdout
+        [sys.executable, "-m", "pgtarn", "--version"], capture_output=True, text=True,
+        check=False, env=dict(os.environ, **(env or {})),
+    ).stdout  # fmt: skip
     m = re.search(r"\(pgtarn ([^)]*)\)", out)
     return m.group(1) if m else pgtarn.__version__
 
@@ -862,6 +877,13 @@ def main(argv: list[str] | None = None) -> int:
                 poolers[target] = Pooler(
                     target, command, workdir, db, None, settings={"workers": int(target[8:])}
                 )
+            elif target.startswith("pgtarn-b"):
+                build = str(Path(args.pgtarn_build[int(target[8:]) - 1]).resolve())
+                env = {"PYTHONPATH": os.pathsep.join(
+                    [build, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+                poolers[target] = Pooler(target, command, workdir, db, None, env=env)
+                versions[target] = pgtarn_build(env)
+                labels[target] = f"pgtarn {Path(build).name} ({versions[target]})"
         db.setup()
         versions.update(postgres=db.version, pgtarn=pgtarn_build(),
                         pgbench=version_of([db.tool("pgbench"), "--version"]))  # fmt: skip
