@@ -13,6 +13,7 @@ from ..app import App
 from ..config.inifile import load_config
 from ..errors import ConfigError
 from ..native.buildinfo import version_lines
+from ..process import signals
 from ..workers.setup import WorkerSetup
 
 try:
@@ -179,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(runner: object, app: Any) -> int:
-    """Run app (an App or the Supervisor) on runner's event loop to its exit code."""
+    """Run app (an App or the Supervisor) on runner's event loop to its exit code; its
+    signals held until its handlers take them (it releases them then)."""
+    signals.hold()
     try:
         return runner(app.run())  # type: ignore[operator, no-any-return]
     except (ConfigError, OSError) as exc:
@@ -187,3 +190,5 @@ def serve(runner: object, app: Any) -> int:
         return 1
     except KeyboardInterrupt:
         return 0
+    finally:
+        signals.release()
