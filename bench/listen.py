@@ -27,13 +27,14 @@ from run import (
     Pooler,
     add_postgres_options,
     cpu_seconds,
+    ended,
+    finish,
     fmt,
     log,
     make_workdir,
     markdown,
     postgres_account,
     prepare_process,
-    remove_workdir,
 )
 from storm import RawClient, ServerError, Target, log_summary, percentiles
 
@@ -669,10 +670,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    hard = prepare_process()
-    notes: list[str] = []
-    if hard < args.listeners + 200:
-        notes.append(f"open file limit is {hard}: too few for {args.listeners} listeners")
+    notes = prepare_process(args.listeners + 200, f"{args.listeners} listeners")
     cases = [args.only] if args.only else list(CASES)
     account = postgres_account()
     workdir = make_workdir("listen", account)
@@ -714,17 +712,10 @@ def main(argv: list[str] | None = None) -> int:
             wait_backends_gone(db)
         report(args, versions, results, notes)
         return 1 if any(r.failure or r.missing for r in results) else 0
-    except RuntimeError as exc:  # includes ClusterError: setup failed
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:  # includes ClusterError: setup failed
+        return ended(exc)
     finally:
-        if pooler is not None:
-            pooler.stop()
-        db.cleanup()
-        remove_workdir(workdir, args.keep)
+        finish([pooler], db, workdir, args.keep)
 
 
 if __name__ == "__main__":

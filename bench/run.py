@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -811,14 +812,17 @@ def interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def prepare_process() -> int:
-    """Every file descriptor the hard limit allows (returned); SIGINT/SIGTERM end the run
-    cleanly."""
+def prepare_process(need: int = 0, what: str = "") -> list[str]:
+    """Every file descriptor the hard limit allows; SIGINT/SIGTERM end the run cleanly.
+    Returned: a note if the hard limit is below the `need` descriptors of `what`."""
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     for sig in (signal.SIGINT, signal.SIGTERM):  # not default_int_handler: asyncio.run would
         signal.signal(sig, interrupt)  # turn it into a task cancellation, which can get lost
-    return hard
+    if hard >= need:
+        return []
+    return [f"the open file limit is {hard:,}; {what} need {need:,} (raise the hard limit: "
+            "ulimit -Hn)"]  # fmt: skip
 
 
 def make_workdir(name: str, account: pwd.struct_passwd | None) -> Path:
@@ -836,12 +840,29 @@ def remove_workdir(workdir: Path, keep: bool) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def ended(exc: BaseException) -> int:
+    """The exit code of a run that a RuntimeError (a ClusterError too: the setup failed) or
+    an interrupt ended, said: 1 or 130."""
+    if isinstance(exc, RuntimeError):
+        log(f"error: {exc}")
+        return 1
+    log("interrupted")
+    return 130
+
+
+def finish(poolers: Iterable[Pooler | None], db: Database, workdir: Path, keep: bool) -> None:
+    """The end of a run however it ended: the poolers stopped, the cluster cleaned up (the
+    bench's database dropped, a temporary cluster removed), the work directory removed."""
+    for pooler in poolers:
+        if pooler is not None:
+            pooler.stop()
+    db.cleanup()
+    remove_workdir(workdir, keep)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    hard = prepare_process()
-    notes = []
-    if hard < max(args.memory_clients) + 100:
-        notes.append(f"open file limit is {hard}: the memory run may fail at high client counts")
+    notes = prepare_process(max(args.memory_clients) + 100, "the memory run's clients")
     account = postgres_account()
     workdir = make_workdir("bench", account)
     db = Database(args)
@@ -894,17 +915,10 @@ def main(argv: list[str] | None = None) -> int:
             notes += [f"{pooler.name} logged: {w}" for w in pooler.warnings()]
         report(args, db, versions, case_list, results, memory, notes, labels)
         return 1 if any(not r.ok for r in results) else 0
-    except RuntimeError as exc:  # includes ClusterError: setup failed
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:  # includes ClusterError: setup failed
+        return ended(exc)
     finally:
-        for pooler in poolers.values():
-            pooler.stop()
-        db.cleanup()
-        remove_workdir(workdir, args.keep)
+        finish(poolers.values(), db, workdir, args.keep)
 
 
 if __name__ == "__main__":

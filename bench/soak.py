@@ -49,6 +49,7 @@ from run import (
     add_postgres_options,
     clean_env,
     cpu_seconds,
+    ended,
     fmt,
     log,
     make_workdir,
@@ -513,12 +514,8 @@ def main(argv: list[str] | None = None) -> int:
         bad = (not result.pooler_alive or s.get("pgbench_failed") or s.get("churn_errors")
                or result.pgbench_exit != 0)  # fmt: skip
         return 1 if bad or s.get("verdict") != "RSS flat" else 0
-    except RuntimeError as exc:
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:
+        return ended(exc)
     finally:
         children.stop_all()
         if pooler is not None:

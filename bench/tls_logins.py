@@ -32,7 +32,9 @@ from run import (
     add_postgres_options,
     clean_env,
     cpu_seconds,
+    ended,
     find_pgbouncer,
+    finish,
     fmt,
     log,
     make_workdir,
@@ -40,7 +42,6 @@ from run import (
     parse_pgbench,
     postgres_account,
     prepare_process,
-    remove_workdir,
     version_of,
 )
 from storm import log_summary
@@ -99,6 +100,19 @@ class Measurement:
 
 
 # --------------------------------------------------------------------------- certificates
+
+
+def tls_settings(workdir: Path, account: pwd.struct_passwd | None) -> dict[str, object]:
+    """The poolers' settings for TLS with the clients, on a certificate made for this run
+    (make_certificates, into workdir/tls). `prefer`, not `require`: Pooler.start() checks
+    readiness with a plaintext login, and a client asking for TLS gets it either way. No
+    client_tls_ca_file: with one, both poolers ask clients for a certificate."""
+    cert_file, key_file = make_certificates(workdir / "tls", account)
+    return {
+        "client_tls_sslmode": "prefer",
+        "client_tls_cert_file": cert_file,
+        "client_tls_key_file": key_file,
+    }
 
 
 def make_certificates(directory: Path, account: pwd.struct_passwd | None) -> tuple[Path, Path]:
@@ -461,19 +475,12 @@ def main(argv: list[str] | None = None) -> int:
     poolers: dict[str, Pooler] = {}
     notes: list[str] = []
     try:
-        cert_file, key_file = make_certificates(workdir / "tls", account)
+        settings = tls_settings(workdir, account)
         db.setup(scale=SCALE)
-        verifier = db.scram_verifier()
         # The verifier in auth_file (as storm.py): no PBKDF2 on the pooler, which PgBouncer
         # would run for every login given a plaintext password; PostgreSQL is reached by
-        # SCRAM passthrough. `prefer`, not `require`: Pooler.start() checks readiness with a
-        # plaintext login, and a client asking for TLS gets it either way.
-        settings: dict[str, object] = {
-            "client_tls_sslmode": "prefer",
-            "client_tls_cert_file": cert_file,
-            "client_tls_key_file": key_file,
-            # no client_tls_ca_file: with one, both poolers ask clients for a certificate
-        }
+        # SCRAM passthrough.
+        verifier = db.scram_verifier()
         versions = {"postgres": db.version, "pgtarn": pgtarn.__version__,
                     "pgbench": version_of([db.tool("pgbench"), "--version"]),
                     "pgtarn's OpenSSL": ssl.OPENSSL_VERSION.removeprefix("OpenSSL ")}  # fmt: skip
@@ -502,17 +509,10 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(bound)
         report(args, db, versions, tls, refusals, results, logs, notes)
         return 1 if any(not r.ok for r in results) else 0
-    except RuntimeError as exc:  # includes ClusterError: setup failed, or a probe's pooler
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:  # RuntimeError: a probe's pooler too
+        return ended(exc)
     finally:
-        for pooler in poolers.values():
-            pooler.stop()
-        db.cleanup()
-        remove_workdir(workdir, args.keep)
+        finish(poolers.values(), db, workdir, args.keep)
 
 
 if __name__ == "__main__":
