@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import resource
 import statistics
@@ -15,7 +14,6 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from memory import proc_status_kb
@@ -35,6 +33,7 @@ from run import (
     markdown,
     postgres_account,
     prepare_process,
+    write_json,
 )
 from storm import RawClient, ServerError, Target, log_summary, percentiles
 
@@ -579,12 +578,7 @@ def report(args: argparse.Namespace, versions: dict[str, str], results: list[Cas
             )
     for note in notes:
         print(f"note: {note}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "settings": {k: v for k, v in vars(args).items() if k != "pg_password"},
-            "versions": versions, "cpus": os.cpu_count(),
-            "results": [asdict(r) for r in results],
-        }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+    write_json(args, versions, results=[asdict(r) for r in results])
 
 
 # --------------------------------------------------------------------------- main

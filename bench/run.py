@@ -799,13 +799,17 @@ def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
             print(line)
     for note in notes:
         print(f"note: {note}")
+    write_json(args, versions, runs=[asdict(r) for r in results],
+               memory={k: asdict(v) for k, v in memory.items()})  # fmt: skip
+
+
+def write_json(args: argparse.Namespace, versions: dict[str, str], **numbers: object) -> None:
+    """With --json PATH: the run's settings (the password left out), the versions, the CPU
+    count and the numbers, as JSON."""
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "settings": {k: v for k, v in vars(args).items() if k != "pg_password"},
-            "versions": versions, "cpus": os.cpu_count(),
-            "runs": [asdict(r) for r in results],
-            "memory": {k: asdict(v) for k, v in memory.items()},
-        }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+        settings = {k: v for k, v in vars(args).items() if k != "pg_password"}
+        data = {"settings": settings, "versions": versions, "cpus": os.cpu_count(), **numbers}
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def interrupt(signum: int, _frame: object) -> None:

@@ -32,7 +32,6 @@ import base64
 import contextlib
 import hashlib
 import hmac
-import json
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -69,6 +68,7 @@ from run import (
     postgres_account,
     prepare_process,
     version_of,
+    write_json,
 )
 
 import pgtarn
@@ -620,12 +620,7 @@ def report(args: argparse.Namespace, versions: dict[str, str], results: list[Sto
             print(f"- {r.target}: FAILED: {r.failure}")
     for note in notes:
         print(f"note: {note}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "settings": {k: v for k, v in vars(args).items() if k != "pg_password"},
-            "versions": versions, "cpus": os.cpu_count(),
-            "results": [asdict(r) for r in results],
-        }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+    write_json(args, versions, results=[asdict(r) for r in results])
 
 
 def client_notes(r: StormResult, timeout: float) -> list[str]:

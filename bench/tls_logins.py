@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import ipaddress
-import json
 import os
 import pwd
 import re
@@ -43,6 +42,7 @@ from run import (
     postgres_account,
     prepare_process,
     version_of,
+    write_json,
 )
 from storm import log_summary
 
@@ -423,13 +423,9 @@ def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
             print(f"- {name}.log: {count:,} x {line}")
     for note in notes:
         print(f"note: {note}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "settings": {k: v for k, v in vars(args).items() if k != "pg_password"},
-            "versions": versions, "cpus": os.cpu_count(), "tls": tls, "refusals": refusals,
-            "variants": [asdict(v) for v in VARIANTS],
-            "runs": [asdict(r) for r in results], "pooler_logs": logs,
-        }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+    write_json(args, versions, tls=tls, refusals=refusals,
+               variants=[asdict(v) for v in VARIANTS], runs=[asdict(r) for r in results],
+               pooler_logs=logs)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- main
