@@ -17,16 +17,20 @@ Two measurements, each printed as a markdown table:
 
 Both are measured as the interpreter starts and with -S (site-packages put on sys.path by
 hand), so that no .pth file runs: some installations import whole packages at every start.
-Which pgtarn is measured is whichever `python3 -m pgtarn` imports (PYTHONPATH=DIR for a
-compiled build installed with pip --target DIR).
+`--pgtarn-build DIR` (repeatable; a directory made by `pip install --no-deps --target DIR .`)
+measures that build, put on the pooler's PYTHONPATH only: the bench's own process imports
+pgtarn's protocol modules, and were they the same build's compiled library, the pooler would
+share its pages with the bench and its PSS would read low. Without it, the pgtarn this
+Python imports is measured.
 
-    python3 bench/rss.py [--runs 3] [--no-floors]
+    python3 bench/rss.py [--runs 3] [--no-floors] [--pgtarn-build DIR ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -144,10 +148,13 @@ def one_client(pooler: Pooler, runs: int) -> tuple[list[int], list[int], dict[st
     return rss, pss, groups
 
 
-def floor(python: str, no_pth: bool, stubbed: list[str], refused: list[str]) -> int | None:
+def floor(env: dict[str, str], no_pth: bool, stubbed: list[str], refused: list[str]) -> int | None:
     code = f"STUBBED = {stubbed!r}\nREFUSED = {refused!r}\n" + STUBS + READ_RSS
+    python = sys.executable
     command = [python, "-S", "-c", NO_PTH + code] if no_pth else [python, "-c", code]
-    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        command, capture_output=True, text=True, check=False, env={**os.environ, **env}
+    )
     return int(out.stdout) if out.returncode == 0 else None
 
 
@@ -155,13 +162,29 @@ def mb(kb: float | None) -> str:
     return "-" if kb is None else f"{kb / 1024:.1f}"
 
 
+def build_env(build: str | None) -> dict[str, str]:
+    """The environment over the bench's that makes `python3 -m pgtarn` import build."""
+    if build is None:
+        return {}
+    paths = [os.path.abspath(build), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(paths)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=3, metavar="N", help="fresh processes (3)")
     p.add_argument("--no-floors", action="store_true", help="only the process with one client")
+    p.add_argument(
+        "--pgtarn-build",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a pgtarn build to measure (repeatable; default: the one imported)",
+    )
     add_postgres_options(p)
     args = p.parse_args()
     args.clients = [1]  # Database.setup reads it
+    builds: list[str | None] = list(args.pgtarn_build) or [None]
     variants = [("as started", [sys.executable, "-m", "pgtarn"]),
                 ("-S (no .pth)", [sys.executable, "-S", "-c", NO_PTH + RUN_PGTARN])]  # fmt: skip
     workdir = make_workdir("rss", None)
@@ -169,9 +192,12 @@ def main() -> int:
     columns: dict[str, tuple[list[int], list[int], dict[str, list[int]]]] = {}
     try:
         db.setup(scale=None)
-        for label, command in variants:
-            log(f"pgtarn {label}: {args.runs} runs ...")
-            columns[label] = one_client(Pooler("pgtarn", command, workdir, db, None), args.runs)
+        for build in builds:
+            for label, command in variants:
+                name = label if build is None else f"{os.path.basename(build)}, {label}"
+                log(f"pgtarn {name}: {args.runs} runs ...")
+                pooler = Pooler("pgtarn", command, workdir, db, None, env=build_env(build))
+                columns[name] = one_client(pooler, args.runs)
     finally:
         db.cleanup()
         remove_workdir(workdir, args.keep)
@@ -190,10 +216,13 @@ def main() -> int:
     if args.no_floors:
         return 0
     print("\n## Import floors: VmRSS after importing pgtarn.cli, MB\n")
-    print("| | as started | -S (no .pth) |")
-    print("|---|---|---|")
+    heads = [f"{'' if b is None else os.path.basename(b) + ', '}{label}" for b in builds
+             for label in ("as started", "-S (no .pth)")]  # fmt: skip
+    print("| | " + " | ".join(heads) + " |")
+    print("|---|" + "---|" * len(heads))
     for label, stubbed, refused in FLOORS:
-        cells = [mb(floor(sys.executable, no_pth, stubbed, refused)) for no_pth in (False, True)]
+        cells = [mb(floor(build_env(b), no_pth, stubbed, refused)) for b in builds
+                 for no_pth in (False, True)]  # fmt: skip
         print(f"| {label} | " + " | ".join(cells) + " |")
     return 0
 
