@@ -37,7 +37,7 @@ import sys
 import time
 
 from memory import Login, connect, proc_pss_kb, proc_status_kb
-from run import Database, Pooler, add_postgres_options, log, make_workdir, remove_workdir
+from run import Database, Pooler, add_postgres_options, ended, finish, log, make_workdir
 
 NO_PTH = "import site, sys; sys.path += site.getsitepackages()\n"
 RUN_PGTARN = "import runpy; runpy.run_module('pgtarn', run_name='__main__', alter_sys=True)"
@@ -198,9 +198,10 @@ def main() -> int:
                 log(f"pgtarn {name}: {args.runs} runs ...")
                 pooler = Pooler("pgtarn", command, workdir, db, None, env=build_env(build))
                 columns[name] = one_client(pooler, args.runs)
+    except (RuntimeError, KeyboardInterrupt) as exc:  # includes ClusterError: setup failed
+        return ended(exc)
     finally:
-        db.cleanup()
-        remove_workdir(workdir, args.keep)
+        finish([], db, workdir, args.keep)
     print(f"## One client: RSS / PSS, MB (median of {args.runs}, {time.strftime('%Y-%m-%d')})\n")
     print("| | " + " | ".join(columns) + " |")
     print("|---|" + "---|" * len(columns))
