@@ -79,7 +79,7 @@ def quick_options(argv: Sequence[str]) -> Options | None:
             if value is None or value.startswith("-"):
                 return None
             if word == "--unix-fd":
-                if not value.isdigit():
+                if not (value.isascii() and value.isdigit()):
                     return None
                 options.unix_fd = int(value)
             else:

@@ -42,6 +42,7 @@ OTHER = [
     ["-u"],
     ["-u", "-q", "x.ini"],
     ["--unix-fd", "+3", "x.ini"],
+    ["--unix-fd", "\u00b2", "x.ini"],  # a digit to str.isdigit, not to int()
     ["--no-such-flag"],
 ]
 
