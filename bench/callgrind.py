@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import run
-from run import Database, Pooler, clean_env, int_list, prepare_process
+from run import Database, Pooler, clean_env, int_list, pgbench_command, prepare_process
 
 #: callgrind's last words of a process: its pid and its total of instructions.
 COLLECTED = re.compile(r"==(\d+)== Collected : (\d+)")
@@ -165,9 +165,8 @@ def pgbench(pooler: Pooler, options: list[str], clients: int, transactions: int)
     """pgbench through the pooler, on two threads; RuntimeError if it failed or said an error."""
     login = pooler.login()
     res = subprocess.run(
-        [pooler.db.tool("pgbench"), "-n", *options, "-c", str(clients), "-j", "2",
-         "-t", str(transactions), "-h", login.host, "-p", str(login.port),
-         "-U", login.user, login.dbname],
+        pgbench_command(pooler.db, login.host, login.port, *options, "-c", str(clients),
+                        "-j", "2", "-t", str(transactions)),
         env=clean_env(PGPASSWORD=login.password), capture_output=True, text=True,
         check=False)  # fmt: skip
     if res.returncode != 0 or "error" in res.stderr.lower():

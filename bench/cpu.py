@@ -35,6 +35,7 @@ from run import (
     int_list,
     log,
     make_workdir,
+    pgbench_command,
     postgres_account,
     prepare_process,
     remove_workdir,
@@ -72,8 +73,8 @@ def context_switches(pid: int) -> tuple[int, int]:
 def pgbench(db: Database, pooler: Pooler, clients: int, duration: int) -> subprocess.Popen[str]:
     login = pooler.login()
     return subprocess.Popen(
-        [db.tool("pgbench"), "-S", "-n", "-c", str(clients), "-j", "2", "-T", str(duration),
-         "-h", login.host, "-p", str(login.port), "-U", login.user, login.dbname],
+        pgbench_command(db, login.host, login.port, "-S", "-c", str(clients), "-j", "2",
+                        "-T", str(duration)),
         env=clean_env(PGPASSWORD=login.password), stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)  # fmt: skip
 

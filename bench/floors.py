@@ -34,8 +34,6 @@ from pathlib import Path
 
 import uvloop
 from run import (
-    BENCH_DB,
-    BENCH_USER,
     Database,
     PgBouncerMissing,
     Pooler,
@@ -46,6 +44,7 @@ from run import (
     log,
     make_workdir,
     parse_pgbench,
+    pgbench_command,
     postgres_account,
     prepare_process,
     remove_workdir,
@@ -153,26 +152,8 @@ def per_connection(loop_name: str, count: int) -> float:
 
 
 def prepared_tps(db: Database, host: str, port: int, clients: int, duration: int) -> float:
-    cmd = [
-        db.tool("pgbench"),
-        "-n",
-        "-S",
-        "-M",
-        "prepared",
-        "-j",
-        "2",
-        "-T",
-        str(duration),
-        "-c",
-        str(clients),
-        "-h",
-        host,
-        "-p",
-        str(port),
-        "-U",
-        BENCH_USER,
-        BENCH_DB,
-    ]
+    cmd = pgbench_command(db, host, port, "-S", "-M", "prepared", "-j", "2", "-T", str(duration),
+                          "-c", str(clients))  # fmt: skip
     res = subprocess.run(cmd, env=clean_env(PGPASSWORD=db.password), capture_output=True,
                          text=True, timeout=duration + 120, check=False)  # fmt: skip
     numbers = parse_pgbench(res.stdout)

@@ -419,6 +419,13 @@ PGBENCH_NUMBERS = {
 }
 
 
+def pgbench_command(db: Database, host: str, port: int, *options: str) -> list[str]:
+    """pgbench -n with these options, as the bench's user on its database at host:port (its
+    password: clean_env(PGPASSWORD=db.password))."""
+    return [db.tool("pgbench"), "-n", *options, "-h", host, "-p", str(port),
+            "-U", BENCH_USER, BENCH_DB]  # fmt: skip
+
+
 def parse_pgbench(out: str) -> dict[str, float]:
     found = {key: re.search(rx, out, re.M) for key, rx in PGBENCH_NUMBERS.items()}
     return {key: float(m.group(1)) for key, m in found.items() if m}
@@ -428,24 +435,8 @@ def run_case(db: Database, case: Case, target: str, pooler: Pooler | None, run: 
              duration: int) -> Result:  # fmt: skip
     result = Result(run=run, case=case.label, clients=case.clients, target=target)
     host, port = (db.host, db.port) if pooler is None else ("127.0.0.1", pooler.port)
-    cmd = [
-        db.tool("pgbench"),
-        "-n",
-        *case.args,
-        "-j",
-        "2",
-        "-T",
-        str(duration),
-        "-c",
-        str(case.clients),
-        "-h",
-        host,
-        "-p",
-        str(port),
-        "-U",
-        BENCH_USER,
-        BENCH_DB,
-    ]
+    cmd = pgbench_command(db, host, port, *case.args, "-j", "2", "-T", str(duration),
+                          "-c", str(case.clients))  # fmt: skip
     # a pgtarn with workers: the supervisor and every worker (all started before the run)
     tree = process_tree(pooler.pid) if pooler else []
     cpu_before = tree_cpu_seconds(tree)

@@ -53,6 +53,7 @@ from run import (
     make_workdir,
     markdown,
     parse_pgbench,
+    pgbench_command,
     prepare_process,
     remove_workdir,
     version_of,
@@ -151,11 +152,6 @@ class Children:
 # --------------------------------------------------------------------------- load
 
 
-def pgbench_cmd(db: Database, port: int, *args: str) -> list[str]:
-    return [db.tool("pgbench"), "-n", *args, "-h", "127.0.0.1", "-p", str(port),
-            "-U", BENCH_USER, BENCH_DB]  # fmt: skip
-
-
 async def churn_connections(dsn: str, count: int, round_no: int) -> tuple[int, Counter[str]]:
     """`count` short-lived psycopg connections, each running a few prepared statements."""
     import psycopg
@@ -197,7 +193,7 @@ def churn_round(db: Database, port: int, count: int, t: float, round_no: int,
     ok, errors = asyncio.run(churn_connections(dsn, count, round_no))
     result.connections_ok, result.errors = ok, dict(errors)
     proc = children.popen(
-        pgbench_cmd(db, port, *BURST),
+        pgbench_command(db, "127.0.0.1", port, *BURST),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=clean_env(PGPASSWORD=db.password),
@@ -254,8 +250,9 @@ def soak(args: argparse.Namespace, db: Database, pooler: Pooler, children: Child
          result: SoakResult) -> None:  # fmt: skip
     pid = pooler.pid
     script = ("-S",) if args.select_only else ()
-    cmd = pgbench_cmd(db, pooler.port, *script, "-c", str(args.clients), "-j", "2",
-                      "-T", str(args.duration), "-P", str(args.interval))  # fmt: skip
+    cmd = pgbench_command(db, "127.0.0.1", pooler.port, *script, "-c", str(args.clients),
+                          "-j", "2", "-T", str(args.duration),
+                          "-P", str(args.interval))  # fmt: skip
     log(f"soak: {' '.join(cmd[1:])} ({args.duration} s) ...")
     result.samples.append(sample(pid, 0.0))
     start = time.monotonic()

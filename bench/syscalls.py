@@ -51,6 +51,7 @@ from run import (
     int_list,
     log,
     make_workdir,
+    pgbench_command,
     pgbouncer_version,
     pgtarn_build,
     postgres_account,
@@ -145,9 +146,8 @@ def counted_run(db: Database, pooler: Pooler, workload: Workload, clients: int,
     try:
         login = pooler.login()
         res = subprocess.run(
-            [db.tool("pgbench"), *workload.args, "-n", "-c", str(clients), "-j", "2",
-             "-t", str(transactions // clients), "-h", login.host, "-p", str(login.port),
-             "-U", login.user, login.dbname],
+            pgbench_command(db, login.host, login.port, *workload.args, "-c", str(clients),
+                            "-j", "2", "-t", str(transactions // clients)),
             env=clean_env(PGPASSWORD=login.password), capture_output=True, text=True,
             check=False)  # fmt: skip
         if res.returncode != 0:

@@ -37,14 +37,7 @@ def login_error(
 
     async def attempt() -> tuple[str, str]:
         try:
-            conn = await asyncpg.connect(
-                host=proc.host,
-                port=proc.port,
-                user=user,
-                password=password,
-                database=dbname,
-                ssl=False,
-            )
+            conn = await aconnect(proc, user, password, dbname)
         except asyncpg.PostgresError as exc:
             return str(exc.sqlstate), str(exc)
         await conn.close()

@@ -290,14 +290,27 @@ def client_state(client: ClientConnection) -> HandedClient:
 
 async def ask_for_sockets(channel: Channel) -> tuple[list[socket.socket], str | None, int]:
     """A takeover's first step, from the new side: the old pgtarn's listening sockets, its
-    unix socket's path and its pid."""
-    reply, fds = await channel.request({"kind": "takeover", "pid": os.getpid()}, REPLY_TIMEOUT)
+    unix socket's path and its pid. ConnectionError (the channel closed) if it refuses."""
+    try:
+        reply, fds = await channel.request({"kind": "takeover", "pid": os.getpid()}, REPLY_TIMEOUT)
+    except (ChannelClosed, TimeoutError):
+        channel.close()
+        raise ConnectionError(
+            "the running pgtarn refused the takeover (it is stopping, or "
+            "handing over to another one)"
+        ) from None
     pid = reply.get("pid")
     path = reply.get("unix_path")
-    return (
-        [socket.socket(fileno=fd) for fd in fds],
-        path if isinstance(path, str) else None,
-        pid if isinstance(pid, int) else 0,
+    socks = [socket.socket(fileno=fd) for fd in fds]
+    old_pid = pid if isinstance(pid, int) else 0
+    log.info("takeover: %d listening sockets from pid %d", len(socks), old_pid)
+    return socks, path if isinstance(path, str) else None, old_pid
+
+
+def log_done(old_pid: int, adopted: int) -> None:
+    """The new side's last word on a takeover: the old process closed the channel."""
+    log.info(
+        "takeover: the old process (pid %d) is done; %d clients came from it", old_pid, adopted
     )
 
 
@@ -347,11 +360,7 @@ class Takeover:
 
     def _closed(self, channel: Channel) -> None:
         self.runtime.forward_cancel = None
-        log.info(
-            "takeover: the old process (pid %d) is done; %d clients came from it",
-            self.old_pid,
-            self.adopted,
-        )
+        log_done(self.old_pid, self.adopted)
 
 
 async def take_over(
@@ -364,15 +373,7 @@ async def take_over(
     if sock is None:
         return None
     takeover = Takeover(runtime, sock)
-    try:
-        socks, path = await takeover.listening_sockets()
-    except (ChannelClosed, TimeoutError):
-        takeover.channel.close()
-        raise ConnectionError(
-            "the running pgtarn refused the takeover (it is stopping, or "
-            "handing over to another one)"
-        ) from None
-    log.info("takeover: %d listening sockets from pid %d", len(socks), takeover.old_pid)
+    socks, path = await takeover.listening_sockets()
     for listening in socks:
         await serve(listening)
     await takeover.serving()

@@ -34,7 +34,7 @@ from ..proto.cancelkey import worker_of
 from ..workers.channel import Channel, ChannelClosed
 from ..workers.sockets import tcp_listeners
 from ..workers.wire import Message
-from .reboot import REPLY_TIMEOUT, ask_for_sockets, connect
+from .reboot import REPLY_TIMEOUT, ask_for_sockets, connect, log_done
 from .takeover import accept_takeover, takeover_address, takeover_listener
 
 log = logging.getLogger("pgtarn")
@@ -280,11 +280,7 @@ class NewSide:
         self.channel.close()
 
     def _closed(self, channel: Channel) -> None:
-        log.info(
-            "takeover: the old process (pid %d) is done; %d clients came from it",
-            self.old_pid,
-            self.adopted,
-        )
+        log_done(self.old_pid, self.adopted)
 
 
 async def take_over(
@@ -297,15 +293,7 @@ async def take_over(
     if sock is None:
         return None
     side = NewSide(sup, sock)
-    try:
-        socks, path = await side.listening_sockets()
-    except (ChannelClosed, TimeoutError):
-        side.channel.close()
-        raise ConnectionError(
-            "the running pgtarn refused the takeover (it is stopping, or "
-            "handing over to another one)"
-        ) from None
-    log.info("takeover: %d listening sockets from pid %d", len(socks), side.old_pid)
+    socks, path = await side.listening_sockets()
     sup.takeover = side
     return socks, path
 
