@@ -20,9 +20,9 @@ The session tracking of a transaction-mode client is a third part (tracking.py,
 SessionTracking), made at first use: the texts that may change its session state, its
 batches' effects, its pins.
 
-The relay chain is assembled from ClientTransport (transport.py: fields and asyncio glue),
-ClientLink (link.py) and ClientRelay (relay.py), one job per file; this file adds accept,
-the welcome and close.
+The class chain is ClientTransport (transport.py: fields and asyncio glue) and ClientLink
+(link.py); this file adds accept, the welcome and close. The relay (relay.py) is a part that
+holds no field: one object for every client, handed the client at each chunk.
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, request_replication
 from ..views.states import READY_STATE, ClientState
 from .large import ClientLargeMessage
+from .link import ClientLink
 from .login import ClientLoginDriver, tracked_names
-from .relay import ClientRelay
+from .relay import RELAY
 from .transport import NO_KEY
 
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
@@ -57,7 +58,7 @@ log = logging.getLogger("pgtarn.client")
 READY_FOR_QUERY_LEN = 6
 
 
-class ClientConnection(ClientRelay):
+class ClientConnection(ClientLink):
     """One application connection (see the module docstring)."""
 
     __slots__ = ("login",)
@@ -139,11 +140,11 @@ class ClientConnection(ClientRelay):
                     return
                 if self.framer is None:
                     try:
-                        self._relay(data)
+                        RELAY.relay(self, data)
                     finally:  # a lent scanner goes back, or becomes the client's own
                         self.scanner = self.scanner.kept()
                 else:
-                    self._relay_prepared(data)
+                    RELAY.relay_prepared(self, data)
                 large = self.large
                 if large is not None and large.first and self.state is READY_STATE:
                     self._begin_large(large)
@@ -159,6 +160,9 @@ class ClientConnection(ClientRelay):
                 self.login.receive(data)
         except PgtarnError as error:
             self.close(error)
+
+    def _start_statements(self) -> None:
+        RELAY.start_statements(self)
 
     def _begin_large(self, large: ClientLargeMessage) -> None:
         """The relay left a message too long to hold (from the end of its chunk) to large."""
@@ -314,7 +318,7 @@ class ClientConnection(ClientRelay):
         self.state = ClientState.READY
         self.join_pool(pool)
         self.idle_since = monotonic()
-        self._start_relay()
+        RELAY.start(self)
         if startup_settings:  # refused at authenticated unless the session is tracked
             self._tracking_made().start_with(startup_settings)
         self._send_auth_ok(auth_ok, self._notified(welcome.data))

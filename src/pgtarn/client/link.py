@@ -13,7 +13,7 @@ from ..proto import build
 from ..proto.msgtypes import QUERY
 from ..proto.parameters import has_rule
 from ..server.connection import ServerConnection
-from ..session.effects import Kind
+from ..session.effects import Kind, Parsed
 from ..session.tracking import CLOSE_AFTER, NO_SETTINGS, SessionTracker
 from ..views.states import READY_STATE
 from .listening import ClientListen
@@ -434,6 +434,39 @@ class ClientLink(ClientTransport):
                 self.waiting = False
                 self._link(server)
         return server
+
+    def _session_add(self, parsed: Parsed, replies_ahead: int, base: int) -> None:
+        """A streamed text's effects (large.py), of the batch whose ReadyForQuery is
+        replies_ahead + 1 from now."""
+        self._tracking_made().add(parsed, replies_ahead, base)
+
+    def _to_server(self, data: bytes) -> None:
+        server = self._server_now()
+        if server is not None:
+            server.write(data)
+        else:
+            self._hold(data, len(data))
+
+    def _send_item(self, item: PendingParts, size: int) -> None:
+        """Prepared-statement mode: encode for the linked server, or keep until one comes."""
+        server = self._server_now()
+        if server is None:
+            self._hold(item, size)
+            return
+        statements = server.statements
+        if self.pending or (statements is not None and statements.checking):
+            self._hold(item, size)  # after what a check of a statement holds back
+            return
+        server.write(self._encode(server, item))
+        statements = server.statements
+        if statements is not None and statements.deferred is not None:
+            self._hold((statements.deferred, None), size)
+            statements.deferred = None
+
+    def _start_statements(self) -> None:
+        """The client uses the extended protocol: its statements are followed from now on
+        (the relay's, relay.py; ClientConnection has it)."""
+        raise NotImplementedError
 
     def _hold(self, item: bytes | PendingParts, size: int) -> None:
         """Keep what the client sent until server_assigned; pause a client that sends a lot."""
