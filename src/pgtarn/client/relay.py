@@ -44,9 +44,9 @@ from ..session.framer import SYNC_MARK, ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
 from ..views.states import READY_STATE, ClientState
-from .large import ClientLargeMessage
-from .link import TRANSACTION_REFUSED, TRANSACTION_REFUSED_RESPONSE, ClientLink
+from .link import LINK, TRANSACTION_REFUSED, TRANSACTION_REFUSED_RESPONSE
 from .listening import local_batch
+from .transport import ClientTransport
 
 #: What a tracked session's relay watches: each watch set with Parse (made once, not per
 #: client); and the bodies a relay that reads no text keeps (none: only counted).
@@ -63,12 +63,12 @@ FLUSH_MESSAGE: Final = build.message(b"H")
 class ClientRelay:
     """A logged-in client's bytes on their way to its server (see the module docstring).
 
-    The client is a ClientLink, a concrete class, not a typing.Protocol: in the compiled
+    The client is a ClientTransport, a concrete class, not a typing.Protocol: in the compiled
     build its fields are then read as a C struct's, at every message."""
 
     __slots__ = ()
 
-    def start(self, client: ClientLink) -> None:
+    def start(self, client: ClientTransport) -> None:
         """Logged in to a pool: watch what this pool mode needs to notice."""
         config = client.runtime.config
         watch = STATEMENT_RELAY_TYPES if client.statement_mode else CLIENT_RELAY_TYPES
@@ -91,7 +91,7 @@ class ClientRelay:
             watch, config.max_packet_size, bodies, config.client_message_buffer
         )
 
-    def _local_batches(self, client: ClientLink, data: bytes) -> bytes:
+    def _local_batches(self, client: ClientTransport, data: bytes) -> bytes:
         """What is left of data after the batches at its start that pgtarn answers itself
         (a LISTEN through the extended protocol: listening.py); the LISTEN state is made
         for a client only when one is."""
@@ -103,14 +103,14 @@ class ClientRelay:
             listen = client._listen_made()
         return listen.local_batches(data)
 
-    def _answer_now(self, client: ClientLink) -> None:
+    def _answer_now(self, client: ClientTransport) -> None:
         """A Query of the client's is answered here (LISTEN): its reply goes out now if
         nothing is owed before it."""
         listen = client.listen
         if listen is not None:
             listen.answer_now()
 
-    def relay(self, client: ClientLink, data: bytes) -> None:
+    def relay(self, client: ClientTransport, data: bytes) -> None:
         """A chunk from a client that no framer reads (no prepared statement named yet)."""
         listen = client.listen
         if listen is not None and listen.held_batch:  # the start of a batch that may be
@@ -197,18 +197,16 @@ class ClientRelay:
         self._relay_events(client, data, events)
 
     def _divert(
-        self, client: ClientLink, data: bytes, big_at: int, big_start: bytes, already: int = 0
+        self, client: ClientTransport, data: bytes, big_at: int, big_start: bytes, already: int = 0
     ) -> bytes:
         """The scanner stopped at a message too long to hold, at big_at in data (its first
         bytes, big_start, held from an earlier chunk, already of them sent): it goes in
         pieces (large.py) once what came before it is relayed, which is returned."""
-        client.large = ClientLargeMessage(
-            client, big_start + data[big_at:], client.runtime.config.max_packet_size, already
-        )
+        client.large = client._large_made(big_start + data[big_at:], already)
         return data[:big_at]
 
     def _relay_query(
-        self, client: ClientLink, data: bytes, body: bytes, look: int, was_open: bool
+        self, client: ClientTransport, data: bytes, body: bytes, look: int, was_open: bool
     ) -> None:
         """_relay_events for a chunk that is one whole Query (body: its text; look: its
         first_look; was_open: an extended batch was open before it, whose results come
@@ -227,15 +225,15 @@ class ClientRelay:
             if refusal is not None:  # a refusal PostgreSQL raises, or answered here (LISTEN)
                 client.expected += 1
                 if refusal:
-                    client._to_server(refusal)
+                    LINK.to_server(client, refusal)
                 else:
                     self._answer_now(client)
                 return
         client.expected += 1
-        client._to_server(data)
+        LINK.to_server(client, data)
 
     def _relay_whole_texts(
-        self, client: ClientLink, data: bytes, events: list[tuple[int, bytes, int]]
+        self, client: ClientTransport, data: bytes, events: list[tuple[int, bytes, int]]
     ) -> None:
         """_relay_events for a client whose texts are read, when a message is cut across
         chunks: a Query or Parse is held back until whole, since it may be answered here
@@ -260,7 +258,7 @@ class ClientRelay:
         if data:
             self._relay_events(client, data, events)
 
-    def statements_made(self, client: ClientLink) -> ClientStatements:
+    def statements_made(self, client: ClientTransport) -> ClientStatements:
         """The client's statement names, made at their first use: most clients of a pool
         that follows them never name one."""
         statements = client.statements
@@ -269,7 +267,7 @@ class ClientRelay:
             statements = client.statements = ClientStatements(client.runtime.statement_cache)
         return statements
 
-    def start_statements(self, client: ClientLink) -> None:
+    def start_statements(self, client: ClientTransport) -> None:
         """The client uses the extended protocol: track its statements from now on.
 
         Replies still owed for what went before are ReadyForQuery only (no statement
@@ -297,13 +295,13 @@ class ClientRelay:
             client.pending = [(parts, None)]
 
     def _relay_events(
-        self, client: ClientLink, data: bytes, events: list[tuple[int, bytes, int]]
+        self, client: ClientTransport, data: bytes, events: list[tuple[int, bytes, int]]
     ) -> None:
         tracked = client.tracked
         for msg_type, body, end in events:
             if msg_type == TERMINATE:  # forward what came before it, then leave
                 if end > 5:
-                    client._to_server(data[: end - 5])
+                    LINK.to_server(client, data[: end - 5])
                 client.state = ClientState.CLOSED
                 client.connection_lost(None)
                 if client.transport is not None:
@@ -337,10 +335,10 @@ class ClientRelay:
                 refusal = client._tracking_made().text(msg_type, body, client.expected, base)
                 if refusal is not None:  # the Query goes as a refusal PostgreSQL raises,
                     if end > len(body) + 5:  # or is answered here (LISTEN)
-                        client._to_server(data[: end - len(body) - 5])
+                        LINK.to_server(client, data[: end - len(body) - 5])
                     client.expected += 1
                     if refusal:
-                        client._to_server(refusal)
+                        LINK.to_server(client, refusal)
                     else:
                         self._answer_now(client)
                     if client.state is READY_STATE:
@@ -349,9 +347,9 @@ class ClientRelay:
             if msg_type in (QUERY, SYNC):  # Query or Sync: one ReadyForQuery to come
                 client.expected += 1
         if data:
-            client._to_server(data)
+            LINK.to_server(client, data)
 
-    def relay_prepared(self, client: ClientLink, data: bytes) -> None:
+    def relay_prepared(self, client: ClientTransport, data: bytes) -> None:
         """Transaction or statement mode with prepared statements: statements are rewritten
         per server."""
         framer = client.framer
@@ -408,7 +406,7 @@ class ClientRelay:
                         return
                     data = refusal
             client.expected += 1
-            client._send_item((None, data), len(data))
+            LINK.send_item(client, (None, data), len(data))
             return
         # A DISCARD ALL or DEALLOCATE ALL (in a Query, or a prepared statement bound) makes
         # the server forget its statements, and the client its names, when the parts are
@@ -428,20 +426,22 @@ class ClientRelay:
         if listen is not None and listen.answers:  # a Query of the chunk is answered here
             self._answer_now(client)
         if parts:
-            client._send_item((parts, data if framer.whole and framer.plain else None), len(data))
+            LINK.send_item(
+                client, (parts, data if framer.whole and framer.plain else None), len(data)
+            )
         if framer.terminated:
             client.state = ClientState.CLOSED
             client.connection_lost(None)
             if client.transport is not None:
                 client.transport.close()
 
-    def _refuse_transaction_blocks(self, client: ClientLink, data: bytes) -> bytes:
+    def _refuse_transaction_blocks(self, client: ClientTransport, data: bytes) -> bytes:
         """Statement mode: a BEGIN / START TRANSACTION ends the client, as in PgBouncer, before
         any server sees it (b"" then).
 
         Only when nothing else is in flight (nor a reply answered here, withheld), so the
         error cannot overtake earlier replies; anything that still opens a transaction is
-        caught at ReadyForQuery (_link_ends).
+        caught at ReadyForQuery (ClientLink.link_ends).
         """
         if client.expected or client.server is not None or not data:
             return data

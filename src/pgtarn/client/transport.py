@@ -43,7 +43,7 @@ log = logging.getLogger("pgtarn.client")
 PendingParts = tuple[list[Part] | None, bytes | None]
 #: A client's tracked parameters before its welcome (shared, never written).
 NO_PARAMS: dict[str, str] = {}
-#: Shared by every client holding no bytes for a server; never written (_hold makes a
+#: Shared by every client holding no bytes for a server; never written (ClientLink.hold makes a
 #: client's own list at its first item).
 NO_PENDING: Final[list[bytes | PendingParts]] = []
 #: The cancel key of a client that has none yet.
@@ -116,7 +116,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.peer_port = 0
         self.user = ""
         self.database = ""
-        #: The relay's, lent at the welcome (relay.py, _start_relay; see MessageScanner.kept).
+        #: The relay's, lent at the welcome (ClientRelay.start; see MessageScanner.kept).
         self.scanner = shared_scanner(_WATCH_NOTHING)
         self.pool: Pool[ServerConnection] | None = None
         self.server: ServerConnection | None = None
@@ -232,9 +232,29 @@ class ClientTransport(LinkedClient[ServerConnection]):
     def last_server(self, server: ServerConnection | None) -> None:
         self._extras_made().last_server = server
 
+    # Made by ClientConnection, which has all that the parts ask of their connection
+    # (interfaces.py); the link and the relay, which see a ClientTransport, call them.
+
     def _listen_made(self) -> ClientListen:
-        """Its LISTEN state, made now if it had none (by ClientLink, which has all that the
-        state asks of its connection: interfaces.ListenClient)."""
+        """Its LISTEN state, made now if it had none."""
+        raise NotImplementedError
+
+    def _tracking_made(self) -> SessionTracking:
+        """Its session tracking, made now if it had none."""
+        raise NotImplementedError
+
+    def _session_ready(self, status: bytes) -> bool:
+        """A ReadyForQuery while batches of the session are pending; False when the client
+        was closed."""
+        raise NotImplementedError
+
+    def _start_statements(self) -> None:
+        """The client uses the extended protocol: its statements are followed from now on."""
+        raise NotImplementedError
+
+    def _large_made(self, start: bytes, already: int) -> ClientLargeMessage:
+        """A message too long to hold, that begins with start (already of its bytes sent):
+        its part, which passes it on in pieces."""
         raise NotImplementedError
 
     @property
