@@ -55,10 +55,11 @@ _WATCH_NOTHING: frozenset[int] = frozenset()
 class ClientTransport(LinkedClient[ServerConnection]):
     """An application connection's fields and its asyncio glue (the base of ClientConnection).
 
-    Thousands of these may sit idle: no per-instance dict. The fields of the relay chain
-    (link, relay) are declared here, in one __slots__; the parts the connection owns (its
-    login, its session tracking, its LISTEN state, its extras) are objects of their own,
-    held in one field each and made when needed.
+    Thousands of these may sit idle: no per-instance dict. The fields the link and the relay
+    work on (link.py, relay.py: parts without fields of their own) are declared here, in one
+    __slots__; the parts the connection owns (its login, its session tracking, its LISTEN
+    state, its extras) are objects of their own, held in one field each and made when
+    needed.
     """
 
     __slots__ = ("cancel_key", "created_at", "database", "db", "expected",
@@ -233,28 +234,24 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self._extras_made().last_server = server
 
     # Made by ClientConnection, which has all that the parts ask of their connection
-    # (interfaces.py); the link and the relay, which see a ClientTransport, call them.
+    # (interfaces.py); the link and the relay, which see a ClientTransport, call them: its
+    # LISTEN state, its session tracking, the end of a session's pending batch (False: the
+    # client was closed), its prepared statements followed from now on, and the part of a
+    # message too long to hold (start: its first bytes, already of them sent).
 
     def _listen_made(self) -> ClientListen:
-        """Its LISTEN state, made now if it had none."""
         raise NotImplementedError
 
     def _tracking_made(self) -> SessionTracking:
-        """Its session tracking, made now if it had none."""
         raise NotImplementedError
 
     def _session_ready(self, status: bytes) -> bool:
-        """A ReadyForQuery while batches of the session are pending; False when the client
-        was closed."""
         raise NotImplementedError
 
     def _start_statements(self) -> None:
-        """The client uses the extended protocol: its statements are followed from now on."""
         raise NotImplementedError
 
     def _large_made(self, start: bytes, already: int) -> ClientLargeMessage:
-        """A message too long to hold, that begins with start (already of its bytes sent):
-        its part, which passes it on in pieces."""
         raise NotImplementedError
 
     @property
