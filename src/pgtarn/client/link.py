@@ -168,6 +168,7 @@ class ClientLink:
         """
         start = client.query_start
         now = 0.0  # (read once: the server's release below takes it too)
+        idle = status == b"I"  # (compared once: a bytes comparison is a call when compiled)
         if start:
             # statistics: the query ends, and maybe its transaction
             pool = client.pool
@@ -176,7 +177,7 @@ class ClientLink:
             now = monotonic()
             elapsed = now - start
             stats.query.observe(elapsed)
-            if status == b"I":
+            if idle:
                 began = client.xact_start
                 if began:
                     elapsed = now - began
@@ -199,12 +200,12 @@ class ClientLink:
                 return listen.ready_for_query(server, status)
             client.listening = False
         extras = client.extras
-        if extras is not None and extras.schema_pending and status == b"I":
+        if extras is not None and extras.schema_pending and idle:
             client.schema_change_ended()
         if client.expected:
             return None
         # link_ends's common cases, inlined: the hot path
-        if not client.session_mode and status == b"I":  # (statement mode: the same)
+        if not client.session_mode and idle:  # (statement mode: the same)
             if not client.pinned and not client.open_batch:
                 self.unlink(client, server, now)
             return None
