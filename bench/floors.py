@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import resource
 import socket
 import statistics
 import subprocess
@@ -247,10 +246,9 @@ def main() -> int:
     if args.serve:
         serve(args.serve, args.connections)
         return 0
-    prepare_process()
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard < 2 * args.connections + 100:
-        sys.exit(f"needs {2 * args.connections + 100} file descriptors, the limit is {hard}")
+    short = prepare_process(2 * args.connections + 100, f"{args.connections} connections held")
+    if short:
+        sys.exit(short[0])
     pythons = args.python or [sys.executable]
 
     print("## Memory at start (VmRSS, MB)\n")

@@ -22,7 +22,9 @@ from run import (
     Pooler,
     add_pgbouncer_option,
     add_postgres_options,
+    ended,
     find_pgbouncer,
+    finish,
     fmt,
     log,
     make_workdir,
@@ -31,9 +33,8 @@ from run import (
     pgtarn_build,
     postgres_account,
     prepare_process,
-    remove_workdir,
 )
-from tls_logins import make_certificates
+from tls_logins import tls_settings
 
 #: Descriptors the bench needs beyond one per client (its own files, the cluster's psql).
 FD_MARGIN = 200
@@ -87,10 +88,9 @@ def table(results: dict[str, list[MemoryResult]], labels: dict[str, str], client
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    hard = prepare_process()  # the soft descriptor limit raised to the hard one
-    if hard < args.clients + FD_MARGIN:
-        log(f"error: the open file limit is {hard}; {args.clients:,} clients need "
-            f"{args.clients + FD_MARGIN:,} (raise the hard limit: ulimit -Hn)")  # fmt: skip
+    short = prepare_process(args.clients + FD_MARGIN, f"{args.clients:,} clients")
+    if short:
+        log(f"error: {short[0]}")
         return 2
     account = postgres_account()
     workdir = make_workdir("idle-tls", account)
@@ -99,17 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     labels: dict[str, str] = {}
     results: dict[str, list[MemoryResult]] = {}
     try:
-        cert_file, key_file = make_certificates(workdir / "tls", account)
+        # every client here asks for TLS (and fails if refused); the verifier in auth_file:
+        # no PBKDF2 per login on either pooler (as storm.py and tls_logins.py)
+        settings = {**tls_settings(workdir, account), "max_client_conn": args.clients + 100}
         db.setup(scale=None)
-        # prefer, not require: Pooler.start() checks readiness with a plaintext login; every
-        # client here asks for TLS (and fails if refused). The verifier in auth_file: no
-        # PBKDF2 per login on either pooler (as storm.py and tls_logins.py).
-        settings: dict[str, object] = {
-            "client_tls_sslmode": "prefer",
-            "client_tls_cert_file": cert_file,
-            "client_tls_key_file": key_file,
-            "max_client_conn": args.clients + 100,
-        }
         verifier = db.scram_verifier()
         for name in args.targets:
             if name == "pgbouncer":
@@ -151,17 +144,10 @@ def main(argv: list[str] | None = None) -> int:
             "+ system time meanwhile. KB/client: (RSS with all - RSS with one) / clients added."
         )
         return 1 if any(m.error for runs in results.values() for m in runs) else 0
-    except RuntimeError as exc:  # includes ClusterError: setup failed
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:  # includes ClusterError: setup failed
+        return ended(exc)
     finally:
-        for pooler in poolers.values():
-            pooler.stop()
-        db.cleanup()
-        remove_workdir(workdir, args.keep)
+        finish(poolers.values(), db, workdir, args.keep)
 
 
 if __name__ == "__main__":

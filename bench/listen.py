@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import resource
 import statistics
@@ -15,7 +14,6 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from memory import proc_status_kb
@@ -27,13 +25,15 @@ from run import (
     Pooler,
     add_postgres_options,
     cpu_seconds,
+    ended,
+    finish,
     fmt,
     log,
     make_workdir,
     markdown,
     postgres_account,
     prepare_process,
-    remove_workdir,
+    write_json,
 )
 from storm import RawClient, ServerError, Target, log_summary, percentiles
 
@@ -578,12 +578,7 @@ def report(args: argparse.Namespace, versions: dict[str, str], results: list[Cas
             )
     for note in notes:
         print(f"note: {note}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "settings": {k: v for k, v in vars(args).items() if k != "pg_password"},
-            "versions": versions, "cpus": os.cpu_count(),
-            "results": [asdict(r) for r in results],
-        }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+    write_json(args, versions, results=[asdict(r) for r in results])
 
 
 # --------------------------------------------------------------------------- main
@@ -669,10 +664,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    hard = prepare_process()
-    notes: list[str] = []
-    if hard < args.listeners + 200:
-        notes.append(f"open file limit is {hard}: too few for {args.listeners} listeners")
+    notes = prepare_process(args.listeners + 200, f"{args.listeners} listeners")
     cases = [args.only] if args.only else list(CASES)
     account = postgres_account()
     workdir = make_workdir("listen", account)
@@ -714,17 +706,10 @@ def main(argv: list[str] | None = None) -> int:
             wait_backends_gone(db)
         report(args, versions, results, notes)
         return 1 if any(r.failure or r.missing for r in results) else 0
-    except RuntimeError as exc:  # includes ClusterError: setup failed
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:  # includes ClusterError: setup failed
+        return ended(exc)
     finally:
-        if pooler is not None:
-            pooler.stop()
-        db.cleanup()
-        remove_workdir(workdir, args.keep)
+        finish([pooler], db, workdir, args.keep)
 
 
 if __name__ == "__main__":

@@ -27,27 +27,24 @@ import argparse
 import os
 import pwd
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
-import run
-from instructions import instructions_by_part
+import callgrind
+from callgrind import CallgrindPooler, instructions_by_part, parts_row, per_unit
 from run import (
     Database,
-    Pooler,
+    PgBouncerMissing,
+    add_pgbouncer_option,
     add_postgres_options,
-    clean_env,
-    int_list,
+    find_pgbouncer,
     make_workdir,
     postgres_account,
-    prepare_process,
     remove_workdir,
 )
 
-COLLECTED = re.compile(r"==\d+== Collected : (\d+)")
 ROW = re.compile(r"\s*([\d,]+)\s+\([^)]*\)\s+(?:\S+:)?(.*?)\s*\[([^\]]+)\]\s*$")
 #: Functions shown by name (inclusive counts): pgtarn's compiled ones, hashing, the
 #: interpreter's entry from C into Python code (pure-Python modules a login runs), logging.
@@ -80,46 +77,24 @@ def inclusive_by_function(profile: Path) -> Counter[str]:
     return counts
 
 
-def counted_run(db: Database, pooler: Pooler, clients: int, logins: int, pattern: Path,
+def counted_run(pooler: CallgrindPooler, clients: int, logins: int, pattern: Path,
                 select: bool, script: Path) -> tuple[int, Counter[str], Counter[str]]:  # fmt: skip
     """A fresh pooler under callgrind takes clients * logins logins; its total instructions,
     by part and by function (summed over its processes)."""
-    pooler.start()
-    try:
-        login = pooler.login()
-        work = ["-S"] if select else ["-f", str(script)]
-        res = subprocess.run(
-            [db.tool("pgbench"), "-n", "-C", *work, "-c", str(clients), "-j", "2",
-             "-t", str(logins), "-h", login.host, "-p", str(login.port),
-             "-U", login.user, login.dbname],
-            env=clean_env(PGPASSWORD=login.password), capture_output=True, text=True,
-            check=False)  # fmt: skip
-        if res.returncode != 0:
-            raise RuntimeError(f"pgbench through {pooler.name} failed:\n{res.stdout}{res.stderr}")
-    finally:
-        pooler.stop()
-    found = COLLECTED.findall(pooler.log_path.read_text(errors="replace"))
-    if not found:
-        raise RuntimeError(f"no callgrind total in {pooler.log_path}:\n{pooler.tail()}")
-    pooler.log_path.unlink()  # the next run's totals only
+    work = ["-S"] if select else ["-f", str(script)]
+    found = pooler.counted(["-C", *work], clients, logins)
     parts: Counter[str] = Counter()
     functions: Counter[str] = Counter()
     for profile in profiles_of(pattern):
         parts += instructions_by_part(profile)
         functions += inclusive_by_function(profile)
-    return sum(int(n) for n in found), parts, functions
+    return sum(found.values()), parts, functions
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", type=int, default=4)
-    p.add_argument(
-        "--logins",
-        type=int_list,
-        default=[50, 250],
-        metavar="N1,N2",
-        help="logins per client of the two runs (50,250)",
-    )
+    callgrind.add_runs_option(p, "logins", (50, 250), "logins")
     p.add_argument(
         "--targets",
         type=lambda t: t.split(","),
@@ -127,24 +102,19 @@ def main() -> int:
         metavar="LIST",
         help="pgbouncer, pgtarn (pgbouncer,pgtarn)",
     )
-    p.add_argument("--pgbouncer", metavar="PATH", help="PgBouncer binary (the one on PATH)")
     p.add_argument("--workers", type=int, default=1, help="pgtarn's workers setting (1)")
     p.add_argument("--select", action="store_true", help="one SELECT per login (pgbench -S)")
     p.add_argument("--verifier", action="store_true", help="auth_file holds a SCRAM verifier")
     p.add_argument("--functions", type=int, default=30, help="pgtarn functions shown (30)")
+    add_pgbouncer_option(p)
     add_postgres_options(p)
     args = p.parse_args()
-    if len(args.logins) != 2 or not 0 < args.logins[0] < args.logins[1]:
-        p.error("--logins takes two counts, the first one smaller: N1,N2")
-    if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
-        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+    if not callgrind.prepare(ready_timeout=120.0):
         return 2
     args.memory_clients = [2]
     # one hash seed for both runs: with random ones, the start alone differs by a few million
     # instructions between them, which the logins added do not cancel
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    prepare_process()
-    run.READY_TIMEOUT = 120.0  # under callgrind pgtarn starts in seconds, more on a busy machine
     account = postgres_account()
     workdir = make_workdir("login-instructions", account)
     script = workdir / "login.sql"
@@ -152,15 +122,10 @@ def main() -> int:
     db = Database(argparse.Namespace(**{**vars(args), "clients": [args.clients]}))
     commands: dict[str, tuple[list[str], pwd.struct_passwd | None]] = {}
     if "pgbouncer" in args.targets:
-        # (never installed here: the one given, or one already on the machine)
-        binary = args.pgbouncer or next(
-            (b for b in (run.PGBOUNCER, shutil.which("pgbouncer")) if b and Path(b).exists()),
-            None,
-        )
-        if binary is None:
-            print("PgBouncer not found: pgtarn alone", file=sys.stderr)
-        else:
-            commands["pgbouncer"] = ([binary], account)
+        try:
+            commands["pgbouncer"] = ([find_pgbouncer(args.pgbouncer)], account)
+        except PgBouncerMissing as exc:
+            print(f"{exc}: pgtarn alone", file=sys.stderr)
     if "pgtarn" in args.targets:
         commands["pgtarn"] = ([sys.executable, "-m", "pgtarn"], None)
     first, second = args.logins
@@ -175,19 +140,17 @@ def main() -> int:
             for logins in (first, second):
                 pattern = workdir / f"{name}.{logins}.%p.callgrind"
                 # (not named "pgbouncer...": under valgrind its process is not called that)
-                pooler = Pooler(
-                    f"callgrind-{name}",
-                    ["valgrind", "--tool=callgrind", "--trace-children=yes",
-                     f"--callgrind-out-file={pattern}", *command],
-                    workdir, db, owner, settings=settings, secret=secret,
+                pooler = CallgrindPooler(
+                    f"callgrind-{name}", command, pattern, workdir, db, owner,
+                    children=True, settings=settings, secret=secret,
                 )  # fmt: skip
-                runs.append(counted_run(db, pooler, args.clients, logins, pattern,
-                                        args.select, script))  # fmt: skip
+                runs.append(counted_run(pooler, args.clients, logins, pattern, args.select,
+                                        script))  # fmt: skip
             (total1, parts1, funcs1), (total2, parts2, funcs2) = runs
             rows[name] = (
                 (total2 - total1) / added,
-                {part: (parts2[part] - parts1[part]) / added for part in parts2},
-                {f: (funcs2[f] - funcs1[f]) / added for f in funcs2},
+                per_unit(parts1, parts2, added),
+                per_unit(funcs1, funcs2, added),
             )
             print(f"{name}: {rows[name][0]:,.0f} instructions per login", file=sys.stderr)
     finally:
@@ -204,13 +167,7 @@ def main() -> int:
     print("| pooler | instructions/login | vs PgBouncer | by part |")
     print("|---|---|---|---|")
     for name, (per_login, per_part, _functions) in rows.items():
-        ratio = f"{per_login / base:.2f}" if base else "-"
-        shown = ", ".join(
-            f"{part} {count:,.0f}"
-            for part, count in sorted(per_part.items(), key=lambda kv: -kv[1])
-            if count >= 50
-        )
-        print(f"| {name} | {per_login:,.0f} | {ratio} | {shown} |")
+        print(parts_row(name, per_login, base, per_part))
     for name, (per_login, _parts, functions) in rows.items():
         top = sorted(functions.items(), key=lambda kv: -kv[1])[: args.functions]
         if not top:

@@ -49,44 +49,23 @@ def ran_on(
     by_port = routed(proc)
     if by_port:
         return by_port.get(primary.port, 0), by_port.get(standby.port, 0)
-    out = subprocess.run(
-        [
-            "psql",
-            "-X",
-            "-At",
-            "-F",
-            "|",
-            proc.dsn(USER, PASSWORD, dbname="pgbouncer"),
-            "-c",
-            "SHOW STATS_TOTALS",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    row = next(line.split("|") for line in out.splitlines() if line.startswith(DB + "|"))
+    row = next(r for r in admin_rows(proc, "SHOW STATS_TOTALS") if r[0] == DB)
     return int(row[2]), 0
 
 
 def routed(proc: PgtarnProcess) -> dict[int, int]:
     """port -> transactions routed, from SHOW HOSTS (empty without split)."""
+    return {int(r[2]): int(r[-1]) for r in admin_rows(proc, "SHOW HOSTS")}
+
+
+def admin_rows(proc: PgtarnProcess, command: str) -> list[list[str]]:
+    """The rows of an admin console command (psql), each a list of its columns as text."""
     out = subprocess.run(
-        [
-            "psql",
-            "-X",
-            "-At",
-            "-F",
-            "|",
-            proc.dsn(USER, PASSWORD, dbname="pgbouncer"),
-            "-c",
-            "SHOW HOSTS",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rows = [line.split("|") for line in out.splitlines() if line]
-    return {int(r[2]): int(r[-1]) for r in rows}
+        ["psql", "-X", "-At", "-F", "|", proc.dsn(USER, PASSWORD, dbname="pgbouncer"),
+         "-c", command],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return [line.split("|") for line in out.splitlines() if line]
 
 
 def start_pgtarn(workdir: Path, entry: str) -> PgtarnProcess:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -298,8 +299,9 @@ class Pooler:
 
     def __init__(self, name: str, command: list[str], workdir: Path, db: Database,
                  account: pwd.struct_passwd | None, *, settings: dict[str, object] | None = None,
-                 secret: str | None = None) -> None:  # fmt: skip
+                 secret: str | None = None, env: dict[str, str] | None = None) -> None:  # fmt: skip
         self.name = name
+        self.env = env or {}  # over the bench's environment (another build's PYTHONPATH)
         self.command = command
         self.workdir = workdir
         self.db = db
@@ -354,7 +356,7 @@ class Pooler:
         self.port = free_port()
         ini = self._write_config(dict(settings))
         acct = self.account
-        env = dict(os.environ)
+        env = dict(os.environ, **self.env)
         if acct is not None:
             env.update(HOME=acct.pw_dir, USER=acct.pw_name, LOGNAME=acct.pw_name)
         with open(self.log_path, "ab") as out:
@@ -653,6 +655,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="pgtarn's workers setting: one pgtarn target per value (1); "
         "pgtarn-wN is pgtarn with workers = N",
     )
+    p.add_argument(
+        "--pgtarn-build",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="another pgtarn build (a directory with the pgtarn package, e.g. made by "
+        "`pip install --target DIR .`) as a further target pgtarn-bN after pgtarn, in the "
+        "same interleaved runs: before/after a change in one sitting; repeatable",
+    )
     add_pgbouncer_option(p, repeat=True)
     add_postgres_options(p)
     args = p.parse_args(argv)
@@ -678,14 +689,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         for n in sorted(set(args.workers) - {1}):
             at += 1
             args.targets.insert(at, f"pgtarn-w{n}")
+    for n, build in enumerate(args.pgtarn_build, 1):
+        if not (Path(build) / "pgtarn" / "__init__.py").is_file():
+            p.error(f"--pgtarn-build: no pgtarn package in {build}")
+        args.targets.append(f"pgtarn-b{n}")
     return args
 
 
-def pgtarn_build() -> str:
+def pgtarn_build(env: dict[str, str] | None = None) -> str:
     """The pgtarn the runs start, as its --version says it ("0.1.0, compiled")."""
     out = subprocess.run(
-        [sys.executable, "-m", "pgtarn", "--version"], capture_output=True, text=True, check=False
-    ).stdout
+        [sys.executable, "-m", "pgtarn", "--version"], capture_output=True, text=True,
+        check=False, env=dict(os.environ, **(env or {})),
+    ).stdout  # fmt: skip
     m = re.search(r"\(pgtarn ([^)]*)\)", out)
     return m.group(1) if m else pgtarn.__version__
 
@@ -783,27 +799,34 @@ def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
             print(line)
     for note in notes:
         print(f"note: {note}")
+    write_json(args, versions, runs=[asdict(r) for r in results],
+               memory={k: asdict(v) for k, v in memory.items()})  # fmt: skip
+
+
+def write_json(args: argparse.Namespace, versions: dict[str, str], **numbers: object) -> None:
+    """With --json PATH: the run's settings (the password left out), the versions, the CPU
+    count and the numbers, as JSON."""
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "settings": {k: v for k, v in vars(args).items() if k != "pg_password"},
-            "versions": versions, "cpus": os.cpu_count(),
-            "runs": [asdict(r) for r in results],
-            "memory": {k: asdict(v) for k, v in memory.items()},
-        }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+        settings = {k: v for k, v in vars(args).items() if k != "pg_password"}
+        data = {"settings": settings, "versions": versions, "cpus": os.cpu_count(), **numbers}
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def prepare_process() -> int:
-    """Every file descriptor the hard limit allows (returned); SIGINT/SIGTERM end the run
-    cleanly."""
+def prepare_process(need: int = 0, what: str = "") -> list[str]:
+    """Every file descriptor the hard limit allows; SIGINT/SIGTERM end the run cleanly.
+    Returned: a note if the hard limit is below the `need` descriptors of `what`."""
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     for sig in (signal.SIGINT, signal.SIGTERM):  # not default_int_handler: asyncio.run would
         signal.signal(sig, interrupt)  # turn it into a task cancellation, which can get lost
-    return hard
+    if hard >= need:
+        return []
+    return [f"the open file limit is {hard:,}; {what} need {need:,} (raise the hard limit: "
+            "ulimit -Hn)"]  # fmt: skip
 
 
 def make_workdir(name: str, account: pwd.struct_passwd | None) -> Path:
@@ -821,12 +844,29 @@ def remove_workdir(workdir: Path, keep: bool) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def ended(exc: BaseException) -> int:
+    """The exit code of a run that a RuntimeError (a ClusterError too: the setup failed) or
+    an interrupt ended, said: 1 or 130."""
+    if isinstance(exc, RuntimeError):
+        log(f"error: {exc}")
+        return 1
+    log("interrupted")
+    return 130
+
+
+def finish(poolers: Iterable[Pooler | None], db: Database, workdir: Path, keep: bool) -> None:
+    """The end of a run however it ended: the poolers stopped, the cluster cleaned up (the
+    bench's database dropped, a temporary cluster removed), the work directory removed."""
+    for pooler in poolers:
+        if pooler is not None:
+            pooler.stop()
+    db.cleanup()
+    remove_workdir(workdir, keep)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    hard = prepare_process()
-    notes = []
-    if hard < max(args.memory_clients) + 100:
-        notes.append(f"open file limit is {hard}: the memory run may fail at high client counts")
+    notes = prepare_process(max(args.memory_clients) + 100, "the memory run's clients")
     account = postgres_account()
     workdir = make_workdir("bench", account)
     db = Database(args)
@@ -862,6 +902,13 @@ def main(argv: list[str] | None = None) -> int:
                 poolers[target] = Pooler(
                     target, command, workdir, db, None, settings={"workers": int(target[8:])}
                 )
+            elif target.startswith("pgtarn-b"):
+                build = str(Path(args.pgtarn_build[int(target[8:]) - 1]).resolve())
+                env = {"PYTHONPATH": os.pathsep.join(
+                    [build, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+                poolers[target] = Pooler(target, command, workdir, db, None, env=env)
+                versions[target] = pgtarn_build(env)
+                labels[target] = f"pgtarn {Path(build).name} ({versions[target]})"
         db.setup()
         versions.update(postgres=db.version, pgtarn=pgtarn_build(),
                         pgbench=version_of([db.tool("pgbench"), "--version"]))  # fmt: skip
@@ -872,17 +919,10 @@ def main(argv: list[str] | None = None) -> int:
             notes += [f"{pooler.name} logged: {w}" for w in pooler.warnings()]
         report(args, db, versions, case_list, results, memory, notes, labels)
         return 1 if any(not r.ok for r in results) else 0
-    except RuntimeError as exc:  # includes ClusterError: setup failed
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:  # includes ClusterError: setup failed
+        return ended(exc)
     finally:
-        for pooler in poolers.values():
-            pooler.stop()
-        db.cleanup()
-        remove_workdir(workdir, args.keep)
+        finish(poolers.values(), db, workdir, args.keep)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import re
 import subprocess
@@ -36,7 +35,6 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from memory import proc_status_kb
@@ -49,6 +47,7 @@ from run import (
     add_postgres_options,
     clean_env,
     cpu_seconds,
+    ended,
     fmt,
     log,
     make_workdir,
@@ -57,6 +56,7 @@ from run import (
     prepare_process,
     remove_workdir,
     version_of,
+    write_json,
 )
 from storm import log_summary
 
@@ -415,11 +415,7 @@ def report(args: argparse.Namespace, versions: dict[str, str], r: SoakResult) ->
     print(f"\nverdict: {s.get('verdict')} (growth after warm-up "
           f"{fmt(s.get('growth_mb'), '+.1f')} MB, threshold {fmt(s.get('threshold_mb'), '.1f')} "
           f"MB; slope {fmt(s.get('slope_mb_per_10min'), '+.2f')} MB/10 min)")  # fmt: skip
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "settings": {k: v for k, v in vars(args).items() if k != "pg_password"},
-            "versions": versions, "cpus": os.cpu_count(), **asdict(r),
-        }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+    write_json(args, versions, **asdict(r))
 
 
 # --------------------------------------------------------------------------- main
@@ -513,12 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         bad = (not result.pooler_alive or s.get("pgbench_failed") or s.get("churn_errors")
                or result.pgbench_exit != 0)  # fmt: skip
         return 1 if bad or s.get("verdict") != "RSS flat" else 0
-    except RuntimeError as exc:
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:
+        return ended(exc)
     finally:
         children.stop_all()
         if pooler is not None:

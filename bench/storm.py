@@ -32,7 +32,6 @@ import base64
 import contextlib
 import hashlib
 import hmac
-import json
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -59,15 +58,17 @@ from run import (
     add_pgbouncer_option,
     add_postgres_options,
     cpu_seconds,
+    ended,
     find_pgbouncer,
+    finish,
     fmt,
     log,
     make_workdir,
     markdown,
     postgres_account,
     prepare_process,
-    remove_workdir,
     version_of,
+    write_json,
 )
 
 import pgtarn
@@ -619,12 +620,7 @@ def report(args: argparse.Namespace, versions: dict[str, str], results: list[Sto
             print(f"- {r.target}: FAILED: {r.failure}")
     for note in notes:
         print(f"note: {note}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "settings": {k: v for k, v in vars(args).items() if k != "pg_password"},
-            "versions": versions, "cpus": os.cpu_count(),
-            "results": [asdict(r) for r in results],
-        }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+    write_json(args, versions, results=[asdict(r) for r in results])
 
 
 def client_notes(r: StormResult, timeout: float) -> list[str]:
@@ -715,11 +711,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    hard = prepare_process()
-    notes: list[str] = []
     need = max(args.clients, min(args.clients, args.max_client_conn)) + 100
-    if hard < need // args.procs:
-        notes.append(f"open file limit is {hard}: the client processes may run out of files")
+    notes = prepare_process(need // args.procs, "the client processes")
     account = postgres_account()
     workdir = make_workdir("storm", account)
     # Database reads args.clients (a list, for its max_connections check): give it the pool's
@@ -771,17 +764,10 @@ def main(argv: list[str] | None = None) -> int:
                   or not r.pooler_alive or r.counts.get("ok") != min(r.clients, r.max_client_conn)
                   for r in results)  # fmt: skip
         return 1 if bad else 0
-    except RuntimeError as exc:
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:
+        return ended(exc)
     finally:
-        for pooler in poolers:
-            pooler.stop()
-        db.cleanup()
-        remove_workdir(workdir, args.keep)
+        finish(poolers, db, workdir, args.keep)
 
 
 if __name__ == "__main__":

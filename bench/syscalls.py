@@ -46,6 +46,7 @@ from run import (
     add_pgbouncer_option,
     add_postgres_options,
     clean_env,
+    ended,
     find_pgbouncer,
     int_list,
     log,
@@ -246,12 +247,8 @@ def main() -> int:
                     db, pooler, workload, clients, args.transactions, out
                 )
                 log(f"{name}, {clients} clients: {calls(per):.2f} system calls per tx")
-    except RuntimeError as exc:
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:
+        return ended(exc)
     finally:
         db.cleanup()
         remove_workdir(workdir, args.keep)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import ipaddress
-import json
 import os
 import pwd
 import re
@@ -32,7 +31,9 @@ from run import (
     add_postgres_options,
     clean_env,
     cpu_seconds,
+    ended,
     find_pgbouncer,
+    finish,
     fmt,
     log,
     make_workdir,
@@ -40,8 +41,8 @@ from run import (
     parse_pgbench,
     postgres_account,
     prepare_process,
-    remove_workdir,
     version_of,
+    write_json,
 )
 from storm import log_summary
 
@@ -99,6 +100,19 @@ class Measurement:
 
 
 # --------------------------------------------------------------------------- certificates
+
+
+def tls_settings(workdir: Path, account: pwd.struct_passwd | None) -> dict[str, object]:
+    """The poolers' settings for TLS with the clients, on a certificate made for this run
+    (make_certificates, into workdir/tls). `prefer`, not `require`: Pooler.start() checks
+    readiness with a plaintext login, and a client asking for TLS gets it either way. No
+    client_tls_ca_file: with one, both poolers ask clients for a certificate."""
+    cert_file, key_file = make_certificates(workdir / "tls", account)
+    return {
+        "client_tls_sslmode": "prefer",
+        "client_tls_cert_file": cert_file,
+        "client_tls_key_file": key_file,
+    }
 
 
 def make_certificates(directory: Path, account: pwd.struct_passwd | None) -> tuple[Path, Path]:
@@ -409,13 +423,9 @@ def report(args: argparse.Namespace, db: Database, versions: dict[str, str],
             print(f"- {name}.log: {count:,} x {line}")
     for note in notes:
         print(f"note: {note}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "settings": {k: v for k, v in vars(args).items() if k != "pg_password"},
-            "versions": versions, "cpus": os.cpu_count(), "tls": tls, "refusals": refusals,
-            "variants": [asdict(v) for v in VARIANTS],
-            "runs": [asdict(r) for r in results], "pooler_logs": logs,
-        }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+    write_json(args, versions, tls=tls, refusals=refusals,
+               variants=[asdict(v) for v in VARIANTS], runs=[asdict(r) for r in results],
+               pooler_logs=logs)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- main
@@ -461,19 +471,12 @@ def main(argv: list[str] | None = None) -> int:
     poolers: dict[str, Pooler] = {}
     notes: list[str] = []
     try:
-        cert_file, key_file = make_certificates(workdir / "tls", account)
+        settings = tls_settings(workdir, account)
         db.setup(scale=SCALE)
-        verifier = db.scram_verifier()
         # The verifier in auth_file (as storm.py): no PBKDF2 on the pooler, which PgBouncer
         # would run for every login given a plaintext password; PostgreSQL is reached by
-        # SCRAM passthrough. `prefer`, not `require`: Pooler.start() checks readiness with a
-        # plaintext login, and a client asking for TLS gets it either way.
-        settings: dict[str, object] = {
-            "client_tls_sslmode": "prefer",
-            "client_tls_cert_file": cert_file,
-            "client_tls_key_file": key_file,
-            # no client_tls_ca_file: with one, both poolers ask clients for a certificate
-        }
+        # SCRAM passthrough.
+        verifier = db.scram_verifier()
         versions = {"postgres": db.version, "pgtarn": pgtarn.__version__,
                     "pgbench": version_of([db.tool("pgbench"), "--version"]),
                     "pgtarn's OpenSSL": ssl.OPENSSL_VERSION.removeprefix("OpenSSL ")}  # fmt: skip
@@ -502,17 +505,10 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(bound)
         report(args, db, versions, tls, refusals, results, logs, notes)
         return 1 if any(not r.ok for r in results) else 0
-    except RuntimeError as exc:  # includes ClusterError: setup failed, or a probe's pooler
-        log(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    except (RuntimeError, KeyboardInterrupt) as exc:  # RuntimeError: a probe's pooler too
+        return ended(exc)
     finally:
-        for pooler in poolers.values():
-            pooler.stop()
-        db.cleanup()
-        remove_workdir(workdir, args.keep)
+        finish(poolers.values(), db, workdir, args.keep)
 
 
 if __name__ == "__main__":

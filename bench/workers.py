@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,20 +26,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import run
-from instructions import instructions_by_part
+import callgrind
+from callgrind import CallgrindPooler, instructions_by_part, per_unit, pgbench
 from run import (
     Database,
     Pooler,
     add_postgres_options,
-    clean_env,
     int_list,
     make_workdir,
-    prepare_process,
     remove_workdir,
 )
 
-COLLECTED = re.compile(r"==(\d+)== Collected : (\d+)")
 STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
 CHANNEL_CALLS = ("sendto", "sendmsg", "recvfrom", "recvmsg")
 #: pgtarn with its workers started afresh (`python -m pgtarn --worker`) instead of forked:
@@ -50,50 +46,14 @@ UNFORKED = (
     "import os, runpy; del os.pidfd_open; "
     "runpy.run_module('pgtarn', run_name='__main__', alter_sys=True)"
 )
-#: Seconds the supervisor and its workers get to exit (and write their profiles) under
-#: valgrind after SIGTERM.
-STOP_TIMEOUT = 300.0
 
 
-class CountedPooler(Pooler):
-    """A Pooler that waits for a slow (valgrind) shutdown instead of killing it at 10 s."""
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def pgbench(db: Database, pooler: Pooler, args: list[str], clients: int, transactions: int) -> None:
-    login = pooler.login()
-    res = subprocess.run(
-        [db.tool("pgbench"), "-n", *args, "-c", str(clients), "-j", "2",
-         "-t", str(transactions), "-h", login.host, "-p", str(login.port),
-         "-U", login.user, login.dbname],
-        env=clean_env(PGPASSWORD=login.password), capture_output=True, text=True,
-        check=False)  # fmt: skip
-    if res.returncode != 0 or "error" in res.stderr.lower():
-        raise RuntimeError(f"pgbench through {pooler.name} failed:\n{res.stdout}{res.stderr}")
-
-
-def counted_run(db: Database, pooler: Pooler, workload: list[str], clients: int,
-                transactions: int, profiles: Path) -> dict[str, int]:  # fmt: skip
+def counted_run(pooler: CallgrindPooler, workload: list[str], clients: int, transactions: int,
+                profiles: Path) -> dict[str, int]:  # fmt: skip
     """A fresh pgtarn (and its workers) under callgrind serves pgbench; instructions by
     process role (supervisor, workers) and by part."""
-    log_start = pooler.log_path.stat().st_size if pooler.log_path.exists() else 0
-    pooler.start()
+    found = pooler.counted(workload, clients, transactions)
     supervisor = pooler.pid
-    try:
-        pgbench(db, pooler, workload, clients, transactions)
-    finally:
-        pooler.stop()
-    text = pooler.log_path.read_text(errors="replace")[log_start:]
-    found = {int(pid): int(total) for pid, total in COLLECTED.findall(text)}
     if supervisor not in found:
         raise RuntimeError(f"no callgrind total for pid {supervisor}:\n{pooler.tail()}")
     counts: Counter[str] = Counter()
@@ -113,14 +73,13 @@ def per_transaction(db: Database, workdir: Path, workers: int, workload: list[st
     for transactions in (first, second):
         profiles = workdir / f"w{workers}-{'C' if '-C' in workload else 'S'}-{transactions}"
         profiles.mkdir()
-        command = ["valgrind", "--tool=callgrind", "--trace-children=yes",
-                   f"--callgrind-out-file={profiles}/callgrind.%p",
-                   sys.executable, "-c", UNFORKED]  # fmt: skip
-        pooler = CountedPooler(f"pgtarn-w{workers}", command, workdir, db, None,
-                               settings={"workers": workers}, secret=secret)  # fmt: skip
-        totals.append(counted_run(db, pooler, workload, clients, transactions, profiles))
-    added = clients * (second - first)
-    return {key: (totals[1].get(key, 0) - totals[0].get(key, 0)) / added for key in totals[1]}
+        pooler = CallgrindPooler(
+            f"pgtarn-w{workers}", [sys.executable, "-c", UNFORKED],
+            profiles / "callgrind.%p", workdir, db, None, children=True,
+            settings={"workers": workers}, secret=secret,
+        )  # fmt: skip
+        totals.append(counted_run(pooler, workload, clients, transactions, profiles))
+    return per_unit(totals[0], totals[1], clients * (second - first))
 
 
 def channel_calls(
@@ -133,9 +92,8 @@ def channel_calls(
     secret: str | None,
 ) -> dict[str, int]:
     """The supervisor's socket calls (strace -c) while pgbench runs the workload."""
-    pooler = CountedPooler(f"pgtarn-w{workers}-strace", [sys.executable, "-m", "pgtarn"],
-                           workdir, db, None, settings={"workers": workers},
-                           secret=secret)  # fmt: skip
+    pooler = Pooler(f"pgtarn-w{workers}-strace", [sys.executable, "-m", "pgtarn"], workdir, db,
+                    None, settings={"workers": workers}, secret=secret)  # fmt: skip
     pooler.start()
     summary = workdir / f"strace-w{workers}-{'C' if '-C' in workload else 'S'}.txt"
     tracer = subprocess.Popen(
@@ -144,7 +102,7 @@ def channel_calls(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         time.sleep(1.0)  # strace attached
-        pgbench(db, pooler, workload, clients, transactions)
+        pgbench(pooler, workload, clients, transactions)
         time.sleep(0.5)  # the last clients' goodbyes
     finally:
         tracer.send_signal(signal.SIGINT)
@@ -162,10 +120,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int_list, default=[1, 2], metavar="LIST")
     p.add_argument("--clients", type=int, default=10)
-    p.add_argument("--transactions", type=int_list, default=[200, 5200], metavar="N1,N2",
-                   help="transactions per client of the two -S runs (200,5200)")  # fmt: skip
-    p.add_argument("--logins", type=int_list, default=[10, 160], metavar="N1,N2",
-                   help="transactions per client of the two -S -C runs (10,160)")  # fmt: skip
+    callgrind.add_runs_option(p, "transactions", (200, 5200), "-S transactions")
+    callgrind.add_runs_option(p, "logins", (10, 160), "-S -C transactions (a login each)")
     p.add_argument(
         "--plain-password",
         action="store_true",
@@ -174,14 +130,8 @@ def main() -> int:
     p.add_argument("--no-strace", action="store_true", help="skip the channel count")
     add_postgres_options(p)
     args = p.parse_args()
-    for pair in (args.transactions, args.logins):
-        if len(pair) != 2 or not 0 < pair[0] < pair[1]:
-            p.error("--transactions and --logins take two counts, the first one smaller")
-    if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
-        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+    if not callgrind.prepare(ready_timeout=180.0):
         return 2
-    prepare_process()
-    run.READY_TIMEOUT = 180.0  # under callgrind pgtarn starts in seconds, more on a busy machine
     workdir = make_workdir("workers", None)
     db = Database(argparse.Namespace(**{**vars(args), "clients": [args.clients]}))
     workloads = {"tx": (["-S"], args.transactions), "login": (["-S", "-C"], args.logins)}

@@ -265,6 +265,26 @@ def test_a_stop_right_after_start_reaches_workers_still_root(pgtarn_factory: Pgt
     assert "refuses" not in proc.log_text()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_stop_sent_once_the_port_accepts_waits_for_the_handler(
+    pgtarn_factory: PgtarnFactory, tmp_path: Path, workers: int
+) -> None:
+    """The port accepts (a start looks done) before the signal handlers are in place; a
+    SIGTERM sent then is held for them, not the default action that kills the process. The
+    pidfile, written in between, is a FIFO here: pgtarn waits in it until the test reads."""
+    fifo = tmp_path / "pgtarn.pid"
+    os.mkfifo(fifo)
+    proc = pgtarn_factory(settings={"pidfile": fifo, "workers": workers})
+    proc.send_signal(signal.SIGTERM)  # pgtarn waits in open(pidfile): no handler yet
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets it go on
+    try:
+        assert proc.proc.wait(timeout=30) == 0, proc.log_text()
+        assert os.read(reader, 64).decode().strip() == str(proc.proc.pid)
+    finally:
+        os.close(reader)
+    assert "SIGTERM" in proc.log_text()
+
+
 def test_so_reuseport_lets_two_pgtarns_share_a_port(pgtarn_factory: PgtarnFactory) -> None:
     """PgBouncer's recipe for several processes: each binds the port with SO_REUSEPORT."""
     first = pgtarn_factory(settings={"so_reuseport": 1})

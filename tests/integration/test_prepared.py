@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from pgtarn.proto import build
-from tests.support import TempCluster
+from tests.support import PgtarnProcess, TempCluster
 
 from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
@@ -24,17 +24,17 @@ from .test_timeouts import raw_login
 SMALL_POOL = {"default_pool_size": 2, "max_client_conn": 200}
 
 
-def test_psycopg_prepared_on_every_execute_20_clients_2_servers(
-    pgtarn_factory: PgtarnFactory,
-) -> None:
-    proc = pgtarn_factory(settings=SMALL_POOL)
+def prepared_every_execute(proc: PgtarnProcess, clients: int, executes: int) -> None:
+    """`clients` psycopg clients at once, each preparing every statement (prepare_threshold
+    = 0) and running the same one `executes` times with its own parameters: every answer is
+    the client's own."""
 
     async def client(n: int) -> list[tuple[int, str]]:
         async with await psycopg.AsyncConnection.connect(
             proc.dsn("app", "app_pass"), autocommit=True, prepare_threshold=0
         ) as conn:
             out = []
-            for i in range(15):
+            for i in range(executes):
                 cur = await conn.execute(
                     "select %s::int + %s::int, name from items where id = %s::int",
                     (n, i, i % 3 + 1),
@@ -45,12 +45,17 @@ def test_psycopg_prepared_on_every_execute_20_clients_2_servers(
             return out
 
     async def main() -> list[list[tuple[int, str]]]:
-        return await asyncio.gather(*(client(n) for n in range(20)))
+        return await asyncio.gather(*(client(n) for n in range(clients)))
 
     names = {1: "one", 2: "two", 3: "three"}
-    results = asyncio.run(main())
-    for n, rows in enumerate(results):
-        assert rows == [(n + i, names[i % 3 + 1]) for i in range(15)]
+    for n, rows in enumerate(asyncio.run(main())):
+        assert rows == [(n + i, names[i % 3 + 1]) for i in range(executes)]
+
+
+def test_psycopg_prepared_on_every_execute_20_clients_2_servers(
+    pgtarn_factory: PgtarnFactory,
+) -> None:
+    prepared_every_execute(pgtarn_factory(settings=SMALL_POOL), clients=20, executes=15)
 
 
 def test_asyncpg_default_statement_cache_20_clients_2_servers(
@@ -380,29 +385,7 @@ def test_statement_mode_psycopg_pipeline_prepare_8_clients_1_server(
 def test_statement_mode_psycopg_prepare_threshold_0_10_clients_2_servers(
     pgtarn_factory: PgtarnFactory,
 ) -> None:
-    proc = pgtarn_factory(settings=STATEMENT_MODE)
-
-    async def client(n: int) -> list[tuple[int, str]]:
-        async with await psycopg.AsyncConnection.connect(
-            proc.dsn("app", "app_pass"), autocommit=True, prepare_threshold=0
-        ) as conn:
-            out = []
-            for i in range(10):
-                cur = await conn.execute(
-                    "select %s::int + %s::int, name from items where id = %s::int",
-                    (n, i, i % 3 + 1),
-                )
-                row = await cur.fetchone()
-                assert row is not None
-                out.append(row)
-            return out
-
-    async def main() -> list[list[tuple[int, str]]]:
-        return await asyncio.gather(*(client(n) for n in range(10)))
-
-    names = {1: "one", 2: "two", 3: "three"}
-    for n, rows in enumerate(asyncio.run(main())):
-        assert rows == [(n + i, names[i % 3 + 1]) for i in range(10)]
+    prepared_every_execute(pgtarn_factory(settings=STATEMENT_MODE), clients=10, executes=10)
 
 
 def test_statement_mode_asyncpg_named_statements_10_clients_2_servers(

@@ -83,14 +83,22 @@ def repl_pgtarn(
 ) -> tuple[str, int]:
     """pgtarn in front of the replication cluster (pool_mode from the test's param,
     transaction by default): (host, port)."""
-    base = f"host={repl_cluster.host} port={repl_cluster.port}"
     mode = getattr(request, "param", "transaction")
-    proc = pgtarn_factory(
+    proc = _start(repl_cluster, pgtarn_factory, pool_mode=mode, default_pool_size=3)
+    return proc.host, proc.port
+
+
+def _start(
+    cluster: ReplicationCluster, factory: PgtarnFactory, **settings: object
+) -> PgtarnProcess:
+    """pgtarn in front of the replication cluster, database app, repl_user its admin, with
+    these settings."""
+    base = f"host={cluster.host} port={cluster.port}"
+    return factory(
         databases={"app": f"{base} dbname=app", "*": base},
-        settings={"pool_mode": mode, "default_pool_size": 3, "admin_users": "repl_user"},
+        settings={"admin_users": "repl_user", **settings},
         userlist=REPL_ROLES,
     )
-    return proc.host, proc.port
 
 
 def _tool(
@@ -113,21 +121,51 @@ def _conninfo(address: tuple[str, int], user: str = "repl_user", dbname: str = "
     return make_dsn(host=host, port=port, user=user, dbname=dbname)
 
 
-def _show(host: str, port: int, what: str) -> list[tuple[str, str]]:
-    """(replication, state) of the SHOW CLIENTS or SERVERS rows of replication connections."""
-    with psycopg.connect(
-        host=host,
-        port=port,
-        user="repl_user",
-        dbname="pgbouncer",
-        password=REPL_ROLES["repl_user"],
-        autocommit=True,
-    ) as admin:
+def _params(host: str, port: int, dbname: str = "app", **extra: object) -> dict[str, Any]:
+    """psycopg.connect's arguments for repl_user (autocommit) at host:port."""
+    return {
+        "host": host,
+        "port": port,
+        "user": "repl_user",
+        "dbname": dbname,
+        "password": REPL_ROLES["repl_user"],
+        "autocommit": True,
+        **extra,
+    }
+
+
+def _admin_rows(host: str, port: int, what: str) -> list[dict[str, Any]]:
+    """The rows of the admin console's SHOW <what>, each by column name."""
+    with psycopg.connect(**_params(host, port, dbname="pgbouncer")) as admin:
         cursor = admin.execute(f"SHOW {what}")
         assert cursor.description is not None
         names = [column.name for column in cursor.description]
-        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _show(host: str, port: int, what: str) -> list[tuple[str, str]]:
+    """(replication, state) of the SHOW CLIENTS or SERVERS rows of replication connections."""
+    rows = _admin_rows(host, port, what)
     return [(row["replication"], row["state"]) for row in rows if row["replication"] != "none"]
+
+
+def _basebackup(
+    cluster: TempCluster, address: tuple[str, int], target: Path
+) -> subprocess.CompletedProcess[str]:
+    """pg_basebackup through pgtarn at address into target, its WAL streamed."""
+    return _tool(
+        cluster,
+        "pg_basebackup",
+        "-d",
+        _conninfo(address),
+        "-D",
+        str(target),
+        "-X",
+        "stream",
+        "-c",
+        "fast",
+        "--no-sync",
+    )
 
 
 def _lsn(cluster: TempCluster, sql: str = "SELECT pg_current_wal_lsn()") -> str:
@@ -139,19 +177,7 @@ def test_pg_basebackup_through_pgtarn(
     repl_cluster: ReplicationCluster, repl_pgtarn: tuple[str, int], tmp_path: Path
 ) -> None:
     target = tmp_path / "base"
-    result = _tool(
-        repl_cluster,
-        "pg_basebackup",
-        "-d",
-        _conninfo(repl_pgtarn),
-        "-D",
-        str(target),
-        "-X",
-        "stream",
-        "-c",
-        "fast",
-        "--no-sync",
-    )
+    result = _basebackup(repl_cluster, repl_pgtarn, target)
     assert result.returncode == 0, result.stderr
     assert (target / "PG_VERSION").read_text().strip() == "15"
     assert (target / "global" / "pg_control").exists()
@@ -290,18 +316,6 @@ def test_subscription_through_pgtarn(
         repl_cluster.psql("DELETE FROM events;\n", dbname="sub")
 
 
-def _start(
-    cluster: ReplicationCluster, factory: PgtarnFactory, **settings: object
-) -> PgtarnProcess:
-    """pgtarn in front of the replication cluster, database app, with these settings."""
-    base = f"host={cluster.host} port={cluster.port}"
-    return factory(
-        databases={"app": f"{base} dbname=app", "*": base},
-        settings={"admin_users": "repl_user", **settings},
-        userlist=REPL_ROLES,
-    )
-
-
 def _logfile(proc: PgtarnProcess) -> str:
     assert proc.logfile is not None
     return Path(proc.logfile).read_text(encoding="utf-8")
@@ -362,24 +376,10 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
-def _pool(host: str, port: int) -> dict[str, object]:
+def _pool(host: str, port: int) -> dict[str, Any]:
     """SHOW POOLS' row of app/repl_user."""
-    with psycopg.connect(
-        host=host,
-        port=port,
-        user="repl_user",
-        dbname="pgbouncer",
-        password=REPL_ROLES["repl_user"],
-        autocommit=True,
-    ) as admin:
-        cursor = admin.execute("SHOW POOLS")
-        assert cursor.description is not None
-        names = [column.name for column in cursor.description]
-        for row in cursor.fetchall():
-            pool = dict(zip(names, row, strict=True))
-            if pool["database"] == "app" and pool["user"] == "repl_user":
-                return pool
-    return {}
+    rows = _admin_rows(host, port, "POOLS")
+    return next((r for r in rows if r["database"] == "app" and r["user"] == "repl_user"), {})
 
 
 def test_replication_server_is_its_own(
@@ -388,25 +388,10 @@ def test_replication_server_is_its_own(
     """A replication client's server is never lent to another client, and it ends with its
     client."""
     host, port = repl_pgtarn
-    with psycopg.connect(
-        host=host,
-        port=port,
-        user="repl_user",
-        dbname="app",
-        password=REPL_ROLES["repl_user"],
-        autocommit=True,
-        replication="database",
-    ) as walsender:
+    with psycopg.connect(**_params(host, port, replication="database")) as walsender:
         system = walsender.execute("IDENTIFY_SYSTEM").fetchone()
         assert system is not None and system[3] == "app"
-        with psycopg.connect(
-            host=host,
-            port=port,
-            user="repl_user",
-            dbname="app",
-            password=REPL_ROLES["repl_user"],
-            autocommit=True,
-        ) as normal:
+        with psycopg.connect(**_params(host, port)) as normal:
             assert normal.execute("SELECT 1").fetchone() == (1,)
         assert _walsenders(repl_cluster) == 1
         assert _show(host, port, "CLIENTS") == [("logical", "active")]
@@ -420,16 +405,7 @@ def test_replication_clients_queue_within_pool_size(
     """As PgBouncer: a replication server counts in pool_size; the next replication client
     waits (SHOW POOLS' cl_waiting) until a server of the pool is gone."""
     proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1)
-    params: dict[str, Any] = {
-        "host": proc.host,
-        "port": proc.port,
-        "user": "repl_user",
-        "dbname": "app",
-        "password": REPL_ROLES["repl_user"],
-        "autocommit": True,
-        "replication": "database",
-        "connect_timeout": 30,
-    }
+    params = _params(proc.host, proc.port, replication="database", connect_timeout=30)
     first = psycopg.connect(**params)
     second: list[psycopg.Connection[Any]] = []
     errors: list[BaseException] = []
@@ -470,15 +446,7 @@ def test_a_lost_walsender_frees_its_place(
     """A walsender PostgreSQL ends mid-stream: its client is told, and its place in the pool
     goes to the next replication client; one that waits query_wait_timeout gets the error."""
     proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1, query_wait_timeout=1)
-    params: dict[str, Any] = {
-        "host": proc.host,
-        "port": proc.port,
-        "user": "repl_user",
-        "dbname": "app",
-        "password": REPL_ROLES["repl_user"],
-        "autocommit": True,
-        "replication": "database",
-    }
+    params = _params(proc.host, proc.port, replication="database")
     first = psycopg.connect(**params)
     try:
         with pytest.raises(psycopg.OperationalError) as caught:
@@ -503,14 +471,7 @@ def test_replication_client_evicts_an_idle_server(
     """The pool is full of idle servers: the oldest is closed ("evicted") to make room for a
     replication server, as PgBouncer does."""
     proc = _start(repl_cluster, pgtarn_factory, default_pool_size=1)
-    params: dict[str, Any] = {
-        "host": proc.host,
-        "port": proc.port,
-        "user": "repl_user",
-        "dbname": "app",
-        "password": REPL_ROLES["repl_user"],
-        "autocommit": True,
-    }
+    params = _params(proc.host, proc.port)
     with psycopg.connect(**params) as normal:
         assert normal.execute("SELECT 1").fetchone() == (1,)
     assert _pool(proc.host, proc.port)["sv_idle"] == 1
@@ -519,13 +480,7 @@ def test_replication_client_evicts_an_idle_server(
         assert system is not None and system[3] == "app"
         assert "closing because: evicted" in _logfile(proc)
         assert _pool(proc.host, proc.port)["sv_idle"] == 0
-        with psycopg.connect(
-            host=repl_cluster.host,
-            port=repl_cluster.port,
-            user="repl_user",
-            dbname="app",
-            password=REPL_ROLES["repl_user"],
-        ) as direct:
+        with psycopg.connect(**_params(repl_cluster.host, repl_cluster.port)) as direct:
             backends = direct.execute(
                 "SELECT backend_type FROM pg_stat_activity WHERE usename = 'repl_user' "
                 "AND pid <> pg_backend_pid() ORDER BY 1"
@@ -541,20 +496,8 @@ def test_pgtarn_hba_needs_the_replication_keyword_for_physical(
     lines of its database."""
     hba = tmp_path / "pgtarn_hba.conf"
     hba.write_text("host all all 127.0.0.1/32 scram-sha-256\n", encoding="utf-8")
-    base = f"host={repl_cluster.host} port={repl_cluster.port}"
-    proc = pgtarn_factory(
-        databases={"app": f"{base} dbname=app", "*": base},
-        settings={"auth_type": "hba", "auth_hba_file": str(hba)},
-        userlist=REPL_ROLES,
-    )
-    params: dict[str, Any] = {
-        "host": proc.host,
-        "port": proc.port,
-        "user": "repl_user",
-        "dbname": "app",
-        "password": REPL_ROLES["repl_user"],
-        "autocommit": True,
-    }
+    proc = _start(repl_cluster, pgtarn_factory, auth_type="hba", auth_hba_file=str(hba))
+    params = _params(proc.host, proc.port)
     with psycopg.connect(**params, replication="database") as logical:
         assert logical.execute("IDENTIFY_SYSTEM").fetchone() is not None
     with pytest.raises(psycopg.OperationalError) as caught:
@@ -570,25 +513,8 @@ def test_pg_basebackup_with_small_socket_buffers(
 ) -> None:
     """tcp_socket_buffer = 4096 (PgBouncer's tests use it): the buffers of a server
     connection are set before it connects, so a base backup streams to its end."""
-    base = f"host={repl_cluster.host} port={repl_cluster.port}"
-    proc = pgtarn_factory(
-        databases={"app": f"{base} dbname=app", "*": base},
-        settings={"tcp_socket_buffer": 4096, "admin_users": "repl_user"},
-        userlist=REPL_ROLES,
-    )
+    proc = _start(repl_cluster, pgtarn_factory, tcp_socket_buffer=4096)
     target = tmp_path / "base"
-    result = _tool(
-        repl_cluster,
-        "pg_basebackup",
-        "-d",
-        _conninfo((proc.host, proc.port)),
-        "-D",
-        str(target),
-        "-X",
-        "stream",
-        "-c",
-        "fast",
-        "--no-sync",
-    )
+    result = _basebackup(repl_cluster, (proc.host, proc.port), target)
     assert result.returncode == 0, result.stderr
     assert (target / "global" / "pg_control").exists()

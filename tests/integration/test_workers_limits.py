@@ -118,16 +118,7 @@ def test_max_client_conn_counts_the_clients_of_every_worker(pgtarn_factory: Pgta
     async def scenario() -> tuple[list[int], list[str], int]:
         clients = [await aconnect(proc) for _ in range(10)]
         spread = [tcp_clients(pid, proc.port) for pid in pids]
-        refusals: list[str] = []
-        admitted = 0
-        for _ in range(8):  # whichever worker the kernel hands each one to
-            try:
-                extra = await aconnect(proc)
-            except asyncpg.PostgresError as exc:
-                refusals.append(f"{exc.sqlstate} {exc}")
-                continue
-            await extra.close()
-            admitted += 1
+        refusals, admitted = await _tries(proc, 8)
         for c in clients[:1]:
             await c.close()
         # one left: one more gets in
@@ -162,14 +153,7 @@ def test_max_client_conn_stays_exact_with_spare_places_in_every_worker(
         on_first = await _client_on(proc, first)
         on_second = await _client_on(proc, second)
         others = [await aconnect(proc) for _ in range(4)]
-        refusals: list[str] = []
-        for _ in range(8):  # whichever worker the kernel hands each one to
-            try:
-                extra = await aconnect(proc)
-            except asyncpg.PostgresError as exc:
-                refusals.append(f"{exc.sqlstate} {exc}")
-                continue
-            await extra.close()
+        refusals, _admitted = await _tries(proc, 8)
         await on_first.close()
         # the free place is the first worker's: a client of the second gets it, once the
         # first worker has seen its client leave (until then a refusal is right)
@@ -198,15 +182,35 @@ def test_max_client_conn_stays_exact_with_spare_places_in_every_worker(
     assert refusals == ["53300 no more connections allowed (max_client_conn)"] * 9
 
 
-async def _client_on(proc: PgtarnProcess, pid: int) -> asyncpg.Connection:
-    """A client that the kernel gave to the worker pid."""
+async def _client_on(
+    proc: PgtarnProcess, pid: int, login: tuple[str, ...] = ()
+) -> asyncpg.Connection:
+    """A client (of login, else the default one) that the kernel gave to the worker pid."""
     for _ in range(100):
         before = tcp_clients(pid, proc.port)
-        client = await aconnect(proc)
+        client = await aconnect(proc, *login)
         if tcp_clients(pid, proc.port) > before:
             return client
         await client.close()
     raise AssertionError(f"no client landed on worker {pid}")
+
+
+async def _tries(
+    proc: PgtarnProcess, count: int, login: tuple[str, ...] = ()
+) -> tuple[list[str], int]:
+    """count logins, each on whichever worker the kernel hands it to and closed at once if
+    it gets in: the refusals ("SQLSTATE message") and how many got in."""
+    refusals: list[str] = []
+    admitted = 0
+    for _ in range(count):
+        try:
+            extra = await aconnect(proc, *login)
+        except asyncpg.PostgresError as exc:
+            refusals.append(f"{exc.sqlstate} {exc}")
+            continue
+        await extra.close()
+        admitted += 1
+    return refusals, admitted
 
 
 def test_a_waiting_client_gets_the_server_idle_in_the_other_worker(
@@ -295,25 +299,9 @@ def test_the_admin_console_counts_every_workers_sessions(pgtarn_factory: PgtarnF
     pids = _workers(proc)
     console = ("scram_user", "scram_pass", "pgbouncer")
 
-    async def on_first_worker() -> asyncpg.Connection:
-        for _ in range(100):
-            before = tcp_clients(pids[0], proc.port)
-            client = await aconnect(proc, *console)
-            if tcp_clients(pids[0], proc.port) > before:
-                return client
-            await client.close()
-        raise AssertionError(f"no session landed on worker {pids[0]}")
-
     async def scenario() -> list[str]:
-        held = [await on_first_worker(), await on_first_worker()]
-        refusals: list[str] = []
-        for _ in range(8):  # about half of them land on the other worker
-            try:
-                extra = await aconnect(proc, *console)
-            except asyncpg.PostgresError as exc:
-                refusals.append(f"{exc.sqlstate} {exc}")
-                continue
-            await extra.close()
+        held = [await _client_on(proc, pids[0], console) for _ in range(2)]
+        refusals, _admitted = await _tries(proc, 8, console)  # about half on the other worker
         admin = await aconnect(proc, *APP[:2], "pgbouncer")  # app is in admin_users
         await admin.close()
         for c in held:

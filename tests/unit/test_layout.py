@@ -92,15 +92,19 @@ def test_no_function_level_import_of_the_package(path: Path) -> None:
 
 
 def test_start_imports_no_dependency_that_only_some_configurations_use() -> None:
-    """pglast (a text to parse), prometheus_client (metrics_port), ldap3 (an LDAP check), the
-    demo and top are loaded on first use (the load_* functions): a pooler that needs none of
-    them does not hold them."""
+    """pglast (a text to parse), prometheus_client (metrics_port), ldap3 (an LDAP check),
+    ctypes (a PAM check), urllib.parse (an LDAP URL), difflib (a misspelt setting), argparse
+    (a command line that is not plain), the demo and top are loaded on first use (the load_*
+    functions): a pooler that needs none of them does not hold them. Only what importing
+    pgtarn brings counts: the interpreter's start (site and its .pth files) may have imported
+    some of them already."""
     code = (
-        "import sys, pgtarn.cli; "
+        "import sys; before = set(sys.modules); import pgtarn.cli; "
         "print(' '.join(m for m in ('pglast', 'prometheus_client', 'pgtarn.demo', "
         "'pgtarn.session.parsing', 'pgtarn.admin.metrics', 'pgtarn.process.supervisor', "
-        "'pgtarn.workers.link', 'json', 'pgtarn.top', 'rich', 'psycopg', 'ldap3') "
-        "if m in sys.modules))"
+        "'pgtarn.workers.link', 'json', 'pgtarn.top', 'rich', 'psycopg', 'ldap3', "
+        "'ctypes', 'urllib.parse', 'difflib', 'argparse') "
+        "if m in sys.modules and m not in before))"
     )
     env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
     out = subprocess.run(

@@ -24,7 +24,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .tables import INT4, Table, Value
+from .tables import (
+    AVG_STATS_NAMES,
+    AVG_TOTALS_NAMES,
+    INT4,
+    STATS_NAMES,
+    TOTALS_NAMES,
+    Table,
+    Value,
+)
 
 #: The column a worker's rows carry in SHOW CLIENTS/SERVERS/SOCKETS.
 WORKER_COLUMN = ("worker", INT4)
@@ -57,40 +65,8 @@ def _averages(prefix: str, names: Sequence[str]) -> tuple[frozenset[str], dict[s
     return frozenset(c for c in columns if c not in times), times
 
 
-_STATS_NAMES = (
-    "server_assignment_count",
-    "xact_count",
-    "query_count",
-    "received",
-    "sent",
-    "xact_time",
-    "query_time",
-    "wait_time",
-    "client_parse_count",
-    "server_parse_count",
-    "bind_count",
-    "client_login_count",
-)
-_AVG_STATS_NAMES = tuple({"received": "recv"}.get(n, n) for n in _STATS_NAMES)
-_TOTALS_NAMES = (
-    "server_assignment_count",
-    "xact_count",
-    "query_count",
-    "bytes_received",
-    "bytes_sent",
-    "xact_time",
-    "query_time",
-    "wait_time",
-    "client_parse_count",
-    "server_parse_count",
-    "bind_count",
-    "client_login_count",
-)
-_AVG_TOTALS_NAMES = tuple(
-    f"avg_{n}" if "parse" in n or "bind" in n or "login" in n else n for n in _TOTALS_NAMES
-)
-_STATS_RATES, _STATS_TIMES = _averages("avg_", _AVG_STATS_NAMES)
-_AVG_RATES, _AVG_TIMES = _averages("", _AVG_TOTALS_NAMES)
+_STATS_RATES, _STATS_TIMES = _averages("avg_", AVG_STATS_NAMES)
+_AVG_RATES, _AVG_TIMES = _averages("", AVG_TOTALS_NAMES)
 
 POOLS = Keyed(
     ("database", "user"),
@@ -113,10 +89,10 @@ POOLS = Keyed(
 )
 STATS = Keyed(
     ("database",),
-    added=frozenset(f"total_{n}" for n in _STATS_NAMES) | _STATS_RATES,
+    added=frozenset(f"total_{n}" for n in STATS_NAMES) | _STATS_RATES,
     weighted=_STATS_TIMES,
 )
-STATS_TOTALS = Keyed(("database",), added=frozenset(_TOTALS_NAMES))
+STATS_TOTALS = Keyed(("database",), added=frozenset(TOTALS_NAMES))
 STATS_AVERAGES = Keyed(("database",), added=_AVG_RATES, weighted=_AVG_TIMES)
 DATABASES = Keyed(
     ("name",),

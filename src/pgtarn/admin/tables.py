@@ -375,30 +375,25 @@ STATS_NAMES = (
     "bind_count",
     "client_login_count",
 )
+#: The same counters in SHOW STATS_TOTALS (PgBouncer's names: bytes_ for the byte counts).
+TOTALS_NAMES = tuple(
+    {"received": "bytes_received", "sent": "bytes_sent"}.get(name, name) for name in STATS_NAMES
+)
+#: SHOW STATS' averages, after their avg_ (PgBouncer's avg_recv).
+AVG_STATS_NAMES = tuple({"received": "recv"}.get(name, name) for name in STATS_NAMES)
+#: SHOW STATS_AVERAGES' columns: the parse, bind and login counts with avg_, the others as
+#: in STATS_TOTALS (PgBouncer's names).
+AVG_TOTALS_NAMES = tuple(
+    f"avg_{name}" if "parse" in name or "bind" in name or "login" in name else name
+    for name in TOTALS_NAMES
+)
 STATS_COLUMNS = (
     [("database", TEXT)]
     + [(f"total_{name}", NUMERIC) for name in STATS_NAMES]
-    + [("avg_" + {"received": "recv"}.get(name, name), NUMERIC) for name in STATS_NAMES]
-)
-TOTALS_NAMES = (
-    "server_assignment_count",
-    "xact_count",
-    "query_count",
-    "bytes_received",
-    "bytes_sent",
-    "xact_time",
-    "query_time",
-    "wait_time",
-    "client_parse_count",
-    "server_parse_count",
-    "bind_count",
-    "client_login_count",
+    + [(f"avg_{name}", NUMERIC) for name in AVG_STATS_NAMES]
 )
 STATS_TOTALS_COLUMNS = [("database", TEXT)] + [(name, NUMERIC) for name in TOTALS_NAMES]
-STATS_AVERAGES_COLUMNS = [("database", TEXT)] + [
-    (f"avg_{name}" if "parse" in name or "bind" in name or "login" in name else name, NUMERIC)
-    for name in TOTALS_NAMES
-]
+STATS_AVERAGES_COLUMNS = [("database", TEXT)] + [(name, NUMERIC) for name in AVG_TOTALS_NAMES]
 
 
 def _averages_for(runtime: Runtime, database: str) -> Totals:

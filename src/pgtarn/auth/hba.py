@@ -39,38 +39,29 @@ _METHODS = frozenset(
 # Accepted so that a PostgreSQL file loads, but such rules reject: failing closed is safe.
 _UNSUPPORTED_METHODS = frozenset({"gss", "sspi", "radius", "ident", "bsd"})
 _MAP_METHODS = frozenset({"ident", "peer", "gss", "sspi", "cert"})
-_OPTIONS = frozenset(
-    {
-        "map",
-        "clientcert",
-        "clientname",
-        "include_realm",
-        "compat_realm",
-        "upn_username",
-        "krb_realm",
-        "pamservice",
-        "pam_use_hostname",
-        "ldapurl",
-        "ldapserver",
-        "ldapport",
-        "ldapscheme",
-        "ldaptls",
-        "ldapbinddn",
-        "ldapbindpasswd",
-        "ldapsearchattribute",
-        "ldapsearchfilter",
-        "ldapbasedn",
-        "ldapprefix",
-        "ldapsuffix",
-        "radiusserver",
-        "radiusservers",
-        "radiussecret",
-        "radiussecrets",
-        "radiusidentifier",
-        "radiusidentifiers",
-        "radiusport",
-        "radiusports",
-    }
+_OPTIONS = (
+    frozenset(
+        {
+            "map",
+            "clientcert",
+            "clientname",
+            "include_realm",
+            "compat_realm",
+            "upn_username",
+            "krb_realm",
+            "pamservice",
+            "pam_use_hostname",
+            "radiusserver",
+            "radiusservers",
+            "radiussecret",
+            "radiussecrets",
+            "radiusidentifier",
+            "radiusidentifiers",
+            "radiusport",
+            "radiusports",
+        }
+    )
+    | LDAP_OPTIONS
 )
 _INCLUDE_DIRECTIVES = frozenset({"include", "include_if_exists", "include_dir"})
 _MAPPED_IPV4_PREFIX = 0xFFFF << 32

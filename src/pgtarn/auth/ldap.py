@@ -10,9 +10,8 @@ sets several of them at once. Nothing here talks to a server (net/ldapcheck.py d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import unquote
 
 __all__ = [
     "LDAP_OPTIONS",
@@ -180,6 +179,14 @@ class _Url:
     scope: str
 
 
+def load_unquote() -> Callable[[str], str]:
+    """urllib.parse's unquote, imported at the first LDAP URL (ldapurl): urllib.parse would
+    otherwise sit in the memory of every pooler, most of which never read one."""
+    from urllib.parse import unquote  # lazy, for the memory (see the docstring)
+
+    return unquote
+
+
 def _parse_url(url: str) -> _Url:
     """What an RFC 4516 URL sets: ldap[s]://host[:port]/basedn[?attrs[?scope[?filter]]]."""
     scheme, sep, rest = url.partition("://")
@@ -189,6 +196,7 @@ def _parse_url(url: str) -> _Url:
     if scheme not in _DEFAULT_PORTS:
         raise ValueError(f"unsupported LDAP URL scheme: {scheme}")
     hostport, _slash, query = rest.partition("/")
+    unquote = load_unquote()
     parts = [unquote(part) for part in query.split("?")]
     parts += [""] * (4 - len(parts))
     dn, attrs, scope, search_filter = parts[:4]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
-from dataclasses import dataclass
 from typing import Any, TypeAlias
+
+from .pamresult import PamResult, PamUnavailable
 
 __all__ = ["SERVICE_DIRS", "PamResult", "PamUnavailable", "authenticate", "unavailable"]
 
@@ -28,10 +29,6 @@ _PAM_PROMPT_ECHO_OFF = 1
 _PAM_ERROR_MSG = 3
 #: More than any real exchange asks; a module asking more gets no answer at all.
 _MAX_MESSAGES = 32
-
-
-class PamUnavailable(Exception):
-    """libpam cannot be loaded: the reason, for the log."""
 
 
 class _Message(ctypes.Structure):
@@ -53,16 +50,6 @@ _CONVERSE = ctypes.CFUNCTYPE(
 
 class _Conversation(ctypes.Structure):
     _fields_ = [("conv", _CONVERSE), ("appdata_ptr", ctypes.c_void_p)]
-
-
-@dataclass(frozen=True)
-class PamResult:
-    """What PAM said: ok, or why not (pam_strerror's words, for the log, never the client);
-    messages: the PAM_ERROR_MSG texts the modules showed."""
-
-    ok: bool
-    reason: str = ""
-    messages: tuple[str, ...] = ()
 
 
 def _declared(function: Any, argtypes: list[Any], restype: Any) -> Any:

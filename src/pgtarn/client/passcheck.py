@@ -19,7 +19,7 @@ from functools import lru_cache, partial
 from typing import Protocol
 
 from ..auth.ldap import LdapOptions, parse_ldap_options
-from ..auth.pam import PamResult, PamUnavailable, authenticate
+from ..auth.pamresult import PamResult, PamUnavailable
 from ..errors import AuthFailed, PgtarnError
 from ..net.authpool import AuthPool, PoolFull
 from ..net.ldapcheck import Outcome, check_ldap_password
@@ -42,6 +42,15 @@ _NAMES = {"pam": "PAM", "ldap": "LDAP"}
 
 #: A check's result: PAM's or LDAP's answer, what the check raised, or None (no answer in time).
 Result = PamResult | Outcome | BaseException | None
+
+
+def load_pam() -> Callable[[str, str, str, str], PamResult]:
+    """auth/pam.py's check, imported at the first PAM login: its ctypes binding (and the
+    modules ctypes brings) would otherwise sit in the memory of every pooler, most of which
+    never check a password with PAM."""
+    from ..auth.pam import authenticate  # lazy, for the memory (see the docstring)
+
+    return authenticate
 
 
 def _failed(method: str) -> AuthFailed:
@@ -97,7 +106,7 @@ def _check_for(
     if method == "pam":
         address = peer_address(client.addr)
         rhost = "[local]" if address is None else str(address)
-        return partial(authenticate, config.auth_pam_service, user, password, rhost), None
+        return partial(load_pam(), config.auth_pam_service, user, password, rhost), None
     options = ldap_options_for(client)
     return partial(check_ldap_password, options, user, password), LDAP_CHECK_TIMEOUT
 

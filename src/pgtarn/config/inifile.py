@@ -6,7 +6,6 @@ whose parts share the line and error-position handling.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -547,9 +546,17 @@ class _Reader:
             self.origins[name] = loc
 
 
+def load_close_matches() -> Callable[..., list[str]]:
+    """difflib's get_close_matches, imported at the first unknown setting: difflib would
+    otherwise sit in the memory of every pooler, whose configuration has no misspelt name."""
+    from difflib import get_close_matches  # lazy, for the memory (see the docstring)
+
+    return get_close_matches
+
+
 def _did_you_mean(name: str) -> str:
     """A setting whose name is close to a misspelt one, as a hint ("" when none is)."""
-    close = difflib.get_close_matches(name, [*SETTINGS, *DEPRECATED], n=1, cutoff=0.75)
+    close = load_close_matches()(name, [*SETTINGS, *DEPRECATED], n=1, cutoff=0.75)
     return f" (did you mean {close[0]}?)" if close else ""
 
 

@@ -20,7 +20,7 @@ from ..admin import commands
 from ..errors import PgtarnError
 from ..net.accept import SocketServer
 from ..runtime import Runtime
-from . import systemd
+from . import signals, systemd
 
 log = logging.getLogger("pgtarn")
 
@@ -66,6 +66,7 @@ class Stopping:
         loop.add_signal_handler(signal.SIGHUP, reload)
         loop.add_signal_handler(signal.SIGUSR1, self.pause)
         loop.add_signal_handler(signal.SIGUSR2, self.resume)
+        signals.release()  # held since the start (cli.command.serve)
 
     def stop_signal(self, signum: signal.Signals) -> None:
         """SIGTERM, SIGINT: the shutdown of their mode, or the exit when one is under way;

@@ -33,7 +33,7 @@ from ..workers.ledger import Ledger, Outgoing, answers, grants, on_message
 from ..workers.setup import WorkerSetup
 from ..workers.sockets import tcp_listeners, unix_listener
 from ..workers.wire import Message
-from . import systemd
+from . import signals, systemd
 from .logs import setup_logging
 from .privileges import drop_privileges
 
@@ -182,6 +182,7 @@ class Supervisor:
             loop.add_signal_handler(signum, self._forward, signum)
         for signum in STOPPING:
             loop.add_signal_handler(signum, self.stop, signum)
+        signals.release()  # held since the start (cli.command.serve)
         log.info(
             "pgtarn %s supervisor started, pid %d, %d workers", __version__, os.getpid(), count
         )
