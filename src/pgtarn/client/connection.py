@@ -20,9 +20,9 @@ The session tracking of a transaction-mode client is a third part (tracking.py,
 SessionTracking), made at first use: the texts that may change its session state, its
 batches' effects, its pins.
 
-The relay chain is assembled from ClientTransport (transport.py: fields and asyncio glue),
-ClientLink (link.py) and ClientRelay (relay.py), one job per file; this file adds accept,
-the welcome and close.
+ClientTransport (transport.py: its fields and asyncio glue) is its base; this file adds
+accept, the welcome and close. The link (link.py) and the relay (relay.py) are parts that
+hold no field: one object each for every client, handed the client at each call.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final, NoReturn, cast
+from typing import Any, Final, NoReturn, cast
 
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
 from ..errors import PgtarnError
@@ -44,11 +44,16 @@ from ..proto.client_login import ClientLogin
 from ..runtime import Coordinator, Runtime
 from ..server.connection import ServerConnection
 from ..server.replication import ReplicationServer, request_replication
+from ..session.effects import Parsed
+from ..session.tracking import SessionTracker
 from ..views.states import READY_STATE, ClientState
 from .large import ClientLargeMessage
+from .link import LINK
+from .listening import ClientListen
 from .login import ClientLoginDriver, tracked_names
-from .relay import ClientRelay
-from .transport import NO_KEY
+from .relay import RELAY
+from .tracking import SessionTracking
+from .transport import NO_KEY, ClientTransport, PendingParts
 
 #: A static in the compiled build (a module global costs a dictionary lookup per call).
 monotonic: Final = time.monotonic
@@ -57,7 +62,7 @@ log = logging.getLogger("pgtarn.client")
 READY_FOR_QUERY_LEN = 6
 
 
-class ClientConnection(ClientRelay):
+class ClientConnection(ClientTransport):
     """One application connection (see the module docstring)."""
 
     __slots__ = ("login",)
@@ -104,7 +109,7 @@ class ClientConnection(ClientRelay):
             self._leave_pool()
             self.waiting = False
             self._stop_listening()
-        self._drop_server()
+        LINK.drop_server(self)
         # every client past its StartupMessage (not a probe that sent nothing)
         if self.runtime.config.log_disconnections and (
             self.database or self.close_reason or self.pool is not None
@@ -135,15 +140,15 @@ class ClientConnection(ClientRelay):
                         self.large = None
                     if not data:
                         return
-                if self.route is not None and self.server is None and self._route_start(data):
+                if self.route is not None and self.server is None and LINK.route_start(self, data):
                     return
                 if self.framer is None:
                     try:
-                        self._relay(data)
+                        RELAY.relay(self, data)
                     finally:  # a lent scanner goes back, or becomes the client's own
                         self.scanner = self.scanner.kept()
                 else:
-                    self._relay_prepared(data)
+                    RELAY.relay_prepared(self, data)
                 large = self.large
                 if large is not None and large.first and self.state is READY_STATE:
                     self._begin_large(large)
@@ -159,6 +164,108 @@ class ClientConnection(ClientRelay):
                 self.login.receive(data)
         except PgtarnError as error:
             self.close(error)
+
+    # --- the link (link.py): what the pool, its server and the janitor ask of a client --------
+
+    def server_assigned(self, server: ServerConnection) -> None:
+        LINK.server_assigned(self, server)
+
+    def statements_checked(self) -> None:
+        LINK.statements_checked(self)
+
+    def waiting_too_long(self) -> None:
+        LINK.waiting_too_long(self)
+
+    def server_unavailable(self, error: PgtarnError) -> None:
+        LINK.server_unavailable(self, error)
+
+    def parameter_changed(self, name: str, value: str, hidden: bool) -> None:
+        LINK.parameter_changed(self, name, value, hidden)
+
+    def timed_out(self, error: PgtarnError) -> None:
+        LINK.timed_out(self, error)
+
+    def ready_for_query(self, server: ServerConnection, status: bytes) -> bytes | None:
+        return LINK.ready_for_query(self, server, status)
+
+    def server_lost(self, server: ServerConnection) -> None:
+        LINK.server_lost(self, server)
+
+    # --- what its parts ask of it (interfaces.py): the link's and the relay's ways, its parts --
+
+    def _link_ends(self, server: ServerConnection, status: bytes) -> bytes | None:
+        return LINK.link_ends(self, server, status)
+
+    def _send_pending(self) -> None:
+        LINK.send_pending(self)
+
+    def _close_after(self, server: ServerConnection | None, error: PgtarnError) -> None:
+        LINK.close_after(self, server, error)
+
+    def _to_server(self, data: bytes) -> None:
+        LINK.to_server(self, data)
+
+    def _send_item(self, item: PendingParts, size: int) -> None:
+        LINK.send_item(self, item, size)
+
+    def _start_statements(self) -> None:
+        RELAY.start_statements(self)
+
+    def _large_made(self, start: bytes, already: int) -> ClientLargeMessage:
+        return ClientLargeMessage(self, start, self.runtime.config.max_packet_size, already)
+
+    def _listen_made(self) -> ClientListen:
+        listen = self.listen
+        if listen is None:
+            listen = self.listen = ClientListen(self)
+        return listen
+
+    def _tracking_made(self) -> SessionTracking:
+        """Its session tracking, made now if it had none (here, which has all that the
+        tracking asks of its connection: interfaces.TrackedClient)."""
+        tracking = self.tracking
+        if tracking is None:
+            tracking = self.tracking = SessionTracking(self)
+        return tracking
+
+    def _session_made(self) -> SessionTracker:
+        """The session state of a tracked client, made now if it had none."""
+        return self._tracking_made().made()
+
+    def _owe_answer(self, entry: list[Any]) -> None:
+        """A LISTEN/UNLISTEN reply pgtarn owes (listening.py), after those owed before it."""
+        self._listen_made().answers.append(entry)
+
+    def _status_now(self) -> bytes:
+        server = self.server
+        if server is not None:
+            return server.status
+        route = self.route  # a BEGIN answered here (read_write_split): in a transaction
+        return b"T" if route is not None and route.begin else b"I"
+
+    def _session_ready(self, status: bytes) -> bool:
+        """A ReadyForQuery while batches of the session are pending; False when the client
+        was closed. The channels it committed go to its LISTEN state."""
+        tracking = self.tracking
+        assert tracking is not None
+        if not tracking.ready(status):
+            return False
+        session = tracking.session
+        assert session is not None
+        committed = session.state.committed_subscriptions()
+        if committed is not self.subscribed:
+            listen = self.listen
+            if listen is None:
+                if not committed:  # none before, none now (and no state made for it)
+                    return True
+                listen = self._listen_made()
+            listen.subscribe(committed)
+        return True
+
+    def _session_add(self, parsed: Parsed, replies_ahead: int, base: int) -> None:
+        """A streamed text's effects (large.py), of the batch whose ReadyForQuery is
+        replies_ahead + 1 from now."""
+        self._tracking_made().add(parsed, replies_ahead, base)
 
     def _begin_large(self, large: ClientLargeMessage) -> None:
         """The relay left a message too long to hold (from the end of its chunk) to large."""
@@ -314,7 +421,7 @@ class ClientConnection(ClientRelay):
         self.state = ClientState.READY
         self.join_pool(pool)
         self.idle_since = monotonic()
-        self._start_relay()
+        RELAY.start(self)
         if startup_settings:  # refused at authenticated unless the session is tracked
             self._tracking_made().start_with(startup_settings)
         self._send_auth_ok(auth_ok, self._notified(welcome.data))

@@ -4,7 +4,9 @@ A part (the login, the LISTEN state, the session tracking) is an object of its o
 made by the connection and handed the connection as one of these. The connection satisfies
 them without naming them, and a test can hand a part any object that does. Calls through a
 Protocol stay Python calls in the compiled build: the parts are off the path a transaction
-takes (a client that changes no session state never calls its tracking).
+takes (a client that changes no session state never calls its tracking). The link and the
+relay (link.py, relay.py), which every client runs at every message, see it as the concrete
+ClientTransport instead: compiled, its fields are then read as a C struct's.
 """
 
 from __future__ import annotations

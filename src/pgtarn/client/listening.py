@@ -211,7 +211,7 @@ class ClientListen:
         if not out.endswith(READY[status]):
             return out  # a batch that goes on (Flush), or nothing
         if self.wait and not self.client.expected:
-            # what the client sends now waits (ClientLink._server_now)
+            # what the client sends now waits (ClientLink.server_now)
             self.withheld = out[-RFQ_LEN:]
             return out[:-RFQ_LEN]
         if self.notify_queue and status == b"I" and not self._delivery_held():

@@ -1,5 +1,10 @@
 """The relay of a logged-in client's bytes: plain, with prepared statements, statement mode.
 
+A part of the client connection that holds no field of its own: one ClientRelay (RELAY)
+serves every client, and each method takes the client it works for, so that following a
+Query reads in this file alone and a test can drive it with any client. (A relay object per
+client would cost every logged-in client the 56 bytes of an object.)
+
 Only Query, Sync and Terminate are noticed (each Query or Sync means one ReadyForQuery to
 come); in transaction and statement mode with max_prepared_statements, the client's Parse/
 Bind/Describe/Close go through the ClientFramer and are rewritten per server from its first
@@ -32,7 +37,6 @@ from ..session.effects import (
     CHANGES_STATE,
     NAMES_STATEMENTS,
     SCHEMA_CHANGE,
-    Parsed,
     first_look,
     may_change_state,
 )
@@ -40,10 +44,9 @@ from ..session.framer import SYNC_MARK, ClientFramer, Part
 from ..session.prepared import ClientStatements
 from ..session.sqlnames import has_statement_words, may_name_statements
 from ..views.states import READY_STATE, ClientState
-from .large import ClientLargeMessage
-from .link import TRANSACTION_REFUSED, TRANSACTION_REFUSED_RESPONSE, ClientLink
+from .link import LINK, TRANSACTION_REFUSED, TRANSACTION_REFUSED_RESPONSE
 from .listening import local_batch
-from .transport import PendingParts
+from .transport import ClientTransport
 
 #: What a tracked session's relay watches: each watch set with Parse (made once, not per
 #: client); and the bodies a relay that reads no text keeps (none: only counted).
@@ -57,55 +60,59 @@ _TRANSACTION_WORDS: Final = (b"begin", b"start")
 FLUSH_MESSAGE: Final = build.message(b"H")
 
 
-class ClientRelay(ClientLink):
-    """A logged-in client's bytes on their way to its server (see the module docstring)."""
+class ClientRelay:
+    """A logged-in client's bytes on their way to its server (see the module docstring).
+
+    The client is a ClientTransport, a concrete class, not a typing.Protocol: in the compiled
+    build its fields are then read as a C struct's, at every message."""
 
     __slots__ = ()
 
-    def _start_relay(self) -> None:
+    def start(self, client: ClientTransport) -> None:
         """Logged in to a pool: watch what this pool mode needs to notice."""
-        config = self.runtime.config
-        watch = STATEMENT_RELAY_TYPES if self.statement_mode else CLIENT_RELAY_TYPES
-        if not self.session_mode and config.max_prepared_statements > 0:
+        config = client.runtime.config
+        watch = STATEMENT_RELAY_TYPES if client.statement_mode else CLIENT_RELAY_TYPES
+        if not client.session_mode and config.max_prepared_statements > 0:
             # The framer starts with the client's first Parse/Bind/Describe/Close.
-            self.follows_statements = True
+            client.follows_statements = True
             watch = STATEMENT_WATCH_TYPES
-            if config.schema_change_channel and self.pool is not None:
-                self.runtime.registry.watch_schema(self.pool)  # (DDL made outside pgtarn)
-        if not self.session_mode and config.track_session_state:
+            if config.schema_change_channel and client.pool is not None:
+                client.runtime.registry.watch_schema(client.pool)  # (DDL made outside pgtarn)
+        if not client.session_mode and config.track_session_state:
             # its session tracking is made when first needed (_tracking_made); LISTEN and
             # UNLISTEN are answered here (listening.py)
-            self.tracked = True
+            client.tracked = True
         bodies = NO_BODIES
-        if self.tracked:  # the texts of Query and Parse are looked at
+        if client.tracked:  # the texts of Query and Parse are looked at
             watch = WITH_PARSE[watch]
             bodies = TEXT_TYPES
         # lent: the client keeps one of its own only while a message is cut (connection.py)
-        self.scanner = shared_scanner(
+        client.scanner = shared_scanner(
             watch, config.max_packet_size, bodies, config.client_message_buffer
         )
 
-    def _local_batches(self, data: bytes) -> bytes:
+    def _local_batches(self, client: ClientTransport, data: bytes) -> bytes:
         """What is left of data after the batches at its start that pgtarn answers itself
         (a LISTEN through the extended protocol: listening.py); the LISTEN state is made
         for a client only when one is."""
-        listen = self.listen
+        listen = client.listen
         if listen is None:
-            session = self.session
+            session = client.session
             if (session is not None and session.state.channels) or local_batch(data, None) is None:
                 return data  # (the common case: no LISTEN at data's start)
-            listen = self._listen_made()
+            listen = client._listen_made()
         return listen.local_batches(data)
 
-    def _answer_now(self) -> None:
+    def _answer_now(self, client: ClientTransport) -> None:
         """A Query of the client's is answered here (LISTEN): its reply goes out now if
         nothing is owed before it."""
-        listen = self.listen
+        listen = client.listen
         if listen is not None:
             listen.answer_now()
 
-    def _relay(self, data: bytes) -> None:
-        listen = self.listen
+    def relay(self, client: ClientTransport, data: bytes) -> None:
+        """A chunk from a client that no framer reads (no prepared statement named yet)."""
+        listen = client.listen
         if listen is not None and listen.held_batch:  # the start of a batch that may be
             data, listen.held_batch = listen.held_batch + data, b""  # answered here (LISTEN)
         if (
@@ -115,36 +122,36 @@ class ClientRelay(ClientLink):
                     listen is not None and listen.local_statements and data[0] in STATEMENT_MESSAGES
                 )
             )
-            and self.tracked
-            and self.scanner.at_boundary
+            and client.tracked
+            and client.scanner.at_boundary
         ):
-            data = self._local_batches(data)  # a LISTEN through the extended protocol
+            data = self._local_batches(client, data)  # a LISTEN through the extended protocol
             if not data:
                 return
-        if self.statement_mode:
-            data = self._refuse_transaction_blocks(data)
+        if client.statement_mode:
+            data = self._refuse_transaction_blocks(client, data)
             if not data:
                 return
-        scanner = self.scanner
+        scanner = client.scanner
         if scanner.one_whole(data, QUERY):  # the common case: one whole simple Query
             body = data[5:]
             look = first_look(body)
             if look & SCHEMA_CHANGE:
-                self.schema_change_sent()
-            if self.follows_statements and look & NAMES_STATEMENTS:
-                self._start_statements()
-                self._relay_prepared(data)
+                client.schema_change_sent()
+            if client.follows_statements and look & NAMES_STATEMENTS:
+                self.start_statements(client)
+                self.relay_prepared(client, data)
                 return
-            was_open = self.open_batch
-            self.open_batch = False  # (a Query ends a batch)
-            self._relay_query(data, body, look, was_open)
+            was_open = client.open_batch
+            client.open_batch = False  # (a Query ends a batch)
+            self._relay_query(client, data, body, look, was_open)
             return
-        if self.follows_statements:  # statement tracking is on, not yet needed
+        if client.follows_statements:  # statement tracking is on, not yet needed
             # (the chunk may start with the end of a message whose start has gone already)
             cut = scanner.to_boundary(data)
             events = scanner.feed(data)
             if scanner.big_at >= 0:
-                data = self._divert(data, scanner.big_at, scanner.big_start)
+                data = self._divert(client, data, scanner.big_at, scanner.big_start)
             for msg_type, body, _end in events:
                 if msg_type in STATEMENT_MESSAGES or (
                     msg_type == QUERY
@@ -153,84 +160,85 @@ class ClientRelay(ClientLink):
                     # From the first message boundary on, the framer; nothing after it has
                     # gone yet. (A message found after the cut one: cut is not -1.)
                     if cut > 0:
-                        self._relay_events(data[:cut], [e for e in events if e[2] <= cut])
-                        if self.state is not READY_STATE:
+                        self._relay_events(client, data[:cut], [e for e in events if e[2] <= cut])
+                        if client.state is not READY_STATE:
                             return
-                    self._start_statements()
-                    self._relay_prepared(data[max(cut, 0) :])
+                    self.start_statements(client)
+                    self.relay_prepared(client, data[max(cut, 0) :])
                     return
             held = scanner.held
-            self.open_batch = _goes_on(data, events, held, self.open_batch)
+            client.open_batch = _goes_on(data, events, held, client.open_batch)
             if held and data[len(data) - held] in STATEMENT_MESSAGES_OR_QUERY:
                 # The chunk ends inside a Parse/Bind/..., or a Query that may name SQL-level
                 # statements: keep that start for the framer.
-                self._relay_events(data[: len(data) - held], events)
-                if self.state is READY_STATE:
-                    self._start_statements()
-                    self._relay_prepared(data[len(data) - held :])
+                self._relay_events(client, data[: len(data) - held], events)
+                if client.state is READY_STATE:
+                    self.start_statements(client)
+                    self.relay_prepared(client, data[len(data) - held :])
                 return
-            self._relay_events(data, events)
+            self._relay_events(client, data, events)
             return
-        if self.tracked:
+        if client.tracked:
             held_before = scanner.held  # (the last chunk ended inside a message)
             events = scanner.feed(data)
             if scanner.big_at >= 0:
-                data = self._divert(data, scanner.big_at, scanner.big_start)
-            self.open_batch = _goes_on(data, events, scanner.held, self.open_batch)
+                data = self._divert(client, data, scanner.big_at, scanner.big_start)
+            client.open_batch = _goes_on(data, events, scanner.held, client.open_batch)
             if held_before or scanner.held:
-                self._relay_whole_texts(data, events)
+                self._relay_whole_texts(client, data, events)
             else:
-                self._relay_events(data, events)
+                self._relay_events(client, data, events)
             return
         events = scanner.feed(data)
         if scanner.big_at >= 0:  # (its header's start, if cut, went with the last chunk)
             start = scanner.big_start
-            data = self._divert(data, scanner.big_at, start, len(start))
-        self.open_batch = _goes_on(data, events, scanner.held, self.open_batch)
-        self._relay_events(data, events)
+            data = self._divert(client, data, scanner.big_at, start, len(start))
+        client.open_batch = _goes_on(data, events, scanner.held, client.open_batch)
+        self._relay_events(client, data, events)
 
-    def _session_add(self, parsed: Parsed, replies_ahead: int, base: int) -> None:
-        """A streamed text's effects (large.py), of the batch whose ReadyForQuery is
-        replies_ahead + 1 from now."""
-        self._tracking_made().add(parsed, replies_ahead, base)
-
-    def _divert(self, data: bytes, big_at: int, big_start: bytes, already: int = 0) -> bytes:
+    def _divert(
+        self, client: ClientTransport, data: bytes, big_at: int, big_start: bytes, already: int = 0
+    ) -> bytes:
         """The scanner stopped at a message too long to hold, at big_at in data (its first
         bytes, big_start, held from an earlier chunk, already of them sent): it goes in
         pieces (large.py) once what came before it is relayed, which is returned."""
-        self.large = ClientLargeMessage(
-            self, big_start + data[big_at:], self.runtime.config.max_packet_size, already
-        )
+        client.large = client._large_made(big_start + data[big_at:], already)
         return data[:big_at]
 
-    def _relay_query(self, data: bytes, body: bytes, look: int, was_open: bool) -> None:
+    def _relay_query(
+        self, client: ClientTransport, data: bytes, body: bytes, look: int, was_open: bool
+    ) -> None:
         """_relay_events for a chunk that is one whole Query (body: its text; look: its
         first_look; was_open: an extended batch was open before it, whose results come
         first)."""
-        if self.tracked and (
+        if client.tracked and (
             look & CHANGES_STATE
             or (
-                (tracking := self.tracking) is not None
+                (tracking := client.tracking) is not None
                 and (session := tracking.session) is not None
                 and session.parse_all
             )
         ):
-            refusal = self._tracking_made().text(QUERY, body, self.expected, -1 if was_open else 0)
+            refusal = client._tracking_made().text(
+                QUERY, body, client.expected, -1 if was_open else 0
+            )
             if refusal is not None:  # a refusal PostgreSQL raises, or answered here (LISTEN)
-                self.expected += 1
+                client.expected += 1
                 if refusal:
-                    self._to_server(refusal)
+                    LINK.to_server(client, refusal)
                 else:
-                    self._answer_now()
+                    self._answer_now(client)
                 return
-        self.expected += 1
-        self._to_server(data)
+        client.expected += 1
+        LINK.to_server(client, data)
 
-    def _relay_whole_texts(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
+    def _relay_whole_texts(
+        self, client: ClientTransport, data: bytes, events: list[tuple[int, bytes, int]]
+    ) -> None:
         """_relay_events for a client whose texts are read, when a message is cut across
         chunks: a Query or Parse is held back until whole, since it may be answered here
         (LISTEN) or refused in its place, and then must not have reached a server in part."""
-        scanner = self.scanner
+        scanner = client.scanner
         if events and events[0][2] < len(events[0][1]) + 5:
             # the first message began in bytes held back from an earlier chunk: whole again
             msg_type, body, end = events[0]
@@ -248,65 +256,67 @@ class ClientRelay(ClientLink):
         if held:
             data = data[: len(data) - held]
         if data:
-            self._relay_events(data, events)
+            self._relay_events(client, data, events)
 
-    def _statements_made(self) -> ClientStatements:
+    def statements_made(self, client: ClientTransport) -> ClientStatements:
         """The client's statement names, made at their first use: most clients of a pool
         that follows them never name one."""
-        statements = self.statements
+        statements = client.statements
         if statements is None:
-            assert self.follows_statements
-            statements = self.statements = ClientStatements(self.runtime.statement_cache)
+            assert client.follows_statements
+            statements = client.statements = ClientStatements(client.runtime.statement_cache)
         return statements
 
-    def _start_statements(self) -> None:
+    def start_statements(self, client: ClientTransport) -> None:
         """The client uses the extended protocol: track its statements from now on.
 
         Replies still owed for what went before are ReadyForQuery only (no statement
         messages were sent), so they become sync markers ahead of anything tracked.
         """
-        self._statements_made()
+        self.statements_made(client)
         # The framer reads the bytes from here on: the relay's scanner, lent, goes back new
         # (what it held of a message is the framer's now; kept() leaves the shared one new).
-        scanner = self.scanner.kept()
-        self.scanner = scanner.home if scanner.home is not None else scanner
-        config = self.runtime.config
-        self.framer = ClientFramer(config.max_packet_size, config.client_message_buffer)
-        if self.tracked:  # (the framer asks the session at each text: made now)
-            tracking = self._tracking_made()
-            self.framer.watch(tracking.made(), tracking.text)
-        outstanding = self.expected
-        server = self.server
+        scanner = client.scanner.kept()
+        client.scanner = scanner.home if scanner.home is not None else scanner
+        config = client.runtime.config
+        client.framer = ClientFramer(config.max_packet_size, config.client_message_buffer)
+        if client.tracked:  # (the framer asks the session at each text: made now)
+            tracking = client._tracking_made()
+            client.framer.watch(tracking.made(), tracking.text)
+        outstanding = client.expected
+        server = client.server
         if server is not None:
             statements = server.prepared_statements()
             for _ in range(outstanding):
                 statements.sync_sent()
-        elif self.pending:
-            raw = b"".join(item for item in self.pending if isinstance(item, bytes))
+        elif client.pending:
+            raw = b"".join(item for item in client.pending if isinstance(item, bytes))
             parts: list[Part] = [raw, *([SYNC_MARK] * outstanding)]
-            self.pending = [(parts, None)]
+            client.pending = [(parts, None)]
 
-    def _relay_events(self, data: bytes, events: list[tuple[int, bytes, int]]) -> None:
-        tracked = self.tracked
+    def _relay_events(
+        self, client: ClientTransport, data: bytes, events: list[tuple[int, bytes, int]]
+    ) -> None:
+        tracked = client.tracked
         for msg_type, body, end in events:
             if msg_type == TERMINATE:  # forward what came before it, then leave
                 if end > 5:
-                    self._to_server(data[: end - 5])
-                self.state = ClientState.CLOSED
-                self.connection_lost(None)
-                if self.transport is not None:
-                    self.transport.close()
+                    LINK.to_server(client, data[: end - 5])
+                client.state = ClientState.CLOSED
+                client.connection_lost(None)
+                if client.transport is not None:
+                    client.transport.close()
                 return
             # (the session is read at each message: a text before may have made it)
             if tracked and body and first_look(body, msg_type) & SCHEMA_CHANGE:
-                self.schema_change_sent()
+                client.schema_change_sent()
             if (
                 tracked
                 and body
                 and (
                     may_change_state(body, msg_type)
                     or (
-                        (tracking := self.tracking) is not None
+                        (tracking := client.tracking) is not None
                         and (session := tracking.session) is not None
                         and session.parse_all
                     )
@@ -322,29 +332,29 @@ class ClientRelay(ClientLink):
                     or any(at == begin and kind in CLIENT_RELAY_TYPES for kind, _text, at in events)
                     else -1
                 )
-                refusal = self._tracking_made().text(msg_type, body, self.expected, base)
+                refusal = client._tracking_made().text(msg_type, body, client.expected, base)
                 if refusal is not None:  # the Query goes as a refusal PostgreSQL raises,
                     if end > len(body) + 5:  # or is answered here (LISTEN)
-                        self._to_server(data[: end - len(body) - 5])
-                    self.expected += 1
+                        LINK.to_server(client, data[: end - len(body) - 5])
+                    client.expected += 1
                     if refusal:
-                        self._to_server(refusal)
+                        LINK.to_server(client, refusal)
                     else:
-                        self._answer_now()
-                    if self.state is READY_STATE:
-                        self._relay_events(data[end:], _events_after(events, end))
+                        self._answer_now(client)
+                    if client.state is READY_STATE:
+                        self._relay_events(client, data[end:], _events_after(events, end))
                     return
             if msg_type in (QUERY, SYNC):  # Query or Sync: one ReadyForQuery to come
-                self.expected += 1
+                client.expected += 1
         if data:
-            self._to_server(data)
+            LINK.to_server(client, data)
 
-    def _relay_prepared(self, data: bytes) -> None:
+    def relay_prepared(self, client: ClientTransport, data: bytes) -> None:
         """Transaction or statement mode with prepared statements: statements are rewritten
         per server."""
-        framer = self.framer
-        assert framer is not None and self.statements is not None
-        listen = self.listen
+        framer = client.framer
+        assert framer is not None and client.statements is not None
+        listen = client.listen
         if listen is not None and listen.held_batch:  # the start of a batch that may be
             data, listen.held_batch = listen.held_batch + data, b""  # answered here (LISTEN)
         if (
@@ -354,14 +364,14 @@ class ClientRelay(ClientLink):
                     listen is not None and listen.local_statements and data[0] in STATEMENT_MESSAGES
                 )
             )
-            and self.tracked
+            and client.tracked
             and framer.idle
         ):
-            data = self._local_batches(data)  # a LISTEN through the extended protocol
+            data = self._local_batches(client, data)  # a LISTEN through the extended protocol
             if not data:
                 return
-        if self.statement_mode:
-            data = self._refuse_transaction_blocks(data)
+        if client.statement_mode:
+            data = self._refuse_transaction_blocks(client, data)
             if not data:
                 return
         body = (
@@ -377,67 +387,69 @@ class ClientRelay(ClientLink):
         if body and not (look := first_look(body)) & NAMES_STATEMENTS:
             # The common case: one whole simple Query, passed on as it is.
             if look & SCHEMA_CHANGE:
-                self.schema_change_sent()
-            if self.tracked and (
+                client.schema_change_sent()
+            if client.tracked and (
                 look & CHANGES_STATE
                 or (
-                    (tracking := self.tracking) is not None
+                    (tracking := client.tracking) is not None
                     and (session := tracking.session) is not None
                     and session.parse_all
                 )
             ):
-                refusal = self._tracking_made().text(
-                    QUERY, body, self.expected, -1 if self.open_batch else 0
+                refusal = client._tracking_made().text(
+                    QUERY, body, client.expected, -1 if client.open_batch else 0
                 )
                 if refusal is not None:
                     if not refusal:  # answered here (LISTEN)
-                        self.expected += 1
-                        self._answer_now()
+                        client.expected += 1
+                        self._answer_now(client)
                         return
                     data = refusal
-            self.expected += 1
-            self._send_item((None, data), len(data))
+            client.expected += 1
+            LINK.send_item(client, (None, data), len(data))
             return
         # A DISCARD ALL or DEALLOCATE ALL (in a Query, or a prepared statement bound) makes
         # the server forget its statements, and the client its names, when the parts are
         # encoded for the server (in their place among them).
-        parts, syncs = framer.feed(data, self.expected, self.open_batch)
+        parts, syncs = framer.feed(data, client.expected, client.open_batch)
         if framer.big_at >= 0:
-            data = self._divert(data, framer.big_at, framer.big_start)
-        self.expected += syncs
+            data = self._divert(client, data, framer.big_at, framer.big_start)
+        client.expected += syncs
         if framer.schema_change:
             framer.schema_change = False
-            self.schema_change_sent()
-        self.open_batch = framer.held > 0 or _parts_go_on(parts, self.open_batch)
-        unbound = self.unnamed_unbound = _unnamed_unbound(parts, self.unnamed_unbound)
+            client.schema_change_sent()
+        client.open_batch = framer.held > 0 or _parts_go_on(parts, client.open_batch)
+        unbound = client.unnamed_unbound = _unnamed_unbound(parts, client.unnamed_unbound)
         if unbound:
-            self.open_batch = True
-        listen = self.listen
+            client.open_batch = True
+        listen = client.listen
         if listen is not None and listen.answers:  # a Query of the chunk is answered here
-            self._answer_now()
+            self._answer_now(client)
         if parts:
-            self._send_item((parts, data if framer.whole and framer.plain else None), len(data))
+            LINK.send_item(
+                client, (parts, data if framer.whole and framer.plain else None), len(data)
+            )
         if framer.terminated:
-            self.state = ClientState.CLOSED
-            self.connection_lost(None)
-            if self.transport is not None:
-                self.transport.close()
+            client.state = ClientState.CLOSED
+            client.connection_lost(None)
+            if client.transport is not None:
+                client.transport.close()
 
-    def _refuse_transaction_blocks(self, data: bytes) -> bytes:
+    def _refuse_transaction_blocks(self, client: ClientTransport, data: bytes) -> bytes:
         """Statement mode: a BEGIN / START TRANSACTION ends the client, as in PgBouncer, before
         any server sees it (b"" then).
 
         Only when nothing else is in flight (nor a reply answered here, withheld), so the
         error cannot overtake earlier replies; anything that still opens a transaction is
-        caught at ReadyForQuery (_link_ends).
+        caught at ReadyForQuery (ClientLink.link_ends).
         """
-        if self.expected or self.server is not None or not data:
+        if client.expected or client.server is not None or not data:
             return data
-        listen = self.listen
+        listen = client.listen
         if listen is not None and (listen.withheld or listen.answers):
             return data
-        framer = self.framer
-        if not (self.scanner.at_boundary if framer is None else framer.idle):
+        framer = client.framer
+        if not (client.scanner.at_boundary if framer is None else framer.idle):
             return data
         msg_type = data[0]
         if msg_type not in TEXT_TYPES or len(data) < 5:
@@ -451,31 +463,12 @@ class ClientRelay(ClientLink):
             text = data[name_end + 1 : name_end + 65]
         if not _opens_transaction(text):
             return data
-        self.close(PgtarnError(TRANSACTION_REFUSED), TRANSACTION_REFUSED_RESPONSE)
+        client.close(PgtarnError(TRANSACTION_REFUSED), TRANSACTION_REFUSED_RESPONSE)
         return b""
 
-    def _to_server(self, data: bytes) -> None:
-        server = self._server_now()
-        if server is not None:
-            server.write(data)
-        else:
-            self._hold(data, len(data))
 
-    def _send_item(self, item: PendingParts, size: int) -> None:
-        """Prepared-statement mode: encode for the linked server, or keep until one comes."""
-        server = self._server_now()
-        if server is None:
-            self._hold(item, size)
-            return
-        statements = server.statements
-        if self.pending or (statements is not None and statements.checking):
-            self._hold(item, size)  # after what a check of a statement holds back
-            return
-        server.write(self._encode(server, item))
-        statements = server.statements
-        if statements is not None and statements.deferred is not None:
-            self._hold((statements.deferred, None), size)
-            statements.deferred = None
+#: The one relay every client uses (it holds no field of any client).
+RELAY: Final = ClientRelay()
 
 
 def _goes_on(data: bytes, events: list[tuple[int, bytes, int]], held: int, was_open: bool) -> bool:

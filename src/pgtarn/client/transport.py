@@ -43,7 +43,7 @@ log = logging.getLogger("pgtarn.client")
 PendingParts = tuple[list[Part] | None, bytes | None]
 #: A client's tracked parameters before its welcome (shared, never written).
 NO_PARAMS: dict[str, str] = {}
-#: Shared by every client holding no bytes for a server; never written (_hold makes a
+#: Shared by every client holding no bytes for a server; never written (ClientLink.hold makes a
 #: client's own list at its first item).
 NO_PENDING: Final[list[bytes | PendingParts]] = []
 #: The cancel key of a client that has none yet.
@@ -55,10 +55,11 @@ _WATCH_NOTHING: frozenset[int] = frozenset()
 class ClientTransport(LinkedClient[ServerConnection]):
     """An application connection's fields and its asyncio glue (the base of ClientConnection).
 
-    Thousands of these may sit idle: no per-instance dict. The fields of the relay chain
-    (link, relay) are declared here, in one __slots__; the parts the connection owns (its
-    login, its session tracking, its LISTEN state, its extras) are objects of their own,
-    held in one field each and made when needed.
+    Thousands of these may sit idle: no per-instance dict. The fields the link and the relay
+    work on (link.py, relay.py: parts without fields of their own) are declared here, in one
+    __slots__; the parts the connection owns (its login, its session tracking, its LISTEN
+    state, its extras) are objects of their own, held in one field each and made when
+    needed.
     """
 
     __slots__ = ("cancel_key", "created_at", "database", "db", "expected",
@@ -116,7 +117,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.peer_port = 0
         self.user = ""
         self.database = ""
-        #: The relay's, lent at the welcome (relay.py, _start_relay; see MessageScanner.kept).
+        #: The relay's, lent at the welcome (ClientRelay.start; see MessageScanner.kept).
         self.scanner = shared_scanner(_WATCH_NOTHING)
         self.pool: Pool[ServerConnection] | None = None
         self.server: ServerConnection | None = None
@@ -232,9 +233,25 @@ class ClientTransport(LinkedClient[ServerConnection]):
     def last_server(self, server: ServerConnection | None) -> None:
         self._extras_made().last_server = server
 
+    # Made by ClientConnection, which has all that the parts ask of their connection
+    # (interfaces.py); the link and the relay, which see a ClientTransport, call them: its
+    # LISTEN state, its session tracking, the end of a session's pending batch (False: the
+    # client was closed), its prepared statements followed from now on, and the part of a
+    # message too long to hold (start: its first bytes, already of them sent).
+
     def _listen_made(self) -> ClientListen:
-        """Its LISTEN state, made now if it had none (by ClientLink, which has all that the
-        state asks of its connection: interfaces.ListenClient)."""
+        raise NotImplementedError
+
+    def _tracking_made(self) -> SessionTracking:
+        raise NotImplementedError
+
+    def _session_ready(self, status: bytes) -> bool:
+        raise NotImplementedError
+
+    def _start_statements(self) -> None:
+        raise NotImplementedError
+
+    def _large_made(self, start: bytes, already: int) -> ClientLargeMessage:
         raise NotImplementedError
 
     @property

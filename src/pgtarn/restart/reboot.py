@@ -29,6 +29,7 @@ from time import monotonic
 from typing import Protocol, cast
 
 from ..client.connection import ClientConnection
+from ..client.relay import RELAY
 from ..client.transport import NO_KEY
 from ..net.accept import SocketServer
 from ..net.accept import adopt as adopt_socket
@@ -439,7 +440,7 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
     client.params = dict(state.params)
     client.cancel_key = state.cancel_key
     client.created_at = monotonic() - state.age
-    client._start_relay()
+    RELAY.start(client)
     if not client.tracked and (state.settings or state.startup_settings):
         raise HandoverError("session state is not tracked here")
     if not client.follows_statements and state.statements:
@@ -450,7 +451,7 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
         session.state.settings = state.settings or session.state.settings
         session.state.restore = state.restore
     if state.statements:
-        statements = client._statements_made()
+        statements = RELAY.statements_made(client)
         for handed in state.statements:
             if handed.sql:
                 statements.name(
@@ -459,7 +460,7 @@ async def adopt(runtime: Runtime, state: HandedClient, sock: socket.socket) -> N
             else:
                 statements.define(handed.name, handed.definition)
     if state.framer and client.follows_statements:
-        client._start_statements()
+        RELAY.start_statements(client)
     client.state = READY_STATE
     try:
         adopt_socket(asyncio.get_running_loop(), sock, client)

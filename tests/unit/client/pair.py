@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import cast
 
@@ -111,6 +112,11 @@ class Pool:
         self.log_in_servers()
         assert [t for t, _ in split_messages(transport.take())][-1] == ord("Z")
         return client, transport
+
+
+def fields_of(cls: type) -> list[str]:
+    """The fields a class declares itself (slots or, compiled, attributes), by name."""
+    return [name for name, value in vars(cls).items() if inspect.isdatadescriptor(value)]
 
 
 def sent(server: ServerConnection) -> bytes:

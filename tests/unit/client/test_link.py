@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pgtarn.client.link import LINK, ClientLink
+from pgtarn.client.transport import ClientTransport
 from pgtarn.proto import build
 
-from .pair import Pool, result, sent, types
+from .pair import Pool, fields_of, result, sent, types
 
 
 def test_a_query_goes_out_behind_a_set_of_the_clients_differing_parameters() -> None:
@@ -204,3 +206,29 @@ def test_a_server_closed_while_idle_is_lent_to_nobody_before_its_end_is_reported
     server.close("killed")  # (connection_lost comes later, from the loop)
     client.data_received(build.query("select 2"))
     assert client.server is not server and len(pool.servers) == 2
+
+
+def test_the_link_alone_ends_a_transaction_mode_link_at_an_idle_ready_for_query() -> None:
+    """The link is one object for every client, driven here without the connection."""
+    pool = Pool()
+    client, _transport = pool.client()
+    server = LINK.server_now(client)
+    assert server is not None and client.server is server and server.client is client
+    client.expected = 1
+    assert LINK.ready_for_query(client, server, b"T") is None
+    assert client.expected == 0 and client.server is server  # in a transaction: kept
+    client.expected = 1
+    assert LINK.ready_for_query(client, server, b"I") is None
+    assert client.server is None and server.client is None
+
+
+def test_the_link_keeps_no_field_of_a_client() -> None:
+    """Per-client memory: every client uses the one link, which holds nothing of theirs."""
+    pool = Pool(pool_size=1)
+    first, _t1 = pool.client()
+    second, _t2 = pool.client()
+    assert fields_of(ClientLink) == [] and not hasattr(LINK, "__dict__")
+    assert "pending" in fields_of(ClientTransport)  # (what the check finds)
+    server = LINK.server_now(first)
+    assert server is not None and LINK.server_now(second) is None
+    assert first.server is server and second.server is None and second.waiting

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pgtarn.client.connection import ClientConnection
-from pgtarn.client.transport import NO_PENDING
+from pgtarn.client.relay import RELAY, ClientRelay
+from pgtarn.client.transport import NO_PENDING, ClientTransport
 from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.messages import parse_fields
 from pgtarn.server.connection import ServerConnection
 from pgtarn.views.states import ClientState
 
-from .pair import SERVER_WELCOME, Pool, result, sent, types
+from .pair import SERVER_WELCOME, Pool, fields_of, result, sent, types
 
 
 def test_a_pipelined_pair_of_queries_keeps_the_server_until_the_second_reply() -> None:
@@ -289,3 +290,27 @@ def test_a_client_with_settings_prefers_the_server_it_left_them_on() -> None:
     server.data_received(build.command_complete("SET") + build.ready_for_query(b"I"))
     assert client.server is None and client.extras is not None
     assert client.last_server is server
+
+
+def test_the_relay_alone_counts_a_query_and_sends_it_to_the_linked_server() -> None:
+    """The relay is one object for every client, driven here without the connection."""
+    pool = Pool()
+    client, _transport = pool.client()
+    client.data_received(build.query("select 1"))
+    (server,) = pool.servers
+    server.data_received(result())
+    sent(server)
+    RELAY.relay(client, build.query("select 2") + build.query("select 3"))
+    assert client.expected == 2 and client.server is server
+    assert sent(server) == build.query("select 2") + build.query("select 3")
+
+
+def test_the_relay_keeps_no_field_of_a_client() -> None:
+    """Per-client memory: every client uses the one relay, which holds nothing of theirs."""
+    pool = Pool()
+    first, _t1 = pool.client()
+    second, _t2 = pool.client()
+    assert fields_of(ClientRelay) == [] and not hasattr(RELAY, "__dict__")
+    assert "pending" in fields_of(ClientTransport)  # (what the check finds)
+    RELAY.relay(first, build.query("select 1"))
+    assert first.expected == 1 and second.expected == 0
