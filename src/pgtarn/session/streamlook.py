@@ -31,6 +31,14 @@ _SCHEMA: Final = rb"(?<![a-z0-9_$])(?:create|alter|drop|comment|import|security)
 _GOES_ON: Final = rb"(?=[^a-z0-9_$])"
 _ENDS: Final = rb"(?![a-z0-9_$])"
 _STATE_WORDS: Final = re.compile(_STATE % _GOES_ON)
+#: The same without the words of statements naming prepared statements: for a head whose
+#: names pgtarn rewrote (client/large.py).
+_STATE_WORDS_UNNAMED: Final = re.compile(
+    (_STATE % _GOES_ON).replace(b"|prepare|execute|deallocate)", b")")
+)
+#: The end of a piece that may be the start of a word going on in the next (with the byte
+#: before it, for its boundary).
+_WORD_START: Final = re.compile(rb"[^a-z0-9_$]?[a-z0-9_$]{0,15}\Z")
 _SCHEMA_WORDS: Final = re.compile(_SCHEMA % _GOES_ON)
 _STATE_WORDS_AT_END: Final = re.compile(_STATE % _ENDS)
 _SCHEMA_WORDS_AT_END: Final = re.compile(_SCHEMA % _ENDS)
@@ -52,16 +60,23 @@ class StreamedText:
         #: Some piece held a word of a schema change.
         self.schema_change = False
 
-    def feed(self, piece: bytes) -> None:
-        """Look at the next piece of the text."""
+    def feed(self, piece: bytes, names: bool = True) -> None:
+        """Look at the next piece of the text. names False: the words of statements naming
+        prepared statements do not count in this piece (their names were rewritten), only
+        in later ones (a word cut at its end counts whole)."""
         if self.changes_state and self.schema_change:
             return  # (nothing more to learn)
         text = self._tail + piece.lower()
-        if not self.changes_state and _STATE_WORDS.search(text) is not None:
+        words = _STATE_WORDS if names else _STATE_WORDS_UNNAMED
+        if not self.changes_state and words.search(text) is not None:
             self.changes_state = True
         if not self.schema_change and _SCHEMA_WORDS.search(text) is not None:
             self.schema_change = True
-        self._tail = text[-_OVERLAP:]
+        if names:
+            self._tail = text[-_OVERLAP:]
+        else:  # only what may begin a word going on in the next piece
+            match = _WORD_START.search(text)
+            self._tail = b"" if match is None else match.group(0)
 
     def finish(self) -> None:
         """The text is over: a word that ends it counts too."""

@@ -56,3 +56,30 @@ def test_words_inside_other_words_do_not_count() -> None:
 def test_a_word_that_ends_the_text(cut: int) -> None:
     assert look(b"SELECT 1; COMMIT", cut).changes_state
     assert look(b"SELECT 1; drop", cut).schema_change
+
+
+@pytest.mark.parametrize("cut", [1, 3, 64, 100000])
+def test_a_rewritten_heads_names_do_not_count_the_rests_do(cut: int) -> None:
+    """names=False for a head whose statement names pgtarn rewrote: EXECUTE there is no
+    reason to pin; after it (a word cut at the head's end too) it is."""
+    head = b"EXECUTE q('x', '" + b"y" * 100
+    streamed = StreamedText()
+    streamed.feed(head, False)
+    assert not streamed.changes_state
+    rest = b"y" * 5000 + b"')"
+    for at in range(0, len(rest), cut):
+        streamed.feed(rest[at : at + cut])
+    streamed.finish()
+    assert not streamed.changes_state
+    for tail_of_head, rest in [
+        (b"x'); EXECU", b"TE q('z')"),
+        (b"x', '", b"'); EXECUTE q('z')"),
+        (b"x'); ", b"deallocate q"),
+        (b"x'); SE", b"T a = 1"),  # (a word of state: it counts in the head too)
+    ]:
+        streamed = StreamedText()
+        streamed.feed(b"EXECUTE q('" + tail_of_head, False)
+        for at in range(0, len(rest), cut):
+            streamed.feed(rest[at : at + cut])
+        streamed.finish()
+        assert streamed.changes_state, (tail_of_head, rest)
