@@ -166,6 +166,23 @@ def test_set_at_the_end_of_a_10mb_query_is_tracked(pgtarn_factory: Any) -> None:
     assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
 
 
+def test_words_of_state_inside_a_10mb_literal_do_not_pin(pgtarn_factory: Any) -> None:
+    """A 10 MB literal of data holding "SET" and "COMMIT" (a simple Query read in pieces):
+    the literal runs nothing, so its client keeps pooling; a SET after the literal still
+    pins it."""
+    proc = pgtarn_factory()
+    text = "SET application_name = x; COMMIT; /* */ " * (10 * MB // 40)
+    with connect(proc, autocommit=True) as conn:
+        row = conn.execute(f"SELECT length($q${text}$q$), md5('{text}')".encode()).fetchone()
+        assert row == (len(text), hashlib.md5(text.encode()).hexdigest())
+        with admin(proc) as console:
+            assert [r["pinned"] for r in show(console, "CLIENTS") if r["pinned"]] == []
+        conn.execute(f"SELECT length('{text}'); SET application_name = 'after'".encode())
+        with admin(proc) as console:
+            assert [r["pinned"] for r in show(console, "CLIENTS") if r["pinned"]] == ["untracked"]
+        assert conn.execute("SHOW application_name").fetchone() == ("after",)
+
+
 def linked_server(proc: Any) -> dict[str, Any] | None:
     """The one server linked to a client (SHOW SERVERS' link set), if any."""
     with admin(proc) as console:
