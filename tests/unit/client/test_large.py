@@ -437,3 +437,36 @@ def test_a_long_script_of_executes_is_still_read_whole() -> None:
     in_chunks(client, build.query(text))
     ((_kind, body),) = split_messages(sent(server))
     assert body.count(b"EXECUTE pgtarn_") == 60 and b"big_md5" not in body
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 999, 4096, 8200, 65536])
+def test_every_cut_of_a_long_execute_among_others_arrives_renamed(size: int) -> None:
+    """A long EXECUTE between short Queries, cut anywhere (its header and head too): the
+    server gets the stream with the name rewritten and the length made right, and each
+    ReadyForQuery is counted."""
+    _pool, client, server = sql_prepared_pool()
+    value = "n" * 40_000
+    before, after = build.query("SELECT 1"), build.query("SELECT 2")
+    in_chunks(client, before + build.query(f"EXECUTE big_md5('{value}')") + after, size)
+    got = split_messages(sent(server))
+    assert [(chr(kind), body[:16]) for kind, body in got] == [
+        ("Q", b"SELECT 1\x00"),
+        ("Q", b"EXECUTE pgtarn_s"),
+        ("Q", b"SELECT 2\x00"),
+    ]
+    assert got[1][1].endswith(f"('{value}')".encode() + b"\x00")
+    assert client.expected == 3 and client.large is None
+
+
+def test_a_first_long_execute_starts_the_statements_and_passes_a_strange_name() -> None:
+    """A client's first message, a long EXECUTE of a name it never prepared: the framer
+    starts for it, and the name goes as written (PostgreSQL's 26000 names it)."""
+    pool = Pool(prepared=10, more=BUFFER)
+    client, _transport = pool.client()
+    assert client.framer is None
+    query = build.query("EXECUTE nothing_here('" + "o" * 50_000 + "')")
+    in_chunks(client, query)
+    (server,) = pool.servers
+    assert sent(server) == query and client.framer is not None and client.expected == 1
+    server.data_received(build.error_response("ERROR", "26000", "no") + result()[-6:])
+    assert client.server is None and not client.pinned
