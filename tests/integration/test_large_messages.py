@@ -349,6 +349,29 @@ def test_sql_execute_with_a_large_literal_three_clients(pgtarn_factory: Any) -> 
     assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
 
 
+def test_large_queries_naming_statements_in_literals_memory_bounded(pgtarn_factory: Any) -> None:
+    """Three simple Queries of 40 MB at once whose first 8 KiB hold EXECUTE, PREPARE and
+    DISCARD ALL in a literal (transaction mode, with max_prepared_statements): they name
+    nothing, so they are passed on as they come, never held whole."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    start = reset_peak(proc)
+
+    def query(index: int) -> str:
+        text = "execute x; prepare y as z; discard all; " + payload(index, 40 * MB).decode()
+        with connect(proc, autocommit=True) as conn:
+            row = conn.execute(f"SELECT md5('{text}')".encode()).fetchone()
+            assert row is not None
+            return str(row[0])
+
+    results = in_threads(query)
+    for index, result in enumerate(results):
+        text = "execute x; prepare y as z; discard all; " + payload(index, 40 * MB).decode()
+        assert result == hashlib.md5(text.encode()).hexdigest()
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
 def test_sql_execute_of_a_large_literal_keeps_pooling(pgtarn_factory: Any) -> None:
     """A streamed EXECUTE whose head names the client's statement pins nothing: the client
     goes on from server to server, its statement prepared wherever it lands."""

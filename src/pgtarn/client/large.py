@@ -27,8 +27,9 @@ connection makes this part for it, and hands it every byte until the message end
   client closed, as for a message past max_packet_size);
 - what must be kept whole to be rewritten (an unnamed Parse or any other Query naming
   SQL-level prepared statements in its head: a PREPARE, a DEALLOCATE, a script of
-  statements): gathered whole as before (max_packet_size bounds it), then relayed as
-  usual.
+  statements; sqlnames.head_names_none tells a head whose naming words are all in
+  literals or comments, which is not): gathered whole as before (max_packet_size bounds
+  it), then relayed as usual.
 
 Pieces go the way the connection's bytes go (to_server, or the framer's parts), so a
 client with no server yet holds at most PENDING_PAUSE of them, and one whose server's
@@ -53,7 +54,7 @@ from ..session.effects import (
 )
 from ..session.framer import SYNC_MARK, Part
 from ..session.rewrite import REFUSED_HEAD, STREAMED_HEAD
-from ..session.sqlnames import begins_plainly, may_name_statements, scan_head
+from ..session.sqlnames import begins_plainly, head_names_none, may_name_statements, scan_head
 from ..session.streamlook import StreamedText
 from .interfaces import LargeClient
 
@@ -142,7 +143,8 @@ class ClientLargeMessage:
         named = False
         if msg_type == QUERY:
             look = first_look(body)
-            named = statements and look & NAMES_STATEMENTS != 0
+            # (its words may be in literals or comments only: then it names nothing)
+            named = statements and look & NAMES_STATEMENTS != 0 and not head_names_none(body)
             whole = named and scan_head(body) is None
         elif msg_type == PARSE:
             name_end = body.find(b"\x00")
@@ -154,7 +156,12 @@ class ClientLargeMessage:
                     and begins_plainly(body, name_end + 1)
                 )
                 refused = not self._held
-            whole = statements and name_end == 0 and may_name_statements(body, 1)
+            whole = (
+                statements
+                and name_end == 0
+                and may_name_statements(body, 1)
+                and not head_names_none(body[1:])
+            )
         if whole:  # (today's way: kept whole, relayed when complete)
             self._way = _WHOLE
             self._kept += head + piece

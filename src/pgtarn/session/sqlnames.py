@@ -301,6 +301,34 @@ def scan_head(head: bytes) -> NameUse | None:
     return uses[0]
 
 
+def head_names_none(head: bytes) -> bool:
+    """Whether the head of a query too long to hold (its first bytes) names no prepared
+    statement, nor drops them all: no statement there begins with PREPARE, EXECUTE,
+    DEALLOCATE, EXPLAIN, CREATE or DISCARD, nor with a word cut by the head's end. Those
+    words inside literals, quoted identifiers and comments name nothing (a long text of
+    data that holds them need not be read whole); a name past the head is not seen here
+    (its client is treated conservatively: client/large.py)."""
+    found = tokens(head, True)
+    if found and found[-1][2] >= len(head):
+        cut = found.pop()
+        if cut[0] == _IDENT and (not found or found[-1][0] == _SEMI):
+            return False  # (a statement's first word, cut: it may be one of them)
+    starts = True  # the next token begins a statement
+    depth = 0
+    for token in found:
+        kind = token[0]
+        if starts and _word(head, token) in _NAMING_WORDS:
+            return False
+        starts = False
+        if kind == _LPAREN:
+            depth += 1
+        elif kind == _RPAREN:
+            depth = max(0, depth - 1)
+        elif kind == _SEMI and depth == 0:
+            starts = True
+    return True
+
+
 def _statement(text: bytes, statement: list[Token], uses: list[NameUse]) -> None:
     """Add the names one statement uses (DEALLOCATE ALL is FORGETS_ALL's, not a name)."""
     first = _word(text, statement[0])

@@ -470,3 +470,25 @@ def test_a_first_long_execute_starts_the_statements_and_passes_a_strange_name() 
     assert sent(server) == query and client.framer is not None and client.expected == 1
     server.data_received(build.error_response("ERROR", "26000", "no") + result()[-6:])
     assert client.server is None and not client.pinned
+
+
+@pytest.mark.parametrize("kind", ["query", "parse"])
+def test_a_long_text_whose_naming_words_are_data_goes_in_pieces(kind: str) -> None:
+    """EXECUTE, PREPARE, DISCARD in a literal or comment of a long text's head name
+    nothing: the text is passed on as it comes, never held whole, and not pinned."""
+    _pool, client, server = sql_prepared_pool()
+    text = "SELECT md5('execute x; prepare y; discard all " + "q" * 60_000 + "') /* execute */"
+    data = (
+        build.query(text)
+        if kind == "query"
+        else build.parse("", text) + build.bind("", "", []) + build.execute() + build.SYNC
+    )
+    client.data_received(data[: 3 * CHUNK])
+    assert client.large is not None and len(sent(server)) > 0  # (its head went on)
+    in_chunks(client, data[3 * CHUNK :])
+    server.data_received(
+        (b"" if kind == "query" else build.message(b"1") + build.message(b"2"))
+        + build.command_complete("SELECT 1")
+        + build.ready_for_query(b"I")
+    )
+    assert client.large is None and not client.pinned and client.server is None

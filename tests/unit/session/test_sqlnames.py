@@ -12,6 +12,7 @@ from pgtarn.session.sqlnames import (
     PREPARE,
     Unterminated,
     begins_plainly,
+    head_names_none,
     may_name_statements,
     rename,
     scan,
@@ -197,3 +198,24 @@ def test_scan_head_agrees_with_scan_where_both_read(tail: str) -> None:
         use = scan_head(text[:cut])
         if use is not None:
             assert (use.name, use.start, use.end) == (b"q1", 8, 10)
+
+
+@pytest.mark.parametrize(
+    ("head", "none"),
+    [
+        ("SELECT md5('execute x', '", True),
+        ("INSERT INTO t VALUES ('prepare", True),
+        ("select 1; /* execute */ select '", True),
+        ('select "execute" from t where a = \'', True),
+        ("select 1 -- discard all\n, '", True),
+        ("EXECUTE x('", False),
+        ("select 1; EXEC", False),  # (a first word cut: it may be one)
+        ("select 1; execute", False),
+        ("SELECT ('x'); discard all; select '", False),
+        ("  explain select '", False),
+        ("create table t as select '", False),
+        ("EXEC", False),
+    ],
+)
+def test_head_names_none(head: str, none: bool) -> None:
+    assert head_names_none(head.encode()) is none
