@@ -1,10 +1,11 @@
 """Large client messages through each pooler: how far its memory (RSS) rises, beside PgBouncer's.
 
 Clients send, all at once, a Bind with one large `bytea` parameter (psycopg, extended
-protocol: `SELECT md5($1::bytea)`) and then a simple Query with a large literal; each answer is
-checked. For each pooler (a fresh process, its pool warmed by one round of small queries),
-the table gives its RSS before, how far its peak (VmHWM, reset before each workload) rose
-during each workload, and how much more it held once the clients had gone.
+protocol: `SELECT md5($1::bytea)`), then a simple Query with a large literal, then a SQL-level
+`EXECUTE` of a prepared statement with a large literal argument; each answer is checked. For
+each pooler (a fresh process, its pool warmed by one round of small queries), the table gives
+its RSS before, how far its peak (VmHWM, reset before each workload) rose during each
+workload, and how much more it held once the clients had gone.
 
     python3 bench/large.py [--clients 3] [--mb 100] [--targets pgbouncer,pgtarn]
                            [--pgbouncer PATH]
@@ -99,6 +100,25 @@ def query(conninfo: str, size: int) -> Callable[[int], None]:
     return work
 
 
+def execute(conninfo: str, size: int) -> Callable[[int], None]:
+    """A SQL-level prepared statement run with a large literal argument (simple Query, in
+    a transaction block so that a pooler that does not follow prepared statements runs
+    the EXECUTE on the server that prepared it)."""
+
+    def work(index: int) -> None:
+        data = payload(index, size)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute("BEGIN")
+            conn.execute("PREPARE big_md5(text) AS SELECT md5($1)")
+            row = conn.execute(b"EXECUTE big_md5('" + data + b"')").fetchone()
+            conn.execute("DEALLOCATE big_md5")
+            conn.execute("COMMIT")
+        if row != (hashlib.md5(data).hexdigest(),):
+            raise RuntimeError(f"wrong answer to an EXECUTE: {row}")
+
+    return work
+
+
 def measure(pooler: Pooler, db: Database, clients: int, size: int) -> list[str]:
     """One row of the table for pooler (started here, stopped after)."""
     pooler.start()
@@ -107,7 +127,7 @@ def measure(pooler: Pooler, db: Database, clients: int, size: int) -> list[str]:
         at_once(clients, lambda _i: psycopg.connect(conninfo, autocommit=True).close())
         start = proc_status_kb(pooler.pid, "VmRSS")
         rises = []
-        for workload in (bind, query):
+        for workload in (bind, query, execute):
             reset_peak(pooler.pid)
             run.log(f"{pooler.name}: {workload.__name__} x {clients}, {size // MB} MB each")
             at_once(clients, workload(conninfo, size))
@@ -153,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         remove_workdir(workdir, args.keep)
     mb = args.mb
     header = ["pooler", "RSS before (MB)", f"peak rise, Bind {mb} MB x {args.clients[0]}",
-              f"peak rise, Query {mb} MB x {args.clients[0]}", "held after"]  # fmt: skip
+              f"peak rise, Query {mb} MB x {args.clients[0]}",
+              f"peak rise, EXECUTE {mb} MB x {args.clients[0]}", "held after"]  # fmt: skip
     print(run.markdown(header, rows))
     return 0
 

@@ -166,6 +166,23 @@ def test_set_at_the_end_of_a_10mb_query_is_tracked(pgtarn_factory: Any) -> None:
     assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
 
 
+def test_words_of_state_inside_a_10mb_literal_do_not_pin(pgtarn_factory: Any) -> None:
+    """A 10 MB literal of data holding "SET" and "COMMIT" (a simple Query read in pieces):
+    the literal runs nothing, so its client keeps pooling; a SET after the literal still
+    pins it."""
+    proc = pgtarn_factory()
+    text = "SET application_name = x; COMMIT; /* */ " * (10 * MB // 40)
+    with connect(proc, autocommit=True) as conn:
+        row = conn.execute(f"SELECT length($q${text}$q$), md5('{text}')".encode()).fetchone()
+        assert row == (len(text), hashlib.md5(text.encode()).hexdigest())
+        with admin(proc) as console:
+            assert [r["pinned"] for r in show(console, "CLIENTS") if r["pinned"]] == []
+        conn.execute(f"SELECT length('{text}'); SET application_name = 'after'".encode())
+        with admin(proc) as console:
+            assert [r["pinned"] for r in show(console, "CLIENTS") if r["pinned"]] == ["untracked"]
+        assert conn.execute("SHOW application_name").fetchone() == ("after",)
+
+
 def linked_server(proc: Any) -> dict[str, Any] | None:
     """The one server linked to a client (SHOW SERVERS' link set), if any."""
     with admin(proc) as console:
@@ -302,17 +319,72 @@ def test_large_named_statements_three_clients_memory_bounded(pgtarn_factory: Any
         assert conn.execute("SELECT 42").fetchone() == (42,)
 
 
-def test_sql_execute_with_a_large_literal(pgtarn_factory: Any) -> None:
-    """A SQL-level EXECUTE whose argument is a 32 MB literal (transaction mode, with
-    max_prepared_statements): its statement's name rewritten for whichever server runs it,
-    the answer right. (Such a Query, naming prepared statements in its head, is still read
-    whole: no memory bound asserted here.)"""
+def test_sql_execute_with_a_large_literal_three_clients(pgtarn_factory: Any) -> None:
+    """Three clients each EXECUTE a SQL-level prepared statement with a 40 MB literal, twice,
+    at once (transaction mode, with max_prepared_statements): the name, in the Query's
+    head, is rewritten for whichever server runs it and the rest streams through, never
+    held whole; the client is not pinned, and other clients are served in between."""
     proc = pgtarn_factory(settings={"max_prepared_statements": 10})
-    text = payload(3, 32 * MB).decode()
+    warm(proc)
+    start = reset_peak(proc)
+
+    def execute(index: int) -> list[str]:
+        text = payload(index, 40 * MB).decode()
+        digests = []
+        with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+            conn.execute(f"PREPARE big_md5_{index}(text) AS SELECT md5($1)")
+            for number in range(2):
+                row = conn.execute(f"EXECUTE big_md5_{index}('{text}')".encode()).fetchone()
+                assert row is not None
+                digests.append(str(row[0]))
+                assert other.execute("SELECT %s::int", (number,)).fetchone() == (number,)
+            conn.execute(f"DEALLOCATE big_md5_{index}")
+        return digests
+
+    results = in_threads(execute)
+    for index, result in enumerate(results):
+        digest = hashlib.md5(payload(index, 40 * MB)).hexdigest()
+        assert result == [digest, digest]
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+def test_large_queries_naming_statements_in_literals_memory_bounded(pgtarn_factory: Any) -> None:
+    """Three simple Queries of 40 MB at once whose first 8 KiB hold EXECUTE, PREPARE and
+    DISCARD ALL in a literal (transaction mode, with max_prepared_statements): they name
+    nothing, so they are passed on as they come, never held whole."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    start = reset_peak(proc)
+
+    def query(index: int) -> str:
+        text = "execute x; prepare y as z; discard all; " + payload(index, 40 * MB).decode()
+        with connect(proc, autocommit=True) as conn:
+            row = conn.execute(f"SELECT md5('{text}')".encode()).fetchone()
+            assert row is not None
+            return str(row[0])
+
+    results = in_threads(query)
+    for index, result in enumerate(results):
+        text = "execute x; prepare y as z; discard all; " + payload(index, 40 * MB).decode()
+        assert result == hashlib.md5(text.encode()).hexdigest()
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+def test_sql_execute_of_a_large_literal_keeps_pooling(pgtarn_factory: Any) -> None:
+    """A streamed EXECUTE whose head names the client's statement pins nothing: the client
+    goes on from server to server, its statement prepared wherever it lands."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10, "default_pool_size": 2})
+    text = "k" * (4 * MB)
     with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
-        conn.execute("PREPARE big_md5(text) AS SELECT md5($1)")
-        for _ in range(2):
-            row = conn.execute(f"EXECUTE big_md5('{text}')".encode()).fetchone()
-            assert row == (hashlib.md5(text.encode()).hexdigest(),)
-            assert other.execute("SELECT 5").fetchone() == (5,)
-        conn.execute("DEALLOCATE big_md5")
+        conn.execute("PREPARE big_len(text, int) AS SELECT length($1) + $2")
+        for number in range(3):
+            row = conn.execute(f"EXECUTE big_len('{text}', {number})".encode()).fetchone()
+            assert row == (len(text) + number,)
+            with admin(proc) as console:
+                pins = [row["pinned"] for row in show(console, "CLIENTS") if row["pinned"]]
+            assert pins == []
+            other.execute("BEGIN")  # (takes the server conn just had, if it went back)
+            assert conn.execute("EXECUTE big_len('x', 1)").fetchone() == (2,)
+            other.execute("COMMIT")

@@ -18,10 +18,17 @@ connection makes this part for it, and hands it every byte until the message end
   tracked, pin_session_state = 0, a head that does not show the name's end, or a text
   that may name SQL-level statements) it is refused in its place (54000, the connection
   kept) and its rest dropped;
+- a Query that is one EXECUTE of a SQL-level prepared statement (sqlnames.scan_head: long
+  for its arguments) where pgtarn keeps prepared statements: passed on through the
+  framer's parts, the name in its head rewritten for the server and its length made
+  right for it (the rewriter's STREAMED_HEAD); its look does not count the words of that
+  EXECUTE, only what follows;
 - a Describe or Close: no statement or portal name is that long, refused with 08P01 (the
   client closed, as for a message past max_packet_size);
-- what must be kept whole to be rewritten (an unnamed Parse or a Query naming SQL-level
-  prepared statements in its head): gathered whole as before (max_packet_size bounds
+- what must be kept whole to be rewritten (an unnamed Parse or any other Query naming
+  SQL-level prepared statements in its head: a PREPARE, a DEALLOCATE, a script of
+  statements; sqlnames.head_names_none tells a head whose naming words are all in
+  literals or comments, which is not): gathered whole as before (max_packet_size bounds
   it), then relayed as usual.
 
 Pieces go the way the connection's bytes go (to_server, or the framer's parts), so a
@@ -47,7 +54,7 @@ from ..session.effects import (
 )
 from ..session.framer import SYNC_MARK, Part
 from ..session.rewrite import REFUSED_HEAD, STREAMED_HEAD
-from ..session.sqlnames import begins_plainly, may_name_statements
+from ..session.sqlnames import begins_plainly, head_names_none, may_name_statements, scan_head
 from ..session.streamlook import StreamedText
 from .interfaces import LargeClient
 
@@ -132,9 +139,13 @@ class ClientLargeMessage:
         #: A named Parse the rewriter refuses in its place (see the module docstring).
         refused = False
         name_end = -1
+        #: A Query whose head names statements, rewritten there (the rest as it comes).
+        named = False
         if msg_type == QUERY:
             look = first_look(body)
-            whole = statements and look & NAMES_STATEMENTS != 0
+            # (its words may be in literals or comments only: then it names nothing)
+            named = statements and look & NAMES_STATEMENTS != 0 and not head_names_none(body)
+            whole = named and scan_head(body) is None
         elif msg_type == PARSE:
             name_end = body.find(b"\x00")
             if statements and name_end != 0:
@@ -145,12 +156,17 @@ class ClientLargeMessage:
                     and begins_plainly(body, name_end + 1)
                 )
                 refused = not self._held
-            whole = statements and name_end == 0 and may_name_statements(body, 1)
+            whole = (
+                statements
+                and name_end == 0
+                and may_name_statements(body, 1)
+                and not head_names_none(body[1:])
+            )
         if whole:  # (today's way: kept whole, relayed when complete)
             self._way = _WHOLE
             self._kept += head + piece
             return
-        if statements and framer is None and msg_type != QUERY:
+        if statements and framer is None and (msg_type != QUERY or named):
             client._start_statements()  # (the relay's way at a first Parse or Bind)
         framer = client.framer
         self._way = _RAW if framer is None else _PARTS
@@ -172,13 +188,17 @@ class ClientLargeMessage:
             self._look = None
         elif client.tracked and msg_type != BIND:
             self._look = StreamedText()
-            self._look.feed(body)
+            if msg_type == PARSE:  # its text, after its name (which may hold a quote)
+                self._look.changes_state = name_end < 0  # (no name is that long)
+                body = body[name_end + 1 :]
+            # (the statement names of a rewritten head are followed: not words to pin on)
+            self._look.feed(body, not named)
         elif client.tracked and framer is not None and framer.named_effects:
             self._look = StreamedText()  # a Bind of a statement that changes state: its
             self._look.changes_state = True  # parameters are not all here to be read
         if refused:
             self._send([(REFUSED_HEAD, head)], len(head))
-        elif self._way == _PARTS and msg_type != QUERY:
+        elif self._way == _PARTS and (msg_type != QUERY or named):
             self._send([(STREAMED_HEAD, head)], len(head))
         else:
             self._forward(head[self._already :])

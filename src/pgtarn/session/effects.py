@@ -116,14 +116,50 @@ SCHEMA_CHANGE: Final = 4  # may change the schema (DDL): shared statements go st
 
 #: A statement of a text that changes the schema: CREATE (but a temporary object's, seen by
 #: its own session only, which PostgreSQL re-plans by itself), ALTER, DROP, COMMENT, ... at
-#: the start of one of its statements, or inside a DO block.
-_SCHEMA: Final = re.compile(
-    rb"(?:^|;)(?:\s|--[^\n]*|/\*.*?\*/)*(?:"
+#: the start of one of its statements (after blanks and comments: schema_change), or DO.
+_SCHEMA_START: Final = re.compile(
     rb"create\s+(?!(?:(?:local|global)\s+)?temp(?:orary)?\b)|alter\s|drop\s|comment\s|"
-    rb"import\s+foreign\s|security\s+label\s|"
-    rb"do\b.*?\b(?:create|alter|drop)\s)",
-    re.DOTALL,
+    rb"import\s+foreign\s|security\s+label\s|(do\b)"
 )
+#: What makes a DO block's body change the schema.
+_SCHEMA_IN_DO: Final = re.compile(rb"\b(?:create|alter|drop)\s")
+_BLANKS: Final = b" \t\n\r\f\v"
+
+
+def schema_change(low: bytes) -> bool:
+    """Whether a text (in lower case) may change the schema (_SCHEMA_START at the start of a
+    statement, a DO block's body creating, altering or dropping). Every ';' is taken as a
+    statement's start, but for those in a comment skipped after another's; a DO block
+    looks on to the text's end. Linear: each byte is read a bounded number of times,
+    whatever the text (a regular expression skipping comments after each ';' went
+    exponential on a short text of many '--')."""
+    pos = 0
+    end = len(low)
+    do_looked = False  # (a DO found nothing after it: a later one would find nothing more)
+    while True:
+        while pos < end:  # blanks and comments
+            if low[pos] in _BLANKS:
+                pos += 1
+            elif low.startswith(b"--", pos):
+                newline = low.find(b"\n", pos)
+                pos = end if newline < 0 else newline + 1
+            elif low.startswith(b"/*", pos):
+                close = low.find(b"*/", pos + 2)
+                pos = end if close < 0 else close + 2
+            else:
+                break
+        match = _SCHEMA_START.match(low, pos)
+        if match is not None:
+            if match.group(1) is None:
+                return True
+            if not do_looked:
+                if _SCHEMA_IN_DO.search(low, match.end()) is not None:
+                    return True
+                do_looked = True
+        semicolon = low.find(b";", pos)
+        if semicolon < 0:
+            return False
+        pos = semicolon + 1
 
 
 def may_change_state(body: bytes, msg_type: int = QUERY) -> bool:
@@ -165,7 +201,7 @@ def first_look(body: bytes, msg_type: int = QUERY) -> int:
                 look = (CHANGES_STATE if _look(key, False) else 0) | (
                     NAMES_STATEMENTS if may_name_statements(key) else 0
                 )
-            if _SCHEMA.search(text[: text.find(b"\x00")].lower()) is not None:
+            if schema_change(text[: text.find(b"\x00")].lower()):
                 look |= SCHEMA_CHANGE
             looks[key] = look
         else:

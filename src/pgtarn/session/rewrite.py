@@ -163,8 +163,11 @@ class StatementRewriter:
         #: it as PostgreSQL words it, routine included (drivers read that).
         self.raising: tuple[str, str, str] | None = None
         #: Bytes of a streamed Bind replaced by pgtarn's raiser still to come: dropped from
-        #: the raw parts that follow.
+        #: the raw parts that follow (and of a streamed Query replaced by a refusal).
         self.dropping = 0
+        #: The entry of a streamed Query whose head named statements, appended at its end
+        #: (its SYNC_MARK), after its raw parts.
+        self.streamed_query: Entry | None = None
         #: Names the client prepared again while they were in use (refused with 42P05),
         #: for the caller to log; it empties the list.
         self.already_prepared: list[bytes] = []
@@ -214,7 +217,12 @@ class StatementRewriter:
         for index in range(begin, len(parts) if end is None else end):
             part = parts[index]
             if isinstance(part, int):
-                self._synced(SYNC_ENTRY)
+                query = self.streamed_query
+                if query is None:
+                    self._synced(SYNC_ENTRY)
+                else:  # the end of a streamed Query whose head named statements
+                    self.streamed_query = None
+                    self._synced(query)
             elif isinstance(part, bytes):
                 if self.dropping:
                     part = self._drop(part)
@@ -263,6 +271,9 @@ class StatementRewriter:
         message would be (a Bind's statement name rewritten, its length made right), its
         rest following as raw parts; never retried nor checked first (it is not kept)."""
         rest = 1 + int.from_bytes(head[1:5], "big") - len(head)
+        if head[0] == QUERY:
+            self._streamed_query(client, head, out, rest, status)
+            return
         if head[0] == PARSE and head[5] != 0:
             self._held_parse(client, head, out, rest)
             return
@@ -287,6 +298,36 @@ class StatementRewriter:
         ).to_bytes(4, "big")
         if forgets:
             self._forget_all(client, forgets, status)
+
+    def _streamed_query(
+        self, client: ClientStatements, head: bytes, out: bytearray, rest: int, status: bytes
+    ) -> None:
+        """The head of a simple Query passed on in pieces that is one EXECUTE (the relay saw
+        to it: sqlnames.scan_head): written with the statement's server-side name (prepared
+        first if this server lacks it), its length made right for that name, its rest
+        following as raw parts; the entry of its ReadyForQuery waits for its end
+        (streamed_query). Never retried after a stale plan (it is not kept). A form pgtarn
+        refuses goes as the refusal, the rest dropped."""
+        text = head[5:]
+        use = sqlnames.scan_head(text)
+        uses = [] if use is None else [use]
+        refusal = _refusal(self, client, sqlnames.Scan(uses, 1))
+        if refusal is not None:
+            out += refusal
+            self.dropping = rest
+            return
+        stmt = None if use is None else client.names.get(use.name)
+        executes: tuple[Statement, ...] = ()
+        if use is not None and stmt is not None:  # (else PostgreSQL's own error names it)
+            if not self._has(stmt):
+                self._prelude(stmt, out)
+            self.counters.binds += 1
+            executes = (stmt,)
+            text = sqlnames.rename(text, [(use.start, use.end, stmt.name)])
+        out += b"Q" + (4 + len(text) + rest).to_bytes(4, "big") + text
+        self.fresh = self.clean = False  # (until its end)
+        self.streamed_query = Entry(KIND_SYNC, FORWARD, executes=executes)
+        self._forget_all(client, text, status)
 
     def _held_parse(self, client: ClientStatements, head: bytes, out: bytearray, rest: int) -> None:
         """The head of a named Parse passed on in pieces, its client pinned to this server

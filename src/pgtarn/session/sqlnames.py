@@ -96,8 +96,10 @@ class Scan:
 Token = tuple[int, int, int]  # kind, start, end
 
 
-def tokens(text: bytes) -> list[Token]:
-    """The tokens of a query, comments and white space left out."""
+def tokens(text: bytes, partial: bool = False) -> list[Token]:
+    """The tokens of a query, comments and white space left out. partial: text is the start
+    of a longer query, and a literal, quoted identifier or comment left open at its end is
+    its last token (to the end of text), not an error."""
     out: list[Token] = []
     pos = 0
     n = len(text)
@@ -109,7 +111,12 @@ def tokens(text: bytes) -> list[Token]:
             end = text.find(b"\n", pos)
             pos = n if end < 0 else end + 1
         elif c == 0x2F and text.startswith(b"/*", pos):  # /* nested comment */
-            pos = _skip_block_comment(text, pos)
+            end = _skip_block_comment(text, pos)
+            if end < 0:
+                if partial:
+                    break
+                raise Unterminated("unterminated /* comment")
+            pos = end
         elif c == 0x27:  # 'string'
             escapes = (
                 bool(out)
@@ -118,10 +125,20 @@ def tokens(text: bytes) -> list[Token]:
                 and text[out[-1][1] : pos] in (b"E", b"e")
             )
             end = _skip_string(text, pos, escapes)
+            if end < 0:
+                if partial:
+                    out.append((_OTHER, pos, n))
+                    break
+                raise Unterminated("unterminated quoted string")
             out.append((_OTHER, pos, end))
             pos = end
         elif c == 0x22:  # "quoted identifier"
             end = _skip_quoted(text, pos)
+            if end < 0:
+                if partial:
+                    out.append((_QIDENT, pos, n))
+                    break
+                raise Unterminated("unterminated quoted identifier")
             out.append((_QIDENT, pos, end))
             pos = end
         elif c == 0x24:  # $n parameter or $tag$ dollar quote
@@ -136,6 +153,9 @@ def tokens(text: bytes) -> list[Token]:
             tag = match.group(0)
             close = text.find(tag, match.end())
             if close < 0:
+                if partial:
+                    out.append((_OTHER, pos, n))
+                    break
                 raise Unterminated("unterminated dollar-quoted string")
             out.append((_OTHER, pos, close + len(tag)))
             pos = close + len(tag)
@@ -172,7 +192,7 @@ def _skip_block_comment(text: bytes, pos: int) -> int:
                 return pos
         else:
             pos += 1
-    raise Unterminated("unterminated /* comment")
+    return -1
 
 
 def _skip_string(text: bytes, pos: int, escapes: bool) -> int:
@@ -189,7 +209,7 @@ def _skip_string(text: bytes, pos: int, escapes: bool) -> int:
                 return pos + 1
         else:
             pos += 1
-    raise Unterminated("unterminated quoted string")
+    return -1
 
 
 def _skip_quoted(text: bytes, pos: int) -> int:
@@ -197,7 +217,7 @@ def _skip_quoted(text: bytes, pos: int) -> int:
     while True:
         end = text.find(b'"', pos)
         if end < 0:
-            raise Unterminated("unterminated quoted identifier")
+            return -1
         if text.startswith(b'""', end):
             pos = end + 2
             continue
@@ -249,6 +269,64 @@ def scan(text: bytes) -> Scan:
                 statements += 1
                 _statement(text, statement, uses)
     return Scan(uses, statements)
+
+
+def scan_head(head: bytes) -> NameUse | None:
+    """The statement name an EXECUTE runs, read from the head of a query too long to hold
+    (its first bytes, the rest to follow unread), or None when the head is not the start
+    of one EXECUTE (or EXPLAIN ... EXECUTE, CREATE ... AS EXECUTE) with its whole name.
+
+    A query that is one such statement is long for its arguments, and its name can be
+    rewritten in the head alone. Any other head that may name statements is read whole
+    (client/large.py): a PREPARE or DEALLOCATE must be a query of its own, and a head
+    that holds a whole statement may be the start of a script that names statements all
+    along. A token that reaches the head's end may go on past it: it is not read.
+    """
+    found = tokens(head, True)
+    if found and found[-1][2] >= len(head):
+        found.pop()  # (it may go on past the head)
+    depth = 0
+    for kind, _start, _end in found:
+        if kind == _LPAREN:
+            depth += 1
+        elif kind == _RPAREN:
+            depth = max(0, depth - 1)
+        elif kind == _SEMI and depth == 0:
+            return None
+    uses: list[NameUse] = []
+    if found:
+        _statement(head, found, uses)
+    if len(uses) != 1 or uses[0].kind != EXECUTE:
+        return None
+    return uses[0]
+
+
+def head_names_none(head: bytes) -> bool:
+    """Whether the head of a query too long to hold (its first bytes) names no prepared
+    statement, nor drops them all: no statement there begins with PREPARE, EXECUTE,
+    DEALLOCATE, EXPLAIN, CREATE or DISCARD, nor with a word cut by the head's end. Those
+    words inside literals, quoted identifiers and comments name nothing (a long text of
+    data that holds them need not be read whole); a name past the head is not seen here
+    (its client is treated conservatively: client/large.py)."""
+    found = tokens(head, True)
+    if found and found[-1][2] >= len(head):
+        cut = found.pop()
+        if cut[0] == _IDENT and (not found or found[-1][0] == _SEMI):
+            return False  # (a statement's first word, cut: it may be one of them)
+    starts = True  # the next token begins a statement
+    depth = 0
+    for token in found:
+        kind = token[0]
+        if starts and _word(head, token) in _NAMING_WORDS:
+            return False
+        starts = False
+        if kind == _LPAREN:
+            depth += 1
+        elif kind == _RPAREN:
+            depth = max(0, depth - 1)
+        elif kind == _SEMI and depth == 0:
+            starts = True
+    return True
 
 
 def _statement(text: bytes, statement: list[Token], uses: list[NameUse]) -> None:

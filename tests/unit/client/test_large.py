@@ -11,7 +11,7 @@ from pgtarn.proto.framing import split_messages
 from pgtarn.proto.streaming import HEAD_SIZE
 from pgtarn.server.connection import ServerConnection
 
-from .pair import ClientSide, Pool, result, sent, types
+from .pair import SERVER_WELCOME, ClientSide, Pool, result, sent, types
 
 BUFFER = "client_message_buffer = 16384\n"
 CHUNK = 4096
@@ -336,3 +336,159 @@ def test_every_cut_of_a_stream_with_long_messages_arrives_whole(mode: str, size:
     (server,) = pool.servers
     assert sent(server) == data
     assert client.expected == 4 and client.large is None
+
+
+def sql_prepared_pool(pool_size: int = 1) -> tuple[Pool, ClientConnection, ServerConnection]:
+    """A client that prepared big_md5 with SQL PREPARE (transaction mode, prepared
+    statements followed), its server released."""
+    pool = Pool(prepared=10, pool_size=pool_size, more=BUFFER)
+    client, transport = pool.client()
+    client.data_received(build.query("PREPARE big_md5(text) AS SELECT md5($1)"))
+    (server,) = pool.servers
+    assert b"PREPARE pgtarn_" in sent(server)
+    server.data_received(build.command_complete("PREPARE") + build.ready_for_query(b"I"))
+    transport.take()
+    assert client.server is None
+    return pool, client, server
+
+
+def test_a_long_execute_is_renamed_in_its_head_and_streamed() -> None:
+    """A Query naming a SQL-level statement in its head and 100 KB long: its name rewritten
+    there, its length made right for the new name, the rest passed on as it comes (never
+    held whole), and its client not pinned."""
+    _pool, client, server = sql_prepared_pool()
+    value = "ab" * 50_000
+    query = build.query(f"EXECUTE big_md5('{value}')")
+    client.data_received(query[:CHUNK])
+    got = sent(server)
+    assert len(got) < 20_000 and client.large is not None  # never the whole
+    for at in range(CHUNK, len(query), CHUNK):
+        client.data_received(query[at : at + CHUNK])
+        piece = sent(server)
+        assert len(piece) <= CHUNK + HEAD_SIZE + 5  # (the head goes with the piece after it)
+        got += piece
+    assert client.large is None and client.expected == 1
+    ((kind, body),) = split_messages(got)  # (the declared length holds the new name)
+    assert chr(kind) == "Q" and body.startswith(b"EXECUTE pgtarn_")
+    assert body.endswith(f"('{value}')".encode() + b"\x00")
+    server.data_received(build.command_complete("SELECT 1") + build.ready_for_query(b"I"))
+    assert not client.pinned and client.server is None
+
+
+def test_a_long_execute_on_a_server_without_its_statement_prepares_it_first() -> None:
+    pool, client, first = sql_prepared_pool(pool_size=2)
+    other, _transport = pool.client()
+    other.data_received(build.query("BEGIN"))  # holds the first server
+    assert other.server is first
+    sent(first)
+    query = build.query("EXECUTE big_md5('" + "c" * 60_000 + "')")
+    in_chunks(client, query)
+    second = pool.servers[-1]  # (opened for it)
+    second.data_received(SERVER_WELCOME)
+    out = sent(second)
+    out = out[int.from_bytes(out[:4], "big") :]  # (after its StartupMessage)
+    assert second is not first and client.server is second
+    messages = split_messages(out)
+    assert [chr(kind) for kind, _body in messages] == ["Q", "Q"]
+    assert messages[0][1].startswith(b"PREPARE pgtarn_")  # (pgtarn's own, hidden)
+    assert messages[1][1].startswith(b"EXECUTE pgtarn_") and len(messages[1][1]) > 60_000
+
+
+def test_a_long_execute_of_another_clients_statement_is_refused_in_its_place() -> None:
+    """EXECUTE of a server-side name the client did not prepare: pgtarn's refusal goes in
+    its place, none of its long text reaches the server, and the connection goes on."""
+    _pool, client, server = sql_prepared_pool()
+    value = "d" * 70_000
+    in_chunks(client, build.query(f"EXECUTE pgtarn_s99('{value}')"))
+    out = sent(server)
+    assert value.encode()[:100] not in out
+    ((kind, body),) = split_messages(out)
+    assert chr(kind) == "Q" and body.startswith(b"DO $pgtarn$") and b"26000" in body
+    assert client.large is None and client.expected == 1
+
+
+def test_a_long_query_that_prepares_in_its_head_is_still_read_whole() -> None:
+    """A PREPARE (which must be a query of its own) in a long text's head: read whole and
+    relayed as before (refused, as a short one is)."""
+    _pool, client, server = sql_prepared_pool()
+    text = "PREPARE p2 AS SELECT 1; SELECT '" + "e" * 60_000 + "'"
+    in_chunks(client, build.query(text))
+    ((kind, body),) = split_messages(sent(server))
+    assert chr(kind) == "Q" and b"must be sent as a query of its own" in body
+
+
+def test_a_long_execute_naming_one_past_its_head_pins_its_client() -> None:
+    """Names past the head are not rewritten: the client is pinned to its server."""
+    _pool, client, server = sql_prepared_pool()
+    text = "EXECUTE big_md5('" + "f" * 60_000 + "'); EXECUTE big_md5('g')"
+    in_chunks(client, build.query(text))
+    ((_kind, body),) = split_messages(sent(server))
+    assert body.startswith(b"EXECUTE pgtarn_") and body.endswith(b"; EXECUTE big_md5('g')\x00")
+    server.data_received(build.command_complete("SELECT 1") * 2 + build.ready_for_query(b"I"))
+    assert client.pinned and client.server is server
+    assert client.session is not None and UNFOLLOWED in client.session.state.untracked
+
+
+def test_a_long_script_of_executes_is_still_read_whole() -> None:
+    """A head that holds a whole statement may begin a script naming statements all along:
+    read whole, every name rewritten, as a short one is."""
+    _pool, client, server = sql_prepared_pool()
+    text = "; ".join(f"EXECUTE big_md5('{index:05}" + "h" * 1000 + "')" for index in range(60))
+    in_chunks(client, build.query(text))
+    ((_kind, body),) = split_messages(sent(server))
+    assert body.count(b"EXECUTE pgtarn_") == 60 and b"big_md5" not in body
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 999, 4096, 8200, 65536])
+def test_every_cut_of_a_long_execute_among_others_arrives_renamed(size: int) -> None:
+    """A long EXECUTE between short Queries, cut anywhere (its header and head too): the
+    server gets the stream with the name rewritten and the length made right, and each
+    ReadyForQuery is counted."""
+    _pool, client, server = sql_prepared_pool()
+    value = "n" * 40_000
+    before, after = build.query("SELECT 1"), build.query("SELECT 2")
+    in_chunks(client, before + build.query(f"EXECUTE big_md5('{value}')") + after, size)
+    got = split_messages(sent(server))
+    assert [(chr(kind), body[:16]) for kind, body in got] == [
+        ("Q", b"SELECT 1\x00"),
+        ("Q", b"EXECUTE pgtarn_s"),
+        ("Q", b"SELECT 2\x00"),
+    ]
+    assert got[1][1].endswith(f"('{value}')".encode() + b"\x00")
+    assert client.expected == 3 and client.large is None
+
+
+def test_a_first_long_execute_starts_the_statements_and_passes_a_strange_name() -> None:
+    """A client's first message, a long EXECUTE of a name it never prepared: the framer
+    starts for it, and the name goes as written (PostgreSQL's 26000 names it)."""
+    pool = Pool(prepared=10, more=BUFFER)
+    client, _transport = pool.client()
+    assert client.framer is None
+    query = build.query("EXECUTE nothing_here('" + "o" * 50_000 + "')")
+    in_chunks(client, query)
+    (server,) = pool.servers
+    assert sent(server) == query and client.framer is not None and client.expected == 1
+    server.data_received(build.error_response("ERROR", "26000", "no") + result()[-6:])
+    assert client.server is None and not client.pinned
+
+
+@pytest.mark.parametrize("kind", ["query", "parse"])
+def test_a_long_text_whose_naming_words_are_data_goes_in_pieces(kind: str) -> None:
+    """EXECUTE, PREPARE, DISCARD in a literal or comment of a long text's head name
+    nothing: the text is passed on as it comes, never held whole, and not pinned."""
+    _pool, client, server = sql_prepared_pool()
+    text = "SELECT md5('execute x; prepare y; discard all " + "q" * 60_000 + "') /* execute */"
+    data = (
+        build.query(text)
+        if kind == "query"
+        else build.parse("", text) + build.bind("", "", []) + build.execute() + build.SYNC
+    )
+    client.data_received(data[: 3 * CHUNK])
+    assert client.large is not None and len(sent(server)) > 0  # (its head went on)
+    in_chunks(client, data[3 * CHUNK :])
+    server.data_received(
+        (b"" if kind == "query" else build.message(b"1") + build.message(b"2"))
+        + build.command_complete("SELECT 1")
+        + build.ready_for_query(b"I")
+    )
+    assert client.large is None and not client.pinned and client.server is None

@@ -817,6 +817,17 @@ def test_a_text_with_anything_else_runs_on_the_server(sql: str) -> None:
         ("select created_at, dropped from t", False),
         ("insert into t values (1)", False),
         ("DO $$BEGIN PERFORM 1; END$$", False),
+        ("select 1; -- drop\n/* alter */ drop table t", True),
+        ("select 1; /* a */ /* b */ -- c\n\t alter table t add b int", True),
+        ("select 1; -- drop table t; alter table t", False),  # (one comment to the end)
+        ("select 1; /* ; drop table t */ select 2", False),
+        ("do $$ begin perform 1; end $$; do $$ begin drop table t; end $$", True),
+        ("select 1; do $$ begin perform 1; end $$; select 'dropped'", False),
+        ("select 1;" + " --" * 40 + "x", False),  # (exponential before)
+        ("select 1;" + " /* x */" * 40 + " /*", False),
+        ("select 1;" + "; do x" * 20_000, False),
+        ("select 1;" + "; -- x" * 20_000, False),
+        ("select 1;" + " /*" * 20_000, False),
     ],
 )
 def test_first_look_sees_schema_changes(text: str, changes: bool) -> None:

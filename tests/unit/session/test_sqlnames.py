@@ -12,9 +12,11 @@ from pgtarn.session.sqlnames import (
     PREPARE,
     Unterminated,
     begins_plainly,
+    head_names_none,
     may_name_statements,
     rename,
     scan,
+    scan_head,
 )
 
 
@@ -144,3 +146,76 @@ def test_begins_plainly(text: str, plain: bool) -> None:
     """Only a first word that no statement naming prepared statements begins with, seen
     whole, says the text names none whatever follows."""
     assert begins_plainly(b"s1\x00" + text.encode(), 3) is plain
+
+
+@pytest.mark.parametrize(
+    ("head", "name"),
+    [
+        ("EXECUTE big('aaaa", b"big"),  # cut inside its literal
+        ('execute "Big""One"(1, 2, ', b'Big"One'),
+        ("EXECUTE x(E'\\'", b"x"),  # an escaped quote at the head's end
+        ("EXECUTE x($q$ ; EXECUTE y", b"x"),  # inside a dollar quote
+        ("EXECUTE x(1, /* ; EXECUTE y", b"x"),  # inside a comment
+        ("EXECUTE x(1, (2), '", b"x"),
+        ("EXPLAIN (COSTS OFF) EXECUTE q('", b"q"),
+        ("CREATE TABLE t AS EXECUTE q('", b"q"),
+        ("/* c */ EXECUTE q('", b"q"),
+    ],
+)
+def test_scan_head_an_execute_cut_anywhere_after_its_name(head: str, name: bytes) -> None:
+    use = scan_head(head.encode())
+    assert use is not None and use.kind == EXECUTE and use.name == name
+    assert head.encode()[use.start : use.end].replace(b'""', b'"').strip(b'"').lower() == (
+        name.lower()
+    )
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "EXECUTE big",  # the name may go on past the head
+        "EXECUTE ",
+        "EXECU",
+        '"EXECUTE big"',
+        "EXECUTE a(1); EXECUTE b('",  # a whole statement: maybe a script of them
+        "SELECT 1; EXECUTE b('",
+        "PREPARE x AS SELECT '",  # its text is kept whole
+        "DEALLOCATE x",
+        "SELECT 'execute x(', '",  # names none
+        "EXPLAIN SELECT '",
+        "EXECUTE a('x'); ",
+    ],
+)
+def test_scan_head_anything_else_is_read_whole(head: str) -> None:
+    assert scan_head(head.encode()) is None
+
+
+@given(st.text(alphabet="ab ;'$/*-\n(", max_size=30))
+def test_scan_head_agrees_with_scan_where_both_read(tail: str) -> None:
+    """Any cut of an EXECUTE: scan_head finds the name scan finds in the whole text."""
+    text = ("EXECUTE q1(" + tail).encode()
+    for cut in range(len("EXECUTE q1") + 1, len(text) + 1):
+        use = scan_head(text[:cut])
+        if use is not None:
+            assert (use.name, use.start, use.end) == (b"q1", 8, 10)
+
+
+@pytest.mark.parametrize(
+    ("head", "none"),
+    [
+        ("SELECT md5('execute x', '", True),
+        ("INSERT INTO t VALUES ('prepare", True),
+        ("select 1; /* execute */ select '", True),
+        ('select "execute" from t where a = \'', True),
+        ("select 1 -- discard all\n, '", True),
+        ("EXECUTE x('", False),
+        ("select 1; EXEC", False),  # (a first word cut: it may be one)
+        ("select 1; execute", False),
+        ("SELECT ('x'); discard all; select '", False),
+        ("  explain select '", False),
+        ("create table t as select '", False),
+        ("EXEC", False),
+    ],
+)
+def test_head_names_none(head: str, none: bool) -> None:
+    assert head_names_none(head.encode()) is none
