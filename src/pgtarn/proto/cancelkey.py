@@ -17,16 +17,20 @@ its own backend_pid can never reach another session's backend. The rest is rando
 from __future__ import annotations
 
 import os
+from typing import Final
+
+# (Final: compiled, a constant is a C value where a module global is a dictionary lookup at
+# each use; index_of runs several times per login)
 
 #: The highest peer_id: 14 bits, in bytes 1 and 2.
-MAX_PEER_ID = 16383
+MAX_PEER_ID: Final = 16383
 #: The time to live of a key handed out: this many forwards between peers.
-TTL = 3
-_TTL_MASK = 0x3
-_PEER_MASK = 0x00FFFF00  # bytes 1 and 2 of the pid
-_WORKER_MASK = 0x000000FF  # byte 3 of the pid
-_FOLDED_PID = 0x0FFFFFFF  # the pid's bits below its top 3, which index_of folds in
-_ABOVE_PIDS = 0x40000000  # set in every pid handed out: no process has such an id
+TTL: Final = 3
+_TTL_MASK: Final = 0x3
+_PEER_MASK: Final = 0x00FFFF00  # bytes 1 and 2 of the pid
+_WORKER_MASK: Final = 0x000000FF  # byte 3 of the pid
+_FOLDED_PID: Final = 0x0FFFFFFF  # the pid's bits below its top 3, which index_of folds in
+_ABOVE_PIDS: Final = 0x40000000  # set in every pid handed out: no process has such an id
 
 Key = tuple[int, int]
 
