@@ -34,18 +34,28 @@ __all__ = [
     "stored_key_for",
 ]
 
-MECHANISM = "SCRAM-SHA-256"
-MECHANISM_PLUS = "SCRAM-SHA-256-PLUS"
+MECHANISM: Final = "SCRAM-SHA-256"
+MECHANISM_PLUS: Final = "SCRAM-SHA-256-PLUS"
 #: The one channel-binding type PostgreSQL implements.
-CBIND_TYPE = "tls-server-end-point"
-DEFAULT_ITERATIONS = 4096
+CBIND_TYPE: Final = "tls-server-end-point"
+DEFAULT_ITERATIONS: Final = 4096
 MAX_CLIENT_ITERATIONS = 10_000_000  # a malicious server must not make us spin for ever
-MAX_MESSAGE = 8192
-_NONCE_BYTES = 18
+MAX_MESSAGE: Final = 8192
+_NONCE_BYTES: Final = 18
 _SALT_BYTES = 16
-_KEY_LEN = 32
+_KEY_LEN: Final = 32
 _INT32_MAX = 2**31 - 1
 _DIGITS = re.compile(r"[0-9]{1,10}")
+
+
+# The C functions a login calls, as constants: compiled, a module's attribute is a generic
+# lookup at each use (about 250 instructions), a Final one a C value.
+_SHA256: Final = hashlib.sha256
+_B2A_BASE64: Final = binascii.b2a_base64
+_A2B_BASE64: Final = binascii.a2b_base64
+_COMPARE_DIGEST: Final = hmac.compare_digest
+_URANDOM: Final = os.urandom
+_FROM_BYTES: Final = int.from_bytes
 
 
 def _hmac(key: bytes, msg: bytes) -> bytes:
@@ -55,7 +65,7 @@ def _hmac(key: bytes, msg: bytes) -> bytes:
 #: HMAC's key pads (RFC 2104): each key byte XOR 0x36 (inner) or 0x5C (outer).
 _INNER_PAD = bytes(x ^ 0x36 for x in range(256))
 _OUTER_PAD = bytes(x ^ 0x5C for x in range(256))
-_BLOCK = 64  # SHA-256's block size
+_BLOCK: Final = 64  # SHA-256's block size
 
 
 #: At most this many entries in each of the module's caches (the oldest goes first).
@@ -102,24 +112,25 @@ def _keyed_hmac(key: bytes, msg: bytes) -> bytes:
 
 
 def _h(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()
+    digest: bytes = _SHA256(data).digest()
+    return digest
 
 
 def _xor(a: bytes, b: bytes) -> bytes:
     if len(a) != len(b):
         raise ValueError("_xor of strings of different lengths")
     # one big-integer XOR: a bytes() of a generator costs a Python step per byte
-    return (int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).to_bytes(len(a), "big")
+    return (_FROM_BYTES(a, "big") ^ _FROM_BYTES(b, "big")).to_bytes(len(a), "big")
 
 
 def _b64(data: bytes) -> str:
     # binascii, not base64: base64's functions are Python wrappers around these calls
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
+    return _B2A_BASE64(data, newline=False).decode("ascii")
 
 
 def _b64decode(value: str, what: str) -> bytes:
     try:
-        return binascii.a2b_base64(value, strict_mode=True)  # b64decode(validate=True)
+        return _A2B_BASE64(value, strict_mode=True)  # b64decode(validate=True)
     except ValueError:  # binascii.Error, UnicodeEncodeError
         raise ProtocolViolation(f"malformed SCRAM message: invalid base64 in {what}") from None
 
@@ -137,7 +148,7 @@ def _is_printable(nonce: str) -> bool:
 
 
 def _new_nonce() -> str:
-    return _b64(os.urandom(_NONCE_BYTES))  # what secrets.token_bytes reads, without its wrappers
+    return _b64(_URANDOM(_NONCE_BYTES))  # what secrets.token_bytes reads, without its wrappers
 
 
 _sp = stringprep
@@ -443,7 +454,7 @@ class ScramServer(_Exchange):
         without_proof = text[:cut]
         attrs = _attrs(without_proof, "client-final-message")
         cbind = _b64decode(_expect(attrs, 0, "c", "client-final-message"), "channel binding")
-        if not hmac.compare_digest(cbind, self._cbind_input):
+        if not _COMPARE_DIGEST(cbind, self._cbind_input):
             # for -PLUS: the client's TLS channel is not ours (a man in the middle)
             raise ProtocolViolation("SCRAM channel binding check failed")
         if _expect(attrs, 1, "r", "client-final-message") != self._nonce:
@@ -454,7 +465,7 @@ class ScramServer(_Exchange):
         auth_message = (self._auth_prefix + without_proof).encode("utf-8")
         v = self._verifier
         client_key = _xor(proof, _keyed_hmac(v.stored_key, auth_message))
-        if not hmac.compare_digest(_h(client_key), v.stored_key):
+        if not _COMPARE_DIGEST(_h(client_key), v.stored_key):
             raise AuthFailed("password authentication failed (SCRAM proof mismatch)")
         self._client_key = client_key
         self._state = _State.DONE
