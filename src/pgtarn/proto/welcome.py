@@ -45,7 +45,10 @@ def build_welcome(
     client got at accept, proto/cancelkey.py).
     """
     statuses, params = _welcome_parts(server_params, client_params, tracked, reported)
-    return Welcome(statuses + build.backend_key_data(*cancel_key) + _RFQ_IDLE, params)
+    # (the key's two parts, not *cancel_key: compiled, a starred call is a generic one)
+    return Welcome(
+        statuses + build.backend_key_data(cancel_key[0], cancel_key[1]) + _RFQ_IDLE, params
+    )
 
 
 def _welcome_parts(
@@ -121,4 +124,6 @@ class WelcomeCache:
             if len(self.entries) >= WELCOMES:  # many distinct sets: start again
                 self.entries.clear()
             entry = self.entries[key] = (server_params, statuses, share(params))
-        return Welcome(entry[1] + build.backend_key_data(*cancel_key) + _RFQ_IDLE, entry[2])
+        return Welcome(
+            entry[1] + build.backend_key_data(cancel_key[0], cancel_key[1]) + _RFQ_IDLE, entry[2]
+        )
