@@ -143,6 +143,15 @@ def _check_certificate(
         raise _refused(what)
 
 
+def fixed_method(config: Config) -> str | None:
+    """The auth type auth_method gives every connection under config when no fact about the
+    connection matters (no TLS requirement, auth_type neither hba nor cert); else None.
+    A login then builds no Connection (its address parsed, its TLS read) to be told it."""
+    if config.client_tls_sslmode in TLS_REQUIRED or config.auth_type in ("hba", "cert"):
+        return None
+    return config.auth_type
+
+
 def auth_method(
     config: Config,
     hba: HbaRules | None,

@@ -50,7 +50,7 @@ from ..views.states import READY_STATE, ClientState
 from .large import ClientLargeMessage
 from .link import LINK
 from .listening import ClientListen
-from .login import ClientLoginDriver, tracked_names
+from .login import ClientLoginDriver, login_settings, tracked_names
 from .relay import RELAY
 from .tracking import SessionTracking
 from .transport import NO_KEY, ClientTransport, PendingParts
@@ -111,7 +111,7 @@ class ClientConnection(ClientTransport):
             self._stop_listening()
         LINK.drop_server(self)
         # every client past its StartupMessage (not a probe that sent nothing)
-        if self.runtime.config.log_disconnections and (
+        if login_settings(runtime.config).log_disconnections and (
             self.database or self.close_reason or self.pool is not None
         ):
             if self.close_reason:
@@ -376,7 +376,7 @@ class ClientConnection(ClientTransport):
     def _notified(self, data: bytes) -> bytes:
         """A welcome's bytes with login_notify_message, if set: a NOTICE just before the
         first ReadyForQuery."""
-        message = self.runtime.config.login_notify_message
+        message = login_settings(self.runtime.config).login_notify_message
         if message:
             notice = build.error_response("00000", message, "NOTICE", notice=True)
             return data[:-READY_FOR_QUERY_LEN] + notice + data[-READY_FOR_QUERY_LEN:]

@@ -47,7 +47,7 @@ from ..proto.client_login import (
 from ..runtime import WorkerLimits
 from ..views.protocols import SecretSource
 from ..views.states import ClientState
-from .access import Connection, auth_method, peer_address
+from .access import Connection, auth_method, fixed_method, peer_address
 from .interfaces import LoginClient
 from .passcheck import check_password
 
@@ -72,27 +72,98 @@ REFUSALS = {
 }
 
 
-class _TrackedNames:
-    """tracked_names of the configuration last asked about (each login asks twice, and the
-    configuration changes only at RELOAD)."""
+class LoginSettings:
+    """What a login reads of its configuration, read once per Config.
 
-    __slots__ = ("config", "names")
+    A Config is an interpreted frozen dataclass: compiled code reads each of its fields
+    through the generic attribute lookup (about 450 instructions), and its methods are
+    Python calls; a login read nine fields and called four methods. Here they are C fields
+    and a plain dictionary, made again when the runtime's Config is another (RELOAD, SET)."""
+
+    __slots__ = (
+        "auth_type",
+        "client_limits",
+        "config",
+        "databases",
+        "ignored",
+        "log_connections",
+        "log_disconnections",
+        "login_notify_message",
+        "max_client_conn",
+        "not_admin",
+        "scram_iterations",
+        "tracked",
+    )
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        #: The parameters a client's welcome reports and its links keep in step.
+        self.tracked: tuple[str, ...] = TRACKED_DEFAULT + tuple(config.track_extra_parameters)
+        #: Startup parameters a client may send that are not sent on ("replication": its
+        #: own rules).
+        self.ignored: tuple[str, ...] = (*config.ignore_startup_parameters, "replication")
+        self.max_client_conn: int = config.max_client_conn
+        self.log_connections: bool = bool(config.log_connections)
+        self.log_disconnections: bool = bool(config.log_disconnections)
+        self.login_notify_message: str = config.login_notify_message
+        self.scram_iterations: int = config.scram_iterations
+        #: The auth type of every login when no fact about its connection matters (None:
+        #: access.auth_method decides each).
+        self.auth_type: str | None = fixed_method(config)
+        #: The databases by name as entries name them (aliases and `*`: find_database).
+        self.databases: dict[str, DatabaseEntry] = {
+            name: db for name, db in config.databases.items() if name != "*"
+        }
+        #: Names of the admin console that a database entry takes over.
+        self.not_admin: frozenset[str] = frozenset(
+            name for name in ADMIN_DATABASES if name in config.databases
+        )
+        #: Whether any client limit applies (max_db_client_connections,
+        #: max_user_client_connections: global, a database's or a user's).
+        self.client_limits: bool = bool(
+            config.max_db_client_connections
+            or config.max_user_client_connections
+            or any(_positive(db.max_db_client_connections) for db in config.databases.values())
+            or any(_positive(u.max_user_client_connections) for u in config.users.values())
+        )
+
+    def is_admin_database(self, name: str) -> bool:
+        """Config.is_admin_database."""
+        return name in ADMIN_DATABASES and name not in self.not_admin
+
+    def find_database(self, name: str) -> DatabaseEntry | None:
+        """Config.find_database: an entry of that name, else its read-only alias or `*`."""
+        db = self.databases.get(name)
+        return db if db is not None else self.config.find_database(name)
+
+
+def _positive(limit: int | None) -> bool:
+    return limit is not None and limit > 0
+
+
+class _LastSettings:
+    """The LoginSettings of the configuration last asked about."""
+
+    __slots__ = ("settings",)
 
     def __init__(self) -> None:
-        self.config: Config | None = None
-        self.names: tuple[str, ...] = TRACKED_DEFAULT
+        self.settings: LoginSettings | None = None
 
 
-_TRACKED: Final = _TrackedNames()
+_LAST: Final = _LastSettings()
+
+
+def login_settings(config: Config) -> LoginSettings:
+    """config's LoginSettings (made once per Config)."""
+    last = _LAST.settings
+    if last is None or last.config is not config:
+        last = _LAST.settings = LoginSettings(config)
+    return last
 
 
 def tracked_names(config: Config) -> tuple[str, ...]:
     """The parameters a client's welcome reports and its links keep in step."""
-    last = _TRACKED
-    if last.config is not config:
-        last.names = TRACKED_DEFAULT + tuple(config.track_extra_parameters)
-        last.config = config
-    return last.names
+    return login_settings(config).tracked
 
 
 class ClientLoginDriver:
@@ -216,14 +287,14 @@ class ClientLoginDriver:
             if not limits.take(client, database, user, False, numbers):
                 runtime.spawn(_admit(self, limits, startup, database, user, numbers))
                 return
-        config = runtime.config
+        settings = login_settings(runtime.config)
         database = startup.database
-        admin = config.is_admin_database(database)
-        limit = config.max_client_conn + (ADMIN_RESERVE if admin else 0)
+        admin = settings.is_admin_database(database)
+        limit = settings.max_client_conn + (ADMIN_RESERVE if admin else 0)
         local_admin = admin and startup.user == "pgbouncer" and client.same_os_user()
         if len(runtime.clients) > limit and not local_admin:
             raise PgtarnError("no more connections allowed (max_client_conn)", sqlstate="53300")
-        ignored: tuple[str, ...] = (*config.ignore_startup_parameters, "replication")
+        ignored = settings.ignored
         if "replication" in startup.params:
             kind = replication_mode(startup.params["replication"])
             if kind:
@@ -235,14 +306,14 @@ class ClientLoginDriver:
                     )
                 # its own server takes every parameter (replication_params)
                 ignored = tuple(startup.params)
-        refused = self.machine.check_startup(tracked_names(config), ignored)
+        refused = self.machine.check_startup(settings.tracked, ignored)
         if refused is not None:
             self.act([refused])
             return
         user = client.user = startup.user
         client.database = database
         self.admin_login = admin
-        if config.log_connections:
+        if settings.log_connections:
             log.info(
                 "%r login attempt: db=%s user=%s tls=%s",
                 client,
@@ -258,33 +329,13 @@ class ClientLoginDriver:
         if not admin and runtime.console_only:
             # a shutdown keeps the unix socket for the console
             raise PgtarnError("pooler is shutting down", sqlstate="57P03")
-        db = client.db = None if admin else config.find_database(database)
+        db = client.db = None if admin else settings.find_database(database)
         known = admin or db is not None  # (an unknown database: told after the password)
-        if known:
+        if known and settings.client_limits:
             self._check_client_limits(db, user)
-        tls = client.tls
-        connection = Connection(
-            local=client.addr == "unix",
-            tls=tls is not None,
-            address=peer_address(client.addr),
-            # (without TLS, no call: each is a Python call to net/tls.py)
-            certificate=tls is not None and has_certificate(tls),
-            certificate_name=None if tls is None else certificate_name(tls),
-            os_user=client.peer_os_user,
-        )
-        try:
-            auth_type = auth_method(
-                config,
-                runtime.hba,
-                runtime.ident,
-                connection,
-                database,
-                user,
-                client.replication == "physical",
-            )
-        except PgtarnError as refusal:
-            log.info("%r login refused: %s", client, refusal.message)
-            raise
+        auth_type = settings.auth_type
+        if auth_type is None:
+            auth_type = self._auth_method(settings.config, database, user)
         secret = runtime.userlist.get(user)
         if secret is None and known and auth_type in LOOKED_UP:
             lookup = runtime.secret_lookup(db)  # (None: the admin console)
@@ -296,6 +347,35 @@ class ClientLoginDriver:
                 self.act(self.machine.await_secret())
                 return
         self._begin_auth(auth_type, secret)
+
+    def _auth_method(self, config: Config, database: str, user: str) -> str:
+        """The access rules' auth type for this client (access.auth_method), or its
+        refusal, logged."""
+        client = self.client
+        runtime = client.runtime
+        tls = client.tls
+        connection = Connection(
+            local=client.addr == "unix",
+            tls=tls is not None,
+            address=peer_address(client.addr),
+            # (without TLS, no call: each is a Python call to net/tls.py)
+            certificate=tls is not None and has_certificate(tls),
+            certificate_name=None if tls is None else certificate_name(tls),
+            os_user=client.peer_os_user,
+        )
+        try:
+            return auth_method(
+                config,
+                runtime.hba,
+                runtime.ident,
+                connection,
+                database,
+                user,
+                client.replication == "physical",
+            )
+        except PgtarnError as refusal:
+            log.info("%r login refused: %s", client, refusal.message)
+            raise
 
     def _check_client_limits(self, db: DatabaseEntry | None, user: str) -> None:
         """max_db_client_connections and max_user_client_connections of db (None: the admin
@@ -344,7 +424,8 @@ class ClientLoginDriver:
         """Send the first authentication message (a challenge, or AuthenticationOk)."""
         client = self.client
         client.state = ClientState.AUTH
-        self.act(self.machine.begin_auth(auth_type, secret, client.runtime.config.scram_iterations))
+        iterations = login_settings(client.runtime.config).scram_iterations
+        self.act(self.machine.begin_auth(auth_type, secret, iterations))
 
     def login_failed(self) -> None:
         """The log line of a refused login (log_connections), in PgBouncer's words."""

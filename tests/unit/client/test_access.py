@@ -8,7 +8,7 @@ import ipaddress
 import pytest
 
 from pgtarn.auth.hba import parse_hba, parse_ident
-from pgtarn.client.access import Connection, auth_method, peer_address
+from pgtarn.client.access import Connection, auth_method, fixed_method, peer_address
 from pgtarn.config.settings import Config
 from pgtarn.errors import PgtarnError
 
@@ -145,3 +145,24 @@ def test_physical_replication_matches_only_the_replication_keyword() -> None:
     assert info.value.message == (
         'pg_hba.conf rejects replication connection for host "10.1.2.3", user "repl", no encryption'
     )
+
+
+@pytest.mark.parametrize(
+    ("settings", "fixed"),
+    [
+        ({"auth_type": "md5"}, "md5"),
+        ({"auth_type": "scram-sha-256", "client_tls_sslmode": "prefer"}, "scram-sha-256"),
+        ({"auth_type": "md5", "client_tls_sslmode": "require"}, None),
+        ({"auth_type": "trust", "client_tls_sslmode": "verify-full"}, None),
+        ({"auth_type": "hba"}, None),
+        ({"auth_type": "cert"}, None),
+    ],
+)
+def test_fixed_method_is_auth_method_for_every_connection(
+    settings: dict[str, str], fixed: str | None
+) -> None:
+    config = dataclasses.replace(Config(), **settings)
+    assert fixed_method(config) == fixed
+    if fixed is not None:  # whatever the connection: local, TLS or not, any address
+        for connection in (conn(), conn(local=True, address=None), conn(tls=True, cert="x")):
+            assert method(config, connection) == fixed

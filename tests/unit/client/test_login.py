@@ -188,6 +188,38 @@ def test_the_client_limits() -> None:
     assert refused.value.message == "client connections exceeded (max_user_client_connections)"
 
 
+def test_a_database_s_own_client_limit_counts_without_a_global_one() -> None:
+    # (the login reads its settings once per Config: a database's own limit must be seen)
+    login, client = make()
+    runtime = client.runtime
+    runtime.config = parse_config(
+        INI.replace("dbname=app", "dbname=app max_db_client_connections=1").format(
+            auth_type="trust", max_client_conn=100, extra=""
+        )
+    )
+    other = Client(runtime)
+    other.database = "app"
+    runtime.clients[1] = counted(other)
+    runtime.clients[2] = counted(client)
+    with pytest.raises(PgtarnError) as refused:
+        login.receive(build.startup_message({"user": "bob", "database": "app"}))
+    assert refused.value.message == "client connections exceeded (max_db_client_connections)"
+
+
+def test_a_login_reads_the_configuration_in_force() -> None:
+    first, client = make(max_client_conn=5)
+    first.receive(build.startup_message({"user": "bob", "database": "app"}))
+    assert client.authenticated_with  # (5 allowed)
+    login, client = make(max_client_conn=5)
+    client.runtime.clients[1] = counted(client)
+    client.runtime.config = parse_config(
+        INI.format(auth_type="trust", max_client_conn=0, extra="")
+    )  # as RELOAD or SET puts a new Config in force
+    with pytest.raises(PgtarnError) as refused:
+        login.receive(build.startup_message({"user": "bob", "database": "app"}))
+    assert refused.value.message == "no more connections allowed (max_client_conn)"
+
+
 def test_waiting_while_authenticating_and_still_held() -> None:
     login, client = make(auth_type="md5")
     assert not login.waiting()  # not authenticating yet
