@@ -91,12 +91,12 @@ class ClientConnection(ClientTransport):
         self.send_state = SEND_NEVER  # its socket closes once this returns
         self.login = None  # (a login that goes on no more; it holds the client: a cycle)
         runtime = self.runtime
-        if self.state is ClientState.CLOSED and not runtime.has_client(self):
+        # (one lookup: a client already closed and gone from the runtime has nothing to undo)
+        if not runtime.remove_client(self) and self.state is ClientState.CLOSED:
             return
         previous = self.state
         self.state = ClientState.CLOSED
         self.schema_change_ended()  # its server rolls back whatever DDL was under way
-        runtime.remove_client(self)
         runtime.logins.discard(self)
         if runtime.limits is not None:
             runtime.limits.left(self)
