@@ -20,7 +20,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Final
 
 from ..errors import PgtarnError, ProtocolViolation
@@ -190,13 +189,32 @@ def failed(error: PgtarnError) -> Failed:
     return Failed(error, build.error_response(error.sqlstate, error.message, error.severity))
 
 
-@lru_cache(maxsize=16)
+#: int.from_bytes as a C value (compiled, a type's attribute is a generic lookup per call).
+_FROM_BYTES: Final = int.from_bytes
+
+#: _name_maps' answers by their arguments: a dictionary, not functools.lru_cache (compiled,
+#: its wrapper is a generic call of about 1,000 instructions). Bounded: cleared when full.
+_NAME_MAPS: Final[
+    dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[Mapping[str, str], frozenset[str]]]
+] = {}
+_NAME_MAPS_MAX: Final = 16
+
+
 def _name_maps(
     tracked: tuple[str, ...], ignored: tuple[str, ...]
 ) -> tuple[Mapping[str, str], frozenset[str]]:
     """check_startup's lookups, the same at every login: tracked names by their lower case,
     and the ignored ones in lower case."""
-    return {name.lower(): name for name in tracked}, frozenset(name.lower() for name in ignored)
+    key = (tracked, ignored)
+    maps = _NAME_MAPS.get(key)
+    if maps is None:
+        if len(_NAME_MAPS) >= _NAME_MAPS_MAX:
+            _NAME_MAPS.clear()
+        maps = _NAME_MAPS[key] = (
+            {name.lower(): name for name in tracked},
+            frozenset(name.lower() for name in ignored),
+        )
+    return maps
 
 
 #: PostgreSQL's spellings of a boolean (parse_bool): these words, any prefix of
@@ -303,7 +321,7 @@ class ClientLogin:
             body, rest = self._reader.feed(data)
             if body is None:
                 return
-            code = int.from_bytes(body[:4], "big")
+            code = _FROM_BYTES(body[:4], "big")
             if code >> 16 != 3 and code not in (SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST):
                 # PostgreSQL's answer to a major version it does not speak, checked before the
                 # rest of the packet as PostgreSQL does (a 2.0 packet has no parameter list)
@@ -330,9 +348,15 @@ class ClientLogin:
                 # the authentication request (3.0 is spoken, its options not understood).
                 unknown = [name for name in packet.params if name.startswith("_pq_.")]
                 events.append(Send(build.negotiate_protocol_version(0, unknown)))
-            params = {k: v for k, v in packet.params.items() if not k.startswith("_pq_.")}
-            user = params.pop("user", "")
-            database = params.pop("database", "") or user
+            given = packet.params
+            user = given.get("user", "")
+            database = given.get("database", "") or user
+            # (no dict.pop: compiled, a pop with a default is a generic method call)
+            params = {
+                k: v
+                for k, v in given.items()
+                if k != "user" and k != "database" and not k.startswith("_pq_.")
+            }
             self.startup = Startup(user, database, params)
             self.state = LoginState.DECIDING
             self._unread = rest
@@ -427,7 +451,10 @@ class ClientLogin:
             return self._fail(
                 PgtarnError("no user name specified in startup packet", sqlstate="28000")
             )
-        canonical, ignored_names = _name_maps(tuple(tracked), tuple(ignored))
+        canonical, ignored_names = _name_maps(
+            tracked if isinstance(tracked, tuple) else tuple(tracked),
+            ignored if isinstance(ignored, tuple) else tuple(ignored),
+        )
         params = self.startup.params
         if "options" in params:
             pairs = parse_options(params["options"])
