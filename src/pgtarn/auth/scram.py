@@ -249,6 +249,7 @@ def forget_salted_passwords() -> None:
     """Drop the cached derivations (RELOAD: the passwords they came from may be gone)."""
     _salted_password.cache_clear()
     _KEY_PADS.clear()
+    _SALT_AND_ITERATIONS.clear()
 
 
 def client_key_for(password: str, salt: bytes, iterations: int) -> bytes:
@@ -279,7 +280,8 @@ def make_verifier(
 
 
 def _decode(data: bytes, what: str) -> str:
-    raw = bytes(data)
+    # (bytes() of bytes is a generic call when compiled: a copy only of a bytearray or view)
+    raw = data if isinstance(data, bytes) else bytes(data)
     if len(raw) > MAX_MESSAGE:
         raise ProtocolViolation(f"malformed SCRAM message: {what} is too long")
     try:
@@ -308,6 +310,30 @@ def _expect(attrs: list[tuple[str, str]], pos: int, name: str, what: str) -> str
 def _refuse_mandatory_extension(attrs: list[tuple[str, str]]) -> None:
     if attrs and attrs[0][0] == "m":
         raise ProtocolViolation("SCRAM message requires an unsupported extension")
+
+
+#: The server-first-message's end (",s=<salt>,i=<iterations>") by salt: the same for every
+#: login of a user. Bounded; RELOAD clears it.
+_SALT_AND_ITERATIONS: Final[dict[bytes, tuple[int, str]]] = {}
+#: The base64 of a channel-binding input ("n,,", "y,,", or -PLUS's with the certificate's
+#: hash): a few distinct ones. Bounded.
+_CHANNEL_B64: Final[dict[bytes, str]] = {}
+
+
+def _salt_and_iterations(v: ScramVerifier) -> str:
+    known = _SALT_AND_ITERATIONS.get(v.salt)
+    if known is None or known[0] != v.iterations:
+        known = (v.iterations, f",s={_b64(v.salt)},i={v.iterations}")
+        _bounded_put(_SALT_AND_ITERATIONS, v.salt, known)
+    return known[1]
+
+
+def _channel_b64(cbind_input: bytes) -> str:
+    known = _CHANNEL_B64.get(cbind_input)
+    if known is None:
+        known = _b64(cbind_input)
+        _bounded_put(_CHANNEL_B64, cbind_input, known)
+    return known
 
 
 def _escape_saslname(name: str) -> str:
@@ -366,6 +392,7 @@ class ScramServer(_Exchange):
         self._cbind_input = b""
         self._nonce = ""
         self._auth_prefix = ""
+        self._expected_final = ""
         self._client_key: bytes | None = None
 
     def mechanisms(self) -> list[str]:
@@ -437,12 +464,25 @@ class ScramServer(_Exchange):
         client_nonce = _expect(attrs, 1, "r", "client-first-message")
         if not _is_printable(client_nonce):
             raise ProtocolViolation("malformed SCRAM message: client nonce is not printable")
-        v = self._verifier
         self._nonce = client_nonce + self._server_nonce
-        server_first = f"r={self._nonce},s={_b64(v.salt)},i={v.iterations}"
+        server_first = "r=" + self._nonce + _salt_and_iterations(self._verifier)
         self._auth_prefix = f"{bare},{server_first},"
+        # the client-final-message without its proof, as a client that follows the
+        # exchange sends it (no extensions): handle_client_final's one comparison
+        self._expected_final = "c=" + _channel_b64(self._cbind_input) + ",r=" + self._nonce
         self._state = _State.FIRST_DONE
         return server_first.encode("ascii")
+
+    def _check_final_attributes(self, without_proof: str) -> None:
+        """The channel binding and the nonce of a client-final-message (its proof cut off)
+        that is not the one expected: each checked, and what is wrong told."""
+        attrs = _attrs(without_proof, "client-final-message")
+        cbind = _b64decode(_expect(attrs, 0, "c", "client-final-message"), "channel binding")
+        if not _COMPARE_DIGEST(cbind, self._cbind_input):
+            # for -PLUS: the client's TLS channel is not ours (a man in the middle)
+            raise ProtocolViolation("SCRAM channel binding check failed")
+        if _expect(attrs, 1, "r", "client-final-message") != self._nonce:
+            raise ProtocolViolation("malformed SCRAM message: nonce does not match")
 
     def handle_client_final(self, data: bytes) -> bytes:
         """Check the client-final-message's proof, return the server-final-message."""
@@ -452,13 +492,8 @@ class ScramServer(_Exchange):
         if cut < 0:
             raise ProtocolViolation("malformed SCRAM message: client proof is missing")
         without_proof = text[:cut]
-        attrs = _attrs(without_proof, "client-final-message")
-        cbind = _b64decode(_expect(attrs, 0, "c", "client-final-message"), "channel binding")
-        if not _COMPARE_DIGEST(cbind, self._cbind_input):
-            # for -PLUS: the client's TLS channel is not ours (a man in the middle)
-            raise ProtocolViolation("SCRAM channel binding check failed")
-        if _expect(attrs, 1, "r", "client-final-message") != self._nonce:
-            raise ProtocolViolation("malformed SCRAM message: nonce does not match")
+        if without_proof != self._expected_final:  # else its attributes are as expected
+            self._check_final_attributes(without_proof)
         proof = _b64decode(text[cut + 3 :], "client proof")
         if len(proof) != _KEY_LEN:
             raise ProtocolViolation("malformed SCRAM message: client proof has the wrong size")

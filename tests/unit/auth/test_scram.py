@@ -445,6 +445,23 @@ def test_client_final_malformed(msg: bytes) -> None:
     assert not server.done
 
 
+@pytest.mark.parametrize(
+    ("swap", "message"),
+    [
+        ((b"c=biws", b"c=eSws"), "SCRAM channel binding check failed"),
+        ((b"c=biws", b"c=bi!s"), "invalid base64 in channel binding"),
+        ((b"r=rOpr", b"r=xOpr"), "nonce does not match"),
+        ((b"c=biws", b"x=biws"), 'lacks attribute "c"'),
+    ],
+)
+def test_client_final_errors_name_what_is_wrong(swap: tuple[bytes, bytes], message: str) -> None:
+    # (a message other than the one expected is checked attribute by attribute)
+    server = rfc_server()
+    server.handle_client_first(RFC_CLIENT_FIRST)
+    with pytest.raises(ProtocolViolation, match=message):
+        server.handle_client_final(RFC_CLIENT_FINAL.replace(*swap))
+
+
 def passthrough_client() -> ScramClient:
     client = ScramClient(
         client_key=b"k" * 32, server_key=b"s" * 32, username="user", nonce=RFC_CLIENT_NONCE
