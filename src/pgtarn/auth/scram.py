@@ -137,14 +137,16 @@ def _b64decode(value: str, what: str) -> bytes:
 
 def _is_printable(nonce: str) -> bool:
     """RFC 5802 `printable`: ASCII 0x21-0x7E except ','; must not be empty."""
-    # a loop over code points: compiled, a third of a regular expression's call
-    if not nonce:
-        return False
-    for char in nonce:
-        code = ord(char)
-        if code < 0x21 or code > 0x7E or code == 0x2C:
-            return False
-    return True
+    # two C calls and two searches (in ASCII only the space is printable below 0x21 and
+    # nothing above 0x7E): compiled, a loop over the code points cost about 100
+    # instructions per character
+    return (
+        bool(nonce)
+        and nonce.isascii()
+        and nonce.isprintable()
+        and " " not in nonce
+        and "," not in nonce
+    )
 
 
 def _new_nonce() -> str:
@@ -458,10 +460,16 @@ class ScramServer(_Exchange):
             self._cbind_input = f"{cbind},,".encode()
         if authzid:
             raise ProtocolViolation("SCRAM authorization identity is not supported")
-        attrs = _attrs(bare, "client-first-message")
-        _refuse_mandatory_extension(attrs)
-        _expect(attrs, 0, "n", "client-first-message")  # PostgreSQL ignores the username
-        client_nonce = _expect(attrs, 1, "r", "client-first-message")
+        comma = bare.find(",")
+        simple = comma > 0 and bare[:2] == "n=" and bare[comma + 1 : comma + 3] == "r="
+        if simple and bare.find(",", comma + 1) < 0:
+            # "n=<name>,r=<nonce>", as every client sends it: no split into attributes
+            client_nonce = bare[comma + 3 :]
+        else:
+            attrs = _attrs(bare, "client-first-message")
+            _refuse_mandatory_extension(attrs)
+            _expect(attrs, 0, "n", "client-first-message")  # PostgreSQL ignores the username
+            client_nonce = _expect(attrs, 1, "r", "client-first-message")
         if not _is_printable(client_nonce):
             raise ProtocolViolation("malformed SCRAM message: client nonce is not printable")
         self._nonce = client_nonce + self._server_nonce

@@ -543,3 +543,16 @@ FUZZ_TARGETS = {
 def test_fuzz_only_pgtarn_errors_escape(target: str, data: bytes) -> None:
     with contextlib.suppress(AuthFailed, ProtocolViolation):
         FUZZ_TARGETS[target](data)
+
+
+def test_a_nonce_is_printable_ascii_without_comma() -> None:
+    # RFC 5802 printable: 0x21-0x7E but ','; the server's own nonce is checked the same way
+    for code in range(0x180):
+        nonce = "ab" + chr(code) + "cd"
+        if 0x21 <= code <= 0x7E and code != 0x2C:
+            ScramServer(RFC_VERIFIER, nonce=nonce)
+        else:
+            with pytest.raises(ValueError, match="printable"):
+                ScramServer(RFC_VERIFIER, nonce=nonce)
+    with pytest.raises(ValueError, match="printable"):
+        ScramServer(RFC_VERIFIER, nonce="")
