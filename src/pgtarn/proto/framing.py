@@ -431,6 +431,11 @@ class StartupReader:
 
     def feed(self, data: bytes) -> tuple[bytes | None, bytes]:
         """Return (packet body or None when incomplete, bytes left over after the packet)."""
+        if not self._buf and len(data) >= 8:
+            # a whole packet in one chunk, as a client sends it: sliced, not gathered
+            length = _UINT32.unpack_from(data, 0)[0]
+            if 8 <= length <= self.max_size and len(data) >= length:
+                return data[4:length], data[length:]
         self._buf += data
         if len(self._buf) < 4:
             return None, b""

@@ -93,7 +93,9 @@ def parse_startup(body: bytes) -> StartupPacket:
         return StartupPacket(code, {})
     # name\0value\0 pairs, then an empty name; one split, not a scan per string. The last
     # element of the split is what follows the last NUL (no terminator).
-    strings = bytes(body[4:]).split(b"\x00")
+    tail = body[4:]
+    # (bytes() of bytes is a generic call when compiled: a copy only of another buffer)
+    strings = (tail if isinstance(tail, bytes) else bytes(tail)).split(b"\x00")
     last = len(strings) - 1
     params: dict[str, str] = {}
     i = 0
@@ -109,24 +111,27 @@ def parse_startup(body: bytes) -> StartupPacket:
             raise ProtocolViolation("missing string terminator")
         # one copy each: thousands of clients with the same user, database,
         # application_name... (a client keeps some of them for as long as it stays)
-        params[_one_copy(_decode(strings[i]))] = _one_copy(_decode(strings[i + 1]))
+        params[_one_text(strings[i])] = _one_text(strings[i + 1])
         i += 2
     return StartupPacket(code, params)
 
 
-#: The strings of recent startup packets, each the one copy of its text: a dictionary, not
-#: sys.intern (a generic call when compiled, about 550 instructions, against 150). Bounded:
-#: cleared when full, so that made-up values cannot make it grow.
-_STARTUP_STRINGS: Final[dict[str, str]] = {}
+#: The strings of recent startup packets by their bytes, each the one copy of its text: a
+#: dictionary, not sys.intern (a generic call when compiled, about 550 instructions, against
+#: 150), keyed by the bytes so that a known one is not decoded again. Bounded: cleared when
+#: full, so that made-up values cannot make it grow.
+_STARTUP_STRINGS: Final[dict[bytes, str]] = {}
 _STARTUP_STRINGS_MAX: Final = 4096
 
 
-def _one_copy(text: str) -> str:
-    known = _STARTUP_STRINGS.get(text)
+def _one_text(raw: bytes) -> str:
+    """raw decoded (UTF-8), the one copy of that text."""
+    known = _STARTUP_STRINGS.get(raw)
     if known is None:
+        text = _decode(raw)
         if len(_STARTUP_STRINGS) >= _STARTUP_STRINGS_MAX:
             _STARTUP_STRINGS.clear()
-        known = _STARTUP_STRINGS[text] = text
+        known = _STARTUP_STRINGS[raw] = text
     return known
 
 
