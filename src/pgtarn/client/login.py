@@ -190,35 +190,36 @@ class ClientLoginDriver:
     def act(self, events: list[Event]) -> None:
         """Do what the login machine asks, in order (PgtarnError: the login ends with it)."""
         client = self.client
+        # isinstance, not match: compiled, a class pattern is a generic isinstance call and
+        # each captured field a generic attribute read
         for index, event in enumerate(events):
-            match event:
-                case Send(data):
-                    if index + 1 < len(events) and isinstance(events[index + 1], Authenticated):
-                        continue  # AuthenticationOk: the connection sends it with the welcome
-                    client.write(data)
-                case StartupReceived(startup):
-                    self._startup_received(startup)
-                case Authenticated(scram_keys):
-                    last = events[index - 1] if index else None
-                    client.authenticated(scram_keys, last.data if isinstance(last, Send) else b"")
-                case Failed(error, response):
-                    if isinstance(error, AuthFailed):
-                        if self.looked_up:  # maybe changed
-                            client.runtime.forget_secret(client.user)
-                        self.login_failed()
-                    client.close(error, response)
-                case TlsRequested(direct):
-                    self._tls_requested(direct)
-                case CancelRequested(key):
-                    client.cancel_request(key)
-                case CheckPassword():  # PAM or an LDAP server (passcheck.py)
-                    check_password(self, event)
-                case Close(reason):
-                    if reason:
-                        client.close_reason = reason  # logged when the connection is lost
-                    client.close()
-                case _:
-                    assert_never(event)
+            if isinstance(event, Send):
+                if index + 1 < len(events) and isinstance(events[index + 1], Authenticated):
+                    continue  # AuthenticationOk: the connection sends it with the welcome
+                client.write(event.data)
+            elif isinstance(event, StartupReceived):
+                self._startup_received(event.startup)
+            elif isinstance(event, Authenticated):
+                last = events[index - 1] if index else None
+                client.authenticated(event.scram_keys, last.data if isinstance(last, Send) else b"")
+            elif isinstance(event, Failed):
+                if isinstance(event.error, AuthFailed):
+                    if self.looked_up:  # maybe changed
+                        client.runtime.forget_secret(client.user)
+                    self.login_failed()
+                client.close(event.error, event.response)
+            elif isinstance(event, TlsRequested):
+                self._tls_requested(event.direct)
+            elif isinstance(event, CancelRequested):
+                client.cancel_request(event.key)
+            elif isinstance(event, CheckPassword):  # PAM or an LDAP server (passcheck.py)
+                check_password(self, event)
+            elif isinstance(event, Close):
+                if event.reason:
+                    client.close_reason = event.reason  # logged when the connection is lost
+                client.close()
+            else:
+                assert_never(event)
 
     # --- passcheck.py's side: a check's verdict ------------------------------------------------
 
