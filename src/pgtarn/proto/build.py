@@ -50,9 +50,15 @@ def ready_for_query(status: bytes = b"I") -> bytes:
     return message(b"Z", status)
 
 
+#: Authentication's codes as they are sent (0 to 12): a SCRAM login sends two, a
+#: Struct.pack each (a generic method call when compiled) where this is a tuple read.
+_AUTH_CODES: Final = tuple(_I.pack(code) for code in range(13))
+
+
 def authentication(code: int, payload: bytes = b"") -> bytes:
     """Authentication* messages: 0 ok, 3 cleartext, 5 md5, 10 SASL, 11 continue, 12 final."""
-    return message(b"R", _I.pack(code) + payload)
+    packed = _AUTH_CODES[code] if 0 <= code < len(_AUTH_CODES) else _I.pack(code)
+    return message(b"R", packed + payload)
 
 
 AUTH_OK = authentication(0)

@@ -17,6 +17,7 @@ from pgtarn.proto.messages import (
     CANCEL_REQUEST,
     SSL_REQUEST,
     nul_at,
+    parse_authentication,
     parse_bind_parameters,
     parse_fields,
     parse_parameter_status,
@@ -140,3 +141,11 @@ def test_startup_strings_are_kept_once_and_bounded() -> None:
     for n in range(_STARTUP_STRINGS_MAX + 10):
         parse_startup(body(f"app{n}"))
         assert len(_STARTUP_STRINGS) <= _STARTUP_STRINGS_MAX
+
+
+def test_authentication_messages_carry_their_code() -> None:
+    # every code, the ones kept packed and one past them, read back as sent
+    for code in (*range(14), 2**31 - 1):
+        msg = build.authentication(code, b"pay")
+        assert msg[:1] == b"R" and int.from_bytes(msg[1:5], "big") == len(msg) - 1
+        assert parse_authentication(msg[5:]) == (code, b"pay")
