@@ -38,19 +38,12 @@ def lend_marked(pool: Pool[S], server: S) -> None:
     now = server.handoff_at
     server.handoff_at = 0.0
     waiting = pool.waiting
-    if pool.paused or server.close_needed:
-        waited = -1.0
-    else:
-        try:
-            waited = now - waiting.first_since()
-        except IndexError:  # (nobody waits any more; cheaper than asking first)
-            waited = -1.0
-    if waited < 0.0:
-        pool.active.discard(server)
-        pool._to_idle(server, now)
+    if pool.paused or server.close_needed or not waiting.count:
+        pool._to_idle(server, now, True)
         return
+    waited = now - waiting.first_since()
     waiter = waiting.popleft()
-    pool.stats.wait.observe(waited)
+    pool.stats.wait.observe(waited if waited > 0.0 else 0.0)  # (queued after it came)
     waiter.server_assigned(server)
 
 
@@ -61,8 +54,7 @@ def hand_off(pool: Pool[S], server: S) -> None:
     now = server.handoff_at
     if now:
         server.handoff_at = 0.0
-        pool.active.discard(server)
-        pool._to_idle(server, now)
+        pool._to_idle(server, now, True)
 
 
 def come_back(pool: Pool[S], server: S) -> None:

@@ -269,7 +269,7 @@ class Pool(Generic[S]):
             + len(self.login)
             + len(self.tested)
             + len(self.being_canceled)
-            + len(self.replication or ())
+            + (len(self.replication) if self.replication is not None else 0)
         )
 
     def has_room(self, reserve: bool = False) -> bool:
@@ -318,7 +318,7 @@ class Pool(Generic[S]):
         """An idle server for waiter now (prefer if it is idle), or None after queueing it
         (served FIFO). now: the caller's reading of the clock, if it has one."""
         now = self.last_used = now or self.clock()
-        if not self.waiting and not self.paused:
+        if not self.waiting.count and not self.paused:
             if prefer is not None and self.idle and self.idle.top() is not prefer \
                     and prefer in self.idle:  # fmt: skip
                 self.idle.remove(prefer)  # (a scan of at most the pool's size)
@@ -341,7 +341,8 @@ class Pool(Generic[S]):
         # Grow only when the servers coming (logging in, being reset) are too few and there
         # is room; the reserve pool is the janitor's call.
         if (
-            len(self.waiting) > len(self.login) + len(self.tested)
+            self.waiting.count > len(self.login) + len(self.tested)
+            and len(self.active) < self.pool_size  # (under load all are lent: none counted)
             and self.server_count < self.pool_size
         ):
             self._grow(now)
@@ -484,48 +485,65 @@ class Pool(Generic[S]):
         login_failed(self, server, error, retry)
 
     def release(self, server: S, now: float = 0.0) -> None:
-        """A linked server is clean again: to the first waiter, or idle (now: as acquire)."""
-        self.active.discard(server)
-        if self.tested:  # (rarely not empty: a set's discard hashes even when it is)
-            self.tested.discard(server)
+        """A linked server is clean again (active, or tested after its reset or check): to
+        the first waiter, or idle (now: as acquire)."""
+        held = True  # in active: a server lent on stays there (no set removal and addition)
+        tested = self.tested
+        if tested and server in tested:  # (rarely not empty: a set's test hashes even then)
+            tested.discard(server)
+            held = False
         if self.cancels and server in self.cancels:  # (rarely not empty, as tested)
+            self.active.discard(server)
             self.being_canceled.add(server)  # until its last cancel ends (cancels.py)
-        elif not self.owed or self.gate is None or not self.gate.gives_back(self, server):
-            # (after it served)
-            self._to_idle(server, now)
+            return
+        if self.owed and self.gate is not None:
+            self.active.discard(server)
+            held = False
+            if self.gate.gives_back(self, server):
+                return
+        self._to_idle(server, now, held)
 
     def begin_reset(self, server: S) -> None:
         """A server left its client and runs a reset or rollback before reuse."""
         self.active.discard(server)
         self.tested.add(server)
 
-    def _to_idle(self, server: S, now: float = 0.0) -> None:
+    def _to_idle(self, server: S, now: float = 0.0, held: bool = False) -> None:
+        """A server free again goes to the first waiter, idle, or closed. held: it is in
+        active still, where a server lent on stays; otherwise it leaves active first."""
         if server.connstr != self.connstr:
-            server.close("connection string changed")
+            reason = "connection string changed"
         elif server.close_needed:
-            server.close("reconnect requested")
+            reason = "reconnect requested"
         elif server.last_used - server.created_at > self.lifetime:
-            server.close("server_lifetime")
+            reason = "server_lifetime"
         elif self.paused and self.pause_closes:
-            server.close("pool paused")
-        elif self.waiting and not self.paused:
+            reason = "pool paused"
+        elif self.waiting.count and not self.paused:
+            if not held:
+                self.active.add(server)
             if self.defer is not None and server.in_read:
                 # (the hot path under load: its ReadyForQuery) lent once its read is over
-                self.active.add(server)
                 server.handoff_at = now or self.clock()  # (handoffs.py)
                 return
             # lend it to the first waiting client
             waiting = self.waiting
             waited = (now or self.clock()) - waiting.first_since()
             waiter = waiting.popleft()
-            self.active.add(server)
             self.stats.wait.observe(waited if waited > 0.0 else 0.0)  # (queued after it came)
             waiter.server_assigned(server)
-        elif self.server_count >= self.pool_size:
+            return
+        elif self.server_count - (1 if held else 0) >= self.pool_size:
             # a reserve server nobody waits for, or the pool shrank by a reload
-            server.close("pool is over its size")
+            reason = "pool is over its size"
         else:
+            if held:
+                self.active.discard(server)
             self.idle.append(server)
+            return
+        if held:  # (out of every container before it closes: its connection_lost comes later)
+            self.active.discard(server)
+        server.close(reason)
 
     def _serve_waiters(self) -> None:
         """An idle server to each waiting client (RESUME, another pool's waiters taken):

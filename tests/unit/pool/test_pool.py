@@ -680,3 +680,35 @@ def test_refuse_waiting_fails_waiters_and_those_that_ask_later() -> None:
     two = registry.get_pool(config.databases["two"], "u")  # a pool made after it
     late = FakeClient("late")
     assert two.acquire(late) is None and late.error is SHUTTING_DOWN and not two.waiting
+
+
+class SlowClosingServer(FakeServer):
+    """A server whose close ends later (as a real one: its connection_lost comes after)."""
+
+    def close(self, reason: str, wait: bool = False) -> None:
+        self.closed = reason
+
+
+@pytest.mark.parametrize("waiting", [False, True])
+def test_a_server_closed_at_release_is_in_no_container_while_it_closes(waiting: bool) -> None:
+    pool, _clock, _launched = make_pool(pool_size=1)
+    server = SlowClosingServer(pool, pool.clock())
+    pool.active.add(server)  # lent to a client
+    if waiting:
+        pool.acquire(FakeClient("b"))
+    server.close_needed = True
+    pool.release(server)
+    assert server.closed == "reconnect requested"
+    assert server not in pool.active and pool.server_count == 0
+
+
+def test_a_server_lent_on_at_release_stays_active() -> None:
+    pool, clock, launched = make_pool(pool_size=1)
+    a, b = FakeClient("a"), FakeClient("b")
+    pool.acquire(a)
+    ready(pool, launched[0])
+    assert pool.acquire(b) is None
+    pool.release(launched[0], clock.now)
+    assert b.server is launched[0] and pool.active == {launched[0]} and not pool.waiting
+    pool.release(launched[0], clock.now)
+    assert pool.active == set() and list(pool.idle) == [launched[0]]

@@ -57,8 +57,8 @@ def test_take_waiting_since_takes_the_old_in_order_and_keeps_the_young() -> None
 
 
 def test_a_queue_that_never_empties_stays_as_small_as_its_longest_length() -> None:
-    """Under steady load the queue is never empty: the taken front is cut off, or the
-    storage would grow by one slot per transaction."""
+    """Under steady load the queue is never empty: its ring goes round, or the storage
+    would grow by one slot per transaction."""
     queue: WaitQueue[Client] = WaitQueue()
     clients = [Client(str(n)) for n in range(50)]
     for client in clients:
@@ -68,5 +68,25 @@ def test_a_queue_that_never_empties_stays_as_small_as_its_longest_length() -> No
         client = queue.popleft()
         assert client is clients[turn % 50]
         queue.append(client, float(turn))
-    assert len(queue) == 50 and len(queue.waiters.slots) <= 2 * 50 + 32
-    assert len(queue.times.slots) == len(queue.waiters.slots)
+    assert len(queue) == 50 and len(queue.waiters) == len(queue.times) == 64
+
+
+def test_the_ring_grows_while_it_goes_round_and_keeps_the_order() -> None:
+    """A ring full while its front is past its first slot grows into the waiters in order."""
+    clients = [Client(str(n)) for n in range(40)]
+    queue: WaitQueue[Client] = WaitQueue()
+    for n in range(6):
+        queue.append(clients[n], float(n))
+    for _ in range(5):
+        queue.popleft()  # the front at slot 5 of 8
+    for n in range(6, 30):
+        queue.append(clients[n], float(n))
+    assert queue.items() == [(clients[n], float(n)) for n in range(5, 30)]
+    queue.remove(clients[7])
+    assert [queue.popleft() for _ in range(3)] == [clients[5], clients[6], clients[8]]
+    assert queue.first_since() == 9.0 and len(queue) == 21 and clients[29] in queue
+    while queue:
+        queue.popleft()
+    with pytest.raises(IndexError):
+        queue.first_since()
+    assert queue.head == 0 and all(slot is None for slot in queue.waiters)
