@@ -214,8 +214,8 @@ accept_some(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * the watch holds the transport (by fd) for as long as its socket is registered and takes
  * the socket out (EPOLL_CTL_DEL, which drops its pending events) before letting it go. So
  * whatever epoll_wait returns is alive, and watch_ready hands it out with a reference of its
- * own: no lookup by fd, and no tuple or int made per event (epoll's event bits are small
- * ints, which Python keeps made). */
+ * own: no lookup by fd, and nothing made per event. A socket that failed or hung up is told
+ * by a None before its transport; a readable one is only its transport. */
 
 #define WATCH_BATCH 256
 static struct epoll_event ready_events[WATCH_BATCH];
@@ -264,20 +264,25 @@ watch_ready(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (count < 0) {
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    PyObject *ready = PyList_New(2 * (Py_ssize_t)count);
+    Py_ssize_t size = count;
+    for (int i = 0; i < count; i++) {
+        if (ready_events[i].events & (EPOLLERR | EPOLLHUP)) {
+            size++;
+        }
+    }
+    PyObject *ready = PyList_New(size);
     if (ready == NULL) {
         return NULL;
     }
+    Py_ssize_t at = 0;
     for (int i = 0; i < count; i++) {
         PyObject *transport = (PyObject *)ready_events[i].data.ptr;
-        PyObject *events = PyLong_FromUnsignedLong(ready_events[i].events);
-        if (events == NULL) {
-            Py_DECREF(ready);
-            return NULL;
+        if (ready_events[i].events & (EPOLLERR | EPOLLHUP)) {
+            Py_INCREF(Py_None);
+            PyList_SET_ITEM(ready, at++, Py_None);
         }
         Py_INCREF(transport);
-        PyList_SET_ITEM(ready, 2 * i, transport);
-        PyList_SET_ITEM(ready, 2 * i + 1, events);
+        PyList_SET_ITEM(ready, at++, transport);
     }
     return ready;
 }
@@ -299,8 +304,9 @@ static PyMethodDef io_methods[] = {
      "watch_set(epfd, epoll, op, fd, events, transport): epoll_ctl(2) on the set epfd, with "
      "transport as the data; epoll and the others are the pure build's."},
     {"watch_ready", (PyCFunction)(void (*)(void))watch_ready, METH_FASTCALL,
-     "watch_ready(epfd, epoll, transports) -> [transport, events, ...]: the set's ready "
-     "sockets now, without waiting; epoll and transports are the pure build's."},
+     "watch_ready(epfd, epoll, transports) -> [transport, ...]: the transports of the set's "
+     "ready sockets now, without waiting, each one that failed or hung up after a None; "
+     "epoll and transports are the pure build's."},
     {NULL, NULL, 0, NULL},
 };
 
