@@ -489,7 +489,7 @@ class Pool(Generic[S]):
         the first waiter, or idle (now: as acquire)."""
         held = True  # in active: a server lent on stays there (no set removal and addition)
         tested = self.tested
-        if tested and server in tested:  # (rarely not empty: a set's test hashes even then)
+        if len(tested) and server in tested:  # (rarely not empty; len: compiled, no call)
             tested.discard(server)
             held = False
         if self.cancels and server in self.cancels:  # (rarely not empty, as tested)

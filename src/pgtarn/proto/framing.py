@@ -13,8 +13,10 @@ from .msgtypes import READY_FOR_QUERY
 _HEADER = Struct("!cI")
 _UINT32 = Struct("!I")
 #: A scanner between messages holds this (shared): its own bytearray only once a message
-#: is cut across chunks, so thousands of idle connections hold no empty buffer each.
-_NO_BYTES = b""
+#: is cut across chunks, so thousands of idle connections hold no empty buffer each. That
+#: bytearray is never empty, so ``_buf is not _NO_BYTES`` says a message is begun (compiled,
+#: a pointer comparison where a truth test of bytes or bytearray is a generic call).
+_NO_BYTES: Final = b""
 
 #: (message type, message body, offset in the fed chunk just past the message)
 Event = tuple[int, bytes, int]
@@ -150,7 +152,7 @@ class MessageScanner:
         home = self.home
         if home is None:
             return self
-        if not self._skip and not self._buf:  # at a boundary: nothing of its own to keep
+        if not self._skip and self._buf is _NO_BYTES:  # at a boundary: nothing of its own
             return home
         if home is not self:
             return self
@@ -218,7 +220,7 @@ class MessageScanner:
         """Whether data is one whole message of msg_type (a watched type), begun at a message
         boundary: feed would return it alone."""
         n: i64 = len(data)
-        if n < 5 or data[0] != msg_type or self._skip or self._buf:
+        if n < 5 or data[0] != msg_type or self._skip or self._buf is not _NO_BYTES:
             return False
         high: i64 = data[1]  # (as in feed)
         upper: i64 = data[2]
@@ -237,7 +239,7 @@ class MessageScanner:
         alone, as the last six bytes of data (a server's usual reply)."""
         n: i64 = len(data)
         last = n - 6  # where the ReadyForQuery starts
-        if last < 0 or data[last] != READY_FOR_QUERY or self._skip or self._buf:
+        if last < 0 or data[last] != READY_FOR_QUERY or self._skip or self._buf is not _NO_BYTES:
             return False
         if data[last + 1] or data[last + 2] or data[last + 3] or data[last + 4] != 5:
             return False
