@@ -1,11 +1,11 @@
 """Fifo: a first-in first-out queue that the compiled hot path reads by index.
 
 A server's ServerStatements queues one entry per reply it is owed (a Sync's ReadyForQuery
-for every simple query) and takes it when the reply comes; a pool queues its waiting clients
-(pool/waiting.py). Compiled, a deque's append, popleft and [0] are generic Python calls; here
-they are list reads and writes. Taken slots hold None (nothing is kept alive by the queue);
-the storage is kept while the queue empties and refills, and the taken front is cut off once
-it is half of the storage, so that its size stays bounded by the longest the queue has been.
+for every simple query) and takes it when the reply comes. Compiled, a deque's append,
+popleft and [0] are generic Python calls; here they are list reads and writes. Taken slots
+hold None (nothing is kept alive by the queue); the storage is kept while the queue empties
+and refills, and the taken front is cut off once it is half of the storage, so that its size
+stays bounded by the longest the queue has been.
 """
 
 from __future__ import annotations
