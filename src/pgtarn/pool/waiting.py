@@ -100,7 +100,9 @@ class WaitQueue(Generic[W]):
         waiters[head] = None
         self.count -= 1
         head += 1
-        self.head = 0 if head == len(waiters) or not self.count else head
+        if head == len(waiters) or not self.count:  # (statements: an int and an i64 in one
+            head = 0  # expression would go through a Python int)
+        self.head = head
         return waiter
 
     def remove(self, waiter: W) -> None:
