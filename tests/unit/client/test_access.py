@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+from typing import Any
 
 import pytest
 
@@ -159,7 +160,7 @@ def test_physical_replication_matches_only_the_replication_keyword() -> None:
     ],
 )
 def test_fixed_method_is_auth_method_for_every_connection(
-    settings: dict[str, str], fixed: str | None
+    settings: dict[str, Any], fixed: str | None
 ) -> None:
     config = dataclasses.replace(Config(), **settings)
     assert fixed_method(config) == fixed
