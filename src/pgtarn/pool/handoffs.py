@@ -9,7 +9,7 @@ follows in that read would be taken for the new client's. So, when the pool has 
 - released inside its own read (the hot path under load), a server that goes to a waiting
   client is put with the ``active`` ones and marked (``handoff_at``: when it was released;
   Pool._to_idle), and at the end of that read ``lend_marked`` lends it to the client first
-  in the queue then (ServerRelay.data_received): a mark set and read, no queue of its own;
+  in the queue then (ServerConnection.data_received): a mark set and read, no queue of its own;
 - idle servers given to the waiting clients by RESUME or by a pool taking another's
   waiters (Pool._serve_waiters), and a server back from its cancels (``come_back``), are
   marked alike and handed off by the runtime once the reads under way are over

@@ -10,9 +10,10 @@ through release_from: mid-query the server closes; otherwise a Sync, then ROLLBA
 reset query as needed, and the server is released to its pool. An idle server runs
 server_check_query before it is lent again (start_check).
 
-The class is assembled from ServerTransport (transport.py: fields and asyncio glue) and
-ServerRelay (relay.py: the relay of replies), one job per file; this file adds the
-lifecycle (connect, login reports, close) and the commands of the client side and the pool.
+The class extends ServerTransport (transport.py: fields and asyncio glue) and hands each
+read to the relay (relay.py: RELAY, one object for every server, which holds no field);
+this file adds the lifecycle (connect, login reports, close) and the commands of the client
+side and the pool.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..net.sockets import (
     tune,
 )
 from ..pool.cancels import cancel_ended, cancel_started
+from ..pool.handoffs import lend_marked
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.framing import MessageScanner
@@ -45,8 +47,8 @@ from ..session.prepared import FORGETS_ALL, ServerStatements
 from ..session.tracking import NO_SETTINGS
 from .linked import LinkedClient
 from .login import LoginDriver, server_login_for
-from .relay import ServerRelay
-from .transport import log
+from .relay import RELAY
+from .transport import ServerTransport, log
 
 #: workers = N: a server closed to give its slot to another worker waits this long at most
 #: for PostgreSQL to close the connection.
@@ -72,7 +74,7 @@ def is_transient(error: PgtarnError) -> bool:
     return error.sqlstate.startswith("08") or error.sqlstate in TRANSIENT_SQLSTATES
 
 
-class ServerConnection(ServerRelay):
+class ServerConnection(ServerTransport):
     """One connection to PostgreSQL, lent to clients by its pool."""
 
     __slots__ = ()
@@ -129,6 +131,29 @@ class ServerConnection(ServerRelay):
         self.login.start(
             self.transport, self.runtime.server_tls, self.runtime.config.server_tls_sslmode
         )
+
+    def data_received(self, data: bytes) -> None:
+        """PostgreSQL's bytes: to the login while it runs, then to the relay."""
+        self.in_read = True
+        try:
+            if self.login is not None:
+                self.login.data_received(data)
+            elif self.statements is None:
+                RELAY.relay(self, data)
+            else:
+                RELAY.relay_prepared(self, data)
+        except PgtarnError as error:
+            log.warning("%r %s", self, error.message)
+            RELAY.relay_whole_messages_before(self, data)
+            self.close(error.message)
+        except BaseException:  # (a bug, which the loop reports: the read is over all the same)
+            self.in_read = False
+            if self.handoff_at:
+                lend_marked(self.pool, self)
+            raise
+        self.in_read = False
+        if self.handoff_at:  # released in this read to the clients waiting: lent now
+            lend_marked(self.pool, self)
 
     # --- the login's reports ----------------------------------------------------------------
 
@@ -342,6 +367,22 @@ class ServerConnection(ServerRelay):
             self.transport.close()
 
     # --- commands from the client side and the pool --------------------------------------------
+
+    def watch_rows(self, on: bool) -> None:
+        """The linked client reads the rows of a batch (on), or no longer (ServerRelay)."""
+        RELAY.watch_rows(self, on)
+
+    def watch_descriptions(self) -> None:
+        """Replies to a Describe of a statement are owed: read them (ServerRelay)."""
+        RELAY.watch_descriptions(self)
+
+    def start_hidden(self) -> None:
+        """At a ReadyForQuery: if a batch of pgtarn's own comes next, swallow its replies."""
+        RELAY.start_hidden(self)
+
+    def prepared_statements(self) -> ServerStatements:
+        """This server's statement bookkeeping (made on first use)."""
+        return RELAY.prepared_statements(self)
 
     def link(
         self,

@@ -57,7 +57,7 @@ class LinkedClient(asyncio.Protocol, Waiter[Server]):
 
     def result_relayed(self, msg_type: int, body: bytes) -> None:
         """A DataRow, CommandComplete, EmptyQueryResponse or PortalSuspended is relayed (only
-        while the client reads rows: ServerRelay.watch_rows)."""
+        while the client reads rows: ServerConnection.watch_rows)."""
         raise NotImplementedError
 
     def pause_reading(self) -> None:

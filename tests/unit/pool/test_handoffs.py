@@ -60,7 +60,7 @@ class Deferring:
         return server
 
     def read_over(self, server: FakeServer) -> None:
-        """The end of server's read (ServerRelay.data_received)."""
+        """The end of server's read (ServerConnection.data_received)."""
         server.in_read = False
         if server.handoff_at:
             lend_marked(self.pool, server)

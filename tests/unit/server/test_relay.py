@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from pgtarn.proto import build
+from pgtarn.server.linked import LinkedClient
+from pgtarn.server.relay import RELAY, ServerRelay
+from pgtarn.server.transport import ServerTransport
 
-from .fakes import FakeClient, logged_in_server
+from ..client.pair import fields_of
+from .fakes import FakeClient, FakeTransport, logged_in_server
 
 REPLY = (
     build.row_description([("n", 23)])
@@ -58,3 +64,61 @@ def test_a_fatal_read_while_idle_is_not_taken_for_one_a_client_saw() -> None:
     server.link(client, {})
     server.data_received(build.error_response("57P01", "shutting down", "FATAL"))
     assert server.fatal == "57P01 shutting down"
+
+
+def bare_server(prepared: int = 0) -> tuple[ServerTransport, FakeClient]:
+    """The fields of a logged-in server, no ServerConnection: what the relay works on,
+    linked to a client."""
+    model, _transport = logged_in_server("transaction", prepared)
+    server = ServerTransport(model.runtime, model.pool, model.db)
+    server.transport = FakeTransport()
+    client = FakeClient()
+    server.client = cast(LinkedClient[ServerTransport], client)
+    return server, client
+
+
+def test_the_relay_alone_passes_a_reply_on_and_reads_its_ready_for_query() -> None:
+    """The relay is one object for every server, driven here on a bare ServerTransport."""
+    server, client = bare_server()
+    RELAY.relay(server, REPLY[:7])
+    RELAY.relay(server, REPLY[7:])
+    assert client.received == REPLY and client.statuses == [b"E"]
+    assert server.status == b"E" and server.params["TimeZone"] == "Europe/Paris"
+    assert client.errors == 1
+
+
+def test_the_relay_alone_swallows_the_replies_to_pgtarns_own_queries() -> None:
+    server, client = bare_server()
+    cleaned: list[bool] = []
+    server.swallow = 1
+    server.on_clean = lambda: cleaned.append(True)
+    ours = build.command_complete("SET") + build.ready_for_query(b"I")
+    RELAY.relay(server, ours + build.command_complete("SELECT 0"))
+    assert client.received == build.command_complete("SELECT 0") and client.statuses == []
+    assert cleaned == [True] and server.swallow == 0
+
+
+def test_the_relay_alone_hides_the_reply_to_pgtarns_sync_with_prepared_statements() -> None:
+    """A client left: the Sync pgtarn sends ahead of its reset is answered to nobody, and
+    the statements are told of its ReadyForQuery; the client's next reply goes on."""
+    server, client = bare_server(prepared=10)
+    statements = RELAY.prepared_statements(server)
+    assert server.statements is statements
+    statements.sync_sent()
+    server.swallow, server.swallow_syncs = 1, 1
+    RELAY.relay_prepared(server, build.ready_for_query(b"I"))
+    assert client.received == b"" and server.swallow == server.swallow_syncs == 0
+    assert not statements.expected
+    RELAY.relay_prepared(server, REPLY)
+    assert client.received == REPLY and client.statuses == [b"E"]
+
+
+def test_the_relay_keeps_no_field_of_a_server() -> None:
+    """Per-server memory: every server uses the one relay, which holds nothing of theirs."""
+    first, first_client = bare_server()
+    second, second_client = bare_server()
+    assert fields_of(ServerRelay) == [] and not hasattr(RELAY, "__dict__")
+    assert "swallow" in fields_of(ServerTransport)  # (what the check finds)
+    RELAY.relay(first, build.ready_for_query(b"T"))
+    assert first.status == b"T" and second.status == b"I"
+    assert first_client.statuses == [b"T"] and second_client.statuses == []
