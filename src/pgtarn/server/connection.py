@@ -75,7 +75,12 @@ def is_transient(error: PgtarnError) -> bool:
 
 
 class ServerConnection(ServerTransport):
-    """One connection to PostgreSQL, lent to clients by its pool."""
+    """One connection to PostgreSQL, lent to clients by its pool.
+
+    Long: its lifecycle (connect, the login's reports, target_session_attrs, close) and the
+    commands of the client side and the pool set the same few fields (login, client, closed,
+    swallow, on_clean) in one order; the reply path, which reads alone, is relay.py's.
+    """
 
     __slots__ = ()
 
