@@ -302,8 +302,9 @@ class StatementRewriter:
     def _streamed_query(
         self, client: ClientStatements, head: bytes, out: bytearray, rest: int, status: bytes
     ) -> None:
-        """The head of a simple Query passed on in pieces that is one EXECUTE (the relay saw
-        to it: sqlnames.scan_head): written with the statement's server-side name (prepared
+        """The head of a simple Query passed on in pieces that is one EXECUTE or PREPARE (the
+        relay saw to it: sqlnames.scan_head; a PREPARE is _held_prepare's). An EXECUTE is
+        written with the statement's server-side name (prepared
         first if this server lacks it), its length made right for that name, its rest
         following as raw parts; the entry of its ReadyForQuery waits for its end
         (streamed_query). Never retried after a stale plan (it is not kept). A form pgtarn
@@ -316,6 +317,9 @@ class StatementRewriter:
             out += refusal
             self.dropping = rest
             return
+        if use is not None and use.kind == sqlnames.PREPARE:
+            self._held_prepare(client, use.name, head, out)
+            return
         stmt = None if use is None else client.names.get(use.name)
         executes: tuple[Statement, ...] = ()
         if use is not None and stmt is not None:  # (else PostgreSQL's own error names it)
@@ -323,11 +327,28 @@ class StatementRewriter:
                 self._prelude(stmt, out)
             self.counters.binds += 1
             executes = (stmt,)
-            text = sqlnames.rename(text, [(use.start, use.end, stmt.name)])
+            text = sqlnames.rename(text, [(use.start, use.end, in_sql(stmt.name))])
         out += b"Q" + (4 + len(text) + rest).to_bytes(4, "big") + text
         self.fresh = self.clean = False  # (until its end)
         self.streamed_query = Entry(KIND_SYNC, FORWARD, executes=executes)
         self._forget_all(client, text, status)
+
+    def _held_prepare(
+        self, client: ClientStatements, name: bytes, head: bytes, out: bytearray
+    ) -> None:
+        """The head of a simple Query passed on in pieces that is one SQL PREPARE, its client
+        pinned to this server (client/large.py): sent as it is, the statement prepared under
+        the client's own name (held_sql_statement says why), which pgtarn now follows as
+        the client's; undone if the query fails, as a PREPARE held whole is."""
+        self.counters.client_parses += 1
+        stmt = client.cache.held_sql_statement(name)
+        client.name(name, stmt)
+        self._evict(out)
+        self.prepared[stmt.name] = stmt
+        self.counters.server_parses += 1
+        out += head
+        self.fresh = self.clean = False  # (until its end)
+        self.streamed_query = Entry(KIND_SYNC, UNDO_DEFINED, stmt, client, name)
 
     def _held_parse(self, client: ClientStatements, head: bytes, out: bytearray, rest: int) -> None:
         """The head of a named Parse passed on in pieces, its client pinned to this server
@@ -469,7 +490,7 @@ class StatementRewriter:
                     " is not supported in transaction pooling mode",
                 )
             needed.append(stmt)
-            renames.append((use.start, use.end, stmt.name))
+            renames.append((use.start, use.end, in_sql(stmt.name)))
         for stmt in needed:
             if not self._has(stmt):
                 self._prelude(stmt, out)
@@ -631,7 +652,7 @@ class StatementRewriter:
                 else:
                     self.counters.binds += 1
                     executes.append(stmt)
-            renames.append((use.start, use.end, stmt.name))
+            renames.append((use.start, use.end, in_sql(stmt.name)))
         if not renames:
             self._pass_query(body, out)
             return True
@@ -722,6 +743,14 @@ def _refuse_long(rewriter: StatementRewriter, body: bytes, out: bytearray) -> No
     name = body[: name_end if name_end >= 0 else 63]
     out += message(b"P", RAISER_NAME + b"\x00" + b"pgtarn refused\x00\x00\x00")
     rewriter.expected.append(Entry(KIND_PARSE, REFUSED_LONG, None, None, name))
+
+
+def in_sql(name: bytes) -> bytes:
+    """A server-side statement name as SQL text writes it: pgtarn's own as they are, a
+    client's (a SQL PREPARE held under its client's name) as a quoted identifier."""
+    if name.startswith(SERVER_PREFIX):
+        return name
+    return b'"' + name.replace(b'"', b'""') + b'"'
 
 
 def too_long(name: bytes) -> str:

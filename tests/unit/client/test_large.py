@@ -10,6 +10,7 @@ from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.streaming import HEAD_SIZE
 from pgtarn.server.connection import ServerConnection
+from pgtarn.session.effects import HELD
 
 from .pair import SERVER_WELCOME, ClientSide, Pool, result, sent, types
 
@@ -492,3 +493,99 @@ def test_a_long_text_whose_naming_words_are_data_goes_in_pieces(kind: str) -> No
         + build.ready_for_query(b"I")
     )
     assert client.large is None and not client.pinned and client.server is None
+
+
+def long_prepare(name: str = "big_p", size: int = 60_000) -> str:
+    return f"PREPARE {name}(int) AS SELECT md5('" + "r" * size + "'), $1"
+
+
+def prepare_done(server: ServerConnection, ok: bool = True) -> None:
+    server.data_received(
+        (
+            build.command_complete("PREPARE")
+            if ok
+            else build.error_response("ERROR", "42601", "syntax error")
+        )
+        + build.ready_for_query(b"I")
+    )
+
+
+def test_a_long_prepare_goes_in_pieces_under_its_clients_name_and_pins() -> None:
+    """A SQL PREPARE long for its statement's text is not kept to prepare it on other
+    servers: passed on as it is, in pieces, the server's statement named as the client
+    names it, and the client pinned to that server; later uses of the name reach it."""
+    _pool, client, server = sql_prepared_pool()
+    query = build.query(long_prepare())
+    client.data_received(query[:CHUNK])
+    got = sent(server)
+    assert len(got) < 20_000 and client.large is not None  # never the whole
+    in_chunks(client, query[CHUNK:])
+    assert got + sent(server) == query and client.large is None and client.expected == 1
+    prepare_done(server)
+    assert client.pinned and client.server is server and client.pin_reasons() == ["untracked"]
+    assert client.session is not None and client.session.state.untracked == HELD
+    client.data_received(build.query("EXECUTE big_p(1)"))
+    assert sent(server) == build.query('EXECUTE "big_p"(1)')  # (no PREPARE ahead)
+    server.data_received(result())
+    client.data_received(build.query("EXECUTE big_md5('x')"))  # another, still pgtarn's
+    assert b"EXECUTE pgtarn_s" in sent(server)
+    server.data_received(result())
+    client.data_received(build.query("DEALLOCATE big_p"))
+    assert sent(server) == build.query('DEALLOCATE "big_p"')
+    server.data_received(build.command_complete("DEALLOCATE") + build.ready_for_query(b"I"))
+    client.data_received(build.query("PREPARE big_p AS SELECT 2"))  # (a new one, kept)
+    assert b"PREPARE pgtarn_s" in sent(server)
+
+
+def test_a_long_prepare_of_a_quoted_name_is_run_by_that_name() -> None:
+    _pool, client, server = sql_prepared_pool()
+    in_chunks(client, build.query(long_prepare('"Big ""P"""')))
+    sent(server)
+    prepare_done(server)
+    client.data_received(build.query('EXECUTE "Big ""P"""(3)'))
+    assert sent(server) == build.query('EXECUTE "Big ""P"""(3)')
+    server.data_received(result())
+    client.data_received(build.query("EXECUTE big_p(3)"))  # (not that name: as written)
+    assert sent(server) == build.query("EXECUTE big_p(3)")
+
+
+def test_a_long_prepare_that_failed_pins_and_names_nothing() -> None:
+    """Its client keeps the server (what the query left there is unknown); the name means
+    no statement of pgtarn's, so a later use goes as written."""
+    _pool, client, server = sql_prepared_pool()
+    in_chunks(client, build.query(long_prepare()))
+    sent(server)
+    prepare_done(server, ok=False)
+    assert client.pinned and client.server is server
+    client.data_received(build.query("EXECUTE big_p(1)"))
+    assert sent(server) == build.query("EXECUTE big_p(1)")
+
+
+def test_a_long_prepare_of_a_name_in_use_is_refused_in_its_place() -> None:
+    """42P05 as PostgreSQL gives it, none of the long text sent."""
+    _pool, client, server = sql_prepared_pool()
+    in_chunks(client, build.query(long_prepare("big_md5")))
+    ((kind, body),) = split_messages(sent(server))
+    assert chr(kind) == "Q" and body.startswith(b"DO $pgtarn$") and b"42P05" in body
+    assert client.large is None and client.expected == 1
+
+
+@pytest.mark.parametrize(
+    ("more", "name"),
+    [
+        ("pin_session_state = 0\n", "big_p"),  # (it could not be pinned)
+        ("track_session_state = 0\n", "big_p"),
+        ("", "pgtarn_p1"),  # (a name of pgtarn's kind, never a server's statement's)
+    ],
+    ids=["no pins", "untracked", "pgtarn name"],
+)
+def test_a_long_prepare_that_cannot_be_pinned_is_read_whole(more: str, name: str) -> None:
+    """Read whole and prepared under a name of pgtarn's, as a short one is."""
+    pool = Pool(prepared=10, more=BUFFER + more)
+    client, _transport = pool.client()
+    in_chunks(client, build.query(long_prepare(name)))
+    (server,) = pool.servers
+    ((kind, body),) = split_messages(sent(server))
+    assert chr(kind) == "Q" and body.startswith(b"PREPARE pgtarn_s") and len(body) > 60_000
+    prepare_done(server)
+    assert not client.pinned
