@@ -437,3 +437,36 @@ def test_sql_prepare_of_a_large_literal_three_clients(pgtarn_factory: Any) -> No
     wait_until(lambda: not pids & backend_pids(proc), timeout=10, what="their servers closed")
     with connect(proc, autocommit=True) as conn:
         assert conn.execute("SELECT 42").fetchone() == (42,)
+
+
+def test_extended_execute_with_a_large_literal_three_clients(pgtarn_factory: Any) -> None:
+    """Three clients each run EXECUTE of a SQL-level prepared statement with a 40 MB literal
+    through the extended protocol (an unnamed Parse), twice, at once: its name, in the Parse's
+    head, is rewritten for whichever server runs it and the rest streams; not pinned."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    start = reset_peak(proc)
+    pins: list[str] = []
+
+    def execute(index: int) -> list[tuple[str, int]]:
+        text = payload(index, 40 * MB).decode()
+        rows = []
+        with connect(proc, autocommit=True) as conn:
+            conn.execute(f"PREPARE big_ext_{index}(text, int) AS SELECT md5($1), $2")
+            for number in range(2):
+                # (binary results: the extended protocol, an unnamed Parse of the text)
+                sql = f"EXECUTE big_ext_{index}('{text}', {number})"
+                row = conn.execute(sql.encode(), prepare=False, binary=True).fetchone()
+                assert row is not None
+                rows.append((str(row[0]), int(row[1])))
+            with admin(proc) as console:
+                pins.extend(r["pinned"] for r in show(console, "CLIENTS") if r["pinned"])
+        return rows
+
+    results = in_threads(execute)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+    for index, result in enumerate(results):
+        digest = hashlib.md5(payload(index, 40 * MB)).hexdigest()
+        assert result == [(digest, 0), (digest, 1)]
+    assert pins == []

@@ -10,7 +10,8 @@ connection makes this part for it, and hands it every byte until the message end
   that may change session state pins the client with state that is not followed (its
   server is closed when it leaves), never a state missed;
 - a Parse of the unnamed statement, a Bind: passed on, a Bind's statement name rewritten
-  for the server (the framer's STREAMED_HEAD part);
+  for the server (the framer's STREAMED_HEAD part), as is the name of an unnamed Parse
+  that is one EXECUTE (as a Query's below);
 - a named Parse where pgtarn keeps prepared statements: its text cannot be kept to prepare
   it on other servers, so it is passed on under a server-side name of its own
   (Statement.held) and its client pinned to its server (HELD, whatever its batch's
@@ -30,7 +31,7 @@ connection makes this part for it, and hands it every byte until the message end
   EXECUTE, only what follows;
 - a Describe or Close: no statement or portal name is that long, refused with 08P01 (the
   client closed, as for a message past max_packet_size);
-- what must be kept whole to be rewritten (an unnamed Parse or any other Query naming
+- what must be kept whole to be rewritten (any other unnamed Parse or Query naming
   SQL-level prepared statements in its head: a DEALLOCATE, a script of
   statements; sqlnames.head_names_none tells a head whose naming words are all in
   literals or comments, which is not): gathered whole as before (max_packet_size bounds
@@ -61,6 +62,7 @@ from ..session.effects import (
 from ..session.framer import SYNC_MARK, Part
 from ..session.rewrite import REFUSED_HEAD, SERVER_PREFIX, STREAMED_HEAD
 from ..session.sqlnames import (
+    EXECUTE,
     PREPARE,
     begins_plainly,
     head_names_none,
@@ -151,7 +153,8 @@ class ClientLargeMessage:
         #: A named Parse the rewriter refuses in its place (see the module docstring).
         refused = False
         name_end = -1
-        #: A Query whose head names statements, rewritten there (the rest as it comes).
+        #: A Query or unnamed Parse whose head names statements, rewritten there (the rest
+        #: as it comes).
         named = False
         if msg_type == QUERY:
             look = first_look(body)
@@ -185,6 +188,10 @@ class ClientLargeMessage:
                 and may_name_statements(body, 1)
                 and not head_names_none(body[1:])
             )
+            if whole and body.find(b"\x00", 1) < 0:  # (one EXECUTE, long for its text:
+                use = scan_head(body[1:])  # its name rewritten in the head, as a Query's)
+                named = use is not None and use.kind == EXECUTE
+                whole = not named
         if whole:  # (today's way: kept whole, relayed when complete)
             self._way = _WHOLE
             self._kept += head + piece

@@ -277,9 +277,12 @@ class StatementRewriter:
         if head[0] == PARSE and head[5] != 0:
             self._held_parse(client, head, out, rest)
             return
-        if head[0] == PARSE:  # unnamed, naming no SQL-level statement (the relay saw to it)
+        if head[0] == PARSE:  # unnamed: one EXECUTE, or naming none (the relay saw to it)
+            clean = self.clean
             self.clean = False
             self.unnamed_forgets = b""
+            if sqlnames.has_statement_words(head):
+                head = self._streamed_execute_parse(client, head, clean, out, rest)
             out += head
             self.expected.append(PARSE_ENTRY)
             return
@@ -332,6 +335,37 @@ class StatementRewriter:
         self.fresh = self.clean = False  # (until its end)
         self.streamed_query = Entry(KIND_SYNC, FORWARD, executes=executes)
         self._forget_all(client, text, status)
+
+    def _streamed_execute_parse(
+        self, client: ClientStatements, head: bytes, clean: bool, out: bytearray, rest: int
+    ) -> bytes:
+        """The head of an unnamed Parse passed on in pieces, to write: one that is one
+        EXECUTE (sqlnames.scan_head) gets the statement's server-side name, as _sql_in_parse
+        gives it (prepared first if this server lacks it, at a batch's start), its length
+        made right; one that cannot run is replaced by a Parse raising the error, its rest
+        dropped."""
+        text = head[6:]
+        use = sqlnames.scan_head(text)
+        if use is None or use.kind != sqlnames.EXECUTE:
+            return head
+        stmt = client.names.get(use.name)
+        error = None
+        if stmt is None:
+            if not use.name.startswith(SERVER_PREFIX):
+                return head  # not the client's: PostgreSQL's own error names it
+            error = raise_error("26000", _missing(use.name))  # another client's statement
+        elif stmt.name not in self.prepared and not clean:
+            error = raise_error("0A000", _MID_BATCH_EXECUTE)
+        if error is not None:
+            self.dropping = rest
+            return message(b"P", b"\x00" + error[5:-1] + b"\x00\x00\x00")
+        assert stmt is not None
+        if not self._has(stmt):
+            self._prelude(stmt, out)
+        self.counters.binds += 1
+        self.stale_candidates = (stmt,)
+        body = b"\x00" + sqlnames.rename(text, [(use.start, use.end, in_sql(stmt.name))])
+        return b"P" + (4 + len(body) + rest).to_bytes(4, "big") + body
 
     def _held_prepare(
         self, client: ClientStatements, name: bytes, head: bytes, out: bytearray
@@ -481,14 +515,7 @@ class StatementRewriter:
                 )
             assert stmt is not None
             if stmt.name not in self.prepared and not clean:
-                return _refused_parse(
-                    body,
-                    pos,
-                    end,
-                    "EXECUTE of a SQL-level prepared"
-                    " statement in the middle of an extended-protocol batch"
-                    " is not supported in transaction pooling mode",
-                )
+                return _refused_parse(body, pos, end, _MID_BATCH_EXECUTE)
             needed.append(stmt)
             renames.append((use.start, use.end, in_sql(stmt.name)))
         for stmt in needed:
@@ -807,6 +834,13 @@ def _refusal(rewriter: StatementRewriter, client: ClientStatements, found: sqlna
                 " send Sync first",
             )
     return None
+
+
+#: Why an unnamed statement EXECUTEs no statement the server lacks but at a batch's start.
+_MID_BATCH_EXECUTE: Final = (
+    "EXECUTE of a SQL-level prepared statement in the middle of an extended-protocol batch"
+    " is not supported in transaction pooling mode"
+)
 
 
 def _refused_parse(body: bytes, pos: int, end: int, message: str, sqlstate: str = "0A000"

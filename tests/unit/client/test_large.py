@@ -589,3 +589,67 @@ def test_a_long_prepare_that_cannot_be_pinned_is_read_whole(more: str, name: str
     assert chr(kind) == "Q" and body.startswith(b"PREPARE pgtarn_s") and len(body) > 60_000
     prepare_done(server)
     assert not client.pinned
+
+
+def long_execute_batch(name: str = "big_md5", size: int = 60_000) -> bytes:
+    text = f"EXECUTE {name}('" + "u" * size + "')"
+    return build.parse("", text) + build.bind("", "", []) + build.execute() + build.SYNC
+
+
+def test_a_long_unnamed_parse_of_one_execute_is_renamed_and_streamed() -> None:
+    """An unnamed Parse that is one EXECUTE, long for its arguments: the name rewritten in
+    its head, its length made right, the rest passed on as it comes; not pinned."""
+    _pool, client, server = sql_prepared_pool()
+    batch = long_execute_batch()
+    client.data_received(batch[: 3 * CHUNK])
+    got = sent(server)
+    assert 0 < len(got) < 20_000 and client.large is not None  # its head went, never all
+    in_chunks(client, batch[3 * CHUNK :])
+    got += sent(server)
+    assert types(got) == "PBES" and client.large is None
+    parse = split_messages(got)[0][1]
+    assert parse.startswith(b"\x00EXECUTE pgtarn_s") and parse.endswith(b"u')\x00\x00\x00")
+    server.data_received(build.message(b"1") + build.message(b"2") + result())
+    assert not client.pinned and client.server is None
+
+
+def test_a_long_unnamed_parse_of_one_execute_prepares_it_first() -> None:
+    pool, client, first = sql_prepared_pool(pool_size=2)
+    other, _transport = pool.client()
+    other.data_received(build.query("BEGIN"))  # holds the first server
+    sent(first)
+    batch = long_execute_batch()
+    client.data_received(batch[: 3 * CHUNK])
+    second = pool.servers[-1]
+    second.data_received(SERVER_WELCOME)
+    out = sent(second)
+    out = out[int.from_bytes(out[:4], "big") :]  # (after its StartupMessage)
+    assert len(out) < 20_000 and b"\x00EXECUTE pgtarn_s" in out  # its head went, never all
+    in_chunks(client, batch[3 * CHUNK :])
+    out += sent(second)
+    assert second is not first and types(out) == "QPBES"
+    messages = split_messages(out)
+    assert messages[0][1].startswith(b"PREPARE pgtarn_")  # (pgtarn's own, hidden)
+    assert messages[1][1].startswith(b"\x00EXECUTE pgtarn_s")
+
+
+def test_a_long_unnamed_parse_of_another_clients_statement_is_refused_in_its_place() -> None:
+    """A Parse raising 26000 in its place, none of its long text sent."""
+    _pool, client, server = sql_prepared_pool()
+    batch = long_execute_batch("pgtarn_s99")
+    client.data_received(batch[: 3 * CHUNK])
+    out = sent(server)
+    assert b"DO $pgtarn$" in out  # (at once, from its head)
+    in_chunks(client, batch[3 * CHUNK :])
+    out += sent(server)
+    assert b"u" * 100 not in out and types(out) == "PBES" and client.large is None
+    parse = split_messages(out)[0][1]
+    assert parse.startswith(b"\x00DO $pgtarn$") and b"26000" in parse
+
+
+def test_a_long_unnamed_parse_of_a_script_is_still_read_whole() -> None:
+    _pool, client, server = sql_prepared_pool()
+    text = "EXECUTE big_md5('a'); EXECUTE big_md5('" + "w" * 60_000 + "')"
+    in_chunks(client, build.parse("", text) + build.bind("", "", []) + build.SYNC)
+    out = sent(server)  # (renamed as a short one is; PostgreSQL refuses two statements)
+    assert types(out) == "PBS" and b"w" * 100 in out and b"big_md5" not in out
