@@ -621,7 +621,12 @@ class StatementRewriter:
             # Other clients may use the statement: forget the name, keep the server's.
             previous = client.names.get(name)
             client.forget(name)
-            out += NOOP_CLOSE
+            if previous is not None and not previous.name.startswith(SERVER_PREFIX):
+                # Held under the client's own name (a long SQL PREPARE), which it may run
+                # as written: closed for real, as no other client has it.
+                out += message(b"C", b"S" + previous.name + b"\x00")
+            else:
+                out += NOOP_CLOSE
             self.expected.append(Entry(KIND_CLOSE, FORWARD, None, client, name, previous))
 
     def _query(

@@ -537,6 +537,20 @@ def test_a_long_prepare_goes_in_pieces_under_its_clients_name_and_pins() -> None
     assert b"PREPARE pgtarn_s" in sent(server)
 
 
+def test_a_long_prepare_closed_by_a_close_message_is_closed_for_real() -> None:
+    """Its server has it under the client's name, which the client may run as written: a
+    Close of it closes it there, so an EXECUTE after it fails as on a direct connection."""
+    _pool, client, server = sql_prepared_pool()
+    in_chunks(client, build.query(long_prepare()))
+    sent(server)
+    prepare_done(server)
+    client.data_received(build.message(b"C", b"Sbig_p\x00") + build.SYNC)
+    assert sent(server) == build.message(b"C", b"Sbig_p\x00") + build.SYNC
+    server.data_received(build.message(b"3") + build.ready_for_query(b"I"))
+    client.data_received(build.query("EXECUTE big_p(1)"))
+    assert sent(server) == build.query("EXECUTE big_p(1)")
+
+
 def test_a_long_prepare_of_a_quoted_name_is_run_by_that_name() -> None:
     _pool, client, server = sql_prepared_pool()
     in_chunks(client, build.query(long_prepare('"Big ""P"""')))
