@@ -307,11 +307,11 @@ class StatementRewriter:
     ) -> None:
         """The head of a simple Query passed on in pieces that is one EXECUTE or PREPARE (the
         relay saw to it: sqlnames.scan_head; a PREPARE is _held_prepare's). An EXECUTE is
-        written with the statement's server-side name (prepared
-        first if this server lacks it), its length made right for that name, its rest
-        following as raw parts; the entry of its ReadyForQuery waits for its end
-        (streamed_query). Never retried after a stale plan (it is not kept). A form pgtarn
-        refuses goes as the refusal, the rest dropped."""
+        written with the statement's server-side name (prepared first if this server lacks
+        it), its length made right for that name, its rest following as raw parts; the
+        entry of its ReadyForQuery waits for its end (streamed_query). Never retried after
+        a stale plan (it is not kept). A form pgtarn refuses goes as the refusal, the rest
+        dropped."""
         text = head[5:]
         use = sqlnames.scan_head(text)
         uses = [] if use is None else [use]
