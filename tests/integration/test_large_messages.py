@@ -470,3 +470,24 @@ def test_extended_execute_with_a_large_literal_three_clients(pgtarn_factory: Any
         digest = hashlib.md5(payload(index, 40 * MB)).hexdigest()
         assert result == [(digest, 0), (digest, 1)]
     assert pins == []
+
+
+def test_sql_prepare_of_a_large_literal_run_in_the_same_text(pgtarn_factory: Any) -> None:
+    """A long PREPARE and an EXECUTE of it after its literal, in one Query: the statement
+    has its client's name on the server, so the EXECUTE, past what pgtarn reads, finds it;
+    later queries name it too, and after DEALLOCATE it is gone as on a direct connection."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    text = "s" * (10 * MB)
+    with connect(proc, autocommit=True) as conn:
+        cur = conn.execute(f"PREPARE tail_p AS SELECT length('{text}'); EXECUTE tail_p".encode())
+        rows = []
+        while True:
+            if cur.description is not None:
+                rows.extend(cur.fetchall())
+            if not cur.nextset():
+                break
+        assert rows == [(len(text),)]
+        assert conn.execute("EXECUTE tail_p").fetchone() == (len(text),)
+        conn.execute("DEALLOCATE tail_p")
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            conn.execute("EXECUTE tail_p")
