@@ -119,7 +119,10 @@ REFUSED_HEAD: Final = 0x101
 
 class StatementRewriter:
     """The statements one server has prepared, and how a client's messages are rewritten for it
-    (the client -> server half of ServerStatements, in prepared.py)."""
+    (the client -> server half of ServerStatements, in prepared.py).
+
+    Long: one state machine over a client's statement messages, its branches sharing one
+    statement table (the module docstring says so too)."""
 
     def __init__(self, capacity: int, counters: PreparedCounters | None = None) -> None:
         self.capacity = capacity
