@@ -388,3 +388,106 @@ def test_sql_execute_of_a_large_literal_keeps_pooling(pgtarn_factory: Any) -> No
             other.execute("BEGIN")  # (takes the server conn just had, if it went back)
             assert conn.execute("EXECUTE big_len('x', 1)").fetchone() == (2,)
             other.execute("COMMIT")
+
+
+def test_sql_prepare_of_a_large_literal_three_clients(pgtarn_factory: Any) -> None:
+    """Three clients each PREPARE a statement holding a 40 MB literal (a simple Query,
+    transaction mode with max_prepared_statements) and EXECUTE it, at once: the PREPARE is
+    passed on in pieces, never held whole, under the client's own name, and its client
+    pinned to the server that has the statement (SHOW CLIENTS says why); that server is
+    closed when the client leaves, so no other client ever meets the statement."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    start = reset_peak(proc)
+    all_prepared = threading.Barrier(3)
+    pins: list[str] = []
+
+    def prepare(index: int) -> tuple[list[str], int]:
+        text = payload(index, 40 * MB).decode()
+        digests = []
+        with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+            conn.execute(f"PREPARE big_prep_{index}(int) AS SELECT md5('{text}'), $1".encode())
+            pid = conn.execute("SELECT pg_backend_pid()").fetchone()
+            assert pid is not None
+            for number in range(2):
+                row = conn.execute(f"EXECUTE big_prep_{index}({number})").fetchone()
+                assert row is not None and row[1] == number
+                digests.append(str(row[0]))
+                assert other.execute("SELECT %s::int", (number,)).fetchone() == (number,)
+            # (a name another client uses is not this client's)
+            with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+                other.execute(f"EXECUTE big_prep_{index}(1)")
+            assert conn.execute("SELECT pg_backend_pid()").fetchone() == pid
+            all_prepared.wait()
+            if index == 0:
+                with admin(proc) as console:
+                    pins.extend(r["pinned"] for r in show(console, "CLIENTS") if r["pinned"])
+            all_prepared.wait()
+        return digests, int(pid[0])
+
+    results = in_threads(prepare)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+    assert pins == ["untracked"] * 3
+    for index, result in enumerate(results):
+        digest = hashlib.md5(payload(index, 40 * MB)).hexdigest()
+        assert isinstance(result, tuple) and result[0] == [digest, digest]
+    pids = {result[1] for result in results if isinstance(result, tuple)}
+    assert len(pids) == 3
+    wait_until(lambda: not pids & backend_pids(proc), timeout=10, what="their servers closed")
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("SELECT 42").fetchone() == (42,)
+
+
+def test_extended_execute_with_a_large_literal_three_clients(pgtarn_factory: Any) -> None:
+    """Three clients each run EXECUTE of a SQL-level prepared statement with a 40 MB literal
+    through the extended protocol (an unnamed Parse), twice, at once: its name, in the Parse's
+    head, is rewritten for whichever server runs it and the rest streams; not pinned."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    start = reset_peak(proc)
+    pins: list[str] = []
+
+    def execute(index: int) -> list[tuple[str, int]]:
+        text = payload(index, 40 * MB).decode()
+        rows = []
+        with connect(proc, autocommit=True) as conn:
+            conn.execute(f"PREPARE big_ext_{index}(text, int) AS SELECT md5($1), $2")
+            for number in range(2):
+                # (binary results: the extended protocol, an unnamed Parse of the text)
+                sql = f"EXECUTE big_ext_{index}('{text}', {number})"
+                row = conn.execute(sql.encode(), prepare=False, binary=True).fetchone()
+                assert row is not None
+                rows.append((str(row[0]), int(row[1])))
+            with admin(proc) as console:
+                pins.extend(r["pinned"] for r in show(console, "CLIENTS") if r["pinned"])
+        return rows
+
+    results = in_threads(execute)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+    for index, result in enumerate(results):
+        digest = hashlib.md5(payload(index, 40 * MB)).hexdigest()
+        assert result == [(digest, 0), (digest, 1)]
+    assert pins == []
+
+
+def test_sql_prepare_of_a_large_literal_run_in_the_same_text(pgtarn_factory: Any) -> None:
+    """A long PREPARE and an EXECUTE of it after its literal, in one Query: the statement
+    has its client's name on the server, so the EXECUTE, past what pgtarn reads, finds it;
+    later queries name it too, and after DEALLOCATE it is gone as on a direct connection."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    text = "s" * (10 * MB)
+    with connect(proc, autocommit=True) as conn:
+        cur = conn.execute(f"PREPARE tail_p AS SELECT length('{text}'); EXECUTE tail_p".encode())
+        rows = []
+        while True:
+            if cur.description is not None:
+                rows.extend(cur.fetchall())
+            if not cur.nextset():
+                break
+        assert rows == [(len(text),)]
+        assert conn.execute("EXECUTE tail_p").fetchone() == (len(text),)
+        conn.execute("DEALLOCATE tail_p")
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            conn.execute("EXECUTE tail_p")

@@ -10,7 +10,8 @@ connection makes this part for it, and hands it every byte until the message end
   that may change session state pins the client with state that is not followed (its
   server is closed when it leaves), never a state missed;
 - a Parse of the unnamed statement, a Bind: passed on, a Bind's statement name rewritten
-  for the server (the framer's STREAMED_HEAD part);
+  for the server (the framer's STREAMED_HEAD part), as is the name of an unnamed Parse
+  that is one EXECUTE (as a Query's below);
 - a named Parse where pgtarn keeps prepared statements: its text cannot be kept to prepare
   it on other servers, so it is passed on under a server-side name of its own
   (Statement.held) and its client pinned to its server (HELD, whatever its batch's
@@ -18,6 +19,11 @@ connection makes this part for it, and hands it every byte until the message end
   tracked, pin_session_state = 0, a head that does not show the name's end, or a text
   that may name SQL-level statements) it is refused in its place (54000, the connection
   kept) and its rest dropped;
+- a Query that is one SQL PREPARE (sqlnames.scan_head: long for its statement's text) where
+  pgtarn keeps prepared statements: as a named Parse, its text cannot be kept, so it is
+  passed on as it is, the server's statement named as the client names it (the rewriter's
+  STREAMED_HEAD: Statement.held), and its client pinned (HELD); where that cannot be (as
+  for a Parse, or a name of pgtarn's kind) it is gathered whole as before;
 - a Query that is one EXECUTE of a SQL-level prepared statement (sqlnames.scan_head: long
   for its arguments) where pgtarn keeps prepared statements: passed on through the
   framer's parts, the name in its head rewritten for the server and its length made
@@ -25,11 +31,11 @@ connection makes this part for it, and hands it every byte until the message end
   EXECUTE, only what follows;
 - a Describe or Close: no statement or portal name is that long, refused with 08P01 (the
   client closed, as for a message past max_packet_size);
-- what must be kept whole to be rewritten (an unnamed Parse or any other Query naming
-  SQL-level prepared statements in its head: a PREPARE, a DEALLOCATE, a script of
+- what must be kept whole to be rewritten (any other unnamed Parse or Query naming
+  SQL-level prepared statements in its head: a DEALLOCATE, a script of
   statements; sqlnames.head_names_none tells a head whose naming words are all in
   literals or comments, which is not): gathered whole as before (max_packet_size bounds
-  it), then relayed as usual.
+  it), then relayed as usual (docs/clients.md says why each must be).
 
 Pieces go the way the connection's bytes go (to_server, or the framer's parts), so a
 client with no server yet holds at most PENDING_PAUSE of them, and one whose server's
@@ -49,12 +55,20 @@ from ..session.effects import (
     NAMES_STATEMENTS,
     SCHEMA_CHANGE,
     UNTRACKED,
+    Effect,
     Parsed,
     first_look,
 )
 from ..session.framer import SYNC_MARK, Part
-from ..session.rewrite import REFUSED_HEAD, STREAMED_HEAD
-from ..session.sqlnames import begins_plainly, head_names_none, may_name_statements, scan_head
+from ..session.rewrite import REFUSED_HEAD, SERVER_PREFIX, STREAMED_HEAD
+from ..session.sqlnames import (
+    EXECUTE,
+    PREPARE,
+    begins_plainly,
+    head_names_none,
+    may_name_statements,
+    scan_head,
+)
 from ..session.streamlook import StreamedText
 from .interfaces import LargeClient
 
@@ -97,7 +111,7 @@ class ClientLargeMessage:
         #: A streamed Query of a tracked session: how many results of its batch come before
         #: its own (-1: unknown), as the relay's base.
         self._base = 0
-        #: A named Parse passed on, its client to be pinned (HELD) at its end.
+        #: A named Parse or SQL PREPARE passed on, its client to be pinned (HELD) at its end.
         self._held = False
 
     @property
@@ -139,13 +153,25 @@ class ClientLargeMessage:
         #: A named Parse the rewriter refuses in its place (see the module docstring).
         refused = False
         name_end = -1
-        #: A Query whose head names statements, rewritten there (the rest as it comes).
+        #: A Query or unnamed Parse whose head names statements, rewritten there (the rest
+        #: as it comes).
         named = False
         if msg_type == QUERY:
             look = first_look(body)
             # (its words may be in literals or comments only: then it names nothing)
             named = statements and look & NAMES_STATEMENTS != 0 and not head_names_none(body)
-            whole = named and scan_head(body) is None
+            if named:
+                use = scan_head(body)
+                # A PREPARE is passed on only where its client can be pinned (as a named
+                # Parse's), under a name no statement of pgtarn's has.
+                self._held = (
+                    use is not None
+                    and use.kind == PREPARE
+                    and client.tracked
+                    and bool(client.runtime.config.pin_session_state)
+                    and not use.name.startswith(SERVER_PREFIX)
+                )
+                whole = use is None or (use.kind == PREPARE and not self._held)
         elif msg_type == PARSE:
             name_end = body.find(b"\x00")
             if statements and name_end != 0:
@@ -162,6 +188,10 @@ class ClientLargeMessage:
                 and may_name_statements(body, 1)
                 and not head_names_none(body[1:])
             )
+            if whole and body.find(b"\x00", 1) < 0:  # (one EXECUTE, long for its text:
+                use = scan_head(body[1:])  # its name rewritten in the head, as a Query's)
+                named = use is not None and use.kind == EXECUTE
+                whole = not named
         if whole:  # (today's way: kept whole, relayed when complete)
             self._way = _WHOLE
             self._kept += head + piece
@@ -221,25 +251,27 @@ class ClientLargeMessage:
         self._client._send_item((parts, None), size)
 
     def _end(self) -> None:
-        """The message went whole: a Query's look decides."""
+        """The message went whole: a Query's look decides, and a statement passed on pins."""
         client = self._client
-        if self._way == _PARTS and self._stream.msg_type == QUERY:
+        query = self._stream.msg_type == QUERY
+        if self._way == _PARTS and query:
             self._send([SYNC_MARK], 0)
-        if self._held:  # (its batch ends at the next Sync's ReadyForQuery, as below)
-            client._session_add(Parsed([(UNTRACKED, HELD)], 1), client.expected, 0)
+        effects: list[Effect] = []
         look = self._look
-        if look is None:
-            return
-        look.finish()
-        if look.schema_change:
-            client.schema_change_sent()
-        if look.changes_state:
+        if look is not None:
+            look.finish()
+            if look.schema_change:
+                client.schema_change_sent()
+            if look.changes_state:
+                effects.append((UNTRACKED, UNFOLLOWED))
+        if self._held:  # (last: its reason is the one said, and it holds if the batch fails)
+            effects.append((UNTRACKED, HELD))
+        if effects:
             # A Query's batch ends at the ReadyForQuery counted at its head (none can have
             # come before the whole message did); another's at the next Sync's, after those
             # owed now.
-            query = self._stream.msg_type == QUERY
             replies_ahead = max(client.expected - 1, 0) if query else client.expected
-            client._session_add(Parsed([(UNTRACKED, UNFOLLOWED)], 1), replies_ahead, self._base)
+            client._session_add(Parsed(effects, 1), replies_ahead, self._base)
 
     def begin(self) -> bytes:
         """Take the first bytes (the chunk that began the message): see receive."""

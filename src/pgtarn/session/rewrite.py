@@ -119,7 +119,10 @@ REFUSED_HEAD: Final = 0x101
 
 class StatementRewriter:
     """The statements one server has prepared, and how a client's messages are rewritten for it
-    (the client -> server half of ServerStatements, in prepared.py)."""
+    (the client -> server half of ServerStatements, in prepared.py).
+
+    Long: one state machine over a client's statement messages, its branches sharing one
+    statement table (the module docstring says so too)."""
 
     def __init__(self, capacity: int, counters: PreparedCounters | None = None) -> None:
         self.capacity = capacity
@@ -277,9 +280,12 @@ class StatementRewriter:
         if head[0] == PARSE and head[5] != 0:
             self._held_parse(client, head, out, rest)
             return
-        if head[0] == PARSE:  # unnamed, naming no SQL-level statement (the relay saw to it)
+        if head[0] == PARSE:  # unnamed: one EXECUTE, or naming none (the relay saw to it)
+            clean = self.clean
             self.clean = False
             self.unnamed_forgets = b""
+            if sqlnames.has_statement_words(head):
+                head = self._streamed_execute_parse(client, head, clean, out, rest)
             out += head
             self.expected.append(PARSE_ENTRY)
             return
@@ -302,12 +308,13 @@ class StatementRewriter:
     def _streamed_query(
         self, client: ClientStatements, head: bytes, out: bytearray, rest: int, status: bytes
     ) -> None:
-        """The head of a simple Query passed on in pieces that is one EXECUTE (the relay saw
-        to it: sqlnames.scan_head): written with the statement's server-side name (prepared
-        first if this server lacks it), its length made right for that name, its rest
-        following as raw parts; the entry of its ReadyForQuery waits for its end
-        (streamed_query). Never retried after a stale plan (it is not kept). A form pgtarn
-        refuses goes as the refusal, the rest dropped."""
+        """The head of a simple Query passed on in pieces that is one EXECUTE or PREPARE (the
+        relay saw to it: sqlnames.scan_head; a PREPARE is _held_prepare's). An EXECUTE is
+        written with the statement's server-side name (prepared first if this server lacks
+        it), its length made right for that name, its rest following as raw parts; the
+        entry of its ReadyForQuery waits for its end (streamed_query). Never retried after
+        a stale plan (it is not kept). A form pgtarn refuses goes as the refusal, the rest
+        dropped."""
         text = head[5:]
         use = sqlnames.scan_head(text)
         uses = [] if use is None else [use]
@@ -316,6 +323,9 @@ class StatementRewriter:
             out += refusal
             self.dropping = rest
             return
+        if use is not None and use.kind == sqlnames.PREPARE:
+            self._held_prepare(client, use.name, head, out)
+            return
         stmt = None if use is None else client.names.get(use.name)
         executes: tuple[Statement, ...] = ()
         if use is not None and stmt is not None:  # (else PostgreSQL's own error names it)
@@ -323,11 +333,59 @@ class StatementRewriter:
                 self._prelude(stmt, out)
             self.counters.binds += 1
             executes = (stmt,)
-            text = sqlnames.rename(text, [(use.start, use.end, stmt.name)])
+            text = sqlnames.rename(text, [(use.start, use.end, in_sql(stmt.name))])
         out += b"Q" + (4 + len(text) + rest).to_bytes(4, "big") + text
         self.fresh = self.clean = False  # (until its end)
         self.streamed_query = Entry(KIND_SYNC, FORWARD, executes=executes)
         self._forget_all(client, text, status)
+
+    def _streamed_execute_parse(
+        self, client: ClientStatements, head: bytes, clean: bool, out: bytearray, rest: int
+    ) -> bytes:
+        """The head of an unnamed Parse passed on in pieces, to write: one that is one
+        EXECUTE (sqlnames.scan_head) gets the statement's server-side name, as _sql_in_parse
+        gives it (prepared first if this server lacks it, at a batch's start), its length
+        made right; one that cannot run is replaced by a Parse raising the error, its rest
+        dropped."""
+        text = head[6:]
+        use = sqlnames.scan_head(text)
+        if use is None or use.kind != sqlnames.EXECUTE:
+            return head
+        stmt = client.names.get(use.name)
+        error = None
+        if stmt is None:
+            if not use.name.startswith(SERVER_PREFIX):
+                return head  # not the client's: PostgreSQL's own error names it
+            error = raise_error("26000", _missing(use.name))  # another client's statement
+        elif stmt.name not in self.prepared and not clean:
+            error = raise_error("0A000", _MID_BATCH_EXECUTE)
+        if error is not None:
+            self.dropping = rest
+            return message(b"P", b"\x00" + error[5:-1] + b"\x00\x00\x00")
+        assert stmt is not None
+        if not self._has(stmt):
+            self._prelude(stmt, out)
+        self.counters.binds += 1
+        self.stale_candidates = (stmt,)
+        body = b"\x00" + sqlnames.rename(text, [(use.start, use.end, in_sql(stmt.name))])
+        return b"P" + (4 + len(body) + rest).to_bytes(4, "big") + body
+
+    def _held_prepare(
+        self, client: ClientStatements, name: bytes, head: bytes, out: bytearray
+    ) -> None:
+        """The head of a simple Query passed on in pieces that is one SQL PREPARE, its client
+        pinned to this server (client/large.py): sent as it is, the statement prepared under
+        the client's own name (held_sql_statement says why), which pgtarn now follows as
+        the client's; undone if the query fails, as a PREPARE held whole is."""
+        self.counters.client_parses += 1
+        stmt = client.cache.held_sql_statement(name)
+        client.name(name, stmt)
+        self._evict(out)
+        self.prepared[stmt.name] = stmt
+        self.counters.server_parses += 1
+        out += head
+        self.fresh = self.clean = False  # (until its end)
+        self.streamed_query = Entry(KIND_SYNC, UNDO_DEFINED, stmt, client, name)
 
     def _held_parse(self, client: ClientStatements, head: bytes, out: bytearray, rest: int) -> None:
         """The head of a named Parse passed on in pieces, its client pinned to this server
@@ -460,16 +518,9 @@ class StatementRewriter:
                 )
             assert stmt is not None
             if stmt.name not in self.prepared and not clean:
-                return _refused_parse(
-                    body,
-                    pos,
-                    end,
-                    "EXECUTE of a SQL-level prepared"
-                    " statement in the middle of an extended-protocol batch"
-                    " is not supported in transaction pooling mode",
-                )
+                return _refused_parse(body, pos, end, _MID_BATCH_EXECUTE)
             needed.append(stmt)
-            renames.append((use.start, use.end, stmt.name))
+            renames.append((use.start, use.end, in_sql(stmt.name)))
         for stmt in needed:
             if not self._has(stmt):
                 self._prelude(stmt, out)
@@ -573,7 +624,12 @@ class StatementRewriter:
             # Other clients may use the statement: forget the name, keep the server's.
             previous = client.names.get(name)
             client.forget(name)
-            out += NOOP_CLOSE
+            if previous is not None and not previous.name.startswith(SERVER_PREFIX):
+                # Held under the client's own name (a long SQL PREPARE), which it may run
+                # as written: closed for real, as no other client has it.
+                out += message(b"C", b"S" + previous.name + b"\x00")
+            else:
+                out += NOOP_CLOSE
             self.expected.append(Entry(KIND_CLOSE, FORWARD, None, client, name, previous))
 
     def _query(
@@ -631,7 +687,7 @@ class StatementRewriter:
                 else:
                     self.counters.binds += 1
                     executes.append(stmt)
-            renames.append((use.start, use.end, stmt.name))
+            renames.append((use.start, use.end, in_sql(stmt.name)))
         if not renames:
             self._pass_query(body, out)
             return True
@@ -724,6 +780,14 @@ def _refuse_long(rewriter: StatementRewriter, body: bytes, out: bytearray) -> No
     rewriter.expected.append(Entry(KIND_PARSE, REFUSED_LONG, None, None, name))
 
 
+def in_sql(name: bytes) -> bytes:
+    """A server-side statement name as SQL text writes it: pgtarn's own as they are, a
+    client's (a SQL PREPARE held under its client's name) as a quoted identifier."""
+    if name.startswith(SERVER_PREFIX):
+        return name
+    return b'"' + name.replace(b'"', b'""') + b'"'
+
+
 def too_long(name: bytes) -> str:
     """The 54000 message for a named Parse longer than client_message_buffer."""
     return (
@@ -778,6 +842,13 @@ def _refusal(rewriter: StatementRewriter, client: ClientStatements, found: sqlna
                 " send Sync first",
             )
     return None
+
+
+#: Why an unnamed statement EXECUTEs no statement the server lacks but at a batch's start.
+_MID_BATCH_EXECUTE: Final = (
+    "EXECUTE of a SQL-level prepared statement in the middle of an extended-protocol batch"
+    " is not supported in transaction pooling mode"
+)
 
 
 def _refused_parse(body: bytes, pos: int, end: int, message: str, sqlstate: str = "0A000"

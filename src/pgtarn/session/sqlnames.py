@@ -272,15 +272,18 @@ def scan(text: bytes) -> Scan:
 
 
 def scan_head(head: bytes) -> NameUse | None:
-    """The statement name an EXECUTE runs, read from the head of a query too long to hold
-    (its first bytes, the rest to follow unread), or None when the head is not the start
-    of one EXECUTE (or EXPLAIN ... EXECUTE, CREATE ... AS EXECUTE) with its whole name.
+    """The statement name an EXECUTE runs or a PREPARE defines, read from the head of a
+    query too long to hold (its first bytes, the rest to follow unread), or None when the
+    head is not the start of one EXECUTE (or EXPLAIN ... EXECUTE, CREATE ... AS EXECUTE)
+    or PREPARE with its whole name.
 
-    A query that is one such statement is long for its arguments, and its name can be
-    rewritten in the head alone. Any other head that may name statements is read whole
-    (client/large.py): a PREPARE or DEALLOCATE must be a query of its own, and a head
-    that holds a whole statement may be the start of a script that names statements all
-    along. A token that reaches the head's end may go on past it: it is not read.
+    A query that is one such statement is long for its arguments or its statement's text,
+    and its name can be read (an EXECUTE's rewritten) in the head alone. Any other head
+    that may name statements is read whole (client/large.py): a DEALLOCATE's outcome is
+    undone when its query fails, which a query not held cannot be known to be alone in,
+    and a head that holds a whole statement may be the start of a script that names
+    statements all along. A token that reaches the head's end may go on past it: it is
+    not read.
     """
     found = tokens(head, True)
     if found and found[-1][2] >= len(head):
@@ -296,7 +299,7 @@ def scan_head(head: bytes) -> NameUse | None:
     uses: list[NameUse] = []
     if found:
         _statement(head, found, uses)
-    if len(uses) != 1 or uses[0].kind != EXECUTE:
+    if len(uses) != 1 or uses[0].kind == DEALLOCATE:
         return None
     return uses[0]
 

@@ -45,9 +45,10 @@ class Statement:
     #: ParameterDescription's body: a server that prepares it afresh is checked against them.
     told: bytes | None = None
     told_parameters: bytes = b""
-    #: Its text was never kept (a named Parse longer than client_message_buffer, passed on
-    #: in pieces): one client's, on the one server that prepared it, its client pinned
-    #: there; its parse only raises an error, should another server ever need it.
+    #: Its text was never kept (a named Parse or SQL PREPARE longer than
+    #: client_message_buffer, passed on in pieces): one client's, on the one server that
+    #: prepared it, its client pinned there; its parse only raises an error, should another
+    #: server ever need it. A SQL PREPARE's is named as its client names it.
     held: bool = False
 
     def typed_parse(self) -> bytes:
@@ -163,14 +164,16 @@ class StatementCache:
         """A new statement for a named Parse passed on in pieces (``Statement.held``), one
         client's (never shared: its text is not known), named by client_name."""
         name = b"pgtarn_h%d" % next(self._ids)
-        what = client_name.decode("utf-8", "replace").replace("$pgtarn$", "")
-        text = quote_literal(
-            f'prepared statement "{what}" was longer than client_message_buffer:'
-            " only the server that prepared it has it"
-        ).encode()
-        sql = b"DO $pgtarn$BEGIN RAISE EXCEPTION USING ERRCODE = '26000', MESSAGE = "
-        parse = message(b"P", name + b"\x00" + sql + text + b"; END$pgtarn$\x00\x00\x00")
+        parse = message(b"P", name + b"\x00" + _held_raise(client_name) + b"\x00\x00\x00")
         return Statement(name, parse, 1, held=True)
+
+    def held_sql_statement(self, client_name: bytes) -> Statement:
+        """A new statement for a SQL PREPARE passed on in pieces (``Statement.held``), one
+        client's: the server has it under client_name itself, so that the client's later
+        uses of that name in the same long query, which pgtarn does not read, find it too
+        (its client is pinned to that server, closed when the client leaves)."""
+        parse = message(b"Q", _held_raise(client_name) + b"\x00")
+        return Statement(client_name, parse, 1, sql=True, held=True)
 
     def renew(self, stmt: Statement) -> None:
         """The statement's plan went stale on some server: give it a new server-side name, so
@@ -203,6 +206,17 @@ class StatementCache:
         self._live.add(stmt)
         if stmt.generation == self.generation:
             self._by_key.setdefault(_key(stmt), stmt)
+
+
+def _held_raise(client_name: bytes) -> bytes:
+    """The text of a held statement's stand-in, should a server lack it: it raises 26000."""
+    what = client_name.decode("utf-8", "replace").replace("$pgtarn$", "")
+    text = quote_literal(
+        f'prepared statement "{what}" was longer than client_message_buffer:'
+        " only the server that prepared it has it"
+    ).encode()
+    sql = b"DO $pgtarn$BEGIN RAISE EXCEPTION USING ERRCODE = '26000', MESSAGE = "
+    return sql + text + b"; END$pgtarn$"
 
 
 def _key(stmt: Statement) -> bytes:

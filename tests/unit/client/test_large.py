@@ -10,6 +10,7 @@ from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.streaming import HEAD_SIZE
 from pgtarn.server.connection import ServerConnection
+from pgtarn.session.effects import HELD
 
 from .pair import SERVER_WELCOME, ClientSide, Pool, result, sent, types
 
@@ -492,3 +493,177 @@ def test_a_long_text_whose_naming_words_are_data_goes_in_pieces(kind: str) -> No
         + build.ready_for_query(b"I")
     )
     assert client.large is None and not client.pinned and client.server is None
+
+
+def long_prepare(name: str = "big_p", size: int = 60_000) -> str:
+    return f"PREPARE {name}(int) AS SELECT md5('" + "r" * size + "'), $1"
+
+
+def prepare_done(server: ServerConnection, ok: bool = True) -> None:
+    server.data_received(
+        (
+            build.command_complete("PREPARE")
+            if ok
+            else build.error_response("ERROR", "42601", "syntax error")
+        )
+        + build.ready_for_query(b"I")
+    )
+
+
+def test_a_long_prepare_goes_in_pieces_under_its_clients_name_and_pins() -> None:
+    """A SQL PREPARE long for its statement's text is not kept to prepare it on other
+    servers: passed on as it is, in pieces, the server's statement named as the client
+    names it, and the client pinned to that server; later uses of the name reach it."""
+    _pool, client, server = sql_prepared_pool()
+    query = build.query(long_prepare())
+    client.data_received(query[:CHUNK])
+    got = sent(server)
+    assert len(got) < 20_000 and client.large is not None  # never the whole
+    in_chunks(client, query[CHUNK:])
+    assert got + sent(server) == query and client.large is None and client.expected == 1
+    prepare_done(server)
+    assert client.pinned and client.server is server and client.pin_reasons() == ["untracked"]
+    assert client.session is not None and client.session.state.untracked == HELD
+    client.data_received(build.query("EXECUTE big_p(1)"))
+    assert sent(server) == build.query('EXECUTE "big_p"(1)')  # (no PREPARE ahead)
+    server.data_received(result())
+    client.data_received(build.query("EXECUTE big_md5('x')"))  # another, still pgtarn's
+    assert b"EXECUTE pgtarn_s" in sent(server)
+    server.data_received(result())
+    client.data_received(build.query("DEALLOCATE big_p"))
+    assert sent(server) == build.query('DEALLOCATE "big_p"')
+    server.data_received(build.command_complete("DEALLOCATE") + build.ready_for_query(b"I"))
+    client.data_received(build.query("PREPARE big_p AS SELECT 2"))  # (a new one, kept)
+    assert b"PREPARE pgtarn_s" in sent(server)
+
+
+def test_a_long_prepare_closed_by_a_close_message_is_closed_for_real() -> None:
+    """Its server has it under the client's name, which the client may run as written: a
+    Close of it closes it there, so an EXECUTE after it fails as on a direct connection."""
+    _pool, client, server = sql_prepared_pool()
+    in_chunks(client, build.query(long_prepare()))
+    sent(server)
+    prepare_done(server)
+    client.data_received(build.message(b"C", b"Sbig_p\x00") + build.SYNC)
+    assert sent(server) == build.message(b"C", b"Sbig_p\x00") + build.SYNC
+    server.data_received(build.message(b"3") + build.ready_for_query(b"I"))
+    client.data_received(build.query("EXECUTE big_p(1)"))
+    assert sent(server) == build.query("EXECUTE big_p(1)")
+
+
+def test_a_long_prepare_of_a_quoted_name_is_run_by_that_name() -> None:
+    _pool, client, server = sql_prepared_pool()
+    in_chunks(client, build.query(long_prepare('"Big ""P"""')))
+    sent(server)
+    prepare_done(server)
+    client.data_received(build.query('EXECUTE "Big ""P"""(3)'))
+    assert sent(server) == build.query('EXECUTE "Big ""P"""(3)')
+    server.data_received(result())
+    client.data_received(build.query("EXECUTE big_p(3)"))  # (not that name: as written)
+    assert sent(server) == build.query("EXECUTE big_p(3)")
+
+
+def test_a_long_prepare_that_failed_pins_and_names_nothing() -> None:
+    """Its client keeps the server (what the query left there is unknown); the name means
+    no statement of pgtarn's, so a later use goes as written."""
+    _pool, client, server = sql_prepared_pool()
+    in_chunks(client, build.query(long_prepare()))
+    sent(server)
+    prepare_done(server, ok=False)
+    assert client.pinned and client.server is server
+    client.data_received(build.query("EXECUTE big_p(1)"))
+    assert sent(server) == build.query("EXECUTE big_p(1)")
+
+
+def test_a_long_prepare_of_a_name_in_use_is_refused_in_its_place() -> None:
+    """42P05 as PostgreSQL gives it, none of the long text sent."""
+    _pool, client, server = sql_prepared_pool()
+    in_chunks(client, build.query(long_prepare("big_md5")))
+    ((kind, body),) = split_messages(sent(server))
+    assert chr(kind) == "Q" and body.startswith(b"DO $pgtarn$") and b"42P05" in body
+    assert client.large is None and client.expected == 1
+
+
+@pytest.mark.parametrize(
+    ("more", "name"),
+    [
+        ("pin_session_state = 0\n", "big_p"),  # (it could not be pinned)
+        ("track_session_state = 0\n", "big_p"),
+        ("", "pgtarn_p1"),  # (a name of pgtarn's kind, never a server's statement's)
+    ],
+    ids=["no pins", "untracked", "pgtarn name"],
+)
+def test_a_long_prepare_that_cannot_be_pinned_is_read_whole(more: str, name: str) -> None:
+    """Read whole and prepared under a name of pgtarn's, as a short one is."""
+    pool = Pool(prepared=10, more=BUFFER + more)
+    client, _transport = pool.client()
+    in_chunks(client, build.query(long_prepare(name)))
+    (server,) = pool.servers
+    ((kind, body),) = split_messages(sent(server))
+    assert chr(kind) == "Q" and body.startswith(b"PREPARE pgtarn_s") and len(body) > 60_000
+    prepare_done(server)
+    assert not client.pinned
+
+
+def long_execute_batch(name: str = "big_md5", size: int = 60_000) -> bytes:
+    text = f"EXECUTE {name}('" + "u" * size + "')"
+    return build.parse("", text) + build.bind("", "", []) + build.execute() + build.SYNC
+
+
+def test_a_long_unnamed_parse_of_one_execute_is_renamed_and_streamed() -> None:
+    """An unnamed Parse that is one EXECUTE, long for its arguments: the name rewritten in
+    its head, its length made right, the rest passed on as it comes; not pinned."""
+    _pool, client, server = sql_prepared_pool()
+    batch = long_execute_batch()
+    client.data_received(batch[: 3 * CHUNK])
+    got = sent(server)
+    assert 0 < len(got) < 20_000 and client.large is not None  # its head went, never all
+    in_chunks(client, batch[3 * CHUNK :])
+    got += sent(server)
+    assert types(got) == "PBES" and client.large is None
+    parse = split_messages(got)[0][1]
+    assert parse.startswith(b"\x00EXECUTE pgtarn_s") and parse.endswith(b"u')\x00\x00\x00")
+    server.data_received(build.message(b"1") + build.message(b"2") + result())
+    assert not client.pinned and client.server is None
+
+
+def test_a_long_unnamed_parse_of_one_execute_prepares_it_first() -> None:
+    pool, client, first = sql_prepared_pool(pool_size=2)
+    other, _transport = pool.client()
+    other.data_received(build.query("BEGIN"))  # holds the first server
+    sent(first)
+    batch = long_execute_batch()
+    client.data_received(batch[: 3 * CHUNK])
+    second = pool.servers[-1]
+    second.data_received(SERVER_WELCOME)
+    out = sent(second)
+    out = out[int.from_bytes(out[:4], "big") :]  # (after its StartupMessage)
+    assert len(out) < 20_000 and b"\x00EXECUTE pgtarn_s" in out  # its head went, never all
+    in_chunks(client, batch[3 * CHUNK :])
+    out += sent(second)
+    assert second is not first and types(out) == "QPBES"
+    messages = split_messages(out)
+    assert messages[0][1].startswith(b"PREPARE pgtarn_")  # (pgtarn's own, hidden)
+    assert messages[1][1].startswith(b"\x00EXECUTE pgtarn_s")
+
+
+def test_a_long_unnamed_parse_of_another_clients_statement_is_refused_in_its_place() -> None:
+    """A Parse raising 26000 in its place, none of its long text sent."""
+    _pool, client, server = sql_prepared_pool()
+    batch = long_execute_batch("pgtarn_s99")
+    client.data_received(batch[: 3 * CHUNK])
+    out = sent(server)
+    assert b"DO $pgtarn$" in out  # (at once, from its head)
+    in_chunks(client, batch[3 * CHUNK :])
+    out += sent(server)
+    assert b"u" * 100 not in out and types(out) == "PBES" and client.large is None
+    parse = split_messages(out)[0][1]
+    assert parse.startswith(b"\x00DO $pgtarn$") and b"26000" in parse
+
+
+def test_a_long_unnamed_parse_of_a_script_is_still_read_whole() -> None:
+    _pool, client, server = sql_prepared_pool()
+    text = "EXECUTE big_md5('a'); EXECUTE big_md5('" + "w" * 60_000 + "')"
+    in_chunks(client, build.parse("", text) + build.bind("", "", []) + build.SYNC)
+    out = sent(server)  # (renamed as a short one is; PostgreSQL refuses two statements)
+    assert types(out) == "PBS" and b"w" * 100 in out and b"big_md5" not in out

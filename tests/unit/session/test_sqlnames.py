@@ -179,8 +179,11 @@ def test_scan_head_an_execute_cut_anywhere_after_its_name(head: str, name: bytes
         '"EXECUTE big"',
         "EXECUTE a(1); EXECUTE b('",  # a whole statement: maybe a script of them
         "SELECT 1; EXECUTE b('",
-        "PREPARE x AS SELECT '",  # its text is kept whole
         "DEALLOCATE x",
+        "DEALLOCATE x /* ",  # (undone when its query fails: held whole)
+        "PREPARE x AS SELECT 1; SELECT '",  # a whole statement
+        "PREPARE x",  # the name may go on past the head
+        "PREPARE TRANSACTION 'x",
         "SELECT 'execute x(', '",  # names none
         "EXPLAIN SELECT '",
         "EXECUTE a('x'); ",
@@ -188,6 +191,21 @@ def test_scan_head_an_execute_cut_anywhere_after_its_name(head: str, name: bytes
 )
 def test_scan_head_anything_else_is_read_whole(head: str) -> None:
     assert scan_head(head.encode()) is None
+
+
+@pytest.mark.parametrize(
+    ("head", "name"),
+    [
+        ("PREPARE big AS SELECT md5('aaaa", b"big"),
+        ('prepare "Big""One"(int, text) AS INSERT INTO t VALUES ($1, \'', b'Big"One'),
+        ("PREPARE x (int", b"x"),  # its types cut
+        ("/* c */ PREPARE q AS SELECT $x$ ; DEALLOCATE q", b"q"),
+    ],
+)
+def test_scan_head_a_prepare_cut_in_its_statement(head: str, name: bytes) -> None:
+    """A PREPARE long for its statement's text: its name read from the head."""
+    use = scan_head(head.encode())
+    assert use is not None and use.kind == PREPARE and use.name == name
 
 
 @given(st.text(alphabet="ab ;'$/*-\n(", max_size=30))
