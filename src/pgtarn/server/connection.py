@@ -150,7 +150,12 @@ class ServerConnection(ServerRelay):
             self.statements = ServerStatements(
                 config.max_prepared_statements, self.pool.prepared_counters
             )
-            self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
+            # (a long ErrorResponse or DataRow is decided from its head: server/longreply.py)
+            self.scanner = MessageScanner(
+                PREPARED_RELAY_TYPES,
+                config.max_packet_size,
+                stream_over=config.client_message_buffer,
+            )
         if result.leftover:  # sent unasked right behind the login: no client's yet
             self.data_received(result.leftover)
             if self.closed:

@@ -41,6 +41,7 @@ from ..session.prepared import (
     READY_UNHIDE,
     ServerStatements,
 )
+from .longreply import LongReply
 from .transport import ServerTransport, log
 
 RFQ_LEN: Final = 6
@@ -62,8 +63,10 @@ class ServerRelay(ServerTransport):
                 self.login.data_received(data)
             elif self.statements is None:
                 self._relay(data)
-            else:
+            elif self.long_reply is None:
                 self._relay_prepared(data)
+            else:
+                self._relay_long(data)
         except PgtarnError as error:
             log.warning("%r %s", self, error.message)
             self._relay_whole_messages_before(data)
@@ -248,11 +251,53 @@ class ServerRelay(ServerTransport):
             elif msg_type in ROW_TYPES and self.client is not None:  # while rows are read
                 self.client.result_relayed(msg_type, body)
             out += message
-        if self.swallow or self.client is None:
-            return
-        out += data[start : len(data) - scanner.held]
-        if out:
-            self.client.write(bytes(out))
+        big_at = scanner.big_at
+        if not self.swallow and self.client is not None:
+            out += data[start : len(data) - scanner.held if big_at < 0 else big_at]
+            if out:
+                self.client.write(bytes(out))
+        if big_at >= 0:  # a message too long to hold begins there: it goes in pieces
+            self.long_reply = LongReply(scanner.big_start + data[big_at : big_at + 5],
+                                        self._long_head)  # fmt: skip
+            self._relay_long(scanner.big_start + data[big_at:])
+
+    def _relay_long(self, data: bytes) -> None:
+        """The bytes of a reply too long to hold (server/longreply.py), then what follows."""
+        long_reply = self.long_reply
+        assert long_reply is not None
+        out, rest = long_reply.feed(data)
+        client = self.client
+        if out and client is not None:
+            client.write(out)
+        if long_reply.done:
+            self.long_reply = None
+            if rest:
+                self._relay_prepared(rest)
+
+    def _long_head(self, msg_type: int, body: bytes) -> bytes | None:
+        """A long ErrorResponse or DataRow, decided from the first HEAD_SIZE bytes of its body
+        as _relay_prepared decides a whole one: what the client gets in its place, or None
+        to pass it on as it comes. Such an error is never held back for a retry (its client
+        would need it whole if the retry did not happen)."""
+        statements = self.statements
+        assert statements is not None
+        client = self.client
+        if self.swallow:  # a reply to pgtarn's own query
+            if msg_type == ERROR_RESPONSE:
+                if self.swallow_syncs:
+                    statements.error(body, self.runtime.statement_cache, False)
+                self._swallowed(msg_type, body)
+            return b""
+        if msg_type != ERROR_RESPONSE:  # a DataRow, while rows are read
+            if client is not None:
+                client.result_relayed(msg_type, body)
+            return None
+        if statements.error(body, self.runtime.statement_cache, False) == ERROR_REPLACE:
+            if client is not None:
+                client.error_relayed()
+            return build.message(b"E", statements.replacement)
+        self._relayed_error(body)
+        return None
 
     def _checked(self, statements: ServerStatements) -> None:
         """pgtarn's check of a statement prepared afresh is answered: the client's parts held
@@ -312,7 +357,9 @@ class ServerRelay(ServerTransport):
             # Made while linked and idle, so the scanner is between messages.
             rows = self.scanner.watches(DATA_ROW)
             self.scanner = MessageScanner(
-                PREPARED_ROW_RELAY_TYPES if rows else PREPARED_RELAY_TYPES, config.max_packet_size
+                PREPARED_ROW_RELAY_TYPES if rows else PREPARED_RELAY_TYPES,
+                config.max_packet_size,
+                stream_over=config.client_message_buffer,
             )
         return self.statements
 
