@@ -3,6 +3,8 @@ where a batch's rows come (ClientFramer.executes_before, session/framer.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from pgtarn.proto import build
@@ -236,7 +238,7 @@ def test_a_batch_begun_in_an_earlier_chunk() -> None:
     assert executes_seen([BIND + EXECUTE, BIND + EXECUTE + build.SYNC], [False, True]) == [0, 1]
 
 
-def head_of(values: list[str | None]) -> bytes:
+def head_of(values: Sequence[str | None]) -> bytes:
     """The body of a DataRow of values as a long row's reaches the tracker: its first
     HEAD_SIZE bytes."""
     return data_row(values)[5 : 5 + HEAD_SIZE]
