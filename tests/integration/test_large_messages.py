@@ -439,6 +439,38 @@ def test_sql_prepare_of_a_large_literal_three_clients(pgtarn_factory: Any) -> No
         assert conn.execute("SELECT 42").fetchone() == (42,)
 
 
+def test_large_error_of_a_prepared_statement_three_clients(pgtarn_factory: Any) -> None:
+    """Three clients at once run a prepared statement (transaction mode, with
+    max_prepared_statements) whose execution raises a 48 MB error: the ErrorResponse, which
+    pgtarn may hold back for a retry, is decided from its head and passed on as it comes;
+    each client gets its whole error, and pooling goes on."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    with connect(proc, autocommit=True) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION large_error(n int, c text) RETURNS int"
+            " LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '%', repeat(c, n); END $$"
+        )
+    start = reset_peak(proc)
+
+    def fail(index: int) -> tuple[int, str]:
+        with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+            char = "abc"[index]
+            with pytest.raises(psycopg.errors.RaiseException) as raised:
+                conn.execute("SELECT large_error(%s, %s)", (48 * MB, char), prepare=True)
+            message = str(raised.value.diag.message_primary)
+            assert other.execute("SELECT %s::int", (index,), prepare=True).fetchone() == (index,)
+            assert conn.execute("SELECT %s::int", (index,), prepare=True).fetchone() == (index,)
+            return len(message), message[:1] + message[-1:]
+
+    results = in_threads(fail)
+    assert results == [(48 * MB, char * 2) for char in "abc"]
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("SELECT 42").fetchone() == (42,)
+
+
 def test_extended_execute_with_a_large_literal_three_clients(pgtarn_factory: Any) -> None:
     """Three clients each run EXECUTE of a SQL-level prepared statement with a 40 MB literal
     through the extended protocol (an unnamed Parse), twice, at once: its name, in the Parse's
@@ -491,3 +523,38 @@ def test_sql_prepare_of_a_large_literal_run_in_the_same_text(pgtarn_factory: Any
         conn.execute("DEALLOCATE tail_p")
         with pytest.raises(psycopg.errors.InvalidSqlStatementName):
             conn.execute("EXECUTE tail_p")
+
+
+def pinned_reasons(proc: Any) -> list[str]:
+    with admin(proc) as console:
+        return [row["pinned"] for row in show(console, "CLIENTS") if row["pinned"]]
+
+
+@pytest.mark.parametrize("lock_last", [False, True], ids=["lock_first", "lock_last"])
+def test_large_row_beside_an_advisory_lock_call(pgtarn_factory: Any, lock_last: bool) -> None:
+    """A 48 MB row in a Query whose lock call's row pgtarn reads (pg_try_advisory_lock in a
+    tracked session, on a server that keeps prepared statements), before or after it: the
+    long row goes on as it comes, never held whole, and the lock's row is still read, so
+    the client is pinned while it holds the lock, and not after."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    start = reset_peak(proc)
+    statements = ["SELECT pg_try_advisory_lock(71)", f"SELECT repeat('x', {48 * MB})"]
+    if lock_last:
+        statements.reverse()
+    with connect(proc, autocommit=True) as conn:
+        cur = conn.execute("; ".join(statements))  # one simple Query, two results
+        rows = [cur.fetchall()]
+        while cur.nextset():
+            rows.append(cur.fetchall())
+        if lock_last:
+            rows.reverse()
+        assert rows[0] == [(True,)]
+        assert len(rows[1]) == 1 and len(rows[1][0][0]) == 48 * MB
+        del rows
+        peak = status_kb(proc, "VmHWM")
+        assert pinned_reasons(proc) == ["advisory_lock"]
+        assert conn.execute("SELECT pg_advisory_unlock(71)").fetchone() == (True,)
+        assert pinned_reasons(proc) == []
+        assert conn.execute("SELECT 5").fetchone() == (5,)
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"

@@ -305,7 +305,7 @@ class ClientLink:
     def server_lost(self, client: ClientTransport, server: ServerConnection) -> None:
         """Our linked server died: the client's transaction is gone; tell it and close."""
         client.server = None
-        if server.fatal and server.scanner.at_boundary:
+        if server.fatal and server.at_boundary:
             # PostgreSQL's own FATAL reached the client (terminated, shut down): that is
             # the reason it sees, not followed by a second error of ours
             client.close_reason = f"server sent FATAL {server.fatal}"
@@ -324,7 +324,7 @@ class ClientLink:
     ) -> None:
         """Close with error, unless server's reply was relayed only in part: an ErrorResponse
         in the middle of a message would corrupt the stream, so then just close."""
-        if server is not None and not server.scanner.at_boundary:
+        if server is not None and not server.at_boundary:
             client.close_reason = error.message
             client.send_state = SEND_NEVER
             if client.transport is not None:

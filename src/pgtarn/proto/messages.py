@@ -143,13 +143,15 @@ def _decode(raw: bytes) -> str:
 
 
 def parse_fields(body: bytes) -> dict[str, str]:
-    """ErrorResponse / NoticeResponse fields keyed by their one-letter code."""
+    """ErrorResponse / NoticeResponse fields keyed by their one-letter code (of the head of
+    one too long to hold, its first bytes, the field cut is there with what the head holds)."""
     fields: dict[str, str] = {}
     pos = 0
     while pos < len(body) and body[pos] != 0:
         code = chr(body[pos])
         end = body.find(b"\x00", pos + 1)
         if end < 0:
+            fields[code] = body[pos + 1 :].decode(errors="replace")
             break
         fields[code] = body[pos + 1 : end].decode(errors="replace")
         pos = end + 1
@@ -162,6 +164,29 @@ def parse_data_row(body: bytes) -> list[bytes | None]:
     if pos != len(body):
         raise ProtocolViolation("malformed DataRow")
     return values
+
+
+def parse_data_row_head(body: bytes) -> tuple[int, list[bytes | None]]:
+    """The column count of a DataRow and the values its body holds whole: all of them, or,
+    for the head of a row too long to hold (its first bytes), those before the cut."""
+    if len(body) < 2:
+        raise ProtocolViolation("malformed DataRow")
+    count = int.from_bytes(body[:2], "big")
+    values: list[bytes | None] = []
+    pos = 2
+    while len(values) < count and pos + 4 <= len(body):
+        length = int.from_bytes(body[pos : pos + 4], "big", signed=True)
+        pos += 4
+        if length < 0:
+            values.append(None)
+            continue
+        if pos + length > len(body):
+            break
+        values.append(body[pos : pos + length])
+        pos += length
+    if len(values) == count and pos != len(body):
+        raise ProtocolViolation("malformed DataRow")
+    return count, values
 
 
 def parse_bind_parameters(body: bytes) -> list[bytes | None]:

@@ -76,6 +76,9 @@ ALL_TYPES: Final = frozenset(range(256))
 SERVER_RELAY_TYPES: Final = frozenset(
     (READY_FOR_QUERY, PARAMETER_STATUS, ERROR_RESPONSE, NOTIFICATION_RESPONSE)
 )
+#: A server's replies read by their head when too long to hold where prepared statements are
+#: kept (server/longreply.py); other long ones are gathered whole.
+LONG_REPLY_HEAD_TYPES: Final = frozenset((ERROR_RESPONSE, DATA_ROW))
 #: With prepared statements: also ParseComplete, BindComplete and CloseComplete, which are
 #: answered or dropped (no NotificationResponse: a rewritten pid is session mode's).
 PREPARED_RELAY_TYPES: Final = frozenset(

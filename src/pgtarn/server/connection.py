@@ -145,8 +145,10 @@ class ServerConnection(ServerTransport):
                 self.login.data_received(data)
             elif self.statements is None:
                 RELAY.relay(self, data)
-            else:
+            elif self.long_reply is None:
                 RELAY.relay_prepared(self, data)
+            else:
+                RELAY.relay_long(self, data)
         except PgtarnError as error:
             log.warning("%r %s", self, error.message)
             RELAY.relay_whole_messages_before(self, data)
@@ -180,7 +182,12 @@ class ServerConnection(ServerTransport):
             self.statements = ServerStatements(
                 config.max_prepared_statements, self.pool.prepared_counters
             )
-            self.scanner = MessageScanner(PREPARED_RELAY_TYPES, config.max_packet_size)
+            # (a long ErrorResponse or DataRow is decided from its head: server/longreply.py)
+            self.scanner = MessageScanner(
+                PREPARED_RELAY_TYPES,
+                config.max_packet_size,
+                stream_over=config.client_message_buffer,
+            )
         if result.leftover:  # sent unasked right behind the login: no client's yet
             self.data_received(result.leftover)
             if self.closed:

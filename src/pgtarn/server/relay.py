@@ -43,6 +43,7 @@ from ..session.prepared import (
     READY_UNHIDE,
     ServerStatements,
 )
+from .longreply import LongReply
 from .transport import ServerTransport, log
 
 RFQ_LEN: Final = 6
@@ -231,11 +232,55 @@ class ServerRelay:
             elif msg_type in ROW_TYPES and server.client is not None:  # while rows are read
                 server.client.result_relayed(msg_type, body)
             out += message
-        if server.swallow or server.client is None:
-            return
-        out += data[start : len(data) - scanner.held]
-        if out:
-            server.client.write(bytes(out))
+        big_at = scanner.big_at
+        if not server.swallow and server.client is not None:
+            out += data[start : len(data) - scanner.held if big_at < 0 else big_at]
+            if out:
+                server.client.write(bytes(out))
+        if big_at >= 0:  # a message too long to hold begins there: it goes in pieces
+            header = scanner.big_start + data[big_at : big_at + 5]
+            server.long_reply = LongReply(
+                header, lambda msg_type, body: self._long_head(server, msg_type, body)
+            )
+            self.relay_long(server, scanner.big_start + data[big_at:])
+
+    def relay_long(self, server: ServerTransport, data: bytes) -> None:
+        """The bytes of a reply too long to hold (server/longreply.py), then what follows."""
+        long_reply = server.long_reply
+        assert long_reply is not None
+        out, rest = long_reply.feed(data)
+        client = server.client
+        if out and client is not None:
+            client.write(out)
+        if long_reply.done:
+            server.long_reply = None
+            if rest:
+                self.relay_prepared(server, rest)
+
+    def _long_head(self, server: ServerTransport, msg_type: int, body: bytes) -> bytes | None:
+        """A long ErrorResponse or DataRow, decided from the first HEAD_SIZE bytes of its body
+        as relay_prepared decides a whole one: what the client gets in its place, or None
+        to pass it on as it comes. Such an error is never held back for a retry (its client
+        would need it whole if the retry did not happen)."""
+        statements = server.statements
+        assert statements is not None
+        client = server.client
+        if server.swallow:  # a reply to pgtarn's own query
+            if msg_type == ERROR_RESPONSE:
+                if server.swallow_syncs:
+                    statements.error(body, server.runtime.statement_cache, False)
+                self._swallowed(server, msg_type, body)
+            return b""
+        if msg_type != ERROR_RESPONSE:  # a DataRow, while rows are read
+            if client is not None:
+                client.result_relayed(msg_type, body)
+            return None
+        if statements.error(body, server.runtime.statement_cache, False) == ERROR_REPLACE:
+            if client is not None:
+                client.error_relayed()
+            return build.message(b"E", statements.replacement)
+        self._relayed_error(server, body)
+        return None
 
     def _checked(self, server: ServerTransport, statements: ServerStatements) -> None:
         """pgtarn's check of a statement prepared afresh is answered: the client's parts held
@@ -297,7 +342,9 @@ class ServerRelay:
             # Made while linked and idle, so the scanner is between messages.
             rows = server.scanner.watches(DATA_ROW)
             server.scanner = MessageScanner(
-                PREPARED_ROW_RELAY_TYPES if rows else PREPARED_RELAY_TYPES, config.max_packet_size
+                PREPARED_ROW_RELAY_TYPES if rows else PREPARED_RELAY_TYPES,
+                config.max_packet_size,
+                stream_over=config.client_message_buffer,
             )
         return server.statements
 

@@ -19,6 +19,7 @@ from ..session.prepared import ServerStatements
 from ..session.tracking import NO_SETTINGS
 from .linked import LinkedClient
 from .login import LoginDriver
+from .longreply import LongReply
 
 log = logging.getLogger("pgtarn.server")
 
@@ -45,6 +46,7 @@ class ServerTransport(PooledServer, asyncio.Protocol):
         "internal_error",
         "local_addr",
         "login",
+        "long_reply",
         "on_clean",
         "params",
         "params_met",
@@ -84,6 +86,8 @@ class ServerTransport(PooledServer, asyncio.Protocol):
             heads=True,
         )
         self.client: LinkedClient[Self] | None = None
+        #: A reply too long to hold, on its way in pieces (prepared statements kept).
+        self.long_reply: LongReply | None = None
         self.params: dict[str, str] = {}
         #: The client parameters (a client's dict) that params was last found to hold, so that
         #: the next link of that client compares nothing. A client's dict is replaced when a
@@ -128,6 +132,11 @@ class ServerTransport(PooledServer, asyncio.Protocol):
     def __repr__(self) -> str:
         # PgBouncer's layout, which log readers parse: "S-id: database/user@host:port"
         return f"S-{self.id}: {self.pool.database}/{self.pool.user}@{self.peer}"
+
+    @property
+    def at_boundary(self) -> bool:
+        """No reply is partly relayed (a message begun, or a long one under way)."""
+        return self.scanner.at_boundary and self.long_reply is None
 
     def write(self, data: bytes) -> None:
         transport = self.transport

@@ -148,7 +148,7 @@ class ServerStatements(StatementRewriter):
             self.refused[stmt.name] = RESULT_TYPE_CHANGED_ERROR
             cache.detach(stmt)
 
-    def error(self, body: bytes, cache: StatementCache) -> int:
+    def error(self, body: bytes, cache: StatementCache, whole: bool = True) -> int:
         """An ErrorResponse: ERROR_FORWARD, ERROR_HIDE (held back in ``withheld``: the batch
         will be sent again) or ERROR_REPLACE (send ``replacement`` instead).
 
@@ -158,7 +158,9 @@ class ServerStatements(StatementRewriter):
         see the error and prepare it again, as on a direct connection), and any error of a
         statement lets the next Parse of its text prepare it afresh. The batch is sent again,
         the client none the wiser, only when nothing of it ran and the client reads the new
-        description in it (stale.reads_description).
+        description in it (stale.reads_description), and the error came whole (not whole:
+        body is the head of an error too long to hold, which could not be given to the
+        client if the batch were not sent again after all).
         """
         self.failed = True
         self.last_error = body
@@ -195,7 +197,8 @@ class ServerStatements(StatementRewriter):
                     # closed when evicted; the renewed name is prepared afresh on next use.
                     cache.renew(stmt)
             if (
-                not described
+                whole
+                and not described
                 and head.batch is not None
                 and head.owner is not None
                 and self._retry is None

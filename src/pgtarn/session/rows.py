@@ -4,7 +4,8 @@ A lock function alone in a one-row SELECT (effects.ROW_EFFECTS) did what its col
 statement's DataRow says: pg_try_advisory_lock* took a lock only when true, pg_advisory_unlock*
 released one only when true, pg_advisory_lock* and pg_advisory_unlock_all() ran when the row
 came. SessionTracker keeps the rows of a batch; read makes the effects what they say, or,
-where the row cannot be told, what the call says as written (as before rows were read).
+where the row cannot be told, what the call says as written (as before rows were read). A
+row too long to hold comes as its head (its first bytes): a column past it cannot be told.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 from ..errors import ProtocolViolation
-from ..proto.messages import parse_data_row
+from ..proto.messages import parse_data_row_head
 from .effects import (
     LOCK,
     LOCK_ROW,
@@ -56,11 +57,13 @@ def _row_says(effect: Effect, base: int, rows: dict[int, bytes], error_at: int
         index = base + statement
         body = rows.get(index)
         if body is not None:
+            # (a row too long to hold came as its head: a column before the cut is read;
+            # one past it cannot be told)
             try:
-                values = parse_data_row(body)
+                count, values = parse_data_row_head(body)
             except ProtocolViolation:
-                values = []
-            if len(values) == columns:
+                count, values = -1, []
+            if count == columns and column < len(values):
                 return _value_says(effect, values[column])
         elif 0 <= error_at <= index:
             # An error before the statement: it never ran. In it: the one call failed, and

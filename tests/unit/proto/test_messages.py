@@ -149,3 +149,19 @@ def test_authentication_messages_carry_their_code() -> None:
         msg = build.authentication(code, b"pay")
         assert msg[:1] == b"R" and int.from_bytes(msg[1:5], "big") == len(msg) - 1
         assert parse_authentication(msg[5:]) == (code, b"pay")
+
+
+def test_parse_data_row_head() -> None:
+    """A whole row: every value; a row's head (its first bytes): the values before the cut,
+    and the column count; a whole row with bytes after its values is refused."""
+    from pgtarn.proto.build import data_row
+    from pgtarn.proto.messages import parse_data_row_head
+
+    body = data_row(["alice", None, "bob"])[5:]
+    assert parse_data_row_head(body) == (3, [b"alice", None, b"bob"])
+    assert parse_data_row_head(body[:-1]) == (3, [b"alice", None])
+    assert parse_data_row_head(body[:10]) == (3, [])
+    assert parse_data_row_head(body[:2]) == (3, [])
+    for broken in (b"", b"\x00", body + b"x"):
+        with pytest.raises(ProtocolViolation):
+            parse_data_row_head(broken)

@@ -7,6 +7,9 @@ from typing import cast
 import pytest
 
 from pgtarn.proto import build
+from pgtarn.proto.framing import HEAD_SIZE
+from pgtarn.proto.messages import parse_data_row_head
+from pgtarn.server.connection import ServerConnection
 from pgtarn.server.linked import LinkedClient
 from pgtarn.server.relay import RELAY, ServerRelay
 from pgtarn.server.transport import ServerTransport
@@ -122,3 +125,77 @@ def test_the_relay_keeps_no_field_of_a_server() -> None:
     RELAY.relay(first, build.ready_for_query(b"T"))
     assert first.status == b"T" and second.status == b"I"
     assert first_client.statuses == [b"T"] and second_client.statuses == []
+
+
+class RowsClient(FakeClient):
+    """A FakeClient that keeps the DataRow bodies reported to it (rows read)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[bytes] = []
+
+    def result_relayed(self, msg_type: int, body: bytes) -> None:
+        if msg_type == 0x44:
+            self.rows.append(body)
+
+
+#: A message longer than client_message_buffer (256 KiB by default).
+LONG = 1024 * 1024
+HEAD = 5 + HEAD_SIZE
+
+
+def fed_in_chunks(server: ServerConnection, client: FakeClient, reply: bytes, size: int) -> int:
+    """Feed reply in chunks of size; the most of it that pgtarn held back at any time."""
+    held = 0
+    for at in range(0, len(reply), size):
+        server.data_received(reply[at : at + size])
+        held = max(held, min(at + size, len(reply)) - len(client.received))
+    return held
+
+
+@pytest.mark.parametrize("size", [3, 4096, 65536, 300000])
+def test_a_long_error_with_prepared_statements_goes_on_as_it_comes(size: int) -> None:
+    """Where watched messages are held back until whole (prepared statements), a long
+    ErrorResponse is decided from its head and passed on as it comes: never held whole."""
+    server, _transport = logged_in_server("transaction", 10)
+    assert server.statements is not None
+    client = FakeClient()
+    server.link(client, {})
+    error = build.error_response("P0001", "x" * LONG)
+    reply = build.message(b"2", b"") + error + build.ready_for_query(b"I")
+    held = fed_in_chunks(server, client, reply, size)
+    assert client.received == reply
+    assert client.errors == 1 and client.statuses == [b"I"]
+    assert held <= HEAD + 5, held
+    assert server.long_reply is None and server.at_boundary
+
+
+@pytest.mark.parametrize("lock_after", [False, True])
+def test_a_long_row_while_rows_are_read_goes_on_with_its_head_reported(lock_after: bool) -> None:
+    """While the client reads rows (a lock call's), a long DataRow is passed on as it comes
+    and reported by its head: a column in the head can be read, one past it cannot."""
+    server, _transport = logged_in_server("transaction", 10)
+    client = RowsClient()
+    server.link(client, {})
+    server.watch_rows(True)
+    values = ["x" * LONG, "t"] if lock_after else ["t", "x" * LONG]
+    row = build.data_row(values)
+    reply = row + build.command_complete("SELECT 1") + build.ready_for_query(b"I")
+    held = fed_in_chunks(server, client, reply, 65536)
+    assert client.received == reply and held <= HEAD + 5
+    assert client.rows == [row[5:HEAD]]
+    count, heads = parse_data_row_head(client.rows[0])
+    assert count == 2 and heads == ([] if lock_after else [b"t"])
+
+
+def test_a_long_error_to_pgtarns_own_query_is_dropped_as_it_comes() -> None:
+    server, _transport = logged_in_server("transaction", 10)
+    client = FakeClient()
+    server.link(client, {})
+    server.run_internal(["SELECT 1"], None)
+    reply = build.error_response("P0001", "y" * LONG) + build.ready_for_query(b"I")
+    fed_in_chunks(server, client, reply, 65536)
+    assert client.received == b"" and server.swallow == 0
+    assert server.internal_error == ("P0001", "y" * (HEAD_SIZE - len("SERROR VERROR CP0001 M")))
+    server.data_received(build.ready_for_query(b"I"))
+    assert client.received == build.ready_for_query(b"I")

@@ -12,6 +12,7 @@ from pgtarn.proto.framing import split_messages
 from pgtarn.session.prepared import (
     AS_PARSE_COMPLETE,
     DROP,
+    ERROR_FORWARD,
     ERROR_HIDE,
     ERROR_REPLACE,
     FORWARD,
@@ -460,6 +461,23 @@ def test_a_stale_plan_first_in_a_batch_that_describes_it_is_prepared_afresh_and_
     assert servers[0].counters.server_parses == 2
     assert old in servers[0].prepared  # the stale copy is closed when the LRU evicts it
     got = pooled(client, servers[1], pgs[1], [bind("s"), DESCRIBE_PORTAL, EXECUTE, SYNC])
+    assert [t for t, _ in got] == [0x32, 0x54, 0x44, 0x43, 0x5A]
+
+
+def test_a_stale_error_too_long_to_hold_is_never_held_back_for_a_retry() -> None:
+    """Read by its head only (whole=False), the error could not be given to the client if
+    the retry did not happen after all: it is passed on (the statement renewed all the
+    same), and the next Bind prepares the statement afresh."""
+    client, servers, pgs = _stale_everywhere()
+    old = client.names[b"s"].name
+    server, pg = servers[0], pgs[0]
+    replies = pg.run(server.rewrite(client, [bind("s"), DESCRIBE_PORTAL, EXECUTE, SYNC]))
+    (error_type, body), (ready_type, status) = replies
+    assert (error_type, ready_type) == (0x45, 0x5A)
+    assert server.error(body, client.cache, False) == ERROR_FORWARD
+    assert server.ready(status, client) == READY_FORWARD
+    assert client.names[b"s"].name != old
+    got = pooled(client, server, pg, [bind("s"), DESCRIBE_PORTAL, EXECUTE, SYNC])
     assert [t for t, _ in got] == [0x32, 0x54, 0x44, 0x43, 0x5A]
 
 

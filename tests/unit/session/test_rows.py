@@ -3,9 +3,13 @@ where a batch's rows come (ClientFramer.executes_before, session/framer.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from pgtarn.proto import build
+from pgtarn.proto.build import data_row
+from pgtarn.proto.framing import HEAD_SIZE
 from pgtarn.session.effects import Parsed
 from pgtarn.session.framer import ClientFramer
 from pgtarn.session.parsing import effects_of
@@ -232,3 +236,28 @@ def test_a_batch_begun_in_an_earlier_chunk() -> None:
     assert executes_seen([EXECUTE, BIND + EXECUTE + build.SYNC], [False, True]) == [-1]
     # one it saw, with an Execute
     assert executes_seen([BIND + EXECUTE, BIND + EXECUTE + build.SYNC], [False, True]) == [0, 1]
+
+
+def head_of(values: Sequence[str | None]) -> bytes:
+    """The body of a DataRow of values as a long row's reaches the tracker: its first
+    HEAD_SIZE bytes."""
+    return data_row(values)[5 : 5 + HEAD_SIZE]
+
+
+@pytest.mark.parametrize("lock_first", [True, False])
+def test_a_long_rows_lock_column_is_read_from_its_head_or_taken_as_maybe_granted(
+    lock_first: bool,
+) -> None:
+    """Two lock calls, one result read from a row that came as its head only: a column in
+    the head says what it says (a refused try-lock takes nothing), one past the cut counts
+    as the call says as written (a lock maybe taken: pinned, uncounted for an expression)."""
+    session = tracker()
+    text = "SELECT pg_try_advisory_lock(1), pg_try_advisory_lock(2)"
+    values = ["f", "x" * (2 * HEAD_SIZE)] if lock_first else ["x" * (2 * HEAD_SIZE), "f"]
+    session.add(effects_of(text), 0, IDLE, 0)
+    session.result(0x44, head_of(values))
+    session.result(0x43, b"SELECT 1\x00")
+    session.ready(IDLE)
+    # lock 1: read "f" from the head (nothing), or its value cut (as written); lock 2's
+    # value is past the cut either way (as written)
+    assert session.state.locks == ({"2": 1} if lock_first else {"1": 1, "2": 1})
