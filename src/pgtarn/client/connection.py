@@ -36,6 +36,7 @@ from typing import Any, Final, NoReturn, cast
 from ..admin.console import PARAMETERS, TRACKED, AdminSession
 from ..errors import PgtarnError
 from ..net.sending import SEND_NEVER
+from ..net.transport import CLOCK
 from ..pool.pool import Pool
 from ..pool.split import ClientRoute
 from ..proto import build
@@ -132,7 +133,10 @@ class ClientConnection(ClientTransport):
                 assert pool is not None
                 pool.stats.received += len(data)
                 if not self.query_start:
-                    self.query_start = self.last_request = monotonic()
+                    now = CLOCK.now  # (the wake-up's reading: see LoopClock)
+                    if not now:
+                        now = monotonic()
+                    self.query_start = self.last_request = now
                 large = self.large
                 if large is not None:  # a message too long to hold, in pieces (large.py)
                     data = large.receive(data)

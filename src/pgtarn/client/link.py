@@ -15,6 +15,7 @@ from typing import Final
 
 from ..errors import PgtarnError
 from ..net.sending import SEND_NEVER
+from ..net.transport import CLOCK
 from ..pool.pool import Pool
 from ..proto import build
 from ..proto.msgtypes import QUERY
@@ -174,7 +175,9 @@ class ClientLink:
             pool = client.pool
             assert pool is not None
             stats = pool.stats
-            now = monotonic()
+            now = CLOCK.now  # (the wake-up's reading: see LoopClock)
+            if not now:
+                now = monotonic()
             elapsed = now - start
             stats.query.observe(elapsed)
             if idle:

@@ -44,6 +44,7 @@ import errno
 import os
 import select
 import socket
+import time
 from collections.abc import Callable
 from typing import Any, Final, cast
 
@@ -409,6 +410,29 @@ READABLE: Final = select.EPOLLIN
 BROKEN: Final = select.EPOLLERR | select.EPOLLHUP
 
 
+class LoopClock:
+    """time.monotonic() read once per wake-up of a SocketWatch, for what its batch runs.
+
+    Each transaction stamps two instants (a query's start at its first read, its end at
+    ReadyForQuery); one clock read per batch serves all of them, as PgBouncer keeps one
+    cached time per loop turn. Outside a batch (a TLS or fallback transport of the loop's,
+    a timer, the janitor) ``now`` is 0.0, and a reader reads the clock itself: a value read
+    here is never older than the wake-up whose bytes it stamps.
+    """
+
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        #: The wake-up's reading while its batch runs; 0.0 outside one.
+        self.now = 0.0
+
+
+#: The one clock of the process's loop (a native object: a field read, not a dict lookup).
+CLOCK: Final = LoopClock()
+#: (bound once: a module attribute lookup per call otherwise)
+monotonic: Final = time.monotonic
+
+
 class SocketWatch:
     """The sockets of a loop's transports in one epoll set (level-triggered), itself watched
     by the loop: see the module's docstring."""
@@ -467,6 +491,14 @@ class SocketWatch:
         # other sockets are still read. A transport that an earlier one closed has left the
         # set, but may be in this batch: lost, it reads no more and broken() does nothing.
         ready = WATCH_READY(self.epfd, self.epoll, self.transports)
+        # the bytes of this batch arrived by now: their time, until the batch ends
+        CLOCK.now = monotonic()
+        try:
+            self._read_batch(ready)
+        finally:
+            CLOCK.now = 0.0  # (what runs next reads the clock itself)
+
+    def _read_batch(self, ready: list[SocketTransport | None]) -> None:
         self.reading = True
         broken = False
         for transport in ready:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 from pgtarn.client.link import LINK, ClientLink
 from pgtarn.client.transport import ClientTransport
+from pgtarn.net.transport import CLOCK
 from pgtarn.proto import build
 
 from .pair import Pool, fields_of, result, sent, types
@@ -232,3 +235,31 @@ def test_the_link_keeps_no_field_of_a_client() -> None:
     server = LINK.server_now(first)
     assert server is not None and LINK.server_now(second) is None
     assert first.server is server and second.server is None and second.waiting
+
+
+def test_a_query_is_timed_by_the_wake_ups_clock_reading_else_by_the_clock() -> None:
+    """Inside a SocketWatch batch a query's start and end are the wake-up's reading of the
+    clock; outside one (TLS, a timer) the clock itself, never a reading left from a batch."""
+    pool = Pool()
+    client, _transport = pool.client()
+    start = time.monotonic()  # (a reading as a batch's: the server lent later stays fresh)
+    end = start + 0.5
+    try:
+        CLOCK.now = start
+        client.data_received(build.query("select 1"))
+        assert client.query_start == client.last_request == start
+        (server,) = pool.servers
+        CLOCK.now = end  # the next wake-up
+        server.data_received(result())
+        assert client.idle_since == end and client.query_start == 0.0
+        assert client.pool is not None and client.pool.stats.query.total == end - start
+    finally:
+        CLOCK.now = 0.0
+    before = time.monotonic()
+    client.data_received(build.query("select 1"))
+    assert before <= client.query_start <= time.monotonic()
+    pool.reads_over()
+    assert client.server is server
+    before = time.monotonic()
+    server.data_received(result())
+    assert before <= client.idle_since <= time.monotonic()

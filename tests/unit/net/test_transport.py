@@ -10,6 +10,7 @@ import os
 import select
 import socket
 import struct
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -20,6 +21,7 @@ import uvloop
 from pgtarn.net.sending import send_state_of
 from pgtarn.net.transport import (
     ACCEPT_SOME,
+    CLOCK,
     HIGH_WATER,
     RECV_SOME,
     SEND_PART,
@@ -545,3 +547,37 @@ def test_a_callback_after_the_reads_runs_once_every_socket_of_the_batch_was_read
         transport.close()
         run_until(loop, lambda protocol=protocol: protocol.lost != [])  # type: ignore[misc]
         peer.close()
+
+
+def test_each_wake_up_reads_the_clock_once_for_its_batch_and_none_outside(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The reads of a batch see the clock as read at its wake-up, each wake-up anew; what the
+    loop runs outside a batch (a timer, another transport) sees no reading, and reads the
+    clock itself."""
+    seen: list[float] = []
+
+    class Stamps(Recorder):
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            seen.append(CLOCK.now)
+
+    transport, protocol, peer = started(loop, Stamps())
+    watch = socket_watch(loop)
+    for wake_up in range(2):
+        before = time.monotonic()
+        peer.sendall(b"x")
+        select.select([watch.epfd], [], [], 1.0)
+        watch._ready()
+        after = time.monotonic()
+        assert len(seen) == wake_up + 1
+        assert before <= seen[wake_up] <= after  # read at this wake-up, not an older one
+        assert CLOCK.now == 0.0  # the batch over: no reading left behind
+    outside: list[float] = []
+    loop.call_soon(lambda: outside.append(CLOCK.now))
+    peer.sendall(b"y")
+    run_until(loop, lambda: len(seen) == 3 and outside != [])
+    assert outside == [0.0] and seen[2] != 0.0
+    transport.close()
+    run_until(loop, lambda: protocol.lost != [])
+    peer.close()
