@@ -1,4 +1,8 @@
-"""SCRAM-SHA-256 (RFC 5802 / RFC 7677) as PostgreSQL speaks it, for both ends, sans-IO."""
+"""SCRAM-SHA-256 (RFC 5802 / RFC 7677) as PostgreSQL speaks it, for both ends, sans-IO.
+
+Long: both ends of the exchange read and write the same messages with the same checks and
+keys; split by end, each half would be read against the other.
+"""
 
 from __future__ import annotations
 

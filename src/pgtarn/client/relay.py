@@ -64,7 +64,11 @@ class ClientRelay:
     """A logged-in client's bytes on their way to its server (see the module docstring).
 
     The client is a ClientTransport, a concrete class, not a typing.Protocol: in the compiled
-    build its fields are then read as a C struct's, at every message."""
+    build its fields are then read as a C struct's, at every message.
+
+    Long: the three ways a client's bytes go (plain, with prepared statements, statement
+    mode) share their checks and their ways to the server; one class is one Query's path.
+    """
 
     __slots__ = ()
 

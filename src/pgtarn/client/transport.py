@@ -60,6 +60,9 @@ class ClientTransport(LinkedClient[ServerConnection]):
     __slots__; the parts the connection owns (its login, its session tracking, its LISTEN
     state, its extras) are objects of their own, held in one field each and made when
     needed.
+
+    Long: every field of a client is declared here, beside the writes, the close and the flow
+    control that use them; the behaviour lives in the parts.
     """
 
     __slots__ = ("cancel_key", "created_at", "database", "db", "expected",

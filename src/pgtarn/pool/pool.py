@@ -157,7 +157,11 @@ class ClientTimeouts:
 
 
 class Pool(Generic[S]):
-    """Servers for one (database, user) pair and the clients waiting for them."""
+    """Servers for one (database, user) pair and the clients waiting for them.
+
+    Long: the containers and every move between them are one invariant (a server is in
+    exactly one container); split, each move would be read against the other half.
+    """
 
     def __init__(
         self,
