@@ -169,21 +169,8 @@ def parse_data_row(body: bytes) -> list[bytes | None]:
 def parse_data_row_head(body: bytes) -> tuple[int, list[bytes | None]]:
     """The column count of a DataRow and the values its body holds whole: all of them, or,
     for the head of a row too long to hold (its first bytes), those before the cut."""
-    if len(body) < 2:
-        raise ProtocolViolation("malformed DataRow")
+    values, pos = _counted_values(body, 0, "DataRow", head=True)
     count = int.from_bytes(body[:2], "big")
-    values: list[bytes | None] = []
-    pos = 2
-    while len(values) < count and pos + 4 <= len(body):
-        length = int.from_bytes(body[pos : pos + 4], "big", signed=True)
-        pos += 4
-        if length < 0:
-            values.append(None)
-            continue
-        if pos + length > len(body):
-            break
-        values.append(body[pos : pos + length])
-        pos += length
     if len(values) == count and pos != len(body):
         raise ProtocolViolation("malformed DataRow")
     return count, values
@@ -200,9 +187,12 @@ def parse_bind_parameters(body: bytes) -> list[bytes | None]:
     return _counted_values(body, pos, "Bind")[0]
 
 
-def _counted_values(body: bytes, pos: int, what: str) -> tuple[list[bytes | None], int]:
+def _counted_values(
+    body: bytes, pos: int, what: str, *, head: bool = False
+) -> tuple[list[bytes | None], int]:
     """A count (Int16) and that many length-prefixed values (-1: NULL) from pos, as DataRow
-    and Bind carry them; and where they end."""
+    and Bind carry them; and where they end. head: body is the first bytes of a longer
+    message, so the values end where it is cut instead of being malformed there."""
     if pos + 2 > len(body):
         raise ProtocolViolation(f"malformed {what}")
     count = int.from_bytes(body[pos : pos + 2], "big")
@@ -210,6 +200,8 @@ def _counted_values(body: bytes, pos: int, what: str) -> tuple[list[bytes | None
     pos += 2
     for _ in range(count):
         if pos + 4 > len(body):
+            if head:
+                break
             raise ProtocolViolation(f"malformed {what}")
         length = int.from_bytes(body[pos : pos + 4], "big", signed=True)
         pos += 4
@@ -217,6 +209,8 @@ def _counted_values(body: bytes, pos: int, what: str) -> tuple[list[bytes | None
             values.append(None)
             continue
         if pos + length > len(body):
+            if head:
+                break
             raise ProtocolViolation(f"{what} value runs past the message")
         values.append(body[pos : pos + length])
         pos += length
