@@ -558,3 +558,104 @@ def test_large_row_beside_an_advisory_lock_call(pgtarn_factory: Any, lock_last: 
         assert pinned_reasons(proc) == []
         assert conn.execute("SELECT 5").fetchone() == (5,)
     assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+def results_of(cur: Any) -> list[Any]:
+    """Every row of every result of a simple Query, in order."""
+    rows: list[Any] = []
+    while True:
+        if cur.description is not None:
+            rows.extend(cur.fetchall())
+        if not cur.nextset():
+            return rows
+
+
+def test_long_script_naming_statements_three_clients(pgtarn_factory: Any) -> None:
+    """Three clients at once, each with a SQL-level and a protocol-level prepared statement,
+    send a 40 MB script (one simple Query; transaction mode with max_prepared_statements)
+    that EXECUTEs, PREPAREs and DEALLOCATEs statements before and after its literal: it is
+    passed on in pieces, never held whole, after the client's statements were prepared on
+    its server under the client's own names; its client is pinned there, and from then on
+    its statements are the server's own, as on a direct connection."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    start = reset_peak(proc)
+    all_done = threading.Barrier(3)
+    pins: list[str] = []
+
+    def script(index: int) -> None:
+        text = payload(index, 40 * MB).decode()
+        with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+            conn.execute(f"PREPARE add_{index}(int) AS SELECT $1 + {index}")
+            assert conn.execute("SELECT %s::int * 2", (21,), prepare=True).fetchone() == (42,)
+            sql = (
+                f"EXECUTE add_{index}(1); SELECT md5('{text}'); EXECUTE add_{index}(2);"
+                f" DEALLOCATE add_{index}"
+            )
+            rows = results_of(conn.execute(sql.encode()))
+            digest = hashlib.md5(payload(index, 40 * MB)).hexdigest()
+            assert rows == [(1 + index,), (digest,), (2 + index,)]
+            assert other.execute("SELECT %s::int", (index,)).fetchone() == (index,)
+            with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+                conn.execute(f"EXECUTE add_{index}(3)")
+            assert conn.execute("SELECT %s::int * 2", (4,), prepare=True).fetchone() == (8,)
+            conn.execute(f"PREPARE add_{index}(int) AS SELECT $1 * 10")
+            assert conn.execute(f"EXECUTE add_{index}(3)").fetchone() == (30,)
+            all_done.wait()
+            if index == 0:
+                pins.extend(pinned_reasons(proc))
+            all_done.wait()
+
+    in_threads(script)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+    assert pins == ["untracked"] * 3
+    with connect(proc, autocommit=True) as conn:
+        assert conn.execute("SELECT 42").fetchone() == (42,)
+
+
+def test_long_script_preparing_a_statement(pgtarn_factory: Any) -> None:
+    """A long script that PREPAREs a statement and runs it (refused in a short script in
+    transaction mode): its statements being the server's own, it runs as on a direct
+    connection, and so do the client's later uses of the name."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    text = "m" * (10 * MB)
+    with connect(proc, autocommit=True) as conn:
+        sql = f"PREPARE made AS SELECT 'made'; SELECT length('{text}'); EXECUTE made"
+        assert results_of(conn.execute(sql.encode())) == [(len(text),), ("made",)]
+        assert conn.execute("EXECUTE made").fetchone() == ("made",)
+        with pytest.raises(psycopg.errors.DuplicatePreparedStatement):
+            conn.execute("PREPARE made AS SELECT 1")
+        assert conn.execute("SELECT %s::int", (7,), prepare=True).fetchone() == (7,)
+        with connect(proc, autocommit=True) as other:
+            with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+                other.execute("EXECUTE made")
+
+
+def test_long_deallocate(pgtarn_factory: Any) -> None:
+    """A DEALLOCATE long for the comment after its name (transaction mode with
+    max_prepared_statements): passed on in pieces, the statement gone after it as on a
+    direct connection, and a failed one leaves the statement in place."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    warm(proc)
+    start = reset_peak(proc)
+    comment = "/* " + "c" * (20 * MB) + " */"
+    with connect(proc, autocommit=True) as conn:
+        conn.execute("PREPARE gone AS SELECT 1")
+        conn.execute("PREPARE kept AS SELECT 2")
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            conn.execute(f"DEALLOCATE nothing_by_that_name {comment}".encode())
+        assert conn.execute("EXECUTE gone").fetchone() == (1,)
+        conn.execute(f"DEALLOCATE gone {comment}".encode())
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            conn.execute("EXECUTE gone")
+        assert conn.execute("EXECUTE kept").fetchone() == (2,)
+    with connect(proc, autocommit=True) as conn:  # (an unnamed Parse: the extended protocol)
+        conn.execute("PREPARE gone AS SELECT 3")
+        conn.execute(f"DEALLOCATE gone {comment}".encode(), prepare=False, binary=True)
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            conn.execute("EXECUTE gone")
+        conn.execute("PREPARE gone AS SELECT 4")
+        assert conn.execute("EXECUTE gone").fetchone() == (4,)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"

@@ -215,6 +215,9 @@ class ClientConnection(ClientTransport):
     def _start_statements(self) -> None:
         RELAY.start_statements(self)
 
+    def _statements_ceded(self) -> None:
+        RELAY.cede_statements(self)
+
     def _large_made(self, start: bytes, already: int) -> ClientLargeMessage:
         return ClientLargeMessage(self, start, self.runtime.config.max_packet_size, already)
 

@@ -187,11 +187,18 @@ class LargeClient(Protocol):
     framer: ClientFramer | None
     follows_statements: bool
     tracked: bool
+    statement_mode: bool
     open_batch: bool
     unnamed_unbound: bool
     expected: int
 
+    @property
+    def statements(self) -> ClientStatements | None: ...
+
     def _start_statements(self) -> None: ...
+
+    def _statements_ceded(self) -> None:
+        """Its statements are its server's own from now on: its messages go as written."""
 
     def schema_change_sent(self) -> None: ...
 

@@ -31,11 +31,15 @@ connection makes this part for it, and hands it every byte until the message end
   EXECUTE, only what follows;
 - a Describe or Close: no statement or portal name is that long, refused with 08P01 (the
   client closed, as for a message past max_packet_size);
-- what must be kept whole to be rewritten (any other unnamed Parse or Query naming
-  SQL-level prepared statements in its head: a DEALLOCATE, a script of
-  statements; sqlnames.head_names_none tells a head whose naming words are all in
-  literals or comments, which is not): gathered whole as before (max_packet_size bounds
-  it), then relayed as usual (docs/clients.md says why each must be).
+- any other Query or unnamed Parse naming SQL-level prepared statements in its head (a
+  DEALLOCATE, a script of statements; sqlnames.head_names_none tells a head whose naming
+  words are all in literals or comments, which is not): its names cannot be rewritten
+  (they may be anywhere in it), so it goes as written (the rewriter's CEDING_HEAD),
+  after the client's statements are prepared on its server under the client's own names;
+  its client is pinned there (CEDED, whatever its batch's outcome) and from its end
+  relayed as a client that follows no statements (ClientRelay.cede_statements). Where that
+  cannot be (_can_cede) it is gathered whole as before (max_packet_size bounds it),
+  then relayed as usual (docs/clients.md says why).
 
 Pieces go the way the connection's bytes go (to_server, or the framer's parts), so a
 client with no server yet holds at most PENDING_PAUSE of them, and one whose server's
@@ -51,6 +55,7 @@ from ..errors import ProtocolViolation
 from ..proto.msgtypes import BIND, CLOSE, DESCRIBE, PARSE, QUERY
 from ..proto.streaming import MessageStream
 from ..session.effects import (
+    CEDED,
     HELD,
     NAMES_STATEMENTS,
     SCHEMA_CHANGE,
@@ -60,7 +65,12 @@ from ..session.effects import (
     first_look,
 )
 from ..session.framer import SYNC_MARK, Part
-from ..session.rewrite import REFUSED_HEAD, SERVER_PREFIX, STREAMED_HEAD
+from ..session.rewrite import (
+    CEDING_HEAD,
+    REFUSED_HEAD,
+    SERVER_PREFIX,
+    STREAMED_HEAD,
+)
 from ..session.sqlnames import (
     EXECUTE,
     PREPARE,
@@ -87,6 +97,7 @@ class ClientLargeMessage:
     __slots__ = (
         "_already",
         "_base",
+        "_cede",
         "_client",
         "_held",
         "_kept",
@@ -113,6 +124,9 @@ class ClientLargeMessage:
         self._base = 0
         #: A named Parse or SQL PREPARE passed on, its client to be pinned (HELD) at its end.
         self._held = False
+        #: A Query naming statements that goes as written, its client's statements the
+        #: server's own from its head on (CEDING_HEAD), its client pinned at its end.
+        self._cede = False
 
     @property
     def done(self) -> bool:
@@ -172,6 +186,10 @@ class ClientLargeMessage:
                     and not use.name.startswith(SERVER_PREFIX)
                 )
                 whole = use is None or (use.kind == PREPARE and not self._held)
+                # Any other such text goes as written, once the client's statements are
+                # the server's own (CEDING_HEAD), where its client can be pinned.
+                self._cede = use is None and _can_cede(client)
+                whole = whole and not self._cede
         elif msg_type == PARSE:
             name_end = body.find(b"\x00")
             if statements and name_end != 0:
@@ -192,6 +210,9 @@ class ClientLargeMessage:
                 use = scan_head(body[1:])  # its name rewritten in the head, as a Query's)
                 named = use is not None and use.kind == EXECUTE
                 whole = not named
+            if whole:  # (as a Query's, where its client can be pinned)
+                self._cede = _can_cede(client)
+                whole = not self._cede
         if whole:  # (today's way: kept whole, relayed when complete)
             self._way = _WHOLE
             self._kept += head + piece
@@ -222,12 +243,14 @@ class ClientLargeMessage:
                 self._look.changes_state = name_end < 0  # (no name is that long)
                 body = body[name_end + 1 :]
             # (the statement names of a rewritten head are followed: not words to pin on)
-            self._look.feed(body, not named)
+            self._look.feed(body, not named or self._cede)
         elif client.tracked and framer is not None and framer.named_effects:
             self._look = StreamedText()  # a Bind of a statement that changes state: its
             self._look.changes_state = True  # parameters are not all here to be read
         if refused:
             self._send([(REFUSED_HEAD, head)], len(head))
+        elif self._cede:
+            self._send([(CEDING_HEAD, head)], len(head))
         elif self._way == _PARTS and (msg_type != QUERY or named):
             self._send([(STREAMED_HEAD, head)], len(head))
         else:
@@ -266,6 +289,9 @@ class ClientLargeMessage:
                 effects.append((UNTRACKED, UNFOLLOWED))
         if self._held:  # (last: its reason is the one said, and it holds if the batch fails)
             effects.append((UNTRACKED, HELD))
+        if self._cede:  # (its reason the one said: the server's statements are its own)
+            effects.append((UNTRACKED, CEDED))
+            client._statements_ceded()
         if effects:
             # A Query's batch ends at the ReadyForQuery counted at its head (none can have
             # come before the whole message did); another's at the next Sync's, after those
@@ -277,6 +303,22 @@ class ClientLargeMessage:
         """Take the first bytes (the chunk that began the message): see receive."""
         first, self.first = self.first, b""
         return self.receive(first)
+
+
+def _can_cede(client: LargeClient) -> bool:
+    """Whether the client's statements can become its server's own (CEDING_HEAD): it can
+    be pinned (a tracked session in transaction mode, pin_session_state), and each of its
+    statements can be prepared under its own name (its text kept; a name of pgtarn's kind
+    would meet the server's own)."""
+    if not client.tracked or client.statement_mode or not client.runtime.config.pin_session_state:
+        return False
+    statements = client.statements
+    if statements is None:
+        return True
+    return not any(
+        name.startswith(SERVER_PREFIX) or (stmt.held and not stmt.sql)
+        for name, stmt in statements.names.items()
+    )
 
 
 def _too_long_name(msg_type: int, length: int) -> str:

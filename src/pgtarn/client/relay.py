@@ -262,6 +262,24 @@ class ClientRelay:
         if data:
             self._relay_events(client, data, events)
 
+    def cede_statements(self, client: ClientTransport) -> None:
+        """The client's statements became its server's own (a long Query naming them that
+        pgtarn could not rewrite went as written: large.py), its client pinned there: from
+        now on its bytes go as it writes them, as a session's do. Called at the end of that
+        message, a boundary: the framer is dropped and the relay reads as for a client that
+        follows no statements (its names stay, unused, until it leaves)."""
+        client.framer = None
+        client.follows_statements = False
+        config = client.runtime.config
+        watch = CLIENT_RELAY_TYPES
+        bodies = NO_BODIES
+        if client.tracked:
+            watch = WITH_PARSE[watch]
+            bodies = TEXT_TYPES
+        client.scanner = shared_scanner(
+            watch, config.max_packet_size, bodies, config.client_message_buffer
+        )
+
     def statements_made(self, client: ClientTransport) -> ClientStatements:
         """The client's statement names, made at their first use: most clients of a pool
         that follows them never name one."""

@@ -239,8 +239,9 @@ class ClientTransport(LinkedClient[ServerConnection]):
     # Made by ClientConnection, which has all that the parts ask of their connection
     # (interfaces.py); the link and the relay, which see a ClientTransport, call them: its
     # LISTEN state, its session tracking, the end of a session's pending batch (False: the
-    # client was closed), its prepared statements followed from now on, and the part of a
-    # message too long to hold (start: its first bytes, already of them sent).
+    # client was closed), its prepared statements followed from now on (or no longer: its
+    # server's own), and the part of a message too long to hold (start: its first bytes,
+    # already of them sent).
 
     def _listen_made(self) -> ClientListen:
         raise NotImplementedError
@@ -252,6 +253,9 @@ class ClientTransport(LinkedClient[ServerConnection]):
         raise NotImplementedError
 
     def _start_statements(self) -> None:
+        raise NotImplementedError
+
+    def _statements_ceded(self) -> None:
         raise NotImplementedError
 
     def _large_made(self, start: bytes, already: int) -> ClientLargeMessage:

@@ -73,6 +73,12 @@ UNTRACKED = "untracked"  # (UNTRACKED, why)
 #: Why (UNTRACKED) a client with a named statement too long to hold keeps its server: its
 #: text is only there. It happened whatever its batch's outcome (its Parse may have).
 HELD: Final = "a prepared statement longer than client_message_buffer"
+#: Why (UNTRACKED) a client whose statements became its server's own keeps it (a long text
+#: naming them went as written: client/large.py); so whatever its batch's outcome.
+CEDED: Final = (
+    "a message longer than client_message_buffer naming prepared statements: they are the"
+    " server's own from now on"
+)
 
 #: Effects of transaction control: an error in a batch holding one leaves its outcome unknown.
 TRANSACTION_CONTROL = frozenset((BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, ROLLBACK_TO))

@@ -49,6 +49,7 @@ from .rewrite import (
     RESULT_TYPE_CHANGED_ERROR,
     SERVER_PREFIX,
     SYNC_ENTRY,
+    UNDO_CEDED,
     UNDO_CHECK,
     UNDO_DEALLOCATED,
     UNDO_DEFINED,
@@ -248,7 +249,7 @@ class ServerStatements(StatementRewriter):
         failed = self.failed
         self.failed = False
         sync = self._ready()
-        if sync is None or sync.action not in (UNDO_PRELUDE, UNDO_CHECK):
+        if sync is None or sync.action not in (UNDO_PRELUDE, UNDO_CHECK, UNDO_CEDED):
             self._failed_prelude = None  # it was for the query that followed the prelude
         if sync is not None and sync.action != FORWARD and failed:
             self._undo(sync)
@@ -302,6 +303,9 @@ class ServerStatements(StatementRewriter):
 
     def _undo(self, sync: Entry) -> None:
         """A simple query that defined, dropped or prepared a statement failed."""
+        if sync.action == UNDO_CEDED:  # the client gets why where its query names it
+            self._failed_prelude = (sync.client_name, self.last_error)
+            return
         stmt = sync.stmt
         assert stmt is not None
         if sync.action == UNDO_PRELUDE and b"C42P05\x00" in self.last_error:

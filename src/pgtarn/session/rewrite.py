@@ -39,6 +39,7 @@ UNDO_DEFINED: Final = 3  # the client's SQL PREPARE
 UNDO_DEALLOCATED: Final = 4  # the client's SQL DEALLOCATE
 UNDO_PRELUDE: Final = 5  # pgtarn's own PREPARE ahead of a client's EXECUTE
 UNDO_CHECK: Final = 6  # pgtarn's Parse and Describe of a statement a client described
+UNDO_CEDED: Final = 7  # pgtarn's copy of a client's statement under the client's name
 
 #: The error a client gets for a statement whose result type changed since it was told it.
 RESULT_TYPE_CHANGED_ERROR: Final = ("0A000", "cached plan must not change result type")
@@ -115,6 +116,11 @@ STREAMED_HEAD: Final = 0x100
 #: A part (REFUSED_HEAD, head): the head of a client's named Parse too long to hold that
 #: cannot be passed on (client/large.py says why): refused in its place, its rest dropped.
 REFUSED_HEAD: Final = 0x101
+#: A part (CEDING_HEAD, head): the head of a client's Query or unnamed Parse too long to
+#: hold that names statements in a way pgtarn cannot rewrite (client/large.py): the
+#: client's statements are prepared on this server under its own names first, then it
+#: goes as written.
+CEDING_HEAD: Final = 0x102
 
 
 class StatementRewriter:
@@ -235,6 +241,8 @@ class StatementRewriter:
                 msg_type, body = part
                 if msg_type == STREAMED_HEAD:
                     self._streamed_head(client, body, out, status)
+                elif msg_type == CEDING_HEAD:
+                    self._ceding_head(client, body, out)
                 elif msg_type == REFUSED_HEAD:
                     self.clean = False
                     _refuse_long(self, body[5:], out)
@@ -386,6 +394,32 @@ class StatementRewriter:
         out += head
         self.fresh = self.clean = False  # (until its end)
         self.streamed_query = Entry(KIND_SYNC, UNDO_DEFINED, stmt, client, name)
+
+    def _ceding_head(self, client: ClientStatements, head: bytes, out: bytearray) -> None:
+        """The head of a Query or unnamed Parse passed on in pieces whose names pgtarn cannot
+        rewrite (client/large.py): each of the client's statements is prepared here under
+        the client's own name first, each in a batch of pgtarn's own (one that fails leaves
+        the others; the client gets its error where the text names it), then the message
+        goes as the client wrote it, its rest as raw parts. Its client is pinned here, and
+        from its end on its statement messages go as they are: the server's statements are
+        the client's own."""
+        for name, stmt in client.names.items():
+            if stmt.held and stmt.sql:  # (already under the client's name, here)
+                continue
+            self.expected.append(HIDDEN_ENTRY)
+            if stmt.sql:  # PREPARE pgtarn_s<n> <definition>: the client's name in its place
+                definition = stmt.parse[5 + len(b"PREPARE ") + len(stmt.name) : -1]
+                out += message(b"Q", b"PREPARE " + in_sql(name) + definition + b"\x00")
+            else:
+                parse = stmt.typed_parse()
+                out += message(b"P", name + parse[5 + len(stmt.name) :]) + build.SYNC
+                self.expected.append(Entry(KIND_PARSE, DROP))
+            self.expected.append(Entry(KIND_SYNC, UNDO_CEDED, client_name=name))
+        out += head
+        self.fresh = self.clean = False  # (until its end)
+        if head[0] == PARSE:
+            self.unnamed_forgets = b""
+            self.expected.append(PARSE_ENTRY)
 
     def _held_parse(self, client: ClientStatements, head: bytes, out: bytearray, rest: int) -> None:
         """The head of a named Parse passed on in pieces, its client pinned to this server

@@ -22,6 +22,7 @@ from typing import Final
 from ..proto.msgtypes import DATA_ROW
 from .effects import (
     BEGIN,
+    CEDED,
     CLOSE,
     COMMIT,
     DISCARD_ALL,
@@ -263,7 +264,7 @@ class SessionState:
             if (
                 kind in _HAPPENED
                 or (statements > 1 and kind in (LOCK, LOAD, SEED))
-                or (kind == UNTRACKED and effect[1] == HELD)
+                or (kind == UNTRACKED and effect[1] in (HELD, CEDED))
             ):
                 self._effect(effect, False)
 

@@ -10,12 +10,19 @@ from pgtarn.proto import build
 from pgtarn.proto.framing import split_messages
 from pgtarn.proto.streaming import HEAD_SIZE
 from pgtarn.server.connection import ServerConnection
-from pgtarn.session.effects import HELD
+from pgtarn.session.effects import CEDED, HELD
 
 from .pair import SERVER_WELCOME, ClientSide, Pool, result, sent, types
 
 BUFFER = "client_message_buffer = 16384\n"
 CHUNK = 4096
+
+
+def client_got(client: ClientConnection) -> bytes:
+    """What the client was sent since this was last asked."""
+    transport = client.transport
+    assert isinstance(transport, ClientSide)
+    return transport.take()
 
 
 def in_chunks(client: ClientConnection, data: bytes, size: int = CHUNK) -> None:
@@ -408,14 +415,14 @@ def test_a_long_execute_of_another_clients_statement_is_refused_in_its_place() -
     assert client.large is None and client.expected == 1
 
 
-def test_a_long_query_that_prepares_in_its_head_is_still_read_whole() -> None:
-    """A PREPARE (which must be a query of its own) in a long text's head: read whole and
-    relayed as before (refused, as a short one is)."""
+def test_a_long_query_that_prepares_in_its_head_goes_as_written() -> None:
+    """A PREPARE among other statements in a long text's head (refused in a short one): the
+    client's statements are the server's own from then on, so it goes as written."""
     _pool, client, server = sql_prepared_pool()
     text = "PREPARE p2 AS SELECT 1; SELECT '" + "e" * 60_000 + "'"
     in_chunks(client, build.query(text))
-    ((kind, body),) = split_messages(sent(server))
-    assert chr(kind) == "Q" and b"must be sent as a query of its own" in body
+    messages = split_messages(sent(server))
+    assert messages[-1] == (ord("Q"), text.encode() + b"\x00")
 
 
 def test_a_long_execute_naming_one_past_its_head_pins_its_client() -> None:
@@ -430,12 +437,78 @@ def test_a_long_execute_naming_one_past_its_head_pins_its_client() -> None:
     assert client.session is not None and UNFOLLOWED in client.session.state.untracked
 
 
-def test_a_long_script_of_executes_is_still_read_whole() -> None:
-    """A head that holds a whole statement may begin a script naming statements all along:
-    read whole, every name rewritten, as a short one is."""
+def script_of_executes(count: int = 60) -> str:
+    return "; ".join(f"EXECUTE big_md5('{index:05}" + "h" * 1000 + "')" for index in range(count))
+
+
+def test_a_long_script_of_executes_goes_as_written_after_its_statements() -> None:
+    """A head that holds a whole statement and more naming statements: the client's
+    statements are prepared on its server under its own names first (batches of pgtarn's
+    own, their replies never seen), then the script goes in pieces as written, never held
+    whole; the client is pinned there, and from then on its messages go as written."""
     _pool, client, server = sql_prepared_pool()
-    text = "; ".join(f"EXECUTE big_md5('{index:05}" + "h" * 1000 + "')" for index in range(60))
-    in_chunks(client, build.query(text))
+    client.data_received(build.parse("named", "SELECT $1::int", [23]) + build.SYNC)
+    assert b"pgtarn_" in sent(server)
+    server.data_received(build.message(b"1") + build.ready_for_query(b"I"))
+    client_got(client)
+    query = build.query(script_of_executes())
+    client.data_received(query[:CHUNK])
+    got = sent(server)
+    assert len(got) < 20_000 and client.large is not None  # never the whole
+    in_chunks(client, query[CHUNK:])
+    messages = split_messages(got + sent(server))
+    assert messages == [
+        (ord("Q"), b'PREPARE "big_md5"(text) AS SELECT md5($1)\x00'),
+        (ord("P"), b"named\x00SELECT $1::int\x00\x00\x01\x00\x00\x00\x17"),
+        (ord("S"), b""),
+        (ord("Q"), query[5:]),
+    ]
+    server.data_received(
+        build.command_complete("PREPARE") + build.ready_for_query(b"I")
+        + build.message(b"1") + build.ready_for_query(b"I")
+    )  # fmt: skip
+    assert client_got(client) == b""  # (pgtarn's own: swallowed)
+    server.data_received(build.command_complete("SELECT 1") * 60 + build.ready_for_query(b"I"))
+    assert client_got(client).endswith(build.ready_for_query(b"I"))
+    assert client.pinned and client.server is server and client.pin_reasons() == ["untracked"]
+    assert client.session is not None and client.session.state.untracked == CEDED
+    for later in (
+        build.query("EXECUTE big_md5('x')"),
+        build.query("PREPARE again AS SELECT 1; EXECUTE again"),
+        build.parse("named", "SELECT 2") + build.bind("", "named", []) + build.SYNC,
+    ):
+        client.data_received(later)
+        assert sent(server) == later
+        server.data_received(build.ready_for_query(b"I"))
+
+
+def test_a_statement_that_cannot_be_prepared_again_gives_its_error_where_named() -> None:
+    """A statement of the client's that its server cannot prepare under the client's name
+    (its table dropped, say): the script's use of the name fails with that error, as its
+    EXECUTE would fail on a direct connection, not with 'does not exist'."""
+    _pool, client, server = sql_prepared_pool()
+    in_chunks(client, build.query(script_of_executes()))
+    sent(server)
+    cause = build.error_response("42P01", 'relation "gone" does not exist')
+    server.data_received(cause + build.ready_for_query(b"I"))
+    assert client_got(client) == b""
+    missing = build.error_response("26000", 'prepared statement "big_md5" does not exist')
+    server.data_received(missing + build.ready_for_query(b"I"))
+    assert client_got(client) == cause + build.ready_for_query(b"I")
+
+
+@pytest.mark.parametrize(
+    "more", ["pin_session_state = 0\n", "track_session_state = 0\n"], ids=["no pins", "untracked"]
+)
+def test_a_long_script_of_executes_that_cannot_be_pinned_is_read_whole(more: str) -> None:
+    """Read whole, every name rewritten, as a short one is."""
+    pool = Pool(prepared=10, more=BUFFER + more)
+    client, _transport = pool.client()
+    client.data_received(build.query("PREPARE big_md5(text) AS SELECT md5($1)"))
+    (server,) = pool.servers
+    sent(server)
+    server.data_received(build.command_complete("PREPARE") + build.ready_for_query(b"I"))
+    in_chunks(client, build.query(script_of_executes()))
     ((_kind, body),) = split_messages(sent(server))
     assert body.count(b"EXECUTE pgtarn_") == 60 and b"big_md5" not in body
 
@@ -661,9 +734,22 @@ def test_a_long_unnamed_parse_of_another_clients_statement_is_refused_in_its_pla
     assert parse.startswith(b"\x00DO $pgtarn$") and b"26000" in parse
 
 
-def test_a_long_unnamed_parse_of_a_script_is_still_read_whole() -> None:
+def test_a_long_unnamed_parse_of_a_script_goes_as_written() -> None:
+    """An unnamed Parse naming statements that is not one EXECUTE (here two statements,
+    which PostgreSQL refuses in a Parse): the client's statements are prepared on its
+    server under its own names, the Parse goes as written (PostgreSQL's own error for it),
+    and the client is pinned there, its later statement messages going as written."""
     _pool, client, server = sql_prepared_pool()
     text = "EXECUTE big_md5('a'); EXECUTE big_md5('" + "w" * 60_000 + "')"
     in_chunks(client, build.parse("", text) + build.bind("", "", []) + build.SYNC)
-    out = sent(server)  # (renamed as a short one is; PostgreSQL refuses two statements)
-    assert types(out) == "PBS" and b"w" * 100 in out and b"big_md5" not in out
+    out = sent(server)
+    assert types(out) == "QPBS" and out.count(b"big_md5") == 3  # (the copy, the text)
+    copied = build.command_complete("PREPARE") + build.ready_for_query(b"I")
+    refused = build.error_response("42601", "cannot insert multiple commands")
+    server.data_received(copied + refused + build.ready_for_query(b"I"))
+    assert client_got(client) == refused + build.ready_for_query(b"I")
+    assert client.pinned and client.session is not None
+    assert client.session.state.untracked == CEDED
+    later = build.parse("", "EXECUTE big_md5('b')") + build.bind("", "", []) + build.SYNC
+    client.data_received(later)
+    assert sent(server) == later
