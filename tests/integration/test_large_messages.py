@@ -659,3 +659,35 @@ def test_long_deallocate(pgtarn_factory: Any) -> None:
         assert conn.execute("EXECUTE gone").fetchone() == (4,)
     peak = status_kb(proc, "VmHWM")
     assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"
+
+
+def test_long_texts_naming_statements_past_their_head(pgtarn_factory: Any) -> None:
+    """A long Query that names the client's statements only past its first 8 KiB (after a
+    literal: its head one EXECUTE, or naming none) runs as on a direct connection, since
+    the client's statements were prepared under its own names ahead of it; its client is
+    pinned there from then on. A long Query naming none keeps pooling, and those copies are
+    closed after it: another client lent the same server does not meet them."""
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10, "default_pool_size": 1})
+    with connect(proc, autocommit=True) as conn:  # (warm's three servers: one here)
+        conn.execute("SELECT length(%s::bytea)", (b"x" * 1000,))
+    start = reset_peak(proc)
+    text = payload(0, 20 * MB).decode()
+    digest = hashlib.md5(text.encode()).hexdigest()
+    with connect(proc, autocommit=True) as conn, connect(proc, autocommit=True) as other:
+        conn.execute("PREPARE add_one(int) AS SELECT $1 + 1")
+        conn.execute("PREPARE md5_of(text) AS SELECT md5($1)")
+        assert conn.execute("SELECT %s::int", (6,), prepare=True).fetchone() == (6,)
+        rows = results_of(conn.execute(f"SELECT md5('{text}')".encode()))
+        assert rows == [(digest,)] and pinned_reasons(proc) == []
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            other.execute("EXECUTE add_one(1)")  # (the one server: the copy is gone)
+        sql = f"EXECUTE md5_of('{text}'); EXECUTE add_one(1)"
+        assert results_of(conn.execute(sql.encode())) == [(digest,), (2,)]
+        assert pinned_reasons(proc) == ["untracked"]
+        sql = f"SELECT md5('{text}'); EXECUTE add_one(2); DEALLOCATE add_one"
+        assert results_of(conn.execute(sql.encode())) == [(digest,), (3,)]
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            conn.execute("EXECUTE add_one(3)")
+        assert conn.execute("SELECT %s::int", (7,), prepare=True).fetchone() == (7,)
+    peak = status_kb(proc, "VmHWM")
+    assert peak - start <= RSS_MARGIN_KB, f"pgtarn's RSS rose {(peak - start) // 1024} MB"

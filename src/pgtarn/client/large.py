@@ -39,7 +39,13 @@ connection makes this part for it, and hands it every byte until the message end
   its client is pinned there (CEDED, whatever its batch's outcome) and from its end
   relayed as a client that follows no statements (ClientRelay.cede_statements). Where that
   cannot be (_can_cede) it is gathered whole as before (max_packet_size bounds it),
-  then relayed as usual (docs/clients.md says why).
+  then relayed as usual (docs/clients.md says why);
+- any Query passed on in pieces from a client with statements: names past its head are
+  not rewritten, so its client's statements are prepared under their own names ahead of
+  it (COPIES); if its look finds a word of a statement naming statements past the head,
+  they are ceded at its end as above, and if not, closed after it (COPIES_CLOSED). A
+  client with none is ceded all the same when its look finds one (what it prepares is the
+  server's to know).
 
 Pieces go the way the connection's bytes go (to_server, or the framer's parts), so a
 client with no server yet holds at most PENDING_PAUSE of them, and one whose server's
@@ -67,6 +73,8 @@ from ..session.effects import (
 from ..session.framer import SYNC_MARK, Part
 from ..session.rewrite import (
     CEDING_HEAD,
+    COPIES,
+    COPIES_CLOSED,
     REFUSED_HEAD,
     SERVER_PREFIX,
     STREAMED_HEAD,
@@ -99,6 +107,7 @@ class ClientLargeMessage:
         "_base",
         "_cede",
         "_client",
+        "_copied",
         "_held",
         "_kept",
         "_look",
@@ -127,6 +136,9 @@ class ClientLargeMessage:
         #: A Query naming statements that goes as written, its client's statements the
         #: server's own from its head on (CEDING_HEAD), its client pinned at its end.
         self._cede = False
+        #: The client's statements were prepared under its names ahead of this Query
+        #: (COPIES): closed at its end, unless it names statements past its head.
+        self._copied = False
 
     @property
     def done(self) -> bool:
@@ -247,6 +259,16 @@ class ClientLargeMessage:
         elif client.tracked and framer is not None and framer.named_effects:
             self._look = StreamedText()  # a Bind of a statement that changes state: its
             self._look.changes_state = True  # parameters are not all here to be read
+        if (
+            msg_type == QUERY
+            and self._way == _PARTS
+            and not self._cede
+            and client.statements is not None
+            and client.statements.names
+            and _can_cede(client)
+        ):  # (names past its head are not rewritten: copies under the client's names)
+            self._copied = True
+            self._send([(COPIES, b"")], 0)
         if refused:
             self._send([(REFUSED_HEAD, head)], len(head))
         elif self._cede:
@@ -289,9 +311,17 @@ class ClientLargeMessage:
                 effects.append((UNTRACKED, UNFOLLOWED))
         if self._held:  # (last: its reason is the one said, and it holds if the batch fails)
             effects.append((UNTRACKED, HELD))
-        if self._cede:  # (its reason the one said: the server's statements are its own)
+        if self._cede or (
+            query
+            and look is not None
+            and look.names_statements
+            and (client.framer is not None or client.follows_statements)
+            and _can_cede(client)
+        ):  # its names past the head are the server's: so are its client's from now on
             effects.append((UNTRACKED, CEDED))
             client._statements_ceded()
+        elif self._copied:  # (it named none after all: the copies go)
+            self._send([(COPIES_CLOSED, b"")], 0)
         if effects:
             # A Query's batch ends at the ReadyForQuery counted at its head (none can have
             # come before the whole message did); another's at the next Sync's, after those

@@ -121,6 +121,12 @@ REFUSED_HEAD: Final = 0x101
 #: client's statements are prepared on this server under its own names first, then it
 #: goes as written.
 CEDING_HEAD: Final = 0x102
+#: A part (COPIES, b""): the client's statements prepared on this server under its own
+#: names, ahead of a long Query whose names past its head cannot be rewritten
+#: (client/large.py): if it names them there, they are ceded to the server at its end.
+COPIES: Final = 0x103
+#: A part (COPIES_CLOSED, b""): that Query named none past its head: the copies closed.
+COPIES_CLOSED: Final = 0x104
 
 
 class StatementRewriter:
@@ -177,6 +183,9 @@ class StatementRewriter:
         #: The entry of a streamed Query whose head named statements, appended at its end
         #: (its SYNC_MARK), after its raw parts.
         self.streamed_query: Entry | None = None
+        #: The client's statements prepared here under its own names ahead of a long Query
+        #: (COPIES), to close after it (COPIES_CLOSED).
+        self.copies: list[bytes] = []
         #: Names the client prepared again while they were in use (refused with 42P05),
         #: for the caller to log; it empties the list.
         self.already_prepared: list[bytes] = []
@@ -243,6 +252,10 @@ class StatementRewriter:
                     self._streamed_head(client, body, out, status)
                 elif msg_type == CEDING_HEAD:
                     self._ceding_head(client, body, out)
+                elif msg_type == COPIES:
+                    self.copies = self._copy_statements(client, out)
+                elif msg_type == COPIES_CLOSED:
+                    self._close_copies(out)
                 elif msg_type == REFUSED_HEAD:
                     self.clean = False
                     _refuse_long(self, body[5:], out)
@@ -397,12 +410,22 @@ class StatementRewriter:
 
     def _ceding_head(self, client: ClientStatements, head: bytes, out: bytearray) -> None:
         """The head of a Query or unnamed Parse passed on in pieces whose names pgtarn cannot
-        rewrite (client/large.py): each of the client's statements is prepared here under
-        the client's own name first, each in a batch of pgtarn's own (one that fails leaves
-        the others; the client gets its error where the text names it), then the message
-        goes as the client wrote it, its rest as raw parts. Its client is pinned here, and
-        from its end on its statement messages go as they are: the server's statements are
-        the client's own."""
+        rewrite (client/large.py): the client's statements are prepared here under its own
+        names first (_copy_statements), then the message goes as the client wrote it, its
+        rest as raw parts. Its client is pinned here, and from its end on its statement
+        messages go as they are: the server's statements are the client's own."""
+        self._copy_statements(client, out)
+        out += head
+        self.fresh = self.clean = False  # (until its end)
+        if head[0] == PARSE:
+            self.unnamed_forgets = b""
+            self.expected.append(PARSE_ENTRY)
+
+    def _copy_statements(self, client: ClientStatements, out: bytearray) -> list[bytes]:
+        """Each of the client's statements prepared here under the client's own name, each
+        in a batch of pgtarn's own (one that fails leaves the others; the client gets its
+        error where a text names it); the names copied."""
+        copied = []
         for name, stmt in client.names.items():
             if stmt.held and stmt.sql:  # (already under the client's name, here)
                 continue
@@ -415,11 +438,22 @@ class StatementRewriter:
                 out += message(b"P", name + parse[5 + len(stmt.name) :]) + build.SYNC
                 self.expected.append(Entry(KIND_PARSE, DROP))
             self.expected.append(Entry(KIND_SYNC, UNDO_CEDED, client_name=name))
-        out += head
-        self.fresh = self.clean = False  # (until its end)
-        if head[0] == PARSE:
-            self.unnamed_forgets = b""
-            self.expected.append(PARSE_ENTRY)
+            copied.append(name)
+        return copied
+
+    def _close_copies(self, out: bytearray) -> None:
+        """The copies of the last COPIES closed, in a batch of pgtarn's own (after the Query
+        they were made for, which named none of them: a copy that failed closes as a
+        no-op), so that no other client lent this server meets them."""
+        copies, self.copies = self.copies, []
+        if not copies:
+            return
+        self.expected.append(HIDDEN_ENTRY)
+        for name in copies:
+            out += message(b"C", b"S" + name + b"\x00")
+            self.expected.append(Entry(KIND_CLOSE, DROP))
+        out += build.SYNC
+        self.expected.append(Entry(KIND_SYNC))
 
     def _held_parse(self, client: ClientStatements, head: bytes, out: bytearray, rest: int) -> None:
         """The head of a named Parse passed on in pieces, its client pinned to this server

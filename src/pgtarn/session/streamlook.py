@@ -6,7 +6,9 @@ look reads it in the pieces it is passed on in and keeps only a few bytes across
 answers whether the text holds any word a statement that changes session state (or
 controls a transaction, or names a prepared statement) must hold, and any word of a schema
 change. A text that holds one is taken as changing state in a way that is not followed: its
-client keeps its server, which is closed when the client leaves (UNTRACKED).
+client keeps its server, which is closed when the client leaves (UNTRACKED). It also tells
+whether a statement naming prepared statements may be there (names_statements: its
+client's statements are then ceded to its server, client/large.py).
 
 A small lexer skips what runs nothing: string literals ('' and E'' escapes), dollar-quoted
 strings and comments (-- and nested /* */), so that a long literal of data holding "SET"
@@ -40,6 +42,10 @@ _SCHEMA_WORDS: Final = re.compile(_SCHEMA)
 #: The words of statements naming prepared statements: they do not count in a head whose
 #: names pgtarn rewrote (client/large.py).
 _NAMING: Final = frozenset((b"prepare", b"execute", b"deallocate"))
+#: The words of statements that name prepared statements or drop them all.
+_NAMING_WORDS: Final = re.compile(
+    rb"(?<![a-z0-9_$])(?:prepare|execute|deallocate|discard)(?![a-z0-9_$])"
+)
 #: A DO block: its body, a literal, runs.
 _DO: Final = re.compile(rb"(?<![a-z0-9_$\x80-\xff])do(?![a-z0-9_$\x80-\xff])")
 #: Outside literals and comments, what begins one (or a quoted identifier). A $ after a
@@ -83,6 +89,7 @@ class StreamedText:
         "_tag",
         "_text",
         "changes_state",
+        "names_statements",
         "schema_change",
     )
 
@@ -99,12 +106,15 @@ class StreamedText:
         self.changes_state = False
         #: Some piece held a word of a schema change.
         self.schema_change = False
+        #: Some piece held a word of a statement naming prepared statements (or DISCARD,
+        #: which may drop them all), where names count.
+        self.names_statements = False
 
     def feed(self, piece: bytes, names: bool = True) -> None:
         """Look at the next piece of the text. names False: the words of statements naming
         prepared statements do not count in this piece (their names were rewritten), only
         in later ones."""
-        if self.changes_state and self.schema_change:
+        if self.changes_state and self.schema_change and self.names_statements:
             return  # (nothing more to learn)
         text = self._text + piece.lower()
         if not names:  # (a word cut at the piece's end counts: its name is not here)
@@ -113,7 +123,7 @@ class StreamedText:
 
     def finish(self) -> None:
         """The text is over: what was kept is read to its end."""
-        if not (self.changes_state and self.schema_change):
+        if not (self.changes_state and self.schema_change and self.names_statements):
             self._read(self._text, len(self._text))
 
     def _read(self, text: bytes, limit: int) -> None:
@@ -218,7 +228,7 @@ class StreamedText:
             else:  # _ANYWHERE
                 self._words(text, pos, limit)
                 pos = limit
-            if self.changes_state and self.schema_change:
+            if self.changes_state and self.schema_change and self.names_statements:
                 break
         self._state = state
         cut = max(min(pos, len(text)) - _CONTEXT, 0)
@@ -238,6 +248,13 @@ class StreamedText:
                     self.changes_state = True
                     break
                 match = _STATE_WORDS.search(text, match.end(), stop)
+        if not self.names_statements:
+            match = _NAMING_WORDS.search(text, start, stop)
+            while match is not None and match.start() < end:
+                if match.start() >= self._names_until or match.group(0) == b"discard":
+                    self.names_statements = True
+                    break
+                match = _NAMING_WORDS.search(text, match.end(), stop)
         if not self.schema_change:
             match = _SCHEMA_WORDS.search(text, start, stop)
             if match is not None and match.start() < end:

@@ -360,6 +360,21 @@ def sql_prepared_pool(pool_size: int = 1) -> tuple[Pool, ClientConnection, Serve
     return pool, client, server
 
 
+#: What the server of sql_prepared_pool's client is sent ahead of a long Query: its statement
+#: prepared under the client's own name; and after it, when the Query named none past its
+#: head, that copy closed (batches of pgtarn's own).
+COPY = build.query('PREPARE "big_md5"(text) AS SELECT md5($1)')
+COPY_CLOSED = build.message(b"C", b"Sbig_md5\x00") + build.SYNC
+COPY_DONE = build.command_complete("PREPARE") + build.ready_for_query(b"I")
+COPY_CLOSED_DONE = build.message(b"3") + build.ready_for_query(b"I")
+
+
+def without_copies(data: bytes) -> bytes:
+    """data less COPY at its start and COPY_CLOSED at its end (each checked there)."""
+    assert data.startswith(COPY) and data.endswith(COPY_CLOSED)
+    return data[len(COPY) : len(data) - len(COPY_CLOSED)]
+
+
 def test_a_long_execute_is_renamed_in_its_head_and_streamed() -> None:
     """A Query naming a SQL-level statement in its head and 100 KB long: its name rewritten
     there, its length made right for the new name, the rest passed on as it comes (never
@@ -373,13 +388,19 @@ def test_a_long_execute_is_renamed_in_its_head_and_streamed() -> None:
     for at in range(CHUNK, len(query), CHUNK):
         client.data_received(query[at : at + CHUNK])
         piece = sent(server)
-        assert len(piece) <= CHUNK + HEAD_SIZE + 5  # (the head goes with the piece after it)
+        # (the head goes with the piece after it; the copy's Close with the last)
+        assert len(piece) <= CHUNK + HEAD_SIZE + 5 + len(COPY) + len(COPY_CLOSED)
         got += piece
     assert client.large is None and client.expected == 1
-    ((kind, body),) = split_messages(got)  # (the declared length holds the new name)
+    # (the declared length holds the new name)
+    ((kind, body),) = split_messages(without_copies(got))
     assert chr(kind) == "Q" and body.startswith(b"EXECUTE pgtarn_")
     assert body.endswith(f"('{value}')".encode() + b"\x00")
-    server.data_received(build.command_complete("SELECT 1") + build.ready_for_query(b"I"))
+    server.data_received(
+        COPY_DONE + build.command_complete("SELECT 1") + build.ready_for_query(b"I")
+        + COPY_CLOSED_DONE
+    )  # fmt: skip
+    assert client_got(client) == build.command_complete("SELECT 1") + build.ready_for_query(b"I")
     assert not client.pinned and client.server is None
 
 
@@ -396,7 +417,7 @@ def test_a_long_execute_on_a_server_without_its_statement_prepares_it_first() ->
     out = sent(second)
     out = out[int.from_bytes(out[:4], "big") :]  # (after its StartupMessage)
     assert second is not first and client.server is second
-    messages = split_messages(out)
+    messages = split_messages(without_copies(out))
     assert [chr(kind) for kind, _body in messages] == ["Q", "Q"]
     assert messages[0][1].startswith(b"PREPARE pgtarn_")  # (pgtarn's own, hidden)
     assert messages[1][1].startswith(b"EXECUTE pgtarn_") and len(messages[1][1]) > 60_000
@@ -410,7 +431,7 @@ def test_a_long_execute_of_another_clients_statement_is_refused_in_its_place() -
     in_chunks(client, build.query(f"EXECUTE pgtarn_s99('{value}')"))
     out = sent(server)
     assert value.encode()[:100] not in out
-    ((kind, body),) = split_messages(out)
+    ((kind, body),) = split_messages(without_copies(out))
     assert chr(kind) == "Q" and body.startswith(b"DO $pgtarn$") and b"26000" in body
     assert client.large is None and client.expected == 1
 
@@ -425,16 +446,40 @@ def test_a_long_query_that_prepares_in_its_head_goes_as_written() -> None:
     assert messages[-1] == (ord("Q"), text.encode() + b"\x00")
 
 
-def test_a_long_execute_naming_one_past_its_head_pins_its_client() -> None:
-    """Names past the head are not rewritten: the client is pinned to its server."""
+def test_a_long_execute_naming_one_past_its_head_cedes_its_statements() -> None:
+    """Names past the head are not rewritten, but the client's statements were prepared
+    under its own names ahead of the Query: the one past the head runs as written, and the
+    client's statements are its server's own from then on (pinned there)."""
     _pool, client, server = sql_prepared_pool()
     text = "EXECUTE big_md5('" + "f" * 60_000 + "'); EXECUTE big_md5('g')"
     in_chunks(client, build.query(text))
-    ((_kind, body),) = split_messages(sent(server))
+    out = sent(server)
+    assert out.startswith(COPY)
+    ((_kind, body),) = split_messages(out[len(COPY) :])  # (the copy kept: not closed)
     assert body.startswith(b"EXECUTE pgtarn_") and body.endswith(b"; EXECUTE big_md5('g')\x00")
-    server.data_received(build.command_complete("SELECT 1") * 2 + build.ready_for_query(b"I"))
+    done = build.command_complete("SELECT 1") * 2 + build.ready_for_query(b"I")
+    server.data_received(COPY_DONE + done)
+    assert client_got(client) == done
     assert client.pinned and client.server is server
-    assert client.session is not None and UNFOLLOWED in client.session.state.untracked
+    assert client.session is not None and client.session.state.untracked == CEDED
+    client.data_received(build.query("EXECUTE big_md5('h')"))
+    assert sent(server) == build.query("EXECUTE big_md5('h')")
+
+
+def test_a_long_query_naming_none_past_its_head_closes_the_copies() -> None:
+    """A long Query of a client with statements, naming none past its head (a literal of
+    data): the copies made ahead of it are closed after it, their replies swallowed, and
+    the client keeps pooling with its names rewritten."""
+    _pool, client, server = sql_prepared_pool()
+    in_chunks(client, build.query("SELECT length('" + "execute " * 10_000 + "')"))
+    ((kind, _body),) = split_messages(without_copies(sent(server)))
+    assert chr(kind) == "Q"
+    done = build.command_complete("SELECT 1") + build.ready_for_query(b"I")
+    server.data_received(COPY_DONE + done + COPY_CLOSED_DONE)
+    assert client_got(client) == done
+    assert not client.pinned and client.server is None
+    client.data_received(build.query("EXECUTE big_md5('h')"))
+    assert b"EXECUTE pgtarn_s" in sent(server)
 
 
 def script_of_executes(count: int = 60) -> str:
@@ -522,7 +567,12 @@ def test_every_cut_of_a_long_execute_among_others_arrives_renamed(size: int) -> 
     value = "n" * 40_000
     before, after = build.query("SELECT 1"), build.query("SELECT 2")
     in_chunks(client, before + build.query(f"EXECUTE big_md5('{value}')") + after, size)
-    got = split_messages(sent(server))
+    out = sent(server)
+    if size < 40_000:  # (the copy ahead of a long Query, closed after it; a chunk that
+        # holds the whole EXECUTE has it rewritten as a short one)
+        assert out.count(COPY) == 1 and out.count(COPY_CLOSED) == 1
+        out = out.replace(COPY, b"").replace(COPY_CLOSED, b"")
+    got = split_messages(out)
     assert [(chr(kind), body[:16]) for kind, body in got] == [
         ("Q", b"SELECT 1\x00"),
         ("Q", b"EXECUTE pgtarn_s"),
@@ -561,9 +611,10 @@ def test_a_long_text_whose_naming_words_are_data_goes_in_pieces(kind: str) -> No
     assert client.large is not None and len(sent(server)) > 0  # (its head went on)
     in_chunks(client, data[3 * CHUNK :])
     server.data_received(
-        (b"" if kind == "query" else build.message(b"1") + build.message(b"2"))
+        (COPY_DONE if kind == "query" else build.message(b"1") + build.message(b"2"))
         + build.command_complete("SELECT 1")
         + build.ready_for_query(b"I")
+        + (COPY_CLOSED_DONE if kind == "query" else b"")
     )
     assert client.large is None and not client.pinned and client.server is None
 
@@ -573,13 +624,13 @@ def long_prepare(name: str = "big_p", size: int = 60_000) -> str:
 
 
 def prepare_done(server: ServerConnection, ok: bool = True) -> None:
+    """The server's replies to a long PREPARE of sql_prepared_pool's client, with those to
+    the copy of its statement made ahead of it and closed after it."""
     server.data_received(
-        (
-            build.command_complete("PREPARE")
-            if ok
-            else build.error_response("ERROR", "42601", "syntax error")
-        )
+        COPY_DONE
+        + (build.command_complete("PREPARE") if ok else build.error_response("42601", "syntax"))
         + build.ready_for_query(b"I")
+        + COPY_CLOSED_DONE
     )
 
 
@@ -593,7 +644,8 @@ def test_a_long_prepare_goes_in_pieces_under_its_clients_name_and_pins() -> None
     got = sent(server)
     assert len(got) < 20_000 and client.large is not None  # never the whole
     in_chunks(client, query[CHUNK:])
-    assert got + sent(server) == query and client.large is None and client.expected == 1
+    assert without_copies(got + sent(server)) == query
+    assert client.large is None and client.expected == 1
     prepare_done(server)
     assert client.pinned and client.server is server and client.pin_reasons() == ["untracked"]
     assert client.session is not None and client.session.state.untracked == HELD
@@ -652,7 +704,7 @@ def test_a_long_prepare_of_a_name_in_use_is_refused_in_its_place() -> None:
     """42P05 as PostgreSQL gives it, none of the long text sent."""
     _pool, client, server = sql_prepared_pool()
     in_chunks(client, build.query(long_prepare("big_md5")))
-    ((kind, body),) = split_messages(sent(server))
+    ((kind, body),) = split_messages(without_copies(sent(server)))
     assert chr(kind) == "Q" and body.startswith(b"DO $pgtarn$") and b"42P05" in body
     assert client.large is None and client.expected == 1
 

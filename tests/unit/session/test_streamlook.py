@@ -182,3 +182,29 @@ def test_a_ten_mb_literal_holding_words_of_state_does_not_pin() -> None:
 def test_where_pieces_end_never_changes_the_answer(tokens: list[str], cuts: list[int]) -> None:
     text = b" " * 90 + "".join(tokens).encode() + b" " * 90
     assert lexed(text, sorted(set(cut % (len(text) + 1) for cut in cuts))) == lexed(text, [])
+
+
+@pytest.mark.parametrize("cut", [1, 3, 64, 100000])
+def test_words_naming_statements(cut: int) -> None:
+    """names_statements: a statement naming prepared statements, or DISCARD, may be there
+    (outside literals and comments); SET and the like are not such words."""
+    data = b"SELECT md5('" + b"x" * 5000 + b"')"
+    assert not look(data + b" /* execute */; SELECT 'prepare'", cut).names_statements
+    assert not look(data + b"; SET a = 1", cut).names_statements
+    for tail in (b"; EXECUTE q", b"; Deallocate q", b"; prepare q AS SELECT 1", b"; discard all"):
+        assert look(data + tail, cut).names_statements, tail
+
+
+def test_a_rewritten_heads_names_do_not_name_statements() -> None:
+    """names=False for the head: its EXECUTE names no statement past what was rewritten,
+    one after it does (DISCARD counts in the head too)."""
+    for rest, names in [(b"y')", False), (b"y'); EXECUTE q", True)]:
+        streamed = StreamedText()
+        streamed.feed(b"EXECUTE q('x', '" + b"y" * 100, False)
+        streamed.feed(rest)
+        streamed.finish()
+        assert streamed.names_statements is names
+    streamed = StreamedText()
+    streamed.feed(b"DISCARD ALL; SELECT '" + b"y" * 100, False)
+    streamed.finish()
+    assert streamed.names_statements
