@@ -2,7 +2,8 @@
 
 Clients send, all at once, a Bind with one large `bytea` parameter (psycopg, extended
 protocol: `SELECT md5($1::bytea)`), then a simple Query with a large literal, then a SQL-level
-`EXECUTE` of a prepared statement with a large literal argument; each answer is checked. For
+`EXECUTE` of a prepared statement with a large literal argument, then a script naming a
+prepared statement before and after a large literal; each answer is checked. For
 each pooler (a fresh process, its pool warmed by one round of small queries), the table gives
 its RSS before, how far its peak (VmHWM, reset before each workload) rose during each
 workload, and how much more it held once the clients had gone.
@@ -119,6 +120,28 @@ def execute(conninfo: str, size: int) -> Callable[[int], None]:
     return work
 
 
+def script(conninfo: str, size: int) -> Callable[[int], None]:
+    """A script naming a SQL-level prepared statement before and after a large literal (one
+    simple Query, in a transaction block as for execute)."""
+
+    def work(index: int) -> None:
+        data = payload(index, size)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute("BEGIN")
+            conn.execute("PREPARE plus(int) AS SELECT $1 + 1")
+            cur = conn.execute(b"EXECUTE plus(1); SELECT md5('" + data + b"'); EXECUTE plus(2)")
+            rows = list(cur.fetchall())
+            while cur.nextset():
+                if cur.description is not None:
+                    rows.extend(cur.fetchall())
+            conn.execute("DEALLOCATE plus")
+            conn.execute("COMMIT")
+        if rows != [(2,), (hashlib.md5(data).hexdigest(),), (3,)]:
+            raise RuntimeError(f"wrong answer to a script: {rows}")
+
+    return work
+
+
 def measure(pooler: Pooler, db: Database, clients: int, size: int) -> list[str]:
     """One row of the table for pooler (started here, stopped after)."""
     pooler.start()
@@ -127,7 +150,7 @@ def measure(pooler: Pooler, db: Database, clients: int, size: int) -> list[str]:
         at_once(clients, lambda _i: psycopg.connect(conninfo, autocommit=True).close())
         start = proc_status_kb(pooler.pid, "VmRSS")
         rises = []
-        for workload in (bind, query, execute):
+        for workload in (bind, query, execute, script):
             reset_peak(pooler.pid)
             run.log(f"{pooler.name}: {workload.__name__} x {clients}, {size // MB} MB each")
             at_once(clients, workload(conninfo, size))
@@ -174,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     mb = args.mb
     header = ["pooler", "RSS before (MB)", f"peak rise, Bind {mb} MB x {args.clients[0]}",
               f"peak rise, Query {mb} MB x {args.clients[0]}",
-              f"peak rise, EXECUTE {mb} MB x {args.clients[0]}", "held after"]  # fmt: skip
+              f"peak rise, EXECUTE {mb} MB x {args.clients[0]}",
+              f"peak rise, script {mb} MB x {args.clients[0]}", "held after"]  # fmt: skip
     print(run.markdown(header, rows))
     return 0
 
