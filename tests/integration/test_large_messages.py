@@ -618,7 +618,7 @@ def test_long_script_preparing_a_statement(pgtarn_factory: Any) -> None:
     """A long script that PREPAREs a statement and runs it (refused in a short script in
     transaction mode): its statements being the server's own, it runs as on a direct
     connection, and so do the client's later uses of the name."""
-    proc = pgtarn_factory(settings={"max_prepared_statements": 10})
+    proc = pgtarn_factory(settings={"max_prepared_statements": 10, "default_pool_size": 1})
     text = "m" * (10 * MB)
     with connect(proc, autocommit=True) as conn:
         sql = f"PREPARE made AS SELECT 'made'; SELECT length('{text}'); EXECUTE made"
@@ -627,9 +627,13 @@ def test_long_script_preparing_a_statement(pgtarn_factory: Any) -> None:
         with pytest.raises(psycopg.errors.DuplicatePreparedStatement):
             conn.execute("PREPARE made AS SELECT 1")
         assert conn.execute("SELECT %s::int", (7,), prepare=True).fetchone() == (7,)
-        with connect(proc, autocommit=True) as other:
-            with pytest.raises(psycopg.errors.InvalidSqlStatementName):
-                other.execute("EXECUTE made")
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()
+    # Its server, which has the client's statements, was closed when it left: the one
+    # server of the pool is a new one, without them.
+    with connect(proc, autocommit=True) as other:
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            other.execute("EXECUTE made")
+        assert other.execute("SELECT pg_backend_pid()").fetchone() != pid
 
 
 def test_long_deallocate(pgtarn_factory: Any) -> None:
