@@ -191,9 +191,14 @@ class LargeClient(Protocol):
     open_batch: bool
     unnamed_unbound: bool
     expected: int
+    #: What waits for a server (bytes; in prepared-statement mode, parts and chunk).
+    pending: list[bytes | tuple[list[Part] | None, bytes | None]]
 
     @property
     def statements(self) -> ClientStatements | None: ...
+
+    @property
+    def server(self) -> ServerConnection | None: ...
 
     def _start_statements(self) -> None: ...
 

@@ -200,7 +200,7 @@ class ClientLargeMessage:
                 whole = use is None or (use.kind == PREPARE and not self._held)
                 # Any other such text goes as written, once the client's statements are
                 # the server's own (CEDING_HEAD), where its client can be pinned.
-                self._cede = use is None and _can_cede(client)
+                self._cede = use is None and _between_batches(client) and _can_cede(client)
                 whole = whole and not self._cede
         elif msg_type == PARSE:
             name_end = body.find(b"\x00")
@@ -223,7 +223,7 @@ class ClientLargeMessage:
                 named = use is not None and use.kind == EXECUTE
                 whole = not named
             if whole:  # (as a Query's, where its client can be pinned)
-                self._cede = _can_cede(client)
+                self._cede = _between_batches(client) and _can_cede(client)
                 whole = not self._cede
         if whole:  # (today's way: kept whole, relayed when complete)
             self._way = _WHOLE
@@ -266,6 +266,7 @@ class ClientLargeMessage:
             and client.statements is not None
             and client.statements.names
             and _can_cede(client)
+            and _between_batches(client)
         ):  # (names past its head are not rewritten: copies under the client's names)
             self._copied = True
             self._send([(COPIES, b"")], 0)
@@ -316,6 +317,7 @@ class ClientLargeMessage:
             and look is not None
             and look.names_statements
             and (client.framer is not None or client.follows_statements)
+            and (self._copied or client.statements is None or not client.statements.names)
             and _can_cede(client)
         ):  # its names past the head are the server's: so are its client's from now on
             effects.append((UNTRACKED, CEDED))
@@ -339,7 +341,8 @@ def _can_cede(client: LargeClient) -> bool:
     """Whether the client's statements can become its server's own (CEDING_HEAD): it can
     be pinned (a tracked session in transaction mode, pin_session_state), and each of its
     statements can be prepared under its own name (its text kept; a name of pgtarn's kind
-    would meet the server's own)."""
+    would meet the server's own). (The caller also sees that no extended batch is open:
+    the copies go in batches of pgtarn's own, which must not fall inside the client's.)"""
     if not client.tracked or client.statement_mode or not client.runtime.config.pin_session_state:
         return False
     statements = client.statements
@@ -349,6 +352,28 @@ def _can_cede(client: LargeClient) -> bool:
         name.startswith(SERVER_PREFIX) or (stmt.held and not stmt.sql)
         for name, stmt in statements.names.items()
     )
+
+
+def _between_batches(client: LargeClient) -> bool:
+    """Whether the client's message about to go starts a batch: nothing of an extended
+    batch of its went since its last Sync or Query, where its server (or its wait for one)
+    is now. Batches of pgtarn's own (the copies of CEDING_HEAD and COPIES) go there only
+    then: one inside the client's would end it, and an error there would fail it."""
+    pending = client.pending
+    if pending:
+        last = pending[-1]
+        if isinstance(last, bytes):
+            return False
+        parts = last[0]
+        if parts is None:  # (one whole Query)
+            return True
+        end = parts[-1] if parts else None
+        return end is SYNC_MARK or (isinstance(end, tuple) and end[0] == QUERY)
+    server = client.server
+    if server is None:  # (no batch is open without its server)
+        return True
+    statements = server.statements
+    return statements is None or statements.clean
 
 
 def _too_long_name(msg_type: int, length: int) -> str:

@@ -805,3 +805,22 @@ def test_a_long_unnamed_parse_of_a_script_goes_as_written() -> None:
     later = build.parse("", "EXECUTE big_md5('b')") + build.bind("", "", []) + build.SYNC
     client.data_received(later)
     assert sent(server) == later
+
+
+def test_no_copies_inside_an_open_batch() -> None:
+    """A long Query after an extended batch left open (no Sync yet): pgtarn's batches of
+    copies cannot go inside the client's, so a script naming statements is read whole and
+    rewritten as before, and a Query naming none past its head gets no copies."""
+    _pool, client, server = sql_prepared_pool()
+    opened = build.parse("", "SELECT 1") + build.bind("", "", []) + build.execute()
+    in_chunks(client, opened + build.query(script_of_executes()))
+    out = sent(server)
+    assert COPY not in out and out.count(b"EXECUTE pgtarn_") == 60
+    server.data_received(
+        build.message(b"1") + build.message(b"2") + build.command_complete("SELECT 1") * 61
+        + build.ready_for_query(b"I")
+    )  # fmt: skip
+    assert not client.pinned
+    client_got(client)
+    in_chunks(client, opened + long_query(60_000))
+    assert COPY not in sent(server)
