@@ -15,7 +15,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # --- build: the wheel with the hot path compiled by mypyc, and the dependencies' wheels ------
 FROM ${PYTHON_IMAGE} AS build
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc libc6-dev libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./

@@ -9,7 +9,8 @@ stays the fallback with the same behaviour:
 - an editable install (pip install -e) is never compiled, since an extension module next to
   its source would shadow every later edit of that source;
 - compiling fails (no C compiler, no Python headers): a warning, and the package installs as
-  pure Python; none of the compiled modules is kept, since they only load together.
+  pure Python; none of the compiled modules is kept, since they only load together;
+- only native/_scram.c fails (no OpenSSL headers): a warning, and the rest is kept compiled.
 
 Compiling takes minutes: one line says so as it starts, and how to skip it, on the terminal
 as well as in the build's output (which pip shows only with -v).
@@ -35,6 +36,16 @@ COMPILED: list[str] = list(runpy.run_path("src/pgtarn/native/compiled.py")["COMP
 IO_HELPER = Extension("pgtarn.native._io", ["src/pgtarn/native/_io.c"])
 #: A query's shape for the relay's first look at it (session/effects.py): plain C, likewise.
 SHAPE_HELPER = Extension("pgtarn.native._shape", ["src/pgtarn/native/_shape.c"])
+#: The check of a SCRAM client-final-message (auth/scram.py): C on OpenSSL's SHA-256, likewise;
+#: left out alone, with a word, where the OpenSSL headers (libssl-dev) are missing.
+SCRAM_HELPER = Extension(
+    "pgtarn.native._scram", ["src/pgtarn/native/_scram.c"], libraries=["crypto"]
+)
+#: Said when SCRAM_HELPER does not build: the rest of the compiled build is kept.
+NO_SCRAM_HELPER = (
+    "pgtarn: native/_scram.c did not build ({exc}); are the OpenSSL headers installed "
+    "(libssl-dev)? SCRAM's final check runs in Python: the same behaviour, more CPU per login"
+)
 
 EDITABLE_COMMANDS = {"editable_wheel", "develop"}
 
@@ -61,6 +72,15 @@ class OptionalBuildExt(build_ext):
             super().run()
         except Exception as exc:  # compiler or headers missing: the pure build is complete
             self._fall_back(exc)
+
+    def build_extension(self, ext: Any) -> None:
+        if ext.name != SCRAM_HELPER.name:
+            super().build_extension(ext)
+            return
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # OpenSSL's headers or library missing: this one alone
+            announce(NO_SCRAM_HELPER.format(exc=exc))
 
     def _fall_back(self, exc: Exception) -> None:
         announce(f"pgtarn: compiling with mypyc failed ({exc}); installing pure Python")
@@ -92,7 +112,7 @@ def extensions() -> list[Any]:
         return []
     try:
         compiled = mypycify([f"src/{path}" for path in COMPILED], opt_level="3")
-        return [*compiled, IO_HELPER, SHAPE_HELPER]
+        return [*compiled, IO_HELPER, SHAPE_HELPER, SCRAM_HELPER]
     except (Exception, SystemExit) as exc:  # mypyc refused the code (its type check exits)
         print(f"pgtarn: mypyc failed ({exc}); installing pure Python", file=sys.stderr)
         return []

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
+from pgtarn import native
 from pgtarn.errors import AuthFailed, ProtocolViolation
 
 __all__ = [
@@ -60,6 +61,10 @@ _A2B_BASE64: Final = binascii.a2b_base64
 _COMPARE_DIGEST: Final = hmac.compare_digest
 _URANDOM: Final = os.urandom
 _FROM_BYTES: Final = int.from_bytes
+
+#: native/_scram.c's check of a client-final-message, when this build has it (else None).
+_SERVER_FINAL: Final = native.server_final
+_HMAC_KEYS: Final = native.hmac_keys
 
 
 def _hmac(key: bytes, msg: bytes) -> bytes:
@@ -102,6 +107,20 @@ def _key_pads(key: bytes) -> tuple[Any, Any]:
         )
         _bounded_put(_KEY_PADS, key, pads)
     return pads
+
+
+#: What native/_scram.c needs of a verifier (its keys' pad states), by StoredKey, with the
+#: ServerKey they were made with. Bounded; RELOAD clears it.
+_NATIVE_KEYS: Final[dict[bytes, tuple[bytes, bytes]]] = {}
+
+
+def _native_keys(v: ScramVerifier) -> bytes:
+    known = _NATIVE_KEYS.get(v.stored_key)
+    if known is None or known[0] != v.server_key:
+        assert _HMAC_KEYS is not None
+        known = (v.server_key, _HMAC_KEYS(v.stored_key, v.server_key))
+        _bounded_put(_NATIVE_KEYS, v.stored_key, known)
+    return known[1]
 
 
 def _keyed_hmac(key: bytes, msg: bytes) -> bytes:
@@ -255,6 +274,7 @@ def forget_salted_passwords() -> None:
     """Drop the cached derivations (RELOAD: the passwords they came from may be gone)."""
     _salted_password.cache_clear()
     _KEY_PADS.clear()
+    _NATIVE_KEYS.clear()
     _SALT_AND_ITERATIONS.clear()
 
 
@@ -383,11 +403,13 @@ class ScramServer(_Exchange):
         *,
         nonce: str | None = None,
         channel_binding: bytes | None = None,
+        native: bool = True,
     ) -> None:
         """`secret` is a verifier or a plaintext password; `nonce` fixes the server nonce.
 
         channel_binding: the tls-server-end-point data of this TLS connection (the hash of
-        our certificate); then SCRAM-SHA-256-PLUS is offered too.
+        our certificate); then SCRAM-SHA-256-PLUS is offered too. native: False runs the
+        pure path even where native/_scram.c is built (the tests run both).
         """
         if nonce is not None and not _is_printable(nonce):
             raise ValueError("server nonce must be printable ASCII without ','")
@@ -400,6 +422,7 @@ class ScramServer(_Exchange):
         self._auth_prefix = ""
         self._expected_final = ""
         self._client_key: bytes | None = None
+        self._native = native and _SERVER_FINAL is not None
 
     def mechanisms(self) -> list[str]:
         """Mechanisms to list in AuthenticationSASL, the channel-bound one first."""
@@ -499,6 +522,22 @@ class ScramServer(_Exchange):
     def handle_client_final(self, data: bytes) -> bytes:
         """Check the client-final-message's proof, return the server-final-message."""
         self._step(_State.FIRST_DONE)
+        done = None
+        if self._native and _SERVER_FINAL is not None:
+            # the usual message, in C; None for any other, which _final reads and names
+            keys = _native_keys(self._verifier)
+            done = _SERVER_FINAL(data, self._expected_final, self._auth_prefix, keys)
+        client_key, final = self._final(data) if done is None else done
+        if not final:
+            raise AuthFailed("password authentication failed (SCRAM proof mismatch)")
+        self._client_key = client_key
+        self._state = _State.DONE
+        return final
+
+    def _final(self, data: bytes) -> tuple[bytes, bytes]:
+        """ClientKey and the server-final-message of a client-final-message, the message
+        b"" when the proof is wrong; an error for a malformed message. What native/_scram.c
+        computes for the usual one."""
         text = _decode(data, "client-final-message")
         cut = text.rfind(",p=")
         if cut < 0:
@@ -513,10 +552,8 @@ class ScramServer(_Exchange):
         v = self._verifier
         client_key = _xor(proof, _keyed_hmac(v.stored_key, auth_message))
         if not _COMPARE_DIGEST(_h(client_key), v.stored_key):
-            raise AuthFailed("password authentication failed (SCRAM proof mismatch)")
-        self._client_key = client_key
-        self._state = _State.DONE
-        return b"v=" + _b64(_keyed_hmac(v.server_key, auth_message)).encode("ascii")
+            return client_key, b""
+        return client_key, b"v=" + _b64(_keyed_hmac(v.server_key, auth_message)).encode("ascii")
 
 
 # -- client side (logging in to PostgreSQL) -----------------------------------------------

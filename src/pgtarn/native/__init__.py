@@ -6,11 +6,12 @@ Two kinds of code are native in the compiled build:
 
 - the modules listed in compiled.py (setup.py reads it), which mypyc compiles from their
   Python source (the same source runs as it is in the pure build);
-- two small C modules here: ``_io.c`` (recv(2), send(2), accept4(2) and the epoll calls of
-  net/transport.py's sockets) and ``_shape.c`` (a query's shape for session/effects.py's first
-  look). Their pure counterparts live beside their callers and behave the same.
+- three small C modules here: ``_io.c`` (recv(2), send(2), accept4(2) and the epoll calls of
+  net/transport.py's sockets), ``_shape.c`` (a query's shape for session/effects.py's first
+  look) and ``_scram.c`` (the check of a SCRAM client-final-message for auth/scram.py). Their
+  pure counterparts live beside their callers and behave the same.
 
-A caller takes a helper from here when it is not None, else its own pure function. Both C
+A caller takes a helper from here when it is not None, else its own pure function. The C
 modules are built with the compiled modules and dropped with them when compiling fails;
 buildinfo.py says which of the two builds runs.
 
@@ -29,6 +30,8 @@ accept_some: Callable[[int], tuple[int, Any] | None] | None
 watch_set: Callable[[int, Any, int, int, int, object], None] | None
 watch_ready: Callable[[int, Any, Any], list[Any]] | None
 shape_of: Callable[[bytes, bytes], bytes] | None
+hmac_keys: Callable[[bytes, bytes], bytes] | None
+server_final: Callable[[bytes, str, str, bytes], tuple[bytes, bytes] | None] | None
 
 try:
     from ._io import accept_some, recv_some, send_part, send_some, watch_ready, watch_set
@@ -40,7 +43,14 @@ try:
 except ImportError:  # the pure build, or the helper not built
     shape_of = None
 
+try:
+    from ._scram import hmac_keys, server_final
+except ImportError:  # the pure build, or the helper not built
+    hmac_keys = server_final = None
+
 #: The C helpers this build loaded, by name.
 LOADED: Final = tuple(
-    name for name, helper in (("_io", recv_some), ("_shape", shape_of)) if helper is not None
+    name
+    for name, helper in (("_io", recv_some), ("_shape", shape_of), ("_scram", server_final))
+    if helper is not None
 )

@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pgtarn import native
 from pgtarn.auth.scram import (
     _KEY_PADS,
+    _NATIVE_KEYS,
     ScramClient,
     ScramServer,
     ScramVerifier,
@@ -44,6 +46,9 @@ RFC_SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
 RFC_VERIFIER = make_verifier("pencil", salt=RFC_SALT, iterations=4096)
 ESCAPES = (AuthFailed, ProtocolViolation)
 FUZZ = settings(max_examples=300, deadline=None, database=None)
+#: The server's tests run twice: through native/_scram.c where the build has it (else the
+#: same pure path again), and through the pure path.
+BOTH_PATHS = pytest.mark.parametrize("native_path", [True, False], ids=["native", "pure"])
 
 
 def _mutate(msg: bytes, pos: int, junk: bytes, cut: bool) -> bytes:
@@ -70,8 +75,8 @@ def rfc_client() -> ScramClient:
     return ScramClient("pencil", username="user", nonce=RFC_CLIENT_NONCE)
 
 
-def rfc_server() -> ScramServer:
-    return ScramServer(RFC_VERIFIER, nonce=RFC_SERVER_NONCE)
+def rfc_server(native_path: bool = True) -> ScramServer:
+    return ScramServer(RFC_VERIFIER, nonce=RFC_SERVER_NONCE, native=native_path)
 
 
 def login(server: ScramServer, client: ScramClient) -> None:
@@ -88,8 +93,9 @@ def test_rfc7677_client_side() -> None:
     assert client.done
 
 
-def test_rfc7677_server_side() -> None:
-    server = rfc_server()
+@BOTH_PATHS
+def test_rfc7677_server_side(native_path: bool) -> None:
+    server = rfc_server(native_path)
     assert server.mechanisms() == ["SCRAM-SHA-256"]
     assert server.handle_client_first(RFC_CLIENT_FIRST) == RFC_SERVER_FIRST
     assert server.handle_client_final(RFC_CLIENT_FINAL) == RFC_SERVER_FINAL
@@ -125,26 +131,29 @@ def test_reload_forgets_key_pads() -> None:
     assert not _KEY_PADS
 
 
-def test_server_accepts_any_username() -> None:
+@BOTH_PATHS
+def test_server_accepts_any_username(native_path: bool) -> None:
     for name in ("", "someone", "=2Cweird=3D", "ünïcode"):
-        server = ScramServer(RFC_VERIFIER)
+        server = ScramServer(RFC_VERIFIER, native=native_path)
         client = ScramClient("pencil", username=name)
         login(server, client)
         assert server.done and client.done
 
 
-def test_round_trip_plaintext_secret() -> None:
-    server = ScramServer("s3cret pw")
+@BOTH_PATHS
+def test_round_trip_plaintext_secret(native_path: bool) -> None:
+    server = ScramServer("s3cret pw", native=native_path)
     client = ScramClient("s3cret pw")
     login(server, client)
     assert client.done and server.done
     assert server.verifier.iterations == 4096
 
 
+@BOTH_PATHS
 @pytest.mark.parametrize("cbind", [b"eSws", b"biws"])
-def test_y_flag_needs_matching_channel_binding_echo(cbind: bytes) -> None:
+def test_y_flag_needs_matching_channel_binding_echo(cbind: bytes, native_path: bool) -> None:
     # A "y,," header must be echoed as c=eSws (base64 of "y,,"); proof built by hand.
-    server = ScramServer(RFC_VERIFIER, nonce="abc")
+    server = ScramServer(RFC_VERIFIER, nonce="abc", native=native_path)
     first = server.handle_client_first(b"y,,n=,r=xyz")
     client_key = hmac.digest(
         hashlib.pbkdf2_hmac("sha256", b"pencil", RFC_SALT, 4096), b"Client Key", "sha256"
@@ -161,9 +170,10 @@ def test_y_flag_needs_matching_channel_binding_echo(cbind: bytes) -> None:
             server.handle_client_final(final)
 
 
-def test_round_trip_passthrough() -> None:
+@BOTH_PATHS
+def test_round_trip_passthrough(native_path: bool) -> None:
     verifier = make_verifier("hunter2")
-    first = ScramServer(verifier)
+    first = ScramServer(verifier, native=native_path)
     login(first, ScramClient("hunter2"))
     # The pooler now logs in to "PostgreSQL" (another server holding the verifier).
     backend = ScramServer(verifier)
@@ -172,8 +182,9 @@ def test_round_trip_passthrough() -> None:
     assert backend.done and client.done
 
 
-def test_wrong_password_fails() -> None:
-    server = ScramServer(make_verifier("right"))
+@BOTH_PATHS
+def test_wrong_password_fails(native_path: bool) -> None:
+    server = ScramServer(make_verifier("right"), native=native_path)
     client = ScramClient("wrong")
     server_first = server.handle_client_first(client.client_first())
     with pytest.raises(AuthFailed) as info:
@@ -301,14 +312,15 @@ def test_saslprep() -> None:
     assert saslprep("\ufe8d\u0628") == "\u0627\u0628".encode()  # all RandALCat: fine, NFKC
 
 
-def test_non_ascii_password_round_trip() -> None:
+@BOTH_PATHS
+def test_non_ascii_password_round_trip(native_path: bool) -> None:
     # SASLprep (NFKC) makes U+2168 ROMAN NUMERAL NINE the same password as "IX"; the umlaut stays
     verifier = make_verifier("p\u00e4ss\u2168", iterations=16)
-    server, client = ScramServer(verifier), ScramClient("p\u00e4ssIX")
+    server, client = ScramServer(verifier, native=native_path), ScramClient("p\u00e4ssIX")
     login(server, client)
     assert server.done and client.done
     with pytest.raises(AuthFailed, match="proof mismatch"):
-        login(ScramServer(verifier), ScramClient("passIX"))
+        login(ScramServer(verifier, native=native_path), ScramClient("passIX"))
 
 
 def test_choose_mechanism_without_tls() -> None:
@@ -356,8 +368,11 @@ def bound_exchange(client: ScramClient, server: ScramServer, mechanism: str) -> 
     client.handle_server_final(server.handle_client_final(final))
 
 
-def test_plus_exchange_binds_both_sides_to_the_same_channel() -> None:
-    server = ScramServer(make_verifier("pw", iterations=16), channel_binding=BINDING)
+@BOTH_PATHS
+def test_plus_exchange_binds_both_sides_to_the_same_channel(native_path: bool) -> None:
+    server = ScramServer(
+        make_verifier("pw", iterations=16), channel_binding=BINDING, native=native_path
+    )
     assert server.mechanisms() == ["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"]
     client = ScramClient("pw", channel_binding=BINDING)
     assert client.client_first().startswith(b"p=tls-server-end-point,,")
@@ -365,9 +380,12 @@ def test_plus_exchange_binds_both_sides_to_the_same_channel() -> None:
     assert client.done and server.done and server.channel_bound
 
 
-def test_plus_proof_from_another_channel_is_refused() -> None:
+@BOTH_PATHS
+def test_plus_proof_from_another_channel_is_refused(native_path: bool) -> None:
     # a man in the middle terminates the client's TLS: the client binds to its certificate
-    server = ScramServer(make_verifier("pw", iterations=16), channel_binding=BINDING)
+    server = ScramServer(
+        make_verifier("pw", iterations=16), channel_binding=BINDING, native=native_path
+    )
     client = ScramClient("pw", channel_binding=hashlib.sha256(b"the middle man's").digest())
     with pytest.raises(ProtocolViolation, match="channel binding check failed"):
         bound_exchange(client, server, "SCRAM-SHA-256-PLUS")
@@ -429,6 +447,7 @@ _CLIENT_FINAL_DAMAGE = [
 ]
 
 
+@BOTH_PATHS
 @pytest.mark.parametrize(
     "msg",
     [
@@ -437,14 +456,15 @@ _CLIENT_FINAL_DAMAGE = [
         *(RFC_CLIENT_FINAL[:-4], RFC_CLIENT_FINAL + b",x=1", RFC_CLIENT_FINAL + b"A" * 9000),
     ],
 )
-def test_client_final_malformed(msg: bytes) -> None:
-    server = rfc_server()
+def test_client_final_malformed(msg: bytes, native_path: bool) -> None:
+    server = rfc_server(native_path)
     server.handle_client_first(RFC_CLIENT_FIRST)
     with pytest.raises(ProtocolViolation):
         server.handle_client_final(msg)
     assert not server.done
 
 
+@BOTH_PATHS
 @pytest.mark.parametrize(
     ("swap", "message"),
     [
@@ -454,12 +474,68 @@ def test_client_final_malformed(msg: bytes) -> None:
         ((b"c=biws", b"x=biws"), 'lacks attribute "c"'),
     ],
 )
-def test_client_final_errors_name_what_is_wrong(swap: tuple[bytes, bytes], message: str) -> None:
+def test_client_final_errors_name_what_is_wrong(
+    swap: tuple[bytes, bytes], message: str, native_path: bool
+) -> None:
     # (a message other than the one expected is checked attribute by attribute)
-    server = rfc_server()
+    server = rfc_server(native_path)
     server.handle_client_first(RFC_CLIENT_FIRST)
     with pytest.raises(ProtocolViolation, match=message):
         server.handle_client_final(RFC_CLIENT_FINAL.replace(*swap))
+
+
+def _final_outcome(native_path: bool, data: bytes) -> object:
+    """What a server answers to a client-final-message: its reply and ClientKey, or its error."""
+    server = rfc_server(native_path)
+    server.handle_client_first(RFC_CLIENT_FIRST)
+    try:
+        return server.handle_client_final(data), server.client_key, server.done
+    except (AuthFailed, ProtocolViolation) as exc:
+        return type(exc), str(exc), exc.sqlstate, server.done
+
+
+_RFC_WITHOUT_PROOF = RFC_CLIENT_FINAL[: RFC_CLIENT_FINAL.rindex(b",p=")]
+#: The RFC's proof with other low bits in its last character (which base64 drops), and
+#: forms of a proof around the usual 43 characters and "=".
+_PROOF_FORMS = [
+    *(RFC_CLIENT_FINAL[:-2] + last + b"=" for last in (b"Q", b"R", b"S", b"T", b"U", b"*")),
+    *(RFC_CLIENT_FINAL[:-1], RFC_CLIENT_FINAL[:-1] + b"==", RFC_CLIENT_FINAL + b"="),
+    *(RFC_CLIENT_FINAL[:-2] + b"==", RFC_CLIENT_FINAL.replace(b",p=", b",p= ")),
+    *(RFC_CLIENT_FINAL + b"\n", RFC_CLIENT_FINAL[:-2] + b"\xc3\xa4=", b"," + RFC_CLIENT_FINAL),
+    _RFC_WITHOUT_PROOF + b",x=1,p=" + RFC_CLIENT_FINAL.rsplit(b"p=", 1)[1],
+]
+#: Proofs that decode, right or wrong, and damaged forms of the right one.
+FINALS = st.one_of(
+    st.builds(
+        lambda proof: _RFC_WITHOUT_PROOF + b",p=" + base64.b64encode(proof),
+        st.binary(min_size=30, max_size=34),
+    ),
+    st.sampled_from(_PROOF_FORMS),
+    JUNK,
+)
+
+
+@FUZZ
+@given(data=FINALS)
+def test_the_native_path_answers_as_the_pure_one(data: bytes) -> None:
+    # the same reply, or the same error, for any message (the C code answers only the usual
+    # form and leaves every other to the pure path)
+    assert _final_outcome(True, data) == _final_outcome(False, data)
+
+
+@pytest.mark.parametrize("data", _PROOF_FORMS)
+def test_proof_forms_answer_alike_on_both_paths(data: bytes) -> None:
+    assert _final_outcome(True, data) == _final_outcome(False, data)
+
+
+def test_a_login_takes_the_native_path_where_the_build_has_it() -> None:
+    forget_salted_passwords()
+    login(rfc_server(), rfc_client())
+    assert bool(_NATIVE_KEYS) == (native.server_final is not None)
+    forget_salted_passwords()  # RELOAD forgets what the C code was given of a verifier
+    assert not _NATIVE_KEYS
+    login(rfc_server(native_path=False), rfc_client())
+    assert not _NATIVE_KEYS
 
 
 def passthrough_client() -> ScramClient:
@@ -531,6 +607,7 @@ def _after_server_first(data: bytes) -> None:
 FUZZ_TARGETS = {
     "handle_client_first": lambda data: ScramServer(RFC_VERIFIER).handle_client_first(data),
     "handle_client_final": _after_client_first,
+    "handle_client_final, pure": lambda data: _final_outcome(False, data),
     "handle_server_first": lambda data: passthrough_client().handle_server_first(data),
     "handle_server_final": _after_server_first,
     "parse_sasl_mechanisms": parse_sasl_mechanisms,

@@ -9,7 +9,7 @@ from pgtarn.session import effects
 
 
 def test_the_compiled_build_loads_every_helper_and_the_pure_build_none() -> None:
-    expected = ("_io", "_shape") if BUILD == "compiled" else ()
+    expected = ("_io", "_shape", "_scram") if BUILD == "compiled" else ()
     assert expected == native.LOADED
 
 

@@ -1,0 +1,6 @@
+"""The compiled build's check of a SCRAM client-final-message (native/_scram.c), for mypy."""
+
+def hmac_keys(stored_key: bytes, server_key: bytes, /) -> bytes: ...
+def server_final(
+    data: bytes, expected: str, prefix: str, keys: bytes, /
+) -> tuple[bytes, bytes] | None: ...
