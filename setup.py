@@ -44,7 +44,8 @@ SCRAM_HELPER = Extension(
 #: Said when SCRAM_HELPER does not build: the rest of the compiled build is kept.
 NO_SCRAM_HELPER = (
     "pgtarn: native/_scram.c did not build ({exc}); are the OpenSSL headers installed "
-    "(libssl-dev)? SCRAM's final check runs in Python: the same behaviour, more CPU per login"
+    "(libssl-dev)? SCRAM's messages are read and checked in Python: the same behaviour, "
+    "more CPU per login"
 )
 
 EDITABLE_COMMANDS = {"editable_wheel", "develop"}

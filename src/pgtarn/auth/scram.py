@@ -62,9 +62,14 @@ _COMPARE_DIGEST: Final = hmac.compare_digest
 _URANDOM: Final = os.urandom
 _FROM_BYTES: Final = int.from_bytes
 
-#: native/_scram.c's check of a client-final-message, when this build has it (else None).
+#: native/_scram.c's reading of the usual client-first-message and check of a
+#: client-final-message, when this build has it (else None).
+_SERVER_FIRST: Final = native.server_first
 _SERVER_FINAL: Final = native.server_final
 _HMAC_KEYS: Final = native.hmac_keys
+#: The channel-binding inputs of a client-first-message without -PLUS (GS2 flag, no authzid).
+_GS2_N: Final = b"n,,"
+_GS2_Y: Final = b"y,,"
 
 
 def _hmac(key: bytes, msg: bytes) -> bytes:
@@ -456,6 +461,16 @@ class ScramServer(_Exchange):
     def handle_client_first(self, data: bytes) -> bytes:
         """Take the client-first-message, return the server-first-message."""
         self._step(_State.START)
+        if self._native and _SERVER_FIRST is not None and self._mechanism == MECHANISM:
+            # the usual message, in C; None for any other, which the code below reads
+            tail = _salt_and_iterations(self._verifier)
+            bound = self._channel_binding is not None  # then "y" is a downgrade: below
+            done = _SERVER_FIRST(data, self._server_nonce, tail, bound)
+            if done is not None:
+                self._nonce, self._auth_prefix, self._expected_final, reply = done
+                self._cbind_input = _GS2_N if data[0] == ord("n") else _GS2_Y
+                self._state = _State.FIRST_DONE
+                return reply
         text = _decode(data, "client-first-message")
         parts = text.split(",", 2)
         if len(parts) != 3:

@@ -8,7 +8,7 @@ Two kinds of code are native in the compiled build:
   Python source (the same source runs as it is in the pure build);
 - three small C modules here: ``_io.c`` (recv(2), send(2), accept4(2) and the epoll calls of
   net/transport.py's sockets), ``_shape.c`` (a query's shape for session/effects.py's first
-  look) and ``_scram.c`` (the check of a SCRAM client-final-message for auth/scram.py). Their
+  look) and ``_scram.c`` (a SCRAM login's two messages read and answered for auth/scram.py). Their
   pure counterparts live beside their callers and behave the same.
 
 A caller takes a helper from here when it is not None, else its own pure function. The C
@@ -31,6 +31,7 @@ watch_set: Callable[[int, Any, int, int, int, object], None] | None
 watch_ready: Callable[[int, Any, Any], list[Any]] | None
 shape_of: Callable[[bytes, bytes], bytes] | None
 hmac_keys: Callable[[bytes, bytes], bytes] | None
+server_first: Callable[[bytes, str, str, bool], tuple[str, str, str, bytes] | None] | None
 server_final: Callable[[bytes, str, str, bytes], tuple[bytes, bytes] | None] | None
 
 try:
@@ -44,9 +45,9 @@ except ImportError:  # the pure build, or the helper not built
     shape_of = None
 
 try:
-    from ._scram import hmac_keys, server_final
+    from ._scram import hmac_keys, server_final, server_first
 except ImportError:  # the pure build, or the helper not built
-    hmac_keys = server_final = None
+    hmac_keys = server_final = server_first = None
 
 #: The C helpers this build loaded, by name.
 LOADED: Final = tuple(

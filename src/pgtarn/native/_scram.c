@@ -1,16 +1,19 @@
-/* pgtarn.native._scram: the server's check of a SCRAM-SHA-256 client-final-message, in C.
+/* pgtarn.native._scram: a SCRAM-SHA-256 login's two messages read and answered, in C.
  *
- * auth/scram.py owns the exchange (its states, its messages, every error). At the end of a
- * login it asks this module to do the part that costs: compare the client-final-message with
- * the one it expects, decode the proof, compute ClientSignature, recover ClientKey, compare
- * its hash with StoredKey in constant time and build the server-final-message with
- * ServerSignature. Through hashlib and hmac that was about 45,000 instructions per login,
- * most of them the calls around each copy, update and digest of a hash state and the Python
- * objects they make; here it is the hash's own work and two objects.
+ * auth/scram.py owns the exchange (its states, its messages, every error), and asks this
+ * module for the work of the usual messages:
  *
- * Anything but the usual message (another length, another prefix, a proof that is not 43
- * base64 characters and "=") gives None: the Python code then reads the message itself and
- * says what is wrong, so both paths give the same errors.
+ * - server_first: read the usual client-first-message ("n,,n=<name>,r=<nonce>") and make
+ *   the server-first-message, the AuthMessage's start and the client-final-message expected
+ *   (about 8,300 instructions per login as compiled Python: strings split, sliced, joined);
+ * - server_final: compare the client-final-message with the one expected, decode the proof,
+ *   compute ClientSignature, recover ClientKey, compare its hash with StoredKey in constant
+ *   time and build the server-final-message with ServerSignature (45,000 instructions per
+ *   login through hashlib and hmac, most of them the calls around each copy, update and
+ *   digest of a hash state and the Python objects they make).
+ *
+ * Anything but the usual message gives None: the Python code then reads the message itself
+ * and says what is wrong, so both paths give the same errors.
  *
  * SHA-256 is OpenSSL's (libcrypto, which Python's hashlib and ssl load anyway), called
  * below EVP; HMAC (RFC 2104) is computed from the hash states after the padded keys, made
@@ -238,9 +241,129 @@ server_final(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return pair;
 }
 
+/* A new str of n ASCII parts, one after the other. */
+static PyObject *
+ascii_join(int n, const char *const *parts, const Py_ssize_t *sizes)
+{
+    Py_ssize_t total = 0;
+    for (int i = 0; i < n; i++) {
+        total += sizes[i];
+    }
+    PyObject *text = PyUnicode_New(total, 127);
+    if (text == NULL) {
+        return NULL;
+    }
+    char *out = (char *)PyUnicode_1BYTE_DATA(text);
+    for (int i = 0; i < n; i++) {
+        memcpy(out, parts[i], (size_t)sizes[i]);
+        out += sizes[i];
+    }
+    return text;
+}
+
+static PyObject *
+server_first(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyUnicode_Check(args[1]) || !PyUnicode_Check(args[2])
+        || !PyUnicode_IS_ASCII(args[1]) || !PyUnicode_IS_ASCII(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "server_first(data, server_nonce, tail, bound) takes ASCII str");
+        return NULL;
+    }
+    PyObject *data = args[0];
+    if (!PyBytes_CheckExact(data) || PyBytes_GET_SIZE(data) > MAX_MESSAGE) {
+        Py_RETURN_NONE;
+    }
+    int y_refused = PyObject_IsTrue(args[3]);
+    if (y_refused < 0) {
+        return NULL;
+    }
+    const char *text = PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    /* the usual message: "n,," (or "y,," where no channel binding is offered), "n=", a
+     * name of ASCII without ',', ",r=" and a printable nonce */
+    if (size < 3 || (text[0] != 'n' && (text[0] != 'y' || y_refused)) || text[1] != ','
+        || text[2] != ',') {
+        Py_RETURN_NONE;
+    }
+    const char *bare = text + 3;
+    Py_ssize_t bare_size = size - 3;
+    if (bare_size < 2 || bare[0] != 'n' || bare[1] != '=') {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t comma = 2;
+    while (comma < bare_size && bare[comma] != ',') {
+        if ((unsigned char)bare[comma] >= 0x80) {
+            Py_RETURN_NONE; /* UTF-8 and its errors: the Python code's */
+        }
+        comma++;
+    }
+    if (comma + 3 > bare_size || bare[comma + 1] != 'r' || bare[comma + 2] != '=') {
+        Py_RETURN_NONE;
+    }
+    const char *client_nonce = bare + comma + 3;
+    Py_ssize_t client_nonce_size = bare_size - comma - 3;
+    if (client_nonce_size == 0) {
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t i = 0; i < client_nonce_size; i++) {
+        unsigned char c = (unsigned char)client_nonce[i];
+        if (c < 0x21 || c > 0x7E || c == ',') {
+            Py_RETURN_NONE;
+        }
+    }
+    Py_ssize_t server_nonce_size = PyUnicode_GET_LENGTH(args[1]);
+    const char *server_nonce = (const char *)PyUnicode_1BYTE_DATA(args[1]);
+    Py_ssize_t tail_size = PyUnicode_GET_LENGTH(args[2]);
+    const char *tail = (const char *)PyUnicode_1BYTE_DATA(args[2]);
+    /* base64 of "n,," and "y,,": the client-final-message's channel binding */
+    const char *binding = text[0] == 'n' ? "c=biws,r=" : "c=eSws,r=";
+    const char *nonce_parts[] = {client_nonce, server_nonce};
+    const Py_ssize_t nonce_sizes[] = {client_nonce_size, server_nonce_size};
+    PyObject *nonce = ascii_join(2, nonce_parts, nonce_sizes);
+    /* AuthMessage's start: client-first-message-bare, server-first-message and commas */
+    const char *prefix_parts[] = {bare, ",r=", client_nonce, server_nonce, tail, ","};
+    const Py_ssize_t prefix_sizes[] = {bare_size, 3, client_nonce_size, server_nonce_size,
+                                       tail_size, 1};
+    PyObject *prefix = ascii_join(6, prefix_parts, prefix_sizes);
+    const char *expected_parts[] = {binding, client_nonce, server_nonce};
+    const Py_ssize_t expected_sizes[] = {9, client_nonce_size, server_nonce_size};
+    PyObject *expected = ascii_join(3, expected_parts, expected_sizes);
+    /* the server-first-message: the prefix's part after the bare message and its comma */
+    PyObject *reply = prefix == NULL ? NULL
+                                     : PyBytes_FromStringAndSize(
+                                         (const char *)PyUnicode_1BYTE_DATA(prefix) + bare_size
+                                             + 1,
+                                         PyUnicode_GET_LENGTH(prefix) - bare_size - 2);
+    if (nonce == NULL || prefix == NULL || expected == NULL || reply == NULL) {
+        Py_XDECREF(nonce);
+        Py_XDECREF(prefix);
+        Py_XDECREF(expected);
+        Py_XDECREF(reply);
+        return NULL;
+    }
+    PyObject *four = PyTuple_New(4);
+    if (four == NULL) {
+        Py_DECREF(nonce);
+        Py_DECREF(prefix);
+        Py_DECREF(expected);
+        Py_DECREF(reply);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(four, 0, nonce);
+    PyTuple_SET_ITEM(four, 1, prefix);
+    PyTuple_SET_ITEM(four, 2, expected);
+    PyTuple_SET_ITEM(four, 3, reply);
+    return four;
+}
+
 static PyMethodDef scram_methods[] = {
     {"hmac_keys", (PyCFunction)(void (*)(void))hmac_keys, METH_FASTCALL,
      "hmac_keys(stored_key, server_key) -> bytes: what server_final needs of a verifier."},
+    {"server_first", (PyCFunction)(void (*)(void))server_first, METH_FASTCALL,
+     "server_first(data, server_nonce, tail, bound) -> (nonce, AuthMessage's start, the "
+     "client-final-message expected without its proof, server-first-message); None when data "
+     "is not the usual client-first-message (or \"y\" while bound)."},
     {"server_final", (PyCFunction)(void (*)(void))server_final, METH_FASTCALL,
      "server_final(data, expected, prefix, keys) -> (ClientKey, server-final-message), the "
      "message b\"\" when the proof is wrong; None when data is not expected + \",p=\" + a "

@@ -1,6 +1,9 @@
-"""The compiled build's check of a SCRAM client-final-message (native/_scram.c), for mypy."""
+"""The compiled build's reading of a SCRAM login's two messages (native/_scram.c), for mypy."""
 
 def hmac_keys(stored_key: bytes, server_key: bytes, /) -> bytes: ...
+def server_first(
+    data: bytes, server_nonce: str, tail: str, bound: bool, /
+) -> tuple[str, str, str, bytes] | None: ...
 def server_final(
     data: bytes, expected: str, prefix: str, keys: bytes, /
 ) -> tuple[bytes, bytes] | None: ...

@@ -341,6 +341,7 @@ def test_parse_sasl_mechanisms() -> None:
             parse_sasl_mechanisms(bad)
 
 
+@BOTH_PATHS
 @pytest.mark.parametrize(
     "msg",
     [
@@ -349,14 +350,17 @@ def test_parse_sasl_mechanisms() -> None:
         *(b"n,,n=,r=\xff\xfe", b"n,,n=,r=" + b"a" * 9000, b"n,,n=,r=abc,=x", b"n,,n=,r=abc,1=x"),
     ],
 )
-def test_client_first_malformed(msg: bytes) -> None:
+def test_client_first_malformed(msg: bytes, native_path: bool) -> None:
     with pytest.raises(ProtocolViolation):
-        ScramServer(RFC_VERIFIER).handle_client_first(msg)
+        ScramServer(RFC_VERIFIER, native=native_path).handle_client_first(msg)
 
 
-def test_channel_binding_data_without_plus_is_malformed() -> None:
+@BOTH_PATHS
+def test_channel_binding_data_without_plus_is_malformed(native_path: bool) -> None:
     with pytest.raises(ProtocolViolation, match="channel binding asked for with SCRAM-SHA-256"):
-        ScramServer(RFC_VERIFIER).handle_client_first(b"p=tls-server-end-point,,n=,r=abc")
+        ScramServer(RFC_VERIFIER, native=native_path).handle_client_first(
+            b"p=tls-server-end-point,,n=,r=abc"
+        )
 
 
 BINDING = hashlib.sha256(b"our certificate").digest()
@@ -392,20 +396,26 @@ def test_plus_proof_from_another_channel_is_refused(native_path: bool) -> None:
     assert not server.done
 
 
-def test_a_client_told_there_is_no_plus_is_caught_when_there_is() -> None:
-    offered = ScramServer(make_verifier("pw", iterations=16), channel_binding=BINDING)
+@BOTH_PATHS
+def test_a_client_told_there_is_no_plus_is_caught_when_there_is(native_path: bool) -> None:
+    offered = ScramServer(
+        make_verifier("pw", iterations=16), channel_binding=BINDING, native=native_path
+    )
     with pytest.raises(ProtocolViolation, match="negotiation error"):
         bound_exchange(ScramClient("pw", can_bind=True), offered, "SCRAM-SHA-256")
-    not_offered = ScramServer(make_verifier("pw", iterations=16))  # no TLS: "y" is fine
+    not_offered = ScramServer(
+        make_verifier("pw", iterations=16), native=native_path
+    )  # no TLS: "y" is fine
     bound_exchange(ScramClient("pw", can_bind=True), not_offered, "SCRAM-SHA-256")
     assert not_offered.done and not not_offered.channel_bound
 
 
+@BOTH_PATHS
 @pytest.mark.parametrize(
     "first", [b"n,,n=,r=abc", b"y,,n=,r=abc", b"p=tls-unique,,n=,r=abc", b"p=,,n=,r=abc"]
 )
-def test_plus_needs_tls_server_end_point(first: bytes) -> None:
-    server = ScramServer(RFC_VERIFIER, channel_binding=BINDING)
+def test_plus_needs_tls_server_end_point(first: bytes, native_path: bool) -> None:
+    server = ScramServer(RFC_VERIFIER, channel_binding=BINDING, native=native_path)
     server.select("SCRAM-SHA-256-PLUS")
     with pytest.raises(ProtocolViolation):
         server.handle_client_first(first)
@@ -484,10 +494,51 @@ def test_client_final_errors_name_what_is_wrong(
         server.handle_client_final(RFC_CLIENT_FINAL.replace(*swap))
 
 
+def _first_outcome(native_path: bool, data: bytes, binding: bytes | None) -> object:
+    """What a server answers to a client-first-message, and what it keeps for the final one;
+    or its error."""
+    server = ScramServer(
+        RFC_VERIFIER, nonce=RFC_SERVER_NONCE, channel_binding=binding, native=native_path
+    )
+    try:
+        reply = server.handle_client_first(data)
+    except (AuthFailed, ProtocolViolation) as exc:
+        return type(exc), str(exc)
+    kept = (server._nonce, server._auth_prefix, server._expected_final, server._cbind_input)
+    return reply, kept, _final_outcome_of(server, RFC_CLIENT_FINAL)
+
+
+def _usual_first(flag: str, name: str, nonce: str) -> bytes:
+    return f"{flag},,n={name},r={nonce}".encode("utf-8", "surrogatepass")
+
+
+#: Client-first-messages of the usual form, and near it: any name, nonces of any characters.
+FIRSTS = st.one_of(
+    st.builds(_usual_first, st.sampled_from(["n", "y", "p=tls-server-end-point", "x"]),
+              st.text(max_size=12), st.text(min_size=0, max_size=30)),
+    st.builds(_usual_first, st.sampled_from(["n", "y"]), st.text(st.characters(max_codepoint=0x7F)),
+              st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7F), max_size=30)),
+    JUNK,
+)  # fmt: skip
+
+
+@FUZZ
+@given(data=FIRSTS, bound=st.booleans())
+def test_the_native_path_reads_a_client_first_message_as_the_pure_one(
+    data: bytes, bound: bool
+) -> None:
+    binding = BINDING if bound else None
+    assert _first_outcome(True, data, binding) == _first_outcome(False, data, binding)
+
+
 def _final_outcome(native_path: bool, data: bytes) -> object:
     """What a server answers to a client-final-message: its reply and ClientKey, or its error."""
     server = rfc_server(native_path)
     server.handle_client_first(RFC_CLIENT_FIRST)
+    return _final_outcome_of(server, data)
+
+
+def _final_outcome_of(server: ScramServer, data: bytes) -> object:
     try:
         return server.handle_client_final(data), server.client_key, server.done
     except (AuthFailed, ProtocolViolation) as exc:
