@@ -36,6 +36,8 @@ COMPILED: list[str] = list(runpy.run_path("src/pgtarn/native/compiled.py")["COMP
 IO_HELPER = Extension("pgtarn.native._io", ["src/pgtarn/native/_io.c"])
 #: A query's shape for the relay's first look at it (session/effects.py): plain C, likewise.
 SHAPE_HELPER = Extension("pgtarn.native._shape", ["src/pgtarn/native/_shape.c"])
+#: A StartupMessage's parameters (proto/messages.py): plain C, likewise.
+STARTUP_HELPER = Extension("pgtarn.native._startup", ["src/pgtarn/native/_startup.c"])
 #: The check of a SCRAM client-final-message (auth/scram.py): C on OpenSSL's SHA-256, likewise;
 #: left out alone, with a word, where the OpenSSL headers (libssl-dev) are missing.
 SCRAM_HELPER = Extension(
@@ -113,7 +115,7 @@ def extensions() -> list[Any]:
         return []
     try:
         compiled = mypycify([f"src/{path}" for path in COMPILED], opt_level="3")
-        return [*compiled, IO_HELPER, SHAPE_HELPER, SCRAM_HELPER]
+        return [*compiled, IO_HELPER, SHAPE_HELPER, STARTUP_HELPER, SCRAM_HELPER]
     except (Exception, SystemExit) as exc:  # mypyc refused the code (its type check exits)
         print(f"pgtarn: mypyc failed ({exc}); installing pure Python", file=sys.stderr)
         return []

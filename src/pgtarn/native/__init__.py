@@ -6,9 +6,10 @@ Two kinds of code are native in the compiled build:
 
 - the modules listed in compiled.py (setup.py reads it), which mypyc compiles from their
   Python source (the same source runs as it is in the pure build);
-- three small C modules here: ``_io.c`` (recv(2), send(2), accept4(2) and the epoll calls of
+- four small C modules here: ``_io.c`` (recv(2), send(2), accept4(2) and the epoll calls of
   net/transport.py's sockets), ``_shape.c`` (a query's shape for session/effects.py's first
-  look) and ``_scram.c`` (a SCRAM login's two messages read and answered for auth/scram.py). Their
+  look), ``_startup.c`` (a StartupMessage's parameters for proto/messages.py) and
+  ``_scram.c`` (a SCRAM login's two messages read and answered for auth/scram.py). Their
   pure counterparts live beside their callers and behave the same.
 
 A caller takes a helper from here when it is not None, else its own pure function. The C
@@ -31,6 +32,7 @@ watch_set: Callable[[int, Any, int, int, int, object], None] | None
 watch_ready: Callable[[int, Any, Any], list[Any]] | None
 shape_of: Callable[[bytes, bytes], bytes] | None
 hmac_keys: Callable[[bytes, bytes], bytes] | None
+startup_params: Callable[[bytes, dict[str, str], int], dict[str, str] | None] | None
 server_first: Callable[[bytes, str, str, bool], tuple[str, str, str, bytes] | None] | None
 server_final: Callable[[bytes, str, str, bytes], tuple[bytes, bytes] | None] | None
 
@@ -45,6 +47,11 @@ except ImportError:  # the pure build, or the helper not built
     shape_of = None
 
 try:
+    from ._startup import startup_params
+except ImportError:  # the pure build, or the helper not built
+    startup_params = None
+
+try:
     from ._scram import hmac_keys, server_final, server_first
 except ImportError:  # the pure build, or the helper not built
     hmac_keys = server_final = server_first = None
@@ -52,6 +59,11 @@ except ImportError:  # the pure build, or the helper not built
 #: The C helpers this build loaded, by name.
 LOADED: Final = tuple(
     name
-    for name, helper in (("_io", recv_some), ("_shape", shape_of), ("_scram", server_final))
+    for name, helper in (
+        ("_io", recv_some),
+        ("_shape", shape_of),
+        ("_startup", startup_params),
+        ("_scram", server_final),
+    )
     if helper is not None
 )

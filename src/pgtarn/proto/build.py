@@ -12,7 +12,7 @@ _HDR: Final = Struct("!cI")
 _II: Final = Struct("!II")
 _H: Final = Struct("!h")
 
-PROTOCOL_3_0 = 196608
+PROTOCOL_3_0: Final = 196608
 
 
 def message(msg_type: bytes, body: bytes = b"") -> bytes:

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from struct import Struct
 from typing import Final
 
+from .. import native
 from ..errors import ProtocolViolation
+from .build import PROTOCOL_3_0
 
 _I = Struct("!I")
 _II = Struct("!II")
@@ -79,8 +81,22 @@ class StartupPacket:
         return self.code & 0xFFFF
 
 
+#: native/_startup.c's reading of a protocol 3.0 StartupMessage, when built (else None).
+STARTUP_PARAMS: Final = native.startup_params
+
+
 def parse_startup(body: bytes) -> StartupPacket:
     """Parse a startup packet body (after the length word)."""
+    if STARTUP_PARAMS is not None:
+        # the usual StartupMessage, in C; None for any other, which read_startup reads
+        params = STARTUP_PARAMS(body, _STARTUP_TEXTS, _STARTUP_STRINGS_MAX)
+        if params is not None:
+            return StartupPacket(PROTOCOL_3_0, params)
+    return read_startup(body)
+
+
+def read_startup(body: bytes) -> StartupPacket:
+    """parse_startup in Python: the pure build's, and any message the C code leaves."""
     if len(body) < 4:
         raise ProtocolViolation("startup packet too short")
     code = _I.unpack_from(body, 0)[0]
@@ -122,6 +138,8 @@ def parse_startup(body: bytes) -> StartupPacket:
 #: full, so that made-up values cannot make it grow.
 _STARTUP_STRINGS: Final[dict[bytes, str]] = {}
 _STARTUP_STRINGS_MAX: Final = 4096
+#: The same for native/_startup.c, which decodes where the string lies: the text is its key.
+_STARTUP_TEXTS: Final[dict[str, str]] = {}
 
 
 def _one_text(raw: bytes) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -15,7 +16,9 @@ from pgtarn.proto.messages import (
     CANCEL_REQUEST,
     GSSENC_REQUEST,
     SSL_REQUEST,
+    StartupPacket,
     parse_startup,
+    read_startup,
 )
 
 from .fuzzing import (
@@ -292,6 +295,38 @@ def test_parse_startup_on_garbled_bodies_raises_only_protocol_violation(
         )
         if parsed.code not in (SSL_REQUEST, GSSENC_REQUEST):
             assert b"\x00" in body[4:]  # a packet with parameters needs its terminator
+
+
+def _startup_outcome(read: Callable[[bytes], StartupPacket], body: bytes) -> object:
+    try:
+        parsed = read(body)
+    except ProtocolViolation as exc:
+        return str(exc)
+    return parsed.code, parsed.params, parsed.cancel_key
+
+
+@FUZZ
+@given(
+    code=st.one_of(st.just(0x30000), codes, st.sampled_from([SSL_REQUEST, CANCEL_REQUEST])),
+    params=params_st,
+    data=st.data(),
+)
+def test_parse_startup_reads_as_the_pure_reading(
+    code: int, params: dict[str, str], data: st.DataObject
+) -> None:
+    # the compiled build's parse_startup reads the usual message in C (native/_startup.c)
+    # and leaves any other to read_startup: the same parameters, or the same error
+    body = data.draw(
+        st.one_of(
+            st.just(startup_body(code, params)),
+            mutated(startup_body(code, params)),
+            st.binary(max_size=80).map(lambda b: struct.pack("!I", code) + b),
+            st.sampled_from([b"\xff\xfe\x00v\x00\x00", b"user\x00\xc3\x28\x00\x00", b"a\x00b"]).map(
+                lambda b: struct.pack("!I", code) + b
+            ),
+        )
+    )
+    assert _startup_outcome(parse_startup, body) == _startup_outcome(read_startup, body)
 
 
 # --- regressions found by the properties above ---------------------------------------------

@@ -1,0 +1,3 @@
+"""The compiled build's reading of a StartupMessage (native/_startup.c), for mypy."""
+
+def startup_params(body: bytes, texts: dict[str, str], most: int, /) -> dict[str, str] | None: ...
