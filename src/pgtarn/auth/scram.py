@@ -64,6 +64,7 @@ _FROM_BYTES: Final = int.from_bytes
 
 #: native/_scram.c's reading of the usual client-first-message and check of a
 #: client-final-message, when this build has it (else None).
+_SERVER_NONCE: Final = native.server_nonce
 _SERVER_FIRST: Final = native.server_first
 _SERVER_FINAL: Final = native.server_final
 _HMAC_KEYS: Final = native.hmac_keys
@@ -178,6 +179,10 @@ def _is_printable(nonce: str) -> bool:
 
 
 def _new_nonce() -> str:
+    if _SERVER_NONCE is not None:
+        nonce = _SERVER_NONCE()  # getrandom(2) and base64 in C
+        if nonce is not None:
+            return nonce
     return _b64(_URANDOM(_NONCE_BYTES))  # what secrets.token_bytes reads, without its wrappers
 
 

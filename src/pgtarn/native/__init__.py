@@ -33,6 +33,7 @@ watch_ready: Callable[[int, Any, Any], list[Any]] | None
 shape_of: Callable[[bytes, bytes], bytes] | None
 hmac_keys: Callable[[bytes, bytes], bytes] | None
 startup_params: Callable[[bytes, dict[str, str], int], dict[str, str] | None] | None
+server_nonce: Callable[[], str | None] | None
 server_first: Callable[[bytes, str, str, bool], tuple[str, str, str, bytes] | None] | None
 server_final: Callable[[bytes, str, str, bytes], tuple[bytes, bytes] | None] | None
 
@@ -52,9 +53,9 @@ except ImportError:  # the pure build, or the helper not built
     startup_params = None
 
 try:
-    from ._scram import hmac_keys, server_final, server_first
+    from ._scram import hmac_keys, server_final, server_first, server_nonce
 except ImportError:  # the pure build, or the helper not built
-    hmac_keys = server_final = server_first = None
+    hmac_keys = server_final = server_first = server_nonce = None
 
 #: The C helpers this build loaded, by name.
 LOADED: Final = tuple(

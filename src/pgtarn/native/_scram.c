@@ -12,6 +12,9 @@
  *   login through hashlib and hmac, most of them the calls around each copy, update and
  *   digest of a hash state and the Python objects they make).
  *
+ * server_nonce makes the server's nonce from getrandom(2) without os.urandom's and
+ * binascii's calls around it.
+ *
  * Anything but the usual message gives None: the Python code then reads the message itself
  * and says what is wrong, so both paths give the same errors.
  *
@@ -25,7 +28,10 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/random.h>
 
 /* SHA256_Init, _Update and _Final are deprecated in OpenSSL 3 in favour of EVP, whose calls
  * around each hash (a context allocated, a provider's method looked up) cost as much as the
@@ -37,6 +43,8 @@
 #define BLOCK 64
 #define PROOF_B64 44 /* base64 of 32 bytes: 43 characters and one "=" */
 #define MAX_MESSAGE 8192 /* auth/scram.py's MAX_MESSAGE: a longer one is its error */
+#define NONCE_BYTES 18 /* auth/scram.py's _NONCE_BYTES */
+#define NONCE_B64 24
 
 /* What hmac_keys returns and server_final reads: StoredKey, then the hash states after the
  * inner and outer padded keys of StoredKey and of ServerKey (plain structs, copied). */
@@ -357,9 +365,47 @@ server_first(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return four;
 }
 
+/* A server nonce: 18 random bytes from getrandom(2) as 24 base64 characters; None when
+ * getrandom fails (an old kernel, seccomp), for the Python code's os.urandom. */
+static PyObject *
+server_nonce(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 0) {
+        PyErr_SetString(PyExc_TypeError, "server_nonce() takes no arguments");
+        return NULL;
+    }
+    unsigned char raw[NONCE_BYTES];
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            Py_RETURN_NONE;
+        }
+        got += (size_t)n;
+    }
+    PyObject *nonce = PyUnicode_New(NONCE_B64, 127);
+    if (nonce == NULL) {
+        return NULL;
+    }
+    char *out = (char *)PyUnicode_1BYTE_DATA(nonce);
+    for (int i = 0; i < NONCE_BYTES; i += 3) {
+        uint32_t v = (uint32_t)raw[i] << 16 | (uint32_t)raw[i + 1] << 8 | raw[i + 2];
+        *out++ = B64[v >> 18];
+        *out++ = B64[(v >> 12) & 63];
+        *out++ = B64[(v >> 6) & 63];
+        *out++ = B64[v & 63];
+    }
+    return nonce;
+}
+
 static PyMethodDef scram_methods[] = {
     {"hmac_keys", (PyCFunction)(void (*)(void))hmac_keys, METH_FASTCALL,
      "hmac_keys(stored_key, server_key) -> bytes: what server_final needs of a verifier."},
+    {"server_nonce", (PyCFunction)(void (*)(void))server_nonce, METH_FASTCALL,
+     "server_nonce() -> str: 18 random bytes in base64; None when getrandom(2) fails."},
     {"server_first", (PyCFunction)(void (*)(void))server_first, METH_FASTCALL,
      "server_first(data, server_nonce, tail, bound) -> (nonce, AuthMessage's start, the "
      "client-final-message expected without its proof, server-first-message); None when data "

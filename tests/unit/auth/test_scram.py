@@ -673,6 +673,21 @@ def test_fuzz_only_pgtarn_errors_escape(target: str, data: bytes) -> None:
         FUZZ_TARGETS[target](data)
 
 
+def test_a_server_nonce_is_18_random_bytes_in_base64() -> None:
+    # native/_scram.c's where the build has it, else os.urandom's
+    nonces = {ScramServer(RFC_VERIFIER)._server_nonce for _ in range(200)}
+    assert len(nonces) == 200
+    for nonce in nonces:
+        assert len(nonce) == 24 and len(base64.b64decode(nonce, validate=True)) == 18
+    if native.server_nonce is not None:
+        made = {native.server_nonce() for _ in range(200)}
+        assert len(made) == 200 and all(n is not None and len(n) == 24 for n in made)
+        # every base64 character turns up: the bytes are not from a narrow range
+        assert set("".join(n for n in made if n)) == set(
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+        )
+
+
 def test_a_nonce_is_printable_ascii_without_comma() -> None:
     # RFC 5802 printable: 0x21-0x7E but ','; the server's own nonce is checked the same way
     for code in range(0x180):

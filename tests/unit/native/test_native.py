@@ -21,5 +21,6 @@ def test_callers_take_the_helper_when_there_is_one() -> None:
     assert (effects.SHAPE_OF is native.shape_of) == (native.shape_of is not None)
     # (None in the pure build: the caller then runs its own code)
     assert messages.STARTUP_PARAMS is native.startup_params
+    assert scram._SERVER_NONCE is native.server_nonce
     assert scram._SERVER_FIRST is native.server_first
     assert scram._SERVER_FINAL is native.server_final
