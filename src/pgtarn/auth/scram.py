@@ -68,9 +68,10 @@ _SERVER_NONCE: Final = native.server_nonce
 _SERVER_FIRST: Final = native.server_first
 _SERVER_FINAL: Final = native.server_final
 _HMAC_KEYS: Final = native.hmac_keys
-#: The channel-binding inputs of a client-first-message without -PLUS (GS2 flag, no authzid).
-_GS2_N: Final = b"n,,"
-_GS2_Y: Final = b"y,,"
+#: The GS2 headers of the usual client-first-messages (no authzid), for native/_scram.c.
+_GS2_N: Final = "n,,"
+_GS2_Y: Final = "y,,"
+_GS2_PLUS: Final = f"p={CBIND_TYPE},,"
 
 
 def _hmac(key: bytes, msg: bytes) -> bytes:
@@ -466,16 +467,26 @@ class ScramServer(_Exchange):
     def handle_client_first(self, data: bytes) -> bytes:
         """Take the client-first-message, return the server-first-message."""
         self._step(_State.START)
-        if self._native and _SERVER_FIRST is not None and self._mechanism == MECHANISM:
-            # the usual message, in C; None for any other, which the code below reads
-            tail = _salt_and_iterations(self._verifier)
-            bound = self._channel_binding is not None  # then "y" is a downgrade: below
-            done = _SERVER_FIRST(data, self._server_nonce, tail, bound)
-            if done is not None:
-                self._nonce, self._auth_prefix, self._expected_final, reply = done
-                self._cbind_input = _GS2_N if data[0] == ord("n") else _GS2_Y
-                self._state = _State.FIRST_DONE
-                return reply
+        if self._native and _SERVER_FIRST is not None:
+            # the usual message, in C; None for any other (and "" here: a flag the GS2
+            # header cannot have), which the code below reads and names
+            binding = self._channel_binding
+            if self._mechanism == MECHANISM_PLUS:
+                header = _GS2_PLUS
+            elif data[:1] == b"n":
+                header, binding = _GS2_N, b""
+            elif data[:1] == b"y" and binding is None:  # (bound, "y" is a downgrade: below)
+                header, binding = _GS2_Y, b""
+            else:
+                header = ""
+            if header and binding is not None:
+                tail = _salt_and_iterations(self._verifier)
+                done = _SERVER_FIRST(data, header, binding, self._server_nonce, tail)
+                if done is not None:
+                    nonce, self._auth_prefix, self._expected_final, reply, cbind_input = done
+                    self._nonce, self._cbind_input = nonce, cbind_input
+                    self._state = _State.FIRST_DONE
+                    return reply
         text = _decode(data, "client-first-message")
         parts = text.split(",", 2)
         if len(parts) != 3:

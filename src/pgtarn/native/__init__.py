@@ -34,7 +34,9 @@ shape_of: Callable[[bytes, bytes], bytes] | None
 hmac_keys: Callable[[bytes, bytes], bytes] | None
 startup_params: Callable[[bytes, dict[str, str], int], dict[str, str] | None] | None
 server_nonce: Callable[[], str | None] | None
-server_first: Callable[[bytes, str, str, bool], tuple[str, str, str, bytes] | None] | None
+server_first: (
+    Callable[[bytes, str, bytes, str, str], tuple[str, str, str, bytes, bytes] | None] | None
+)
 server_final: Callable[[bytes, str, str, bytes], tuple[bytes, bytes] | None] | None
 
 try:

@@ -3,8 +3,9 @@
  * auth/scram.py owns the exchange (its states, its messages, every error), and asks this
  * module for the work of the usual messages:
  *
- * - server_first: read the usual client-first-message ("n,,n=<name>,r=<nonce>") and make
- *   the server-first-message, the AuthMessage's start and the client-final-message expected
+ * - server_first: read the usual client-first-message (the GS2 header the caller expects,
+ *   "n=<name>,r=<nonce>") and make the server-first-message, the AuthMessage's start, the
+ *   channel-binding input and the client-final-message expected
  *   (about 8,300 instructions per login as compiled Python: strings split, sliced, joined);
  * - server_final: compare the client-final-message with the one expected, decode the proof,
  *   compute ClientSignature, recover ClientKey, compare its hash with StoredKey in constant
@@ -43,6 +44,7 @@
 #define BLOCK 64
 #define PROOF_B64 44 /* base64 of 32 bytes: 43 characters and one "=" */
 #define MAX_MESSAGE 8192 /* auth/scram.py's MAX_MESSAGE: a longer one is its error */
+#define CBIND_MAX 256 /* a channel-binding input longer than this is left to Python */
 #define NONCE_BYTES 18 /* auth/scram.py's _NONCE_BYTES */
 #define NONCE_B64 24
 
@@ -127,23 +129,19 @@ proof_decode(const unsigned char *text, unsigned char out[KEY_LEN])
     return o == KEY_LEN;
 }
 
-/* 32 bytes as 43 base64 characters and "=". */
+/* Base64 of size bytes into out (4 characters for each 3 bytes or part of them). */
 static void
-b64_encode(const unsigned char in[KEY_LEN], char *out)
+b64_any(const unsigned char *in, Py_ssize_t size, char *out)
 {
-    int o = 0;
-    for (int i = 0; i < 30; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        out[o++] = B64[v >> 18];
-        out[o++] = B64[(v >> 12) & 63];
-        out[o++] = B64[(v >> 6) & 63];
-        out[o++] = B64[v & 63];
+    for (Py_ssize_t i = 0; i < size; i += 3) {
+        Py_ssize_t left = size - i;
+        uint32_t v = (uint32_t)in[i] << 16 | (left > 1 ? (uint32_t)in[i + 1] << 8 : 0)
+                     | (left > 2 ? in[i + 2] : 0);
+        *out++ = B64[v >> 18];
+        *out++ = B64[(v >> 12) & 63];
+        *out++ = left > 1 ? B64[(v >> 6) & 63] : '=';
+        *out++ = left > 2 ? B64[v & 63] : '=';
     }
-    uint32_t v = (uint32_t)in[30] << 16 | (uint32_t)in[31] << 8;
-    out[o++] = B64[v >> 18];
-    out[o++] = B64[(v >> 12) & 63];
-    out[o++] = B64[(v >> 6) & 63];
-    out[o] = '=';
 }
 
 /* A str's UTF-8 bytes (an ASCII str's own, no copy), or NULL with TypeError. */
@@ -231,7 +229,7 @@ server_final(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         unsigned char signature[KEY_LEN];
         hmac2(&keys.server_inner, &keys.server_outer, (const unsigned char *)prefix,
               (size_t)prefix_size, text, (size_t)expected_size, signature);
-        b64_encode(signature, final + 2);
+        b64_any(signature, KEY_LEN, final + 2);
         final_size = sizeof final;
     }
     PyObject *pair = PyTuple_New(2);
@@ -272,30 +270,30 @@ ascii_join(int n, const char *const *parts, const Py_ssize_t *sizes)
 static PyObject *
 server_first(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 || !PyUnicode_Check(args[1]) || !PyUnicode_Check(args[2])
-        || !PyUnicode_IS_ASCII(args[1]) || !PyUnicode_IS_ASCII(args[2])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "server_first(data, server_nonce, tail, bound) takes ASCII str");
+    if (nargs != 5 || !PyUnicode_Check(args[1]) || !PyUnicode_IS_ASCII(args[1])
+        || !PyBytes_CheckExact(args[2]) || !PyUnicode_Check(args[3])
+        || !PyUnicode_IS_ASCII(args[3]) || !PyUnicode_Check(args[4])
+        || !PyUnicode_IS_ASCII(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "server_first(data, header, binding, server_nonce, "
+                                         "tail) takes bytes, ASCII str, bytes, ASCII str");
         return NULL;
     }
     PyObject *data = args[0];
     if (!PyBytes_CheckExact(data) || PyBytes_GET_SIZE(data) > MAX_MESSAGE) {
         Py_RETURN_NONE;
     }
-    int y_refused = PyObject_IsTrue(args[3]);
-    if (y_refused < 0) {
-        return NULL;
-    }
     const char *text = PyBytes_AS_STRING(data);
     Py_ssize_t size = PyBytes_GET_SIZE(data);
-    /* the usual message: "n,," (or "y,," where no channel binding is offered), "n=", a
-     * name of ASCII without ',', ",r=" and a printable nonce */
-    if (size < 3 || (text[0] != 'n' && (text[0] != 'y' || y_refused)) || text[1] != ','
-        || text[2] != ',') {
+    const char *header = (const char *)PyUnicode_1BYTE_DATA(args[1]);
+    Py_ssize_t header_size = PyUnicode_GET_LENGTH(args[1]);
+    /* the usual message: the GS2 header the caller expects ("n,,", "y,," or -PLUS's), "n=",
+     * a name of ASCII without ',', ",r=" and a printable nonce */
+    if (header_size > CBIND_MAX || size < header_size
+        || memcmp(text, header, (size_t)header_size) != 0) {
         Py_RETURN_NONE;
     }
-    const char *bare = text + 3;
-    Py_ssize_t bare_size = size - 3;
+    const char *bare = text + header_size;
+    Py_ssize_t bare_size = size - header_size;
     if (bare_size < 2 || bare[0] != 'n' || bare[1] != '=') {
         Py_RETURN_NONE;
     }
@@ -320,12 +318,25 @@ server_first(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_RETURN_NONE;
         }
     }
-    Py_ssize_t server_nonce_size = PyUnicode_GET_LENGTH(args[1]);
-    const char *server_nonce = (const char *)PyUnicode_1BYTE_DATA(args[1]);
-    Py_ssize_t tail_size = PyUnicode_GET_LENGTH(args[2]);
-    const char *tail = (const char *)PyUnicode_1BYTE_DATA(args[2]);
-    /* base64 of "n,," and "y,,": the client-final-message's channel binding */
-    const char *binding = text[0] == 'n' ? "c=biws,r=" : "c=eSws,r=";
+    /* the channel-binding input: the header and the binding data (-PLUS's certificate
+     * hash); its base64 starts the client-final-message */
+    Py_ssize_t binding_size = PyBytes_GET_SIZE(args[2]);
+    if (binding_size > CBIND_MAX - header_size) {
+        Py_RETURN_NONE;
+    }
+    unsigned char cbind[CBIND_MAX];
+    memcpy(cbind, header, (size_t)header_size);
+    memcpy(cbind + header_size, PyBytes_AS_STRING(args[2]), (size_t)binding_size);
+    Py_ssize_t cbind_size = header_size + binding_size;
+    char channel[2 + (CBIND_MAX + 2) / 3 * 4 + 3] = "c=";
+    b64_any(cbind, cbind_size, channel + 2);
+    Py_ssize_t channel_size = 2 + (cbind_size + 2) / 3 * 4;
+    memcpy(channel + channel_size, ",r=", 3);
+    channel_size += 3;
+    Py_ssize_t server_nonce_size = PyUnicode_GET_LENGTH(args[3]);
+    const char *server_nonce = (const char *)PyUnicode_1BYTE_DATA(args[3]);
+    Py_ssize_t tail_size = PyUnicode_GET_LENGTH(args[4]);
+    const char *tail = (const char *)PyUnicode_1BYTE_DATA(args[4]);
     const char *nonce_parts[] = {client_nonce, server_nonce};
     const Py_ssize_t nonce_sizes[] = {client_nonce_size, server_nonce_size};
     PyObject *nonce = ascii_join(2, nonce_parts, nonce_sizes);
@@ -334,8 +345,8 @@ server_first(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const Py_ssize_t prefix_sizes[] = {bare_size, 3, client_nonce_size, server_nonce_size,
                                        tail_size, 1};
     PyObject *prefix = ascii_join(6, prefix_parts, prefix_sizes);
-    const char *expected_parts[] = {binding, client_nonce, server_nonce};
-    const Py_ssize_t expected_sizes[] = {9, client_nonce_size, server_nonce_size};
+    const char *expected_parts[] = {channel, client_nonce, server_nonce};
+    const Py_ssize_t expected_sizes[] = {channel_size, client_nonce_size, server_nonce_size};
     PyObject *expected = ascii_join(3, expected_parts, expected_sizes);
     /* the server-first-message: the prefix's part after the bare message and its comma */
     PyObject *reply = prefix == NULL ? NULL
@@ -343,26 +354,24 @@ server_first(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                          (const char *)PyUnicode_1BYTE_DATA(prefix) + bare_size
                                              + 1,
                                          PyUnicode_GET_LENGTH(prefix) - bare_size - 2);
-    if (nonce == NULL || prefix == NULL || expected == NULL || reply == NULL) {
+    PyObject *cbind_input = PyBytes_FromStringAndSize((const char *)cbind, cbind_size);
+    PyObject *five = PyTuple_New(5);
+    if (nonce == NULL || prefix == NULL || expected == NULL || reply == NULL
+        || cbind_input == NULL || five == NULL) {
         Py_XDECREF(nonce);
         Py_XDECREF(prefix);
         Py_XDECREF(expected);
         Py_XDECREF(reply);
+        Py_XDECREF(cbind_input);
+        Py_XDECREF(five);
         return NULL;
     }
-    PyObject *four = PyTuple_New(4);
-    if (four == NULL) {
-        Py_DECREF(nonce);
-        Py_DECREF(prefix);
-        Py_DECREF(expected);
-        Py_DECREF(reply);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(four, 0, nonce);
-    PyTuple_SET_ITEM(four, 1, prefix);
-    PyTuple_SET_ITEM(four, 2, expected);
-    PyTuple_SET_ITEM(four, 3, reply);
-    return four;
+    PyTuple_SET_ITEM(five, 0, nonce);
+    PyTuple_SET_ITEM(five, 1, prefix);
+    PyTuple_SET_ITEM(five, 2, expected);
+    PyTuple_SET_ITEM(five, 3, reply);
+    PyTuple_SET_ITEM(five, 4, cbind_input);
+    return five;
 }
 
 /* A server nonce: 18 random bytes from getrandom(2) as 24 base64 characters; None when
@@ -390,14 +399,7 @@ server_nonce(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (nonce == NULL) {
         return NULL;
     }
-    char *out = (char *)PyUnicode_1BYTE_DATA(nonce);
-    for (int i = 0; i < NONCE_BYTES; i += 3) {
-        uint32_t v = (uint32_t)raw[i] << 16 | (uint32_t)raw[i + 1] << 8 | raw[i + 2];
-        *out++ = B64[v >> 18];
-        *out++ = B64[(v >> 12) & 63];
-        *out++ = B64[(v >> 6) & 63];
-        *out++ = B64[v & 63];
-    }
+    b64_any(raw, NONCE_BYTES, (char *)PyUnicode_1BYTE_DATA(nonce));
     return nonce;
 }
 
@@ -407,9 +409,9 @@ static PyMethodDef scram_methods[] = {
     {"server_nonce", (PyCFunction)(void (*)(void))server_nonce, METH_FASTCALL,
      "server_nonce() -> str: 18 random bytes in base64; None when getrandom(2) fails."},
     {"server_first", (PyCFunction)(void (*)(void))server_first, METH_FASTCALL,
-     "server_first(data, server_nonce, tail, bound) -> (nonce, AuthMessage's start, the "
-     "client-final-message expected without its proof, server-first-message); None when data "
-     "is not the usual client-first-message (or \"y\" while bound)."},
+     "server_first(data, header, binding, server_nonce, tail) -> (nonce, AuthMessage's "
+     "start, the client-final-message expected without its proof, server-first-message, "
+     "channel-binding input); None when data is not header + \"n=<name>,r=<nonce>\"."},
     {"server_final", (PyCFunction)(void (*)(void))server_final, METH_FASTCALL,
      "server_final(data, expected, prefix, keys) -> (ClientKey, server-final-message), the "
      "message b\"\" when the proof is wrong; None when data is not expected + \",p=\" + a "

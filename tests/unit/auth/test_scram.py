@@ -494,12 +494,14 @@ def test_client_final_errors_name_what_is_wrong(
         server.handle_client_final(RFC_CLIENT_FINAL.replace(*swap))
 
 
-def _first_outcome(native_path: bool, data: bytes, binding: bytes | None) -> object:
+def _first_outcome(native_path: bool, data: bytes, binding: bytes | None, plus: bool) -> object:
     """What a server answers to a client-first-message, and what it keeps for the final one;
     or its error."""
     server = ScramServer(
         RFC_VERIFIER, nonce=RFC_SERVER_NONCE, channel_binding=binding, native=native_path
     )
+    if plus:
+        server.select("SCRAM-SHA-256-PLUS")
     try:
         reply = server.handle_client_first(data)
     except (AuthFailed, ProtocolViolation) as exc:
@@ -523,12 +525,18 @@ FIRSTS = st.one_of(
 
 
 @FUZZ
-@given(data=FIRSTS, bound=st.booleans())
+@given(
+    data=FIRSTS,
+    binding=st.sampled_from([None, BINDING, BINDING[:20], b"\x00," * 40]),
+    plus=st.booleans(),
+)
 def test_the_native_path_reads_a_client_first_message_as_the_pure_one(
-    data: bytes, bound: bool
+    data: bytes, binding: bytes | None, plus: bool
 ) -> None:
-    binding = BINDING if bound else None
-    assert _first_outcome(True, data, binding) == _first_outcome(False, data, binding)
+    # without TLS (no binding), with it (-PLUS offered), and -PLUS chosen
+    plus = plus and binding is not None
+    native_outcome = _first_outcome(True, data, binding, plus)
+    assert native_outcome == _first_outcome(False, data, binding, plus)
 
 
 def _final_outcome(native_path: bool, data: bytes) -> object:
