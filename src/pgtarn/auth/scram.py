@@ -62,7 +62,7 @@ _COMPARE_DIGEST: Final = hmac.compare_digest
 _URANDOM: Final = os.urandom
 _FROM_BYTES: Final = int.from_bytes
 
-#: native/_scram.c's reading of the usual client-first-message and check of a
+#: native/_scram.c's server nonce, reading of the usual client-first-message and check of a
 #: client-final-message, when this build has it (else None).
 _SERVER_NONCE: Final = native.server_nonce
 _SERVER_FIRST: Final = native.server_first
@@ -468,8 +468,9 @@ class ScramServer(_Exchange):
         """Take the client-first-message, return the server-first-message."""
         self._step(_State.START)
         if self._native and _SERVER_FIRST is not None:
-            # the usual message, in C; None for any other (and "" here: a flag the GS2
-            # header cannot have), which the code below reads and names
+            # the usual message, in C: the GS2 header it starts with, by its flag (""
+            # for any other flag); None for any other message, which the code below reads
+            # and names
             binding = self._channel_binding
             if self._mechanism == MECHANISM_PLUS:
                 header = _GS2_PLUS
