@@ -86,11 +86,17 @@ class ClientRelay:
             # its session tracking is made when first needed (_tracking_made); LISTEN and
             # UNLISTEN are answered here (listening.py)
             client.tracked = True
+        self._watch(client, watch)
+
+    def _watch(self, client: ClientTransport, watch: frozenset[int]) -> None:
+        """The client's scanner: watch, and Parse too with the texts of Query and Parse kept
+        for a tracked session. Lent: the client keeps one of its own only while a message
+        is cut (connection.py)."""
+        config = client.runtime.config
         bodies = NO_BODIES
         if client.tracked:  # the texts of Query and Parse are looked at
             watch = WITH_PARSE[watch]
             bodies = TEXT_TYPES
-        # lent: the client keeps one of its own only while a message is cut (connection.py)
         client.scanner = shared_scanner(
             watch, config.max_packet_size, bodies, config.client_message_buffer
         )
@@ -270,15 +276,7 @@ class ClientRelay:
         follows no statements (its names stay, unused, until it leaves)."""
         client.framer = None
         client.follows_statements = False
-        config = client.runtime.config
-        watch = CLIENT_RELAY_TYPES
-        bodies = NO_BODIES
-        if client.tracked:
-            watch = WITH_PARSE[watch]
-            bodies = TEXT_TYPES
-        client.scanner = shared_scanner(
-            watch, config.max_packet_size, bodies, config.client_message_buffer
-        )
+        self._watch(client, CLIENT_RELAY_TYPES)
 
     def statements_made(self, client: ClientTransport) -> ClientStatements:
         """The client's statement names, made at their first use: most clients of a pool

@@ -42,9 +42,9 @@ _SCHEMA_WORDS: Final = re.compile(_SCHEMA)
 #: The words of statements naming prepared statements: they do not count in a head whose
 #: names pgtarn rewrote (client/large.py).
 _NAMING: Final = frozenset((b"prepare", b"execute", b"deallocate"))
-#: The words of statements that name prepared statements or drop them all.
+#: Those words, and DISCARD (which may drop every statement), as whole words.
 _NAMING_WORDS: Final = re.compile(
-    rb"(?<![a-z0-9_$])(?:prepare|execute|deallocate|discard)(?![a-z0-9_$])"
+    rb"(?<![a-z0-9_$])(?:" + b"|".join(sorted(_NAMING | {b"discard"})) + rb")(?![a-z0-9_$])"
 )
 #: A DO block: its body, a literal, runs.
 _DO: Final = re.compile(rb"(?<![a-z0-9_$\x80-\xff])do(?![a-z0-9_$\x80-\xff])")
