@@ -147,6 +147,43 @@ recv_some(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBytes_FromStringAndSize(read_buffer, got);
 }
 
+/* The last IPv4 host accept_some named, and its text: a pooler's clients mostly come from a
+ * few hosts, so a repeated one costs a reference, not a formatting (inet_ntop's sprintf). */
+static uint32_t last_v4_host;
+static PyObject *last_v4_text;
+
+/* host (network order) as a dotted quad. */
+static PyObject *
+v4_text(uint32_t host)
+{
+    if (last_v4_text != NULL && host == last_v4_host) {
+        Py_INCREF(last_v4_text);
+        return last_v4_text;
+    }
+    const unsigned char *octets = (const unsigned char *)&host;
+    char text[16];
+    char *at = text;
+    for (int i = 0; i < 4; i++) {
+        unsigned int octet = octets[i];
+        if (octet >= 100) {
+            *at++ = (char)('0' + octet / 100);
+        }
+        if (octet >= 10) {
+            *at++ = (char)('0' + octet / 10 % 10);
+        }
+        *at++ = (char)('0' + octet % 10);
+        *at++ = '.';
+    }
+    PyObject *made = PyUnicode_FromStringAndSize(text, at - text - 1);
+    if (made == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(last_v4_text, made);
+    last_v4_host = host;
+    Py_INCREF(made);
+    return made;
+}
+
 /* The peer address accept(2) gave, as Python's socket module has it: (host, port) for IPv4,
  * (host, port, flowinfo, scope_id) for IPv6, "" for a unix socket's (unnamed) peer. */
 static PyObject *
@@ -155,10 +192,24 @@ address_of(const struct sockaddr_storage *address)
     char host[INET6_ADDRSTRLEN];
     if (address->ss_family == AF_INET) {
         const struct sockaddr_in *v4 = (const struct sockaddr_in *)address;
-        if (inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host) == NULL) {
-            return PyErr_SetFromErrno(PyExc_OSError);
+        PyObject *text = v4_text(v4->sin_addr.s_addr);
+        if (text == NULL) {
+            return NULL;
         }
-        return Py_BuildValue("(si)", host, (int)ntohs(v4->sin_port));
+        PyObject *port = PyLong_FromLong((long)ntohs(v4->sin_port));
+        if (port == NULL) {
+            Py_DECREF(text);
+            return NULL;
+        }
+        PyObject *pair = PyTuple_New(2);
+        if (pair == NULL) {
+            Py_DECREF(text);
+            Py_DECREF(port);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(pair, 0, text);
+        PyTuple_SET_ITEM(pair, 1, port);
+        return pair;
     }
     if (address->ss_family == AF_INET6) {
         const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)address;
@@ -205,7 +256,17 @@ accept_some(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         close(accepted);
         return NULL;
     }
-    return Py_BuildValue("(iN)", accepted, peer);
+    PyObject *fd_number = PyLong_FromLong(accepted);
+    PyObject *result = fd_number != NULL ? PyTuple_New(2) : NULL;
+    if (result == NULL) {
+        Py_XDECREF(fd_number);
+        Py_DECREF(peer);
+        close(accepted);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, fd_number);
+    PyTuple_SET_ITEM(result, 1, peer);
+    return result;
 }
 
 /* The sockets of a loop's transports in one epoll set (net/transport.py's SocketWatch).

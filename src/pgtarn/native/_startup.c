@@ -3,8 +3,8 @@
  * Each login starts with a StartupMessage: protocol 3.0, then name and value pairs as
  * NUL-terminated UTF-8 strings, then an empty name. proto/messages.py reads it as compiled
  * Python in about 9,400 instructions (a split into bytes objects, a cache lookup and a decode
- * per string, the calls around each); here each string is decoded where it lies and looked
- * up in the cache of texts once.
+ * per string, the calls around each); here a short text seen lately is found by its bytes,
+ * and any other is decoded where it lies and looked up in the cache of texts once.
  *
  * Only that usual message is read here: any other (another code, a string not terminated,
  * invalid UTF-8) gives None, and the Python code reads it and says what is wrong, so both
@@ -17,10 +17,53 @@
 
 #define PROTOCOL_3_0 0x00030000u
 
+static PyObject *texts_copy(PyObject *texts, Py_ssize_t most, const char *start,
+                            Py_ssize_t size);
+
+/* The short ASCII texts seen last, by a hash of their bytes: a pool's clients send the same
+ * few names and values, so a text seen before is found by a compare of its bytes, with no
+ * decode, no new object and no dict lookup. Bounded: RECENT slots of at most RECENT_SIZE
+ * bytes each. */
+#define RECENT 64
+#define RECENT_SIZE 64
+static PyObject *recent[RECENT];
+
+static size_t
+recent_slot(const char *start, Py_ssize_t size)
+{
+    uint32_t hash = 2166136261u; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < size; i++) {
+        hash = (hash ^ (unsigned char)start[i]) * 16777619u;
+    }
+    return (hash ^ (hash >> 16)) % RECENT;
+}
+
 /* The one copy of text in texts (its first, or text itself, added), as a new reference;
  * texts is emptied first when it holds `most` already, so that it stays bounded. */
 static PyObject *
 one_copy(PyObject *texts, Py_ssize_t most, const char *start, Py_ssize_t size)
+{
+    size_t slot = RECENT;
+    if (size <= RECENT_SIZE) {
+        slot = recent_slot(start, size);
+        PyObject *seen = recent[slot];
+        if (seen != NULL && PyUnicode_GET_LENGTH(seen) == size &&
+            memcmp(PyUnicode_1BYTE_DATA(seen), start, (size_t)size) == 0) {
+            Py_INCREF(seen);
+            return seen;
+        }
+    }
+    PyObject *text = texts_copy(texts, most, start, size);
+    if (text != NULL && slot < RECENT && PyUnicode_IS_ASCII(text)) {
+        Py_INCREF(text);
+        Py_XSETREF(recent[slot], text);
+    }
+    return text;
+}
+
+/* one_copy through texts alone. */
+static PyObject *
+texts_copy(PyObject *texts, Py_ssize_t most, const char *start, Py_ssize_t size)
 {
     PyObject *text = PyUnicode_DecodeUTF8(start, size, NULL);
     if (text == NULL) {

@@ -400,6 +400,25 @@ def test_the_pure_accept_does_what_the_compiled_one_does() -> None:
         listener.close()
 
 
+def test_accept_names_each_peer_host_as_the_socket_module_does() -> None:
+    # loopback is all of 127/8: clients from several hosts, one of them again after another
+    hosts = ("127.0.0.1", "127.10.200.3", "127.0.0.1", "127.255.9.99", "127.100.0.10")
+    for accept in (accept_accepted, ACCEPT_SOME):
+        listener = socket.create_server(("0.0.0.0", 0))
+        listener.setblocking(False)
+        for host in hosts:
+            client = socket.socket()
+            client.bind((host, 0))
+            client.connect(("127.0.0.1", listener.getsockname()[1]))
+            accepted = accept(listener.fileno())
+            assert accepted is not None
+            fd, peer = accepted
+            assert peer == client.getsockname() and peer[0] == host
+            os.close(fd)
+            client.close()
+        listener.close()
+
+
 def test_the_pure_watch_does_what_the_compiled_one_does() -> None:
     for watch_set, watch_ready in ((watch_polled, ready_polled), (WATCH_SET, WATCH_READY)):
         epoll = select.epoll()

@@ -329,6 +329,16 @@ def test_parse_startup_reads_as_the_pure_reading(
     assert _startup_outcome(parse_startup, body) == _startup_outcome(read_startup, body)
 
 
+def test_parse_startup_reads_texts_seen_before_as_sent() -> None:
+    # the C reading keeps the short texts it saw last by a hash of their bytes: texts again,
+    # texts that share a slot, texts of the same length, and one past the kept size
+    texts = [f"v{i}" for i in range(300)] + ["x" * 64, "x" * 65, "é", "e", "", "v1"]
+    for _ in range(2):
+        for i, text in enumerate(texts):
+            params = {"user": text, "database": texts[-i - 1], "application_name": "app"}
+            assert parse_startup(startup_body(0x30000, params)).params == params
+
+
 # --- regressions found by the properties above ---------------------------------------------
 
 
