@@ -273,18 +273,20 @@ class Runtime:
             if index_of(key) not in self.clients:
                 return key
 
-    def add_client(self, client: ClientView) -> bool:
-        """client (accepted, with its key) is one of this process's clients; False if its
-        key's index is another client's (a key that came with a handed-over client)."""
-        index = index_of(client.cancel_key)
+    def add_client(self, key: Key, client: ClientView) -> bool:
+        """client (accepted, with its key: key) is one of this process's clients; False if its
+        key's index is another client's (a key that came with a handed-over client). The key
+        is passed: a ClientView's attribute is a lookup by name where the caller's is not."""
+        index = index_of(key)
         if index in self.clients:
             return self.clients[index] is client
         self.clients[index] = client
         return True
 
-    def remove_client(self, client: ClientView) -> bool:
-        """client is no longer one of this process's clients; False if it was not."""
-        index = index_of(client.cancel_key)
+    def remove_client(self, key: Key, client: ClientView) -> bool:
+        """client (with its key: key) is no longer one of this process's clients; False if it
+        was not."""
+        index = index_of(key)
         if self.clients.get(index) is not client:
             return False
         del self.clients[index]

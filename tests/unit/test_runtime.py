@@ -62,7 +62,7 @@ SAME_INDEX = ((1 << 30) | (1 << 28) | 5, 77)
 
 def test_a_new_key_has_an_index_no_client_here_has(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = Runtime(parse_config(INI), {})
-    assert runtime.add_client(keyed(KEY))
+    assert runtime.add_client(KEY, keyed(KEY))
     # make_key's random bytes: first SAME_INDEX's (taken), then (12, 78)'s
     made = iter([b"".join(n.to_bytes(4, "big") for n in key) for key in (SAME_INDEX, (12, 78))])
     monkeypatch.setattr(os, "urandom", lambda size: next(made))
@@ -72,21 +72,21 @@ def test_a_new_key_has_an_index_no_client_here_has(monkeypatch: pytest.MonkeyPat
 def test_a_client_is_found_by_its_whole_key_only() -> None:
     runtime = Runtime(parse_config(INI), {})
     client = keyed(KEY)
-    assert runtime.add_client(client)
+    assert runtime.add_client(KEY, client)
     assert runtime.client_by_key(KEY) is client
     assert runtime.client_by_key(SAME_INDEX) is None  # the same index is not enough
     assert runtime.client_by_key((6, 76)) is None
     assert runtime.client_by_key((KEY[0], 77)) is None
     same_secret = keyed((6, 76))
-    assert runtime.add_client(same_secret)  # (a secret is not a key)
+    assert runtime.add_client((6, 76), same_secret)  # (a secret is not a key)
     assert runtime.client_by_key((6, 76)) is same_secret
     other = keyed(SAME_INDEX)
     assert runtime.key_taken(SAME_INDEX)
-    assert not runtime.add_client(other)  # its index is taken
+    assert not runtime.add_client(SAME_INDEX, other)  # its index is taken
     assert runtime.client_by_key(KEY) is client
-    assert not runtime.remove_client(other)  # not the one there
+    assert not runtime.remove_client(SAME_INDEX, other)  # not the one there
     assert runtime.has_client(client)
-    assert runtime.remove_client(client)
+    assert runtime.remove_client(KEY, client)
     assert not runtime.has_client(client)
     assert list(runtime.clients.values()) == [same_secret]
 

@@ -78,14 +78,16 @@ class ClientConnection(ClientTransport):
         runtime = self.runtime
         if self.cancel_key == NO_KEY:  # (a handed-over client comes with its own: adopt)
             self.cancel_key = runtime.new_key()
-        if not runtime.add_client(self):  # its own key is another's here, since adopt asked
+        if not runtime.add_client(
+            self.cancel_key, self
+        ):  # its own key is another's here, since adopt asked
             log.warning(
                 "%r its cancel key is in use here: it gets a new one, and a "
                 "CancelRequest with the old one does not reach it",
                 self,
             )
             self.cancel_key = runtime.new_key()
-            runtime.add_client(self)
+            runtime.add_client(self.cancel_key, self)
         runtime.logins.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -93,7 +95,7 @@ class ClientConnection(ClientTransport):
         self.login = None  # (a login that goes on no more; it holds the client: a cycle)
         runtime = self.runtime
         # (one lookup: a client already closed and gone from the runtime has nothing to undo)
-        if not runtime.remove_client(self) and self.state is ClientState.CLOSED:
+        if not runtime.remove_client(self.cancel_key, self) and self.state is ClientState.CLOSED:
             return
         previous = self.state
         self.state = ClientState.CLOSED

@@ -50,6 +50,8 @@ NO_PENDING: Final[list[bytes | PendingParts]] = []
 NO_KEY: Final[tuple[int, int]] = (0, 0)
 #: The scanner a client holds until its welcome (it watches nothing, its bytes go to the login).
 _WATCH_NOTHING: frozenset[int] = frozenset()
+#: Every client's scanner until its welcome: made once, not looked up at each login.
+_SCANNER_UNTIL_WELCOME: Final = shared_scanner(_WATCH_NOTHING)
 
 
 class ClientTransport(LinkedClient[ServerConnection]):
@@ -121,7 +123,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         self.user = ""
         self.database = ""
         #: The relay's, lent at the welcome (ClientRelay.start; see MessageScanner.kept).
-        self.scanner = shared_scanner(_WATCH_NOTHING)
+        self.scanner = _SCANNER_UNTIL_WELCOME
         self.pool: Pool[ServerConnection] | None = None
         self.server: ServerConnection | None = None
         self.expected = 0
@@ -426,7 +428,7 @@ class ClientTransport(LinkedClient[ServerConnection]):
         pool's containers, so SHOW counts it no more and no server is handed to it; the rest
         of the cleanup waits for connection_lost."""
         runtime = self.runtime
-        runtime.remove_client(cast("ClientView", self))  # (the assembled one is)
+        runtime.remove_client(self.cancel_key, cast("ClientView", self))  # (the assembled one is)
         runtime.logins.discard(self)
         runtime.admin_clients.discard(self)
         self._leave_pool()

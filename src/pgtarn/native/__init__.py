@@ -8,7 +8,8 @@ Two kinds of code are native in the compiled build:
   Python source (the same source runs as it is in the pure build);
 - four small C modules here: ``_io.c`` (recv(2), send(2), accept4(2) and the epoll calls of
   net/transport.py's sockets), ``_shape.c`` (a query's shape for session/effects.py's first
-  look), ``_startup.c`` (a StartupMessage's parameters for proto/messages.py) and
+  look), ``_startup.c`` (a StartupMessage's parameters for proto/messages.py, a welcome's end
+  for proto/welcome.py) and
   ``_scram.c`` (a SCRAM login's two messages read and answered for auth/scram.py). Their
   pure counterparts live beside their callers and behave the same.
 
@@ -33,6 +34,7 @@ watch_ready: Callable[[int, Any, Any], list[Any]] | None
 shape_of: Callable[[bytes, bytes], bytes] | None
 hmac_keys: Callable[[bytes, bytes], bytes] | None
 startup_params: Callable[[bytes, dict[str, str], int], dict[str, str] | None] | None
+welcome_end: Callable[[bytes, int, int], bytes] | None
 server_nonce: Callable[[], str | None] | None
 server_first: (
     Callable[[bytes, str, bytes, str, str], tuple[str, str, str, bytes, bytes] | None] | None
@@ -50,9 +52,9 @@ except ImportError:  # the pure build, or the helper not built
     shape_of = None
 
 try:
-    from ._startup import startup_params
+    from ._startup import startup_params, welcome_end
 except ImportError:  # the pure build, or the helper not built
-    startup_params = None
+    startup_params = welcome_end = None
 
 try:
     from ._scram import hmac_keys, server_final, server_first, server_nonce

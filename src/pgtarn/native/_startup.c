@@ -1,4 +1,4 @@
-/* pgtarn.native._startup: a StartupMessage's parameters read in C.
+/* pgtarn.native._startup: a StartupMessage's parameters read, and a welcome's end made, in C.
  *
  * Each login starts with a StartupMessage: protocol 3.0, then name and value pairs as
  * NUL-terminated UTF-8 strings, then an empty name. proto/messages.py reads it as compiled
@@ -9,6 +9,10 @@
  * Only that usual message is read here: any other (another code, a string not terminated,
  * invalid UTF-8) gives None, and the Python code reads it and says what is wrong, so both
  * paths give the same errors.
+ *
+ * A welcome ends the same way for every client but for its key: welcome_end writes that end
+ * after the ParameterStatus messages in one copy, where bytes concatenation made three and
+ * the key's Struct.pack is a method call.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -158,15 +162,65 @@ unusual:
     Py_RETURN_NONE;
 }
 
+/* welcome_end(statuses, pid, secret): statuses, then BackendKeyData for (pid, secret), then
+ * ReadyForQuery idle, in one new bytes object: the last of a login's welcome. */
+static PyObject *
+welcome_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyLong_Check(args[1]) ||
+        !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "welcome_end(statuses, pid, secret) takes bytes, ints");
+        return NULL;
+    }
+    unsigned long pid = PyLong_AsUnsignedLong(args[1]);
+    if (pid == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    unsigned long secret = PyLong_AsUnsignedLong(args[2]);
+    if (secret == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (pid > 0xFFFFFFFFul || secret > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_OverflowError, "a BackendKeyData field is 32 bits");
+        return NULL;
+    }
+    static const unsigned char ready_idle[6] = {'Z', 0, 0, 0, 5, 'I'};
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    PyObject *made = PyBytes_FromStringAndSize(NULL, size + 13 + 6);
+    if (made == NULL) {
+        return NULL;
+    }
+    unsigned char *at = (unsigned char *)PyBytes_AS_STRING(made);
+    memcpy(at, PyBytes_AS_STRING(args[0]), (size_t)size);
+    at += size;
+    const unsigned char key_head[5] = {'K', 0, 0, 0, 12};
+    memcpy(at, key_head, 5);
+    at += 5;
+    const unsigned long fields[2] = {pid, secret};
+    for (int i = 0; i < 2; i++) {
+        *at++ = (unsigned char)(fields[i] >> 24);
+        *at++ = (unsigned char)(fields[i] >> 16);
+        *at++ = (unsigned char)(fields[i] >> 8);
+        *at++ = (unsigned char)fields[i];
+    }
+    memcpy(at, ready_idle, 6);
+    return made;
+}
+
 static PyMethodDef startup_methods[] = {
     {"startup_params", (PyCFunction)(void (*)(void))startup_params, METH_FASTCALL,
      "startup_params(body, texts, most) -> dict: a protocol 3.0 StartupMessage's parameters, "
      "each text the one copy in texts; None for any other message."},
+    {"welcome_end", (PyCFunction)(void (*)(void))welcome_end, METH_FASTCALL,
+     "welcome_end(statuses, pid, secret) -> bytes: statuses, BackendKeyData and "
+     "ReadyForQuery idle."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef startup_module = {
-    PyModuleDef_HEAD_INIT, "_startup", "A StartupMessage's parameters read in C.", -1,
+    PyModuleDef_HEAD_INIT, "_startup",
+    "A StartupMessage's parameters read, and a welcome's end made, in C.", -1,
     startup_methods,
 };
 

@@ -1,3 +1,5 @@
-"""The compiled build's reading of a StartupMessage (native/_startup.c), for mypy."""
+"""The compiled build's reading of a StartupMessage and end of a welcome (native/_startup.c),
+for mypy."""
 
 def startup_params(body: bytes, texts: dict[str, str], most: int, /) -> dict[str, str] | None: ...
+def welcome_end(statuses: bytes, pid: int, secret: int, /) -> bytes: ...

@@ -7,11 +7,22 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
+from .. import native
 from . import build
 from .cancelkey import Key
 from .parameters import reported_form
 
 _RFQ_IDLE = build.ready_for_query(b"I")
+
+
+def welcome_ended(statuses: bytes, pid: int, secret: int) -> bytes:
+    """statuses, then BackendKeyData (pid, secret) and ReadyForQuery idle: the pure build's
+    welcome_end."""
+    return statuses + build.backend_key_data(pid, secret) + _RFQ_IDLE
+
+
+#: native/_startup.c's when built, else the pure build's.
+WELCOME_END: Final = welcome_ended if native.welcome_end is None else native.welcome_end
 
 
 @dataclass(init=False, slots=True)
@@ -46,9 +57,7 @@ def build_welcome(
     """
     statuses, params = _welcome_parts(server_params, client_params, tracked, reported)
     # (the key's two parts, not *cancel_key: compiled, a starred call is a generic one)
-    return Welcome(
-        statuses + build.backend_key_data(cancel_key[0], cancel_key[1]) + _RFQ_IDLE, params
-    )
+    return Welcome(WELCOME_END(statuses, cancel_key[0], cancel_key[1]), params)
 
 
 def _welcome_parts(
@@ -124,6 +133,4 @@ class WelcomeCache:
             if len(self.entries) >= WELCOMES:  # many distinct sets: start again
                 self.entries.clear()
             entry = self.entries[key] = (server_params, statuses, share(params))
-        return Welcome(
-            entry[1] + build.backend_key_data(cancel_key[0], cancel_key[1]) + _RFQ_IDLE, entry[2]
-        )
+        return Welcome(WELCOME_END(entry[1], cancel_key[0], cancel_key[1]), entry[2])

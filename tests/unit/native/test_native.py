@@ -8,7 +8,7 @@ from pgtarn import native
 from pgtarn.auth import scram
 from pgtarn.native.buildinfo import BUILD
 from pgtarn.net import sending, transport
-from pgtarn.proto import messages
+from pgtarn.proto import messages, welcome
 from pgtarn.session import effects
 
 #: setup.py builds the SCRAM helper only where the OpenSSL headers are (docs/install.md):
@@ -30,6 +30,7 @@ def test_callers_take_the_helper_when_there_is_one() -> None:
     assert (effects.SHAPE_OF is native.shape_of) == (native.shape_of is not None)
     # (None in the pure build: the caller then runs its own code)
     assert messages.STARTUP_PARAMS is native.startup_params
+    assert (welcome.WELCOME_END is native.welcome_end) == (native.welcome_end is not None)
     assert scram._SERVER_NONCE is native.server_nonce
     assert scram._SERVER_FIRST is native.server_first
     assert scram._SERVER_FINAL is native.server_final

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from pgtarn.proto.welcome import WELCOMES, WelcomeCache, build_welcome
+import struct
+
+import pytest
+
+from pgtarn.proto import build
+from pgtarn.proto.welcome import WELCOME_END, WELCOMES, WelcomeCache, build_welcome, welcome_ended
 
 KEY = (1234, 5678)
 
@@ -68,3 +73,15 @@ def test_the_welcome_cache_is_bounded() -> None:
     for n in range(WELCOMES + 10):
         cache.welcome(server, {"application_name": f"a{n}"}, ("application_name",), KEY, {}, share)
         assert len(cache.entries) <= WELCOMES
+
+
+def test_a_welcome_ends_with_the_key_and_ready_for_query_in_both_builds() -> None:
+    statuses = build.parameter_status("server_version", "15.4")
+    for pid, secret in ((0, 0), (1, 2), (0x7FFFFFFF, 0xFFFFFFFF), (0x4ABCDEF0, 0x01020304)):
+        expected = statuses + build.backend_key_data(pid, secret) + build.ready_for_query(b"I")
+        assert WELCOME_END(statuses, pid, secret) == expected
+        assert welcome_ended(statuses, pid, secret) == expected
+        assert WELCOME_END(b"", pid, secret) == expected[len(statuses) :]
+    for end in (WELCOME_END, welcome_ended):
+        with pytest.raises((OverflowError, struct.error)):
+            end(statuses, 1 << 32, 0)

@@ -70,6 +70,6 @@ def test_a_handed_client_is_refused_only_when_its_whole_key_is_in_use() -> None:
     may have the same secret: that alone keeps no client on the old process."""
     runtime = Pool().runtime
     here = Pool().runtime.new_key()  # (any key: one accepted here)
-    assert runtime.add_client(keyed(here))
+    assert runtime.add_client(here, keyed(here))
     assert _adopted(runtime, (here[0] ^ 0x2, here[1])) == ""
     assert "in use" in _adopted(runtime, here)
