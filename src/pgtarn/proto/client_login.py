@@ -200,11 +200,29 @@ _NAME_MAPS: Final[
 _NAME_MAPS_MAX: Final = 16
 
 
+class _LastNameMaps:
+    """The _name_maps asked for last, by the identity of its tuples: a configuration's are
+    the same objects at every login, where a lookup by them hashes every name."""
+
+    __slots__ = ("ignored", "maps", "tracked")
+
+    def __init__(self) -> None:
+        self.tracked: tuple[str, ...] | None = None
+        self.ignored: tuple[str, ...] | None = None
+        self.maps: tuple[Mapping[str, str], frozenset[str]] = ({}, frozenset())
+
+
+_LAST_NAME_MAPS: Final = _LastNameMaps()
+
+
 def _name_maps(
     tracked: tuple[str, ...], ignored: tuple[str, ...]
 ) -> tuple[Mapping[str, str], frozenset[str]]:
     """check_startup's lookups, the same at every login: tracked names by their lower case,
     and the ignored ones in lower case."""
+    last = _LAST_NAME_MAPS
+    if tracked is last.tracked and ignored is last.ignored:
+        return last.maps
     key = (tracked, ignored)
     maps = _NAME_MAPS.get(key)
     if maps is None:
@@ -214,6 +232,7 @@ def _name_maps(
             {name.lower(): name for name in tracked},
             frozenset(name.lower() for name in ignored),
         )
+    last.tracked, last.ignored, last.maps = tracked, ignored, maps
     return maps
 
 

@@ -36,6 +36,24 @@ NEVER_STREAM: Final = 2**32
 HEAD_SIZE: Final = 8192
 
 
+class _LastLent:
+    """The shared scanner asked for last, and its arguments: at a welcome the relay asks
+    for the same one as the welcome before, where the lookup by a tuple of them boxes two
+    ints and hashes the tuple."""
+
+    __slots__ = ("bodies", "max_size", "scanner", "stream_over", "watch")
+
+    def __init__(self) -> None:
+        self.watch: frozenset[int] | None = None
+        self.bodies: frozenset[int] | None = None
+        self.max_size = -1
+        self.stream_over = -1
+        self.scanner: MessageScanner | None = None
+
+
+_LAST_LENT: Final = _LastLent()
+
+
 def shared_scanner(
     watch: frozenset[int],
     max_size: int = 2**31 - 1,
@@ -43,11 +61,23 @@ def shared_scanner(
     stream_over: int = NEVER_STREAM,
 ) -> MessageScanner:
     """The scanner lent to every owner with these arguments (see MessageScanner.kept)."""
+    last = _LAST_LENT
+    scanner = last.scanner
+    if (
+        scanner is not None
+        and watch is last.watch
+        and bodies is last.bodies
+        and max_size == last.max_size
+        and stream_over == last.stream_over
+    ):
+        return scanner
     key = (watch, max_size, bodies, stream_over)
     scanner = _SHARED.get(key)
     if scanner is None:
         scanner = _SHARED[key] = MessageScanner(watch, max_size, bodies, stream_over=stream_over)
         scanner.home = scanner
+    last.watch, last.bodies, last.scanner = watch, bodies, scanner
+    last.max_size, last.stream_over = max_size, stream_over
     return scanner
 
 

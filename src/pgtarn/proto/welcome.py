@@ -101,18 +101,27 @@ class WelcomeCache:
 
     An entry is keyed by the server parameters' identity (a pool's welcome, made once and
     never written; the entry holds it, so that its id cannot be another's), the tracked
-    names, the client's tracked startup parameters and what `reported` says of them (it
-    grows as servers report forms). share: what the parameters go through once (the
-    runtime's sharing of equal parameter dicts), so that a hit returns the shared dict.
+    names' identity (a configuration's tuple, the same at every login, held the same way:
+    hashing it hashed every name), the client's tracked startup parameters and what
+    `reported` says of them (it grows as servers report forms). share: what the parameters
+    go through once (the runtime's sharing of equal parameter dicts), so that a hit returns
+    the shared dict.
     """
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "last_client", "last_entry", "last_forms")
 
     def __init__(self) -> None:
         self.entries: dict[
-            tuple[int, tuple[str, ...], tuple[tuple[str, str], ...], tuple[str | None, ...]],
-            tuple[Mapping[str, str], bytes, dict[str, str]],
+            tuple[int, int, tuple[tuple[str, str], ...], tuple[str | None, ...]],
+            tuple[Mapping[str, str], tuple[str, ...], bytes, dict[str, str]],
         ] = {}
+        #: The entry given last, and the client parameters and forms it was given for: most
+        #: logins ask for the same as the one before, found then by comparing two dicts,
+        #: not by making and hashing the tuple of a key.
+        self.last_entry: tuple[Mapping[str, str], tuple[str, ...], bytes, dict[str, str]] | None
+        self.last_entry = None
+        self.last_client: dict[str, str] = {}
+        self.last_forms: tuple[str | None, ...] = ()
 
     def welcome(
         self,
@@ -124,13 +133,22 @@ class WelcomeCache:
         share: Callable[[dict[str, str]], dict[str, str]],
     ) -> Welcome:
         """build_welcome's Welcome, its params already shared."""
-        items = tuple(client_params.items())
-        forms = tuple([reported.get(item) for item in items]) if reported else ()
-        key = (id(server_params), tracked, items, forms)
+        forms = tuple([reported.get(item) for item in client_params.items()]) if reported else ()
+        last = self.last_entry
+        if (
+            last is not None
+            and last[0] is server_params
+            and last[1] is tracked
+            and forms == self.last_forms
+            and client_params == self.last_client
+        ):
+            return Welcome(WELCOME_END(last[2], cancel_key[0], cancel_key[1]), last[3])
+        key = (id(server_params), id(tracked), tuple(client_params.items()), forms)
         entry = self.entries.get(key)
-        if entry is None or entry[0] is not server_params:
+        if entry is None or entry[0] is not server_params or entry[1] is not tracked:
             statuses, params = _welcome_parts(server_params, client_params, tracked, reported)
             if len(self.entries) >= WELCOMES:  # many distinct sets: start again
                 self.entries.clear()
-            entry = self.entries[key] = (server_params, statuses, share(params))
-        return Welcome(WELCOME_END(entry[1], cancel_key[0], cancel_key[1]), entry[2])
+            entry = self.entries[key] = (server_params, tracked, statuses, share(params))
+        self.last_entry, self.last_client, self.last_forms = entry, dict(client_params), forms
+        return Welcome(WELCOME_END(entry[2], cancel_key[0], cancel_key[1]), entry[3])

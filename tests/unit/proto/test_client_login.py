@@ -23,6 +23,7 @@ from pgtarn.proto.client_login import (
     Startup,
     StartupReceived,
     TlsRequested,
+    _name_maps,
     replication_mode,
 )
 from pgtarn.proto.framing import split_messages
@@ -545,3 +546,17 @@ def test_options_that_are_not_name_value_pairs_are_refused() -> None:
     failure = login.check_startup(("TimeZone",), ("options",))
     assert failure is not None and fields(failure.response)["C"] == "08P01"
     assert fields(failure.response)["M"].startswith("unsupported options startup parameter")
+
+
+def test_the_name_maps_follow_the_tuples_they_are_given() -> None:
+    # remembered by the identity of the tuples: another configuration's (a RELOAD) gives its own
+    tracked, ignored = ("DateStyle", "TimeZone"), ("extra_float_digits",)
+    assert _name_maps(tracked, ignored) == (
+        {"datestyle": "DateStyle", "timezone": "TimeZone"},
+        frozenset({"extra_float_digits"}),
+    )
+    assert _name_maps(tracked, ignored)[0] is _name_maps(tracked, ignored)[0]
+    more = (*tracked, "IntervalStyle")
+    assert _name_maps(more, ignored)[0]["intervalstyle"] == "IntervalStyle"
+    assert _name_maps(tracked, ("Options",))[1] == frozenset({"options"})
+    assert "intervalstyle" not in _name_maps(tuple(list(tracked)), ignored)[0]
