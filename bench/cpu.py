@@ -1,5 +1,6 @@
 """Where a pooler's CPU goes per transaction under `pgbench -S`: user and system time, and
 pgtarn's share by part (kernel, event loop, interpreter, relay, link, pool, statistics...).
+With --connect, pgbench -C: a SCRAM login per transaction, so the figures are per login.
 
 For each client count the poolers run in turn (PgBouncer, pgtarn, then bench/forwarder.py: a
 byte forwarder on uvloop, the floor of any pooler built on Python and uvloop) on the same
@@ -8,7 +9,7 @@ over the run. With `perf` installed, pgtarn is also sampled and its samples sort
 a compiled build names its functions (CPyDef_<module>___<Class>___<method>), so the pgtarn parts are
 exact there, while a pure-Python build shows only the interpreter as a whole.
 
-    python3 bench/cpu.py [--clients 10,100] [--duration 10] [--no-perf] [--top N]
+    python3 bench/cpu.py [--clients 10,100] [--duration 10] [--no-perf] [--top N] [--connect]
 """
 
 from __future__ import annotations
@@ -70,11 +71,13 @@ def context_switches(pid: int) -> tuple[int, int]:
     return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
 
 
-def pgbench(db: Database, pooler: Pooler, clients: int, duration: int) -> subprocess.Popen[str]:
+def pgbench(db: Database, pooler: Pooler, clients: int, duration: int,
+            connect: bool = False) -> subprocess.Popen[str]:  # fmt: skip
     login = pooler.login()
+    per_login = ("-C",) if connect else ()
     return subprocess.Popen(
-        pgbench_command(db, login.host, login.port, "-S", "-c", str(clients), "-j", "2",
-                        "-T", str(duration)),
+        pgbench_command(db, login.host, login.port, "-S", *per_login, "-c", str(clients),
+                        "-j", "2", "-T", str(duration)),
         env=clean_env(PGPASSWORD=login.password), stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
@@ -131,13 +134,13 @@ def perf_parts(data: str, top: int) -> dict[str, float]:
 Measurement = tuple[float, float, float, tuple[float, ...], dict[str, float]]
 
 
-def measure(db: Database, pooler: Pooler, clients: int, duration: int,
-            perf: bool, top: int = 0, keep: str = "") -> Measurement:  # fmt: skip
+def measure(db: Database, pooler: Pooler, clients: int, duration: int, perf: bool,
+            top: int = 0, keep: str = "", connect: bool = False) -> Measurement:  # fmt: skip
     """One run: (tps, user us/tx, system us/tx, (voluntary, involuntary) context switches and
     minor page faults per tx, perf shares of pgtarn's samples)."""
     pooler.start()
     try:
-        bench = pgbench(db, pooler, clients, duration)
+        bench = pgbench(db, pooler, clients, duration, connect)
         time.sleep(1.0)  # past the connections
         before = cpu_ticks(pooler.pid)
         switches_before = context_switches(pooler.pid)
@@ -196,6 +199,11 @@ def main() -> int:
     p.add_argument("--duration", type=int, default=10, metavar="S")
     p.add_argument("--no-perf", action="store_true", help="skip the perf sampling of pgtarn")
     p.add_argument(
+        "--connect",
+        action="store_true",
+        help="pgbench -C: a new connection (a SCRAM login) per transaction",
+    )
+    p.add_argument(
         "--top",
         type=int,
         default=0,
@@ -246,8 +254,10 @@ def main() -> int:
                     perf and name == "pgtarn",
                     args.top,
                     args.perf_data and f"{args.perf_data}.{clients}",
+                    args.connect,
                 )
-            print(f"\n## pgbench -S, {clients} clients, {args.duration} s\n")
+            mode = "-S -C" if args.connect else "-S"
+            print(f"\n## pgbench {mode}, {clients} clients, {args.duration} s\n")
             print(
                 "| pooler | TPS | user us/tx | system us/tx | total us/tx "
                 "| context switches/tx: voluntary, involuntary | page faults/tx |"
