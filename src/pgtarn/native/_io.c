@@ -184,6 +184,22 @@ v4_text(uint32_t host)
     return made;
 }
 
+/* A 2-tuple of first and second, taking both references; either may be NULL (its error
+ * set), and then the other is let go. */
+static PyObject *
+pair_of(PyObject *first, PyObject *second)
+{
+    PyObject *pair = first != NULL && second != NULL ? PyTuple_New(2) : NULL;
+    if (pair == NULL) {
+        Py_XDECREF(first);
+        Py_XDECREF(second);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, first);
+    PyTuple_SET_ITEM(pair, 1, second);
+    return pair;
+}
+
 /* The peer address accept(2) gave, as Python's socket module has it: (host, port) for IPv4,
  * (host, port, flowinfo, scope_id) for IPv6, "" for a unix socket's (unnamed) peer. */
 static PyObject *
@@ -196,20 +212,7 @@ address_of(const struct sockaddr_storage *address)
         if (text == NULL) {
             return NULL;
         }
-        PyObject *port = PyLong_FromLong((long)ntohs(v4->sin_port));
-        if (port == NULL) {
-            Py_DECREF(text);
-            return NULL;
-        }
-        PyObject *pair = PyTuple_New(2);
-        if (pair == NULL) {
-            Py_DECREF(text);
-            Py_DECREF(port);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(pair, 0, text);
-        PyTuple_SET_ITEM(pair, 1, port);
-        return pair;
+        return pair_of(text, PyLong_FromLong((long)ntohs(v4->sin_port)));
     }
     if (address->ss_family == AF_INET6) {
         const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)address;
@@ -256,16 +259,10 @@ accept_some(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         close(accepted);
         return NULL;
     }
-    PyObject *fd_number = PyLong_FromLong(accepted);
-    PyObject *result = fd_number != NULL ? PyTuple_New(2) : NULL;
+    PyObject *result = pair_of(PyLong_FromLong(accepted), peer);
     if (result == NULL) {
-        Py_XDECREF(fd_number);
-        Py_DECREF(peer);
         close(accepted);
-        return NULL;
     }
-    PyTuple_SET_ITEM(result, 0, fd_number);
-    PyTuple_SET_ITEM(result, 1, peer);
     return result;
 }
 
