@@ -76,6 +76,15 @@ class PeakBackends:
         self.conn.close()
 
 
+def wait_quiet(cluster: TempCluster, users: tuple[str, ...], dbname: str | None) -> None:
+    """No backend of users is left from an earlier test (it would count in a PeakBackends)."""
+    admin = superuser_connect(cluster)
+    try:
+        wait_until(lambda: not backend_pids(admin, users, dbname), 30, "earlier backends to exit")
+    finally:
+        admin.close()
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
     """Poll predicate until true or timeout seconds passed; its last value."""
     deadline = time.monotonic() + timeout

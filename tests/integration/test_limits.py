@@ -13,7 +13,7 @@ from tests.support import PgtarnProcess, TempCluster
 
 from .conftest import PgtarnFactory
 from .drivers import aconnect, connect
-from .pgstat import PeakBackends, backend_pids, superuser_connect, wait_until
+from .pgstat import PeakBackends, backend_pids, superuser_connect, wait_quiet, wait_until
 from .rawpg import AsyncRawClient
 
 pytestmark = pytest.mark.integration
@@ -240,6 +240,7 @@ def test_max_db_connections_spans_users(
         databases={"app": f"{_direct(pg_cluster)} dbname=app max_db_connections=2"}
     )
     users = [("app", "app_pass", "app")] * 4 + [("scram_user", "scram_pass", "app")] * 4
+    wait_quiet(pg_cluster, ("app", "scram_user"), "app")
     with PeakBackends(pg_cluster, ("app", "scram_user"), "app") as peak:
         pids = _run_load(proc, users)
     assert len(pids) == 32
@@ -253,6 +254,7 @@ def test_max_user_connections_spans_databases(
     users = [("scram_user", "scram_pass", "app")] * 4 + [
         ("scram_user", "scram_pass", "postgres")
     ] * 4
+    wait_quiet(pg_cluster, ("scram_user",), None)
     with PeakBackends(pg_cluster, ("scram_user",), None) as peak:
         pids = _run_load(proc, users)
     assert len(pids) == 32

@@ -19,7 +19,7 @@ from tests.support.procs import tcp_clients, wait_children
 
 from .conftest import PgtarnFactory
 from .drivers import aconnect
-from .pgstat import PeakBackends, backend_pids, superuser_connect, wait_until
+from .pgstat import PeakBackends, backend_pids, superuser_connect, wait_quiet, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -35,13 +35,6 @@ def _workers(proc: PgtarnProcess, count: int = 2) -> list[int]:
     pids = wait_children(proc.proc.pid, count)
     assert len(pids) == count, f"workers: {pids}"
     return pids
-
-
-def _quiet(pg_cluster: TempCluster, users: tuple[str, ...], dbname: str | None) -> None:
-    """No backend of users is left from an earlier test (they would count in the peak)."""
-    admin = superuser_connect(pg_cluster)
-    wait_until(lambda: not backend_pids(admin, users, dbname), 30, "earlier backends to exit")
-    admin.close()
 
 
 def _busy(
@@ -74,7 +67,7 @@ def test_pool_size_holds_for_all_workers_in_pg_stat_activity(
     pgtarn_factory: PgtarnFactory, pg_cluster: TempCluster
 ) -> None:
     proc = pgtarn_factory(settings={"workers": 2, "default_pool_size": 4, "max_client_conn": 100})
-    _quiet(pg_cluster, ("app",), "app")
+    wait_quiet(pg_cluster, ("app",), "app")
     with PeakBackends(pg_cluster, ("app",), "app") as peak:
         served, spread = _busy(proc, [APP] * 40)
     assert all(spread) and sum(spread) == 40, spread  # both workers had busy clients
@@ -89,7 +82,7 @@ def test_max_db_connections_holds_for_all_workers(
         settings={"workers": 2, "max_client_conn": 100},
         databases={"app": f"{_direct(pg_cluster)} dbname=app max_db_connections=3"},
     )
-    _quiet(pg_cluster, ("app", "scram_user"), "app")
+    wait_quiet(pg_cluster, ("app", "scram_user"), "app")
     with PeakBackends(pg_cluster, ("app", "scram_user"), "app") as peak:
         _served, spread = _busy(proc, [APP] * 12 + [SCRAM] * 12)
     assert all(spread), spread
@@ -104,7 +97,7 @@ def test_max_user_connections_holds_for_all_workers(
         users={"scram_user": "max_user_connections=2"},
     )
     logins = [SCRAM] * 10 + [("scram_user", "scram_pass", "postgres")] * 10
-    _quiet(pg_cluster, ("scram_user",), None)
+    wait_quiet(pg_cluster, ("scram_user",), None)
     with PeakBackends(pg_cluster, ("scram_user",), None) as peak:
         _served, spread = _busy(proc, logins)
     assert all(spread), spread
@@ -247,7 +240,7 @@ def test_a_waiting_client_gets_the_server_idle_in_the_other_worker(
         await b.close()
         return idle_wait, busy_wait
 
-    _quiet(pg_cluster, ("app",), "app")
+    wait_quiet(pg_cluster, ("app",), "app")
     with PeakBackends(pg_cluster, ("app",), "app") as peak:
         idle_wait, busy_wait = asyncio.run(scenario())
     admin.close()
