@@ -13,7 +13,10 @@ Under callgrind a pooler runs 20 to 50 times slower, so the clients wait on it a
 batching of messages per read is not what it is at full speed; the count is a measure of work
 per transaction, not a prediction of CPU time.
 
-    python3 bench/instructions.py [--clients 10] [--transactions 200,1200]
+With --prepared, pgbench -S -M prepared: each transaction a Bind and Execute of a statement
+the client prepared once (protocol-level prepared statements, max_prepared_statements).
+
+    python3 bench/instructions.py [--clients 10] [--transactions 200,1200] [--prepared]
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ FORWARDER = Path(__file__).resolve().with_name("forwarder.py")
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", type=int, default=10)
+    p.add_argument("--prepared", action="store_true", help="pgbench -M prepared")
     callgrind.add_runs_option(p, "transactions", (200, 1200), "transactions")
     add_pgbouncer_option(p)
     add_postgres_options(p)
@@ -54,6 +58,7 @@ def main() -> int:
     account = postgres_account()
     workdir = make_workdir("instructions", account)
     db = Database(argparse.Namespace(**{**vars(args), "clients": [args.clients]}))
+    options = ["-S", "-M", "prepared"] if args.prepared else ["-S"]
     commands: dict[str, tuple[list[str], pwd.struct_passwd | None]] = {
         "pgtarn": ([sys.executable, "-m", "pgtarn"], None),
         "forwarder": ([sys.executable, str(FORWARDER)], None),
@@ -71,7 +76,7 @@ def main() -> int:
                 profile = workdir / f"{name}.{transactions}.callgrind"
                 # (not named "pgbouncer": under valgrind its process is not called that)
                 pooler = CallgrindPooler(f"callgrind-{name}", command, profile, workdir, db, owner)
-                totals.append(sum(pooler.counted(["-S"], args.clients, transactions).values()))
+                totals.append(sum(pooler.counted(options, args.clients, transactions).values()))
                 parts.append(instructions_by_part(profile))
             added = args.clients * (second - first)
             rows[name] = ((totals[1] - totals[0]) / added, per_unit(parts[0], parts[1], added))
@@ -81,7 +86,8 @@ def main() -> int:
         remove_workdir(workdir, args.keep)
     base = rows.get("pgbouncer", (0.0, {}))[0]
     print(
-        f"\n## User-space instructions per transaction, pgbench -S, {args.clients} clients "
+        f"\n## User-space instructions per transaction, pgbench {' '.join(options)}, "
+        f"{args.clients} clients "
         f"(callgrind; runs of {first} and {second} transactions per client)\n"
     )
     print("| pooler | instructions/tx | vs PgBouncer | by part |")
