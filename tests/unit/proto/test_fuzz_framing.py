@@ -264,6 +264,18 @@ def test_parse_startup_round_trips_any_version_and_refuses_every_truncation(
         parse_startup(body[:cut])
 
 
+def garbled_startups(code: int, params: dict[str, str]) -> st.SearchStrategy[bytes]:
+    """Startup bodies with code that are not well formed: params' body mutated, random bytes,
+    and a few known bad ones (invalid UTF-8, a string not terminated)."""
+    return st.one_of(
+        mutated(startup_body(code, params)),
+        st.binary(max_size=80).map(lambda b: struct.pack("!I", code) + b),
+        st.sampled_from([b"\xff\xfe\x00v\x00\x00", b"user\x00\xc3\x28\x00\x00", b"a\x00b"]).map(
+            lambda b: struct.pack("!I", code) + b
+        ),
+    )
+
+
 @FUZZ
 @given(
     code=st.one_of(codes, st.sampled_from([SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST])),
@@ -273,15 +285,7 @@ def test_parse_startup_round_trips_any_version_and_refuses_every_truncation(
 def test_parse_startup_on_garbled_bodies_raises_only_protocol_violation(
     code: int, params: dict[str, str], data: st.DataObject
 ) -> None:
-    body = data.draw(
-        st.one_of(
-            mutated(startup_body(code, params)),
-            st.binary(max_size=80).map(lambda b: struct.pack("!I", code) + b),
-            st.sampled_from([b"\xff\xfe\x00v\x00\x00", b"user\x00\xc3\x28\x00\x00", b"a\x00b"]).map(
-                lambda b: struct.pack("!I", code) + b
-            ),
-        )
-    )
+    body = data.draw(garbled_startups(code, params))
     try:
         parsed = parse_startup(body)
     except ProtocolViolation:
@@ -316,16 +320,7 @@ def test_parse_startup_reads_as_the_pure_reading(
 ) -> None:
     # the compiled build's parse_startup reads the usual message in C (native/_startup.c)
     # and leaves any other to read_startup: the same parameters, or the same error
-    body = data.draw(
-        st.one_of(
-            st.just(startup_body(code, params)),
-            mutated(startup_body(code, params)),
-            st.binary(max_size=80).map(lambda b: struct.pack("!I", code) + b),
-            st.sampled_from([b"\xff\xfe\x00v\x00\x00", b"user\x00\xc3\x28\x00\x00", b"a\x00b"]).map(
-                lambda b: struct.pack("!I", code) + b
-            ),
-        )
-    )
+    body = data.draw(st.one_of(st.just(startup_body(code, params)), garbled_startups(code, params)))
     assert _startup_outcome(parse_startup, body) == _startup_outcome(read_startup, body)
 
 
